@@ -1,0 +1,49 @@
+{
+  "variables": {
+    "common_cflags": ["-O3", "-std=c++17", "-fno-math-errno", "-Wall", "-Wno-unused-function", "-Wno-maybe-uninitialized"]
+  },
+  "target_defaults": {
+    "cflags!": ["-fno-exceptions", "-O2"],
+    "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-std=gnu++1y", "-std=gnu++20", "-O2"],
+    "cflags_cc": ["<@(common_cflags)"],
+    "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+    "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"]
+  },
+  "targets": [
+    {
+      "target_name": "maxsim_native",
+      "sources": [
+        "native/binding/addon.cc",
+        "native/binding/cpu_binding.cc",
+        "native/binding/cuda_binding.cc",
+        "native/cpu/engine.cc",
+        "native/cpu/thread_pool.cc",
+        "native/cpu/kernels_portable.cc",
+        "native/cpu/kernels_neon.cc"
+      ],
+      "conditions": [
+        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_avx512", "maxsim_cpu_avx2"] }],
+        ["target_arch!='x64'", { "sources": ["native/cpu/kernels_x86_absent.cc"] }]
+      ],
+      "libraries": ["-ldl", "-lpthread"]
+    }
+  ],
+  "conditions": [
+    ["target_arch=='x64'", {
+      "targets": [
+        {
+          "target_name": "maxsim_cpu_avx512",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_avx512.cc"],
+          "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-mf16c"]
+        },
+        {
+          "target_name": "maxsim_cpu_avx2",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_avx2.cc"],
+          "cflags_cc": ["-mavx2", "-mfma", "-mf16c"]
+        }
+      ]
+    }]
+  ]
+}

@@ -1,0 +1,15 @@
+// The maxsim native addon: one module exporting `cpu` (the SIMD engine) and `cuda` (the GPU engine,
+// which loads libcuda at run time and reports why when it cannot).
+#include <napi.h>
+
+void InitCpu(Napi::Env env, Napi::Object exports);
+void InitCuda(Napi::Env env, Napi::Object exports);
+
+static Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  InitCpu(env, exports);
+  InitCuda(env, exports);
+  exports.Set("abiVersion", 1);
+  return exports;
+}
+
+NODE_API_MODULE(maxsim_native, Init)

@@ -1,0 +1,135 @@
+// Node-API glue for the CPU engine: argument unpacking, the async worker, error mapping.
+#include <napi.h>
+
+#include <string>
+
+#include "../cpu/engine.h"
+#include "../cpu/thread_pool.h"
+#include "token_set.h"
+
+namespace {
+
+using maxsim_cpu::DocType;
+
+maxsim_cpu::TokenSpans ToSpans(Napi::Env env, const TokenSet& t, const std::string& name) {
+  maxsim_cpu::TokenSpans s;
+  switch (t.dtype) {
+    case DType::Float32: s.dtype = DocType::Float32; break;
+    case DType::Float16: s.dtype = DocType::Float16; break;
+    case DType::BFloat16: s.dtype = DocType::BFloat16; break;
+    case DType::Int8:
+      throw Napi::TypeError::New(env, "Expected float32, float16 or bfloat16 tokens for " + name +
+                                          " but received int8 (the CPU engine scores float inputs)");
+  }
+  s.data = t.data;
+  s.starts = t.starts;
+  s.lengths = t.lengths;
+  s.count = t.count;
+  s.dim = t.dim;
+  return s;
+}
+
+struct CallArgs {
+  maxsim_cpu::TokenSpans queries;
+  maxsim_cpu::TokenSpans docs;
+  const maxsim_cpu::IsaKernels* isa = nullptr;
+  int threads = 0;
+};
+
+CallArgs ParseCall(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TokenSet q = ParseTokenSet(env, info[0], "queries");
+  TokenSet d = ParseTokenSet(env, info[1], "docs");
+  if (q.dim != d.dim) {
+    throw Napi::TypeError::New(env, "Expected queries.dim " + std::to_string(d.dim) + " (the dimension of docs) but received " +
+                                        std::to_string(q.dim));
+  }
+  CallArgs a;
+  a.queries = ToSpans(env, q, "queries");
+  a.docs = ToSpans(env, d, "docs");
+  std::string isa_name;
+  if (info.Length() > 2 && info[2].IsObject()) {
+    Napi::Object opts = info[2].As<Napi::Object>();
+    if (opts.Has("threads") && opts.Get("threads").IsNumber()) a.threads = opts.Get("threads").As<Napi::Number>().Int32Value();
+    if (opts.Has("isa") && opts.Get("isa").IsString()) isa_name = opts.Get("isa").As<Napi::String>().Utf8Value();
+  }
+  std::string error;
+  a.isa = maxsim_cpu::SelectIsa(isa_name, &error);
+  if (!a.isa) throw Napi::TypeError::New(env, error);
+  return a;
+}
+
+Napi::Value MaxsimSync(const Napi::CallbackInfo& info) {
+  CallArgs a = ParseCall(info);
+  Napi::Float32Array out = Napi::Float32Array::New(info.Env(), static_cast<size_t>(a.queries.count * a.docs.count));
+  maxsim_cpu::MaxsimAllPairs(*a.isa, a.queries, a.docs, out.Data(), a.threads);
+  return out;
+}
+
+// Runs the engine off the JS thread. The input objects and the output array are held by persistent
+// references until the promise settles, so the buffers the engine reads and writes stay alive.
+class MaxsimWorker : public Napi::AsyncWorker {
+ public:
+  MaxsimWorker(Napi::Env env, CallArgs args, Napi::Value q, Napi::Value d, Napi::Float32Array out)
+      : Napi::AsyncWorker(env, "maxsim.cpu"),
+        args_(args),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        q_ref_(Napi::Persistent(q.As<Napi::Object>())),
+        d_ref_(Napi::Persistent(d.As<Napi::Object>())),
+        out_ref_(Napi::Persistent(out)),
+        out_(out.Data()) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      maxsim_cpu::MaxsimAllPairs(*args_.isa, args_.queries, args_.docs, out_, args_.threads);
+    } catch (const std::exception& e) {
+      SetError(std::string("maxsim CPU engine failed: ") + e.what());
+    }
+  }
+  void OnOK() override { deferred_.Resolve(out_ref_.Value()); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  CallArgs args_;
+  Napi::Promise::Deferred deferred_;
+  Napi::ObjectReference q_ref_;
+  Napi::ObjectReference d_ref_;
+  Napi::Reference<Napi::Float32Array> out_ref_;
+  float* out_;
+};
+
+Napi::Value MaxsimAsync(const Napi::CallbackInfo& info) {
+  CallArgs a = ParseCall(info);
+  Napi::Float32Array out = Napi::Float32Array::New(info.Env(), static_cast<size_t>(a.queries.count * a.docs.count));
+  auto* worker = new MaxsimWorker(info.Env(), a, info[0], info[1], out);
+  Napi::Promise p = worker->Promise();
+  worker->Queue();
+  return p;
+}
+
+Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  const auto usable = maxsim_cpu::UsableIsas();
+  o.Set("isa", usable.front()->name);
+  Napi::Array names = Napi::Array::New(env, usable.size());
+  for (size_t i = 0; i < usable.size(); i++) names.Set(static_cast<uint32_t>(i), usable[i]->name);
+  o.Set("isas", names);
+  o.Set("lanes", usable.front()->lanes);
+  o.Set("bf16Dot", usable.front()->bf16_dot && maxsim_cpu::CpuHasAvx512Bf16());
+  o.Set("features", maxsim_cpu::CpuFeatures());
+  o.Set("threads", maxsim_cpu::GlobalPool().size());
+  return o;
+}
+
+}  // namespace
+
+void InitCpu(Napi::Env env, Napi::Object exports) {
+  Napi::Object cpu = Napi::Object::New(env);
+  cpu.Set("info", Napi::Function::New(env, CpuInfo, "info"));
+  cpu.Set("maxsimSync", Napi::Function::New(env, MaxsimSync, "maxsimSync"));
+  cpu.Set("maxsimAsync", Napi::Function::New(env, MaxsimAsync, "maxsimAsync"));
+  exports.Set("cpu", cpu);
+}

@@ -1,0 +1,105 @@
+// Unpacks a JS TokenBatch ({ data, dtype, dim, count, starts, lengths, scales? }, see src/tensor.ts)
+// into a plain struct the engines read. TypeScript validates first; this re-checks every span
+// against the buffer so that no input, however built, can make native code read out of bounds.
+#pragma once
+#include <napi.h>
+
+#include <cstdint>
+#include <string>
+
+enum class DType : int { Float32 = 0, Float16 = 1, BFloat16 = 2, Int8 = 3 };
+
+inline int DTypeSize(DType t) { return t == DType::Float32 ? 4 : t == DType::Int8 ? 1 : 2; }
+
+struct TokenSet {
+  const void* data = nullptr;   // first element of the packed tokens
+  int64_t elements = 0;         // elements available in data
+  DType dtype = DType::Float32;
+  int64_t dim = 0;
+  int64_t count = 0;            // items
+  const double* starts = nullptr;   // [count] first token (float64-exact integer)
+  const int32_t* lengths = nullptr; // [count]
+  const float* scales = nullptr;    // int8 only: per token
+  int64_t max_length = 0;
+};
+
+// Thrown (as a JS TypeError/RangeError) when the object is not a well-formed token set.
+inline Napi::Error TokenSetError(Napi::Env env, const std::string& name, const std::string& expected,
+                                 const std::string& received) {
+  return Napi::TypeError::New(env, "Expected " + expected + " for " + name + " but received " + received);
+}
+
+inline DType ParseDType(Napi::Env env, const std::string& name, const Napi::Value& v) {
+  std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : std::string("?");
+  if (s == "float32") return DType::Float32;
+  if (s == "float16") return DType::Float16;
+  if (s == "bfloat16") return DType::BFloat16;
+  if (s == "int8") return DType::Int8;
+  throw TokenSetError(env, name + ".dtype", "'float32' | 'float16' | 'bfloat16' | 'int8'", s);
+}
+
+template <typename T>
+inline Napi::TypedArrayOf<T> GetTyped(Napi::Env env, Napi::Object obj, const char* key, const std::string& name,
+                                      napi_typedarray_type type, const char* typeName) {
+  Napi::Value v = obj.Get(key);
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != type) {
+    throw TokenSetError(env, name + "." + key, std::string("a ") + typeName, "another value");
+  }
+  return v.As<Napi::TypedArrayOf<T>>();
+}
+
+inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::string& name) {
+  if (!value.IsObject()) throw TokenSetError(env, name, "a TokenBatch object", "a non-object");
+  Napi::Object obj = value.As<Napi::Object>();
+  TokenSet t;
+  t.dtype = ParseDType(env, name, obj.Get("dtype"));
+  Napi::Value dataV = obj.Get("data");
+  if (!dataV.IsTypedArray()) throw TokenSetError(env, name + ".data", "a typed array", "another value");
+  Napi::TypedArray data = dataV.As<Napi::TypedArray>();
+  napi_typedarray_type want = t.dtype == DType::Float32 ? napi_float32_array
+                              : t.dtype == DType::Int8  ? napi_int8_array
+                                                        : napi_uint16_array;
+  if (data.TypedArrayType() != want) throw TokenSetError(env, name + ".data", "a typed array matching dtype", "a mismatch");
+  t.data = static_cast<const uint8_t*>(data.ArrayBuffer().Data()) + data.ByteOffset();
+  t.elements = static_cast<int64_t>(data.ElementLength());
+  double dim = obj.Get("dim").ToNumber().DoubleValue();
+  double count = obj.Get("count").ToNumber().DoubleValue();
+  if (!(dim >= 1 && dim <= 1 << 20 && dim == static_cast<int64_t>(dim))) throw TokenSetError(env, name + ".dim", "an integer in [1, 2^20]", std::to_string(dim));
+  if (!(count >= 0 && count < 2147483647.0 && count == static_cast<int64_t>(count))) throw TokenSetError(env, name + ".count", "an integer in [0, 2^31)", std::to_string(count));
+  t.dim = static_cast<int64_t>(dim);
+  t.count = static_cast<int64_t>(count);
+  auto starts = GetTyped<double>(env, obj, "starts", name, napi_float64_array, "Float64Array");
+  auto lengths = GetTyped<int32_t>(env, obj, "lengths", name, napi_int32_array, "Int32Array");
+  if (static_cast<int64_t>(starts.ElementLength()) < t.count || static_cast<int64_t>(lengths.ElementLength()) < t.count) {
+    throw TokenSetError(env, name + ".starts/lengths", "count entries", "fewer");
+  }
+  t.starts = starts.Data();
+  t.lengths = lengths.Data();
+  const int64_t tokens = t.elements / t.dim;
+  for (int64_t i = 0; i < t.count; i++) {
+    const double s = t.starts[i];
+    const int32_t l = t.lengths[i];
+    if (!(s >= 0 && s == static_cast<double>(static_cast<int64_t>(s))) || l < 0 || static_cast<int64_t>(s) + l > tokens) {
+      throw Napi::RangeError::New(env, "Expected item " + std::to_string(i) + " of " + name +
+                                           " to lie inside its buffer of " + std::to_string(tokens) +
+                                           " tokens but received start " + std::to_string(s) +
+                                           ", length " + std::to_string(l));
+    }
+    if (l > t.max_length) t.max_length = l;
+  }
+  if (t.dtype == DType::Int8) {
+    auto scales = GetTyped<float>(env, obj, "scales", name, napi_float32_array, "Float32Array of per-token scales");
+    if (static_cast<int64_t>(scales.ElementLength()) < tokens) throw TokenSetError(env, name + ".scales", "one scale per token", "fewer");
+    t.scales = scales.Data();
+  }
+  return t;
+}
+
+// Keeps the JS arrays behind a TokenSet alive while an async job reads them.
+class TokenSetRef {
+ public:
+  TokenSetRef() = default;
+  explicit TokenSetRef(Napi::Value v) : ref_(Napi::Persistent(v.As<Napi::Object>())) {}
+ private:
+  Napi::ObjectReference ref_;
+};

@@ -1,0 +1,171 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+
+#include "kernels_impl.h"
+#include "thread_pool.h"
+
+namespace maxsim_cpu {
+
+namespace {
+
+bool CpuSupports(const char* feature) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (std::strcmp(feature, "avx512f") == 0) return __builtin_cpu_supports("avx512f");
+  if (std::strcmp(feature, "avx512bf16") == 0) return __builtin_cpu_supports("avx512bf16");
+  if (std::strcmp(feature, "avx2") == 0) return __builtin_cpu_supports("avx2");
+  if (std::strcmp(feature, "fma") == 0) return __builtin_cpu_supports("fma");
+  if (std::strcmp(feature, "f16c") == 0) {
+    // libgcc has no "f16c" name before GCC 13: read CPUID leaf 1, ECX bit 29.
+    unsigned int eax, ebx, ecx, edx;
+    __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
+    return (ecx >> 29) & 1u;
+  }
+  return false;
+#else
+  (void)feature;
+  return false;
+#endif
+}
+
+float ToFloat(const void* data, DocType t, int64_t i) {
+  switch (t) {
+    case DocType::Float32:
+      return static_cast<const float*>(data)[i];
+    case DocType::Float16:
+      return HalfToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DocType::BFloat16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+bool CpuHasAvx512Bf16() { return CpuSupports("avx512f") && CpuSupports("avx512bf16"); }
+
+std::string CpuFeatures() {
+  std::string s;
+  for (const char* f : {"avx512f", "avx512bf16", "avx2", "fma", "f16c"}) {
+    if (CpuSupports(f)) s += std::string(s.empty() ? "" : " ") + f;
+  }
+#if defined(__aarch64__)
+  s = "neon";
+#endif
+  return s;
+}
+
+std::vector<const IsaKernels*> UsableIsas() {
+  std::vector<const IsaKernels*> out;
+  if (Avx512Kernels() && CpuSupports("avx512f") && CpuSupports("f16c")) out.push_back(Avx512Kernels());
+  if (Avx2Kernels() && CpuSupports("avx2") && CpuSupports("fma") && CpuSupports("f16c")) out.push_back(Avx2Kernels());
+  if (NeonKernels()) out.push_back(NeonKernels());
+  out.push_back(PortableKernels());
+  return out;
+}
+
+const IsaKernels* SelectIsa(const std::string& requested, std::string* error) {
+  const auto usable = UsableIsas();
+  if (requested.empty() || requested == "auto") return usable.front();
+  for (const IsaKernels* k : usable) {
+    if (requested == k->name) return k;
+  }
+  std::string names;
+  for (const IsaKernels* k : usable) names += std::string(names.empty() ? "" : ", ") + k->name;
+  *error = "Expected one of auto, " + names + " for isa but received '" + requested + "' (not usable on this CPU)";
+  return nullptr;
+}
+
+void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const TokenSpans& docs, float* scores,
+                    int threads) {
+  const int64_t d = docs.dim;
+  const int64_t W = isa.lanes;
+  const int64_t nq = queries.count;
+  const int64_t nd = docs.count;
+  if (nq == 0 || nd == 0) return;
+
+  // Pack every query into lane blocks once: packed[block][k][lane], zero past the last token.
+  std::vector<int64_t> block_offset(nq);
+  std::vector<int32_t> qlen(nq);
+  int64_t blocks = 0;
+  int64_t max_blocks = 0;
+  for (int64_t i = 0; i < nq; i++) {
+    block_offset[i] = blocks;
+    qlen[i] = queries.lengths[i];
+    const int64_t nb = (qlen[i] + W - 1) / W;
+    blocks += nb;
+    max_blocks = std::max(max_blocks, nb);
+  }
+  // bf16 x bf16 with even d runs on the pair dot product where the CPU has one; else everything is fp32.
+  const bool bf16_path = isa.bf16_dot && CpuHasAvx512Bf16() && queries.dtype == DocType::BFloat16 &&
+                         docs.dtype == DocType::BFloat16 && d % 2 == 0;
+  std::vector<float> packed_f32;
+  std::vector<uint16_t> packed_bf16;
+  if (bf16_path) {
+    packed_bf16.assign(static_cast<size_t>(blocks * d * W), 0);
+  } else {
+    packed_f32.assign(static_cast<size_t>(blocks * d * W), 0.0f);
+  }
+  for (int64_t i = 0; i < nq; i++) {
+    const int64_t start = static_cast<int64_t>(queries.starts[i]);
+    for (int64_t t = 0; t < qlen[i]; t++) {
+      const int64_t block = block_offset[i] + t / W;
+      const int64_t lane = t % W;
+      for (int64_t k = 0; k < d; k++) {
+        const int64_t src = (start + t) * d + k;
+        if (bf16_path) {
+          // pair layout: [block][k/2][lane][2]
+          packed_bf16[static_cast<size_t>(block * d * W + (k & ~1LL) * W + lane * 2 + (k & 1))] =
+              static_cast<const uint16_t*>(queries.data)[src];
+        } else {
+          packed_f32[static_cast<size_t>((block * d + k) * W + lane)] = ToFloat(queries.data, queries.dtype, src);
+        }
+      }
+    }
+  }
+
+  ScoreJob job;
+  job.q.f32 = bf16_path ? nullptr : packed_f32.data();
+  job.q.bf16 = bf16_path ? packed_bf16.data() : nullptr;
+  job.q.block_offset = block_offset.data();
+  job.q.length = qlen.data();
+  job.q.num_queries = nq;
+  job.q.dim = d;
+  job.docs.data = docs.data;
+  job.docs.dtype = docs.dtype;
+  job.docs.starts = docs.starts;
+  job.docs.lengths = docs.lengths;
+  job.docs.count = nd;
+  job.docs.dim = d;
+  job.scores = scores;
+
+  int64_t max_ld = 0;
+  for (int64_t b = 0; b < nd; b++) max_ld = std::max<int64_t>(max_ld, docs.lengths[b]);
+  const bool needs_doc_convert = !bf16_path && docs.dtype != DocType::Float32;
+
+  ThreadPool& pool = GlobalPool();
+  const int workers = static_cast<int>(std::min<int64_t>(threads > 0 ? threads : pool.size(), nd));
+  // Small chunks balance ragged documents; a chunk is still >= 1 document of real work.
+  const int64_t chunk = std::max<int64_t>(1, nd / (static_cast<int64_t>(workers) * 32));
+  std::atomic<int64_t> next{0};
+  pool.Run(workers, [&](int) {
+    std::unique_ptr<float[]> doc_buf(needs_doc_convert ? new float[static_cast<size_t>(max_ld * d + 16)] : nullptr);
+    std::unique_ptr<float[]> runmax(new float[static_cast<size_t>(max_blocks * W + W)]);
+    Scratch scratch;
+    scratch.doc_f32 = doc_buf.get();
+    scratch.doc_f32_floats = needs_doc_convert ? max_ld * d : 0;
+    scratch.runmax = runmax.get();
+    scratch.runmax_floats = max_blocks * W;
+    for (;;) {
+      const int64_t begin = next.fetch_add(chunk);
+      if (begin >= nd) break;
+      isa.score_range(job, begin, std::min(nd, begin + chunk), scratch);
+    }
+  });
+}
+
+}  // namespace maxsim_cpu

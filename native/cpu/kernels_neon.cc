@@ -1,0 +1,42 @@
+// NEON instantiation (AArch64): 4 fp32 lanes, 2 lane blocks x 6 document tokens per tile
+// (12 accumulators of 32 vector registers). Compiled only where the compiler targets NEON.
+#include "kernel_api.h"
+
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+
+#include "kernels_impl.h"
+
+namespace {
+
+struct VNeon {
+  using T = float32x4_t;
+  using Pairs = float32x4_t;  // unused
+  static constexpr int W = 4;
+  static constexpr bool kBf16Dot = false;
+  static T load(const float* p) { return vld1q_f32(p); }
+  static T set1(float x) { return vdupq_n_f32(x); }
+  static T zero() { return vdupq_n_f32(0.0f); }
+  static T neg_inf() { return vdupq_n_f32(-INFINITY); }
+  static T fma(T a, T b, T c) { return vfmaq_f32(c, a, b); }
+  static T max(T a, T b) { return vmaxq_f32(a, b); }
+  static void store(float* p, T v) { vst1q_f32(p, v); }
+  static Pairs load_pairs(const uint16_t*) { return zero(); }
+  static Pairs bcast_pair(const uint16_t*) { return zero(); }
+  static T dot2(T acc, Pairs, Pairs) { return acc; }
+  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = HalfToFloat(src[i]);
+  }
+  static void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = Bf16ToFloat(src[i]);
+  }
+};
+
+const maxsim_cpu::IsaKernels kNeon{"neon", VNeon::W, false, &ScoreRangeImpl<VNeon, 2, 6>};
+
+}  // namespace
+
+const maxsim_cpu::IsaKernels* maxsim_cpu::NeonKernels() { return &kNeon; }
+#else
+const maxsim_cpu::IsaKernels* maxsim_cpu::NeonKernels() { return nullptr; }
+#endif

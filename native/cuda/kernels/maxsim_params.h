@@ -1,0 +1,25 @@
+// The argument block every forward MaxSim kernel takes, by value. Shared by the kernels (nvcc) and by
+// the runtime that launches them (g++), so it uses only fixed-width plain types.
+//
+// Tokens are row-major [T, d] in the element type of the variant. Item i of a token set is the
+// tokens starts[i] .. starts[i] + lengths[i]; starts are 64-bit token indices, so element offsets
+// (start * d) never overflow 32 bits. A zero-length document scores -Infinity.
+#pragma once
+#include <stdint.h>
+
+struct MaxsimParams {
+  const void* queries;          // query tokens [Tq, d]
+  const int64_t* query_starts;  // [num_queries]
+  const int32_t* query_lengths; // [num_queries]
+  const void* docs;             // document tokens [Td, d]
+  const int64_t* doc_starts;    // [num_docs]
+  const int32_t* doc_lengths;   // [num_docs]
+  float* scores;                // [num_queries, num_docs], row-major
+  int32_t num_queries;
+  int32_t num_docs;
+  int32_t dim;
+  int32_t max_query_length;     // longest query (for tiling decisions inside the kernel)
+  int32_t max_doc_length;       // longest document
+  int32_t query_tile_offset;    // first query handled by this launch (for launches split over queries)
+  int32_t reserved[2];
+};

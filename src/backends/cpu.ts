@@ -1,0 +1,67 @@
+// Typed face of the native CPU engine (native/cpu via native/binding/cpu_binding.cc).
+import { InvalidArgumentError } from '../errors.js';
+import { loadNative, nativeUnavailableReason } from '../native.js';
+import type { TokenBatch } from '../tensor.js';
+
+export type CpuIsa = 'avx512' | 'avx2' | 'neon' | 'portable';
+
+export interface CpuInfo {
+  /** The kernel set used by default (the best this CPU runs). */
+  isa: CpuIsa;
+  /** Every kernel set this build has and this CPU runs, best first. */
+  isas: CpuIsa[];
+  /** fp32 lanes per vector of the default kernel set. */
+  lanes: number;
+  /** bf16 x bf16 runs on the AVX512-BF16 pair dot product. */
+  bf16Dot: boolean;
+  features: string;
+  threads: number;
+}
+
+export interface CpuOptions {
+  /** Worker threads (default: all cores, or MAXSIM_THREADS). */
+  threads?: number;
+  /** Force a kernel set (tests and benchmarks); default: the best available. */
+  isa?: CpuIsa;
+}
+
+interface CpuAddon {
+  info(): CpuInfo;
+  maxsimSync(queries: TokenBatch, docs: TokenBatch, options: CpuOptions): Float32Array;
+  maxsimAsync(queries: TokenBatch, docs: TokenBatch, options: CpuOptions): Promise<Float32Array>;
+}
+
+function addon(): CpuAddon {
+  return loadNative().cpu as unknown as CpuAddon;
+}
+
+/** Why the CPU engine cannot run here, or undefined. Never throws. */
+export function cpuUnavailableReason(): string | undefined {
+  return nativeUnavailableReason();
+}
+
+export function cpuInfo(): CpuInfo {
+  return addon().info();
+}
+
+function checkOptions(options: CpuOptions): CpuOptions {
+  const out: CpuOptions = {};
+  if (options.threads !== undefined) {
+    if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > 1024) {
+      throw new InvalidArgumentError('threads', 'an integer in [0, 1024] (0 = all cores)', String(options.threads));
+    }
+    out.threads = options.threads;
+  }
+  if (options.isa !== undefined) out.isa = options.isa;
+  return out;
+}
+
+/** All-pairs MaxSim on the CPU, blocking the calling thread: [nq * B] row-major. */
+export function cpuMaxsimSync(queries: TokenBatch, docs: TokenBatch, options: CpuOptions = {}): Float32Array {
+  return addon().maxsimSync(queries, docs, checkOptions(options));
+}
+
+/** All-pairs MaxSim on the CPU thread pool, off the JS thread. */
+export function cpuMaxsim(queries: TokenBatch, docs: TokenBatch, options: CpuOptions = {}): Promise<Float32Array> {
+  return addon().maxsimAsync(queries, docs, checkOptions(options));
+}

@@ -1,0 +1,431 @@
+// Token matrices and token batches: the data model every operator takes.
+//
+// A token matrix is one item (a query or a document): L tokens of dimension d, row-major.
+// A token batch is many items, either dense [B, L, d] (optionally with per-item lengths <= L) or
+// ragged: a packed [T, d] buffer plus offsets [B+1] into it. Offsets are token indices held as
+// float64 (exact to 2^53) or BigInt64, so element indices beyond 2^31 stay exact.
+//
+// Every batch normalizes to `spans`: per item, the first token index and the token count. That is
+// the one shape the native engines consume, so dense, padded and ragged inputs share one code path.
+
+import { InvalidArgumentError } from './errors.js';
+
+export type FloatDType = 'float32' | 'float16' | 'bfloat16';
+export type DType = FloatDType | 'int8';
+
+/** Backing storage per dtype: float32 values, float16/bfloat16 raw bits, int8 values. */
+export type TokenData = Float32Array | Uint16Array | Int8Array;
+
+export interface TokenMatrix {
+  readonly kind: 'matrix';
+  readonly dtype: DType;
+  readonly data: TokenData;
+  /** Number of tokens (rows). */
+  readonly length: number;
+  /** Embedding dimension (columns). */
+  readonly dim: number;
+  /** int8 only: one float32 scale per token; value = data * scale. */
+  readonly scales?: Float32Array;
+}
+
+export interface TokenBatch {
+  readonly kind: 'batch';
+  readonly layout: 'dense' | 'ragged';
+  readonly dtype: DType;
+  readonly data: TokenData;
+  readonly dim: number;
+  /** Number of items B. */
+  readonly count: number;
+  /** Dense only: tokens per item slot (L). Ragged: the longest item. */
+  readonly maxLength: number;
+  /** First token of each item (token index into data, float64-exact). */
+  readonly starts: Float64Array;
+  /** Token count of each item. */
+  readonly lengths: Int32Array;
+  /** int8 only: one float32 scale per token of `data`. */
+  readonly scales?: Float32Array;
+}
+
+export interface ValidationOptions {
+  /** Scan for NaN / Infinity (default true). Turn off for trusted input. */
+  checkFinite?: boolean;
+}
+
+export interface DtypeOptions extends ValidationOptions {
+  /** Required when data is a Uint16Array (float16 or bfloat16 bits); inferred otherwise. */
+  dtype?: DType;
+  /** int8 only. */
+  scales?: Float32Array;
+}
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+
+/** Bytes per element of each dtype. */
+export function dtypeSize(dtype: DType): number {
+  return dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
+}
+
+// Float16Array exists on newer runtimes (Node >= 24 behind no flag); accept it as float16 bits.
+const Float16ArrayCtor: (new (...args: never[]) => ArrayBufferView) | undefined = (
+  globalThis as unknown as { Float16Array?: new (...args: never[]) => ArrayBufferView }
+).Float16Array;
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  if (ArrayBuffer.isView(value)) {
+    const v = value as ArrayBufferView & { length?: number };
+    return `${value.constructor.name}(${v.length ?? v.byteLength})`;
+  }
+  if (Array.isArray(value)) return `Array(${value.length})`;
+  if (typeof value === 'number') return String(value);
+  if (typeof value === 'string') return JSON.stringify(value);
+  return typeof value;
+}
+
+export function expectInteger(name: string, value: unknown, min: number, max = MAX_SAFE): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    const range = max === MAX_SAFE ? `>= ${min}` : `in [${min}, ${max}]`;
+    throw new InvalidArgumentError(name, `an integer ${range}`, describe(value));
+  }
+  return value;
+}
+
+/** Accepts any supported typed array and returns (storage, dtype). */
+function normalizeData(name: string, data: unknown, dtype: DType | undefined): { data: TokenData; dtype: DType } {
+  if (Float16ArrayCtor && data instanceof Float16ArrayCtor) {
+    if (dtype && dtype !== 'float16') throw new InvalidArgumentError(`${name}.dtype`, "'float16' for a Float16Array", dtype);
+    const v = data as ArrayBufferView;
+    return { data: new Uint16Array(v.buffer, v.byteOffset, v.byteLength / 2), dtype: 'float16' };
+  }
+  if (data instanceof Float32Array) {
+    if (dtype && dtype !== 'float32') throw new InvalidArgumentError(`${name}.dtype`, "'float32' for a Float32Array", dtype);
+    return { data, dtype: 'float32' };
+  }
+  if (data instanceof Uint16Array) {
+    if (dtype !== 'float16' && dtype !== 'bfloat16') {
+      throw new InvalidArgumentError(
+        `${name}.dtype`,
+        "'float16' or 'bfloat16' for a Uint16Array of raw bits",
+        describe(dtype),
+      );
+    }
+    return { data, dtype };
+  }
+  if (data instanceof Int8Array) {
+    if (dtype && dtype !== 'int8') throw new InvalidArgumentError(`${name}.dtype`, "'int8' for an Int8Array", dtype);
+    return { data, dtype: 'int8' };
+  }
+  throw new InvalidArgumentError(name, 'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array or Int8Array', describe(data));
+}
+
+function checkScales(name: string, dtype: DType, scales: Float32Array | undefined, tokens: number, checkFinite: boolean) {
+  if (dtype !== 'int8') {
+    if (scales !== undefined) throw new InvalidArgumentError(`${name}.scales`, 'no scales for a non-int8 dtype', describe(scales));
+    return;
+  }
+  if (!(scales instanceof Float32Array)) throw new InvalidArgumentError(`${name}.scales`, 'a Float32Array (one scale per token) for int8 data', describe(scales));
+  if (scales.length < tokens) throw new InvalidArgumentError(`${name}.scales`, `at least ${tokens} scales (one per token)`, `${scales.length}`);
+  if (checkFinite) {
+    for (let i = 0; i < tokens; i++) {
+      const s = scales[i];
+      if (!Number.isFinite(s) || s < 0) throw new InvalidArgumentError(`${name}.scales[${i}]`, 'a finite non-negative scale', String(s));
+    }
+  }
+}
+
+const f16Exp = 0x7c00;
+/** Index of the first non-finite element among the first `count` elements, or -1. */
+export function findNonFinite(data: TokenData, dtype: DType, count: number): number {
+  if (dtype === 'int8') return -1;
+  if (dtype === 'float32') {
+    const f = data as Float32Array;
+    for (let i = 0; i < count; i++) {
+      // x - x is NaN exactly for NaN and +-Infinity.
+      if (f[i] - f[i] !== 0) return i;
+    }
+    return -1;
+  }
+  const u = data as Uint16Array;
+  const mask = dtype === 'float16' ? f16Exp : 0x7f80;
+  for (let i = 0; i < count; i++) if ((u[i] & mask) === mask) return i;
+  return -1;
+}
+
+function checkFiniteData(name: string, data: TokenData, dtype: DType, count: number, dim: number) {
+  const bad = findNonFinite(data, dtype, count);
+  if (bad >= 0) {
+    const token = Math.floor(bad / dim);
+    throw new InvalidArgumentError(
+      name,
+      'finite values (pass checkFinite: false to skip this scan for trusted input)',
+      `a non-finite value at token ${token}, component ${bad - token * dim}`,
+    );
+  }
+}
+
+/** One item: `length` tokens of dimension `dim`, row-major. */
+export function tokenMatrix(data: TokenData | ArrayBufferView, length: number, dim: number, options: DtypeOptions = {}): TokenMatrix {
+  const n = normalizeData('data', data, options.dtype);
+  expectInteger('length', length, 0);
+  expectInteger('dim', dim, 1);
+  const need = length * dim;
+  if (n.data.length < need) {
+    throw new InvalidArgumentError('data', `at least ${need} elements (length ${length} x dim ${dim})`, `${n.data.length}`);
+  }
+  const checkFinite = options.checkFinite ?? true;
+  checkScales('matrix', n.dtype, options.scales, length, checkFinite);
+  if (checkFinite) checkFiniteData('data', n.data, n.dtype, need, dim);
+  return { kind: 'matrix', dtype: n.dtype, data: n.data, length, dim, scales: options.scales };
+}
+
+export interface DenseBatchOptions extends DtypeOptions {
+  /** B: number of items. */
+  count: number;
+  /** L: tokens per item slot. */
+  length: number;
+  dim: number;
+  /** Real tokens per item (<= length); the rest is padding and never scored. */
+  lengths?: ArrayLike<number>;
+}
+
+/** Dense batch [B, L, d] with optional per-item lengths. */
+export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatchOptions): TokenBatch {
+  const n = normalizeData('data', data, options.dtype);
+  const count = expectInteger('count', options.count, 0);
+  const length = expectInteger('length', options.length, 0);
+  const dim = expectInteger('dim', options.dim, 1);
+  const need = count * length * dim;
+  if (n.data.length < need) {
+    throw new InvalidArgumentError('data', `at least ${need} elements (count ${count} x length ${length} x dim ${dim})`, `${n.data.length}`);
+  }
+  const starts = new Float64Array(count);
+  const lengths = new Int32Array(count);
+  if (options.lengths !== undefined) {
+    const given = options.lengths;
+    if (given.length !== count) throw new InvalidArgumentError('lengths', `${count} entries (one per item)`, `${given.length}`);
+    for (let b = 0; b < count; b++) {
+      const l = given[b];
+      if (!Number.isInteger(l) || l < 0 || l > length) {
+        throw new InvalidArgumentError(`lengths[${b}]`, `an integer in [0, ${length}] (the capacity)`, String(l));
+      }
+      lengths[b] = l;
+    }
+  } else {
+    lengths.fill(length);
+  }
+  for (let b = 0; b < count; b++) starts[b] = b * length;
+  const checkFinite = options.checkFinite ?? true;
+  checkScales('batch', n.dtype, options.scales, count * length, checkFinite);
+  if (checkFinite) {
+    for (let b = 0; b < count; b++) {
+      const bad = findNonFinite(n.data.subarray(starts[b] * dim, (starts[b] + lengths[b]) * dim) as TokenData, n.dtype, lengths[b] * dim);
+      if (bad >= 0) {
+        throw new InvalidArgumentError(
+          'data',
+          'finite values (pass checkFinite: false to skip this scan for trusted input)',
+          `a non-finite value in item ${b}, token ${Math.floor(bad / dim)}`,
+        );
+      }
+    }
+  }
+  return { kind: 'batch', layout: 'dense', dtype: n.dtype, data: n.data, dim, count, maxLength: length, starts, lengths, scales: options.scales };
+}
+
+export type Offsets = BigInt64Array | BigUint64Array | Float64Array | Int32Array | Uint32Array | readonly number[];
+
+export interface RaggedBatchOptions extends DtypeOptions {
+  dim: number;
+}
+
+/** Ragged batch: packed tokens [T, d] and offsets [B+1]; item b is tokens offsets[b] .. offsets[b+1]. */
+export function raggedBatch(data: TokenData | ArrayBufferView, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
+  const n = normalizeData('data', data, options.dtype);
+  const dim = expectInteger('dim', options.dim, 1);
+  if (!(Array.isArray(offsets) || ArrayBuffer.isView(offsets))) {
+    throw new InvalidArgumentError('offsets', 'a BigInt64Array, Float64Array, Int32Array, Uint32Array or number[] of B+1 token offsets', describe(offsets));
+  }
+  if (offsets.length < 1) throw new InvalidArgumentError('offsets', 'at least 1 entry (B+1 offsets)', '0');
+  if (n.data.length % dim !== 0) {
+    throw new InvalidArgumentError('data', `a length divisible by dim ${dim} (packed [T, d])`, `${n.data.length}`);
+  }
+  const totalTokens = n.data.length / dim;
+  const count = offsets.length - 1;
+  const starts = new Float64Array(count);
+  const lengths = new Int32Array(count);
+  let prev = 0;
+  let maxLength = 0;
+  for (let i = 0; i <= count; i++) {
+    const raw = offsets[i] as number | bigint;
+    const o = typeof raw === 'bigint' ? Number(raw) : raw;
+    if (!Number.isInteger(o) || o < 0 || o > MAX_SAFE) throw new InvalidArgumentError(`offsets[${i}]`, 'a non-negative integer', String(raw));
+    if (i > 0 && o < prev) throw new InvalidArgumentError(`offsets[${i}]`, `a value >= offsets[${i - 1}] = ${prev} (offsets must be non-decreasing)`, String(o));
+    if (o > totalTokens) throw new InvalidArgumentError(`offsets[${i}]`, `a value <= ${totalTokens} (the tokens in data)`, String(o));
+    if (i > 0) {
+      const len = o - prev;
+      if (len > 0x7fffffff) throw new InvalidArgumentError(`offsets[${i}]`, 'an item of fewer than 2^31 tokens', String(len));
+      starts[i - 1] = prev;
+      lengths[i - 1] = len;
+      if (len > maxLength) maxLength = len;
+    }
+    prev = o;
+  }
+  const checkFinite = options.checkFinite ?? true;
+  checkScales('batch', n.dtype, options.scales, totalTokens, checkFinite);
+  if (checkFinite) checkFiniteData('data', n.data, n.dtype, n.data.length, dim);
+  return { kind: 'batch', layout: 'ragged', dtype: n.dtype, data: n.data, dim, count, maxLength, starts, lengths, scales: options.scales };
+}
+
+/** A single matrix seen as a batch of one item (zero-copy). */
+export function matrixAsBatch(m: TokenMatrix): TokenBatch {
+  return {
+    kind: 'batch',
+    layout: 'dense',
+    dtype: m.dtype,
+    data: m.data,
+    dim: m.dim,
+    count: 1,
+    maxLength: m.length,
+    starts: new Float64Array([0]),
+    lengths: new Int32Array([m.length]),
+    scales: m.scales,
+  };
+}
+
+/** Item `index` of a batch as a matrix (zero-copy view). */
+export function batchItem(batch: TokenBatch, index: number): TokenMatrix {
+  expectInteger('index', index, 0, batch.count - 1);
+  const s = batch.starts[index];
+  const l = batch.lengths[index];
+  const data = batch.data.subarray(s * batch.dim, (s + l) * batch.dim) as TokenData;
+  const scales = batch.scales?.subarray(s, s + l);
+  return { kind: 'matrix', dtype: batch.dtype, data, length: l, dim: batch.dim, scales };
+}
+
+/** Total real tokens of a batch. */
+export function totalTokens(batch: TokenBatch): number {
+  let t = 0;
+  for (let b = 0; b < batch.count; b++) t += batch.lengths[b];
+  return t;
+}
+
+export function isTokenMatrix(x: unknown): x is TokenMatrix {
+  return typeof x === 'object' && x !== null && (x as TokenMatrix).kind === 'matrix';
+}
+export function isTokenBatch(x: unknown): x is TokenBatch {
+  return typeof x === 'object' && x !== null && (x as TokenBatch).kind === 'batch';
+}
+
+/** Checks that queries and documents can be scored together. */
+export function checkCompatible(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName = 'query', dName = 'docs') {
+  if (!isTokenBatch(docs)) throw new InvalidArgumentError(dName, 'a TokenBatch (denseBatch or raggedBatch)', describe(docs));
+  if (!isTokenMatrix(queries) && !isTokenBatch(queries)) {
+    throw new InvalidArgumentError(qName, 'a TokenMatrix or TokenBatch', describe(queries));
+  }
+  if (queries.dim !== docs.dim) {
+    throw new InvalidArgumentError(`${qName}.dim`, `${docs.dim} (the dimension of ${dName})`, String(queries.dim));
+  }
+}
+
+// ---- float16 / bfloat16 conversion (used by io, the reference and tests; never on a hot path) ----
+
+const f32buf = new Float32Array(1);
+const u32buf = new Uint32Array(f32buf.buffer);
+
+export function bf16BitsToFloat(bits: number): number {
+  u32buf[0] = bits << 16;
+  return f32buf[0];
+}
+
+/** Round-to-nearest-even float32 -> bfloat16 bits (NaN stays NaN). */
+export function floatToBf16Bits(x: number): number {
+  f32buf[0] = x;
+  const u = u32buf[0];
+  if ((u & 0x7fffffff) > 0x7f800000) return ((u >>> 16) | 0x40) & 0xffff;
+  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+export function f16BitsToFloat(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >>> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  if (exp === 0) return sign * frac * 2 ** -24;
+  if (exp === 31) return frac ? Number.NaN : sign * Number.POSITIVE_INFINITY;
+  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
+}
+
+/** Round-to-nearest-even float -> float16 bits. */
+export function floatToF16Bits(x: number): number {
+  f32buf[0] = x;
+  const u = u32buf[0];
+  const sign = (u >>> 16) & 0x8000;
+  const absU = u & 0x7fffffff;
+  if (absU > 0x7f800000) return sign | 0x7e00;
+  if (absU >= 0x47800000) return sign | 0x7c00; // overflow to infinity (>= 65536 after rounding is handled below)
+  if (absU < 0x33000000) return sign; // below half the smallest subnormal
+  const exp = absU >>> 23;
+  if (exp < 113) {
+    // subnormal half
+    const mant = (absU & 0x7fffff) | 0x800000;
+    const shift = 126 - exp;
+    const half = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    const rounded = rem > mid || (rem === mid && half & 1) ? half + 1 : half;
+    return sign | rounded;
+  }
+  const mant = absU & 0x7fffff;
+  let h = ((exp - 112) << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && h & 1)) h += 1;
+  if (h >= 0x7c00) return sign | 0x7c00;
+  return sign | h;
+}
+
+/** Reads element i of token data as a number (int8 without its scale). */
+export function elementReader(dtype: DType): (data: TokenData, i: number) => number {
+  switch (dtype) {
+    case 'float32':
+    case 'int8':
+      return (data, i) => data[i];
+    case 'float16':
+      return (data, i) => f16BitsToFloat(data[i]);
+    case 'bfloat16':
+      return (data, i) => bf16BitsToFloat(data[i]);
+  }
+}
+
+/** Converts float32 values to storage of the given float dtype. */
+export function encodeFloats(values: Float32Array, dtype: FloatDType): Float32Array | Uint16Array {
+  if (dtype === 'float32') return values;
+  const out = new Uint16Array(values.length);
+  const enc = dtype === 'float16' ? floatToF16Bits : floatToBf16Bits;
+  for (let i = 0; i < values.length; i++) out[i] = enc(values[i]);
+  return out;
+}
+
+/** Converts token data of any dtype to float32 values (int8 multiplied by its per-token scale). */
+export function decodeToFloat32(data: TokenData, dtype: DType, dim: number, scales?: Float32Array): Float32Array {
+  if (dtype === 'float32') return data as Float32Array;
+  const out = new Float32Array(data.length);
+  if (dtype === 'int8') {
+    for (let i = 0; i < data.length; i++) out[i] = data[i] * (scales ? scales[Math.floor(i / dim)] : 1);
+    return out;
+  }
+  const read = elementReader(dtype);
+  for (let i = 0; i < data.length; i++) out[i] = read(data, i);
+  return out;
+}
+
+/** Scores of every query against every document: data[q * cols + b], rows = queries, cols = documents. */
+export interface ScoreMatrix {
+  readonly data: Float32Array;
+  readonly rows: number;
+  readonly cols: number;
+}
+
+/** One ranked hit: the document's index in its batch and its score. */
+export interface Hit {
+  index: number;
+  score: number;
+}

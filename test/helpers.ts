@@ -1,0 +1,94 @@
+// Shared test helpers: seeded random inputs (a fresh seed per run, printed on failure) and
+// tolerance checks against the float64 reference.
+import assert from 'node:assert/strict';
+import {
+  type FloatDType,
+  type TokenBatch,
+  type TokenMatrix,
+  denseBatch,
+  encodeFloats,
+  raggedBatch,
+  tokenMatrix,
+} from '../src/tensor.js';
+import { decodeBatch64 } from '../src/backends/reference.js';
+
+/** Seed for this run: MAXSIM_TEST_SEED to reproduce, otherwise fresh. */
+export const runSeed = Number(process.env.MAXSIM_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+
+/** Small fast PRNG (mulberry32). */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Uniform values in [-1, 1). */
+export function randomFloats(n: number, rand: () => number): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = rand() * 2 - 1;
+  return a;
+}
+
+export function randomMatrix(length: number, dim: number, dtype: FloatDType, rand: () => number): TokenMatrix {
+  return tokenMatrix(encodeFloats(randomFloats(length * dim, rand), dtype), length, dim, { dtype });
+}
+
+export function randomDense(count: number, length: number, dim: number, dtype: FloatDType, rand: () => number, lengths?: number[]): TokenBatch {
+  return denseBatch(encodeFloats(randomFloats(count * length * dim, rand), dtype), { count, length, dim, dtype, lengths });
+}
+
+export function randomRagged(lengths: number[], dim: number, dtype: FloatDType, rand: () => number): TokenBatch {
+  const offsets = [0];
+  for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
+  const total = offsets[offsets.length - 1];
+  return raggedBatch(encodeFloats(randomFloats(total * dim, rand), dtype), offsets, { dim, dtype });
+}
+
+/**
+ * A rigorous bound on the fp32 error of each score: every dot product of d terms accumulated in fp32
+ * is within d * u * |q| * |d| of the exact value (Cauchy-Schwarz on the classic gamma_d bound), a
+ * max moves by at most that, and the sum adds one rounding. Anything outside is a wrong result.
+ */
+export function scoreErrorBounds(queries: TokenBatch, docs: TokenBatch): Float64Array {
+  const u = 2 ** -24;
+  const d = docs.dim;
+  const qv = decodeBatch64(queries);
+  const dv = decodeBatch64(docs);
+  const norm = (v: Float64Array, t: number) => {
+    let s = 0;
+    for (let k = 0; k < d; k++) s += v[t * d + k] * v[t * d + k];
+    return Math.sqrt(s);
+  };
+  const out = new Float64Array(queries.count * docs.count);
+  for (let b = 0; b < docs.count; b++) {
+    let maxNorm = 0;
+    for (let j = 0; j < docs.lengths[b]; j++) maxNorm = Math.max(maxNorm, norm(dv, docs.starts[b] + j));
+    for (let q = 0; q < queries.count; q++) {
+      let qNorms = 0;
+      for (let i = 0; i < queries.lengths[q]; i++) qNorms += norm(qv, queries.starts[q] + i);
+      out[q * docs.count + b] = (d + 2) * u * qNorms * maxNorm;
+    }
+  }
+  return out;
+}
+
+/** Asserts |got - ref| <= bound + |ref| * 2^-23 elementwise; -Infinity must match exactly. */
+export function assertScoresClose(got: Float32Array, ref: Float64Array, bounds: Float64Array, context: string) {
+  assert.equal(got.length, ref.length, `${context}: length`);
+  for (let i = 0; i < ref.length; i++) {
+    if (ref[i] === Number.NEGATIVE_INFINITY) {
+      assert.equal(got[i], Number.NEGATIVE_INFINITY, `${context}: item ${i} must be -Infinity (empty document)`);
+      continue;
+    }
+    const err = Math.abs(got[i] - ref[i]);
+    const tol = bounds[i] + Math.abs(ref[i]) * 2 ** -23;
+    if (!(err <= tol)) {
+      assert.fail(`${context}: item ${i}: got ${got[i]}, reference ${ref[i]}, error ${err} > bound ${tol} (seed ${runSeed})`);
+    }
+  }
+}
