@@ -16,13 +16,15 @@
         "native/binding/addon.cc",
         "native/binding/cpu_binding.cc",
         "native/binding/cuda_binding.cc",
+        "native/cuda/driver.cc",
+        "native/cuda/runtime.cc",
         "native/cpu/engine.cc",
         "native/cpu/thread_pool.cc",
         "native/cpu/kernels_portable.cc",
         "native/cpu/kernels_neon.cc"
       ],
       "conditions": [
-        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_avx512", "maxsim_cpu_avx2"] }],
+        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_avx512", "maxsim_cpu_avx2"] }],
         ["target_arch!='x64'", { "sources": ["native/cpu/kernels_x86_absent.cc"] }]
       ],
       "libraries": ["-ldl", "-lpthread"]
@@ -36,6 +38,12 @@
           "type": "static_library",
           "sources": ["native/cpu/kernels_avx512.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-mf16c"]
+        },
+        {
+          "target_name": "maxsim_cpu_amx",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_amx.cc"],
+          "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c", "-mamx-tile", "-mamx-bf16"]
         },
         {
           "target_name": "maxsim_cpu_avx2",

@@ -16,10 +16,21 @@ function run(cmd, args, opts = {}) {
 }
 
 function findNodeGyp() {
-  if (process.env.npm_config_node_gyp && existsSync(process.env.npm_config_node_gyp)) return process.env.npm_config_node_gyp;
+  if (process.env.npm_config_node_gyp && existsSync(process.env.npm_config_node_gyp))
+    return process.env.npm_config_node_gyp;
   // npm ships node-gyp inside itself; find it next to the running node.
   const candidates = [
-    join(dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
+    join(
+      dirname(process.execPath),
+      '..',
+      'lib',
+      'node_modules',
+      'npm',
+      'node_modules',
+      'node-gyp',
+      'bin',
+      'node-gyp.js',
+    ),
     join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
   ];
   return candidates.find((c) => existsSync(c));
@@ -28,7 +39,9 @@ function findNodeGyp() {
 function buildAddon() {
   const gyp = findNodeGyp();
   if (!gyp) {
-    console.error('maxsim: node-gyp was not found (it ships with npm); install npm >= 9 and run `npm rebuild maxsim`.');
+    console.error(
+      'maxsim: node-gyp was not found (it ships with npm); install npm >= 9 and run `npm rebuild maxsim`.',
+    );
     process.exit(1);
   }
   // Build against the headers of the running Node (never download them).
@@ -36,7 +49,9 @@ function buildAddon() {
   const nodedir = existsSync(join(prefix, 'include', 'node', 'node_api.h')) ? [`--nodedir=${prefix}`] : [];
   const status = run(process.execPath, [gyp, 'rebuild', '--jobs', 'max', ...nodedir]);
   if (status !== 0) {
-    console.error('maxsim: building the native addon failed (see the compiler output above). It needs a C++17 compiler, make and python3.');
+    console.error(
+      'maxsim: building the native addon failed (see the compiler output above). It needs a C++17 compiler, make and python3.',
+    );
     process.exit(status);
   }
 }
@@ -62,7 +77,11 @@ function buildKernels() {
   rmSync(outDir, { recursive: true, force: true });
   mkdirSync(outDir, { recursive: true });
   const kernelDir = join(root, 'native', 'cuda', 'kernels');
-  const sources = existsSync(kernelDir) ? readdirSync(kernelDir).filter((f) => f.endsWith('.cu')).sort() : [];
+  const sources = existsSync(kernelDir)
+    ? readdirSync(kernelDir)
+        .filter((f) => f.endsWith('.cu'))
+        .sort()
+    : [];
   const unavailable = (reason) => {
     writeFileSync(join(outDir, 'UNAVAILABLE.txt'), `${reason}\n`);
     console.log(`maxsim: CUDA kernels not built: ${reason}`);
@@ -70,13 +89,26 @@ function buildKernels() {
   if (process.env.MAXSIM_SKIP_CUDA === '1') return unavailable('MAXSIM_SKIP_CUDA=1 was set at build time');
   if (sources.length === 0) return unavailable('no CUDA kernel sources in native/cuda/kernels');
   const nvcc = findNvcc();
-  if (!nvcc) return unavailable('nvcc was not found at build time (install the CUDA toolkit and run `npm rebuild maxsim`)');
+  if (!nvcc)
+    return unavailable(
+      'nvcc was not found at build time (install the CUDA toolkit and run `npm rebuild maxsim`)',
+    );
   // One fatbin per kernel family; the runtime loads every *.fatbin in build/kernels.
   for (const src of sources) {
     const name = src.replace(/\.cu$/, '');
     const args = [
-      '-fatbin', ...GENCODE, '-O3', '-std=c++17', '-lineinfo', '-Xptxas', '-warn-spills',
-      '-I', kernelDir, join(kernelDir, src), '-o', join(outDir, `${name}.fatbin`),
+      '-fatbin',
+      ...GENCODE,
+      '-O3',
+      '-std=c++17',
+      '-lineinfo',
+      '-Xptxas',
+      '-warn-spills',
+      '-I',
+      kernelDir,
+      join(kernelDir, src),
+      '-o',
+      join(outDir, `${name}.fatbin`),
     ];
     const status = run(nvcc, args);
     if (status !== 0) {

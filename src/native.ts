@@ -29,7 +29,9 @@ function tryLoad(): { addon?: NativeAddon; error?: string } {
     const require = createRequire(import.meta.url);
     const addon = require(addonPath) as NativeAddon;
     if (addon.abiVersion !== 1) {
-      return { error: `the native addon at ${addonPath} is from another version; run \`npm rebuild maxsim\`` };
+      return {
+        error: `the native addon at ${addonPath} is from another version; run \`npm rebuild maxsim\``,
+      };
     }
     return { addon };
   } catch (e) {

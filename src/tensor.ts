@@ -92,14 +92,20 @@ export function expectInteger(name: string, value: unknown, min: number, max = M
 }
 
 /** Accepts any supported typed array and returns (storage, dtype). */
-function normalizeData(name: string, data: unknown, dtype: DType | undefined): { data: TokenData; dtype: DType } {
+function normalizeData(
+  name: string,
+  data: unknown,
+  dtype: DType | undefined,
+): { data: TokenData; dtype: DType } {
   if (Float16ArrayCtor && data instanceof Float16ArrayCtor) {
-    if (dtype && dtype !== 'float16') throw new InvalidArgumentError(`${name}.dtype`, "'float16' for a Float16Array", dtype);
+    if (dtype && dtype !== 'float16')
+      throw new InvalidArgumentError(`${name}.dtype`, "'float16' for a Float16Array", dtype);
     const v = data as ArrayBufferView;
     return { data: new Uint16Array(v.buffer, v.byteOffset, v.byteLength / 2), dtype: 'float16' };
   }
   if (data instanceof Float32Array) {
-    if (dtype && dtype !== 'float32') throw new InvalidArgumentError(`${name}.dtype`, "'float32' for a Float32Array", dtype);
+    if (dtype && dtype !== 'float32')
+      throw new InvalidArgumentError(`${name}.dtype`, "'float32' for a Float32Array", dtype);
     return { data, dtype: 'float32' };
   }
   if (data instanceof Uint16Array) {
@@ -113,23 +119,46 @@ function normalizeData(name: string, data: unknown, dtype: DType | undefined): {
     return { data, dtype };
   }
   if (data instanceof Int8Array) {
-    if (dtype && dtype !== 'int8') throw new InvalidArgumentError(`${name}.dtype`, "'int8' for an Int8Array", dtype);
+    if (dtype && dtype !== 'int8')
+      throw new InvalidArgumentError(`${name}.dtype`, "'int8' for an Int8Array", dtype);
     return { data, dtype: 'int8' };
   }
-  throw new InvalidArgumentError(name, 'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array or Int8Array', describe(data));
+  throw new InvalidArgumentError(
+    name,
+    'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array or Int8Array',
+    describe(data),
+  );
 }
 
-function checkScales(name: string, dtype: DType, scales: Float32Array | undefined, tokens: number, checkFinite: boolean) {
+function checkScales(
+  name: string,
+  dtype: DType,
+  scales: Float32Array | undefined,
+  tokens: number,
+  checkFinite: boolean,
+) {
   if (dtype !== 'int8') {
-    if (scales !== undefined) throw new InvalidArgumentError(`${name}.scales`, 'no scales for a non-int8 dtype', describe(scales));
+    if (scales !== undefined)
+      throw new InvalidArgumentError(`${name}.scales`, 'no scales for a non-int8 dtype', describe(scales));
     return;
   }
-  if (!(scales instanceof Float32Array)) throw new InvalidArgumentError(`${name}.scales`, 'a Float32Array (one scale per token) for int8 data', describe(scales));
-  if (scales.length < tokens) throw new InvalidArgumentError(`${name}.scales`, `at least ${tokens} scales (one per token)`, `${scales.length}`);
+  if (!(scales instanceof Float32Array))
+    throw new InvalidArgumentError(
+      `${name}.scales`,
+      'a Float32Array (one scale per token) for int8 data',
+      describe(scales),
+    );
+  if (scales.length < tokens)
+    throw new InvalidArgumentError(
+      `${name}.scales`,
+      `at least ${tokens} scales (one per token)`,
+      `${scales.length}`,
+    );
   if (checkFinite) {
     for (let i = 0; i < tokens; i++) {
       const s = scales[i];
-      if (!Number.isFinite(s) || s < 0) throw new InvalidArgumentError(`${name}.scales[${i}]`, 'a finite non-negative scale', String(s));
+      if (!Number.isFinite(s) || s < 0)
+        throw new InvalidArgumentError(`${name}.scales[${i}]`, 'a finite non-negative scale', String(s));
     }
   }
 }
@@ -165,13 +194,22 @@ function checkFiniteData(name: string, data: TokenData, dtype: DType, count: num
 }
 
 /** One item: `length` tokens of dimension `dim`, row-major. */
-export function tokenMatrix(data: TokenData | ArrayBufferView, length: number, dim: number, options: DtypeOptions = {}): TokenMatrix {
+export function tokenMatrix(
+  data: TokenData | ArrayBufferView,
+  length: number,
+  dim: number,
+  options: DtypeOptions = {},
+): TokenMatrix {
   const n = normalizeData('data', data, options.dtype);
   expectInteger('length', length, 0);
   expectInteger('dim', dim, 1);
   const need = length * dim;
   if (n.data.length < need) {
-    throw new InvalidArgumentError('data', `at least ${need} elements (length ${length} x dim ${dim})`, `${n.data.length}`);
+    throw new InvalidArgumentError(
+      'data',
+      `at least ${need} elements (length ${length} x dim ${dim})`,
+      `${n.data.length}`,
+    );
   }
   const checkFinite = options.checkFinite ?? true;
   checkScales('matrix', n.dtype, options.scales, length, checkFinite);
@@ -197,17 +235,26 @@ export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatc
   const dim = expectInteger('dim', options.dim, 1);
   const need = count * length * dim;
   if (n.data.length < need) {
-    throw new InvalidArgumentError('data', `at least ${need} elements (count ${count} x length ${length} x dim ${dim})`, `${n.data.length}`);
+    throw new InvalidArgumentError(
+      'data',
+      `at least ${need} elements (count ${count} x length ${length} x dim ${dim})`,
+      `${n.data.length}`,
+    );
   }
   const starts = new Float64Array(count);
   const lengths = new Int32Array(count);
   if (options.lengths !== undefined) {
     const given = options.lengths;
-    if (given.length !== count) throw new InvalidArgumentError('lengths', `${count} entries (one per item)`, `${given.length}`);
+    if (given.length !== count)
+      throw new InvalidArgumentError('lengths', `${count} entries (one per item)`, `${given.length}`);
     for (let b = 0; b < count; b++) {
       const l = given[b];
       if (!Number.isInteger(l) || l < 0 || l > length) {
-        throw new InvalidArgumentError(`lengths[${b}]`, `an integer in [0, ${length}] (the capacity)`, String(l));
+        throw new InvalidArgumentError(
+          `lengths[${b}]`,
+          `an integer in [0, ${length}] (the capacity)`,
+          String(l),
+        );
       }
       lengths[b] = l;
     }
@@ -219,7 +266,11 @@ export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatc
   checkScales('batch', n.dtype, options.scales, count * length, checkFinite);
   if (checkFinite) {
     for (let b = 0; b < count; b++) {
-      const bad = findNonFinite(n.data.subarray(starts[b] * dim, (starts[b] + lengths[b]) * dim) as TokenData, n.dtype, lengths[b] * dim);
+      const bad = findNonFinite(
+        n.data.subarray(starts[b] * dim, (starts[b] + lengths[b]) * dim) as TokenData,
+        n.dtype,
+        lengths[b] * dim,
+      );
       if (bad >= 0) {
         throw new InvalidArgumentError(
           'data',
@@ -229,25 +280,54 @@ export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatc
       }
     }
   }
-  return { kind: 'batch', layout: 'dense', dtype: n.dtype, data: n.data, dim, count, maxLength: length, starts, lengths, scales: options.scales };
+  return {
+    kind: 'batch',
+    layout: 'dense',
+    dtype: n.dtype,
+    data: n.data,
+    dim,
+    count,
+    maxLength: length,
+    starts,
+    lengths,
+    scales: options.scales,
+  };
 }
 
-export type Offsets = BigInt64Array | BigUint64Array | Float64Array | Int32Array | Uint32Array | readonly number[];
+export type Offsets =
+  | BigInt64Array
+  | BigUint64Array
+  | Float64Array
+  | Int32Array
+  | Uint32Array
+  | readonly number[];
 
 export interface RaggedBatchOptions extends DtypeOptions {
   dim: number;
 }
 
 /** Ragged batch: packed tokens [T, d] and offsets [B+1]; item b is tokens offsets[b] .. offsets[b+1]. */
-export function raggedBatch(data: TokenData | ArrayBufferView, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
+export function raggedBatch(
+  data: TokenData | ArrayBufferView,
+  offsets: Offsets,
+  options: RaggedBatchOptions,
+): TokenBatch {
   const n = normalizeData('data', data, options.dtype);
   const dim = expectInteger('dim', options.dim, 1);
   if (!(Array.isArray(offsets) || ArrayBuffer.isView(offsets))) {
-    throw new InvalidArgumentError('offsets', 'a BigInt64Array, Float64Array, Int32Array, Uint32Array or number[] of B+1 token offsets', describe(offsets));
+    throw new InvalidArgumentError(
+      'offsets',
+      'a BigInt64Array, Float64Array, Int32Array, Uint32Array or number[] of B+1 token offsets',
+      describe(offsets),
+    );
   }
   if (offsets.length < 1) throw new InvalidArgumentError('offsets', 'at least 1 entry (B+1 offsets)', '0');
   if (n.data.length % dim !== 0) {
-    throw new InvalidArgumentError('data', `a length divisible by dim ${dim} (packed [T, d])`, `${n.data.length}`);
+    throw new InvalidArgumentError(
+      'data',
+      `a length divisible by dim ${dim} (packed [T, d])`,
+      `${n.data.length}`,
+    );
   }
   const totalTokens = n.data.length / dim;
   const count = offsets.length - 1;
@@ -258,12 +338,24 @@ export function raggedBatch(data: TokenData | ArrayBufferView, offsets: Offsets,
   for (let i = 0; i <= count; i++) {
     const raw = offsets[i] as number | bigint;
     const o = typeof raw === 'bigint' ? Number(raw) : raw;
-    if (!Number.isInteger(o) || o < 0 || o > MAX_SAFE) throw new InvalidArgumentError(`offsets[${i}]`, 'a non-negative integer', String(raw));
-    if (i > 0 && o < prev) throw new InvalidArgumentError(`offsets[${i}]`, `a value >= offsets[${i - 1}] = ${prev} (offsets must be non-decreasing)`, String(o));
-    if (o > totalTokens) throw new InvalidArgumentError(`offsets[${i}]`, `a value <= ${totalTokens} (the tokens in data)`, String(o));
+    if (!Number.isInteger(o) || o < 0 || o > MAX_SAFE)
+      throw new InvalidArgumentError(`offsets[${i}]`, 'a non-negative integer', String(raw));
+    if (i > 0 && o < prev)
+      throw new InvalidArgumentError(
+        `offsets[${i}]`,
+        `a value >= offsets[${i - 1}] = ${prev} (offsets must be non-decreasing)`,
+        String(o),
+      );
+    if (o > totalTokens)
+      throw new InvalidArgumentError(
+        `offsets[${i}]`,
+        `a value <= ${totalTokens} (the tokens in data)`,
+        String(o),
+      );
     if (i > 0) {
       const len = o - prev;
-      if (len > 0x7fffffff) throw new InvalidArgumentError(`offsets[${i}]`, 'an item of fewer than 2^31 tokens', String(len));
+      if (len > 0x7fffffff)
+        throw new InvalidArgumentError(`offsets[${i}]`, 'an item of fewer than 2^31 tokens', String(len));
       starts[i - 1] = prev;
       lengths[i - 1] = len;
       if (len > maxLength) maxLength = len;
@@ -273,7 +365,18 @@ export function raggedBatch(data: TokenData | ArrayBufferView, offsets: Offsets,
   const checkFinite = options.checkFinite ?? true;
   checkScales('batch', n.dtype, options.scales, totalTokens, checkFinite);
   if (checkFinite) checkFiniteData('data', n.data, n.dtype, n.data.length, dim);
-  return { kind: 'batch', layout: 'ragged', dtype: n.dtype, data: n.data, dim, count, maxLength, starts, lengths, scales: options.scales };
+  return {
+    kind: 'batch',
+    layout: 'ragged',
+    dtype: n.dtype,
+    data: n.data,
+    dim,
+    count,
+    maxLength,
+    starts,
+    lengths,
+    scales: options.scales,
+  };
 }
 
 /** A single matrix seen as a batch of one item (zero-copy). */
@@ -317,13 +420,23 @@ export function isTokenBatch(x: unknown): x is TokenBatch {
 }
 
 /** Checks that queries and documents can be scored together. */
-export function checkCompatible(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName = 'query', dName = 'docs') {
-  if (!isTokenBatch(docs)) throw new InvalidArgumentError(dName, 'a TokenBatch (denseBatch or raggedBatch)', describe(docs));
+export function checkCompatible(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  qName = 'query',
+  dName = 'docs',
+) {
+  if (!isTokenBatch(docs))
+    throw new InvalidArgumentError(dName, 'a TokenBatch (denseBatch or raggedBatch)', describe(docs));
   if (!isTokenMatrix(queries) && !isTokenBatch(queries)) {
     throw new InvalidArgumentError(qName, 'a TokenMatrix or TokenBatch', describe(queries));
   }
   if (queries.dim !== docs.dim) {
-    throw new InvalidArgumentError(`${qName}.dim`, `${docs.dim} (the dimension of ${dName})`, String(queries.dim));
+    throw new InvalidArgumentError(
+      `${qName}.dim`,
+      `${docs.dim} (the dimension of ${dName})`,
+      String(queries.dim),
+    );
   }
 }
 
@@ -405,7 +518,12 @@ export function encodeFloats(values: Float32Array, dtype: FloatDType): Float32Ar
 }
 
 /** Converts token data of any dtype to float32 values (int8 multiplied by its per-token scale). */
-export function decodeToFloat32(data: TokenData, dtype: DType, dim: number, scales?: Float32Array): Float32Array {
+export function decodeToFloat32(
+  data: TokenData,
+  dtype: DType,
+  dim: number,
+  scales?: Float32Array,
+): Float32Array {
   if (dtype === 'float32') return data as Float32Array;
   const out = new Float32Array(data.length);
   if (dtype === 'int8') {

@@ -1,16 +1,16 @@
 // Shared test helpers: seeded random inputs (a fresh seed per run, printed on failure) and
 // tolerance checks against the float64 reference.
 import assert from 'node:assert/strict';
+import { decodeBatch64 } from '../src/backends/reference.js';
 import {
-  type FloatDType,
-  type TokenBatch,
-  type TokenMatrix,
   denseBatch,
   encodeFloats,
+  type FloatDType,
   raggedBatch,
+  type TokenBatch,
+  type TokenMatrix,
   tokenMatrix,
 } from '../src/tensor.js';
-import { decodeBatch64 } from '../src/backends/reference.js';
 
 /** Seed for this run: MAXSIM_TEST_SEED to reproduce, otherwise fresh. */
 export const runSeed = Number(process.env.MAXSIM_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -34,15 +34,38 @@ export function randomFloats(n: number, rand: () => number): Float32Array {
   return a;
 }
 
-export function randomMatrix(length: number, dim: number, dtype: FloatDType, rand: () => number): TokenMatrix {
+export function randomMatrix(
+  length: number,
+  dim: number,
+  dtype: FloatDType,
+  rand: () => number,
+): TokenMatrix {
   return tokenMatrix(encodeFloats(randomFloats(length * dim, rand), dtype), length, dim, { dtype });
 }
 
-export function randomDense(count: number, length: number, dim: number, dtype: FloatDType, rand: () => number, lengths?: number[]): TokenBatch {
-  return denseBatch(encodeFloats(randomFloats(count * length * dim, rand), dtype), { count, length, dim, dtype, lengths });
+export function randomDense(
+  count: number,
+  length: number,
+  dim: number,
+  dtype: FloatDType,
+  rand: () => number,
+  lengths?: number[],
+): TokenBatch {
+  return denseBatch(encodeFloats(randomFloats(count * length * dim, rand), dtype), {
+    count,
+    length,
+    dim,
+    dtype,
+    lengths,
+  });
 }
 
-export function randomRagged(lengths: number[], dim: number, dtype: FloatDType, rand: () => number): TokenBatch {
+export function randomRagged(
+  lengths: number[],
+  dim: number,
+  dtype: FloatDType,
+  rand: () => number,
+): TokenBatch {
   const offsets = [0];
   for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
   const total = offsets[offsets.length - 1];
@@ -78,17 +101,28 @@ export function scoreErrorBounds(queries: TokenBatch, docs: TokenBatch): Float64
 }
 
 /** Asserts |got - ref| <= bound + |ref| * 2^-23 elementwise; -Infinity must match exactly. */
-export function assertScoresClose(got: Float32Array, ref: Float64Array, bounds: Float64Array, context: string) {
+export function assertScoresClose(
+  got: Float32Array,
+  ref: Float64Array,
+  bounds: Float64Array,
+  context: string,
+) {
   assert.equal(got.length, ref.length, `${context}: length`);
   for (let i = 0; i < ref.length; i++) {
     if (ref[i] === Number.NEGATIVE_INFINITY) {
-      assert.equal(got[i], Number.NEGATIVE_INFINITY, `${context}: item ${i} must be -Infinity (empty document)`);
+      assert.equal(
+        got[i],
+        Number.NEGATIVE_INFINITY,
+        `${context}: item ${i} must be -Infinity (empty document)`,
+      );
       continue;
     }
     const err = Math.abs(got[i] - ref[i]);
     const tol = bounds[i] + Math.abs(ref[i]) * 2 ** -23;
     if (!(err <= tol)) {
-      assert.fail(`${context}: item ${i}: got ${got[i]}, reference ${ref[i]}, error ${err} > bound ${tol} (seed ${runSeed})`);
+      assert.fail(
+        `${context}: item ${i}: got ${got[i]}, reference ${ref[i]}, error ${err} > bound ${tol} (seed ${runSeed})`,
+      );
     }
   }
 }

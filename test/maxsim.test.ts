@@ -6,14 +6,22 @@ import { type CpuIsa, cpuInfo } from '../src/backends/cpu.js';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { maxsim, maxsimAll, maxsimAllSync, maxsimSync } from '../src/ops/maxsim.js';
 import {
-  type FloatDType,
-  type TokenBatch,
   denseBatch,
+  type FloatDType,
   matrixAsBatch,
   raggedBatch,
+  type TokenBatch,
   tokenMatrix,
 } from '../src/tensor.js';
-import { assertScoresClose, randomDense, randomMatrix, randomRagged, rng, runSeed, scoreErrorBounds } from './helpers.js';
+import {
+  assertScoresClose,
+  randomDense,
+  randomMatrix,
+  randomRagged,
+  rng,
+  runSeed,
+  scoreErrorBounds,
+} from './helpers.js';
 
 const isas = cpuInfo().isas as CpuIsa[];
 const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
@@ -28,7 +36,9 @@ describe(`CPU MaxSim vs float64 reference (seed ${runSeed})`, () => {
       test(`${isa} ${dtype}: one query, ragged documents, awkward d`, () => {
         const rand = rng(runSeed + 1);
         for (const d of [1, 7, 96, 100, 128]) {
-          const lengths = Array.from({ length: 23 }, (_, i) => (i % 7 === 3 ? 0 : 1 + Math.floor(rand() * 40)));
+          const lengths = Array.from({ length: 23 }, (_, i) =>
+            i % 7 === 3 ? 0 : 1 + Math.floor(rand() * 40),
+          );
           const docs = randomRagged(lengths, d, dtype, rand);
           for (const lq of [1, 5, 16, 33]) {
             const q = randomMatrix(lq, d, dtype, rand);
@@ -100,7 +110,12 @@ describe('CPU MaxSim semantics', () => {
 
   test('results are bitwise identical on repeat, sync and async, any thread count', async () => {
     const rand = rng(runSeed + 6);
-    const docs = randomRagged(Array.from({ length: 200 }, () => Math.floor(rand() * 80)), 96, 'float32', rand);
+    const docs = randomRagged(
+      Array.from({ length: 200 }, () => Math.floor(rand() * 80)),
+      96,
+      'float32',
+      rand,
+    );
     const q = randomMatrix(32, 96, 'float32', rand);
     const a = maxsimSync(q, docs, { backend: 'cpu' });
     const b = await maxsim(q, docs, { backend: 'cpu' });
@@ -111,7 +126,12 @@ describe('CPU MaxSim semantics', () => {
 
   test('concurrent async calls all complete with correct results', async () => {
     const rand = rng(runSeed + 7);
-    const docs = randomRagged(Array.from({ length: 50 }, () => 1 + Math.floor(rand() * 50)), 32, 'float32', rand);
+    const docs = randomRagged(
+      Array.from({ length: 50 }, () => 1 + Math.floor(rand() * 50)),
+      32,
+      'float32',
+      rand,
+    );
     const queries = Array.from({ length: 6 }, () => randomMatrix(8, 32, 'float32', rand));
     const results = await Promise.all(queries.map((q) => maxsim(q, docs, { backend: 'cpu' })));
     results.forEach((r, i) => {
@@ -145,9 +165,18 @@ describe('CPU MaxSim semantics', () => {
 
   test('dimension mismatch and wrong kinds are refused before any native call', () => {
     const docs = randomRagged([2], 8, 'float32', rng(2));
-    assert.throws(() => maxsimSync(tokenMatrix(new Float32Array(4), 1, 4), docs), /Expected 8 \(the dimension of docs\) for query\.dim but received 4/);
+    assert.throws(
+      () => maxsimSync(tokenMatrix(new Float32Array(4), 1, 4), docs),
+      /Expected 8 \(the dimension of docs\) for query\.dim but received 4/,
+    );
     assert.throws(() => maxsimSync(docs as never, docs), /Expected a TokenMatrix/);
-    assert.throws(() => maxsimSync(tokenMatrix(new Float32Array(8), 1, 8), docs, { backend: 'cuda' }), /synchronous/);
-    assert.throws(() => maxsimSync(tokenMatrix(new Float32Array(8), 1, 8), docs, { isa: 'bogus' as CpuIsa }), /isa/);
+    assert.throws(
+      () => maxsimSync(tokenMatrix(new Float32Array(8), 1, 8), docs, { backend: 'cuda' }),
+      /synchronous/,
+    );
+    assert.throws(
+      () => maxsimSync(tokenMatrix(new Float32Array(8), 1, 8), docs, { isa: 'bogus' as CpuIsa }),
+      /isa/,
+    );
   });
 });

@@ -118,7 +118,7 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   for (size_t i = 0; i < usable.size(); i++) names.Set(static_cast<uint32_t>(i), usable[i]->name);
   o.Set("isas", names);
   o.Set("lanes", usable.front()->lanes);
-  o.Set("bf16Dot", usable.front()->bf16_dot && maxsim_cpu::CpuHasAvx512Bf16());
+  o.Set("bf16Native", usable.front()->bf16_dim_multiple > 0);
   o.Set("features", maxsim_cpu::CpuFeatures());
   o.Set("threads", maxsim_cpu::GlobalPool().size());
   return o;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <cstdlib>
 #include <memory>
+#include <new>
 
 #include "kernels_impl.h"
 #include "thread_pool.h"
@@ -44,6 +46,22 @@ float ToFloat(const void* data, DocType t, int64_t i) {
   return 0.0f;
 }
 
+// A 64-byte aligned float buffer owned for the duration of one worker's job.
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(int64_t n)
+      : p_(n > 0 ? static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64))) : nullptr) {
+    if (n > 0 && !p_) throw std::bad_alloc();
+  }
+  ~AlignedFloats() { std::free(p_); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  float* p_;
+};
+
 }  // namespace
 
 bool CpuHasAvx512Bf16() { return CpuSupports("avx512f") && CpuSupports("avx512bf16"); }
@@ -61,7 +79,10 @@ std::string CpuFeatures() {
 
 std::vector<const IsaKernels*> UsableIsas() {
   std::vector<const IsaKernels*> out;
-  if (Avx512Kernels() && CpuSupports("avx512f") && CpuSupports("f16c")) out.push_back(Avx512Kernels());
+  const bool avx512 = Avx512Kernels() && CpuSupports("avx512f") && CpuSupports("f16c");
+  if (avx512 && AmxKernels()) out.push_back(AmxKernels());  // AmxKernels() checks CPUID and OS permission
+  if (avx512) out.push_back(Avx512Kernels());
+  if (avx512 && Avx512Bf16Kernels() && CpuSupports("avx512bf16")) out.push_back(Avx512Bf16Kernels());
   if (Avx2Kernels() && CpuSupports("avx2") && CpuSupports("fma") && CpuSupports("f16c")) out.push_back(Avx2Kernels());
   if (NeonKernels()) out.push_back(NeonKernels());
   out.push_back(PortableKernels());
@@ -100,9 +121,9 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
     blocks += nb;
     max_blocks = std::max(max_blocks, nb);
   }
-  // bf16 x bf16 with even d runs on the pair dot product where the CPU has one; else everything is fp32.
-  const bool bf16_path = isa.bf16_dot && CpuHasAvx512Bf16() && queries.dtype == DocType::BFloat16 &&
-                         docs.dtype == DocType::BFloat16 && d % 2 == 0;
+  // bf16 x bf16 runs on native bf16 products where the kernel set has them; else everything is fp32.
+  const bool bf16_path = isa.bf16_dim_multiple > 0 && queries.dtype == DocType::BFloat16 &&
+                         docs.dtype == DocType::BFloat16 && d % isa.bf16_dim_multiple == 0;
   std::vector<float> packed_f32;
   std::vector<uint16_t> packed_bf16;
   if (bf16_path) {
@@ -153,8 +174,9 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
   const int64_t chunk = std::max<int64_t>(1, nd / (static_cast<int64_t>(workers) * 32));
   std::atomic<int64_t> next{0};
   pool.Run(workers, [&](int) {
-    std::unique_ptr<float[]> doc_buf(needs_doc_convert ? new float[static_cast<size_t>(max_ld * d + 16)] : nullptr);
-    std::unique_ptr<float[]> runmax(new float[static_cast<size_t>(max_blocks * W + W)]);
+    // 64-byte aligned so converted rows start on cache lines like the caller's buffers usually do.
+    AlignedFloats doc_buf(needs_doc_convert ? max_ld * d + 16 : 0);
+    AlignedFloats runmax(max_blocks * W + W);
     Scratch scratch;
     scratch.doc_f32 = doc_buf.get();
     scratch.doc_f32_floats = needs_doc_convert ? max_ld * d : 0;

@@ -56,12 +56,16 @@ using ScoreRangeFn = void (*)(const ScoreJob& job, int64_t doc_begin, int64_t do
 struct IsaKernels {
   const char* name;   // reported by maxsim info
   int lanes;          // W: floats per vector
-  bool bf16_dot;      // has a native bf16 pair dot product (AVX512-BF16)
+  // > 0: bf16 x bf16 inputs whose d is a multiple of this run on native bf16 products, with the
+  // queries packed as bf16 pairs; 0: every input is converted to fp32.
+  int bf16_dim_multiple;
   ScoreRangeFn score_range;
 };
 
-// Defined in the ISA translation units; a table entry is null when the TU was compiled out.
-const IsaKernels* Avx512Kernels();
+// Defined in the ISA translation units; null when the TU was compiled out.
+const IsaKernels* AmxKernels();         // AMX-BF16 tiles for bf16, AVX-512 fp32 otherwise
+const IsaKernels* Avx512Kernels();      // AVX-512 fp32 FMA (bf16/fp16 converted)
+const IsaKernels* Avx512Bf16Kernels();  // AVX512-BF16 pair dot product for bf16
 const IsaKernels* Avx2Kernels();
 const IsaKernels* NeonKernels();
 const IsaKernels* PortableKernels();

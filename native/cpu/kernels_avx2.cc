@@ -21,6 +21,7 @@ struct VAvx2 {
   static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
   static Pairs load_pairs(const uint16_t*) { return zero(); }
   static Pairs bcast_pair(const uint16_t*) { return zero(); }
   static T dot2(T acc, Pairs, Pairs) { return acc; }
@@ -41,7 +42,7 @@ struct VAvx2 {
   }
 };
 
-const maxsim_cpu::IsaKernels kAvx2{"avx2", VAvx2::W, false, &ScoreRangeImpl<VAvx2, 2, 5>};
+const maxsim_cpu::IsaKernels kAvx2{"avx2", VAvx2::W, 0, &ScoreRangeImpl<VAvx2, 2, 5>};
 
 }  // namespace
 

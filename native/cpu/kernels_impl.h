@@ -8,7 +8,7 @@
 // guarantees. The max over document tokens is 2 x 12 vector max per tile, under 2% of the FMAs.
 //
 // Traits V must provide: type T, int W (lanes), load(const float*), set1(float), zero(), neg_inf(),
-// fma(a, b, c) = a*b + c, max(a, b), store(float*, T), f16_to_f32(const uint16_t*, float*, n),
+// fma(a, b, c) = a*b + c, max(a, b), store(float*, T), prefetch(const char*), f16_to_f32(const uint16_t*, float*, n),
 // bf16_to_f32(const uint16_t*, float*, n), and constexpr bool kBf16Dot; with kBf16Dot also
 // load_pairs(const uint16_t*), bcast_pair(const uint16_t*), dot2(acc, a_pairs, b_pair).
 #pragma once
@@ -37,7 +37,11 @@ inline void TileF32(const float* qa, int64_t block_stride, const float* doc, int
   for (int m = 0; m < MR; m++)
 #pragma GCC unroll 32
     for (int n = 0; n < NR; n++) acc[m][n] = V::zero();
+  // The next tile's rows (NR * d contiguous floats) are pulled into L1 while this one computes:
+  // with a short query each document element feeds only 2 FMAs, so waiting on L2 would dominate.
+  const char* next = reinterpret_cast<const char*>(doc + NR * d);
   for (int64_t k = 0; k < d; k++) {
+    V::prefetch(next + k * NR * static_cast<int64_t>(sizeof(float)));
     T a[MR];
 #pragma GCC unroll 32
     for (int m = 0; m < MR; m++) a[m] = V::load(qa + m * block_stride + k * V::W);
@@ -68,7 +72,9 @@ inline void TileBf16(const uint16_t* qa, int64_t block_stride, const uint16_t* d
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 32
       for (int n = 0; n < NR; n++) acc[m][n] = V::zero();
+    const char* next = reinterpret_cast<const char*>(doc + NR * d);
     for (int64_t k = 0; k < d; k += 2) {
+      V::prefetch(next + k * NR * static_cast<int64_t>(sizeof(uint16_t)));
       typename V::Pairs a[MR];
 #pragma GCC unroll 32
       for (int m = 0; m < MR; m++) a[m] = V::load_pairs(qa + m * block_stride + k * V::W);
@@ -100,8 +106,9 @@ inline void SweepTokens(const Elem* qa, int64_t block_stride, const Elem* doc, i
   if constexpr (NR > 1) {
     const int64_t rest = j_end - j;
     if (rest > 0) {
-      // Halve the tile width until it fits: at most log2(NR) extra calls, each fully unrolled.
-      constexpr int H = NR / 2 > 0 ? NR / 2 : 1;
+      // Narrower tiles for the remainder: the largest power of two below NR, then halving, so
+      // common lengths (multiples of 8) finish in one wide tile rather than many thin ones.
+      constexpr int H = NR > 8 ? 8 : NR / 2;
       SweepTokens<V, MR, H, kBf16>(qa, block_stride, doc, j, j_end, d, rm);
     }
   }

@@ -21,6 +21,7 @@ struct VNeon {
   static T fma(T a, T b, T c) { return vfmaq_f32(c, a, b); }
   static T max(T a, T b) { return vmaxq_f32(a, b); }
   static void store(float* p, T v) { vst1q_f32(p, v); }
+  static void prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
   static Pairs load_pairs(const uint16_t*) { return zero(); }
   static Pairs bcast_pair(const uint16_t*) { return zero(); }
   static T dot2(T acc, Pairs, Pairs) { return acc; }
@@ -32,7 +33,7 @@ struct VNeon {
   }
 };
 
-const maxsim_cpu::IsaKernels kNeon{"neon", VNeon::W, false, &ScoreRangeImpl<VNeon, 2, 6>};
+const maxsim_cpu::IsaKernels kNeon{"neon", VNeon::W, 0, &ScoreRangeImpl<VNeon, 2, 6>};
 
 }  // namespace
 

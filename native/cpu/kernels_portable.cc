@@ -35,6 +35,7 @@ struct VPortable {
   static void store(float* p, T v) {
     for (int i = 0; i < 8; i++) p[i] = v.v[i];
   }
+  static void prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
   static Pairs load_pairs(const uint16_t*) { return zero(); }
   static Pairs bcast_pair(const uint16_t*) { return zero(); }
   static T dot2(T acc, Pairs, Pairs) { return acc; }
@@ -46,7 +47,7 @@ struct VPortable {
   }
 };
 
-const maxsim_cpu::IsaKernels kPortable{"portable", VPortable::W, false, &ScoreRangeImpl<VPortable, 2, 4>};
+const maxsim_cpu::IsaKernels kPortable{"portable", VPortable::W, 0, &ScoreRangeImpl<VPortable, 2, 4>};
 
 }  // namespace
 

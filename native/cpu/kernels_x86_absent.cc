@@ -3,3 +3,5 @@
 
 const maxsim_cpu::IsaKernels* maxsim_cpu::Avx512Kernels() { return nullptr; }
 const maxsim_cpu::IsaKernels* maxsim_cpu::Avx2Kernels() { return nullptr; }
+const maxsim_cpu::IsaKernels* maxsim_cpu::Avx512Bf16Kernels() { return nullptr; }
+const maxsim_cpu::IsaKernels* maxsim_cpu::AmxKernels() { return nullptr; }

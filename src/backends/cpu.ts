@@ -3,7 +3,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
 import type { TokenBatch } from '../tensor.js';
 
-export type CpuIsa = 'avx512' | 'avx2' | 'neon' | 'portable';
+export type CpuIsa = 'amx' | 'avx512' | 'avx512bf16' | 'avx2' | 'neon' | 'portable';
 
 export interface CpuInfo {
   /** The kernel set used by default (the best this CPU runs). */
@@ -12,8 +12,8 @@ export interface CpuInfo {
   isas: CpuIsa[];
   /** fp32 lanes per vector of the default kernel set. */
   lanes: number;
-  /** bf16 x bf16 runs on the AVX512-BF16 pair dot product. */
-  bf16Dot: boolean;
+  /** bf16 x bf16 runs on native bf16 products (AMX tiles) rather than fp32 conversion. */
+  bf16Native: boolean;
   features: string;
   threads: number;
 }
@@ -48,7 +48,11 @@ function checkOptions(options: CpuOptions): CpuOptions {
   const out: CpuOptions = {};
   if (options.threads !== undefined) {
     if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > 1024) {
-      throw new InvalidArgumentError('threads', 'an integer in [0, 1024] (0 = all cores)', String(options.threads));
+      throw new InvalidArgumentError(
+        'threads',
+        'an integer in [0, 1024] (0 = all cores)',
+        String(options.threads),
+      );
     }
     out.threads = options.threads;
   }
@@ -62,6 +66,10 @@ export function cpuMaxsimSync(queries: TokenBatch, docs: TokenBatch, options: Cp
 }
 
 /** All-pairs MaxSim on the CPU thread pool, off the JS thread. */
-export function cpuMaxsim(queries: TokenBatch, docs: TokenBatch, options: CpuOptions = {}): Promise<Float32Array> {
+export function cpuMaxsim(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: CpuOptions = {},
+): Promise<Float32Array> {
   return addon().maxsimAsync(queries, docs, checkOptions(options));
 }

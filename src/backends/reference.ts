@@ -1,6 +1,6 @@
 // Float64 reference for every operator: plain loops, no tiling, no shortcuts. Tests judge the fast
 // kernels against these; nothing on a hot path calls them.
-import { type Hit, type TokenBatch, type TokenMatrix, elementReader, matrixAsBatch } from '../tensor.js';
+import { elementReader, type Hit, matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 
 /** All tokens of a batch as float64 values (int8 multiplied by its per-token scale). */
 export function decodeBatch64(batch: TokenBatch): Float64Array {

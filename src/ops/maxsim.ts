@@ -1,19 +1,20 @@
 // MaxSim scoring on host arrays: score(Q, D) = sum over query tokens of the max over document tokens
 // of <q, d>. One query against B documents, or every query of a batch against every document.
 // TypeScript validates and picks the backend; the native engines do the arithmetic.
-import { cudaScoreHost } from '../backends/cuda-host.js';
+
 import { type CpuIsa, cpuMaxsim, cpuMaxsimSync } from '../backends/cpu.js';
+import { cudaScoreHost } from '../backends/cuda-host.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
-  type Hit,
-  type ScoreMatrix,
-  type TokenBatch,
-  type TokenMatrix,
   checkCompatible,
+  type Hit,
   isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
+  type ScoreMatrix,
+  type TokenBatch,
+  type TokenMatrix,
 } from '../tensor.js';
 import { checkK, topKOfRow } from './topk.js';
 
@@ -32,7 +33,11 @@ export interface ScoreOptions {
 
 function checkFloat(name: string, x: TokenMatrix | TokenBatch) {
   if (x.dtype === 'int8') {
-    throw new InvalidArgumentError(`${name}.dtype`, "'float32', 'float16' or 'bfloat16'", "'int8' (8-bit scoring is not available yet)");
+    throw new InvalidArgumentError(
+      `${name}.dtype`,
+      "'float32', 'float16' or 'bfloat16'",
+      "'int8' (8-bit scoring is not available yet)",
+    );
   }
 }
 
@@ -52,7 +57,11 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
 
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
   if (options.backend === 'cuda') {
-    throw new InvalidArgumentError('backend', "'cpu' or 'auto' for a synchronous call (CUDA work is asynchronous: use maxsim())", "'cuda'");
+    throw new InvalidArgumentError(
+      'backend',
+      "'cpu' or 'auto' for a synchronous call (CUDA work is asynchronous: use maxsim())",
+      "'cuda'",
+    );
   }
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa });
@@ -60,17 +69,29 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
 
 function requireMatrix(query: unknown): asserts query is TokenMatrix {
   if (!isTokenMatrix(query)) {
-    throw new InvalidArgumentError('query', 'a TokenMatrix (use maxsimAll for a batch of queries)', isTokenBatch(query) ? 'a TokenBatch' : typeof query);
+    throw new InvalidArgumentError(
+      'query',
+      'a TokenMatrix (use maxsimAll for a batch of queries)',
+      isTokenBatch(query) ? 'a TokenBatch' : typeof query,
+    );
   }
 }
 function requireBatch(queries: unknown): asserts queries is TokenBatch {
   if (!isTokenBatch(queries)) {
-    throw new InvalidArgumentError('queries', 'a TokenBatch of queries (use maxsim for one query)', isTokenMatrix(queries) ? 'a TokenMatrix' : typeof queries);
+    throw new InvalidArgumentError(
+      'queries',
+      'a TokenBatch of queries (use maxsim for one query)',
+      isTokenMatrix(queries) ? 'a TokenMatrix' : typeof queries,
+    );
   }
 }
 
 /** Scores one query against every document: Float32Array [B]. */
-export async function maxsim(query: TokenMatrix, docs: TokenBatch, options: ScoreOptions = {}): Promise<Float32Array> {
+export async function maxsim(
+  query: TokenMatrix,
+  docs: TokenBatch,
+  options: ScoreOptions = {},
+): Promise<Float32Array> {
   requireMatrix(query);
   return scoreAllPairs(prepare(query, docs, 'query'), docs, options);
 }
@@ -82,27 +103,45 @@ export function maxsimSync(query: TokenMatrix, docs: TokenBatch, options: ScoreO
 }
 
 /** Scores every query against every document: rows = queries, cols = documents. */
-export async function maxsimAll(queries: TokenBatch, docs: TokenBatch, options: ScoreOptions = {}): Promise<ScoreMatrix> {
+export async function maxsimAll(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: ScoreOptions = {},
+): Promise<ScoreMatrix> {
   requireBatch(queries);
   const data = await scoreAllPairs(prepare(queries, docs, 'queries'), docs, options);
   return { data, rows: queries.count, cols: docs.count };
 }
 
 /** Synchronous CPU variant of maxsimAll. */
-export function maxsimAllSync(queries: TokenBatch, docs: TokenBatch, options: ScoreOptions = {}): ScoreMatrix {
+export function maxsimAllSync(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: ScoreOptions = {},
+): ScoreMatrix {
   requireBatch(queries);
   const data = scoreAllPairsSync(prepare(queries, docs, 'queries'), docs, options);
   return { data, rows: queries.count, cols: docs.count };
 }
 
 /** The k best documents for one query, best first (ties: lower index first). */
-export async function topK(query: TokenMatrix, docs: TokenBatch, k: number, options: ScoreOptions = {}): Promise<Hit[]> {
+export async function topK(
+  query: TokenMatrix,
+  docs: TokenBatch,
+  k: number,
+  options: ScoreOptions = {},
+): Promise<Hit[]> {
   checkK(k);
   return topKOfRow(await maxsim(query, docs, options), k);
 }
 
 /** The k best documents for every query of a batch. */
-export async function topKAll(queries: TokenBatch, docs: TokenBatch, k: number, options: ScoreOptions = {}): Promise<Hit[][]> {
+export async function topKAll(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  k: number,
+  options: ScoreOptions = {},
+): Promise<Hit[][]> {
   checkK(k);
   return rankRows(await maxsimAll(queries, docs, options), k);
 }

@@ -9,7 +9,12 @@ function better(sa: number, ia: number, sb: number, ib: number): boolean {
 }
 
 /** The k best of scores[offset .. offset + count), as hits with indices relative to offset. */
-export function topKOfRow(scores: Float32Array | Float64Array, k: number, offset = 0, count = scores.length - offset): Hit[] {
+export function topKOfRow(
+  scores: Float32Array | Float64Array,
+  k: number,
+  offset = 0,
+  count = scores.length - offset,
+): Hit[] {
   const n = Math.min(k, count);
   if (n <= 0) return [];
   // Binary min-heap of the n best so far; the root is the worst of them.

@@ -1,0 +1,786 @@
+// Node-API glue for the CUDA engine: status, device handles, device token sets, score / bench /
+// memory. GPU work runs on the device's worker thread (runtime.h) in call order; its result comes
+// back to the JS thread through one thread-safe function per environment and settles a promise.
+// The JS thread never waits on the GPU.
+#include <napi.h>
+
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../cuda/runtime.h"
+#include "token_set.h"
+
+namespace {
+
+using maxsim_cuda::CudaError;
+using maxsim_cuda::DeviceTokens;
+using maxsim_cuda::LaunchSpec;
+using maxsim_cuda::Runtime;
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Int8: return "int8";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tasks: Run on the worker thread, Result on the JS thread.
+
+class Task {
+ public:
+  explicit Task(Napi::Env env) : deferred_(Napi::Promise::Deferred::New(env)) {}
+  virtual ~Task() = default;
+  virtual void Run() = 0;
+  virtual Napi::Value Result(Napi::Env env) = 0;
+
+  // Keeps a JS object (a typed array the job reads) alive until the promise settles.
+  void Keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v.As<Napi::Object>())); }
+
+  void RunCatching() {
+    try {
+      Run();
+    } catch (const CudaError& e) {
+      Fail(kCuda, e.what(), e.code());
+    } catch (const std::invalid_argument& e) {
+      Fail(kArgument, e.what(), "");
+    } catch (const std::exception& e) {
+      Fail(kOther, e.what(), "");
+    }
+  }
+
+  void Settle(Napi::Env env) {
+    try {
+      if (kind_ == kNone) {
+        deferred_.Resolve(Result(env));
+        return;
+      }
+      Napi::Error err = kind_ == kArgument ? Napi::Error(Napi::RangeError::New(env, message_))
+                                           : Napi::Error::New(env, message_);
+      if (!code_.empty()) err.Set("code", Napi::String::New(env, code_));
+      deferred_.Reject(err.Value());
+    } catch (const Napi::Error& e) {
+      deferred_.Reject(e.Value());
+    }
+  }
+
+ private:
+  enum Kind { kNone, kCuda, kArgument, kOther };
+  void Fail(Kind k, const std::string& message, const std::string& code) {
+    kind_ = k;
+    message_ = message;
+    code_ = code;
+  }
+  Napi::Promise::Deferred deferred_;
+  std::vector<Napi::ObjectReference> keep_;
+  Kind kind_ = kNone;
+  std::string message_, code_;
+
+  friend Napi::Value Submit(Napi::Env env, Runtime* rt, std::unique_ptr<Task> task);
+};
+
+// Shared between the JS thread and the worker threads: the completion channel of one environment.
+// `alive` turns false when the environment shuts down, after which completions are dropped (a task
+// finishing then is leaked rather than touching a dead environment).
+struct Completion;
+void CallJs(Napi::Env env, Napi::Function, Completion* completion, Task* task);
+using CompletionFn = Napi::TypedThreadSafeFunction<Completion, Task, CallJs>;
+
+struct Completion {
+  std::mutex mutex;
+  bool alive = true;
+  CompletionFn tsfn;
+};
+
+// JS-thread state of one environment.
+struct InstanceData {
+  std::shared_ptr<Completion> completion;
+  int64_t pending = 0;  // tasks in flight; the TSFN holds the event loop open only while > 0
+  Napi::FunctionReference device_ctor;
+  Napi::FunctionReference tokens_ctor;
+};
+
+InstanceData& Instance(Napi::Env env) { return *env.GetInstanceData<InstanceData>(); }
+
+void CallJs(Napi::Env env, Napi::Function, Completion* completion, Task* task) {
+  if (env == nullptr) return;  // environment torn down: the task is leaked on purpose
+  InstanceData& data = Instance(env);
+  if (--data.pending == 0) completion->tsfn.Unref(env);
+  task->Settle(env);
+  delete task;
+}
+
+Napi::Value Submit(Napi::Env env, Runtime* rt, std::unique_ptr<Task> task) {
+  InstanceData& data = Instance(env);
+  Napi::Promise promise = task->deferred_.Promise();
+  std::shared_ptr<Completion> completion = data.completion;
+  Task* raw = task.release();
+  rt->Post([raw, completion] {
+    raw->RunCatching();
+    std::lock_guard<std::mutex> lock(completion->mutex);
+    if (completion->alive) completion->tsfn.NonBlockingCall(raw);
+  });
+  if (data.pending++ == 0) completion->tsfn.Ref(env);
+  return promise;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument helpers
+
+Napi::TypeError ArgError(Napi::Env env, const std::string& name, const std::string& expected, const std::string& received) {
+  return Napi::TypeError::New(env, "Expected " + expected + " for " + name + " but received " + received);
+}
+
+std::string Describe(const Napi::Value& v) {
+  if (v.IsUndefined()) return "undefined";
+  if (v.IsNull()) return "null";
+  if (v.IsNumber()) {
+    const double d = v.As<Napi::Number>().DoubleValue();
+    return std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15 ? std::to_string(static_cast<int64_t>(d)) : std::to_string(d);
+  }
+  if (v.IsString()) return "'" + v.As<Napi::String>().Utf8Value() + "'";
+  if (v.IsArray()) return "an array of " + std::to_string(v.As<Napi::Array>().Length());
+  if (v.IsFunction()) return "a function";
+  if (v.IsObject()) return "an object";
+  return "another value";
+}
+
+int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name, int64_t min, int64_t max) {
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
+  if (!(d >= static_cast<double>(min) && d <= static_cast<double>(max) && d == std::floor(d))) {
+    throw ArgError(env, name, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]", Describe(v));
+  }
+  return static_cast<int64_t>(d);
+}
+
+void GetTriple(Napi::Env env, Napi::Object launch, const char* key, unsigned out[3]) {
+  Napi::Value v = launch.Get(key);
+  const std::string name = std::string("launch.") + key;
+  if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) throw ArgError(env, name, "an array of 3 positive integers", Describe(v));
+  Napi::Array a = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < 3; i++) {
+    out[i] = static_cast<unsigned>(GetInteger(env, a.Get(i), name + "[" + std::to_string(i) + "]", 1, 2147483647));
+  }
+}
+
+// Parses { kernel, grid, block, smem, queryTile?, dtype? }; `dtype` (when given) is the element type
+// the kernel reads and must match the docs.
+LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype) {
+  if (!v.IsObject()) throw ArgError(env, "launch", "an object { kernel, grid, block, smem }", Describe(v));
+  Napi::Object o = v.As<Napi::Object>();
+  LaunchSpec s;
+  Napi::Value kernel = o.Get("kernel");
+  if (!kernel.IsString() || kernel.As<Napi::String>().Utf8Value().empty()) {
+    throw ArgError(env, "launch.kernel", "a kernel name", Describe(kernel));
+  }
+  s.kernel = kernel.As<Napi::String>().Utf8Value();
+  GetTriple(env, o, "grid", s.grid);
+  GetTriple(env, o, "block", s.block);
+  s.smem = static_cast<unsigned>(GetInteger(env, o.Get("smem"), "launch.smem", 0, 1 << 30));
+  Napi::Value tile = o.Get("queryTile");
+  if (!tile.IsUndefined()) s.query_tile = GetInteger(env, tile, "launch.queryTile", 1, 2147483647);
+  Napi::Value dt = o.Get("dtype");
+  if (!dt.IsUndefined()) {
+    const DType want = ParseDType(env, "launch", dt);
+    if (want != docs_dtype) {
+      throw ArgError(env, "docs.dtype", std::string("'") + DTypeName(want) + "' (the element type of kernel " + s.kernel + ")",
+                     std::string("'") + DTypeName(docs_dtype) + "'");
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wrapped objects
+
+class DeviceHandle : public Napi::ObjectWrap<DeviceHandle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "CudaDeviceHandle", {InstanceAccessor<&DeviceHandle::Index>("index")});
+  }
+  explicit DeviceHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceHandle>(info) {
+    const int64_t index = GetInteger(info.Env(), info[0], "device", 0, 1 << 20);
+    try {
+      rt_ = Runtime::Get(static_cast<int>(index));
+    } catch (const std::invalid_argument& e) {
+      throw Napi::RangeError::New(info.Env(), e.what());
+    } catch (const CudaError& e) {
+      Napi::Error err = Napi::Error::New(info.Env(), e.what());
+      err.Set("code", Napi::String::New(info.Env(), e.code()));
+      throw err;
+    }
+  }
+  Runtime* runtime() const { return rt_; }
+
+ private:
+  Napi::Value Index(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), rt_->props().index); }
+  Runtime* rt_ = nullptr;
+};
+
+// A device token set. The native memory is shared with in-flight jobs (shared_ptr), so dispose()
+// while a score is queued is safe: the memory goes back to the allocator when the last job ends.
+class TokenSetHandle : public Napi::ObjectWrap<TokenSetHandle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "CudaTokenSet",
+                       {InstanceMethod<&TokenSetHandle::Dispose>("dispose"),
+                        InstanceAccessor<&TokenSetHandle::Count>("count"),
+                        InstanceAccessor<&TokenSetHandle::Tokens>("tokens"),
+                        InstanceAccessor<&TokenSetHandle::Dim>("dim"),
+                        InstanceAccessor<&TokenSetHandle::Dtype>("dtype"),
+                        InstanceAccessor<&TokenSetHandle::MaxLength>("maxLength"),
+                        InstanceAccessor<&TokenSetHandle::CapacityTokens>("capacityTokens"),
+                        InstanceAccessor<&TokenSetHandle::CapacityItems>("capacityItems"),
+                        InstanceAccessor<&TokenSetHandle::Bytes>("bytes"),
+                        InstanceAccessor<&TokenSetHandle::Device>("device"),
+                        InstanceAccessor<&TokenSetHandle::Disposed>("disposed")});
+  }
+  explicit TokenSetHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<TokenSetHandle>(info) {}
+
+  // The state as of the last completed upload/append (the JS thread never reads the live struct,
+  // which the worker thread updates).
+  struct Snapshot {
+    int64_t count = 0, tokens = 0, capacity_tokens = 0, capacity_items = 0, dim = 0;
+    int32_t max_length = 0;
+    uint64_t bytes = 0;
+    DType dtype = DType::Float32;
+    int device = 0;
+  };
+  void Attach(std::shared_ptr<DeviceTokens> t) {
+    tokens_ = std::move(t);
+    Refresh();
+  }
+  void Refresh() {
+    snap_.count = tokens_->count;
+    snap_.tokens = tokens_->tokens;
+    snap_.capacity_tokens = tokens_->capacity_tokens;
+    snap_.capacity_items = tokens_->capacity_items;
+    snap_.dim = tokens_->dim;
+    snap_.max_length = tokens_->max_length;
+    snap_.bytes = tokens_->bytes();
+    snap_.dtype = tokens_->dtype;
+    snap_.device = tokens_->runtime->props().index;
+  }
+  const Snapshot& snapshot() const { return snap_; }
+  // The live set, or a TypeError naming the argument when disposed / never attached.
+  std::shared_ptr<DeviceTokens> Live(Napi::Env env, const std::string& name) const {
+    if (disposed_) throw ArgError(env, name, "a live device token set", "one that was disposed (dispose() was called)");
+    if (!tokens_) throw ArgError(env, name, "a device token set made by upload() or alloc()", "an uninitialized handle");
+    return tokens_;
+  }
+
+ private:
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    disposed_ = true;
+    tokens_.reset();  // frees through the worker thread once no queued job holds it
+    return info.Env().Undefined();
+  }
+  Napi::Value Count(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.count)); }
+  Napi::Value Tokens(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.tokens)); }
+  Napi::Value Dim(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.dim)); }
+  Napi::Value Dtype(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), DTypeName(snap_.dtype)); }
+  Napi::Value MaxLength(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), snap_.max_length); }
+  Napi::Value CapacityTokens(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(snap_.capacity_tokens));
+  }
+  Napi::Value CapacityItems(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(snap_.capacity_items));
+  }
+  Napi::Value Bytes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.bytes)); }
+  Napi::Value Device(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), snap_.device); }
+  Napi::Value Disposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), disposed_); }
+
+  std::shared_ptr<DeviceTokens> tokens_;
+  Snapshot snap_;
+  bool disposed_ = false;
+};
+
+Runtime* UnwrapDevice(Napi::Env env, const Napi::Value& v) {
+  InstanceData& data = Instance(env);
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(data.device_ctor.Value())) {
+    throw ArgError(env, "device", "a device handle from cuda.open()", Describe(v));
+  }
+  return DeviceHandle::Unwrap(v.As<Napi::Object>())->runtime();
+}
+
+TokenSetHandle* AsTokenSet(Napi::Env env, const Napi::Value& v) {
+  InstanceData& data = Instance(env);
+  if (v.IsObject() && v.As<Napi::Object>().InstanceOf(data.tokens_ctor.Value())) return TokenSetHandle::Unwrap(v.As<Napi::Object>());
+  return nullptr;
+}
+
+TokenSetHandle* UnwrapTokenSet(Napi::Env env, const Napi::Value& v, const std::string& name) {
+  TokenSetHandle* h = AsTokenSet(env, v);
+  if (!h) throw ArgError(env, name, "a device token set from cuda.upload() or cuda.alloc()", Describe(v));
+  return h;
+}
+
+Napi::Object NewTokenSet(Napi::Env env, std::shared_ptr<DeviceTokens> tokens) {
+  Napi::Object obj = Instance(env).tokens_ctor.New({});
+  TokenSetHandle::Unwrap(obj)->Attach(std::move(tokens));
+  return obj;
+}
+
+// A host TokenBatch for the CUDA engine: bounds-checked by ParseTokenSet, float dtypes only.
+TokenSet ParseHostBatch(Napi::Env env, const Napi::Value& v, const std::string& name, Task* task) {
+  TokenSet t = ParseTokenSet(env, v, name);
+  if (t.dtype == DType::Int8) {
+    throw ArgError(env, name + ".dtype", "'float32', 'float16' or 'bfloat16' (the CUDA engine does not score int8 yet)", "'int8'");
+  }
+  Napi::Object o = v.As<Napi::Object>();
+  task->Keep(o.Get("data"));
+  task->Keep(o.Get("starts"));
+  task->Keep(o.Get("lengths"));
+  return t;
+}
+
+void CheckDevice(Napi::Env env, const TokenSetHandle* h, Runtime* rt, const std::string& name) {
+  if (h->snapshot().device != rt->props().index) {
+    throw ArgError(env, name, "a token set on device " + std::to_string(rt->props().index),
+                   "one on device " + std::to_string(h->snapshot().device));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// status()
+
+Napi::Value Status(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  std::string reason;
+  const maxsim_cuda::Driver* d = maxsim_cuda::LoadDriver(&reason);
+  if (!d) {
+    o.Set("available", false);
+    o.Set("reason", reason);
+    return o;
+  }
+  o.Set("driverVersion", d->driver_version);
+  try {
+    maxsim_cuda::EnsureUsable();
+    Napi::Array devices = Napi::Array::New(env, d->device_count);
+    for (int i = 0; i < d->device_count; i++) {
+      const maxsim_cuda::DeviceProps p = maxsim_cuda::QueryDeviceProps(i);
+      Napi::Object dev = Napi::Object::New(env);
+      dev.Set("index", p.index);
+      dev.Set("name", p.name);
+      Napi::Array cc = Napi::Array::New(env, 2);
+      cc.Set(0u, p.cc_major);
+      cc.Set(1u, p.cc_minor);
+      dev.Set("computeCapability", cc);
+      dev.Set("sms", p.sms);
+      dev.Set("totalMemory", static_cast<double>(p.total_memory));
+      dev.Set("l2Bytes", p.l2_bytes);
+      dev.Set("smemOptin", p.smem_optin);
+      devices.Set(static_cast<uint32_t>(i), dev);
+    }
+    o.Set("devices", devices);
+  } catch (const CudaError& e) {
+    o.Set("available", false);
+    o.Set("reason", e.what());
+    return o;
+  }
+  const maxsim_cuda::KernelFiles k = maxsim_cuda::FindKernelFiles();
+  o.Set("kernelDir", k.dir);
+  Napi::Array files = Napi::Array::New(env, k.fatbins.size());
+  for (size_t i = 0; i < k.fatbins.size(); i++) files.Set(static_cast<uint32_t>(i), k.fatbins[i]);
+  o.Set("kernelFiles", files);
+  o.Set("available", k.unavailable.empty());
+  if (!k.unavailable.empty()) o.Set("reason", k.unavailable);
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// open(device), info(device), memory(device), emptyCache(device)
+
+Napi::Value Open(const Napi::CallbackInfo& info) {
+  return Instance(info.Env()).device_ctor.New({info.Length() > 0 ? info[0] : Napi::Number::New(info.Env(), 0)});
+}
+
+class InfoTask : public Task {
+ public:
+  InfoTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  void Run() override {
+    rt_->EnsureReady();
+    memory_ = rt_->Memory();
+    kernels_ = rt_->KernelNames();
+    module_errors_ = rt_->module_errors();
+    kernel_dir_ = maxsim_cuda::FindKernelFiles().dir;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    const maxsim_cuda::DeviceProps& p = rt_->props();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("index", p.index);
+    o.Set("name", p.name);
+    Napi::Array cc = Napi::Array::New(env, 2);
+    cc.Set(0u, p.cc_major);
+    cc.Set(1u, p.cc_minor);
+    o.Set("computeCapability", cc);
+    o.Set("sms", p.sms);
+    o.Set("totalMemory", static_cast<double>(memory_.total));
+    o.Set("freeMemory", static_cast<double>(memory_.free));
+    o.Set("l2Bytes", p.l2_bytes);
+    o.Set("smemOptin", p.smem_optin);
+    o.Set("maxThreadsPerBlock", p.max_threads_per_block);
+    Napi::Array names = Napi::Array::New(env, kernels_.size());
+    for (size_t i = 0; i < kernels_.size(); i++) names.Set(static_cast<uint32_t>(i), kernels_[i]);
+    o.Set("kernels", names);
+    Napi::Array errors = Napi::Array::New(env, module_errors_.size());
+    for (size_t i = 0; i < module_errors_.size(); i++) errors.Set(static_cast<uint32_t>(i), module_errors_[i]);
+    o.Set("moduleErrors", errors);
+    o.Set("kernelDir", kernel_dir_);
+    return o;
+  }
+
+ private:
+  Runtime* rt_;
+  maxsim_cuda::MemoryInfo memory_;
+  std::vector<std::string> kernels_, module_errors_;
+  std::string kernel_dir_;
+};
+
+Napi::Value Info(const Napi::CallbackInfo& info) {
+  Runtime* rt = UnwrapDevice(info.Env(), info[0]);
+  return Submit(info.Env(), rt, std::make_unique<InfoTask>(info.Env(), rt));
+}
+
+class MemoryTask : public Task {
+ public:
+  MemoryTask(Napi::Env env, Runtime* rt, bool empty_cache) : Task(env), rt_(rt), empty_cache_(empty_cache) {}
+  void Run() override {
+    rt_->EnsureReady();
+    if (empty_cache_) rt_->allocator().ReleaseCached();
+    m_ = rt_->Memory();
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("inUse", static_cast<double>(m_.alloc.in_use));
+    o.Set("cached", static_cast<double>(m_.alloc.cached));
+    o.Set("peak", static_cast<double>(m_.alloc.peak));
+    o.Set("total", static_cast<double>(m_.total));
+    o.Set("free", static_cast<double>(m_.free));
+    return o;
+  }
+
+ private:
+  Runtime* rt_;
+  bool empty_cache_;
+  maxsim_cuda::MemoryInfo m_;
+};
+
+Napi::Value Memory(const Napi::CallbackInfo& info) {
+  Runtime* rt = UnwrapDevice(info.Env(), info[0]);
+  return Submit(info.Env(), rt, std::make_unique<MemoryTask>(info.Env(), rt, false));
+}
+
+Napi::Value EmptyCache(const Napi::CallbackInfo& info) {
+  Runtime* rt = UnwrapDevice(info.Env(), info[0]);
+  return Submit(info.Env(), rt, std::make_unique<MemoryTask>(info.Env(), rt, true));
+}
+
+// ---------------------------------------------------------------------------------------------
+// upload(device, batch), alloc(device, spec), append(tokenSet, batch)
+
+class UploadTask : public Task {
+ public:
+  UploadTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  TokenSet host;
+  void Run() override {
+    rt_->EnsureReady();
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < host.count; i++) tokens += host.lengths[i];
+    result_ = rt_->AllocTokens(host.dtype, host.dim, tokens, host.count);
+    rt_->Append(*result_, host);
+  }
+  Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
+
+ private:
+  Runtime* rt_;
+  std::shared_ptr<DeviceTokens> result_;
+};
+
+Napi::Value Upload(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  auto task = std::make_unique<UploadTask>(env, rt);
+  task->host = ParseHostBatch(env, info[1], "batch", task.get());
+  return Submit(env, rt, std::move(task));
+}
+
+class AllocTask : public Task {
+ public:
+  AllocTask(Napi::Env env, Runtime* rt, DType dtype, int64_t dim, int64_t tokens, int64_t items)
+      : Task(env), rt_(rt), dtype_(dtype), dim_(dim), tokens_(tokens), items_(items) {}
+  void Run() override {
+    rt_->EnsureReady();
+    result_ = rt_->AllocTokens(dtype_, dim_, tokens_, items_);
+  }
+  Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
+
+ private:
+  Runtime* rt_;
+  DType dtype_;
+  int64_t dim_, tokens_, items_;
+  std::shared_ptr<DeviceTokens> result_;
+};
+
+Napi::Value Alloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  if (!info[1].IsObject()) throw ArgError(env, "spec", "an object { dtype, dim, tokens, items }", Describe(info[1]));
+  Napi::Object spec = info[1].As<Napi::Object>();
+  const DType dtype = ParseDType(env, "spec", spec.Get("dtype"));
+  if (dtype == DType::Int8) throw ArgError(env, "spec.dtype", "'float32', 'float16' or 'bfloat16'", "'int8'");
+  const int64_t dim = GetInteger(env, spec.Get("dim"), "spec.dim", 1, 1 << 20);
+  const int64_t tokens = GetInteger(env, spec.Get("tokens"), "spec.tokens", 0, int64_t(1) << 50);
+  const int64_t items = GetInteger(env, spec.Get("items"), "spec.items", 0, 2147483646);
+  return Submit(env, rt, std::make_unique<AllocTask>(env, rt, dtype, dim, tokens, items));
+}
+
+class AppendTask : public Task {
+ public:
+  AppendTask(Napi::Env env, Runtime* rt, std::shared_ptr<DeviceTokens> dst, Napi::Object handle)
+      : Task(env), rt_(rt), dst_(std::move(dst)), handle_(Napi::Persistent(handle)) {}
+  TokenSet host;
+  void Run() override {
+    rt_->EnsureReady();
+    rt_->Append(*dst_, host);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    TokenSetHandle* h = TokenSetHandle::Unwrap(handle_.Value());
+    h->Refresh();
+    return handle_.Value();
+  }
+
+ private:
+  Runtime* rt_;
+  std::shared_ptr<DeviceTokens> dst_;
+  Napi::ObjectReference handle_;
+};
+
+Napi::Value Append(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TokenSetHandle* h = UnwrapTokenSet(env, info[0], "tokenSet");
+  std::shared_ptr<DeviceTokens> dst = h->Live(env, "tokenSet");
+  auto task = std::make_unique<AppendTask>(env, dst->runtime, dst, info[0].As<Napi::Object>());
+  task->host = ParseHostBatch(env, info[1], "batch", task.get());
+  if (task->host.dim != h->snapshot().dim || task->host.dtype != h->snapshot().dtype) {
+    throw ArgError(env, "batch", std::string("tokens of dtype '") + DTypeName(h->snapshot().dtype) + "' and dim " + std::to_string(h->snapshot().dim),
+                   std::string("dtype '") + DTypeName(task->host.dtype) + "' and dim " + std::to_string(task->host.dim));
+  }
+  return Submit(env, dst->runtime, std::move(task));
+}
+
+// ---------------------------------------------------------------------------------------------
+// score(device, queries, docs, launch) and bench(device, queries, docs, launch, options)
+
+// Queries are either a device token set or a host batch uploaded by the job itself.
+struct QuerySource {
+  std::shared_ptr<DeviceTokens> device;
+  TokenSet host;
+  bool is_host = false;
+  DType dtype = DType::Float32;
+  int64_t dim = 0;
+};
+
+QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task* task) {
+  QuerySource q;
+  if (TokenSetHandle* h = AsTokenSet(env, v)) {
+    CheckDevice(env, h, rt, "queries");
+    q.device = h->Live(env, "queries");
+    q.dtype = h->snapshot().dtype;
+    q.dim = h->snapshot().dim;
+  } else {
+    q.host = ParseHostBatch(env, v, "queries", task);
+    q.is_host = true;
+    q.dtype = q.host.dtype;
+    q.dim = q.host.dim;
+  }
+  return q;
+}
+
+std::shared_ptr<DeviceTokens> ParseDocs(Napi::Env env, Runtime* rt, const Napi::Value& v, const QuerySource& q, const std::string& name) {
+  TokenSetHandle* h = UnwrapTokenSet(env, v, name);
+  CheckDevice(env, h, rt, name);
+  std::shared_ptr<DeviceTokens> d = h->Live(env, name);
+  const auto& s = h->snapshot();
+  if (s.dim != q.dim) {
+    throw ArgError(env, "queries.dim", std::to_string(s.dim) + " (the dimension of " + name + ")", std::to_string(q.dim));
+  }
+  if (s.dtype != q.dtype) {
+    throw ArgError(env, "queries.dtype", std::string("'") + DTypeName(s.dtype) + "' (the dtype of " + name + ")",
+                   std::string("'") + DTypeName(q.dtype) + "'");
+  }
+  return d;
+}
+
+std::shared_ptr<DeviceTokens> ResolveQueries(Runtime* rt, QuerySource& q) {
+  if (!q.is_host) return q.device;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < q.host.count; i++) tokens += q.host.lengths[i];
+  auto t = rt->AllocTokens(q.host.dtype, q.host.dim, tokens, q.host.count);
+  rt->Append(*t, q.host);
+  return t;
+}
+
+class ScoreTask : public Task {
+ public:
+  ScoreTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  QuerySource queries;
+  std::shared_ptr<DeviceTokens> docs;
+  LaunchSpec launch;
+  void Run() override {
+    rt_->EnsureReady();
+    rt_->ValidateLaunch(launch);
+    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries);
+    const uint64_t n = static_cast<uint64_t>(q->count) * static_cast<uint64_t>(docs->count);
+    scores_.resize(n);
+    if (n > 0) {
+      maxsim_cuda::ScopedBlock out(rt_->allocator(), n * sizeof(float));
+      rt_->FillNaN(out.get(), n);
+      rt_->Launch(*q, *docs, launch, out.get());
+      rt_->Download(scores_.data(), out.get(), n * sizeof(float));
+    }
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Float32Array a = Napi::Float32Array::New(env, scores_.size());
+    if (!scores_.empty()) std::memcpy(a.Data(), scores_.data(), scores_.size() * sizeof(float));
+    return a;
+  }
+
+ private:
+  Runtime* rt_;
+  std::vector<float> scores_;
+};
+
+Napi::Value Score(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  auto task = std::make_unique<ScoreTask>(env, rt);
+  task->queries = ParseQueries(env, rt, info[1], task.get());
+  task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
+  task->launch = ParseLaunch(env, info[3], task->docs->dtype);
+  return Submit(env, rt, std::move(task));
+}
+
+// Times `iters` launches with device events (after `warmup` untimed ones). `rotate` adds more doc
+// sets that the launches cycle through, so that consecutive launches do not hit a warm L2.
+class BenchTask : public Task {
+ public:
+  BenchTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  QuerySource queries;
+  std::vector<std::shared_ptr<DeviceTokens>> docs;
+  LaunchSpec launch;
+  int64_t warmup = 3, iters = 10;
+  void Run() override {
+    rt_->EnsureReady();
+    rt_->ValidateLaunch(launch);
+    const maxsim_cuda::Driver& d = maxsim_cuda::Api();
+    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries);
+    int64_t max_docs = 1;
+    for (const auto& s : docs) max_docs = std::max(max_docs, s->count);
+    const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(q->count, 1)) * static_cast<uint64_t>(max_docs);
+    maxsim_cuda::ScopedBlock out(rt_->allocator(), n * sizeof(float));
+    rt_->FillNaN(out.get(), n);
+    rt_->allocator().ResetPeak();
+    struct Events {
+      std::vector<cu::CUevent> list;
+      ~Events() {
+        for (cu::CUevent e : list) maxsim_cuda::Api().cuEventDestroy(e);
+      }
+    } events;
+    events.list.reserve(static_cast<size_t>(2 * iters));
+    for (int64_t i = 0; i < 2 * iters; i++) {
+      cu::CUevent e = nullptr;
+      maxsim_cuda::Check(d.cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+      events.list.push_back(e);
+    }
+    const size_t nd = docs.size();
+    for (int64_t i = 0; i < warmup; i++) rt_->Launch(*q, *docs[static_cast<size_t>(i) % nd], launch, out.get());
+    for (int64_t i = 0; i < iters; i++) {
+      maxsim_cuda::Check(d.cuEventRecord(events.list[2 * i], rt_->stream()), "cuEventRecord");
+      rt_->Launch(*q, *docs[static_cast<size_t>(warmup + i) % nd], launch, out.get());
+      maxsim_cuda::Check(d.cuEventRecord(events.list[2 * i + 1], rt_->stream()), "cuEventRecord");
+    }
+    rt_->Synchronize();
+    ms_.resize(static_cast<size_t>(iters));
+    for (int64_t i = 0; i < iters; i++) {
+      maxsim_cuda::Check(d.cuEventElapsedTime(&ms_[i], events.list[2 * i], events.list[2 * i + 1]), "cuEventElapsedTime");
+    }
+    peak_ = rt_->allocator().stats().peak;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    Napi::Array ms = Napi::Array::New(env, ms_.size());
+    for (size_t i = 0; i < ms_.size(); i++) ms.Set(static_cast<uint32_t>(i), Napi::Number::New(env, ms_[i]));
+    o.Set("ms", ms);
+    o.Set("peakBytes", static_cast<double>(peak_));
+    return o;
+  }
+
+ private:
+  Runtime* rt_;
+  std::vector<float> ms_;
+  uint64_t peak_ = 0;
+};
+
+Napi::Value Bench(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  auto task = std::make_unique<BenchTask>(env, rt);
+  task->queries = ParseQueries(env, rt, info[1], task.get());
+  task->docs.push_back(ParseDocs(env, rt, info[2], task->queries, "docs"));
+  task->launch = ParseLaunch(env, info[3], task->docs[0]->dtype);
+  if (info.Length() > 4 && !info[4].IsUndefined()) {
+    if (!info[4].IsObject()) throw ArgError(env, "options", "an object { warmup, iters, rotate }", Describe(info[4]));
+    Napi::Object o = info[4].As<Napi::Object>();
+    if (!o.Get("warmup").IsUndefined()) task->warmup = GetInteger(env, o.Get("warmup"), "options.warmup", 0, 1000000);
+    if (!o.Get("iters").IsUndefined()) task->iters = GetInteger(env, o.Get("iters"), "options.iters", 1, 1000000);
+    Napi::Value rotate = o.Get("rotate");
+    if (!rotate.IsUndefined()) {
+      if (!rotate.IsArray()) throw ArgError(env, "options.rotate", "an array of device token sets", Describe(rotate));
+      Napi::Array a = rotate.As<Napi::Array>();
+      for (uint32_t i = 0; i < a.Length(); i++) {
+        task->docs.push_back(ParseDocs(env, rt, a.Get(i), task->queries, "options.rotate[" + std::to_string(i) + "]"));
+      }
+    }
+  }
+  return Submit(env, rt, std::move(task));
+}
+
+}  // namespace
+
+void InitCuda(Napi::Env env, Napi::Object exports) {
+  auto* data = new InstanceData();
+  env.SetInstanceData(data);
+  data->device_ctor = Napi::Persistent(DeviceHandle::Define(env));
+  data->tokens_ctor = Napi::Persistent(TokenSetHandle::Define(env));
+  data->completion = std::make_shared<Completion>();
+  data->completion->tsfn = CompletionFn::New(env, "maxsim.cuda", 0, 1, data->completion.get());
+  data->completion->tsfn.Unref(env);  // referenced only while tasks are in flight
+  // Registered after the TSFN, so it runs before the TSFN's own teardown: completions stop first.
+  std::shared_ptr<Completion> completion = data->completion;
+  env.AddCleanupHook([completion] {
+    std::lock_guard<std::mutex> lock(completion->mutex);
+    completion->alive = false;
+  });
+
+  Napi::Object cuda = Napi::Object::New(env);
+  cuda.Set("status", Napi::Function::New(env, Status, "status"));
+  cuda.Set("open", Napi::Function::New(env, Open, "open"));
+  cuda.Set("info", Napi::Function::New(env, Info, "info"));
+  cuda.Set("memory", Napi::Function::New(env, Memory, "memory"));
+  cuda.Set("emptyCache", Napi::Function::New(env, EmptyCache, "emptyCache"));
+  cuda.Set("upload", Napi::Function::New(env, Upload, "upload"));
+  cuda.Set("alloc", Napi::Function::New(env, Alloc, "alloc"));
+  cuda.Set("append", Napi::Function::New(env, Append, "append"));
+  cuda.Set("score", Napi::Function::New(env, Score, "score"));
+  cuda.Set("bench", Napi::Function::New(env, Bench, "bench"));
+  exports.Set("cuda", cuda);
+}

@@ -1,0 +1,533 @@
+#include "runtime.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/maxsim_params.h"
+
+namespace maxsim_cuda {
+namespace {
+
+constexpr uint64_t kStagingBytes = 16ull << 20;  // per pinned staging buffer (two of them)
+constexpr uint64_t kSmallLimit = 1ull << 20;     // blocks up to 1 MiB: power-of-two classes
+constexpr uint64_t kLargeGranule = 2ull << 20;   // larger blocks: multiples of 2 MiB
+constexpr uint32_t kQuietNaN = 0x7fc00000u;
+constexpr int kDefaultDynamicSmem = 48 * 1024;
+
+std::string ReadText(const std::string& path) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Int8: return "int8";
+  }
+  return "?";
+}
+
+std::string AddonDir() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&FindKernelFiles), &info) == 0 || info.dli_fname == nullptr) return ".";
+  std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Device properties and kernel files
+
+DeviceProps QueryDeviceProps(int index) {
+  const Driver& d = Api();
+  DeviceProps p;
+  p.index = index;
+  cu::CUdevice dev = 0;
+  Check(d.cuDeviceGet(&dev, index), "cuDeviceGet");
+  char name[256] = {0};
+  Check(d.cuDeviceGetName(name, sizeof(name) - 1, dev), "cuDeviceGetName");
+  p.name = name;
+  auto attr = [&](int a) {
+    int v = 0;
+    Check(d.cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
+    return v;
+  };
+  p.cc_major = attr(cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  p.cc_minor = attr(cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  p.sms = attr(cu::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  p.l2_bytes = attr(cu::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+  p.smem_optin = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+  p.max_threads_per_block = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  p.max_block[0] = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  p.max_block[1] = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  p.max_block[2] = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  p.max_grid[0] = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  p.max_grid[1] = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  p.max_grid[2] = attr(cu::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  size_t total = 0;
+  Check(d.cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem");
+  p.total_memory = total;
+  return p;
+}
+
+KernelFiles FindKernelFiles() {
+  KernelFiles k;
+  const char* env = std::getenv("MAXSIM_KERNEL_DIR");
+  k.dir = env && *env ? std::string(env) : AddonDir() + "/../kernels";
+  if (DIR* dir = opendir(k.dir.c_str())) {
+    while (dirent* e = readdir(dir)) {
+      const std::string name = e->d_name;
+      if (name.size() > 7 && name.compare(name.size() - 7, 7, ".fatbin") == 0) k.fatbins.push_back(name);
+    }
+    closedir(dir);
+  }
+  std::sort(k.fatbins.begin(), k.fatbins.end());
+  if (k.fatbins.empty()) {
+    const std::string why = ReadText(k.dir + "/UNAVAILABLE.txt");
+    k.unavailable = "no CUDA kernels in " + k.dir + ": " +
+                    (why.empty() ? std::string("no *.fatbin there (run `node scripts/build-native.mjs kernels` where nvcc exists)") : why);
+  }
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocator
+
+uint64_t Allocator::RoundUp(uint64_t bytes) {
+  if (bytes <= 512) return 512;
+  if (bytes <= kSmallLimit) {
+    uint64_t c = 512;
+    while (c < bytes) c <<= 1;
+    return c;
+  }
+  return (bytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+}
+
+cu::CUdeviceptr Allocator::Alloc(uint64_t bytes) {
+  const uint64_t size = RoundUp(bytes);
+  // Reuse the smallest cached block that fits without wasting more than a quarter of it.
+  auto it = free_.lower_bound(size);
+  if (it != free_.end() && it->first <= size + size / 4) {
+    const uint64_t got = it->first;
+    const cu::CUdeviceptr ptr = it->second;
+    free_.erase(it);
+    stats_.cached -= got;
+    live_[ptr] = got;
+    stats_.in_use += got;
+    stats_.peak = std::max(stats_.peak, stats_.in_use);
+    return ptr;
+  }
+  const Driver& d = Api();
+  cu::CUdeviceptr ptr = 0;
+  cu::CUresult r = d.cuMemAlloc(&ptr, size);
+  if (r == cu::CUDA_ERROR_OUT_OF_MEMORY && !free_.empty()) {
+    ReleaseCached();
+    r = d.cuMemAlloc(&ptr, size);
+  }
+  if (r == cu::CUDA_ERROR_OUT_OF_MEMORY) {
+    size_t free_b = 0, total_b = 0;
+    d.cuMemGetInfo(&free_b, &total_b);
+    throw CudaError("cuMemAlloc failed: " + DescribeResult(r) + " allocating " + std::to_string(size) +
+                        " bytes on the GPU (" + std::to_string(stats_.in_use) + " bytes in use by maxsim, " +
+                        std::to_string(free_b) + " of " + std::to_string(total_b) + " bytes free)",
+                    "CUDA_ERROR_OUT_OF_MEMORY");
+  }
+  Check(r, "cuMemAlloc");
+  live_[ptr] = size;
+  stats_.in_use += size;
+  stats_.peak = std::max(stats_.peak, stats_.in_use);
+  return ptr;
+}
+
+void Allocator::Free(cu::CUdeviceptr ptr) {
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;
+  free_.emplace(it->second, ptr);
+  stats_.in_use -= it->second;
+  stats_.cached += it->second;
+  live_.erase(it);
+}
+
+void Allocator::ReleaseCached() {
+  const Driver& d = Api();
+  for (const auto& [size, ptr] : free_) {
+    Check(d.cuMemFree(ptr), "cuMemFree");
+    stats_.cached -= size;
+  }
+  free_.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token sets
+
+uint64_t DeviceTokens::bytes() const {
+  return static_cast<uint64_t>(capacity_tokens) * static_cast<uint64_t>(dim) * DTypeSize(dtype) +
+         static_cast<uint64_t>(capacity_items) * (sizeof(int64_t) + sizeof(int32_t));
+}
+
+DeviceTokens::~DeviceTokens() {
+  if (!runtime || (!data && !starts && !lengths)) return;
+  Runtime* rt = runtime;
+  const cu::CUdeviceptr blocks[3] = {data, starts, lengths};
+  rt->Post([rt, b0 = blocks[0], b1 = blocks[1], b2 = blocks[2]] {
+    rt->allocator().Free(b0);
+    rt->allocator().Free(b1);
+    rt->allocator().Free(b2);
+  });
+}
+
+// Streams bytes into device memory through the two pinned staging buffers: while the GPU copies one
+// buffer, the worker fills the other (each buffer's last copy is fenced with an event).
+class StagedWriter {
+ public:
+  StagedWriter(Runtime& rt, cu::CUdeviceptr dst) : rt_(rt), dst_(dst) {}
+  void Write(const void* src, uint64_t bytes) {
+    const auto* p = static_cast<const uint8_t*>(src);
+    while (bytes > 0) {
+      if (!buf_) Acquire();
+      const uint64_t take = std::min(bytes, kStagingBytes - fill_);
+      std::memcpy(buf_ + fill_, p, take);
+      fill_ += take;
+      p += take;
+      bytes -= take;
+      if (fill_ == kStagingBytes) Flush();
+    }
+  }
+  void Finish() {
+    if (fill_ > 0) Flush();
+  }
+
+ private:
+  void Acquire() {
+    Check(Api().cuEventSynchronize(rt_.staging_done_[which_]), "cuEventSynchronize");
+    buf_ = static_cast<uint8_t*>(rt_.Staging(which_));
+  }
+  void Flush() {
+    const Driver& d = Api();
+    Check(d.cuMemcpyHtoDAsync(dst_ + offset_, buf_, fill_, rt_.stream_), "cuMemcpyHtoDAsync");
+    Check(d.cuEventRecord(rt_.staging_done_[which_], rt_.stream_), "cuEventRecord");
+    offset_ += fill_;
+    fill_ = 0;
+    buf_ = nullptr;
+    which_ ^= 1;
+  }
+  Runtime& rt_;
+  cu::CUdeviceptr dst_;
+  uint64_t offset_ = 0, fill_ = 0;
+  uint8_t* buf_ = nullptr;
+  int which_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Runtime
+
+Runtime* Runtime::Get(int index) {
+  static std::mutex m;
+  static std::map<int, Runtime*> runtimes;  // never destroyed: they live as long as the process
+  const Driver& d = Api();
+  if (index < 0 || index >= d.device_count) {
+    throw std::invalid_argument("Expected a CUDA device index in [0, " + std::to_string(d.device_count) +
+                                ") for device but received " + std::to_string(index));
+  }
+  std::lock_guard<std::mutex> lock(m);
+  auto it = runtimes.find(index);
+  if (it != runtimes.end()) return it->second;
+  Runtime* rt = new Runtime(QueryDeviceProps(index));
+  runtimes[index] = rt;
+  return rt;
+}
+
+Runtime::Runtime(DeviceProps props) : props_(std::move(props)) {}
+
+void Runtime::Post(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!started_) {
+    started_ = true;
+    thread_ = std::thread(&Runtime::WorkerLoop, this);
+  }
+  queue_.push_back(std::move(job));
+  cv_.notify_one();
+}
+
+void Runtime::WorkerLoop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+void Runtime::EnsureReady() {
+  EnsureUsable();
+  if (!setup_done_) {
+    setup_done_ = true;
+    try {
+      Setup();
+    } catch (const CudaError& e) {
+      setup_error_ = std::string("CUDA setup of device ") + std::to_string(props_.index) + " failed: " + e.what();
+      setup_code_ = e.code();
+    }
+  }
+  if (!setup_error_.empty()) throw CudaError(setup_error_, setup_code_);
+}
+
+void Runtime::Setup() {
+  const Driver& d = Api();
+  Check(d.cuDeviceGet(&device_, props_.index), "cuDeviceGet");
+  Check(d.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+  Check(d.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  Check(d.cuStreamCreate(&stream_, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (auto& e : staging_done_) Check(d.cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+  LoadModules();
+}
+
+void Runtime::LoadModules() {
+  const Driver& d = Api();
+  kernel_files_ = FindKernelFiles();
+  for (const std::string& name : kernel_files_.fatbins) {
+    std::ifstream f(kernel_files_.dir + "/" + name, std::ios::binary);
+    std::vector<char> image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!f.good() && !f.eof()) {
+      module_errors_.push_back(name + ": could not be read");
+      continue;
+    }
+    cu::CUmodule module = nullptr;
+    // Not through Check: a fatbin without code for this GPU (CUDA_ERROR_NO_BINARY_FOR_GPU) or with PTX
+    // newer than the driver (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) leaves the other modules usable.
+    const cu::CUresult r = d.cuModuleLoadData(&module, image.data());
+    if (r != cu::CUDA_SUCCESS) {
+      module_errors_.push_back(name + ": cuModuleLoadData failed: " + DescribeResult(r));
+      continue;
+    }
+    modules_.push_back(module);
+  }
+}
+
+void* Runtime::Staging(int which) {
+  if (!staging_[which]) Check(Api().cuMemHostAlloc(&staging_[which], kStagingBytes, cu::CU_MEMHOSTALLOC_DEFAULT), "cuMemHostAlloc");
+  return staging_[which];
+}
+
+MemoryInfo Runtime::Memory() {
+  MemoryInfo m;
+  m.alloc = allocator_.stats();
+  size_t free_b = 0, total_b = 0;
+  Check(Api().cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo");
+  m.free = free_b;
+  m.total = total_b;
+  return m;
+}
+
+std::vector<std::string> Runtime::KernelNames() const {
+  std::vector<std::string> names;
+  const Driver& d = Api();
+  if (!d.cuModuleGetFunctionCount || !d.cuModuleEnumerateFunctions || !d.cuFuncGetName) return names;
+  for (cu::CUmodule m : modules_) {
+    unsigned int n = 0;
+    Check(d.cuModuleGetFunctionCount(&n, m), "cuModuleGetFunctionCount");
+    std::vector<cu::CUfunction> fns(n);
+    if (n > 0) Check(d.cuModuleEnumerateFunctions(fns.data(), n, m), "cuModuleEnumerateFunctions");
+    for (cu::CUfunction f : fns) {
+      const char* name = nullptr;
+      Check(d.cuFuncGetName(&name, f), "cuFuncGetName");
+      if (name) names.emplace_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Runtime::FunctionInfo& Runtime::Function(const std::string& name) {
+  auto it = functions_.find(name);
+  if (it != functions_.end()) return it->second;
+  const Driver& d = Api();
+  for (cu::CUmodule m : modules_) {
+    cu::CUfunction fn = nullptr;
+    const cu::CUresult r = d.cuModuleGetFunction(&fn, m, name.c_str());
+    if (r == cu::CUDA_ERROR_NOT_FOUND) continue;
+    Check(r, "cuModuleGetFunction");
+    FunctionInfo info;
+    info.fn = fn;
+    Check(d.cuFuncGetAttribute(&info.max_threads, cu::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn), "cuFuncGetAttribute");
+    Check(d.cuFuncGetAttribute(&info.static_smem, cu::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute");
+    Check(d.cuFuncGetAttribute(&info.dynamic_smem_limit, cu::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn),
+          "cuFuncGetAttribute");
+    return functions_.emplace(name, info).first->second;
+  }
+  std::string detail;
+  if (!kernel_files_.unavailable.empty()) detail = kernel_files_.unavailable;
+  for (const std::string& e : module_errors_) detail += (detail.empty() ? "" : "; ") + e;
+  if (detail.empty()) {
+    const std::vector<std::string> names = KernelNames();
+    detail = "loaded from " + kernel_files_.dir;
+    if (!names.empty()) {
+      detail += "; available:";
+      for (const std::string& n : names) detail += " " + n;
+    }
+  }
+  throw std::invalid_argument("Expected the name of a kernel in the CUDA modules for launch.kernel but received '" +
+                              name + "' (" + detail + ")");
+}
+
+void Runtime::ValidateLaunch(const LaunchSpec& spec) {
+  FunctionInfo& f = Function(spec.kernel);
+  const char* axis[3] = {"x", "y", "z"};
+  uint64_t threads = 1;
+  for (int i = 0; i < 3; i++) {
+    if (spec.grid[i] < 1 || spec.grid[i] > static_cast<unsigned>(props_.max_grid[i])) {
+      throw std::invalid_argument("Expected launch.grid." + std::string(axis[i]) + " in [1, " +
+                                  std::to_string(props_.max_grid[i]) + "] but received " + std::to_string(spec.grid[i]));
+    }
+    if (spec.block[i] < 1 || spec.block[i] > static_cast<unsigned>(props_.max_block[i])) {
+      throw std::invalid_argument("Expected launch.block." + std::string(axis[i]) + " in [1, " +
+                                  std::to_string(props_.max_block[i]) + "] but received " + std::to_string(spec.block[i]));
+    }
+    threads *= spec.block[i];
+  }
+  if (threads > static_cast<uint64_t>(f.max_threads)) {
+    throw std::invalid_argument("Expected at most " + std::to_string(f.max_threads) + " threads per block for kernel " +
+                                spec.kernel + " but received launch.block of " + std::to_string(threads) + " threads");
+  }
+  const uint64_t smem_total = static_cast<uint64_t>(spec.smem) + static_cast<uint64_t>(f.static_smem);
+  if (smem_total > static_cast<uint64_t>(props_.smem_optin)) {
+    throw std::invalid_argument("Expected launch.smem <= " + std::to_string(props_.smem_optin - f.static_smem) +
+                                " bytes (the device's opt-in shared memory minus the kernel's " +
+                                std::to_string(f.static_smem) + " static bytes) but received " + std::to_string(spec.smem));
+  }
+  if (static_cast<int>(spec.smem) > f.dynamic_smem_limit) {
+    Check(Api().cuFuncSetAttribute(f.fn, cu::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(spec.smem)),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    f.dynamic_smem_limit = static_cast<int>(spec.smem);
+  }
+}
+
+std::shared_ptr<DeviceTokens> Runtime::AllocTokens(DType dtype, int64_t dim, int64_t capacity_tokens, int64_t capacity_items) {
+  auto t = std::make_shared<DeviceTokens>();
+  t->runtime = this;
+  t->dtype = dtype;
+  t->dim = dim;
+  t->capacity_tokens = capacity_tokens;
+  t->capacity_items = capacity_items;
+  // At least one element each, so that every pointer a kernel receives is a valid allocation.
+  t->data = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_tokens, 1)) * dim * DTypeSize(dtype));
+  t->starts = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_items, 1)) * sizeof(int64_t));
+  t->lengths = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_items, 1)) * sizeof(int32_t));
+  return t;
+}
+
+void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
+  if (src.dtype != dst.dtype || src.dim != dst.dim) {
+    throw std::invalid_argument(std::string("Expected tokens of dtype ") + DTypeName(dst.dtype) + " and dim " +
+                                std::to_string(dst.dim) + " for the appended batch but received dtype " +
+                                DTypeName(src.dtype) + " and dim " + std::to_string(src.dim));
+  }
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < src.count; i++) tokens += src.lengths[i];
+  if (dst.tokens + tokens > dst.capacity_tokens || dst.count + src.count > dst.capacity_items) {
+    throw std::invalid_argument("Expected a batch that fits the device token set (room for " +
+                                std::to_string(dst.capacity_tokens - dst.tokens) + " tokens and " +
+                                std::to_string(dst.capacity_items - dst.count) + " items) but received " +
+                                std::to_string(tokens) + " tokens in " + std::to_string(src.count) + " items");
+  }
+  const uint64_t row = static_cast<uint64_t>(src.dim) * DTypeSize(src.dtype);
+  const auto* base = static_cast<const uint8_t*>(src.data);
+  // Items are packed in order on the device (padding and unused tokens are not copied).
+  std::vector<int64_t> starts(static_cast<size_t>(src.count));
+  int32_t max_length = dst.max_length;
+  {
+    StagedWriter w(*this, dst.data + static_cast<uint64_t>(dst.tokens) * row);
+    int64_t at = dst.tokens;
+    for (int64_t i = 0; i < src.count; i++) {
+      const int64_t start = static_cast<int64_t>(src.starts[i]);
+      const int32_t len = src.lengths[i];
+      starts[i] = at;
+      at += len;
+      max_length = std::max(max_length, len);
+      w.Write(base + static_cast<uint64_t>(start) * row, static_cast<uint64_t>(len) * row);
+    }
+    w.Finish();
+  }
+  if (src.count > 0) {
+    StagedWriter ws(*this, dst.starts + static_cast<uint64_t>(dst.count) * sizeof(int64_t));
+    ws.Write(starts.data(), starts.size() * sizeof(int64_t));
+    ws.Finish();
+    StagedWriter wl(*this, dst.lengths + static_cast<uint64_t>(dst.count) * sizeof(int32_t));
+    wl.Write(src.lengths, static_cast<uint64_t>(src.count) * sizeof(int32_t));
+    wl.Finish();
+  }
+  // The host arrays belong to JS and may change after the job: finish every copy before returning.
+  Synchronize();
+  dst.tokens += tokens;
+  dst.count += src.count;
+  dst.max_length = max_length;
+}
+
+void Runtime::FillNaN(cu::CUdeviceptr ptr, uint64_t count) {
+  if (count > 0) Check(Api().cuMemsetD32Async(ptr, kQuietNaN, count, stream_), "cuMemsetD32Async");
+}
+
+void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchSpec& spec, cu::CUdeviceptr scores) {
+  if (q.count == 0 || d.count == 0) return;
+  FunctionInfo& f = Function(spec.kernel);
+  MaxsimParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.queries = reinterpret_cast<const void*>(static_cast<uintptr_t>(q.data));
+  p.query_starts = reinterpret_cast<const int64_t*>(static_cast<uintptr_t>(q.starts));
+  p.query_lengths = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(q.lengths));
+  p.docs = reinterpret_cast<const void*>(static_cast<uintptr_t>(d.data));
+  p.doc_starts = reinterpret_cast<const int64_t*>(static_cast<uintptr_t>(d.starts));
+  p.doc_lengths = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(d.lengths));
+  p.scores = reinterpret_cast<float*>(static_cast<uintptr_t>(scores));
+  p.num_docs = static_cast<int32_t>(d.count);
+  p.dim = static_cast<int32_t>(q.dim);
+  p.max_query_length = q.max_length;
+  p.max_doc_length = d.max_length;
+  const int64_t tile = spec.query_tile > 0 ? spec.query_tile : q.count;
+  const std::string call = "cuLaunchKernel(" + spec.kernel + ")";
+  for (int64_t off = 0; off < q.count; off += tile) {
+    // One tile of queries per launch: [query_tile_offset, num_queries); scores stay indexed by the
+    // global query (row stride num_docs), so tiles write disjoint rows of the same matrix.
+    p.query_tile_offset = static_cast<int32_t>(off);
+    p.num_queries = static_cast<int32_t>(std::min(off + tile, q.count));
+    void* args[] = {&p};  // MaxsimParams by value: the driver copies sizeof(MaxsimParams) bytes from &p
+    Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1],
+                               spec.block[2], spec.smem, stream_, args, nullptr),
+          call.c_str());
+  }
+}
+
+void Runtime::Download(void* dst, cu::CUdeviceptr src, uint64_t bytes) {
+  const Driver& d = Api();
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t off = 0; off < bytes; off += kStagingBytes) {
+    const uint64_t n = std::min(kStagingBytes, bytes - off);
+    void* stage = Staging(0);
+    // Staging buffer 0 may still feed an upload copy: the stream orders this copy after it.
+    Check(d.cuMemcpyDtoHAsync(stage, src + off, n, stream_), "cuMemcpyDtoHAsync");
+    Synchronize();
+    std::memcpy(out + off, stage, n);
+  }
+}
+
+void Runtime::Synchronize() { Check(Api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+
+}  // namespace maxsim_cuda

@@ -1,0 +1,195 @@
+// The CUDA runtime of one device: a dedicated worker thread that owns the primary context and runs
+// queued jobs in FIFO order, one stream, a caching device allocator, pinned staging buffers, the
+// kernel modules (build/kernels/*.fatbin) and kernel launches.
+//
+// Threading: everything that touches the context runs on the worker thread, through Post(). Jobs run
+// one at a time and each leaves the stream idle when it returns (it synchronizes), so a device block
+// that goes back to the allocator is never still in use by the GPU. Runtimes live for the whole
+// process (they are never destroyed; the driver releases the context at exit).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "../binding/token_set.h"
+#include "driver.h"
+
+namespace maxsim_cuda {
+
+struct DeviceProps {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sms = 0;
+  uint64_t total_memory = 0;
+  int l2_bytes = 0;
+  int smem_optin = 0;  // max dynamic + static shared memory per block with opt-in
+  int max_threads_per_block = 0;
+  int max_block[3] = {0, 0, 0};
+  int max_grid[3] = {0, 0, 0};
+};
+
+// Reads the properties of device `index` (no context needed). Throws CudaError.
+DeviceProps QueryDeviceProps(int index);
+
+// The kernel fatbins: $MAXSIM_KERNEL_DIR, else <dir of the addon .node>/../kernels (the addon lives
+// in build/Release). `unavailable` holds UNAVAILABLE.txt (or why nothing was found) when no fatbin exists.
+struct KernelFiles {
+  std::string dir;
+  std::vector<std::string> fatbins;  // file names, sorted
+  std::string unavailable;
+};
+KernelFiles FindKernelFiles();
+
+// Caching device allocator (worker thread only). Blocks are rounded to size classes and kept on free
+// for reuse; on out-of-memory every cached block is released and the allocation retried once.
+class Allocator {
+ public:
+  struct Stats {
+    uint64_t in_use = 0, cached = 0, peak = 0;
+  };
+  cu::CUdeviceptr Alloc(uint64_t bytes);
+  void Free(cu::CUdeviceptr ptr);
+  void ReleaseCached();
+  Stats stats() const { return stats_; }
+  void ResetPeak() { stats_.peak = stats_.in_use; }
+
+ private:
+  static uint64_t RoundUp(uint64_t bytes);
+  std::unordered_map<cu::CUdeviceptr, uint64_t> live_;
+  std::multimap<uint64_t, cu::CUdeviceptr> free_;
+  Stats stats_;
+};
+
+class Runtime;
+
+// One allocator block returned to the cache when the scope ends (worker thread only).
+class ScopedBlock {
+ public:
+  ScopedBlock(Allocator& a, uint64_t bytes) : alloc_(a), ptr_(a.Alloc(bytes)) {}
+  ~ScopedBlock() { alloc_.Free(ptr_); }
+  ScopedBlock(const ScopedBlock&) = delete;
+  ScopedBlock& operator=(const ScopedBlock&) = delete;
+  cu::CUdeviceptr get() const { return ptr_; }
+
+ private:
+  Allocator& alloc_;
+  cu::CUdeviceptr ptr_;
+};
+
+// A token set resident on the device: packed tokens [capacity_tokens, dim], int64 starts and int32
+// lengths [capacity_items]. Items are appended (upload = one append of a whole batch). Freed through
+// the owning runtime when the last reference goes, from whatever thread drops it.
+struct DeviceTokens {
+  Runtime* runtime = nullptr;
+  DType dtype = DType::Float32;
+  int64_t dim = 0;
+  int64_t capacity_tokens = 0, capacity_items = 0;
+  int64_t tokens = 0, count = 0;  // used so far
+  int32_t max_length = 0;
+  cu::CUdeviceptr data = 0, starts = 0, lengths = 0;
+  uint64_t bytes() const;
+  ~DeviceTokens();
+};
+
+struct LaunchSpec {
+  std::string kernel;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned smem = 0;
+  // > 0: launch once per tile of this many queries (query_tile_offset / num_queries bound each launch).
+  int64_t query_tile = 0;
+};
+
+struct MemoryInfo {
+  Allocator::Stats alloc;
+  uint64_t total = 0, free = 0;
+};
+
+class Runtime {
+ public:
+  // The runtime of device `index`, created on first use (the worker thread starts lazily with the
+  // first job). Throws CudaError for an unknown device or an unusable driver.
+  static Runtime* Get(int index);
+
+  const DeviceProps& props() const { return props_; }
+
+  // Queues a job for the worker thread (FIFO). Thread-safe; never blocks on the GPU. The job must
+  // not throw (callers catch and report).
+  void Post(std::function<void()> job);
+
+  // ---- worker thread only ----
+  // Creates the context, stream and modules on first use; throws the setup error (every time) if
+  // that failed.
+  void EnsureReady();
+  Allocator& allocator() { return allocator_; }
+  cu::CUstream stream() const { return stream_; }
+  MemoryInfo Memory();
+  // Names of all kernels in the loaded modules (empty when the driver cannot enumerate them).
+  std::vector<std::string> KernelNames() const;
+  // Problems met while loading modules ("file: reason"), for status and error messages.
+  const std::vector<std::string>& module_errors() const { return module_errors_; }
+
+  // Allocates a token set with room for the given tokens / items.
+  std::shared_ptr<DeviceTokens> AllocTokens(DType dtype, int64_t dim, int64_t capacity_tokens, int64_t capacity_items);
+  // Appends the items of a host token set (copied through pinned staging; items are packed).
+  void Append(DeviceTokens& dst, const TokenSet& src);
+  // Fills `count` floats with NaN, so that a kernel that skips a pair shows instead of stale memory.
+  void FillNaN(cu::CUdeviceptr ptr, uint64_t count);
+  // Enqueues the launches that score queries x docs into `scores` ([num_queries, num_docs] floats on
+  // the device); the caller synchronizes. ValidateLaunch must have accepted `spec`.
+  void Launch(const DeviceTokens& queries, const DeviceTokens& docs, const LaunchSpec& spec, cu::CUdeviceptr scores);
+  // Checks a launch against the kernel and the device before anything is enqueued, and raises the
+  // kernel's dynamic shared memory limit when the launch needs more than the default 48 KiB.
+  // Throws std::invalid_argument for a bad launch.
+  void ValidateLaunch(const LaunchSpec& spec);
+  void Download(void* dst, cu::CUdeviceptr src, uint64_t bytes);
+  void Synchronize();
+
+ private:
+  explicit Runtime(DeviceProps props);
+  void WorkerLoop();
+  void Setup();
+  void LoadModules();
+  struct FunctionInfo {
+    cu::CUfunction fn = nullptr;
+    int max_threads = 0;
+    int static_smem = 0;
+    int dynamic_smem_limit = 0;  // raised with cuFuncSetAttribute when a launch needs more
+  };
+  FunctionInfo& Function(const std::string& name);
+  void* Staging(int which);
+  friend class StagedWriter;
+
+  DeviceProps props_;
+  cu::CUdevice device_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool started_ = false;
+  std::thread thread_;
+
+  // worker-thread state
+  bool setup_done_ = false;
+  std::string setup_error_, setup_code_;
+  cu::CUcontext context_ = nullptr;
+  cu::CUstream stream_ = nullptr;
+  Allocator allocator_;
+  std::vector<cu::CUmodule> modules_;
+  std::vector<std::string> module_errors_;
+  KernelFiles kernel_files_;
+  std::unordered_map<std::string, FunctionInfo> functions_;
+  void* staging_[2] = {nullptr, nullptr};
+  cu::CUevent staging_done_[2] = {nullptr, nullptr};
+};
+
+}  // namespace maxsim_cuda
