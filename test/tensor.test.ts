@@ -1,0 +1,110 @@
+// The data model: constructors, validation messages, dtype conversions.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { InvalidArgumentError } from '../src/errors.js';
+import {
+  batchItem,
+  bf16BitsToFloat,
+  denseBatch,
+  f16BitsToFloat,
+  floatToBf16Bits,
+  floatToF16Bits,
+  raggedBatch,
+  tokenMatrix,
+  totalTokens,
+} from '../src/tensor.js';
+import { rng, runSeed } from './helpers.js';
+
+function throwsArg(fn: () => unknown, argument: RegExp, message: RegExp) {
+  assert.throws(fn, (e: unknown) => {
+    assert.ok(e instanceof InvalidArgumentError, `expected InvalidArgumentError, got ${String(e)}`);
+    assert.match(e.argument, argument);
+    assert.match(e.message, message);
+    assert.match(e.message, /^Expected .+ for .+ but received .+/);
+    return true;
+  });
+}
+
+describe('token batches', () => {
+  test('dense batches normalize to spans; lengths default to the capacity', () => {
+    const b = denseBatch(new Float32Array(2 * 3 * 4), { count: 2, length: 3, dim: 4 });
+    assert.deepEqual(Array.from(b.starts), [0, 3]);
+    assert.deepEqual(Array.from(b.lengths), [3, 3]);
+    const p = denseBatch(new Float32Array(2 * 3 * 4), { count: 2, length: 3, dim: 4, lengths: [1, 0] });
+    assert.equal(totalTokens(p), 1);
+    assert.equal(batchItem(p, 0).length, 1);
+  });
+
+  test('ragged batches accept number[], Int32Array, Float64Array and BigInt64Array offsets', () => {
+    const data = new Float32Array(5 * 2);
+    for (const offsets of [
+      [0, 2, 2, 5],
+      new Int32Array([0, 2, 2, 5]),
+      new Float64Array([0, 2, 2, 5]),
+      new BigInt64Array([0n, 2n, 2n, 5n]),
+    ]) {
+      const b = raggedBatch(data, offsets, { dim: 2 });
+      assert.deepEqual(Array.from(b.lengths), [2, 0, 3]);
+      assert.equal(b.maxLength, 3);
+    }
+  });
+
+  test('validation names the argument, the expected and the received value', () => {
+    const data = new Float32Array(12);
+    throwsArg(() => raggedBatch(data, [0, 3, 2], { dim: 2 }), /offsets\[2\]/, /non-decreasing.*received 2/);
+    throwsArg(() => raggedBatch(data, [0, 7], { dim: 2 }), /offsets\[1\]/, /<= 6/);
+    throwsArg(() => raggedBatch(data, [0, 1.5], { dim: 2 }), /offsets\[1\]/, /integer/);
+    throwsArg(() => raggedBatch(new Float32Array(5), [0, 1], { dim: 2 }), /data/, /divisible by dim 2/);
+    throwsArg(
+      () => denseBatch(new Float32Array(24), { count: 2, length: 3, dim: 4, lengths: [1, 4] }),
+      /lengths\[1\]/,
+      /\[0, 3\].*capacity/,
+    );
+    throwsArg(
+      () => denseBatch(new Float32Array(24), { count: 2, length: 3, dim: 4, lengths: [1] }),
+      /lengths/,
+      /2 entries/,
+    );
+    throwsArg(() => denseBatch(data, { count: 4, length: 3, dim: 4 }), /data/, /at least 48 elements/);
+    throwsArg(() => tokenMatrix(data, 3, 0), /dim/, /integer >= 1/);
+    throwsArg(() => tokenMatrix(new Uint16Array(4), 1, 4), /data\.dtype/, /float16' or 'bfloat16/);
+    throwsArg(() => tokenMatrix([1, 2] as never, 1, 2), /data/, /Float32Array/);
+    throwsArg(() => tokenMatrix(new Int8Array(4), 1, 4), /matrix\.scales/, /Float32Array/);
+  });
+
+  test('non-finite values are rejected by default and accepted when the check is off', () => {
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+      const data = new Float32Array(8);
+      data[5] = bad;
+      throwsArg(() => tokenMatrix(data, 2, 4), /data/, /token 1, component 1/);
+      assert.equal(tokenMatrix(data, 2, 4, { checkFinite: false }).length, 2);
+      throwsArg(() => raggedBatch(data, [0, 2], { dim: 4 }), /data/, /non-finite/);
+    }
+    const bits = new Uint16Array([floatToF16Bits(1), 0x7c00]);
+    throwsArg(() => tokenMatrix(bits, 1, 2, { dtype: 'float16' }), /data/, /non-finite/);
+    const bfBits = new Uint16Array([0x7fc0, 0]);
+    throwsArg(() => tokenMatrix(bfBits, 1, 2, { dtype: 'bfloat16' }), /data/, /non-finite/);
+    // Padding of a dense batch is not scanned: it is never scored.
+    const padded = new Float32Array(8);
+    padded[7] = Number.NaN;
+    assert.equal(denseBatch(padded, { count: 1, length: 2, dim: 4, lengths: [1] }).count, 1);
+  });
+});
+
+describe('float16 and bfloat16 conversion', () => {
+  test('round-trips representable values and rounds to nearest even', () => {
+    const rand = rng(runSeed);
+    for (let i = 0; i < 2000; i++) {
+      const x = (rand() * 2 - 1) * 2 ** Math.floor(rand() * 30 - 20);
+      const h = f16BitsToFloat(floatToF16Bits(x));
+      if (Math.abs(x) < 65504 && Math.abs(x) > 6.2e-5)
+        assert.ok(Math.abs(h - x) <= Math.abs(x) * 2 ** -11, `f16 ${x} -> ${h}`);
+      const b = bf16BitsToFloat(floatToBf16Bits(x));
+      assert.ok(Math.abs(b - x) <= Math.abs(x) * 2 ** -8, `bf16 ${x} -> ${b}`);
+    }
+    assert.equal(floatToF16Bits(1 + 2 ** -11), floatToF16Bits(1)); // tie to even
+    assert.equal(f16BitsToFloat(floatToF16Bits(2 ** -24)), 2 ** -24); // smallest subnormal
+    assert.equal(f16BitsToFloat(floatToF16Bits(70000)), Number.POSITIVE_INFINITY);
+    assert.equal(bf16BitsToFloat(floatToBf16Bits(1 + 2 ** -8)), 1); // tie to even
+  });
+});
