@@ -113,13 +113,11 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
   std::vector<int64_t> block_offset(nq);
   std::vector<int32_t> qlen(nq);
   int64_t blocks = 0;
-  int64_t max_blocks = 0;
   for (int64_t i = 0; i < nq; i++) {
     block_offset[i] = blocks;
     qlen[i] = queries.lengths[i];
     const int64_t nb = (qlen[i] + W - 1) / W;
     blocks += nb;
-    max_blocks = std::max(max_blocks, nb);
   }
   // bf16 x bf16 runs on native bf16 products where the kernel set has them; else everything is fp32.
   const bool bf16_path = isa.bf16_dim_multiple > 0 && queries.dtype == DocType::BFloat16 &&
@@ -164,8 +162,6 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
   job.docs.dim = d;
   job.scores = scores;
 
-  int64_t max_ld = 0;
-  for (int64_t b = 0; b < nd; b++) max_ld = std::max<int64_t>(max_ld, docs.lengths[b]);
   const bool needs_doc_convert = !bf16_path && docs.dtype != DocType::Float32;
 
   ThreadPool& pool = GlobalPool();
@@ -175,13 +171,11 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
   std::atomic<int64_t> next{0};
   pool.Run(workers, [&](int) {
     // 64-byte aligned so converted rows start on cache lines like the caller's buffers usually do.
-    AlignedFloats doc_buf(needs_doc_convert ? max_ld * d + 16 : 0);
-    AlignedFloats runmax(max_blocks * W + W);
+    AlignedFloats doc_buf(needs_doc_convert ? ScratchChunkFloats(d) : 0);
+    AlignedFloats runmax(blocks * W + W);
     Scratch scratch;
     scratch.doc_f32 = doc_buf.get();
-    scratch.doc_f32_floats = needs_doc_convert ? max_ld * d : 0;
     scratch.runmax = runmax.get();
-    scratch.runmax_floats = max_blocks * W;
     for (;;) {
       const int64_t begin = next.fetch_add(chunk);
       if (begin >= nd) break;

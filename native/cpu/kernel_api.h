@@ -43,13 +43,14 @@ struct ScoreJob {
   // goes to scores[i] (paired mode). Unused by the all-pairs path.
 };
 
-// Per-thread scratch the kernels may use (document converted to fp32, running maxima).
+// Per-thread scratch the kernels may use.
 struct Scratch {
-  float* doc_f32 = nullptr;      // capacity: doc_f32_floats
-  int64_t doc_f32_floats = 0;
-  float* runmax = nullptr;       // capacity: runmax_floats
-  int64_t runmax_floats = 0;
+  float* doc_f32 = nullptr;  // one chunk of document tokens converted to fp32 (kScratchChunkFloats)
+  float* runmax = nullptr;   // running maxima: every query's lane blocks (block_offset * lanes)
 };
+
+// Converted-chunk capacity in floats: chunks hold at most ~24 KB or one tile of NR <= 32 tokens.
+inline int64_t ScratchChunkFloats(int64_t dim) { return dim * 32 + 8192; }
 
 using ScoreRangeFn = void (*)(const ScoreJob& job, int64_t doc_begin, int64_t doc_end, Scratch& scratch);
 

@@ -114,77 +114,85 @@ inline void SweepTokens(const Elem* qa, int64_t block_stride, const Elem* doc, i
   }
 }
 
-// MaxSim of one packed query (nblocks lane blocks, lq real tokens) against one document of ld tokens.
-// Document tokens are processed in chunks that fit L1 so every lane block re-reads them from cache.
+// Folds document tokens [0, n) of one chunk into the running maxima of one packed query.
 template <class V, int MR, int NR, bool kBf16, class Elem>
-inline float ScoreQueryDoc(const Elem* qpack, int64_t nblocks, int32_t lq, const Elem* doc, int64_t ld, int64_t d,
-                           float* runmax) {
+inline void SweepChunk(const Elem* qpack, int64_t nblocks, const Elem* chunk, int64_t n, int64_t d, float* runmax) {
   using T = typename V::T;
-  if (ld == 0) return -INFINITY;  // an empty document matches nothing
-  if (lq == 0) return 0.0f;       // an empty query sums no maxima
   const int64_t block_stride = d * V::W;
-  for (int64_t b = 0; b < nblocks; b++) V::store(runmax + b * V::W, V::neg_inf());
-  // ~24 KB of document per chunk (fp32) keeps the chunk plus two query lane blocks in L1.
-  const int64_t chunk = d * static_cast<int64_t>(sizeof(Elem)) * NR * 2 > 24576
-                            ? NR
-                            : (24576 / (d * static_cast<int64_t>(sizeof(Elem)) * NR)) * NR;
-  for (int64_t j0 = 0; j0 < ld; j0 += chunk) {
-    const int64_t j1 = MinI64(ld, j0 + chunk);
-    int64_t b = 0;
-    for (; b + MR <= nblocks; b += MR) {
-      T rm[MR];
+  int64_t b = 0;
+  for (; b + MR <= nblocks; b += MR) {
+    T rm[MR];
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; m++) rm[m] = V::load(runmax + (b + m) * V::W);
-      SweepTokens<V, MR, NR, kBf16>(qpack + b * block_stride, block_stride, doc, j0, j1, d, rm);
+    for (int m = 0; m < MR; m++) rm[m] = V::load(runmax + (b + m) * V::W);
+    SweepTokens<V, MR, NR, kBf16>(qpack + b * block_stride, block_stride, chunk, 0, n, d, rm);
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; m++) V::store(runmax + (b + m) * V::W, rm[m]);
-    }
-    for (; b < nblocks; b++) {
-      T rm[1] = {V::load(runmax + b * V::W)};
-      SweepTokens<V, 1, NR * MR, kBf16>(qpack + b * block_stride, block_stride, doc, j0, j1, d, rm);
-      V::store(runmax + b * V::W, rm[0]);
-    }
+    for (int m = 0; m < MR; m++) V::store(runmax + (b + m) * V::W, rm[m]);
   }
-  // Fixed-order sum in double: deterministic, and exact enough that the only error is fp32 dot products.
-  double sum = 0.0;
-  for (int32_t t = 0; t < lq; t++) sum += runmax[t];
-  return static_cast<float>(sum);
+  for (; b < nblocks; b++) {
+    T rm[1] = {V::load(runmax + b * V::W)};
+    SweepTokens<V, 1, NR * MR, kBf16>(qpack + b * block_stride, block_stride, chunk, 0, n, d, rm);
+    V::store(runmax + b * V::W, rm[0]);
+  }
 }
 
+// Tokens per chunk: about 24 KB of document (as the kernel reads it), a multiple of NR, so a chunk
+// and two query lane blocks stay in L1 while every query and lane block sweeps over it.
+template <int NR>
+inline int64_t ChunkTokens(int64_t d, int64_t elem_bytes) {
+  const int64_t tile_bytes = d * elem_bytes * NR;
+  return tile_bytes * 2 > 24576 ? NR : (24576 / tile_bytes) * NR;
+}
+
+// Scores documents [doc_begin, doc_end) against every query. Per document, chunks of tokens are
+// visited once (converted to fp32 first when the input is fp16/bf16, into an L1-sized scratch) and
+// every query's running maxima are updated from the same chunk.
 template <class V, int MR, int NR>
 void ScoreRangeImpl(const ScoreJob& job, int64_t doc_begin, int64_t doc_end, Scratch& scratch) {
   const auto& q = job.q;
   const auto& docs = job.docs;
   const int64_t d = docs.dim;
   const bool bf16_path = V::kBf16Dot && q.bf16 != nullptr;
+  const bool convert = !bf16_path && docs.dtype != DocType::Float32;
+  const int64_t chunk = bf16_path ? ChunkTokens<NR>(d, 2) : ChunkTokens<NR>(d, 4);
   for (int64_t doc = doc_begin; doc < doc_end; doc++) {
     const int64_t start = static_cast<int64_t>(docs.starts[doc]);
     const int64_t ld = docs.lengths[doc];
-    const float* doc_f32 = nullptr;
-    const uint16_t* doc_bf16 = nullptr;
-    if (bf16_path) {
-      doc_bf16 = static_cast<const uint16_t*>(docs.data) + start * d;
-    } else if (docs.dtype == DocType::Float32) {
-      doc_f32 = static_cast<const float*>(docs.data) + start * d;
-    } else {
-      // Conversion costs d/(2*Lq*d) of the FMAs per element: negligible, and keeps one fp32 kernel.
-      const uint16_t* src = static_cast<const uint16_t*>(docs.data) + start * d;
-      if (docs.dtype == DocType::Float16) V::f16_to_f32(src, scratch.doc_f32, ld * d);
-      else V::bf16_to_f32(src, scratch.doc_f32, ld * d);
-      doc_f32 = scratch.doc_f32;
-    }
     for (int64_t i = 0; i < q.num_queries; i++) {
-      const int32_t lq = q.length[i];
-      const int64_t nblocks = (lq + V::W - 1) / V::W;
-      float s;
-      if (bf16_path) {
-        s = ScoreQueryDoc<V, MR, NR, true>(q.bf16 + q.block_offset[i] * d * V::W, nblocks, lq, doc_bf16, ld, d,
-                                           scratch.runmax);
-      } else {
-        s = ScoreQueryDoc<V, MR, NR, false>(q.f32 + q.block_offset[i] * d * V::W, nblocks, lq, doc_f32, ld, d,
-                                            scratch.runmax);
+      float* rm = scratch.runmax + q.block_offset[i] * V::W;
+      const int64_t nblocks = (q.length[i] + V::W - 1) / V::W;
+      for (int64_t b = 0; b < nblocks; b++) V::store(rm + b * V::W, V::neg_inf());
+    }
+    for (int64_t j0 = 0; j0 < ld; j0 += chunk) {
+      const int64_t n = MinI64(chunk, ld - j0);
+      for (int64_t i = 0; i < q.num_queries; i++) {
+        const int64_t nblocks = (q.length[i] + V::W - 1) / V::W;
+        float* rm = scratch.runmax + q.block_offset[i] * V::W;
+        if (bf16_path) {
+          const uint16_t* c = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
+          SweepChunk<V, MR, NR, true>(q.bf16 + q.block_offset[i] * d * V::W, nblocks, c, n, d, rm);
+          continue;
+        }
+        const float* c;
+        if (!convert) {
+          c = static_cast<const float*>(docs.data) + (start + j0) * d;
+        } else {
+          if (i == 0) {  // convert the chunk once for all queries
+            const uint16_t* src = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
+            if (docs.dtype == DocType::Float16) V::f16_to_f32(src, scratch.doc_f32, n * d);
+            else V::bf16_to_f32(src, scratch.doc_f32, n * d);
+          }
+          c = scratch.doc_f32;
+        }
+        SweepChunk<V, MR, NR, false>(q.f32 + q.block_offset[i] * d * V::W, nblocks, c, n, d, rm);
       }
-      job.scores[i * docs.count + doc] = s;
+    }
+    // Fixed-order sums in double: deterministic, and exact enough that the only error left is the
+    // fp32 dot products. An empty document matches nothing (-inf); an empty query sums nothing (0).
+    for (int64_t i = 0; i < q.num_queries; i++) {
+      const float* rm = scratch.runmax + q.block_offset[i] * V::W;
+      double sum = 0.0;
+      for (int32_t t = 0; t < q.length[i]; t++) sum += rm[t];
+      job.scores[i * docs.count + doc] = ld == 0 ? -INFINITY : static_cast<float>(sum);
     }
   }
 }

@@ -1,0 +1,51 @@
+// The naive PyTorch baseline (bench/baselines/torch_maxsim.py) run in the same session as our
+// kernels, so every speedup is a ratio measured side by side; it also measures the GPU's ceilings.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { packageRoot } from '../native.js';
+
+export interface TorchRow {
+  shape: string;
+  status: 'ok' | 'oom';
+  ms?: number;
+  peak_extra_bytes?: number;
+  max_rel_err?: number;
+}
+
+export interface Ceilings {
+  device: string;
+  copy_gbps: number;
+  fp16_gemm_tflops: number;
+}
+
+export interface TorchBaseline {
+  ceilings?: Ceilings;
+  rows: Map<string, TorchRow>;
+}
+
+/** Runs the baseline for the shapes; returns the reason instead when python3 + torch + CUDA are not there. */
+export function runTorchBaseline(
+  shapes: string[],
+  withCeilings: boolean,
+): TorchBaseline | { unavailable: string } {
+  const script = join(packageRoot, 'bench', 'baselines', 'torch_maxsim.py');
+  if (!existsSync(script)) return { unavailable: `${script} is missing` };
+  const args = [script, ...shapes.flatMap((s) => ['--shape', s]), ...(withCeilings ? ['--ceilings'] : [])];
+  const r = spawnSync('python3', args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+  if (r.error) return { unavailable: `python3 could not run (${r.error.message})` };
+  const out: TorchBaseline = { rows: new Map() };
+  for (const line of r.stdout.split('\n')) {
+    if (!line.trim().startsWith('{')) continue;
+    const o = JSON.parse(line) as Record<string, unknown>;
+    if (o.status === 'unavailable') return { unavailable: String(o.reason) };
+    if (o.ceilings) out.ceilings = o as unknown as Ceilings;
+    else if (typeof o.shape === 'string') out.rows.set(o.shape, o as unknown as TorchRow);
+  }
+  if (r.status !== 0 && out.rows.size === 0 && !out.ceilings) {
+    return {
+      unavailable: `the baseline failed: ${(r.stderr || '').trim().split('\n').pop() ?? 'no output'}`,
+    };
+  }
+  return out;
+}
