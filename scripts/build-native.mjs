@@ -47,7 +47,9 @@ function buildAddon() {
   // Build against the headers of the running Node (never download them).
   const prefix = process.env.npm_config_nodedir || resolve(dirname(process.execPath), '..');
   const nodedir = existsSync(join(prefix, 'include', 'node', 'node_api.h')) ? [`--nodedir=${prefix}`] : [];
-  const status = run(process.execPath, [gyp, 'rebuild', '--jobs', 'max', ...nodedir]);
+  // configure + build rather than rebuild: rebuild deletes build/, and with it build/kernels.
+  let status = run(process.execPath, [gyp, 'configure', ...nodedir]);
+  if (status === 0) status = run(process.execPath, [gyp, 'build', '--jobs', 'max', ...nodedir]);
   if (status !== 0) {
     console.error(
       'maxsim: building the native addon failed (see the compiler output above). It needs a C++17 compiler, make and python3.',

@@ -1,0 +1,288 @@
+// `maxsim bench`: time MaxSim on random L2-normalized inputs, one shape at a time (median of repeats).
+import { Command, Option } from 'commander';
+import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
+import { type BackendName, resolveBackend } from '../backends/select.js';
+import { benchCudaShape, type CudaBenchRow } from '../bench/cuda.js';
+import { runTorchBaseline } from '../bench/torch.js';
+import { Rng, randomUnitTokens } from '../demo/random.js';
+import { InvalidArgumentError } from '../errors.js';
+import { maxsim, maxsimAll } from '../ops/maxsim.js';
+import {
+  denseBatch,
+  dtypeSize,
+  encodeFloats,
+  type FloatDType,
+  raggedBatch,
+  type TokenBatch,
+  type TokenMatrix,
+  tokenMatrix,
+} from '../tensor.js';
+import {
+  type BenchShape,
+  collect,
+  fixed,
+  formatShape,
+  integerOption,
+  parseDtype,
+  parseShape,
+  printTable,
+} from './common.js';
+import { Progress } from './progress.js';
+
+const DEFAULT_SHAPES = [
+  '1,32,128,128,20000',
+  '1,32,300,128,10000',
+  '32,32,300,128,2000',
+  '1,1024,1024,128,100',
+  '1,32,128,96,20000',
+].map(parseShape);
+// The H200 target grid of the CUDA engine (see bench/results/h200.md).
+const DEFAULT_CUDA_SHAPES = [
+  '1,32,128,128,100000',
+  '1,32,300,128,100000',
+  '1,32,512,128,100000',
+  '1,128,300,128,100000',
+  '1,256,256,128,10000',
+  '1,32,128,96,100000',
+  '1,1024,1024,128,1000',
+  '1,1024,1024,128,10000',
+  '32,32,300,128,10000',
+].map(parseShape);
+const SEED = 1;
+
+interface BenchOptions {
+  backend: BackendName;
+  shape?: BenchShape[];
+  dtype: FloatDType;
+  ragged?: boolean;
+  repeats: number;
+  warmup: number;
+  threads?: number;
+  isa?: CpuIsa;
+  json?: boolean;
+  variant?: string;
+  device?: number;
+  torch: boolean;
+}
+
+interface BenchInputs {
+  queries: TokenMatrix | TokenBatch;
+  docs: TokenBatch;
+  docTokens: number;
+}
+
+/** Random unit-norm inputs; with `ragged`, document lengths are uniform in [ceil(Ld/2), Ld]. */
+function makeInputs(shape: BenchShape, dtype: FloatDType, ragged: boolean, rng: Rng): BenchInputs {
+  const { nq, lq, ld, d, b } = shape;
+  const trusted = { dtype, checkFinite: false } as const;
+  const queryData = encodeFloats(randomUnitTokens(rng, nq * lq, d), dtype);
+  const queries =
+    nq === 1
+      ? tokenMatrix(queryData, lq, d, trusted)
+      : denseBatch(queryData, { ...trusted, count: nq, length: lq, dim: d });
+  if (!ragged) {
+    const docs = denseBatch(encodeFloats(randomUnitTokens(rng, b * ld, d), dtype), {
+      ...trusted,
+      count: b,
+      length: ld,
+      dim: d,
+    });
+    return { queries, docs, docTokens: b * ld };
+  }
+  const offsets = new Float64Array(b + 1);
+  for (let i = 0; i < b; i++) offsets[i + 1] = offsets[i] + rng.intBetween(Math.ceil(ld / 2), ld);
+  const docTokens = offsets[b];
+  const docs = raggedBatch(encodeFloats(randomUnitTokens(rng, docTokens, d), dtype), offsets, {
+    ...trusted,
+    dim: d,
+  });
+  return { queries, docs, docTokens };
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+export function benchCommand(): Command {
+  return new Command('bench')
+    .description('time MaxSim on random L2-normalized inputs (median of --repeats runs after --warmup runs)')
+    .addOption(new Option('--backend <name>', 'engine to time').choices(['cpu', 'cuda']).default('cpu'))
+    .option(
+      '--shape <Nq,Lq,Ld,d,B>',
+      `shape to time (repeatable); default: ${DEFAULT_SHAPES.map(formatShape).join(' ')}`,
+      collect(parseShape),
+    )
+    .option('--dtype <type>', 'f32, f16 or bf16 (queries and documents)', parseDtype, 'float32')
+    .option('--ragged', 'ragged documents, lengths uniform in [Ld/2, Ld] (default: dense [B, Ld, d])')
+    .option('--repeats <n>', 'timed runs per shape', integerOption(1), 5)
+    .option('--warmup <n>', 'untimed runs per shape first', integerOption(0), 1)
+    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
+    .option('--isa <name>', "CPU kernel set, one of `maxsim info`'s usable list (default: the best)")
+    .option('--json', 'print one JSON object per shape')
+    .option('--variant <name>', 'CUDA kernel variant (default: the dispatcher picks)')
+    .option('--device <n>', 'CUDA device index', integerOption(0), 0)
+    .option('--no-torch', 'CUDA: skip the PyTorch baseline and the ceilings')
+    .action(async (opts: BenchOptions) => {
+      // Fails here, with the reason, when CUDA is unavailable.
+      const backend = resolveBackend(opts.backend);
+      if (backend === 'cuda') return benchCuda(opts);
+      const cpu = backend === 'cpu' ? cpuInfo() : undefined;
+      if (cpu && opts.isa !== undefined && !cpu.isas.includes(opts.isa)) {
+        throw new InvalidArgumentError(
+          '--isa',
+          `one of ${cpu.isas.join(', ')} (usable here)`,
+          JSON.stringify(opts.isa),
+        );
+      }
+      const isa = cpu ? (opts.isa ?? cpu.isa) : null;
+      const threads = cpu ? opts.threads || cpu.threads : null;
+      const options = { backend, threads: opts.threads, isa: opts.isa };
+      const rng = new Rng(SEED);
+      const columns = [
+        'shape Nq,Lq,Ld,d,B',
+        'dtype',
+        'layout',
+        'backend',
+        'threads',
+        'ms',
+        'GFLOP/s',
+        'GB/s docs',
+      ];
+      const widths = [20, 8, 6, 15, 7, 10, 9, 9];
+      // Rows print as each shape finishes (fixed widths), since a whole grid can take minutes.
+      const printRow = (cells: string[]) =>
+        console.log(cells.map((c, i) => (i >= 4 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  '));
+      if (!opts.json) printRow(columns);
+      for (const shape of opts.shape ?? DEFAULT_SHAPES) {
+        const progress = new Progress(`bench ${formatShape(shape)}`, opts.warmup + opts.repeats);
+        progress.update(0);
+        const { queries, docs, docTokens } = makeInputs(shape, opts.dtype, opts.ragged === true, rng);
+        const run = () =>
+          queries.kind === 'matrix' ? maxsim(queries, docs, options) : maxsimAll(queries, docs, options);
+        const times: number[] = [];
+        for (let i = 0; i < opts.warmup + opts.repeats; i++) {
+          const start = process.hrtime.bigint();
+          await run();
+          const ms = Number(process.hrtime.bigint() - start) / 1e6;
+          if (i >= opts.warmup) times.push(ms);
+          progress.update(i + 1);
+        }
+        progress.finish();
+        const ms = median(times);
+        const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
+        const docBytes = docTokens * shape.d * dtypeSize(opts.dtype);
+        const result = {
+          shape: formatShape(shape),
+          dtype: opts.dtype,
+          layout: opts.ragged ? 'ragged' : 'dense',
+          backend,
+          isa,
+          threads,
+          docTokens,
+          repeats: opts.repeats,
+          ms,
+          minMs: Math.min(...times),
+          gflops: flops / (ms / 1e3) / 1e9,
+          gbps: docBytes / (ms / 1e3) / 1e9,
+        };
+        if (opts.json) {
+          console.log(JSON.stringify(result));
+        } else {
+          printRow([
+            result.shape,
+            result.dtype,
+            result.layout,
+            `${backend}${isa ? `/${isa}` : ''}`,
+            String(threads ?? '-'),
+            fixed(ms, 3),
+            fixed(result.gflops, 1),
+            fixed(result.gbps, 2),
+          ]);
+        }
+      }
+    });
+}
+
+/**
+ * CUDA: device-event medians per shape (src/bench/cuda.ts), then the PyTorch baseline and the GPU's
+ * ceilings measured in the same run, so speedups and percentages are side-by-side ratios.
+ */
+async function benchCuda(opts: BenchOptions): Promise<void> {
+  const shapes = opts.shape ?? DEFAULT_CUDA_SHAPES;
+  const rows: CudaBenchRow[] = [];
+  for (const shape of shapes) {
+    const progress = new Progress(`bench cuda ${formatShape(shape)}`, 1);
+    const row = await benchCudaShape(shape, {
+      dtype: opts.dtype,
+      ragged: opts.ragged === true,
+      warmup: Math.max(opts.warmup, 5),
+      iters: Math.max(opts.repeats, 20),
+      variant: opts.variant,
+      device: opts.device,
+      onProgress: (m) => progress.note(m),
+    });
+    progress.finish();
+    rows.push(row);
+    if (!opts.json) console.error(`${row.shape}: ${fixed(row.ms, 3)} ms (${row.variant})`);
+  }
+  const torch = opts.torch ? runTorchBaseline(shapes.map(formatShape), true) : { unavailable: '--no-torch' };
+  const baseline = 'rows' in torch ? torch : undefined;
+  const out = rows.map((r) => {
+    const t = baseline?.rows.get(r.shape);
+    const c = baseline?.ceilings;
+    return {
+      ...r,
+      pctCopyBandwidth: c ? (100 * r.gbps) / c.copy_gbps : undefined,
+      pctGemm: c ? (100 * r.tflops) / c.fp16_gemm_tflops : undefined,
+      torchMs: t?.status === 'ok' ? t.ms : undefined,
+      torchStatus: t?.status,
+      torchPeakExtraBytes: t?.peak_extra_bytes,
+      speedupVsTorch: t?.status === 'ok' && t.ms ? t.ms / r.ms : undefined,
+      ceilings: c,
+    };
+  });
+  if (opts.json) {
+    for (const o of out) console.log(JSON.stringify(o));
+    return;
+  }
+  if (!baseline) console.log(`(no PyTorch baseline: ${'unavailable' in torch ? torch.unavailable : ''})`);
+  else if (baseline.ceilings) {
+    console.log(
+      `ceilings measured now on ${baseline.ceilings.device}: copy ${fixed(baseline.ceilings.copy_gbps, 0)} GB/s, ` +
+        `fp16 GEMM ${fixed(baseline.ceilings.fp16_gemm_tflops, 0)} TFLOP/s`,
+    );
+  }
+  const headers = [
+    'shape',
+    'layout',
+    'variant',
+    'ms',
+    'TFLOP/s',
+    'GB/s',
+    '% copy',
+    '% GEMM',
+    'extra MB',
+    'torch ms',
+    'speedup',
+    'max rel err',
+  ];
+  printTable(
+    headers,
+    out.map((o) => [
+      o.shape,
+      o.ragged ? 'ragged' : 'dense',
+      o.variant,
+      fixed(o.ms, 3),
+      fixed(o.tflops, 1),
+      fixed(o.gbps, 0),
+      o.pctCopyBandwidth === undefined ? '-' : fixed(o.pctCopyBandwidth, 0),
+      o.pctGemm === undefined ? '-' : fixed(o.pctGemm, 0),
+      fixed(o.peakExtraBytes / 1e6, 1),
+      o.torchMs === undefined ? (o.torchStatus ?? '-') : fixed(o.torchMs, 3),
+      o.speedupVsTorch === undefined ? '-' : `${fixed(o.speedupVsTorch, 2)}x`,
+      o.maxRelErr.toExponential(1),
+    ]),
+  );
+}

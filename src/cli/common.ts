@@ -1,0 +1,156 @@
+// Shared by the CLI commands: option parsers, loading inputs, and printing tables and JSON.
+import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
+import type { BackendChoice } from '../backends/select.js';
+import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
+import type { FloatDType, TokenBatch, TokenMatrix } from '../tensor.js';
+
+export const BACKEND_CHOICES: readonly BackendChoice[] = ['auto', 'cpu', 'cuda'];
+
+// ---- option parsers (a thrown commander InvalidArgumentError is a usage error, exit code 2) ----
+
+/** A parser for integer options in [min, max]. */
+export function integerOption(min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value) => {
+    const n = /^[+-]?\d+$/.test(value.trim()) ? Number(value) : Number.NaN;
+    if (!Number.isSafeInteger(n) || n < min || n > max) {
+      const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `in [${min}, ${max}]`;
+      throw new UsageError(`expected an integer ${range}`);
+    }
+    return n;
+  };
+}
+
+const DTYPE_ALIASES: Record<string, FloatDType> = {
+  f32: 'float32',
+  float32: 'float32',
+  fp32: 'float32',
+  f16: 'float16',
+  float16: 'float16',
+  fp16: 'float16',
+  bf16: 'bfloat16',
+  bfloat16: 'bfloat16',
+};
+
+/** f32|f16|bf16 (or float32|float16|bfloat16). */
+export function parseDtype(value: string): FloatDType {
+  const dtype = DTYPE_ALIASES[value.toLowerCase()];
+  if (!dtype) throw new UsageError('expected f32, f16 or bf16 (or float32, float16, bfloat16)');
+  return dtype;
+}
+
+export interface BenchShape {
+  /** Queries. */
+  nq: number;
+  /** Tokens per query. */
+  lq: number;
+  /** Tokens per document (the longest, with --ragged). */
+  ld: number;
+  /** Embedding dimension. */
+  d: number;
+  /** Documents. */
+  b: number;
+}
+
+/** 'Nq,Lq,Ld,d,B', e.g. '1,32,128,128,20000'. */
+export function parseShape(value: string): BenchShape {
+  const parts = value.split(',').map((p) => p.trim());
+  const numbers = parts.map(Number);
+  if (
+    parts.length !== 5 ||
+    !numbers.every((n, i) => /^\d+$/.test(parts[i]) && Number.isSafeInteger(n) && n >= 1)
+  ) {
+    throw new UsageError('expected Nq,Lq,Ld,d,B: five integers >= 1, e.g. 1,32,128,128,20000');
+  }
+  const [nq, lq, ld, d, b] = numbers;
+  return { nq, lq, ld, d, b };
+}
+
+/** Collects a repeatable option into a list. */
+export function collect<T>(parse: (value: string) => T): (value: string, previous: T[] | undefined) => T[] {
+  return (value, previous) => [...(previous ?? []), parse(value)];
+}
+
+export function formatShape(shape: BenchShape): string {
+  return `${shape.nq},${shape.lq},${shape.ld},${shape.d},${shape.b}`;
+}
+
+// ---- inputs ----
+
+export interface InputOptions {
+  queries: string;
+  docs: string;
+  docOffsets?: string;
+  docLengths?: string;
+  checkFinite: boolean;
+}
+
+/** Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs. */
+export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBatch; docs: TokenBatch } {
+  const checkFinite = opts.checkFinite;
+  const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
+    checkFinite,
+  });
+  const offsets =
+    opts.docOffsets === undefined ? undefined : loadArray(opts.docOffsets, { argument: '--doc-offsets' });
+  const lengths =
+    opts.docLengths === undefined ? undefined : loadArray(opts.docLengths, { argument: '--doc-lengths' });
+  const docs = arrayToDocs(
+    loadArray(opts.docs, { argument: '--docs' }),
+    { offsets, lengths, checkFinite },
+    '--docs',
+  );
+  return { queries, docs };
+}
+
+// ---- output ----
+
+/** JSON has no -Infinity (the score of an empty document): it is written as null. */
+export function jsonScore(score: number): number | null {
+  return Number.isFinite(score) ? score : null;
+}
+
+const NUMERIC = /^[-+]?(\d[\d,]*(\.\d+)?(e[-+]?\d+)?|Infinity|NaN)$/i;
+
+/** Prints rows as an aligned table: numeric columns right-aligned, text columns left-aligned. */
+export function printTable(headers: readonly string[], rows: readonly (readonly string[])[]): void {
+  const numeric = headers.map((_, c) => rows.length > 0 && rows.every((row) => NUMERIC.test(row[c])));
+  const widths = headers.map((h, c) => Math.max(h.length, ...rows.map((row) => row[c].length)));
+  const line = (row: readonly string[]) =>
+    row
+      .map((cell, c) => (numeric[c] ? cell.padStart(widths[c]) : cell.padEnd(widths[c])))
+      .join('  ')
+      .trimEnd();
+  console.log(line(headers));
+  for (const row of rows) console.log(line(row));
+}
+
+/** Fixed-point with `digits` decimals; non-finite values as themselves. */
+export function fixed(value: number, digits: number): string {
+  return Number.isFinite(value) ? value.toFixed(digits) : String(value);
+}
+
+/** Thousands separators, e.g. 1,441,234. */
+export function grouped(value: number): string {
+  return Math.round(value).toLocaleString('en-US');
+}
+
+/** Adds the input options shared by `score` and `search`. */
+export function addInputOptions(command: Command): Command {
+  return command
+    .requiredOption(
+      '--queries <spec>',
+      'queries: [L, d] (one query) or [Nq, L, d]; path.npy or path.safetensors:name',
+    )
+    .requiredOption(
+      '--docs <spec>',
+      'documents: dense [B, L, d] or packed [T, d] (with --doc-offsets or --doc-lengths)',
+    )
+    .option('--doc-offsets <spec>', 'packed documents: token offsets [B+1] (int32/int64)')
+    .option(
+      '--doc-lengths <spec>',
+      'token counts [B]: of packed documents, or real lengths of dense [B, L, d] ones',
+    )
+    .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
+    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
+    .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)');
+}

@@ -1,0 +1,52 @@
+// `maxsim info`: what this installation can do.
+import { Command } from 'commander';
+import type { CudaStatus } from '../backends/cuda.js';
+import { info } from '../info.js';
+
+function describeCuda(status: CudaStatus): string[] {
+  const lines: string[] = [];
+  if (status.driverVersion !== undefined) {
+    lines.push(
+      `driver CUDA ${Math.floor(status.driverVersion / 1000)}.${(status.driverVersion % 1000) / 10}`,
+    );
+  }
+  for (const device of status.devices ?? []) {
+    const [major, minor] = device.computeCapability;
+    const gib = (device.totalMemory / 2 ** 30).toFixed(1);
+    lines.push(`device ${device.index}: ${device.name}, sm_${major}${minor}, ${device.sms} SMs, ${gib} GiB`);
+  }
+  if (status.kernelDir !== undefined) {
+    lines.push(`kernels ${status.kernelDir}: ${(status.kernelFiles ?? []).join(', ') || 'none found'}`);
+  }
+  return lines;
+}
+
+export function infoCommand(): Command {
+  return new Command('info')
+    .description('show the version, the available backends, the CPU kernel set and the CUDA devices')
+    .option('--json', 'print JSON')
+    .action((opts: { json?: boolean }) => {
+      const report = info();
+      if (opts.json) {
+        console.log(JSON.stringify(report, null, 2));
+        return;
+      }
+      console.log(`maxsim ${report.version} (node ${report.node})`);
+      const yesNo = (b: boolean) => (b ? 'yes' : 'no');
+      console.log(`backends  cpu: ${yesNo(report.backends.cpu)}, cuda: ${yesNo(report.backends.cuda)}`);
+      if (report.cpu) {
+        const cpu = report.cpu;
+        console.log(
+          `cpu       kernel set ${cpu.isa} (usable: ${cpu.isas.join(', ')}), ${cpu.lanes} fp32 lanes`,
+        );
+        console.log(`          threads ${cpu.threads}, features ${cpu.features}`);
+      } else {
+        console.log(`cpu       unavailable: ${report.cpuUnavailable}`);
+      }
+      if (report.cudaUnavailable !== undefined) {
+        console.log(`cuda      unavailable: ${report.cudaUnavailable}`);
+      } else {
+        for (const line of describeCuda(report.cuda as CudaStatus)) console.log(`cuda      ${line}`);
+      }
+    });
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env node
+// The `maxsim` command line. Errors print one line, `maxsim: <message>`, on stderr: exit code 2 for usage
+// errors (reported by commander), 1 for everything else; --debug adds the stack trace.
+import { Command, CommanderError } from 'commander';
+import { version } from '../version.js';
+import { benchCommand } from './bench.js';
+import { demoCommand } from './demo.js';
+import { infoCommand } from './info.js';
+import { scoreCommand } from './score.js';
+import { searchCommand } from './search.js';
+import { verifyCommand } from './verify.js';
+
+const USAGE_EXIT_CODE = 2;
+const RUNTIME_EXIT_CODE = 1;
+
+function oneLine(text: string): string {
+  return text.replace(/\s*\n\s*/g, ' ').trim();
+}
+
+function buildProgram(): Command {
+  const program = new Command('maxsim')
+    .description('Late-interaction (ColBERT / ColPali) MaxSim scoring: score(Q, D) = sum_i max_j <Q_i, D_j>')
+    .version(version, '-V, --version', 'print the version')
+    .option('--debug', 'show stack traces on errors')
+    .showSuggestionAfterError(true)
+    // Throw instead of exiting, so every error leaves through main()'s single exit path.
+    .exitOverride()
+    .configureOutput({
+      outputError: (text, write) => write(`maxsim: ${oneLine(text.replace(/^error: /, ''))}\n`),
+    });
+  for (const command of [
+    infoCommand(),
+    demoCommand(),
+    scoreCommand(),
+    searchCommand(),
+    benchCommand(),
+    verifyCommand(),
+  ]) {
+    // addCommand (unlike .command()) does not inherit exitOverride and the error output.
+    program.addCommand(command.copyInheritedSettings(program));
+  }
+  return program;
+}
+
+function reportError(error: unknown, debug: boolean): void {
+  const message = error instanceof Error ? error.message : String(error);
+  process.stderr.write(`maxsim: ${oneLine(message) || 'unknown error'}\n`);
+  if (debug && error instanceof Error && error.stack) process.stderr.write(`${error.stack}\n`);
+}
+
+async function main(): Promise<void> {
+  // `maxsim ... | head` closes stdout early: stop quietly instead of failing on EPIPE.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+    throw error;
+  });
+  const program = buildProgram();
+  try {
+    await program.parseAsync(process.argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Help and --version also leave through here, with exit code 0.
+      process.exitCode = error.exitCode === 0 ? 0 : USAGE_EXIT_CODE;
+      return;
+    }
+    reportError(error, program.opts().debug === true || process.argv.includes('--debug'));
+    process.exitCode = RUNTIME_EXIT_CODE;
+  }
+}
+
+await main();

@@ -1,0 +1,66 @@
+// `maxsim score`: MaxSim scores of queries against documents read from .npy / .safetensors files.
+import { Command } from 'commander';
+import type { BackendChoice } from '../backends/select.js';
+import { writeNpy } from '../io/npy.js';
+import { maxsim, maxsimAll } from '../ops/maxsim.js';
+import { addInputOptions, fixed, type InputOptions, jsonScore, loadInputs, printTable } from './common.js';
+
+interface ScoreCommandOptions extends InputOptions {
+  backend: BackendChoice;
+  threads?: number;
+  out?: string;
+  json?: boolean;
+}
+
+export function scoreCommand(): Command {
+  return addInputOptions(
+    new Command('score').description(
+      'score queries against documents: float32 [B] for one [L, d] query, [Nq, B] for [Nq, L, d] queries ' +
+        '(an empty document scores -Infinity, null in JSON)',
+    ),
+  )
+    .option('--out <file.npy>', 'write the scores as a float32 .npy file instead of printing them')
+    .option('--json', 'print JSON: {"scores": [...]} for one query, {"scores": [[...], ...]} for several')
+    .action(async (opts: ScoreCommandOptions) => {
+      const { queries, docs } = loadInputs(opts);
+      const options = { backend: opts.backend, threads: opts.threads };
+      let rows: Float32Array[];
+      let shape: number[];
+      if (queries.kind === 'matrix') {
+        rows = [await maxsim(queries, docs, options)];
+        shape = [docs.count];
+      } else {
+        const m = await maxsimAll(queries, docs, options);
+        rows = Array.from({ length: m.rows }, (_, q) => m.data.subarray(q * m.cols, (q + 1) * m.cols));
+        shape = [m.rows, m.cols];
+      }
+      if (opts.out !== undefined) {
+        const data = rows.length === 1 ? rows[0] : concatRows(rows, docs.count);
+        writeNpy(opts.out, { dtype: 'float32', shape, data });
+        if (opts.json) console.log(JSON.stringify({ out: opts.out, shape }));
+        else console.log(`wrote float32 [${shape.join(', ')}] scores to ${opts.out}`);
+        return;
+      }
+      if (opts.json) {
+        const asJson = (row: Float32Array) => Array.from(row, jsonScore);
+        console.log(
+          JSON.stringify({ scores: queries.kind === 'matrix' ? asJson(rows[0]) : rows.map(asJson) }),
+        );
+        return;
+      }
+      const headers =
+        queries.kind === 'matrix' ? ['doc', 'score'] : ['doc', ...rows.map((_, q) => `query ${q}`)];
+      printTable(
+        headers,
+        Array.from({ length: docs.count }, (_, b) => [String(b), ...rows.map((row) => fixed(row[b], 6))]),
+      );
+    });
+}
+
+function concatRows(rows: Float32Array[], cols: number): Float32Array {
+  const out = new Float32Array(rows.length * cols);
+  rows.forEach((row, q) => {
+    out.set(row, q * cols);
+  });
+  return out;
+}

@@ -1,0 +1,499 @@
+// End-to-end tests of the `maxsim` command line: spawn the compiled CLI and check exit codes and output.
+import assert from 'node:assert/strict';
+import { type SpawnSyncReturns, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { referenceMaxsim } from '../src/backends/reference.js';
+import { cudaUnavailableReason } from '../src/backends/select.js';
+import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import type { NpyArray } from '../src/io/array.js';
+import { readNpy, writeNpy } from '../src/io/npy.js';
+import { writeSafetensors } from '../src/io/safetensors.js';
+import { denseBatch, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
+
+// dist/test/cli.test.js -> dist/src/cli/main.js
+const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-cli-'));
+after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+function maxsimCli(...args: string[]): SpawnSyncReturns<string> {
+  return spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000 });
+}
+
+function describeRun(r: SpawnSyncReturns<string>): string {
+  return `status ${r.status}, signal ${r.signal}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`;
+}
+
+function expectSuccess(r: SpawnSyncReturns<string>): void {
+  assert.equal(r.signal, null, describeRun(r));
+  assert.equal(r.status, 0, describeRun(r));
+}
+
+/** Exit code `code`, exactly one stderr line starting with 'maxsim:', no stack trace, never a signal. */
+function expectCleanError(r: SpawnSyncReturns<string>, code: number): string {
+  assert.equal(r.signal, null, describeRun(r));
+  assert.equal(r.status, code, describeRun(r));
+  const lines = r.stderr.trimEnd().split('\n');
+  assert.equal(lines.length, 1, describeRun(r));
+  assert.match(lines[0], /^maxsim: \S/, describeRun(r));
+  assert.doesNotMatch(r.stderr, /^\s+at /m, describeRun(r));
+  return lines[0];
+}
+
+function file(name: string): string {
+  return path.join(tmp, name);
+}
+
+function float32(shape: number[], data: Float32Array): NpyArray {
+  return { dtype: 'float32', shape, data };
+}
+
+// ---- fixtures: 3 queries [3, 5, 16]; 6 documents packed [T, 16] (document 2 empty) and dense [6, 9, 16] ----
+const D = 16;
+const rng = new Rng(7);
+const queryValues = randomUnitTokens(rng, 3 * 5, D);
+const docLengths = [4, 9, 0, 1, 7, 3];
+const docOffsets = [0, 4, 13, 13, 14, 21, 24]; // running sum of docLengths
+const packedValues = randomUnitTokens(rng, docOffsets[docOffsets.length - 1], D);
+const denseValues = randomUnitTokens(rng, 6 * 9, D);
+
+writeNpy(file('q.npy'), float32([3, 5, D], queryValues));
+writeNpy(file('q1.npy'), float32([5, D], queryValues.slice(0, 5 * D)));
+writeSafetensors(file('docs.safetensors'), {
+  embeddings: float32([packedValues.length / D, D], packedValues),
+  offsets: { dtype: 'int64', shape: [docOffsets.length], data: BigInt64Array.from(docOffsets.map(BigInt)) },
+  lengths: { dtype: 'int32', shape: [docLengths.length], data: Int32Array.from(docLengths) },
+});
+writeSafetensors(file('docs-f16.safetensors'), {
+  embeddings: {
+    dtype: 'float16',
+    shape: [packedValues.length / D, D],
+    data: encodeFloats(packedValues, 'float16'),
+  },
+  offsets: { dtype: 'int64', shape: [docOffsets.length], data: BigInt64Array.from(docOffsets.map(BigInt)) },
+});
+writeNpy(file('dense.npy'), float32([6, 9, D], denseValues));
+writeNpy(file('dense-lengths.npy'), {
+  dtype: 'int64',
+  shape: [6],
+  data: BigInt64Array.from([9n, 0n, 3n, 9n, 1n, 5n]),
+});
+
+const queries = denseBatch(queryValues, { count: 3, length: 5, dim: D });
+const packedDocs = raggedBatch(packedValues, docOffsets, { dim: D });
+const packedRef = referenceMaxsim(queries, packedDocs);
+
+function assertScoresMatch(
+  got: readonly (number | null)[],
+  ref: Float64Array | readonly number[],
+  what: string,
+): void {
+  assert.equal(got.length, ref.length, what);
+  for (let i = 0; i < ref.length; i++) {
+    const r = ref[i];
+    const g = got[i];
+    if (r === Number.NEGATIVE_INFINITY) {
+      assert.equal(g, null, `${what}[${i}]: an empty document scores null in JSON`);
+      continue;
+    }
+    assert.ok(
+      typeof g === 'number' && Math.abs(g - r) <= 1e-5 * Math.max(1, Math.abs(r)),
+      `${what}[${i}]: ${g} vs ${r}`,
+    );
+  }
+}
+
+describe('maxsim info', () => {
+  test('--json parses and names the backends', () => {
+    const r = maxsimCli('info', '--json');
+    expectSuccess(r);
+    const report = JSON.parse(r.stdout);
+    assert.equal(typeof report.version, 'string');
+    assert.equal(typeof report.backends.cpu, 'boolean');
+    assert.equal(typeof report.backends.cuda, 'boolean');
+    if (!report.backends.cuda) assert.equal(typeof report.cudaUnavailable, 'string');
+    if (report.backends.cpu) assert.ok(report.cpu.isas.includes(report.cpu.isa));
+  });
+
+  test('prints text, and --version / --help exit 0', () => {
+    const r = maxsimCli('info');
+    expectSuccess(r);
+    assert.match(r.stdout, /^maxsim \d+\.\d+\.\d+/);
+    assert.match(r.stdout, /cuda/);
+    const v = maxsimCli('--version');
+    expectSuccess(v);
+    assert.match(v.stdout.trim(), /^\d+\.\d+\.\d+/);
+    for (const command of ['info', 'demo', 'score', 'search', 'bench', 'verify']) {
+      const h = maxsimCli(command, '--help');
+      expectSuccess(h);
+      assert.match(h.stdout, new RegExp(`Usage: maxsim ${command}`));
+    }
+  });
+});
+
+describe('maxsim demo', () => {
+  test('searches a small corpus and finds the planted documents', () => {
+    const r = maxsimCli('demo', '--docs', '400', '--queries', '3');
+    expectSuccess(r);
+    assert.match(r.stdout, /generated in/);
+    assert.match(r.stdout, /GFLOP\/s/);
+    const recall = Number(/recall@10: ([\d.]+)/.exec(r.stdout)?.[1]);
+    assert.ok(recall >= 0.9, r.stdout);
+  });
+
+  test('--json reports hits, recall and throughput', () => {
+    const r = maxsimCli('demo', '--docs', '300', '--queries', '2', '--dtype', 'bf16', '--json');
+    expectSuccess(r);
+    const report = JSON.parse(r.stdout);
+    assert.equal(report.corpus.docs, 300);
+    assert.equal(report.corpus.dtype, 'bfloat16');
+    assert.equal(report.queries.length, 2);
+    assert.equal(report.queries[0].hits.length, 10);
+    assert.ok(report.recallAt10 >= 0.9);
+    assert.ok(report.gflops > 0 && report.docsPerSecond > 0 && report.generationSeconds >= 0);
+  });
+});
+
+describe('maxsim score', () => {
+  test('packed .safetensors documents with offsets match the reference', () => {
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--json',
+    );
+    expectSuccess(r);
+    const { scores } = JSON.parse(r.stdout) as { scores: (number | null)[][] };
+    assert.equal(scores.length, 3);
+    assertScoresMatch(scores.flat(), packedRef, 'scores');
+  });
+
+  test('lengths instead of offsets, a single [L, d] query, --backend cpu', () => {
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q1.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-lengths',
+      `${file('docs.safetensors')}:lengths`,
+      '--backend',
+      'cpu',
+      '--json',
+    );
+    expectSuccess(r);
+    const { scores } = JSON.parse(r.stdout) as { scores: (number | null)[] };
+    assertScoresMatch(scores, packedRef.slice(0, 6), 'scores');
+  });
+
+  test('float16 documents are scored on the values they hold', () => {
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs-f16.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs-f16.safetensors')}:offsets`,
+      '--json',
+    );
+    expectSuccess(r);
+    const docs = raggedBatch(encodeFloats(packedValues, 'float16'), docOffsets, { dim: D, dtype: 'float16' });
+    assertScoresMatch(JSON.parse(r.stdout).scores.flat(), referenceMaxsim(queries, docs), 'scores');
+  });
+
+  test('dense .npy documents with lengths, written to --out', () => {
+    const out = file('scores.npy');
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      file('dense.npy'),
+      '--doc-lengths',
+      file('dense-lengths.npy'),
+      '--out',
+      out,
+    );
+    expectSuccess(r);
+    const written = readNpy(out);
+    assert.equal(written.dtype, 'float32');
+    assert.deepEqual(written.shape, [3, 6]);
+    const docs = denseBatch(denseValues, { count: 6, length: 9, dim: D, lengths: [9, 0, 3, 9, 1, 5] });
+    const ref = referenceMaxsim(queries, docs);
+    const got = Array.from(written.data as Float32Array, (s) => (Number.isFinite(s) ? s : null));
+    assertScoresMatch(got, ref, 'written scores');
+  });
+
+  test('prints a table by default', () => {
+    const r = maxsimCli('score', '--queries', file('q1.npy'), '--docs', file('dense.npy'));
+    expectSuccess(r);
+    const lines = r.stdout.trimEnd().split('\n');
+    assert.equal(lines.length, 7);
+    assert.match(lines[0], /doc\s+score/);
+    const ref = referenceMaxsim(
+      tokenMatrix(queryValues.slice(0, 5 * D), 5, D),
+      denseBatch(denseValues, { count: 6, length: 9, dim: D }),
+    );
+    lines.slice(1).forEach((line, b) => {
+      const [doc, score] = line.trim().split(/\s+/).map(Number);
+      assert.equal(doc, b);
+      assert.ok(Math.abs(score - ref[b]) <= 1e-5 * Math.max(1, Math.abs(ref[b])), line);
+    });
+  });
+});
+
+describe('maxsim search', () => {
+  test('prints one sorted JSON line per query, agreeing with the reference', () => {
+    const r = maxsimCli(
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--top-k',
+      '4',
+    );
+    expectSuccess(r);
+    const lines = r.stdout.trimEnd().split('\n');
+    assert.equal(lines.length, 3);
+    lines.forEach((line, q) => {
+      const parsed = JSON.parse(line) as {
+        query: number;
+        results: { index: number; score: number | null }[];
+      };
+      assert.equal(parsed.query, q);
+      assert.equal(parsed.results.length, 4);
+      const row = packedRef.slice(q * 6, (q + 1) * 6);
+      const expected = Array.from(row.keys()).sort((a, b) => row[b] - row[a] || a - b);
+      for (let i = 0; i < 4; i++) {
+        const hit = parsed.results[i];
+        if (i > 0) assert.ok((parsed.results[i - 1].score ?? -Infinity) >= (hit.score ?? -Infinity), line);
+        assert.equal(hit.index, expected[i], line);
+        assert.ok(
+          hit.score !== null &&
+            Math.abs(hit.score - row[hit.index]) <= 1e-5 * Math.max(1, Math.abs(row[hit.index])),
+        );
+      }
+    });
+  });
+
+  test('defaults to 10 results (capped at B), an empty document last with a null score', () => {
+    const r = maxsimCli(
+      'search',
+      '--queries',
+      file('q1.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+    );
+    expectSuccess(r);
+    const parsed = JSON.parse(r.stdout);
+    assert.equal(parsed.results.length, 6);
+    assert.deepEqual(parsed.results[5], { index: 2, score: null });
+  });
+});
+
+describe('malformed input: one clean line on stderr', () => {
+  const bad = (name: string, bytes: string | Uint8Array) => {
+    fs.writeFileSync(file(name), bytes);
+    return file(name);
+  };
+  const docsArgs = [
+    '--docs',
+    `${file('docs.safetensors')}:embeddings`,
+    '--doc-offsets',
+    `${file('docs.safetensors')}:offsets`,
+  ];
+
+  test('missing file', () => {
+    const line = expectCleanError(maxsimCli('score', '--queries', file('nope.npy'), ...docsArgs), 1);
+    assert.match(line, /--queries/);
+  });
+
+  test('bad .npy bytes', () => {
+    const path = bad('garbage.npy', '\x93NUMPY\x01\x00garbage');
+    expectCleanError(maxsimCli('score', '--queries', path, ...docsArgs), 1);
+  });
+
+  test('not a .npy or .safetensors file', () => {
+    expectCleanError(maxsimCli('score', '--queries', bad('text.bin', 'hello world'), ...docsArgs), 1);
+  });
+
+  test('unknown safetensors tensor name', () => {
+    const r = maxsimCli('score', '--queries', file('q.npy'), '--docs', `${file('docs.safetensors')}:nope`);
+    assert.match(expectCleanError(r, 1), /nope/);
+  });
+
+  test('dimension mismatch between queries and documents', () => {
+    writeNpy(file('q8.npy'), float32([2, 8], randomUnitTokens(rng, 2, 8)));
+    expectCleanError(maxsimCli('score', '--queries', file('q8.npy'), ...docsArgs), 1);
+  });
+
+  test('offsets not monotonic', () => {
+    writeNpy(file('bad-offsets.npy'), {
+      dtype: 'int64',
+      shape: [4],
+      data: BigInt64Array.from([0n, 5n, 3n, 24n]),
+    });
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      file('bad-offsets.npy'),
+    );
+    assert.match(expectCleanError(r, 1), /offsets/);
+  });
+
+  test('packed documents without offsets', () => {
+    expectCleanError(
+      maxsimCli('score', '--queries', file('q.npy'), '--docs', `${file('docs.safetensors')}:embeddings`),
+      1,
+    );
+  });
+
+  test('a 4-D array', () => {
+    writeNpy(file('4d.npy'), float32([1, 2, 3, D], new Float32Array(6 * D)));
+    expectCleanError(maxsimCli('score', '--queries', file('q.npy'), '--docs', file('4d.npy')), 1);
+  });
+
+  test('NaN in the input (and --no-check-finite skips the scan)', () => {
+    const values = new Float32Array(2 * D).fill(0.25);
+    values[3] = Number.NaN;
+    writeNpy(file('nan.npy'), float32([2, D], values));
+    const line = expectCleanError(
+      maxsimCli('score', '--queries', file('nan.npy'), '--docs', file('dense.npy')),
+      1,
+    );
+    assert.match(line, /finite/);
+    expectSuccess(
+      maxsimCli('score', '--queries', file('nan.npy'), '--docs', file('dense.npy'), '--no-check-finite'),
+    );
+  });
+
+  test('an unwritable --out path', () => {
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q1.npy'),
+      '--docs',
+      file('dense.npy'),
+      '--out',
+      file('no/such/dir.npy'),
+    );
+    expectCleanError(r, 1);
+  });
+
+  test('usage errors exit 2: unknown backend, k = -1, missing option, unknown command or option, bad shape', () => {
+    expectCleanError(maxsimCli('score', '--queries', file('q.npy'), ...docsArgs, '--backend', 'tpu'), 2);
+    expectCleanError(maxsimCli('search', '--queries', file('q.npy'), ...docsArgs, '--top-k', '-1'), 2);
+    expectCleanError(maxsimCli('search', '--queries', file('q.npy'), ...docsArgs, '--top-k', 'ten'), 2);
+    expectCleanError(maxsimCli('score', '--queries', file('q.npy')), 2);
+    expectCleanError(maxsimCli('scroe'), 2);
+    expectCleanError(maxsimCli('info', '--jsn'), 2);
+    expectCleanError(maxsimCli('bench', '--shape', '1,2,3'), 2);
+    expectCleanError(maxsimCli('demo', '--dtype', 'f64'), 2);
+    expectCleanError(maxsimCli('demo', '--docs', '0'), 2);
+  });
+
+  test('values commander accepts but the command cannot use exit 1', () => {
+    assert.match(expectCleanError(maxsimCli('demo', '--docs', '5', '--queries', '4'), 1), /--docs/);
+    assert.match(expectCleanError(maxsimCli('bench', '--isa', 'z80', '--shape', '1,4,8,16,10'), 1), /--isa/);
+  });
+
+  test('--debug adds the stack trace', () => {
+    const r = maxsimCli('--debug', 'score', '--queries', file('nope.npy'), ...docsArgs);
+    assert.equal(r.signal, null);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /^maxsim: /);
+    assert.match(r.stderr, /^\s+at /m);
+  });
+});
+
+describe('maxsim bench', () => {
+  test('--json prints one object per shape with the required keys', () => {
+    const r = maxsimCli(
+      'bench',
+      '--shape',
+      '1,4,8,16,10',
+      '--shape',
+      '3,5,7,33,12',
+      '--repeats',
+      '2',
+      '--warmup',
+      '1',
+      '--json',
+    );
+    expectSuccess(r);
+    const rows = r.stdout
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    assert.deepEqual(
+      rows.map((row) => row.shape),
+      ['1,4,8,16,10', '3,5,7,33,12'],
+    );
+    for (const row of rows) {
+      for (const key of ['shape', 'dtype', 'backend', 'isa', 'threads', 'ms', 'gflops', 'gbps'])
+        assert.ok(key in row, key);
+      assert.equal(row.backend, 'cpu');
+      assert.ok(row.ms > 0 && row.gflops > 0 && row.gbps > 0);
+    }
+  });
+
+  test('ragged bf16 prints a table', () => {
+    const r = maxsimCli(
+      'bench',
+      '--shape',
+      '2,4,8,16,10',
+      '--ragged',
+      '--dtype',
+      'bf16',
+      '--repeats',
+      '1',
+      '--threads',
+      '1',
+    );
+    expectSuccess(r);
+    const lines = r.stdout.trimEnd().split('\n');
+    assert.equal(lines.length, 2);
+    assert.match(lines[1], /^2,4,8,16,10\s+bfloat16\s+ragged\s+cpu/);
+  });
+
+  test('--backend cuda without CUDA exits 1 with the reason', {
+    skip: cudaUnavailableReason() === undefined,
+  }, () => {
+    const line = expectCleanError(maxsimCli('bench', '--backend', 'cuda', '--shape', '1,4,8,16,10'), 1);
+    assert.match(line, /CUDA/);
+  });
+});
+
+describe('maxsim verify', () => {
+  test('--backend cuda without CUDA exits 1 with the reason', {
+    skip: cudaUnavailableReason() === undefined,
+  }, () => {
+    assert.match(expectCleanError(maxsimCli('verify', '--backend', 'cuda'), 1), /CUDA/);
+  });
+
+  test('every backend and kernel set passes', () => {
+    const r = maxsimCli('verify', '--json');
+    expectSuccess(r);
+    const report = JSON.parse(r.stdout);
+    assert.equal(report.ok, true, `seed ${report.seed}`);
+    assert.ok(report.checks.length > 0);
+    assert.ok(report.checks.every((check: { pass: boolean }) => check.pass));
+  });
+});

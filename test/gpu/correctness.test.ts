@@ -1,0 +1,150 @@
+// Every CUDA kernel variant against the float64 reference, on fresh random inputs (seed printed):
+// dense and ragged documents, zero-length documents and queries, d in {1, 8, 64, 96, 100, 128, 256,
+// 1024}, Lq in {1, 32, 300, 1024}, many documents (persistent grids loop), many queries (several
+// passes), and bitwise-identical results on repeat. Without a GPU every test skips with the reason.
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { referenceMaxsim } from '../../src/backends/reference.js';
+import type { DeviceCorpus } from '../../src/backends/cuda.js';
+import type { FloatDType, TokenBatch } from '../../src/tensor.js';
+import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
+import { bitsEqual, boundFactor, checkScores, gpu, skip, variantsFor } from './helpers.js';
+
+const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
+const dims = [1, 8, 64, 96, 100, 128, 256, 1024];
+const queryLengths = [1, 32, 300, 1024];
+// Lengths that cross every tile size in use (16, 32, 64, 128 tokens), plus empty documents.
+const docLengths = [0, 1, 7, 64, 129, 300, 33, 0, 16];
+
+function queriesFor(lq: number, d: number, dtype: FloatDType, rand: () => number): TokenBatch {
+  // a full-length query, an empty one (scores 0) and a shorter one
+  return randomRagged([lq, 0, Math.max(1, Math.ceil(lq / 3))], d, dtype, rand);
+}
+
+function docsFor(layout: 'dense' | 'ragged', d: number, dtype: FloatDType, rand: () => number): TokenBatch {
+  if (layout === 'ragged') return randomRagged(docLengths, d, dtype, rand);
+  const cap = Math.max(...docLengths);
+  return randomDense(docLengths.length, cap, d, dtype, rand, docLengths);
+}
+
+async function scoreWith(corpus: DeviceCorpus, queries: TokenBatch, variant: string): Promise<Float32Array> {
+  return (await corpus.score(queries, { variant })).data;
+}
+
+describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
+  for (const dtype of dtypes) {
+    for (const d of dims) {
+      test(`${dtype} d=${d}: every variant, dense and ragged, Lq in {${queryLengths.join(', ')}}`, async () => {
+        const dev = await gpu();
+        const variants = variantsFor(dev, dtype, d);
+        assert.ok(variants.length > 0, `no variant runs ${dtype} d=${d}: the SIMT fallback must`);
+        const rand = rng(runSeed ^ (d * 7919 + dtypes.indexOf(dtype)));
+        for (const layout of ['dense', 'ragged'] as const) {
+          const docs = docsFor(layout, d, dtype, rand);
+          const corpus = await dev.upload(docs);
+          try {
+            for (const lq of queryLengths) {
+              const queries = queriesFor(lq, d, dtype, rand);
+              const ref = referenceMaxsim(queries, docs);
+              for (const v of variants) {
+                const got = await scoreWith(corpus, queries, v.name);
+                checkScores(got, queries, docs, boundFactor(v), `${v.name} ${layout} d=${d} Lq=${lq}`, ref);
+              }
+            }
+          } finally {
+            corpus.dispose();
+          }
+        }
+      });
+    }
+
+    test(`${dtype}: many documents (grids loop over them) and many queries (several passes)`, async () => {
+      const dev = await gpu();
+      const d = 128;
+      const rand = rng(runSeed + 17 + dtypes.indexOf(dtype));
+      // more documents than the largest persistent grid has groups (132 SMs x 4 CTAs x 4 groups)
+      const lengths = Array.from({ length: 4001 }, (_, i) => (i % 97 === 5 ? 0 : 1 + Math.floor(rand() * 10)));
+      const docs = randomRagged(lengths, d, dtype, rand);
+      const corpus = await dev.upload(docs);
+      try {
+        const few = randomRagged([32, 5, 31], d, dtype, rand);
+        const many = randomRagged(Array.from({ length: 40 }, () => 1 + Math.floor(rand() * 16)), d, dtype, rand);
+        for (const queries of [few, many]) {
+          const ref = referenceMaxsim(queries, docs);
+          for (const v of variantsFor(dev, dtype, d)) {
+            checkScores(await scoreWith(corpus, queries, v.name), queries, docs, boundFactor(v), `${v.name} B=${docs.count} Nq=${queries.count}`, ref);
+          }
+          // and the dispatcher's own choice
+          const auto = await corpus.score(queries);
+          checkScores(auto.data, queries, docs, 4, `auto B=${docs.count} Nq=${queries.count}`, ref);
+        }
+      } finally {
+        corpus.dispose();
+      }
+    });
+
+    test(`${dtype}: bitwise identical results on repeat, every variant`, async () => {
+      const dev = await gpu();
+      const d = 64;
+      const rand = rng(runSeed + 29 + dtypes.indexOf(dtype));
+      const docs = randomRagged(Array.from({ length: 500 }, () => Math.floor(rand() * 200)), d, dtype, rand);
+      const queries = randomRagged([32, 300, 7, 1], d, dtype, rand);
+      const corpus = await dev.upload(docs);
+      try {
+        for (const v of variantsFor(dev, dtype, d)) {
+          const a = await scoreWith(corpus, queries, v.name);
+          const b = await scoreWith(corpus, queries, v.name);
+          assert.ok(bitsEqual(a, b), `${v.name}: two runs differ`);
+        }
+      } finally {
+        corpus.dispose();
+      }
+    });
+  }
+
+  test('one query (TokenMatrix) gives [B] scores; fp32 queries meet an fp16 corpus', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 41);
+    const docs = randomRagged([5, 0, 12, 40], 64, 'float16', rand);
+    const corpus = await dev.upload(docs);
+    try {
+      const q32 = randomRagged([9], 64, 'float32', rand);
+      const matrix = { kind: 'matrix' as const, dtype: q32.dtype, data: q32.data, length: 9, dim: 64 };
+      const got = await corpus.score(matrix);
+      assert.equal(got.length, 4);
+      // the reference sees the queries as the GPU does: rounded to fp16
+      const { encodeFloats } = await import('../../src/tensor.js');
+      const q16 = { ...q32, dtype: 'float16' as const, data: encodeFloats(q32.data as Float32Array, 'float16') };
+      checkScores(got, q16, docs, 4, 'fp32 query on fp16 corpus');
+      assert.equal(got[1], Number.NEGATIVE_INFINITY);
+    } finally {
+      corpus.dispose();
+    }
+  });
+
+  test('topK: descending, ties to the lower index, k larger than B', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 43);
+    const base = randomRagged([10, 20, 0, 10], 32, 'float32', rand);
+    // document 3 repeats document 0, so they tie
+    const data = new Float32Array(base.data as Float32Array);
+    data.set((base.data as Float32Array).subarray(0, 10 * 32), 30 * 32);
+    const docs = { ...base, data };
+    const corpus = await dev.upload(docs);
+    try {
+      const queries = randomRagged([8, 3], 32, 'float32', rand);
+      const hits = await corpus.topK(queries, 10);
+      const scores = (await corpus.score(queries)).data;
+      for (let q = 0; q < 2; q++) {
+        assert.equal(hits[q].length, 4);
+        assert.deepEqual(hits[q].map((h) => h.score), Array.from(scores.subarray(q * 4, q * 4 + 4)).sort((a, b) => b - a));
+        const i0 = hits[q].findIndex((h) => h.index === 0);
+        const i3 = hits[q].findIndex((h) => h.index === 3);
+        assert.ok(i0 < i3, 'tie broken by the lower index');
+        assert.equal(hits[q][3].index, 2, 'the empty document (-Infinity) ranks last');
+      }
+    } finally {
+      corpus.dispose();
+    }
+  });
+});

@@ -1,0 +1,60 @@
+// GPU test helpers: whether CUDA runs here (every GPU test skips with the reason when it does not),
+// one shared device, and the comparison against the float64 reference.
+import { referenceMaxsim } from '../../src/backends/reference.js';
+import { type CudaDevice, type CudaStatus, cuda, cudaStatus } from '../../src/backends/cuda.js';
+import { dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
+import type { TokenBatch } from '../../src/tensor.js';
+import { assertScoresClose, scoreErrorBounds } from '../helpers.js';
+
+export const status: CudaStatus = cudaStatus();
+
+/** The skip reason for GPU tests, or false when a GPU is usable. */
+export const skip: string | false = status.available ? false : `CUDA unavailable: ${status.reason}`;
+
+let device: Promise<CudaDevice> | undefined;
+/** Device 0 (MAXSIM_TEST_DEVICE to pick another), opened once per test file. */
+export function gpu(): Promise<CudaDevice> {
+  device ??= cuda({ device: Number(process.env.MAXSIM_TEST_DEVICE ?? 0) });
+  return device;
+}
+
+/** Variants of the table that can run `dtype` / `dim` on this GPU (by their declared requirements). */
+export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Variant[] {
+  const caps = { computeCapability: dev.info.computeCapability, sms: dev.info.sms, smemOptin: dev.info.smemOptin };
+  return dispatchTable().variants.filter((v) => {
+    if (v.dtype !== dtype) return false;
+    const r = v.requires;
+    if (r.dimMultipleOf !== undefined && dim % r.dimMultipleOf !== 0) return false;
+    if (r.minDim !== undefined && dim < r.minDim) return false;
+    if (r.maxDim !== undefined && dim > r.maxDim) return false;
+    const cc = caps.computeCapability;
+    if (r.minComputeCapability && (cc[0] < r.minComputeCapability[0] || (cc[0] === r.minComputeCapability[0] && cc[1] < r.minComputeCapability[1]))) return false;
+    if (r.computeCapabilities && !r.computeCapabilities.some((c) => c[0] === cc[0] && c[1] === cc[1])) return false;
+    return typeof v.smem !== 'number' || v.smem <= caps.smemOptin;
+  });
+}
+
+/**
+ * Tensor-core variants accumulate in fp32 with truncation rather than round-to-nearest (up to one ulp
+ * per addition instead of half), so their bound is the fp32 bound of test/helpers.ts times 2, times 2
+ * again for the reordered partial sums. Still orders of magnitude below any indexing or masking bug.
+ */
+export function boundFactor(v: Variant): number {
+  return /mma/.test(v.kernel) ? 4 : 1;
+}
+
+/** Asserts GPU scores against the float64 reference on the same (already rounded) inputs; never NaN. */
+export function checkScores(got: Float32Array, queries: TokenBatch, docs: TokenBatch, factor: number, context: string, reference?: Float64Array) {
+  for (let i = 0; i < got.length; i++) if (Number.isNaN(got[i])) throw new Error(`${context}: score ${i} is NaN (a pair the kernel never wrote)`);
+  const ref = reference ?? referenceMaxsim(queries, docs);
+  const bounds = scoreErrorBounds(queries, docs).map((b) => b * factor);
+  assertScoresClose(got, ref, bounds, context);
+}
+
+export function bitsEqual(a: Float32Array, b: Float32Array): boolean {
+  if (a.length !== b.length) return false;
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
+  return true;
+}
