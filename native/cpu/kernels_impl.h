@@ -143,9 +143,8 @@ inline int64_t ChunkTokens(int64_t d, int64_t elem_bytes) {
   return tile_bytes * 2 > 24576 ? NR : (24576 / tile_bytes) * NR;
 }
 
-// Scores documents [doc_begin, doc_end) against every query. Per document, chunks of tokens are
-// visited once (converted to fp32 first when the input is fp16/bf16, into an L1-sized scratch) and
-// every query's running maxima are updated from the same chunk.
+// Scores documents [doc_begin, doc_end) against every query, in L1-sized chunks of document tokens.
+// Every query keeps its running maxima in scratch.runmax (its lane blocks at block_offset).
 template <class V, int MR, int NR>
 void ScoreRangeImpl(const ScoreJob& job, int64_t doc_begin, int64_t doc_end, Scratch& scratch) {
   const auto& q = job.q;
@@ -162,28 +161,35 @@ void ScoreRangeImpl(const ScoreJob& job, int64_t doc_begin, int64_t doc_end, Scr
       const int64_t nblocks = (q.length[i] + V::W - 1) / V::W;
       for (int64_t b = 0; b < nblocks; b++) V::store(rm + b * V::W, V::neg_inf());
     }
-    for (int64_t j0 = 0; j0 < ld; j0 += chunk) {
-      const int64_t n = MinI64(chunk, ld - j0);
+    if (!convert) {
+      // Inputs read in place: one query at a time over the whole document, so its packed lane
+      // blocks stay in L1 while the document streams through with the tiles' prefetch.
       for (int64_t i = 0; i < q.num_queries; i++) {
         const int64_t nblocks = (q.length[i] + V::W - 1) / V::W;
         float* rm = scratch.runmax + q.block_offset[i] * V::W;
-        if (bf16_path) {
-          const uint16_t* c = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
-          SweepChunk<V, MR, NR, true>(q.bf16 + q.block_offset[i] * d * V::W, nblocks, c, n, d, rm);
-          continue;
-        }
-        const float* c;
-        if (!convert) {
-          c = static_cast<const float*>(docs.data) + (start + j0) * d;
-        } else {
-          if (i == 0) {  // convert the chunk once for all queries
-            const uint16_t* src = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
-            if (docs.dtype == DocType::Float16) V::f16_to_f32(src, scratch.doc_f32, n * d);
-            else V::bf16_to_f32(src, scratch.doc_f32, n * d);
+        for (int64_t j0 = 0; j0 < ld; j0 += chunk) {
+          const int64_t n = MinI64(chunk, ld - j0);
+          if (bf16_path) {
+            const uint16_t* c = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
+            SweepChunk<V, MR, NR, true>(q.bf16 + q.block_offset[i] * d * V::W, nblocks, c, n, d, rm);
+          } else {
+            const float* c = static_cast<const float*>(docs.data) + (start + j0) * d;
+            SweepChunk<V, MR, NR, false>(q.f32 + q.block_offset[i] * d * V::W, nblocks, c, n, d, rm);
           }
-          c = scratch.doc_f32;
         }
-        SweepChunk<V, MR, NR, false>(q.f32 + q.block_offset[i] * d * V::W, nblocks, c, n, d, rm);
+      }
+    } else {
+      // fp16 / bf16 converted to fp32: each chunk is converted once into L1 and every query sweeps it.
+      for (int64_t j0 = 0; j0 < ld; j0 += chunk) {
+        const int64_t n = MinI64(chunk, ld - j0);
+        const uint16_t* src = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
+        if (docs.dtype == DocType::Float16) V::f16_to_f32(src, scratch.doc_f32, n * d);
+        else V::bf16_to_f32(src, scratch.doc_f32, n * d);
+        for (int64_t i = 0; i < q.num_queries; i++) {
+          const int64_t nblocks = (q.length[i] + V::W - 1) / V::W;
+          SweepChunk<V, MR, NR, false>(q.f32 + q.block_offset[i] * d * V::W, nblocks, scratch.doc_f32, n, d,
+                                       scratch.runmax + q.block_offset[i] * V::W);
+        }
       }
     }
     // Fixed-order sums in double: deterministic, and exact enough that the only error left is the
