@@ -1,0 +1,380 @@
+// maxsim_wgmma.cu: warp-specialized Hopper MaxSim (sm_90a only) for the compute-bound regime
+// (long queries, ColPali shapes, all-pairs). On sm_80 the bodies compile empty (never launch there).
+//
+// Design. CTA = 1 producer warpgroup + NCONS consumer warpgroups. The producer streams document
+// tiles of TN tokens x 128 dims (fp16/bf16) into an S-stage shared-memory ring with 16-byte cp.async,
+// written in the 128-byte-swizzled K-major layout that wgmma reads directly (two 64-element K halves
+// per stage; zero-fill past the document and past dim), waits for its own copies with a lag of S-2
+// tiles, issues fence.proxy.async (generic-proxy writes -> async-proxy reads) and arrives on the
+// stage's "full" mbarrier (one arrive per producer warp). Consumers wait on "full", run 8
+// wgmma.m64nTNk16 per m-block (A = query tokens from registers, B = document tile from shared memory;
+// MB m-blocks per warpgroup issued as separate commit groups so the fold of block 0 overlaps the
+// HGMMAs of block 1), arrive on "empty" (one per consumer warp), and fold the accumulator tile into
+// a per-row running max (columns past the document length -> -inf, never multiplied).
+// Query rows: each consumer warp owns MB 16-row slices = (query, 16-token chunk), so one pass covers
+// 64*NCONS*MB query rows, packing several queries for all-pairs scoring. Loop order is pass-outer:
+// a CTA loads the A fragments of a pass once, then streams all of its documents; per-(query, doc)
+// sums that span passes are carried in the scores array itself (written and re-read by the same
+// warp: no extra device memory). End of each (document, pass): quad max, rows past the query
+// dropped, warp sum, one named barrier over the consumers, then lanes of consumer warp 0 (one lane per
+// query segment) sum the slices in slice order: fixed order, no atomics, bitwise deterministic.
+// Persistent: CTA c handles documents c, c + gridDim.x, ...; zero-length documents get -inf and cost
+// no tile. The K loop always runs all 8 k16 steps (dim < 128 is zero-filled): a runtime guard there
+// splits the HGMMA chain and ptxas serializes every wgmma (seen in SASS, ~3x slower).
+//
+// LAUNCH CONTRACT (see variants.json)
+//   block       = (128 * (NCONS + 1), 1, 1)            [384 for every entry point below]
+//   grid        = (num_sms, 1, 1)                       (persistent, 1 CTA per SM; any grid >= 1 is correct)
+//   dynamic smem= S * TN * 256 + 1024 bytes (1024 = alignment slack); host raises
+//                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it. Static smem: 1 KiB (total per CTA = dynamic + 1 KiB).
+//   requires    : sm_90a device (cc 9.0) ONLY: the sm_80 cubin in the fatbin has an empty body and
+//                 would silently write nothing; dim % 8 == 0 && 8 <= dim <= 128 (returns without
+//                 writing otherwise; cost is that of dim = 128);
+//                 tokens 16-byte aligned; fp16/bf16.
+//                 queries q in [query_tile_offset, num_queries) are scored into scores[q*num_docs + b].
+//   semantics   : zero-length document -> -INFINITY; zero-length query -> 0.
+//   params      : max_query_length MUST be >= every query length of the launch (the query slicing
+//                 uses it; tokens past it would be ignored). max_doc_length is not read.
+#include "maxsim_common.cuh"
+
+namespace maxsim {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MAXSIM_HAS_WGMMA 1
+#else
+#define MAXSIM_HAS_WGMMA 0
+#endif
+
+#if MAXSIM_HAS_WGMMA
+__device__ __forceinline__ void mbar_init(uint32_t a, int cnt) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(cnt) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred P;\nmbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// ---- generated wgmma wrappers (m64nNk16, A from registers, B K-major from smem) ----
+template <typename T, int N> struct Wgmma;
+template <> struct Wgmma<__half, 64> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, 64> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma<__half, 128> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, 128> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma<__half, 256> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, 256> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+
+#endif
+
+template <typename T, int NCONS, int MB, int TN, int S>
+__device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
+#if MAXSIM_HAS_WGMMA
+  constexpr int HALF = TN * 128;    // bytes of one 64-element K half of the tile
+  constexpr int STAGE = 2 * HALF;   // bytes per stage (TN tokens x 128 dims x 2 B)
+  constexpr int NCW = NCONS * 4;    // consumer warps
+  constexpr int SPP = NCW * MB;     // 16-row query slices per pass
+  constexpr int LAG = S - 2;        // producer completes tile t - LAG after issuing tile t
+  constexpr int NACC = TN / 2;
+  static_assert(TN % 64 == 0 && TN <= 256, "tile");
+  extern __shared__ __align__(1024) unsigned char smem_dyn[];
+  __shared__ __align__(8) uint64_t full_bar[S];
+  __shared__ __align__(8) uint64_t empty_bar[S];
+  __shared__ float part[2 * SPP];
+  static_assert(SPP <= 32, "combine uses one lane per slice");
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const uint32_t sbase = (smem_u32(smem_dyn) + 1023u) & ~1023u;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(smem_u32(&full_bar[s]), 4);        // one arrive per producer warp
+      mbar_init(smem_u32(&empty_bar[s]), NCW);     // one arrive per consumer warp
+    }
+  }
+  __syncthreads();
+
+  const int dim = p.dim;
+  const int num_docs = p.num_docs;
+  const int nq = p.num_queries - p.query_tile_offset;
+  if (nq <= 0 || dim > 128) return;
+  const int cpq = max(1, (p.max_query_length + 15) >> 4);
+  const int nslices = nq * cpq;
+  const int npass = (nslices + SPP - 1) / SPP;
+  const T* __restrict__ docs = static_cast<const T*>(p.docs);
+
+  if (warp < 4) {
+    // ------------------------------ producer warpgroup ------------------------------
+    constexpr int need = 16;                 // wgmma reads all 128 dims: zero-fill past dim
+    int t = 0;
+    for (int pass = 0; pass < npass; ++pass)
+      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
+        const int len = p.doc_lengths[doc];
+        if (len <= 0) continue;
+        const int64_t start = p.doc_starts[doc];
+        const int ntiles = (len + TN - 1) / TN;
+        for (int tile = 0; tile < ntiles; ++tile, ++t) {
+          const int s = t % S;
+          if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+          const uint32_t st = sbase + s * STAGE;
+#pragma unroll 4
+          for (int it = 0; it < TN * 16 / 128; ++it) {
+            const int idx = it * 128 + tid;
+            const int r = idx >> 4, c = idx & 15;
+            if (c < need) {
+              const int tok = tile * TN + r;
+              const int k = c * 8;
+              const bool ok = tok < len && k < dim;
+              const T* src = ok ? docs + (start + tok) * (int64_t)dim + k : docs;
+              const uint32_t dst = st + (c >> 3) * HALF + r * 128 + ((((c & 7) ^ (r & 7))) << 4);
+              cp_async16(dst, src, ok ? 16 : 0);
+            }
+          }
+          cp_async_commit();
+          cp_async_wait<LAG>();
+          if (t >= LAG) {
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(smem_u32(&full_bar[(t - LAG) % S]));
+          }
+        }
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncwarp();
+    if (lane == 0)
+      for (int u = max(0, t - LAG); u < t; ++u) mbar_arrive(smem_u32(&full_bar[u % S]));
+  } else {
+    // ------------------------------ consumer warpgroups ------------------------------
+    const int cw = warp - 4;          // consumer warp 0 .. NCW-1
+    const int ctid = tid - 128;       // consumer thread
+    const T* __restrict__ queries = static_cast<const T*>(p.queries);
+    const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
+    uint32_t a[MB][8][4];
+    float acc[MB][NACC];
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) acc[m][i] = 0.f;
+    int dp = 0;  // (document, pass) counter: parity selects the part[] half
+    int t = 0;
+    // Pass-outer order: the A fragments of a pass are loaded once per CTA (not once per document);
+    // documents are re-streamed once per pass. Per-(query, doc) sums that span passes are carried in
+    // the scores array itself (written and re-read by the same thread: no extra memory, fixed order).
+    for (int pass = 0; pass < npass; ++pass) {
+      // slice of m-block m of this warp: pass * SPP + m * NCW + cw (SPP = slices per pass)
+      int qlen[MB], row0[MB];
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        const int slice = pass * SPP + m * NCW + cw;
+        const bool svalid = slice < nslices;
+        const int qi = svalid ? slice / cpq : 0;
+        const int chunk = svalid ? slice % cpq : 0;
+        const int q = p.query_tile_offset + qi;
+        qlen[m] = svalid ? p.query_lengths[q] : 0;
+        row0[m] = chunk * 16;
+        const T* qbase = queries + (svalid ? p.query_starts[q] : 0) * (int64_t)dim;
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = row0[m] + (lane >> 2) + (r & 1) * 8;
+            const int k = ks * 16 + (lane & 3) * 2 + (r >> 1) * 8;
+            uint32_t v = 0;
+            if (row < qlen[m] && k < dim) v = *reinterpret_cast<const uint32_t*>(qbase + (int64_t)row * dim + k);
+            a[m][ks][r] = v;
+          }
+      }
+      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
+        const int len = p.doc_lengths[doc];
+        if (len <= 0) {
+          if (pass == 0)
+            for (int ql = ctid; ql < nq; ql += NCONS * 128)
+              p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
+          continue;
+        }
+        const int ntiles = (len + TN - 1) / TN;
+        float rmax[MB][2];
+#pragma unroll
+        for (int m = 0; m < MB; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+        for (int tile = 0; tile < ntiles; ++tile, ++t) {
+          const int s = t % S;
+          mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
+          const uint32_t st = sbase + s * STAGE;
+#pragma unroll
+          for (int m = 0; m < MB; ++m)
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
+          wgmma_fence();
+          // all 8 K steps unconditionally (zero-filled past dim): a runtime guard here splits the
+          // HGMMA chain into basic blocks and ptxas then serializes every wgmma (seen in SASS, 3x slower)
+          const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+#pragma unroll
+            for (int ks = 0; ks < 8; ++ks)
+              Wgmma<T, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((((ks >> 2) * HALF) + (ks & 3) * 32) >> 4), ks > 0);
+            wgmma_commit();
+          }
+          const int rem = len - tile * TN;
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+            // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
+            static_assert(MB == 1 || MB == 2, "MB");
+            if (m == MB - 1) wgmma_wait<0>();
+            else wgmma_wait<1>();
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
+            if (m == MB - 1) {
+              __syncwarp();
+              if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
+            }
+            if (rem >= TN) {
+#pragma unroll
+              for (int i = 0; i < TN / 8; ++i) {
+                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(acc[m][4 * i], acc[m][4 * i + 1]));
+                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(acc[m][4 * i + 2], acc[m][4 * i + 3]));
+              }
+            } else {
+#pragma unroll
+              for (int i = 0; i < TN / 8; ++i) {
+                const int col = i * 8 + (lane & 3) * 2;
+                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(col < rem ? acc[m][4 * i] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 1] : -INFINITY));
+                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(col < rem ? acc[m][4 * i + 2] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 3] : -INFINITY));
+              }
+            }
+          }
+        }
+        // row max over the quad, drop rows past the query, warp sum (fixed order)
+#pragma unroll
+        for (int m = 0; m < MB; ++m) {
+          float r0 = rmax[m][0], r1 = rmax[m][1];
+          r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+          r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+          r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+          r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+          const int rowa = row0[m] + (lane >> 2);
+          float partial = 0.f;
+          if ((lane & 3) == 0) {
+            if (rowa < qlen[m]) partial += r0;
+            if (rowa + 8 < qlen[m]) partial += r1;
+          }
+          partial = warp_sum(partial);
+          if (lane == 0) part[(dp & 1) * SPP + m * NCW + cw] = partial;
+        }
+        // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
+        // writes to this half come after the next barrier, which the combining warp reaches only
+        // after its reads. Combine: lane w of warp 0 ends a segment (query) -> sums that query's
+        // slices of this pass in slice order (continuing the carried partial from the scores array
+        // if the query began in an earlier pass). Same order as a sequential sum: deterministic.
+        named_bar(1, NCONS * 128);
+        if (cw == 0 && lane < SPP) {
+          const int w = lane;
+          const int s2 = pass * SPP + w;
+          if (s2 < nslices) {
+            const int c2 = s2 % cpq;
+            if (c2 == cpq - 1 || w == SPP - 1) {
+              const float* pp = part + (dp & 1) * SPP;
+              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
+              const int w0 = max(0, w - c2);
+              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
+              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
+              *dst = r;
+            }
+          }
+        }
+        ++dp;
+      }
+    }
+  }
+#else
+  // Built for a GPU without wgmma (the sm_80 cubin): the dispatcher never picks this variant there,
+  // and a launch that does anyway must fail loudly rather than leave the scores unwritten.
+  __trap();
+#endif
+}
+
+}  // namespace maxsim
+
+#define MAXSIM_WGMMA_ENTRY(NAME, T, NCONS, MB, TN, S)                                              \
+  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
+    maxsim::wgmma_body<T, NCONS, MB, TN, S>(p);                                                   \
+  }
+
+// smem bytes = S * TN * 256 + 1024;  block = 128 * (NCONS + 1); query rows per pass = 64 * NCONS * MB
+//                 name                      type           NCONS MB TN  S      smem bytes  block
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_f16,    __half,        2,   1, 128, 4)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_bf16,   __nv_bfloat16, 2,   1, 128, 4)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_f16,   __half,        2,   1,  64, 8)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_bf16,  __nv_bfloat16, 2,   1,  64, 8)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_f16,   __half,        4,   1,  64, 8)  // 132096      640
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_bf16,  __nv_bfloat16, 4,   1,  64, 8)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_f16, __half,        2,   2,  64, 8)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_bf16,__nv_bfloat16, 2,   2,  64, 8)
