@@ -21,8 +21,10 @@ export interface BenchShape {
 
 export interface CudaBenchOptions {
   dtype: FloatDType;
-  /** Document lengths uniform in [min(32, Ld), Ld] instead of all Ld. */
+  /** Document lengths uniform in [min(32, Ld), hi] instead of all Ld; hi = Ld unless fill is set. */
   ragged: boolean;
+  /** With ragged: the mean fill ratio sum(L_b) / (B * Ld), by choosing hi = 2 * fill * Ld - lo. */
+  fill?: number;
   warmup: number;
   iters: number;
   variant?: string;
@@ -36,6 +38,8 @@ export interface CudaBenchRow {
   dtype: FloatDType;
   backend: 'cuda';
   ragged: boolean;
+  /** Real tokens / (B * Ld). */
+  fillRatio: number;
   variant: string;
   ms: number;
   msMin: number;
@@ -75,11 +79,12 @@ function tokenPool(
   return pool;
 }
 
-function docLengths(shape: BenchShape, ragged: boolean, rng: Rng): Int32Array {
+function docLengths(shape: BenchShape, ragged: boolean, fill: number | undefined, rng: Rng): Int32Array {
   const lengths = new Int32Array(shape.b);
   const lo = Math.min(32, shape.ld);
-  for (let i = 0; i < shape.b; i++)
-    lengths[i] = ragged ? lo + (rng.uint32() % (shape.ld - lo + 1)) : shape.ld;
+  const hi =
+    fill === undefined ? shape.ld : Math.max(lo, Math.min(shape.ld, Math.round(2 * fill * shape.ld - lo)));
+  for (let i = 0; i < shape.b; i++) lengths[i] = ragged ? lo + (rng.uint32() % (hi - lo + 1)) : shape.ld;
   return lengths;
 }
 
@@ -151,7 +156,7 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
   const rng = new Rng(options.seed ?? 20261129);
   const gpu = await cuda({ device: options.device });
   try {
-    const lengths = docLengths(shape, options.ragged, rng);
+    const lengths = docLengths(shape, options.ragged, options.fill, rng);
     let totalDocTokens = 0;
     for (const l of lengths) totalDocTokens += l;
     const bytesPerToken = shape.d * (dtype === 'float32' ? 4 : 2);
@@ -210,6 +215,7 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
         dtype,
         backend: 'cuda',
         ragged: options.ragged,
+        fillRatio: totalDocTokens / (shape.b * shape.ld),
         variant: r.variant,
         ms,
         msMin: sorted[0],

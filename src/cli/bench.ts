@@ -63,6 +63,7 @@ interface BenchOptions {
   variant?: string;
   device?: number;
   torch: boolean;
+  fill?: number;
 }
 
 interface BenchInputs {
@@ -121,6 +122,11 @@ export function benchCommand(): Command {
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--isa <name>', "CPU kernel set, one of `maxsim info`'s usable list (default: the best)")
     .option('--json', 'print one JSON object per shape')
+    .option(
+      '--fill <ratio>',
+      'CUDA, with --ragged: mean fill ratio of the documents (lengths uniform from 32)',
+      Number,
+    )
     .option('--variant <name>', 'CUDA kernel variant (default: the dispatcher picks)')
     .option('--device <n>', 'CUDA device index', integerOption(0), 0)
     .option('--no-torch', 'CUDA: skip the PyTorch baseline and the ceilings')
@@ -217,6 +223,7 @@ async function benchCuda(opts: BenchOptions): Promise<void> {
     const row = await benchCudaShape(shape, {
       dtype: opts.dtype,
       ragged: opts.ragged === true,
+      fill: opts.fill,
       warmup: Math.max(opts.warmup, 5),
       iters: Math.max(opts.repeats, 20),
       variant: opts.variant,
@@ -256,7 +263,7 @@ async function benchCuda(opts: BenchOptions): Promise<void> {
   }
   const headers = [
     'shape',
-    'layout',
+    'fill',
     'variant',
     'ms',
     'TFLOP/s',
@@ -272,7 +279,7 @@ async function benchCuda(opts: BenchOptions): Promise<void> {
     headers,
     out.map((o) => [
       o.shape,
-      o.ragged ? 'ragged' : 'dense',
+      fixed(o.fillRatio, 2),
       o.variant,
       fixed(o.ms, 3),
       fixed(o.tflops, 1),
