@@ -11,7 +11,6 @@ namespace {
 
 struct VAvx2 {
   using T = __m256;
-  using Pairs = __m256;  // unused: no bf16 dot product on AVX2
   static constexpr int W = 8;
   static constexpr bool kBf16Dot = false;
   static T load(const float* p) { return _mm256_loadu_ps(p); }
@@ -22,9 +21,6 @@ struct VAvx2 {
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
-  static Pairs load_pairs(const uint16_t*) { return zero(); }
-  static Pairs bcast_pair(const uint16_t*) { return zero(); }
-  static T dot2(T acc, Pairs, Pairs) { return acc; }
   static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {

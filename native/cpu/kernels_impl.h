@@ -9,8 +9,8 @@
 //
 // Traits V must provide: type T, int W (lanes), load(const float*), set1(float), zero(), neg_inf(),
 // fma(a, b, c) = a*b + c, max(a, b), store(float*, T), prefetch(const char*), f16_to_f32(const uint16_t*, float*, n),
-// bf16_to_f32(const uint16_t*, float*, n), and constexpr bool kBf16Dot; with kBf16Dot also
-// load_pairs(const uint16_t*), bcast_pair(const uint16_t*), dot2(acc, a_pairs, b_pair).
+// bf16_to_f32(const uint16_t*, float*, n), and constexpr bool kBf16Dot; with kBf16Dot also a type
+// Pairs and load_pairs(const uint16_t*), bcast_pair(const uint16_t*), dot2(acc, a_pairs, b_pair).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -203,7 +203,7 @@ void ScoreRangeImpl(const ScoreJob& job, int64_t doc_begin, int64_t doc_end, Scr
   }
 }
 
-// Scalar conversions shared by the portable paths.
+// Scalar conversions shared by the portable paths (defined below, used by ScalarConversions).
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
@@ -237,5 +237,16 @@ inline float Bf16ToFloat(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+
+// Base of the traits of kernel sets that have neither vector fp16 conversion nor a bf16 dot product.
+struct ScalarConversions {
+  static constexpr bool kBf16Dot = false;
+  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = HalfToFloat(src[i]);
+  }
+  static void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = Bf16ToFloat(src[i]);
+  }
+};
 
 }  // namespace

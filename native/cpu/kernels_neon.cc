@@ -9,11 +9,9 @@
 
 namespace {
 
-struct VNeon {
+struct VNeon : ScalarConversions {
   using T = float32x4_t;
-  using Pairs = float32x4_t;  // unused
   static constexpr int W = 4;
-  static constexpr bool kBf16Dot = false;
   static T load(const float* p) { return vld1q_f32(p); }
   static T set1(float x) { return vdupq_n_f32(x); }
   static T zero() { return vdupq_n_f32(0.0f); }
@@ -22,15 +20,6 @@ struct VNeon {
   static T max(T a, T b) { return vmaxq_f32(a, b); }
   static void store(float* p, T v) { vst1q_f32(p, v); }
   static void prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
-  static Pairs load_pairs(const uint16_t*) { return zero(); }
-  static Pairs bcast_pair(const uint16_t*) { return zero(); }
-  static T dot2(T acc, Pairs, Pairs) { return acc; }
-  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = HalfToFloat(src[i]);
-  }
-  static void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = Bf16ToFloat(src[i]);
-  }
 };
 
 const maxsim_cpu::IsaKernels kNeon{"neon", VNeon::W, 0, &ScoreRangeImpl<VNeon, 2, 6>};

@@ -5,13 +5,11 @@
 
 namespace {
 
-struct VPortable {
+struct VPortable : ScalarConversions {
   struct T {
     float v[8];
   };
-  using Pairs = T;  // unused
   static constexpr int W = 8;
-  static constexpr bool kBf16Dot = false;
   static T load(const float* p) {
     T r;
     for (int i = 0; i < 8; i++) r.v[i] = p[i];
@@ -36,15 +34,6 @@ struct VPortable {
     for (int i = 0; i < 8; i++) p[i] = v.v[i];
   }
   static void prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
-  static Pairs load_pairs(const uint16_t*) { return zero(); }
-  static Pairs bcast_pair(const uint16_t*) { return zero(); }
-  static T dot2(T acc, Pairs, Pairs) { return acc; }
-  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = HalfToFloat(src[i]);
-  }
-  static void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = Bf16ToFloat(src[i]);
-  }
 };
 
 const maxsim_cpu::IsaKernels kPortable{"portable", VPortable::W, 0, &ScoreRangeImpl<VPortable, 2, 4>};
