@@ -53,7 +53,7 @@ const SEED = 1;
 interface BenchOptions {
   backend: BackendName;
   shape?: BenchShape[];
-  dtype: FloatDType;
+  dtype?: FloatDType;
   ragged?: boolean;
   repeats: number;
   warmup: number;
@@ -115,7 +115,11 @@ export function benchCommand(): Command {
       `shape to time (repeatable); default: ${DEFAULT_SHAPES.map(formatShape).join(' ')}`,
       collect(parseShape),
     )
-    .option('--dtype <type>', 'f32, f16 or bf16 (queries and documents)', parseDtype, 'float32')
+    .option(
+      '--dtype <type>',
+      'f32, f16 or bf16 (queries and documents; default f32 on cpu, f16 on cuda)',
+      parseDtype,
+    )
     .option('--ragged', 'ragged documents, lengths uniform in [Ld/2, Ld] (default: dense [B, Ld, d])')
     .option('--repeats <n>', 'timed runs per shape', integerOption(1), 5)
     .option('--warmup <n>', 'untimed runs per shape first', integerOption(0), 1)
@@ -133,7 +137,8 @@ export function benchCommand(): Command {
     .action(async (opts: BenchOptions) => {
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
-      if (backend === 'cuda') return benchCuda(opts);
+      if (backend === 'cuda') return benchCuda(opts, opts.dtype ?? 'float16');
+      const dtype = opts.dtype ?? 'float32';
       const cpu = backend === 'cpu' ? cpuInfo() : undefined;
       if (cpu && opts.isa !== undefined && !cpu.isas.includes(opts.isa)) {
         throw new InvalidArgumentError(
@@ -164,7 +169,7 @@ export function benchCommand(): Command {
       for (const shape of opts.shape ?? DEFAULT_SHAPES) {
         const progress = new Progress(`bench ${formatShape(shape)}`, opts.warmup + opts.repeats);
         progress.update(0);
-        const { queries, docs, docTokens } = makeInputs(shape, opts.dtype, opts.ragged === true, rng);
+        const { queries, docs, docTokens } = makeInputs(shape, dtype, opts.ragged === true, rng);
         const run = () =>
           queries.kind === 'matrix' ? maxsim(queries, docs, options) : maxsimAll(queries, docs, options);
         const times: number[] = [];
@@ -178,10 +183,10 @@ export function benchCommand(): Command {
         progress.finish();
         const ms = median(times);
         const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
-        const docBytes = docTokens * shape.d * dtypeSize(opts.dtype);
+        const docBytes = docTokens * shape.d * dtypeSize(dtype);
         const result = {
           shape: formatShape(shape),
-          dtype: opts.dtype,
+          dtype: dtype,
           layout: opts.ragged ? 'ragged' : 'dense',
           backend,
           isa,
@@ -215,13 +220,13 @@ export function benchCommand(): Command {
  * CUDA: device-event medians per shape (src/bench/cuda.ts), then the PyTorch baseline and the GPU's
  * ceilings measured in the same run, so speedups and percentages are side-by-side ratios.
  */
-async function benchCuda(opts: BenchOptions): Promise<void> {
+async function benchCuda(opts: BenchOptions, dtype: FloatDType): Promise<void> {
   const shapes = opts.shape ?? DEFAULT_CUDA_SHAPES;
   const rows: CudaBenchRow[] = [];
   for (const shape of shapes) {
     const progress = new Progress(`bench cuda ${formatShape(shape)}`, 1);
     const row = await benchCudaShape(shape, {
-      dtype: opts.dtype,
+      dtype,
       ragged: opts.ragged === true,
       fill: opts.fill,
       warmup: Math.max(opts.warmup, 5),
