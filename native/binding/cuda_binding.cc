@@ -4,7 +4,9 @@
 // The JS thread never waits on the GPU.
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>

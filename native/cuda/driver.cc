@@ -77,13 +77,11 @@ void Load() {
   need("cuDeviceGetAttribute", &d.cuDeviceGetAttribute);
   need("cuDeviceTotalMem", &d.cuDeviceTotalMem);
   need("cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain);
-  need("cuDevicePrimaryCtxRelease", &d.cuDevicePrimaryCtxRelease);
   need("cuCtxSetCurrent", &d.cuCtxSetCurrent);
   need("cuMemGetInfo", &d.cuMemGetInfo);
   need("cuMemAlloc", &d.cuMemAlloc);
   need("cuMemFree", &d.cuMemFree);
   need("cuMemHostAlloc", &d.cuMemHostAlloc);
-  need("cuMemFreeHost", &d.cuMemFreeHost);
   need("cuMemcpyHtoDAsync", &d.cuMemcpyHtoDAsync);
   need("cuMemcpyDtoHAsync", &d.cuMemcpyDtoHAsync);
   need("cuMemsetD32Async", &d.cuMemsetD32Async);
@@ -111,6 +109,10 @@ void Load() {
     d.cuModuleEnumerateFunctions = nullptr;
   }
   cu::CUresult r = cuInit(0);
+  if (r == cu::CUDA_ERROR_NO_DEVICE) {
+    g_load_error = "the NVIDIA driver is installed but reports no CUDA device (cuInit: " + DescribeResult(r) + ")";
+    return;
+  }
   if (r != cu::CUDA_SUCCESS) {
     g_load_error = "cuInit failed: " + DescribeResult(r);
     return;

@@ -34,13 +34,11 @@ struct Driver {
   cu::PFN_cuDeviceGetAttribute cuDeviceGetAttribute = nullptr;
   cu::PFN_cuDeviceTotalMem cuDeviceTotalMem = nullptr;
   cu::PFN_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain = nullptr;
-  cu::PFN_cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease = nullptr;
   cu::PFN_cuCtxSetCurrent cuCtxSetCurrent = nullptr;
   cu::PFN_cuMemGetInfo cuMemGetInfo = nullptr;
   cu::PFN_cuMemAlloc cuMemAlloc = nullptr;
   cu::PFN_cuMemFree cuMemFree = nullptr;
   cu::PFN_cuMemHostAlloc cuMemHostAlloc = nullptr;
-  cu::PFN_cuMemFreeHost cuMemFreeHost = nullptr;
   cu::PFN_cuMemcpyHtoDAsync cuMemcpyHtoDAsync = nullptr;
   cu::PFN_cuMemcpyDtoHAsync cuMemcpyDtoHAsync = nullptr;
   cu::PFN_cuMemsetD32Async cuMemsetD32Async = nullptr;

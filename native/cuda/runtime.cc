@@ -353,6 +353,7 @@ std::vector<std::string> Runtime::KernelNames() const {
     }
   }
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
 }
 
@@ -421,6 +422,11 @@ void Runtime::ValidateLaunch(const LaunchSpec& spec) {
 }
 
 std::shared_ptr<DeviceTokens> Runtime::AllocTokens(DType dtype, int64_t dim, int64_t capacity_tokens, int64_t capacity_items) {
+  const int64_t row = dim * DTypeSize(dtype);
+  if (capacity_tokens < 0 || capacity_items < 0 || capacity_tokens > (int64_t(1) << 50) / row) {
+    throw std::invalid_argument("Expected a token set of at most 2^50 bytes but received " + std::to_string(capacity_tokens) +
+                                " tokens of " + std::to_string(row) + " bytes");
+  }
   auto t = std::make_shared<DeviceTokens>();
   t->runtime = this;
   t->dtype = dtype;

@@ -19,7 +19,15 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import { type DeviceCaps, type Launch, launchFor, type Problem, selectVariant, type Variant } from './cuda-dispatch.js';
+import {
+  type DeviceCaps,
+  dispatchTable,
+  type Launch,
+  launchFor,
+  type Problem,
+  selectVariant,
+  type Variant,
+} from './cuda-dispatch.js';
 
 // ---- the addon's `cuda` object ----------------------------------------------------------------
 
@@ -109,9 +117,17 @@ export interface NativeCuda {
   memory(device: NativeDevice): Promise<CudaMemory>;
   emptyCache(device: NativeDevice): Promise<CudaMemory>;
   upload(device: NativeDevice, batch: TokenBatch): Promise<NativeTokenSet>;
-  alloc(device: NativeDevice, spec: { dtype: FloatDType; dim: number; tokens: number; items: number }): Promise<NativeTokenSet>;
+  alloc(
+    device: NativeDevice,
+    spec: { dtype: FloatDType; dim: number; tokens: number; items: number },
+  ): Promise<NativeTokenSet>;
   append(set: NativeTokenSet, batch: TokenBatch): Promise<NativeTokenSet>;
-  score(device: NativeDevice, queries: TokenBatch | NativeTokenSet, docs: NativeTokenSet, launch: NativeLaunch): Promise<Float32Array>;
+  score(
+    device: NativeDevice,
+    queries: TokenBatch | NativeTokenSet,
+    docs: NativeTokenSet,
+    launch: NativeLaunch,
+  ): Promise<Float32Array>;
   bench(
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
@@ -180,7 +196,11 @@ export interface CudaDevice {
   /** Returns the allocator's cached blocks to the driver. */
   emptyCache(): Promise<CudaMemory>;
   /** The variant and launch the dispatcher picks for queries against a corpus. */
-  plan(queries: TokenMatrix | TokenBatch, corpus: DeviceCorpus, options?: ScoreOptions): { variant: Variant; launch: Launch };
+  plan(
+    queries: TokenMatrix | TokenBatch,
+    corpus: DeviceCorpus,
+    options?: ScoreOptions,
+  ): { variant: Variant; launch: Launch };
   /** Times `iters` launches with device events after `warmup` untimed ones; `rotate` cycles doc sets. */
   bench(
     queries: TokenMatrix | TokenBatch,
@@ -205,8 +225,14 @@ function asQueryBatch(queries: TokenMatrix | TokenBatch, name = 'queries'): Toke
 
 /** Queries in the corpus dtype: queries are small, so a float32 query meets a float16 corpus here. */
 function toDtype(batch: TokenBatch, dtype: FloatDType, dim: number): TokenBatch {
-  if (batch.dim !== dim) throw new InvalidArgumentError('queries.dim', `${dim} (the dimension of the corpus)`, String(batch.dim));
-  if (batch.dtype === 'int8') throw new InvalidArgumentError('queries.dtype', "'float32', 'float16' or 'bfloat16' (the CUDA engine does not score int8 yet)", "'int8'");
+  if (batch.dim !== dim)
+    throw new InvalidArgumentError('queries.dim', `${dim} (the dimension of the corpus)`, String(batch.dim));
+  if (batch.dtype === 'int8')
+    throw new InvalidArgumentError(
+      'queries.dtype',
+      "'float32', 'float16' or 'bfloat16' (the CUDA engine does not score int8 yet)",
+      "'int8'",
+    );
   if (batch.dtype === dtype) return batch;
   const data = encodeFloats(decodeToFloat32(batch.data, batch.dtype, batch.dim), dtype);
   return { ...batch, dtype, data, scales: undefined };
@@ -247,15 +273,21 @@ class Corpus implements DeviceCorpus {
 
   score(query: TokenMatrix, options?: ScoreOptions): Promise<Float32Array>;
   score(queries: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
-  async score(queries: TokenMatrix | TokenBatch, options: ScoreOptions = {}): Promise<Float32Array | ScoreMatrix> {
+  async score(
+    queries: TokenMatrix | TokenBatch,
+    options: ScoreOptions = {},
+  ): Promise<Float32Array | ScoreMatrix> {
     const batch = asQueryBatch(queries);
     const data = await this.scoreAll(batch, options);
     // cols from the result: an append that completed before this call may have grown the corpus
-    return isTokenMatrix(queries) ? data : { data, rows: batch.count, cols: batch.count > 0 ? data.length / batch.count : this.count };
+    return isTokenMatrix(queries)
+      ? data
+      : { data, rows: batch.count, cols: batch.count > 0 ? data.length / batch.count : this.count };
   }
 
   async topK(queries: TokenMatrix | TokenBatch, k: number, options: ScoreOptions = {}): Promise<Hit[][]> {
-    if (!Number.isInteger(k) || k < 0) throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
+    if (!Number.isInteger(k) || k < 0)
+      throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
     const data = await this.scoreAll(batch, options);
     const cols = batch.count > 0 ? data.length / batch.count : 0;
@@ -275,7 +307,12 @@ class Corpus implements DeviceCorpus {
   }
 
   private check() {
-    if (this.native.disposed) throw new InvalidArgumentError('corpus', 'a live DeviceCorpus', 'one that was disposed (dispose() was called)');
+    if (this.native.disposed)
+      throw new InvalidArgumentError(
+        'corpus',
+        'a live DeviceCorpus',
+        'one that was disposed (dispose() was called)',
+      );
     this.device.check();
   }
 
@@ -298,10 +335,19 @@ class Device implements CudaDevice {
     readonly info: CudaDeviceInfo,
   ) {
     this.caps = { computeCapability: info.computeCapability, sms: info.sms, smemOptin: info.smemOptin };
+    this.kernels = new Set(info.kernels);
   }
 
+  /** Entry points in the loaded fatbins (empty when the driver cannot list them). */
+  private readonly kernels: ReadonlySet<string>;
+
   check() {
-    if (this.disposed) throw new InvalidArgumentError('device', 'a live CudaDevice', 'one that was disposed (dispose() was called)');
+    if (this.disposed)
+      throw new InvalidArgumentError(
+        'device',
+        'a live CudaDevice',
+        'one that was disposed (dispose() was called)',
+      );
   }
 
   private track(native: NativeTokenSet): Corpus {
@@ -313,11 +359,17 @@ class Device implements CudaDevice {
 
   async upload(batch: TokenBatch): Promise<DeviceCorpus> {
     this.check();
-    if (!isTokenBatch(batch)) throw new InvalidArgumentError('batch', 'a TokenBatch (denseBatch or raggedBatch)', describe(batch));
+    if (!isTokenBatch(batch))
+      throw new InvalidArgumentError('batch', 'a TokenBatch (denseBatch or raggedBatch)', describe(batch));
     return this.track(await nativeCuda().upload(this.handle, batch));
   }
 
-  async alloc(spec: { dtype: FloatDType; dim: number; tokens: number; items: number }): Promise<DeviceCorpus> {
+  async alloc(spec: {
+    dtype: FloatDType;
+    dim: number;
+    tokens: number;
+    items: number;
+  }): Promise<DeviceCorpus> {
     this.check();
     return this.track(await nativeCuda().alloc(this.handle, spec));
   }
@@ -341,7 +393,7 @@ class Device implements CudaDevice {
       numDocs: corpus.count,
       dtype: corpus.dtype,
     };
-    const variant = selectVariant(problem, this.caps, options.variant);
+    const variant = selectVariant(problem, this.caps, options.variant, dispatchTable(), this.kernels);
     return { variant, launch: launchFor(variant, problem, this.caps) };
   }
 
@@ -381,7 +433,8 @@ class Device implements CudaDevice {
 export async function cuda(options: { device?: number } = {}): Promise<CudaDevice> {
   const index = options.device ?? 0;
   const status = cudaStatus();
-  if (!status.available) throw new BackendUnavailableError(`CUDA backend unavailable: ${status.reason ?? 'unknown reason'}`);
+  if (!status.available)
+    throw new BackendUnavailableError(`CUDA backend unavailable: ${status.reason ?? 'unknown reason'}`);
   const count = status.devices?.length ?? 0;
   if (!Number.isInteger(index) || index < 0 || index >= count) {
     throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(options.device));

@@ -2,10 +2,11 @@
 // dense and ragged documents, zero-length documents and queries, d in {1, 8, 64, 96, 100, 128, 256,
 // 1024}, Lq in {1, 32, 300, 1024}, many documents (persistent grids loop), many queries (several
 // passes), and bitwise-identical results on repeat. Without a GPU every test skips with the reason.
-import { describe, test } from 'node:test';
+
 import assert from 'node:assert/strict';
-import { referenceMaxsim } from '../../src/backends/reference.js';
+import { describe, test } from 'node:test';
 import type { DeviceCorpus } from '../../src/backends/cuda.js';
+import { referenceMaxsim } from '../../src/backends/reference.js';
 import type { FloatDType, TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
 import { bitsEqual, boundFactor, checkScores, gpu, skip, variantsFor } from './helpers.js';
@@ -63,16 +64,30 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       const d = 128;
       const rand = rng(runSeed + 17 + dtypes.indexOf(dtype));
       // more documents than the largest persistent grid has groups (132 SMs x 4 CTAs x 4 groups)
-      const lengths = Array.from({ length: 4001 }, (_, i) => (i % 97 === 5 ? 0 : 1 + Math.floor(rand() * 10)));
+      const lengths = Array.from({ length: 4001 }, (_, i) =>
+        i % 97 === 5 ? 0 : 1 + Math.floor(rand() * 10),
+      );
       const docs = randomRagged(lengths, d, dtype, rand);
       const corpus = await dev.upload(docs);
       try {
         const few = randomRagged([32, 5, 31], d, dtype, rand);
-        const many = randomRagged(Array.from({ length: 40 }, () => 1 + Math.floor(rand() * 16)), d, dtype, rand);
+        const many = randomRagged(
+          Array.from({ length: 40 }, () => 1 + Math.floor(rand() * 16)),
+          d,
+          dtype,
+          rand,
+        );
         for (const queries of [few, many]) {
           const ref = referenceMaxsim(queries, docs);
           for (const v of variantsFor(dev, dtype, d)) {
-            checkScores(await scoreWith(corpus, queries, v.name), queries, docs, boundFactor(v), `${v.name} B=${docs.count} Nq=${queries.count}`, ref);
+            checkScores(
+              await scoreWith(corpus, queries, v.name),
+              queries,
+              docs,
+              boundFactor(v),
+              `${v.name} B=${docs.count} Nq=${queries.count}`,
+              ref,
+            );
           }
           // and the dispatcher's own choice
           const auto = await corpus.score(queries);
@@ -87,7 +102,12 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       const dev = await gpu();
       const d = 64;
       const rand = rng(runSeed + 29 + dtypes.indexOf(dtype));
-      const docs = randomRagged(Array.from({ length: 500 }, () => Math.floor(rand() * 200)), d, dtype, rand);
+      const docs = randomRagged(
+        Array.from({ length: 500 }, () => Math.floor(rand() * 200)),
+        d,
+        dtype,
+        rand,
+      );
       const queries = randomRagged([32, 300, 7, 1], d, dtype, rand);
       const corpus = await dev.upload(docs);
       try {
@@ -114,7 +134,11 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       assert.equal(got.length, 4);
       // the reference sees the queries as the GPU does: rounded to fp16
       const { encodeFloats } = await import('../../src/tensor.js');
-      const q16 = { ...q32, dtype: 'float16' as const, data: encodeFloats(q32.data as Float32Array, 'float16') };
+      const q16 = {
+        ...q32,
+        dtype: 'float16' as const,
+        data: encodeFloats(q32.data as Float32Array, 'float16'),
+      };
       checkScores(got, q16, docs, 4, 'fp32 query on fp16 corpus');
       assert.equal(got[1], Number.NEGATIVE_INFINITY);
     } finally {
@@ -137,7 +161,10 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       const scores = (await corpus.score(queries)).data;
       for (let q = 0; q < 2; q++) {
         assert.equal(hits[q].length, 4);
-        assert.deepEqual(hits[q].map((h) => h.score), Array.from(scores.subarray(q * 4, q * 4 + 4)).sort((a, b) => b - a));
+        assert.deepEqual(
+          hits[q].map((h) => h.score),
+          Array.from(scores.subarray(q * 4, q * 4 + 4)).sort((a, b) => b - a),
+        );
         const i0 = hits[q].findIndex((h) => h.index === 0);
         const i3 = hits[q].findIndex((h) => h.index === 3);
         assert.ok(i0 < i3, 'tie broken by the lower index');

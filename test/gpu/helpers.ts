@@ -1,10 +1,11 @@
 // GPU test helpers: whether CUDA runs here (every GPU test skips with the reason when it does not),
 // one shared device, and the comparison against the float64 reference.
-import { referenceMaxsim } from '../../src/backends/reference.js';
+
 import { type CudaDevice, type CudaStatus, cuda, cudaStatus } from '../../src/backends/cuda.js';
 import { dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
+import { decodeBatch64, referenceMaxsim } from '../../src/backends/reference.js';
 import type { TokenBatch } from '../../src/tensor.js';
-import { assertScoresClose, scoreErrorBounds } from '../helpers.js';
+import { assertScoresClose } from '../helpers.js';
 
 export const status: CudaStatus = cudaStatus();
 
@@ -20,7 +21,11 @@ export function gpu(): Promise<CudaDevice> {
 
 /** Variants of the table that can run `dtype` / `dim` on this GPU (by their declared requirements). */
 export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Variant[] {
-  const caps = { computeCapability: dev.info.computeCapability, sms: dev.info.sms, smemOptin: dev.info.smemOptin };
+  const caps = {
+    computeCapability: dev.info.computeCapability,
+    sms: dev.info.sms,
+    smemOptin: dev.info.smemOptin,
+  };
   return dispatchTable().variants.filter((v) => {
     if (v.dtype !== dtype) return false;
     const r = v.requires;
@@ -28,26 +33,70 @@ export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Varian
     if (r.minDim !== undefined && dim < r.minDim) return false;
     if (r.maxDim !== undefined && dim > r.maxDim) return false;
     const cc = caps.computeCapability;
-    if (r.minComputeCapability && (cc[0] < r.minComputeCapability[0] || (cc[0] === r.minComputeCapability[0] && cc[1] < r.minComputeCapability[1]))) return false;
-    if (r.computeCapabilities && !r.computeCapabilities.some((c) => c[0] === cc[0] && c[1] === cc[1])) return false;
+    if (
+      r.minComputeCapability &&
+      (cc[0] < r.minComputeCapability[0] ||
+        (cc[0] === r.minComputeCapability[0] && cc[1] < r.minComputeCapability[1]))
+    )
+      return false;
+    if (r.computeCapabilities && !r.computeCapabilities.some((c) => c[0] === cc[0] && c[1] === cc[1]))
+      return false;
     return typeof v.smem !== 'number' || v.smem <= caps.smemOptin;
   });
 }
 
 /**
  * Tensor-core variants accumulate in fp32 with truncation rather than round-to-nearest (up to one ulp
- * per addition instead of half), so their bound is the fp32 bound of test/helpers.ts times 2, times 2
- * again for the reordered partial sums. Still orders of magnitude below any indexing or masking bug.
+ * per addition instead of half), so their bound is errorBounds() times 2, times 2 again for the
+ * reordered partial sums. Still orders of magnitude below any indexing or masking bug.
  */
 export function boundFactor(v: Variant): number {
   return /mma/.test(v.kernel) ? 4 : 1;
 }
 
+/**
+ * A rigorous first-order bound on the fp32 error of each score: each dot product of d terms is within
+ * (d + 1) u |q_i| max_j |d_j| of the exact value, the max moves by no more, and summing Lq maxima adds
+ * at most (Lq + 1) u sum_i |max_i| <= (Lq + 1) u sum_i |q_i| max_j |d_j| (Cauchy-Schwarz). So the bound
+ * is (d + Lq + 3) u sum_i |q_i| max_j |d_j|, with u = 2^-24.
+ */
+export function errorBounds(queries: TokenBatch, docs: TokenBatch): Float64Array {
+  const u = 2 ** -24;
+  const d = docs.dim;
+  const qv = decodeBatch64(queries);
+  const dv = decodeBatch64(docs);
+  const norm = (v: Float64Array, t: number) => {
+    let s = 0;
+    for (let k = 0; k < d; k++) s += v[t * d + k] * v[t * d + k];
+    return Math.sqrt(s);
+  };
+  const qNorms = new Float64Array(queries.count);
+  for (let q = 0; q < queries.count; q++)
+    for (let i = 0; i < queries.lengths[q]; i++) qNorms[q] += norm(qv, queries.starts[q] + i);
+  const out = new Float64Array(queries.count * docs.count);
+  for (let b = 0; b < docs.count; b++) {
+    let maxNorm = 0;
+    for (let j = 0; j < docs.lengths[b]; j++) maxNorm = Math.max(maxNorm, norm(dv, docs.starts[b] + j));
+    for (let q = 0; q < queries.count; q++)
+      out[q * docs.count + b] = (d + queries.lengths[q] + 3) * u * qNorms[q] * maxNorm;
+  }
+  return out;
+}
+
 /** Asserts GPU scores against the float64 reference on the same (already rounded) inputs; never NaN. */
-export function checkScores(got: Float32Array, queries: TokenBatch, docs: TokenBatch, factor: number, context: string, reference?: Float64Array) {
-  for (let i = 0; i < got.length; i++) if (Number.isNaN(got[i])) throw new Error(`${context}: score ${i} is NaN (a pair the kernel never wrote)`);
+export function checkScores(
+  got: Float32Array,
+  queries: TokenBatch,
+  docs: TokenBatch,
+  factor: number,
+  context: string,
+  reference?: Float64Array,
+) {
+  for (let i = 0; i < got.length; i++)
+    if (Number.isNaN(got[i]))
+      throw new Error(`${context}: score ${i} is NaN (a pair the kernel never wrote)`);
   const ref = reference ?? referenceMaxsim(queries, docs);
-  const bounds = scoreErrorBounds(queries, docs).map((b) => b * factor);
+  const bounds = errorBounds(queries, docs).map((b) => b * factor);
   assertScoresClose(got, ref, bounds, context);
 }
 

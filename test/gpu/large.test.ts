@@ -47,7 +47,13 @@ describe(`CUDA MaxSim past 2^31 elements (seed ${runSeed})`, { skip }, () => {
     try {
       for (let b0 = 0; b0 < B; b0 += chunk) {
         const idx = Array.from({ length: Math.min(chunk, B - b0) }, (_, i) => b0 + i);
-        await corpus.append(ragged(pool, idx.map((b) => startOf[b]), idx.map(lengthOf)));
+        await corpus.append(
+          ragged(
+            pool,
+            idx.map((b) => startOf[b]),
+            idx.map(lengthOf),
+          ),
+        );
       }
       assert.equal(corpus.count, B);
       assert.ok(corpus.tokens * d > 2 ** 31, `corpus holds ${corpus.tokens * d} elements`);
@@ -57,10 +63,19 @@ describe(`CUDA MaxSim past 2^31 elements (seed ${runSeed})`, { skip }, () => {
       assert.equal(scores.length, 2 * B);
 
       // The last 40 documents (element offsets past 2^31), the first 8, 40 random ones, and empty ones.
-      const sample = new Set<number>([...Array.from({ length: 40 }, (_, i) => B - 1 - i), ...Array.from({ length: 8 }, (_, i) => i), 999, 64_999]);
+      const sample = new Set<number>([
+        ...Array.from({ length: 40 }, (_, i) => B - 1 - i),
+        ...Array.from({ length: 8 }, (_, i) => i),
+        999,
+        64_999,
+      ]);
       while (sample.size < 90) sample.add(Math.floor(rand() * B));
       const picked = [...sample].sort((a, b) => a - b);
-      const docs = ragged(pool, picked.map((b) => startOf[b]), picked.map(lengthOf));
+      const docs = ragged(
+        pool,
+        picked.map((b) => startOf[b]),
+        picked.map(lengthOf),
+      );
       const got = new Float32Array(2 * picked.length);
       picked.forEach((b, i) => {
         got[i] = scores[b];

@@ -17,7 +17,11 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
     assert.ok(info.name.length > 0);
     assert.ok(info.sms > 0 && info.totalMemory > 0 && info.freeMemory > 0 && info.smemOptin >= 48 * 1024);
     assert.deepEqual(info.moduleErrors, [], `fatbins that failed to load: ${info.moduleErrors.join('; ')}`);
-    if (info.kernels.length > 0) assert.ok(info.kernels.some((k) => k.startsWith('maxsim_simt_')), `kernels: ${info.kernels.join(', ')}`);
+    if (info.kernels.length > 0)
+      assert.ok(
+        info.kernels.some((k) => k.startsWith('maxsim_simt_')),
+        `kernels: ${info.kernels.join(', ')}`,
+      );
   });
 
   test('dispose returns memory to the cache, emptyCache to the driver; double dispose is a no-op', async () => {
@@ -26,7 +30,10 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
     const before = await dev.memory();
     const corpus = await dev.upload(randomRagged([1000, 2000, 0, 3000], 256, 'float16', rand));
     const during = await dev.memory();
-    assert.ok(during.inUse >= before.inUse + 6000 * 256 * 2, `inUse ${during.inUse} after a 3 MB upload (was ${before.inUse})`);
+    assert.ok(
+      during.inUse >= before.inUse + 6000 * 256 * 2,
+      `inUse ${during.inUse} after a 3 MB upload (was ${before.inUse})`,
+    );
     assert.ok(during.peak >= during.inUse);
     corpus.dispose();
     corpus.dispose();
@@ -67,11 +74,20 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
     const pending = corpus.score(queries);
     corpus.dispose();
     checkScores((await pending).data, queries, docs, 4, 'score queued before dispose');
-    await assert.rejects(corpus.score(queries), (e: Error) => e instanceof InvalidArgumentError && /disposed/.test(e.message));
+    await assert.rejects(
+      corpus.score(queries),
+      (e: Error) => e instanceof InvalidArgumentError && /disposed/.test(e.message),
+    );
     const native = nativeCuda();
     const handle = native.open(dev.info.index);
     assert.throws(
-      () => native.score(handle, queries, corpus.native, { kernel: 'maxsim_simt_f16', grid: [3, 1, 1], block: [128, 1, 1], smem: 0 }),
+      () =>
+        native.score(handle, queries, corpus.native, {
+          kernel: 'maxsim_simt_f16',
+          grid: [3, 1, 1],
+          block: [128, 1, 1],
+          smem: 0,
+        }),
       (e: Error) => e instanceof TypeError && /disposed/.test(e.message),
     );
   });
@@ -83,22 +99,51 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
     const rand = rng(runSeed + 4);
     const docs = await dev.upload(randomRagged([10, 20], 64, 'float16', rand));
     const queries = randomRagged([8], 64, 'float16', rand);
-    const ok = { kernel: 'maxsim_simt_f16', grid: [2, 1, 1] as [number, number, number], block: [128, 1, 1] as [number, number, number], smem: 0 };
+    const ok = {
+      kernel: 'maxsim_simt_f16',
+      grid: [2, 1, 1] as [number, number, number],
+      block: [128, 1, 1] as [number, number, number],
+      smem: 0,
+    };
     try {
       assert.equal((await native.score(handle, queries, docs.native, ok)).length, 2);
-      await assert.rejects(native.score(handle, queries, docs.native, { ...ok, kernel: 'no_such_kernel' }), /Expected the name of a kernel .* but received 'no_such_kernel'/);
-      await assert.rejects(native.score(handle, queries, docs.native, { ...ok, block: [2048, 1, 1] }), /launch\.block\.x|threads per block/);
-      await assert.rejects(native.score(handle, queries, docs.native, { ...ok, smem: 1 << 29 }), /launch\.smem/);
-      assert.throws(() => native.score(handle, queries, docs.native, { ...ok, grid: [0, 1, 1] }), /Expected an integer in \[1, 2147483647\] for launch\.grid\[0\] but received 0/);
-      assert.throws(() => native.score(handle, queries, docs.native, { ...ok, dtype: 'bfloat16' }), /for docs\.dtype but received 'float16'/);
-      assert.throws(() => native.score(handle, randomRagged([8], 32, 'float16', rand), docs.native, ok), /for queries\.dim but received 32/);
-      assert.throws(() => native.score(handle, randomRagged([8], 64, 'float32', rand), docs.native, ok), /for queries\.dtype but received 'float32'/);
+      await assert.rejects(
+        native.score(handle, queries, docs.native, { ...ok, kernel: 'no_such_kernel' }),
+        /Expected the name of a kernel .* but received 'no_such_kernel'/,
+      );
+      await assert.rejects(
+        native.score(handle, queries, docs.native, { ...ok, block: [2048, 1, 1] }),
+        /launch\.block\.x|threads per block/,
+      );
+      await assert.rejects(
+        native.score(handle, queries, docs.native, { ...ok, smem: 1 << 29 }),
+        /launch\.smem/,
+      );
+      assert.throws(
+        () => native.score(handle, queries, docs.native, { ...ok, grid: [0, 1, 1] }),
+        /Expected an integer in \[1, 2147483647\] for launch\.grid\[0\] but received 0/,
+      );
+      assert.throws(
+        () => native.score(handle, queries, docs.native, { ...ok, dtype: 'bfloat16' }),
+        /for docs\.dtype but received 'float16'/,
+      );
+      assert.throws(
+        () => native.score(handle, randomRagged([8], 32, 'float16', rand), docs.native, ok),
+        /for queries\.dim but received 32/,
+      );
+      assert.throws(
+        () => native.score(handle, randomRagged([8], 64, 'float32', rand), docs.native, ok),
+        /for queries\.dtype but received 'float32'/,
+      );
       assert.throws(() => native.score(handle, queries, queries as never, ok), /Expected a device token set/);
       assert.throws(() => native.open(1 << 16), /Expected a CUDA device index/);
       // a tensor-core variant forced onto a dim it does not support is refused before any launch
       const odd = await dev.upload(randomRagged([10], 100, 'float16', rand));
       try {
-        await assert.rejects(odd.score(randomRagged([4], 100, 'float16', rand), { variant: 'maxsim_mma_g1_f16' }), InvalidArgumentError);
+        await assert.rejects(
+          odd.score(randomRagged([4], 100, 'float16', rand), { variant: 'maxsim_mma_g1_f16' }),
+          InvalidArgumentError,
+        );
       } finally {
         odd.dispose();
       }
@@ -137,12 +182,33 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
   test('bench times each launch with device events and reports peak memory', async () => {
     const dev = await gpu();
     const rand = rng(runSeed + 6);
-    const docs = await dev.upload(randomRagged(Array.from({ length: 256 }, () => 64), 128, 'float16', rand));
-    const other = await dev.upload(randomRagged(Array.from({ length: 256 }, () => 64), 128, 'float16', rand));
+    const docs = await dev.upload(
+      randomRagged(
+        Array.from({ length: 256 }, () => 64),
+        128,
+        'float16',
+        rand,
+      ),
+    );
+    const other = await dev.upload(
+      randomRagged(
+        Array.from({ length: 256 }, () => 64),
+        128,
+        'float16',
+        rand,
+      ),
+    );
     try {
-      const r = await dev.bench(randomRagged([32], 128, 'float16', rand), docs, { warmup: 2, iters: 5, rotate: [other] });
+      const r = await dev.bench(randomRagged([32], 128, 'float16', rand), docs, {
+        warmup: 2,
+        iters: 5,
+        rotate: [other],
+      });
       assert.equal(r.ms.length, 5);
-      assert.ok(r.ms.every((ms) => ms > 0 && ms < 10_000), `ms: ${r.ms.join(', ')}`);
+      assert.ok(
+        r.ms.every((ms) => ms > 0 && ms < 10_000),
+        `ms: ${r.ms.join(', ')}`,
+      );
       assert.ok(r.peakBytes >= docs.bytes + other.bytes);
       assert.ok(r.variant.length > 0);
     } finally {
