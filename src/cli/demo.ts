@@ -18,7 +18,7 @@ interface DemoOptions {
   queries: number;
   seed: number;
   backend: BackendChoice;
-  dtype: FloatDType;
+  dtype?: FloatDType;
   threads?: number;
   json?: boolean;
 }
@@ -36,7 +36,11 @@ export function demoCommand(): Command {
     .option('--queries <n>', 'queries (3 planted relevant documents each)', integerOption(1), 8)
     .option('--seed <s>', 'generator seed', integerOption(0, 2 ** 32 - 1), 42)
     .addOption(new Option('--backend <name>', 'where to search').choices(BACKEND_CHOICES).default('auto'))
-    .option('--dtype <type>', 'storage: f32, f16 or bf16', parseDtype, 'float32')
+    .option(
+      '--dtype <type>',
+      'storage: f32, f16 or bf16 (default: f16 on CUDA, where the tensor cores take it; f32 on CPU)',
+      parseDtype,
+    )
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--json', 'print JSON')
     .action(async (opts: DemoOptions) => {
@@ -48,12 +52,13 @@ export function demoCommand(): Command {
         );
       }
       const backend = resolveBackend(opts.backend);
+      const dtype = opts.dtype ?? (backend === 'cuda' ? 'float16' : 'float32');
       const generationStart = process.hrtime.bigint();
       const { docs, queries, relevant } = demoCorpus({
         docs: opts.docs,
         queries: opts.queries,
         seed: opts.seed,
-        dtype: opts.dtype,
+        dtype,
         relevantPerQuery: PLANTED_PER_QUERY,
       });
       const generationSeconds = secondsSince(generationStart);
