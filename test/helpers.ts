@@ -73,9 +73,11 @@ export function randomRagged(
 }
 
 /**
- * A rigorous bound on the fp32 error of each score: every dot product of d terms accumulated in fp32
- * is within d * u * |q| * |d| of the exact value (Cauchy-Schwarz on the classic gamma_d bound), a
- * max moves by at most that, and the sum adds one rounding. Anything outside is a wrong result.
+ * A rigorous first-order bound on the fp32 error of each score, for any engine that accumulates in
+ * fp32: each dot product of d terms is within (d + 1) u |q_i| max_j |d_j| of the exact value, the max
+ * moves by no more, and summing Lq maxima in fp32 adds at most (Lq + 1) u sum_i |q_i| max_j |d_j|
+ * (Cauchy-Schwarz). So the bound is (d + Lq + 3) u sum_i |q_i| max_j |d_j|, u = 2^-24. Anything
+ * outside it is a wrong result, not rounding.
  */
 export function scoreErrorBounds(queries: TokenBatch, docs: TokenBatch): Float64Array {
   const u = 2 ** -24;
@@ -87,14 +89,16 @@ export function scoreErrorBounds(queries: TokenBatch, docs: TokenBatch): Float64
     for (let k = 0; k < d; k++) s += v[t * d + k] * v[t * d + k];
     return Math.sqrt(s);
   };
+  const qNorms = new Float64Array(queries.count);
+  for (let q = 0; q < queries.count; q++) {
+    for (let i = 0; i < queries.lengths[q]; i++) qNorms[q] += norm(qv, queries.starts[q] + i);
+  }
   const out = new Float64Array(queries.count * docs.count);
   for (let b = 0; b < docs.count; b++) {
     let maxNorm = 0;
     for (let j = 0; j < docs.lengths[b]; j++) maxNorm = Math.max(maxNorm, norm(dv, docs.starts[b] + j));
     for (let q = 0; q < queries.count; q++) {
-      let qNorms = 0;
-      for (let i = 0; i < queries.lengths[q]; i++) qNorms += norm(qv, queries.starts[q] + i);
-      out[q * docs.count + b] = (d + 2) * u * qNorms * maxNorm;
+      out[q * docs.count + b] = (d + queries.lengths[q] + 3) * u * qNorms[q] * maxNorm;
     }
   }
   return out;

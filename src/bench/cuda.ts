@@ -11,11 +11,17 @@ import { referenceMaxsim } from '../backends/reference.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
 
+/** A benchmark shape `Nq,Lq,Ld,d,B`. */
 export interface BenchShape {
+  /** Queries. */
   nq: number;
+  /** Tokens per query. */
   lq: number;
+  /** Tokens per document (the longest, with ragged documents). */
   ld: number;
+  /** Embedding dimension. */
   d: number;
+  /** Documents. */
   b: number;
 }
 

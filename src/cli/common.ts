@@ -1,6 +1,8 @@
 // Shared by the CLI commands: option parsers, loading inputs, and printing tables and JSON.
+
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
+import type { BenchShape } from '../bench/cuda.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
 import type { FloatDType, TokenBatch, TokenMatrix } from '../tensor.js';
 
@@ -38,18 +40,7 @@ export function parseDtype(value: string): FloatDType {
   return dtype;
 }
 
-export interface BenchShape {
-  /** Queries. */
-  nq: number;
-  /** Tokens per query. */
-  lq: number;
-  /** Tokens per document (the longest, with --ragged). */
-  ld: number;
-  /** Embedding dimension. */
-  d: number;
-  /** Documents. */
-  b: number;
-}
+export type { BenchShape };
 
 /** 'Nq,Lq,Ld,d,B', e.g. '1,32,128,128,20000'. */
 export function parseShape(value: string): BenchShape {

@@ -3,9 +3,9 @@
 
 import { type CudaDevice, type CudaStatus, cuda, cudaStatus } from '../../src/backends/cuda.js';
 import { dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
-import { decodeBatch64, referenceMaxsim } from '../../src/backends/reference.js';
+import { referenceMaxsim } from '../../src/backends/reference.js';
 import type { TokenBatch } from '../../src/tensor.js';
-import { assertScoresClose } from '../helpers.js';
+import { assertScoresClose, scoreErrorBounds } from '../helpers.js';
 
 export const status: CudaStatus = cudaStatus();
 
@@ -47,40 +47,11 @@ export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Varian
 
 /**
  * Tensor-core variants accumulate in fp32 with truncation rather than round-to-nearest (up to one ulp
- * per addition instead of half), so their bound is errorBounds() times 2, times 2 again for the
+ * per addition instead of half), so their bound is scoreErrorBounds() times 2, times 2 again for the
  * reordered partial sums. Still orders of magnitude below any indexing or masking bug.
  */
 export function boundFactor(v: Variant): number {
   return /mma/.test(v.kernel) ? 4 : 1;
-}
-
-/**
- * A rigorous first-order bound on the fp32 error of each score: each dot product of d terms is within
- * (d + 1) u |q_i| max_j |d_j| of the exact value, the max moves by no more, and summing Lq maxima adds
- * at most (Lq + 1) u sum_i |max_i| <= (Lq + 1) u sum_i |q_i| max_j |d_j| (Cauchy-Schwarz). So the bound
- * is (d + Lq + 3) u sum_i |q_i| max_j |d_j|, with u = 2^-24.
- */
-export function errorBounds(queries: TokenBatch, docs: TokenBatch): Float64Array {
-  const u = 2 ** -24;
-  const d = docs.dim;
-  const qv = decodeBatch64(queries);
-  const dv = decodeBatch64(docs);
-  const norm = (v: Float64Array, t: number) => {
-    let s = 0;
-    for (let k = 0; k < d; k++) s += v[t * d + k] * v[t * d + k];
-    return Math.sqrt(s);
-  };
-  const qNorms = new Float64Array(queries.count);
-  for (let q = 0; q < queries.count; q++)
-    for (let i = 0; i < queries.lengths[q]; i++) qNorms[q] += norm(qv, queries.starts[q] + i);
-  const out = new Float64Array(queries.count * docs.count);
-  for (let b = 0; b < docs.count; b++) {
-    let maxNorm = 0;
-    for (let j = 0; j < docs.lengths[b]; j++) maxNorm = Math.max(maxNorm, norm(dv, docs.starts[b] + j));
-    for (let q = 0; q < queries.count; q++)
-      out[q * docs.count + b] = (d + queries.lengths[q] + 3) * u * qNorms[q] * maxNorm;
-  }
-  return out;
 }
 
 /** Asserts GPU scores against the float64 reference on the same (already rounded) inputs; never NaN. */
@@ -96,7 +67,7 @@ export function checkScores(
     if (Number.isNaN(got[i]))
       throw new Error(`${context}: score ${i} is NaN (a pair the kernel never wrote)`);
   const ref = reference ?? referenceMaxsim(queries, docs);
-  const bounds = errorBounds(queries, docs).map((b) => b * factor);
+  const bounds = scoreErrorBounds(queries, docs).map((b) => b * factor);
   assertScoresClose(got, ref, bounds, context);
 }
 
