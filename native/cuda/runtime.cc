@@ -319,6 +319,7 @@ void Runtime::LoadModules() {
       continue;
     }
     modules_.push_back(module);
+    module_stems_.push_back(name.substr(0, name.rfind('.')));
   }
 }
 
@@ -361,7 +362,14 @@ Runtime::FunctionInfo& Runtime::Function(const std::string& name) {
   auto it = functions_.find(name);
   if (it != functions_.end()) return it->second;
   const Driver& d = Api();
-  for (cu::CUmodule m : modules_) {
+  // One fatbin per kernel family, named after it (maxsim_mma.fatbin holds maxsim_mma_*): look there
+  // first, so a lookup normally makes no failing cuModuleGetFunction probe.
+  std::vector<cu::CUmodule> order;
+  for (size_t i = 0; i < modules_.size(); i++) {
+    if (name.rfind(module_stems_[i] + "_", 0) == 0) order.insert(order.begin(), modules_[i]);
+    else order.push_back(modules_[i]);
+  }
+  for (cu::CUmodule m : order) {
     cu::CUfunction fn = nullptr;
     const cu::CUresult r = d.cuModuleGetFunction(&fn, m, name.c_str());
     if (r == cu::CUDA_ERROR_NOT_FOUND) continue;

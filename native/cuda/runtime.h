@@ -185,6 +185,7 @@ class Runtime {
   cu::CUstream stream_ = nullptr;
   Allocator allocator_;
   std::vector<cu::CUmodule> modules_;
+  std::vector<std::string> module_stems_;  // file name without .fatbin, parallel to modules_
   std::vector<std::string> module_errors_;
   KernelFiles kernel_files_;
   std::unordered_map<std::string, FunctionInfo> functions_;
