@@ -21,6 +21,7 @@ struct VAvx2 {
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
   static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {

@@ -23,6 +23,7 @@ struct VAvx512 {
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
   static Pairs load_pairs(const uint16_t* p) { return reinterpret_cast<Pairs>(_mm512_loadu_si512(p)); }
   static Pairs bcast_pair(const uint16_t* p) {
     int32_t v;

@@ -8,7 +8,7 @@
 // guarantees. The max over document tokens is 2 x 12 vector max per tile, under 2% of the FMAs.
 //
 // Traits V must provide: type T, int W (lanes), load(const float*), set1(float), zero(), neg_inf(),
-// fma(a, b, c) = a*b + c, max(a, b), store(float*, T), prefetch(const char*), f16_to_f32(const uint16_t*, float*, n),
+// fma(a, b, c) = a*b + c, max(a, b), store(float*, T), prefetch(const char*) (to L1), prefetch_l2, f16_to_f32(const uint16_t*, float*, n),
 // bf16_to_f32(const uint16_t*, float*, n), and constexpr bool kBf16Dot; with kBf16Dot also a type
 // Pairs and load_pairs(const uint16_t*), bcast_pair(const uint16_t*), dot2(acc, a_pairs, b_pair).
 #pragma once
@@ -185,6 +185,10 @@ void ScoreRangeImpl(const ScoreJob& job, int64_t doc_begin, int64_t doc_end, Scr
         const uint16_t* src = static_cast<const uint16_t*>(docs.data) + (start + j0) * d;
         if (docs.dtype == DocType::Float16) V::f16_to_f32(src, scratch.doc_f32, n * d);
         else V::bf16_to_f32(src, scratch.doc_f32, n * d);
+        // The tiles' own prefetch only covers the converted copy; ask L2 for the next source chunk
+        // (the next document's first chunk, at the end) now, so its conversion does not wait on DRAM.
+        const char* next = reinterpret_cast<const char*>(src + n * d);
+        for (int64_t o = 0; o < chunk * d * 2; o += 64) V::prefetch_l2(next + o);
         for (int64_t i = 0; i < q.num_queries; i++) {
           const int64_t nblocks = (q.length[i] + V::W - 1) / V::W;
           SweepChunk<V, MR, NR, false>(q.f32 + q.block_offset[i] * d * V::W, nblocks, scratch.doc_f32, n, d,

@@ -20,6 +20,7 @@ struct VNeon : ScalarConversions {
   static T max(T a, T b) { return vmaxq_f32(a, b); }
   static void store(float* p, T v) { vst1q_f32(p, v); }
   static void prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
+  static void prefetch_l2(const char* p) { __builtin_prefetch(p, 0, 2); }
 };
 
 const maxsim_cpu::IsaKernels kNeon{"neon", VNeon::W, 0, &ScoreRangeImpl<VNeon, 2, 6>};

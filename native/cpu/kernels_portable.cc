@@ -34,6 +34,7 @@ struct VPortable : ScalarConversions {
     for (int i = 0; i < 8; i++) p[i] = v.v[i];
   }
   static void prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
+  static void prefetch_l2(const char* p) { __builtin_prefetch(p, 0, 2); }
 };
 
 const maxsim_cpu::IsaKernels kPortable{"portable", VPortable::W, 0, &ScoreRangeImpl<VPortable, 2, 4>};
