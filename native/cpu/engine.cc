@@ -71,6 +71,7 @@ std::string CpuFeatures() {
   for (const char* f : {"avx512f", "avx512bf16", "avx2", "fma", "f16c"}) {
     if (CpuSupports(f)) s += std::string(s.empty() ? "" : " ") + f;
   }
+  if (AmxKernels()) s += " amx-bf16";  // CPUID and the OS permission both granted
 #if defined(__aarch64__)
   s = "neon";
 #endif
