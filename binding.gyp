@@ -20,6 +20,8 @@
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",
         "native/cpu/thread_pool.cc",
+        "native/cpu/train.cc",
+        "native/binding/train_binding.cc",
         "native/cpu/kernels_portable.cc",
         "native/cpu/kernels_neon.cc"
       ],

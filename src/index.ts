@@ -1,7 +1,17 @@
 // maxsim: the public API. Re-exports only.
 
 export { type CpuInfo, type CpuIsa, type CpuOptions, cpuInfo } from './backends/cpu.js';
+export {
+  type CudaDevice,
+  type CudaDeviceInfo,
+  type CudaMemory,
+  type CudaStatus,
+  cuda,
+  cudaStatus,
+  type DeviceCorpus,
+} from './backends/cuda.js';
 export { referenceMaxsim, referenceTopK } from './backends/reference.js';
+export { referenceBackward, referenceMaxsimTrain } from './backends/reference-train.js';
 export { type BackendChoice, type BackendName, cudaUnavailableReason } from './backends/select.js';
 export * from './errors.js';
 export { info, type MaxsimInfo } from './info.js';
@@ -19,6 +29,18 @@ export {
   topK,
   topKAll,
 } from './ops/maxsim.js';
+export {
+  type ContrastiveOptions,
+  type ContrastiveStepResult,
+  contrastiveLoss,
+  contrastiveStep,
+  type MaxsimGradients,
+  type MaxsimTrainOptions,
+  type MaxsimTrainResult,
+  maxsimTrain,
+  type TrainBackend,
+  type TrainPairs,
+} from './ops/train.js';
 export {
   batchItem,
   bf16BitsToFloat,

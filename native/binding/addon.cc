@@ -4,10 +4,12 @@
 
 void InitCpu(Napi::Env env, Napi::Object exports);
 void InitCuda(Napi::Env env, Napi::Object exports);
+void InitTrain(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
   InitCuda(env, exports);
+  InitTrain(env, exports);
   exports.Set("abiVersion", 1);
   return exports;
 }

@@ -1,0 +1,201 @@
+// Node-API glue for MaxSim training on the CPU (native/cpu/train.h): the argmax forward and the
+// backward pass, each run off the JS thread and returned as a Promise. Exposed as exports.train.
+#include <napi.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../cpu/train.h"
+#include "token_set.h"
+
+namespace {
+
+using maxsim_cpu::DocType;
+using maxsim_cpu::TrainPairs;
+
+maxsim_cpu::TokenSpans ToSpans(Napi::Env env, const TokenSet& t, const std::string& name) {
+  maxsim_cpu::TokenSpans s;
+  switch (t.dtype) {
+    case DType::Float32: s.dtype = DocType::Float32; break;
+    case DType::Float16: s.dtype = DocType::Float16; break;
+    case DType::BFloat16: s.dtype = DocType::BFloat16; break;
+    case DType::Int8:
+      throw Napi::TypeError::New(env, "Expected float32, float16 or bfloat16 tokens for " + name +
+                                          " but received int8 (training takes float inputs)");
+  }
+  s.data = t.data;
+  s.starts = t.starts;
+  s.lengths = t.lengths;
+  s.count = t.count;
+  s.dim = t.dim;
+  return s;
+}
+
+struct TrainArgs {
+  TokenSet q_set;
+  TokenSet d_set;
+  maxsim_cpu::TokenSpans queries;
+  maxsim_cpu::TokenSpans docs;
+  TrainPairs pairs = TrainPairs::All;
+  int64_t stride = 0;
+  int threads = 0;
+  int64_t num_pairs = 0;
+};
+
+// (queries, docs, { pairs, stride, threads }): the arguments both calls share.
+TrainArgs ParseTrainArgs(const Napi::CallbackInfo& info, size_t options_index) {
+  Napi::Env env = info.Env();
+  TrainArgs a;
+  a.q_set = ParseTokenSet(env, info[0], "queries");
+  a.d_set = ParseTokenSet(env, info[1], "docs");
+  if (a.q_set.dim != a.d_set.dim) {
+    throw Napi::TypeError::New(env, "Expected queries.dim " + std::to_string(a.d_set.dim) +
+                                        " (the dimension of docs) but received " + std::to_string(a.q_set.dim));
+  }
+  a.queries = ToSpans(env, a.q_set, "queries");
+  a.docs = ToSpans(env, a.d_set, "docs");
+  if (!info[options_index].IsObject()) throw Napi::TypeError::New(env, "Expected an options object for options");
+  Napi::Object opts = info[options_index].As<Napi::Object>();
+  const std::string pairs = opts.Get("pairs").ToString().Utf8Value();
+  if (pairs == "diagonal") {
+    a.pairs = TrainPairs::Diagonal;
+  } else if (pairs != "all") {
+    throw Napi::TypeError::New(env, "Expected 'all' or 'diagonal' for pairs but received '" + pairs + "'");
+  }
+  if (a.pairs == TrainPairs::Diagonal && a.queries.count != a.docs.count) {
+    throw Napi::RangeError::New(env, "Expected as many queries as docs (" + std::to_string(a.docs.count) +
+                                         ") for pairs 'diagonal' but received " + std::to_string(a.queries.count));
+  }
+  const double stride = opts.Get("stride").ToNumber().DoubleValue();
+  if (!(stride >= static_cast<double>(a.q_set.max_length) && stride <= 2147483647.0 &&
+        stride == static_cast<double>(static_cast<int64_t>(stride)))) {
+    throw Napi::RangeError::New(env, "Expected an integer >= " + std::to_string(a.q_set.max_length) +
+                                         " (the longest query) for stride but received " + std::to_string(stride));
+  }
+  a.stride = static_cast<int64_t>(stride);
+  if (opts.Get("threads").IsNumber()) a.threads = opts.Get("threads").As<Napi::Number>().Int32Value();
+  a.num_pairs = a.pairs == TrainPairs::All ? a.queries.count * a.docs.count : a.queries.count;
+  return a;
+}
+
+// Each gradient row must have one owner: items may not share tokens.
+void CheckDisjoint(Napi::Env env, const TokenSet& t, const std::string& name) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (int64_t i = 0; i < t.count; i++) {
+    if (t.lengths[i] > 0) spans.emplace_back(static_cast<int64_t>(t.starts[i]), t.lengths[i]);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); k++) {
+    if (spans[k - 1].first + spans[k - 1].second > spans[k].first) {
+      throw Napi::RangeError::New(env, "Expected items of " + name + " that share no tokens but received an overlap at token " +
+                                           std::to_string(spans[k].first));
+    }
+  }
+}
+
+// Runs `work` on the libuv pool and resolves with `result`. Persistent references keep the inputs
+// and the output arrays alive (and unmoved) until the promise settles.
+class TrainWorker : public Napi::AsyncWorker {
+ public:
+  TrainWorker(Napi::Env env, const std::vector<Napi::Value>& keep_alive, Napi::Object result, std::function<void()> work)
+      : Napi::AsyncWorker(env, "maxsim.train"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        result_(Napi::Persistent(result)),
+        work_(std::move(work)) {
+    for (const Napi::Value& v : keep_alive) refs_.push_back(Napi::Persistent(v.As<Napi::Object>()));
+  }
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override {
+    try {
+      work_();
+    } catch (const std::exception& e) {
+      SetError(std::string("maxsim CPU training failed: ") + e.what());
+    }
+  }
+  void OnOK() override { deferred_.Resolve(result_.Value()); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  Napi::ObjectReference result_;
+  std::vector<Napi::ObjectReference> refs_;
+  std::function<void()> work_;
+};
+
+Napi::Value Queue(Napi::Env env, const std::vector<Napi::Value>& keep_alive, Napi::Object result,
+                  std::function<void()> work) {
+  auto* worker = new TrainWorker(env, keep_alive, result, std::move(work));
+  Napi::Promise p = worker->Promise();
+  worker->Queue();
+  return p;
+}
+
+// forwardAsync(queries, docs, { pairs, stride, threads }) -> Promise<{ scores, argmax }>
+Napi::Value ForwardAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TrainArgs a = ParseTrainArgs(info, 2);
+  Napi::Float32Array scores = Napi::Float32Array::New(env, static_cast<size_t>(a.num_pairs));
+  Napi::Int32Array argmax = Napi::Int32Array::New(env, static_cast<size_t>(a.num_pairs * a.stride));
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("scores", scores);
+  result.Set("argmax", argmax);
+  float* s = scores.Data();
+  int32_t* m = argmax.Data();
+  return Queue(env, {info[0], info[1]}, result, [a, s, m] {
+    maxsim_cpu::MaxsimTrainForward(a.queries, a.docs, a.pairs, a.stride, s, m, a.threads);
+  });
+}
+
+// backwardAsync(queries, docs, argmax, gradScores, { pairs, stride, threads }) -> Promise<{ dQ, dD }>
+Napi::Value BackwardAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TrainArgs a = ParseTrainArgs(info, 4);
+  CheckDisjoint(env, a.q_set, "queries");
+  CheckDisjoint(env, a.d_set, "docs");
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+      static_cast<int64_t>(info[2].As<Napi::Int32Array>().ElementLength()) != a.num_pairs * a.stride) {
+    throw Napi::TypeError::New(env, "Expected an Int32Array of " + std::to_string(a.num_pairs * a.stride) +
+                                        " entries for argmax but received another value");
+  }
+  if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      static_cast<int64_t>(info[3].As<Napi::Float64Array>().ElementLength()) != a.num_pairs) {
+    throw Napi::TypeError::New(env, "Expected a Float64Array of " + std::to_string(a.num_pairs) +
+                                        " entries for gradScores but received another value");
+  }
+  const int32_t* argmax = info[2].As<Napi::Int32Array>().Data();
+  // The argmax is caller-visible memory: check every entry so no edit can send a read out of bounds.
+  for (int64_t p = 0; p < a.num_pairs; p++) {
+    const int64_t i = a.pairs == TrainPairs::All ? p / a.docs.count : p;
+    const int64_t j = a.pairs == TrainPairs::All ? p % a.docs.count : p;
+    for (int64_t s = 0; s < a.queries.lengths[i]; s++) {
+      const int32_t t = argmax[p * a.stride + s];
+      if (t < -1 || t >= a.docs.lengths[j]) {
+        throw Napi::RangeError::New(env, "Expected argmax entries in [-1, " + std::to_string(a.docs.lengths[j]) +
+                                             ") for pair " + std::to_string(p) + " but received " + std::to_string(t));
+      }
+    }
+  }
+  Napi::Float32Array dq = Napi::Float32Array::New(env, static_cast<size_t>(a.q_set.elements));
+  Napi::Float32Array dd = Napi::Float32Array::New(env, static_cast<size_t>(a.d_set.elements));
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("dQ", dq);
+  result.Set("dD", dd);
+  const double* g = info[3].As<Napi::Float64Array>().Data();
+  float* dq_out = dq.Data();
+  float* dd_out = dd.Data();
+  return Queue(env, {info[0], info[1], info[2], info[3]}, result, [a, argmax, g, dq_out, dd_out] {
+    maxsim_cpu::MaxsimTrainBackward(a.queries, a.docs, a.pairs, a.stride, argmax, g, dq_out, dd_out, a.threads);
+  });
+}
+
+}  // namespace
+
+void InitTrain(Napi::Env env, Napi::Object exports) {
+  Napi::Object train = Napi::Object::New(env);
+  train.Set("forwardAsync", Napi::Function::New(env, ForwardAsync, "forwardAsync"));
+  train.Set("backwardAsync", Napi::Function::New(env, BackwardAsync, "backwardAsync"));
+  exports.Set("train", train);
+}

@@ -1,0 +1,289 @@
+// MaxSim training on host arrays: a forward pass that saves, for every (query, document, query token),
+// the document token that won the max, and a backward pass that routes score gradients through it.
+// The native CPU engine (native/cpu/train.cc) does the token loops; the contrastive loss over the
+// small [Nq, B] score matrix is computed here in float64.
+//
+// Gradients are deterministic: bitwise identical run to run and for any thread count.
+
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { loadNative } from '../native.js';
+import { checkCompatible, type TokenBatch } from '../tensor.js';
+
+/** 'all': every query with every document (scores [Nq, B]); 'diagonal': query i with document i. */
+export type TrainPairs = 'all' | 'diagonal';
+/** 'auto' trains on the CPU: the CUDA training path is not built yet. */
+export type TrainBackend = 'cpu' | 'cuda' | 'auto';
+
+export interface MaxsimTrainOptions {
+  /** Default 'all'. 'diagonal' needs as many queries as documents. */
+  pairs?: TrainPairs;
+  backend?: TrainBackend;
+  /** CPU worker threads (default all cores); results do not depend on it. */
+  threads?: number;
+  /** Gradient dtype; only 'float32' for now. */
+  outputDtype?: 'float32';
+}
+
+export interface MaxsimGradients {
+  /** Same layout and length as queries.data; zero outside real tokens. */
+  dQ: Float32Array;
+  /** Same layout and length as docs.data; zero outside real tokens. */
+  dD: Float32Array;
+}
+
+export interface MaxsimTrainResult {
+  /** [rows * cols] row-major; -Infinity for an empty document. */
+  scores: Float32Array;
+  /** Queries. */
+  rows: number;
+  /** Documents for 'all', 1 for 'diagonal'. */
+  cols: number;
+  pairs: TrainPairs;
+  /**
+   * argmax[p * argmaxStride + s]: the index (within its document) of the document token that query
+   * token s of pair p matched; ties go to the lowest index. -1 for an empty document and for slots past
+   * the query's length. Pair p is i * cols + b for 'all' and i for 'diagonal'.
+   */
+  argmax: Int32Array;
+  /** Slots per pair in argmax: the longest query (queries.maxLength for a dense batch). */
+  argmaxStride: number;
+  /**
+   * Gradients of sum_p gradScores[p] * scores[p]. Reads the batches again: do not modify them between
+   * the forward and the backward pass. Entries for empty documents are ignored.
+   */
+  backward(gradScores: Float32Array | Float64Array): Promise<MaxsimGradients>;
+}
+
+export interface ContrastiveOptions {
+  /** Scores are divided by it before the softmax (default 1; must be > 0). */
+  temperature?: number;
+  /** Positive document of each query (default: query i's positive is document i, which needs Nq <= B). */
+  labels?: Int32Array;
+  backend?: TrainBackend;
+  threads?: number;
+}
+
+export interface ContrastiveStepResult extends MaxsimGradients {
+  /** Mean over queries of the softmax cross-entropy. */
+  loss: number;
+  /** [Nq * B] row-major. */
+  scores: Float32Array;
+}
+
+interface TrainNativeOptions {
+  pairs: TrainPairs;
+  stride: number;
+  threads?: number;
+}
+
+interface TrainAddon {
+  forwardAsync(
+    queries: TokenBatch,
+    docs: TokenBatch,
+    options: TrainNativeOptions,
+  ): Promise<{ scores: Float32Array; argmax: Int32Array }>;
+  backwardAsync(
+    queries: TokenBatch,
+    docs: TokenBatch,
+    argmax: Int32Array,
+    gradScores: Float64Array,
+    options: TrainNativeOptions,
+  ): Promise<MaxsimGradients>;
+}
+
+function addon(): TrainAddon {
+  return (loadNative() as unknown as { train: TrainAddon }).train;
+}
+
+function checkBackend(backend: unknown) {
+  if (backend === undefined || backend === 'auto' || backend === 'cpu') return;
+  if (backend === 'cuda') {
+    throw new BackendUnavailableError(
+      "CUDA backend unavailable for training: the CUDA training path is not built yet; use backend 'cpu' (or 'auto', which trains on the CPU)",
+    );
+  }
+  throw new InvalidArgumentError('backend', "'auto', 'cpu' or 'cuda'", JSON.stringify(backend));
+}
+
+function checkThreads(threads: unknown): number | undefined {
+  if (threads === undefined) return undefined;
+  if (typeof threads !== 'number' || !Number.isInteger(threads) || threads < 0 || threads > 1024) {
+    throw new InvalidArgumentError('threads', 'an integer in [0, 1024] (0 = all cores)', String(threads));
+  }
+  return threads;
+}
+
+function checkFloatBatch(name: string, batch: TokenBatch) {
+  if (batch.dtype === 'int8') {
+    throw new InvalidArgumentError(`${name}.dtype`, "'float32', 'float16' or 'bfloat16'", "'int8'");
+  }
+}
+
+/** Gradient rows need one owner each: items of a batch may not share tokens. */
+function checkDisjoint(name: string, batch: TokenBatch) {
+  const items = Array.from({ length: batch.count }, (_, i) => i).filter((i) => batch.lengths[i] > 0);
+  items.sort((a, b) => batch.starts[a] - batch.starts[b]);
+  for (let k = 1; k < items.length; k++) {
+    const prev = items[k - 1];
+    if (batch.starts[prev] + batch.lengths[prev] > batch.starts[items[k]]) {
+      throw new InvalidArgumentError(
+        name,
+        'items that share no tokens (gradients of shared tokens are ambiguous)',
+        `items ${prev} and ${items[k]} overlapping`,
+      );
+    }
+  }
+}
+
+function longestQuery(queries: TokenBatch): number {
+  let m = queries.maxLength;
+  for (let i = 0; i < queries.count; i++) m = Math.max(m, queries.lengths[i]);
+  return m;
+}
+
+/** Forward pass for training: scores plus the saved argmax, and the matching backward pass. */
+export async function maxsimTrain(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: MaxsimTrainOptions = {},
+): Promise<MaxsimTrainResult> {
+  checkCompatible(queries, docs, 'queries', 'docs');
+  checkFloatBatch('queries', queries);
+  checkFloatBatch('docs', docs);
+  checkDisjoint('queries', queries);
+  checkDisjoint('docs', docs);
+  checkBackend(options.backend);
+  const threads = checkThreads(options.threads);
+  const pairs = options.pairs ?? 'all';
+  if (pairs !== 'all' && pairs !== 'diagonal') {
+    throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
+  }
+  if (options.outputDtype !== undefined && options.outputDtype !== 'float32') {
+    throw new InvalidArgumentError('outputDtype', "'float32'", JSON.stringify(options.outputDtype));
+  }
+  if (pairs === 'diagonal' && queries.count !== docs.count) {
+    throw new InvalidArgumentError(
+      'queries.count',
+      `${docs.count} (one query per document for pairs 'diagonal')`,
+      String(queries.count),
+    );
+  }
+  const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
+  const { scores, argmax } = await addon().forwardAsync(queries, docs, native);
+  return {
+    scores,
+    rows: queries.count,
+    cols: pairs === 'all' ? docs.count : 1,
+    pairs,
+    argmax,
+    argmaxStride: native.stride,
+    backward(gradScores) {
+      if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
+        throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
+      }
+      if (gradScores.length !== scores.length) {
+        throw new InvalidArgumentError(
+          'gradScores',
+          `${scores.length} entries (one per score)`,
+          String(gradScores.length),
+        );
+      }
+      // A private float64 copy: the caller may reuse its array while the backward pass runs.
+      return addon().backwardAsync(queries, docs, argmax, Float64Array.from(gradScores), native);
+    },
+  };
+}
+
+/** Validates temperature and labels against a [rows, cols] score matrix before any work is done. */
+function checkLossOptions(
+  rows: number,
+  cols: number,
+  options: { temperature?: number; labels?: Int32Array },
+): { tau: number; labels?: Int32Array } {
+  const tau = options.temperature ?? 1;
+  if (typeof tau !== 'number' || !(tau > 0) || !Number.isFinite(tau)) {
+    throw new InvalidArgumentError('temperature', 'a finite number > 0', String(tau));
+  }
+  if (rows < 1) throw new InvalidArgumentError('queries.count', 'at least 1 query', String(rows));
+  const labels = options.labels;
+  if (labels === undefined) {
+    if (rows > cols) {
+      throw new InvalidArgumentError(
+        'docs.count',
+        `at least ${rows} documents (query i's positive is document i without labels)`,
+        String(cols),
+      );
+    }
+    return { tau };
+  }
+  if (!(labels instanceof Int32Array) || labels.length !== rows) {
+    throw new InvalidArgumentError(
+      'labels',
+      `an Int32Array of ${rows} entries (one per query)`,
+      labels instanceof Int32Array ? `${labels.length} entries` : typeof labels,
+    );
+  }
+  for (let i = 0; i < rows; i++) {
+    if (labels[i] < 0 || labels[i] >= cols) {
+      throw new InvalidArgumentError(`labels[${i}]`, `a document index in [0, ${cols})`, String(labels[i]));
+    }
+  }
+  return { tau, labels };
+}
+
+/**
+ * In-batch softmax cross-entropy over a [rows, cols] score matrix, in float64:
+ * loss = mean_i [logsumexp_j(S[i, j] / tau) - S[i, label_i] / tau], and its gradient
+ * (softmax - onehot) / (tau * rows). Empty documents (-Infinity) get probability 0 and gradient 0.
+ */
+export function contrastiveLoss(
+  scores: Float32Array | Float64Array,
+  rows: number,
+  cols: number,
+  options: { temperature?: number; labels?: Int32Array } = {},
+): { loss: number; gradScores: Float64Array } {
+  const { tau, labels } = checkLossOptions(rows, cols, options);
+  const grad = new Float64Array(rows * cols);
+  let total = 0;
+  for (let i = 0; i < rows; i++) {
+    const label = labels ? labels[i] : i;
+    const row = i * cols;
+    if (scores[row + label] === Number.NEGATIVE_INFINITY) {
+      throw new InvalidArgumentError(
+        `labels[${i}]`,
+        'a positive document with tokens',
+        `empty document ${label}`,
+      );
+    }
+    let max = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j < cols; j++) max = Math.max(max, scores[row + j] / tau);
+    let sum = 0;
+    for (let j = 0; j < cols; j++) sum += Math.exp(scores[row + j] / tau - max);
+    const logSumExp = max + Math.log(sum);
+    total += logSumExp - scores[row + label] / tau;
+    const scale = 1 / (tau * rows);
+    for (let j = 0; j < cols; j++) {
+      const p = Math.exp(scores[row + j] / tau - logSumExp);
+      grad[row + j] = (p - (j === label ? 1 : 0)) * scale;
+    }
+  }
+  return { loss: total / rows, gradScores: grad };
+}
+
+/** One in-batch contrastive step: scores of every query against every document, loss, gradients. */
+export async function contrastiveStep(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: ContrastiveOptions = {},
+): Promise<ContrastiveStepResult> {
+  checkCompatible(queries, docs, 'queries', 'docs');
+  checkLossOptions(queries.count, docs.count, options);
+  const forward = await maxsimTrain(queries, docs, {
+    pairs: 'all',
+    backend: options.backend,
+    threads: options.threads,
+  });
+  const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
+  const { dQ, dD } = await forward.backward(gradScores);
+  return { loss, scores: forward.scores, dQ, dD };
+}
