@@ -10,6 +10,7 @@
 //
 // Run: npm run build && npm run train:example (about 25 s on 2 cores)
 import { demoCorpus } from '../src/demo/corpus.js';
+import { Rng } from '../src/demo/random.js';
 import { contrastiveStep, raggedBatch, rankRows, type TokenBatch } from '../src/index.js';
 import { maxsimAll } from '../src/ops/maxsim.js';
 
@@ -20,18 +21,6 @@ const BATCH = 32;
 const TRAIN_QUERIES = 512;
 const EVAL_QUERIES = 64;
 const LEARNING_RATE = 0.02;
-
-/** Deterministic uniform [0, 1) numbers (mulberry32), so every run prints the same numbers. */
-function uniform(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Rows of a [rows, IN_DIM] float32 buffer times W [IN_DIM, OUT_DIM]. */
 function project(x: Float32Array, rows: number, w: Float64Array): Float32Array {
@@ -156,7 +145,9 @@ const evalIds = Array.from({ length: EVAL_QUERIES }, (_, i) => TRAIN_QUERIES + i
 const evalQueries = gather(corpus.queries, evalIds);
 const evalRelevant = evalIds.map((q) => corpus.relevant[q]);
 
-const rand = uniform(1);
+// Seeded, so every run prints the same numbers.
+const rng = new Rng(1);
+const rand = () => rng.float();
 const w = poorProjection(rand);
 const adam = new Adam(w.length, LEARNING_RATE);
 const grad = new Float64Array(w.length);
