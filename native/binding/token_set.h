@@ -94,12 +94,3 @@ inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::strin
   }
   return t;
 }
-
-// Keeps the JS arrays behind a TokenSet alive while an async job reads them.
-class TokenSetRef {
- public:
-  TokenSetRef() = default;
-  explicit TokenSetRef(Napi::Value v) : ref_(Napi::Persistent(v.As<Napi::Object>())) {}
- private:
-  Napi::ObjectReference ref_;
-};
