@@ -5,29 +5,11 @@
 
 #include "../cpu/engine.h"
 #include "../cpu/thread_pool.h"
+#include "cpu_spans.h"
 #include "token_set.h"
 
 namespace {
 
-using maxsim_cpu::DocType;
-
-maxsim_cpu::TokenSpans ToSpans(Napi::Env env, const TokenSet& t, const std::string& name) {
-  maxsim_cpu::TokenSpans s;
-  switch (t.dtype) {
-    case DType::Float32: s.dtype = DocType::Float32; break;
-    case DType::Float16: s.dtype = DocType::Float16; break;
-    case DType::BFloat16: s.dtype = DocType::BFloat16; break;
-    case DType::Int8:
-      throw Napi::TypeError::New(env, "Expected float32, float16 or bfloat16 tokens for " + name +
-                                          " but received int8 (the CPU engine scores float inputs)");
-  }
-  s.data = t.data;
-  s.starts = t.starts;
-  s.lengths = t.lengths;
-  s.count = t.count;
-  s.dim = t.dim;
-  return s;
-}
 
 struct CallArgs {
   maxsim_cpu::TokenSpans queries;
@@ -45,8 +27,8 @@ CallArgs ParseCall(const Napi::CallbackInfo& info) {
                                         std::to_string(q.dim));
   }
   CallArgs a;
-  a.queries = ToSpans(env, q, "queries");
-  a.docs = ToSpans(env, d, "docs");
+  a.queries = ToCpuSpans(env, q, "queries");
+  a.docs = ToCpuSpans(env, d, "docs");
   std::string isa_name;
   if (info.Length() > 2 && info[2].IsObject()) {
     Napi::Object opts = info[2].As<Napi::Object>();

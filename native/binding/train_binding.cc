@@ -9,30 +9,12 @@
 #include <vector>
 
 #include "../cpu/train.h"
+#include "cpu_spans.h"
 #include "token_set.h"
 
 namespace {
 
-using maxsim_cpu::DocType;
 using maxsim_cpu::TrainPairs;
-
-maxsim_cpu::TokenSpans ToSpans(Napi::Env env, const TokenSet& t, const std::string& name) {
-  maxsim_cpu::TokenSpans s;
-  switch (t.dtype) {
-    case DType::Float32: s.dtype = DocType::Float32; break;
-    case DType::Float16: s.dtype = DocType::Float16; break;
-    case DType::BFloat16: s.dtype = DocType::BFloat16; break;
-    case DType::Int8:
-      throw Napi::TypeError::New(env, "Expected float32, float16 or bfloat16 tokens for " + name +
-                                          " but received int8 (training takes float inputs)");
-  }
-  s.data = t.data;
-  s.starts = t.starts;
-  s.lengths = t.lengths;
-  s.count = t.count;
-  s.dim = t.dim;
-  return s;
-}
 
 struct TrainArgs {
   TokenSet q_set;
@@ -55,8 +37,8 @@ TrainArgs ParseTrainArgs(const Napi::CallbackInfo& info, size_t options_index) {
     throw Napi::TypeError::New(env, "Expected queries.dim " + std::to_string(a.d_set.dim) +
                                         " (the dimension of docs) but received " + std::to_string(a.q_set.dim));
   }
-  a.queries = ToSpans(env, a.q_set, "queries");
-  a.docs = ToSpans(env, a.d_set, "docs");
+  a.queries = ToCpuSpans(env, a.q_set, "queries");
+  a.docs = ToCpuSpans(env, a.d_set, "docs");
   if (!info[options_index].IsObject()) throw Napi::TypeError::New(env, "Expected an options object for options");
   Napi::Object opts = info[options_index].As<Napi::Object>();
   const std::string pairs = opts.Get("pairs").ToString().Utf8Value();
