@@ -16,6 +16,7 @@
         "native/binding/addon.cc",
         "native/binding/cpu_binding.cc",
         "native/binding/cuda_binding.cc",
+        "native/binding/cuda_train_binding.cc",
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",

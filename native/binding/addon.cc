@@ -4,11 +4,13 @@
 
 void InitCpu(Napi::Env env, Napi::Object exports);
 void InitCuda(Napi::Env env, Napi::Object exports);
+void InitCudaTrain(Napi::Env env, Napi::Object exports);
 void InitTrain(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
   InitCuda(env, exports);
+  InitCudaTrain(env, exports);  // adds trainForward / trainBackward to exports.cuda
   InitTrain(env, exports);
   exports.Set("abiVersion", 1);
   return exports;

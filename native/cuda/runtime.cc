@@ -542,6 +542,24 @@ void Runtime::Download(void* dst, cu::CUdeviceptr src, uint64_t bytes) {
   }
 }
 
+void Runtime::Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes) {
+  if (bytes == 0) return;
+  StagedWriter w(*this, dst);
+  w.Write(src, bytes);
+  w.Finish();
+}
+
+void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params) {
+  ValidateLaunch(spec);
+  FunctionInfo& f = Function(spec.kernel);
+  // One by-value argument: the driver copies the kernel's declared parameter size from params.
+  void* args[] = {const_cast<void*>(params)};
+  const std::string call = "cuLaunchKernel(" + spec.kernel + ")";
+  Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1], spec.block[2],
+                             spec.smem, stream_, args, nullptr),
+        call.c_str());
+}
+
 void Runtime::Synchronize() { Check(Api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
 
 }  // namespace maxsim_cuda

@@ -152,6 +152,14 @@ class Runtime {
   // Throws std::invalid_argument for a bad launch.
   void ValidateLaunch(const LaunchSpec& spec);
   void Download(void* dst, cu::CUdeviceptr src, uint64_t bytes);
+  // Copies host bytes to the device through the pinned staging buffers (the host memory may change
+  // once this returns; the copies complete in stream order).
+  void Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes);
+  // Enqueues one launch of spec.kernel (spec.grid / block / smem; query_tile is ignored) whose only
+  // argument is the by-value struct at `params` (the driver copies the kernel's declared parameter
+  // size at the call, so it must be that struct). Validates the launch first (std::invalid_argument
+  // for a bad one); the caller synchronizes.
+  void LaunchWithParams(const LaunchSpec& spec, const void* params);
   void Synchronize();
 
  private:

@@ -4,15 +4,24 @@
 // small [Nq, B] score matrix is computed here in float64.
 //
 // Gradients are deterministic: bitwise identical run to run and for any thread count.
+// backend 'cuda' runs both passes on a GPU (native/cuda/kernels/maxsim_train.cu) with the same
+// semantics and layouts; host arrays in and out (each pass uploads the batches).
 
+import { cudaStatus } from '../backends/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
 import { checkCompatible, type TokenBatch } from '../tensor.js';
 
 /** 'all': every query with every document (scores [Nq, B]); 'diagonal': query i with document i. */
 export type TrainPairs = 'all' | 'diagonal';
-/** 'auto' trains on the CPU: the CUDA training path is not built yet. */
+/** 'auto' trains on the CPU; 'cuda' only when asked for explicitly. */
 export type TrainBackend = 'cpu' | 'cuda' | 'auto';
+/**
+ * How the CUDA backward pass builds dD: 'csr' (default) inverts the argmax into per-row source lists
+ * and sums each row in a fixed order (bitwise reproducible); 'atomic' scatters with float atomics
+ * (not reproducible, equal to rounding).
+ */
+export type TrainDDPath = 'csr' | 'atomic';
 
 export interface MaxsimTrainOptions {
   /** Default 'all'. 'diagonal' needs as many queries as documents. */
@@ -22,6 +31,10 @@ export interface MaxsimTrainOptions {
   threads?: number;
   /** Gradient dtype; only 'float32' for now. */
   outputDtype?: 'float32';
+  /** CUDA device index for backend 'cuda' (default 0). */
+  device?: number;
+  /** dD method for backend 'cuda' (default 'csr'). */
+  dDPath?: TrainDDPath;
 }
 
 export interface MaxsimGradients {
@@ -61,6 +74,10 @@ export interface ContrastiveOptions {
   labels?: Int32Array;
   backend?: TrainBackend;
   threads?: number;
+  /** CUDA device index for backend 'cuda' (default 0). */
+  device?: number;
+  /** dD method for backend 'cuda' (default 'csr'). */
+  dDPath?: TrainDDPath;
 }
 
 export interface ContrastiveStepResult extends MaxsimGradients {
@@ -95,14 +112,61 @@ function addon(): TrainAddon {
   return (loadNative() as unknown as { train: TrainAddon }).train;
 }
 
-function checkBackend(backend: unknown) {
-  if (backend === undefined || backend === 'auto' || backend === 'cpu') return;
-  if (backend === 'cuda') {
+/** The CUDA training entry points on the addon's `cuda` object (native/binding/cuda_train_binding.cc). */
+interface CudaTrainAddon {
+  trainForward(
+    device: number,
+    queries: TokenBatch,
+    docs: TokenBatch,
+    options: { pairs: TrainPairs; stride: number },
+  ): Promise<{ scores: Float32Array; argmax: Int32Array; stride: number }>;
+  trainBackward(
+    device: number,
+    queries: TokenBatch,
+    docs: TokenBatch,
+    argmax: Int32Array,
+    gradScores: Float64Array,
+    options: { pairs: TrainPairs; stride: number; dDPath: TrainDDPath },
+  ): Promise<MaxsimGradients>;
+}
+
+function cudaAddon(): CudaTrainAddon {
+  const cuda = (loadNative() as unknown as { cuda: Partial<CudaTrainAddon> }).cuda;
+  if (typeof cuda.trainForward !== 'function' || typeof cuda.trainBackward !== 'function') {
     throw new BackendUnavailableError(
-      "CUDA backend unavailable for training: the CUDA training path is not built yet; use backend 'cpu' (or 'auto', which trains on the CPU)",
+      'CUDA backend unavailable for training: the native addon has no CUDA training entry points (it predates them); run `npm rebuild maxsim`',
     );
   }
+  return cuda as CudaTrainAddon;
+}
+
+/** Whether the passes run on the GPU ('cuda') or the CPU ('cpu', 'auto', undefined). */
+function checkBackend(backend: unknown): boolean {
+  if (backend === undefined || backend === 'auto' || backend === 'cpu') return false;
+  if (backend === 'cuda') return true;
   throw new InvalidArgumentError('backend', "'auto', 'cpu' or 'cuda'", JSON.stringify(backend));
+}
+
+/** The CUDA device index to train on; BackendUnavailableError with the reason when CUDA cannot run. */
+function checkCudaDevice(device: unknown): number {
+  const status = cudaStatus();
+  if (!status.available) {
+    throw new BackendUnavailableError(
+      `CUDA backend unavailable for training: ${status.reason ?? 'unknown reason'}; use backend 'cpu' (or 'auto', which trains on the CPU)`,
+    );
+  }
+  const count = status.devices?.length ?? 0;
+  const index = device ?? 0;
+  if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= count) {
+    throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(device));
+  }
+  return index;
+}
+
+function checkDDPath(path: unknown): TrainDDPath {
+  if (path === undefined) return 'csr';
+  if (path === 'csr' || path === 'atomic') return path;
+  throw new InvalidArgumentError('dDPath', "'csr' or 'atomic'", JSON.stringify(path));
 }
 
 function checkThreads(threads: unknown): number | undefined {
@@ -152,8 +216,9 @@ export async function maxsimTrain(
   checkFloatBatch('docs', docs);
   checkDisjoint('queries', queries);
   checkDisjoint('docs', docs);
-  checkBackend(options.backend);
+  const onGpu = checkBackend(options.backend);
   const threads = checkThreads(options.threads);
+  const dDPath = checkDDPath(options.dDPath);
   const pairs = options.pairs ?? 'all';
   if (pairs !== 'all' && pairs !== 'diagonal') {
     throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
@@ -168,8 +233,11 @@ export async function maxsimTrain(
       String(queries.count),
     );
   }
+  const device = onGpu ? checkCudaDevice(options.device) : 0;
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
-  const { scores, argmax } = await addon().forwardAsync(queries, docs, native);
+  const { scores, argmax } = onGpu
+    ? await cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride })
+    : await addon().forwardAsync(queries, docs, native);
   return {
     scores,
     rows: queries.count,
@@ -189,7 +257,15 @@ export async function maxsimTrain(
         );
       }
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
-      return addon().backwardAsync(queries, docs, argmax, Float64Array.from(gradScores), native);
+      const g = Float64Array.from(gradScores);
+      if (onGpu) {
+        return cudaAddon().trainBackward(device, queries, docs, argmax, g, {
+          pairs,
+          stride: native.stride,
+          dDPath,
+        });
+      }
+      return addon().backwardAsync(queries, docs, argmax, g, native);
     },
   };
 }
@@ -282,6 +358,8 @@ export async function contrastiveStep(
     pairs: 'all',
     backend: options.backend,
     threads: options.threads,
+    device: options.device,
+    dDPath: options.dDPath,
   });
   const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
   const { dQ, dD } = await forward.backward(gradScores);

@@ -1,0 +1,370 @@
+// MaxSim training on CUDA against the CPU engine and the float64 reference: identical argmax (away
+// from near-ties), scores within the fp32 bound, gradients within fp32 rounding; the CSR and the
+// atomic dD paths agree; the CSR path is bitwise identical on repeat; ragged, dense, empty documents,
+// fp32 / fp16 / bf16 / mixed dtypes, and a high-contention case where every query token picks one of
+// a few dominant document tokens. Without a GPU every test skips with the reason.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { decodeBatch64 } from '../../src/backends/reference.js';
+import { referenceBackward, referenceMaxsimTrain } from '../../src/backends/reference-train.js';
+import { InvalidArgumentError } from '../../src/errors.js';
+import {
+  contrastiveStep,
+  type MaxsimTrainResult,
+  maxsimTrain,
+  type TrainDDPath,
+  type TrainPairs,
+} from '../../src/ops/train.js';
+import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import {
+  assertScoresClose,
+  randomDense,
+  randomFloats,
+  randomRagged,
+  rng,
+  runSeed,
+  scoreErrorBounds,
+} from '../helpers.js';
+import { bitsEqual, skip } from './helpers.js';
+
+const device = Number(process.env.MAXSIM_TEST_DEVICE ?? 0);
+const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
+
+function gpuTrain(q: TokenBatch, d: TokenBatch, pairs: TrainPairs, dDPath: TrainDDPath = 'csr') {
+  return maxsimTrain(q, d, { pairs, backend: 'cuda', device, dDPath });
+}
+
+function pairBounds(queries: TokenBatch, docs: TokenBatch, pairs: TrainPairs): Float64Array {
+  const all = scoreErrorBounds(queries, docs);
+  if (pairs === 'all') return all;
+  return Float64Array.from({ length: queries.count }, (_, i) => all[i * docs.count + i]);
+}
+
+/** Gradients agree with a float64 reference up to the one fp32 rounding of each accumulated sum. */
+function assertGradClose(got: Float32Array, ref: ArrayLike<number>, context: string) {
+  assert.equal(got.length, ref.length, `${context}: length`);
+  let dot = 0;
+  let gotNorm = 0;
+  let refNorm = 0;
+  let refMax = 0;
+  for (let i = 0; i < ref.length; i++) {
+    dot += got[i] * ref[i];
+    gotNorm += got[i] * got[i];
+    refNorm += ref[i] * ref[i];
+    refMax = Math.max(refMax, Math.abs(ref[i]));
+  }
+  if (refNorm > 0) {
+    const cosine = dot / Math.sqrt(gotNorm * refNorm);
+    assert.ok(cosine >= 0.99999, `${context}: cosine ${cosine} (seed ${runSeed})`);
+  } else {
+    assert.equal(gotNorm, 0, `${context}: expected zero gradients`);
+  }
+  for (let i = 0; i < ref.length; i++) {
+    const tol = Math.abs(ref[i]) * 2 ** -23 + refMax * 2 ** -40;
+    const err = Math.abs(got[i] - ref[i]);
+    if (!(err <= tol)) {
+      assert.fail(
+        `${context}: element ${i}: got ${got[i]}, reference ${ref[i]}, error ${err} > ${tol} (seed ${runSeed})`,
+      );
+    }
+  }
+}
+
+/** Every element outside the batch's real tokens is zero. */
+function assertZeroOutside(grad: Float32Array, batch: TokenBatch, context: string) {
+  const real = new Uint8Array(grad.length / batch.dim);
+  for (let i = 0; i < batch.count; i++) real.fill(1, batch.starts[i], batch.starts[i] + batch.lengths[i]);
+  for (let e = 0; e < grad.length; e++) {
+    if (!real[Math.floor(e / batch.dim)]) assert.equal(grad[e], 0, `${context}: padding element ${e}`);
+  }
+}
+
+/** Query token and document token indices of pair p (all: p = i * B + b; diagonal: p = i). */
+function pairAt(p: number, docs: TokenBatch, pairs: TrainPairs): [number, number] {
+  return pairs === 'all' ? [Math.floor(p / docs.count), p % docs.count] : [p, p];
+}
+
+/**
+ * GPU argmax equals the CPU's wherever the reference margin exceeds `tie`; at a near-tie the GPU's
+ * pick must still be a maximum up to `tie`. Returns how many entries were compared exactly.
+ */
+function checkArgmax(
+  gpu: MaxsimTrainResult,
+  cpu: MaxsimTrainResult,
+  queries: TokenBatch,
+  docs: TokenBatch,
+  pairs: TrainPairs,
+  context: string,
+): number {
+  const ref = referenceMaxsimTrain(queries, docs, pairs);
+  assert.equal(gpu.argmaxStride, ref.stride, `${context}: stride`);
+  assert.equal(gpu.argmax.length, cpu.argmax.length, `${context}: argmax length`);
+  const qv = decodeBatch64(queries);
+  const dv = decodeBatch64(docs);
+  const d = docs.dim;
+  const dotOf = (i: number, s: number, b: number, t: number) => {
+    let acc = 0;
+    const qo = (queries.starts[i] + s) * d;
+    const dOff = (docs.starts[b] + t) * d;
+    for (let k = 0; k < d; k++) acc += qv[qo + k] * dv[dOff + k];
+    return acc;
+  };
+  let exact = 0;
+  const stride = ref.stride;
+  for (let e = 0; e < ref.argmax.length; e++) {
+    const p = Math.floor(e / stride);
+    const s = e % stride;
+    const [i, b] = pairAt(p, docs, pairs);
+    if (s >= queries.lengths[i] || docs.lengths[b] === 0) {
+      assert.equal(gpu.argmax[e], -1, `${context}: slot ${e} must be -1`);
+      continue;
+    }
+    const tie = 1e-4 * Math.max(1, Math.abs(dotOf(i, s, b, ref.argmax[e])));
+    if (ref.margin[e] > tie) {
+      assert.equal(gpu.argmax[e], cpu.argmax[e], `${context}: argmax ${e} vs CPU (seed ${runSeed})`);
+      assert.equal(gpu.argmax[e], ref.argmax[e], `${context}: argmax ${e} vs reference (seed ${runSeed})`);
+      exact++;
+    } else {
+      const t = gpu.argmax[e];
+      assert.ok(t >= 0 && t < docs.lengths[b], `${context}: argmax ${e} = ${t} out of range`);
+      const best = dotOf(i, s, b, ref.argmax[e]);
+      // fp32 may order a near-tie either way; its pick is still a maximum up to rounding
+      assert.ok(best - dotOf(i, s, b, t) <= 10 * tie, `${context}: argmax ${e} = ${t} is no near-maximum`);
+    }
+  }
+  return exact;
+}
+
+/** Per-element bound for an fp32 atomic sum: (n + 1) u sum |terms|, n = sources of the row. */
+function atomicBounds(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  argmax: Int32Array,
+  stride: number,
+  g: Float64Array,
+  pairs: TrainPairs,
+): Float64Array {
+  const abs = (a: Float64Array) => a.map(Math.abs);
+  const absSum = referenceBackward(queries, docs, argmax, stride, abs(g), pairs, {
+    queries: abs(decodeBatch64(queries)),
+    docs: abs(decodeBatch64(docs)),
+  }).dD;
+  const sources = new Float64Array(docs.data.length / docs.dim);
+  for (let e = 0; e < argmax.length; e++) {
+    const p = Math.floor(e / stride);
+    const [i, b] = pairAt(p, docs, pairs);
+    if (e % stride < queries.lengths[i] && argmax[e] >= 0 && g[p] !== 0)
+      sources[docs.starts[b] + argmax[e]]++;
+  }
+  return absSum.map((v, idx) => (sources[Math.floor(idx / docs.dim)] + 2) * 2 ** -24 * v);
+}
+
+async function compareWithCpu(queries: TokenBatch, docs: TokenBatch, pairs: TrainPairs, context: string) {
+  const rand = rng(runSeed + 100);
+  const gpu = await gpuTrain(queries, docs, pairs);
+  const cpu = await maxsimTrain(queries, docs, { pairs, backend: 'cpu' });
+  assert.equal(gpu.rows, cpu.rows);
+  assert.equal(gpu.cols, cpu.cols);
+  assert.equal(gpu.pairs, pairs);
+  for (let p = 0; p < gpu.scores.length; p++) {
+    assert.ok(!Number.isNaN(gpu.scores[p]), `${context}: score ${p} is NaN (never written)`);
+  }
+  const ref = referenceMaxsimTrain(queries, docs, pairs);
+  const bounds = pairBounds(queries, docs, pairs);
+  assertScoresClose(gpu.scores, ref.scores, bounds, `${context} scores vs reference`);
+  assertScoresClose(
+    gpu.scores,
+    Float64Array.from(cpu.scores),
+    bounds.map((b) => 2 * b),
+    `${context} scores vs CPU`,
+  );
+  const exact = checkArgmax(gpu, cpu, queries, docs, pairs, context);
+  let live = 0;
+  for (let p = 0; p < gpu.scores.length; p++) {
+    const [i, b] = pairAt(p, docs, pairs);
+    if (docs.lengths[b] > 0) live += queries.lengths[i];
+  }
+  assert.ok(exact >= live / 2, `${context}: only ${exact} of ${live} argmax entries compared exactly`);
+
+  const g = Float64Array.from(randomFloats(gpu.scores.length, rand));
+  const grads = await gpu.backward(g);
+  assertZeroOutside(grads.dQ, queries, `${context} dQ`);
+  assertZeroOutside(grads.dD, docs, `${context} dD`);
+  // Against the float64 reference through the GPU's own argmax.
+  const expected = referenceBackward(queries, docs, gpu.argmax, gpu.argmaxStride, g, pairs);
+  assertGradClose(grads.dQ, expected.dQ, `${context} dQ vs reference`);
+  assertGradClose(grads.dD, expected.dD, `${context} dD vs reference`);
+  // Against the CPU engine fed the same argmax (the saved argmax is caller-visible).
+  cpu.argmax.set(gpu.argmax);
+  const cpuGrads = await cpu.backward(g);
+  assertGradClose(grads.dQ, cpuGrads.dQ, `${context} dQ vs CPU`);
+  assertGradClose(grads.dD, cpuGrads.dD, `${context} dD vs CPU`);
+
+  // Repeat: forward and CSR backward are bitwise identical.
+  const again = await gpuTrain(queries, docs, pairs);
+  assert.ok(bitsEqual(again.scores, gpu.scores), `${context}: scores differ on repeat`);
+  assert.deepEqual(again.argmax, gpu.argmax, `${context}: argmax differs on repeat`);
+  const grads2 = await again.backward(g);
+  assert.ok(bitsEqual(grads2.dQ, grads.dQ), `${context}: dQ differs on repeat`);
+  assert.ok(bitsEqual(grads2.dD, grads.dD), `${context}: dD differs on repeat (CSR must be deterministic)`);
+
+  // The atomic dD path: same forward, same dQ, dD equal up to fp32 summation order.
+  const atomic = await gpuTrain(queries, docs, pairs, 'atomic');
+  assert.deepEqual(atomic.argmax, gpu.argmax, `${context}: argmax differs for the atomic run`);
+  const gradsA = await atomic.backward(g);
+  assert.ok(bitsEqual(gradsA.dQ, grads.dQ), `${context}: dQ differs between the dD paths`);
+  assertZeroOutside(gradsA.dD, docs, `${context} atomic dD`);
+  const aBounds = atomicBounds(queries, docs, gpu.argmax, gpu.argmaxStride, g, pairs);
+  for (let e = 0; e < gradsA.dD.length; e++) {
+    const err = Math.abs(gradsA.dD[e] - expected.dD[e]);
+    if (!(err <= aBounds[e] + Math.abs(expected.dD[e]) * 2 ** -23)) {
+      assert.fail(
+        `${context}: atomic dD element ${e}: ${gradsA.dD[e]} vs reference ${expected.dD[e]} (bound ${aBounds[e]}, seed ${runSeed})`,
+      );
+    }
+  }
+  let dot = 0;
+  let na = 0;
+  let nc = 0;
+  for (let e = 0; e < gradsA.dD.length; e++) {
+    dot += gradsA.dD[e] * grads.dD[e];
+    na += gradsA.dD[e] ** 2;
+    nc += grads.dD[e] ** 2;
+  }
+  if (nc > 0) assert.ok(dot / Math.sqrt(na * nc) >= 0.99999, `${context}: atomic vs CSR dD cosine`);
+  return { gpu, cpu, grads };
+}
+
+/**
+ * Documents whose tokens 3 and 17 are large copies of one direction (plus noise): every query token,
+ * which leans the same way, picks one of the two, so two rows per document collect nearly all sources.
+ */
+function contention(rand: () => number, nq: number, lq: number, nd: number, ld: number, d: number) {
+  const qData = new Float32Array(nq * lq * d);
+  for (let e = 0; e < qData.length; e++) qData[e] = 1 + 0.6 * (rand() - 0.5);
+  const dData = randomFloats(nd * ld * d, rand);
+  for (let b = 0; b < nd; b++) {
+    for (const t of [3, 17]) {
+      const o = (b * ld + t) * d;
+      for (let k = 0; k < d; k++) dData[o + k] = 8 + 0.5 * (rand() - 0.5);
+    }
+  }
+  const qOffsets = Array.from({ length: nq + 1 }, (_, i) => i * lq);
+  const dOffsets = Array.from({ length: nd + 1 }, (_, b) => b * ld);
+  return {
+    queries: raggedBatch(qData, qOffsets, { dim: d }),
+    docs: raggedBatch(dData, dOffsets, { dim: d }),
+  };
+}
+
+describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, () => {
+  for (const dtype of dtypes) {
+    test(`${dtype}: ragged queries and documents (with empty ones), all pairs and diagonal`, async () => {
+      const rand = rng(runSeed + 1);
+      const d = 48;
+      const queries = randomRagged([5, 17, 1, 32, 9, 0], d, dtype, rand);
+      const docs = randomRagged([30, 3, 70, 1, 0, 45], d, dtype, rand);
+      await compareWithCpu(queries, docs, 'all', `${dtype} ragged all`);
+      await compareWithCpu(queries, docs, 'diagonal', `${dtype} ragged diagonal`);
+    });
+
+    test(`${dtype}: dense padded batches, empty documents and queries`, async () => {
+      const rand = rng(runSeed + 2);
+      const d = 33;
+      const queries = randomDense(4, 12, d, dtype, rand, [12, 3, 0, 7]);
+      const docs = randomDense(6, 80, d, dtype, rand, [80, 0, 1, 65, 0, 20]);
+      const { gpu } = await compareWithCpu(queries, docs, 'all', `${dtype} dense all`);
+      for (const b of [1, 4]) {
+        for (let i = 0; i < 4; i++) {
+          assert.equal(gpu.scores[i * 6 + b], Number.NEGATIVE_INFINITY, `empty document ${b}`);
+          const slots = gpu.argmax.subarray((i * 6 + b) * 12, (i * 6 + b + 1) * 12);
+          assert.ok(
+            slots.every((t) => t === -1),
+            `empty document ${b}: argmax must be -1`,
+          );
+        }
+      }
+    });
+  }
+
+  test('mixed dtypes: float32 queries, bfloat16 and float16 documents', async () => {
+    const rand = rng(runSeed + 3);
+    const queries = randomRagged([7, 20, 3], 40, 'float32', rand);
+    for (const dtype of ['bfloat16', 'float16'] as const) {
+      const docs = randomRagged([25, 0, 60, 9], 40, dtype, rand);
+      await compareWithCpu(queries, docs, 'all', `float32 x ${dtype}`);
+    }
+  });
+
+  test('long documents and wide tokens (d = 1, 300), more document tokens than a warp', async () => {
+    const rand = rng(runSeed + 4);
+    for (const d of [1, 300]) {
+      const queries = randomRagged([40, 8, 33], d, 'float32', rand);
+      const docs = randomRagged([300, 129, 0, 64], d, 'float32', rand);
+      await compareWithCpu(queries, docs, 'all', `long d=${d}`);
+    }
+  });
+
+  test('high contention: every query token picks one of two dominant tokens per document', async () => {
+    const rand = rng(runSeed + 5);
+    for (const dtype of dtypes) {
+      const c = contention(rand, 48, 40, 6, 50, 64);
+      const queries = {
+        ...c.queries,
+        dtype,
+        data: encodeFloats(c.queries.data as Float32Array, dtype),
+      } as TokenBatch;
+      const docs = { ...c.docs, dtype, data: encodeFloats(c.docs.data as Float32Array, dtype) } as TokenBatch;
+      const { gpu } = await compareWithCpu(queries, docs, 'all', `contention ${dtype}`);
+      let dominant = 0;
+      let valid = 0;
+      for (const t of gpu.argmax) {
+        if (t < 0) continue;
+        valid++;
+        if (t === 3 || t === 17) dominant++;
+      }
+      assert.equal(dominant, valid, `contention ${dtype}: every argmax should be token 3 or 17`);
+    }
+  });
+
+  test('contrastiveStep on CUDA matches the CPU', async () => {
+    const rand = rng(runSeed + 6);
+    const queries = randomRagged([12, 5, 30, 8], 64, 'bfloat16', rand);
+    const docs = randomRagged([40, 0, 17, 90, 33], 64, 'bfloat16', rand);
+    const labels = new Int32Array([0, 2, 3, 4]);
+    const gpu = await contrastiveStep(queries, docs, { labels, backend: 'cuda', device, temperature: 0.2 });
+    const cpu = await contrastiveStep(queries, docs, { labels, backend: 'cpu', temperature: 0.2 });
+    assert.ok(
+      Math.abs(gpu.loss - cpu.loss) <= 1e-5 * Math.max(1, Math.abs(cpu.loss)),
+      `loss ${gpu.loss} vs ${cpu.loss}`,
+    );
+    assertScoresClose(
+      gpu.scores,
+      Float64Array.from(cpu.scores),
+      scoreErrorBounds(queries, docs).map((b) => 2 * b),
+      'contrastive scores',
+    );
+    assertGradClose(gpu.dQ, cpu.dQ, 'contrastive dQ');
+    assertGradClose(gpu.dD, cpu.dD, 'contrastive dD');
+  });
+
+  test('bad options are refused with errors that name the argument', async () => {
+    const rand = rng(runSeed + 7);
+    const queries = randomRagged([2, 3], 8, 'float32', rand);
+    const docs = randomRagged([2, 3, 4], 8, 'float32', rand);
+    await assert.rejects(
+      maxsimTrain(queries, docs, { backend: 'cuda', dDPath: 'sorted' as TrainDDPath }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'dDPath',
+    );
+    await assert.rejects(
+      maxsimTrain(queries, docs, { backend: 'cuda', device: 1 << 20 }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'device',
+    );
+    const t = await gpuTrain(queries, docs, 'all');
+    t.argmax[0] = 99;
+    await assert.rejects(
+      async () => t.backward(new Float32Array(6)),
+      /Expected argmax entries in \[-1, 2\) for pair 0/,
+    );
+  });
+});
