@@ -39,6 +39,7 @@ export {
   type MaxsimTrainResult,
   maxsimTrain,
   type TrainBackend,
+  type TrainDDPath,
   type TrainPairs,
 } from './ops/train.js';
 export {
