@@ -40,6 +40,7 @@ export {
   maxsimTrain,
   type TrainBackend,
   type TrainDDPath,
+  type TrainKernel,
   type TrainPairs,
 } from './ops/train.js';
 export {

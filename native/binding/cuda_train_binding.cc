@@ -225,6 +225,15 @@ int32_t TrainDType(DType t) {
   }
 }
 
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Int8: return "int8";
+    default: return "float32";
+  }
+}
+
 const char* KernelSuffix(DType t) {
   switch (t) {
     case DType::Float16: return "f16";
@@ -274,13 +283,31 @@ MaxsimTrainParams BaseParams(const Problem& a, const DeviceTokens& q, const Devi
   return p;
 }
 
-void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned threads, const MaxsimTrainParams& p) {
+void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned threads, const MaxsimTrainParams& p,
+              unsigned smem = 0) {
   if (blocks <= 0) return;
   LaunchSpec spec;
   spec.kernel = kernel;
   spec.grid[0] = static_cast<unsigned>(std::min(blocks, kMaxGrid));
   spec.block[0] = threads;
+  spec.smem = smem;
   rt->LaunchWithParams(spec, &p);
+}
+
+// The tensor-core forward (maxsim_train_fwd_mma_{f16,bf16}): block (128,1,1), grid (min(num_pairs, 2^20),1,1),
+// 52224 bytes of dynamic shared memory (kMmaSmem in maxsim_train.cu; the runtime raises the limit).
+constexpr unsigned kMmaFwdThreads = 128;
+constexpr unsigned kMmaFwdSmem = 52224;
+
+// Which forward kernel runs: 'auto' picks the tensor-core one where it applies, 'mma' and 'simt' force one.
+enum class FwdKernel { kAuto, kMma, kSimt };
+
+// The tensor-core forward applies to fp16 / bf16 queries and documents of one dtype, dim % 8 == 0,
+// 8 <= dim <= 128, on compute capability 8.0 or newer.
+bool MmaForwardApplies(const Problem& a, const Runtime* rt) {
+  const bool half = a.d.dtype == DType::Float16 || a.d.dtype == DType::BFloat16;
+  return half && a.q.dtype == a.d.dtype && a.q.dim % 8 == 0 && a.q.dim >= 8 && a.q.dim <= 128 &&
+         rt->props().cc_major >= 8;
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -304,12 +331,14 @@ void ScatterRows(const TokenSet& t, const std::vector<float>& packed, float* out
 }
 
 // ---------------------------------------------------------------------------------------------
-// trainForward(device, queries, docs, { pairs, stride }) -> Promise<{ scores, argmax }>
+// trainForward(device, queries, docs, { pairs, stride, kernel? }) -> Promise<{ scores, argmax }>
+// kernel: 'auto' (default: the tensor-core forward where MmaForwardApplies), 'mma' or 'simt'.
 
 class ForwardTask : public TrainTask {
  public:
   ForwardTask(Napi::Env env, Runtime* rt) : TrainTask(env), rt_(rt) {}
   Problem a;
+  bool mma = false;  // the tensor-core forward (chosen on the JS thread, see TrainForward)
   float* scores_out = nullptr;
   int32_t* argmax_out = nullptr;
   Napi::ObjectReference result;
@@ -327,7 +356,12 @@ class ForwardTask : public TrainTask {
     p.scores = DevPtr<float>(scores.get());
     p.best = DevPtr<float>(best.get());
     p.argmax = DevPtr<int32_t>(argmax.get());
-    Launch1D(rt_, std::string("maxsim_train_fwd_") + KernelSuffix(a.d.dtype), a.num_pairs, 128, p);
+    if (mma) {
+      Launch1D(rt_, std::string("maxsim_train_fwd_mma_") + KernelSuffix(a.d.dtype), a.num_pairs, kMmaFwdThreads, p,
+               kMmaFwdSmem);
+    } else {
+      Launch1D(rt_, std::string("maxsim_train_fwd_") + KernelSuffix(a.d.dtype), a.num_pairs, 128, p);
+    }
     rt_->Download(scores_out, scores.get(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
     rt_->Download(argmax_out, argmax.get(), slots * sizeof(int32_t));
   }
@@ -344,6 +378,26 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<ForwardTask>(env, rt);
   task->a = ParseProblem(info, 1, 3, task.get());
   const Problem& a = task->a;
+  FwdKernel kernel = FwdKernel::kAuto;
+  Napi::Value kv = info[3].As<Napi::Object>().Get("kernel");
+  if (!kv.IsUndefined()) {
+    const std::string s = kv.IsString() ? kv.As<Napi::String>().Utf8Value() : std::string("?");
+    if (s == "mma") {
+      kernel = FwdKernel::kMma;
+    } else if (s == "simt") {
+      kernel = FwdKernel::kSimt;
+    } else if (s != "auto") {
+      throw ArgError(env, "trainKernel", "'auto', 'mma' or 'simt'", "'" + s + "'");
+    }
+  }
+  const bool applies = MmaForwardApplies(a, rt);
+  if (kernel == FwdKernel::kMma && !applies) {
+    throw Napi::RangeError::New(env, "Expected float16 or bfloat16 queries and docs of one dtype, dim % 8 == 0 and "
+                                     "8 <= dim <= 128 on compute capability >= 8.0 for trainKernel 'mma' but received " +
+                                     std::string(DTypeName(a.q.dtype)) + " queries, " + DTypeName(a.d.dtype) +
+                                     " docs, dim " + std::to_string(a.q.dim));
+  }
+  task->mma = kernel != FwdKernel::kSimt && applies;
   Napi::Float32Array scores = Napi::Float32Array::New(env, static_cast<size_t>(a.num_pairs));
   Napi::Int32Array argmax = Napi::Int32Array::New(env, static_cast<size_t>(a.num_pairs * a.stride));
   Napi::Object result = Napi::Object::New(env);

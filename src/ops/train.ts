@@ -22,6 +22,15 @@ export type TrainBackend = 'cpu' | 'cuda' | 'auto';
  * (not reproducible, equal to rounding).
  */
 export type TrainDDPath = 'csr' | 'atomic';
+/**
+ * Forward kernel for backend 'cuda': 'auto' (default) runs the tensor-core kernel (mma.sync, fp32
+ * accumulate) where it applies (float16 / bfloat16 queries and documents of one dtype, dim % 8 == 0,
+ * dim <= 128, compute capability >= 8.0) and the CUDA-core kernel (bitwise equal to the CPU engine)
+ * otherwise; 'mma' and 'simt' force one ('mma' where it does not apply is refused). Tensor-core dot
+ * products round differently from the CPU's sequential fp32 sums: scores agree to fp32 rounding and the
+ * argmax may differ at near-ties only.
+ */
+export type TrainKernel = 'auto' | 'mma' | 'simt';
 
 export interface MaxsimTrainOptions {
   /** Default 'all'. 'diagonal' needs as many queries as documents. */
@@ -35,6 +44,8 @@ export interface MaxsimTrainOptions {
   device?: number;
   /** dD method for backend 'cuda' (default 'csr'). */
   dDPath?: TrainDDPath;
+  /** Forward kernel for backend 'cuda' (default 'auto'). */
+  trainKernel?: TrainKernel;
 }
 
 export interface MaxsimGradients {
@@ -118,7 +129,7 @@ interface CudaTrainAddon {
     device: number,
     queries: TokenBatch,
     docs: TokenBatch,
-    options: { pairs: TrainPairs; stride: number },
+    options: { pairs: TrainPairs; stride: number; kernel: TrainKernel },
   ): Promise<{ scores: Float32Array; argmax: Int32Array; stride: number }>;
   trainBackward(
     device: number,
@@ -167,6 +178,12 @@ function checkDDPath(path: unknown): TrainDDPath {
   if (path === undefined) return 'csr';
   if (path === 'csr' || path === 'atomic') return path;
   throw new InvalidArgumentError('dDPath', "'csr' or 'atomic'", JSON.stringify(path));
+}
+
+function checkTrainKernel(kernel: unknown): TrainKernel {
+  if (kernel === undefined) return 'auto';
+  if (kernel === 'auto' || kernel === 'mma' || kernel === 'simt') return kernel;
+  throw new InvalidArgumentError('trainKernel', "'auto', 'mma' or 'simt'", JSON.stringify(kernel));
 }
 
 function checkThreads(threads: unknown): number | undefined {
@@ -219,6 +236,7 @@ export async function maxsimTrain(
   const onGpu = checkBackend(options.backend);
   const threads = checkThreads(options.threads);
   const dDPath = checkDDPath(options.dDPath);
+  const kernel = checkTrainKernel(options.trainKernel);
   const pairs = options.pairs ?? 'all';
   if (pairs !== 'all' && pairs !== 'diagonal') {
     throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
@@ -236,7 +254,7 @@ export async function maxsimTrain(
   const device = onGpu ? checkCudaDevice(options.device) : 0;
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
   const { scores, argmax } = onGpu
-    ? await cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride })
+    ? await cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride, kernel })
     : await addon().forwardAsync(queries, docs, native);
   return {
     scores,
