@@ -1,0 +1,53 @@
+// The backward pass under contention: every query token picks the same few document tokens, so
+// the atomic dD scatter serializes on them while the CSR path reduces each row once. Wall-clock
+// medians of 3 backward passes per path (same transfers on both paths, so the difference is the
+// dD kernels). Run: node dist/bench/train-contention.js [B] [hotTokens]
+import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { maxsimTrain } from '../src/ops/train.js';
+import { denseBatch, encodeFloats } from '../src/tensor.js';
+
+const b = Number(process.argv[2] ?? 64);
+const hot = Number(process.argv[3] ?? 2);
+const [lq, ld, dim] = [1024, 1024, 128];
+const rng = new Rng(9);
+const q = randomUnitTokens(rng, b * lq, dim);
+const d = randomUnitTokens(rng, b * ld, dim);
+// Query tokens lean towards one shared direction, and the first `hot` tokens of every document point
+// along it (scaled up), so they win nearly every max.
+const mean = randomUnitTokens(rng, 1, dim);
+const norm = 1;
+for (let t = 0; t < b * lq; t++) {
+  let ss = 0;
+  for (let k = 0; k < dim; k++) {
+    q[t * dim + k] = mean[k] + 0.5 * q[t * dim + k];
+    ss += q[t * dim + k] ** 2;
+  }
+  for (let k = 0; k < dim; k++) q[t * dim + k] /= Math.sqrt(ss);
+}
+for (let doc = 0; doc < b; doc++) {
+  for (let t = 0; t < hot; t++) {
+    for (let k = 0; k < dim; k++)
+      d[(doc * ld + t) * dim + k] = (4 * mean[k]) / norm + 0.01 * (rng.float() - 0.5);
+  }
+}
+const batch = (x: Float32Array, length: number) =>
+  denseBatch(encodeFloats(x, 'float16'), { count: b, length, dim, dtype: 'float16', checkFinite: false });
+const queries = batch(q, lq);
+const docs = batch(d, ld);
+const grad = new Float32Array(b * b).fill(1 / b);
+const result: Record<string, number> = {};
+for (const dDPath of ['csr', 'atomic'] as const) {
+  const fwd = await maxsimTrain(queries, docs, { backend: 'cuda', dDPath });
+  let hits = 0;
+  for (const a of fwd.argmax) if (a >= 0 && a < hot) hits++;
+  result.hotFraction = hits / fwd.argmax.length;
+  await fwd.backward(grad); // warm-up
+  const times: number[] = [];
+  for (let r = 0; r < 3; r++) {
+    const t = process.hrtime.bigint();
+    await fwd.backward(grad);
+    times.push(Number(process.hrtime.bigint() - t) / 1e6);
+  }
+  result[`${dDPath}Ms`] = times.sort((x, y) => x - y)[1];
+}
+console.log(JSON.stringify({ shape: `${b},${lq},${ld},${dim},${b}`, hotTokens: hot, ...result }));
