@@ -20,6 +20,9 @@
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",
+        "native/cpu/engine_int8.cc",
+        "native/cpu/kernels_int8_portable.cc",
+        "native/binding/int8_binding.cc",
         "native/cpu/thread_pool.cc",
         "native/cpu/train.cc",
         "native/binding/train_binding.cc",
@@ -27,7 +30,7 @@
         "native/cpu/kernels_neon.cc"
       ],
       "conditions": [
-        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_avx512", "maxsim_cpu_avx2"] }],
+        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx2"] }],
         ["target_arch!='x64'", { "sources": ["native/cpu/kernels_x86_absent.cc"] }]
       ],
       "libraries": ["-ldl", "-lpthread"]
@@ -47,6 +50,12 @@
           "type": "static_library",
           "sources": ["native/cpu/kernels_amx.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c", "-mamx-tile", "-mamx-bf16"]
+        },
+        {
+          "target_name": "maxsim_cpu_amx_int8",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_amx_int8.cc"],
+          "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mamx-tile", "-mamx-int8"]
         },
         {
           "target_name": "maxsim_cpu_avx2",

@@ -1,9 +1,11 @@
 // The CPU ratios the foundation issue asks for, measured interleaved in one process so that the
 // VM's minute-to-minute drift hits every case alike: fp32 one query, bf16 one query (AMX where
-// present) and fp32 all pairs, 5 rounds each, medians. Run: node dist/bench/cpu-ratios.js
+// present), fp32 all pairs and int8 one query (the fp32 case's data quantized per token: AMX-INT8
+// where present), 5 rounds each, medians. Run: node dist/bench/cpu-ratios.js
 import { cpuInfo } from '../src/backends/cpu.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { maxsimAllSync } from '../src/ops/maxsim.js';
+import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
 import { denseBatch, encodeFloats, type FloatDType, type TokenBatch } from '../src/tensor.js';
 
 const rng = new Rng(7);
@@ -12,14 +14,17 @@ function batch(count: number, length: number, dim: number, dtype: FloatDType): T
   return denseBatch(data, { count, length, dim, dtype, checkFinite: false });
 }
 
+const f32q = batch(1, 32, 128, 'float32');
+const f32d = batch(20000, 128, 128, 'float32');
 const cases = [
-  { name: '1,32,128,128,20000 f32', q: batch(1, 32, 128, 'float32'), d: batch(20000, 128, 128, 'float32') },
+  { name: '1,32,128,128,20000 f32', q: f32q, d: f32d },
   {
     name: '1,32,128,128,20000 bf16',
     q: batch(1, 32, 128, 'bfloat16'),
     d: batch(20000, 128, 128, 'bfloat16'),
   },
   { name: '32,32,300,128,2000 f32', q: batch(32, 32, 128, 'float32'), d: batch(2000, 300, 128, 'float32') },
+  { name: '1,32,128,128,20000 int8', q: quantize(f32q, 'int8'), d: quantize(f32d, 'int8') },
 ];
 const rates = cases.map(() => [] as number[]);
 for (const c of cases) maxsimAllSync(c.q, c.d); // warm-up
@@ -33,7 +38,9 @@ for (let round = 0; round < 5; round++) {
   });
 }
 const info = cpuInfo();
-console.log(`cpu: ${info.isa} (${info.isas.join(', ')}), ${info.threads} threads`);
+console.log(
+  `cpu: ${info.isa} (${info.isas.join(', ')}; int8: ${cpuInt8Isas().join(', ')}), ${info.threads} threads`,
+);
 const medians = rates.map((r) => [...r].sort((a, b) => a - b)[r.length >> 1]);
 cases.forEach((c, i) => {
   console.log(
@@ -43,3 +50,4 @@ cases.forEach((c, i) => {
 console.log(
   `bf16 / fp32: ${(medians[1] / medians[0]).toFixed(2)}x   all pairs / one query (per FLOP): ${(medians[2] / medians[0]).toFixed(2)}x`,
 );
+console.log(`int8 / fp32 (one query): ${(medians[3] / medians[0]).toFixed(2)}x`);

@@ -30,6 +30,15 @@ export {
   topKAll,
 } from './ops/maxsim.js';
 export {
+  cpuInt8Isas,
+  dequantize,
+  type Int8Isa,
+  type QuantizeMode,
+  quantize,
+  type RoundTripError,
+  roundTripError,
+} from './ops/quantize.js';
+export {
   type ContrastiveOptions,
   type ContrastiveStepResult,
   contrastiveLoss,

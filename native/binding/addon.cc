@@ -3,12 +3,14 @@
 #include <napi.h>
 
 void InitCpu(Napi::Env env, Napi::Object exports);
+void InitInt8(Napi::Env env, Napi::Object exports);
 void InitCuda(Napi::Env env, Napi::Object exports);
 void InitCudaTrain(Napi::Env env, Napi::Object exports);
 void InitTrain(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
+  InitInt8(env, exports);  // adds maxsimInt8Sync / maxsimInt8Async / int8Isas to exports.cpu
   InitCuda(env, exports);
   InitCudaTrain(env, exports);  // adds trainForward / trainBackward to exports.cuda
   InitTrain(env, exports);

@@ -12,12 +12,12 @@
 
 #if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "amx_permission.h"
 
 namespace {
 
@@ -31,13 +31,6 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-// Linux hands out AMX tile state only after the process asks for it (XFEATURE_XTILEDATA = 18).
-bool RequestAmxPermission() {
-  constexpr long kArchReqXcompPerm = 0x1023;
-  constexpr long kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-}
 
 bool CpuHasAmxBf16() {
   unsigned int eax, ebx, ecx, edx;

@@ -5,7 +5,7 @@
 import { type CpuIsa, cpuMaxsim, cpuMaxsimSync } from '../backends/cpu.js';
 import { cudaScoreHost } from '../backends/cuda-host.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
-import { InvalidArgumentError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import {
   checkCompatible,
   type Hit,
@@ -16,6 +16,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import { cpuMaxsimInt8, cpuMaxsimInt8Sync } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
 export interface ScoreOptions {
@@ -23,7 +24,7 @@ export interface ScoreOptions {
   backend?: BackendChoice;
   /** CPU worker threads (default all cores). */
   threads?: number;
-  /** CPU kernel set override, for tests and benchmarks. */
+  /** CPU kernel set override, for tests and benchmarks (int8 inputs: 'amx' or 'portable'). */
   isa?: CpuIsa;
   /** CUDA device index (default 0). */
   device?: number;
@@ -31,24 +32,39 @@ export interface ScoreOptions {
   variant?: string;
 }
 
-function checkFloat(name: string, x: TokenMatrix | TokenBatch) {
-  if (x.dtype === 'int8') {
-    throw new InvalidArgumentError(
-      `${name}.dtype`,
-      "'float32', 'float16' or 'bfloat16'",
-      "'int8' (8-bit scoring is not available yet)",
-    );
-  }
+// int8 scores int8 only: both sides quantized (see quantize()), or both float.
+function checkDtypes(qName: string, queries: TokenMatrix | TokenBatch, docs: TokenBatch) {
+  if ((queries.dtype === 'int8') === (docs.dtype === 'int8')) return;
+  const [name, x, other] = queries.dtype === 'int8' ? [qName, queries, 'docs'] : ['docs', docs, qName];
+  throw new InvalidArgumentError(
+    `${name}.dtype`,
+    `'float32', 'float16' or 'bfloat16' like ${other} (int8 scoring needs int8 queries and int8 documents: quantize both)`,
+    `'${x.dtype}'`,
+  );
 }
 
 function prepare(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName: string): TokenBatch {
   checkCompatible(queries, docs, qName, 'docs');
-  checkFloat(qName, queries);
-  checkFloat('docs', docs);
+  checkDtypes(qName, queries, docs);
   return isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
 }
 
+// int8 x int8 runs on the CPU only for now: 'auto' picks it, 'cuda' is refused.
+function checkInt8Backend(options: ScoreOptions) {
+  if (options.backend === 'cuda') {
+    throw new BackendUnavailableError(
+      "int8 scoring runs on the CPU only for now: use backend 'cpu' or 'auto' (or dequantize() for CUDA)",
+    );
+  }
+  resolveBackend(options.backend === 'auto' ? 'cpu' : (options.backend ?? 'cpu'));
+}
+
 async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
+  if (q.dtype === 'int8') {
+    checkInt8Backend(options);
+    if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
+    return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa });
+  }
   const backend: BackendName = resolveBackend(options.backend);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   if (backend === 'cuda') return cudaScoreHost(q, docs, { device: options.device, variant: options.variant });
@@ -56,6 +72,11 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
 }
 
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
+  if (q.dtype === 'int8') {
+    checkInt8Backend(options);
+    if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
+    return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
+  }
   if (options.backend === 'cuda') {
     throw new InvalidArgumentError(
       'backend',

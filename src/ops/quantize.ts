@@ -1,0 +1,254 @@
+// Per-token symmetric INT8 quantization, and the typed face of the native int8 x int8 MaxSim engine
+// (native/cpu/engine_int8.cc via native/binding/int8_binding.cc).
+//
+// Per token: scale = max|x| / 127 (float32), q = round-half-to-even(x / scale) clamped to
+// [-127, 127]; a token of zeros gets scale 0 and zero values. value = q * scale.
+
+import { InvalidArgumentError } from '../errors.js';
+import { loadNative } from '../native.js';
+import {
+  decodeToFloat32,
+  isTokenBatch,
+  isTokenMatrix,
+  type TokenBatch,
+  type TokenMatrix,
+} from '../tensor.js';
+
+export type QuantizeMode = 'int8';
+
+export interface RoundTripError {
+  /** Largest |x - q * scale| (in double) over every element of every real token. */
+  maxAbs: number;
+  /** Largest per-token error relative to the token's max|x| (tokens of zeros excluded). */
+  maxRel: number;
+}
+
+function describeKind(x: unknown): string {
+  if (isTokenBatch(x)) return `a ${x.dtype} TokenBatch`;
+  if (isTokenMatrix(x)) return `a ${x.dtype} TokenMatrix`;
+  return x === null ? 'null' : typeof x;
+}
+
+/** Round half to even (banker's rounding) of a finite number. */
+function roundHalfEven(v: number): number {
+  const r = Math.round(v); // half up
+  return r - v === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/** Which tokens of the data are real: [start, length] spans (a matrix is one span). */
+function spansOf(x: TokenBatch | TokenMatrix): { starts: ArrayLike<number>; lengths: ArrayLike<number> } {
+  if (x.kind === 'matrix') return { starts: [0], lengths: [x.length] };
+  if (x.layout === 'ragged') {
+    // Every token of a ragged buffer is quantized (tokens outside items cost nothing to keep).
+    return { starts: [0], lengths: [Math.floor(x.data.length / x.dim)] };
+  }
+  return { starts: x.starts, lengths: x.lengths };
+}
+
+/** Tokens held by the quantized output (a dense batch keeps its padding slots, at scale 0). */
+function tokenCapacity(x: TokenBatch | TokenMatrix): number {
+  if (x.kind === 'matrix') return x.length;
+  if (x.layout === 'dense') return x.count * x.maxLength;
+  return Math.floor(x.data.length / x.dim);
+}
+
+/**
+ * Quantizes every real token to int8 with its own symmetric scale. The layout is kept: a matrix stays
+ * a matrix, a dense batch stays dense (padding tokens become zeros with scale 0), a ragged batch
+ * stays ragged with the same starts and lengths.
+ */
+export function quantize(x: TokenMatrix, mode: QuantizeMode): TokenMatrix;
+export function quantize(x: TokenBatch, mode: QuantizeMode): TokenBatch;
+export function quantize(x: TokenBatch | TokenMatrix, mode: QuantizeMode): TokenBatch | TokenMatrix;
+export function quantize(x: TokenBatch | TokenMatrix, mode: QuantizeMode): TokenBatch | TokenMatrix {
+  if (mode !== 'int8') throw new InvalidArgumentError('mode', "'int8'", JSON.stringify(mode));
+  if (!isTokenBatch(x) && !isTokenMatrix(x))
+    throw new InvalidArgumentError('batch', 'a TokenBatch or TokenMatrix', describeKind(x));
+  if (x.dtype === 'int8')
+    throw new InvalidArgumentError(
+      'batch.dtype',
+      "'float32', 'float16' or 'bfloat16' (a float batch to quantize)",
+      "'int8'",
+    );
+  const d = x.dim;
+  const values = decodeToFloat32(x.data, x.dtype, d);
+  const tokens = tokenCapacity(x);
+  const data = new Int8Array(tokens * d);
+  const scales = new Float32Array(tokens);
+  const { starts, lengths } = spansOf(x);
+  for (let b = 0; b < lengths.length; b++) {
+    const end = starts[b] + lengths[b];
+    for (let t = starts[b]; t < end; t++) {
+      const o = t * d;
+      let m = 0;
+      for (let k = 0; k < d; k++) {
+        const a = Math.abs(values[o + k]);
+        if (a > m) m = a;
+      }
+      if (!Number.isFinite(m))
+        throw new InvalidArgumentError(
+          'batch',
+          'finite values to quantize',
+          `a non-finite value at token ${t}`,
+        );
+      if (m === 0) continue; // scale 0, values 0
+      const scale = Math.fround(m / 127);
+      scales[t] = scale;
+      for (let k = 0; k < d; k++) {
+        const q = roundHalfEven(values[o + k] / scale);
+        data[o + k] = Math.min(127, Math.max(-127, q));
+      }
+    }
+  }
+  if (x.kind === 'matrix') return { kind: 'matrix', dtype: 'int8', data, length: x.length, dim: d, scales };
+  return {
+    kind: 'batch',
+    layout: x.layout,
+    dtype: 'int8',
+    data,
+    dim: d,
+    count: x.count,
+    maxLength: x.maxLength,
+    starts: Float64Array.from(x.starts),
+    lengths: Int32Array.from(x.lengths),
+    scales,
+  };
+}
+
+/** int8 tokens back to float32 values (q * scale), same layout. */
+export function dequantize(x: TokenMatrix): TokenMatrix;
+export function dequantize(x: TokenBatch): TokenBatch;
+export function dequantize(x: TokenBatch | TokenMatrix): TokenBatch | TokenMatrix;
+export function dequantize(x: TokenBatch | TokenMatrix): TokenBatch | TokenMatrix {
+  if (!isTokenBatch(x) && !isTokenMatrix(x))
+    throw new InvalidArgumentError('batch', 'an int8 TokenBatch or TokenMatrix', describeKind(x));
+  if (x.dtype !== 'int8' || !(x.scales instanceof Float32Array))
+    throw new InvalidArgumentError('batch.dtype', "'int8' with per-token scales", `'${x.dtype}'`);
+  const data = decodeToFloat32(x.data, 'int8', x.dim, x.scales);
+  if (x.kind === 'matrix') return { kind: 'matrix', dtype: 'float32', data, length: x.length, dim: x.dim };
+  return {
+    kind: 'batch',
+    layout: x.layout,
+    dtype: 'float32',
+    data,
+    dim: x.dim,
+    count: x.count,
+    maxLength: x.maxLength,
+    starts: Float64Array.from(x.starts),
+    lengths: Int32Array.from(x.lengths),
+  };
+}
+
+/** Element-wise error of a quantization over the real tokens of the original. */
+export function roundTripError(
+  original: TokenBatch | TokenMatrix,
+  quantized: TokenBatch | TokenMatrix,
+): RoundTripError {
+  if (!isTokenBatch(original) && !isTokenMatrix(original))
+    throw new InvalidArgumentError('original', 'a TokenBatch or TokenMatrix', describeKind(original));
+  if (!isTokenBatch(quantized) && !isTokenMatrix(quantized))
+    throw new InvalidArgumentError('quantized', 'a TokenBatch or TokenMatrix', describeKind(quantized));
+  if (quantized.dtype !== 'int8')
+    throw new InvalidArgumentError('quantized.dtype', "'int8'", `'${quantized.dtype}'`);
+  if (original.dtype === 'int8')
+    throw new InvalidArgumentError('original.dtype', "'float32', 'float16' or 'bfloat16'", "'int8'");
+  if (
+    original.kind !== quantized.kind ||
+    original.dim !== quantized.dim ||
+    tokenCapacity(quantized) < tokenCapacity(original) ||
+    (original.kind === 'batch' && quantized.kind === 'batch' && original.count !== quantized.count)
+  )
+    throw new InvalidArgumentError(
+      'quantized',
+      `the quantization of original (${describeKind(original)}, dim ${original.dim})`,
+      `${describeKind(quantized)}, dim ${quantized.dim}`,
+    );
+  const d = original.dim;
+  const x = decodeToFloat32(original.data, original.dtype, d);
+  const q = quantized.data;
+  const scales = quantized.scales as Float32Array;
+  const { starts, lengths } = spansOf(original);
+  let maxAbs = 0;
+  let maxRel = 0;
+  for (let b = 0; b < lengths.length; b++) {
+    const end = starts[b] + lengths[b];
+    for (let t = starts[b]; t < end; t++) {
+      let m = 0;
+      let e = 0;
+      // In double: q * scale is exact there, so this is the quantization error alone.
+      for (let k = t * d; k < (t + 1) * d; k++) {
+        m = Math.max(m, Math.abs(x[k]));
+        e = Math.max(e, Math.abs(x[k] - q[k] * scales[t]));
+      }
+      maxAbs = Math.max(maxAbs, e);
+      if (m > 0) maxRel = Math.max(maxRel, e / m);
+    }
+  }
+  return { maxAbs, maxRel };
+}
+
+// ---- the native int8 engine ----
+
+/** int8 kernel sets: AMX-INT8 tiles (d % 64 == 0) and plain C++. */
+export type Int8Isa = 'amx' | 'portable';
+
+export interface Int8Options {
+  threads?: number;
+  isa?: Int8Isa;
+}
+
+interface Int8Addon {
+  maxsimInt8Sync(queries: TokenBatch, docs: TokenBatch, options: Int8Options): Float32Array;
+  maxsimInt8Async(queries: TokenBatch, docs: TokenBatch, options: Int8Options): Promise<Float32Array>;
+  int8Isas(): Int8Isa[];
+}
+
+function int8Addon(): Int8Addon {
+  return loadNative().cpu as unknown as Int8Addon;
+}
+
+function checkInt8Options(options: { threads?: number; isa?: string }): Int8Options {
+  const out: Int8Options = {};
+  if (options.threads !== undefined) {
+    if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > 1024)
+      throw new InvalidArgumentError(
+        'threads',
+        'an integer in [0, 1024] (0 = all cores)',
+        String(options.threads),
+      );
+    out.threads = options.threads;
+  }
+  if (options.isa !== undefined) {
+    if (options.isa !== 'amx' && options.isa !== 'portable')
+      throw new InvalidArgumentError(
+        'isa',
+        "'amx' or 'portable' (the int8 kernel sets)",
+        JSON.stringify(options.isa),
+      );
+    out.isa = options.isa;
+  }
+  return out;
+}
+
+/** The int8 kernel sets usable on this CPU, best first. */
+export function cpuInt8Isas(): Int8Isa[] {
+  return int8Addon().int8Isas();
+}
+
+/** All-pairs int8 x int8 MaxSim on the CPU, blocking: [nq * B] row-major. */
+export function cpuMaxsimInt8Sync(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: { threads?: number; isa?: string } = {},
+): Float32Array {
+  return int8Addon().maxsimInt8Sync(queries, docs, checkInt8Options(options));
+}
+
+/** All-pairs int8 x int8 MaxSim on the CPU thread pool, off the JS thread. */
+export function cpuMaxsimInt8(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: { threads?: number; isa?: string } = {},
+): Promise<Float32Array> {
+  return int8Addon().maxsimInt8Async(queries, docs, checkInt8Options(options));
+}
