@@ -52,6 +52,7 @@ export {
   type TrainKernel,
   type TrainPairs,
 } from './ops/train.js';
+export { type TwoStageOptions, twoStageTopK, twoStageTopKAll } from './ops/two-stage.js';
 export {
   batchItem,
   bf16BitsToFloat,
@@ -71,6 +72,7 @@ export {
   type RaggedBatchOptions,
   raggedBatch,
   type ScoreMatrix,
+  selectItems,
   type TokenBatch,
   type TokenData,
   type TokenMatrix,

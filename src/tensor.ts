@@ -405,6 +405,20 @@ export function batchItem(batch: TokenBatch, index: number): TokenMatrix {
   return { kind: 'matrix', dtype: batch.dtype, data, length: l, dim: batch.dim, scales };
 }
 
+/** The items `indices` of a batch, in that order, as a ragged batch over the same buffer (zero-copy). */
+export function selectItems(batch: TokenBatch, indices: ArrayLike<number>): TokenBatch {
+  const starts = new Float64Array(indices.length);
+  const lengths = new Int32Array(indices.length);
+  let maxLength = 0;
+  for (let i = 0; i < indices.length; i++) {
+    const b = expectInteger(`indices[${i}]`, indices[i], 0, batch.count - 1);
+    starts[i] = batch.starts[b];
+    lengths[i] = batch.lengths[b];
+    if (lengths[i] > maxLength) maxLength = lengths[i];
+  }
+  return { ...batch, layout: 'ragged', count: indices.length, maxLength, starts, lengths };
+}
+
 /** Total real tokens of a batch. */
 export function totalTokens(batch: TokenBatch): number {
   let t = 0;

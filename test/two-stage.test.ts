@@ -1,0 +1,49 @@
+// Two-stage top-K (int8 scan, exact rescoring of c·K candidates) equals the exact top-K.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { InvalidArgumentError } from '../src/errors.js';
+import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
+import { quantize } from '../src/ops/quantize.js';
+import { twoStageTopK, twoStageTopKAll } from '../src/ops/two-stage.js';
+import { matrixAsBatch } from '../src/tensor.js';
+import { randomMatrix, randomRagged, rng, runSeed } from './helpers.js';
+
+describe(`two-stage top-k (seed ${runSeed})`, () => {
+  test('equals the exact top-k, scores included, on ragged documents with empty ones', async () => {
+    const rand = rng(runSeed + 21);
+    for (const d of [64, 100]) {
+      const lengths = Array.from({ length: 300 }, (_, i) => (i % 37 === 5 ? 0 : 1 + Math.floor(rand() * 40)));
+      const docs = randomRagged(lengths, d, 'float32', rand);
+      const queries = randomRagged([32, 7, 1], d, 'float32', rand);
+      const exact = rankRows(await maxsimAll(queries, docs, { backend: 'cpu' }), 10);
+      const two = await twoStageTopKAll(queries, docs, quantize(docs, 'int8'), 10, { backend: 'cpu' });
+      assert.deepEqual(two, exact, `d=${d}`);
+    }
+  });
+
+  test('one query, float16 documents, k larger than the corpus', async () => {
+    const rand = rng(runSeed + 22);
+    const docs = randomRagged([5, 9, 0, 3], 64, 'float16', rand);
+    const q = randomMatrix(16, 64, 'float16', rand);
+    const exact = rankRows(await maxsimAll(matrixAsBatch(q), docs, { backend: 'cpu' }), 10)[0];
+    const hits = await twoStageTopK(q, docs, quantize(docs, 'int8'), 10, { backend: 'cpu' });
+    assert.equal(hits.length, 4);
+    assert.deepEqual(hits, exact);
+    assert.equal(hits[3].score, Number.NEGATIVE_INFINITY); // the empty document ranks last
+  });
+
+  test('refuses a corpus that is not the int8 copy of docs, and a bad candidate factor', async () => {
+    const rand = rng(runSeed + 23);
+    const docs = randomRagged([4, 4], 64, 'float32', rand);
+    const q = randomMatrix(2, 64, 'float32', rand);
+    await assert.rejects(twoStageTopK(q, docs, docs, 1), InvalidArgumentError);
+    await assert.rejects(
+      twoStageTopK(q, docs, quantize(randomRagged([4], 64, 'float32', rand), 'int8'), 1),
+      /docsInt8/,
+    );
+    await assert.rejects(
+      twoStageTopK(q, docs, quantize(docs, 'int8'), 1, { candidateFactor: 0.5 }),
+      /candidateFactor/,
+    );
+  });
+});
