@@ -5,6 +5,7 @@ import { Command, CommanderError } from 'commander';
 import { version } from '../version.js';
 import { benchCommand } from './bench.js';
 import { demoCommand } from './demo.js';
+import { fidelityCommand } from './fidelity.js';
 import { infoCommand } from './info.js';
 import { scoreCommand } from './score.js';
 import { searchCommand } from './search.js';
@@ -35,6 +36,7 @@ function buildProgram(): Command {
     searchCommand(),
     benchCommand(),
     verifyCommand(),
+    fidelityCommand(),
   ]) {
     // addCommand (unlike .command()) does not inherit exitOverride and the error output.
     program.addCommand(command.copyInheritedSettings(program));

@@ -1,0 +1,165 @@
+// How much int8 scoring changes rankings, measured against fp32 on the same corpus: per-query
+// Spearman rho of the scores, top-10 / top-20 overlap, recall@10 against planted truth (when the
+// corpus has it), and how often the two-stage top-10 equals the exact top-10.
+
+import { maxsimAll, rankRows } from '../ops/maxsim.js';
+import { quantize } from '../ops/quantize.js';
+import { twoStageTopKAll } from '../ops/two-stage.js';
+import type { ScoreMatrix, TokenBatch } from '../tensor.js';
+
+export interface FidelityReport {
+  name: string;
+  queries: number;
+  docs: number;
+  spearmanMean: number;
+  spearmanMin: number;
+  top10Overlap: number;
+  top20Overlap: number;
+  /** recall@10 against the planted relevant documents, per method; absent without planted truth. */
+  recall10?: { fp32: number; int8: number; twoStage: number };
+  /** Fraction of queries whose two-stage top-10 equals the exact top-10 (indices, in order). */
+  twoStageExact: number;
+}
+
+/** Ranks with ties averaged (Spearman needs them), for one row of finite or -Infinity scores. */
+function ranks(row: Float32Array): Float64Array {
+  const idx = Array.from(row.keys()).sort((a, b) => (row[a] < row[b] ? -1 : row[a] > row[b] ? 1 : a - b));
+  const r = new Float64Array(row.length);
+  for (let i = 0; i < idx.length; ) {
+    let j = i;
+    while (j + 1 < idx.length && row[idx[j + 1]] === row[idx[i]]) j++;
+    for (let t = i; t <= j; t++) r[idx[t]] = (i + j) / 2;
+    i = j + 1;
+  }
+  return r;
+}
+
+function spearman(a: Float32Array, b: Float32Array): number {
+  const ra = ranks(a);
+  const rb = ranks(b);
+  const n = ra.length;
+  const mean = (n - 1) / 2;
+  let num = 0;
+  let da = 0;
+  let db = 0;
+  for (let i = 0; i < n; i++) {
+    num += (ra[i] - mean) * (rb[i] - mean);
+    da += (ra[i] - mean) ** 2;
+    db += (rb[i] - mean) ** 2;
+  }
+  return da === 0 || db === 0 ? 1 : num / Math.sqrt(da * db);
+}
+
+function row(m: ScoreMatrix, i: number): Float32Array {
+  return m.data.subarray(i * m.cols, (i + 1) * m.cols);
+}
+
+function overlap(a: number[], b: number[]): number {
+  const s = new Set(a);
+  return b.filter((x) => s.has(x)).length / Math.max(1, a.length);
+}
+
+function recallAt10(top: number[][], relevant: number[][]): number {
+  let found = 0;
+  let total = 0;
+  top.forEach((hits, q) => {
+    found += relevant[q].filter((r) => hits.includes(r)).length;
+    total += relevant[q].length;
+  });
+  return total === 0 ? 1 : found / total;
+}
+
+/** The report for one corpus (float documents and queries; int8 copies are made here). */
+export async function fidelity(
+  name: string,
+  queries: TokenBatch,
+  docs: TokenBatch,
+  relevant?: number[][],
+): Promise<FidelityReport> {
+  const docsInt8 = quantize(docs, 'int8');
+  const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
+  const approx = await maxsimAll(quantize(queries, 'int8'), docsInt8, { backend: 'cpu' });
+  const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((hits) => hits.map((h) => h.index));
+  const [exact10, exact20, approx10, approx20] = [
+    top(exact, 10),
+    top(exact, 20),
+    top(approx, 10),
+    top(approx, 20),
+  ];
+  const two10 = (await twoStageTopKAll(queries, docs, docsInt8, 10, { backend: 'cpu' })).map((h) =>
+    h.map((x) => x.index),
+  );
+  const rhos = Array.from({ length: queries.count }, (_, i) => spearman(row(exact, i), row(approx, i)));
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  return {
+    name,
+    queries: queries.count,
+    docs: docs.count,
+    spearmanMean: mean(rhos),
+    spearmanMin: Math.min(...rhos),
+    top10Overlap: mean(exact10.map((e, i) => overlap(e, approx10[i]))),
+    top20Overlap: mean(exact20.map((e, i) => overlap(e, approx20[i]))),
+    recall10: relevant
+      ? {
+          fp32: recallAt10(exact10, relevant),
+          int8: recallAt10(approx10, relevant),
+          twoStage: recallAt10(two10, relevant),
+        }
+      : undefined,
+    twoStageExact: mean(
+      two10.map((t, i) => (t.length === exact10[i].length && t.every((x, j) => x === exact10[i][j]) ? 1 : 0)),
+    ),
+  };
+}
+
+/**
+ * An adversarial near-tie set: clusters of documents that are tiny perturbations of one base
+ * document, and queries drawn from a base document's tokens, so each query's top-10 is a race
+ * between near-identical scores.
+ */
+export function nearTieCorpus(
+  rand: () => number,
+  options: { clusters: number; perCluster: number; docLength: number; queryLength: number; dim: number },
+): { queries: TokenBatch; docs: TokenBatch } {
+  const { clusters, perCluster, docLength, queryLength, dim } = options;
+  const unit = (v: Float32Array, o: number) => {
+    let ss = 0;
+    for (let k = 0; k < dim; k++) ss += v[o + k] ** 2;
+    const inv = 1 / Math.sqrt(ss);
+    for (let k = 0; k < dim; k++) v[o + k] *= inv;
+  };
+  const docTokens = clusters * perCluster * docLength;
+  const docs = new Float32Array(docTokens * dim);
+  const queries = new Float32Array(clusters * queryLength * dim);
+  const base = new Float32Array(docLength * dim);
+  for (let c = 0; c < clusters; c++) {
+    for (let i = 0; i < base.length; i++) base[i] = rand() * 2 - 1;
+    for (let t = 0; t < docLength; t++) unit(base, t * dim);
+    for (let m = 0; m < perCluster; m++) {
+      const o = (c * perCluster + m) * docLength * dim;
+      for (let i = 0; i < base.length; i++) docs[o + i] = base[i] + 0.004 * (rand() * 2 - 1);
+      for (let t = 0; t < docLength; t++) unit(docs, o + t * dim);
+    }
+    for (let t = 0; t < queryLength; t++) {
+      const src = Math.floor(rand() * docLength) * dim;
+      const o = (c * queryLength + t) * dim;
+      for (let k = 0; k < dim; k++) queries[o + k] = base[src + k] + 0.3 * (rand() * 2 - 1);
+      unit(queries, o);
+    }
+  }
+  const dense = (data: Float32Array, count: number, length: number): TokenBatch => ({
+    kind: 'batch',
+    layout: 'dense',
+    dtype: 'float32',
+    data,
+    dim,
+    count,
+    maxLength: length,
+    starts: Float64Array.from({ length: count }, (_, i) => i * length),
+    lengths: new Int32Array(count).fill(length),
+  });
+  return {
+    queries: dense(queries, clusters, queryLength),
+    docs: dense(docs, clusters * perCluster, docLength),
+  };
+}

@@ -1,0 +1,27 @@
+// The fidelity report's numbers are in range and sensible on small corpora.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { fidelity, nearTieCorpus } from '../src/bench/fidelity.js';
+import { demoCorpus } from '../src/demo/corpus.js';
+import { rng, runSeed } from './helpers.js';
+
+test(`fidelity on a small demo corpus and a near-tie set (seed ${runSeed})`, async () => {
+  const demo = demoCorpus({ docs: 300, queries: 6, seed: runSeed });
+  const r = await fidelity('demo', demo.queries, demo.docs, demo.relevant);
+  assert.equal(r.queries, 6);
+  assert.ok(r.spearmanMean > 0.99 && r.spearmanMean <= 1, `rho ${r.spearmanMean}`);
+  assert.ok(r.spearmanMin <= r.spearmanMean);
+  for (const x of [r.top10Overlap, r.top20Overlap, r.twoStageExact]) assert.ok(x >= 0 && x <= 1);
+  assert.ok(r.recall10 && r.recall10.fp32 >= 0.9 && r.recall10.twoStage === r.recall10.fp32);
+  // Two-stage returns the exact top-10 whenever the true top-10 survive the int8 scan's top-40.
+  const ties = nearTieCorpus(rng(runSeed), {
+    clusters: 6,
+    perCluster: 12,
+    docLength: 16,
+    queryLength: 8,
+    dim: 64,
+  });
+  const t = await fidelity('ties', ties.queries, ties.docs);
+  assert.equal(t.recall10, undefined);
+  assert.equal(t.twoStageExact, 1);
+});
