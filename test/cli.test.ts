@@ -287,6 +287,25 @@ describe('maxsim search', () => {
     });
   });
 
+  test('--prefilter int8 (two-stage) prints the same results as the exact search', () => {
+    const args = [
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--top-k',
+      '3',
+    ];
+    const exact = maxsimCli(...args);
+    const two = maxsimCli(...args, '--prefilter', 'int8');
+    expectSuccess(exact);
+    expectSuccess(two);
+    assert.equal(two.stdout, exact.stdout);
+  });
+
   test('defaults to 10 results (capped at B), an empty document last with a null score', () => {
     const r = maxsimCli(
       'search',
@@ -471,6 +490,14 @@ describe('maxsim bench', () => {
     const lines = r.stdout.trimEnd().split('\n');
     assert.equal(lines.length, 2);
     assert.match(lines[1], /^2,4,8,16,10\s+bfloat16\s+ragged\s+cpu/);
+  });
+
+  test('--dtype int8 times the quantized inputs', () => {
+    const r = maxsimCli('bench', '--shape', '2,5,9,64,10', '--dtype', 'int8', '--repeats', '1', '--json');
+    expectSuccess(r);
+    const row = JSON.parse(r.stdout.trim());
+    assert.equal(row.dtype, 'int8');
+    assert.ok(row.ms > 0 && row.gbps > 0);
   });
 
   test('--backend cuda without CUDA exits 1 with the reason', {

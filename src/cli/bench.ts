@@ -7,6 +7,7 @@ import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
 import { maxsim, maxsimAll } from '../ops/maxsim.js';
+import { quantize } from '../ops/quantize.js';
 import {
   denseBatch,
   dtypeSize,
@@ -53,7 +54,7 @@ const SEED = 1;
 interface BenchOptions {
   backend: BackendName;
   shape?: BenchShape[];
-  dtype?: FloatDType;
+  dtype?: FloatDType | 'int8';
   ragged?: boolean;
   repeats: number;
   warmup: number;
@@ -117,8 +118,9 @@ export function benchCommand(): Command {
     )
     .option(
       '--dtype <type>',
-      'f32, f16 or bf16 (queries and documents; default f32 on cpu, f16 on cuda)',
-      parseDtype,
+      'f32, f16, bf16, or int8 on cpu (queries and documents; default f32 on cpu, f16 on cuda)',
+      (value: string) =>
+        value.toLowerCase() === 'int8' || value.toLowerCase() === 'i8' ? 'int8' : parseDtype(value),
     )
     .option('--ragged', 'ragged documents, lengths uniform in [Ld/2, Ld] (default: dense [B, Ld, d])')
     .option('--repeats <n>', 'timed runs per shape', integerOption(1), 5)
@@ -137,7 +139,16 @@ export function benchCommand(): Command {
     .action(async (opts: BenchOptions) => {
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
-      if (backend === 'cuda') return benchCuda(opts, opts.dtype ?? 'float16');
+      if (backend === 'cuda') {
+        if (opts.dtype === 'int8') {
+          throw new InvalidArgumentError(
+            '--dtype',
+            'f32, f16 or bf16 on cuda (int8 runs on the CPU only for now)',
+            "'int8'",
+          );
+        }
+        return benchCuda(opts, opts.dtype ?? 'float16');
+      }
       const dtype = opts.dtype ?? 'float32';
       const cpu = backend === 'cpu' ? cpuInfo() : undefined;
       if (cpu && opts.isa !== undefined && !cpu.isas.includes(opts.isa)) {
@@ -169,7 +180,11 @@ export function benchCommand(): Command {
       for (const shape of opts.shape ?? DEFAULT_SHAPES) {
         const progress = new Progress(`bench ${formatShape(shape)}`, opts.warmup + opts.repeats);
         progress.update(0);
-        const { queries, docs, docTokens } = makeInputs(shape, dtype, opts.ragged === true, rng);
+        // int8: the float32 inputs quantized per token (queries and documents alike).
+        const inputs = makeInputs(shape, dtype === 'int8' ? 'float32' : dtype, opts.ragged === true, rng);
+        const { docTokens } = inputs;
+        const queries = dtype === 'int8' ? quantize(inputs.queries, 'int8') : inputs.queries;
+        const docs = dtype === 'int8' ? quantize(inputs.docs, 'int8') : inputs.docs;
         const run = () =>
           queries.kind === 'matrix' ? maxsim(queries, docs, options) : maxsimAll(queries, docs, options);
         const times: number[] = [];
