@@ -6,6 +6,7 @@
 #include "../cpu/engine.h"
 #include "../cpu/thread_pool.h"
 #include "cpu_spans.h"
+#include "scores_worker.h"
 #include "token_set.h"
 
 namespace {
@@ -48,47 +49,12 @@ Napi::Value MaxsimSync(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Runs the engine off the JS thread. The input objects and the output array are held by persistent
-// references until the promise settles, so the buffers the engine reads and writes stay alive.
-class MaxsimWorker : public Napi::AsyncWorker {
- public:
-  MaxsimWorker(Napi::Env env, CallArgs args, Napi::Value q, Napi::Value d, Napi::Float32Array out)
-      : Napi::AsyncWorker(env, "maxsim.cpu"),
-        args_(args),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        q_ref_(Napi::Persistent(q.As<Napi::Object>())),
-        d_ref_(Napi::Persistent(d.As<Napi::Object>())),
-        out_ref_(Napi::Persistent(out)),
-        out_(out.Data()) {}
-
-  Napi::Promise Promise() { return deferred_.Promise(); }
-
-  void Execute() override {
-    try {
-      maxsim_cpu::MaxsimAllPairs(*args_.isa, args_.queries, args_.docs, out_, args_.threads);
-    } catch (const std::exception& e) {
-      SetError(std::string("maxsim CPU engine failed: ") + e.what());
-    }
-  }
-  void OnOK() override { deferred_.Resolve(out_ref_.Value()); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  CallArgs args_;
-  Napi::Promise::Deferred deferred_;
-  Napi::ObjectReference q_ref_;
-  Napi::ObjectReference d_ref_;
-  Napi::Reference<Napi::Float32Array> out_ref_;
-  float* out_;
-};
-
 Napi::Value MaxsimAsync(const Napi::CallbackInfo& info) {
-  CallArgs a = ParseCall(info);
-  Napi::Float32Array out = Napi::Float32Array::New(info.Env(), static_cast<size_t>(a.queries.count * a.docs.count));
-  auto* worker = new MaxsimWorker(info.Env(), a, info[0], info[1], out);
-  Napi::Promise p = worker->Promise();
-  worker->Queue();
-  return p;
+  const CallArgs a = ParseCall(info);
+  return ScoresWorker::Start(info.Env(), "maxsim CPU engine", static_cast<size_t>(a.queries.count * a.docs.count),
+                             info[0], info[1], [a](float* out) {
+                               maxsim_cpu::MaxsimAllPairs(*a.isa, a.queries, a.docs, out, a.threads);
+                             });
 }
 
 Napi::Value CpuInfo(const Napi::CallbackInfo& info) {

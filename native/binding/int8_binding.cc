@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../cpu/engine_int8.h"
+#include "scores_worker.h"
 #include "token_set.h"
 
 namespace {
@@ -67,46 +68,12 @@ Napi::Value MaxsimInt8Sync(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Off the JS thread; the inputs and the output stay referenced until the promise settles.
-class MaxsimInt8Worker : public Napi::AsyncWorker {
- public:
-  MaxsimInt8Worker(Napi::Env env, Int8CallArgs args, Napi::Value q, Napi::Value d, Napi::Float32Array out)
-      : Napi::AsyncWorker(env, "maxsim.cpu.int8"),
-        args_(args),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        q_ref_(Napi::Persistent(q.As<Napi::Object>())),
-        d_ref_(Napi::Persistent(d.As<Napi::Object>())),
-        out_ref_(Napi::Persistent(out)),
-        out_(out.Data()) {}
-
-  Napi::Promise Promise() { return deferred_.Promise(); }
-
-  void Execute() override {
-    try {
-      maxsim_cpu::MaxsimAllPairsInt8(args_.queries, args_.docs, out_, args_.threads, args_.kernel);
-    } catch (const std::exception& e) {
-      SetError(std::string("maxsim int8 CPU engine failed: ") + e.what());
-    }
-  }
-  void OnOK() override { deferred_.Resolve(out_ref_.Value()); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  Int8CallArgs args_;
-  Napi::Promise::Deferred deferred_;
-  Napi::ObjectReference q_ref_;
-  Napi::ObjectReference d_ref_;
-  Napi::Reference<Napi::Float32Array> out_ref_;
-  float* out_;
-};
-
 Napi::Value MaxsimInt8Async(const Napi::CallbackInfo& info) {
-  Int8CallArgs a = ParseInt8Call(info);
-  Napi::Float32Array out = Napi::Float32Array::New(info.Env(), static_cast<size_t>(a.queries.count * a.docs.count));
-  auto* worker = new MaxsimInt8Worker(info.Env(), a, info[0], info[1], out);
-  Napi::Promise p = worker->Promise();
-  worker->Queue();
-  return p;
+  const Int8CallArgs a = ParseInt8Call(info);
+  return ScoresWorker::Start(info.Env(), "maxsim int8 CPU engine", static_cast<size_t>(a.queries.count * a.docs.count),
+                             info[0], info[1], [a](float* out) {
+                               maxsim_cpu::MaxsimAllPairsInt8(a.queries, a.docs, out, a.threads, a.kernel);
+                             });
 }
 
 Napi::Value Int8Isas(const Napi::CallbackInfo& info) {
