@@ -130,3 +130,40 @@ export function assertScoresClose(
     }
   }
 }
+
+/** scoreErrorBounds for the scored pairs: all pairs, or query i with document i. */
+export function pairBounds(queries: TokenBatch, docs: TokenBatch, pairs: 'all' | 'diagonal'): Float64Array {
+  const all = scoreErrorBounds(queries, docs);
+  if (pairs === 'all') return all;
+  return Float64Array.from({ length: queries.count }, (_, i) => all[i * docs.count + i]);
+}
+
+/** Gradients agree with the float64 reference up to the one fp32 rounding of each accumulated sum. */
+export function assertGradClose(got: Float32Array, ref: ArrayLike<number>, context: string) {
+  assert.equal(got.length, ref.length, `${context}: length`);
+  let dot = 0;
+  let gotNorm = 0;
+  let refNorm = 0;
+  let refMax = 0;
+  for (let i = 0; i < ref.length; i++) {
+    dot += got[i] * ref[i];
+    gotNorm += got[i] * got[i];
+    refNorm += ref[i] * ref[i];
+    refMax = Math.max(refMax, Math.abs(ref[i]));
+  }
+  if (refNorm > 0) {
+    const cosine = dot / Math.sqrt(gotNorm * refNorm);
+    assert.ok(cosine >= 0.99999, `${context}: cosine ${cosine} (seed ${runSeed})`);
+  } else {
+    assert.equal(gotNorm, 0, `${context}: expected zero gradients`);
+  }
+  for (let i = 0; i < ref.length; i++) {
+    const tol = Math.abs(ref[i]) * 2 ** -23 + refMax * 2 ** -40;
+    const err = Math.abs(got[i] - ref[i]);
+    if (!(err <= tol)) {
+      assert.fail(
+        `${context}: element ${i}: got ${got[i]}, reference ${ref[i]}, error ${err} > ${tol} (seed ${runSeed})`,
+      );
+    }
+  }
+}

@@ -21,7 +21,9 @@ import {
 } from '../../src/ops/train.js';
 import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import {
+  assertGradClose,
   assertScoresClose,
+  pairBounds,
   randomDense,
   randomFloats,
   randomRagged,
@@ -58,42 +60,6 @@ function usesMma(q: TokenBatch, d: TokenBatch, kernel: TrainKernel): boolean {
  */
 function scoreFactors(q: TokenBatch, d: TokenBatch, kernel: TrainKernel): { ref: number; cpu: number } {
   return usesMma(q, d, kernel) ? { ref: 4, cpu: 5 } : { ref: 1, cpu: 2 };
-}
-
-function pairBounds(queries: TokenBatch, docs: TokenBatch, pairs: TrainPairs): Float64Array {
-  const all = scoreErrorBounds(queries, docs);
-  if (pairs === 'all') return all;
-  return Float64Array.from({ length: queries.count }, (_, i) => all[i * docs.count + i]);
-}
-
-/** Gradients agree with a float64 reference up to the one fp32 rounding of each accumulated sum. */
-function assertGradClose(got: Float32Array, ref: ArrayLike<number>, context: string) {
-  assert.equal(got.length, ref.length, `${context}: length`);
-  let dot = 0;
-  let gotNorm = 0;
-  let refNorm = 0;
-  let refMax = 0;
-  for (let i = 0; i < ref.length; i++) {
-    dot += got[i] * ref[i];
-    gotNorm += got[i] * got[i];
-    refNorm += ref[i] * ref[i];
-    refMax = Math.max(refMax, Math.abs(ref[i]));
-  }
-  if (refNorm > 0) {
-    const cosine = dot / Math.sqrt(gotNorm * refNorm);
-    assert.ok(cosine >= 0.99999, `${context}: cosine ${cosine} (seed ${runSeed})`);
-  } else {
-    assert.equal(gotNorm, 0, `${context}: expected zero gradients`);
-  }
-  for (let i = 0; i < ref.length; i++) {
-    const tol = Math.abs(ref[i]) * 2 ** -23 + refMax * 2 ** -40;
-    const err = Math.abs(got[i] - ref[i]);
-    if (!(err <= tol)) {
-      assert.fail(
-        `${context}: element ${i}: got ${got[i]}, reference ${ref[i]}, error ${err} > ${tol} (seed ${runSeed})`,
-      );
-    }
-  }
 }
 
 /** Every element outside the batch's real tokens is zero. */
