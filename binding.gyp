@@ -17,6 +17,7 @@
         "native/binding/cpu_binding.cc",
         "native/binding/cuda_binding.cc",
         "native/binding/cuda_train_binding.cc",
+        "native/binding/cuda_task.cc",
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../cuda/runtime.h"
+#include "cuda_task.h"
 #include "token_set.h"
 
 namespace {
@@ -23,144 +24,27 @@ using maxsim_cuda::DeviceTokens;
 using maxsim_cuda::LaunchSpec;
 using maxsim_cuda::Runtime;
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int8: return "int8";
-  }
-  return "?";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tasks: Run on the worker thread, Result on the JS thread.
-
-class Task {
- public:
-  explicit Task(Napi::Env env) : deferred_(Napi::Promise::Deferred::New(env)) {}
-  virtual ~Task() = default;
-  virtual void Run() = 0;
-  virtual Napi::Value Result(Napi::Env env) = 0;
-
-  // Keeps a JS object (a typed array the job reads) alive until the promise settles.
-  void Keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v.As<Napi::Object>())); }
-
-  void RunCatching() {
-    try {
-      Run();
-    } catch (const CudaError& e) {
-      Fail(kCuda, e.what(), e.code());
-    } catch (const std::invalid_argument& e) {
-      Fail(kArgument, e.what(), "");
-    } catch (const std::exception& e) {
-      Fail(kOther, e.what(), "");
-    }
-  }
-
-  void Settle(Napi::Env env) {
-    try {
-      if (kind_ == kNone) {
-        deferred_.Resolve(Result(env));
-        return;
-      }
-      Napi::Error err = kind_ == kArgument ? Napi::Error(Napi::RangeError::New(env, message_))
-                                           : Napi::Error::New(env, message_);
-      if (!code_.empty()) err.Set("code", Napi::String::New(env, code_));
-      deferred_.Reject(err.Value());
-    } catch (const Napi::Error& e) {
-      deferred_.Reject(e.Value());
-    }
-  }
-
- private:
-  enum Kind { kNone, kCuda, kArgument, kOther };
-  void Fail(Kind k, const std::string& message, const std::string& code) {
-    kind_ = k;
-    message_ = message;
-    code_ = code;
-  }
-  Napi::Promise::Deferred deferred_;
-  std::vector<Napi::ObjectReference> keep_;
-  Kind kind_ = kNone;
-  std::string message_, code_;
-
-  friend Napi::Value Submit(Napi::Env env, Runtime* rt, std::unique_ptr<Task> task);
-};
-
-// Shared between the JS thread and the worker threads: the completion channel of one environment.
-// `alive` turns false when the environment shuts down, after which completions are dropped (a task
-// finishing then is leaked rather than touching a dead environment).
-struct Completion;
-void CallJs(Napi::Env env, Napi::Function, Completion* completion, Task* task);
-using CompletionFn = Napi::TypedThreadSafeFunction<Completion, Task, CallJs>;
-
-struct Completion {
-  std::mutex mutex;
-  bool alive = true;
-  CompletionFn tsfn;
-};
+using maxsim_binding::ArgError;
+using maxsim_binding::Describe;
+using maxsim_binding::DTypeName;
+using maxsim_binding::GetInteger;
+using Task = maxsim_binding::CudaTask;
 
 // JS-thread state of one environment.
 struct InstanceData {
-  std::shared_ptr<Completion> completion;
-  int64_t pending = 0;  // tasks in flight; the TSFN holds the event loop open only while > 0
+  maxsim_binding::TaskChannel* channel = nullptr;
   Napi::FunctionReference device_ctor;
   Napi::FunctionReference tokens_ctor;
 };
 
 InstanceData& Instance(Napi::Env env) { return *env.GetInstanceData<InstanceData>(); }
 
-void CallJs(Napi::Env env, Napi::Function, Completion* completion, Task* task) {
-  if (env == nullptr) return;  // environment torn down: the task is leaked on purpose
-  InstanceData& data = Instance(env);
-  if (--data.pending == 0) completion->tsfn.Unref(env);
-  task->Settle(env);
-  delete task;
-}
-
 Napi::Value Submit(Napi::Env env, Runtime* rt, std::unique_ptr<Task> task) {
-  InstanceData& data = Instance(env);
-  Napi::Promise promise = task->deferred_.Promise();
-  std::shared_ptr<Completion> completion = data.completion;
-  Task* raw = task.release();
-  rt->Post([raw, completion] {
-    raw->RunCatching();
-    std::lock_guard<std::mutex> lock(completion->mutex);
-    if (completion->alive) completion->tsfn.NonBlockingCall(raw);
-  });
-  if (data.pending++ == 0) completion->tsfn.Ref(env);
-  return promise;
+  return Instance(env).channel->Submit(env, rt, std::move(task));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Argument helpers
-
-Napi::TypeError ArgError(Napi::Env env, const std::string& name, const std::string& expected, const std::string& received) {
-  return Napi::TypeError::New(env, "Expected " + expected + " for " + name + " but received " + received);
-}
-
-std::string Describe(const Napi::Value& v) {
-  if (v.IsUndefined()) return "undefined";
-  if (v.IsNull()) return "null";
-  if (v.IsNumber()) {
-    const double d = v.As<Napi::Number>().DoubleValue();
-    return std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15 ? std::to_string(static_cast<int64_t>(d)) : std::to_string(d);
-  }
-  if (v.IsString()) return "'" + v.As<Napi::String>().Utf8Value() + "'";
-  if (v.IsArray()) return "an array of " + std::to_string(v.As<Napi::Array>().Length());
-  if (v.IsFunction()) return "a function";
-  if (v.IsObject()) return "an object";
-  return "another value";
-}
-
-int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name, int64_t min, int64_t max) {
-  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
-  if (!(d >= static_cast<double>(min) && d <= static_cast<double>(max) && d == std::floor(d))) {
-    throw ArgError(env, name, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]", Describe(v));
-  }
-  return static_cast<int64_t>(d);
-}
 
 void GetTriple(Napi::Env env, Napi::Object launch, const char* key, unsigned out[3]) {
   Napi::Value v = launch.Get(key);
@@ -763,15 +647,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData(data);
   data->device_ctor = Napi::Persistent(DeviceHandle::Define(env));
   data->tokens_ctor = Napi::Persistent(TokenSetHandle::Define(env));
-  data->completion = std::make_shared<Completion>();
-  data->completion->tsfn = CompletionFn::New(env, "maxsim.cuda", 0, 1, data->completion.get());
-  data->completion->tsfn.Unref(env);  // referenced only while tasks are in flight
-  // Registered after the TSFN, so it runs before the TSFN's own teardown: completions stop first.
-  std::shared_ptr<Completion> completion = data->completion;
-  env.AddCleanupHook([completion] {
-    std::lock_guard<std::mutex> lock(completion->mutex);
-    completion->alive = false;
-  });
+  data->channel = maxsim_binding::TaskChannel::Create(env, "maxsim.cuda");
 
   Napi::Object cuda = Napi::Object::New(env);
   cuda.Set("status", Napi::Function::New(env, Status, "status"));

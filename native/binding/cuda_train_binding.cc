@@ -17,6 +17,7 @@
 
 #include "../cuda/kernels/maxsim_train_params.h"
 #include "../cuda/runtime.h"
+#include "cuda_task.h"
 #include "token_set.h"
 
 namespace {
@@ -29,124 +30,10 @@ using maxsim_cuda::ScopedBlock;
 
 constexpr int64_t kMaxGrid = int64_t(1) << 20;  // blocks stride over the work beyond this
 
-// ---------------------------------------------------------------------------------------------
-// Tasks: Run on the worker thread, Result on the JS thread (the same scheme as cuda_binding.cc,
-// with its own completion channel, passed to the functions as their data).
-
-class TrainTask {
- public:
-  explicit TrainTask(Napi::Env env) : deferred_(Napi::Promise::Deferred::New(env)) {}
-  virtual ~TrainTask() = default;
-  virtual void Run() = 0;
-  virtual Napi::Value Result(Napi::Env env) = 0;
-
-  // Keeps a JS object (an array the job reads or writes) alive until the promise settles.
-  void Keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v.As<Napi::Object>())); }
-  Napi::Promise Promise() const { return deferred_.Promise(); }
-
-  void RunCatching() {
-    try {
-      Run();
-    } catch (const CudaError& e) {
-      Fail(kCuda, e.what(), e.code());
-    } catch (const std::invalid_argument& e) {
-      Fail(kArgument, e.what(), "");
-    } catch (const std::exception& e) {
-      Fail(kOther, e.what(), "");
-    }
-  }
-
-  void Settle(Napi::Env env) {
-    try {
-      if (kind_ == kNone) {
-        deferred_.Resolve(Result(env));
-        return;
-      }
-      Napi::Error err = kind_ == kArgument ? Napi::Error(Napi::RangeError::New(env, message_))
-                                           : Napi::Error::New(env, message_);
-      if (!code_.empty()) err.Set("code", Napi::String::New(env, code_));
-      deferred_.Reject(err.Value());
-    } catch (const Napi::Error& e) {
-      deferred_.Reject(e.Value());
-    }
-  }
-
- private:
-  enum Kind { kNone, kCuda, kArgument, kOther };
-  void Fail(Kind k, const std::string& message, const std::string& code) {
-    kind_ = k;
-    message_ = "CUDA training failed: " + message;
-    code_ = code;
-  }
-  Napi::Promise::Deferred deferred_;
-  std::vector<Napi::ObjectReference> keep_;
-  Kind kind_ = kNone;
-  std::string message_, code_;
-};
-
-struct Completion;
-void CallJs(Napi::Env env, Napi::Function, Completion* completion, TrainTask* task);
-using CompletionFn = Napi::TypedThreadSafeFunction<Completion, TrainTask, CallJs>;
-
-// Shared between the JS thread and the worker threads; `alive` turns false when the environment
-// shuts down, after which completions are dropped (the task is leaked rather than touching a dead env).
-struct Completion {
-  std::mutex mutex;
-  bool alive = true;
-  CompletionFn tsfn;
-  int64_t pending = 0;  // JS thread only: the TSFN holds the event loop open while > 0
-};
-
-void CallJs(Napi::Env env, Napi::Function, Completion* completion, TrainTask* task) {
-  if (env == nullptr) return;
-  if (--completion->pending == 0) completion->tsfn.Unref(env);
-  task->Settle(env);
-  delete task;
-}
-
-// The completion channel of the calling environment (the functions' data pointer, which owns a
-// shared_ptr to it for the life of the environment).
-struct Channel {
-  std::shared_ptr<Completion> completion;
-};
-
-Napi::Value Submit(Napi::Env env, Channel* channel, Runtime* rt, std::unique_ptr<TrainTask> task) {
-  Napi::Promise promise = task->Promise();
-  std::shared_ptr<Completion> completion = channel->completion;
-  TrainTask* raw = task.release();
-  rt->Post([raw, completion] {
-    raw->RunCatching();
-    std::lock_guard<std::mutex> lock(completion->mutex);
-    if (completion->alive) completion->tsfn.NonBlockingCall(raw);
-  });
-  if (completion->pending++ == 0) completion->tsfn.Ref(env);
-  return promise;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Arguments
-
-Napi::TypeError ArgError(Napi::Env env, const std::string& name, const std::string& expected, const std::string& received) {
-  return Napi::TypeError::New(env, "Expected " + expected + " for " + name + " but received " + received);
-}
-
-// A device index, or a device handle from cuda.open() (its `index`).
-Runtime* ParseDevice(Napi::Env env, const Napi::Value& v) {
-  Napi::Value index = v.IsObject() ? v.As<Napi::Object>().Get("index") : v;
-  const double d = index.IsNumber() ? index.As<Napi::Number>().DoubleValue() : NAN;
-  if (!(d >= 0 && d <= (1 << 20) && d == std::floor(d))) {
-    throw ArgError(env, "device", "a CUDA device index or a device handle", index.IsNumber() ? std::to_string(d) : "another value");
-  }
-  try {
-    return Runtime::Get(static_cast<int>(d));
-  } catch (const std::invalid_argument& e) {
-    throw Napi::RangeError::New(env, e.what());
-  } catch (const CudaError& e) {
-    Napi::Error err = Napi::Error::New(env, e.what());
-    err.Set("code", Napi::String::New(env, e.code()));
-    throw err;
-  }
-}
+using maxsim_binding::ArgError;
+using maxsim_binding::ParseDevice;
+using maxsim_binding::TaskChannel;
+using TrainTask = maxsim_binding::CudaTask;
 
 struct Problem {
   TokenSet q, d;
@@ -336,7 +223,7 @@ void ScatterRows(const TokenSet& t, const std::vector<float>& packed, float* out
 
 class ForwardTask : public TrainTask {
  public:
-  ForwardTask(Napi::Env env, Runtime* rt) : TrainTask(env), rt_(rt) {}
+  ForwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
   Problem a;
   bool mma = false;  // the tensor-core forward (chosen on the JS thread, see TrainForward)
   float* scores_out = nullptr;
@@ -373,7 +260,7 @@ class ForwardTask : public TrainTask {
 
 Napi::Value TrainForward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  auto* channel = static_cast<Channel*>(info.Data());
+  auto* channel = static_cast<TaskChannel*>(info.Data());
   Runtime* rt = ParseDevice(env, info[0]);
   auto task = std::make_unique<ForwardTask>(env, rt);
   task->a = ParseProblem(info, 1, 3, task.get());
@@ -407,7 +294,7 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
   task->scores_out = scores.Data();
   task->argmax_out = argmax.Data();
   task->result = Napi::Persistent(result);
-  return Submit(env, channel, rt, std::move(task));
+  return channel->Submit(env, rt, std::move(task));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -415,7 +302,7 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
 
 class BackwardTask : public TrainTask {
  public:
-  BackwardTask(Napi::Env env, Runtime* rt) : TrainTask(env), rt_(rt) {}
+  BackwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
   Problem a;
   bool atomic = false;
   const int32_t* argmax_in = nullptr;
@@ -498,7 +385,7 @@ class BackwardTask : public TrainTask {
 
 Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  auto* channel = static_cast<Channel*>(info.Data());
+  auto* channel = static_cast<TaskChannel*>(info.Data());
   Runtime* rt = ParseDevice(env, info[0]);
   auto task = std::make_unique<BackwardTask>(env, rt);
   task->a = ParseProblem(info, 1, 5, task.get());
@@ -550,24 +437,13 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   task->dq_out = dq.Data();
   task->dd_out = dd.Data();
   task->result = Napi::Persistent(result);
-  return Submit(env, channel, rt, std::move(task));
+  return channel->Submit(env, rt, std::move(task));
 }
 
 }  // namespace
 
 void InitCudaTrain(Napi::Env env, Napi::Object exports) {
-  auto* channel = new Channel();  // lives as long as the environment (freed by the cleanup hook)
-  channel->completion = std::make_shared<Completion>();
-  channel->completion->tsfn = CompletionFn::New(env, "maxsim.cuda.train", 0, 1, channel->completion.get());
-  channel->completion->tsfn.Unref(env);  // referenced only while tasks are in flight
-  std::shared_ptr<Completion> completion = channel->completion;
-  env.AddCleanupHook([completion, channel] {
-    {
-      std::lock_guard<std::mutex> lock(completion->mutex);
-      completion->alive = false;
-    }
-    delete channel;
-  });
+  TaskChannel* channel = TaskChannel::Create(env, "maxsim.cuda.train");
   Napi::Value cuda = exports.Get("cuda");
   if (!cuda.IsObject()) throw Napi::Error::New(env, "InitCudaTrain must run after InitCuda (exports.cuda is missing)");
   Napi::Object o = cuda.As<Napi::Object>();

@@ -1,0 +1,70 @@
+// The scheme every CUDA binding uses to run GPU work without blocking the JS thread: a CudaTask runs
+// on the device's worker thread (Run), and its promise settles on the JS thread (Result), through one
+// thread-safe function per binding and environment (a TaskChannel). Also the argument helpers the
+// CUDA bindings share.
+#pragma once
+#include <napi.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../cuda/runtime.h"
+#include "token_set.h"
+
+namespace maxsim_binding {
+
+class CudaTask {
+ public:
+  // `error_prefix` starts every rejection message ("" for none).
+  explicit CudaTask(Napi::Env env, std::string error_prefix = "");
+  virtual ~CudaTask() = default;
+  virtual void Run() = 0;
+  virtual Napi::Value Result(Napi::Env env) = 0;
+
+  // Keeps a JS object (an array the job reads or writes) alive until the promise settles.
+  void Keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v.As<Napi::Object>())); }
+  Napi::Promise Promise() const { return deferred_.Promise(); }
+
+  // Worker thread: Run(), turning CudaError / std::invalid_argument / std::exception into a rejection.
+  void RunCatching();
+  // JS thread: resolves with Result() or rejects (RangeError for bad arguments, `code` = CUDA name).
+  void Settle(Napi::Env env);
+
+ private:
+  enum Kind { kNone, kCuda, kArgument, kOther };
+  void Fail(Kind k, const std::string& message, const std::string& code);
+  Napi::Promise::Deferred deferred_;
+  std::vector<Napi::ObjectReference> keep_;
+  std::string prefix_;
+  Kind kind_ = kNone;
+  std::string message_, code_;
+};
+
+// The completion channel of one binding in one environment. Lives as long as the environment; tasks
+// that finish after it shut down are leaked on purpose rather than touching a dead environment.
+class TaskChannel {
+ public:
+  // Creates the channel (and its cleanup hook) for `env`; the pointer stays valid until env teardown.
+  static TaskChannel* Create(Napi::Env env, const char* name);
+  // Queues `task` on the runtime's worker thread and returns its promise.
+  Napi::Value Submit(Napi::Env env, maxsim_cuda::Runtime* rt, std::unique_ptr<CudaTask> task);
+
+  struct Shared;  // state shared with worker threads
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+// ---- argument helpers ----
+Napi::TypeError ArgError(Napi::Env env, const std::string& name, const std::string& expected, const std::string& received);
+// A short description of a JS value for error messages ("undefined", "'abc'", "an array of 3", ...).
+std::string Describe(const Napi::Value& v);
+int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name, int64_t min, int64_t max);
+const char* DTypeName(DType t);
+// A device index, or a device handle from cuda.open() (its `index`): the device's runtime.
+maxsim_cuda::Runtime* ParseDevice(Napi::Env env, const Napi::Value& v);
+
+}  // namespace maxsim_binding
