@@ -7,13 +7,17 @@ void InitInt8(Napi::Env env, Napi::Object exports);
 void InitCuda(Napi::Env env, Napi::Object exports);
 void InitCudaTrain(Napi::Env env, Napi::Object exports);
 void InitTrain(Napi::Env env, Napi::Object exports);
+void InitFile(Napi::Env env, Napi::Object exports);
+void InitCudaStream(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
   InitInt8(env, exports);  // adds maxsimInt8Sync / maxsimInt8Async / int8Isas to exports.cpu
   InitCuda(env, exports);
   InitCudaTrain(env, exports);  // adds trainForward / trainBackward to exports.cuda
+  InitCudaStream(env, exports);  // adds streamScan (out-of-core corpus search) to exports.cuda
   InitTrain(env, exports);
+  InitFile(env, exports);  // exports.file.mapFile: corpus files scored from the page cache
   exports.Set("abiVersion", 1);
   return exports;
 }

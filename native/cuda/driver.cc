@@ -87,6 +87,9 @@ void Load() {
   need("cuMemsetD32Async", &d.cuMemsetD32Async);
   need("cuStreamCreate", &d.cuStreamCreate);
   need("cuStreamSynchronize", &d.cuStreamSynchronize);
+  need("cuStreamDestroy", &d.cuStreamDestroy);
+  need("cuStreamWaitEvent", &d.cuStreamWaitEvent);
+  need("cuMemFreeHost", &d.cuMemFreeHost);
   need("cuEventCreate", &d.cuEventCreate);
   need("cuEventDestroy", &d.cuEventDestroy);
   need("cuEventRecord", &d.cuEventRecord);

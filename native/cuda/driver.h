@@ -44,6 +44,9 @@ struct Driver {
   cu::PFN_cuMemsetD32Async cuMemsetD32Async = nullptr;
   cu::PFN_cuStreamCreate cuStreamCreate = nullptr;
   cu::PFN_cuStreamSynchronize cuStreamSynchronize = nullptr;
+  cu::PFN_cuStreamDestroy cuStreamDestroy = nullptr;
+  cu::PFN_cuStreamWaitEvent cuStreamWaitEvent = nullptr;
+  cu::PFN_cuMemFreeHost cuMemFreeHost = nullptr;
   cu::PFN_cuEventCreate cuEventCreate = nullptr;
   cu::PFN_cuEventDestroy cuEventDestroy = nullptr;
   cu::PFN_cuEventRecord cuEventRecord = nullptr;

@@ -1,0 +1,195 @@
+// Node-API glue for the out-of-core scan (native/cuda/stream_scan.h):
+//   cuda.streamScan(device, queries, plan, launch, progress) -> Promise<{ k, scores, indices, ... }>
+// `plan` is what src/backends/cuda-stream.ts computed: the segment files, the blocks, the document
+// spans, the slot capacities, depth, readers and k. `progress` is a Float64Array(2) the scan updates
+// (documents done, bytes done) so the JS side can report progress while the promise is pending.
+#include <napi.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "../cuda/stream_scan.h"
+#include "cuda_task.h"
+#include "token_set.h"
+
+namespace {
+
+using maxsim_binding::ArgError;
+using maxsim_binding::CudaTask;
+using maxsim_binding::Describe;
+using maxsim_binding::GetInteger;
+using maxsim_binding::TaskChannel;
+using maxsim_cuda::DeviceTokens;
+using maxsim_cuda::LaunchSpec;
+using maxsim_cuda::Runtime;
+using maxsim_cuda::StreamBlock;
+using maxsim_cuda::StreamScanResult;
+using maxsim_cuda::StreamScanSpec;
+
+constexpr int kBlockFields = 7;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt
+
+void GetTriple(Napi::Env env, Napi::Object o, const char* key, unsigned out[3]) {
+  Napi::Value v = o.Get(key);
+  const std::string name = std::string("launch.") + key;
+  if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) throw ArgError(env, name, "an array of 3 positive integers", Describe(v));
+  for (uint32_t i = 0; i < 3; i++) {
+    out[i] = static_cast<unsigned>(GetInteger(env, v.As<Napi::Array>().Get(i), name, 1, 2147483647));
+  }
+}
+
+template <typename T>
+T GetTyped(Napi::Env env, Napi::Object o, const char* key, napi_typedarray_type type, const char* type_name) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != type) {
+    throw ArgError(env, std::string("plan.") + key, std::string("a ") + type_name, Describe(v));
+  }
+  return v.As<T>();
+}
+
+class StreamScanTask : public CudaTask {
+ public:
+  StreamScanTask(Napi::Env env, Runtime* rt) : CudaTask(env, "CUDA corpus scan failed: "), rt_(rt) {}
+  TokenSet queries;
+  StreamScanSpec spec;
+
+  void Run() override {
+    rt_->EnsureReady();
+    rt_->ValidateLaunch(spec.launch);
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < queries.count; i++) tokens += queries.lengths[i];
+    std::shared_ptr<DeviceTokens> q = rt_->AllocTokens(queries.dtype, queries.dim, std::max<int64_t>(tokens, 1), std::max<int64_t>(queries.count, 1));
+    rt_->Append(*q, queries);
+    result_ = maxsim_cuda::RunStreamScan(*rt_, *q, spec);
+  }
+
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    const size_t n = result_.scores.size();
+    Napi::Float32Array scores = Napi::Float32Array::New(env, n);
+    Napi::Float64Array indices = Napi::Float64Array::New(env, n);
+    for (size_t i = 0; i < n; i++) {
+      scores[i] = result_.scores[i];
+      indices[i] = static_cast<double>(result_.indices[i]);
+    }
+    o.Set("k", Napi::Number::New(env, static_cast<double>(result_.k)));
+    o.Set("scores", scores);
+    o.Set("indices", indices);
+    o.Set("bytes", Napi::Number::New(env, static_cast<double>(result_.bytes)));
+    o.Set("devicePeakBytes", Napi::Number::New(env, static_cast<double>(result_.device_peak)));
+    o.Set("pinnedBytes", Napi::Number::New(env, static_cast<double>(result_.pinned_bytes)));
+    o.Set("firstBlockSeconds", Napi::Number::New(env, result_.first_block_seconds));
+    o.Set("seconds", Napi::Number::New(env, result_.seconds));
+    return o;
+  }
+
+ private:
+  Runtime* rt_;
+  StreamScanResult result_;
+};
+
+Napi::Value StreamScan(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  Runtime* rt = maxsim_binding::ParseDevice(env, info[0]);
+  auto task = std::make_unique<StreamScanTask>(env, rt);
+
+  task->queries = ParseTokenSet(env, info[1], "queries");
+  if (task->queries.dtype == DType::Int8) {
+    throw ArgError(env, "queries.dtype", "'float32', 'float16' or 'bfloat16' (the CUDA corpus scan reads float corpora)", "'int8'");
+  }
+  Napi::Object qo = info[1].As<Napi::Object>();
+  task->Keep(qo.Get("data"));
+  task->Keep(qo.Get("starts"));
+  task->Keep(qo.Get("lengths"));
+
+  if (!info[2].IsObject()) throw ArgError(env, "plan", "an object", Describe(info[2]));
+  Napi::Object plan = info[2].As<Napi::Object>();
+  StreamScanSpec& spec = task->spec;
+  Napi::Value files = plan.Get("files");
+  if (!files.IsArray()) throw ArgError(env, "plan.files", "an array of file paths", Describe(files));
+  for (uint32_t i = 0; i < files.As<Napi::Array>().Length(); i++) {
+    Napi::Value f = files.As<Napi::Array>().Get(i);
+    if (!f.IsString()) throw ArgError(env, "plan.files[" + std::to_string(i) + "]", "a file path", Describe(f));
+    spec.files.push_back(f.As<Napi::String>().Utf8Value());
+  }
+  spec.dtype = task->queries.dtype;
+  spec.dim = task->queries.dim;
+  spec.capacity_tokens = GetInteger(env, plan.Get("capacityTokens"), "plan.capacityTokens", 0, int64_t(1) << 40);
+  spec.capacity_docs = GetInteger(env, plan.Get("capacityDocs"), "plan.capacityDocs", 1, int64_t(1) << 31);
+  spec.depth = static_cast<int>(GetInteger(env, plan.Get("depth"), "plan.depth", 1, 8));
+  spec.readers = static_cast<int>(GetInteger(env, plan.Get("readers"), "plan.readers", 1, 64));
+  spec.k = GetInteger(env, plan.Get("k"), "plan.k", 0, int64_t(1) << 31);
+
+  auto blocks = GetTyped<Napi::Float64Array>(env, plan, "blocks", napi_float64_array, "Float64Array");
+  auto starts = GetTyped<Napi::Float64Array>(env, plan, "starts", napi_float64_array, "Float64Array");
+  auto lengths = GetTyped<Napi::Int32Array>(env, plan, "lengths", napi_int32_array, "Int32Array");
+  if (blocks.ElementLength() % kBlockFields != 0) throw ArgError(env, "plan.blocks", "7 numbers per block", std::to_string(blocks.ElementLength()));
+  if (starts.ElementLength() != lengths.ElementLength()) throw ArgError(env, "plan.starts", "one start per length", std::to_string(starts.ElementLength()));
+  task->Keep(starts);
+  task->Keep(lengths);
+  spec.doc_starts = starts.Data();
+  spec.doc_lengths = lengths.Data();
+  const int64_t ndocs = static_cast<int64_t>(lengths.ElementLength());
+  for (size_t i = 0; i < blocks.ElementLength(); i += kBlockFields) {
+    const double* f = blocks.Data() + i;
+    for (int j = 0; j < kBlockFields; j++) {
+      if (!(f[j] >= 0 && f[j] == std::floor(f[j]) && f[j] < 9007199254740992.0)) {
+        throw ArgError(env, "plan.blocks", "non-negative integers", std::to_string(f[j]));
+      }
+    }
+    StreamBlock b;
+    b.file = static_cast<int>(f[0]);
+    b.tokens_offset = static_cast<uint64_t>(f[1]);
+    b.tokens = static_cast<int64_t>(f[2]);
+    b.first_doc = static_cast<int64_t>(f[3]);
+    b.docs = static_cast<int64_t>(f[4]);
+    b.max_length = static_cast<int32_t>(f[5]);
+    b.spans_at = static_cast<int64_t>(f[6]);
+    const std::string at = "plan.blocks[" + std::to_string(i / kBlockFields) + "]";
+    if (b.file >= static_cast<int>(spec.files.size())) throw ArgError(env, at, "a file index < files.length", std::to_string(b.file));
+    if (b.tokens > spec.capacity_tokens || b.docs > spec.capacity_docs) throw ArgError(env, at, "a block within the capacities", "a larger one");
+    if (b.spans_at + b.docs > ndocs) throw ArgError(env, at, "document spans within plan.lengths", "spans past the end");
+    // The spans of the block must lie inside its tokens (the kernel trusts them).
+    for (int64_t j = 0; j < b.docs; j++) {
+      const double s = spec.doc_starts[b.spans_at + j];
+      const int32_t len = spec.doc_lengths[b.spans_at + j];
+      if (!(s >= 0 && len >= 0 && len <= b.max_length && s + len <= static_cast<double>(b.tokens))) {
+        throw ArgError(env, at, "document spans inside the block's tokens", "document " + std::to_string(j) + " outside");
+      }
+    }
+    spec.blocks.push_back(b);
+  }
+
+  // The launch: { kernel, grid, block, smem, queryTile? } as the dispatcher planned it.
+  if (!info[3].IsObject()) throw ArgError(env, "launch", "an object { kernel, grid, block, smem }", Describe(info[3]));
+  Napi::Object lo = info[3].As<Napi::Object>();
+  LaunchSpec& ls = spec.launch;
+  Napi::Value kernel = lo.Get("kernel");
+  if (!kernel.IsString()) throw ArgError(env, "launch.kernel", "a kernel name", Describe(kernel));
+  ls.kernel = kernel.As<Napi::String>().Utf8Value();
+  GetTriple(env, lo, "grid", ls.grid);
+  GetTriple(env, lo, "block", ls.block);
+  ls.smem = static_cast<unsigned>(GetInteger(env, lo.Get("smem"), "launch.smem", 0, 1 << 30));
+  if (!lo.Get("queryTile").IsUndefined()) ls.query_tile = GetInteger(env, lo.Get("queryTile"), "launch.queryTile", 1, 2147483647);
+
+  if (!info[4].IsUndefined()) {
+    if (!info[4].IsTypedArray() || info[4].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+        info[4].As<Napi::TypedArray>().ElementLength() < 2) {
+      throw ArgError(env, "progress", "a Float64Array(2)", Describe(info[4]));
+    }
+    task->Keep(info[4]);
+    spec.progress = info[4].As<Napi::Float64Array>().Data();
+  }
+  return channel->Submit(env, rt, std::move(task));
+}
+
+}  // namespace
+
+void InitCudaStream(Napi::Env env, Napi::Object exports) {
+  TaskChannel* channel = TaskChannel::Create(env, "maxsim.cuda.stream");
+  Napi::Value cuda = exports.Get("cuda");
+  if (!cuda.IsObject()) throw Napi::Error::New(env, "InitCudaStream must run after InitCuda (exports.cuda is missing)");
+  cuda.As<Napi::Object>().Set("streamScan", Napi::Function::New(env, StreamScan, "streamScan", channel));
+}

@@ -1,0 +1,284 @@
+#include "stream_scan.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+namespace maxsim_cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t ElementBytes(DType t) { return t == DType::Float32 ? 4 : t == DType::Int8 ? 1 : 2; }
+
+// The files of a scan, opened once and closed at the end.
+struct Files {
+  std::vector<int> fds;
+  explicit Files(const std::vector<std::string>& paths) {
+    for (const auto& p : paths) {
+      const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        const std::string why = std::strerror(errno);
+        Close();
+        throw std::runtime_error("cannot open " + p + ": " + why);
+      }
+      fds.push_back(fd);
+    }
+  }
+  void Close() {
+    for (int fd : fds) close(fd);
+    fds.clear();
+  }
+  ~Files() { Close(); }
+};
+
+// One pipeline slot: pinned host staging and device buffers for the largest block.
+struct Slot {
+  void* host_tokens = nullptr;
+  int64_t* host_starts = nullptr;
+  int32_t* host_lengths = nullptr;
+  float* host_scores = nullptr;
+  std::shared_ptr<DeviceTokens> device;
+  cu::CUdeviceptr device_scores = 0;
+  cu::CUevent copied = nullptr, scored = nullptr;
+};
+
+// Everything the scan allocates, released in the right order on every exit path: reader threads
+// first (they write into pinned memory), then the GPU work, then the memory.
+struct Pipeline {
+  Runtime& rt;
+  std::vector<Slot> slots;
+  cu::CUstream copy_stream = nullptr;
+  std::vector<std::thread> readers;
+
+  // reader <-> worker coordination
+  std::mutex mutex;
+  std::condition_variable cv;
+  int64_t readable_below = 0;       // blocks < this may be read (their slot is free)
+  std::vector<int> parts_done;      // per slot: reader slices finished for the block in it
+  std::string read_error;
+  bool stop = false;
+
+  explicit Pipeline(Runtime& r) : rt(r) {}
+  ~Pipeline() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : readers) t.join();
+    // Best effort and never throwing: after a sticky error these calls fail too (or Api() throws),
+    // and there is nothing better to do than leak.
+    try {
+      const Driver& d = Api();
+      if (copy_stream) d.cuStreamSynchronize(copy_stream);
+      d.cuStreamSynchronize(rt.stream());
+      for (auto& s : slots) {
+        for (void* p : {s.host_tokens, static_cast<void*>(s.host_starts), static_cast<void*>(s.host_lengths),
+                        static_cast<void*>(s.host_scores)}) {
+          if (p) d.cuMemFreeHost(p);
+        }
+        if (s.device_scores) rt.allocator().Free(s.device_scores);
+        if (s.copied) d.cuEventDestroy(s.copied);
+        if (s.scored) d.cuEventDestroy(s.scored);
+        s.device.reset();
+      }
+      if (copy_stream) d.cuStreamDestroy(copy_stream);
+    } catch (...) {
+    }
+  }
+};
+
+void* PinnedAlloc(uint64_t bytes) {
+  void* p = nullptr;
+  Check(Api().cuMemHostAlloc(&p, std::max<uint64_t>(bytes, 64), cu::CU_MEMHOSTALLOC_DEFAULT), "cuMemHostAlloc");
+  return p;
+}
+
+// Reads bytes [offset, offset + n) of fd into dst; an error message (naming the file) or "".
+std::string ReadRange(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t n) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return "reading " + path + " failed: " + std::strerror(errno);
+    }
+    if (r == 0) return path + " is truncated: bytes up to " + std::to_string(offset + n) + " were expected";
+    done += static_cast<uint64_t>(r);
+  }
+  return "";
+}
+
+// a ranks before b: higher score, then lower index (the library-wide tie rule)
+struct Hit {
+  float score;
+  int64_t index;
+};
+inline bool Better(const Hit& a, const Hit& b) { return a.score > b.score || (a.score == b.score && a.index < b.index); }
+
+}  // namespace
+
+StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const StreamScanSpec& spec) {
+  const Driver& d = Api();
+  const auto t0 = Clock::now();
+  StreamScanResult result;
+  const int64_t nq = queries.count;
+  const int64_t nblocks = static_cast<int64_t>(spec.blocks.size());
+  const int depth = std::max(1, spec.depth);
+  const int nreaders = std::max(1, spec.readers);
+  const uint64_t row_bytes = static_cast<uint64_t>(spec.dim * ElementBytes(spec.dtype));
+  const uint64_t in_use_before = rt.allocator().stats().in_use;
+  rt.allocator().ResetPeak();
+
+  Files files(spec.files);
+  Pipeline pipe(rt);
+  Check(d.cuStreamCreate(&pipe.copy_stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  pipe.slots.resize(depth);
+  pipe.parts_done.assign(depth, 0);
+  const uint64_t slot_token_bytes = static_cast<uint64_t>(spec.capacity_tokens) * row_bytes;
+  const uint64_t score_count = static_cast<uint64_t>(std::max<int64_t>(nq, 1)) * static_cast<uint64_t>(spec.capacity_docs);
+  for (auto& s : pipe.slots) {
+    s.host_tokens = PinnedAlloc(slot_token_bytes);
+    s.host_starts = static_cast<int64_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int64_t)));
+    s.host_lengths = static_cast<int32_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int32_t)));
+    s.host_scores = static_cast<float*>(PinnedAlloc(score_count * sizeof(float)));
+    s.device = rt.AllocTokens(spec.dtype, spec.dim, std::max<int64_t>(spec.capacity_tokens, 1), std::max<int64_t>(spec.capacity_docs, 1));
+    s.device_scores = rt.allocator().Alloc(score_count * sizeof(float));
+    Check(d.cuEventCreate(&s.copied, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+    Check(d.cuEventCreate(&s.scored, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+    result.pinned_bytes += slot_token_bytes + spec.capacity_docs * 12 + score_count * 4;
+  }
+  pipe.readable_below = depth;
+
+  // Reader r reads slice r of every block, in block order, as soon as the block's slot is free.
+  for (int r = 0; r < nreaders; r++) {
+    pipe.readers.emplace_back([&, r] {
+      for (int64_t b = 0; b < nblocks; b++) {
+        {
+          std::unique_lock<std::mutex> lock(pipe.mutex);
+          pipe.cv.wait(lock, [&] { return pipe.stop || b < pipe.readable_below; });
+          if (pipe.stop) return;
+        }
+        const StreamBlock& blk = spec.blocks[b];
+        const uint64_t total = static_cast<uint64_t>(blk.tokens) * row_bytes;
+        // 4 KiB-aligned slices, so each pread covers whole pages of the page cache
+        const uint64_t per = (total / nreaders + 4095) & ~uint64_t(4095);
+        const uint64_t from = std::min(total, per * r), to = std::min(total, per * (r + 1));
+        std::string err;
+        if (to > from) {
+          auto* dst = static_cast<uint8_t*>(pipe.slots[b % depth].host_tokens) + from;
+          err = ReadRange(files.fds[blk.file], spec.files[blk.file], dst, blk.tokens_offset + from, to - from);
+        }
+        {
+          std::lock_guard<std::mutex> lock(pipe.mutex);
+          if (!err.empty() && pipe.read_error.empty()) pipe.read_error = err;
+          pipe.parts_done[b % depth]++;
+        }
+        pipe.cv.notify_all();
+        if (!err.empty()) return;
+      }
+    });
+  }
+
+  const int64_t k = std::min<int64_t>(spec.k, [&] {
+    int64_t n = 0;
+    for (const auto& b : spec.blocks) n += b.docs;
+    return n;
+  }());
+  std::vector<std::vector<Hit>> best(nq);
+  std::vector<Hit> candidates, merged;
+  double docs_done = 0, bytes_done = 0;
+
+  // Merges block b (already scored) into the running top-K and frees its slot for the readers.
+  auto finish = [&](int64_t b) {
+    Slot& s = pipe.slots[b % depth];
+    Check(d.cuEventSynchronize(s.scored), "cuEventSynchronize");
+    const StreamBlock& blk = spec.blocks[b];
+    for (int64_t q = 0; q < nq && k > 0; q++) {
+      const float* row = s.host_scores + q * blk.docs;
+      candidates.clear();
+      for (int64_t i = 0; i < blk.docs; i++) candidates.push_back({row[i], blk.first_doc + i});
+      const int64_t take = std::min<int64_t>(k, blk.docs);
+      std::partial_sort(candidates.begin(), candidates.begin() + take, candidates.end(), Better);
+      merged.clear();
+      std::merge(best[q].begin(), best[q].end(), candidates.begin(), candidates.begin() + take, std::back_inserter(merged), Better);
+      if (static_cast<int64_t>(merged.size()) > k) merged.resize(k);
+      best[q].swap(merged);
+    }
+    {
+      std::lock_guard<std::mutex> lock(pipe.mutex);
+      pipe.readable_below = b + depth + 1;
+    }
+    pipe.cv.notify_all();
+    docs_done += static_cast<double>(blk.docs);
+    bytes_done += static_cast<double>(blk.tokens) * static_cast<double>(row_bytes);
+    if (spec.progress) {
+      spec.progress[0] = docs_done;
+      spec.progress[1] = bytes_done;
+    }
+    if (b == 0) result.first_block_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+
+  for (int64_t b = 0; b < nblocks; b++) {
+    Slot& s = pipe.slots[b % depth];
+    {
+      std::unique_lock<std::mutex> lock(pipe.mutex);
+      pipe.cv.wait(lock, [&] { return !pipe.read_error.empty() || pipe.parts_done[b % depth] == nreaders; });
+      if (!pipe.read_error.empty()) throw std::runtime_error(pipe.read_error);
+      pipe.parts_done[b % depth] = 0;
+    }
+    const StreamBlock& blk = spec.blocks[b];
+    for (int64_t i = 0; i < blk.docs; i++) {
+      s.host_starts[i] = static_cast<int64_t>(spec.doc_starts[blk.spans_at + i]);
+      s.host_lengths[i] = spec.doc_lengths[blk.spans_at + i];
+    }
+    DeviceTokens& dev = *s.device;
+    const uint64_t token_bytes = static_cast<uint64_t>(blk.tokens) * row_bytes;
+    if (token_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.host_tokens, token_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    if (blk.docs > 0) {
+      Check(d.cuMemcpyHtoDAsync(dev.starts, s.host_starts, blk.docs * sizeof(int64_t), pipe.copy_stream), "cuMemcpyHtoDAsync");
+      Check(d.cuMemcpyHtoDAsync(dev.lengths, s.host_lengths, blk.docs * sizeof(int32_t), pipe.copy_stream), "cuMemcpyHtoDAsync");
+    }
+    Check(d.cuEventRecord(s.copied, pipe.copy_stream), "cuEventRecord");
+    Check(d.cuStreamWaitEvent(rt.stream(), s.copied, 0), "cuStreamWaitEvent");
+    dev.count = blk.docs;
+    dev.tokens = blk.tokens;
+    dev.max_length = blk.max_length;
+    if (nq > 0 && blk.docs > 0) {
+      rt.Launch(queries, dev, spec.launch, s.device_scores);
+      Check(d.cuMemcpyDtoHAsync(s.host_scores, s.device_scores, nq * blk.docs * sizeof(float), rt.stream()), "cuMemcpyDtoHAsync");
+    }
+    Check(d.cuEventRecord(s.scored, rt.stream()), "cuEventRecord");
+    // Keep depth - 1 blocks in flight; merge the oldest while the GPU works on the newer ones.
+    if (b - (depth - 1) >= 0) finish(b - (depth - 1));
+  }
+  for (int64_t b = std::max<int64_t>(0, nblocks - (depth - 1)); b < nblocks; b++) finish(b);
+
+  result.k = k;
+  result.scores.resize(nq * k);
+  result.indices.resize(nq * k);
+  for (int64_t q = 0; q < nq; q++) {
+    for (int64_t i = 0; i < k; i++) {
+      result.scores[q * k + i] = best[q][i].score;
+      result.indices[q * k + i] = best[q][i].index;
+    }
+  }
+  result.bytes = static_cast<uint64_t>(bytes_done);
+  const uint64_t peak = rt.allocator().stats().peak;
+  result.device_peak = peak > in_use_before ? peak - in_use_before : 0;
+  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace maxsim_cuda

@@ -1,0 +1,60 @@
+// The out-of-core scan: scores queries against a corpus that lives in files (src/io/corpus.ts), block
+// by block, with flat device memory. TypeScript plans the blocks and picks the kernel; this executes.
+//
+// Pipeline (`depth` slots, each a pinned host buffer + a device token set + a score buffer):
+//   reader threads   pread() block b's token rows into slot b % depth (each thread a slice of it)
+//   copy stream      host-to-device copy of the slot, then an event
+//   compute stream   waits for that event, runs the MaxSim kernel, copies the [nq, docs] scores back
+//   worker thread    (the runtime's) queues the above, then merges the oldest finished block into
+//                    the running top-K per query and hands its slot back to the readers
+// So reading block b+1, copying block b and scoring block b-1 overlap.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime.h"
+
+namespace maxsim_cuda {
+
+struct StreamBlock {
+  int file = 0;               // index into StreamScanSpec::files
+  uint64_t tokens_offset = 0; // byte offset of the block's first token row in the file
+  int64_t tokens = 0;         // token rows in the block
+  int64_t first_doc = 0;      // global index of its first document
+  int64_t docs = 0;           // documents in the block
+  int32_t max_length = 0;     // longest document of the block
+  int64_t spans_at = 0;       // index of its first document in doc_starts / doc_lengths
+};
+
+struct StreamScanSpec {
+  std::vector<std::string> files;
+  std::vector<StreamBlock> blocks;
+  const double* doc_starts = nullptr;    // per document, its first token relative to its block
+  const int32_t* doc_lengths = nullptr;  // per document
+  DType dtype = DType::Float16;
+  int64_t dim = 0;
+  int64_t capacity_tokens = 0, capacity_docs = 0;  // the largest block
+  int depth = 3;
+  int readers = 4;
+  int64_t k = 10;
+  LaunchSpec launch;
+  // Written as blocks finish (documents done, bytes done); read by the JS thread for progress.
+  volatile double* progress = nullptr;
+};
+
+struct StreamScanResult {
+  int64_t k = 0;                // hits kept per query (min(k, documents))
+  std::vector<float> scores;    // [nq, k], best first
+  std::vector<int64_t> indices; // [nq, k], global document indices
+  uint64_t bytes = 0;           // token bytes read
+  uint64_t device_peak = 0;     // peak device bytes the scan allocated
+  uint64_t pinned_bytes = 0;    // pinned host bytes of the slots
+  double first_block_seconds = 0, seconds = 0;
+};
+
+// Runs the scan on the runtime's worker thread (the caller is a job there). Throws CudaError for CUDA
+// failures and std::runtime_error for a file that cannot be read (named).
+StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const StreamScanSpec& spec);
+
+}  // namespace maxsim_cuda

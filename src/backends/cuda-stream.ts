@@ -1,0 +1,208 @@
+// The CUDA side of an out-of-core corpus search: plans the blocks, the slot sizes and the kernel,
+// then hands the scan to the native pipeline (native/cuda/stream_scan.cc) and reports progress.
+
+import * as os from 'node:os';
+import { InvalidArgumentError } from '../errors.js';
+import type { CorpusFile } from '../io/corpus.js';
+import type { CorpusSearchOptions, ScanStats } from '../ops/corpus-search.js';
+import {
+  decodeToFloat32,
+  dtypeSize,
+  encodeFloats,
+  type FloatDType,
+  type Hit,
+  type TokenBatch,
+} from '../tensor.js';
+import { cuda, nativeCuda } from './cuda.js';
+import { dispatchTable, type Launch, launchFor, type Problem, selectVariant } from './cuda-dispatch.js';
+
+/** Pipeline depth: reading block b+1, copying block b and scoring block b-1 overlap. */
+const DEPTH = 3;
+/** Largest block: big enough that per-block overheads vanish (~5 ms of copy at 50 GB/s). */
+const MAX_BLOCK_BYTES = 256 * 1024 * 1024;
+const DEFAULT_BUDGET_CAP = 8 * 1024 ** 3;
+const PROGRESS_MS = 100;
+
+interface NativeStreamResult {
+  k: number;
+  scores: Float32Array;
+  indices: Float64Array;
+  bytes: number;
+  devicePeakBytes: number;
+  pinnedBytes: number;
+  firstBlockSeconds: number;
+  seconds: number;
+}
+
+interface StreamAddon {
+  streamScan(
+    device: unknown,
+    queries: TokenBatch,
+    plan: {
+      files: string[];
+      blocks: Float64Array;
+      starts: Float64Array;
+      lengths: Int32Array;
+      capacityTokens: number;
+      capacityDocs: number;
+      depth: number;
+      readers: number;
+      k: number;
+    },
+    launch: Launch,
+    progress: Float64Array,
+  ): Promise<NativeStreamResult>;
+}
+
+function readersFor(): number {
+  // pread from the page cache runs at several GB/s per thread; a handful of threads feed the bus.
+  const cores = os.availableParallelism();
+  return Math.max(2, Math.min(12, cores - 2));
+}
+
+/** Scores queries against an on-disk float corpus on the GPU, block by block, with flat device memory. */
+export async function cudaStreamSearch(
+  file: CorpusFile,
+  queries: TokenBatch,
+  k: number,
+  options: CorpusSearchOptions,
+): Promise<{ hits: Hit[][]; stats: ScanStats }> {
+  const info = file.info;
+  if (info.dtype === 'int8')
+    throw new InvalidArgumentError(
+      'backend',
+      "'cpu' for an int8 corpus (the CUDA corpus scan reads float16 / bfloat16 / float32 corpora)",
+      "'cuda'",
+    );
+  const dtype = info.dtype as FloatDType;
+  const device = await cuda({ device: options.device });
+  const memory = await device.memory();
+  const budget = options.gpuMemory ?? Math.min(DEFAULT_BUDGET_CAP, Math.floor(memory.free * 0.75));
+  if (!(Number.isSafeInteger(budget) && budget >= 1024 * 1024))
+    throw new InvalidArgumentError(
+      'gpuMemory',
+      'an integer number of bytes >= 1 MiB',
+      String(options.gpuMemory),
+    );
+
+  const q: TokenBatch =
+    queries.dtype === dtype
+      ? queries
+      : {
+          ...queries,
+          dtype,
+          data: encodeFloats(decodeToFloat32(queries.data, queries.dtype, queries.dim), dtype),
+          scales: undefined,
+        };
+  const rowBytes = info.dim * dtypeSize(dtype);
+  // Per slot: token rows + per document (starts 8 B, lengths 4 B, one score per query 4 B); the
+  // queries and the kernel's own needs stay outside the slots.
+  const queryBytes = q.data.length * dtypeSize(dtype) + q.count * 12;
+  const perSlot = Math.floor((budget - queryBytes) / DEPTH);
+  const perDocBytes = 12 + 4 * Math.max(1, q.count);
+  let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
+  const longest = info.maxLength * rowBytes;
+  if (blockBytes < longest) blockBytes = longest;
+  const maxDocs = Math.max(1, Math.floor((perSlot - blockBytes) / perDocBytes));
+  if (perSlot < longest + perDocBytes)
+    throw new InvalidArgumentError(
+      'gpuMemory',
+      `at least ${Math.ceil((DEPTH * (longest + perDocBytes) + queryBytes) / 1024 ** 2)} MiB (three slots of the longest document)`,
+      `${budget} bytes`,
+    );
+  const blocks = file.planBlocks(blockBytes, maxDocs);
+
+  // The plan the native scan takes: 7 numbers per block, then every document's span.
+  const blockFields = new Float64Array(blocks.length * 7);
+  const starts = new Float64Array(info.documents);
+  const lengths = new Int32Array(info.documents);
+  let capacityTokens = 0;
+  let capacityDocs = 1;
+  let maxLength = 0;
+  let at = 0;
+  blocks.forEach((b, i) => {
+    const ranges = file.blockRanges(b);
+    const spans = file.blockSpans(b);
+    starts.set(spans.starts, at);
+    lengths.set(spans.lengths, at);
+    blockFields.set(
+      [b.segment, ranges.tokens.offset, b.tokens, b.firstDocument, b.documents, b.maxLength, at],
+      i * 7,
+    );
+    at += b.documents;
+    capacityTokens = Math.max(capacityTokens, b.tokens);
+    capacityDocs = Math.max(capacityDocs, b.documents);
+    maxLength = Math.max(maxLength, b.maxLength);
+  });
+  let qMax = 0;
+  for (let i = 0; i < q.count; i++) qMax = Math.max(qMax, q.lengths[i]);
+  const problem: Problem = {
+    numQueries: q.count,
+    maxQueryLength: qMax,
+    maxDocLength: maxLength,
+    dim: info.dim,
+    numDocs: capacityDocs,
+    dtype,
+  };
+  const caps = {
+    computeCapability: device.info.computeCapability,
+    sms: device.info.sms,
+    smemOptin: device.info.smemOptin,
+  };
+  const variant = selectVariant(problem, caps, undefined, dispatchTable(), new Set(device.info.kernels));
+  const launch = launchFor(variant, problem, caps);
+
+  const progress = new Float64Array(2);
+  const started = performance.now();
+  const report = () =>
+    options.onProgress?.({
+      documents: progress[0],
+      totalDocuments: info.documents,
+      bytes: progress[1],
+      totalBytes: info.tokens * rowBytes,
+      elapsedMs: performance.now() - started,
+    });
+  const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;
+  let r: NativeStreamResult;
+  try {
+    r = await (nativeCuda() as unknown as StreamAddon).streamScan(
+      options.device ?? 0,
+      q,
+      {
+        files: file.segments.map((s) => s.file),
+        blocks: blockFields,
+        starts,
+        lengths,
+        capacityTokens,
+        capacityDocs,
+        depth: DEPTH,
+        readers: readersFor(),
+        k,
+      },
+      launch,
+      progress,
+    );
+  } finally {
+    if (timer) clearInterval(timer);
+  }
+  report();
+  const hits: Hit[][] = [];
+  for (let i = 0; i < q.count; i++) {
+    const row: Hit[] = [];
+    for (let j = 0; j < r.k; j++) row.push({ index: r.indices[i * r.k + j], score: r.scores[i * r.k + j] });
+    hits.push(row);
+  }
+  return {
+    hits,
+    stats: {
+      backend: 'cuda',
+      blocks: blocks.length,
+      bytes: r.bytes,
+      documents: info.documents,
+      seconds: r.seconds,
+      firstBlockSeconds: r.firstBlockSeconds,
+      devicePeakBytes: r.devicePeakBytes,
+      variant: variant.name,
+    },
+  };
+}

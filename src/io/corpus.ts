@@ -1,0 +1,1122 @@
+// The corpus store: documents on disk, built once, grown by appends, searched without loading them.
+//
+// A corpus is a directory (by convention `name.msx`):
+//   MANIFEST             the published state: format, dtype, dim, the list of segments (JSON + CRC line)
+//   seg-000001.msxs ...  immutable segment files, one per build or append
+//   LOCK                 held by a writer (holds its pid; a dead writer's lock is taken over)
+// A segment file is self-describing and memory-mappable (all numbers little-endian):
+//   [0, 4096)   header: magic "MSXSEG01", version, dtype, dim, flags, documents, tokens, the five
+//               sections below as (byte offset, byte length), the checksum chunk size, a header CRC
+//   tokens      packed [tokens, dim] rows in the corpus dtype, at byte 4096
+//   scales      int8 only: float32 [tokens], one scale per token row
+//   offsets     uint64 [documents + 1]: the first token of each document, relative to the segment
+//   ids         optional: uint64 [documents + 1] byte offsets, then the UTF-8 ids back to back
+//   checksums   uint32 CRC-32 per 64 MiB chunk of tokens, then one each for scales, offsets and ids
+// Sections start on 4096-byte boundaries, so any typed view of a mapped section is aligned.
+//
+// Crash safety: a write never touches published bytes. A build or append writes a new segment under
+// a temporary name, syncs it, renames it, syncs the directory, then writes MANIFEST.tmp, syncs it and
+// renames it over MANIFEST (atomic on POSIX), and syncs the directory. A crash or a failed write at
+// any step leaves the old MANIFEST, which names only complete, synced segments; leftovers are removed
+// by the next writer.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { crc32 } from 'node:zlib';
+import { FormatError, InvalidArgumentError, MaxsimError } from '../errors.js';
+import { quantize } from '../ops/quantize.js';
+import {
+  type DType,
+  decodeToFloat32,
+  dtypeSize,
+  encodeFloats,
+  type FloatDType,
+  isTokenBatch,
+  type TokenBatch,
+  type TokenData,
+} from '../tensor.js';
+
+export type CorpusDType = DType;
+
+const MANIFEST = 'MANIFEST';
+const LOCK = 'LOCK';
+const FORMAT = 'maxsim-corpus';
+const VERSION = 1;
+const SEGMENT_MAGIC = 'MSXSEG01';
+const HEADER_BYTES = 4096;
+const ALIGN = 4096;
+/** Token bytes per checksum chunk: verification can run chunk by chunk while streaming. */
+export const CHECKSUM_CHUNK = 64 * 1024 * 1024;
+const WRITE_BUFFER = 8 * 1024 * 1024;
+const DTYPE_CODES: Record<DType, number> = { float32: 0, float16: 1, bfloat16: 2, int8: 3 };
+const CODE_DTYPES: DType[] = ['float32', 'float16', 'bfloat16', 'int8'];
+const SEGMENT_NAME = /^seg-(\d{6,})\.msxs$/;
+const LEFTOVER_NAME = /^(seg-\d{6,}\.msxs\.(tmp|scales\.tmp)|MANIFEST\.tmp)$/;
+
+// ---- fault injection (tests): every file-system step of a writer reports here first ----
+
+let faultHook: ((step: string) => void) | undefined;
+
+/** Test hook: `hook(step)` runs before each write / sync / rename of a writer and may throw. */
+export function setCorpusFaultHook(hook: ((step: string) => void) | undefined): void {
+  faultHook = hook;
+}
+
+function step(name: string): void {
+  faultHook?.(name);
+}
+
+// ---- small helpers ----
+
+function alignUp(n: number): number {
+  return Math.ceil(n / ALIGN) * ALIGN;
+}
+
+function writeAll(fd: number, bytes: Uint8Array, position: number): void {
+  let done = 0;
+  while (done < bytes.length) done += fs.writeSync(fd, bytes, done, bytes.length - done, position + done);
+}
+
+function readExactly(fd: number, file: string, bytes: Uint8Array, position: number, what: string): void {
+  let done = 0;
+  while (done < bytes.length) {
+    const n = fs.readSync(fd, bytes, done, bytes.length - done, position + done);
+    if (n === 0) throw new FormatError(file, `truncated: ${what} ends past the end of the file`);
+    done += n;
+  }
+}
+
+function syncDir(dir: string): void {
+  step('sync-dir');
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function bytesOf(view: ArrayBufferView): Uint8Array {
+  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+}
+
+function hex(n: number): string {
+  return n.toString(16).padStart(8, '0');
+}
+
+// ---- segment header ----
+
+interface Section {
+  offset: number;
+  bytes: number;
+}
+
+export interface SegmentHeader {
+  dtype: DType;
+  dim: number;
+  documents: number;
+  tokens: number;
+  hasIds: boolean;
+  tokensSection: Section;
+  scalesSection: Section;
+  offsetsSection: Section;
+  idsSection: Section;
+  checksumsSection: Section;
+  chunkBytes: number;
+}
+
+const SECTION_KEYS = [
+  'tokensSection',
+  'scalesSection',
+  'offsetsSection',
+  'idsSection',
+  'checksumsSection',
+] as const;
+
+function encodeHeader(h: SegmentHeader): Uint8Array {
+  const bytes = new Uint8Array(HEADER_BYTES);
+  const v = new DataView(bytes.buffer);
+  bytes.set(Buffer.from(SEGMENT_MAGIC, 'latin1'), 0);
+  v.setUint32(8, VERSION, true);
+  v.setUint32(12, DTYPE_CODES[h.dtype], true);
+  v.setUint32(16, h.dim, true);
+  v.setUint32(20, h.hasIds ? 1 : 0, true);
+  v.setBigUint64(24, BigInt(h.documents), true);
+  v.setBigUint64(32, BigInt(h.tokens), true);
+  SECTION_KEYS.forEach((key, i) => {
+    v.setBigUint64(40 + 16 * i, BigInt(h[key].offset), true);
+    v.setBigUint64(48 + 16 * i, BigInt(h[key].bytes), true);
+  });
+  v.setUint32(120, h.chunkBytes, true);
+  v.setUint32(124, crc32(bytes.subarray(0, 124)), true);
+  return bytes;
+}
+
+function decodeHeader(file: string, bytes: Uint8Array, fileSize: number): SegmentHeader {
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (Buffer.from(bytes.subarray(0, 8)).toString('latin1') !== SEGMENT_MAGIC)
+    throw new FormatError(file, 'not a maxsim corpus segment (bad magic)');
+  if (v.getUint32(124, true) !== crc32(bytes.subarray(0, 124)))
+    throw new FormatError(file, 'the segment header is corrupted (checksum mismatch)');
+  const version = v.getUint32(8, true);
+  if (version !== VERSION)
+    throw new FormatError(
+      file,
+      `segment format version ${version} is not supported (this build reads ${VERSION})`,
+    );
+  const code = v.getUint32(12, true);
+  if (code >= CODE_DTYPES.length) throw new FormatError(file, `unknown dtype code ${code}`);
+  const num = (at: number) => {
+    const x = v.getBigUint64(at, true);
+    if (x > BigInt(Number.MAX_SAFE_INTEGER))
+      throw new FormatError(file, `header field at byte ${at} is too large`);
+    return Number(x);
+  };
+  const h: SegmentHeader = {
+    dtype: CODE_DTYPES[code],
+    dim: v.getUint32(16, true),
+    hasIds: (v.getUint32(20, true) & 1) === 1,
+    documents: num(24),
+    tokens: num(32),
+    tokensSection: { offset: num(40), bytes: num(48) },
+    scalesSection: { offset: num(56), bytes: num(64) },
+    offsetsSection: { offset: num(72), bytes: num(80) },
+    idsSection: { offset: num(88), bytes: num(96) },
+    checksumsSection: { offset: num(104), bytes: num(112) },
+    chunkBytes: v.getUint32(120, true),
+  };
+  const rowBytes = h.dim * dtypeSize(h.dtype);
+  const expect = (ok: boolean, what: string) => {
+    if (!ok) throw new FormatError(file, `inconsistent segment header: ${what}`);
+  };
+  expect(h.dim >= 1, 'dim is 0');
+  expect(h.chunkBytes > 0, 'checksum chunk size is 0');
+  expect(h.tokensSection.offset === HEADER_BYTES, 'tokens do not start at byte 4096');
+  expect(h.tokensSection.bytes === h.tokens * rowBytes, 'tokens section size');
+  expect(h.scalesSection.bytes === (h.dtype === 'int8' ? h.tokens * 4 : 0), 'scales section size');
+  expect(h.offsetsSection.bytes === (h.documents + 1) * 8, 'offsets section size');
+  expect(h.hasIds || h.idsSection.bytes === 0, 'ids section without the ids flag');
+  expect(
+    h.checksumsSection.bytes === (Math.ceil(h.tokensSection.bytes / h.chunkBytes) + 3) * 4,
+    'checksums size',
+  );
+  for (const key of SECTION_KEYS) {
+    const s = h[key];
+    expect(s.offset % 8 === 0, `${key} is not 8-byte aligned`);
+    if (s.offset + s.bytes > fileSize)
+      throw new FormatError(
+        file,
+        `truncated: the ${key.replace('Section', '')} section ends at byte ${s.offset + s.bytes} but the file has ${fileSize} bytes`,
+      );
+  }
+  return h;
+}
+
+// ---- manifest ----
+
+interface ManifestSegment {
+  file: string;
+  documents: number;
+  tokens: number;
+  bytes: number;
+  headerCrc: number;
+}
+
+interface Manifest {
+  format: string;
+  version: number;
+  dtype: DType;
+  dim: number;
+  ids: boolean;
+  generation: number;
+  documents: number;
+  tokens: number;
+  maxLength: number;
+  segments: ManifestSegment[];
+}
+
+function encodeManifest(m: Manifest): string {
+  const body = JSON.stringify(m);
+  return `${body}\ncrc32 ${hex(crc32(body))}\n`;
+}
+
+function readManifest(dir: string): Manifest {
+  const file = path.join(dir, MANIFEST);
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') {
+      const exists = fs.existsSync(dir);
+      throw new FormatError(
+        dir,
+        exists
+          ? 'not a maxsim corpus: it has no MANIFEST (an interrupted first build leaves none; build again)'
+          : 'no such corpus (the directory does not exist)',
+      );
+    }
+    if (code === 'ENOTDIR') throw new FormatError(dir, 'not a maxsim corpus (a corpus is a directory)');
+    throw e;
+  }
+  const match = /^(.*)\ncrc32 ([0-9a-f]{8})\n$/s.exec(text);
+  if (!match) throw new FormatError(file, 'the MANIFEST is damaged (no checksum line)');
+  if (hex(crc32(match[1])) !== match[2])
+    throw new FormatError(file, 'the MANIFEST is corrupted (checksum mismatch)');
+  let m: Manifest;
+  try {
+    m = JSON.parse(match[1]) as Manifest;
+  } catch {
+    throw new FormatError(file, 'the MANIFEST is not valid JSON');
+  }
+  if (m.format !== FORMAT)
+    throw new FormatError(file, `not a maxsim corpus manifest (format ${JSON.stringify(m.format)})`);
+  if (m.version !== VERSION)
+    throw new FormatError(
+      file,
+      `corpus format version ${m.version} is not supported (this build reads ${VERSION})`,
+    );
+  if (!CODE_DTYPES.includes(m.dtype) || !Number.isInteger(m.dim) || m.dim < 1 || !Array.isArray(m.segments))
+    throw new FormatError(file, 'the MANIFEST has an invalid dtype, dim or segment list');
+  return m;
+}
+
+// ---- the lock of a writer ----
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function acquireLock(dir: string): () => void {
+  const file = path.join(dir, LOCK);
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      fs.writeFileSync(file, String(process.pid), { flag: 'wx' });
+      return () => fs.rmSync(file, { force: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      const pid = Number(fs.readFileSync(file, 'utf8').trim());
+      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid))
+        throw new MaxsimError(`${dir} is being written by process ${pid} (${file}); wait for it to finish`);
+      fs.rmSync(file, { force: true }); // a dead writer's lock
+    }
+  }
+  throw new MaxsimError(`cannot lock ${dir} for writing (${file} keeps reappearing)`);
+}
+
+// ---- writer ----
+
+export interface CorpusCreateOptions {
+  /** Storage dtype of the corpus (default 'float16'); 'int8' stores per-token scaled int8. */
+  dtype?: DType;
+  dim: number;
+  /** Whether documents carry string ids (then every add() must give them). Default false. */
+  ids?: boolean;
+}
+
+/** The bytes of a token block in the corpus dtype (raw rows), for writers that already hold them. */
+export interface EncodedDocuments {
+  /** Packed rows [tokens, dim] in the corpus dtype. */
+  data: TokenData;
+  /** Tokens per document. */
+  lengths: Int32Array;
+  /** int8 corpora: one scale per token row. */
+  scales?: Float32Array;
+}
+
+/**
+ * Writes a new segment into a corpus and publishes it on commit(). Create one with
+ * CorpusWriter.create (a new corpus) or CorpusWriter.append (an existing one); add documents; commit.
+ * Nothing is visible to readers before commit(); abort() (or a crash) discards the segment.
+ */
+export class CorpusWriter {
+  private fd: number | undefined;
+  private scalesFd: number | undefined;
+  private readonly segFile: string;
+  private readonly tmpFile: string;
+  private readonly scalesFile: string;
+  private readonly buffer = new Uint8Array(WRITE_BUFFER);
+  private buffered = 0;
+  private position = HEADER_BYTES;
+  private scalesPosition = 0;
+  private readonly chunkCrcs: number[] = [];
+  private chunkCrc = 0;
+  private chunkFill = 0;
+  private scalesCrc = 0;
+  private readonly offsets: number[] = [0];
+  private readonly ids: string[] = [];
+  private tokens = 0;
+  private maxLength = 0;
+  private done = false;
+
+  private constructor(
+    readonly dir: string,
+    private readonly manifest: Manifest,
+    private readonly release: () => void,
+    private readonly created: boolean,
+  ) {
+    const gen = manifest.generation + 1;
+    this.segFile = `seg-${String(gen).padStart(6, '0')}.msxs`;
+    this.tmpFile = path.join(dir, `${this.segFile}.tmp`);
+    this.scalesFile = path.join(dir, `${this.segFile}.scales.tmp`);
+    step('open-segment');
+    this.fd = fs.openSync(this.tmpFile, 'w');
+    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'w');
+  }
+
+  get dtype(): DType {
+    return this.manifest.dtype;
+  }
+  get dim(): number {
+    return this.manifest.dim;
+  }
+  /** Documents added to this segment so far. */
+  get documents(): number {
+    return this.offsets.length - 1;
+  }
+
+  /** Starts a new corpus at `dir` (which must not exist, or be an empty directory). */
+  static create(dir: string, options: CorpusCreateOptions): CorpusWriter {
+    const dtype = options.dtype ?? 'float16';
+    if (!CODE_DTYPES.includes(dtype))
+      throw new InvalidArgumentError(
+        'dtype',
+        "'float16', 'bfloat16', 'float32' or 'int8'",
+        JSON.stringify(dtype),
+      );
+    if (!Number.isInteger(options.dim) || options.dim < 1 || options.dim > 65536)
+      throw new InvalidArgumentError('dim', 'an integer in [1, 65536]', String(options.dim));
+    if (fs.existsSync(path.join(dir, MANIFEST)))
+      throw new InvalidArgumentError(
+        'out',
+        'a path where no corpus exists yet (use append to add documents)',
+        dir,
+      );
+    if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory())
+      throw new InvalidArgumentError(
+        'out',
+        'a new directory path for the corpus',
+        `${dir} (an existing file)`,
+      );
+    fs.mkdirSync(dir, { recursive: true });
+    const release = acquireLock(dir);
+    try {
+      removeLeftovers(dir, new Set());
+      const manifest: Manifest = {
+        format: FORMAT,
+        version: VERSION,
+        dtype,
+        dim: options.dim,
+        ids: options.ids === true,
+        generation: 0,
+        documents: 0,
+        tokens: 0,
+        maxLength: 0,
+        segments: [],
+      };
+      return new CorpusWriter(dir, manifest, release, true);
+    } catch (e) {
+      release();
+      throw e;
+    }
+  }
+
+  /** Opens an existing corpus to add documents as a new segment. */
+  static append(dir: string): CorpusWriter {
+    readManifest(dir); // a clear error before locking when it is not a corpus
+    const release = acquireLock(dir);
+    try {
+      const manifest = readManifest(dir); // re-read under the lock
+      removeLeftovers(dir, new Set(manifest.segments.map((s) => s.file)));
+      return new CorpusWriter(dir, manifest, release, false);
+    } catch (e) {
+      release();
+      throw e;
+    }
+  }
+
+  /** Adds the documents of a batch (converted to the corpus dtype), with their ids when the corpus has ids. */
+  add(batch: TokenBatch, ids?: readonly string[]): void {
+    this.checkOpen();
+    if (!isTokenBatch(batch)) throw new InvalidArgumentError('batch', 'a TokenBatch', typeof batch);
+    if (batch.dim !== this.dim)
+      throw new InvalidArgumentError(
+        'batch.dim',
+        `${this.dim} (the dimension of the corpus)`,
+        String(batch.dim),
+      );
+    this.checkIds(ids, batch.count);
+    let data: TokenData = batch.data;
+    let scales = batch.scales;
+    let source = batch;
+    if (this.dtype === 'int8') {
+      if (batch.dtype !== 'int8') {
+        source = quantize(batch, 'int8');
+        data = source.data;
+        scales = source.scales;
+      }
+    } else if (batch.dtype === 'int8') {
+      throw new InvalidArgumentError(
+        'batch.dtype',
+        `'float32', 'float16' or 'bfloat16' (the corpus stores ${this.dtype})`,
+        "'int8'",
+      );
+    }
+    const rowElems = this.dim;
+    for (let i = 0; i < source.count; i++) {
+      const len = source.lengths[i];
+      const start = source.starts[i] * rowElems;
+      let rows: TokenData = data.subarray(start, start + len * rowElems);
+      if (this.dtype !== 'int8' && source.dtype !== this.dtype)
+        rows = encodeFloats(
+          decodeToFloat32(rows, source.dtype as FloatDType, rowElems),
+          this.dtype as FloatDType,
+        );
+      this.writeTokens(bytesOf(rows));
+      if (this.dtype === 'int8') this.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
+      this.endDocument(len, ids?.[i]);
+    }
+  }
+
+  /** Adds documents already encoded in the corpus dtype (no conversion; for large builds and benchmarks). */
+  addEncoded(docs: EncodedDocuments, ids?: readonly string[]): void {
+    this.checkOpen();
+    this.checkIds(ids, docs.lengths.length);
+    const want = this.dtype === 'float32' ? Float32Array : this.dtype === 'int8' ? Int8Array : Uint16Array;
+    if (!(docs.data instanceof want))
+      throw new InvalidArgumentError(
+        'docs.data',
+        `a ${want.name} (the corpus stores ${this.dtype})`,
+        docs.data.constructor.name,
+      );
+    let total = 0;
+    for (const len of docs.lengths) {
+      if (!Number.isInteger(len) || len < 0)
+        throw new InvalidArgumentError('docs.lengths', 'non-negative lengths', String(len));
+      total += len;
+    }
+    if (docs.data.length !== total * this.dim)
+      throw new InvalidArgumentError(
+        'docs.data',
+        `${total * this.dim} elements (sum of lengths x dim)`,
+        String(docs.data.length),
+      );
+    if (this.dtype === 'int8' && docs.scales?.length !== total)
+      throw new InvalidArgumentError(
+        'docs.scales',
+        `a Float32Array of ${total} scales`,
+        String(docs.scales?.length),
+      );
+    this.writeTokens(bytesOf(docs.data));
+    if (this.dtype === 'int8') this.writeScales(docs.scales!);
+    docs.lengths.forEach((len, i) => {
+      this.endDocument(len, ids?.[i]);
+    });
+  }
+
+  /** Writes the segment's tail and header, syncs, and publishes the new manifest. */
+  commit(): CorpusInfo {
+    this.checkOpen();
+    try {
+      this.flush();
+      if (this.chunkFill > 0) this.chunkCrcs.push(this.chunkCrc);
+      const rowBytes = this.dim * dtypeSize(this.dtype);
+      const documents = this.documents;
+      const tokensSection = { offset: HEADER_BYTES, bytes: this.tokens * rowBytes };
+      let at = alignUp(HEADER_BYTES + tokensSection.bytes);
+      const scalesSection = { offset: at, bytes: this.dtype === 'int8' ? this.tokens * 4 : 0 };
+      if (this.scalesFd !== undefined) this.copyScales(at);
+      at = alignUp(at + scalesSection.bytes);
+      const offsetsBytes = new Uint8Array(new BigUint64Array(this.offsets.map(BigInt)).buffer);
+      const offsetsSection = { offset: at, bytes: offsetsBytes.length };
+      step('write-offsets');
+      writeAll(this.fd!, offsetsBytes, at);
+      at = alignUp(at + offsetsBytes.length);
+      let idsBytes = new Uint8Array(0);
+      if (this.manifest.ids) {
+        const text = this.ids.map((s) => Buffer.from(s, 'utf8'));
+        const starts = new BigUint64Array(documents + 1);
+        let o = 0;
+        text.forEach((t, i) => {
+          o += t.length;
+          starts[i + 1] = BigInt(o);
+        });
+        idsBytes = Buffer.concat([Buffer.from(starts.buffer), ...text]);
+      }
+      const idsSection = { offset: at, bytes: idsBytes.length };
+      if (idsBytes.length > 0) {
+        step('write-ids');
+        writeAll(this.fd!, idsBytes, at);
+      }
+      at = alignUp(at + idsBytes.length);
+      const sums = new Uint32Array([...this.chunkCrcs, this.scalesCrc, crc32(offsetsBytes), crc32(idsBytes)]);
+      const checksumsSection = { offset: at, bytes: sums.byteLength };
+      step('write-checksums');
+      writeAll(this.fd!, bytesOf(sums), at);
+      const header = encodeHeader({
+        dtype: this.dtype,
+        dim: this.dim,
+        documents,
+        tokens: this.tokens,
+        hasIds: this.manifest.ids,
+        tokensSection,
+        scalesSection,
+        offsetsSection,
+        idsSection,
+        checksumsSection,
+        chunkBytes: CHECKSUM_CHUNK,
+      });
+      step('write-header');
+      writeAll(this.fd!, header, 0);
+      step('sync-segment');
+      fs.fsyncSync(this.fd!);
+      fs.closeSync(this.fd!);
+      this.fd = undefined;
+      const segPath = path.join(this.dir, this.segFile);
+      step('rename-segment');
+      fs.renameSync(this.tmpFile, segPath);
+      syncDir(this.dir);
+
+      const m = this.manifest;
+      const next: Manifest = {
+        ...m,
+        generation: m.generation + 1,
+        documents: m.documents + documents,
+        tokens: m.tokens + this.tokens,
+        maxLength: Math.max(m.maxLength, this.maxLength),
+        segments: [
+          ...m.segments,
+          {
+            file: this.segFile,
+            documents,
+            tokens: this.tokens,
+            bytes: at + sums.byteLength,
+            headerCrc: new DataView(header.buffer).getUint32(124, true),
+          },
+        ],
+      };
+      const tmpManifest = path.join(this.dir, `${MANIFEST}.tmp`);
+      step('write-manifest');
+      const mfd = fs.openSync(tmpManifest, 'w');
+      try {
+        writeAll(mfd, Buffer.from(encodeManifest(next), 'utf8'), 0);
+        step('sync-manifest');
+        fs.fsyncSync(mfd);
+      } finally {
+        fs.closeSync(mfd);
+      }
+      step('publish-manifest');
+      fs.renameSync(tmpManifest, path.join(this.dir, MANIFEST));
+      syncDir(this.dir);
+      this.done = true;
+      this.cleanup(false);
+      return describeManifest(this.dir, next);
+    } catch (e) {
+      this.abort();
+      throw e;
+    }
+  }
+
+  /** Discards the segment being written; the corpus stays as it was. */
+  abort(): void {
+    if (this.done) return;
+    this.done = true;
+    this.cleanup(true);
+  }
+
+  private cleanup(removeSegment: boolean): void {
+    for (const fd of [this.fd, this.scalesFd]) {
+      if (fd === undefined) continue;
+      try {
+        fs.closeSync(fd);
+      } catch {
+        // already closed
+      }
+    }
+    this.fd = this.scalesFd = undefined;
+    try {
+      fs.rmSync(this.scalesFile, { force: true });
+      if (removeSegment) fs.rmSync(this.tmpFile, { force: true });
+      // A first build that never published leaves an empty directory: remove it too.
+      if (removeSegment && this.created && fs.readdirSync(this.dir).every((f) => f === LOCK)) {
+        this.release();
+        fs.rmdirSync(this.dir);
+        return;
+      }
+    } catch {
+      // best effort: leftovers are removed by the next writer
+    }
+    this.release();
+  }
+
+  private checkOpen() {
+    if (this.done) throw new MaxsimError('this corpus writer was committed or aborted; open a new one');
+  }
+
+  private checkIds(ids: readonly string[] | undefined, count: number) {
+    if (this.manifest.ids) {
+      if (!ids || ids.length !== count)
+        throw new InvalidArgumentError(
+          'ids',
+          `${count} document ids (the corpus has ids)`,
+          ids ? String(ids.length) : 'none',
+        );
+      for (const id of ids)
+        if (typeof id !== 'string' || id.includes('\n'))
+          throw new InvalidArgumentError('ids', 'strings without newlines', JSON.stringify(id));
+    } else if (ids !== undefined) {
+      throw new InvalidArgumentError(
+        'ids',
+        'no ids (the corpus was created without ids)',
+        `${ids.length} ids`,
+      );
+    }
+  }
+
+  private endDocument(length: number, id: string | undefined) {
+    this.tokens += length;
+    this.offsets.push(this.tokens);
+    if (length > this.maxLength) this.maxLength = length;
+    if (id !== undefined) this.ids.push(id);
+  }
+
+  // Token bytes go through a write buffer; checksums are taken per CHECKSUM_CHUNK of the section.
+  private writeTokens(bytes: Uint8Array) {
+    let at = 0;
+    while (at < bytes.length) {
+      const take = Math.min(bytes.length - at, CHECKSUM_CHUNK - this.chunkFill, WRITE_BUFFER - this.buffered);
+      const part = bytes.subarray(at, at + take);
+      this.buffer.set(part, this.buffered);
+      this.buffered += take;
+      this.chunkCrc = crc32(part, this.chunkCrc);
+      this.chunkFill += take;
+      at += take;
+      if (this.chunkFill === CHECKSUM_CHUNK) {
+        this.chunkCrcs.push(this.chunkCrc);
+        this.chunkCrc = 0;
+        this.chunkFill = 0;
+      }
+      if (this.buffered === WRITE_BUFFER) this.flush();
+    }
+  }
+
+  private flush() {
+    if (this.buffered === 0) return;
+    step('write-tokens');
+    writeAll(this.fd!, this.buffer.subarray(0, this.buffered), this.position);
+    this.position += this.buffered;
+    this.buffered = 0;
+  }
+
+  private writeScales(scales: Float32Array) {
+    const bytes = bytesOf(scales);
+    step('write-scales');
+    writeAll(this.scalesFd!, bytes, this.scalesPosition);
+    this.scalesPosition += bytes.length;
+    this.scalesCrc = crc32(bytes, this.scalesCrc);
+  }
+
+  // int8: the scales went to a side file while tokens streamed; copy them into their section.
+  private copyScales(at: number) {
+    const chunk = new Uint8Array(WRITE_BUFFER);
+    for (let done = 0; done < this.scalesPosition; ) {
+      const n = fs.readSync(
+        this.scalesFd!,
+        chunk,
+        0,
+        Math.min(chunk.length, this.scalesPosition - done),
+        done,
+      );
+      if (n === 0) throw new MaxsimError(`${this.scalesFile} shrank while the segment was written`);
+      step('write-scales');
+      writeAll(this.fd!, chunk.subarray(0, n), at + done);
+      done += n;
+    }
+  }
+}
+
+function removeLeftovers(dir: string, keep: Set<string>) {
+  for (const name of fs.readdirSync(dir)) {
+    if (keep.has(name)) continue;
+    if (LEFTOVER_NAME.test(name) || SEGMENT_NAME.test(name)) fs.rmSync(path.join(dir, name), { force: true });
+  }
+}
+
+// ---- reader ----
+
+export interface CorpusInfo {
+  path: string;
+  dtype: DType;
+  dim: number;
+  documents: number;
+  tokens: number;
+  maxLength: number;
+  segments: number;
+  /** Bytes of all segment files. */
+  bytes: number;
+  /** Bytes of token rows (and int8 scales): what a full scan reads. */
+  tokenBytes: number;
+  hasIds: boolean;
+  generation: number;
+}
+
+function describeManifest(dir: string, m: Manifest): CorpusInfo {
+  const rowBytes = m.dim * dtypeSize(m.dtype) + (m.dtype === 'int8' ? 4 : 0);
+  return {
+    path: dir,
+    dtype: m.dtype,
+    dim: m.dim,
+    documents: m.documents,
+    tokens: m.tokens,
+    maxLength: m.maxLength,
+    segments: m.segments.length,
+    bytes: m.segments.reduce((a, s) => a + s.bytes, 0),
+    tokenBytes: m.tokens * rowBytes,
+    hasIds: m.ids,
+    generation: m.generation,
+  };
+}
+
+/** One opened segment: its header, its document offsets, and where it sits in the corpus. */
+export interface CorpusSegment {
+  readonly file: string;
+  readonly header: SegmentHeader;
+  /** Global index of the segment's first document. */
+  readonly firstDocument: number;
+  /** Token offsets of its documents relative to the segment, [documents + 1]. */
+  readonly offsets: Float64Array;
+}
+
+/** A run of consecutive documents of one segment: the unit a streaming search reads and scores. */
+export interface CorpusBlock {
+  segment: number;
+  /** Global index of the first document. */
+  firstDocument: number;
+  documents: number;
+  /** First token, relative to the segment. */
+  firstToken: number;
+  tokens: number;
+  maxLength: number;
+}
+
+export interface VerifyProgress {
+  bytes: number;
+  totalBytes: number;
+}
+
+/** An opened corpus (read-only). Reading never changes the files; a later append is seen on reopen. */
+export class CorpusFile {
+  readonly info: CorpusInfo;
+  readonly segments: readonly CorpusSegment[];
+  /** Token count of every document, [documents]. */
+  readonly lengths: Int32Array;
+  private idList: string[] | undefined;
+
+  private constructor(
+    info: CorpusInfo,
+    segments: CorpusSegment[],
+    lengths: Int32Array,
+    ids: string[] | undefined,
+  ) {
+    this.info = info;
+    this.segments = segments;
+    this.lengths = lengths;
+    this.idList = ids;
+  }
+
+  /** Opens a corpus: checks the manifest, every segment header, the offsets and ids (not the tokens: see verify()). */
+  static open(dir: string): CorpusFile {
+    if (typeof dir !== 'string' || dir === '')
+      throw new InvalidArgumentError('path', 'a corpus directory path', String(dir));
+    const m = readManifest(dir);
+    const segments: CorpusSegment[] = [];
+    const lengths = new Int32Array(m.documents);
+    const ids: string[] | undefined = m.ids ? [] : undefined;
+    let firstDocument = 0;
+    let tokens = 0;
+    for (const s of m.segments) {
+      const file = path.join(dir, s.file);
+      let fd: number;
+      try {
+        fd = fs.openSync(file, 'r');
+      } catch {
+        throw new FormatError(file, 'a segment named by the MANIFEST is missing');
+      }
+      try {
+        const size = fs.fstatSync(fd).size;
+        if (size !== s.bytes)
+          throw new FormatError(
+            file,
+            `the segment has ${size} bytes but the MANIFEST says ${s.bytes} (truncated or replaced)`,
+          );
+        const raw = new Uint8Array(HEADER_BYTES);
+        readExactly(fd, file, raw, 0, 'the header');
+        const header = decodeHeader(file, raw, size);
+        if (new DataView(raw.buffer).getUint32(124, true) !== s.headerCrc)
+          throw new FormatError(file, 'the segment header does not match the MANIFEST (replaced segment?)');
+        if (
+          header.dtype !== m.dtype ||
+          header.dim !== m.dim ||
+          header.documents !== s.documents ||
+          header.tokens !== s.tokens
+        )
+          throw new FormatError(
+            file,
+            'the segment header disagrees with the MANIFEST (dtype, dim or counts)',
+          );
+        const sums = readSection(fd, file, header.checksumsSection, 'checksums');
+        const sumView = new Uint32Array(sums.buffer, sums.byteOffset, sums.byteLength / 4);
+        const nChunks = sumView.length - 3;
+        const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
+        if (crc32(offBytes) !== sumView[nChunks + 1])
+          throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
+        const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
+        const offsets = new Float64Array(header.documents + 1);
+        for (let i = 0; i <= header.documents; i++) {
+          offsets[i] = Number(off64[i]);
+          if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
+            throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
+          if (i > 0) lengths[firstDocument + i - 1] = offsets[i] - offsets[i - 1];
+        }
+        if (offsets[0] !== 0 || offsets[header.documents] !== header.tokens)
+          throw new FormatError(file, 'the document offsets do not cover the tokens');
+        if (ids) {
+          const idBytes = readSection(fd, file, header.idsSection, 'ids');
+          if (crc32(idBytes) !== sumView[nChunks + 2])
+            throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
+          const starts = new BigUint64Array(
+            idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + (header.documents + 1) * 8),
+          );
+          const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + (header.documents + 1) * 8);
+          for (let i = 0; i < header.documents; i++)
+            ids.push(text.toString('utf8', Number(starts[i]), Number(starts[i + 1])));
+        }
+        segments.push({ file, header, firstDocument, offsets });
+      } finally {
+        fs.closeSync(fd);
+      }
+      firstDocument += s.documents;
+      tokens += s.tokens;
+    }
+    if (firstDocument !== m.documents || tokens !== m.tokens)
+      throw new FormatError(dir, 'the MANIFEST totals do not match its segments');
+    return new CorpusFile(describeManifest(dir, m), segments, lengths, ids);
+  }
+
+  /** The id of document `index` (its index as a string when the corpus has no ids). */
+  id(index: number): string {
+    return this.idList ? this.idList[index] : String(index);
+  }
+
+  /** Re-reads every byte and checks every checksum; throws FormatError naming the damage. */
+  verify(onProgress?: (p: VerifyProgress) => void): void {
+    const totalBytes = this.segments.reduce(
+      (a, s) => a + s.header.tokensSection.bytes + s.header.scalesSection.bytes,
+      0,
+    );
+    let done = 0;
+    const chunk = new Uint8Array(CHECKSUM_CHUNK);
+    for (const s of this.segments) {
+      const fd = fs.openSync(s.file, 'r');
+      try {
+        const sums = new Uint32Array(
+          readSection(fd, s.file, s.header.checksumsSection, 'checksums').slice().buffer,
+        );
+        const t = s.header.tokensSection;
+        for (let c = 0; c * s.header.chunkBytes < t.bytes; c++) {
+          const n = Math.min(s.header.chunkBytes, t.bytes - c * s.header.chunkBytes);
+          const buf = n <= chunk.length ? chunk.subarray(0, n) : new Uint8Array(n);
+          readExactly(fd, s.file, buf, t.offset + c * s.header.chunkBytes, 'the tokens');
+          if (crc32(buf) !== sums[c])
+            throw new FormatError(
+              s.file,
+              `token data is corrupted in bytes [${c * s.header.chunkBytes}, ${c * s.header.chunkBytes + n}) of the tokens section`,
+            );
+          done += n;
+          onProgress?.({ bytes: done, totalBytes });
+        }
+        if (s.header.scalesSection.bytes > 0) {
+          const scales = readSection(fd, s.file, s.header.scalesSection, 'scales');
+          if (crc32(scales) !== sums[sums.length - 3])
+            throw new FormatError(s.file, 'the int8 scales are corrupted (checksum mismatch)');
+          done += scales.length;
+          onProgress?.({ bytes: done, totalBytes });
+        }
+      } finally {
+        fs.closeSync(fd);
+      }
+    }
+  }
+
+  /**
+   * Splits the corpus into blocks of consecutive documents of at most `maxBytes` token bytes and
+   * `maxDocuments` documents (a single larger document gets a block of its own). Blocks never span
+   * segments.
+   */
+  planBlocks(maxBytes: number, maxDocuments = Number.MAX_SAFE_INTEGER): CorpusBlock[] {
+    if (!(maxBytes >= 1))
+      throw new InvalidArgumentError('maxBytes', 'a positive number of bytes', String(maxBytes));
+    const rowBytes = this.info.dim * dtypeSize(this.info.dtype) + (this.info.dtype === 'int8' ? 4 : 0);
+    const blocks: CorpusBlock[] = [];
+    this.segments.forEach((s, si) => {
+      const n = s.header.documents;
+      let a = 0;
+      while (a < n) {
+        let b = a;
+        let maxLength = 0;
+        while (
+          b < n &&
+          (b === a || ((s.offsets[b + 1] - s.offsets[a]) * rowBytes <= maxBytes && b - a < maxDocuments))
+        ) {
+          maxLength = Math.max(maxLength, s.offsets[b + 1] - s.offsets[b]);
+          b++;
+        }
+        blocks.push({
+          segment: si,
+          firstDocument: s.firstDocument + a,
+          documents: b - a,
+          firstToken: s.offsets[a],
+          tokens: s.offsets[b] - s.offsets[a],
+          maxLength,
+        });
+        a = b;
+      }
+    });
+    return blocks;
+  }
+
+  /** The byte ranges of a block in its segment file: token rows and (int8) scales. */
+  blockRanges(block: CorpusBlock): { file: string; tokens: Section; scales?: Section } {
+    const s = this.segments[block.segment];
+    const rowBytes = this.info.dim * dtypeSize(this.info.dtype);
+    const tokens = {
+      offset: s.header.tokensSection.offset + block.firstToken * rowBytes,
+      bytes: block.tokens * rowBytes,
+    };
+    if (this.info.dtype !== 'int8') return { file: s.file, tokens };
+    return {
+      file: s.file,
+      tokens,
+      scales: { offset: s.header.scalesSection.offset + block.firstToken * 4, bytes: block.tokens * 4 },
+    };
+  }
+
+  /** Starts (relative to the block) and lengths of the documents of a block. */
+  blockSpans(block: CorpusBlock): { starts: Float64Array; lengths: Int32Array } {
+    const s = this.segments[block.segment];
+    const local = block.firstDocument - s.firstDocument;
+    const starts = new Float64Array(block.documents);
+    for (let i = 0; i < block.documents; i++) starts[i] = s.offsets[local + i] - block.firstToken;
+    return {
+      starts,
+      lengths: this.lengths.slice(block.firstDocument, block.firstDocument + block.documents),
+    };
+  }
+
+  /** Reads documents by global index into a packed ragged batch (a copy; for rescoring and tests). */
+  readDocuments(indices: ArrayLike<number>): TokenBatch {
+    const dim = this.info.dim;
+    const elem = dtypeSize(this.info.dtype);
+    const lengths = new Int32Array(indices.length);
+    let total = 0;
+    for (let i = 0; i < indices.length; i++) {
+      const x = indices[i];
+      if (!Number.isInteger(x) || x < 0 || x >= this.info.documents)
+        throw new InvalidArgumentError(
+          `indices[${i}]`,
+          `a document index in [0, ${this.info.documents})`,
+          String(x),
+        );
+      lengths[i] = this.lengths[x];
+      total += lengths[i];
+    }
+    const bytes = new Uint8Array(total * dim * elem);
+    const scales = this.info.dtype === 'int8' ? new Float32Array(total) : undefined;
+    const starts = new Float64Array(indices.length);
+    const fds = new Map<number, number>();
+    try {
+      let at = 0;
+      for (let i = 0; i < indices.length; i++) {
+        const si = this.segmentOf(indices[i]);
+        const s = this.segments[si];
+        if (!fds.has(si)) fds.set(si, fs.openSync(s.file, 'r'));
+        const fd = fds.get(si)!;
+        const first = s.offsets[indices[i] - s.firstDocument];
+        starts[i] = at;
+        const n = lengths[i] * dim * elem;
+        readExactly(
+          fd,
+          s.file,
+          bytes.subarray(at * dim * elem, at * dim * elem + n),
+          s.header.tokensSection.offset + first * dim * elem,
+          'a document',
+        );
+        if (scales)
+          readExactly(
+            fd,
+            s.file,
+            bytesOf(scales.subarray(at, at + lengths[i])),
+            s.header.scalesSection.offset + first * 4,
+            'scales',
+          );
+        at += lengths[i];
+      }
+    } finally {
+      for (const fd of fds.values()) fs.closeSync(fd);
+    }
+    let maxLength = 0;
+    for (const l of lengths) maxLength = Math.max(maxLength, l);
+    return {
+      kind: 'batch',
+      layout: 'ragged',
+      dtype: this.info.dtype,
+      data: typedView(this.info.dtype, bytes.buffer, 0, total * dim),
+      dim,
+      count: indices.length,
+      maxLength,
+      starts,
+      lengths,
+      scales,
+    };
+  }
+
+  /** The segment holding global document `index`. */
+  segmentOf(index: number): number {
+    let lo = 0;
+    let hi = this.segments.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.segments[mid].firstDocument <= index) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+}
+
+function readSection(fd: number, file: string, s: Section, what: string): Uint8Array {
+  const bytes = new Uint8Array(s.bytes);
+  readExactly(fd, file, bytes, s.offset, `the ${what} section`);
+  return bytes;
+}
+
+/** A typed view of `count` elements of dtype at a byte offset. */
+export function typedView(
+  dtype: DType,
+  buffer: ArrayBufferLike,
+  byteOffset: number,
+  count: number,
+): TokenData {
+  if (dtype === 'float32') return new Float32Array(buffer, byteOffset, count);
+  if (dtype === 'int8') return new Int8Array(buffer, byteOffset, count);
+  return new Uint16Array(buffer, byteOffset, count);
+}
+
+/** Opens the corpus at `dir` (see CorpusFile.open). */
+export function openCorpusFile(dir: string): CorpusFile {
+  return CorpusFile.open(dir);
+}

@@ -1,0 +1,303 @@
+// Searching an on-disk corpus (src/io/corpus.ts) without loading it: the corpus is cut into blocks of
+// consecutive documents, each block is scored against all queries at once (so a batch of queries
+// reads the corpus once), and a running top-K per query is merged block after block.
+//
+// CPU: blocks are memory-mapped (native file.mapFile) and scored in place from the page cache.
+// CUDA: the native stream scan (native/cuda/stream_scan.cc) reads blocks into pinned buffers on
+// reader threads, copies them on one stream while the previous block is scored on another, and
+// keeps GPU memory flat whatever the corpus size. Results are identical to scoring the whole corpus
+// in memory: same kernels, same tie rule (lower document index first).
+
+import { cpuMaxsim } from '../backends/cpu.js';
+import { cudaStreamSearch } from '../backends/cuda-stream.js';
+import { type BackendChoice, resolveBackend } from '../backends/select.js';
+import { InvalidArgumentError } from '../errors.js';
+import {
+  type CorpusBlock,
+  type CorpusDType,
+  CorpusFile,
+  type CorpusInfo,
+  typedView,
+  type VerifyProgress,
+} from '../io/corpus.js';
+import { loadNative } from '../native.js';
+import {
+  type Hit,
+  isTokenBatch,
+  isTokenMatrix,
+  matrixAsBatch,
+  type TokenBatch,
+  type TokenMatrix,
+} from '../tensor.js';
+import { cpuMaxsimInt8, quantize } from './quantize.js';
+import { checkK, topKOfRow } from './topk.js';
+
+export interface CorpusHit extends Hit {
+  /** The document's id (its index as a string when the corpus has no ids). */
+  id: string;
+}
+
+export interface SearchProgress {
+  documents: number;
+  totalDocuments: number;
+  bytes: number;
+  totalBytes: number;
+  elapsedMs: number;
+}
+
+export interface CorpusSearchOptions {
+  /** Hits per query (default 10). */
+  topK?: number;
+  /** 'auto' (default): CUDA when a usable GPU is present, else CPU. */
+  backend?: BackendChoice;
+  /** CPU worker threads (default all cores). */
+  threads?: number;
+  /** CUDA device (default 0). */
+  device?: number;
+  /** CUDA: device memory the search may use, in bytes (default: 3/4 of the free memory, at most 8 GiB). */
+  gpuMemory?: number;
+  /** Token bytes per block (default: 64 MiB on the CPU; on CUDA derived from gpuMemory). */
+  blockBytes?: number;
+  /** Called after each block (CPU) or every ~100 ms (CUDA) with the progress so far. */
+  onProgress?: (progress: SearchProgress) => void;
+}
+
+export interface SearchResult {
+  hits: CorpusHit[][];
+  /** What the scan did: for benchmarks and logs. */
+  stats: ScanStats;
+}
+
+export interface ScanStats {
+  backend: 'cpu' | 'cuda';
+  blocks: number;
+  bytes: number;
+  documents: number;
+  seconds: number;
+  /** Seconds until the first block was scored. */
+  firstBlockSeconds: number;
+  /** CUDA: peak device memory the scan allocated, bytes. */
+  devicePeakBytes?: number;
+  /** CUDA: the kernel variant used for the blocks. */
+  variant?: string;
+}
+
+const CPU_BLOCK_BYTES = 64 * 1024 * 1024;
+
+interface FileAddon {
+  mapFile(path: string, offset: number, length: number): ArrayBuffer;
+}
+
+function fileAddon(): FileAddon {
+  return (loadNative() as unknown as { file: FileAddon }).file;
+}
+
+// a ranks before b: higher score, then lower index
+function better(a: Hit, b: Hit): boolean {
+  return a.score > b.score || (a.score === b.score && a.index < b.index);
+}
+
+/** Merges two best-first hit lists into the best k. */
+export function mergeHits(a: Hit[], b: Hit[], k: number): Hit[] {
+  const out: Hit[] = [];
+  let i = 0;
+  let j = 0;
+  while (out.length < k && (i < a.length || j < b.length)) {
+    if (j >= b.length || (i < a.length && better(a[i], b[j]))) out.push(a[i++]);
+    else out.push(b[j++]);
+  }
+  return out;
+}
+
+/** The k best of each row of a [rows, cols] score block, indices offset by `base`, best first. */
+export function blockTopK(
+  scores: Float32Array,
+  rows: number,
+  cols: number,
+  k: number,
+  base: number,
+): Hit[][] {
+  const out: Hit[][] = [];
+  for (let r = 0; r < rows; r++) {
+    const row = scores.subarray(r * cols, (r + 1) * cols);
+    const n = Math.min(k, cols);
+    if (n === 0) {
+      out.push([]);
+      continue;
+    }
+    if (n > 64) {
+      out.push(topKOfRow(row, n).map((h) => ({ index: base + h.index, score: h.score })));
+      continue;
+    }
+    // Small k: keep a sorted list of the n best (insertion), which beats a heap for the usual k <= 100.
+    const best: Hit[] = [];
+    for (let c = 0; c < cols; c++) {
+      const s = row[c];
+      if (best.length === n && !(s > best[n - 1].score)) continue; // equal score: the earlier index stays
+      let at = best.length === n ? n - 1 : best.length;
+      if (best.length < n) best.push({ index: 0, score: 0 });
+      while (at > 0 && s > best[at - 1].score) {
+        best[at] = best[at - 1];
+        at--;
+      }
+      best[at] = { index: base + c, score: s };
+    }
+    out.push(best);
+  }
+  return out;
+}
+
+function asQueries(queries: TokenMatrix | TokenBatch): TokenBatch {
+  if (isTokenMatrix(queries)) return matrixAsBatch(queries);
+  if (isTokenBatch(queries)) return queries;
+  throw new InvalidArgumentError('queries', 'a TokenMatrix or TokenBatch', typeof queries);
+}
+
+/** Queries in the form the corpus dtype needs: int8 corpora score int8 queries (quantized here). */
+function queriesFor(dtype: CorpusDType, q: TokenBatch): TokenBatch {
+  if (dtype === 'int8') return q.dtype === 'int8' ? q : quantize(q, 'int8');
+  if (q.dtype === 'int8')
+    throw new InvalidArgumentError('queries.dtype', `float queries (the corpus stores ${dtype})`, "'int8'");
+  return q;
+}
+
+/** An on-disk corpus opened for search. */
+export class Corpus {
+  constructor(readonly file: CorpusFile) {}
+
+  get info(): CorpusInfo {
+    return this.file.info;
+  }
+
+  /** The id of document `index`. */
+  id(index: number): string {
+    return this.file.id(index);
+  }
+
+  /** Re-reads every byte and checks the checksums (throws FormatError naming the damage). */
+  verify(onProgress?: (p: VerifyProgress) => void): void {
+    this.file.verify(onProgress);
+  }
+
+  /** Reads documents by index (a packed batch in the corpus dtype). */
+  readDocuments(indices: ArrayLike<number>): TokenBatch {
+    return this.file.readDocuments(indices);
+  }
+
+  /** The best `topK` documents of the corpus for each query, best first. */
+  async search(queries: TokenMatrix | TokenBatch, options: CorpusSearchOptions = {}): Promise<CorpusHit[][]> {
+    return (await this.searchWithStats(queries, options)).hits;
+  }
+
+  /** search() plus what the scan did (bytes, blocks, timings, device memory). */
+  async searchWithStats(
+    queries: TokenMatrix | TokenBatch,
+    options: CorpusSearchOptions = {},
+  ): Promise<SearchResult> {
+    const k = checkK(options.topK ?? 10);
+    const q = queriesFor(this.info.dtype, asQueries(queries));
+    if (q.dim !== this.info.dim)
+      throw new InvalidArgumentError(
+        'queries.dim',
+        `${this.info.dim} (the dimension of the corpus)`,
+        String(q.dim),
+      );
+    if (
+      options.blockBytes !== undefined &&
+      !(Number.isSafeInteger(options.blockBytes) && options.blockBytes >= 1)
+    )
+      throw new InvalidArgumentError(
+        'blockBytes',
+        'a positive integer number of bytes',
+        String(options.blockBytes),
+      );
+    const backend = resolveBackend(options.backend);
+    const result =
+      backend === 'cuda'
+        ? await cudaStreamSearch(this.file, q, k, options)
+        : await this.searchCpu(q, k, options);
+    const hits = result.hits.map((row) =>
+      row.map((h) => ({ index: h.index, score: h.score, id: this.file.id(h.index) })),
+    );
+    return { hits, stats: result.stats };
+  }
+
+  private async searchCpu(
+    q: TokenBatch,
+    k: number,
+    options: CorpusSearchOptions,
+  ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
+    const started = performance.now();
+    const info = this.info;
+    const blocks = this.file.planBlocks(options.blockBytes ?? CPU_BLOCK_BYTES);
+    let running: Hit[][] = Array.from({ length: q.count }, () => []);
+    let documents = 0;
+    let bytes = 0;
+    let firstBlockSeconds = 0;
+    for (const block of blocks) {
+      const docs = this.mapBlock(block);
+      const scores =
+        info.dtype === 'int8'
+          ? await cpuMaxsimInt8(q, docs, { threads: options.threads })
+          : await cpuMaxsim(q, docs, { threads: options.threads });
+      const blockHits = blockTopK(scores, q.count, block.documents, k, block.firstDocument);
+      running = running.map((r, i) => mergeHits(r, blockHits[i], k));
+      documents += block.documents;
+      bytes += this.file.blockRanges(block).tokens.bytes + block.tokens * (info.dtype === 'int8' ? 4 : 0);
+      if (firstBlockSeconds === 0) firstBlockSeconds = (performance.now() - started) / 1000;
+      options.onProgress?.({
+        documents,
+        totalDocuments: info.documents,
+        bytes,
+        totalBytes: info.tokenBytes,
+        elapsedMs: performance.now() - started,
+      });
+    }
+    if (q.count > 0 && info.documents === 0) running = running.map(() => []);
+    return {
+      hits: running,
+      stats: {
+        backend: 'cpu',
+        blocks: blocks.length,
+        bytes,
+        documents,
+        seconds: (performance.now() - started) / 1000,
+        firstBlockSeconds,
+      },
+    };
+  }
+
+  // A block as a ragged batch over the mapped file (no copy).
+  private mapBlock(block: CorpusBlock): TokenBatch {
+    const info = this.info;
+    const ranges = this.file.blockRanges(block);
+    const { starts, lengths } = this.file.blockSpans(block);
+    const map = fileAddon().mapFile;
+    const data = typedView(
+      info.dtype,
+      map(ranges.file, ranges.tokens.offset, ranges.tokens.bytes),
+      0,
+      block.tokens * info.dim,
+    );
+    const scales = ranges.scales
+      ? new Float32Array(map(ranges.file, ranges.scales.offset, ranges.scales.bytes), 0, block.tokens)
+      : undefined;
+    return {
+      kind: 'batch',
+      layout: 'ragged',
+      dtype: info.dtype,
+      data,
+      dim: info.dim,
+      count: block.documents,
+      maxLength: block.maxLength,
+      starts,
+      lengths,
+      scales,
+    };
+  }
+}
+
+/** Opens an on-disk corpus for search (checks its manifest, headers, offsets and ids). */
+export function openCorpus(path: string): Corpus {
+  return new Corpus(CorpusFile.open(path));
+}
