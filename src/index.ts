@@ -16,9 +16,31 @@ export { type BackendChoice, type BackendName, cudaUnavailableReason } from './b
 export * from './errors.js';
 export { info, type MaxsimInfo } from './info.js';
 export type { NpyArray } from './io/array.js';
+export { type ArraySource, openArraySource } from './io/array-source.js';
+export {
+  CHECKSUM_CHUNK,
+  type CorpusBlock,
+  type CorpusCreateOptions,
+  type CorpusDType,
+  CorpusFile,
+  type CorpusInfo,
+  CorpusWriter,
+  type EncodedDocuments,
+  type VerifyProgress,
+} from './io/corpus.js';
+export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';
 export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from './io/load.js';
 export * from './io/npy.js';
 export * from './io/safetensors.js';
+export {
+  Corpus,
+  type CorpusHit,
+  type CorpusSearchOptions,
+  openCorpus,
+  type ScanStats,
+  type SearchProgress,
+  type SearchResult,
+} from './ops/corpus-search.js';
 export {
   maxsim,
   maxsimAll,

@@ -125,16 +125,18 @@ export function grouped(value: number): string {
   return Math.round(value).toLocaleString('en-US');
 }
 
-/** Adds the input options shared by `score` and `search`. */
-export function addInputOptions(command: Command): Command {
+/** Adds the input options shared by `score` and `search` (`search` may take --corpus instead of --docs). */
+export function addInputOptions(command: Command, docsRequired = true): Command {
+  const docs = 'documents: dense [B, L, d] or packed [T, d] (with --doc-offsets or --doc-lengths)';
   return command
     .requiredOption(
       '--queries <spec>',
       'queries: [L, d] (one query) or [Nq, L, d]; path.npy or path.safetensors:name',
     )
-    .requiredOption(
-      '--docs <spec>',
-      'documents: dense [B, L, d] or packed [T, d] (with --doc-offsets or --doc-lengths)',
+    .addOption(
+      docsRequired
+        ? new Option('--docs <spec>', docs).makeOptionMandatory()
+        : new Option('--docs <spec>', docs),
     )
     .option('--doc-offsets <spec>', 'packed documents: token offsets [B+1] (int32/int64)')
     .option(

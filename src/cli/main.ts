@@ -4,6 +4,7 @@
 import { Command, CommanderError } from 'commander';
 import { version } from '../version.js';
 import { benchCommand } from './bench.js';
+import { corpusCommand } from './corpus.js';
 import { demoCommand } from './demo.js';
 import { fidelityCommand } from './fidelity.js';
 import { infoCommand } from './info.js';
@@ -34,6 +35,7 @@ function buildProgram(): Command {
     demoCommand(),
     scoreCommand(),
     searchCommand(),
+    corpusCommand(),
     benchCommand(),
     verifyCommand(),
     fidelityCommand(),

@@ -1,13 +1,19 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
+import { InvalidArgumentError } from '../errors.js';
+import { arrayToQueries, loadArray } from '../io/load.js';
+import { openCorpus } from '../ops/corpus-search.js';
 import { topK, topKAll } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { Hit } from '../tensor.js';
 import { addInputOptions, type InputOptions, integerOption, jsonScore, loadInputs } from './common.js';
+import { Progress } from './progress.js';
 
 interface SearchCommandOptions extends InputOptions {
+  corpus?: string;
+  gpuMemory?: number;
   backend: BackendChoice;
   threads?: number;
   topK: number;
@@ -18,9 +24,13 @@ export function searchCommand(): Command {
   return addInputOptions(
     new Command('search').description(
       'rank documents for each query; prints one JSON line per query: ' +
-        '{"query": i, "results": [{"index": b, "score": s}, ...]}, best first (an empty document scores null)',
+        '{"query": i, "results": [{"index": b, "score": s}, ...]}, best first (an empty document scores null); ' +
+        'with --corpus, results also carry the document "id"',
     ),
+    false,
   )
+    .option('--corpus <dir>', 'search an on-disk corpus (maxsim corpus build) instead of --docs, streamed')
+    .option('--gpu-memory <MiB>', 'with --corpus on CUDA: device memory the scan may use', integerOption(1))
     .option('--top-k <k>', 'results per query', integerOption(0), 10)
     .addOption(
       new Option(
@@ -29,6 +39,9 @@ export function searchCommand(): Command {
       ).choices(['int8']),
     )
     .action(async (opts: SearchCommandOptions) => {
+      if (opts.corpus !== undefined) return searchCorpus(opts);
+      if (opts.docs === undefined)
+        throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
       const { queries, docs } = loadInputs(opts);
       const options = { backend: opts.backend, threads: opts.threads };
       let results: Hit[][];
@@ -45,4 +58,39 @@ export function searchCommand(): Command {
       );
       if (lines.length > 0) console.log(lines.join('\n'));
     });
+}
+
+async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
+  if (opts.docs !== undefined || opts.docOffsets !== undefined || opts.docLengths !== undefined)
+    throw new InvalidArgumentError(
+      '--corpus',
+      'no --docs / --doc-offsets / --doc-lengths with it',
+      '--docs as well',
+    );
+  if (opts.prefilter !== undefined)
+    throw new InvalidArgumentError(
+      '--prefilter',
+      'no prefilter with --corpus (build an int8 corpus instead)',
+      opts.prefilter,
+    );
+  const corpus = openCorpus(opts.corpus!);
+  const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
+    checkFinite: opts.checkFinite,
+  });
+  const bar = new Progress('search', corpus.info.documents);
+  const results = await corpus.search(queries, {
+    topK: opts.topK,
+    backend: opts.backend,
+    threads: opts.threads,
+    gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+    onProgress: (p) => bar.update(p.documents),
+  });
+  bar.finish();
+  const lines = results.map((hits, query) =>
+    JSON.stringify({
+      query,
+      results: hits.map((h) => ({ index: h.index, id: h.id, score: jsonScore(h.score) })),
+    }),
+  );
+  if (lines.length > 0) console.log(lines.join('\n'));
 }

@@ -292,12 +292,24 @@ function pidAlive(pid: number): boolean {
   }
 }
 
+// Corpora this process is writing (a LOCK with our own pid is stale only when not listed here).
+const lockedHere = new Set<string>();
+
 function acquireLock(dir: string): () => void {
   const file = path.join(dir, LOCK);
+  const key = path.resolve(dir);
+  if (lockedHere.has(key))
+    throw new MaxsimError(
+      `${dir} is being written by another writer of this process; commit or abort it first`,
+    );
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       fs.writeFileSync(file, String(process.pid), { flag: 'wx' });
-      return () => fs.rmSync(file, { force: true });
+      lockedHere.add(key);
+      return () => {
+        lockedHere.delete(key);
+        fs.rmSync(file, { force: true });
+      };
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
       const pid = Number(fs.readFileSync(file, 'utf8').trim());
@@ -366,7 +378,7 @@ export class CorpusWriter {
     this.scalesFile = path.join(dir, `${this.segFile}.scales.tmp`);
     step('open-segment');
     this.fd = fs.openSync(this.tmpFile, 'w');
-    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'w');
+    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'w+');
   }
 
   get dtype(): DType {
@@ -468,19 +480,22 @@ export class CorpusWriter {
       );
     }
     const rowElems = this.dim;
-    for (let i = 0; i < source.count; i++) {
-      const len = source.lengths[i];
-      const start = source.starts[i] * rowElems;
-      let rows: TokenData = data.subarray(start, start + len * rowElems);
-      if (this.dtype !== 'int8' && source.dtype !== this.dtype)
-        rows = encodeFloats(
-          decodeToFloat32(rows, source.dtype as FloatDType, rowElems),
-          this.dtype as FloatDType,
-        );
-      this.writeTokens(bytesOf(rows));
-      if (this.dtype === 'int8') this.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
-      this.endDocument(len, ids?.[i]);
-    }
+    this.writing(() => {
+      for (let i = 0; i < source.count; i++) {
+        const len = source.lengths[i];
+        const start = source.starts[i] * rowElems;
+        let rows: TokenData = data.subarray(start, start + len * rowElems);
+        if (this.dtype !== 'int8' && source.dtype !== this.dtype)
+          rows = encodeFloats(
+            decodeToFloat32(rows, source.dtype as FloatDType, rowElems),
+            this.dtype as FloatDType,
+          );
+        this.writeTokens(bytesOf(rows));
+        if (this.dtype === 'int8')
+          this.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
+        this.endDocument(len, ids?.[i]);
+      }
+    });
   }
 
   /** Adds documents already encoded in the corpus dtype (no conversion; for large builds and benchmarks). */
@@ -512,11 +527,23 @@ export class CorpusWriter {
         `a Float32Array of ${total} scales`,
         String(docs.scales?.length),
       );
-    this.writeTokens(bytesOf(docs.data));
-    if (this.dtype === 'int8') this.writeScales(docs.scales!);
-    docs.lengths.forEach((len, i) => {
-      this.endDocument(len, ids?.[i]);
+    this.writing(() => {
+      this.writeTokens(bytesOf(docs.data));
+      if (this.dtype === 'int8') this.writeScales(docs.scales!);
+      docs.lengths.forEach((len, i) => {
+        this.endDocument(len, ids?.[i]);
+      });
     });
+  }
+
+  // A failed write leaves the segment in an unknown state: the writer aborts (the corpus is unchanged).
+  private writing(work: () => void) {
+    try {
+      work();
+    } catch (e) {
+      this.abort();
+      throw e;
+    }
   }
 
   /** Writes the segment's tail and header, syncs, and publishes the new manifest. */

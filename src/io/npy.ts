@@ -339,8 +339,12 @@ function interpretHeader(file: string, text: string, opts: NpyReadOptions): NpyH
   return { dtype, shape };
 }
 
-/** Parses .npy bytes. The result views `bytes` when the data is aligned (no copy), else holds a copy. */
-export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOptions = {}): NpyArray {
+/** The layout of a .npy file from its first bytes (at least the whole header): dtype, shape and where the data starts. */
+export function parseNpyHeader(
+  bytes: Uint8Array,
+  name = '<buffer>',
+  opts: NpyReadOptions = {},
+): { dtype: ArrayDType; shape: number[]; dataStart: number } {
   if (!(bytes instanceof Uint8Array)) {
     throw new InvalidArgumentError('bytes', 'a Uint8Array', bytes === null ? 'null' : typeof bytes);
   }
@@ -394,6 +398,12 @@ export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOpti
     text = Buffer.from(headerBytes.buffer, headerBytes.byteOffset, headerBytes.byteLength).toString('latin1');
   }
   const { dtype, shape } = interpretHeader(name, text, opts);
+  return { dtype, shape, dataStart };
+}
+
+/** Parses .npy bytes. The result views `bytes` when the data is aligned (no copy), else holds a copy. */
+export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOptions = {}): NpyArray {
+  const { dtype, shape, dataStart } = parseNpyHeader(bytes, name, opts);
   const count = shapeProduct(shape);
   const size = itemSize(dtype);
   const available = bytes.length - dataStart;

@@ -69,13 +69,7 @@ const WRITE_RANK: Record<ArrayDType, number> = {
   uint64: 8,
 };
 
-interface Entry {
-  name: string;
-  dtype: ArrayDType;
-  shape: number[];
-  begin: number;
-  end: number;
-}
+type Entry = SafetensorsEntry;
 
 function isPlainObject(x: unknown): x is Record<string, unknown> {
   return typeof x === 'object' && x !== null && !Array.isArray(x);
@@ -134,8 +128,24 @@ function parseEntry(file: string, name: string, info: unknown): Entry {
   return { name, dtype, shape: shape as number[], begin, end };
 }
 
-/** Parses safetensors bytes. */
-export function parseSafetensors(bytes: Uint8Array, name = '<buffer>'): SafetensorsFile {
+/** A tensor's place in a safetensors file: data bytes [begin, end) of the buffer after the header. */
+export interface SafetensorsEntry {
+  name: string;
+  dtype: ArrayDType;
+  shape: number[];
+  begin: number;
+  end: number;
+}
+
+/**
+ * The layout of a safetensors file from its first bytes (at least 8 + the header) and its total
+ * size: the tensors, the metadata, and the file offset where the data buffer starts.
+ */
+export function parseSafetensorsLayout(
+  bytes: Uint8Array,
+  name: string,
+  fileSize: number,
+): { entries: SafetensorsEntry[]; metadata: Record<string, string>; bufferStart: number } {
   if (!(bytes instanceof Uint8Array)) {
     throw new InvalidArgumentError('bytes', 'a Uint8Array', bytes === null ? 'null' : typeof bytes);
   }
@@ -209,7 +219,7 @@ export function parseSafetensors(bytes: Uint8Array, name = '<buffer>'): Safetens
 
   entries.sort((a, b) => a.begin - b.begin || a.end - b.end);
   const bufferStart = 8 + headerLength;
-  const bufferLength = bytes.length - bufferStart;
+  const bufferLength = fileSize - bufferStart;
   let covered = 0;
   let previous: Entry | undefined;
   for (const e of entries) {
@@ -243,6 +253,12 @@ export function parseSafetensors(bytes: Uint8Array, name = '<buffer>'): Safetens
     );
   }
 
+  return { entries, metadata, bufferStart };
+}
+
+/** Parses safetensors bytes. */
+export function parseSafetensors(bytes: Uint8Array, name = '<buffer>'): SafetensorsFile {
+  const { entries, metadata, bufferStart } = parseSafetensorsLayout(bytes, name, bytes.length);
   const tensors = new Map<string, NpyArray>();
   for (const e of entries) {
     const count = (e.end - e.begin) / itemSize(e.dtype);

@@ -1,0 +1,132 @@
+// `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus.ts).
+import { Command, Option } from 'commander';
+import type { CorpusDType, CorpusInfo } from '../io/corpus.js';
+import { buildCorpusFromFiles } from '../io/corpus-build.js';
+import { openCorpus } from '../ops/corpus-search.js';
+import { grouped, printTable } from './common.js';
+import { Progress } from './progress.js';
+
+interface BuildOptions {
+  docs: string;
+  docOffsets?: string;
+  docLengths?: string;
+  ids?: string;
+  out: string;
+  dtype: string;
+  checkFinite: boolean;
+  json?: boolean;
+}
+
+const DTYPES: Record<string, CorpusDType> = {
+  fp16: 'float16',
+  f16: 'float16',
+  float16: 'float16',
+  bf16: 'bfloat16',
+  bfloat16: 'bfloat16',
+  fp32: 'float32',
+  f32: 'float32',
+  float32: 'float32',
+  int8: 'int8',
+};
+
+function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<string, string> = {}) {
+  if (json) {
+    console.log(JSON.stringify({ ...info, ...extra }));
+    return;
+  }
+  const gib = (n: number) => `${(n / 1024 ** 3).toFixed(3)} GiB`;
+  printTable(
+    ['field', 'value'],
+    [
+      ['path', info.path],
+      ['dtype', info.dtype],
+      ['dim', String(info.dim)],
+      ['documents', grouped(info.documents)],
+      ['tokens', grouped(info.tokens)],
+      ['longest document', grouped(info.maxLength)],
+      ['segments', String(info.segments)],
+      ['ids', info.hasIds ? 'yes' : 'no (indices)'],
+      ['files', gib(info.bytes)],
+      ['generation', String(info.generation)],
+      ...Object.entries(extra),
+    ],
+  );
+}
+
+function buildAction(append: boolean) {
+  return (opts: BuildOptions) => {
+    let bar: Progress | undefined;
+    const info = buildCorpusFromFiles({
+      docs: opts.docs,
+      docOffsets: opts.docOffsets,
+      docLengths: opts.docLengths,
+      ids: opts.ids,
+      out: opts.out,
+      dtype: DTYPES[opts.dtype],
+      append,
+      checkFinite: opts.checkFinite,
+      onProgress: (done, total) => {
+        bar ??= new Progress(append ? 'append' : 'build', total);
+        bar.update(done);
+      },
+    });
+    bar?.finish();
+    printInfo(info, opts.json);
+  };
+}
+
+function inputOptions(command: Command): Command {
+  return command
+    .requiredOption(
+      '--docs <spec>',
+      'documents: packed [T, d] (with --doc-offsets or --doc-lengths) or dense [B, L, d]',
+    )
+    .option('--doc-offsets <spec>', 'packed documents: token offsets [B+1] (int32/int64)')
+    .option('--doc-lengths <spec>', 'token counts [B] (packed), or real lengths of dense documents')
+    .option('--ids <file>', 'document ids, one per line')
+    .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
+    .option('--json', 'print the corpus summary as JSON');
+}
+
+export function corpusCommand(): Command {
+  const corpus = new Command('corpus').description(
+    'build, grow and inspect on-disk corpora (a directory, e.g. docs.msx)',
+  );
+  corpus.addCommand(
+    inputOptions(
+      new Command('build').description('write a new corpus from .npy / .safetensors documents (streamed)'),
+    )
+      .requiredOption('--out <dir>', 'the corpus directory to create (e.g. docs.msx)')
+      .addOption(
+        new Option('--dtype <dtype>', 'storage dtype')
+          .choices(['fp16', 'bf16', 'fp32', 'int8'])
+          .default('fp16'),
+      )
+      .action(buildAction(false)),
+  );
+  corpus.addCommand(
+    inputOptions(
+      new Command('append').description('add documents to a corpus (a new segment, published atomically)'),
+    )
+      .requiredOption('--out <dir>', 'the corpus directory to append to')
+      .addOption(new Option('--dtype <dtype>').hideHelp().default('fp16'))
+      .action(buildAction(true)),
+  );
+  corpus.addCommand(
+    new Command('info')
+      .description('print a corpus header and verify every checksum')
+      .argument('<dir>', 'the corpus directory')
+      .option('--no-verify', 'skip reading the token data (headers, offsets and ids are always checked)')
+      .option('--json', 'print JSON')
+      .action((dir: string, opts: { verify: boolean; json?: boolean }) => {
+        const c = openCorpus(dir);
+        if (opts.verify) {
+          const bar = new Progress('verify', c.info.tokenBytes);
+          c.verify((p) => bar.update(p.bytes));
+          bar.finish();
+        }
+        printInfo(c.info, opts.json, { checksums: opts.verify ? 'ok' : 'not read (--no-verify)' });
+      }),
+  );
+  return corpus;
+}

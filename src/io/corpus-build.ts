@@ -1,0 +1,180 @@
+// Building a corpus from .npy / .safetensors files, streamed: documents are read a group at a time,
+// so inputs larger than memory work. Packed [T, d] tokens with offsets [B+1] (or lengths [B]), or
+// dense [B, L, d] with optional real lengths [B]; optional ids, one per line.
+
+import * as fs from 'node:fs';
+import { InvalidArgumentError } from '../errors.js';
+import { type FloatDType, raggedBatch, type TokenData } from '../tensor.js';
+import type { NpyArray } from './array.js';
+import { openArraySource } from './array-source.js';
+import { type CorpusDType, type CorpusInfo, CorpusWriter } from './corpus.js';
+import { loadArray } from './load.js';
+
+export interface BuildFromFilesOptions {
+  /** Tokens: packed [T, d] (with docOffsets or docLengths) or dense [B, L, d]. */
+  docs: string;
+  docOffsets?: string;
+  docLengths?: string;
+  /** A text file with one id per document, one per line. */
+  ids?: string;
+  /** New corpus: its storage dtype (default float16). Ignored on append. */
+  dtype?: CorpusDType;
+  /** Append to the corpus at `out` instead of creating it. */
+  append?: boolean;
+  out: string;
+  checkFinite?: boolean;
+  /** Token bytes per group read and written at once (default 64 MiB). */
+  groupBytes?: number;
+  onProgress?: (documents: number, total: number) => void;
+}
+
+function toNumbers(a: NpyArray, name: string): number[] {
+  if (!['int32', 'int64', 'uint32', 'uint64'].includes(a.dtype))
+    throw new InvalidArgumentError(name, 'an integer array (int32 / int64)', a.dtype);
+  if (a.shape.length !== 1)
+    throw new InvalidArgumentError(name, 'a 1-D array', `shape [${a.shape.join(', ')}]`);
+  return Array.from(a.data as ArrayLike<number | bigint>, (x) => Number(x));
+}
+
+function readIds(path: string, count: number): string[] {
+  const text = fs.readFileSync(path, 'utf8');
+  const lines = text.endsWith('\n') ? text.slice(0, -1).split('\n') : text.split('\n');
+  if (text.length === 0) lines.length = 0;
+  if (lines.length !== count)
+    throw new InvalidArgumentError(
+      '--ids',
+      `${count} lines (one id per document)`,
+      `${lines.length} lines in ${path}`,
+    );
+  return lines.map((l) => l.replace(/\r$/, ''));
+}
+
+/** Builds (or appends to) a corpus from array files; returns the corpus as published. */
+export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo {
+  const source = openArraySource(options.docs, '--docs');
+  try {
+    const { shape, dtype } = source;
+    if (!['float32', 'float16', 'bfloat16'].includes(dtype))
+      throw new InvalidArgumentError('--docs', 'float32, float16 or bfloat16 tokens', dtype);
+    // Per document: its first element and its token count.
+    let starts: number[];
+    let lengths: number[];
+    let dim: number;
+    if (shape.length === 2) {
+      dim = shape[1];
+      if (options.docOffsets !== undefined) {
+        const off = toNumbers(loadArray(options.docOffsets, { argument: '--doc-offsets' }), '--doc-offsets');
+        if (off.length < 1 || off[0] !== 0 || off[off.length - 1] !== shape[0])
+          throw new InvalidArgumentError(
+            '--doc-offsets',
+            `B+1 offsets from 0 to ${shape[0]}`,
+            `${off.length} offsets`,
+          );
+        lengths = [];
+        for (let i = 0; i + 1 < off.length; i++) {
+          if (off[i + 1] < off[i])
+            throw new InvalidArgumentError(
+              '--doc-offsets',
+              'non-decreasing offsets',
+              `offsets[${i + 1}] < offsets[${i}]`,
+            );
+          lengths.push(off[i + 1] - off[i]);
+        }
+      } else if (options.docLengths !== undefined) {
+        lengths = toNumbers(loadArray(options.docLengths, { argument: '--doc-lengths' }), '--doc-lengths');
+        if (lengths.reduce((a, b) => a + b, 0) !== shape[0])
+          throw new InvalidArgumentError(
+            '--doc-lengths',
+            `lengths summing to ${shape[0]} tokens`,
+            'another sum',
+          );
+      } else {
+        throw new InvalidArgumentError(
+          '--doc-offsets',
+          'offsets (or --doc-lengths) for packed [T, d] documents',
+          'none',
+        );
+      }
+      starts = [];
+      let at = 0;
+      for (const l of lengths) {
+        starts.push(at * dim);
+        at += l;
+      }
+    } else if (shape.length === 3) {
+      const [b, l, d] = shape;
+      dim = d;
+      lengths =
+        options.docLengths !== undefined
+          ? toNumbers(loadArray(options.docLengths, { argument: '--doc-lengths' }), '--doc-lengths')
+          : new Array(b).fill(l);
+      if (lengths.length !== b || lengths.some((x) => x < 0 || x > l))
+        throw new InvalidArgumentError(
+          '--doc-lengths',
+          `${b} lengths in [0, ${l}]`,
+          `${lengths.length} lengths`,
+        );
+      starts = lengths.map((_, i) => i * l * d);
+    } else {
+      throw new InvalidArgumentError(
+        '--docs',
+        'packed [T, d] or dense [B, L, d] tokens',
+        `shape [${shape.join(', ')}]`,
+      );
+    }
+    const ids = options.ids !== undefined ? readIds(options.ids, lengths.length) : undefined;
+    const writer = options.append
+      ? CorpusWriter.append(options.out)
+      : CorpusWriter.create(options.out, { dim, dtype: options.dtype ?? 'float16', ids: ids !== undefined });
+    try {
+      if (writer.dim !== dim)
+        throw new InvalidArgumentError(
+          '--docs',
+          `tokens of dim ${writer.dim} (the corpus dimension)`,
+          `dim ${dim}`,
+        );
+      const elem = dtype === 'float32' ? 4 : 2;
+      const group = Math.max(1, Math.floor((options.groupBytes ?? 64 * 1024 * 1024) / (dim * elem)));
+      let i = 0;
+      while (i < lengths.length) {
+        // A group: consecutive documents up to `group` tokens (at least one document).
+        let j = i;
+        let tokens = 0;
+        while (j < lengths.length && (j === i || tokens + lengths[j] <= group)) tokens += lengths[j++];
+        // Dense inputs hold padding after short documents: read each document's rows alone then.
+        const contiguous = shape.length === 2 || lengths.slice(i, j).every((l) => l === shape[1]);
+        const parts: TokenData[] = [];
+        if (contiguous) parts.push(source.read(starts[i], tokens * dim) as TokenData);
+        else for (let x = i; x < j; x++) parts.push(source.read(starts[x], lengths[x] * dim) as TokenData);
+        const data = parts.length === 1 ? parts[0] : concat(parts);
+        const offsets = [0];
+        for (let x = i; x < j; x++) offsets.push(offsets[offsets.length - 1] + lengths[x]);
+        const batch = raggedBatch(data, offsets, {
+          dim,
+          dtype: dtype as FloatDType,
+          checkFinite: options.checkFinite ?? true,
+        });
+        writer.add(batch, ids?.slice(i, j));
+        i = j;
+        options.onProgress?.(i, lengths.length);
+      }
+      return writer.commit();
+    } catch (e) {
+      writer.abort();
+      throw e;
+    }
+  } finally {
+    source.close();
+  }
+}
+
+function concat(parts: TokenData[]): TokenData {
+  const total = parts.reduce((a, p) => a + p.length, 0);
+  const out = new (parts[0].constructor as new (n: number) => TokenData)(total);
+  let at = 0;
+  for (const p of parts) {
+    (out as Float32Array).set(p as Float32Array, at);
+    at += p.length;
+  }
+  return out;
+}
