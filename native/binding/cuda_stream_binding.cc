@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../cuda/stream_scan.h"
 #include "cuda_task.h"
@@ -185,6 +186,63 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   return channel->Submit(env, rt, std::move(task));
 }
 
+// The pinned host-to-device copy rate, the ceiling a streamed scan is measured against: `iters` copies
+// of `bytes` from one pinned buffer, each timed with device events; returns the seconds of each.
+class HostToDeviceTask : public CudaTask {
+ public:
+  HostToDeviceTask(Napi::Env env, Runtime* rt, uint64_t bytes, int iters) : CudaTask(env), rt_(rt), bytes_(bytes), iters_(iters) {}
+  void Run() override {
+    rt_->EnsureReady();
+    const maxsim_cuda::Driver& d = maxsim_cuda::Api();
+    void* host = nullptr;
+    maxsim_cuda::Check(d.cuMemHostAlloc(&host, bytes_, cu::CU_MEMHOSTALLOC_DEFAULT), "cuMemHostAlloc");
+    std::memset(host, 1, bytes_);  // touch every page before timing
+    cu::CUevent start = nullptr, stop = nullptr;
+    try {
+      maxsim_cuda::ScopedBlock dst(rt_->allocator(), bytes_);
+      maxsim_cuda::Check(d.cuEventCreate(&start, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+      maxsim_cuda::Check(d.cuEventCreate(&stop, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+      for (int i = -1; i < iters_; i++) {  // one untimed warm-up copy
+        maxsim_cuda::Check(d.cuEventRecord(start, rt_->stream()), "cuEventRecord");
+        maxsim_cuda::Check(d.cuMemcpyHtoDAsync(dst.get(), host, bytes_, rt_->stream()), "cuMemcpyHtoDAsync");
+        maxsim_cuda::Check(d.cuEventRecord(stop, rt_->stream()), "cuEventRecord");
+        maxsim_cuda::Check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+        float ms = 0;
+        maxsim_cuda::Check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+        if (i >= 0) seconds_.push_back(ms / 1000.0);
+      }
+    } catch (...) {
+      if (start) d.cuEventDestroy(start);
+      if (stop) d.cuEventDestroy(stop);
+      d.cuMemFreeHost(host);
+      throw;
+    }
+    d.cuEventDestroy(start);
+    d.cuEventDestroy(stop);
+    d.cuMemFreeHost(host);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Float64Array a = Napi::Float64Array::New(env, seconds_.size());
+    for (size_t i = 0; i < seconds_.size(); i++) a[i] = seconds_[i];
+    return a;
+  }
+
+ private:
+  Runtime* rt_;
+  uint64_t bytes_;
+  int iters_;
+  std::vector<double> seconds_;
+};
+
+Napi::Value MeasureHostToDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  Runtime* rt = maxsim_binding::ParseDevice(env, info[0]);
+  const int64_t bytes = GetInteger(env, info[1], "bytes", 1, int64_t(1) << 36);
+  const int64_t iters = GetInteger(env, info[2], "iters", 1, 1000);
+  return channel->Submit(env, rt, std::make_unique<HostToDeviceTask>(env, rt, static_cast<uint64_t>(bytes), static_cast<int>(iters)));
+}
+
 }  // namespace
 
 void InitCudaStream(Napi::Env env, Napi::Object exports) {
@@ -192,4 +250,5 @@ void InitCudaStream(Napi::Env env, Napi::Object exports) {
   Napi::Value cuda = exports.Get("cuda");
   if (!cuda.IsObject()) throw Napi::Error::New(env, "InitCudaStream must run after InitCuda (exports.cuda is missing)");
   cuda.As<Napi::Object>().Set("streamScan", Napi::Function::New(env, StreamScan, "streamScan", channel));
+  cuda.As<Napi::Object>().Set("measureHostToDevice", Napi::Function::New(env, MeasureHostToDevice, "measureHostToDevice", channel));
 }

@@ -58,7 +58,7 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
   const int err = errno;
   close(fd);  // the mapping keeps the file referenced
   if (base == MAP_FAILED) throw Napi::Error::New(env, "cannot map " + path + ": " + std::strerror(err));
-  madvise(base, span, MADV_SEQUENTIAL);  // a scan reads each page once, in order
+  madvise(base, span, MADV_WILLNEED);  // start reading a cold file ahead of the scan
   auto* mapping = new Mapping{base, span};
   return Napi::ArrayBuffer::New(
       env, static_cast<char*>(base) + (offset - aligned), static_cast<size_t>(length),

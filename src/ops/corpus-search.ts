@@ -163,7 +163,16 @@ function queriesFor(dtype: CorpusDType, q: TokenBatch): TokenBatch {
 
 /** An on-disk corpus opened for search. */
 export class Corpus {
+  // Block mappings kept for the life of the corpus: a repeated search touches mapped pages without
+  // faulting them in again. They cost address space and page tables only (the pages are the page cache's).
+  private readonly mapped = new Map<string, TokenBatch>();
+
   constructor(readonly file: CorpusFile) {}
+
+  /** Drops the cached mappings (they are unmapped once garbage-collected). */
+  close(): void {
+    this.mapped.clear();
+  }
 
   get info(): CorpusInfo {
     return this.file.info;
@@ -269,6 +278,9 @@ export class Corpus {
 
   // A block as a ragged batch over the mapped file (no copy).
   private mapBlock(block: CorpusBlock): TokenBatch {
+    const key = `${block.segment}:${block.firstToken}:${block.tokens}:${block.documents}`;
+    const cached = this.mapped.get(key);
+    if (cached) return cached;
     const info = this.info;
     const ranges = this.file.blockRanges(block);
     const { starts, lengths } = this.file.blockSpans(block);
@@ -282,7 +294,7 @@ export class Corpus {
     const scales = ranges.scales
       ? new Float32Array(map(ranges.file, ranges.scales.offset, ranges.scales.bytes), 0, block.tokens)
       : undefined;
-    return {
+    const batch: TokenBatch = {
       kind: 'batch',
       layout: 'ragged',
       dtype: info.dtype,
@@ -294,6 +306,8 @@ export class Corpus {
       lengths,
       scales,
     };
+    this.mapped.set(key, batch);
+    return batch;
   }
 }
 

@@ -1,0 +1,119 @@
+// Out-of-core corpus search on the GPU (native/cuda/stream_scan.cc): streamed results equal the
+// in-memory GPU scores of the same kernel, at every block size; device memory stays within the
+// budget; damaged files fail the scan with a clear error. Skipped with the reason where no GPU runs.
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, describe, test } from 'node:test';
+import { type FloatDType, type Hit, rankRows, type TokenBatch } from '../../src/index.js';
+import { CorpusWriter } from '../../src/io/corpus.js';
+import { openCorpus } from '../../src/ops/corpus-search.js';
+import { randomRagged, rng, runSeed } from '../helpers.js';
+import { gpu, skip } from './helpers.js';
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-corpus-'));
+after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+let serial = 0;
+
+function build(parts: TokenBatch[], dtype: FloatDType): string {
+  const dir = path.join(tmp, `c${serial++}.msx`);
+  parts.forEach((p, i) => {
+    const w = i === 0 ? CorpusWriter.create(dir, { dim: p.dim, dtype }) : CorpusWriter.append(dir);
+    w.add(p);
+    w.commit();
+  });
+  return dir;
+}
+
+function lengthsOf(rand: () => number, n: number, max: number): number[] {
+  return Array.from({ length: n }, (_, i) => (i % 11 === 5 ? 0 : 1 + Math.floor(rand() * max)));
+}
+
+const pairs = (rows: Hit[][]) => rows.map((r) => r.map((h) => [h.index, h.score]));
+
+describe('CUDA corpus search', { skip }, () => {
+  for (const dtype of ['float16', 'bfloat16', 'float32'] as FloatDType[]) {
+    test(`streamed top-k equals the in-memory GPU top-k of the same kernel (${dtype})`, async () => {
+      const rand = rng(runSeed + 101);
+      const dim = 128;
+      const parts = [0, 1].map(() => randomRagged(lengthsOf(rand, 150, 200), dim, dtype, rand));
+      const dir = build(parts, dtype);
+      const corpus = openCorpus(dir);
+      const queries = randomRagged([32, 7, 1], dim, 'float32', rand);
+      const dev = await gpu();
+      const all = corpus.readDocuments(Array.from({ length: corpus.info.documents }, (_, i) => i));
+      const mem = await dev.upload(all);
+      try {
+        const rowBytes = dim * (dtype === 'float32' ? 4 : 2);
+        for (const blockBytes of [1, rowBytes * 1000, rowBytes * 7000, 1 << 30]) {
+          const { hits, stats } = await corpus.searchWithStats(queries, {
+            topK: 9,
+            backend: 'cuda',
+            blockBytes,
+          });
+          assert.equal(stats.backend, 'cuda');
+          const scores = await mem.score(queries, { variant: stats.variant });
+          const want = rankRows(scores, 9);
+          assert.deepEqual(
+            pairs(hits),
+            pairs(want),
+            `blockBytes ${blockBytes} (${stats.blocks} blocks, ${stats.variant})`,
+          );
+        }
+      } finally {
+        mem.dispose();
+      }
+    });
+  }
+
+  test('device memory stays within a small budget over a larger corpus; progress is reported', async () => {
+    const rand = rng(runSeed + 102);
+    const dim = 128;
+    // 4 segments x 100 documents x 512 tokens x 256 B = 51 MiB of tokens; budget 16 MiB.
+    const parts = [0, 1, 2, 3].map(() => randomRagged(Array(100).fill(512), dim, 'float16', rand));
+    const dir = build(parts, 'float16');
+    const corpus = openCorpus(dir);
+    const queries = randomRagged([32, 32], dim, 'float32', rand);
+    const seen: number[] = [];
+    const budget = 16 * 1024 * 1024;
+    const { hits, stats } = await corpus.searchWithStats(queries, {
+      topK: 5,
+      backend: 'cuda',
+      gpuMemory: budget,
+      onProgress: (p) => seen.push(p.documents),
+    });
+    assert.ok(stats.blocks >= 8, `blocks ${stats.blocks}`);
+    assert.ok(stats.devicePeakBytes! <= budget, `peak ${stats.devicePeakBytes} > budget ${budget}`);
+    assert.equal(seen[seen.length - 1], 400);
+    const cpu = await corpus.search(queries, { topK: 5, backend: 'cpu' });
+    // CPU and GPU sum in different orders: the same documents, scores within fp32 rounding.
+    for (let q = 0; q < 2; q++) {
+      assert.deepEqual(
+        hits[q].map((h) => h.index),
+        cpu[q].map((h) => h.index),
+      );
+      hits[q].forEach((h, i) =>
+        assert.ok(Math.abs(h.score - cpu[q][i].score) < 1e-3 * Math.abs(h.score) + 1e-3),
+      );
+    }
+    await assert.rejects(
+      corpus.search(queries, { backend: 'cuda', gpuMemory: 2 * 1024 * 1024 }),
+      /gpuMemory/,
+    );
+  });
+
+  test('a segment truncated after open fails the scan with its name; the backend stays usable', async () => {
+    const rand = rng(runSeed + 103);
+    const dir = build([randomRagged(Array(64).fill(300), 64, 'float16', rand)], 'float16');
+    const corpus = openCorpus(dir);
+    fs.truncateSync(path.join(dir, 'seg-000001.msxs'), 4096 + 64 * 300 * 128 * 0.5);
+    const q = randomRagged([8], 64, 'float32', rand);
+    await assert.rejects(
+      corpus.search(q, { backend: 'cuda', blockBytes: 64 * 1024 }),
+      /seg-000001\.msxs is truncated/,
+    );
+    const ok = openCorpus(build([randomRagged([5, 6], 64, 'float16', rand)], 'float16'));
+    assert.equal((await ok.search(q, { backend: 'cuda', topK: 2 }))[0].length, 2);
+  });
+});
