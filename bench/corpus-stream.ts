@@ -21,6 +21,7 @@ const { values } = parseArgs({
     queries: { type: 'string', default: '4' },
     'query-length': { type: 'string', default: '32' },
     repeats: { type: 'string', default: '2' },
+    transfer: { type: 'string', default: 'copy,register' },
   },
 });
 const DOCS = Number(values.docs);
@@ -65,36 +66,39 @@ console.log(`pinned host-to-device copy: ${gb(h2d).toFixed(1)} GB/s (median of 2
 
 const budget = Number(values['budget-gib']) * 1024 ** 3;
 const results = [];
-for (let r = 0; r < Number(values.repeats); r++) {
-  let last = 0;
-  const { hits, stats } = await corpus.searchWithStats(queries, {
-    topK: 10,
-    backend: 'cuda',
-    gpuMemory: budget,
-    onProgress: (p) => {
-      if (p.elapsedMs - last > 2000) {
-        last = p.elapsedMs;
-        process.stderr.write(
-          `  ${p.documents}/${p.totalDocuments} documents, ${(p.elapsedMs / 1000).toFixed(1)} s\n`,
-        );
-      }
-    },
-  });
-  const row = {
-    run: r,
-    corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
-    budgetGiB: Number(values['budget-gib']),
-    queries: `${nq}x${lq}`,
-    seconds: +stats.seconds.toFixed(3),
-    docsPerSecond: Math.round(stats.documents / stats.seconds),
-    GBps: +gb(stats.bytes / stats.seconds).toFixed(1),
-    ofPinnedH2D: +(stats.bytes / stats.seconds / h2d).toFixed(3),
-    devicePeakMiB: +((stats.devicePeakBytes ?? 0) / 1024 ** 2).toFixed(0),
-    firstBlockSeconds: +stats.firstBlockSeconds.toFixed(3),
-    blocks: stats.blocks,
-    variant: stats.variant,
-    top1: hits[0][0],
-  };
-  results.push(row);
-  console.log(JSON.stringify(row));
-}
+for (const transfer of values.transfer!.split(',') as ('copy' | 'register')[])
+  for (let r = 0; r < Number(values.repeats); r++) {
+    let last = 0;
+    const { hits, stats } = await corpus.searchWithStats(queries, {
+      topK: 10,
+      backend: 'cuda',
+      gpuMemory: budget,
+      transfer,
+      onProgress: (p) => {
+        if (p.elapsedMs - last > 2000) {
+          last = p.elapsedMs;
+          process.stderr.write(
+            `  ${p.documents}/${p.totalDocuments} documents, ${(p.elapsedMs / 1000).toFixed(1)} s\n`,
+          );
+        }
+      },
+    });
+    const row = {
+      run: r,
+      transfer,
+      corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
+      budgetGiB: Number(values['budget-gib']),
+      queries: `${nq}x${lq}`,
+      seconds: +stats.seconds.toFixed(3),
+      docsPerSecond: Math.round(stats.documents / stats.seconds),
+      GBps: +gb(stats.bytes / stats.seconds).toFixed(1),
+      ofPinnedH2D: +(stats.bytes / stats.seconds / h2d).toFixed(3),
+      devicePeakMiB: +((stats.devicePeakBytes ?? 0) / 1024 ** 2).toFixed(0),
+      firstBlockSeconds: +stats.firstBlockSeconds.toFixed(3),
+      blocks: stats.blocks,
+      variant: stats.variant,
+      top1: hits[0][0],
+    };
+    results.push(row);
+    console.log(JSON.stringify(row));
+  }

@@ -1,7 +1,7 @@
 // The backward pass under contention: every query token picks the same few document tokens, so
 // the atomic dD scatter serializes on them while the CSR path reduces each row once. Wall-clock
-// medians of 3 backward passes per path (same transfers on both paths, so the difference is the
-// dD kernels). Run: node dist/bench/train-contention.js [B] [hotTokens]
+// medians of the backward pass per path (same transfers on both paths, so the difference is the
+// dD kernels; medians of 5). 'auto' reports the path it chose. Run: node dist/bench/train-contention.js [B] [hotTokens]
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { maxsimTrain } from '../src/ops/train.js';
 import { denseBatch, encodeFloats } from '../src/tensor.js';
@@ -35,19 +35,27 @@ const batch = (x: Float32Array, length: number) =>
 const queries = batch(q, lq);
 const docs = batch(d, ld);
 const grad = new Float32Array(b * b).fill(1 / b);
-const result: Record<string, number> = {};
-for (const dDPath of ['csr', 'atomic'] as const) {
+const result: Record<string, number | string | undefined> = {};
+for (const dDPath of ['csr', 'atomic', 'auto'] as const) {
   const fwd = await maxsimTrain(queries, docs, { backend: 'cuda', dDPath });
   let hits = 0;
   for (const a of fwd.argmax) if (a >= 0 && a < hot) hits++;
   result.hotFraction = hits / fwd.argmax.length;
-  await fwd.backward(grad); // warm-up
+  const warm = await fwd.backward(grad); // warm-up
+  if (dDPath === 'auto') result.autoChose = warm.dDPath;
   const times: number[] = [];
-  for (let r = 0; r < 3; r++) {
+  for (let r = 0; r < 5; r++) {
     const t = process.hrtime.bigint();
     await fwd.backward(grad);
     times.push(Number(process.hrtime.bigint() - t) / 1e6);
   }
-  result[`${dDPath}Ms`] = times.sort((x, y) => x - y)[1];
+  result[`${dDPath}Ms`] = times.sort((x, y) => x - y)[2];
+  // the dD kernels alone (CUDA events), median of 3 profiled passes
+  const prof = await maxsimTrain(queries, docs, { backend: 'cuda', dDPath, cudaTuning: { profile: true } });
+  const kernel: number[] = [];
+  for (let r = 0; r < 3; r++) kernel.push((await prof.backward(grad)).profileMs?.dD ?? Number.NaN);
+  result[`${dDPath}DdKernelMs`] = kernel.sort((x, y) => x - y)[1];
 }
+result.atomicOverCsr = (result.atomicMs as number) / (result.csrMs as number);
+result.atomicOverCsrDdKernel = (result.atomicDdKernelMs as number) / (result.csrDdKernelMs as number);
 console.log(JSON.stringify({ shape: `${b},${lq},${ld},${dim},${b}`, hotTokens: hot, ...result }));

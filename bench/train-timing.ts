@@ -1,13 +1,17 @@
 // Wall-clock timing of one training step at ColPali shape (Lq = Ld = 1024, d = 128, all pairs B x B,
 // fp16) on a backend, transfers included: a first measurement of the training path, not a kernel
-// benchmark. Run: node dist/bench/train-timing.js [cpu|cuda] [B]
+// benchmark. Medians of `repeats` runs of each phase after one warm-up step, then one profiled
+// forward + backward (profileMs: host phases in wall time, kernels in CUDA event time).
+// Run: node dist/bench/train-timing.js [cpu|cuda] [B] [csr|atomic|auto] [repeats]
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { contrastiveStep, maxsimTrain } from '../src/ops/train.js';
+import { contrastiveStep, maxsimTrain, type TrainDDPath } from '../src/ops/train.js';
 import { denseBatch, encodeFloats } from '../src/tensor.js';
 
 const backend = (process.argv[2] ?? 'cuda') as 'cpu' | 'cuda';
 const b = Number(process.argv[3] ?? 32);
+const dDPath = (process.argv[4] ?? 'csr') as TrainDDPath;
+const repeats = Number(process.argv[5] ?? 3);
 const rng = new Rng(3);
 const make = () =>
   denseBatch(encodeFloats(randomUnitTokens(rng, b * 1024, 128), 'float16'), {
@@ -20,19 +24,41 @@ const make = () =>
 const queries = make();
 const docs = make();
 const seconds = (t: bigint) => Number(process.hrtime.bigint() - t) / 1e9;
-await maxsimTrain(queries, docs, { backend }); // warm-up (module load, allocations)
-let t = process.hrtime.bigint();
-const fwd = await maxsimTrain(queries, docs, { backend });
-const forward = seconds(t);
-t = process.hrtime.bigint();
-await fwd.backward(new Float32Array(b * b).fill(1 / b));
-const backward = seconds(t);
-t = process.hrtime.bigint();
-const step = await contrastiveStep(queries, docs, { backend, temperature: 0.05 });
-const total = seconds(t);
+const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+// warm-up (module load, allocations) through every phase
+await (await maxsimTrain(queries, docs, { backend, dDPath })).backward(new Float32Array(b * b).fill(1 / b));
+const forwards: number[] = [];
+const backwards: number[] = [];
+const steps: number[] = [];
+let loss = 0;
+let usedPath: string | undefined;
+for (let r = 0; r < repeats; r++) {
+  let t = process.hrtime.bigint();
+  const fwd = await maxsimTrain(queries, docs, { backend, dDPath });
+  forwards.push(seconds(t));
+  t = process.hrtime.bigint();
+  const grads = await fwd.backward(new Float32Array(b * b).fill(1 / b));
+  backwards.push(seconds(t));
+  usedPath = grads.dDPath;
+  t = process.hrtime.bigint();
+  const step = await contrastiveStep(queries, docs, { backend, temperature: 0.05, dDPath });
+  steps.push(seconds(t));
+  loss = step.loss;
+}
+// One more pass with profiling on (CUDA): where the time goes, host phases (wall) and kernels (events).
+let forwardProfileMs: Record<string, number> | undefined;
+let backwardProfileMs: Record<string, number> | undefined;
+if (backend === 'cuda') {
+  const fwd = await maxsimTrain(queries, docs, { backend, dDPath, cudaTuning: { profile: true } });
+  forwardProfileMs = fwd.profileMs;
+  backwardProfileMs = (await fwd.backward(new Float32Array(b * b).fill(1 / b))).profileMs;
+}
+const forward = median(forwards);
+const backward = median(backwards);
+const total = median(steps);
 const flops = 2 * b * b * 1024 * 1024 * 128;
-// Peak device bytes of the caching allocator over the whole run, and what of it is not the inputs
-// (fp16 queries and documents) and their fp32 gradients.
+// Peak device bytes of the caching allocator over the whole run (this process), and what of it is
+// not the inputs (fp16 queries and documents) and their fp32 gradients: the issue's "extra" figure.
 let peakBytes: number | undefined;
 let peakExtraBytes: number | undefined;
 if (backend === 'cuda') {
@@ -45,12 +71,23 @@ console.log(
   JSON.stringify({
     backend,
     shape: `${b},1024,1024,128,${b}`,
+    dDPath,
+    dDPathUsed: usedPath,
+    repeats,
     forwardS: forward,
     backwardS: backward,
     stepS: total,
+    backwardOverForward: backward / forward,
+    stepOverForward: total / forward,
     forwardTflops: flops / forward / 1e12,
+    forwardRunsS: forwards,
+    backwardRunsS: backwards,
+    stepRunsS: steps,
+    forwardProfileMs,
+    backwardProfileMs,
     peakBytes,
     peakExtraBytes,
-    loss: step.loss,
+    peakExtraMB: peakExtraBytes === undefined ? undefined : peakExtraBytes / 1e6,
+    loss,
   }),
 );

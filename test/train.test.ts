@@ -7,7 +7,13 @@ import { decodeBatch64 } from '../src/backends/reference.js';
 import { referenceBackward, referenceMaxsimTrain } from '../src/backends/reference-train.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
 import { maxsimAll } from '../src/ops/maxsim.js';
-import { contrastiveLoss, contrastiveStep, maxsimTrain, type TrainPairs } from '../src/ops/train.js';
+import {
+  contrastiveLoss,
+  contrastiveStep,
+  maxsimTrain,
+  type TrainDDPath,
+  type TrainPairs,
+} from '../src/ops/train.js';
 import { denseBatch, type FloatDType, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import {
   assertGradClose,
@@ -262,6 +268,32 @@ describe('MaxSim training semantics', () => {
     });
     await assert.rejects(maxsimTrain(queries, docs, { pairs: 'rows' as TrainPairs }), /for pairs/);
     await assert.rejects(maxsimTrain(queries, docs, { threads: -1 }), /for threads/);
+    // CUDA-only options are validated on every backend, before any work
+    await assert.rejects(maxsimTrain(queries, docs, { dDPath: 'sorted' as TrainDDPath }), (e: unknown) => {
+      return e instanceof InvalidArgumentError && e.argument === 'dDPath' && /'auto'/.test(e.message);
+    });
+    await assert.rejects(
+      maxsimTrain(queries, docs, { cudaTuning: { argmaxBits: 8 as 16 } }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.argmaxBits',
+    );
+    for (const docBlock of [-1, 1.5, Number.NaN]) {
+      await assert.rejects(
+        maxsimTrain(queries, docs, { cudaTuning: { docBlock } }),
+        (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.docBlock',
+      );
+    }
+    await assert.rejects(
+      maxsimTrain(queries, docs, { cudaTuning: { queryBlock: -2 } }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.queryBlock',
+    );
+    // 'auto' and the tuning knobs are accepted (and ignored) by the CPU engine: same gradients
+    const plain = await maxsimTrain(queries, docs);
+    const tuned = await maxsimTrain(queries, docs, {
+      dDPath: 'auto',
+      cudaTuning: { argmaxBits: 32, docBlock: 1, queryBlock: 1 },
+    });
+    const g = new Float32Array(6).fill(0.5);
+    assert.deepEqual(await tuned.backward(g), await plain.backward(g));
     if (!cudaStatus().available) {
       await assert.rejects(maxsimTrain(queries, docs, { backend: 'cuda' }), (e: unknown) => {
         return (

@@ -122,6 +122,7 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   spec.depth = static_cast<int>(GetInteger(env, plan.Get("depth"), "plan.depth", 1, 8));
   spec.readers = static_cast<int>(GetInteger(env, plan.Get("readers"), "plan.readers", 1, 64));
   spec.k = GetInteger(env, plan.Get("k"), "plan.k", 0, int64_t(1) << 31);
+  spec.register_pages = plan.Get("registerPages").ToBoolean().Value();
 
   auto blocks = GetTyped<Napi::Float64Array>(env, plan, "blocks", napi_float64_array, "Float64Array");
   auto starts = GetTyped<Napi::Float64Array>(env, plan, "starts", napi_float64_array, "Float64Array");

@@ -3,9 +3,17 @@
 // out: each call uploads the batches (packed), runs the kernels on the device's worker thread
 // (runtime.h) and returns host arrays in the CPU engine's layouts through a Promise. The JS thread
 // never waits on the GPU.
+//
+// Device memory beyond the inputs and their fp32 gradients (the "extra" figure):
+//   forward:  scores [P] f32, argmax [P * stride] int16 (int32 when a document has >= 32768 tokens),
+//             best[] one stride-long f32 stripe per CTA (<= kFwdScratchBytes, not per pair).
+//   backward: argmax as above, gradScores [P] f64, and the CSR of ONE document block at a time:
+//             counts + offsets [cells] u32 (cells <= kCellCap), sources u32 (<= kSourceCap entries).
+// ColPali shape B = 256 (P = 65,536, stride 1,024): argmax 134 MB + CSR <= 32 + 32 + 64 MB.
 #include <napi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -217,8 +225,140 @@ void ScatterRows(const TokenSet& t, const std::vector<float>& packed, float* out
   }
 }
 
+// Whether the packed device rows of t are already its host layout (items back to back from token 0,
+// as in a dense batch without padding): then gradients download straight into the output array.
+bool PackedIsLayout(const TokenSet& t) {
+  int64_t at = 0;
+  for (int64_t i = 0; i < t.count; i++) {
+    if (t.lengths[i] > 0 && static_cast<int64_t>(t.starts[i]) != at) return false;
+    at += t.lengths[i];
+  }
+  return true;
+}
+
+// Downloads packed gradient rows [tokens, dim] into out (the batch's layout; N-API zero-filled it).
+void DownloadRows(Runtime* rt, const TokenSet& t, cu::CUdeviceptr src, uint64_t elems, float* out) {
+  if (elems == 0) return;
+  if (PackedIsLayout(t)) {
+    rt->Download(out, src, elems * sizeof(float));
+    return;
+  }
+  std::vector<float> packed(static_cast<size_t>(elems));
+  rt->Download(packed.data(), src, elems * sizeof(float));
+  ScatterRows(t, packed, out);
+}
+
+int32_t LongestItem(const TokenSet& t) {
+  int32_t m = 0;
+  for (int64_t i = 0; i < t.count; i++) m = std::max(m, t.lengths[i]);
+  return m;
+}
+
+// argmax entries go to the device as int16 when every document is shorter than 32768 tokens (values
+// -1 .. 32766), halving the largest buffer of both passes; `bits` (options.argmaxBits) forces 16 or 32.
+bool UseArgmax16(Napi::Env env, const Problem& a, const Napi::Object& opts) {
+  const bool fits = LongestItem(a.d) <= 32767;
+  Napi::Value v = opts.Get("argmaxBits");
+  if (v.IsUndefined()) return fits;
+  const double bits = v.IsNumber() ? v.ToNumber().DoubleValue() : -1.0;
+  if (bits == 0) return fits;
+  if (bits == 32) return false;
+  if (bits == 16) {
+    if (!fits) {
+      throw Napi::RangeError::New(env, "Expected documents shorter than 32768 tokens for argmaxBits 16 but received one of " +
+                                           std::to_string(LongestItem(a.d)));
+    }
+    return true;
+  }
+  throw ArgError(env, "argmaxBits", "0, 16 or 32", v.IsNumber() ? std::to_string(bits) : std::string("another value"));
+}
+
+// A non-negative integer option (0 = automatic).
+int64_t CountOption(Napi::Env env, const Napi::Object& opts, const char* name) {
+  Napi::Value v = opts.Get(name);
+  if (v.IsUndefined()) return 0;
+  const double x = v.IsNumber() ? v.ToNumber().DoubleValue() : -1.0;
+  if (!(x >= 0 && x <= 2147483647.0 && x == static_cast<double>(static_cast<int64_t>(x)))) {
+    throw ArgError(env, name, "an integer >= 0 (0 = automatic)", v.IsNumber() ? std::to_string(x) : "another value");
+  }
+  return static_cast<int64_t>(x);
+}
+
+// options.profile: wall time of the host phases and device time (CUDA events on the stream) of the
+// kernels, returned as profileMs { phase: ms } (for the benchmarks; off by default, costs nothing then).
+class PhaseTimer {
+ public:
+  PhaseTimer(Runtime* rt, bool on) : rt_(rt), on_(on) {}
+  ~PhaseTimer() {
+    for (cu::CUevent e : events_) maxsim_cuda::Api().cuEventDestroy(e);
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+  bool on() const { return on_; }
+  // Host: the wall time since the previous Host() call (or construction) is added to `name`.
+  void Host(const char* name) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    phases_.emplace_back(name, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  // Device: records an event; Device(name) after Mark() charges the time between them to `name`.
+  void Mark() {
+    if (!on_) return;
+    cu::CUevent e = nullptr;
+    maxsim_cuda::Check(maxsim_cuda::Api().cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+    events_.push_back(e);
+    maxsim_cuda::Check(maxsim_cuda::Api().cuEventRecord(e, rt_->stream()), "cuEventRecord");
+  }
+  void Device(const char* name) {
+    if (!on_) return;
+    Mark();
+    pending_.emplace_back(name, events_.size() - 2);
+  }
+  // After the stream has passed every mark: resolves the device phases.
+  std::vector<std::pair<std::string, double>> Finish() {
+    std::vector<std::pair<std::string, double>> out = phases_;
+    for (const auto& [name, k] : pending_) {
+      float ms = 0.f;
+      maxsim_cuda::Check(maxsim_cuda::Api().cuEventElapsedTime(&ms, events_[k], events_[k + 1]), "cuEventElapsedTime");
+      out.emplace_back(name, static_cast<double>(ms));
+    }
+    return out;
+  }
+
+ private:
+  Runtime* rt_;
+  bool on_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::vector<cu::CUevent> events_;
+  std::vector<std::pair<std::string, size_t>> pending_;
+  std::vector<std::pair<std::string, double>> phases_;
+};
+
+Napi::Value PhasesToJs(Napi::Env env, const std::vector<std::pair<std::string, double>>& phases) {
+  Napi::Object o = Napi::Object::New(env);
+  for (const auto& [name, ms] : phases) o.Set(name, Napi::Number::New(env, ms));
+  return o;
+}
+
+bool ProfileOption(const Napi::Object& opts) {
+  Napi::Value v = opts.Get("profile");
+  return v.IsBoolean() && v.As<Napi::Boolean>().Value();
+}
+
+// The forward's best[] is one stride-long stripe per CTA: the grid is capped so the stripes take at
+// most kFwdScratchBytes (at least 1024 CTAs, ~8 per SM, so the GPU stays full), not one per pair.
+constexpr int64_t kFwdScratchBytes = int64_t(64) << 20;
+
+// `cap` (options.forwardGrid, 0 = none) lowers it further: tests use it to give each CTA many pairs.
+int64_t ForwardGrid(const Problem& a, int64_t cap) {
+  const int64_t per_cta = std::max<int64_t>(a.stride, 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t grid = std::min({a.num_pairs, kMaxGrid, std::max<int64_t>(1024, kFwdScratchBytes / per_cta)});
+  return cap > 0 ? std::min(grid, cap) : grid;
+}
+
 // ---------------------------------------------------------------------------------------------
-// trainForward(device, queries, docs, { pairs, stride, kernel? }) -> Promise<{ scores, argmax }>
+// trainForward(device, queries, docs, { pairs, stride, kernel?, argmaxBits?, forwardGrid? }) -> Promise<{ scores, argmax }>
 // kernel: 'auto' (default: the tensor-core forward where MmaForwardApplies), 'mma' or 'simt'.
 
 class ForwardTask : public TrainTask {
@@ -226,6 +366,10 @@ class ForwardTask : public TrainTask {
   ForwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
   Problem a;
   bool mma = false;  // the tensor-core forward (chosen on the JS thread, see TrainForward)
+  bool argmax16 = true;
+  int64_t grid_cap = 0;
+  bool profile = false;
+  std::vector<std::pair<std::string, double>> phases;
   float* scores_out = nullptr;
   int32_t* argmax_out = nullptr;
   Napi::ObjectReference result;
@@ -233,28 +377,60 @@ class ForwardTask : public TrainTask {
   void Run() override {
     rt_->EnsureReady();
     if (a.num_pairs == 0) return;
+    PhaseTimer timer(rt_, profile);
     auto q = UploadSet(rt_, a.q);
     auto d = UploadSet(rt_, a.d);
     const uint64_t slots = static_cast<uint64_t>(a.num_pairs) * static_cast<uint64_t>(a.stride);
+    const int64_t grid = ForwardGrid(a, grid_cap);
+    const uint64_t entry = argmax16 ? sizeof(int16_t) : sizeof(int32_t);
     ScopedBlock scores(rt_->allocator(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
-    ScopedBlock best(rt_->allocator(), std::max<uint64_t>(slots, 1) * sizeof(float));
-    ScopedBlock argmax(rt_->allocator(), std::max<uint64_t>(slots, 1) * sizeof(int32_t));
+    ScopedBlock best(rt_->allocator(),
+                     std::max<uint64_t>(static_cast<uint64_t>(grid) * static_cast<uint64_t>(a.stride), 1) * sizeof(float));
+    ScopedBlock argmax(rt_->allocator(), std::max<uint64_t>(slots, 1) * entry);
     MaxsimTrainParams p = BaseParams(a, *q, *d);
     p.scores = DevPtr<float>(scores.get());
     p.best = DevPtr<float>(best.get());
-    p.argmax = DevPtr<int32_t>(argmax.get());
+    p.argmax = DevPtr<void>(argmax.get());
+    p.argmax16 = argmax16 ? 1 : 0;
+    if (timer.on()) rt_->Synchronize();
+    timer.Host("upload");
+    timer.Mark();
     if (mma) {
-      Launch1D(rt_, std::string("maxsim_train_fwd_mma_") + KernelSuffix(a.d.dtype), a.num_pairs, kMmaFwdThreads, p,
+      Launch1D(rt_, std::string("maxsim_train_fwd_mma_") + KernelSuffix(a.d.dtype), grid, kMmaFwdThreads, p,
                kMmaFwdSmem);
     } else {
-      Launch1D(rt_, std::string("maxsim_train_fwd_") + KernelSuffix(a.d.dtype), a.num_pairs, 128, p);
+      Launch1D(rt_, std::string("maxsim_train_fwd_") + KernelSuffix(a.d.dtype), grid, 128, p);
     }
+    timer.Device("forwardKernel");
+    if (timer.on()) rt_->Synchronize();
+    timer.Host("forwardWait");
     rt_->Download(scores_out, scores.get(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
-    rt_->Download(argmax_out, argmax.get(), slots * sizeof(int32_t));
+    DownloadArgmax(argmax.get(), slots);
+    timer.Host("download");
+    if (timer.on()) phases = timer.Finish();
   }
-  Napi::Value Result(Napi::Env) override { return result.Value(); }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = result.Value();
+    if (profile) o.Set("profileMs", PhasesToJs(env, phases));
+    return o;
+  }
 
  private:
+  void DownloadArgmax(cu::CUdeviceptr src, uint64_t slots) {
+    if (!argmax16) {
+      rt_->Download(argmax_out, src, slots * sizeof(int32_t));
+      return;
+    }
+    // Widened to the API's Int32Array a chunk at a time (no full-size host copy).
+    constexpr uint64_t kChunk = uint64_t(1) << 22;
+    std::vector<int16_t> buf(static_cast<size_t>(std::min<uint64_t>(slots, kChunk)));
+    for (uint64_t off = 0; off < slots; off += kChunk) {
+      const uint64_t n = std::min(kChunk, slots - off);
+      rt_->Download(buf.data(), src + off * sizeof(int16_t), n * sizeof(int16_t));
+      for (uint64_t e = 0; e < n; e++) argmax_out[off + e] = buf[e];
+    }
+  }
+
   Runtime* rt_;
 };
 
@@ -265,8 +441,9 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<ForwardTask>(env, rt);
   task->a = ParseProblem(info, 1, 3, task.get());
   const Problem& a = task->a;
+  Napi::Object opts = info[3].As<Napi::Object>();
   FwdKernel kernel = FwdKernel::kAuto;
-  Napi::Value kv = info[3].As<Napi::Object>().Get("kernel");
+  Napi::Value kv = opts.Get("kernel");
   if (!kv.IsUndefined()) {
     const std::string s = kv.IsString() ? kv.As<Napi::String>().Utf8Value() : std::string("?");
     if (s == "mma") {
@@ -285,6 +462,9 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
                                      " docs, dim " + std::to_string(a.q.dim));
   }
   task->mma = kernel != FwdKernel::kSimt && applies;
+  task->argmax16 = UseArgmax16(env, a, opts);
+  task->grid_cap = CountOption(env, opts, "forwardGrid");
+  task->profile = ProfileOption(opts);
   Napi::Float32Array scores = Napi::Float32Array::New(env, static_cast<size_t>(a.num_pairs));
   Napi::Int32Array argmax = Napi::Int32Array::New(env, static_cast<size_t>(a.num_pairs * a.stride));
   Napi::Object result = Napi::Object::New(env);
@@ -298,88 +478,265 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// trainBackward(device, queries, docs, argmax, gradScores, { pairs, stride, dDPath }) -> Promise<{ dQ, dD }>
+// trainBackward(device, queries, docs, argmax, gradScores,
+//               { pairs, stride, dDPath, argmaxBits?, docBlock?, queryBlock? }) -> Promise<{ dQ, dD, dDPath }>
+// dDPath 'csr' | 'atomic' | 'auto' ('auto': the CSR's histogram of the first document block measures
+// the contention and picks, see kAutoAtomicDistinct); the result's dDPath is the path that ran.
+// docBlock / queryBlock (0 = automatic) bound the documents per CSR block and the queries per cell:
+// they change the memory and the parallelism, never the result (tests force them).
+
+// CSR budget per document block: sources (u32 argmax slot indices) and cells (u32 counts, u32 offsets).
+constexpr int64_t kSourceCap = int64_t(1) << 24;  // 64 MB
+constexpr int64_t kCellCap = int64_t(1) << 23;    // 32 MB each for counts and offsets
+// Warps the count / place kernels should have per block: (documents in the block) x (query blocks).
+constexpr int64_t kWalkWarps = 8192;
+// 'auto' runs the atomic scatter when the rows with sources are at least this fraction of the sources
+// (about 2 or fewer sources per touched row: little to reduce, so the CSR's passes are pure overhead).
+// A first guess, to be calibrated on the H200 with bench/train-contention.ts.
+constexpr double kAutoAtomicDistinct = 0.5;
+
+enum class DDPath { kCsr, kAtomic, kAuto };
+
+struct DocBlock {
+  int32_t doc_begin = 0, doc_end = 0;
+  int64_t row_begin = 0, row_end = 0;
+  int64_t bound = 0;  // most sources the block can have
+  int32_t qblocks = 1, qblock_size = 1;
+  int64_t cells() const { return (row_end - row_begin) * qblocks; }
+};
+
+// Splits the documents into consecutive blocks whose sources fit kSourceCap (a single document may
+// exceed it: a block holds at least one) and picks each block's query blocks.
+std::vector<DocBlock> PlanDocBlocks(const Problem& a, int64_t max_docs, int64_t query_block) {
+  int64_t tq = 0;  // sources of one document, at most: every query token (all pairs)
+  for (int64_t i = 0; i < a.q.count; i++) tq += a.q.lengths[i];
+  std::vector<DocBlock> blocks;
+  int64_t row = 0;
+  DocBlock cur;
+  auto close = [&](int32_t end) {
+    cur.doc_end = end;
+    cur.row_end = row;
+    const int64_t docs_in = cur.doc_end - cur.doc_begin;
+    const int64_t rows = std::max<int64_t>(cur.row_end - cur.row_begin, 1);
+    if (a.pairs == 0 && a.q.count > 0) {
+      int64_t qb = query_block > 0 ? CeilDiv(a.q.count, query_block)
+                                   : std::min<int64_t>(a.q.count, CeilDiv(kWalkWarps, std::max<int64_t>(docs_in, 1)));
+      if (query_block == 0) qb = std::min(qb, std::max<int64_t>(1, kCellCap / rows));
+      qb = std::max<int64_t>(qb, 1);
+      cur.qblock_size = static_cast<int32_t>(CeilDiv(a.q.count, qb));
+      cur.qblocks = static_cast<int32_t>(CeilDiv(a.q.count, cur.qblock_size));
+    } else {
+      cur.qblocks = 1;
+      cur.qblock_size = 1;
+    }
+    blocks.push_back(cur);
+  };
+  cur.doc_begin = 0;
+  cur.row_begin = 0;
+  for (int64_t j = 0; j < a.d.count; j++) {
+    const int64_t ld = a.d.lengths[j];
+    const int64_t bound = ld <= 0 ? 0 : (a.pairs == 0 ? tq : a.q.lengths[j]);
+    const int64_t docs_in = j - cur.doc_begin;
+    const bool full = docs_in > 0 && (cur.bound + bound > kSourceCap || (row - cur.row_begin) + ld > kCellCap ||
+                                      (max_docs > 0 && docs_in >= max_docs));
+    if (full) {
+      close(static_cast<int32_t>(j));
+      cur = DocBlock();
+      cur.doc_begin = static_cast<int32_t>(j);
+      cur.row_begin = row;
+    }
+    cur.bound += bound;
+    row += std::max<int64_t>(ld, 0);
+  }
+  close(static_cast<int32_t>(a.d.count));
+  return blocks;
+}
 
 class BackwardTask : public TrainTask {
  public:
   BackwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
   Problem a;
-  bool atomic = false;
+  DDPath path = DDPath::kCsr;
+  bool argmax16 = true;
+  int64_t doc_block = 0, query_block = 0;
   const int32_t* argmax_in = nullptr;
   const double* grad_in = nullptr;
   float* dq_out = nullptr;
   float* dd_out = nullptr;
+  bool ran_atomic = false;
+  bool profile = false;
+  std::vector<std::pair<std::string, double>> phases;
   Napi::ObjectReference result;
 
   void Run() override {
     rt_->EnsureReady();
     if (a.num_pairs == 0) return;
+    PhaseTimer timer(rt_, profile);
     auto q = UploadSet(rt_, a.q);
     auto d = UploadSet(rt_, a.d);
+    if (timer.on()) rt_->Synchronize();
+    timer.Host("uploadTokens");
     const int64_t dim = a.q.dim;
     const uint64_t slots = static_cast<uint64_t>(a.num_pairs) * static_cast<uint64_t>(a.stride);
-    ScopedBlock argmax(rt_->allocator(), std::max<uint64_t>(slots, 1) * sizeof(int32_t));
+    ScopedBlock argmax(rt_->allocator(), std::max<uint64_t>(slots, 1) * (argmax16 ? sizeof(int16_t) : sizeof(int32_t)));
+    UploadArgmax(argmax.get());
     ScopedBlock grad(rt_->allocator(), static_cast<uint64_t>(a.num_pairs) * sizeof(double));
-    rt_->Upload(argmax.get(), argmax_in, slots * sizeof(int32_t));
     rt_->Upload(grad.get(), grad_in, static_cast<uint64_t>(a.num_pairs) * sizeof(double));
+    if (timer.on()) rt_->Synchronize();
+    timer.Host("uploadArgmax");
     const uint64_t dq_elems = static_cast<uint64_t>(q->tokens) * static_cast<uint64_t>(dim);
     const uint64_t dd_elems = static_cast<uint64_t>(d->tokens) * static_cast<uint64_t>(dim);
     ScopedBlock dq(rt_->allocator(), std::max<uint64_t>(dq_elems, 1) * sizeof(float));
     ScopedBlock dd(rt_->allocator(), std::max<uint64_t>(dd_elems, 1) * sizeof(float));
     MaxsimTrainParams p = BaseParams(a, *q, *d);
-    p.argmax = DevPtr<int32_t>(argmax.get());
+    p.argmax = DevPtr<void>(argmax.get());
+    p.argmax16 = argmax16 ? 1 : 0;
     p.grad_scores = DevPtr<const double>(grad.get());
     p.dq = DevPtr<float>(dq.get());
     p.dd = DevPtr<float>(dd.get());
 
-    // dQ: every real query token row is written (no zero fill needed).
-    if (q->tokens > 0) Launch1D(rt_, "maxsim_train_dq", a.q.count, 128, p);
+    // dQ: one warp per query token, 8 tokens of one query per block; every real row is written.
+    timer.Mark();
+    if (q->tokens > 0) {
+      Launch1D(rt_, std::string("maxsim_train_dq_") + KernelSuffix(a.d.dtype), a.q.count * CeilDiv(a.stride, 8), 256, p);
+    }
+    timer.Device("dQ");
 
     if (d->tokens > 0) {
-      const int64_t rows = d->tokens;
+      bool atomic = path == DDPath::kAtomic;
+      if (!atomic) atomic = !RunCsr(p);  // false: 'auto' chose the atomic scatter before writing dD
       if (atomic) {
+        ran_atomic = true;
         ZeroWords(rt_, dd.get(), dd_elems);
         Launch1D(rt_, "maxsim_train_dd_atomic", CeilDiv(static_cast<int64_t>(slots), 4), 128, p);
-        rt_->Synchronize();
-      } else {
-        ScopedBlock counts(rt_->allocator(), static_cast<uint64_t>(rows) * sizeof(int64_t));
-        ScopedBlock offsets(rt_->allocator(), static_cast<uint64_t>(rows + 1) * sizeof(int64_t));
-        ScopedBlock cursor(rt_->allocator(), static_cast<uint64_t>(rows) * sizeof(int64_t));
-        p.counts = DevPtr<int64_t>(counts.get());
-        p.offsets = DevPtr<int64_t>(offsets.get());
-        p.cursor = DevPtr<int64_t>(cursor.get());
-        ZeroWords(rt_, counts.get(), static_cast<uint64_t>(rows) * 2);
-        const int64_t doc_blocks = CeilDiv(a.d.count, 4);  // one warp per document, 4 warps a block
-        Launch1D(rt_, "maxsim_train_dd_count", doc_blocks, 128, p);
-        Launch1D(rt_, "maxsim_train_dd_scan", 1, 1024, p);
-        int64_t total = 0;
-        rt_->Download(&total, offsets.get() + static_cast<uint64_t>(rows) * sizeof(int64_t), sizeof(int64_t));
-        if (total < 0 || static_cast<uint64_t>(total) > slots) {
-          throw std::runtime_error("the CSR of dD holds " + std::to_string(total) + " sources for " +
-                                   std::to_string(slots) + " argmax slots (internal error)");
-        }
-        ScopedBlock sources(rt_->allocator(), std::max<uint64_t>(static_cast<uint64_t>(total), 1) * sizeof(int64_t));
-        p.sources = DevPtr<int64_t>(sources.get());
-        Launch1D(rt_, "maxsim_train_dd_place", doc_blocks, 128, p);
-        Launch1D(rt_, "maxsim_train_dd_gather", rows, 128, p);
-        // The CSR blocks go back to the allocator when this scope ends: finish using them first.
-        rt_->Synchronize();
       }
     }
-
-    std::vector<float> packed(static_cast<size_t>(std::max(dq_elems, dd_elems)));
-    if (dq_elems > 0) {
-      rt_->Download(packed.data(), dq.get(), dq_elems * sizeof(float));
-      ScatterRows(a.q, packed, dq_out);
-    }
-    if (dd_elems > 0) {
-      rt_->Download(packed.data(), dd.get(), dd_elems * sizeof(float));
-      ScatterRows(a.d, packed, dd_out);
-    }
+    timer.Device("dD");
+    if (timer.on()) rt_->Synchronize();
+    timer.Host("kernelsWait");
+    // Downloads synchronize the stream: the CSR blocks (released by RunCsr) are reused only by later
+    // work on the same stream, which runs after these kernels.
+    DownloadRows(rt_, a.q, dq.get(), dq_elems, dq_out);
+    DownloadRows(rt_, a.d, dd.get(), dd_elems, dd_out);
+    timer.Host("download");
+    if (timer.on()) phases = timer.Finish();
   }
-  Napi::Value Result(Napi::Env) override { return result.Value(); }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = result.Value();
+    o.Set("dDPath", Napi::String::New(env, ran_atomic ? "atomic" : "csr"));
+    if (profile) o.Set("profileMs", PhasesToJs(env, phases));
+    return o;
+  }
 
  private:
+  // Checks every entry the kernels read (query token s < the query's length: -1 or a token of the
+  // document; the array is caller-visible, so an edit must not send a read out of bounds) and uploads,
+  // narrowed to int16 when argmax16, a chunk of whole pairs at a time (the checked values are the
+  // uploaded ones). Entries past a query's length are never read; they go up as -1.
+  void UploadArgmax(cu::CUdeviceptr dst) {
+    const int64_t stride = a.stride;
+    if (stride == 0) return;
+    constexpr int64_t kChunkSlots = int64_t(1) << 22;
+    const int64_t pairs_per_chunk = std::max<int64_t>(1, kChunkSlots / stride);
+    std::vector<int16_t> narrow(argmax16 ? static_cast<size_t>(std::min<int64_t>(a.num_pairs, pairs_per_chunk) * stride) : 0);
+    for (int64_t p0 = 0; p0 < a.num_pairs; p0 += pairs_per_chunk) {
+      const int64_t p1 = std::min(a.num_pairs, p0 + pairs_per_chunk);
+      for (int64_t p = p0; p < p1; p++) {
+        const int64_t i = a.pairs == 0 ? p / a.d.count : p;
+        const int64_t j = a.pairs == 0 ? p % a.d.count : p;
+        const int32_t lq = a.q.lengths[i];
+        const int32_t ld = a.d.lengths[j];
+        const int32_t* src = argmax_in + p * stride;
+        // Branch-free check (t + 1 > ld unsigned <=> t < -1 or t >= ld) fused with the narrowing: one
+        // vectorizable pass; the first bad entry is looked up only for the message.
+        const uint32_t limit = static_cast<uint32_t>(std::max<int32_t>(ld, 0));
+        uint32_t bad = 0;
+        if (argmax16) {
+          int16_t* out = narrow.data() + (p - p0) * stride;
+          for (int64_t s = 0; s < lq; s++) {
+            bad |= static_cast<uint32_t>(static_cast<uint32_t>(src[s]) + 1u > limit);
+            out[s] = static_cast<int16_t>(src[s]);
+          }
+          for (int64_t s = std::max<int32_t>(lq, 0); s < stride; s++) out[s] = -1;
+        } else {
+          for (int64_t s = 0; s < lq; s++) bad |= static_cast<uint32_t>(static_cast<uint32_t>(src[s]) + 1u > limit);
+        }
+        if (bad) {
+          for (int64_t s = 0; s < lq; s++) {
+            if (src[s] < -1 || src[s] >= ld) {
+              throw std::invalid_argument("Expected argmax entries in [-1, " + std::to_string(ld) + ") for pair " +
+                                          std::to_string(p) + " but received " + std::to_string(src[s]));
+            }
+          }
+        }
+      }
+      const uint64_t n = static_cast<uint64_t>((p1 - p0) * stride);
+      if (argmax16) {
+        rt_->Upload(dst + static_cast<uint64_t>(p0 * stride) * sizeof(int16_t), narrow.data(), n * sizeof(int16_t));
+      } else {
+        rt_->Upload(dst + static_cast<uint64_t>(p0 * stride) * sizeof(int32_t), argmax_in + p0 * stride,
+                    n * sizeof(int32_t));
+      }
+    }
+  }
+
+  // The deterministic dD: document block after document block, count -> scan -> place -> gather.
+  // Returns false without touching dD when path is 'auto' and the first block's contention is low.
+  bool RunCsr(MaxsimTrainParams p) {
+    const std::vector<DocBlock> blocks = PlanDocBlocks(a, doc_block, query_block);
+    int64_t max_cells = 1, max_bound = 1;
+    for (const DocBlock& b : blocks) {
+      max_cells = std::max(max_cells, b.cells());
+      max_bound = std::max(max_bound, b.bound);
+    }
+    const int64_t max_tiles = CeilDiv(max_cells, 4096);  // kScanTile in maxsim_train.cu
+    ScopedBlock counts(rt_->allocator(), static_cast<uint64_t>(max_cells) * sizeof(uint32_t));
+    ScopedBlock offsets(rt_->allocator(), static_cast<uint64_t>(max_cells + 1) * sizeof(uint32_t));
+    ScopedBlock block_sums(rt_->allocator(), static_cast<uint64_t>(max_tiles) * sizeof(uint32_t));
+    ScopedBlock sources(rt_->allocator(), static_cast<uint64_t>(max_bound) * sizeof(uint32_t));
+    ScopedBlock stats(rt_->allocator(), 2 * sizeof(unsigned long long));
+    p.counts = DevPtr<uint32_t>(counts.get());
+    p.offsets = DevPtr<uint32_t>(offsets.get());
+    p.block_sums = DevPtr<uint32_t>(block_sums.get());
+    p.sources = DevPtr<uint32_t>(sources.get());
+    p.stats = DevPtr<unsigned long long>(stats.get());
+    const std::string gather = std::string("maxsim_train_dd_gather_") + KernelSuffix(a.q.dtype);
+    bool decided = path != DDPath::kAuto;
+    for (size_t k = 0; k < blocks.size(); k++) {
+      const DocBlock& b = blocks[k];
+      p.doc_begin = b.doc_begin;
+      p.doc_end = b.doc_end;
+      p.row_begin = b.row_begin;
+      p.row_end = b.row_end;
+      p.qblocks = b.qblocks;
+      p.qblock_size = b.qblock_size;
+      p.cells = b.cells();
+      if (b.row_end == b.row_begin) continue;  // only empty documents: no rows to write
+      const int64_t walk_blocks = CeilDiv(static_cast<int64_t>(b.doc_end - b.doc_begin) * b.qblocks, 4);
+      const int64_t tiles = CeilDiv(p.cells, 4096);
+      ZeroWords(rt_, counts.get(), static_cast<uint64_t>(p.cells));
+      Launch1D(rt_, "maxsim_train_dd_count", walk_blocks, 128, p);
+      Launch1D(rt_, "maxsim_train_dd_scan_reduce", tiles, 1024, p);
+      Launch1D(rt_, "maxsim_train_dd_scan_top", 1, 1024, p);
+      Launch1D(rt_, "maxsim_train_dd_scan_down", tiles, 1024, p);
+      if (!decided) {  // 'auto': the first block with rows measures the contention
+        decided = true;
+        ZeroWords(rt_, stats.get(), 4);
+        Launch1D(rt_, "maxsim_train_dd_stats", std::min<int64_t>(CeilDiv(b.row_end - b.row_begin, 256), 1024), 256, p);
+        uint32_t total = 0;
+        unsigned long long distinct = 0;
+        rt_->Download(&total, offsets.get() + static_cast<uint64_t>(p.cells) * sizeof(uint32_t), sizeof(total));
+        rt_->Download(&distinct, stats.get(), sizeof(distinct));
+        if (total > 0 && static_cast<double>(distinct) >= kAutoAtomicDistinct * static_cast<double>(total)) return false;
+      }
+      Launch1D(rt_, "maxsim_train_dd_place", walk_blocks, 128, p);
+      Launch1D(rt_, gather, CeilDiv(b.row_end - b.row_begin, 4), 128, p);
+    }
+    // The CSR blocks go back to the allocator when this scope ends: finish using them first.
+    rt_->Synchronize();
+    return true;
+  }
+
   Runtime* rt_;
 };
 
@@ -400,34 +757,26 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
       static_cast<int64_t>(info[4].As<Napi::Float64Array>().ElementLength()) != a.num_pairs) {
     throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(a.num_pairs) + " entries", "another value");
   }
-  const int32_t* argmax = info[3].As<Napi::Int32Array>().Data();
-  // The argmax is caller-visible memory: check every entry so no edit can send a read out of bounds.
-  for (int64_t p = 0; p < a.num_pairs; p++) {
-    const int64_t i = a.pairs == 0 ? p / a.d.count : p;
-    const int64_t j = a.pairs == 0 ? p % a.d.count : p;
-    for (int64_t s = 0; s < a.q.lengths[i]; s++) {
-      const int32_t t = argmax[p * a.stride + s];
-      if (t < -1 || t >= a.d.lengths[j]) {
-        throw Napi::RangeError::New(env, "Expected argmax entries in [-1, " + std::to_string(a.d.lengths[j]) +
-                                             ") for pair " + std::to_string(p) + " but received " + std::to_string(t));
-      }
-    }
-  }
-  bool atomic = false;
   Napi::Object opts = info[5].As<Napi::Object>();
   Napi::Value path = opts.Get("dDPath");
   if (!path.IsUndefined()) {
     const std::string s = path.IsString() ? path.As<Napi::String>().Utf8Value() : std::string("?");
     if (s == "atomic") {
-      atomic = true;
+      task->path = DDPath::kAtomic;
+    } else if (s == "auto") {
+      task->path = DDPath::kAuto;
     } else if (s != "csr") {
-      throw ArgError(env, "dDPath", "'csr' or 'atomic'", "'" + s + "'");
+      throw ArgError(env, "dDPath", "'csr', 'atomic' or 'auto'", "'" + s + "'");
     }
   }
-  task->atomic = atomic;
+  task->argmax16 = UseArgmax16(env, a, opts);
+  task->doc_block = CountOption(env, opts, "docBlock");
+  task->query_block = CountOption(env, opts, "queryBlock");
+  task->profile = ProfileOption(opts);
+  // The argmax entries are checked on the worker thread while they are narrowed (UploadArgmax).
   task->Keep(info[3]);
   task->Keep(info[4]);
-  task->argmax_in = argmax;
+  task->argmax_in = info[3].As<Napi::Int32Array>().Data();
   task->grad_in = info[4].As<Napi::Float64Array>().Data();
   Napi::Float32Array dq = Napi::Float32Array::New(env, static_cast<size_t>(a.q.elements));
   Napi::Float32Array dd = Napi::Float32Array::New(env, static_cast<size_t>(a.d.elements));

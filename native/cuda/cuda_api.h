@@ -55,6 +55,7 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned int CU_EVENT_DEFAULT = 0x0;
 constexpr unsigned int CU_MEMHOSTALLOC_DEFAULT = 0x0;
+constexpr unsigned int CU_MEMHOSTREGISTER_READ_ONLY = 0x08;
 constexpr cuuint64_t CU_GET_PROC_ADDRESS_DEFAULT = 0;
 // CUdriverProcAddressQueryResult
 constexpr int CU_GET_PROC_ADDRESS_SUCCESS = 0;
@@ -85,6 +86,8 @@ using PFN_cuStreamSynchronize = CUresult (*)(CUstream s);
 using PFN_cuStreamDestroy = CUresult (*)(CUstream s);                                      // _v2
 using PFN_cuStreamWaitEvent = CUresult (*)(CUstream s, CUevent e, unsigned int flags);
 using PFN_cuMemFreeHost = CUresult (*)(void* p);
+using PFN_cuMemHostRegister = CUresult (*)(void* p, size_t bytesize, unsigned int flags);  // _v2
+using PFN_cuMemHostUnregister = CUresult (*)(void* p);
 using PFN_cuEventCreate = CUresult (*)(CUevent* e, unsigned int flags);
 using PFN_cuEventDestroy = CUresult (*)(CUevent e);                                        // _v2
 using PFN_cuEventRecord = CUresult (*)(CUevent e, CUstream s);

@@ -90,6 +90,8 @@ void Load() {
   need("cuStreamDestroy", &d.cuStreamDestroy);
   need("cuStreamWaitEvent", &d.cuStreamWaitEvent);
   need("cuMemFreeHost", &d.cuMemFreeHost);
+  need("cuMemHostRegister", &d.cuMemHostRegister);
+  need("cuMemHostUnregister", &d.cuMemHostUnregister);
   need("cuEventCreate", &d.cuEventCreate);
   need("cuEventDestroy", &d.cuEventDestroy);
   need("cuEventRecord", &d.cuEventRecord);

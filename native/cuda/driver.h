@@ -47,6 +47,8 @@ struct Driver {
   cu::PFN_cuStreamDestroy cuStreamDestroy = nullptr;
   cu::PFN_cuStreamWaitEvent cuStreamWaitEvent = nullptr;
   cu::PFN_cuMemFreeHost cuMemFreeHost = nullptr;
+  cu::PFN_cuMemHostRegister cuMemHostRegister = nullptr;
+  cu::PFN_cuMemHostUnregister cuMemHostUnregister = nullptr;
   cu::PFN_cuEventCreate cuEventCreate = nullptr;
   cu::PFN_cuEventDestroy cuEventDestroy = nullptr;
   cu::PFN_cuEventRecord cuEventRecord = nullptr;

@@ -132,6 +132,8 @@ class Runtime {
   void EnsureReady();
   Allocator& allocator() { return allocator_; }
   cu::CUstream stream() const { return stream_; }
+  // The primary context, for helper threads of a job that call the driver (cuCtxSetCurrent).
+  cu::CUcontext context() const { return context_; }
   MemoryInfo Memory();
   // Names of all kernels in the loaded modules (empty when the driver cannot enumerate them).
   std::vector<std::string> KernelNames() const;

@@ -1,6 +1,8 @@
 #include "stream_scan.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +26,18 @@ int64_t ElementBytes(DType t) { return t == DType::Float32 ? 4 : t == DType::Int
 // The files of a scan, opened once and closed at the end.
 struct Files {
   std::vector<int> fds;
+  std::vector<std::pair<void*, size_t>> maps;  // register mode: each file mapped whole, read-only
+  // Maps every file (register mode).
+  void MapAll(const std::vector<std::string>& paths) {
+    for (size_t i = 0; i < fds.size(); i++) {
+      struct stat st;
+      if (fstat(fds[i], &st) != 0) throw std::runtime_error("cannot stat " + paths[i] + ": " + std::strerror(errno));
+      const size_t n = static_cast<size_t>(st.st_size);
+      void* p = n ? mmap(nullptr, n, PROT_READ, MAP_SHARED, fds[i], 0) : nullptr;
+      if (p == MAP_FAILED) throw std::runtime_error("cannot map " + paths[i] + ": " + std::strerror(errno));
+      maps.emplace_back(p, n);
+    }
+  }
   explicit Files(const std::vector<std::string>& paths) {
     for (const auto& p : paths) {
       const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
@@ -36,6 +50,10 @@ struct Files {
     }
   }
   void Close() {
+    for (auto& m : maps) {
+      if (m.first) munmap(m.first, m.second);
+    }
+    maps.clear();
     for (int fd : fds) close(fd);
     fds.clear();
   }
@@ -51,6 +69,8 @@ struct Slot {
   std::shared_ptr<DeviceTokens> device;
   cu::CUdeviceptr device_scores = 0;
   cu::CUevent copied = nullptr, scored = nullptr;
+  void* registered = nullptr;      // register mode: the page-locked range of the block in the slot
+  const uint8_t* tokens = nullptr; // where the copy reads the block's tokens from
 };
 
 // Everything the scan allocates, released in the right order on every exit path: reader threads
@@ -88,6 +108,7 @@ struct Pipeline {
                         static_cast<void*>(s.host_scores)}) {
           if (p) d.cuMemFreeHost(p);
         }
+        if (s.registered) d.cuMemHostUnregister(s.registered);
         if (s.device_scores) rt.allocator().Free(s.device_scores);
         if (s.copied) d.cuEventDestroy(s.copied);
         if (s.scored) d.cuEventDestroy(s.scored);
@@ -142,6 +163,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   rt.allocator().ResetPeak();
 
   Files files(spec.files);
+  if (spec.register_pages) files.MapAll(spec.files);
   Pipeline pipe(rt);
   Check(d.cuStreamCreate(&pipe.copy_stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   pipe.slots.resize(depth);
@@ -149,7 +171,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   const uint64_t slot_token_bytes = static_cast<uint64_t>(spec.capacity_tokens) * row_bytes;
   const uint64_t score_count = static_cast<uint64_t>(std::max<int64_t>(nq, 1)) * static_cast<uint64_t>(spec.capacity_docs);
   for (auto& s : pipe.slots) {
-    s.host_tokens = PinnedAlloc(slot_token_bytes);
+    if (!spec.register_pages) s.host_tokens = PinnedAlloc(slot_token_bytes);
     s.host_starts = static_cast<int64_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int64_t)));
     s.host_lengths = static_cast<int32_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int32_t)));
     s.host_scores = static_cast<float*>(PinnedAlloc(score_count * sizeof(float)));
@@ -157,7 +179,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     s.device_scores = rt.allocator().Alloc(score_count * sizeof(float));
     Check(d.cuEventCreate(&s.copied, cu::CU_EVENT_DEFAULT), "cuEventCreate");
     Check(d.cuEventCreate(&s.scored, cu::CU_EVENT_DEFAULT), "cuEventCreate");
-    result.pinned_bytes += slot_token_bytes + spec.capacity_docs * 12 + score_count * 4;
+    result.pinned_bytes += (spec.register_pages ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4;
   }
   pipe.readable_below = depth;
 
@@ -172,13 +194,34 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
         }
         const StreamBlock& blk = spec.blocks[b];
         const uint64_t total = static_cast<uint64_t>(blk.tokens) * row_bytes;
-        // 4 KiB-aligned slices, so each pread covers whole pages of the page cache
-        const uint64_t per = (total / nreaders + 4095) & ~uint64_t(4095);
-        const uint64_t from = std::min(total, per * r), to = std::min(total, per * (r + 1));
+        Slot& slot = pipe.slots[b % depth];
         std::string err;
-        if (to > from) {
-          auto* dst = static_cast<uint8_t*>(pipe.slots[b % depth].host_tokens) + from;
-          err = ReadRange(files.fds[blk.file], spec.files[blk.file], dst, blk.tokens_offset + from, to - from);
+        if (spec.register_pages) {
+          // One reader registers the whole block (block b goes to reader b % nreaders).
+          if (b % nreaders == r && total > 0) {
+            auto* base = static_cast<uint8_t*>(files.maps[blk.file].first);
+            const uint64_t from = blk.tokens_offset & ~uint64_t(4095);
+            const uint64_t to = std::min<uint64_t>((blk.tokens_offset + total + 4095) & ~uint64_t(4095), files.maps[blk.file].second);
+            if (blk.tokens_offset + total > files.maps[blk.file].second) {
+              err = spec.files[blk.file] + " is truncated: bytes up to " + std::to_string(blk.tokens_offset + total) + " were expected";
+            } else {
+              const cu::CUresult rc0 = d.cuCtxSetCurrent(rt.context());
+              const cu::CUresult rc = rc0 != 0 ? rc0 : d.cuMemHostRegister(base + from, to - from, cu::CU_MEMHOSTREGISTER_READ_ONLY);
+              if (rc != 0) err = "cuMemHostRegister of " + spec.files[blk.file] + " failed: " + DescribeResult(rc);
+              slot.registered = base + from;
+              slot.tokens = base + blk.tokens_offset;
+              if (rc != 0) slot.registered = nullptr;
+            }
+          }
+        } else {
+          // 4 KiB-aligned slices, so each pread covers whole pages of the page cache
+          const uint64_t per = (total / nreaders + 4095) & ~uint64_t(4095);
+          const uint64_t from = std::min(total, per * r), to = std::min(total, per * (r + 1));
+          slot.tokens = static_cast<const uint8_t*>(slot.host_tokens);
+          if (to > from) {
+            auto* dst = static_cast<uint8_t*>(slot.host_tokens) + from;
+            err = ReadRange(files.fds[blk.file], spec.files[blk.file], dst, blk.tokens_offset + from, to - from);
+          }
         }
         {
           std::lock_guard<std::mutex> lock(pipe.mutex);
@@ -204,6 +247,10 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   auto finish = [&](int64_t b) {
     Slot& s = pipe.slots[b % depth];
     Check(d.cuEventSynchronize(s.scored), "cuEventSynchronize");
+    if (s.registered) {  // its copy is done: unlock the pages before the slot is reused
+      Check(d.cuMemHostUnregister(s.registered), "cuMemHostUnregister");
+      s.registered = nullptr;
+    }
     const StreamBlock& blk = spec.blocks[b];
     for (int64_t q = 0; q < nq && k > 0; q++) {
       const float* row = s.host_scores + q * blk.docs;
@@ -245,7 +292,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     }
     DeviceTokens& dev = *s.device;
     const uint64_t token_bytes = static_cast<uint64_t>(blk.tokens) * row_bytes;
-    if (token_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.host_tokens, token_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    if (token_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.tokens, token_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
     if (blk.docs > 0) {
       Check(d.cuMemcpyHtoDAsync(dev.starts, s.host_starts, blk.docs * sizeof(int64_t), pipe.copy_stream), "cuMemcpyHtoDAsync");
       Check(d.cuMemcpyHtoDAsync(dev.lengths, s.host_lengths, blk.docs * sizeof(int32_t), pipe.copy_stream), "cuMemcpyHtoDAsync");

@@ -2,7 +2,10 @@
 // by block, with flat device memory. TypeScript plans the blocks and picks the kernel; this executes.
 //
 // Pipeline (`depth` slots, each a pinned host buffer + a device token set + a score buffer):
-//   reader threads   pread() block b's token rows into slot b % depth (each thread a slice of it)
+//   reader threads   pread() block b's token rows into slot b % depth (each thread a slice of it);
+//                    or, in register mode, page-lock block b of the mapped file in place
+//                    (cuMemHostRegister, read-only), so the copy engine reads the page cache
+//                    directly and no CPU copy happens
 //   copy stream      host-to-device copy of the slot, then an event
 //   compute stream   waits for that event, runs the MaxSim kernel, copies the [nq, docs] scores back
 //   worker thread    (the runtime's) queues the above, then merges the oldest finished block into
@@ -37,6 +40,8 @@ struct StreamScanSpec {
   int64_t capacity_tokens = 0, capacity_docs = 0;  // the largest block
   int depth = 3;
   int readers = 4;
+  // true: register the mapped file's pages of each block instead of copying them to pinned buffers.
+  bool register_pages = false;
   int64_t k = 10;
   LaunchSpec launch;
   // Written as blocks finish (documents done, bytes done); read by the JS thread for progress.

@@ -48,6 +48,7 @@ interface StreamAddon {
       depth: number;
       readers: number;
       k: number;
+      registerPages: boolean;
     },
     launch: Launch,
     progress: Float64Array,
@@ -96,9 +97,11 @@ export async function cudaStreamSearch(
         };
   const rowBytes = info.dim * dtypeSize(dtype);
   // Per slot: token rows + per document (starts 8 B, lengths 4 B, one score per query 4 B); the
-  // queries and the kernel's own needs stay outside the slots.
-  const queryBytes = q.data.length * dtypeSize(dtype) + q.count * 12;
-  const perSlot = Math.floor((budget - queryBytes) / DEPTH);
+  // queries stay outside the slots. The allocator rounds each of the slot's 4 blocks (and the
+  // queries' 3) up to 2 MiB, so that slack is reserved too.
+  const GRANULE = 2 * 1024 * 1024;
+  const queryBytes = q.data.length * dtypeSize(dtype) + q.count * 12 + 3 * GRANULE;
+  const perSlot = Math.floor((budget - queryBytes) / DEPTH) - 4 * GRANULE;
   const perDocBytes = 12 + 4 * Math.max(1, q.count);
   let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
   const longest = info.maxLength * rowBytes;
@@ -178,6 +181,7 @@ export async function cudaStreamSearch(
         depth: DEPTH,
         readers: readersFor(),
         k,
+        registerPages: options.transfer === 'register',
       },
       launch,
       progress,

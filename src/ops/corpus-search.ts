@@ -56,6 +56,11 @@ export interface CorpusSearchOptions {
   device?: number;
   /** CUDA: device memory the search may use, in bytes (default: 3/4 of the free memory, at most 8 GiB). */
   gpuMemory?: number;
+  /**
+   * CUDA: how blocks reach the GPU. 'copy' (default): reader threads pread them into pinned buffers;
+   * 'register': their page-cache pages are page-locked in place and copied by DMA (no CPU copy).
+   */
+  transfer?: 'copy' | 'register';
   /** Token bytes per block (default: 64 MiB on the CPU; on CUDA derived from gpuMemory). */
   blockBytes?: number;
   /** Called after each block (CPU) or every ~100 ms (CUDA) with the progress so far. */

@@ -19,9 +19,27 @@ export type TrainBackend = 'cpu' | 'cuda' | 'auto';
 /**
  * How the CUDA backward pass builds dD: 'csr' (default) inverts the argmax into per-row source lists
  * and sums each row in a fixed order (bitwise reproducible); 'atomic' scatters with float atomics
- * (not reproducible, equal to rounding).
+ * (not reproducible, equal to rounding); 'auto' measures the contention on the CSR's histogram (rows
+ * with sources / sources) and runs the atomic scatter where there is little to reduce, the CSR
+ * otherwise (reproducible only when it picks the CSR; the gradients report the path that ran).
  */
-export type TrainDDPath = 'csr' | 'atomic';
+export type TrainDDPath = 'csr' | 'atomic' | 'auto';
+
+/**
+ * Internal knobs of the CUDA passes, for tests and benchmarks; none changes the gradients' values.
+ * argmaxBits: device storage of the argmax (0 automatic: int16 when every document is shorter than
+ * 32768 tokens); docBlock / queryBlock: documents per CSR block and queries per CSR cell (0 automatic);
+ * forwardGrid: at most this many forward CTAs, each striding over pairs (0 automatic); profile: the
+ * passes report profileMs (host phases: wall time; kernels: CUDA event time).
+ * @internal
+ */
+export interface TrainCudaTuning {
+  argmaxBits?: 0 | 16 | 32;
+  docBlock?: number;
+  queryBlock?: number;
+  forwardGrid?: number;
+  profile?: boolean;
+}
 /**
  * Forward kernel for backend 'cuda': 'auto' (default) runs the tensor-core kernel (mma.sync, fp32
  * accumulate) where it applies (float16 / bfloat16 queries and documents of one dtype, dim % 8 == 0,
@@ -46,6 +64,8 @@ export interface MaxsimTrainOptions {
   dDPath?: TrainDDPath;
   /** Forward kernel for backend 'cuda' (default 'auto'). */
   trainKernel?: TrainKernel;
+  /** @internal see TrainCudaTuning */
+  cudaTuning?: TrainCudaTuning;
 }
 
 export interface MaxsimGradients {
@@ -53,6 +73,10 @@ export interface MaxsimGradients {
   dQ: Float32Array;
   /** Same layout and length as docs.data; zero outside real tokens. */
   dD: Float32Array;
+  /** backend 'cuda' only: the dD method that ran ('auto' resolves to one of them). */
+  dDPath?: 'csr' | 'atomic';
+  /** @internal backend 'cuda' with cudaTuning.profile: milliseconds per phase. */
+  profileMs?: Record<string, number>;
 }
 
 export interface MaxsimTrainResult {
@@ -76,6 +100,8 @@ export interface MaxsimTrainResult {
    * the forward and the backward pass. Entries for empty documents are ignored.
    */
   backward(gradScores: Float32Array | Float64Array): Promise<MaxsimGradients>;
+  /** @internal backend 'cuda' with cudaTuning.profile: milliseconds per phase of the forward. */
+  profileMs?: Record<string, number>;
 }
 
 export interface ContrastiveOptions {
@@ -129,15 +155,20 @@ interface CudaTrainAddon {
     device: number,
     queries: TokenBatch,
     docs: TokenBatch,
-    options: { pairs: TrainPairs; stride: number; kernel: TrainKernel },
-  ): Promise<{ scores: Float32Array; argmax: Int32Array; stride: number }>;
+    options: { pairs: TrainPairs; stride: number; kernel: TrainKernel } & TrainCudaTuning,
+  ): Promise<{
+    scores: Float32Array;
+    argmax: Int32Array;
+    stride: number;
+    profileMs?: Record<string, number>;
+  }>;
   trainBackward(
     device: number,
     queries: TokenBatch,
     docs: TokenBatch,
     argmax: Int32Array,
     gradScores: Float64Array,
-    options: { pairs: TrainPairs; stride: number; dDPath: TrainDDPath },
+    options: { pairs: TrainPairs; stride: number; dDPath: TrainDDPath } & TrainCudaTuning,
   ): Promise<MaxsimGradients>;
 }
 
@@ -176,8 +207,35 @@ function checkCudaDevice(device: unknown): number {
 
 function checkDDPath(path: unknown): TrainDDPath {
   if (path === undefined) return 'csr';
-  if (path === 'csr' || path === 'atomic') return path;
-  throw new InvalidArgumentError('dDPath', "'csr' or 'atomic'", JSON.stringify(path));
+  if (path === 'csr' || path === 'atomic' || path === 'auto') return path;
+  throw new InvalidArgumentError('dDPath', "'csr', 'atomic' or 'auto'", JSON.stringify(path));
+}
+
+function checkTuning(tuning: unknown): TrainCudaTuning {
+  if (tuning === undefined) return {};
+  if (typeof tuning !== 'object' || tuning === null) {
+    throw new InvalidArgumentError('cudaTuning', 'an object', String(tuning));
+  }
+  const t = tuning as TrainCudaTuning;
+  if (t.profile !== undefined && typeof t.profile !== 'boolean') {
+    throw new InvalidArgumentError('cudaTuning.profile', 'a boolean', String(t.profile));
+  }
+  if (t.argmaxBits !== undefined && t.argmaxBits !== 0 && t.argmaxBits !== 16 && t.argmaxBits !== 32) {
+    throw new InvalidArgumentError('cudaTuning.argmaxBits', '0, 16 or 32', String(t.argmaxBits));
+  }
+  for (const key of ['docBlock', 'queryBlock', 'forwardGrid'] as const) {
+    const v = t[key];
+    if (v !== undefined && !(Number.isInteger(v) && v >= 0 && v <= 2147483647)) {
+      throw new InvalidArgumentError(`cudaTuning.${key}`, 'an integer >= 0 (0 = automatic)', String(v));
+    }
+  }
+  return {
+    argmaxBits: t.argmaxBits,
+    docBlock: t.docBlock,
+    queryBlock: t.queryBlock,
+    forwardGrid: t.forwardGrid,
+    profile: t.profile,
+  };
 }
 
 function checkTrainKernel(kernel: unknown): TrainKernel {
@@ -237,6 +295,7 @@ export async function maxsimTrain(
   const threads = checkThreads(options.threads);
   const dDPath = checkDDPath(options.dDPath);
   const kernel = checkTrainKernel(options.trainKernel);
+  const tuning = checkTuning(options.cudaTuning);
   const pairs = options.pairs ?? 'all';
   if (pairs !== 'all' && pairs !== 'diagonal') {
     throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
@@ -253,9 +312,15 @@ export async function maxsimTrain(
   }
   const device = onGpu ? checkCudaDevice(options.device) : 0;
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
-  const { scores, argmax } = onGpu
-    ? await cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride, kernel })
+  const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } = onGpu
+    ? await cudaAddon().trainForward(device, queries, docs, {
+        pairs,
+        stride: native.stride,
+        kernel,
+        ...tuning,
+      })
     : await addon().forwardAsync(queries, docs, native);
+  const { scores, argmax, profileMs } = forward;
   return {
     scores,
     rows: queries.count,
@@ -263,6 +328,7 @@ export async function maxsimTrain(
     pairs,
     argmax,
     argmaxStride: native.stride,
+    ...(profileMs ? { profileMs } : {}),
     backward(gradScores) {
       if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
         throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
@@ -281,6 +347,7 @@ export async function maxsimTrain(
           pairs,
           stride: native.stride,
           dDPath,
+          ...tuning,
         });
       }
       return addon().backwardAsync(queries, docs, argmax, g, native);

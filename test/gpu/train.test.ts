@@ -5,7 +5,10 @@
 // bf16 / mixed dtypes, and a high-contention case where every query token picks one of a few dominant
 // document tokens. Both forward kernels (trainKernel 'mma' and 'simt') are forced on the shapes where
 // the tensor-core one applies, including exact ties (duplicated document tokens: the lowest index must
-// win). Without a GPU every test skips with the reason.
+// win). The backward's internal knobs change no value: document / query blocks of the CSR are bitwise
+// equal to one block, int16 argmax storage to int32 (and documents past 32767 tokens use int32), a
+// forward grid smaller than the pairs to the full one; dDPath 'auto' picks the atomic scatter or the
+// CSR by contention; profiling reports every phase. Without a GPU every test skips with the reason.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { decodeBatch64 } from '../../src/backends/reference.js';
@@ -15,6 +18,7 @@ import {
   contrastiveStep,
   type MaxsimTrainResult,
   maxsimTrain,
+  type TrainCudaTuning,
   type TrainDDPath,
   type TrainKernel,
   type TrainPairs,
@@ -149,6 +153,23 @@ function atomicBounds(
       sources[docs.starts[b] + argmax[e]]++;
   }
   return absSum.map((v, idx) => (sources[Math.floor(idx / docs.dim)] + 2) * 2 ** -24 * v);
+}
+
+/** An atomic-path dD against the float64 reference, within atomicBounds (fp32 sums in any order). */
+function assertAtomicClose(
+  got: Float32Array,
+  expected: ArrayLike<number>,
+  bounds: Float64Array,
+  context: string,
+) {
+  for (let e = 0; e < got.length; e++) {
+    const err = Math.abs(got[e] - expected[e]);
+    if (!(err <= bounds[e] + Math.abs(expected[e]) * 2 ** -23)) {
+      assert.fail(
+        `${context}: element ${e}: ${got[e]} vs ${expected[e]} (bound ${bounds[e]}, seed ${runSeed})`,
+      );
+    }
+  }
 }
 
 async function compareWithCpu(
@@ -464,6 +485,200 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     // 'auto' and 'simt' run everywhere
     await compareWithCpu(q16, d16, 'all', 'float16 d=12 auto');
     await compareWithCpu(qb, df, 'all', 'bf16 x f16 auto');
+  });
+
+  test('more documents than a warp: dQ walks them 32 at a time (vs the CPU and float64)', async () => {
+    const rand = rng(runSeed + 11);
+    const lengths = Array.from({ length: 70 }, (_, b) => (b % 9 === 4 ? 0 : 1 + ((b * 37) % 50)));
+    const queries = randomRagged([9, 0, 33, 4, 70], 40, 'bfloat16', rand);
+    const docs = randomRagged(lengths, 40, 'bfloat16', rand);
+    await compareWithCpu(queries, docs, 'all', 'many documents');
+    await compareWithCpu(
+      queries,
+      randomRagged([5, 64, 0, 31, 2], 40, 'bfloat16', rand),
+      'diagonal',
+      'diag 5',
+    );
+  });
+
+  test('blocked dD (document blocks x query blocks) is bitwise equal to the unblocked CSR', async () => {
+    const rand = rng(runSeed + 12);
+    const tunings: TrainCudaTuning[] = [
+      {},
+      { docBlock: 1 },
+      { docBlock: 3 },
+      { docBlock: 4, queryBlock: 3 },
+      { queryBlock: 2 },
+      { docBlock: 2, queryBlock: 1 },
+    ];
+    const check = async (queries: TokenBatch, docs: TokenBatch, pairs: TrainPairs, context: string) => {
+      // one document block and one query block: the CSR of the first version
+      const whole = { docBlock: docs.count, queryBlock: queries.count };
+      const base = await maxsimTrain(queries, docs, { pairs, backend: 'cuda', device, cudaTuning: whole });
+      const g = Float64Array.from(randomFloats(base.scores.length, rand));
+      g[0] = 0; // a pair without gradient is skipped by every walk
+      const ref = await base.backward(g);
+      assert.equal(ref.dDPath, 'csr');
+      const expected = referenceBackward(queries, docs, base.argmax, base.argmaxStride, g, pairs);
+      assertGradClose(ref.dQ, expected.dQ, `${context} dQ vs reference`);
+      assertGradClose(ref.dD, expected.dD, `${context} dD vs reference`);
+      for (const cudaTuning of tunings) {
+        const t = await maxsimTrain(queries, docs, { pairs, backend: 'cuda', device, cudaTuning });
+        assert.deepEqual(t.argmax, base.argmax, `${context} ${JSON.stringify(cudaTuning)}: argmax`);
+        const got = await t.backward(g);
+        const tag = `${context} ${JSON.stringify(cudaTuning)}`;
+        assert.ok(bitsEqual(got.dD, ref.dD), `${tag}: dD differs from the unblocked CSR (seed ${runSeed})`);
+        assert.ok(bitsEqual(got.dQ, ref.dQ), `${tag}: dQ differs (seed ${runSeed})`);
+      }
+    };
+    for (const dtype of ['float32', 'float16'] as const) {
+      // 11 documents (not a multiple of 2, 3 or 4), empty ones at a block's start and end
+      const queries = randomRagged([12, 0, 40, 7, 33, 1, 19], 24, dtype, rand);
+      const docs = randomRagged([0, 30, 5, 64, 1, 0, 47, 20, 9, 33, 0], 24, dtype, rand);
+      await check(queries, docs, 'all', `${dtype} ragged all`);
+      await check(
+        queries,
+        randomRagged([3, 50, 0, 8, 1, 70, 26], 24, dtype, rand),
+        'diagonal',
+        `${dtype} diagonal`,
+      );
+    }
+    // rows with hundreds of sources spread over several query blocks
+    const c = contention(rand, 37, 40, 7, 50, 32);
+    await check(c.queries, c.docs, 'all', 'contention');
+  });
+
+  test('int16 and int32 argmax storage give identical results; long documents use int32', async () => {
+    const rand = rng(runSeed + 13);
+    const queries = randomRagged([20, 3, 0, 45], 16, 'float16', rand);
+    const docs = randomRagged([100, 0, 7, 300], 16, 'float16', rand);
+    const g = Float64Array.from(randomFloats(16, rand));
+    const run = async (argmaxBits: 16 | 32, dDPath: TrainDDPath) => {
+      const t = await maxsimTrain(queries, docs, {
+        backend: 'cuda',
+        device,
+        dDPath,
+        cudaTuning: { argmaxBits },
+      });
+      return { t, grads: await t.backward(g) };
+    };
+    const a16 = await run(16, 'csr');
+    const a32 = await run(32, 'csr');
+    assert.deepEqual(a16.t.argmax, a32.t.argmax, 'argmax');
+    assert.ok(bitsEqual(a16.t.scores, a32.t.scores), 'scores');
+    assert.ok(bitsEqual(a16.grads.dQ, a32.grads.dQ), 'dQ');
+    assert.ok(bitsEqual(a16.grads.dD, a32.grads.dD), 'dD');
+    const atomic16 = await run(16, 'atomic');
+    assert.equal(atomic16.grads.dDPath, 'atomic');
+    assert.ok(bitsEqual(atomic16.grads.dQ, a32.grads.dQ), 'atomic int16 dQ');
+    assertAtomicClose(
+      atomic16.grads.dD,
+      referenceBackward(queries, docs, a32.t.argmax, a32.t.argmaxStride, g, 'all').dD,
+      atomicBounds(queries, docs, a32.t.argmax, a32.t.argmaxStride, g, 'all'),
+      'atomic int16 dD',
+    );
+
+    // A document of 33,000 tokens whose last tokens win every max: indices past int16.
+    const d = 8;
+    const data = randomFloats(33005 * d, rand);
+    for (let e = 32768 * d; e < 33000 * d; e++) data[e] *= 3;
+    const longDocs = raggedBatch(data, [0, 33000, 33005], { dim: d });
+    const q = randomRagged([6, 2], d, 'float32', rand);
+    const { gpu } = await compareWithCpu(q, longDocs, 'all', 'document of 33000 tokens');
+    assert.ok(
+      gpu.argmax.some((t) => t >= 32768),
+      'some argmax entries must be past 32767',
+    );
+    await assert.rejects(
+      maxsimTrain(q, longDocs, { backend: 'cuda', device, cudaTuning: { argmaxBits: 16 } }),
+      /argmaxBits 16/,
+    );
+  });
+
+  test('a forward grid smaller than the pairs (CTAs stride over pairs, reusing their scratch) is bitwise equal', async () => {
+    const rand = rng(runSeed + 15);
+    for (const dtype of ['float16', 'float32'] as const) {
+      // float16, d = 64: the tensor-core forward; float32: the CUDA-core one. Empty items of both kinds.
+      const queries = randomRagged([40, 0, 7, 130, 33, 1], 64, dtype, rand);
+      const docs = randomRagged([65, 3, 0, 128, 20, 1, 90, 0, 31], 64, dtype, rand);
+      for (const pairs of ['all', 'diagonal'] as const) {
+        const d = pairs === 'all' ? docs : randomRagged([5, 70, 0, 64, 2, 129], 64, dtype, rand);
+        const base = await maxsimTrain(queries, d, { pairs, backend: 'cuda', device });
+        for (const forwardGrid of [1, 2, 5]) {
+          const t = await maxsimTrain(queries, d, {
+            pairs,
+            backend: 'cuda',
+            device,
+            cudaTuning: { forwardGrid },
+          });
+          const tag = `${dtype} ${pairs} forwardGrid ${forwardGrid}`;
+          assert.ok(bitsEqual(t.scores, base.scores), `${tag}: scores`);
+          assert.deepEqual(t.argmax, base.argmax, `${tag}: argmax`);
+        }
+      }
+    }
+  });
+
+  test('profiling reports every phase and changes no result', async () => {
+    const rand = rng(runSeed + 16);
+    const queries = randomRagged([30, 2, 64], 32, 'float16', rand);
+    const docs = randomRagged([50, 0, 100, 7], 32, 'float16', rand);
+    const g = Float64Array.from(randomFloats(12, rand));
+    const plain = await maxsimTrain(queries, docs, { backend: 'cuda', device });
+    const prof = await maxsimTrain(queries, docs, { backend: 'cuda', device, cudaTuning: { profile: true } });
+    assert.equal(plain.profileMs, undefined);
+    assert.deepEqual(Object.keys(prof.profileMs ?? {}).sort(), [
+      'download',
+      'forwardKernel',
+      'forwardWait',
+      'upload',
+    ]);
+    assert.deepEqual(prof.argmax, plain.argmax);
+    assert.ok(bitsEqual(prof.scores, plain.scores));
+    const a = await plain.backward(g);
+    const b = await prof.backward(g);
+    assert.equal(a.profileMs, undefined);
+    const phases = b.profileMs ?? {};
+    assert.deepEqual(Object.keys(phases).sort(), [
+      'dD',
+      'dQ',
+      'download',
+      'kernelsWait',
+      'uploadArgmax',
+      'uploadTokens',
+    ]);
+    for (const [name, ms] of Object.entries(phases))
+      assert.ok(Number.isFinite(ms) && ms >= 0, `${name}: ${ms}`);
+    assert.ok(bitsEqual(a.dQ, b.dQ) && bitsEqual(a.dD, b.dD), 'profiled gradients differ');
+  });
+
+  test("dDPath 'auto': atomic where rows collect few sources, the CSR under contention", async () => {
+    const rand = rng(runSeed + 14);
+    // one query of 2 tokens: at most 2 sources per document, so rows with sources >= half the sources
+    const q = randomRagged([2], 32, 'float32', rand);
+    const d = randomRagged([200, 150], 32, 'float32', rand);
+    const f = await maxsimTrain(q, d, { backend: 'cuda', device, dDPath: 'auto' });
+    const g = new Float64Array([0.7, -0.4]);
+    const auto = await f.backward(g);
+    assert.equal(auto.dDPath, 'atomic');
+    const expected = referenceBackward(q, d, f.argmax, f.argmaxStride, g, 'all');
+    assertGradClose(auto.dQ, expected.dQ, 'auto dQ');
+    assertAtomicClose(
+      auto.dD,
+      expected.dD,
+      atomicBounds(q, d, f.argmax, f.argmaxStride, g, 'all'),
+      'auto dD',
+    );
+    // every query token on one of two rows per document: the CSR, bitwise equal to dDPath 'csr'
+    const c = contention(rand, 48, 40, 6, 50, 64);
+    const fc = await maxsimTrain(c.queries, c.docs, { backend: 'cuda', device, dDPath: 'auto' });
+    const gc = Float64Array.from(randomFloats(fc.scores.length, rand));
+    const autoC = await fc.backward(gc);
+    assert.equal(autoC.dDPath, 'csr');
+    const csr = await (await maxsimTrain(c.queries, c.docs, { backend: 'cuda', device })).backward(gc);
+    assert.equal(csr.dDPath, 'csr');
+    assert.ok(bitsEqual(autoC.dD, csr.dD), "'auto' (CSR) vs 'csr' dD");
+    assert.ok(bitsEqual(autoC.dQ, csr.dQ), "'auto' (CSR) vs 'csr' dQ");
   });
 
   test('bad options are refused with errors that name the argument', async () => {

@@ -22,15 +22,22 @@
 //       block (128,1,1), grid (min(num_pairs, 2^20),1,1): blocks stride over pairs. Per pair: warps
 //       stride over query tokens, lanes over document tokens; writes argmax[p*stride + s] (-1 past the
 //       query length and for empty documents), best[] (scratch) and scores[p] (-inf: empty document).
-//   maxsim_train_dq        block (128,1,1), grid (min(num_queries, 2^20),1,1): blocks stride over
-//       queries, threads over k; writes every real query token row of dq (packed).
-//   maxsim_train_dd_count  block (128,1,1), grid (min(ceil(num_docs/4), 2^20),1,1): one warp owns a
-//       document and adds its sources to counts[] (zeroed first).
-//   maxsim_train_dd_scan   block (1024,1,1), grid (1,1,1): offsets = exclusive scan of counts
-//       (offsets[doc_tokens] = total), cursor = offsets.
-//   maxsim_train_dd_place  as dd_count: the owner warp writes each source at cursor[row] in order.
-//   maxsim_train_dd_gather block (128,1,1), grid (min(doc_tokens, 2^20),1,1): blocks stride over
-//       document token rows, threads over k; writes every row of dd (zero without sources).
+//   The forward kernels write argmax as int16 when params.argmax16 (else int32) and use best[] as one
+//       stride-long stripe per CTA (blockIdx.x * stride): the host sizes it for its grid, not per pair.
+//   maxsim_train_dq_{f32,f16,bf16} (element type of the documents) block (256,1,1), grid
+//       (min(num_queries * ceil(stride / 8), 2^20),1,1): one warp per query token (8 consecutive tokens
+//       of one query per block); writes every real query token row of dq (packed).
+//   dD (CSR), per document block [doc_begin, doc_end) with rows [row_begin, row_end), cells = rows * qblocks:
+//   maxsim_train_dd_count  block (128,1,1), grid (min(ceil((doc_end - doc_begin) * qblocks / 4), 2^20),1,1):
+//       one warp per (document, query block) adds its sources to counts[] (zeroed first).
+//   maxsim_train_dd_scan_reduce / _scan_down  block (1024,1,1), grid (min(ceil(cells / 4096), 2^20),1,1);
+//   maxsim_train_dd_scan_top  block (1024,1,1), grid (1,1,1): offsets = exclusive scan of counts
+//       (offsets[cells] = total), counts = offsets (the cursor). block_sums holds ceil(cells / 4096).
+//   maxsim_train_dd_stats  block (256,1,1), any grid: stats[0] += rows of the block with sources.
+//   maxsim_train_dd_place  as dd_count: the owner warp writes each source at its cell's cursor, in order.
+//   maxsim_train_dd_gather_{f32,f16,bf16} (element type of the queries) block (128,1,1), grid
+//       (min(ceil(rows / 4), 2^20),1,1): one warp per row of the block; writes every row of the block
+//       (zero without sources).
 //   maxsim_train_dd_atomic block (128,1,1), grid (min(ceil(num_pairs*stride/4), 2^20),1,1): one warp
 //       per argmax slot, float atomicAdd into dd (zeroed first). NOT deterministic.
 #include <cuda_bf16.h>
@@ -44,7 +51,6 @@ namespace maxsim_train {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kScanThreads = 1024;
 constexpr unsigned kFull = 0xffffffffu;
 
 template <typename T> __device__ __forceinline__ float to_f32(T x);
@@ -66,6 +72,19 @@ __device__ __forceinline__ int64_t doc_of(const MaxsimTrainParams& P, int64_t p)
   return P.pairs == 0 ? p % P.num_docs : p;
 }
 
+// argmax entries are int16 when every document has fewer than 32768 tokens (P.argmax16), else int32.
+__device__ __forceinline__ void store_am(const MaxsimTrainParams& P, int64_t idx, int32_t t) {
+  if (P.argmax16) {
+    static_cast<int16_t*>(P.argmax)[idx] = static_cast<int16_t>(t);
+  } else {
+    static_cast<int32_t*>(P.argmax)[idx] = t;
+  }
+}
+__device__ __forceinline__ int32_t load_am(const MaxsimTrainParams& P, int64_t idx) {
+  return P.argmax16 ? static_cast<int32_t>(static_cast<const int16_t*>(P.argmax)[idx])
+                    : static_cast<const int32_t*>(P.argmax)[idx];
+}
+
 // ---- forward with argmax ----------------------------------------------------------------------
 
 template <typename T>
@@ -78,11 +97,11 @@ __device__ __forceinline__ void fwd_body(const MaxsimTrainParams& P) {
     const int lq = P.query_lengths[i];
     const int ld = P.doc_lengths[b];
     const int64_t q_first = P.query_starts[i];
-    int32_t* am = P.argmax + p * P.stride;
-    float* best = P.best + p * P.stride;
-    for (int64_t s = static_cast<int64_t>(lq) + tid; s < P.stride; s += kThreads) am[s] = -1;
+    const int64_t am = p * P.stride;
+    float* best = P.best + static_cast<int64_t>(blockIdx.x) * P.stride;  // this CTA's stripe
+    for (int64_t s = static_cast<int64_t>(lq) + tid; s < P.stride; s += kThreads) store_am(P, am + s, -1);
     if (ld <= 0) {  // uniform over the block: no barrier is skipped by part of it
-      for (int64_t s = tid; s < lq; s += kThreads) am[s] = -1;
+      for (int64_t s = tid; s < lq; s += kThreads) store_am(P, am + s, -1);
       if (tid == 0) P.scores[p] = -INFINITY;
       continue;
     }
@@ -114,7 +133,7 @@ __device__ __forceinline__ void fwd_body(const MaxsimTrainParams& P) {
         }
       }
       if (lane == 0) {
-        am[s] = bt;
+        store_am(P, am + s, bt);
         best[s] = bv;
       }
     }
@@ -124,7 +143,7 @@ __device__ __forceinline__ void fwd_body(const MaxsimTrainParams& P) {
       for (int s = 0; s < lq; ++s) sum = __dadd_rn(sum, static_cast<double>(best[s]));
       P.scores[p] = __double2float_rn(sum);
     }
-    __syncthreads();
+    __syncthreads();  // thread 0 is done with the stripe before the next pair overwrites it
   }
 }
 
@@ -227,12 +246,14 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
   for (int64_t p = blockIdx.x; p < P.num_pairs; p += gridDim.x) {
     int ld, lq;
     const int npass = passes_of(p, ld, lq);
-    int32_t* am = P.argmax + p * P.stride;
-    float* best = P.best + p * P.stride;
+    const int64_t am = p * P.stride;
+    // This CTA's stripe: the previous pair's warp-0 sum read it before the first tile barrier below,
+    // which every thread passes before any quad writes it again.
+    float* best = P.best + static_cast<int64_t>(blockIdx.x) * P.stride;
     const int lq_c = lq > 0 ? lq : 0;
-    for (int64_t s = static_cast<int64_t>(lq_c) + tid; s < P.stride; s += kMmaThreads) am[s] = -1;
+    for (int64_t s = static_cast<int64_t>(lq_c) + tid; s < P.stride; s += kMmaThreads) store_am(P, am + s, -1);
     if (ld <= 0) {  // uniform over the block; no tiles were issued for this pair
-      for (int64_t s = tid; s < lq_c; s += kMmaThreads) am[s] = -1;
+      for (int64_t s = tid; s < lq_c; s += kMmaThreads) store_am(P, am + s, -1);
       if (tid == 0) P.scores[p] = -INFINITY;
       continue;
     }
@@ -356,7 +377,7 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
           }
           const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
           if ((lane & 3) == 0 && row < lq) {
-            am[row] = t;
+            store_am(P, am + row, t);
             best[row] = v;
           }
         }
@@ -377,76 +398,145 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
   maxsim::cp_async_wait<0>();
 }
 
-// ---- dQ: a gather over the documents of each query ---------------------------------------------
+// ---- the backward pass --------------------------------------------------------------------------
+//
+// Both gradients are gathers of token rows weighted by score gradients, accumulated in fp64 in a
+// fixed order and rounded once. One warp owns one output row: lane l holds elements k0 + l + 32 m
+// (m < kVec) of a 128-wide column chunk. The warp fetches the metadata of 32 sources at once (one per
+// lane: score gradient, argmax, row offset) and then walks them in order, kUnroll rows in flight per
+// lane (the loads of a group are issued before its adds), so the gathers are latency-tolerant and
+// each row read is coalesced (32 lanes x consecutive elements).
 
-__device__ __forceinline__ void dq_body(const MaxsimTrainParams& P) {
-  const int64_t dim = P.dim;
-  for (int64_t i = blockIdx.x; i < P.num_queries; i += gridDim.x) {
-    const int lq = P.query_lengths[i];
-    const int64_t q_first = P.query_starts[i];
-    const int64_t j_begin = P.pairs == 0 ? 0 : i;
-    const int64_t j_end = P.pairs == 0 ? P.num_docs : i + 1;
-    for (int s = 0; s < lq; ++s) {
-      for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
-        double a = 0.0;
-        for (int64_t j = j_begin; j < j_end; ++j) {
-          const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
-          const double g = P.grad_scores[p];
-          const int32_t t = P.argmax[p * P.stride + s];
-          if (g == 0.0 || t < 0 || t >= P.doc_lengths[j]) continue;
-          const float x = load_f32(P.docs, P.doc_dtype, (P.doc_starts[j] + t) * dim + k);
-          a = __dadd_rn(a, __dmul_rn(g, static_cast<double>(x)));
-        }
-        P.dq[(q_first + s) * dim + k] = __double2float_rn(a);
+constexpr int kVec = 4;
+constexpr int kChunk = 32 * kVec;  // columns per pass over the sources
+constexpr int kUnroll = 8;         // divides 32
+constexpr int kDqWarps = 8;        // query tokens per dQ block
+constexpr int kScanThreads = 1024;
+constexpr int kScanTile = 4 * kScanThreads;  // counts per scan block (4 consecutive per thread)
+
+// Adds the sources held by lanes [0, n) (n uniform, <= 32), in lane order: off = element offset of
+// the source row (-1: skip), g = its weight. Rows have element type T; acc[m] is column k0 + lane + 32 m.
+template <typename T>
+__device__ __forceinline__ void accumulate_sources(const T* __restrict__ base, long long off, double g, int n,
+                                                   int64_t k0, int64_t dim, int lane, double (&acc)[kVec]) {
+#pragma unroll 1
+  for (int c = 0; c < n; c += kUnroll) {  // lanes in [n, 32) hold off = -1: a partial group is safe
+    long long o[kUnroll];
+    double w[kUnroll];
+    float x[kUnroll][kVec];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      o[u] = __shfl_sync(kFull, off, c + u);
+      w[u] = __shfl_sync(kFull, g, c + u);
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) {
+        const int64_t k = k0 + lane + 32 * m;
+        x[u][m] = (o[u] >= 0 && k < dim) ? to_f32(base[o[u] + k]) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (o[u] >= 0) {  // uniform over the warp
+#pragma unroll
+        for (int m = 0; m < kVec; ++m) acc[m] = __dadd_rn(acc[m], __dmul_rn(w[u], static_cast<double>(x[u][m])));
       }
     }
   }
 }
 
-// ---- dD, deterministic: CSR of sources per document token row ---------------------------------
+// dQ[i, s] = sum over documents j ascending of g[i, j] * D[j, argmax(i, j, s)] (pairs with g = 0, empty
+// documents and -1 slots skipped): the same terms in the same order as the CPU engine.
+// One warp per query token; a block holds kDqWarps consecutive tokens of one query, so the argmax
+// entries the block reads for one document are adjacent.
+template <typename T>
+__device__ __forceinline__ void dq_body(const MaxsimTrainParams& P) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t dim = P.dim;
+  const T* __restrict__ docs = static_cast<const T*>(P.docs);
+  const int64_t groups = (P.stride + kDqWarps - 1) / kDqWarps;
+  const int64_t units = static_cast<int64_t>(P.num_queries) * groups;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t i = u / groups;
+    const int64_t s = (u - i * groups) * kDqWarps + warp;
+    if (s >= P.query_lengths[i]) continue;  // warp-uniform; this kernel has no block barrier
+    const int64_t q_row = P.query_starts[i] + s;
+    const int64_t j_begin = P.pairs == 0 ? 0 : i;
+    const int64_t j_end = P.pairs == 0 ? P.num_docs : i + 1;
+    for (int64_t k0 = 0; k0 < dim; k0 += kChunk) {
+      double acc[kVec];
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
+      for (int64_t j0 = j_begin; j0 < j_end; j0 += 32) {
+        const int64_t j = j0 + lane;
+        double g = 0.0;
+        long long off = -1;
+        if (j < j_end) {
+          const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
+          g = P.grad_scores[p];
+          const int32_t t = load_am(P, p * P.stride + s);
+          if (g != 0.0 && t >= 0 && t < P.doc_lengths[j]) off = (P.doc_starts[j] + t) * dim;
+        }
+        accumulate_sources<T>(docs, off, g, static_cast<int>(j_end - j0 < 32 ? j_end - j0 : 32), k0, dim, lane, acc);
+      }
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) {
+        const int64_t k = k0 + lane + 32 * m;
+        if (k < dim) P.dq[q_row * dim + k] = __double2float_rn(acc[m]);
+      }
+    }
+  }
+}
+
+// ---- dD, deterministic: CSR of sources per document token row, one document block at a time ------
 //
 // The sources of row (j, t) are the slots (p, s) with argmax[p * stride + s] == t, p a pair of
-// document j with g[p] != 0. One warp owns document j and visits its pairs in ascending query order,
-// query tokens in ascending order, 32 at a time (lane = s - s0). __match_any_sync groups the lanes
-// with the same destination row; a lane's rank in its group is the number of lower lanes in it.
-// In count mode the group's lowest lane adds the group size to counts[row]; in place mode every lane
-// writes its source at cursor[row] + rank and the lowest lane advances cursor[row] by the group size.
-// Rows of document j are touched by its owner warp only (items are packed, so rows are disjoint), so
-// no atomics are needed and each row's segment is in ascending (query, token) order by construction:
-// the same order as the CPU engine sums in.
+// document j with g[p] != 0. The CSR covers the rows of documents [doc_begin, doc_end) only (the host
+// walks the blocks in order; every row of dD belongs to exactly one block and is written once, so the
+// result does not depend on the blocking). Its cells are (row, query block): warp (j, qb) visits the
+// queries of block qb in ascending order, query tokens ascending, 32 at a time (lane = s - s0);
+// __match_any_sync groups the lanes with the same destination cell and a lane's rank in its group is
+// the number of lower lanes in it. Count mode: the group's lowest lane adds the group size to the
+// cell. Place mode: every lane writes its source at cursor[cell] + rank and the lowest lane advances
+// the cursor. A cell is touched by its owner warp only, so no atomics are needed; cells of a row are
+// adjacent in query-block order, so each row's segment lists its sources in ascending (query, query
+// token) order: the order the CPU engine sums in, independent of qblocks.
 
 template <bool kPlace>
 __device__ __forceinline__ void walk_sources(const MaxsimTrainParams& P) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); j < P.num_docs; j += warps) {
+  const int64_t qblocks = P.qblocks;
+  const int64_t units = static_cast<int64_t>(P.doc_end - P.doc_begin) * qblocks;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < units; w += warps) {
+    const int64_t j = P.doc_begin + w / qblocks;
+    const int64_t qb = w - (j - P.doc_begin) * qblocks;
     const int ld = P.doc_lengths[j];
     if (ld <= 0) continue;  // uniform over the warp
-    const int64_t row0 = P.doc_starts[j];
-    const int64_t i_begin = P.pairs == 0 ? 0 : j;
-    const int64_t i_end = P.pairs == 0 ? P.num_queries : j + 1;
+    const int64_t row0 = P.doc_starts[j] - P.row_begin;  // block-local row of token 0
+    const int64_t i_begin = P.pairs == 0 ? qb * P.qblock_size : j;
+    const int64_t i_end = P.pairs == 0 ? min(static_cast<int64_t>(P.num_queries), i_begin + P.qblock_size) : j + 1;
     for (int64_t i = i_begin; i < i_end; ++i) {
       const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
       if (P.grad_scores[p] == 0.0) continue;  // uniform
       const int lq = P.query_lengths[i];
       for (int s0 = 0; s0 < lq; s0 += 32) {  // uniform trip count: all 32 lanes reach the match
         const int s = s0 + lane;
-        const int32_t t = s < lq ? P.argmax[p * P.stride + s] : -1;
+        const int32_t t = s < lq ? load_am(P, p * P.stride + s) : -1;
         const bool valid = t >= 0 && t < ld;
-        const long long row = valid ? static_cast<long long>(row0 + t) : -1LL;
-        const unsigned peers = __match_any_sync(kFull, row);
+        const long long cell = valid ? static_cast<long long>((row0 + t) * qblocks + qb) : -1LL;
+        const unsigned peers = __match_any_sync(kFull, cell);
         const unsigned lower = peers & ((1u << lane) - 1u);
-        const int rank = __popc(lower);
-        const int n = __popc(peers);
+        const uint32_t rank = __popc(lower);
+        const uint32_t n = __popc(peers);
         if (kPlace) {
-          const int64_t base = valid ? P.cursor[row] : 0;
-          __syncwarp();  // every lane has read cursor[row] before the group's leader moves it
+          const uint32_t base = valid ? P.counts[cell] : 0u;
+          __syncwarp();  // every lane has read the cursor before the group's leader moves it
           if (valid) {
-            P.sources[base + rank] = p * P.stride + s;
-            if (lower == 0) P.cursor[row] = base + n;
+            P.sources[base + rank] = static_cast<uint32_t>(p * P.stride + s);
+            if (lower == 0) P.counts[cell] = base + n;
           }
         } else if (valid && lower == 0) {
-          P.counts[row] += n;
+          P.counts[cell] += n;
         }
         __syncwarp();  // the updates are visible to the next round's reads (possibly other lanes)
       }
@@ -454,49 +544,144 @@ __device__ __forceinline__ void walk_sources(const MaxsimTrainParams& P) {
   }
 }
 
-__device__ __forceinline__ void scan_body(const MaxsimTrainParams& P) {
-  __shared__ int64_t buf[kScanThreads];
-  const int tid = threadIdx.x;
-  const int64_t n = P.doc_tokens;
-  int64_t carry = 0;
-  for (int64_t base = 0; base < n; base += kScanThreads) {
-    const int64_t idx = base + tid;
-    const int64_t v = idx < n ? P.counts[idx] : 0;
-    buf[tid] = v;
-    __syncthreads();
-    for (int o = 1; o < kScanThreads; o <<= 1) {  // Hillis-Steele inclusive scan (integers: exact)
-      const int64_t add = tid >= o ? buf[tid - o] : 0;
-      __syncthreads();
-      buf[tid] += add;
-      __syncthreads();
-    }
-    const int64_t excl = carry + buf[tid] - v;
-    if (idx < n) {
-      P.offsets[idx] = excl;
-      P.cursor[idx] = excl;
-    }
-    carry += buf[kScanThreads - 1];
-    __syncthreads();  // everyone has read buf before the next chunk overwrites it
+// Exclusive scan of v over a block of kScanThreads threads (integers: exact); *total = block sum.
+__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* total) {
+  __shared__ uint32_t warp_sums[kScanThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t y = __shfl_up_sync(kFull, x, o);
+    if (lane >= o) x += y;
   }
-  if (tid == 0) P.offsets[n] = carry;
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t w = warp_sums[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(kFull, w, o);
+      if (lane >= o) w += y;
+    }
+    warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const uint32_t excl = (warp > 0 ? warp_sums[warp - 1] : 0u) + x - v;
+  *total = warp_sums[kScanThreads / 32 - 1];
+  __syncthreads();  // everyone has read warp_sums before a later call overwrites it
+  return excl;
 }
 
-__device__ __forceinline__ void gather_body(const MaxsimTrainParams& P) {
-  const int64_t dim = P.dim;
-  for (int64_t r = blockIdx.x; r < P.doc_tokens; r += gridDim.x) {
-    const int64_t begin = P.offsets[r];
-    const int64_t end = P.offsets[r + 1];
-    for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
-      double a = 0.0;
-      for (int64_t e = begin; e < end; ++e) {  // ascending (query, query token): fixed order
-        const int64_t slot = P.sources[e];
-        const int64_t p = slot / P.stride;
-        const int64_t s = slot - p * P.stride;
-        const double g = P.grad_scores[p];
-        const float x = load_f32(P.queries, P.query_dtype, (P.query_starts[query_of(P, p)] + s) * dim + k);
-        a = __dadd_rn(a, __dmul_rn(g, static_cast<double>(x)));
+// Three-kernel scan of counts[0, cells) (every total < 2^32: the host bounds a block's sources):
+// scan_reduce: block_sums[b] = sum of tile b; scan_top (one block): block_sums exclusive in place,
+// offsets[cells] = total; scan_down: offsets = counts turned exclusive, and counts = offsets (cursor).
+__device__ __forceinline__ void scan_reduce_body(const MaxsimTrainParams& P) {
+  const int64_t tiles = (P.cells + kScanTile - 1) / kScanTile;
+  for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t idx = b * kScanTile + r * kScanThreads + threadIdx.x;
+      if (idx < P.cells) v += P.counts[idx];
+    }
+    uint32_t total;
+    block_exclusive_scan(v, &total);
+    if (threadIdx.x == 0) P.block_sums[b] = total;
+  }
+}
+
+__device__ __forceinline__ void scan_top_body(const MaxsimTrainParams& P) {
+  const int64_t tiles = (P.cells + kScanTile - 1) / kScanTile;
+  uint32_t carry = 0;
+  for (int64_t base = 0; base < tiles; base += kScanThreads) {  // uniform trip count
+    const int64_t idx = base + threadIdx.x;
+    const uint32_t v = idx < tiles ? P.block_sums[idx] : 0u;
+    uint32_t total;
+    const uint32_t excl = block_exclusive_scan(v, &total);
+    if (idx < tiles) P.block_sums[idx] = carry + excl;
+    carry += total;
+  }
+  if (threadIdx.x == 0) P.offsets[P.cells] = carry;
+}
+
+__device__ __forceinline__ void scan_down_body(const MaxsimTrainParams& P) {
+  const int64_t tiles = (P.cells + kScanTile - 1) / kScanTile;
+  for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
+    const int64_t first = b * kScanTile + 4 * static_cast<int64_t>(threadIdx.x);
+    uint32_t v[4];
+    uint32_t sum = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      v[r] = first + r < P.cells ? P.counts[first + r] : 0u;
+      sum += v[r];
+    }
+    uint32_t total;
+    uint32_t at = P.block_sums[b] + block_exclusive_scan(sum, &total);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (first + r < P.cells) {
+        P.offsets[first + r] = at;
+        P.counts[first + r] = at;  // the placement cursor
       }
-      P.dd[r * dim + k] = __double2float_rn(a);
+      at += v[r];
+    }
+  }
+}
+
+// Contention of the block: stats[0] += rows with at least one source (stats[1] = sources is read from
+// offsets[cells] by the host). Integer atomics: the result does not depend on their order.
+__device__ __forceinline__ void stats_body(const MaxsimTrainParams& P) {
+  const int64_t rows = P.row_end - P.row_begin;
+  unsigned long long distinct = 0;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (P.offsets[(r + 1) * P.qblocks] > P.offsets[r * P.qblocks]) ++distinct;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) distinct += __shfl_xor_sync(kFull, distinct, o);
+  if ((threadIdx.x & 31) == 0 && distinct > 0) atomicAdd(P.stats, distinct);
+}
+
+// One warp per document row of the block: walks its segment (ascending (query, query token)) and
+// writes the row once. Rows without sources are written as zeros.
+template <typename T>
+__device__ __forceinline__ void gather_body(const MaxsimTrainParams& P) {
+  const int lane = threadIdx.x & 31;
+  const int64_t dim = P.dim;
+  const T* __restrict__ queries = static_cast<const T*>(P.queries);
+  const int64_t rows = P.row_end - P.row_begin;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const uint32_t stride = static_cast<uint32_t>(P.stride);
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < rows; w += warps) {
+    const uint32_t begin = P.offsets[w * P.qblocks];
+    const uint32_t end = P.offsets[(w + 1) * P.qblocks];
+    const int64_t r = P.row_begin + w;
+    for (int64_t k0 = 0; k0 < dim; k0 += kChunk) {
+      double acc[kVec];
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
+      // The next batch's source indices are loaded before this batch is summed (rows with many
+      // sources, as under contention, are a serial walk: hide one round trip per batch).
+      uint32_t next = static_cast<int64_t>(begin) + lane < end ? P.sources[begin + lane] : 0u;
+      for (int64_t e0 = begin; e0 < end; e0 += 32) {  // 64-bit: e0 + 32 must not wrap
+        const int64_t e = e0 + lane;
+        const uint32_t slot = next;
+        if (e + 32 < end) next = P.sources[e + 32];
+        double g = 0.0;
+        long long off = -1;
+        if (e < end) {
+          const uint32_t p = slot / stride;
+          const uint32_t s = slot - p * stride;
+          g = P.grad_scores[p];
+          off = (P.query_starts[query_of(P, p)] + s) * dim;
+        }
+        accumulate_sources<T>(queries, off, g, static_cast<int>(end - e0 < 32 ? end - e0 : 32), k0, dim, lane, acc);
+      }
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) {
+        const int64_t k = k0 + lane + 32 * m;
+        if (k < dim) P.dd[r * dim + k] = __double2float_rn(acc[m]);
+      }
     }
   }
 }
@@ -515,7 +700,7 @@ __device__ __forceinline__ void atomic_body(const MaxsimTrainParams& P) {
     const int64_t j = doc_of(P, p);
     if (s >= P.query_lengths[i]) continue;
     const double g = P.grad_scores[p];
-    const int32_t t = P.argmax[slot];
+    const int32_t t = load_am(P, slot);
     if (g == 0.0 || t < 0 || t >= P.doc_lengths[j]) continue;
     const int64_t q_off = (P.query_starts[i] + s) * dim;
     float* out = P.dd + (P.doc_starts[j] + t) * dim;
@@ -544,20 +729,41 @@ extern "C" __global__ void __launch_bounds__(maxsim_train::kMmaThreads, 3) maxsi
 extern "C" __global__ void __launch_bounds__(maxsim_train::kMmaThreads, 3) maxsim_train_fwd_mma_bf16(const MaxsimTrainParams p) {
   maxsim_train::fwd_mma_body<__nv_bfloat16>(p);
 }
-extern "C" __global__ void __launch_bounds__(128) maxsim_train_dq(const MaxsimTrainParams p) {
-  maxsim_train::dq_body(p);
+extern "C" __global__ void __launch_bounds__(256) maxsim_train_dq_f32(const MaxsimTrainParams p) {
+  maxsim_train::dq_body<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_train_dq_f16(const MaxsimTrainParams p) {
+  maxsim_train::dq_body<__half>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_train_dq_bf16(const MaxsimTrainParams p) {
+  maxsim_train::dq_body<__nv_bfloat16>(p);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_count(const MaxsimTrainParams p) {
   maxsim_train::walk_sources<false>(p);
 }
-extern "C" __global__ void __launch_bounds__(1024) maxsim_train_dd_scan(const MaxsimTrainParams p) {
-  maxsim_train::scan_body(p);
+extern "C" __global__ void __launch_bounds__(1024) maxsim_train_dd_scan_reduce(const MaxsimTrainParams p) {
+  maxsim_train::scan_reduce_body(p);
+}
+extern "C" __global__ void __launch_bounds__(1024) maxsim_train_dd_scan_top(const MaxsimTrainParams p) {
+  maxsim_train::scan_top_body(p);
+}
+extern "C" __global__ void __launch_bounds__(1024) maxsim_train_dd_scan_down(const MaxsimTrainParams p) {
+  maxsim_train::scan_down_body(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_stats(const MaxsimTrainParams p) {
+  maxsim_train::stats_body(p);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_place(const MaxsimTrainParams p) {
   maxsim_train::walk_sources<true>(p);
 }
-extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_gather(const MaxsimTrainParams p) {
-  maxsim_train::gather_body(p);
+extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_f32(const MaxsimTrainParams p) {
+  maxsim_train::gather_body<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_f16(const MaxsimTrainParams p) {
+  maxsim_train::gather_body<__half>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_bf16(const MaxsimTrainParams p) {
+  maxsim_train::gather_body<__nv_bfloat16>(p);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_atomic(const MaxsimTrainParams p) {
   maxsim_train::atomic_body(p);

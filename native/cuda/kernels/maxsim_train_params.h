@@ -1,9 +1,11 @@
 // The argument block of every MaxSim training kernel (native/cuda/kernels/maxsim_train.cu), by value.
 // Shared by the kernels (nvcc) and by the binding that launches them (g++): fixed-width plain types only.
 //
-// Token sets are packed on the device ([T, d] rows, items back to back, int64 starts, int32 lengths).
-// Pair p is (i = p / num_docs, b = p % num_docs) for pairs == 0 ('all') and (i = p, b = p) for
-// pairs == 1 ('diagonal'). argmax[p * stride + s] is the winning document token of query token s.
+// Token sets are packed on the device ([T, d] rows, items back to back in item order, int64 starts,
+// int32 lengths). Pair p is (i = p / num_docs, b = p % num_docs) for pairs == 0 ('all') and (i = p, b = p)
+// for pairs == 1 ('diagonal'). argmax[p * stride + s] is the winning document token of query token s,
+// stored as int16 when argmax16 != 0 (every document shorter than 32768 tokens: half the bytes of the
+// largest buffer of the backward) and as int32 otherwise.
 #pragma once
 #include <stdint.h>
 
@@ -15,28 +17,40 @@ struct MaxsimTrainParams {
   const int64_t* query_starts;   // [num_queries], packed rows
   const int32_t* query_lengths;  // [num_queries]
   const void* docs;              // document tokens [Td, d], dtype doc_dtype
-  const int64_t* doc_starts;     // [num_docs], packed rows
+  const int64_t* doc_starts;     // [num_docs], packed rows (ascending in document order)
   const int32_t* doc_lengths;    // [num_docs]
   float* scores;                 // forward: [num_pairs]
-  float* best;                   // forward scratch: [num_pairs * stride] per-slot maxima
-  int32_t* argmax;               // [num_pairs * stride] (written by forward, read by backward)
+  float* best;                   // forward scratch: [gridDim.x * stride] slot maxima, one stripe per CTA
+  void* argmax;                  // [num_pairs * stride] int16 or int32 (argmax16)
   const double* grad_scores;     // backward: [num_pairs]
   float* dq;                     // backward: [Tq, d] packed
   float* dd;                     // backward: [Td, d] packed
-  int64_t* counts;               // CSR: [Td] sources per document token row (zeroed by the host)
-  int64_t* offsets;              // CSR: [Td + 1] exclusive scan of counts
-  int64_t* cursor;               // CSR: [Td] next free slot per row (starts at offsets)
-  int64_t* sources;              // CSR: [total sources] flat argmax index p * stride + s, per row ascending
+  // CSR of the sources of the document rows [row_begin, row_end) (one document block), by cells:
+  // cell (r - row_begin) * qblocks + qb holds the sources of row r from query block qb.
+  uint32_t* counts;              // [cells]: counted, then turned into the placement cursor by the scan
+  uint32_t* offsets;             // [cells + 1]: exclusive scan of counts (offsets[cells] = total)
+  uint32_t* block_sums;          // scan scratch: [ceil(cells / kScanTile)]
+  uint32_t* sources;             // [total]: argmax slot index p * stride + s (< 2^32), per row ascending
+  unsigned long long* stats;     // [2]: rows with sources, sources (contention measure; zeroed by the host)
   int64_t num_pairs;
   int64_t stride;                // argmax slots per pair (>= every query length)
   int64_t doc_tokens;            // Td
+  int64_t row_begin;             // first packed document row of the block
+  int64_t row_end;               // one past its last row
+  int64_t cells;                 // (row_end - row_begin) * qblocks
   int32_t num_queries;
   int32_t num_docs;
   int32_t dim;
   int32_t pairs;                 // 0 = all, 1 = diagonal
   int32_t query_dtype;           // kTrainF32 / kTrainF16 / kTrainBF16
   int32_t doc_dtype;
+  int32_t argmax16;              // 1: argmax entries are int16
+  int32_t doc_begin;             // documents [doc_begin, doc_end) of the block
+  int32_t doc_end;
+  int32_t qblocks;               // query blocks of the CSR cells (1 for diagonal)
+  int32_t qblock_size;           // queries per query block
+  int32_t pad_;
 };
 
-// nvcc and g++ must agree on the layout the driver copies (16 pointers, 3 int64, 6 int32).
-static_assert(sizeof(MaxsimTrainParams) == 176, "MaxsimTrainParams layout changed: update both sides");
+// nvcc and g++ must agree on the layout the driver copies (17 pointers, 6 int64, 12 int32).
+static_assert(sizeof(MaxsimTrainParams) == 232, "MaxsimTrainParams layout changed: update both sides");
