@@ -22,6 +22,8 @@ const { values } = parseArgs({
     'query-length': { type: 'string', default: '32' },
     repeats: { type: 'string', default: '2' },
     transfer: { type: 'string', default: 'copy,register' },
+    // extra configurations, 'transfer:depth:readers,...' (e.g. copy:4:16,register:8:8)
+    grid: { type: 'string', default: '' },
   },
 });
 const DOCS = Number(values.docs);
@@ -65,15 +67,26 @@ const h2d = (256 * 1024 * 1024) / sorted[sorted.length >> 1];
 console.log(`pinned host-to-device copy: ${gb(h2d).toFixed(1)} GB/s (median of 20 x 256 MiB)`);
 
 const budget = Number(values['budget-gib']) * 1024 ** 3;
-const results = [];
-for (const transfer of values.transfer!.split(',') as ('copy' | 'register')[])
+// Configurations: each --transfer with its default depth / readers, then each --grid entry.
+type Config = { transfer: 'copy' | 'register'; pipelineDepth?: number; readers?: number };
+const configs: Config[] = [
+  ...values.transfer!.split(',').map((t) => ({ transfer: t as Config['transfer'] })),
+  ...values
+    .grid!.split(',')
+    .filter(Boolean)
+    .map((g) => {
+      const [t, d, r] = g.split(':');
+      return { transfer: t as Config['transfer'], pipelineDepth: Number(d), readers: Number(r) };
+    }),
+];
+for (const config of configs) {
   for (let r = 0; r < Number(values.repeats); r++) {
     let last = 0;
     const { hits, stats } = await corpus.searchWithStats(queries, {
       topK: 10,
       backend: 'cuda',
       gpuMemory: budget,
-      transfer,
+      ...config,
       onProgress: (p) => {
         if (p.elapsedMs - last > 2000) {
           last = p.elapsedMs;
@@ -83,22 +96,25 @@ for (const transfer of values.transfer!.split(',') as ('copy' | 'register')[])
         }
       },
     });
-    const row = {
-      run: r,
-      transfer,
-      corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
-      budgetGiB: Number(values['budget-gib']),
-      queries: `${nq}x${lq}`,
-      seconds: +stats.seconds.toFixed(3),
-      docsPerSecond: Math.round(stats.documents / stats.seconds),
-      GBps: +gb(stats.bytes / stats.seconds).toFixed(1),
-      ofPinnedH2D: +(stats.bytes / stats.seconds / h2d).toFixed(3),
-      devicePeakMiB: +((stats.devicePeakBytes ?? 0) / 1024 ** 2).toFixed(0),
-      firstBlockSeconds: +stats.firstBlockSeconds.toFixed(3),
-      blocks: stats.blocks,
-      variant: stats.variant,
-      top1: hits[0][0],
-    };
-    results.push(row);
-    console.log(JSON.stringify(row));
+    console.log(
+      JSON.stringify({
+        run: r,
+        transfer: config.transfer,
+        depth: config.pipelineDepth ?? 'default',
+        readers: config.readers ?? 'default',
+        corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
+        budgetGiB: Number(values['budget-gib']),
+        queries: `${nq}x${lq}`,
+        seconds: +stats.seconds.toFixed(3),
+        docsPerSecond: Math.round(stats.documents / stats.seconds),
+        GBps: +gb(stats.bytes / stats.seconds).toFixed(1),
+        ofPinnedH2D: +(stats.bytes / stats.seconds / h2d).toFixed(3),
+        devicePeakMiB: +((stats.devicePeakBytes ?? 0) / 1024 ** 2).toFixed(0),
+        firstBlockSeconds: +stats.firstBlockSeconds.toFixed(3),
+        blocks: stats.blocks,
+        variant: stats.variant,
+        top1: hits[0][0],
+      }),
+    );
   }
+}

@@ -17,7 +17,7 @@ import { cuda, nativeCuda } from './cuda.js';
 import { dispatchTable, type Launch, launchFor, type Problem, selectVariant } from './cuda-dispatch.js';
 
 /** Pipeline depth: reading block b+1, copying block b and scoring block b-1 overlap. */
-const DEPTH = 3;
+const DEFAULT_DEPTH = { copy: 3, register: 6 };
 /** Largest block: big enough that per-block overheads vanish (~5 ms of copy at 50 GB/s). */
 const MAX_BLOCK_BYTES = 256 * 1024 * 1024;
 const DEFAULT_BUDGET_CAP = 8 * 1024 ** 3;
@@ -76,6 +76,15 @@ export async function cudaStreamSearch(
       "'cuda'",
     );
   const dtype = info.dtype as FloatDType;
+  const transfer = options.transfer ?? 'copy';
+  if (transfer !== 'copy' && transfer !== 'register')
+    throw new InvalidArgumentError('transfer', "'copy' or 'register'", JSON.stringify(transfer));
+  const DEPTH = options.pipelineDepth ?? DEFAULT_DEPTH[transfer];
+  if (!Number.isInteger(DEPTH) || DEPTH < 1 || DEPTH > 8)
+    throw new InvalidArgumentError('pipelineDepth', 'an integer in [1, 8]', String(options.pipelineDepth));
+  const readers = options.readers ?? readersFor();
+  if (!Number.isInteger(readers) || readers < 1 || readers > 64)
+    throw new InvalidArgumentError('readers', 'an integer in [1, 64]', String(options.readers));
   const device = await cuda({ device: options.device });
   const memory = await device.memory();
   const budget = options.gpuMemory ?? Math.min(DEFAULT_BUDGET_CAP, Math.floor(memory.free * 0.75));
@@ -179,9 +188,9 @@ export async function cudaStreamSearch(
         capacityTokens,
         capacityDocs,
         depth: DEPTH,
-        readers: readersFor(),
+        readers,
         k,
-        registerPages: options.transfer === 'register',
+        registerPages: transfer === 'register',
       },
       launch,
       progress,

@@ -61,6 +61,10 @@ export interface CorpusSearchOptions {
    * 'register': their page-cache pages are page-locked in place and copied by DMA (no CPU copy).
    */
   transfer?: 'copy' | 'register';
+  /** CUDA: blocks in flight (default 3 for copy, 6 for register; 1..8). */
+  pipelineDepth?: number;
+  /** CUDA: reader threads (default: cores - 2, at most 12). */
+  readers?: number;
   /** Token bytes per block (default: 64 MiB on the CPU; on CUDA derived from gpuMemory). */
   blockBytes?: number;
   /** Called after each block (CPU) or every ~100 ms (CUDA) with the progress so far. */
