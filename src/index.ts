@@ -9,7 +9,12 @@ export {
   cuda,
   cudaStatus,
   type DeviceCorpus,
+  e4m3ToFloat,
+  type Fp8Tokens,
+  type QuantizeMode8,
+  referenceMaxsimFp8,
 } from './backends/cuda.js';
+export type { DeviceDType } from './backends/cuda-dispatch.js';
 export { referenceMaxsim, referenceTopK } from './backends/reference.js';
 export { referenceBackward, referenceMaxsimTrain } from './backends/reference-train.js';
 export { type BackendChoice, type BackendName, cudaUnavailableReason } from './backends/select.js';

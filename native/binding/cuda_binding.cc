@@ -56,9 +56,12 @@ void GetTriple(Napi::Env env, Napi::Object launch, const char* key, unsigned out
   }
 }
 
+// The dtype name of a device token set: fp8 sets are int8-sized e4m3 codes.
+const char* SetDTypeName(DType t, bool e4m3) { return e4m3 ? "fp8" : DTypeName(t); }
+
 // Parses { kernel, grid, block, smem, queryTile?, dtype? }; `dtype` (when given) is the element type
 // the kernel reads and must match the docs.
-LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype) {
+LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3) {
   if (!v.IsObject()) throw ArgError(env, "launch", "an object { kernel, grid, block, smem }", Describe(v));
   Napi::Object o = v.As<Napi::Object>();
   LaunchSpec s;
@@ -74,10 +77,12 @@ LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype) {
   if (!tile.IsUndefined()) s.query_tile = GetInteger(env, tile, "launch.queryTile", 1, 2147483647);
   Napi::Value dt = o.Get("dtype");
   if (!dt.IsUndefined()) {
-    const DType want = ParseDType(env, "launch", dt);
-    if (want != docs_dtype) {
-      throw ArgError(env, "docs.dtype", std::string("'") + DTypeName(want) + "' (the element type of kernel " + s.kernel + ")",
-                     std::string("'") + DTypeName(docs_dtype) + "'");
+    const bool want_e4m3 = dt.IsString() && dt.As<Napi::String>().Utf8Value() == "fp8";
+    const DType want = want_e4m3 ? DType::Int8 : ParseDType(env, "launch", dt);
+    if (want != docs_dtype || want_e4m3 != docs_e4m3) {
+      throw ArgError(env, "docs.dtype",
+                     std::string("'") + SetDTypeName(want, want_e4m3) + "' (the element type of kernel " + s.kernel + ")",
+                     std::string("'") + SetDTypeName(docs_dtype, docs_e4m3) + "'");
     }
   }
   return s;
@@ -137,6 +142,7 @@ class TokenSetHandle : public Napi::ObjectWrap<TokenSetHandle> {
     int32_t max_length = 0;
     uint64_t bytes = 0;
     DType dtype = DType::Float32;
+    bool e4m3 = false;  // int8-sized fp8 e4m3 codes ('fp8')
     int device = 0;
   };
   void Attach(std::shared_ptr<DeviceTokens> t) {
@@ -152,6 +158,7 @@ class TokenSetHandle : public Napi::ObjectWrap<TokenSetHandle> {
     snap_.max_length = tokens_->max_length;
     snap_.bytes = tokens_->bytes();
     snap_.dtype = tokens_->dtype;
+    snap_.e4m3 = tokens_->e4m3;
     snap_.device = tokens_->runtime->props().index;
   }
   const Snapshot& snapshot() const { return snap_; }
@@ -171,7 +178,7 @@ class TokenSetHandle : public Napi::ObjectWrap<TokenSetHandle> {
   Napi::Value Count(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.count)); }
   Napi::Value Tokens(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.tokens)); }
   Napi::Value Dim(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(snap_.dim)); }
-  Napi::Value Dtype(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), DTypeName(snap_.dtype)); }
+  Napi::Value Dtype(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), SetDTypeName(snap_.dtype, snap_.e4m3)); }
   Napi::Value MaxLength(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), snap_.max_length); }
   Napi::Value CapacityTokens(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(snap_.capacity_tokens));
@@ -214,16 +221,15 @@ Napi::Object NewTokenSet(Napi::Env env, std::shared_ptr<DeviceTokens> tokens) {
   return obj;
 }
 
-// A host TokenBatch for the CUDA engine: bounds-checked by ParseTokenSet, float dtypes only.
+// A host TokenBatch for the CUDA engine, bounds-checked by ParseTokenSet (int8 with its per-token
+// scales, which ParseTokenSet requires and checks for length).
 TokenSet ParseHostBatch(Napi::Env env, const Napi::Value& v, const std::string& name, Task* task) {
   TokenSet t = ParseTokenSet(env, v, name);
-  if (t.dtype == DType::Int8) {
-    throw ArgError(env, name + ".dtype", "'float32', 'float16' or 'bfloat16' (the CUDA engine does not score int8 yet)", "'int8'");
-  }
   Napi::Object o = v.As<Napi::Object>();
   task->Keep(o.Get("data"));
   task->Keep(o.Get("starts"));
   task->Keep(o.Get("lengths"));
+  if (t.dtype == DType::Int8) task->Keep(o.Get("scales"));
   return t;
 }
 
@@ -422,7 +428,6 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
   if (!info[1].IsObject()) throw ArgError(env, "spec", "an object { dtype, dim, tokens, items }", Describe(info[1]));
   Napi::Object spec = info[1].As<Napi::Object>();
   const DType dtype = ParseDType(env, "spec", spec.Get("dtype"));
-  if (dtype == DType::Int8) throw ArgError(env, "spec.dtype", "'float32', 'float16' or 'bfloat16'", "'int8'");
   const int64_t dim = GetInteger(env, spec.Get("dim"), "spec.dim", 1, 1 << 20);
   const int64_t tokens = GetInteger(env, spec.Get("tokens"), "spec.tokens", 0, int64_t(1) << 50);
   const int64_t items = GetInteger(env, spec.Get("items"), "spec.items", 0, 2147483646);
@@ -464,6 +469,115 @@ Napi::Value Append(const Napi::CallbackInfo& info) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// quantize(tokenSet, mode): a new device token set, quantized on the GPU (mode 'int8' or 'fp8')
+
+class QuantizeTask : public Task {
+ public:
+  QuantizeTask(Napi::Env env, Runtime* rt, std::shared_ptr<DeviceTokens> src, bool e4m3)
+      : Task(env), rt_(rt), src_(std::move(src)), e4m3_(e4m3) {}
+  void Run() override {
+    rt_->EnsureReady();
+    result_ = rt_->Quantize8(*src_, e4m3_);
+  }
+  Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
+
+ private:
+  Runtime* rt_;
+  std::shared_ptr<DeviceTokens> src_, result_;
+  bool e4m3_;
+};
+
+Napi::Value Quantize(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TokenSetHandle* h = UnwrapTokenSet(env, info[0], "tokenSet");
+  std::shared_ptr<DeviceTokens> src = h->Live(env, "tokenSet");
+  const std::string mode = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string();
+  if (mode != "int8" && mode != "fp8") throw ArgError(env, "mode", "'int8' or 'fp8'", Describe(info[1]));
+  if (h->snapshot().dtype == DType::Int8) {
+    throw ArgError(env, "tokenSet.dtype", "'float32', 'float16' or 'bfloat16' (a float set to quantize)",
+                   std::string("'") + SetDTypeName(h->snapshot().dtype, h->snapshot().e4m3) + "'");
+  }
+  return Submit(env, src->runtime, std::make_unique<QuantizeTask>(env, src->runtime, src, mode == "fp8"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// download(tokenSet): the set's items back on the host, as a ragged batch
+// { dtype, dim, count, data, offsets (Float64Array [count + 1]), lengths, scales? }
+
+class DownloadTask : public Task {
+ public:
+  DownloadTask(Napi::Env env, Runtime* rt, std::shared_ptr<DeviceTokens> src) : Task(env), rt_(rt), src_(std::move(src)) {}
+  void Run() override {
+    rt_->EnsureReady();
+    const DeviceTokens& t = *src_;
+    dtype_ = t.dtype;
+    e4m3_ = t.e4m3;
+    dim_ = t.dim;
+    data_.resize(static_cast<size_t>(t.tokens * t.dim * DTypeSize(t.dtype)));
+    starts_.resize(static_cast<size_t>(t.count));
+    lengths_.resize(static_cast<size_t>(t.count));
+    if (!data_.empty()) rt_->Download(data_.data(), t.data, data_.size());
+    if (t.count > 0) {
+      rt_->Download(starts_.data(), t.starts, starts_.size() * sizeof(int64_t));
+      rt_->Download(lengths_.data(), t.lengths, lengths_.size() * sizeof(int32_t));
+    }
+    if (t.dtype == DType::Int8) {
+      scales_.resize(static_cast<size_t>(t.tokens));
+      if (!scales_.empty()) rt_->Download(scales_.data(), t.scales, scales_.size() * sizeof(float));
+    }
+  }
+  Napi::Value Result(Napi::Env env) override {
+    const size_t tokens = dim_ > 0 ? data_.size() / (static_cast<size_t>(dim_) * DTypeSize(dtype_)) : 0;
+    Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(env, data_.size());
+    if (!data_.empty()) std::memcpy(buf.Data(), data_.data(), data_.size());
+    Napi::Value data;
+    if (dtype_ == DType::Float32) data = Napi::Float32Array::New(env, tokens * dim_, buf, 0);
+    else if (e4m3_) data = Napi::Uint8Array::New(env, tokens * dim_, buf, 0);
+    else if (dtype_ == DType::Int8) data = Napi::Int8Array::New(env, tokens * dim_, buf, 0);
+    else data = Napi::Uint16Array::New(env, tokens * dim_, buf, 0);
+    Napi::Float64Array offsets = Napi::Float64Array::New(env, starts_.size() + 1);
+    Napi::Int32Array lengths = Napi::Int32Array::New(env, lengths_.size());
+    offsets[0] = 0;
+    for (size_t i = 0; i < starts_.size(); i++) {
+      // items are packed in order on the device, so starts[i] + lengths[i] == starts[i + 1]
+      offsets[i + 1] = static_cast<double>(starts_[i] + lengths_[i]);
+      lengths[i] = lengths_[i];
+    }
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("dtype", SetDTypeName(dtype_, e4m3_));
+    o.Set("dim", static_cast<double>(dim_));
+    o.Set("count", static_cast<double>(starts_.size()));
+    o.Set("data", data);
+    o.Set("offsets", offsets);
+    o.Set("lengths", lengths);
+    if (dtype_ == DType::Int8) {
+      Napi::Float32Array sc = Napi::Float32Array::New(env, scales_.size());
+      if (!scales_.empty()) std::memcpy(sc.Data(), scales_.data(), scales_.size() * sizeof(float));
+      o.Set("scales", sc);
+    }
+    return o;
+  }
+
+ private:
+  Runtime* rt_;
+  std::shared_ptr<DeviceTokens> src_;
+  DType dtype_ = DType::Float32;
+  bool e4m3_ = false;
+  int64_t dim_ = 0;
+  std::vector<uint8_t> data_;
+  std::vector<int64_t> starts_;
+  std::vector<int32_t> lengths_;
+  std::vector<float> scales_;
+};
+
+Napi::Value Download(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TokenSetHandle* h = UnwrapTokenSet(env, info[0], "tokenSet");
+  std::shared_ptr<DeviceTokens> src = h->Live(env, "tokenSet");
+  return Submit(env, src->runtime, std::make_unique<DownloadTask>(env, src->runtime, src));
+}
+
+// ---------------------------------------------------------------------------------------------
 // score(device, queries, docs, launch) and bench(device, queries, docs, launch, options)
 
 // Queries are either a device token set or a host batch uploaded by the job itself.
@@ -472,6 +586,7 @@ struct QuerySource {
   TokenSet host;
   bool is_host = false;
   DType dtype = DType::Float32;
+  bool e4m3 = false;
   int64_t dim = 0;
 };
 
@@ -481,6 +596,7 @@ QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task*
     CheckDevice(env, h, rt, "queries");
     q.device = h->Live(env, "queries");
     q.dtype = h->snapshot().dtype;
+    q.e4m3 = h->snapshot().e4m3;
     q.dim = h->snapshot().dim;
   } else {
     q.host = ParseHostBatch(env, v, "queries", task);
@@ -499,20 +615,31 @@ std::shared_ptr<DeviceTokens> ParseDocs(Napi::Env env, Runtime* rt, const Napi::
   if (s.dim != q.dim) {
     throw ArgError(env, "queries.dim", std::to_string(s.dim) + " (the dimension of " + name + ")", std::to_string(q.dim));
   }
-  if (s.dtype != q.dtype) {
+  if (s.e4m3) {
+    // fp8 documents: float queries, quantized to e4m3 on the device by the scoring job
+    if (q.dtype == DType::Int8) {
+      throw ArgError(env, "queries.dtype", std::string("'float32', 'float16' or 'bfloat16' (") + name + " is fp8; queries are quantized to fp8 on the GPU)",
+                     std::string("'") + SetDTypeName(q.dtype, q.e4m3) + "'");
+    }
+    return d;
+  }
+  if (s.dtype != q.dtype || q.e4m3) {
     throw ArgError(env, "queries.dtype", std::string("'") + DTypeName(s.dtype) + "' (the dtype of " + name + ")",
-                   std::string("'") + DTypeName(q.dtype) + "'");
+                   std::string("'") + SetDTypeName(q.dtype, q.e4m3) + "'");
   }
   return d;
 }
 
-std::shared_ptr<DeviceTokens> ResolveQueries(Runtime* rt, QuerySource& q) {
-  if (!q.is_host) return q.device;
-  int64_t tokens = 0;
-  for (int64_t i = 0; i < q.host.count; i++) tokens += q.host.lengths[i];
-  auto t = rt->AllocTokens(q.host.dtype, q.host.dim, tokens, q.host.count);
-  rt->Append(*t, q.host);
-  return t;
+// The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread).
+std::shared_ptr<DeviceTokens> ResolveQueries(Runtime* rt, QuerySource& q, const DeviceTokens& docs) {
+  std::shared_ptr<DeviceTokens> t = q.device;
+  if (q.is_host) {
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < q.host.count; i++) tokens += q.host.lengths[i];
+    t = rt->AllocTokens(q.host.dtype, q.host.dim, tokens, q.host.count);
+    rt->Append(*t, q.host);
+  }
+  return docs.e4m3 ? rt->Quantize8(*t, true) : t;
 }
 
 class ScoreTask : public Task {
@@ -524,7 +651,7 @@ class ScoreTask : public Task {
   void Run() override {
     rt_->EnsureReady();
     rt_->ValidateLaunch(launch);
-    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries);
+    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries, *docs);
     const uint64_t n = static_cast<uint64_t>(q->count) * static_cast<uint64_t>(docs->count);
     scores_.resize(n);
     if (n > 0) {
@@ -551,7 +678,7 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<ScoreTask>(env, rt);
   task->queries = ParseQueries(env, rt, info[1], task.get());
   task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
-  task->launch = ParseLaunch(env, info[3], task->docs->dtype);
+  task->launch = ParseLaunch(env, info[3], task->docs->dtype, task->docs->e4m3);
   return Submit(env, rt, std::move(task));
 }
 
@@ -568,7 +695,7 @@ class BenchTask : public Task {
     rt_->EnsureReady();
     rt_->ValidateLaunch(launch);
     const maxsim_cuda::Driver& d = maxsim_cuda::Api();
-    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries);
+    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries, *docs[0]);
     int64_t max_docs = 1;
     for (const auto& s : docs) max_docs = std::max(max_docs, s->count);
     const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(q->count, 1)) * static_cast<uint64_t>(max_docs);
@@ -622,7 +749,7 @@ Napi::Value Bench(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<BenchTask>(env, rt);
   task->queries = ParseQueries(env, rt, info[1], task.get());
   task->docs.push_back(ParseDocs(env, rt, info[2], task->queries, "docs"));
-  task->launch = ParseLaunch(env, info[3], task->docs[0]->dtype);
+  task->launch = ParseLaunch(env, info[3], task->docs[0]->dtype, task->docs[0]->e4m3);
   if (info.Length() > 4 && !info[4].IsUndefined()) {
     if (!info[4].IsObject()) throw ArgError(env, "options", "an object { warmup, iters, rotate }", Describe(info[4]));
     Napi::Object o = info[4].As<Napi::Object>();
@@ -633,7 +760,13 @@ Napi::Value Bench(const Napi::CallbackInfo& info) {
       if (!rotate.IsArray()) throw ArgError(env, "options.rotate", "an array of device token sets", Describe(rotate));
       Napi::Array a = rotate.As<Napi::Array>();
       for (uint32_t i = 0; i < a.Length(); i++) {
-        task->docs.push_back(ParseDocs(env, rt, a.Get(i), task->queries, "options.rotate[" + std::to_string(i) + "]"));
+        const std::string name = "options.rotate[" + std::to_string(i) + "]";
+        task->docs.push_back(ParseDocs(env, rt, a.Get(i), task->queries, name));
+        const DeviceTokens& r = *task->docs.back();
+        if (r.dtype != task->docs[0]->dtype || r.e4m3 != task->docs[0]->e4m3) {
+          throw ArgError(env, name, std::string("a token set of dtype '") + SetDTypeName(task->docs[0]->dtype, task->docs[0]->e4m3) + "' (as docs)",
+                         std::string("'") + SetDTypeName(r.dtype, r.e4m3) + "'");
+        }
       }
     }
   }
@@ -658,6 +791,8 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("upload", Napi::Function::New(env, Upload, "upload"));
   cuda.Set("alloc", Napi::Function::New(env, Alloc, "alloc"));
   cuda.Set("append", Napi::Function::New(env, Append, "append"));
+  cuda.Set("quantize", Napi::Function::New(env, Quantize, "quantize"));
+  cuda.Set("download", Napi::Function::New(env, Download, "download"));
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("bench", Napi::Function::New(env, Bench, "bench"));
   exports.Set("cuda", cuda);

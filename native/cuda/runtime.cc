@@ -176,17 +176,19 @@ void Allocator::ReleaseCached() {
 
 uint64_t DeviceTokens::bytes() const {
   return static_cast<uint64_t>(capacity_tokens) * static_cast<uint64_t>(dim) * DTypeSize(dtype) +
+         (dtype == DType::Int8 ? static_cast<uint64_t>(capacity_tokens) * sizeof(float) : 0) +
          static_cast<uint64_t>(capacity_items) * (sizeof(int64_t) + sizeof(int32_t));
 }
 
 DeviceTokens::~DeviceTokens() {
-  if (!runtime || (!data && !starts && !lengths)) return;
+  if (!runtime || (!data && !starts && !lengths && !scales)) return;
   Runtime* rt = runtime;
-  const cu::CUdeviceptr blocks[3] = {data, starts, lengths};
-  rt->Post([rt, b0 = blocks[0], b1 = blocks[1], b2 = blocks[2]] {
+  // Free(0) is a no-op (float sets have no scales block)
+  rt->Post([rt, b0 = data, b1 = starts, b2 = lengths, b3 = scales] {
     rt->allocator().Free(b0);
     rt->allocator().Free(b1);
     rt->allocator().Free(b2);
+    rt->allocator().Free(b3);
   });
 }
 
@@ -445,10 +447,15 @@ std::shared_ptr<DeviceTokens> Runtime::AllocTokens(DType dtype, int64_t dim, int
   t->data = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_tokens, 1)) * dim * DTypeSize(dtype));
   t->starts = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_items, 1)) * sizeof(int64_t));
   t->lengths = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_items, 1)) * sizeof(int32_t));
+  if (dtype == DType::Int8) t->scales = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(capacity_tokens, 1)) * sizeof(float));
   return t;
 }
 
 void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
+  if (dst.e4m3) {
+    throw std::invalid_argument("Expected a float or int8 token set to append to but received an fp8 one (fp8 sets are made "
+                                "whole by quantize('fp8'))");
+  }
   if (src.dtype != dst.dtype || src.dim != dst.dim) {
     throw std::invalid_argument(std::string("Expected tokens of dtype ") + DTypeName(dst.dtype) + " and dim " +
                                 std::to_string(dst.dim) + " for the appended batch but received dtype " +
@@ -480,6 +487,16 @@ void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
     }
     w.Finish();
   }
+  if (dst.dtype == DType::Int8) {
+    if (!src.scales) throw std::invalid_argument("Expected per-token scales for the appended int8 batch but received none");
+    // the scales of the items, packed exactly like their tokens
+    StagedWriter w(*this, dst.scales + static_cast<uint64_t>(dst.tokens) * sizeof(float));
+    for (int64_t i = 0; i < src.count; i++) {
+      const int64_t start = static_cast<int64_t>(src.starts[i]);
+      w.Write(src.scales + start, static_cast<uint64_t>(src.lengths[i]) * sizeof(float));
+    }
+    w.Finish();
+  }
   if (src.count > 0) {
     StagedWriter ws(*this, dst.starts + static_cast<uint64_t>(dst.count) * sizeof(int64_t));
     ws.Write(starts.data(), starts.size() * sizeof(int64_t));
@@ -493,6 +510,54 @@ void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
   dst.tokens += tokens;
   dst.count += src.count;
   dst.max_length = max_length;
+}
+
+std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e4m3) {
+  const char* suffix = src.dtype == DType::Float32    ? "f32"
+                       : src.dtype == DType::Float16  ? "f16"
+                       : src.dtype == DType::BFloat16 ? "bf16"
+                                                      : nullptr;
+  if (!suffix) {
+    throw std::invalid_argument("Expected a float32, float16 or bfloat16 token set to quantize but received one of dtype " +
+                                std::string(src.e4m3 ? "fp8" : DTypeName(src.dtype)));
+  }
+  const std::string kernel = std::string(e4m3 ? "maxsim_fp8_quantize_" : "maxsim_int8_quantize_") + suffix;
+  // Tight: the tokens and items in use (appended sets are packed, so tokens [0, src.tokens) are all real).
+  std::shared_ptr<DeviceTokens> dst = AllocTokens(DType::Int8, src.dim, src.tokens, src.count);
+  dst->e4m3 = e4m3;
+  ScopedBlock bad(allocator_, sizeof(unsigned long long));
+  Check(Api().cuMemsetD32Async(bad.get(), 0xffffffffu, 2, stream_), "cuMemsetD32Async");
+  QuantizeParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.src = reinterpret_cast<const void*>(static_cast<uintptr_t>(src.data));
+  p.src_starts = reinterpret_cast<const int64_t*>(static_cast<uintptr_t>(src.starts));
+  p.src_lengths = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(src.lengths));
+  p.dst = reinterpret_cast<int8_t*>(static_cast<uintptr_t>(dst->data));
+  p.dst_scales = reinterpret_cast<float*>(static_cast<uintptr_t>(dst->scales));
+  p.dst_starts = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(dst->starts));
+  p.dst_lengths = reinterpret_cast<int32_t*>(static_cast<uintptr_t>(dst->lengths));
+  p.bad_token = reinterpret_cast<unsigned long long*>(static_cast<uintptr_t>(bad.get()));
+  p.tokens = src.tokens;
+  p.count = static_cast<int32_t>(src.count);
+  p.dim = static_cast<int32_t>(src.dim);
+  if (src.tokens > 0 || src.count > 0) {
+    LaunchSpec spec;
+    spec.kernel = kernel;
+    spec.block[0] = 256;  // 8 warps, one token each per step (maxsim_8bit.cuh)
+    const int64_t want = std::max<int64_t>((std::max(src.tokens, src.count) + 7) / 8, 1);
+    spec.grid[0] = static_cast<unsigned>(std::min<int64_t>(want, static_cast<int64_t>(props_.sms) * 16));
+    LaunchWithParams(spec, &p);
+  }
+  unsigned long long first_bad = ~0ull;
+  Download(&first_bad, bad.get(), sizeof(first_bad));  // synchronizes
+  if (first_bad != ~0ull) {
+    throw std::invalid_argument("Expected finite values to quantize but received a non-finite value at token " +
+                                std::to_string(first_bad));
+  }
+  dst->tokens = src.tokens;
+  dst->count = src.count;
+  dst->max_length = src.max_length;
+  return dst;
 }
 
 void Runtime::FillNaN(cu::CUdeviceptr ptr, uint64_t count) {
@@ -515,6 +580,8 @@ void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchS
   p.dim = static_cast<int32_t>(q.dim);
   p.max_query_length = q.max_length;
   p.max_doc_length = d.max_length;
+  p.query_scales = reinterpret_cast<const float*>(static_cast<uintptr_t>(q.scales));
+  p.doc_scales = reinterpret_cast<const float*>(static_cast<uintptr_t>(d.scales));
   const int64_t tile = spec.query_tile > 0 ? spec.query_tile : q.count;
   const std::string call = "cuLaunchKernel(" + spec.kernel + ")";
   for (int64_t off = 0; off < q.count; off += tile) {

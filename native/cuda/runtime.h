@@ -86,7 +86,8 @@ class ScopedBlock {
 };
 
 // A token set resident on the device: packed tokens [capacity_tokens, dim], int64 starts and int32
-// lengths [capacity_items]. Items are appended (upload = one append of a whole batch). Freed through
+// lengths [capacity_items]; an int8 set also holds one float32 scale per token ([capacity_tokens],
+// appended with the tokens). Items are appended (upload = one append of a whole batch). Freed through
 // the owning runtime when the last reference goes, from whatever thread drops it.
 struct DeviceTokens {
   Runtime* runtime = nullptr;
@@ -96,6 +97,9 @@ struct DeviceTokens {
   int64_t tokens = 0, count = 0;  // used so far
   int32_t max_length = 0;
   cu::CUdeviceptr data = 0, starts = 0, lengths = 0;
+  cu::CUdeviceptr scales = 0;  // int8 only: float32 per token
+  // int8-sized tokens that hold fp8 e4m3 codes instead (made only by Quantize8; reported as 'fp8').
+  bool e4m3 = false;
   uint64_t bytes() const;
   ~DeviceTokens();
 };
@@ -144,6 +148,11 @@ class Runtime {
   std::shared_ptr<DeviceTokens> AllocTokens(DType dtype, int64_t dim, int64_t capacity_tokens, int64_t capacity_items);
   // Appends the items of a host token set (copied through pinned staging; items are packed).
   void Append(DeviceTokens& dst, const TokenSet& src);
+  // A new 8-bit token set quantized on the device from a float set, one float32 scale per token:
+  // int8 (per-token symmetric, bitwise the host quantize() of src/ops/quantize.ts) or, with e4m3,
+  // fp8 e4m3 codes (max|x| -> 448). Throws std::invalid_argument for an 8-bit source or for a token
+  // holding +-Inf. Synchronizes.
+  std::shared_ptr<DeviceTokens> Quantize8(const DeviceTokens& src, bool e4m3);
   // Fills `count` floats with NaN, so that a kernel that skips a pair shows instead of stale memory.
   void FillNaN(cu::CUdeviceptr ptr, uint64_t count);
   // Enqueues the launches that score queries x docs into `scores` ([num_queries, num_docs] floats on

@@ -7,9 +7,15 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BackendUnavailableError, FormatError, InvalidArgumentError } from '../errors.js';
-import type { FloatDType } from '../tensor.js';
+import type { DType, FloatDType } from '../tensor.js';
 
 export type Family = 'simt' | 'mma' | 'wgmma';
+
+/**
+ * Element types of device token sets: the host dtypes, plus 'fp8' (e4m3 codes with one float32 scale
+ * per token), which exists on the GPU only (made by DeviceCorpus.quantize('fp8')).
+ */
+export type DeviceDType = DType | 'fp8';
 
 /**
  * perPair: one CTA per (document, query), grid [num_docs, num_queries, 1], launched per tile of at
@@ -22,7 +28,8 @@ export interface VariantEntry {
   /** Kernel entry point in the fatbin. */
   name: string;
   family: Family;
-  dtype: FloatDType;
+  /** Element type of the tokens it reads (queries and documents alike; int8 / fp8 with per-token scales). */
+  dtype: DeviceDType;
   /** Fatbin file (build/kernels/) holding the kernel. */
   module: string;
   /** Compute capability [major, minor]: `min` (that or newer) or `exact` (arch-specific cubins, sm_90a). */
@@ -52,7 +59,7 @@ export interface Variant {
   /** Entry point in the fatbins (the name). */
   kernel: string;
   family: Family;
-  dtype: FloatDType;
+  dtype: DeviceDType;
   module: string;
   block: [number, number, number];
   grid: GridSpec;
@@ -76,7 +83,7 @@ export interface Problem {
   maxDocLength: number;
   dim: number;
   numDocs: number;
-  dtype: FloatDType;
+  dtype: DeviceDType;
 }
 
 /** What the dispatcher needs to know about the GPU. */
@@ -93,7 +100,7 @@ export interface Launch {
   block: [number, number, number];
   smem: number;
   queryTile?: number;
-  dtype: FloatDType;
+  dtype: DeviceDType;
 }
 
 const MAX_GRID_Y = 65535;
@@ -128,8 +135,14 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
     const { family, dtype, module, arch, dim, block, grid, smemBytes, regime } = e;
     if (family !== 'simt' && family !== 'mma' && family !== 'wgmma')
       bad('family', 'simt, mma or wgmma', family);
-    if (dtype !== 'float32' && dtype !== 'float16' && dtype !== 'bfloat16')
-      bad('dtype', 'float32, float16 or bfloat16', dtype);
+    if (
+      dtype !== 'float32' &&
+      dtype !== 'float16' &&
+      dtype !== 'bfloat16' &&
+      dtype !== 'int8' &&
+      dtype !== 'fp8'
+    )
+      bad('dtype', 'float32, float16, bfloat16, int8 or fp8', dtype);
     if (typeof module !== 'string' || !module.endsWith('.fatbin'))
       bad('module', 'a .fatbin file name', module);
     const archKeys = isObject(arch) ? Object.keys(arch) : [];
@@ -161,7 +174,7 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
       name,
       kernel: name,
       family: family as Family,
-      dtype: dtype as FloatDType,
+      dtype: dtype as DeviceDType,
       module: module as string,
       block: [...(block as number[])] as [number, number, number],
       grid: { ...(grid as GridSpec) },
@@ -258,7 +271,27 @@ export function unmetRequirement(
   return undefined;
 }
 
-/** The rules, as variant names without the dtype suffix. */
+/**
+ * int8 x int8 (maxsim_int8.cu) and fp8 e4m3 x e4m3 (maxsim_fp8.cu): mma.sync m16n8k32 reads 16-byte
+ * rows, so dim % 16 == 0. The mma.sync rules apply on every GPU (the fp8 mma variants run on compute
+ * capability 9.0 only: elsewhere the SIMT fallback takes over). The sm_90a wgmma 8-bit variants are
+ * not chosen here until they are measured on an H200 (they run when forced by name).
+ */
+function preferred8BitKind(p: Problem): string {
+  const rows32 = p.numQueries * Math.ceil(p.maxQueryLength / 32);
+  if (p.dim % 16 !== 0 || rows32 === 0) return 'simt';
+  if (p.dim > 128) return 'mma_ks';
+  if (rows32 === 1) return 'mma_g1';
+  return rows32 <= 4 ? 'mma_g4' : 'mma_g8';
+}
+
+/** The variant name the rules pick: maxsim_<kind>_<dtype suffix>, or maxsim_{int8,fp8}_<kind>. */
+export function preferredVariantName(p: Problem, caps: DeviceCaps): string {
+  if (p.dtype === 'int8' || p.dtype === 'fp8') return `maxsim_${p.dtype}_${preferred8BitKind(p)}`;
+  return `maxsim_${preferredKind(p, caps)}_${SUFFIX[p.dtype]}`;
+}
+
+/** The rules for the float dtypes, as variant names without the dtype suffix. */
 function preferredKind(p: Problem, caps: DeviceCaps): string {
   if (p.dtype === 'float32' || p.dim % 8 !== 0) return 'simt';
   if (p.dim > 128) return 'mma_ks';
@@ -302,7 +335,7 @@ export function selectVariant(
     return v;
   }
   const fits = (v: Variant) => unmetRequirement(v, p, caps, kernels) === undefined;
-  const name = `maxsim_${preferredKind(p, caps)}_${SUFFIX[p.dtype]}`;
+  const name = preferredVariantName(p, caps);
   const pick =
     t.variants.find((v) => v.name === name && fits(v)) ??
     t.variants.find((v) => v.family === 'simt' && v.dtype === p.dtype && fits(v));

@@ -6,21 +6,24 @@
 // garbage collector when a corpus is dropped without it.
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
+import { quantize } from '../ops/quantize.js';
 import { topKOfRow } from '../ops/topk.js';
 import {
+  type DType,
   decodeToFloat32,
   encodeFloats,
-  type FloatDType,
   type Hit,
   isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
+  raggedBatch,
   type ScoreMatrix,
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
 import {
   type DeviceCaps,
+  type DeviceDType,
   dispatchTable,
   type Launch,
   launchFor,
@@ -91,7 +94,7 @@ export interface NativeTokenSet {
   readonly count: number;
   readonly tokens: number;
   readonly dim: number;
-  readonly dtype: FloatDType;
+  readonly dtype: DeviceDType;
   readonly maxLength: number;
   readonly capacityTokens: number;
   readonly capacityItems: number;
@@ -107,7 +110,7 @@ export interface NativeLaunch {
   block: [number, number, number];
   smem: number;
   queryTile?: number;
-  dtype?: FloatDType;
+  dtype?: DeviceDType;
 }
 
 export interface NativeCuda {
@@ -119,9 +122,21 @@ export interface NativeCuda {
   upload(device: NativeDevice, batch: TokenBatch): Promise<NativeTokenSet>;
   alloc(
     device: NativeDevice,
-    spec: { dtype: FloatDType; dim: number; tokens: number; items: number },
+    spec: { dtype: DType; dim: number; tokens: number; items: number },
   ): Promise<NativeTokenSet>;
   append(set: NativeTokenSet, batch: TokenBatch): Promise<NativeTokenSet>;
+  /** A new 8-bit token set quantized on the GPU from a float one (int8: bitwise the host quantize()). */
+  quantize(set: NativeTokenSet, mode: QuantizeMode8): Promise<NativeTokenSet>;
+  /** The items of a device token set, copied back (packed, in order). */
+  download(set: NativeTokenSet): Promise<{
+    dtype: DeviceDType;
+    dim: number;
+    count: number;
+    data: Float32Array | Uint16Array | Int8Array | Uint8Array;
+    offsets: Float64Array;
+    lengths: Int32Array;
+    scales?: Float32Array;
+  }>;
   score(
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
@@ -153,6 +168,69 @@ export function cudaStatus(): CudaStatus {
   }
 }
 
+// ---- fp8 (e4m3) tokens: a GPU-only element type ----------------------------------------------------
+
+export type QuantizeMode8 = 'int8' | 'fp8';
+
+/** An fp8 corpus copied back to the host: e4m3 codes [tokens, dim], one float32 scale per token. */
+export interface Fp8Tokens {
+  kind: 'fp8';
+  dim: number;
+  count: number;
+  data: Uint8Array;
+  scales: Float32Array;
+  /** First token of each item (items are packed in order). */
+  starts: Float64Array;
+  lengths: Int32Array;
+}
+
+/** The value of an e4m3 code (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; 0x7f / 0xff NaN). */
+export function e4m3ToFloat(code: number): number {
+  const sign = code & 0x80 ? -1 : 1;
+  const e = (code >> 3) & 0xf;
+  const m = code & 7;
+  if (e === 15 && m === 7) return Number.NaN;
+  return sign * (e === 0 ? m * 2 ** -9 : (1 + m / 8) * 2 ** (e - 7));
+}
+
+/** Float64 MaxSim of fp8 queries x fp8 documents on the dequantized values (code value x scale). */
+export function referenceMaxsimFp8(queries: Fp8Tokens, docs: Fp8Tokens): Float64Array {
+  if (queries.dim !== docs.dim)
+    throw new InvalidArgumentError('queries.dim', `${docs.dim} (the dimension of docs)`, String(queries.dim));
+  const d = docs.dim;
+  const lut = Float64Array.from({ length: 256 }, (_, c) => e4m3ToFloat(c));
+  const decode = (t: Fp8Tokens) => {
+    const out = new Float64Array(t.data.length);
+    for (let i = 0; i < out.length; i++) out[i] = lut[t.data[i]] * t.scales[Math.floor(i / d)];
+    return out;
+  };
+  const qv = decode(queries);
+  const dv = decode(docs);
+  const out = new Float64Array(queries.count * docs.count);
+  for (let q = 0; q < queries.count; q++) {
+    for (let b = 0; b < docs.count; b++) {
+      if (docs.lengths[b] === 0) {
+        out[q * docs.count + b] = Number.NEGATIVE_INFINITY;
+        continue;
+      }
+      let total = 0;
+      for (let i = 0; i < queries.lengths[q]; i++) {
+        const qo = (queries.starts[q] + i) * d;
+        let best = Number.NEGATIVE_INFINITY;
+        for (let j = 0; j < docs.lengths[b]; j++) {
+          const dof = (docs.starts[b] + j) * d;
+          let dot = 0;
+          for (let k = 0; k < d; k++) dot += qv[qo + k] * dv[dof + k];
+          if (dot > best) best = dot;
+        }
+        total += best;
+      }
+      out[q * docs.count + b] = total;
+    }
+  }
+  return out;
+}
+
 // ---- the public face ----------------------------------------------------------------------------
 
 export interface ScoreOptions {
@@ -164,7 +242,11 @@ export interface DeviceCorpus {
   /** Documents (items) on the device. */
   readonly count: number;
   readonly dim: number;
-  readonly dtype: FloatDType;
+  /**
+   * int8: int8 tokens with one float32 scale per token (upload of a quantized batch, or quantize()).
+   * fp8: e4m3 codes with one float32 scale per token (quantize('fp8') only).
+   */
+  readonly dtype: DeviceDType;
   /** Tokens on the device (padding is not uploaded). */
   readonly tokens: number;
   /** Longest document. */
@@ -180,6 +262,15 @@ export interface DeviceCorpus {
   topK(queries: TokenMatrix | TokenBatch, k: number, options?: ScoreOptions): Promise<Hit[][]>;
   /** Appends documents (only to a corpus made by CudaDevice.alloc, within its capacity). */
   append(batch: TokenBatch): Promise<void>;
+  /**
+   * A new corpus, quantized on the GPU. 'int8': per-token symmetric int8 (scale = max|x| / 127, round
+   * half to even), byte for byte what the host quantize(batch, 'int8') gives. 'fp8': e4m3 codes of
+   * x / scale with scale = max|x| / 448 (round to nearest even, saturating); queries against an fp8
+   * corpus are quantized the same way on the GPU. This corpus is left as it is.
+   */
+  quantize(mode: QuantizeMode8): Promise<DeviceCorpus>;
+  /** The documents copied back to the host: a ragged batch (int8: with scales), or fp8 codes. */
+  download(): Promise<TokenBatch | Fp8Tokens>;
   /** Frees the device memory now (later calls throw; a second dispose does nothing). */
   dispose(): void;
   /** The native token set (for bench and the harness). */
@@ -191,7 +282,7 @@ export interface CudaDevice {
   /** Copies a batch to the GPU (items packed; the batch may be changed or dropped afterwards). */
   upload(batch: TokenBatch): Promise<DeviceCorpus>;
   /** An empty corpus with room for `tokens` tokens in `items` documents, filled by append(). */
-  alloc(spec: { dtype: FloatDType; dim: number; tokens: number; items: number }): Promise<DeviceCorpus>;
+  alloc(spec: { dtype: DType; dim: number; tokens: number; items: number }): Promise<DeviceCorpus>;
   memory(): Promise<CudaMemory>;
   /** Returns the allocator's cached blocks to the driver. */
   emptyCache(): Promise<CudaMemory>;
@@ -223,14 +314,29 @@ function asQueryBatch(queries: TokenMatrix | TokenBatch, name = 'queries'): Toke
   throw new InvalidArgumentError(name, 'a TokenMatrix or TokenBatch', describe(queries));
 }
 
-/** Queries in the corpus dtype: queries are small, so a float32 query meets a float16 corpus here. */
-function toDtype(batch: TokenBatch, dtype: FloatDType, dim: number): TokenBatch {
+/**
+ * Queries in the corpus dtype: queries are small, so a float32 query meets a float16 corpus here, and
+ * float queries meet an int8 corpus quantized on the host (quantize(batch, 'int8'), the same per-token
+ * rule as the corpus). int8 queries need an int8 corpus. An fp8 corpus takes float queries as they
+ * are: the scoring job quantizes them to e4m3 on the GPU.
+ */
+function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch {
   if (batch.dim !== dim)
     throw new InvalidArgumentError('queries.dim', `${dim} (the dimension of the corpus)`, String(batch.dim));
+  if (dtype === 'int8') return batch.dtype === 'int8' ? batch : quantize(batch, 'int8');
+  if (dtype === 'fp8') {
+    if (batch.dtype === 'int8')
+      throw new InvalidArgumentError(
+        'queries.dtype',
+        "'float32', 'float16' or 'bfloat16' (the corpus is fp8; float queries are quantized to fp8 on the GPU)",
+        "'int8'",
+      );
+    return batch;
+  }
   if (batch.dtype === 'int8')
     throw new InvalidArgumentError(
       'queries.dtype',
-      "'float32', 'float16' or 'bfloat16' (the CUDA engine does not score int8 yet)",
+      `'float32', 'float16' or 'bfloat16' (the corpus is ${dtype}; int8 queries need an int8 corpus: corpus.quantize('int8'))`,
       "'int8'",
     );
   if (batch.dtype === dtype) return batch;
@@ -302,6 +408,42 @@ class Corpus implements DeviceCorpus {
     await nativeCuda().append(this.native, batch);
   }
 
+  async quantize(mode: QuantizeMode8): Promise<DeviceCorpus> {
+    this.check();
+    if (mode !== 'int8' && mode !== 'fp8')
+      throw new InvalidArgumentError('mode', "'int8' or 'fp8'", JSON.stringify(mode));
+    if (this.dtype === 'int8' || this.dtype === 'fp8')
+      throw new InvalidArgumentError(
+        'corpus.dtype',
+        "'float32', 'float16' or 'bfloat16' (a float corpus to quantize)",
+        `'${this.dtype}'`,
+      );
+    return this.device.adopt(await nativeCuda().quantize(this.native, mode));
+  }
+
+  async download(): Promise<TokenBatch | Fp8Tokens> {
+    this.check();
+    const r = await nativeCuda().download(this.native);
+    if (r.dtype === 'fp8') {
+      const starts = Float64Array.from({ length: r.count }, (_, i) => r.offsets[i]);
+      return {
+        kind: 'fp8',
+        dim: r.dim,
+        count: r.count,
+        data: r.data as Uint8Array,
+        scales: r.scales as Float32Array,
+        starts,
+        lengths: r.lengths,
+      };
+    }
+    return raggedBatch(r.data as Float32Array | Uint16Array | Int8Array, r.offsets, {
+      dim: r.dim,
+      dtype: r.dtype,
+      scales: r.scales,
+      checkFinite: false,
+    });
+  }
+
   dispose(): void {
     this.native.dispose();
   }
@@ -350,6 +492,11 @@ class Device implements CudaDevice {
       );
   }
 
+  /** A corpus for a token set this device made (tracked, so dispose() of the device frees it). */
+  adopt(native: NativeTokenSet): Corpus {
+    return this.track(native);
+  }
+
   private track(native: NativeTokenSet): Corpus {
     const c = new Corpus(this, native);
     for (const r of this.corpora) if (!r.deref() || r.deref()?.disposed) this.corpora.delete(r);
@@ -364,12 +511,7 @@ class Device implements CudaDevice {
     return this.track(await nativeCuda().upload(this.handle, batch));
   }
 
-  async alloc(spec: {
-    dtype: FloatDType;
-    dim: number;
-    tokens: number;
-    items: number;
-  }): Promise<DeviceCorpus> {
+  async alloc(spec: { dtype: DType; dim: number; tokens: number; items: number }): Promise<DeviceCorpus> {
     this.check();
     return this.track(await nativeCuda().alloc(this.handle, spec));
   }

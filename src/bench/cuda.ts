@@ -2,13 +2,26 @@
 // reference, time the kernel with device events (median after warm-up) and report time, TFLOP/s,
 // GB/s, the share of the ceilings, and the peak device memory beyond the corpus.
 //
+// int8 / fp8: the float16 corpus is timed first, then quantized on the GPU (corpus.quantize) and the
+// 8-bit kernel timed on the same documents and queries in the same run, so the 8-bit row carries the
+// float16 time and the ratio. The int8 reference check runs on the host-quantized sample (bitwise
+// what the device quantizer makes); the fp8 one on the sample quantized by the GPU and copied back.
+//
 // Corpora of several GB cannot be one JS typed array, so a pool of random unit tokens (larger than
 // the 60 MB L2, so repeats are never cache hits) is generated once per shape and appended to the
 // device corpus until it holds B documents. Every document's data is known, so any sampled document,
 // the last ones past 2^31 elements included, can be checked against the reference.
-import { type CudaDevice, cuda, type DeviceCorpus } from '../backends/cuda.js';
+import {
+  type CudaDevice,
+  cuda,
+  type DeviceCorpus,
+  type Fp8Tokens,
+  referenceMaxsimFp8,
+} from '../backends/cuda.js';
+import type { DeviceDType } from '../backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../backends/reference.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
+import { quantize } from '../ops/quantize.js';
 import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
 
 /** A benchmark shape `Nq,Lq,Ld,d,B`. */
@@ -26,7 +39,8 @@ export interface BenchShape {
 }
 
 export interface CudaBenchOptions {
-  dtype: FloatDType;
+  /** int8 / fp8: also times float16 on the same data in the same run (the baseline of the row). */
+  dtype: DeviceDType;
   /** Document lengths uniform in [min(32, Ld), hi] instead of all Ld; hi = Ld unless fill is set. */
   ragged: boolean;
   /** With ragged: the mean fill ratio sum(L_b) / (B * Ld), by choosing hi = 2 * fill * Ld - lo. */
@@ -39,9 +53,19 @@ export interface CudaBenchOptions {
   onProgress?: (message: string) => void;
 }
 
+/** The float16 timing an int8 row is compared with (same documents, queries and run). */
+export interface CudaBaseline {
+  dtype: FloatDType;
+  variant: string;
+  ms: number;
+  tflops: number;
+  gbps: number;
+  maxRelErr: number;
+}
+
 export interface CudaBenchRow {
   shape: string;
-  dtype: FloatDType;
+  dtype: DeviceDType;
   backend: 'cuda';
   ragged: boolean;
   /** Real tokens / (B * Ld). */
@@ -53,8 +77,11 @@ export interface CudaBenchRow {
   /** 2 * Nq * sum(Lq * Ld_b) * d / time. */
   tflops: number;
   gflops: number;
-  /** Document bytes read once / time. */
+  /** Document bytes read once / time (int8 / fp8: d bytes + a 4-byte scale per token). */
   gbps: number;
+  /** int8 / fp8 rows: the float16 kernel on the same data, and baseline.ms / ms. */
+  baseline?: CudaBaseline;
+  speedupVsBaseline?: number;
   /** Device bytes in use at the peak of the timed runs beyond the documents themselves. */
   peakExtraBytes: number;
   /** Largest |got - ref| / max(1, |ref|) over the sampled documents. */
@@ -157,28 +184,66 @@ function pickedDocs(
   return raggedBatch(data, offsets, { dim, dtype, checkFinite: false });
 }
 
+/** Median, min and max of device-event times. */
+function stats(ms: number[]): { ms: number; msMin: number; msMax: number } {
+  const sorted = [...ms].sort((a, b) => a - b);
+  return { ms: sorted[sorted.length >> 1], msMin: sorted[0], msMax: sorted[sorted.length - 1] };
+}
+
+/** Largest |got - ref| / max(1, |ref|) over the sampled (query, document) pairs; -Inf must match. */
+function sampleError(
+  scores: Float32Array,
+  ref: Float64Array,
+  sampleQueries: number,
+  picks: number[],
+  numDocs: number,
+): number {
+  let maxRelErr = 0;
+  for (let q = 0; q < sampleQueries; q++) {
+    picks.forEach((doc, j) => {
+      const r = ref[q * picks.length + j];
+      const g = scores[q * numDocs + doc];
+      const err =
+        r === Number.NEGATIVE_INFINITY
+          ? g === r
+            ? 0
+            : Number.POSITIVE_INFINITY
+          : Math.abs(g - r) / Math.max(1, Math.abs(r));
+      if (!(err <= maxRelErr))
+        maxRelErr = Number.isNaN(err) ? Number.POSITIVE_INFINITY : Math.max(maxRelErr, err);
+    });
+  }
+  return maxRelErr;
+}
+
 export async function benchCudaShape(shape: BenchShape, options: CudaBenchOptions): Promise<CudaBenchRow> {
-  const { dtype } = options;
+  const eightBit = options.dtype === 'int8' || options.dtype === 'fp8';
+  // 8-bit corpora are made on the GPU from the float16 one
+  const dtype: FloatDType = options.dtype === 'int8' || options.dtype === 'fp8' ? 'float16' : options.dtype;
   const rng = new Rng(options.seed ?? 20261129);
   const gpu = await cuda({ device: options.device });
   try {
     const lengths = docLengths(shape, options.ragged, options.fill, rng);
     let totalDocTokens = 0;
     for (const l of lengths) totalDocTokens += l;
-    const bytesPerToken = shape.d * (dtype === 'float32' ? 4 : 2);
     options.onProgress?.('generating random tokens');
     const pool = tokenPool(shape.d, dtype, options.seed ?? 20261129, shape.ld);
     const poolTokens = pool.length / shape.d;
     const starts = poolStarts(lengths, poolTokens);
-    const corpus = await fillCorpus(gpu, pool, starts, lengths, shape, dtype, options.onProgress);
+    let corpus: DeviceCorpus | undefined = await fillCorpus(
+      gpu,
+      pool,
+      starts,
+      lengths,
+      shape,
+      dtype,
+      options.onProgress,
+    );
+    let qcorpus: DeviceCorpus | undefined;
     try {
       const qData = encodeFloats(randomUnitTokens(rng, shape.nq * shape.lq, shape.d), dtype);
       const qOffsets = Array.from({ length: shape.nq + 1 }, (_, i) => i * shape.lq);
       const queries = raggedBatch(qData, qOffsets, { dim: shape.d, dtype, checkFinite: false });
-
-      // Correctness first: sampled documents (the first, the last, some between) vs float64.
-      options.onProgress?.('checking against the float64 reference');
-      const scores = (await corpus.score(queries, { variant: options.variant })).data;
       const picks = [
         ...new Set(
           [0, 1, 2, Math.floor(shape.b / 2), shape.b - 2, shape.b - 1].filter((i) => i >= 0 && i < shape.b),
@@ -190,53 +255,104 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
         qOffsets.slice(0, sampleQueries + 1),
         { dim: shape.d, dtype, checkFinite: false },
       );
-      const ref = referenceMaxsim(qSample, pickedDocs(pool, starts, lengths, picks, shape.d, dtype));
-      let maxRelErr = 0;
-      for (let q = 0; q < sampleQueries; q++) {
-        picks.forEach((doc, j) => {
-          const r = ref[q * picks.length + j];
-          const g = scores[q * shape.b + doc];
-          const err =
-            r === Number.NEGATIVE_INFINITY
-              ? g === r
-                ? 0
-                : Number.POSITIVE_INFINITY
-              : Math.abs(g - r) / Math.max(1, Math.abs(r));
-          if (!(err <= maxRelErr))
-            maxRelErr = Number.isNaN(err) ? Number.POSITIVE_INFINITY : Math.max(maxRelErr, err);
-        });
-      }
-
-      options.onProgress?.('timing');
-      const r = await gpu.bench(queries, corpus, {
-        variant: options.variant,
-        warmup: options.warmup,
-        iters: options.iters,
-      });
-      const sorted = [...r.ms].sort((a, b) => a - b);
-      const ms = sorted[sorted.length >> 1];
+      const dSample = pickedDocs(pool, starts, lengths, picks, shape.d, dtype);
       const flops = 2 * shape.nq * shape.lq * totalDocTokens * shape.d;
+
+      // Correctness first (sampled documents, the first, the last, some between, vs float64), then time.
+      const measure = async (c: DeviceCorpus, q: TokenBatch, ref: Float64Array, variant?: string) => {
+        options.onProgress?.(`checking ${c.dtype} against the float64 reference`);
+        const scores = (await c.score(q, { variant })).data;
+        const maxRelErr = sampleError(scores, ref, sampleQueries, picks, shape.b);
+        options.onProgress?.(`timing ${c.dtype}`);
+        const r = await gpu.bench(q, c, { variant, warmup: options.warmup, iters: options.iters });
+        const t = stats(r.ms);
+        const eight = c.dtype === 'int8' || c.dtype === 'fp8';
+        const bytesPerToken = eight ? shape.d + 4 : shape.d * (c.dtype === 'float32' ? 4 : 2);
+        return {
+          ...t,
+          variant: r.variant,
+          maxRelErr,
+          tflops: flops / t.ms / 1e9,
+          gflops: flops / t.ms / 1e6,
+          gbps: (totalDocTokens * bytesPerToken) / t.ms / 1e6,
+          peakExtraBytes: Math.max(0, r.peakBytes - c.bytes),
+        };
+      };
+
+      // 8-bit: the float16 baseline runs with the dispatcher's choice (--variant names the 8-bit kernel)
+      const base = await measure(
+        corpus,
+        queries,
+        referenceMaxsim(qSample, dSample),
+        eightBit ? undefined : options.variant,
+      );
+      let main = base;
+      let baseline: CudaBaseline | undefined;
+      if (options.dtype === 'int8' || options.dtype === 'fp8') {
+        const mode = options.dtype;
+        let ref8: Float64Array;
+        if (mode === 'int8') {
+          ref8 = referenceMaxsim(quantize(qSample, 'int8'), quantize(dSample, 'int8'));
+        } else {
+          // the GPU's e4m3 codes of the sample, copied back
+          const codes = async (b: TokenBatch) => {
+            const f = await gpu.upload(b);
+            try {
+              const e = await f.quantize('fp8');
+              try {
+                return (await e.download()) as Fp8Tokens;
+              } finally {
+                e.dispose();
+              }
+            } finally {
+              f.dispose();
+            }
+          };
+          ref8 = referenceMaxsimFp8(await codes(qSample), await codes(dSample));
+        }
+        options.onProgress?.(`quantizing the corpus to ${mode} on the GPU`);
+        qcorpus = await corpus.quantize(mode);
+        corpus.dispose();
+        corpus = undefined;
+        // int8: queries quantized on the host (as score() would); fp8: on the GPU by the scoring job
+        main = await measure(
+          qcorpus,
+          mode === 'int8' ? quantize(queries, 'int8') : queries,
+          ref8,
+          options.variant,
+        );
+        baseline = {
+          dtype,
+          variant: base.variant,
+          ms: base.ms,
+          tflops: base.tflops,
+          gbps: base.gbps,
+          maxRelErr: base.maxRelErr,
+        };
+      }
       return {
         shape: `${shape.nq},${shape.lq},${shape.ld},${shape.d},${shape.b}`,
-        dtype,
+        dtype: options.dtype,
         backend: 'cuda',
         ragged: options.ragged,
         fillRatio: totalDocTokens / (shape.b * shape.ld),
-        variant: r.variant,
-        ms,
-        msMin: sorted[0],
-        msMax: sorted[sorted.length - 1],
-        tflops: flops / ms / 1e9,
-        gflops: flops / ms / 1e6,
-        gbps: (totalDocTokens * bytesPerToken) / ms / 1e6,
-        peakExtraBytes: Math.max(0, r.peakBytes - corpus.bytes),
-        maxRelErr,
+        variant: main.variant,
+        ms: main.ms,
+        msMin: main.msMin,
+        msMax: main.msMax,
+        tflops: main.tflops,
+        gflops: main.gflops,
+        gbps: main.gbps,
+        ...(baseline && { baseline, speedupVsBaseline: baseline.ms / main.ms }),
+        peakExtraBytes: main.peakExtraBytes,
+        maxRelErr: main.maxRelErr,
         sampledDocs: picks.length,
         docTokens: totalDocTokens,
         device: gpu.info.name,
       };
     } finally {
-      corpus.dispose();
+      corpus?.dispose();
+      qcorpus?.dispose();
     }
   } finally {
     gpu.dispose();

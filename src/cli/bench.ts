@@ -54,7 +54,7 @@ const SEED = 1;
 interface BenchOptions {
   backend: BackendName;
   shape?: BenchShape[];
-  dtype?: FloatDType | 'int8';
+  dtype?: FloatDType | 'int8' | 'fp8';
   ragged?: boolean;
   repeats: number;
   warmup: number;
@@ -118,9 +118,13 @@ export function benchCommand(): Command {
     )
     .option(
       '--dtype <type>',
-      'f32, f16, bf16, or int8 on cpu (queries and documents; default f32 on cpu, f16 on cuda)',
-      (value: string) =>
-        value.toLowerCase() === 'int8' || value.toLowerCase() === 'i8' ? 'int8' : parseDtype(value),
+      'f32, f16, bf16, int8, or fp8 on cuda (default f32 on cpu, f16 on cuda; cuda int8 / fp8 also time f16 in the same run)',
+      (value: string) => {
+        const v = value.toLowerCase();
+        if (v === 'int8' || v === 'i8') return 'int8';
+        if (v === 'fp8' || v === 'e4m3') return 'fp8';
+        return parseDtype(value);
+      },
     )
     .option('--ragged', 'ragged documents, lengths uniform in [Ld/2, Ld] (default: dense [B, Ld, d])')
     .option('--repeats <n>', 'timed runs per shape', integerOption(1), 5)
@@ -139,16 +143,14 @@ export function benchCommand(): Command {
     .action(async (opts: BenchOptions) => {
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
-      if (backend === 'cuda') {
-        if (opts.dtype === 'int8') {
-          throw new InvalidArgumentError(
-            '--dtype',
-            'f32, f16 or bf16 on cuda (int8 runs on the CPU only for now)',
-            "'int8'",
-          );
-        }
-        return benchCuda(opts, opts.dtype ?? 'float16');
-      }
+      // cuda int8 / fp8: the float16 kernel is timed on the same data first (the ratio is printed)
+      if (backend === 'cuda') return benchCuda(opts, opts.dtype ?? 'float16');
+      if (opts.dtype === 'fp8')
+        throw new InvalidArgumentError(
+          '--dtype',
+          'f32, f16, bf16 or int8 on cpu (fp8 runs on cuda only)',
+          "'fp8'",
+        );
       const dtype = opts.dtype ?? 'float32';
       const cpu = backend === 'cpu' ? cpuInfo() : undefined;
       if (cpu && opts.isa !== undefined && !cpu.isas.includes(opts.isa)) {
@@ -235,7 +237,7 @@ export function benchCommand(): Command {
  * CUDA: device-event medians per shape (src/bench/cuda.ts), then the PyTorch baseline and the GPU's
  * ceilings measured in the same run, so speedups and percentages are side-by-side ratios.
  */
-async function benchCuda(opts: BenchOptions, dtype: FloatDType): Promise<void> {
+async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8'): Promise<void> {
   const shapes = opts.shape ?? DEFAULT_CUDA_SHAPES;
   const rows: CudaBenchRow[] = [];
   for (const shape of shapes) {
@@ -252,7 +254,13 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType): Promise<void> {
     });
     progress.finish();
     rows.push(row);
-    if (!opts.json) console.error(`${row.shape}: ${fixed(row.ms, 3)} ms (${row.variant})`);
+    if (!opts.json)
+      console.error(
+        `${row.shape}: ${fixed(row.ms, 3)} ms (${row.variant})` +
+          (row.baseline
+            ? `; ${row.baseline.dtype} ${fixed(row.baseline.ms, 3)} ms (${row.baseline.variant}): ${fixed(row.speedupVsBaseline ?? 0, 2)}x`
+            : ''),
+      );
   }
   const torch = opts.torch ? runTorchBaseline(shapes.map(formatShape), true) : { unavailable: '--no-torch' };
   const baseline = 'rows' in torch ? torch : undefined;
@@ -281,8 +289,10 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType): Promise<void> {
         `fp16 GEMM ${fixed(baseline.ceilings.fp16_gemm_tflops, 0)} TFLOP/s`,
     );
   }
+  const withBaseline = out.some((o) => o.baseline);
   const headers = [
     'shape',
+    'dtype',
     'fill',
     'variant',
     'ms',
@@ -294,11 +304,13 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType): Promise<void> {
     'torch ms',
     'speedup',
     'max rel err',
+    ...(withBaseline ? ['base variant', 'base ms', 'vs base'] : []),
   ];
   printTable(
     headers,
     out.map((o) => [
       o.shape,
+      o.dtype,
       fixed(o.fillRatio, 2),
       o.variant,
       fixed(o.ms, 3),
@@ -310,6 +322,13 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType): Promise<void> {
       o.torchMs === undefined ? (o.torchStatus ?? '-') : fixed(o.torchMs, 3),
       o.speedupVsTorch === undefined ? '-' : `${fixed(o.speedupVsTorch, 2)}x`,
       o.maxRelErr.toExponential(1),
+      ...(withBaseline
+        ? [
+            o.baseline?.variant ?? '-',
+            o.baseline ? fixed(o.baseline.ms, 3) : '-',
+            o.speedupVsBaseline === undefined ? '-' : `${fixed(o.speedupVsBaseline, 2)}x`,
+          ]
+        : []),
     ]),
   );
 }

@@ -50,6 +50,12 @@ const NAMES = [
       (k) => `maxsim_${k}_${s}`,
     ),
   ),
+  // int8 and fp8 (maxsim_int8.cu, maxsim_fp8.cu; their rules are tested in test/int8-dispatch.test.ts)
+  ...['int8', 'fp8'].flatMap((t) =>
+    ['simt', 'mma_g1', 'mma_g4', 'mma_g8', 'mma_ks', 'wgmma_n128', 'wgmma_w2m2n64'].map(
+      (k) => `maxsim_${t}_${k}`,
+    ),
+  ),
 ];
 const kernelSets: Record<string, ReadonlySet<string> | undefined> = {
   all: undefined,
@@ -378,7 +384,7 @@ describe('CUDA dispatcher', () => {
     refused(broken(g4, { name: '' }), /variant #4: name must be a non-empty string/);
     refused(
       broken(g4, { dtype: 'int4' }),
-      /variant maxsim_mma_g4_f16: dtype must be float32, float16 or bfloat16 \(got "int4"\)/,
+      /variant maxsim_mma_g4_f16: dtype must be float32, float16, bfloat16, int8 or fp8 \(got "int4"\)/,
     );
     refused(broken(g4, { family: 'tensor' }), /maxsim_mma_g4_f16: family/);
     refused(

@@ -22,4 +22,25 @@ struct MaxsimParams {
   int32_t max_doc_length;       // longest document
   int32_t query_tile_offset;    // first query handled by this launch (for launches split over queries)
   int32_t reserved[2];
+  // int8 kernels only (maxsim_int8.cu): one float32 scale per token, indexed like the tokens
+  // (token t of the set has scale scales[t]); null for the float kernels, which do not read them.
+  const float* query_scales;    // [Tq]
+  const float* doc_scales;      // [Td]
+};
+
+// The argument block of the device quantizer (maxsim_int8_quantize_*), by value. It quantizes the
+// `tokens` packed tokens of a float token set (items packed in order, as DeviceTokens holds them) into
+// int8 + one float32 scale per token, and copies the item table (starts, lengths) unchanged.
+struct QuantizeParams {
+  const void* src;                    // [tokens, dim] float32 / float16 / bfloat16
+  const int64_t* src_starts;          // [count]
+  const int32_t* src_lengths;         // [count]
+  int8_t* dst;                        // [tokens, dim]
+  float* dst_scales;                  // [tokens]
+  int64_t* dst_starts;                // [count]
+  int32_t* dst_lengths;               // [count]
+  unsigned long long* bad_token;      // lowest token index holding +-Inf (stays ~0ull when none)
+  int64_t tokens;
+  int32_t count;
+  int32_t dim;
 };

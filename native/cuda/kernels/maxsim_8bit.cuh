@@ -1,0 +1,824 @@
+// maxsim_8bit.cuh: the 8-bit MaxSim kernel bodies shared by maxsim_int8.cu (int8 x int8, exact int32
+// dots) and maxsim_fp8.cu (e4m3 x e4m3, fp32 accumulation), and the device quantizer. The math, the
+// structure and the launch contract are described in maxsim_int8.cu; the element type is a policy
+// (S8 / E4M3 below): how fragments multiply, what the accumulator starts at, how it becomes fp32.
+#pragma once
+#include <cuda_fp8.h>
+
+#include "maxsim_common.cuh"
+
+namespace maxsim {
+
+// 4-byte cp.async (for the document scales, which are only 4-byte aligned); src_bytes in {0, 4}.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+// ---- the two 8-bit element types: how they multiply, accumulate and convert ----
+
+// int8: exact int32 accumulation. The accumulator's start value and its conversion to float32: with
+// BIAS it starts at the bits of 1.5 * 2^23, so after the MMAs it is the float 1.5 * 2^23 + acc (exact
+// for |acc| < 2^22): one FADD instead of the quarter-rate I2F. Otherwise a correctly rounded I2F.
+struct S8 {
+  using Acc = int;
+  static constexpr bool kFp8 = false;
+  static constexpr int kAccBias = 0x4B400000;
+  template <bool BIAS> static __device__ __forceinline__ int init() { return BIAS ? kAccBias : 0; }
+  template <bool BIAS> static __device__ __forceinline__ float to_f32(int x) {
+    if constexpr (BIAS) return __int_as_float(x) - 12582912.0f;
+    else return __int2float_rn(x);
+  }
+  static __device__ __forceinline__ void mma(int* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// fp8 e4m3: products exact, accumulated by the tensor core in fp32 (sm_89+; this file's sm_80 cubin
+// traps, and the fp8 mma variants are declared for compute capability 9.0 only).
+struct E4M3 {
+  using Acc = float;
+  static constexpr bool kFp8 = true;
+  template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
+  template <bool BIAS> static __device__ __forceinline__ float to_f32(float x) { return x; }
+  static __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+  }
+};
+
+// e4m3 byte -> float32 (exact)
+__device__ __forceinline__ float e4m3_to_f32(uint8_t x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
+}
+
+template <int G, int NGRP, int TN, int S, int KD>
+struct Cfg8 {
+  static constexpr int RS = KD + 16;        // smem row stride (bytes): 16 B pad -> conflict-free ldmatrix
+  static constexpr int TILE = TN * RS;      // token bytes of one stage
+  static constexpr int STAGE = TILE + TN * 4;  // + the TN document scales
+  static constexpr int NKS = KD / 32;       // k32 steps per stage
+  static constexpr int NT = TN / 8;
+  static constexpr int CPR = KD / 16;       // 16-byte chunks per row
+  static constexpr int GT = G * 32;
+  static constexpr int SMEM_GROUP = S * STAGE + 128;  // + partial-sum slots
+  static_assert(STAGE % 16 == 0, "stage alignment");
+  static_assert(2 * G * 4 <= 128, "partial slots");
+  static constexpr int SMEM = NGRP * SMEM_GROUP;
+};
+
+template <class E, int G, int NGRP, int TN, int S, int KD, bool KSPLIT>
+__device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
+  using C = Cfg8<G, NGRP, TN, S, KD>;
+  using Acc = typename E::Acc;
+  static_assert(TN % 16 == 0, "TN must be a multiple of 16");
+  static_assert(KD % 32 == 0, "KD must be a multiple of 32");
+  constexpr bool BIAS = !E::kFp8 && !KSPLIT;  // int8, dim <= KD = 128: |acc| <= 127^2 * 128 < 2^22
+  static_assert(KSPLIT || KD <= 256, "bias conversion needs dim <= 256");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = warp / G, wig = warp % G;
+  const int gtid = wig * 32 + lane;
+  unsigned char* stages = smem_raw + grp * C::SMEM_GROUP;
+  float* part = reinterpret_cast<float*>(stages + S * C::STAGE);
+  const uint32_t stages_s = smem_u32(stages);
+
+  const int total_groups = gridDim.x * NGRP;
+  const int gid = blockIdx.x * NGRP + grp;
+  const int dim = p.dim;
+  const int nkc = (dim + KD - 1) / KD;
+  const int nq = p.num_queries - p.query_tile_offset;
+  const int cpq = max(1, (p.max_query_length + 31) >> 5);
+  const int nslices = nq * cpq;
+  const int npass = (nslices + G - 1) / G;
+  const int num_docs = p.num_docs;
+  if (nq <= 0) return;
+  if (!KSPLIT && dim > KD) return;  // contract violation: the dispatcher must pick the ks variant
+  const uint8_t* __restrict__ docs = static_cast<const uint8_t*>(p.docs);
+  const uint8_t* __restrict__ queries = static_cast<const uint8_t*>(p.queries);
+  const float* __restrict__ dscales = p.doc_scales;
+  const float* __restrict__ qscales = p.query_scales;
+
+  // ---------------- producer: flat iterator over (doc, pass, tile, kchunk) ----------------
+  int pdoc = gid, ppass = 0, ptile = 0, pkc = 0, plen = 0, pnt = 0;
+  int64_t pstart = 0;
+  auto pload_doc = [&]() {
+    while (pdoc < num_docs) {
+      plen = p.doc_lengths[pdoc];
+      if (plen > 0) break;
+      pdoc += total_groups;
+    }
+    if (pdoc < num_docs) {
+      pstart = p.doc_starts[pdoc];
+      pnt = (plen + TN - 1) / TN;
+    }
+  };
+  pload_doc();
+  auto issue = [&](int slot) {
+    if (pdoc < num_docs) {
+      const uint32_t sbase = stages_s + slot * C::STAGE;
+      const int kbase = pkc * KD;
+      const int krem = dim - kbase;                                   // > 0
+      const int need = min(C::CPR, ((min(krem, KD) + 31) >> 5) * 2);  // chunks to fill (32-padded)
+      const int tok0 = ptile * TN;
+#pragma unroll
+      for (int it = 0; it < (TN * C::CPR + C::GT - 1) / C::GT; ++it) {
+        const int idx = it * C::GT + gtid;
+        if (idx < TN * C::CPR) {
+          const int r = idx / C::CPR, c = idx % C::CPR;
+          if (c < need) {
+            const int tok = tok0 + r;
+            const int k = kbase + c * 16;
+            const bool ok = (tok < plen) && (k < dim);
+            const uint8_t* src = ok ? docs + (pstart + tok) * (int64_t)dim + k : docs;
+            cp_async16(sbase + r * C::RS + c * 16, src, ok ? 16 : 0);
+          }
+        }
+      }
+      // the tile's document scales (every k chunk carries them: the fold reads the last one)
+#pragma unroll
+      for (int it = 0; it < (TN + C::GT - 1) / C::GT; ++it) {
+        const int r = it * C::GT + gtid;
+        if (r < TN) {
+          const bool ok = tok0 + r < plen;
+          cp_async4(sbase + C::TILE + r * 4, ok ? dscales + pstart + tok0 + r : dscales, ok ? 4 : 0);
+        }
+      }
+      if (++pkc == nkc) {
+        pkc = 0;
+        if (++ptile == pnt) {
+          ptile = 0;
+          if (++ppass == npass) {
+            ppass = 0;
+            pdoc += total_groups;
+            pload_doc();
+          }
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  auto group_sync = [&]() {
+    if (G == 1) __syncwarp();
+    else named_bar(1 + grp, C::GT);
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);
+
+  uint32_t a[2][C::NKS][4];
+  float qs[2][2];  // scales of this thread's 4 query rows (rows past the query: 0, dropped anyway)
+  int cur_slice = -1;
+  int cstage = 0;
+  float run = 0.f;
+
+  for (int doc = gid; doc < num_docs; doc += total_groups) {
+    const int len = p.doc_lengths[doc];
+    if (len <= 0) {
+      for (int ql = gtid; ql < nq; ql += C::GT)
+        p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
+      continue;
+    }
+    const int ntiles = (len + TN - 1) / TN;
+    for (int pass = 0; pass < npass; ++pass) {
+      const int slice = pass * G + wig;
+      const bool svalid = slice < nslices;
+      const int qi = svalid ? slice / cpq : 0;
+      const int chunk = svalid ? slice % cpq : 0;
+      const int q = p.query_tile_offset + qi;
+      const int qlen = svalid ? p.query_lengths[q] : 0;
+      const int row0 = chunk * 32;
+      const int64_t qstart = svalid ? p.query_starts[q] : 0;
+      const uint8_t* qbase = queries + qstart * (int64_t)dim;
+      // A fragment of m16n8k32 (s8 / e4m3): reg r holds row g + 8*(r&1), k = 4*t + 16*(r>>1) .. +3
+      auto load_a = [&](int kc) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int ks = 0; ks < C::NKS; ++ks)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int row = row0 + mt * 16 + (lane >> 2) + (r & 1) * 8;
+              const int k = kc * KD + ks * 32 + (lane & 3) * 4 + (r >> 1) * 16;
+              uint32_t v = 0;
+              if (row < qlen && k < dim)
+                v = *reinterpret_cast<const uint32_t*>(qbase + (int64_t)row * dim + k);
+              a[mt][ks][r] = v;
+            }
+      };
+      auto load_qs = [&]() {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
+            qs[mt][h] = row < qlen ? qscales[qstart + row] : 0.f;
+          }
+      };
+      if (slice != cur_slice) {
+        if (!KSPLIT) load_a(0);
+        load_qs();
+        cur_slice = slice;
+      }
+      float rmax[2][2];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) rmax[mt][0] = rmax[mt][1] = -INFINITY;
+
+      for (int tile = 0; tile < ntiles; ++tile) {
+        const int rem = len - tile * TN;  // valid columns in this tile (mask when < TN)
+        // fold a finished block (2 m16 x 2 n8, tile columns c0..c0+15): scale by sd_j, then max
+        auto fold = [&](Acc (&acc)[2][2][4], const float* sc, int c0) {
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            const int col = c0 + nt * 8 + (lane & 3) * 2;
+            const float2 s = *reinterpret_cast<const float2*>(sc + col);
+            const bool ok0 = rem >= TN || col < rem, ok1 = rem >= TN || col + 1 < rem;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              const float v0 = ok0 ? E::template to_f32<BIAS>(acc[mt][nt][0]) * s.x : -INFINITY;
+              const float v1 = ok1 ? E::template to_f32<BIAS>(acc[mt][nt][1]) * s.y : -INFINITY;
+              const float v2 = ok0 ? E::template to_f32<BIAS>(acc[mt][nt][2]) * s.x : -INFINITY;
+              const float v3 = ok1 ? E::template to_f32<BIAS>(acc[mt][nt][3]) * s.y : -INFINITY;
+              rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(v0, v1));
+              rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(v2, v3));
+            }
+          }
+        };
+        auto zero = [&](Acc (&acc)[2][2][4]) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[mt][nt][r] = E::template init<BIAS>();
+        };
+        // one n16 block of the tile over the k32 steps of one stage; B via ldmatrix.x4 (b16 view):
+        // matrices (n 0-7, k 0-15), (n 0-7, k 16-31), (n 8-15, k 0-15), (n 8-15, k 16-31) of the block
+        auto mma_n16 = [&](Acc (&acc)[2][2][4], uint32_t sb, int np, int nks_run) {
+#pragma unroll
+          for (int ks = 0; ks < C::NKS; ++ks) {
+            if (ks < nks_run) {
+              const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+              const int k = ks * 32 + ((lane >> 3) & 1) * 16;
+              uint32_t b0, b1, b2, b3;
+              ldmatrix_x4(sb + n * C::RS + k, b0, b1, b2, b3);
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt) {
+                E::mma(acc[mt][0], a[mt][ks], b0, b1);
+                E::mma(acc[mt][1], a[mt][ks], b2, b3);
+              }
+            }
+          }
+        };
+        if constexpr (!KSPLIT) {
+          cp_async_wait<S - 2>();
+          group_sync();
+          issue((cstage + S - 1) % S);
+          const int nks_run = min(C::NKS, (dim + 31) >> 5);
+          const uint32_t sb = stages_s + cstage * C::STAGE;
+          const float* sc = reinterpret_cast<const float*>(stages + cstage * C::STAGE + C::TILE);
+#pragma unroll
+          for (int np = 0; np < C::NT / 2; ++np) {
+            Acc acc[2][2][4];
+            zero(acc);
+            mma_n16(acc, sb, np, nks_run);
+            fold(acc, sc, np * 16);
+          }
+          cstage = (cstage + 1 == S) ? 0 : cstage + 1;
+        } else {
+          static_assert(!KSPLIT || TN == 16, "K-split path keeps one n16 block of accumulators");
+          Acc acc[2][2][4];
+          zero(acc);
+          const float* sc = nullptr;
+          for (int kc = 0; kc < nkc; ++kc) {
+            cp_async_wait<S - 2>();
+            group_sync();
+            issue((cstage + S - 1) % S);
+            load_a(kc);
+            const int nks_run = min(C::NKS, (dim - kc * KD + 31) >> 5);
+            mma_n16(acc, stages_s + cstage * C::STAGE, 0, nks_run);
+            // the scales of this stage stay valid until the next group_sync (the next issue targets it)
+            sc = reinterpret_cast<const float*>(stages + cstage * C::STAGE + C::TILE);
+            cstage = (cstage + 1 == S) ? 0 : cstage + 1;
+          }
+          fold(acc, sc, 0);
+        }
+      }
+      // ---- end of (doc, pass): row max over the quad, times the query scale, fixed-order sum ----
+      float partial = 0.f;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v = rmax[mt][h];
+          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+          const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
+          partial += ((lane & 3) == 0 && row < qlen) ? qs[mt][h] * v : 0.f;
+        }
+      partial = warp_sum(partial);
+      if (G == 1) {
+        if (lane == 0 && svalid) {
+          run = (chunk == 0) ? partial : run + partial;
+          if (chunk == cpq - 1) p.scores[(int64_t)q * num_docs + doc] = run;
+        }
+      } else {
+        if (lane == 0) part[(pass & 1) * G + wig] = partial;
+        group_sync();
+        if (gtid == 0) {
+          for (int w = 0; w < G; ++w) {
+            const int s2 = pass * G + w;
+            if (s2 >= nslices) break;
+            const int c2 = s2 % cpq;
+            const float pv = part[(pass & 1) * G + w];
+            run = (c2 == 0) ? pv : run + pv;
+            if (c2 == cpq - 1)
+              p.scores[(int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc] = run;
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// ---- SIMT fallback: any dim, one CTA per (document, query); int8: exact int32 dots, fp8: fp32 ----
+constexpr int kI8SimtThreads = 128;
+constexpr int kI8SimtQT = 4;  // query tokens per pass
+
+template <class E>
+__device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
+  const int b = blockIdx.x;
+  const int q = p.query_tile_offset + blockIdx.y;
+  if (b >= p.num_docs || q >= p.num_queries) return;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t dim = p.dim;
+  const int ld = p.doc_lengths[b];
+  const int lq = p.query_lengths[q];
+  const int64_t dstart = p.doc_starts[b], qstart = p.query_starts[q];
+  const uint8_t* __restrict__ D = static_cast<const uint8_t*>(p.docs) + dstart * dim;
+  const uint8_t* __restrict__ Q = static_cast<const uint8_t*>(p.queries) + qstart * dim;
+  float* out = p.scores + (int64_t)q * p.num_docs + b;
+  if (ld <= 0) {
+    if (tid == 0) *out = -INFINITY;
+    return;
+  }
+  __shared__ float red[kI8SimtThreads / 32][kI8SimtQT];
+  float total = 0.f;  // thread 0 only
+  for (int i0 = 0; i0 < lq; i0 += kI8SimtQT) {
+    float m[kI8SimtQT];
+#pragma unroll
+    for (int t = 0; t < kI8SimtQT; ++t) m[t] = -INFINITY;
+    const uint8_t* qrow[kI8SimtQT];
+#pragma unroll
+    for (int t = 0; t < kI8SimtQT; ++t) qrow[t] = Q + (int64_t)min(i0 + t, lq - 1) * dim;
+    for (int j = tid; j < ld; j += kI8SimtThreads) {
+      const uint8_t* drow = D + (int64_t)j * dim;
+      float dot[kI8SimtQT];
+      if constexpr (E::kFp8) {
+#pragma unroll
+        for (int t = 0; t < kI8SimtQT; ++t) dot[t] = 0.f;
+        for (int64_t k = 0; k < dim; ++k) {
+          const float x = e4m3_to_f32(drow[k]);
+#pragma unroll
+          for (int t = 0; t < kI8SimtQT; ++t) dot[t] = fmaf(e4m3_to_f32(qrow[t][k]), x, dot[t]);
+        }
+      } else {
+        int acc[kI8SimtQT];
+#pragma unroll
+        for (int t = 0; t < kI8SimtQT; ++t) acc[t] = 0;
+        for (int64_t k = 0; k < dim; ++k) {
+          const int x = static_cast<int8_t>(drow[k]);
+#pragma unroll
+          for (int t = 0; t < kI8SimtQT; ++t) acc[t] += int(static_cast<int8_t>(qrow[t][k])) * x;
+        }
+#pragma unroll
+        for (int t = 0; t < kI8SimtQT; ++t) dot[t] = __int2float_rn(acc[t]);
+      }
+      const float sd = p.doc_scales[dstart + j];
+#pragma unroll
+      for (int t = 0; t < kI8SimtQT; ++t) m[t] = fmaxf(m[t], dot[t] * sd);
+    }
+#pragma unroll
+    for (int t = 0; t < kI8SimtQT; ++t) {
+      const float v = warp_max(m[t]);
+      if (lane == 0) red[warp][t] = v;
+    }
+    __syncthreads();
+    if (tid == 0) {
+#pragma unroll
+      for (int t = 0; t < kI8SimtQT; ++t) {
+        if (i0 + t < lq) {
+          float v = red[0][t];
+#pragma unroll
+          for (int w = 1; w < kI8SimtThreads / 32; ++w) v = fmaxf(v, red[w][t]);
+          total += p.query_scales[qstart + i0 + t] * v;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (tid == 0) *out = total;
+}
+
+// ---- device quantizer: one warp per token ----
+template <class E, typename T>
+__device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int dim = p.dim;
+  const T* __restrict__ src = static_cast<const T*>(p.src);
+  // the item table is copied unchanged (the int8 set has the same packing as the source)
+  for (int64_t i = w0 * 32 + lane; i < p.count; i += warps * 32) {
+    p.dst_starts[i] = p.src_starts[i];
+    p.dst_lengths[i] = p.src_lengths[i];
+  }
+  for (int64_t t = w0; t < p.tokens; t += warps) {
+    const T* x = src + t * (int64_t)dim;
+    float m = 0.f;
+    for (int k = lane; k < dim; k += 32) {
+      const float a = fabsf(to_f32(x[k]));
+      m = a > m ? a : m;  // NaN never wins (as the host's `a > m`)
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float y = __shfl_xor_sync(0xffffffffu, m, o);
+      m = y > m ? y : m;
+    }
+    uint8_t* y = reinterpret_cast<uint8_t*>(p.dst) + t * (int64_t)dim;
+    if (isinf(m)) {
+      if (lane == 0) atomicMin(p.bad_token, (unsigned long long)t);
+      m = 0.f;  // the result is rejected; write zeros
+    }
+    if (m == 0.f) {
+      for (int k = lane; k < dim; k += 32) y[k] = 0;
+      if (lane == 0) p.dst_scales[t] = 0.f;
+      continue;
+    }
+    if constexpr (E::kFp8) {
+      // e4m3: the token's max|x| maps to 448 (the largest finite e4m3); x / scale in fp32, then the
+      // round-to-nearest-even saturating conversion
+      const float scale = __fdiv_rn(m, 448.f);
+      for (int k = lane; k < dim; k += 32) {
+        const float v = __fdiv_rn(to_f32(x[k]), scale);
+        y[k] = v == v ? (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3) : 0;  // NaN -> 0
+      }
+      if (lane == 0) p.dst_scales[t] = scale;
+    } else {
+      const float scale = (float)((double)m / 127.0);  // as the host: Math.fround(m / 127)
+      const double ds = (double)scale;
+      for (int k = lane; k < dim; k += 32) {
+        const double v = (double)to_f32(x[k]) / ds;
+        int qv = 0;
+        if (v == v) qv = (int)fmin(127.0, fmax(-127.0, rint(v)));  // NaN -> 0
+        y[k] = (uint8_t)(int8_t)qv;
+      }
+      if (lane == 0) p.dst_scales[t] = scale;
+    }
+  }
+}
+
+
+// =============================================================================================
+// wgmma (sm_90a only): the warp-specialized structure of maxsim_wgmma.cu with 8-bit tiles.
+//
+// One producer warpgroup streams document tiles of TN tokens x 128 bytes (dim <= 128, zero-filled
+// past dim) into an S-stage ring in the 128-byte-swizzled K-major layout (one swizzle atom per row),
+// plus the TN document scales of the tile into a separate per-stage array (4-byte cp.async); it
+// waits for its own copies with a lag of S-2 tiles, fences the async proxy and arrives on "full".
+// NCONS consumer warpgroups wait on "full", copy the tile's scales of their columns to registers,
+// run 4 wgmma.m64nTNk32 per m-block (A = 16 query rows per warp from registers, B by descriptor),
+// arrive on "empty" once the last m-block is done, and fold: value = float(acc) * sd_j, then the
+// running row max (columns past the document -> -inf). int8 accumulators start at the bits of
+// 1.5 * 2^23 (S8::init) so the conversion is one FADD; fp8 accumulates in fp32 from zero.
+// End of (document, pass): quad max, times the query-row scale, warp sum, one named barrier, and the
+// fixed-order combine of maxsim_wgmma.cu (sums spanning passes carried in the scores array).
+//
+// LAUNCH CONTRACT: block = (128 * (NCONS + 1), 1, 1); grid = (num_sms, 1, 1) (persistent, any grid
+// >= 1 is correct); dynamic smem = S * TN * 132 + 1024 bytes; requires compute capability 9.0 (the
+// sm_80 cubin traps), dim % 16 == 0 and dim <= 128 (returns without writing otherwise).
+// =============================================================================================
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MAXSIM_HAS_WGMMA8 1
+#else
+#define MAXSIM_HAS_WGMMA8 0
+#endif
+
+#if MAXSIM_HAS_WGMMA8
+// (the same helpers as maxsim_wgmma.cu, which keeps them private to its file)
+__device__ __forceinline__ void w8_mbar_init(uint32_t a, int cnt) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(cnt) : "memory");
+}
+__device__ __forceinline__ void w8_mbar_arrive(uint32_t a) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void w8_mbar_wait(uint32_t a, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred P;\nmbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void w8_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void w8_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void w8_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void w8_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void w8_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void w8_reg_fence(int& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// wgmma m64nNk32, A from registers, B K-major from smem (generated; int8: s32 accumulate, no scale
+// immediates; e4m3: f32 accumulate, scale-a = scale-b = 1)
+template <class E, int N> struct Wgmma8;
+template <> struct Wgmma8<S8, 64> {
+  static __device__ __forceinline__ void run(int* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma8<E4M3, 64> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma8<S8, 128> {
+  static __device__ __forceinline__ void run(int* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+template <> struct Wgmma8<E4M3, 128> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+  }
+};
+#endif
+
+template <class E, int NCONS, int MB, int TN, int S>
+__device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
+#if MAXSIM_HAS_WGMMA8
+  using Acc = typename E::Acc;
+  constexpr bool BIAS = !E::kFp8;  // dim <= 128: |acc| <= 127^2 * 128 < 2^22
+  constexpr int STAGE = TN * 128;  // bytes per stage: TN rows of one 128-byte swizzle atom
+  constexpr int NCW = NCONS * 4;   // consumer warps
+  constexpr int SPP = NCW * MB;    // 16-row query slices per pass
+  constexpr int LAG = S - 2;
+  constexpr int NACC = TN / 2;
+  static_assert(TN % 64 == 0 && TN <= 128, "tile");
+  extern __shared__ __align__(1024) unsigned char smem_dyn[];
+  __shared__ __align__(8) uint64_t full_bar[S];
+  __shared__ __align__(8) uint64_t empty_bar[S];
+  __shared__ float part[2 * SPP];
+  static_assert(SPP <= 32, "combine uses one lane per slice");
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const uint32_t sbase = (smem_u32(smem_dyn) + 1023u) & ~1023u;
+  const uint32_t scbase = sbase + S * STAGE;  // [S][TN] document scales
+  const float* scales_s = reinterpret_cast<const float*>(smem_dyn + (scbase - smem_u32(smem_dyn)));
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      w8_mbar_init(smem_u32(&full_bar[s]), 4);     // one arrive per producer warp
+      w8_mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
+    }
+  }
+  __syncthreads();
+
+  const int dim = p.dim;
+  const int num_docs = p.num_docs;
+  const int nq = p.num_queries - p.query_tile_offset;
+  if (nq <= 0 || dim > 128) return;
+  const int cpq = max(1, (p.max_query_length + 15) >> 4);
+  const int nslices = nq * cpq;
+  const int npass = (nslices + SPP - 1) / SPP;
+  const uint8_t* __restrict__ docs = static_cast<const uint8_t*>(p.docs);
+  const float* __restrict__ dscales = p.doc_scales;
+
+  if (warp < 4) {
+    // ------------------------------ producer warpgroup ------------------------------
+    int t = 0;
+    for (int pass = 0; pass < npass; ++pass)
+      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
+        const int len = p.doc_lengths[doc];
+        if (len <= 0) continue;
+        const int64_t start = p.doc_starts[doc];
+        const int ntiles = (len + TN - 1) / TN;
+        for (int tile = 0; tile < ntiles; ++tile, ++t) {
+          const int s = t % S;
+          if (t >= S) w8_mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+          const uint32_t st = sbase + s * STAGE;
+#pragma unroll
+          for (int it = 0; it < TN * 8 / 128; ++it) {
+            const int idx = it * 128 + tid;
+            const int r = idx >> 3, c = idx & 7;  // row, 16-byte chunk
+            const int tok = tile * TN + r;
+            const int k = c * 16;
+            const bool ok = tok < len && k < dim;
+            const uint8_t* src = ok ? docs + (start + tok) * (int64_t)dim + k : docs;
+            cp_async16(st + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
+          }
+          for (int r = tid; r < TN; r += 128) {
+            const bool ok = tile * TN + r < len;
+            cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
+          }
+          cp_async_commit();
+          cp_async_wait<LAG>();
+          if (t >= LAG) {
+            w8_fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) w8_mbar_arrive(smem_u32(&full_bar[(t - LAG) % S]));
+          }
+        }
+      }
+    cp_async_wait<0>();
+    w8_fence_proxy_async();
+    __syncwarp();
+    if (lane == 0)
+      for (int u = max(0, t - LAG); u < t; ++u) w8_mbar_arrive(smem_u32(&full_bar[u % S]));
+  } else {
+    // ------------------------------ consumer warpgroups ------------------------------
+    const int cw = warp - 4;
+    const int ctid = tid - 128;
+    const uint8_t* __restrict__ queries = static_cast<const uint8_t*>(p.queries);
+    const float* __restrict__ qscales = p.query_scales;
+    // 128-byte swizzle, stride between 8-row groups 1024 bytes
+    const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
+    uint32_t a[MB][4][4];
+    float qs[MB][2];
+    Acc acc[MB][NACC];
+    int dp = 0;
+    int t = 0;
+    for (int pass = 0; pass < npass; ++pass) {
+      int qlen[MB], row0[MB];
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        const int slice = pass * SPP + m * NCW + cw;
+        const bool svalid = slice < nslices;
+        const int qi = svalid ? slice / cpq : 0;
+        const int chunk = svalid ? slice % cpq : 0;
+        const int q = p.query_tile_offset + qi;
+        qlen[m] = svalid ? p.query_lengths[q] : 0;
+        row0[m] = chunk * 16;
+        const int64_t qstart = svalid ? p.query_starts[q] : 0;
+        const uint8_t* qbase = queries + qstart * (int64_t)dim;
+        // A fragment (per warp, 16 rows x 32 bytes per k step): reg r = row g + 8*(r&1), bytes
+        // 4*t + 16*(r>>1) .. +3, as mma.m16n8k32
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = row0[m] + (lane >> 2) + (r & 1) * 8;
+            const int k = ks * 32 + (lane & 3) * 4 + (r >> 1) * 16;
+            uint32_t v = 0;
+            if (row < qlen[m] && k < dim) v = *reinterpret_cast<const uint32_t*>(qbase + (int64_t)row * dim + k);
+            a[m][ks][r] = v;
+          }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0[m] + (lane >> 2) + h * 8;
+          qs[m][h] = row < qlen[m] ? qscales[qstart + row] : 0.f;
+        }
+      }
+      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
+        const int len = p.doc_lengths[doc];
+        if (len <= 0) {
+          if (pass == 0)
+            for (int ql = ctid; ql < nq; ql += NCONS * 128)
+              p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
+          continue;
+        }
+        const int ntiles = (len + TN - 1) / TN;
+        float rmax[MB][2];
+#pragma unroll
+        for (int m = 0; m < MB; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+        for (int tile = 0; tile < ntiles; ++tile, ++t) {
+          const int s = t % S;
+          w8_mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
+          const uint32_t st = sbase + s * STAGE;
+          // this thread's column scales, read before the stage is released to the producer
+          float2 sc[TN / 8];
+#pragma unroll
+          for (int i = 0; i < TN / 8; ++i)
+            sc[i] = *reinterpret_cast<const float2*>(scales_s + s * TN + i * 8 + (lane & 3) * 2);
+#pragma unroll
+          for (int m = 0; m < MB; ++m)
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) {
+              acc[m][i] = E::template init<BIAS>();
+              w8_reg_fence(acc[m][i]);
+            }
+          w8_wgmma_fence();
+          // all 4 k32 steps unconditionally (zero-filled past dim): a runtime guard would split the
+          // wgmma chain (maxsim_wgmma.cu, step 3d of bench/cuda/NOTES.md)
+          const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+              Wgmma8<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((ks * 32) >> 4), BIAS ? 1 : (ks > 0));
+            w8_wgmma_commit();
+          }
+          const int rem = len - tile * TN;
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+            static_assert(MB == 1 || MB == 2, "MB");
+            if (m == MB - 1) w8_wgmma_wait<0>();
+            else w8_wgmma_wait<1>();
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) w8_reg_fence(acc[m][i]);
+            if (m == MB - 1) {
+              __syncwarp();
+              if (lane == 0) w8_mbar_arrive(smem_u32(&empty_bar[s]));
+            }
+#pragma unroll
+            for (int i = 0; i < TN / 8; ++i) {
+              const int col = i * 8 + (lane & 3) * 2;
+              const bool ok0 = rem >= TN || col < rem, ok1 = rem >= TN || col + 1 < rem;
+              const float v0 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i]) * sc[i].x : -INFINITY;
+              const float v1 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 1]) * sc[i].y : -INFINITY;
+              const float v2 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i + 2]) * sc[i].x : -INFINITY;
+              const float v3 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y : -INFINITY;
+              rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
+              rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+            }
+          }
+        }
+        // row max over the quad, times the query-row scale, rows past the query dropped, warp sum
+#pragma unroll
+        for (int m = 0; m < MB; ++m) {
+          float r0 = rmax[m][0], r1 = rmax[m][1];
+          r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+          r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+          r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+          r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+          const int rowa = row0[m] + (lane >> 2);
+          float partial = 0.f;
+          if ((lane & 3) == 0) {
+            if (rowa < qlen[m]) partial += qs[m][0] * r0;
+            if (rowa + 8 < qlen[m]) partial += qs[m][1] * r1;
+          }
+          partial = warp_sum(partial);
+          if (lane == 0) part[(dp & 1) * SPP + m * NCW + cw] = partial;
+        }
+        // one barrier per (document, pass); the combine of maxsim_wgmma.cu (fixed order)
+        named_bar(1, NCONS * 128);
+        if (cw == 0 && lane < SPP) {
+          const int w = lane;
+          const int s2 = pass * SPP + w;
+          if (s2 < nslices) {
+            const int c2 = s2 % cpq;
+            if (c2 == cpq - 1 || w == SPP - 1) {
+              const float* pp = part + (dp & 1) * SPP;
+              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
+              const int w0 = max(0, w - c2);
+              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
+              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
+              *dst = r;
+            }
+          }
+        }
+        ++dp;
+      }
+    }
+  }
+#else
+  // the sm_80 cubin: never dispatched there (compute capability 9.0 only); fail loudly if launched
+  __trap();
+#endif
+}
+
+}  // namespace maxsim

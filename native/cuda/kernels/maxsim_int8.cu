@@ -1,0 +1,77 @@
+// maxsim_int8.cu: int8 x int8 MaxSim (per-token symmetric scales), and the device quantizer. The
+// kernel bodies live in maxsim_8bit.cuh (shared with maxsim_fp8.cu); this file holds the int8 entry
+// points and the description of the 8-bit family.
+//
+// Math. Token t is q_t * s_t (q_t int8, s_t float32 >= 0). For query token i and document token j the
+// integer dot acc_ij = sum_k q_ik * d_jk is exact in int32 (|acc| <= 127^2 * dim < 2^31 for dim <=
+// 131072). The document scale goes in before the max, the query scale after it:
+//   score = sum_i sq_i * max_j (float(acc_ij) * sd_j)          (fp32; sq_i >= 0 so this is exact order)
+// float(acc) is exact while |acc| < 2^24 (dim <= 1040). The mma variants for dim <= 128 avoid the
+// quarter-rate I2F: their accumulators start at the bits of 1.5 * 2^23 (0x4B400000), so after the MMAs
+// they hold the float 1.5 * 2^23 + acc bit for bit (exact for |acc| < 2^22, i.e. dim <= 256), and one
+// FADD recovers acc. The sum over query tokens runs in a fixed order: bitwise deterministic.
+//
+// Kernels (one family; numbers in variants.json):
+//   maxsim_int8_mma_{g1,g4,g8,ks}  mma.sync.m16n8k32 s8 x s8 -> s32 (sm_80+). Same structure as
+//       maxsim_mma.cu: a group of G warps shares a cp.async ring of document tiles (TN tokens x KD
+//       bytes, plus the TN document scales); each warp holds the A fragments of one 32-row query slice
+//       in registers; persistent grid over documents; ragged, 64-bit starts. An int8 row of 32 bytes
+//       has exactly the 32-bit-word layout of an fp16 row of 16 elements, for A, B (ldmatrix.b16) and C,
+//       so the fragment addressing is maxsim_mma.cu's with k counted in bytes and one k32 step per
+//       16-byte pair of chunks.
+//   maxsim_int8_wgmma_{n128,w2m2n64}  sm_90a only: the warp-specialized structure of maxsim_wgmma.cu
+//       with wgmma.m64nNk32.s32.s8.s8 (its own launch contract in maxsim_8bit.cuh); not chosen by the
+//       dispatcher until measured.
+//   maxsim_int8_simt               any dim, CUDA cores only (exact int32 dots), one CTA per pair.
+//   maxsim_int8_quantize_{f32,f16,bf16}  float token set -> int8 + scales, bitwise the host
+//       quantize(): scale = float(double(max|x|) / 127), q = rint(double(x) / double(scale)) clamped
+//       to [-127, 127] (rint: round half to even), zero token -> scale 0; NaN elements are ignored by
+//       the max and become 0 (as the host's Int8Array store does); +-Inf is reported in bad_token.
+//
+// LAUNCH CONTRACT
+//   mma:  block = (32 * G * NGRP, 1, 1), grid = (num_sms * CTAS, 1, 1) (persistent; any grid >= 1 is
+//         correct), dynamic smem = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128) bytes (the host raises
+//         the limit above 48 KiB); requires dim % 16 == 0, dim >= 16 (16-byte cp.async rows), and for
+//         g1/g4/g8 dim <= 128 (they return without writing otherwise; ks takes any such dim); token
+//         arrays 16-byte aligned, scales 4-byte aligned; query_scales / doc_scales set.
+//         max_query_length MUST be >= every query length of the launch.
+//   simt: block = (128, 1, 1), grid = (num_docs, num_queries - query_tile_offset, 1), smem 0, any dim.
+//   quantize: block = (256, 1, 1), any grid >= 1 (grid-stride over tokens, one warp per token).
+//   semantics: zero-length document -> -INFINITY; zero-length query -> 0; queries q in
+//              [query_tile_offset, num_queries), scores[q * num_docs + b].
+#include "maxsim_8bit.cuh"
+
+#define MAXSIM_INT8_MMA_ENTRY(NAME, G, NGRP, TN, S, KD, KSPLIT, CTAS)                            \
+  extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
+    maxsim::mma8_body<maxsim::S8, G, NGRP, TN, S, KD, KSPLIT>(p);                                \
+  }
+
+// smem bytes = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128)
+//                     name                 G NGRP  TN  S   KD  KSPLIT CTAS/SM   smem bytes
+MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g1,   1, 4,   32, 4, 128, false, 3)  // 76288
+MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g4,   4, 2,   64, 4, 128, false, 2)  // 76032
+MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g8,   8, 1,  128, 3, 128, false, 2)  // 56960
+MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_ks,   4, 2,   16, 4, 128, true,  2)  // 19200
+
+extern "C" __global__ void __launch_bounds__(128) maxsim_int8_simt(const MaxsimParams p) {
+  maxsim::simt8_body<maxsim::S8>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_f32(const QuantizeParams p) {
+  maxsim::quantize8_body<maxsim::S8, float>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_f16(const QuantizeParams p) {
+  maxsim::quantize8_body<maxsim::S8, __half>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_bf16(const QuantizeParams p) {
+  maxsim::quantize8_body<maxsim::S8, __nv_bfloat16>(p);
+}
+
+// wgmma (sm_90a; structure in maxsim_8bit.cuh). smem bytes = S * TN * 132 + 1024, block = 128 * (NCONS + 1)
+#define MAXSIM_INT8_WGMMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
+  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
+    maxsim::wgmma8_body<maxsim::S8, NCONS, MB, TN, S>(p);                                         \
+  }
+//                         name                          NCONS MB  TN  S     smem bytes  block
+MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_n128,      2,    1, 128, 4)  // 68608       384
+MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384

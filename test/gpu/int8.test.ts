@@ -1,0 +1,463 @@
+// CUDA int8 x int8 MaxSim (native/cuda/kernels/maxsim_int8.cu), fp8 e4m3 x e4m3 (maxsim_fp8.cu) and
+// the device quantizers, on fresh random inputs (seed printed). Every variant, forced by name, against
+// the float64 reference computed on the DEQUANTIZED values. int8: the integer products are exact, so
+// the only error is the fp32 rounding of (acc * sd) * sq and of the sum, inside scoreErrorBounds with
+// no extra factor. fp8: products exact, the tensor core's accumulation bounded by fp8Bounds. Token
+// magnitudes vary over three decades so that a misplaced or missing scale cannot pass. Without a GPU
+// every test skips with the reason.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from '../../src/backends/cuda.js';
+import { decodeBatch64, referenceMaxsim } from '../../src/backends/reference.js';
+import { cpuMaxsimInt8, quantize } from '../../src/ops/quantize.js';
+import { denseBatch, encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import { assertScoresClose, rng, runSeed, scoreErrorBounds } from '../helpers.js';
+import { bitsEqual, checkScores, gpu, skip, variantsFor } from './helpers.js';
+
+const fastDims = [16, 32, 48, 64, 96, 128, 256];
+const fallbackDims = [8, 100];
+const queryLengths = [1, 32, 300, 1024];
+// Lengths that cross every int8 tile size (16, 32, 64, 128 tokens), plus empty documents.
+const docLengths = [0, 1, 7, 64, 129, 300, 33, 0, 16, 128];
+
+/** Float tokens of random direction and a random norm in [0.01, 10]; every 13th token is all zeros. */
+function scaledFloats(tokens: number, d: number, rand: () => number): Float32Array {
+  const a = new Float32Array(tokens * d);
+  for (let t = 0; t < tokens; t++) {
+    if (t % 13 === 12) continue;
+    const m = 10 ** (rand() * 3 - 2);
+    for (let k = 0; k < d; k++) a[t * d + k] = (rand() * 2 - 1) * m;
+  }
+  return a;
+}
+
+function floatRagged(lengths: number[], d: number, dtype: FloatDType, rand: () => number): TokenBatch {
+  const offsets = [0];
+  for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
+  const total = offsets[offsets.length - 1];
+  return raggedBatch(encodeFloats(scaledFloats(total, d, rand), dtype), offsets, { dim: d, dtype });
+}
+
+function floatDense(lengths: number[], d: number, dtype: FloatDType, rand: () => number): TokenBatch {
+  const cap = Math.max(...lengths);
+  return denseBatch(encodeFloats(scaledFloats(lengths.length * cap, d, rand), dtype), {
+    count: lengths.length,
+    length: cap,
+    dim: d,
+    dtype,
+    lengths,
+  });
+}
+
+function int8Ragged(lengths: number[], d: number, rand: () => number): TokenBatch {
+  return quantize(floatRagged(lengths, d, 'float32', rand), 'int8');
+}
+
+function queriesFor(lq: number, d: number, rand: () => number): TokenBatch {
+  // a full-length query, an empty one (scores 0) and a shorter one
+  return int8Ragged([lq, 0, Math.max(1, Math.ceil(lq / 3))], d, rand);
+}
+
+function docsFor(layout: 'dense' | 'ragged', d: number, rand: () => number): TokenBatch {
+  return quantize(
+    layout === 'ragged'
+      ? floatRagged(docLengths, d, 'float32', rand)
+      : floatDense(docLengths, d, 'float32', rand),
+    'int8',
+  );
+}
+
+function bytesEqual(a: ArrayBufferView, b: ArrayBufferView): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  const x = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const y = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
+  return true;
+}
+
+/** The real tokens of a batch packed in item order (what the device holds), with their scales. */
+function packed(batch: TokenBatch): { data: Int8Array; scales: Float32Array; lengths: Int32Array } {
+  const d = batch.dim;
+  let total = 0;
+  for (let i = 0; i < batch.count; i++) total += batch.lengths[i];
+  const data = new Int8Array(total * d);
+  const scales = new Float32Array(total);
+  let o = 0;
+  for (let i = 0; i < batch.count; i++) {
+    const s = batch.starts[i];
+    const l = batch.lengths[i];
+    data.set((batch.data as Int8Array).subarray(s * d, (s + l) * d), o * d);
+    scales.set((batch.scales as Float32Array).subarray(s, s + l), o);
+    o += l;
+  }
+  return { data, scales, lengths: Int32Array.from(batch.lengths.subarray(0, batch.count)) };
+}
+
+describe(`CUDA int8 MaxSim vs float64 reference on dequantized values (seed ${runSeed})`, { skip }, () => {
+  for (const d of [...fastDims, ...fallbackDims]) {
+    test(`int8 d=${d}: every variant, dense and ragged, Lq in {${queryLengths.join(', ')}}`, async () => {
+      const dev = await gpu();
+      const variants = variantsFor(dev, 'int8', d);
+      assert.ok(variants.length > 0, `no variant runs int8 d=${d}: the SIMT fallback must`);
+      if (fastDims.includes(d))
+        assert.ok(
+          variants.some((v) => v.family === 'mma'),
+          `d=${d} must have a tensor-core variant`,
+        );
+      else
+        assert.deepEqual(
+          variants.map((v) => v.name),
+          ['maxsim_int8_simt'],
+        );
+      const rand = rng(runSeed ^ (d * 7919 + 3));
+      for (const layout of ['dense', 'ragged'] as const) {
+        const docs = docsFor(layout, d, rand);
+        const corpus = await dev.upload(docs);
+        try {
+          assert.equal(corpus.dtype, 'int8');
+          for (const lq of queryLengths) {
+            const queries = queriesFor(lq, d, rand);
+            const ref = referenceMaxsim(queries, docs);
+            for (const v of variants) {
+              const got = (await corpus.score(queries, { variant: v.name })).data;
+              checkScores(got, queries, docs, 1, `${v.name} ${layout} d=${d} Lq=${lq}`, ref);
+            }
+            // the dispatcher's choice, and the CPU int8 engine on the same inputs
+            const auto = (await corpus.score(queries)).data;
+            checkScores(auto, queries, docs, 1, `auto ${layout} d=${d} Lq=${lq}`, ref);
+            const cpu = await cpuMaxsimInt8(queries, docs);
+            const bounds = scoreErrorBounds(queries, docs).map((b) => 2 * b);
+            assertScoresClose(
+              auto,
+              Float64Array.from(cpu),
+              bounds,
+              `CUDA vs CPU int8 ${layout} d=${d} Lq=${lq}`,
+            );
+          }
+        } finally {
+          corpus.dispose();
+        }
+      }
+    });
+  }
+
+  test('int8: many documents (grids loop over them) and many queries (several passes)', async () => {
+    const dev = await gpu();
+    const d = 128;
+    const rand = rng(runSeed + 17);
+    const lengths = Array.from({ length: 4001 }, (_, i) => (i % 97 === 5 ? 0 : 1 + Math.floor(rand() * 10)));
+    const docs = int8Ragged(lengths, d, rand);
+    const corpus = await dev.upload(docs);
+    try {
+      const few = int8Ragged([32, 5, 31], d, rand);
+      const many = int8Ragged(
+        Array.from({ length: 40 }, () => 1 + Math.floor(rand() * 16)),
+        d,
+        rand,
+      );
+      for (const queries of [few, many]) {
+        const ref = referenceMaxsim(queries, docs);
+        for (const v of variantsFor(dev, 'int8', d)) {
+          const got = (await corpus.score(queries, { variant: v.name })).data;
+          checkScores(got, queries, docs, 1, `${v.name} B=${docs.count} Nq=${queries.count}`, ref);
+        }
+      }
+    } finally {
+      corpus.dispose();
+    }
+  });
+
+  test('int8: bitwise identical results on repeat, every variant', async () => {
+    const dev = await gpu();
+    const d = 64;
+    const rand = rng(runSeed + 29);
+    const docs = int8Ragged(
+      Array.from({ length: 500 }, () => Math.floor(rand() * 200)),
+      d,
+      rand,
+    );
+    const queries = int8Ragged([32, 300, 7, 1], d, rand);
+    const corpus = await dev.upload(docs);
+    try {
+      for (const v of variantsFor(dev, 'int8', d)) {
+        const a = (await corpus.score(queries, { variant: v.name })).data;
+        const b = (await corpus.score(queries, { variant: v.name })).data;
+        assert.ok(bitsEqual(a, b), `${v.name}: two runs differ`);
+      }
+    } finally {
+      corpus.dispose();
+    }
+  });
+
+  for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
+    test(`${dtype} corpus.quantize('int8') on the GPU == host quantize(), byte for byte`, async () => {
+      const dev = await gpu();
+      const rand = rng(runSeed + 31 + dtype.length);
+      for (const d of [8, 100, 128]) {
+        for (const layout of ['dense', 'ragged'] as const) {
+          const floats =
+            layout === 'ragged'
+              ? floatRagged(docLengths, d, dtype, rand)
+              : floatDense(docLengths, d, dtype, rand);
+          const host = quantize(floats, 'int8');
+          const fcorpus = await dev.upload(floats);
+          const qcorpus = await fcorpus.quantize('int8');
+          try {
+            assert.equal(qcorpus.dtype, 'int8');
+            assert.equal(qcorpus.count, floats.count);
+            assert.equal(qcorpus.tokens, fcorpus.tokens);
+            assert.equal(qcorpus.maxLength, fcorpus.maxLength);
+            const back = await qcorpus.download();
+            const want = packed(host);
+            assert.deepEqual(
+              Array.from(back.lengths),
+              Array.from(want.lengths),
+              `${dtype} d=${d} ${layout}: lengths`,
+            );
+            assert.ok(bytesEqual(back.data, want.data), `${dtype} d=${d} ${layout}: int8 values differ`);
+            assert.ok(
+              bytesEqual(back.scales as Float32Array, want.scales),
+              `${dtype} d=${d} ${layout}: scales differ`,
+            );
+            // and the scores of the two corpora are bitwise equal
+            const queries = int8Ragged([9, 33], d, rand);
+            const viaHost = await dev.upload(host);
+            try {
+              const a = (await qcorpus.score(queries)).data;
+              const b = (await viaHost.score(queries)).data;
+              assert.ok(
+                bitsEqual(a, b),
+                `${dtype} d=${d} ${layout}: device- and host-quantized scores differ`,
+              );
+            } finally {
+              viaHost.dispose();
+            }
+            // the float corpus is untouched and still scores float queries
+            assert.equal(fcorpus.dtype, dtype);
+          } finally {
+            qcorpus.dispose();
+            fcorpus.dispose();
+          }
+        }
+      }
+    });
+  }
+
+  test('quantize rejects a corpus with an infinite value, naming the token', async () => {
+    const dev = await gpu();
+    const data = new Float32Array(5 * 16).fill(0.5);
+    data[3 * 16 + 7] = Number.POSITIVE_INFINITY;
+    const corpus = await dev.upload(raggedBatch(data, [0, 2, 5], { dim: 16, checkFinite: false }));
+    try {
+      await assert.rejects(corpus.quantize('int8'), /non-finite value at token 3/);
+    } finally {
+      corpus.dispose();
+    }
+  });
+
+  test('float queries meet an int8 corpus quantized on the host; int8 queries need an int8 corpus', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 37);
+    const d = 64;
+    const floatsDocs = floatRagged([5, 0, 12, 40], d, 'float32', rand);
+    const fcorpus = await dev.upload(floatsDocs);
+    const corpus = await fcorpus.quantize('int8');
+    try {
+      const fq = floatRagged([9, 3], d, 'float32', rand);
+      const qq = quantize(fq, 'int8');
+      const a = (await corpus.score(fq)).data;
+      const b = (await corpus.score(qq)).data;
+      assert.ok(bitsEqual(a, b), 'float queries are quantized exactly as quantize() does');
+      assert.equal(a[1], Number.NEGATIVE_INFINITY);
+      const hits = await corpus.topK(qq, 3);
+      assert.equal(hits[0].length, 3);
+      assert.ok(hits[0][0].score >= hits[0][1].score && hits[0][1].score >= hits[0][2].score);
+      await assert.rejects(
+        fcorpus.score(qq),
+        (e: Error) => /queries\.dtype/.test(e.message) && /int8/.test(e.message),
+      );
+      await assert.rejects(corpus.quantize('int8'), /corpus\.dtype/);
+      await assert.rejects(
+        corpus.score(qq, { variant: 'maxsim_mma_g1_f16' }),
+        /maxsim_mma_g1_f16 cannot: it reads float16 tokens, not int8/,
+      );
+    } finally {
+      corpus.dispose();
+      fcorpus.dispose();
+    }
+  });
+
+  test('int8 alloc + append: scales are appended with their tokens', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 43);
+    const d = 32;
+    const parts = [int8Ragged([3, 0, 20], d, rand), int8Ragged([7, 50], d, rand)];
+    const corpus = await dev.alloc({ dtype: 'int8', dim: d, tokens: 80, items: 5 });
+    try {
+      for (const p of parts) await corpus.append(p);
+      assert.equal(corpus.count, 5);
+      const queries = int8Ragged([32, 4], d, rand);
+      const got = (await corpus.score(queries)).data;
+      for (let i = 0; i < 2; i++) {
+        const ref = referenceMaxsim(queries, parts[i]);
+        const off = i === 0 ? 0 : 3;
+        const cols = 5;
+        const mine = new Float32Array(queries.count * parts[i].count);
+        for (let q = 0; q < queries.count; q++)
+          for (let b = 0; b < parts[i].count; b++) mine[q * parts[i].count + b] = got[q * cols + off + b];
+        checkScores(mine, queries, parts[i], 1, `append part ${i}`, ref);
+      }
+    } finally {
+      corpus.dispose();
+    }
+  });
+});
+
+// ---- fp8 e4m3 (maxsim_fp8.cu): GPU-only element type, quantized on the device ----
+
+/** The fp8 codes the GPU makes for a float batch: upload, quantize('fp8'), download. */
+async function fp8Of(dev: Awaited<ReturnType<typeof gpu>>, batch: TokenBatch): Promise<Fp8Tokens> {
+  const c = await dev.upload(batch);
+  try {
+    const q = await c.quantize('fp8');
+    try {
+      const t = await q.download();
+      assert.ok('kind' in t && t.kind === 'fp8');
+      return t as Fp8Tokens;
+    } finally {
+      q.dispose();
+    }
+  } finally {
+    c.dispose();
+  }
+}
+
+/**
+ * Error bound of fp8 scores: products of e4m3 values are exact, the tensor core's sum over d may keep
+ * as few as ~14 mantissa bits on Hopper (so d * 2^-13 per dot), then fp32 for the scales, the max and
+ * the sum over query tokens: (d * 2^-13 + (Lq + 3) * 2^-24) * sum_i |q_i| max_j |d_j|.
+ */
+function fp8Bounds(q: Fp8Tokens, d: Fp8Tokens): Float64Array {
+  const dim = d.dim;
+  const norm = (t: Fp8Tokens, tok: number) => {
+    let s = 0;
+    for (let k = 0; k < dim; k++) s += (e4m3ToFloat(t.data[tok * dim + k]) * t.scales[tok]) ** 2;
+    return Math.sqrt(s);
+  };
+  const out = new Float64Array(q.count * d.count);
+  for (let qi = 0; qi < q.count; qi++) {
+    let qn = 0;
+    for (let i = 0; i < q.lengths[qi]; i++) qn += norm(q, q.starts[qi] + i);
+    for (let b = 0; b < d.count; b++) {
+      let dn = 0;
+      for (let j = 0; j < d.lengths[b]; j++) dn = Math.max(dn, norm(d, d.starts[b] + j));
+      out[qi * d.count + b] = (dim * 2 ** -13 + (q.lengths[qi] + 3) * 2 ** -24) * qn * dn;
+    }
+  }
+  return out;
+}
+
+describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed ${runSeed})`, {
+  skip,
+}, () => {
+  for (const d of [...fastDims, ...fallbackDims]) {
+    test(`fp8 d=${d}: every variant, dense and ragged, Lq in {1, 32, 300}`, async () => {
+      const dev = await gpu();
+      const variants = variantsFor(dev, 'fp8', d);
+      assert.ok(variants.length > 0, `no variant runs fp8 d=${d}: the SIMT fallback must`);
+      const rand = rng(runSeed ^ (d * 104729 + 5));
+      for (const layout of ['dense', 'ragged'] as const) {
+        const floats =
+          layout === 'ragged'
+            ? floatRagged(docLengths, d, 'float32', rand)
+            : floatDense(docLengths, d, 'float32', rand);
+        const fcorpus = await dev.upload(floats);
+        const corpus = await fcorpus.quantize('fp8');
+        fcorpus.dispose();
+        try {
+          assert.equal(corpus.dtype, 'fp8');
+          const docs8 = (await corpus.download()) as Fp8Tokens;
+          for (const lq of [1, 32, 300]) {
+            const queries = floatRagged([lq, 0, Math.max(1, Math.ceil(lq / 3))], d, 'float32', rand);
+            const q8 = await fp8Of(dev, queries);
+            const ref = referenceMaxsimFp8(q8, docs8);
+            const bounds = fp8Bounds(q8, docs8);
+            for (const v of variants) {
+              const got = (await corpus.score(queries, { variant: v.name })).data;
+              for (let i = 0; i < got.length; i++)
+                assert.ok(!Number.isNaN(got[i]), `${v.name}: score ${i} is NaN (never written)`);
+              assertScoresClose(got, ref, bounds, `${v.name} ${layout} d=${d} Lq=${lq}`);
+            }
+          }
+        } finally {
+          corpus.dispose();
+        }
+      }
+    });
+  }
+
+  test('fp8 quantize: within half an e4m3 step of every value, zero tokens stay zero', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 53);
+    for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
+      const floats = floatRagged([3, 0, 40, 13], 64, dtype, rand);
+      const q8 = await fp8Of(dev, floats);
+      const x = decodeBatch64(floats);
+      assert.equal(q8.data.length, x.length);
+      for (let t = 0; t < q8.scales.length; t++) {
+        let m = 0;
+        for (let k = 0; k < 64; k++) m = Math.max(m, Math.abs(x[t * 64 + k]));
+        const s = q8.scales[t];
+        if (m === 0) {
+          assert.equal(s, 0, `${dtype} token ${t}: zero token, scale 0`);
+          for (let k = 0; k < 64; k++) assert.equal(q8.data[t * 64 + k], 0);
+          continue;
+        }
+        assert.equal(s, Math.fround(m / 448), `${dtype} token ${t}: scale = max|x| / 448`);
+        for (let k = 0; k < 64; k++) {
+          const v = x[t * 64 + k];
+          const back = e4m3ToFloat(q8.data[t * 64 + k]) * s;
+          // 3 mantissa bits: relative half step 2^-4; subnormal step 2^-9 (half: 2^-10) times the scale;
+          // plus the fp32 rounding of v / s and of s
+          const tol = Math.max(Math.abs(v) * 2 ** -4, s * 2 ** -10) * (1 + 2 ** -20) + m * 2 ** -22;
+          assert.ok(Math.abs(back - v) <= tol, `${dtype} token ${t} k=${k}: ${v} -> ${back}`);
+        }
+      }
+    }
+  });
+
+  test('fp8: bitwise identical results on repeat, every variant; refusals name the argument', async () => {
+    const dev = await gpu();
+    const d = 64;
+    const rand = rng(runSeed + 59);
+    const floats = floatRagged(
+      Array.from({ length: 300 }, () => Math.floor(rand() * 200)),
+      d,
+      'float32',
+      rand,
+    );
+    const fcorpus = await dev.upload(floats);
+    const corpus = await fcorpus.quantize('fp8');
+    try {
+      const queries = floatRagged([32, 300, 7, 1], d, 'float16', rand);
+      for (const v of variantsFor(dev, 'fp8', d)) {
+        const a = (await corpus.score(queries, { variant: v.name })).data;
+        const b = (await corpus.score(queries, { variant: v.name })).data;
+        assert.ok(bitsEqual(a, b), `${v.name}: two runs differ`);
+      }
+      const hits = await corpus.topK(queries, 5);
+      assert.equal(hits.length, 4);
+      const qq = quantize(queries, 'int8');
+      await assert.rejects(
+        corpus.score(qq),
+        (e: Error) => /queries\.dtype/.test(e.message) && /fp8/.test(e.message),
+      );
+      await assert.rejects(corpus.quantize('int8'), /corpus\.dtype/);
+      await assert.rejects(corpus.append(qq), /fp8/);
+    } finally {
+      corpus.dispose();
+      fcorpus.dispose();
+    }
+  });
+});
