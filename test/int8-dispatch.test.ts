@@ -45,15 +45,22 @@ describe('CUDA dispatcher: int8', () => {
     ['empty queries: SIMT', { maxQueryLength: 0 }, 'maxsim_int8_simt'],
   ];
   for (const [what, p, want] of cases) {
-    test(`${what} -> ${want} (H200, A100, RTX 3090: no wgmma int8 yet)`, () => {
-      for (const caps of [h200, a100, rtx3090]) assert.equal(selectVariant(problem(p), caps).name, want);
+    // compute capability 9.0 takes wgmma where mma would run g8 (many query rows)
+    const onH200 = want.replace('mma_g8', 'wgmma_w2m2n64');
+    test(`${what} -> ${want} (A100, RTX 3090), ${onH200} (H200)`, () => {
+      for (const caps of [a100, rtx3090]) assert.equal(selectVariant(problem(p), caps).name, want);
+      assert.equal(selectVariant(problem(p), h200).name, onH200);
     });
   }
 
   test('fp8: the same rules on compute capability 9.0; elsewhere only the SIMT fallback', () => {
     for (const [what, p, want] of cases) {
       const fp8 = problem({ ...p, dtype: 'fp8' });
-      assert.equal(selectVariant(fp8, h200).name, want.replace('int8', 'fp8'), what);
+      assert.equal(
+        selectVariant(fp8, h200).name,
+        want.replace('int8', 'fp8').replace('mma_g8', 'wgmma_w2m2n64'),
+        what,
+      );
       assert.equal(selectVariant(fp8, a100).name, 'maxsim_fp8_simt', what);
     }
     assert.throws(
@@ -151,12 +158,14 @@ describe('CUDA dispatcher: int8', () => {
         assert.deepEqual(v.block, [128 * (ncons + 1), 1, 1], `${name}: block`);
         assert.deepEqual(v.grid, { kind: 'persistent', ctasPerSm: 1 }, `${name}: grid`);
         assert.equal(v.smem, s * tn * 132 + 1024, `${name}: smemBytes`);
-        // forced by name it runs on an H200; never chosen by the rules (not measured yet)
+        // forced by name it runs on an H200; never on an A100
         assert.equal(selectVariant(problem({ dtype: t }), h200, name).name, name);
         assert.throws(() => selectVariant(problem({ dtype: t }), a100, name), /compute capability 9.0/);
       }
-      for (const p of [{}, { maxQueryLength: 1024 }, { numQueries: 64 }])
-        assert.ok(!selectVariant(problem({ ...p, dtype: t }), h200).name.includes('wgmma'));
+      // the rules pick wgmma only for many query rows (w2m2n64, measured faster than mma g8)
+      assert.ok(!selectVariant(problem({ dtype: t }), h200).name.includes('wgmma'));
+      for (const p of [{ maxQueryLength: 1024 }, { numQueries: 64 }])
+        assert.equal(selectVariant(problem({ ...p, dtype: t }), h200).name, `maxsim_${t}_wgmma_w2m2n64`);
       // H200: the memory-bound variant's CTAs fit one SM together (228 KiB, 1 KiB reserved per CTA)
       const g1 = table.find((x) => x.name === `maxsim_${t}_mma_g1`);
       assert.ok(g1 && g1.grid.kind === 'persistent' && g1.grid.ctasPerSm * (g1.smem + 1024) <= 233_472);

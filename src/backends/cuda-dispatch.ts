@@ -277,17 +277,21 @@ export function unmetRequirement(
  * capability 9.0 only: elsewhere the SIMT fallback takes over). The sm_90a wgmma 8-bit variants are
  * not chosen here until they are measured on an H200 (they run when forced by name).
  */
-function preferred8BitKind(p: Problem): string {
+function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
   const rows32 = p.numQueries * Math.ceil(p.maxQueryLength / 32);
   if (p.dim % 16 !== 0 || rows32 === 0) return 'simt';
   if (p.dim > 128) return 'mma_ks';
   if (rows32 === 1) return 'mma_g1';
-  return rows32 <= 4 ? 'mma_g4' : 'mma_g8';
+  if (rows32 <= 4) return 'mma_g4';
+  // Many query rows (long queries, all pairs) on compute capability 9.0: wgmma, measured on the H200
+  // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
+  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) return 'wgmma_w2m2n64';
+  return 'mma_g8';
 }
 
 /** The variant name the rules pick: maxsim_<kind>_<dtype suffix>, or maxsim_{int8,fp8}_<kind>. */
 export function preferredVariantName(p: Problem, caps: DeviceCaps): string {
-  if (p.dtype === 'int8' || p.dtype === 'fp8') return `maxsim_${p.dtype}_${preferred8BitKind(p)}`;
+  if (p.dtype === 'int8' || p.dtype === 'fp8') return `maxsim_${p.dtype}_${preferred8BitKind(p, caps)}`;
   return `maxsim_${preferredKind(p, caps)}_${SUFFIX[p.dtype]}`;
 }
 
