@@ -11,6 +11,7 @@ import { nativeCuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { CorpusWriter } from '../src/io/corpus.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
+import { quantize } from '../src/ops/quantize.js';
 import { encodeFloats, raggedBatch } from '../src/tensor.js';
 
 const { values } = parseArgs({
@@ -24,6 +25,7 @@ const { values } = parseArgs({
     transfer: { type: 'string', default: 'copy,register' },
     // extra configurations, 'transfer:depth:readers,...' (e.g. copy:4:16,register:8:8)
     grid: { type: 'string', default: '' },
+    dtype: { type: 'string', default: 'fp16' },
   },
 });
 const DOCS = Number(values.docs);
@@ -36,12 +38,19 @@ const gb = (b: number) => b / 1e9;
 if (!fs.existsSync(path.join(dir, 'MANIFEST'))) {
   fs.mkdirSync(path.dirname(dir), { recursive: true });
   const pool = 64;
-  const data = encodeFloats(randomUnitTokens(rng, pool * LEN, DIM), 'float16') as Uint16Array;
+  const int8 = values.dtype === 'int8';
+  const floats = randomUnitTokens(rng, pool * LEN, DIM);
+  const q8 = int8 ? quantize(raggedBatch(floats, [0, pool * LEN], { dim: DIM }), 'int8') : undefined;
+  const data = q8 ? (q8.data as Int8Array) : (encodeFloats(floats, 'float16') as Uint16Array);
   const t = performance.now();
-  const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'float16' });
+  const w = CorpusWriter.create(dir, { dim: DIM, dtype: int8 ? 'int8' : 'float16' });
   for (let at = 0; at < DOCS; at += pool) {
     const n = Math.min(pool, DOCS - at);
-    w.addEncoded({ data: data.subarray(0, n * LEN * DIM), lengths: new Int32Array(n).fill(LEN) });
+    w.addEncoded({
+      data: data.subarray(0, n * LEN * DIM),
+      lengths: new Int32Array(n).fill(LEN),
+      scales: q8?.scales?.subarray(0, n * LEN),
+    });
   }
   const info = w.commit();
   const s = (performance.now() - t) / 1000;
@@ -102,6 +111,7 @@ for (const config of configs) {
         transfer: config.transfer,
         depth: config.pipelineDepth ?? 'default',
         readers: config.readers ?? 'default',
+        dtype: corpus.info.dtype,
         corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
         budgetGiB: Number(values['budget-gib']),
         queries: `${nq}x${lq}`,

@@ -29,7 +29,7 @@ using maxsim_cuda::StreamBlock;
 using maxsim_cuda::StreamScanResult;
 using maxsim_cuda::StreamScanSpec;
 
-constexpr int kBlockFields = 7;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt
+constexpr int kBlockFields = 8;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt, scalesOffset
 
 void GetTriple(Napi::Env env, Napi::Object o, const char* key, unsigned out[3]) {
   Napi::Value v = o.Get(key);
@@ -97,10 +97,8 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<StreamScanTask>(env, rt);
 
   task->queries = ParseTokenSet(env, info[1], "queries");
-  if (task->queries.dtype == DType::Int8) {
-    throw ArgError(env, "queries.dtype", "'float32', 'float16' or 'bfloat16' (the CUDA corpus scan reads float corpora)", "'int8'");
-  }
   Napi::Object qo = info[1].As<Napi::Object>();
+  if (task->queries.dtype == DType::Int8) task->Keep(qo.Get("scales"));
   task->Keep(qo.Get("data"));
   task->Keep(qo.Get("starts"));
   task->Keep(qo.Get("lengths"));
@@ -127,7 +125,7 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   auto blocks = GetTyped<Napi::Float64Array>(env, plan, "blocks", napi_float64_array, "Float64Array");
   auto starts = GetTyped<Napi::Float64Array>(env, plan, "starts", napi_float64_array, "Float64Array");
   auto lengths = GetTyped<Napi::Int32Array>(env, plan, "lengths", napi_int32_array, "Int32Array");
-  if (blocks.ElementLength() % kBlockFields != 0) throw ArgError(env, "plan.blocks", "7 numbers per block", std::to_string(blocks.ElementLength()));
+  if (blocks.ElementLength() % kBlockFields != 0) throw ArgError(env, "plan.blocks", "8 numbers per block", std::to_string(blocks.ElementLength()));
   if (starts.ElementLength() != lengths.ElementLength()) throw ArgError(env, "plan.starts", "one start per length", std::to_string(starts.ElementLength()));
   task->Keep(starts);
   task->Keep(lengths);
@@ -149,6 +147,7 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
     b.docs = static_cast<int64_t>(f[4]);
     b.max_length = static_cast<int32_t>(f[5]);
     b.spans_at = static_cast<int64_t>(f[6]);
+    b.scales_offset = static_cast<uint64_t>(f[7]);
     const std::string at = "plan.blocks[" + std::to_string(i / kBlockFields) + "]";
     if (b.file >= static_cast<int>(spec.files.size())) throw ArgError(env, at, "a file index < files.length", std::to_string(b.file));
     if (b.tokens > spec.capacity_tokens || b.docs > spec.capacity_docs) throw ArgError(env, at, "a block within the capacities", "a larger one");

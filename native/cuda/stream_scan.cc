@@ -66,6 +66,7 @@ struct Slot {
   int64_t* host_starts = nullptr;
   int32_t* host_lengths = nullptr;
   float* host_scores = nullptr;
+  float* host_token_scales = nullptr;  // int8: the block's per-token scales
   std::shared_ptr<DeviceTokens> device;
   cu::CUdeviceptr device_scores = 0;
   cu::CUevent copied = nullptr, scored = nullptr;
@@ -105,7 +106,7 @@ struct Pipeline {
       d.cuStreamSynchronize(rt.stream());
       for (auto& s : slots) {
         for (void* p : {s.host_tokens, static_cast<void*>(s.host_starts), static_cast<void*>(s.host_lengths),
-                        static_cast<void*>(s.host_scores)}) {
+                        static_cast<void*>(s.host_scores), static_cast<void*>(s.host_token_scales)}) {
           if (p) d.cuMemFreeHost(p);
         }
         if (s.registered) d.cuMemHostUnregister(s.registered);
@@ -175,11 +176,13 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     s.host_starts = static_cast<int64_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int64_t)));
     s.host_lengths = static_cast<int32_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int32_t)));
     s.host_scores = static_cast<float*>(PinnedAlloc(score_count * sizeof(float)));
+    if (spec.dtype == DType::Int8) s.host_token_scales = static_cast<float*>(PinnedAlloc(std::max<int64_t>(spec.capacity_tokens, 1) * sizeof(float)));
     s.device = rt.AllocTokens(spec.dtype, spec.dim, std::max<int64_t>(spec.capacity_tokens, 1), std::max<int64_t>(spec.capacity_docs, 1));
     s.device_scores = rt.allocator().Alloc(score_count * sizeof(float));
     Check(d.cuEventCreate(&s.copied, cu::CU_EVENT_DEFAULT), "cuEventCreate");
     Check(d.cuEventCreate(&s.scored, cu::CU_EVENT_DEFAULT), "cuEventCreate");
-    result.pinned_bytes += (spec.register_pages ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4;
+    result.pinned_bytes += (spec.register_pages ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4 +
+                           (s.host_token_scales ? spec.capacity_tokens * 4 : 0);
   }
   pipe.readable_below = depth;
 
@@ -222,6 +225,10 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
             auto* dst = static_cast<uint8_t*>(slot.host_tokens) + from;
             err = ReadRange(files.fds[blk.file], spec.files[blk.file], dst, blk.tokens_offset + from, to - from);
           }
+        }
+        if (err.empty() && slot.host_token_scales && b % nreaders == r && blk.tokens > 0) {
+          err = ReadRange(files.fds[blk.file], spec.files[blk.file], reinterpret_cast<uint8_t*>(slot.host_token_scales),
+                          blk.scales_offset, static_cast<uint64_t>(blk.tokens) * sizeof(float));
         }
         {
           std::lock_guard<std::mutex> lock(pipe.mutex);
@@ -269,7 +276,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     }
     pipe.cv.notify_all();
     docs_done += static_cast<double>(blk.docs);
-    bytes_done += static_cast<double>(blk.tokens) * static_cast<double>(row_bytes);
+    bytes_done += static_cast<double>(blk.tokens) * static_cast<double>(row_bytes + (s.host_token_scales ? 4 : 0));
     if (spec.progress) {
       spec.progress[0] = docs_done;
       spec.progress[1] = bytes_done;
@@ -293,6 +300,9 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     DeviceTokens& dev = *s.device;
     const uint64_t token_bytes = static_cast<uint64_t>(blk.tokens) * row_bytes;
     if (token_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.tokens, token_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    if (s.host_token_scales && blk.tokens > 0) {
+      Check(d.cuMemcpyHtoDAsync(dev.scales, s.host_token_scales, blk.tokens * sizeof(float), pipe.copy_stream), "cuMemcpyHtoDAsync");
+    }
     if (blk.docs > 0) {
       Check(d.cuMemcpyHtoDAsync(dev.starts, s.host_starts, blk.docs * sizeof(int64_t), pipe.copy_stream), "cuMemcpyHtoDAsync");
       Check(d.cuMemcpyHtoDAsync(dev.lengths, s.host_lengths, blk.docs * sizeof(int32_t), pipe.copy_stream), "cuMemcpyHtoDAsync");

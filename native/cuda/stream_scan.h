@@ -28,6 +28,7 @@ struct StreamBlock {
   int64_t docs = 0;           // documents in the block
   int32_t max_length = 0;     // longest document of the block
   int64_t spans_at = 0;       // index of its first document in doc_starts / doc_lengths
+  uint64_t scales_offset = 0; // int8: byte offset of the block's per-token float32 scales in the file
 };
 
 struct StreamScanSpec {

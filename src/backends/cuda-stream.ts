@@ -69,13 +69,8 @@ export async function cudaStreamSearch(
   options: CorpusSearchOptions,
 ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
   const info = file.info;
-  if (info.dtype === 'int8')
-    throw new InvalidArgumentError(
-      'backend',
-      "'cpu' for an int8 corpus (the CUDA corpus scan reads float16 / bfloat16 / float32 corpora)",
-      "'cuda'",
-    );
-  const dtype = info.dtype as FloatDType;
+  // int8 corpora: queries arrive quantized (int8 with scales); float corpora take queries in their dtype
+  const dtype = info.dtype;
   const transfer = options.transfer ?? 'copy';
   if (transfer !== 'copy' && transfer !== 'register')
     throw new InvalidArgumentError('transfer', "'copy' or 'register'", JSON.stringify(transfer));
@@ -95,13 +90,14 @@ export async function cudaStreamSearch(
       String(options.gpuMemory),
     );
 
+  // corpus-search.ts hands int8 queries to an int8 corpus and float queries to a float one
   const q: TokenBatch =
     queries.dtype === dtype
       ? queries
       : {
           ...queries,
           dtype,
-          data: encodeFloats(decodeToFloat32(queries.data, queries.dtype, queries.dim), dtype),
+          data: encodeFloats(decodeToFloat32(queries.data, queries.dtype, queries.dim), dtype as FloatDType),
           scales: undefined,
         };
   const rowBytes = info.dim * dtypeSize(dtype);
@@ -109,11 +105,14 @@ export async function cudaStreamSearch(
   // queries stay outside the slots. The allocator rounds each of the slot's 4 blocks (and the
   // queries' 3) up to 2 MiB, so that slack is reserved too.
   const GRANULE = 2 * 1024 * 1024;
-  const queryBytes = q.data.length * dtypeSize(dtype) + q.count * 12 + 3 * GRANULE;
-  const perSlot = Math.floor((budget - queryBytes) / DEPTH) - 4 * GRANULE;
+  const queryBytes =
+    q.data.length * (dtypeSize(dtype) + (dtype === 'int8' ? 4 / info.dim : 0)) + q.count * 12 + 4 * GRANULE;
+  const perSlot = Math.floor((budget - queryBytes) / DEPTH) - 5 * GRANULE;
   const perDocBytes = 12 + 4 * Math.max(1, q.count);
   let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
-  const longest = info.maxLength * rowBytes;
+  // int8 blocks carry a float32 scale per token besides the rows
+  const tokenBytes = rowBytes + (dtype === 'int8' ? 4 : 0);
+  const longest = info.maxLength * tokenBytes;
   if (blockBytes < longest) blockBytes = longest;
   const maxDocs = Math.max(1, Math.floor((perSlot - blockBytes) / perDocBytes));
   if (perSlot < longest + perDocBytes)
@@ -125,7 +124,7 @@ export async function cudaStreamSearch(
   const blocks = file.planBlocks(blockBytes, maxDocs);
 
   // The plan the native scan takes: 7 numbers per block, then every document's span.
-  const blockFields = new Float64Array(blocks.length * 7);
+  const blockFields = new Float64Array(blocks.length * 8);
   const starts = new Float64Array(info.documents);
   const lengths = new Int32Array(info.documents);
   let capacityTokens = 0;
@@ -171,7 +170,7 @@ export async function cudaStreamSearch(
       documents: progress[0],
       totalDocuments: info.documents,
       bytes: progress[1],
-      totalBytes: info.tokens * rowBytes,
+      totalBytes: info.tokenBytes,
       elapsedMs: performance.now() - started,
     });
   const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;

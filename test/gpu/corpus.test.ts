@@ -9,6 +9,7 @@ import { after, describe, test } from 'node:test';
 import { type FloatDType, type Hit, rankRows, type TokenBatch } from '../../src/index.js';
 import { CorpusWriter } from '../../src/io/corpus.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
+import { quantize } from '../../src/ops/quantize.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { gpu, skip } from './helpers.js';
 
@@ -66,6 +67,53 @@ describe('CUDA corpus search', { skip }, () => {
       }
     });
   }
+
+  test('int8 corpora: streamed top-k equals the in-memory GPU int8 top-k of the same kernel', async () => {
+    const rand = rng(runSeed + 104);
+    const dim = 128;
+    const dir = path.join(tmp, `c${serial++}.msx`);
+    for (let i = 0; i < 2; i++) {
+      const w = i === 0 ? CorpusWriter.create(dir, { dim, dtype: 'int8' }) : CorpusWriter.append(dir);
+      w.add(randomRagged(lengthsOf(rand, 120, 160), dim, 'float32', rand));
+      w.commit();
+    }
+    const corpus = openCorpus(dir);
+    const queries = randomRagged([32, 5, 64], dim, 'float32', rand);
+    const dev = await gpu();
+    const all = corpus.readDocuments(Array.from({ length: corpus.info.documents }, (_, i) => i));
+    const mem = await dev.upload(all);
+    try {
+      for (const blockBytes of [1, 129 * 900, 1 << 30]) {
+        for (const transfer of ['copy', 'register'] as const) {
+          const { hits, stats } = await corpus.searchWithStats(queries, {
+            topK: 6,
+            backend: 'cuda',
+            blockBytes,
+            transfer,
+          });
+          const want = rankRows(await mem.score(quantize(queries, 'int8'), { variant: stats.variant }), 6);
+          assert.deepEqual(
+            pairs(hits),
+            pairs(want),
+            `blockBytes ${blockBytes} ${transfer} (${stats.variant})`,
+          );
+        }
+      }
+      // and the CPU int8 engine finds the same documents (exact integer products; scales in fp32)
+      const cpu = await corpus.search(queries, { topK: 6, backend: 'cpu' });
+      const gpuHits = await corpus.search(queries, { topK: 6, backend: 'cuda' });
+      for (let q = 0; q < 3; q++) {
+        for (const [i, h] of gpuHits[q].entries()) {
+          assert.ok(
+            Math.abs(h.score - cpu[q][i].score) <= 1e-5 * Math.abs(h.score) + 1e-5,
+            `query ${q} rank ${i}`,
+          );
+        }
+      }
+    } finally {
+      mem.dispose();
+    }
+  });
 
   test('device memory stays within a small budget over a larger corpus; progress is reported', async () => {
     const rand = rng(runSeed + 102);
