@@ -8,6 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream.js';
 import { openArraySource } from '../src/io/array-source.js';
 import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus.js';
 import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
@@ -242,6 +243,44 @@ describe('corpus search (CPU) equals in-memory search', () => {
       openCorpus(dir).search(randomRagged([2], 9, 'float32', rng(4)), { backend: 'cpu' }),
       /queries\.dim/,
     );
+  });
+});
+
+describe('CUDA stream plan (built on the CPU)', () => {
+  test('8 numbers per block: file, offsets, counts, spans, int8 scales', () => {
+    const rand = rng(runSeed + 71);
+    const dir = fresh();
+    for (let i = 0; i < 2; i++) {
+      const w = i === 0 ? CorpusWriter.create(dir, { dim: 16, dtype: 'int8' }) : CorpusWriter.append(dir);
+      w.add(randomRagged(randomLengths(rand, 9, 6), 16, 'float32', rand));
+      w.commit();
+    }
+    const file = CorpusFile.open(dir);
+    const blocks = file.planBlocks(20 * 5 * 3);
+    const plan = buildStreamPlan(file, blocks);
+    assert.equal(plan.blockFields.length, blocks.length * BLOCK_FIELDS);
+    let spans = 0;
+    blocks.forEach((b, i) => {
+      const f = Array.from(plan.blockFields.subarray(i * BLOCK_FIELDS, (i + 1) * BLOCK_FIELDS));
+      const seg = file.segments[b.segment].header;
+      assert.deepEqual(f, [
+        b.segment,
+        seg.tokensSection.offset + b.firstToken * 16,
+        b.tokens,
+        b.firstDocument,
+        b.documents,
+        b.maxLength,
+        spans,
+        seg.scalesSection.offset + b.firstToken * 4,
+      ]);
+      for (let j = 0; j < b.documents; j++) {
+        assert.equal(plan.lengths[spans + j], file.lengths[b.firstDocument + j]);
+        assert.ok(plan.starts[spans + j] + plan.lengths[spans + j] <= b.tokens);
+      }
+      spans += b.documents;
+    });
+    assert.equal(spans, file.info.documents);
+    assert.equal(plan.capacityTokens, Math.max(...blocks.map((b) => b.tokens)));
   });
 });
 

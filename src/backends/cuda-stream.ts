@@ -3,7 +3,7 @@
 
 import * as os from 'node:os';
 import { InvalidArgumentError } from '../errors.js';
-import type { CorpusFile } from '../io/corpus.js';
+import type { CorpusBlock, CorpusFile } from '../io/corpus.js';
 import type { CorpusSearchOptions, ScanStats } from '../ops/corpus-search.js';
 import {
   decodeToFloat32,
@@ -61,7 +61,41 @@ function readersFor(): number {
   return Math.max(2, Math.min(12, cores - 2));
 }
 
-/** Scores queries against an on-disk float corpus on the GPU, block by block, with flat device memory. */
+/** Numbers per block in the native plan (see native/binding/cuda_stream_binding.cc). */
+export const BLOCK_FIELDS = 8;
+
+/**
+ * The plan the native scan takes: per block [segment, tokens byte offset, tokens, first document,
+ * documents, longest document, index of its first span, scales byte offset (int8, else 0)], and
+ * every document's span (start relative to its block, length), in block order.
+ */
+export function buildStreamPlan(file: CorpusFile, blocks: readonly CorpusBlock[]) {
+  const blockFields = new Float64Array(blocks.length * BLOCK_FIELDS);
+  let total = 0;
+  for (const b of blocks) total += b.documents;
+  const starts = new Float64Array(total);
+  const lengths = new Int32Array(total);
+  let capacityTokens = 0;
+  let capacityDocs = 1;
+  let maxLength = 0;
+  let at = 0;
+  blocks.forEach((b, i) => {
+    const ranges = file.blockRanges(b);
+    const spans = file.blockSpans(b);
+    starts.set(spans.starts, at);
+    lengths.set(spans.lengths, at);
+    const fields = [b.segment, ranges.tokens.offset, b.tokens, b.firstDocument, b.documents, b.maxLength, at];
+    fields.push(ranges.scales?.offset ?? 0);
+    blockFields.set(fields, i * BLOCK_FIELDS);
+    at += b.documents;
+    capacityTokens = Math.max(capacityTokens, b.tokens);
+    capacityDocs = Math.max(capacityDocs, b.documents);
+    maxLength = Math.max(maxLength, b.maxLength);
+  });
+  return { blockFields, starts, lengths, capacityTokens, capacityDocs, maxLength };
+}
+
+/** Scores queries against an on-disk corpus on the GPU, block by block, with flat device memory. */
 export async function cudaStreamSearch(
   file: CorpusFile,
   queries: TokenBatch,
@@ -123,28 +157,10 @@ export async function cudaStreamSearch(
     );
   const blocks = file.planBlocks(blockBytes, maxDocs);
 
-  // The plan the native scan takes: 7 numbers per block, then every document's span.
-  const blockFields = new Float64Array(blocks.length * 8);
-  const starts = new Float64Array(info.documents);
-  const lengths = new Int32Array(info.documents);
-  let capacityTokens = 0;
-  let capacityDocs = 1;
-  let maxLength = 0;
-  let at = 0;
-  blocks.forEach((b, i) => {
-    const ranges = file.blockRanges(b);
-    const spans = file.blockSpans(b);
-    starts.set(spans.starts, at);
-    lengths.set(spans.lengths, at);
-    blockFields.set(
-      [b.segment, ranges.tokens.offset, b.tokens, b.firstDocument, b.documents, b.maxLength, at],
-      i * 7,
-    );
-    at += b.documents;
-    capacityTokens = Math.max(capacityTokens, b.tokens);
-    capacityDocs = Math.max(capacityDocs, b.documents);
-    maxLength = Math.max(maxLength, b.maxLength);
-  });
+  const { blockFields, starts, lengths, capacityTokens, capacityDocs, maxLength } = buildStreamPlan(
+    file,
+    blocks,
+  );
   let qMax = 0;
   for (let i = 0; i < q.count; i++) qMax = Math.max(qMax, q.lengths[i]);
   const problem: Problem = {
