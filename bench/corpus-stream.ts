@@ -26,6 +26,7 @@ const { values } = parseArgs({
     // extra configurations, 'transfer:depth:readers,...' (e.g. copy:4:16,register:8:8)
     grid: { type: 'string', default: '' },
     dtype: { type: 'string', default: 'fp16' },
+    pin: { type: 'boolean', default: false },
   },
 });
 const DOCS = Number(values.docs);
@@ -88,7 +89,16 @@ const configs: Config[] = [
       return { transfer: t as Config['transfer'], pipelineDepth: Number(d), readers: Number(r) };
     }),
 ];
-for (const config of configs) {
+if (values.pin) {
+  const t = performance.now();
+  await corpus.pin();
+  console.log(
+    `pinned ${gb(corpus.pinnedBytes).toFixed(1)} GB of corpus files in ${((performance.now() - t) / 1000).toFixed(2)} s`,
+  );
+  configs.unshift({ transfer: 'copy' }); // the first configuration runs on the pinned files
+}
+for (const [ci, config] of configs.entries()) {
+  if (values.pin && ci === 1) corpus.unpin();
   for (let r = 0; r < Number(values.repeats); r++) {
     let last = 0;
     const { hits, stats } = await corpus.searchWithStats(queries, {
@@ -108,7 +118,7 @@ for (const config of configs) {
     console.log(
       JSON.stringify({
         run: r,
-        transfer: config.transfer,
+        transfer: values.pin && ci === 0 ? 'pinned' : config.transfer,
         depth: config.pipelineDepth ?? 'default',
         readers: config.readers ?? 'default',
         dtype: corpus.info.dtype,

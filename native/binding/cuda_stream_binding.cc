@@ -29,6 +29,11 @@ using maxsim_cuda::StreamBlock;
 using maxsim_cuda::StreamScanResult;
 using maxsim_cuda::StreamScanSpec;
 
+// What a JS pin handle holds: the pinned files, until released or garbage-collected.
+struct PinHolder {
+  std::shared_ptr<maxsim_cuda::PinnedFiles> pin;
+};
+
 constexpr int kBlockFields = 8;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt, scalesOffset
 
 void GetTriple(Napi::Env env, Napi::Object o, const char* key, unsigned out[3]) {
@@ -121,6 +126,15 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   spec.readers = static_cast<int>(GetInteger(env, plan.Get("readers"), "plan.readers", 1, 64));
   spec.k = GetInteger(env, plan.Get("k"), "plan.k", 0, int64_t(1) << 31);
   spec.register_pages = plan.Get("registerPages").ToBoolean().Value();
+  Napi::Value pin = plan.Get("pinned");
+  if (!pin.IsUndefined() && !pin.IsNull()) {
+    if (!pin.IsExternal()) throw ArgError(env, "plan.pinned", "a handle from cuda.pinFiles()", Describe(pin));
+    auto* holder = pin.As<Napi::External<PinHolder>>().Data();
+    if (!holder->pin) throw ArgError(env, "plan.pinned", "a live pin", "one that was released");
+    if (holder->pin->paths != spec.files) throw ArgError(env, "plan.pinned", "a pin of the same files", "another file list");
+    if (holder->pin->runtime != rt) throw ArgError(env, "plan.pinned", "a pin made on this device", "one of another device");
+    spec.pinned = holder->pin;
+  }
 
   auto blocks = GetTyped<Napi::Float64Array>(env, plan, "blocks", napi_float64_array, "Float64Array");
   auto starts = GetTyped<Napi::Float64Array>(env, plan, "starts", napi_float64_array, "Float64Array");
@@ -243,6 +257,48 @@ Napi::Value MeasureHostToDevice(const Napi::CallbackInfo& info) {
   return channel->Submit(env, rt, std::make_unique<HostToDeviceTask>(env, rt, static_cast<uint64_t>(bytes), static_cast<int>(iters)));
 }
 
+class PinFilesTask : public CudaTask {
+ public:
+  PinFilesTask(Napi::Env env, Runtime* rt, std::vector<std::string> paths)
+      : CudaTask(env, "pinning the corpus failed: "), rt_(rt), paths_(std::move(paths)) {}
+  void Run() override {
+    rt_->EnsureReady();
+    pin_ = maxsim_cuda::PinFiles(*rt_, paths_);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    auto* holder = new PinHolder{pin_};
+    Napi::External<PinHolder> ext = Napi::External<PinHolder>::New(env, holder, [](Napi::Env, PinHolder* h) { delete h; });
+    return ext;
+  }
+
+ private:
+  Runtime* rt_;
+  std::vector<std::string> paths_;
+  std::shared_ptr<maxsim_cuda::PinnedFiles> pin_;
+};
+
+// pinFiles(device, files) -> Promise<handle>: maps and page-locks the files whole.
+Napi::Value PinFilesFn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  Runtime* rt = maxsim_binding::ParseDevice(env, info[0]);
+  if (!info[1].IsArray()) throw ArgError(env, "files", "an array of file paths", Describe(info[1]));
+  std::vector<std::string> paths;
+  for (uint32_t i = 0; i < info[1].As<Napi::Array>().Length(); i++) {
+    Napi::Value f = info[1].As<Napi::Array>().Get(i);
+    if (!f.IsString()) throw ArgError(env, "files[" + std::to_string(i) + "]", "a file path", Describe(f));
+    paths.push_back(f.As<Napi::String>().Utf8Value());
+  }
+  return channel->Submit(env, rt, std::make_unique<PinFilesTask>(env, rt, std::move(paths)));
+}
+
+// unpinFiles(handle): drops the pin now (the pages unlock once no scan uses them).
+Napi::Value UnpinFiles(const Napi::CallbackInfo& info) {
+  if (!info[0].IsExternal()) throw ArgError(info.Env(), "handle", "a handle from cuda.pinFiles()", Describe(info[0]));
+  info[0].As<Napi::External<PinHolder>>().Data()->pin.reset();
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void InitCudaStream(Napi::Env env, Napi::Object exports) {
@@ -250,5 +306,7 @@ void InitCudaStream(Napi::Env env, Napi::Object exports) {
   Napi::Value cuda = exports.Get("cuda");
   if (!cuda.IsObject()) throw Napi::Error::New(env, "InitCudaStream must run after InitCuda (exports.cuda is missing)");
   cuda.As<Napi::Object>().Set("streamScan", Napi::Function::New(env, StreamScan, "streamScan", channel));
+  cuda.As<Napi::Object>().Set("pinFiles", Napi::Function::New(env, PinFilesFn, "pinFiles", channel));
+  cuda.As<Napi::Object>().Set("unpinFiles", Napi::Function::New(env, UnpinFiles, "unpinFiles"));
   cuda.As<Napi::Object>().Set("measureHostToDevice", Napi::Function::New(env, MeasureHostToDevice, "measureHostToDevice", channel));
 }

@@ -72,6 +72,10 @@ struct Slot {
   cu::CUevent copied = nullptr, scored = nullptr;
   void* registered = nullptr;      // register mode: the page-locked range of the block in the slot
   const uint8_t* tokens = nullptr; // where the copy reads the block's tokens from
+  // Register mode: a block registers its whole pages only (a page it shares with the next block is
+  // that block's); the bytes past its last page boundary come through this small pinned buffer.
+  uint64_t direct_bytes = 0;       // bytes copied from `tokens`; the rest of the block is in `tail`
+  uint8_t* tail = nullptr;
 };
 
 // Everything the scan allocates, released in the right order on every exit path: reader threads
@@ -106,7 +110,8 @@ struct Pipeline {
       d.cuStreamSynchronize(rt.stream());
       for (auto& s : slots) {
         for (void* p : {s.host_tokens, static_cast<void*>(s.host_starts), static_cast<void*>(s.host_lengths),
-                        static_cast<void*>(s.host_scores), static_cast<void*>(s.host_token_scales)}) {
+                        static_cast<void*>(s.host_scores), static_cast<void*>(s.host_token_scales),
+                        static_cast<void*>(s.tail)}) {
           if (p) d.cuMemFreeHost(p);
         }
         if (s.registered) d.cuMemHostUnregister(s.registered);
@@ -164,7 +169,9 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   rt.allocator().ResetPeak();
 
   Files files(spec.files);
-  if (spec.register_pages) files.MapAll(spec.files);
+  const bool pinned = spec.pinned != nullptr;
+  const bool direct = spec.register_pages || pinned;  // the copy engine reads the page cache itself
+  if (spec.register_pages && !pinned) files.MapAll(spec.files);
   Pipeline pipe(rt);
   Check(d.cuStreamCreate(&pipe.copy_stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   pipe.slots.resize(depth);
@@ -172,7 +179,8 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   const uint64_t slot_token_bytes = static_cast<uint64_t>(spec.capacity_tokens) * row_bytes;
   const uint64_t score_count = static_cast<uint64_t>(std::max<int64_t>(nq, 1)) * static_cast<uint64_t>(spec.capacity_docs);
   for (auto& s : pipe.slots) {
-    if (!spec.register_pages) s.host_tokens = PinnedAlloc(slot_token_bytes);
+    if (!direct) s.host_tokens = PinnedAlloc(slot_token_bytes);
+    if (spec.register_pages && !pinned) s.tail = static_cast<uint8_t*>(PinnedAlloc(4096));
     s.host_starts = static_cast<int64_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int64_t)));
     s.host_lengths = static_cast<int32_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int32_t)));
     s.host_scores = static_cast<float*>(PinnedAlloc(score_count * sizeof(float)));
@@ -181,7 +189,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     s.device_scores = rt.allocator().Alloc(score_count * sizeof(float));
     Check(d.cuEventCreate(&s.copied, cu::CU_EVENT_DEFAULT), "cuEventCreate");
     Check(d.cuEventCreate(&s.scored, cu::CU_EVENT_DEFAULT), "cuEventCreate");
-    result.pinned_bytes += (spec.register_pages ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4 +
+    result.pinned_bytes += (direct ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4 +
                            (s.host_token_scales ? spec.capacity_tokens * 4 : 0);
   }
   pipe.readable_below = depth;
@@ -199,21 +207,37 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
         const uint64_t total = static_cast<uint64_t>(blk.tokens) * row_bytes;
         Slot& slot = pipe.slots[b % depth];
         std::string err;
-        if (spec.register_pages) {
-          // One reader registers the whole block (block b goes to reader b % nreaders).
-          if (b % nreaders == r && total > 0) {
-            auto* base = static_cast<uint8_t*>(files.maps[blk.file].first);
-            const uint64_t from = blk.tokens_offset & ~uint64_t(4095);
-            const uint64_t to = std::min<uint64_t>((blk.tokens_offset + total + 4095) & ~uint64_t(4095), files.maps[blk.file].second);
-            if (blk.tokens_offset + total > files.maps[blk.file].second) {
+        if (pinned) {
+          if (b % nreaders == r) {
+            const auto& m = spec.pinned->maps[blk.file];
+            if (blk.tokens_offset + total > m.second) {
               err = spec.files[blk.file] + " is truncated: bytes up to " + std::to_string(blk.tokens_offset + total) + " were expected";
+            }
+            slot.tokens = static_cast<const uint8_t*>(m.first) + blk.tokens_offset;
+            slot.direct_bytes = total;
+          }
+        } else if (spec.register_pages) {
+          // One reader registers the block's whole pages (block b goes to reader b % nreaders).
+          if (b % nreaders == r) {
+            auto* base = static_cast<uint8_t*>(files.maps[blk.file].first);
+            const uint64_t start = blk.tokens_offset, end = blk.tokens_offset + total;
+            const uint64_t from = start & ~uint64_t(4095), to = end & ~uint64_t(4095);
+            slot.registered = nullptr;
+            slot.tokens = base + start;
+            slot.direct_bytes = to > start ? to - start : 0;
+            if (end > files.maps[blk.file].second) {
+              err = spec.files[blk.file] + " is truncated: bytes up to " + std::to_string(end) + " were expected";
             } else {
-              const cu::CUresult rc0 = d.cuCtxSetCurrent(rt.context());
-              const cu::CUresult rc = rc0 != 0 ? rc0 : d.cuMemHostRegister(base + from, to - from, cu::CU_MEMHOSTREGISTER_READ_ONLY);
-              if (rc != 0) err = "cuMemHostRegister of " + spec.files[blk.file] + " failed: " + DescribeResult(rc);
-              slot.registered = base + from;
-              slot.tokens = base + blk.tokens_offset;
-              if (rc != 0) slot.registered = nullptr;
+              if (to > from) {
+                cu::CUresult rc = d.cuCtxSetCurrent(rt.context());
+                if (rc == 0) rc = d.cuMemHostRegister(base + from, to - from, cu::CU_MEMHOSTREGISTER_READ_ONLY);
+                if (rc != 0) err = "cuMemHostRegister of " + spec.files[blk.file] + " failed: " + DescribeResult(rc);
+                else slot.registered = base + from;
+              }
+              if (err.empty() && end > start + slot.direct_bytes) {
+                const uint64_t tail_from = start + slot.direct_bytes;
+                err = ReadRange(files.fds[blk.file], spec.files[blk.file], slot.tail, tail_from, end - tail_from);
+              }
             }
           }
         } else {
@@ -221,14 +245,21 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
           const uint64_t per = (total / nreaders + 4095) & ~uint64_t(4095);
           const uint64_t from = std::min(total, per * r), to = std::min(total, per * (r + 1));
           slot.tokens = static_cast<const uint8_t*>(slot.host_tokens);
+          slot.direct_bytes = total;
           if (to > from) {
             auto* dst = static_cast<uint8_t*>(slot.host_tokens) + from;
             err = ReadRange(files.fds[blk.file], spec.files[blk.file], dst, blk.tokens_offset + from, to - from);
           }
         }
-        if (err.empty() && slot.host_token_scales && b % nreaders == r && blk.tokens > 0) {
-          err = ReadRange(files.fds[blk.file], spec.files[blk.file], reinterpret_cast<uint8_t*>(slot.host_token_scales),
-                          blk.scales_offset, static_cast<uint64_t>(blk.tokens) * sizeof(float));
+        if (err.empty() && slot.host_token_scales && blk.tokens > 0) {
+          // the int8 scales: a slice per reader too
+          const uint64_t sb = static_cast<uint64_t>(blk.tokens) * sizeof(float);
+          const uint64_t per = (sb / nreaders + 4095) & ~uint64_t(4095);
+          const uint64_t from = std::min(sb, per * r), to = std::min(sb, per * (r + 1));
+          if (to > from) {
+            err = ReadRange(files.fds[blk.file], spec.files[blk.file], reinterpret_cast<uint8_t*>(slot.host_token_scales) + from,
+                            blk.scales_offset + from, to - from);
+          }
         }
         {
           std::lock_guard<std::mutex> lock(pipe.mutex);
@@ -299,7 +330,10 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     }
     DeviceTokens& dev = *s.device;
     const uint64_t token_bytes = static_cast<uint64_t>(blk.tokens) * row_bytes;
-    if (token_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.tokens, token_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    if (s.direct_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.tokens, s.direct_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    if (token_bytes > s.direct_bytes) {
+      Check(d.cuMemcpyHtoDAsync(dev.data + s.direct_bytes, s.tail, token_bytes - s.direct_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    }
     if (s.host_token_scales && blk.tokens > 0) {
       Check(d.cuMemcpyHtoDAsync(dev.scales, s.host_token_scales, blk.tokens * sizeof(float), pipe.copy_stream), "cuMemcpyHtoDAsync");
     }
@@ -336,6 +370,45 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   result.device_peak = peak > in_use_before ? peak - in_use_before : 0;
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return result;
+}
+
+PinnedFiles::~PinnedFiles() {
+  if (maps.empty()) return;
+  Runtime* rt = runtime;
+  auto m = maps;
+  rt->Post([m] {
+    try {
+      const Driver& d = Api();
+      for (const auto& x : m) {
+        if (x.first) d.cuMemHostUnregister(x.first);
+      }
+    } catch (...) {
+    }
+    for (const auto& x : m) {
+      if (x.first) munmap(x.first, x.second);
+    }
+  });
+}
+
+std::shared_ptr<PinnedFiles> PinFiles(Runtime& rt, const std::vector<std::string>& paths) {
+  const Driver& d = Api();
+  auto pin = std::make_shared<PinnedFiles>();
+  pin->runtime = &rt;
+  pin->paths = paths;
+  Files files(paths);
+  files.MapAll(paths);
+  // The mappings move to the pin; each is registered whole (failures release what was done).
+  for (size_t i = 0; i < files.maps.size(); i++) {
+    auto& m = files.maps[i];
+    if (m.first) {
+      const cu::CUresult rc = d.cuMemHostRegister(m.first, m.second, cu::CU_MEMHOSTREGISTER_READ_ONLY);
+      if (rc != 0) throw std::runtime_error("cuMemHostRegister of " + paths[i] + " failed: " + DescribeResult(rc));
+    }
+    pin->maps.push_back(m);
+    pin->bytes += m.second;
+    m = {nullptr, 0};
+  }
+  return pin;
 }
 
 }  // namespace maxsim_cuda

@@ -31,6 +31,18 @@ struct StreamBlock {
   uint64_t scales_offset = 0; // int8: byte offset of the block's per-token float32 scales in the file
 };
 
+// Segment files mapped and page-locked whole (cuMemHostRegister, read-only), kept across scans so
+// that repeated searches DMA straight from the page cache with no per-block registration. Made by
+// PinFiles on the worker thread; the last reference unregisters and unmaps through that thread.
+struct PinnedFiles {
+  Runtime* runtime = nullptr;
+  std::vector<std::string> paths;
+  std::vector<std::pair<void*, size_t>> maps;  // (base, bytes) per file
+  uint64_t bytes = 0;
+  ~PinnedFiles();
+};
+std::shared_ptr<PinnedFiles> PinFiles(Runtime& rt, const std::vector<std::string>& paths);
+
 struct StreamScanSpec {
   std::vector<std::string> files;
   std::vector<StreamBlock> blocks;
@@ -43,6 +55,8 @@ struct StreamScanSpec {
   int readers = 4;
   // true: register the mapped file's pages of each block instead of copying them to pinned buffers.
   bool register_pages = false;
+  // Files already pinned (same order as `files`): blocks are copied from them directly.
+  std::shared_ptr<PinnedFiles> pinned;
   int64_t k = 10;
   LaunchSpec launch;
   // Written as blocks finish (documents done, bytes done); read by the JS thread for progress.

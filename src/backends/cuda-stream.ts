@@ -49,10 +49,38 @@ interface StreamAddon {
       readers: number;
       k: number;
       registerPages: boolean;
+      pinned?: unknown;
     },
     launch: Launch,
     progress: Float64Array,
   ): Promise<NativeStreamResult>;
+  pinFiles(device: number, files: string[]): Promise<unknown>;
+  unpinFiles(handle: unknown): void;
+}
+
+/** Segment files page-locked whole for one device (see pinCorpusFiles). */
+export interface CorpusPin {
+  readonly device: number;
+  readonly bytes: number;
+  readonly handle: unknown;
+}
+
+/**
+ * Maps and page-locks every segment file of a corpus, so later GPU searches copy blocks straight
+ * from the page cache by DMA: no CPU copy, no per-block registration. Costs host memory (the pages
+ * stay resident) and the time to lock them once.
+ */
+export async function pinCorpusFiles(file: CorpusFile, device = 0): Promise<CorpusPin> {
+  await cuda({ device });
+  const handle = await (nativeCuda() as unknown as StreamAddon).pinFiles(
+    device,
+    file.segments.map((s) => s.file),
+  );
+  return { device, bytes: file.info.bytes, handle };
+}
+
+export function unpinCorpusFiles(pin: CorpusPin): void {
+  (nativeCuda() as unknown as StreamAddon).unpinFiles(pin.handle);
 }
 
 function readersFor(): number {
@@ -101,6 +129,7 @@ export async function cudaStreamSearch(
   queries: TokenBatch,
   k: number,
   options: CorpusSearchOptions,
+  pin?: CorpusPin,
 ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
   const info = file.info;
   // int8 corpora: queries arrive quantized (int8 with scales); float corpora take queries in their dtype
@@ -206,6 +235,7 @@ export async function cudaStreamSearch(
         readers,
         k,
         registerPages: transfer === 'register',
+        pinned: pin && pin.device === (options.device ?? 0) ? pin.handle : undefined,
       },
       launch,
       progress,

@@ -9,7 +9,12 @@
 // in memory: same kernels, same tie rule (lower document index first).
 
 import { cpuMaxsim } from '../backends/cpu.js';
-import { cudaStreamSearch } from '../backends/cuda-stream.js';
+import {
+  type CorpusPin,
+  cudaStreamSearch,
+  pinCorpusFiles,
+  unpinCorpusFiles,
+} from '../backends/cuda-stream.js';
 import { type BackendChoice, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
@@ -178,9 +183,32 @@ export class Corpus {
 
   constructor(readonly file: CorpusFile) {}
 
-  /** Drops the cached mappings (they are unmapped once garbage-collected). */
+  private pinned: CorpusPin | undefined;
+
+  /** Drops the cached mappings (they are unmapped once garbage-collected) and any GPU pin. */
   close(): void {
     this.mapped.clear();
+    this.unpin();
+  }
+
+  /**
+   * Page-locks the corpus files for GPU searches on `device` (default 0): later CUDA searches copy
+   * blocks from the page cache by DMA, with no CPU copy. The pages stay resident until unpin().
+   */
+  async pin(options: { device?: number } = {}): Promise<void> {
+    this.unpin();
+    this.pinned = await pinCorpusFiles(this.file, options.device ?? 0);
+  }
+
+  /** Releases the pin (pages unlock once no search uses them). */
+  unpin(): void {
+    if (this.pinned) unpinCorpusFiles(this.pinned);
+    this.pinned = undefined;
+  }
+
+  /** Bytes page-locked by pin(), or 0. */
+  get pinnedBytes(): number {
+    return this.pinned?.bytes ?? 0;
   }
 
   get info(): CorpusInfo {
@@ -232,7 +260,7 @@ export class Corpus {
     const backend = resolveBackend(options.backend);
     const result =
       backend === 'cuda'
-        ? await cudaStreamSearch(this.file, q, k, options)
+        ? await cudaStreamSearch(this.file, q, k, options, this.pinned)
         : await this.searchCpu(q, k, options);
     const hits = result.hits.map((row) =>
       row.map((h) => ({ index: h.index, score: h.score, id: this.file.id(h.index) })),
