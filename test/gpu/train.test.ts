@@ -23,7 +23,13 @@ import {
   type TrainKernel,
   type TrainPairs,
 } from '../../src/ops/train.js';
-import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import {
+  decodeToFloat32,
+  encodeFloats,
+  type FloatDType,
+  raggedBatch,
+  type TokenBatch,
+} from '../../src/tensor.js';
 import {
   assertGradClose,
   assertScoresClose,
@@ -374,8 +380,28 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
       `loss ${gpu.loss} vs ${cpu.loss} (tolerance ${lossTol})`,
     );
     assertScoresClose(gpu.scores, Float64Array.from(cpu.scores), bounds, 'contrastive scores');
-    assertGradClose(gpu.dQ, cpu.dQ, 'contrastive dQ');
-    assertGradClose(gpu.dD, cpu.dD, 'contrastive dD');
+    if (factors.ref > 1) {
+      // The tensor-core forward's scores differ from the CPU's (within `bounds`), and the loss
+      // gradient dScores = (softmax(s / T) - target) / Nq moves with them by at most 2 max|ds| / T per
+      // entry; each gradient element sums B such entries times a token value (at most max|x|).
+      const maxAbs = (x: TokenBatch) =>
+        decodeToFloat32(x.data, x.dtype, x.dim).reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+      const slack = (B: number, x: TokenBatch) => (B * 2 * scoreSlack * maxAbs(x)) / 0.2;
+      const close = (got: Float32Array, ref: Float32Array, extra: number, what: string) => {
+        for (let i = 0; i < ref.length; i++) {
+          const tol = Math.abs(ref[i]) * 2 ** -22 + extra;
+          assert.ok(
+            Math.abs(got[i] - ref[i]) <= tol,
+            `${what}[${i}]: ${got[i]} vs ${ref[i]} (tolerance ${tol})`,
+          );
+        }
+      };
+      close(gpu.dQ, cpu.dQ, slack(docs.count, docs), 'contrastive dQ');
+      close(gpu.dD, cpu.dD, slack(queries.count, queries), 'contrastive dD');
+    } else {
+      assertGradClose(gpu.dQ, cpu.dQ, 'contrastive dQ');
+      assertGradClose(gpu.dD, cpu.dD, 'contrastive dD');
+    }
   });
 
   for (const dtype of ['float16', 'bfloat16'] as const) {
