@@ -306,6 +306,49 @@ describe('maxsim search', () => {
     assert.equal(two.stdout, exact.stdout);
   });
 
+  test('--dtype int8 ranks by int8 scores; --dtype fp8 needs a GPU', () => {
+    const args = [
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--top-k',
+      '3',
+      '--backend',
+      'cpu',
+    ];
+    const int8 = maxsimCli(...args, '--dtype', 'int8');
+    expectSuccess(int8);
+    const scores = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--backend',
+      'cpu',
+      '--dtype',
+      'int8',
+      '--json',
+    );
+    expectSuccess(scores);
+    // the search's scores are the score command's int8 scores
+    const rows: (number | null)[][] = JSON.parse(scores.stdout).scores;
+    const lines = int8.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    for (const line of lines) {
+      for (const hit of line.results) assert.equal(hit.score, rows[line.query][hit.index]);
+    }
+    assert.match(expectCleanError(maxsimCli(...args, '--dtype', 'fp8'), 1), /fp8 is a GPU format/);
+  });
+
   test('defaults to 10 results (capped at B), an empty document last with a null score', () => {
     const r = maxsimCli(
       'search',

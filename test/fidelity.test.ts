@@ -1,6 +1,7 @@
 // The fidelity report's numbers are in range and sensible on small corpora.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { cudaUnavailableReason } from '../src/backends/select.js';
 import { fidelity, nearTieCorpus } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { rng, runSeed } from './helpers.js';
@@ -13,6 +14,13 @@ test(`fidelity on a small demo corpus and a near-tie set (seed ${runSeed})`, asy
   assert.ok(r.spearmanMin <= r.spearmanMean);
   for (const x of [r.top10Overlap, r.top20Overlap, r.twoStageExact]) assert.ok(x >= 0 && x <= 1);
   assert.ok(r.recall10 && r.recall10.fp32 >= 0.9 && r.recall10.twoStage === r.recall10.fp32);
+  // fp8 is a GPU format: measured where CUDA runs (fp8 is coarser than int8), else it says why not.
+  const why = cudaUnavailableReason();
+  if (why) assert.deepEqual(r.fp8, { unavailable: `needs a GPU (${why})` });
+  else if (!('unavailable' in r.fp8)) {
+    assert.ok(r.fp8.spearmanMean > 0.98 && r.fp8.spearmanMean <= 1, `fp8 rho ${r.fp8.spearmanMean}`);
+    assert.ok(r.fp8.recall10 !== undefined && r.fp8.recall10 >= 0.8);
+  }
   // Two-stage returns the exact top-10 whenever the true top-10 survive the int8 scan's top-40.
   const ties = nearTieCorpus(rng(runSeed), {
     clusters: 6,

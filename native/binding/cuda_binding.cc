@@ -477,6 +477,9 @@ class QuantizeTask : public Task {
       : Task(env), rt_(rt), src_(std::move(src)), e4m3_(e4m3) {}
   void Run() override {
     rt_->EnsureReady();
+    if (src_->parent) {
+      throw std::invalid_argument("Expected a corpus made by upload() or alloc() for quantize() but received a view (select()); quantize the corpus, then select");
+    }
     result_ = rt_->Quantize8(*src_, e4m3_);
   }
   Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
@@ -501,6 +504,45 @@ Napi::Value Quantize(const Napi::CallbackInfo& info) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// select(tokenSet, indices): a view of some items (their own spans, the same token memory)
+
+class SelectTask : public Task {
+ public:
+  SelectTask(Napi::Env env, Runtime* rt, std::shared_ptr<DeviceTokens> src, std::vector<int64_t> indices)
+      : Task(env), rt_(rt), src_(std::move(src)), indices_(std::move(indices)) {}
+  void Run() override {
+    rt_->EnsureReady();
+    result_ = rt_->Select(src_, indices_);
+  }
+  Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
+
+ private:
+  Runtime* rt_;
+  std::shared_ptr<DeviceTokens> src_, result_;
+  std::vector<int64_t> indices_;
+};
+
+Napi::Value Select(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TokenSetHandle* h = UnwrapTokenSet(env, info[0], "tokenSet");
+  std::shared_ptr<DeviceTokens> src = h->Live(env, "tokenSet");
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) {
+    throw ArgError(env, "indices", "a Float64Array of item indices", Describe(info[1]));
+  }
+  Napi::Float64Array a = info[1].As<Napi::Float64Array>();
+  std::vector<int64_t> indices(a.ElementLength());
+  for (size_t i = 0; i < indices.size(); i++) {
+    const double x = a[i];
+    if (!(x >= 0 && x < static_cast<double>(h->snapshot().count) && x == std::floor(x))) {
+      throw ArgError(env, "indices[" + std::to_string(i) + "]",
+                     "an item index in [0, " + std::to_string(h->snapshot().count) + ")", std::to_string(x));
+    }
+    indices[i] = static_cast<int64_t>(x);
+  }
+  return Submit(env, src->runtime, std::make_unique<SelectTask>(env, src->runtime, src, std::move(indices)));
+}
+
+// ---------------------------------------------------------------------------------------------
 // download(tokenSet): the set's items back on the host, as a ragged batch
 // { dtype, dim, count, data, offsets (Float64Array [count + 1]), lengths, scales? }
 
@@ -510,6 +552,9 @@ class DownloadTask : public Task {
   void Run() override {
     rt_->EnsureReady();
     const DeviceTokens& t = *src_;
+    if (t.parent) {
+      throw std::invalid_argument("Expected a corpus made by upload(), alloc() or quantize() for download() but received a view (select())");
+    }
     dtype_ = t.dtype;
     e4m3_ = t.e4m3;
     dim_ = t.dim;
@@ -793,6 +838,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("append", Napi::Function::New(env, Append, "append"));
   cuda.Set("quantize", Napi::Function::New(env, Quantize, "quantize"));
   cuda.Set("download", Napi::Function::New(env, Download, "download"));
+  cuda.Set("select", Napi::Function::New(env, Select, "select"));
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("bench", Napi::Function::New(env, Bench, "bench"));
   exports.Set("cuda", cuda);

@@ -181,6 +181,9 @@ uint64_t DeviceTokens::bytes() const {
 }
 
 DeviceTokens::~DeviceTokens() {
+  if (parent) {  // a view owns only its starts and lengths
+    data = scales = 0;
+  }
   if (!runtime || (!data && !starts && !lengths && !scales)) return;
   Runtime* rt = runtime;
   // Free(0) is a no-op (float sets have no scales block)
@@ -451,7 +454,52 @@ std::shared_ptr<DeviceTokens> Runtime::AllocTokens(DType dtype, int64_t dim, int
   return t;
 }
 
+std::shared_ptr<DeviceTokens> Runtime::Select(const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices) {
+  for (size_t i = 0; i < indices.size(); i++) {
+    if (indices[i] < 0 || indices[i] >= src->count) {
+      throw std::invalid_argument("Expected item indices in [0, " + std::to_string(src->count) + ") for indices[" +
+                                  std::to_string(i) + "] but received " + std::to_string(indices[i]));
+    }
+  }
+  // The parent's spans come back to the host (12 bytes per item), are gathered, and go up again.
+  std::vector<int64_t> starts(static_cast<size_t>(src->count));
+  std::vector<int32_t> lengths(static_cast<size_t>(src->count));
+  if (src->count > 0) {
+    Download(starts.data(), src->starts, starts.size() * sizeof(int64_t));
+    Download(lengths.data(), src->lengths, lengths.size() * sizeof(int32_t));
+  }
+  const int64_t n = static_cast<int64_t>(indices.size());
+  std::vector<int64_t> view_starts(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  std::vector<int32_t> view_lengths(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  int32_t longest = 0;
+  for (int64_t i = 0; i < n; i++) {
+    view_starts[i] = starts[indices[i]];
+    view_lengths[i] = lengths[indices[i]];
+    longest = std::max(longest, view_lengths[i]);
+  }
+  auto v = std::make_shared<DeviceTokens>();
+  v->parent = src;
+  v->runtime = this;
+  v->dtype = src->dtype;
+  v->e4m3 = src->e4m3;
+  v->dim = src->dim;
+  v->data = src->data;
+  v->scales = src->scales;
+  v->tokens = v->capacity_tokens = src->tokens;
+  v->count = v->capacity_items = n;
+  v->max_length = longest;
+  v->starts = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int64_t));
+  v->lengths = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int32_t));
+  if (n > 0) {
+    Upload(v->starts, view_starts.data(), n * sizeof(int64_t));
+    Upload(v->lengths, view_lengths.data(), n * sizeof(int32_t));
+  }
+  Synchronize();
+  return v;
+}
+
 void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
+  if (dst.parent) throw std::invalid_argument("Expected a corpus made by upload() or alloc() to append to but received a view (select())");
   if (dst.e4m3) {
     throw std::invalid_argument("Expected a float or int8 token set to append to but received an fp8 one (fp8 sets are made "
                                 "whole by quantize('fp8'))");

@@ -100,6 +100,9 @@ struct DeviceTokens {
   cu::CUdeviceptr scales = 0;  // int8 only: float32 per token
   // int8-sized tokens that hold fp8 e4m3 codes instead (made only by Quantize8; reported as 'fp8').
   bool e4m3 = false;
+  // A view (Select): its own starts / lengths over the parent's tokens and scales, which it keeps
+  // alive and never frees; it cannot be appended to.
+  std::shared_ptr<DeviceTokens> parent;
   uint64_t bytes() const;
   ~DeviceTokens();
 };
@@ -153,6 +156,9 @@ class Runtime {
   // fp8 e4m3 codes (max|x| -> 448). Throws std::invalid_argument for an 8-bit source or for a token
   // holding +-Inf. Synchronizes.
   std::shared_ptr<DeviceTokens> Quantize8(const DeviceTokens& src, bool e4m3);
+  // A view of some items of `src` (indices into its items, any order, repeats allowed): new starts /
+  // lengths, the same token memory. Throws std::invalid_argument for an index out of range. Synchronizes.
+  std::shared_ptr<DeviceTokens> Select(const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices);
   // Fills `count` floats with NaN, so that a kernel that skips a pair shows instead of stale memory.
   void FillNaN(cu::CUdeviceptr ptr, uint64_t count);
   // Enqueues the launches that score queries x docs into `scores` ([num_queries, num_docs] floats on

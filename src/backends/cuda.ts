@@ -127,6 +127,8 @@ export interface NativeCuda {
   append(set: NativeTokenSet, batch: TokenBatch): Promise<NativeTokenSet>;
   /** A new 8-bit token set quantized on the GPU from a float one (int8: bitwise the host quantize()). */
   quantize(set: NativeTokenSet, mode: QuantizeMode8): Promise<NativeTokenSet>;
+  /** A view of some items of a set (new spans over the same token memory). */
+  select(set: NativeTokenSet, indices: Float64Array): Promise<NativeTokenSet>;
   /** The items of a device token set, copied back (packed, in order). */
   download(set: NativeTokenSet): Promise<{
     dtype: DeviceDType;
@@ -271,6 +273,12 @@ export interface DeviceCorpus {
   quantize(mode: QuantizeMode8): Promise<DeviceCorpus>;
   /** The documents copied back to the host: a ragged batch (int8: with scales), or fp8 codes. */
   download(): Promise<TokenBatch | Fp8Tokens>;
+  /**
+   * A corpus of some of these documents (indices in any order, repeats allowed), sharing their
+   * device memory: only the document spans are new. For rescoring candidates. A view cannot be
+   * appended to, downloaded or quantized; it keeps this corpus's memory alive until disposed.
+   */
+  select(indices: ArrayLike<number>): Promise<DeviceCorpus>;
   /** Frees the device memory now (later calls throw; a second dispose does nothing). */
   dispose(): void;
   /** The native token set (for bench and the harness). */
@@ -442,6 +450,13 @@ class Corpus implements DeviceCorpus {
       scales: r.scales,
       checkFinite: false,
     });
+  }
+
+  async select(indices: ArrayLike<number>): Promise<DeviceCorpus> {
+    this.check();
+    if (indices === null || typeof indices !== 'object' || typeof indices.length !== 'number')
+      throw new InvalidArgumentError('indices', 'an array of document indices', describe(indices));
+    return this.device.adopt(await nativeCuda().select(this.native, Float64Array.from(indices)));
   }
 
   dispose(): void {

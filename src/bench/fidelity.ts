@@ -1,11 +1,24 @@
-// How much int8 scoring changes rankings, measured against fp32 on the same corpus: per-query
+// How much 8-bit scoring changes rankings, measured against fp32 on the same corpus: per-query
 // Spearman rho of the scores, top-10 / top-20 overlap, recall@10 against planted truth (when the
-// corpus has it), and how often the two-stage top-10 equals the exact top-10.
+// corpus has it), and how often the two-stage top-10 equals the exact top-10. int8 runs on the CPU;
+// fp8 e4m3 exists only on the GPU and is reported when one is usable.
 
+import { cuda } from '../backends/cuda.js';
+import { cudaUnavailableReason } from '../backends/select.js';
 import { maxsimAll, rankRows } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { ScoreMatrix, TokenBatch } from '../tensor.js';
+
+/** One 8-bit format against fp32 on the same corpus. */
+export interface FormatFidelity {
+  spearmanMean: number;
+  spearmanMin: number;
+  top10Overlap: number;
+  top20Overlap: number;
+  /** recall@10 against the planted relevant documents; absent without planted truth. */
+  recall10?: number;
+}
 
 export interface FidelityReport {
   name: string;
@@ -19,6 +32,8 @@ export interface FidelityReport {
   recall10?: { fp32: number; int8: number; twoStage: number };
   /** Fraction of queries whose two-stage top-10 equals the exact top-10 (indices, in order). */
   twoStageExact: number;
+  /** fp8 e4m3 (scored on the GPU); `unavailable` says why when it could not run. */
+  fp8: FormatFidelity | { unavailable: string };
 }
 
 /** Ranks with ties averaged (Spearman needs them), for one row of finite or -Infinity scores. */
@@ -69,6 +84,25 @@ function recallAt10(top: number[][], relevant: number[][]): number {
   return total === 0 ? 1 : found / total;
 }
 
+/** fp8 scores of every query against every document: the corpus quantized to e4m3 on the GPU. */
+async function fp8Scores(queries: TokenBatch, docs: TokenBatch): Promise<ScoreMatrix | string> {
+  const why = cudaUnavailableReason();
+  if (why) return `needs a GPU (${why})`;
+  const gpu = await cuda();
+  const f = await gpu.upload(docs);
+  try {
+    if (gpu.info.computeCapability[0] < 9) return 'fp8 e4m3 tensor cores need compute capability 9.0';
+    const e4m3 = await f.quantize('fp8');
+    try {
+      return await e4m3.score(queries);
+    } finally {
+      e4m3.dispose();
+    }
+  } finally {
+    f.dispose();
+  }
+}
+
 /** The report for one corpus (float documents and queries; int8 copies are made here). */
 export async function fidelity(
   name: string,
@@ -91,6 +125,20 @@ export async function fidelity(
   );
   const rhos = Array.from({ length: queries.count }, (_, i) => spearman(row(exact, i), row(approx, i)));
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const fp8 = await fp8Scores(queries, docs);
+  let fp8Report: FormatFidelity | { unavailable: string };
+  if (typeof fp8 === 'string') fp8Report = { unavailable: fp8 };
+  else {
+    const r8 = Array.from({ length: queries.count }, (_, i) => spearman(row(exact, i), row(fp8, i)));
+    const [f10, f20] = [top(fp8, 10), top(fp8, 20)];
+    fp8Report = {
+      spearmanMean: mean(r8),
+      spearmanMin: Math.min(...r8),
+      top10Overlap: mean(exact10.map((e, i) => overlap(e, f10[i]))),
+      top20Overlap: mean(exact20.map((e, i) => overlap(e, f20[i]))),
+      recall10: relevant ? recallAt10(f10, relevant) : undefined,
+    };
+  }
   return {
     name,
     queries: queries.count,
@@ -109,6 +157,7 @@ export async function fidelity(
     twoStageExact: mean(
       two10.map((t, i) => (t.length === exact10[i].length && t.every((x, j) => x === exact10[i][j]) ? 1 : 0)),
     ),
+    fp8: fp8Report,
   };
 }
 

@@ -1,10 +1,20 @@
 // Shared by the CLI commands: option parsers, loading inputs, and printing tables and JSON.
 
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
-import type { BackendChoice } from '../backends/select.js';
+import { cuda } from '../backends/cuda.js';
+import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
-import type { FloatDType, TokenBatch, TokenMatrix } from '../tensor.js';
+import { maxsimAll } from '../ops/maxsim.js';
+import { quantize } from '../ops/quantize.js';
+import {
+  type FloatDType,
+  matrixAsBatch,
+  type ScoreMatrix,
+  type TokenBatch,
+  type TokenMatrix,
+} from '../tensor.js';
 
 export const BACKEND_CHOICES: readonly BackendChoice[] = ['auto', 'cpu', 'cuda'];
 
@@ -146,4 +156,51 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
     .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)');
+}
+
+// ---- 8-bit scoring from the CLI (--dtype int8 | fp8) ----
+
+export type ScoreFormat = 'float' | 'int8' | 'fp8';
+
+/**
+ * Every query against every document in the chosen format: 'float' as given, 'int8' with both
+ * sides quantized per token (CPU or CUDA), 'fp8' with the documents quantized to e4m3 on the GPU
+ * (queries too, by the scoring call).
+ */
+export async function scoreInFormat(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  format: ScoreFormat,
+  options: { backend: BackendChoice; threads?: number },
+): Promise<ScoreMatrix> {
+  const q = queries.kind === 'matrix' ? matrixAsBatch(queries) : queries;
+  if (format === 'float') return maxsimAll(q, docs, options);
+  if (format === 'int8') return maxsimAll(quantize(q, 'int8'), quantize(docs, 'int8'), options);
+  if (options.backend === 'cpu')
+    throw new InvalidArgumentError(
+      '--backend',
+      "'cuda' or 'auto' for --dtype fp8 (fp8 is a GPU format)",
+      "'cpu'",
+    );
+  const why = cudaUnavailableReason();
+  if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
+  const gpu = await cuda();
+  const f = await gpu.upload(docs);
+  try {
+    const e4m3 = await f.quantize('fp8');
+    try {
+      return await e4m3.score(q);
+    } finally {
+      e4m3.dispose();
+    }
+  } finally {
+    f.dispose();
+  }
+}
+
+export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];
+
+/** The --dtype of score / search: f32 (the inputs as they are), int8, fp8. */
+export function formatOf(dtype: string | undefined): ScoreFormat {
+  return dtype === 'int8' || dtype === 'fp8' ? dtype : 'float';
 }

@@ -1,11 +1,21 @@
 // `maxsim score`: MaxSim scores of queries against documents read from .npy / .safetensors files.
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
 import { writeNpy } from '../io/npy.js';
-import { maxsim, maxsimAll } from '../ops/maxsim.js';
-import { addInputOptions, fixed, type InputOptions, jsonScore, loadInputs, printTable } from './common.js';
+import {
+  addInputOptions,
+  FORMAT_CHOICES,
+  fixed,
+  formatOf,
+  type InputOptions,
+  jsonScore,
+  loadInputs,
+  printTable,
+  scoreInFormat,
+} from './common.js';
 
 interface ScoreCommandOptions extends InputOptions {
+  dtype?: string;
   backend: BackendChoice;
   threads?: number;
   out?: string;
@@ -19,21 +29,22 @@ export function scoreCommand(): Command {
         '(an empty document scores -Infinity, null in JSON)',
     ),
   )
+    .addOption(
+      new Option(
+        '--dtype <format>',
+        'score in this format: f32 (the inputs as given), int8 (both sides quantized per token), fp8 (GPU)',
+      )
+        .choices(FORMAT_CHOICES)
+        .default('f32'),
+    )
     .option('--out <file.npy>', 'write the scores as a float32 .npy file instead of printing them')
     .option('--json', 'print JSON: {"scores": [...]} for one query, {"scores": [[...], ...]} for several')
     .action(async (opts: ScoreCommandOptions) => {
       const { queries, docs } = loadInputs(opts);
       const options = { backend: opts.backend, threads: opts.threads };
-      let rows: Float32Array[];
-      let shape: number[];
-      if (queries.kind === 'matrix') {
-        rows = [await maxsim(queries, docs, options)];
-        shape = [docs.count];
-      } else {
-        const m = await maxsimAll(queries, docs, options);
-        rows = Array.from({ length: m.rows }, (_, q) => m.data.subarray(q * m.cols, (q + 1) * m.cols));
-        shape = [m.rows, m.cols];
-      }
+      const m = await scoreInFormat(queries, docs, formatOf(opts.dtype), options);
+      const rows = Array.from({ length: m.rows }, (_, q) => m.data.subarray(q * m.cols, (q + 1) * m.cols));
+      const shape = queries.kind === 'matrix' ? [docs.count] : [m.rows, m.cols];
       if (opts.out !== undefined) {
         const data = rows.length === 1 ? rows[0] : concatRows(rows, docs.count);
         writeNpy(opts.out, { dtype: 'float32', shape, data });

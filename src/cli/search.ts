@@ -4,14 +4,24 @@ import type { BackendChoice } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import { arrayToQueries, loadArray } from '../io/load.js';
 import { openCorpus } from '../ops/corpus-search.js';
-import { topK, topKAll } from '../ops/maxsim.js';
+import { rankRows, topK, topKAll } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { Hit } from '../tensor.js';
-import { addInputOptions, type InputOptions, integerOption, jsonScore, loadInputs } from './common.js';
+import {
+  addInputOptions,
+  FORMAT_CHOICES,
+  formatOf,
+  type InputOptions,
+  integerOption,
+  jsonScore,
+  loadInputs,
+  scoreInFormat,
+} from './common.js';
 import { Progress } from './progress.js';
 
 interface SearchCommandOptions extends InputOptions {
+  dtype?: string;
   corpus?: string;
   gpuMemory?: number;
   backend: BackendChoice;
@@ -33,6 +43,11 @@ export function searchCommand(): Command {
     .option('--gpu-memory <MiB>', 'with --corpus on CUDA: device memory the scan may use', integerOption(1))
     .option('--top-k <k>', 'results per query', integerOption(0), 10)
     .addOption(
+      new Option('--dtype <format>', 'rank by scores in this format: f32 (as given), int8, fp8 (GPU)')
+        .choices(FORMAT_CHOICES)
+        .default('f32'),
+    )
+    .addOption(
       new Option(
         '--prefilter <dtype>',
         'scan with int8 first, rescore the 4k best exactly (same results)',
@@ -47,6 +62,8 @@ export function searchCommand(): Command {
       let results: Hit[][];
       if (opts.prefilter === 'int8') {
         results = await twoStageTopKAll(queries, docs, quantize(docs, 'int8'), opts.topK, options);
+      } else if (formatOf(opts.dtype) !== 'float') {
+        results = rankRows(await scoreInFormat(queries, docs, formatOf(opts.dtype), options), opts.topK);
       } else {
         results =
           queries.kind === 'matrix'

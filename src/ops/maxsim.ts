@@ -5,7 +5,7 @@
 import { type CpuIsa, cpuMaxsim, cpuMaxsimSync } from '../backends/cpu.js';
 import { cudaScoreHost } from '../backends/cuda-host.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
-import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../errors.js';
 import {
   checkCompatible,
   type Hit,
@@ -49,34 +49,16 @@ function prepare(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName: str
   return isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
 }
 
-// int8 x int8 runs on the CPU only for now: 'auto' picks it, 'cuda' is refused.
-function checkInt8Backend(options: ScoreOptions) {
-  if (options.backend === 'cuda') {
-    throw new BackendUnavailableError(
-      "int8 scoring runs on the CPU only for now: use backend 'cpu' or 'auto' (or dequantize() for CUDA)",
-    );
-  }
-  resolveBackend(options.backend === 'auto' ? 'cpu' : (options.backend ?? 'cpu'));
-}
-
 async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
-  if (q.dtype === 'int8') {
-    checkInt8Backend(options);
-    if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
-    return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa });
-  }
+  // int8 x int8 runs on both engines (CUDA: the int8 tensor-core kernels); 'auto' as for floats
   const backend: BackendName = resolveBackend(options.backend);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   if (backend === 'cuda') return cudaScoreHost(q, docs, { device: options.device, variant: options.variant });
+  if (q.dtype === 'int8') return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa });
   return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa });
 }
 
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
-  if (q.dtype === 'int8') {
-    checkInt8Backend(options);
-    if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
-    return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
-  }
   if (options.backend === 'cuda') {
     throw new InvalidArgumentError(
       'backend',
@@ -85,6 +67,7 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
     );
   }
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
+  if (q.dtype === 'int8') return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
   return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa });
 }
 

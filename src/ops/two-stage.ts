@@ -1,6 +1,7 @@
 // Two-stage top-K: scan every document with the int8 kernel, keep the c·K best candidates per query,
 // rescore those exactly from the float copy, return the exact top K with exact scores. The first
 // stage reads a quarter of the bytes of fp32; the second scores c·K documents per query.
+import type { DeviceCorpus } from '../backends/cuda.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
   batchItem,
@@ -23,13 +24,15 @@ export interface TwoStageOptions extends ScoreOptions {
 /**
  * The exact top-k documents for every query: `docs` is the float corpus, `docsInt8` the same corpus
  * quantized with quantize(docs, 'int8') (same items in the same order). Queries are quantized here.
+ * Both may be device corpora (`docsInt8 = await docs.quantize('int8')`): then both stages run on the
+ * GPU and only the candidates' spans move.
  * Equal to the exact top-k whenever each true top-k document ranks within the first c·k of the
  * int8 scan.
  */
 export async function twoStageTopKAll(
   queries: TokenBatch | TokenMatrix,
-  docs: TokenBatch,
-  docsInt8: TokenBatch,
+  docs: TokenBatch | DeviceCorpus,
+  docsInt8: TokenBatch | DeviceCorpus,
   k: number,
   options: TwoStageOptions = {},
 ): Promise<Hit[][]> {
@@ -37,6 +40,15 @@ export async function twoStageTopKAll(
   const c = options.candidateFactor ?? 4;
   if (!Number.isFinite(c) || c < 1)
     throw new InvalidArgumentError('candidateFactor', 'a number >= 1', String(c));
+  if (isDeviceCorpus(docs) || isDeviceCorpus(docsInt8)) {
+    if (!isDeviceCorpus(docs) || !isDeviceCorpus(docsInt8))
+      throw new InvalidArgumentError(
+        'docs / docsInt8',
+        'two device corpora (or two host batches)',
+        'one of each',
+      );
+    return twoStageDevice(queries, docs, docsInt8, k, c);
+  }
   if (docsInt8.dtype !== 'int8') {
     throw new InvalidArgumentError(
       'docsInt8.dtype',
@@ -65,11 +77,53 @@ export async function twoStageTopKAll(
   return out;
 }
 
+function isDeviceCorpus(x: unknown): x is DeviceCorpus {
+  return typeof x === 'object' && x !== null && typeof (x as DeviceCorpus).select === 'function';
+}
+
+// Both stages on the GPU: the int8 scan of the device corpus, then the union of every query's
+// candidates rescored from the float corpus through a view (select: new spans, no token copy).
+async function twoStageDevice(
+  queries: TokenBatch | TokenMatrix,
+  docs: DeviceCorpus,
+  docsInt8: DeviceCorpus,
+  k: number,
+  c: number,
+): Promise<Hit[][]> {
+  if (docsInt8.dtype !== 'int8')
+    throw new InvalidArgumentError('docsInt8.dtype', "'int8' (docs.quantize('int8'))", `'${docsInt8.dtype}'`);
+  if (docs.dtype === 'int8' || docs.dtype === 'fp8')
+    throw new InvalidArgumentError('docs.dtype', 'a float corpus (the exact copy)', `'${docs.dtype}'`);
+  if (docsInt8.count !== docs.count || docsInt8.dim !== docs.dim)
+    throw new InvalidArgumentError(
+      'docsInt8',
+      `the quantized copy of docs (${docs.count} items of dim ${docs.dim})`,
+      `${docsInt8.count} items of dim ${docsInt8.dim}`,
+    );
+  const q = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
+  const keep = Math.min(docs.count, Math.ceil(c * k));
+  const perQuery = (await docsInt8.topK(q, keep)).map((hits) => hits.map((h) => h.index));
+  const union = [...new Set(perQuery.flat())].sort((a, b) => a - b);
+  const column = new Map(union.map((d, i) => [d, i]));
+  const view = await docs.select(union);
+  try {
+    const exact = await view.score(q);
+    return perQuery.map((candidates, i) => {
+      // ascending document index, so exact ties still break towards the lower index
+      const sorted = [...candidates].sort((a, b) => a - b);
+      const scores = Float32Array.from(sorted, (d) => exact.data[i * exact.cols + column.get(d)!]);
+      return topKOfRow(scores, k).map((h) => ({ index: sorted[h.index], score: h.score }));
+    });
+  } finally {
+    view.dispose();
+  }
+}
+
 /** twoStageTopKAll for one query. */
 export async function twoStageTopK(
   query: TokenMatrix,
-  docs: TokenBatch,
-  docsInt8: TokenBatch,
+  docs: TokenBatch | DeviceCorpus,
+  docsInt8: TokenBatch | DeviceCorpus,
   k: number,
   options: TwoStageOptions = {},
 ): Promise<Hit[]> {
