@@ -10,8 +10,10 @@ import { referenceMaxsim } from '../src/backends/reference.js';
 import { cudaUnavailableReason } from '../src/backends/select.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import type { NpyArray } from '../src/io/array.js';
+import { arrayToDocs, arrayToQueries, loadArray } from '../src/io/load.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { writeSafetensors } from '../src/io/safetensors.js';
+import { quantize } from '../src/ops/quantize.js';
 import { denseBatch, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
 
 // dist/test/cli.test.js -> dist/src/cli/main.js
@@ -347,6 +349,42 @@ describe('maxsim search', () => {
       for (const hit of line.results) assert.equal(hit.score, rows[line.query][hit.index]);
     }
     assert.match(expectCleanError(maxsimCli(...args, '--dtype', 'fp8'), 1), /fp8 is a GPU format/);
+    // int8 files with their scales (--doc-scales / --query-scales) rank exactly like --dtype int8
+    const docs = arrayToDocs(loadArray(`${file('docs.safetensors')}:embeddings`), {
+      offsets: loadArray(`${file('docs.safetensors')}:offsets`),
+    });
+    const q = arrayToQueries(loadArray(file('q.npy')), 'q');
+    const d8 = quantize(docs, 'int8');
+    const q8 = quantize(q, 'int8');
+    const dim = docs.dim;
+    writeNpy(file('d8.npy'), {
+      dtype: 'int8',
+      shape: [d8.data.length / dim, dim],
+      data: d8.data as Int8Array,
+    });
+    writeNpy(file('d8s.npy'), { dtype: 'float32', shape: [d8.scales!.length], data: d8.scales! });
+    const qShape = q.kind === 'matrix' ? [q.length, dim] : [q.count, q.maxLength, dim];
+    writeNpy(file('q8.npy'), { dtype: 'int8', shape: qShape, data: q8.data as Int8Array });
+    writeNpy(file('q8s.npy'), { dtype: 'float32', shape: [q8.scales!.length], data: q8.scales! });
+    const files8 = maxsimCli(
+      'search',
+      '--queries',
+      file('q8.npy'),
+      '--query-scales',
+      file('q8s.npy'),
+      '--docs',
+      file('d8.npy'),
+      '--doc-scales',
+      file('d8s.npy'),
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--top-k',
+      '3',
+      '--backend',
+      'cpu',
+    );
+    expectSuccess(files8);
+    assert.equal(files8.stdout, int8.stdout);
   });
 
   test('defaults to 10 results (capped at B), an empty document last with a null score', () => {

@@ -82,14 +82,20 @@ export interface InputOptions {
   docs: string;
   docOffsets?: string;
   docLengths?: string;
+  /** int8 inputs: one float32 scale per token row. */
+  docScales?: string;
+  queryScales?: string;
   checkFinite: boolean;
 }
 
 /** Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs. */
 export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBatch; docs: TokenBatch } {
   const checkFinite = opts.checkFinite;
+  const scales = (spec: string | undefined, argument: string) =>
+    spec === undefined ? undefined : loadArray(spec, { argument });
   const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
     checkFinite,
+    scales: scales(opts.queryScales, '--query-scales'),
   });
   const offsets =
     opts.docOffsets === undefined ? undefined : loadArray(opts.docOffsets, { argument: '--doc-offsets' });
@@ -97,7 +103,7 @@ export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBa
     opts.docLengths === undefined ? undefined : loadArray(opts.docLengths, { argument: '--doc-lengths' });
   const docs = arrayToDocs(
     loadArray(opts.docs, { argument: '--docs' }),
-    { offsets, lengths, checkFinite },
+    { offsets, lengths, checkFinite, scales: scales(opts.docScales, '--doc-scales') },
     '--docs',
   );
   return { queries, docs };
@@ -153,6 +159,8 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
       '--doc-lengths <spec>',
       'token counts [B]: of packed documents, or real lengths of dense [B, L, d] ones',
     )
+    .option('--doc-scales <spec>', 'int8 documents: one float32 scale per token row (value = int8 x scale)')
+    .option('--query-scales <spec>', 'int8 queries: one float32 scale per token row')
     .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)');
