@@ -527,6 +527,23 @@ describe('corpus build from files (streamed)', () => {
     }
   });
 
+  test('int8 tokens with their scales build an int8 corpus holding exactly those bytes', () => {
+    const rand = rng(runSeed + 52);
+    const lengths = randomLengths(rand, 15, 7);
+    const q8 = quantize(randomRagged(lengths, 16, 'float32', rand), 'int8');
+    const d8 = path.join(tmp, 'd8.npy');
+    const s8 = path.join(tmp, 's8.npy');
+    const l8 = path.join(tmp, 'l8.npy');
+    writeNpy(d8, { dtype: 'int8', shape: [q8.data.length / 16, 16], data: q8.data as Int8Array });
+    writeNpy(s8, { dtype: 'float32', shape: [q8.scales!.length], data: q8.scales! });
+    writeNpy(l8, { dtype: 'int32', shape: [lengths.length], data: Int32Array.from(lengths) });
+    const dir = fresh();
+    const info = buildCorpusFromFiles({ docs: d8, docLengths: l8, docScales: s8, out: dir, groupBytes: 64 });
+    assert.equal(info.dtype, 'int8');
+    sameBatchBits(openCorpus(dir).readDocuments(lengths.map((_, i) => i)), q8, 'int8 build');
+    assert.throws(() => buildCorpusFromFiles({ docs: d8, docLengths: l8, out: fresh() }), /--doc-scales/);
+  });
+
   test('openArraySource reads the same elements as loadArray', () => {
     const st = path.join(tmp, 'two.safetensors');
     const a = new Float32Array(60).map((_, i) => i * 0.5);

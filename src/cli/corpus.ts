@@ -10,6 +10,7 @@ interface BuildOptions {
   docs: string;
   docOffsets?: string;
   docLengths?: string;
+  docScales?: string;
   ids?: string;
   out: string;
   dtype: string;
@@ -60,6 +61,7 @@ function buildAction(append: boolean) {
       docs: opts.docs,
       docOffsets: opts.docOffsets,
       docLengths: opts.docLengths,
+      docScales: opts.docScales,
       ids: opts.ids,
       out: opts.out,
       dtype: DTYPES[opts.dtype],
@@ -83,6 +85,7 @@ function inputOptions(command: Command): Command {
     )
     .option('--doc-offsets <spec>', 'packed documents: token offsets [B+1] (int32/int64)')
     .option('--doc-lengths <spec>', 'token counts [B] (packed), or real lengths of dense documents')
+    .option('--doc-scales <spec>', 'int8 tokens: one float32 scale per token row (makes an int8 corpus)')
     .option('--ids <file>', 'document ids, one per line')
     .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
     .option('--json', 'print the corpus summary as JSON');

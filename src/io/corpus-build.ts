@@ -4,7 +4,7 @@
 
 import * as fs from 'node:fs';
 import { InvalidArgumentError } from '../errors.js';
-import { type FloatDType, raggedBatch, type TokenData } from '../tensor.js';
+import { type DType, raggedBatch, type TokenData } from '../tensor.js';
 import type { NpyArray } from './array.js';
 import { openArraySource } from './array-source.js';
 import { type CorpusDType, type CorpusInfo, CorpusWriter } from './corpus.js';
@@ -15,6 +15,8 @@ export interface BuildFromFilesOptions {
   docs: string;
   docOffsets?: string;
   docLengths?: string;
+  /** int8 tokens: one float32 scale per token row (then the corpus is int8). */
+  docScales?: string;
   /** A text file with one id per document, one per line. */
   ids?: string;
   /** New corpus: its storage dtype (default float16). Ignored on append. */
@@ -52,10 +54,19 @@ function readIds(path: string, count: number): string[] {
 /** Builds (or appends to) a corpus from array files; returns the corpus as published. */
 export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo {
   const source = openArraySource(options.docs, '--docs');
+  let scaleSource: ReturnType<typeof openArraySource> | undefined;
   try {
     const { shape, dtype } = source;
-    if (!['float32', 'float16', 'bfloat16'].includes(dtype))
-      throw new InvalidArgumentError('--docs', 'float32, float16 or bfloat16 tokens', dtype);
+    if (!['float32', 'float16', 'bfloat16', 'int8'].includes(dtype))
+      throw new InvalidArgumentError('--docs', 'float32, float16, bfloat16 or int8 tokens', dtype);
+    if ((dtype === 'int8') !== (options.docScales !== undefined))
+      throw new InvalidArgumentError(
+        '--doc-scales',
+        dtype === 'int8' ? 'per-token float32 scales for int8 tokens' : 'no scales for float tokens',
+        dtype === 'int8' ? 'none' : options.docScales!,
+      );
+    const scaleSource =
+      options.docScales !== undefined ? openArraySource(options.docScales, '--doc-scales') : undefined;
     // Per document: its first element and its token count.
     let starts: number[];
     let lengths: number[];
@@ -123,9 +134,22 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
       );
     }
     const ids = options.ids !== undefined ? readIds(options.ids, lengths.length) : undefined;
+    if (scaleSource) {
+      const tokenRows = shape.length === 2 ? shape[0] : shape[0] * shape[1];
+      if (scaleSource.dtype !== 'float32' || scaleSource.shape.reduce((a, b) => a * b, 1) !== tokenRows)
+        throw new InvalidArgumentError(
+          '--doc-scales',
+          `${tokenRows} float32 scales (one per token row)`,
+          `${scaleSource.dtype} [${scaleSource.shape.join(', ')}]`,
+        );
+    }
     const writer = options.append
       ? CorpusWriter.append(options.out)
-      : CorpusWriter.create(options.out, { dim, dtype: options.dtype ?? 'float16', ids: ids !== undefined });
+      : CorpusWriter.create(options.out, {
+          dim,
+          dtype: dtype === 'int8' ? 'int8' : (options.dtype ?? 'float16'),
+          ids: ids !== undefined,
+        });
     try {
       if (writer.dim !== dim)
         throw new InvalidArgumentError(
@@ -133,7 +157,7 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
           `tokens of dim ${writer.dim} (the corpus dimension)`,
           `dim ${dim}`,
         );
-      const elem = dtype === 'float32' ? 4 : 2;
+      const elem = dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
       const group = Math.max(1, Math.floor((options.groupBytes ?? 64 * 1024 * 1024) / (dim * elem)));
       let i = 0;
       while (i < lengths.length) {
@@ -144,14 +168,27 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         // Dense inputs hold padding after short documents: read each document's rows alone then.
         const contiguous = shape.length === 2 || lengths.slice(i, j).every((l) => l === shape[1]);
         const parts: TokenData[] = [];
+        const scaleParts: Float32Array[] = [];
         if (contiguous) parts.push(source.read(starts[i], tokens * dim) as TokenData);
         else for (let x = i; x < j; x++) parts.push(source.read(starts[x], lengths[x] * dim) as TokenData);
+        if (scaleSource) {
+          if (contiguous) scaleParts.push(scaleSource.read(starts[i] / dim, tokens) as Float32Array);
+          else
+            for (let x = i; x < j; x++)
+              scaleParts.push(scaleSource.read(starts[x] / dim, lengths[x]) as Float32Array);
+        }
         const data = parts.length === 1 ? parts[0] : concat(parts);
+        const scales = scaleSource
+          ? scaleParts.length === 1
+            ? scaleParts[0]
+            : (concat(scaleParts) as Float32Array)
+          : undefined;
         const offsets = [0];
         for (let x = i; x < j; x++) offsets.push(offsets[offsets.length - 1] + lengths[x]);
         const batch = raggedBatch(data, offsets, {
           dim,
-          dtype: dtype as FloatDType,
+          dtype: dtype as DType,
+          scales,
           checkFinite: options.checkFinite ?? true,
         });
         writer.add(batch, ids?.slice(i, j));
@@ -165,6 +202,7 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
     }
   } finally {
     source.close();
+    scaleSource?.close();
   }
 }
 
