@@ -286,11 +286,17 @@ describe('MaxSim training semantics', () => {
       maxsimTrain(queries, docs, { cudaTuning: { queryBlock: -2 } }),
       (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.queryBlock',
     );
+    for (const csrChunk of [-1, 1, 31, 40.5, Number.NaN, 2 ** 31]) {
+      await assert.rejects(
+        maxsimTrain(queries, docs, { cudaTuning: { csrChunk } }),
+        (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.csrChunk',
+      );
+    }
     // 'auto' and the tuning knobs are accepted (and ignored) by the CPU engine: same gradients
     const plain = await maxsimTrain(queries, docs);
     const tuned = await maxsimTrain(queries, docs, {
       dDPath: 'auto',
-      cudaTuning: { argmaxBits: 32, docBlock: 1, queryBlock: 1 },
+      cudaTuning: { argmaxBits: 32, docBlock: 1, queryBlock: 1, csrChunk: 32 },
     });
     const g = new Float32Array(6).fill(0.5);
     assert.deepEqual(await tuned.backward(g), await plain.backward(g));

@@ -8,7 +8,9 @@
 //   forward:  scores [P] f32, argmax [P * stride] int16 (int32 when a document has >= 32768 tokens),
 //             best[] one stride-long f32 stripe per CTA (<= kFwdScratchBytes, not per pair).
 //   backward: argmax as above, gradScores [P] f64, and the CSR of ONE document block at a time:
-//             counts + offsets [cells] u32 (cells <= kCellCap), sources u32 (<= kSourceCap entries).
+//             counts + offsets [cells] u32 (cells <= kCellCap), sources u32 (<= kSourceCap entries),
+//             and for split rows fp64 partials (2 * sources / kCsrChunk + 1) x 128 (<= 64 MB), a
+//             chunk -> row map and per-row chunk offsets (u32).
 // ColPali shape B = 256 (P = 65,536, stride 1,024): argmax 134 MB + CSR <= 32 + 32 + 64 MB.
 #include <napi.h>
 
@@ -488,6 +490,14 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
 // CSR budget per document block: sources (u32 argmax slot indices) and cells (u32 counts, u32 offsets).
 constexpr int64_t kSourceCap = int64_t(1) << 24;  // 64 MB
 constexpr int64_t kCellCap = int64_t(1) << 23;    // 32 MB each for counts and offsets
+// Rows of dD with more than kCsrChunk sources (hot document tokens) are split: chunks of kCsrChunk
+// sources, one warp each, fp64 partial sums (kPartialCols columns per pass) added in chunk order.
+// Chunks of a block <= 2 * sources / chunk (each split row has > chunk sources, so ceil(n / chunk) <=
+// 2 n / chunk): partials <= 2 * kSourceCap / kCsrChunk * 128 * 8 bytes = 64 MB. csrChunk (tests) may
+// lower it to kCsrChunkMin (scratch <= 1 GB at the source cap; tests use small problems).
+constexpr int64_t kCsrChunk = 512;
+constexpr int64_t kCsrChunkMin = 32;
+constexpr int64_t kPartialCols = 128;  // kChunk in maxsim_train.cu
 // Warps the count / place kernels should have per block: (documents in the block) x (query blocks).
 constexpr int64_t kWalkWarps = 8192;
 // 'auto' runs the atomic scatter when the rows with sources are at least this fraction of the sources
@@ -559,6 +569,7 @@ class BackwardTask : public TrainTask {
   DDPath path = DDPath::kCsr;
   bool argmax16 = true;
   int64_t doc_block = 0, query_block = 0;
+  int64_t csr_chunk = kCsrChunk;
   const int32_t* argmax_in = nullptr;
   const double* grad_in = nullptr;
   float* dq_out = nullptr;
@@ -689,18 +700,30 @@ class BackwardTask : public TrainTask {
       max_cells = std::max(max_cells, b.cells());
       max_bound = std::max(max_bound, b.bound);
     }
+    int64_t max_rows = 1;
+    for (const DocBlock& b : blocks) max_rows = std::max(max_rows, b.row_end - b.row_begin);
+    const int64_t max_chunks = 2 * max_bound / csr_chunk + 1;
     const int64_t max_tiles = CeilDiv(max_cells, 4096);  // kScanTile in maxsim_train.cu
     ScopedBlock counts(rt_->allocator(), static_cast<uint64_t>(max_cells) * sizeof(uint32_t));
     ScopedBlock offsets(rt_->allocator(), static_cast<uint64_t>(max_cells + 1) * sizeof(uint32_t));
     ScopedBlock block_sums(rt_->allocator(), static_cast<uint64_t>(max_tiles) * sizeof(uint32_t));
     ScopedBlock sources(rt_->allocator(), static_cast<uint64_t>(max_bound) * sizeof(uint32_t));
     ScopedBlock stats(rt_->allocator(), 2 * sizeof(unsigned long long));
+    ScopedBlock chunk_off(rt_->allocator(), static_cast<uint64_t>(max_rows + 1) * sizeof(uint32_t));
+    ScopedBlock chunk_row(rt_->allocator(), static_cast<uint64_t>(max_chunks) * sizeof(uint32_t));
+    ScopedBlock partials(rt_->allocator(), static_cast<uint64_t>(max_chunks * kPartialCols) * sizeof(double));
     p.counts = DevPtr<uint32_t>(counts.get());
     p.offsets = DevPtr<uint32_t>(offsets.get());
     p.block_sums = DevPtr<uint32_t>(block_sums.get());
     p.sources = DevPtr<uint32_t>(sources.get());
     p.stats = DevPtr<unsigned long long>(stats.get());
+    p.chunk_off = DevPtr<uint32_t>(chunk_off.get());
+    p.chunk_row = DevPtr<uint32_t>(chunk_row.get());
+    p.partials = DevPtr<double>(partials.get());
+    p.chunk = csr_chunk;
+    p.max_chunks = max_chunks;
     const std::string gather = std::string("maxsim_train_dd_gather_") + KernelSuffix(a.q.dtype);
+    const std::string gather_split = std::string("maxsim_train_dd_gather_split_") + KernelSuffix(a.q.dtype);
     bool decided = path != DDPath::kAuto;
     for (size_t k = 0; k < blocks.size(); k++) {
       const DocBlock& b = blocks[k];
@@ -730,7 +753,26 @@ class BackwardTask : public TrainTask {
         if (total > 0 && static_cast<double>(distinct) >= kAutoAtomicDistinct * static_cast<double>(total)) return false;
       }
       Launch1D(rt_, "maxsim_train_dd_place", walk_blocks, 128, p);
-      Launch1D(rt_, gather, CeilDiv(b.row_end - b.row_begin, 4), 128, p);
+      const int64_t rows = b.row_end - b.row_begin;
+      Launch1D(rt_, gather, CeilDiv(rows, 4), 128, p);  // rows of at most csr_chunk sources
+      // Split rows: chunks per row (into counts, free after place) -> chunk_off (the scan kernels on
+      // rows instead of cells) -> chunk -> row map -> per column slice: chunk sums, then the rows.
+      const int64_t row_threads = std::min<int64_t>(CeilDiv(rows, 256), 4096);
+      Launch1D(rt_, "maxsim_train_dd_chunk_count", row_threads, 256, p);
+      MaxsimTrainParams pc = p;
+      pc.offsets = p.chunk_off;
+      pc.cells = rows;
+      const int64_t row_tiles = CeilDiv(rows, 4096);
+      Launch1D(rt_, "maxsim_train_dd_scan_reduce", row_tiles, 1024, pc);
+      Launch1D(rt_, "maxsim_train_dd_scan_top", 1, 1024, pc);
+      Launch1D(rt_, "maxsim_train_dd_scan_down", row_tiles, 1024, pc);
+      Launch1D(rt_, "maxsim_train_dd_chunk_map", row_threads, 256, p);
+      const int64_t chunk_bound = std::min(max_chunks, 2 * b.bound / csr_chunk + 1);
+      for (int64_t k0 = 0; k0 < a.q.dim; k0 += kPartialCols) {
+        p.k_begin = k0;
+        Launch1D(rt_, gather_split, CeilDiv(chunk_bound, 4), 128, p);
+        Launch1D(rt_, "maxsim_train_dd_combine", CeilDiv(rows, 4), 128, p);
+      }
     }
     // The CSR blocks go back to the allocator when this scope ends: finish using them first.
     rt_->Synchronize();
@@ -771,6 +813,12 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   }
   task->argmax16 = UseArgmax16(env, a, opts);
   task->doc_block = CountOption(env, opts, "docBlock");
+  task->csr_chunk = CountOption(env, opts, "csrChunk");
+  if (task->csr_chunk == 0) task->csr_chunk = kCsrChunk;
+  if (task->csr_chunk < kCsrChunkMin) {
+    throw ArgError(env, "csrChunk", "0 (automatic) or an integer >= " + std::to_string(kCsrChunkMin),
+                   std::to_string(task->csr_chunk));
+  }
   task->query_block = CountOption(env, opts, "queryBlock");
   task->profile = ProfileOption(opts);
   // The argmax entries are checked on the worker thread while they are narrowed (UploadArgmax).

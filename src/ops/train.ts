@@ -26,11 +26,15 @@ export type TrainBackend = 'cpu' | 'cuda' | 'auto';
 export type TrainDDPath = 'csr' | 'atomic' | 'auto';
 
 /**
- * Internal knobs of the CUDA passes, for tests and benchmarks; none changes the gradients' values.
+ * Internal knobs of the CUDA passes, for tests and benchmarks; none changes the gradients' values
+ * except csrChunk (see below).
  * argmaxBits: device storage of the argmax (0 automatic: int16 when every document is shorter than
  * 32768 tokens); docBlock / queryBlock: documents per CSR block and queries per CSR cell (0 automatic);
- * forwardGrid: at most this many forward CTAs, each striding over pairs (0 automatic); profile: the
- * passes report profileMs (host phases: wall time; kernels: CUDA event time).
+ * forwardGrid: at most this many forward CTAs, each striding over pairs (0 automatic); csrChunk:
+ * sources per chunk of a split dD row (0 automatic = 512, else >= 32; rows with more sources are
+ * summed by one warp per chunk; it sets the fp64 association of long rows, so unlike the others it may
+ * change the last bit of their gradients); profile: the passes report profileMs (host phases: wall
+ * time; kernels: CUDA event time).
  * @internal
  */
 export interface TrainCudaTuning {
@@ -38,6 +42,7 @@ export interface TrainCudaTuning {
   docBlock?: number;
   queryBlock?: number;
   forwardGrid?: number;
+  csrChunk?: number;
   profile?: boolean;
 }
 /**
@@ -229,11 +234,19 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
       throw new InvalidArgumentError(`cudaTuning.${key}`, 'an integer >= 0 (0 = automatic)', String(v));
     }
   }
+  const chunk = t.csrChunk;
+  if (
+    chunk !== undefined &&
+    !(Number.isInteger(chunk) && (chunk === 0 || (chunk >= 32 && chunk <= 2147483647)))
+  ) {
+    throw new InvalidArgumentError('cudaTuning.csrChunk', '0 (automatic) or an integer >= 32', String(chunk));
+  }
   return {
     argmaxBits: t.argmaxBits,
     docBlock: t.docBlock,
     queryBlock: t.queryBlock,
     forwardGrid: t.forwardGrid,
+    csrChunk: t.csrChunk,
     profile: t.profile,
   };
 }

@@ -288,6 +288,58 @@ function contention(rand: () => number, nq: number, lq: number, nd: number, ld: 
   };
 }
 
+/**
+ * dD as the CSR path defines it, in float64 exactly as the GPU does it: each row's sources in
+ * ascending (query, query token) order (pairs with g = 0 skipped), cut into chunks of `chunk` from
+ * the first source; each chunk summed from +0 (w * x, then +); the chunk sums added in chunk order;
+ * one rounding to fp32. With chunk >= every row's sources this is the plain sequential sum.
+ */
+function chunkedDD(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  argmax: Int32Array,
+  stride: number,
+  g: Float64Array,
+  pairs: TrainPairs,
+  chunk: number,
+): Float32Array {
+  const d = docs.dim;
+  const qv = decodeBatch64(queries);
+  const out = new Float32Array(docs.data.length);
+  for (let j = 0; j < docs.count; j++) {
+    const ld = docs.lengths[j];
+    if (ld <= 0) continue;
+    const lists: number[][] = Array.from({ length: ld }, () => []);
+    const [iBegin, iEnd] = pairs === 'all' ? [0, queries.count] : [j, j + 1];
+    for (let i = iBegin; i < iEnd; i++) {
+      const p = pairs === 'all' ? i * docs.count + j : i;
+      if (g[p] === 0) continue;
+      for (let s = 0; s < queries.lengths[i]; s++) {
+        const t = argmax[p * stride + s];
+        if (t >= 0 && t < ld) lists[t].push(g[p], (queries.starts[i] + s) * d);
+      }
+    }
+    for (let t = 0; t < ld; t++) {
+      const src = lists[t];
+      const n = src.length / 2;
+      if (n === 0) continue;
+      const total = new Float64Array(d);
+      for (let c0 = 0; c0 < n; c0 += chunk) {
+        const part = new Float64Array(d);
+        for (let e = c0; e < Math.min(n, c0 + chunk); e++) {
+          const w = src[2 * e];
+          const o = src[2 * e + 1];
+          for (let k = 0; k < d; k++) part[k] += w * qv[o + k];
+        }
+        for (let k = 0; k < d; k++) total[k] = c0 === 0 ? part[k] : total[k] + part[k];
+      }
+      const row = (docs.starts[j] + t) * d;
+      for (let k = 0; k < d; k++) out[row + k] = total[k];
+    }
+  }
+  return out;
+}
+
 describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, () => {
   for (const dtype of dtypes) {
     test(`${dtype}: ragged queries and documents (with empty ones), all pairs and diagonal`, async () => {
@@ -705,6 +757,81 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     assert.equal(csr.dDPath, 'csr');
     assert.ok(bitsEqual(autoC.dD, csr.dD), "'auto' (CSR) vs 'csr' dD");
     assert.ok(bitsEqual(autoC.dQ, csr.dQ), "'auto' (CSR) vs 'csr' dQ");
+  });
+
+  test('split dD rows (csrChunk) are bitwise equal to the chunked float64 sum, deterministic, blocking-free', async () => {
+    const rand = rng(runSeed + 21);
+    const c = contention(rand, 48, 40, 6, 50, 64); // ~960 sources on each hot row
+    const half = (b: TokenBatch, dtype: FloatDType) =>
+      ({ ...b, dtype, data: encodeFloats(b.data as Float32Array, dtype) }) as TokenBatch;
+    const cases: [string, TokenBatch, TokenBatch, TrainPairs][] = [
+      ['contention float32', c.queries, c.docs, 'all'],
+      ['contention float16', half(c.queries, 'float16'), half(c.docs, 'float16'), 'all'],
+      // d = 300: three column slices of the split passes; 3 documents of 5-9 tokens: rows of ~100 sources
+      [
+        'ragged bfloat16 d = 300',
+        randomRagged([40, 0, 33, 57, 21], 300, 'bfloat16', rand),
+        randomRagged([9, 5, 0, 7], 300, 'bfloat16', rand),
+        'all',
+      ],
+      [
+        'diagonal',
+        randomDense(3, 200, 64, 'float32', rand),
+        randomDense(3, 4, 64, 'float32', rand),
+        'diagonal',
+      ],
+    ];
+    for (const [name, queries, docs, pairs] of cases) {
+      let g: Float64Array | undefined;
+      let unsplit: Float32Array | undefined;
+      for (const csrChunk of [2 ** 30, 32, 33, 100, 0]) {
+        const cudaTuning: TrainCudaTuning = { csrChunk };
+        const t = await maxsimTrain(queries, docs, { pairs, backend: 'cuda', device, cudaTuning });
+        g ??= Float64Array.from(randomFloats(t.scores.length, rand));
+        const grads = await t.backward(g);
+        assert.equal(grads.dDPath, 'csr');
+        const tag = `${name} csrChunk ${csrChunk} (seed ${runSeed})`;
+        const model = chunkedDD(queries, docs, t.argmax, t.argmaxStride, g, pairs, csrChunk || 512);
+        for (let e = 0; e < model.length; e++) {
+          if (!Object.is(grads.dD[e], model[e])) {
+            assert.fail(`${tag}: dD element ${e}: ${grads.dD[e]} vs the chunked model ${model[e]}`);
+          }
+        }
+        const again = await t.backward(g);
+        assert.ok(bitsEqual(again.dD, grads.dD), `${tag}: dD differs on repeat`);
+        // the blocking never moves a chunk boundary (chunks start at each row's first source)
+        const blocked = await maxsimTrain(queries, docs, {
+          pairs,
+          backend: 'cuda',
+          device,
+          cudaTuning: { csrChunk, docBlock: 1, queryBlock: 2 },
+        });
+        assert.deepEqual(blocked.argmax, t.argmax, `${tag}: blocked argmax`);
+        assert.ok(bitsEqual((await blocked.backward(g)).dD, grads.dD), `${tag}: blocked dD`);
+        // split or not, the same gradient up to fp32 rounding, and the float64 reference
+        unsplit ??= grads.dD;
+        assertGradClose(grads.dD, unsplit, `${tag}: vs unsplit`);
+        const expected = referenceBackward(queries, docs, t.argmax, t.argmaxStride, g, pairs);
+        assertGradClose(grads.dD, expected.dD, `${tag}: vs reference`);
+        assertGradClose(grads.dQ, expected.dQ, `${tag}: dQ vs reference`);
+      }
+    }
+    // the atomic path agrees with the split CSR (fp32 sums in any order)
+    const t = await maxsimTrain(c.queries, c.docs, { backend: 'cuda', device, dDPath: 'atomic' });
+    const g = Float64Array.from(randomFloats(t.scores.length, rand));
+    const atomic = await t.backward(g);
+    assert.equal(atomic.dDPath, 'atomic');
+    const split = await (
+      await maxsimTrain(c.queries, c.docs, { backend: 'cuda', device, cudaTuning: { csrChunk: 32 } })
+    ).backward(g);
+    const expected = referenceBackward(c.queries, c.docs, t.argmax, t.argmaxStride, g, 'all');
+    assertGradClose(split.dD, expected.dD, 'split csr vs reference');
+    assertAtomicClose(
+      atomic.dD,
+      expected.dD,
+      atomicBounds(c.queries, c.docs, t.argmax, t.argmaxStride, g, 'all'),
+      'atomic vs reference',
+    );
   });
 
   test('bad options are refused with errors that name the argument', async () => {

@@ -37,7 +37,13 @@
 //   maxsim_train_dd_place  as dd_count: the owner warp writes each source at its cell's cursor, in order.
 //   maxsim_train_dd_gather_{f32,f16,bf16} (element type of the queries) block (128,1,1), grid
 //       (min(ceil(rows / 4), 2^20),1,1): one warp per row of the block; writes every row of the block
-//       (zero without sources).
+//       with at most params.chunk sources (zero without sources).
+//   Split rows (more than params.chunk sources), after dd_gather: maxsim_train_dd_chunk_count and
+//       _chunk_map block (256,1,1), any grid (threads over rows); the scan kernels above with
+//       offsets = chunk_off and cells = rows in between; then per 128-column slice (k_begin):
+//       maxsim_train_dd_gather_split_{f32,f16,bf16} block (128,1,1), grid (min(ceil(chunk bound / 4),
+//       2^20),1,1) (one warp per chunk), then maxsim_train_dd_combine block (128,1,1), grid
+//       (min(ceil(rows / 4), 2^20),1,1) (one warp per row; writes the split rows' slice once).
 //   maxsim_train_dd_atomic block (128,1,1), grid (min(ceil(num_pairs*stride/4), 2^20),1,1): one warp
 //       per argmax slot, float atomicAdd into dd (zeroed first). NOT deterministic.
 #include <cuda_bf16.h>
@@ -642,46 +648,135 @@ __device__ __forceinline__ void stats_body(const MaxsimTrainParams& P) {
   if ((threadIdx.x & 31) == 0 && distinct > 0) atomicAdd(P.stats, distinct);
 }
 
+// Sums, in source order, the sources [e_begin, e_end) of the CSR (ascending (query, query token)) for
+// the columns k0 + lane + 32 m into acc (fp64: acc += g * Q[q_row, k], separately rounded multiply and
+// add), 32 sources' metadata per round.
+template <typename T>
+__device__ __forceinline__ void sum_sources(const MaxsimTrainParams& P, int64_t e_begin, int64_t e_end, int64_t k0,
+                                            int lane, double (&acc)[kVec]) {
+  const int64_t dim = P.dim;
+  const T* __restrict__ queries = static_cast<const T*>(P.queries);
+  const uint32_t stride = static_cast<uint32_t>(P.stride);
+  // The next batch's source indices are loaded before this batch is summed (rows with many sources,
+  // as under contention, are a serial walk: hide one round trip per batch).
+  uint32_t next = e_begin + lane < e_end ? P.sources[e_begin + lane] : 0u;
+  for (int64_t e0 = e_begin; e0 < e_end; e0 += 32) {
+    const int64_t e = e0 + lane;
+    const uint32_t slot = next;
+    if (e + 32 < e_end) next = P.sources[e + 32];
+    double g = 0.0;
+    long long off = -1;
+    if (e < e_end) {
+      const uint32_t p = slot / stride;
+      const uint32_t s = slot - p * stride;
+      g = P.grad_scores[p];
+      off = (P.query_starts[query_of(P, p)] + s) * dim;
+    }
+    accumulate_sources<T>(queries, off, g, static_cast<int>(e_end - e0 < 32 ? e_end - e0 : 32), k0, dim, lane, acc);
+  }
+}
+
+// A row's sources [begin, end) and whether it is split (more than P.chunk sources).
+__device__ __forceinline__ bool row_is_split(const MaxsimTrainParams& P, int64_t begin, int64_t end) {
+  return end - begin > P.chunk;
+}
+
 // One warp per document row of the block: walks its segment (ascending (query, query token)) and
-// writes the row once. Rows without sources are written as zeros.
+// writes the row once. Rows without sources are written as zeros. Split rows (more than P.chunk
+// sources) are left to gather_split / combine: for a row of one chunk both definitions below agree.
+//
+// The value of a row (whatever the warps, the blocking or the GPU): cut its sources, in CSR order,
+// into chunks of P.chunk from its first source; each chunk's sum in fp64 from +0.0 in source order;
+// the chunk sums added in chunk order in fp64 (starting from the first); one rounding to fp32.
 template <typename T>
 __device__ __forceinline__ void gather_body(const MaxsimTrainParams& P) {
   const int lane = threadIdx.x & 31;
   const int64_t dim = P.dim;
-  const T* __restrict__ queries = static_cast<const T*>(P.queries);
   const int64_t rows = P.row_end - P.row_begin;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  const uint32_t stride = static_cast<uint32_t>(P.stride);
   for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < rows; w += warps) {
-    const uint32_t begin = P.offsets[w * P.qblocks];
-    const uint32_t end = P.offsets[(w + 1) * P.qblocks];
+    const int64_t begin = P.offsets[w * P.qblocks];
+    const int64_t end = P.offsets[(w + 1) * P.qblocks];
+    if (row_is_split(P, begin, end)) continue;  // uniform over the warp
     const int64_t r = P.row_begin + w;
     for (int64_t k0 = 0; k0 < dim; k0 += kChunk) {
       double acc[kVec];
 #pragma unroll
       for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
-      // The next batch's source indices are loaded before this batch is summed (rows with many
-      // sources, as under contention, are a serial walk: hide one round trip per batch).
-      uint32_t next = static_cast<int64_t>(begin) + lane < end ? P.sources[begin + lane] : 0u;
-      for (int64_t e0 = begin; e0 < end; e0 += 32) {  // 64-bit: e0 + 32 must not wrap
-        const int64_t e = e0 + lane;
-        const uint32_t slot = next;
-        if (e + 32 < end) next = P.sources[e + 32];
-        double g = 0.0;
-        long long off = -1;
-        if (e < end) {
-          const uint32_t p = slot / stride;
-          const uint32_t s = slot - p * stride;
-          g = P.grad_scores[p];
-          off = (P.query_starts[query_of(P, p)] + s) * dim;
-        }
-        accumulate_sources<T>(queries, off, g, static_cast<int>(end - e0 < 32 ? end - e0 : 32), k0, dim, lane, acc);
-      }
+      sum_sources<T>(P, begin, end, k0, lane, acc);
 #pragma unroll
       for (int m = 0; m < kVec; ++m) {
         const int64_t k = k0 + lane + 32 * m;
         if (k < dim) P.dd[r * dim + k] = __double2float_rn(acc[m]);
       }
+    }
+  }
+}
+
+// Split rows, step 1 (one thread per row of the block): counts[r] = chunks of row r (0 when the row
+// is not split). The scan kernels then turn counts into chunk_off (exclusive, chunk_off[rows] = total).
+__device__ __forceinline__ void chunk_count_body(const MaxsimTrainParams& P) {
+  const int64_t rows = P.row_end - P.row_begin;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = static_cast<int64_t>(P.offsets[(r + 1) * P.qblocks]) - static_cast<int64_t>(P.offsets[r * P.qblocks]);
+    P.counts[r] = n > P.chunk ? static_cast<uint32_t>((n + P.chunk - 1) / P.chunk) : 0u;
+  }
+}
+
+// Step 2 (one thread per row): chunk_row[c] = r for the chunks c of row r. The host bounds the
+// chunks by max_chunks (sum over split rows of ceil(n / chunk) <= 2 * sources / chunk); the guard
+// only keeps a wrong bound from writing out of bounds.
+__device__ __forceinline__ void chunk_map_body(const MaxsimTrainParams& P) {
+  const int64_t rows = P.row_end - P.row_begin;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c1 = min(static_cast<int64_t>(P.chunk_off[r + 1]), P.max_chunks);
+    for (int64_t c = P.chunk_off[r]; c < c1; ++c) P.chunk_row[c] = static_cast<uint32_t>(r);
+  }
+}
+
+// Step 3 (one warp per chunk): the fp64 sum of chunk c of its row over the columns [k_begin,
+// k_begin + kChunk), into partials[c * kChunk + column - k_begin].
+template <typename T>
+__device__ __forceinline__ void gather_split_body(const MaxsimTrainParams& P) {
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = P.row_end - P.row_begin;
+  const int64_t total = min(static_cast<int64_t>(P.chunk_off[rows]), P.max_chunks);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); c < total; c += warps) {
+    const int64_t r = P.chunk_row[c];
+    const int64_t begin = P.offsets[r * P.qblocks];
+    const int64_t end = P.offsets[(r + 1) * P.qblocks];
+    const int64_t e_begin = begin + (c - static_cast<int64_t>(P.chunk_off[r])) * P.chunk;
+    const int64_t e_end = min(end, e_begin + P.chunk);
+    double acc[kVec];
+#pragma unroll
+    for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
+    sum_sources<T>(P, e_begin, e_end, P.k_begin, lane, acc);
+#pragma unroll
+    for (int m = 0; m < kVec; ++m) P.partials[c * kChunk + lane + 32 * m] = acc[m];
+  }
+}
+
+// Step 4 (one warp per row of the block, lanes over columns): split rows add their chunk sums in
+// chunk order and write the columns [k_begin, k_begin + kChunk) of the row once.
+__device__ __forceinline__ void combine_body(const MaxsimTrainParams& P) {
+  const int lane = threadIdx.x & 31;
+  const int64_t dim = P.dim;
+  const int64_t rows = P.row_end - P.row_begin;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < rows; w += warps) {
+    const int64_t c0 = P.chunk_off[w];
+    const int64_t c1 = min(static_cast<int64_t>(P.chunk_off[w + 1]), P.max_chunks);
+    if (c0 >= c1) continue;  // not split (uniform over the warp)
+    const int64_t r = P.row_begin + w;
+#pragma unroll
+    for (int m = 0; m < kVec; ++m) {
+      const int64_t k = P.k_begin + lane + 32 * m;
+      double t = P.partials[c0 * kChunk + lane + 32 * m];
+      for (int64_t c = c0 + 1; c < c1; ++c) t = __dadd_rn(t, P.partials[c * kChunk + lane + 32 * m]);
+      if (k < dim) P.dd[r * dim + k] = __double2float_rn(t);
     }
   }
 }
@@ -764,6 +859,24 @@ extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_f16(
 }
 extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_bf16(const MaxsimTrainParams p) {
   maxsim_train::gather_body<__nv_bfloat16>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_chunk_count(const MaxsimTrainParams p) {
+  maxsim_train::chunk_count_body(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_chunk_map(const MaxsimTrainParams p) {
+  maxsim_train::chunk_map_body(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_split_f32(const MaxsimTrainParams p) {
+  maxsim_train::gather_split_body<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_split_f16(const MaxsimTrainParams p) {
+  maxsim_train::gather_split_body<__half>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_split_bf16(const MaxsimTrainParams p) {
+  maxsim_train::gather_split_body<__nv_bfloat16>(p);
+}
+extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_combine(const MaxsimTrainParams p) {
+  maxsim_train::combine_body(p);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_atomic(const MaxsimTrainParams p) {
   maxsim_train::atomic_body(p);

@@ -32,12 +32,21 @@ struct MaxsimTrainParams {
   uint32_t* block_sums;          // scan scratch: [ceil(cells / kScanTile)]
   uint32_t* sources;             // [total]: argmax slot index p * stride + s (< 2^32), per row ascending
   unsigned long long* stats;     // [2]: rows with sources, sources (contention measure; zeroed by the host)
+  // Split rows (more than `chunk` sources): cut into chunks of `chunk` sources from the row's first
+  // source; one warp per chunk sums it (fp64) into partials, a second pass adds a row's partials in
+  // chunk order. Both passes work on the columns [k_begin, k_begin + 128) (one slice per launch).
+  double* partials;              // [max_chunks * 128]: fp64 partial sums of one column slice
+  uint32_t* chunk_off;           // [rows + 1]: exclusive scan of chunks per row (0 for unsplit rows)
+  uint32_t* chunk_row;           // [max_chunks]: block-local row of each chunk
   int64_t num_pairs;
   int64_t stride;                // argmax slots per pair (>= every query length)
   int64_t doc_tokens;            // Td
   int64_t row_begin;             // first packed document row of the block
   int64_t row_end;               // one past its last row
   int64_t cells;                 // (row_end - row_begin) * qblocks
+  int64_t chunk;                 // sources per chunk (> 0): rows with more sources are split
+  int64_t max_chunks;            // capacity of partials / chunk_row (>= chunks of any block)
+  int64_t k_begin;               // first column of the slice the split passes work on
   int32_t num_queries;
   int32_t num_docs;
   int32_t dim;
@@ -52,5 +61,5 @@ struct MaxsimTrainParams {
   int32_t pad_;
 };
 
-// nvcc and g++ must agree on the layout the driver copies (17 pointers, 6 int64, 12 int32).
-static_assert(sizeof(MaxsimTrainParams) == 232, "MaxsimTrainParams layout changed: update both sides");
+// nvcc and g++ must agree on the layout the driver copies (20 pointers, 9 int64, 12 int32).
+static_assert(sizeof(MaxsimTrainParams) == 280, "MaxsimTrainParams layout changed: update both sides");
