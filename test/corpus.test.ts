@@ -610,6 +610,9 @@ describe('CLI: maxsim corpus / search --corpus', () => {
     r = run('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', dir);
     assert.equal(r.status, 1);
     assert.match(r.stderr, /use append/);
+    r = run('search', '--queries', qf, '--corpus', dir, '--pin', '--backend', 'cpu');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /--pin/);
     r = run('search', '--queries', qf, '--corpus', dir, '--docs', npy);
     assert.equal(r.status, 1);
     assert.match(r.stderr, /--corpus/);

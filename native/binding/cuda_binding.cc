@@ -26,7 +26,6 @@ using maxsim_cuda::Runtime;
 
 using maxsim_binding::ArgError;
 using maxsim_binding::Describe;
-using maxsim_binding::DTypeName;
 using maxsim_binding::GetInteger;
 using Task = maxsim_binding::CudaTask;
 

@@ -121,16 +121,6 @@ int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name,
   return static_cast<int64_t>(d);
 }
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int8: return "int8";
-  }
-  return "?";
-}
-
 Runtime* ParseDevice(Napi::Env env, const Napi::Value& v) {
   Napi::Value index = v.IsObject() ? v.As<Napi::Object>().Get("index") : v;
   const double d = index.IsNumber() ? index.As<Napi::Number>().DoubleValue() : NAN;

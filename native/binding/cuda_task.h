@@ -63,7 +63,6 @@ Napi::TypeError ArgError(Napi::Env env, const std::string& name, const std::stri
 // A short description of a JS value for error messages ("undefined", "'abc'", "an array of 3", ...).
 std::string Describe(const Napi::Value& v);
 int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name, int64_t min, int64_t max);
-const char* DTypeName(DType t);
 // A device index, or a device handle from cuda.open() (its `index`): the device's runtime.
 maxsim_cuda::Runtime* ParseDevice(Napi::Env env, const Napi::Value& v);
 

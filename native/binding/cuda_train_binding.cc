@@ -122,15 +122,6 @@ int32_t TrainDType(DType t) {
   }
 }
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int8: return "int8";
-    default: return "float32";
-  }
-}
-
 const char* KernelSuffix(DType t) {
   switch (t) {
     case DType::Float16: return "f16";

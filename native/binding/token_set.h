@@ -11,6 +11,17 @@ enum class DType : int { Float32 = 0, Float16 = 1, BFloat16 = 2, Int8 = 3 };
 
 inline int DTypeSize(DType t) { return t == DType::Float32 ? 4 : t == DType::Int8 ? 1 : 2; }
 
+// The dtype's name as the TypeScript side spells it.
+inline const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Int8: return "int8";
+  }
+  return "?";
+}
+
 struct TokenSet {
   const void* data = nullptr;   // first element of the packed tokens
   int64_t elements = 0;         // elements available in data

@@ -29,16 +29,6 @@ std::string ReadText(const std::string& path) {
   return s;
 }
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int8: return "int8";
-  }
-  return "?";
-}
-
 std::string AddonDir() {
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&FindKernelFiles), &info) == 0 || info.dli_fname == nullptr) return ".";

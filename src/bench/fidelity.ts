@@ -4,6 +4,7 @@
 // fp8 e4m3 exists only on the GPU and is reported when one is usable.
 
 import { cuda } from '../backends/cuda.js';
+import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { cudaUnavailableReason } from '../backends/select.js';
 import { maxsimAll, rankRows } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
@@ -89,18 +90,8 @@ async function fp8Scores(queries: TokenBatch, docs: TokenBatch): Promise<ScoreMa
   const why = cudaUnavailableReason();
   if (why) return `needs a GPU (${why})`;
   const gpu = await cuda();
-  const f = await gpu.upload(docs);
-  try {
-    if (gpu.info.computeCapability[0] < 9) return 'fp8 e4m3 tensor cores need compute capability 9.0';
-    const e4m3 = await f.quantize('fp8');
-    try {
-      return await e4m3.score(queries);
-    } finally {
-      e4m3.dispose();
-    }
-  } finally {
-    f.dispose();
-  }
+  if (gpu.info.computeCapability[0] < 9) return 'fp8 e4m3 tensor cores need compute capability 9.0';
+  return cudaScoreFp8Host(queries, docs);
 }
 
 /** The report for one corpus (float documents and queries; int8 copies are made here). */

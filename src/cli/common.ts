@@ -1,7 +1,7 @@
 // Shared by the CLI commands: option parsers, loading inputs, and printing tables and JSON.
 
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
-import { cuda } from '../backends/cuda.js';
+import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
@@ -192,18 +192,7 @@ export async function scoreInFormat(
     );
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
-  const gpu = await cuda();
-  const f = await gpu.upload(docs);
-  try {
-    const e4m3 = await f.quantize('fp8');
-    try {
-      return await e4m3.score(q);
-    } finally {
-      e4m3.dispose();
-    }
-  } finally {
-    f.dispose();
-  }
+  return cudaScoreFp8Host(q, docs);
 }
 
 export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];

@@ -1,7 +1,7 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
-import type { BackendChoice } from '../backends/select.js';
-import { InvalidArgumentError } from '../errors.js';
+import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToQueries, loadArray } from '../io/load.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { rankRows, topK, topKAll } from '../ops/maxsim.js';
@@ -24,6 +24,7 @@ interface SearchCommandOptions extends InputOptions {
   dtype?: string;
   corpus?: string;
   gpuMemory?: number;
+  pin?: boolean;
   backend: BackendChoice;
   threads?: number;
   topK: number;
@@ -41,6 +42,10 @@ export function searchCommand(): Command {
   )
     .option('--corpus <dir>', 'search an on-disk corpus (maxsim corpus build) instead of --docs, streamed')
     .option('--gpu-memory <MiB>', 'with --corpus on CUDA: device memory the scan may use', integerOption(1))
+    .option(
+      '--pin',
+      'with --corpus on CUDA: page-lock the corpus files first, so blocks reach the GPU by DMA alone',
+    )
     .option('--top-k <k>', 'results per query', integerOption(0), 10)
     .addOption(
       new Option('--dtype <format>', 'rank by scores in this format: f32 (as given), int8, fp8 (GPU)')
@@ -90,7 +95,18 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
       'no prefilter with --corpus (build an int8 corpus instead)',
       opts.prefilter,
     );
+  if (opts.pin && opts.backend === 'cpu')
+    throw new InvalidArgumentError(
+      '--pin',
+      "--backend cuda or auto (pinning feeds the GPU's copy engine)",
+      '--backend cpu',
+    );
   const corpus = openCorpus(opts.corpus!);
+  if (opts.pin) {
+    const why = cudaUnavailableReason();
+    if (why) throw new BackendUnavailableError(`--pin needs a GPU: ${why}`);
+    await corpus.pin();
+  }
   const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
     checkFinite: opts.checkFinite,
   });

@@ -4,6 +4,7 @@
 import * as fs from 'node:fs';
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import { type ArrayData, type ArrayDType, formatShape, itemSize, shapeProduct, viewAs } from './array.js';
+import { resolveArraySpec } from './load.js';
 import { NPY_MAX_HEADER_BYTES, parseNpyHeader } from './npy.js';
 import { parseSafetensorsLayout, SAFETENSORS_MAX_HEADER_BYTES } from './safetensors.js';
 
@@ -33,22 +34,7 @@ function readAt(fd: number, path: string, length: number, position: number): Uin
  * loadArray). The file stays open until `close()`.
  */
 export function openArraySource(spec: string, argument = 'spec'): ArraySource & { close(): void } {
-  let path = spec;
-  let tensor: string | undefined;
-  const isFile = (p: string) => fs.existsSync(p) && fs.statSync(p).isFile();
-  if (!isFile(spec)) {
-    const colon = spec.lastIndexOf(':');
-    if (colon > 0 && isFile(spec.slice(0, colon))) {
-      path = spec.slice(0, colon);
-      tensor = spec.slice(colon + 1);
-    } else {
-      throw new InvalidArgumentError(
-        argument,
-        'an existing file: path.npy or path.safetensors[:tensorName]',
-        JSON.stringify(spec),
-      );
-    }
-  }
+  const { path, tensor } = resolveArraySpec(spec, argument);
   const fd = fs.openSync(path, 'r');
   try {
     const size = fs.fstatSync(fd).size;

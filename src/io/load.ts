@@ -52,27 +52,28 @@ function isFile(path: string): boolean {
 }
 
 /**
+ * Splits `path.npy` / `path.safetensors[:tensorName]` into the file and the tensor name. A whole
+ * spec that names a file wins, so paths containing ':' still work.
+ */
+export function resolveArraySpec(spec: string, argument = 'spec'): { path: string; tensor?: string } {
+  if (isFile(spec)) return { path: spec };
+  const colon = spec.lastIndexOf(':');
+  if (colon > 0 && isFile(spec.slice(0, colon)))
+    return { path: spec.slice(0, colon), tensor: spec.slice(colon + 1) };
+  throw new InvalidArgumentError(
+    argument,
+    'an existing file: path.npy or path.safetensors[:tensorName]',
+    `${JSON.stringify(spec)} (no such file)`,
+  );
+}
+
+/**
  * Loads `path.npy` or `path.safetensors:tensorName`. The `:tensorName` may be left out when the
  * safetensors file holds exactly one tensor. The format is recognized by content, not extension.
  */
 export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
   const argument = opts.argument ?? 'spec';
-  let path = spec;
-  let tensor: string | undefined;
-  // A whole spec that names a file wins, so paths containing ':' still work.
-  if (!isFile(spec)) {
-    const colon = spec.lastIndexOf(':');
-    if (colon > 0 && isFile(spec.slice(0, colon))) {
-      path = spec.slice(0, colon);
-      tensor = spec.slice(colon + 1);
-    } else {
-      throw new InvalidArgumentError(
-        argument,
-        'an existing file: path.npy or path.safetensors[:tensorName]',
-        `${JSON.stringify(spec)} (no such file)`,
-      );
-    }
-  }
+  const { path, tensor } = resolveArraySpec(spec, argument);
   const bytes = readFileBytes(path);
   const looksLikeNpy = NPY_MAGIC.every((b, i) => bytes[i] === b);
   if (looksLikeNpy || /\.npy$/i.test(path)) {
