@@ -244,8 +244,10 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
           // 4 KiB-aligned slices, so each pread covers whole pages of the page cache
           const uint64_t per = (total / nreaders + 4095) & ~uint64_t(4095);
           const uint64_t from = std::min(total, per * r), to = std::min(total, per * (r + 1));
-          slot.tokens = static_cast<const uint8_t*>(slot.host_tokens);
-          slot.direct_bytes = total;
+          if (r == 0) {  // one writer of the slot's fields (the worker reads them after every slice is in)
+            slot.tokens = static_cast<const uint8_t*>(slot.host_tokens);
+            slot.direct_bytes = total;
+          }
           if (to > from) {
             auto* dst = static_cast<uint8_t*>(slot.host_tokens) + from;
             err = ReadRange(files.fds[blk.file], spec.files[blk.file], dst, blk.tokens_offset + from, to - from);
