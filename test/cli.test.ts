@@ -385,6 +385,41 @@ describe('maxsim search', () => {
     );
     expectSuccess(files8);
     assert.equal(files8.stdout, int8.stdout);
+    // maxsim quantize writes the same int8 documents (with scales and offsets) in one file
+    const q8file = file('docs8.safetensors');
+    const wrote = maxsimCli(
+      'quantize',
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--out',
+      q8file,
+      '--json',
+    );
+    expectSuccess(wrote);
+    const summary = JSON.parse(wrote.stdout);
+    assert.equal(summary.documents, docs.count);
+    assert.ok(summary.maxRel > 0 && summary.maxRel <= 1 / 254 + 1e-9, `maxRel ${summary.maxRel}`);
+    const fromFile = maxsimCli(
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${q8file}:embeddings`,
+      '--doc-scales',
+      `${q8file}:scales`,
+      '--doc-offsets',
+      `${q8file}:offsets`,
+      '--top-k',
+      '3',
+      '--backend',
+      'cpu',
+      '--dtype',
+      'int8',
+    );
+    expectSuccess(fromFile);
+    assert.equal(fromFile.stdout, int8.stdout);
   });
 
   test('defaults to 10 results (capped at B), an empty document last with a null score', () => {

@@ -88,6 +88,28 @@ export interface InputOptions {
   checkFinite: boolean;
 }
 
+/** Documents from --docs (+ --doc-offsets / --doc-lengths / --doc-scales). */
+export function loadDocs(opts: {
+  docs: string;
+  docOffsets?: string;
+  docLengths?: string;
+  docScales?: string;
+  checkFinite: boolean;
+}): TokenBatch {
+  const load = (spec: string | undefined, argument: string) =>
+    spec === undefined ? undefined : loadArray(spec, { argument });
+  return arrayToDocs(
+    loadArray(opts.docs, { argument: '--docs' }),
+    {
+      offsets: load(opts.docOffsets, '--doc-offsets'),
+      lengths: load(opts.docLengths, '--doc-lengths'),
+      scales: load(opts.docScales, '--doc-scales'),
+      checkFinite: opts.checkFinite,
+    },
+    '--docs',
+  );
+}
+
 /** Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs. */
 export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBatch; docs: TokenBatch } {
   const checkFinite = opts.checkFinite;
@@ -97,15 +119,7 @@ export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBa
     checkFinite,
     scales: scales(opts.queryScales, '--query-scales'),
   });
-  const offsets =
-    opts.docOffsets === undefined ? undefined : loadArray(opts.docOffsets, { argument: '--doc-offsets' });
-  const lengths =
-    opts.docLengths === undefined ? undefined : loadArray(opts.docLengths, { argument: '--doc-lengths' });
-  const docs = arrayToDocs(
-    loadArray(opts.docs, { argument: '--docs' }),
-    { offsets, lengths, checkFinite, scales: scales(opts.docScales, '--doc-scales') },
-    '--docs',
-  );
+  const docs = loadDocs(opts);
   return { queries, docs };
 }
 
@@ -183,7 +197,10 @@ export async function scoreInFormat(
 ): Promise<ScoreMatrix> {
   const q = queries.kind === 'matrix' ? matrixAsBatch(queries) : queries;
   if (format === 'float') return maxsimAll(q, docs, options);
-  if (format === 'int8') return maxsimAll(quantize(q, 'int8'), quantize(docs, 'int8'), options);
+  if (format === 'int8') {
+    const i8 = <T extends TokenBatch>(x: T) => (x.dtype === 'int8' ? x : quantize(x, 'int8'));
+    return maxsimAll(i8(q), i8(docs), options);
+  }
   if (options.backend === 'cpu')
     throw new InvalidArgumentError(
       '--backend',

@@ -8,6 +8,7 @@ import { corpusCommand } from './corpus.js';
 import { demoCommand } from './demo.js';
 import { fidelityCommand } from './fidelity.js';
 import { infoCommand } from './info.js';
+import { quantizeCommand } from './quantize.js';
 import { scoreCommand } from './score.js';
 import { searchCommand } from './search.js';
 import { verifyCommand } from './verify.js';
@@ -36,6 +37,7 @@ function buildProgram(): Command {
     scoreCommand(),
     searchCommand(),
     corpusCommand(),
+    quantizeCommand(),
     benchCommand(),
     verifyCommand(),
     fidelityCommand(),

@@ -1,0 +1,60 @@
+// `maxsim quantize`: documents to an int8 file (I8 tokens + F32 per-token scales + I64 offsets in one
+// .safetensors), readable by every command with --docs F:embeddings --doc-scales F:scales
+// --doc-offsets F:offsets, and the round-trip error of the quantization.
+import { Command } from 'commander';
+import { batchToArrays } from '../io/load.js';
+import { writeSafetensors } from '../io/safetensors.js';
+import { quantize, roundTripError } from '../ops/quantize.js';
+import { fixed, loadDocs } from './common.js';
+
+interface QuantizeOptions {
+  docs: string;
+  docOffsets?: string;
+  docLengths?: string;
+  out: string;
+  checkFinite: boolean;
+  json?: boolean;
+}
+
+export function quantizeCommand(): Command {
+  return new Command('quantize')
+    .description(
+      'write documents as int8 (per-token symmetric, one float32 scale per token) to a .safetensors file ' +
+        'holding embeddings (I8 [T, d]), scales (F32 [T]) and offsets (I64 [B+1])',
+    )
+    .requiredOption(
+      '--docs <spec>',
+      'float documents: dense [B, L, d] or packed [T, d] (with --doc-offsets or --doc-lengths)',
+    )
+    .option('--doc-offsets <spec>', 'packed documents: token offsets [B+1] (int32/int64)')
+    .option('--doc-lengths <spec>', 'token counts [B]: of packed documents, or real lengths of dense ones')
+    .requiredOption('--out <file.safetensors>', 'the int8 file to write')
+    .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
+    .option('--json', 'print the summary as JSON')
+    .action((opts: QuantizeOptions) => {
+      const docs = loadDocs(opts);
+      const q = quantize(docs, 'int8');
+      const arrays = batchToArrays(q);
+      writeSafetensors(
+        opts.out,
+        { embeddings: arrays.embeddings, scales: arrays.scales!, offsets: arrays.offsets },
+        { format: 'maxsim-int8', quantization: 'per-token symmetric int8, scale = max|x| / 127' },
+      );
+      const err = roundTripError(docs, q);
+      const summary = {
+        out: opts.out,
+        documents: docs.count,
+        tokens: arrays.scales!.shape[0],
+        dim: docs.dim,
+        ...err,
+      };
+      if (opts.json) console.log(JSON.stringify(summary));
+      else
+        console.log(
+          `wrote ${summary.documents} documents (${summary.tokens} tokens, d = ${summary.dim}) as int8 to ${opts.out}; ` +
+            `round-trip error: ${Object.entries(err)
+              .map(([k, v]) => `${k} ${fixed(v as number, 6)}`)
+              .join(', ')}`,
+        );
+    });
+}
