@@ -10,6 +10,7 @@ import { CorpusWriter } from '../src/io/corpus.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { topK } from '../src/ops/maxsim.js';
 import { encodeFloats, tokenMatrix } from '../src/tensor.js';
+import { interleavedMedians } from './interleave.js';
 
 const DOCS = 20000;
 const LEN = 128;
@@ -31,25 +32,15 @@ const cases: Record<string, () => Promise<unknown>> = {
   'in memory': () => topK(q, docs, 10, { backend: 'cpu' }),
   'corpus file': () => corpus.search(q, { topK: 10, backend: 'cpu' }),
 };
-const times: Record<string, number[]> = Object.fromEntries(Object.keys(cases).map((n) => [n, []]));
-for (const run of Object.values(cases)) await run();
-for (let round = 0; round < 5; round++) {
-  for (const [name, run] of Object.entries(cases)) {
-    const t = process.hrtime.bigint();
-    await run();
-    times[name].push(Number(process.hrtime.bigint() - t) / 1e6);
-  }
-}
-const median = (x: number[]) => [...x].sort((a, b) => a - b)[x.length >> 1];
+const times = await interleavedMedians(cases, 5);
 const flops = 2 * 32 * DOCS * LEN * DIM;
 for (const [name, t] of Object.entries(times)) {
-  const ms = median(t);
   console.log(
-    `${name.padEnd(12)} ${ms.toFixed(1)} ms  ${(flops / ms / 1e6).toFixed(0)} GFLOP/s  rounds ${t.map((x) => x.toFixed(0)).join(' ')}`,
+    `${name.padEnd(12)} ${t.median.toFixed(1)} ms  ${(flops / t.median / 1e6).toFixed(0)} GFLOP/s  rounds ${t.rounds.map((x) => x.toFixed(0)).join(' ')}`,
   );
 }
 console.log(
-  `corpus file / in memory: ${(median(times['corpus file']) / median(times['in memory'])).toFixed(2)}x`,
+  `corpus file / in memory: ${(times['corpus file'].median / times['in memory'].median).toFixed(2)}x`,
 );
 const a = await topK(q, docs, 10, { backend: 'cpu' });
 const b = await corpus.search(q, { topK: 10, backend: 'cpu' });

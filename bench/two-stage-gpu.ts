@@ -8,6 +8,7 @@ import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { twoStageTopKAll } from '../src/ops/two-stage.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
+import { interleavedMedians } from './interleave.js';
 
 const DOCS = 100_000;
 const rng = new Rng(17);
@@ -26,19 +27,10 @@ const cases: Record<string, () => Promise<unknown>> = {
   'two-stage top-10': () => twoStageTopKAll(q, f16, i8, 10),
   'exact fp16 top-10': () => f16.topK(q, 10),
 };
-const times: Record<string, number[]> = Object.fromEntries(Object.keys(cases).map((n) => [n, []]));
-for (let w = 0; w < 3; w++) for (const run of Object.values(cases)) await run();
-for (let round = 0; round < 20; round++) {
-  for (const [name, run] of Object.entries(cases)) {
-    const t = performance.now();
-    await run();
-    times[name].push(performance.now() - t);
-  }
-}
-const median = (x: number[]) => [...x].sort((a, b) => a - b)[x.length >> 1];
-for (const [name, t] of Object.entries(times)) console.log(`${name.padEnd(18)} ${median(t).toFixed(3)} ms`);
+const times = await interleavedMedians(cases, 20, 3);
+for (const [name, t] of Object.entries(times)) console.log(`${name.padEnd(18)} ${t.median.toFixed(3)} ms`);
 console.log(
-  `two-stage / int8 scan: ${(median(times['two-stage top-10']) / median(times['int8 scan top-10'])).toFixed(2)}x`,
+  `two-stage / int8 scan: ${(times['two-stage top-10'].median / times['int8 scan top-10'].median).toFixed(2)}x`,
 );
 const exact = await f16.topK(q, 10);
 const two = await twoStageTopKAll(q, f16, i8, 10);

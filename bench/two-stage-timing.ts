@@ -6,6 +6,7 @@ import { maxsim, topK } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { twoStageTopK } from '../src/ops/two-stage.js';
 import { denseBatch, tokenMatrix } from '../src/tensor.js';
+import { interleavedMedians } from './interleave.js';
 
 const rng = new Rng(11);
 const docs = denseBatch(randomUnitTokens(rng, 20000 * 128, 128), {
@@ -22,17 +23,8 @@ const cases: Record<string, () => Promise<unknown>> = {
   'two-stage top-10': () => twoStageTopK(q, docs, docsInt8, 10, { backend: 'cpu' }),
   'exact fp32 top-10': () => topK(q, docs, 10, { backend: 'cpu' }),
 };
-const times: Record<string, number[]> = Object.fromEntries(Object.keys(cases).map((name) => [name, []]));
-for (const run of Object.values(cases)) await run();
-for (let round = 0; round < 5; round++) {
-  for (const [name, run] of Object.entries(cases)) {
-    const t = process.hrtime.bigint();
-    await run();
-    times[name].push(Number(process.hrtime.bigint() - t) / 1e6);
-  }
-}
-const median = (x: number[]) => [...x].sort((a, b) => a - b)[x.length >> 1];
-for (const [name, t] of Object.entries(times)) console.log(`${name.padEnd(18)} ${median(t).toFixed(1)} ms`);
+const times = await interleavedMedians(cases, 5);
+for (const [name, t] of Object.entries(times)) console.log(`${name.padEnd(18)} ${t.median.toFixed(1)} ms`);
 const exact = await topK(q, docs, 10, { backend: 'cpu' });
 const two = await twoStageTopK(q, docs, docsInt8, 10, { backend: 'cpu' });
 console.log(`two-stage top-10 equals exact: ${JSON.stringify(two) === JSON.stringify(exact)}`);

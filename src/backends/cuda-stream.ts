@@ -3,7 +3,7 @@
 
 import * as os from 'node:os';
 import { InvalidArgumentError } from '../errors.js';
-import type { CorpusBlock, CorpusFile } from '../io/corpus.js';
+import { type CorpusBlock, type CorpusFile, storedTokenBytes } from '../io/corpus.js';
 import type { CorpusSearchOptions, ScanStats } from '../ops/corpus-search.js';
 import {
   decodeToFloat32,
@@ -163,7 +163,6 @@ export async function cudaStreamSearch(
           data: encodeFloats(decodeToFloat32(queries.data, queries.dtype, queries.dim), dtype as FloatDType),
           scales: undefined,
         };
-  const rowBytes = info.dim * dtypeSize(dtype);
   // Per slot: token rows + per document (starts 8 B, lengths 4 B, one score per query 4 B); the
   // queries stay outside the slots. The allocator rounds each of the slot's 4 blocks (and the
   // queries' 3) up to 2 MiB, so that slack is reserved too.
@@ -173,9 +172,7 @@ export async function cudaStreamSearch(
   const perSlot = Math.floor((budget - queryBytes) / DEPTH) - 5 * GRANULE;
   const perDocBytes = 12 + 4 * Math.max(1, q.count);
   let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
-  // int8 blocks carry a float32 scale per token besides the rows
-  const tokenBytes = rowBytes + (dtype === 'int8' ? 4 : 0);
-  const longest = info.maxLength * tokenBytes;
+  const longest = info.maxLength * storedTokenBytes(dtype, info.dim);
   if (blockBytes < longest) blockBytes = longest;
   const maxDocs = Math.max(1, Math.floor((perSlot - blockBytes) / perDocBytes));
   if (perSlot < longest + perDocBytes)

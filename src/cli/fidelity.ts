@@ -1,7 +1,7 @@
 // `maxsim fidelity`: what int8 and fp8 scoring do to rankings, on the demo corpus and on an
 // adversarial near-tie set (src/bench/fidelity.ts). int8 on the CPU, fp8 on the GPU when present.
 import { Command } from 'commander';
-import { fidelity, nearTieCorpus } from '../bench/fidelity.js';
+import { type FormatFidelity, fidelity, nearTieCorpus } from '../bench/fidelity.js';
 import { demoCorpus } from '../demo/corpus.js';
 import { Rng } from '../demo/random.js';
 import { fixed, integerOption, printTable } from './common.js';
@@ -38,41 +38,44 @@ export function fidelityCommand(): Command {
         console.log(JSON.stringify({ reports }));
         return;
       }
+      // One row per corpus and 8-bit format; fp8 has no two-stage search and may not have run.
+      const row = (
+        r: (typeof reports)[number],
+        format: string,
+        f: Pick<FormatFidelity, 'spearmanMean' | 'spearmanMin' | 'top10Overlap' | 'top20Overlap'>,
+        recall: string,
+        two: string,
+      ) => [
+        r.name,
+        format,
+        String(r.queries),
+        String(r.docs),
+        fixed(f.spearmanMean, 5),
+        fixed(f.spearmanMin, 5),
+        fixed(f.top10Overlap, 4),
+        fixed(f.top20Overlap, 4),
+        recall,
+        two,
+      ];
       const rowsOf = (r: (typeof reports)[number]): string[][] => {
-        const rows = [
-          [
-            r.name,
-            'int8',
-            String(r.queries),
-            String(r.docs),
-            fixed(r.spearmanMean, 5),
-            fixed(r.spearmanMin, 5),
-            fixed(r.top10Overlap, 4),
-            fixed(r.top20Overlap, 4),
-            r.recall10
-              ? `${fixed(r.recall10.fp32, 3)}/${fixed(r.recall10.int8, 3)}/${fixed(r.recall10.twoStage, 3)}`
-              : '-',
-            fixed(r.twoStageExact, 4),
-          ],
-        ];
+        const fp32 = r.recall10 ? fixed(r.recall10.fp32, 3) : undefined;
+        const int8Recall = r.recall10
+          ? `${fp32}/${fixed(r.recall10.int8, 3)}/${fixed(r.recall10.twoStage, 3)}`
+          : '-';
+        const rows = [row(r, 'int8', r, int8Recall, fixed(r.twoStageExact, 4))];
         const f = r.fp8;
         if ('unavailable' in f)
           rows.push([r.name, 'fp8', '-', '-', '-', '-', '-', '-', 'not run (below)', '-']);
         else
-          rows.push([
-            r.name,
-            'fp8',
-            String(r.queries),
-            String(r.docs),
-            fixed(f.spearmanMean, 5),
-            fixed(f.spearmanMin, 5),
-            fixed(f.top10Overlap, 4),
-            fixed(f.top20Overlap, 4),
-            f.recall10 !== undefined && r.recall10
-              ? `${fixed(r.recall10.fp32, 3)}/${fixed(f.recall10, 3)}/-`
-              : '-',
-            '-',
-          ]);
+          rows.push(
+            row(
+              r,
+              'fp8',
+              f,
+              f.recall10 !== undefined && fp32 ? `${fp32}/${fixed(f.recall10, 3)}/-` : '-',
+              '-',
+            ),
+          );
         return rows;
       };
       printTable(

@@ -68,6 +68,11 @@ function step(name: string): void {
 
 // ---- small helpers ----
 
+/** Bytes a scan reads per stored token: the row, plus its float32 scale for int8. */
+export function storedTokenBytes(dtype: DType, dim: number): number {
+  return dim * dtypeSize(dtype) + (dtype === 'int8' ? 4 : 0);
+}
+
 function alignUp(n: number): number {
   return Math.ceil(n / ALIGN) * ALIGN;
 }
@@ -793,7 +798,7 @@ export interface CorpusInfo {
 }
 
 function describeManifest(dir: string, m: Manifest): CorpusInfo {
-  const rowBytes = m.dim * dtypeSize(m.dtype) + (m.dtype === 'int8' ? 4 : 0);
+  const rowBytes = storedTokenBytes(m.dtype, m.dim);
   return {
     path: dir,
     dtype: m.dtype,
@@ -988,7 +993,7 @@ export class CorpusFile {
   planBlocks(maxBytes: number, maxDocuments = Number.MAX_SAFE_INTEGER): CorpusBlock[] {
     if (!(maxBytes >= 1))
       throw new InvalidArgumentError('maxBytes', 'a positive number of bytes', String(maxBytes));
-    const rowBytes = this.info.dim * dtypeSize(this.info.dtype) + (this.info.dtype === 'int8' ? 4 : 0);
+    const rowBytes = storedTokenBytes(this.info.dtype, this.info.dim);
     const blocks: CorpusBlock[] = [];
     this.segments.forEach((s, si) => {
       const n = s.header.documents;

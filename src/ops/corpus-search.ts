@@ -22,6 +22,7 @@ import {
   type CorpusDType,
   CorpusFile,
   type CorpusInfo,
+  storedTokenBytes,
   typedView,
   type VerifyProgress,
 } from '../io/corpus.js';
@@ -280,6 +281,7 @@ export class Corpus {
     let documents = 0;
     let bytes = 0;
     let firstBlockSeconds = 0;
+    const tokenBytes = storedTokenBytes(info.dtype, info.dim);
     for (const block of blocks) {
       const docs = this.mapBlock(block);
       const scores =
@@ -289,7 +291,7 @@ export class Corpus {
       const blockHits = blockTopK(scores, q.count, block.documents, k, block.firstDocument);
       running = running.map((r, i) => mergeHits(r, blockHits[i], k));
       documents += block.documents;
-      bytes += this.file.blockRanges(block).tokens.bytes + block.tokens * (info.dtype === 'int8' ? 4 : 0);
+      bytes += block.tokens * tokenBytes;
       if (firstBlockSeconds === 0) firstBlockSeconds = (performance.now() - started) / 1000;
       options.onProgress?.({
         documents,
@@ -299,7 +301,6 @@ export class Corpus {
         elapsedMs: performance.now() - started,
       });
     }
-    if (q.count > 0 && info.documents === 0) running = running.map(() => []);
     return {
       hits: running,
       stats: {
