@@ -11,6 +11,7 @@ export {
   type DeviceCorpus,
   e4m3ToFloat,
   type Fp8Tokens,
+  isDeviceCorpus,
   type QuantizeMode8,
   referenceMaxsimFp8,
 } from './backends/cuda.js';
@@ -70,6 +71,9 @@ export {
   type ContrastiveStepResult,
   contrastiveLoss,
   contrastiveStep,
+  type DeviceContrastiveStepResult,
+  type DeviceGradients,
+  type DeviceTrainResult,
   type MaxsimGradients,
   type MaxsimTrainOptions,
   type MaxsimTrainResult,

@@ -220,6 +220,35 @@ Napi::Object NewTokenSet(Napi::Env env, std::shared_ptr<DeviceTokens> tokens) {
   return obj;
 }
 
+}  // namespace
+
+// Device token sets for the other CUDA bindings (declared in cuda_task.h).
+namespace maxsim_binding {
+
+bool IsDeviceSet(Napi::Env env, const Napi::Value& v) { return AsTokenSet(env, v) != nullptr; }
+
+DeviceSetArg GetDeviceSet(Napi::Env env, const Napi::Value& v, const std::string& name) {
+  TokenSetHandle* h = UnwrapTokenSet(env, v, name);
+  DeviceSetArg a;
+  a.set = h->Live(env, name);
+  const TokenSetHandle::Snapshot& s = h->snapshot();
+  a.device = s.device;
+  a.count = s.count;
+  a.tokens = s.tokens;
+  a.dim = s.dim;
+  a.max_length = s.max_length;
+  a.dtype = s.dtype;
+  a.e4m3 = s.e4m3;
+  a.view = a.set->parent != nullptr;
+  return a;
+}
+
+Napi::Object WrapDeviceSet(Napi::Env env, std::shared_ptr<DeviceTokens> set) { return NewTokenSet(env, std::move(set)); }
+
+}  // namespace maxsim_binding
+
+namespace {
+
 // A host TokenBatch for the CUDA engine, bounds-checked by ParseTokenSet (int8 with its per-token
 // scales, which ParseTokenSet requires and checks for length).
 TokenSet ParseHostBatch(Napi::Env env, const Napi::Value& v, const std::string& name, Task* task) {

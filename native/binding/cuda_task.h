@@ -66,4 +66,21 @@ int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name,
 // A device index, or a device handle from cuda.open() (its `index`): the device's runtime.
 maxsim_cuda::Runtime* ParseDevice(Napi::Env env, const Napi::Value& v);
 
+// ---- device token sets (the CudaTokenSet handles of cuda_binding.cc), for the other bindings ----
+struct DeviceSetArg {
+  std::shared_ptr<maxsim_cuda::DeviceTokens> set;
+  int device = 0;  // as of the last completed upload / append (the JS thread's snapshot)
+  int64_t count = 0, tokens = 0, dim = 0;
+  int32_t max_length = 0;
+  DType dtype = DType::Float32;
+  bool e4m3 = false;  // fp8 codes
+  bool view = false;  // made by select(): spans over another set's tokens
+};
+// Whether v is a CudaTokenSet handle.
+bool IsDeviceSet(Napi::Env env, const Napi::Value& v);
+// The set behind a handle; TypeError naming `name` for another value or a disposed set.
+DeviceSetArg GetDeviceSet(Napi::Env env, const Napi::Value& v, const std::string& name);
+// A new CudaTokenSet handle owning `set`.
+Napi::Object WrapDeviceSet(Napi::Env env, std::shared_ptr<maxsim_cuda::DeviceTokens> set);
+
 }  // namespace maxsim_binding

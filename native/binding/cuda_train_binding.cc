@@ -45,14 +45,47 @@ using maxsim_binding::ParseDevice;
 using maxsim_binding::TaskChannel;
 using TrainTask = maxsim_binding::CudaTask;
 
+// Each side (queries, docs) is a host batch, uploaded by every call, or a device-resident set (q_dev /
+// d_dev): then q / d hold its metadata only (no data, no starts) and the lengths, which the host-side
+// planning reads, come from the device on the worker thread (q_len / d_len, see Materialize).
 struct Problem {
   TokenSet q, d;
+  std::shared_ptr<DeviceTokens> q_dev, d_dev;
+  std::vector<int32_t> q_len, d_len;
   int32_t pairs = 0;  // 0 all, 1 diagonal
   int64_t stride = 0;
   int64_t num_pairs = 0;
+  // Points the device-resident sides' lengths at q_len / d_len (after a copy or a move).
+  void Rebind() {
+    if (q_dev) q.lengths = q_len.data();
+    if (d_dev) d.lengths = d_len.data();
+  }
 };
 
-TokenSet ParseFloatBatch(Napi::Env env, const Napi::Value& v, const std::string& name, TrainTask* task) {
+// A host batch (kept alive until the job ends) or a device token set of `rt`'s device: float, packed
+// (not a select() view: a view may repeat items, whose gradient rows would have two owners).
+TokenSet ParseSide(Napi::Env env, const Napi::Value& v, const std::string& name, TrainTask* task, const Runtime* rt,
+                   std::shared_ptr<DeviceTokens>* dev) {
+  if (maxsim_binding::IsDeviceSet(env, v)) {
+    maxsim_binding::DeviceSetArg s = maxsim_binding::GetDeviceSet(env, v, name);
+    if (s.device != rt->props().index) {
+      throw ArgError(env, name, "a device token set on device " + std::to_string(rt->props().index),
+                     "one on device " + std::to_string(s.device));
+    }
+    if (s.dtype == DType::Int8) {
+      throw ArgError(env, name + ".dtype", "'float32', 'float16' or 'bfloat16' (training takes float inputs)",
+                     s.e4m3 ? "'fp8'" : "'int8'");
+    }
+    if (s.view) throw ArgError(env, name, "a corpus made by upload() or alloc()", "a view made by select()");
+    TokenSet t;
+    t.dtype = s.dtype;
+    t.dim = s.dim;
+    t.count = s.count;
+    t.elements = s.tokens * s.dim;
+    t.max_length = s.max_length;
+    *dev = s.set;
+    return t;
+  }
   TokenSet t = ParseTokenSet(env, v, name);
   if (t.dtype == DType::Int8) {
     throw ArgError(env, name + ".dtype", "'float32', 'float16' or 'bfloat16' (training takes float inputs)", "'int8'");
@@ -65,11 +98,11 @@ TokenSet ParseFloatBatch(Napi::Env env, const Napi::Value& v, const std::string&
 }
 
 // (queries, docs, { pairs, stride }) at info[first], info[first + 1], info[options].
-Problem ParseProblem(const Napi::CallbackInfo& info, size_t first, size_t options, TrainTask* task) {
+Problem ParseProblem(const Napi::CallbackInfo& info, size_t first, size_t options, TrainTask* task, const Runtime* rt) {
   Napi::Env env = info.Env();
   Problem a;
-  a.q = ParseFloatBatch(env, info[first], "queries", task);
-  a.d = ParseFloatBatch(env, info[first + 1], "docs", task);
+  a.q = ParseSide(env, info[first], "queries", task, rt, &a.q_dev);
+  a.d = ParseSide(env, info[first + 1], "docs", task, rt, &a.d_dev);
   if (a.q.dim != a.d.dim) {
     throw ArgError(env, "queries.dim", std::to_string(a.d.dim) + " (the dimension of docs)", std::to_string(a.q.dim));
   }
@@ -148,6 +181,38 @@ std::shared_ptr<DeviceTokens> UploadSet(Runtime* rt, const TokenSet& t) {
   auto dev = rt->AllocTokens(t.dtype, t.dim, TokensOf(t), t.count);
   rt->Append(*dev, t);
   return dev;
+}
+
+// Worker thread: both sides on the device (host batches uploaded now) and the lengths of the
+// device-resident ones on the host. With `own`, the uploaded host batches become device-resident
+// sides of `a` (a state that outlives the call must not point into JS arrays).
+void Materialize(Runtime* rt, Problem& a, bool own, std::shared_ptr<DeviceTokens>* q, std::shared_ptr<DeviceTokens>* d) {
+  auto side = [&](TokenSet& t, std::shared_ptr<DeviceTokens>& dev, std::vector<int32_t>& len, const char* name) {
+    if (dev) {
+      // The JS thread read the set's size when the call was made; an append still running then
+      // would have changed it under the job's plan.
+      if (dev->count != t.count || dev->tokens * dev->dim != t.elements) {
+        throw std::invalid_argument(std::string("Expected ") + name + " to keep its " + std::to_string(t.count) +
+                                    " items during the call but received a set of " + std::to_string(dev->count) +
+                                    " items (await append() before training)");
+      }
+      len.resize(static_cast<size_t>(t.count));
+      if (t.count > 0) rt->Download(len.data(), dev->lengths, static_cast<uint64_t>(t.count) * sizeof(int32_t));
+      t.lengths = len.data();
+      return dev;
+    }
+    auto up = UploadSet(rt, t);
+    if (own) {
+      len.assign(t.lengths, t.lengths + t.count);
+      t.lengths = len.data();
+      t.data = nullptr;
+      t.starts = nullptr;
+      dev = up;
+    }
+    return up;
+  };
+  *q = side(a.q, a.q_dev, a.q_len, "queries");
+  *d = side(a.d, a.d_dev, a.d_len, "docs");
 }
 
 MaxsimTrainParams BaseParams(const Problem& a, const DeviceTokens& q, const DeviceTokens& d) {
@@ -241,16 +306,10 @@ void DownloadRows(Runtime* rt, const TokenSet& t, cu::CUdeviceptr src, uint64_t 
   ScatterRows(t, packed, out);
 }
 
-int32_t LongestItem(const TokenSet& t) {
-  int32_t m = 0;
-  for (int64_t i = 0; i < t.count; i++) m = std::max(m, t.lengths[i]);
-  return m;
-}
-
 // argmax entries go to the device as int16 when every document is shorter than 32768 tokens (values
 // -1 .. 32766), halving the largest buffer of both passes; `bits` (options.argmaxBits) forces 16 or 32.
 bool UseArgmax16(Napi::Env env, const Problem& a, const Napi::Object& opts) {
-  const bool fits = LongestItem(a.d) <= 32767;
+  const bool fits = a.d.max_length <= 32767;
   Napi::Value v = opts.Get("argmaxBits");
   if (v.IsUndefined()) return fits;
   const double bits = v.IsNumber() ? v.ToNumber().DoubleValue() : -1.0;
@@ -259,7 +318,7 @@ bool UseArgmax16(Napi::Env env, const Problem& a, const Napi::Object& opts) {
   if (bits == 16) {
     if (!fits) {
       throw Napi::RangeError::New(env, "Expected documents shorter than 32768 tokens for argmaxBits 16 but received one of " +
-                                           std::to_string(LongestItem(a.d)));
+                                           std::to_string(a.d.max_length));
     }
     return true;
   }
@@ -351,8 +410,65 @@ int64_t ForwardGrid(const Problem& a, int64_t cap) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// trainForward(device, queries, docs, { pairs, stride, kernel?, argmaxBits?, forwardGrid? }) -> Promise<{ scores, argmax }>
-// kernel: 'auto' (default: the tensor-core forward where MmaForwardApplies), 'mma' or 'simt'.
+// Device-resident training: what a forward keeps on the device for its backward (both operands and
+// the argmax), handed to JS as an External with a type tag. The backward reads it and, unless asked
+// to retain it, drops it; release() (TS: dispose) drops it at once; the memory goes back to the
+// allocator, on the worker thread, when the last holder (the handle or a queued job) lets go.
+
+struct TrainState {
+  Runtime* rt = nullptr;
+  Problem a;  // both sides device-resident (q_dev / d_dev), lengths on the host
+  bool argmax16 = true;
+  cu::CUdeviceptr argmax = 0;
+  ~TrainState() {
+    if (!argmax) return;
+    Runtime* r = rt;
+    r->Post([r, p = argmax] { r->allocator().Free(p); });
+  }
+};
+
+struct StateHolder {
+  std::shared_ptr<TrainState> state;
+};
+
+constexpr napi_type_tag kStateTag = {0x6d617873696d7472ULL, 0x61696e7374617465ULL};
+
+Napi::Value WrapState(Napi::Env env, std::shared_ptr<TrainState> state) {
+  auto ext = Napi::External<StateHolder>::New(env, new StateHolder{std::move(state)},
+                                              [](Napi::Env, StateHolder* h) { delete h; });
+  ext.TypeTag(&kStateTag);
+  return ext;
+}
+
+// The holder behind a state handle; TypeError naming `name` for anything else.
+StateHolder* UnwrapState(Napi::Env env, const Napi::Value& v, const std::string& name) {
+  if (!v.IsExternal() || !v.As<Napi::External<StateHolder>>().CheckTypeTag(&kStateTag)) {
+    throw ArgError(env, name, "the state of a device-resident training forward", maxsim_binding::Describe(v));
+  }
+  return v.As<Napi::External<StateHolder>>().Data();
+}
+
+// The live state (an error naming `name` once it was released or consumed by a backward pass).
+std::shared_ptr<TrainState> LiveState(Napi::Env env, const Napi::Value& v, const std::string& name, Runtime* rt) {
+  std::shared_ptr<TrainState> s = UnwrapState(env, v, name)->state;
+  if (!s) {
+    throw ArgError(env, name, "a live training state",
+                   "one already released (a backward pass without retain, or dispose())");
+  }
+  if (s->rt != rt) {
+    throw ArgError(env, "device", "the device of the training state (" + std::to_string(s->rt->props().index) + ")",
+                   std::to_string(rt->props().index));
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// trainForward(device, queries, docs, { pairs, stride, keep?, kernel?, argmaxBits?, forwardGrid? })
+//   -> Promise<{ scores, argmax }>, or with keep: Promise<{ scores, state }> (the argmax stays on the device).
+// queries / docs: host batches or device token sets. kernel: 'auto' (default: the tensor-core
+// forward where MmaForwardApplies), 'mma' or 'simt'.
+
+void DownloadArgmax(Runtime* rt, cu::CUdeviceptr src, uint64_t slots, bool argmax16, int32_t* out);
 
 class ForwardTask : public TrainTask {
  public:
@@ -360,30 +476,48 @@ class ForwardTask : public TrainTask {
   Problem a;
   bool mma = false;  // the tensor-core forward (chosen on the JS thread, see TrainForward)
   bool argmax16 = true;
+  bool keep = false;  // device-resident: the argmax and the operands stay on the device (state)
   int64_t grid_cap = 0;
   bool profile = false;
   std::vector<std::pair<std::string, double>> phases;
   float* scores_out = nullptr;
   int32_t* argmax_out = nullptr;
+  std::shared_ptr<TrainState> state;
   Napi::ObjectReference result;
 
   void Run() override {
     rt_->EnsureReady();
-    if (a.num_pairs == 0) return;
     PhaseTimer timer(rt_, profile);
-    auto q = UploadSet(rt_, a.q);
-    auto d = UploadSet(rt_, a.d);
+    std::shared_ptr<DeviceTokens> q, d;
+    Materialize(rt_, a, keep, &q, &d);
     const uint64_t slots = static_cast<uint64_t>(a.num_pairs) * static_cast<uint64_t>(a.stride);
-    const int64_t grid = ForwardGrid(a, grid_cap);
     const uint64_t entry = argmax16 ? sizeof(int16_t) : sizeof(int32_t);
+    std::unique_ptr<ScopedBlock> argmax_scoped;
+    cu::CUdeviceptr argmax = 0;
+    if (keep) {
+      state = std::make_shared<TrainState>();
+      state->rt = rt_;
+      state->argmax16 = argmax16;
+      state->argmax = rt_->allocator().Alloc(std::max<uint64_t>(slots, 1) * entry);
+      argmax = state->argmax;
+    } else {
+      argmax_scoped = std::make_unique<ScopedBlock>(rt_->allocator(), std::max<uint64_t>(slots, 1) * entry);
+      argmax = argmax_scoped->get();
+    }
+    if (keep) {
+      state->a = std::move(a);  // a stays usable below through the state (vectors move with their data)
+      state->a.Rebind();
+    }
+    const Problem& a = keep ? state->a : this->a;
+    if (a.num_pairs == 0) return;
+    const int64_t grid = ForwardGrid(a, grid_cap);
     ScopedBlock scores(rt_->allocator(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
     ScopedBlock best(rt_->allocator(),
                      std::max<uint64_t>(static_cast<uint64_t>(grid) * static_cast<uint64_t>(a.stride), 1) * sizeof(float));
-    ScopedBlock argmax(rt_->allocator(), std::max<uint64_t>(slots, 1) * entry);
     MaxsimTrainParams p = BaseParams(a, *q, *d);
     p.scores = DevPtr<float>(scores.get());
     p.best = DevPtr<float>(best.get());
-    p.argmax = DevPtr<void>(argmax.get());
+    p.argmax = DevPtr<void>(argmax);
     p.argmax16 = argmax16 ? 1 : 0;
     if (timer.on()) rt_->Synchronize();
     timer.Host("upload");
@@ -398,41 +532,43 @@ class ForwardTask : public TrainTask {
     if (timer.on()) rt_->Synchronize();
     timer.Host("forwardWait");
     rt_->Download(scores_out, scores.get(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
-    DownloadArgmax(argmax.get(), slots);
+    if (!keep) DownloadArgmax(rt_, argmax, slots, argmax16, argmax_out);
     timer.Host("download");
     if (timer.on()) phases = timer.Finish();
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = result.Value();
+    if (keep) o.Set("state", WrapState(env, std::move(state)));
     if (profile) o.Set("profileMs", PhasesToJs(env, phases));
     return o;
   }
 
  private:
-  void DownloadArgmax(cu::CUdeviceptr src, uint64_t slots) {
-    if (!argmax16) {
-      rt_->Download(argmax_out, src, slots * sizeof(int32_t));
-      return;
-    }
-    // Widened to the API's Int32Array a chunk at a time (no full-size host copy).
-    constexpr uint64_t kChunk = uint64_t(1) << 22;
-    std::vector<int16_t> buf(static_cast<size_t>(std::min<uint64_t>(slots, kChunk)));
-    for (uint64_t off = 0; off < slots; off += kChunk) {
-      const uint64_t n = std::min(kChunk, slots - off);
-      rt_->Download(buf.data(), src + off * sizeof(int16_t), n * sizeof(int16_t));
-      for (uint64_t e = 0; e < n; e++) argmax_out[off + e] = buf[e];
-    }
-  }
-
   Runtime* rt_;
 };
+
+// Copies `slots` argmax entries (int16 when argmax16) from the device into an Int32Array's memory,
+// widened a chunk at a time (no full-size host copy).
+void DownloadArgmax(Runtime* rt, cu::CUdeviceptr src, uint64_t slots, bool argmax16, int32_t* out) {
+  if (!argmax16) {
+    rt->Download(out, src, slots * sizeof(int32_t));
+    return;
+  }
+  constexpr uint64_t kChunk = uint64_t(1) << 22;
+  std::vector<int16_t> buf(static_cast<size_t>(std::min<uint64_t>(slots, kChunk)));
+  for (uint64_t off = 0; off < slots; off += kChunk) {
+    const uint64_t n = std::min(kChunk, slots - off);
+    rt->Download(buf.data(), src + off * sizeof(int16_t), n * sizeof(int16_t));
+    for (uint64_t e = 0; e < n; e++) out[off + e] = buf[e];
+  }
+}
 
 Napi::Value TrainForward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto* channel = static_cast<TaskChannel*>(info.Data());
   Runtime* rt = ParseDevice(env, info[0]);
   auto task = std::make_unique<ForwardTask>(env, rt);
-  task->a = ParseProblem(info, 1, 3, task.get());
+  task->a = ParseProblem(info, 1, 3, task.get(), rt);
   const Problem& a = task->a;
   Napi::Object opts = info[3].As<Napi::Object>();
   FwdKernel kernel = FwdKernel::kAuto;
@@ -458,14 +594,22 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
   task->argmax16 = UseArgmax16(env, a, opts);
   task->grid_cap = CountOption(env, opts, "forwardGrid");
   task->profile = ProfileOption(opts);
+  Napi::Value keep = opts.Get("keep");
+  task->keep = keep.IsBoolean() && keep.As<Napi::Boolean>().Value();
+  if (!task->keep && (a.q_dev || a.d_dev)) {
+    throw ArgError(env, "options.keep", "true for device-resident queries or docs (the argmax stays on the device)",
+                   "false");
+  }
   Napi::Float32Array scores = Napi::Float32Array::New(env, static_cast<size_t>(a.num_pairs));
-  Napi::Int32Array argmax = Napi::Int32Array::New(env, static_cast<size_t>(a.num_pairs * a.stride));
   Napi::Object result = Napi::Object::New(env);
   result.Set("scores", scores);
-  result.Set("argmax", argmax);
   result.Set("stride", Napi::Number::New(env, static_cast<double>(a.stride)));
   task->scores_out = scores.Data();
-  task->argmax_out = argmax.Data();
+  if (!task->keep) {
+    Napi::Int32Array argmax = Napi::Int32Array::New(env, static_cast<size_t>(a.num_pairs * a.stride));
+    result.Set("argmax", argmax);
+    task->argmax_out = argmax.Data();
+  }
   task->result = Napi::Persistent(result);
   return channel->Submit(env, rt, std::move(task));
 }
@@ -553,6 +697,32 @@ std::vector<DocBlock> PlanDocBlocks(const Problem& a, int64_t max_docs, int64_t 
   return blocks;
 }
 
+// A float32 set with the items of `like` (a packed set: item i starts at the sum of the lengths
+// before it), to hold a gradient.
+std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like, const std::vector<int32_t>& lengths) {
+  auto g = rt->AllocTokens(DType::Float32, like.dim, like.tokens, like.count);
+  std::vector<int64_t> starts(lengths.size());
+  int64_t at = 0;
+  int32_t longest = 0;
+  for (size_t i = 0; i < lengths.size(); i++) {
+    starts[i] = at;
+    at += lengths[i];
+    longest = std::max(longest, lengths[i]);
+  }
+  if (at != like.tokens) {
+    throw std::logic_error("a device-resident training operand is not packed (" + std::to_string(at) +
+                           " tokens in its items, " + std::to_string(like.tokens) + " in the set)");
+  }
+  if (!lengths.empty()) {
+    rt->Upload(g->starts, starts.data(), starts.size() * sizeof(int64_t));
+    rt->Upload(g->lengths, lengths.data(), lengths.size() * sizeof(int32_t));
+  }
+  g->count = like.count;
+  g->tokens = like.tokens;
+  g->max_length = longest;
+  return g;
+}
+
 class BackwardTask : public TrainTask {
  public:
   BackwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
@@ -567,35 +737,61 @@ class BackwardTask : public TrainTask {
   float* dd_out = nullptr;
   bool ran_atomic = false;
   bool profile = false;
+  // Device-resident: the forward's state (a holds a copy of its problem); dQ / dD become device sets.
+  std::shared_ptr<TrainState> state;
+  std::shared_ptr<DeviceTokens> dq_set, dd_set;
   std::vector<std::pair<std::string, double>> phases;
   Napi::ObjectReference result;
 
   void Run() override {
     rt_->EnsureReady();
-    if (a.num_pairs == 0) return;
+    if (!state && a.num_pairs == 0) return;
     PhaseTimer timer(rt_, profile);
-    auto q = UploadSet(rt_, a.q);
-    auto d = UploadSet(rt_, a.d);
+    std::shared_ptr<DeviceTokens> q = a.q_dev, d = a.d_dev;
+    if (!state) Materialize(rt_, a, false, &q, &d);
     if (timer.on()) rt_->Synchronize();
     timer.Host("uploadTokens");
     const int64_t dim = a.q.dim;
     const uint64_t slots = static_cast<uint64_t>(a.num_pairs) * static_cast<uint64_t>(a.stride);
-    ScopedBlock argmax(rt_->allocator(), std::max<uint64_t>(slots, 1) * (argmax16 ? sizeof(int16_t) : sizeof(int32_t)));
-    UploadArgmax(argmax.get());
-    ScopedBlock grad(rt_->allocator(), static_cast<uint64_t>(a.num_pairs) * sizeof(double));
-    rt_->Upload(grad.get(), grad_in, static_cast<uint64_t>(a.num_pairs) * sizeof(double));
+    std::unique_ptr<ScopedBlock> argmax_scoped;
+    cu::CUdeviceptr argmax = state ? state->argmax : 0;
+    if (!state) {
+      argmax_scoped = std::make_unique<ScopedBlock>(
+          rt_->allocator(), std::max<uint64_t>(slots, 1) * (argmax16 ? sizeof(int16_t) : sizeof(int32_t)));
+      argmax = argmax_scoped->get();
+      UploadArgmax(argmax);
+    }
+    ScopedBlock grad(rt_->allocator(), std::max<uint64_t>(static_cast<uint64_t>(a.num_pairs), 1) * sizeof(double));
+    if (a.num_pairs > 0) rt_->Upload(grad.get(), grad_in, static_cast<uint64_t>(a.num_pairs) * sizeof(double));
     if (timer.on()) rt_->Synchronize();
     timer.Host("uploadArgmax");
     const uint64_t dq_elems = static_cast<uint64_t>(q->tokens) * static_cast<uint64_t>(dim);
     const uint64_t dd_elems = static_cast<uint64_t>(d->tokens) * static_cast<uint64_t>(dim);
-    ScopedBlock dq(rt_->allocator(), std::max<uint64_t>(dq_elems, 1) * sizeof(float));
-    ScopedBlock dd(rt_->allocator(), std::max<uint64_t>(dd_elems, 1) * sizeof(float));
+    std::unique_ptr<ScopedBlock> dq_scoped, dd_scoped;
+    cu::CUdeviceptr dq = 0, dd = 0;
+    if (state) {
+      dq_set = GradientSet(rt_, *q, a.q_len);
+      dd_set = GradientSet(rt_, *d, a.d_len);
+      dq = dq_set->data;
+      dd = dd_set->data;
+    } else {
+      dq_scoped = std::make_unique<ScopedBlock>(rt_->allocator(), std::max<uint64_t>(dq_elems, 1) * sizeof(float));
+      dd_scoped = std::make_unique<ScopedBlock>(rt_->allocator(), std::max<uint64_t>(dd_elems, 1) * sizeof(float));
+      dq = dq_scoped->get();
+      dd = dd_scoped->get();
+    }
+    if (a.num_pairs == 0) {  // no queries or no documents: the gradients are zero
+      ZeroWords(rt_, dq, dq_elems);
+      ZeroWords(rt_, dd, dd_elems);
+      rt_->Synchronize();
+      return;
+    }
     MaxsimTrainParams p = BaseParams(a, *q, *d);
-    p.argmax = DevPtr<void>(argmax.get());
+    p.argmax = DevPtr<void>(argmax);
     p.argmax16 = argmax16 ? 1 : 0;
     p.grad_scores = DevPtr<const double>(grad.get());
-    p.dq = DevPtr<float>(dq.get());
-    p.dd = DevPtr<float>(dd.get());
+    p.dq = DevPtr<float>(dq);
+    p.dd = DevPtr<float>(dd);
 
     // dQ: one warp per query token, 8 tokens of one query per block; every real row is written.
     timer.Mark();
@@ -609,22 +805,31 @@ class BackwardTask : public TrainTask {
       if (!atomic) atomic = !RunCsr(p);  // false: 'auto' chose the atomic scatter before writing dD
       if (atomic) {
         ran_atomic = true;
-        ZeroWords(rt_, dd.get(), dd_elems);
+        ZeroWords(rt_, dd, dd_elems);
         Launch1D(rt_, "maxsim_train_dd_atomic", CeilDiv(static_cast<int64_t>(slots), 4), 128, p);
       }
     }
     timer.Device("dD");
     if (timer.on()) rt_->Synchronize();
     timer.Host("kernelsWait");
-    // Downloads synchronize the stream: the CSR blocks (released by RunCsr) are reused only by later
-    // work on the same stream, which runs after these kernels.
-    DownloadRows(rt_, a.q, dq.get(), dq_elems, dq_out);
-    DownloadRows(rt_, a.d, dd.get(), dd_elems, dd_out);
-    timer.Host("download");
+    if (state) {
+      // The gradients stay on the device; the scratch blocks above go back to the allocator when
+      // this scope ends, and other jobs may use other streams: finish first.
+      rt_->Synchronize();
+    } else {
+      // Downloads synchronize the stream before the scratch blocks are released.
+      DownloadRows(rt_, a.q, dq, dq_elems, dq_out);
+      DownloadRows(rt_, a.d, dd, dd_elems, dd_out);
+      timer.Host("download");
+    }
     if (timer.on()) phases = timer.Finish();
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = result.Value();
+    if (state) {
+      o.Set("dQ", maxsim_binding::WrapDeviceSet(env, std::move(dq_set)));
+      o.Set("dD", maxsim_binding::WrapDeviceSet(env, std::move(dd_set)));
+    }
     o.Set("dDPath", Napi::String::New(env, ran_atomic ? "atomic" : "csr"));
     if (profile) o.Set("profileMs", PhasesToJs(env, phases));
     return o;
@@ -773,24 +978,8 @@ class BackwardTask : public TrainTask {
   Runtime* rt_;
 };
 
-Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  auto* channel = static_cast<TaskChannel*>(info.Data());
-  Runtime* rt = ParseDevice(env, info[0]);
-  auto task = std::make_unique<BackwardTask>(env, rt);
-  task->a = ParseProblem(info, 1, 5, task.get());
-  const Problem& a = task->a;
-  CheckDisjoint(env, a.q, "queries");
-  CheckDisjoint(env, a.d, "docs");
-  if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
-      static_cast<int64_t>(info[3].As<Napi::Int32Array>().ElementLength()) != a.num_pairs * a.stride) {
-    throw ArgError(env, "argmax", "an Int32Array of " + std::to_string(a.num_pairs * a.stride) + " entries", "another value");
-  }
-  if (!info[4].IsTypedArray() || info[4].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-      static_cast<int64_t>(info[4].As<Napi::Float64Array>().ElementLength()) != a.num_pairs) {
-    throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(a.num_pairs) + " entries", "another value");
-  }
-  Napi::Object opts = info[5].As<Napi::Object>();
+// { dDPath?, docBlock?, queryBlock?, csrChunk?, profile? } of both backward entry points.
+void ParseBackwardOptions(Napi::Env env, const Napi::Object& opts, BackwardTask* task) {
   Napi::Value path = opts.Get("dDPath");
   if (!path.IsUndefined()) {
     const std::string s = path.IsString() ? path.As<Napi::String>().Utf8Value() : std::string("?");
@@ -802,7 +991,6 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
       throw ArgError(env, "dDPath", "'csr', 'atomic' or 'auto'", "'" + s + "'");
     }
   }
-  task->argmax16 = UseArgmax16(env, a, opts);
   task->doc_block = CountOption(env, opts, "docBlock");
   task->csr_chunk = CountOption(env, opts, "csrChunk");
   if (task->csr_chunk == 0) task->csr_chunk = kCsrChunk;
@@ -812,6 +1000,32 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   }
   task->query_block = CountOption(env, opts, "queryBlock");
   task->profile = ProfileOption(opts);
+}
+
+Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  Runtime* rt = ParseDevice(env, info[0]);
+  auto task = std::make_unique<BackwardTask>(env, rt);
+  task->a = ParseProblem(info, 1, 5, task.get(), rt);
+  const Problem& a = task->a;
+  if (a.q_dev || a.d_dev) {
+    throw ArgError(env, a.q_dev ? "queries" : "docs", "a host batch (device-resident inputs train through trainBackwardState)",
+                   "a device token set");
+  }
+  CheckDisjoint(env, a.q, "queries");
+  CheckDisjoint(env, a.d, "docs");
+  if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+      static_cast<int64_t>(info[3].As<Napi::Int32Array>().ElementLength()) != a.num_pairs * a.stride) {
+    throw ArgError(env, "argmax", "an Int32Array of " + std::to_string(a.num_pairs * a.stride) + " entries", "another value");
+  }
+  if (!info[4].IsTypedArray() || info[4].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      static_cast<int64_t>(info[4].As<Napi::Float64Array>().ElementLength()) != a.num_pairs) {
+    throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(a.num_pairs) + " entries", "another value");
+  }
+  Napi::Object opts = info[5].As<Napi::Object>();
+  ParseBackwardOptions(env, opts, task.get());
+  task->argmax16 = UseArgmax16(env, a, opts);
   // The argmax entries are checked on the worker thread while they are narrowed (UploadArgmax).
   task->Keep(info[3]);
   task->Keep(info[4]);
@@ -828,6 +1042,73 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   return channel->Submit(env, rt, std::move(task));
 }
 
+// trainBackwardState(device, state, gradScores, { retain?, dDPath?, docBlock?, queryBlock?, csrChunk?, profile? })
+//   -> Promise<{ dQ, dD, dDPath }>: device token sets (float32) with the items of the queries and docs.
+// Without retain the state is released now (a second backward fails with a clear error) and its
+// memory returns once this job is done.
+Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  Runtime* rt = ParseDevice(env, info[0]);
+  std::shared_ptr<TrainState> state = LiveState(env, info[1], "state", rt);
+  auto task = std::make_unique<BackwardTask>(env, rt);
+  task->a = state->a;
+  task->a.Rebind();
+  const int64_t pairs = task->a.num_pairs;
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+      static_cast<int64_t>(info[2].As<Napi::Float64Array>().ElementLength()) != pairs) {
+    throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(pairs) + " entries",
+                   maxsim_binding::Describe(info[2]));
+  }
+  if (!info[3].IsObject()) throw ArgError(env, "options", "an object", maxsim_binding::Describe(info[3]));
+  Napi::Object opts = info[3].As<Napi::Object>();
+  ParseBackwardOptions(env, opts, task.get());
+  task->argmax16 = state->argmax16;
+  task->Keep(info[2]);
+  task->grad_in = info[2].As<Napi::Float64Array>().Data();
+  task->state = state;
+  Napi::Value retain = opts.Get("retain");
+  if (!(retain.IsBoolean() && retain.As<Napi::Boolean>().Value())) UnwrapState(env, info[1], "state")->state.reset();
+  task->result = Napi::Persistent(Napi::Object::New(env));
+  return channel->Submit(env, rt, std::move(task));
+}
+
+// trainArgmax(device, state) -> Promise<Int32Array>: the saved argmax, [pairs * stride].
+class ArgmaxTask : public TrainTask {
+ public:
+  ArgmaxTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
+  std::shared_ptr<TrainState> state;
+  int32_t* out = nullptr;
+  Napi::ObjectReference array;
+  void Run() override {
+    rt_->EnsureReady();
+    const uint64_t slots = static_cast<uint64_t>(state->a.num_pairs) * static_cast<uint64_t>(state->a.stride);
+    if (slots > 0) DownloadArgmax(rt_, state->argmax, slots, state->argmax16, out);
+  }
+  Napi::Value Result(Napi::Env) override { return array.Value(); }
+
+ private:
+  Runtime* rt_;
+};
+
+Napi::Value TrainArgmax(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  Runtime* rt = ParseDevice(env, info[0]);
+  auto task = std::make_unique<ArgmaxTask>(env, rt);
+  task->state = LiveState(env, info[1], "state", rt);
+  Napi::Int32Array a = Napi::Int32Array::New(env, static_cast<size_t>(task->state->a.num_pairs * task->state->a.stride));
+  task->out = a.Data();
+  task->array = Napi::Persistent(a.As<Napi::Object>());
+  return channel->Submit(env, rt, std::move(task));
+}
+
+// trainRelease(state): drops the handle's reference now (idempotent); memory returns once no queued job holds it.
+Napi::Value TrainRelease(const Napi::CallbackInfo& info) {
+  UnwrapState(info.Env(), info[0], "state")->state.reset();
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void InitCudaTrain(Napi::Env env, Napi::Object exports) {
@@ -837,4 +1118,7 @@ void InitCudaTrain(Napi::Env env, Napi::Object exports) {
   Napi::Object o = cuda.As<Napi::Object>();
   o.Set("trainForward", Napi::Function::New(env, TrainForward, "trainForward", channel));
   o.Set("trainBackward", Napi::Function::New(env, TrainBackward, "trainBackward", channel));
+  o.Set("trainBackwardState", Napi::Function::New(env, TrainBackwardState, "trainBackwardState", channel));
+  o.Set("trainArgmax", Napi::Function::New(env, TrainArgmax, "trainArgmax", channel));
+  o.Set("trainRelease", Napi::Function::New(env, TrainRelease, "trainRelease"));
 }

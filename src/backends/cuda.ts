@@ -463,6 +463,12 @@ class Corpus implements DeviceCorpus {
     this.native.dispose();
   }
 
+  /** A corpus for a token set made on this corpus's device (tracked by it, like this one). */
+  sibling(native: NativeTokenSet): Corpus {
+    this.check();
+    return this.device.adopt(native);
+  }
+
   private check() {
     if (this.native.disposed)
       throw new InvalidArgumentError(
@@ -584,6 +590,17 @@ class Device implements CudaDevice {
     for (const r of this.corpora) r.deref()?.dispose();
     this.corpora.clear();
   }
+}
+
+/** Whether x is a corpus on a CUDA device (from CudaDevice.upload / alloc, or made from one). */
+export function isDeviceCorpus(x: unknown): x is DeviceCorpus {
+  return x instanceof Corpus;
+}
+
+/** @internal A DeviceCorpus for a token set the addon made on the device of `like`. */
+export function adoptOnDeviceOf(like: DeviceCorpus, native: NativeTokenSet): DeviceCorpus {
+  if (!(like instanceof Corpus)) throw new InvalidArgumentError('corpus', 'a DeviceCorpus', describe(like));
+  return like.sibling(native);
 }
 
 /** Opens a CUDA device (default 0). Throws BackendUnavailableError with the reason when CUDA cannot run. */

@@ -5,9 +5,17 @@
 //
 // Gradients are deterministic: bitwise identical run to run and for any thread count.
 // backend 'cuda' runs both passes on a GPU (native/cuda/kernels/maxsim_train.cu) with the same
-// semantics and layouts; host arrays in and out (each pass uploads the batches).
+// semantics and layouts: with host arrays in and out, each pass uploads the batches and the argmax
+// makes a round trip; with device corpora (cuda().upload) in, the argmax stays on the device between
+// the passes and the gradients come back as device corpora (device-resident training).
 
-import { cudaStatus } from '../backends/cuda.js';
+import {
+  adoptOnDeviceOf,
+  cudaStatus,
+  type DeviceCorpus,
+  isDeviceCorpus,
+  type NativeTokenSet,
+} from '../backends/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
 import { checkCompatible, type TokenBatch } from '../tensor.js';
@@ -129,6 +137,52 @@ export interface ContrastiveStepResult extends MaxsimGradients {
   scores: Float32Array;
 }
 
+/** Gradients of a device-resident backward pass: float32 device corpora, freed by dispose(). */
+export interface DeviceGradients {
+  /** The queries' items (same order and lengths, packed), float32. */
+  dQ: DeviceCorpus;
+  /** The documents' items (same order and lengths, packed), float32. */
+  dD: DeviceCorpus;
+  /** The dD method that ran ('auto' resolves to one of them). */
+  dDPath: 'csr' | 'atomic';
+  /** @internal with cudaTuning.profile: milliseconds per phase. */
+  profileMs?: Record<string, number>;
+}
+
+/**
+ * A device-resident forward pass (maxsimTrain with a DeviceCorpus among its inputs): the scores on
+ * the host, the argmax and both operands kept on the device for the backward pass.
+ */
+export interface DeviceTrainResult {
+  /** [rows * cols] row-major; -Infinity for an empty document. */
+  scores: Float32Array;
+  rows: number;
+  cols: number;
+  pairs: TrainPairs;
+  /** Slots per pair of the argmax: the longest query. */
+  argmaxStride: number;
+  /** True once the saved state is freed: by a backward pass without retain, or by dispose(). */
+  readonly released: boolean;
+  /** The saved argmax copied to the host, in MaxsimTrainResult.argmax's layout. */
+  downloadArgmax(): Promise<Int32Array>;
+  /**
+   * Gradients of sum_p gradScores[p] * scores[p], on the device. Frees the saved state when it is
+   * done, unless { retain: true } (then call backward again or dispose()). The operands are the
+   * device memory the forward read: appending to a corpus in between does not change them.
+   */
+  backward(gradScores: Float32Array | Float64Array, options?: { retain?: boolean }): Promise<DeviceGradients>;
+  /** Frees the saved state now (a second call does nothing). */
+  dispose(): void;
+  /** @internal with cudaTuning.profile: milliseconds per phase of the forward. */
+  profileMs?: Record<string, number>;
+}
+
+/** contrastiveStep on device-resident inputs: the gradients stay on the device. */
+export interface DeviceContrastiveStepResult extends DeviceGradients {
+  loss: number;
+  scores: Float32Array;
+}
+
 interface TrainNativeOptions {
   pairs: TrainPairs;
   stride: number;
@@ -167,6 +221,13 @@ interface CudaTrainAddon {
     stride: number;
     profileMs?: Record<string, number>;
   }>;
+  /** keep: device-resident (the argmax and the operands stay on the device, in `state`). */
+  trainForward(
+    device: number,
+    queries: TokenBatch | NativeTokenSet,
+    docs: TokenBatch | NativeTokenSet,
+    options: { pairs: TrainPairs; stride: number; kernel: TrainKernel; keep: true } & TrainCudaTuning,
+  ): Promise<{ scores: Float32Array; state: NativeTrainState; profileMs?: Record<string, number> }>;
   trainBackward(
     device: number,
     queries: TokenBatch,
@@ -175,7 +236,23 @@ interface CudaTrainAddon {
     gradScores: Float64Array,
     options: { pairs: TrainPairs; stride: number; dDPath: TrainDDPath } & TrainCudaTuning,
   ): Promise<MaxsimGradients>;
+  trainBackwardState(
+    device: number,
+    state: NativeTrainState,
+    gradScores: Float64Array,
+    options: { retain: boolean; dDPath: TrainDDPath } & TrainCudaTuning,
+  ): Promise<{
+    dQ: NativeTokenSet;
+    dD: NativeTokenSet;
+    dDPath: 'csr' | 'atomic';
+    profileMs?: Record<string, number>;
+  }>;
+  trainArgmax(device: number, state: NativeTrainState): Promise<Int32Array>;
+  trainRelease(state: NativeTrainState): void;
 }
+
+/** What a device-resident forward keeps on the device (an opaque native handle). */
+type NativeTrainState = { readonly __trainState: unique symbol };
 
 function cudaAddon(): CudaTrainAddon {
   const cuda = (loadNative() as unknown as { cuda: Partial<CudaTrainAddon> }).cuda;
@@ -293,12 +370,26 @@ function longestQuery(queries: TokenBatch): number {
   return m;
 }
 
-/** Forward pass for training: scores plus the saved argmax, and the matching backward pass. */
+/**
+ * Forward pass for training: scores plus the saved argmax, and the matching backward pass. With a
+ * DeviceCorpus among the inputs it runs on that corpus's GPU and stays there (DeviceTrainResult).
+ */
 export async function maxsimTrain(
   queries: TokenBatch,
   docs: TokenBatch,
+  options?: MaxsimTrainOptions,
+): Promise<MaxsimTrainResult>;
+export async function maxsimTrain(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options?: MaxsimTrainOptions,
+): Promise<DeviceTrainResult>;
+export async function maxsimTrain(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions = {},
-): Promise<MaxsimTrainResult> {
+): Promise<MaxsimTrainResult | DeviceTrainResult> {
+  if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) return deviceTrain(queries, docs, options);
   checkCompatible(queries, docs, 'queries', 'docs');
   checkFloatBatch('queries', queries);
   checkFloatBatch('docs', docs);
@@ -334,7 +425,7 @@ export async function maxsimTrain(
       })
     : await addon().forwardAsync(queries, docs, native);
   const { scores, argmax, profileMs } = forward;
-  return {
+  const result: MaxsimTrainResult = {
     scores,
     rows: queries.count,
     cols: pairs === 'all' ? docs.count : 1,
@@ -366,6 +457,155 @@ export async function maxsimTrain(
       return addon().backwardAsync(queries, docs, argmax, g, native);
     },
   };
+  return result;
+}
+
+/** Checks one side of a device-resident problem: a live float DeviceCorpus or a float host batch. */
+function checkDeviceSide(name: string, side: TokenBatch | DeviceCorpus) {
+  if (isDeviceCorpus(side)) {
+    if (side.disposed)
+      throw new InvalidArgumentError(
+        name,
+        'a live DeviceCorpus',
+        'one that was disposed (dispose() was called)',
+      );
+    if (side.dtype === 'int8' || side.dtype === 'fp8')
+      throw new InvalidArgumentError(
+        `${name}.dtype`,
+        "'float32', 'float16' or 'bfloat16'",
+        `'${side.dtype}'`,
+      );
+    return;
+  }
+  checkFloatBatch(name, side);
+  checkDisjoint(name, side);
+}
+
+// maxsimTrain with a DeviceCorpus among the inputs (a host batch beside it is uploaded once and kept
+// with the state): forward on the GPU, argmax and operands kept there, gradients as device corpora.
+async function deviceTrain(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options: MaxsimTrainOptions,
+): Promise<DeviceTrainResult> {
+  const like = (isDeviceCorpus(queries) ? queries : docs) as DeviceCorpus;
+  checkDeviceSide('queries', queries);
+  checkDeviceSide('docs', docs);
+  if (queries.dim !== docs.dim)
+    throw new InvalidArgumentError('queries.dim', `${docs.dim} (the dimension of docs)`, String(queries.dim));
+  if (options.backend === 'cpu')
+    throw new InvalidArgumentError(
+      'backend',
+      "'cuda' or 'auto' (the inputs are on a CUDA device)",
+      "'cpu' (download() them to train on the CPU)",
+    );
+  checkBackend(options.backend);
+  const device = like.native.device;
+  for (const [name, side] of [
+    ['queries', queries],
+    ['docs', docs],
+  ] as const) {
+    if (isDeviceCorpus(side) && side.native.device !== device)
+      throw new InvalidArgumentError(
+        name,
+        `a corpus on device ${device}`,
+        `one on device ${side.native.device}`,
+      );
+  }
+  if (options.device !== undefined && options.device !== device)
+    throw new InvalidArgumentError(
+      'device',
+      `${device} (the device of the inputs) or undefined`,
+      String(options.device),
+    );
+  checkCudaDevice(device);
+  const dDPath = checkDDPath(options.dDPath);
+  const kernel = checkTrainKernel(options.trainKernel);
+  const tuning = checkTuning(options.cudaTuning);
+  const pairs = options.pairs ?? 'all';
+  if (pairs !== 'all' && pairs !== 'diagonal') {
+    throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
+  }
+  if (options.outputDtype !== undefined && options.outputDtype !== 'float32') {
+    throw new InvalidArgumentError('outputDtype', "'float32'", JSON.stringify(options.outputDtype));
+  }
+  if (pairs === 'diagonal' && queries.count !== docs.count) {
+    throw new InvalidArgumentError(
+      'queries.count',
+      `${docs.count} (one query per document for pairs 'diagonal')`,
+      String(queries.count),
+    );
+  }
+  const stride = isDeviceCorpus(queries) ? queries.maxLength : longestQuery(queries);
+  const native = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
+  const addon = cudaAddon();
+  const fwd = await addon.trainForward(device, native(queries), native(docs), {
+    pairs,
+    stride,
+    kernel,
+    keep: true,
+    ...tuning,
+  });
+  const { scores, state } = fwd;
+  let released = false;
+  const checkLive = () => {
+    if (released)
+      throw new InvalidArgumentError(
+        'training state',
+        'one not yet released',
+        'one released by an earlier backward() without { retain: true } or by dispose()',
+      );
+  };
+  const result: DeviceTrainResult = {
+    scores,
+    rows: queries.count,
+    cols: pairs === 'all' ? docs.count : 1,
+    pairs,
+    argmaxStride: stride,
+    ...(fwd.profileMs ? { profileMs: fwd.profileMs } : {}),
+    get released() {
+      return released;
+    },
+    async downloadArgmax() {
+      checkLive();
+      return addon.trainArgmax(device, state);
+    },
+    async backward(gradScores, backwardOptions = {}) {
+      checkLive();
+      if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
+        throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
+      }
+      if (gradScores.length !== scores.length) {
+        throw new InvalidArgumentError(
+          'gradScores',
+          `${scores.length} entries (one per score)`,
+          String(gradScores.length),
+        );
+      }
+      const retain = backwardOptions.retain ?? false;
+      if (typeof retain !== 'boolean') throw new InvalidArgumentError('retain', 'a boolean', String(retain));
+      // The native call drops the handle's reference when not retaining; the job keeps the state alive.
+      const job = addon.trainBackwardState(device, state, Float64Array.from(gradScores), {
+        retain,
+        dDPath,
+        ...tuning,
+      });
+      if (!retain) released = true;
+      const r = await job;
+      return {
+        dQ: adoptOnDeviceOf(like, r.dQ),
+        dD: adoptOnDeviceOf(like, r.dD),
+        dDPath: r.dDPath,
+        ...(r.profileMs ? { profileMs: r.profileMs } : {}),
+      };
+    },
+    dispose() {
+      if (released) return;
+      released = true;
+      addon.trainRelease(state);
+    },
+  };
+  return result;
 }
 
 /** Validates temperature and labels against a [rows, cols] score matrix before any work is done. */
@@ -444,12 +684,42 @@ export function contrastiveLoss(
   return { loss: total / rows, gradScores: grad };
 }
 
-/** One in-batch contrastive step: scores of every query against every document, loss, gradients. */
+/**
+ * One in-batch contrastive step: scores of every query against every document, loss, gradients.
+ * With a DeviceCorpus among the inputs, everything but the [Nq, B] loss runs on its GPU and the
+ * gradients stay there.
+ */
 export async function contrastiveStep(
   queries: TokenBatch,
   docs: TokenBatch,
+  options?: ContrastiveOptions,
+): Promise<ContrastiveStepResult>;
+export async function contrastiveStep(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options?: ContrastiveOptions,
+): Promise<DeviceContrastiveStepResult>;
+export async function contrastiveStep(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
   options: ContrastiveOptions = {},
-): Promise<ContrastiveStepResult> {
+): Promise<ContrastiveStepResult | DeviceContrastiveStepResult> {
+  if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) {
+    checkLossOptions(queries.count, docs.count, options);
+    const forward = await maxsimTrain(queries, docs, {
+      pairs: 'all',
+      backend: options.backend,
+      device: options.device,
+      dDPath: options.dDPath,
+    });
+    try {
+      const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
+      const grads = await forward.backward(gradScores);
+      return { loss, scores: forward.scores, ...grads };
+    } finally {
+      forward.dispose();
+    }
+  }
   checkCompatible(queries, docs, 'queries', 'docs');
   checkLossOptions(queries.count, docs.count, options);
   const forward = await maxsimTrain(queries, docs, {
