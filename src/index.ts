@@ -74,6 +74,8 @@ export {
   type DeviceContrastiveStepResult,
   type DeviceGradients,
   type DeviceTrainResult,
+  type GradientArray,
+  type GradientDtype,
   type MaxsimGradients,
   type MaxsimTrainOptions,
   type MaxsimTrainResult,

@@ -14,7 +14,7 @@ import {
   type TrainDDPath,
   type TrainPairs,
 } from '../src/ops/train.js';
-import { denseBatch, type FloatDType, raggedBatch, type TokenBatch } from '../src/tensor.js';
+import { denseBatch, encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import {
   assertGradClose,
   assertScoresClose,
@@ -258,6 +258,27 @@ describe('MaxSim training semantics', () => {
     }
   });
 
+  test("outputDtype 'input': each gradient in its input's dtype, the float32 result rounded to nearest even", async () => {
+    const rand = rng(runSeed + 9);
+    for (const [qt, dt] of [
+      ['float16', 'bfloat16'],
+      ['float32', 'float16'],
+    ] as const) {
+      const queries = randomRagged([5, 9, 1], 24, qt, rand);
+      const docs = randomRagged([7, 12, 3, 0], 24, dt, rand);
+      const g = Float32Array.from({ length: 12 }, () => rand() - 0.5);
+      const f32 = await (await maxsimTrain(queries, docs)).backward(g);
+      const cast = await (await maxsimTrain(queries, docs, { outputDtype: 'input' })).backward(g);
+      assert.deepEqual(cast.dQ, encodeFloats(f32.dQ, qt), `${qt} dQ`);
+      assert.deepEqual(cast.dD, encodeFloats(f32.dD, dt), `${dt} dD`);
+      assert.equal(cast.dQ instanceof Float32Array, qt === 'float32');
+      const step = await contrastiveStep(queries, docs, { outputDtype: 'input' });
+      const plain = await contrastiveStep(queries, docs);
+      assert.deepEqual(step.dD, encodeFloats(plain.dD, dt));
+      assert.equal(step.loss, plain.loss);
+    }
+  });
+
   test('bad inputs are refused with errors that name the argument', async () => {
     const rand = rng(runSeed + 8);
     const queries = randomRagged([2, 3], 8, 'float32', rand);
@@ -308,9 +329,13 @@ describe('MaxSim training semantics', () => {
       });
     }
     const t = await maxsimTrain(queries, docs);
-    assert.throws(
+    await assert.rejects(
       () => t.backward(new Float32Array(5)),
       /Expected 6 entries \(one per score\) for gradScores/,
+    );
+    await assert.rejects(
+      maxsimTrain(queries, docs, { outputDtype: 'float16' as 'input' }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'outputDtype',
     );
     await assert.rejects(contrastiveStep(queries, docs, { labels: new Int32Array([0, 3]) }), /labels\[1\]/);
     await assert.rejects(contrastiveStep(queries, docs, { labels: new Int32Array([0]) }), /for labels/);

@@ -697,10 +697,11 @@ std::vector<DocBlock> PlanDocBlocks(const Problem& a, int64_t max_docs, int64_t 
   return blocks;
 }
 
-// A float32 set with the items of `like` (a packed set: item i starts at the sum of the lengths
+// A set of `dtype` with the items of `like` (a packed set: item i starts at the sum of the lengths
 // before it), to hold a gradient.
-std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like, const std::vector<int32_t>& lengths) {
-  auto g = rt->AllocTokens(DType::Float32, like.dim, like.tokens, like.count);
+std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like, const std::vector<int32_t>& lengths,
+                                          DType dtype) {
+  auto g = rt->AllocTokens(dtype, like.dim, like.tokens, like.count);
   std::vector<int64_t> starts(lengths.size());
   int64_t at = 0;
   int32_t longest = 0;
@@ -723,6 +724,20 @@ std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like,
   return g;
 }
 
+// Converts `count` float32 values at src into dst's float16 / bfloat16 (round to nearest even).
+void CastGradient(Runtime* rt, cu::CUdeviceptr src, const DeviceTokens& dst, uint64_t count) {
+  if (count == 0) return;
+  MaxsimCastParams p;
+  p.src = DevPtr<const float>(src);
+  p.dst = DevPtr<void>(dst.data);
+  p.count = count;
+  LaunchSpec spec;
+  spec.kernel = dst.dtype == DType::BFloat16 ? "maxsim_cast_f32_bf16" : "maxsim_cast_f32_f16";
+  spec.grid[0] = static_cast<unsigned>(std::min<uint64_t>((count + 255) / 256, 4096));
+  spec.block[0] = 256;
+  rt->LaunchWithParams(spec, &p);
+}
+
 class BackwardTask : public TrainTask {
  public:
   BackwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
@@ -739,6 +754,7 @@ class BackwardTask : public TrainTask {
   bool profile = false;
   // Device-resident: the forward's state (a holds a copy of its problem); dQ / dD become device sets.
   std::shared_ptr<TrainState> state;
+  bool input_dtype = false;  // device gradients in the inputs' dtypes (else float32)
   std::shared_ptr<DeviceTokens> dq_set, dd_set;
   std::vector<std::pair<std::string, double>> phases;
   Napi::ObjectReference result;
@@ -767,22 +783,31 @@ class BackwardTask : public TrainTask {
     timer.Host("uploadArgmax");
     const uint64_t dq_elems = static_cast<uint64_t>(q->tokens) * static_cast<uint64_t>(dim);
     const uint64_t dd_elems = static_cast<uint64_t>(d->tokens) * static_cast<uint64_t>(dim);
+    // The kernels write float32: into the gradient set itself, or into scratch that is then cast
+    // into a float16 / bfloat16 set (device, outputDtype 'input'), or into scratch that is downloaded.
     std::unique_ptr<ScopedBlock> dq_scoped, dd_scoped;
     cu::CUdeviceptr dq = 0, dd = 0;
     if (state) {
-      dq_set = GradientSet(rt_, *q, a.q_len);
-      dd_set = GradientSet(rt_, *d, a.d_len);
+      dq_set = GradientSet(rt_, *q, a.q_len, input_dtype ? a.q.dtype : DType::Float32);
+      dd_set = GradientSet(rt_, *d, a.d_len, input_dtype ? a.d.dtype : DType::Float32);
+    }
+    if (dq_set && dq_set->dtype == DType::Float32) {
       dq = dq_set->data;
-      dd = dd_set->data;
     } else {
       dq_scoped = std::make_unique<ScopedBlock>(rt_->allocator(), std::max<uint64_t>(dq_elems, 1) * sizeof(float));
-      dd_scoped = std::make_unique<ScopedBlock>(rt_->allocator(), std::max<uint64_t>(dd_elems, 1) * sizeof(float));
       dq = dq_scoped->get();
+    }
+    if (dd_set && dd_set->dtype == DType::Float32) {
+      dd = dd_set->data;
+    } else {
+      dd_scoped = std::make_unique<ScopedBlock>(rt_->allocator(), std::max<uint64_t>(dd_elems, 1) * sizeof(float));
       dd = dd_scoped->get();
     }
     if (a.num_pairs == 0) {  // no queries or no documents: the gradients are zero
       ZeroWords(rt_, dq, dq_elems);
       ZeroWords(rt_, dd, dd_elems);
+      if (dq_set && dq != dq_set->data) CastGradient(rt_, dq, *dq_set, dq_elems);
+      if (dd_set && dd != dd_set->data) CastGradient(rt_, dd, *dd_set, dd_elems);
       rt_->Synchronize();
       return;
     }
@@ -813,6 +838,8 @@ class BackwardTask : public TrainTask {
     if (timer.on()) rt_->Synchronize();
     timer.Host("kernelsWait");
     if (state) {
+      if (dq != dq_set->data) CastGradient(rt_, dq, *dq_set, dq_elems);
+      if (dd != dd_set->data) CastGradient(rt_, dd, *dd_set, dd_elems);
       // The gradients stay on the device; the scratch blocks above go back to the allocator when
       // this scope ends, and other jobs may use other streams: finish first.
       rt_->Synchronize();
@@ -1042,8 +1069,9 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   return channel->Submit(env, rt, std::move(task));
 }
 
-// trainBackwardState(device, state, gradScores, { retain?, dDPath?, docBlock?, queryBlock?, csrChunk?, profile? })
-//   -> Promise<{ dQ, dD, dDPath }>: device token sets (float32) with the items of the queries and docs.
+// trainBackwardState(device, state, gradScores, { retain?, outputDtype?, dDPath?, docBlock?, queryBlock?, csrChunk?, profile? })
+//   -> Promise<{ dQ, dD, dDPath }>: device token sets with the items of the queries and docs, float32
+//   or (outputDtype 'input') each in its input's dtype.
 // Without retain the state is released now (a second backward fails with a clear error) and its
 // memory returns once this job is done.
 Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
@@ -1064,6 +1092,12 @@ Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
   Napi::Object opts = info[3].As<Napi::Object>();
   ParseBackwardOptions(env, opts, task.get());
   task->argmax16 = state->argmax16;
+  Napi::Value out = opts.Get("outputDtype");
+  if (!out.IsUndefined()) {
+    const std::string s = out.IsString() ? out.As<Napi::String>().Utf8Value() : std::string("?");
+    if (s != "float32" && s != "input") throw ArgError(env, "outputDtype", "'float32' or 'input'", "'" + s + "'");
+    task->input_dtype = s == "input";
+  }
   task->Keep(info[2]);
   task->grad_in = info[2].As<Napi::Float64Array>().Data();
   task->state = state;

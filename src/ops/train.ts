@@ -18,7 +18,7 @@ import {
 } from '../backends/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
-import { checkCompatible, type TokenBatch } from '../tensor.js';
+import { checkCompatible, encodeFloats, type FloatDType, type TokenBatch } from '../tensor.js';
 
 /** 'all': every query with every document (scores [Nq, B]); 'diagonal': query i with document i. */
 export type TrainPairs = 'all' | 'diagonal';
@@ -63,14 +63,23 @@ export interface TrainCudaTuning {
  */
 export type TrainKernel = 'auto' | 'mma' | 'simt';
 
+/**
+ * Gradient dtype: 'float32' (default) or 'input': each gradient in its input's dtype (float16 and
+ * bfloat16 as Uint16Array bits, rounded to nearest even from the float32 result; float32 inputs keep
+ * float32). On device-resident inputs the cast runs on the GPU.
+ */
+export type GradientDtype = 'float32' | 'input';
+/** A host gradient array: Float32Array, or float16 / bfloat16 bits with outputDtype 'input'. */
+export type GradientArray = Float32Array | Uint16Array;
+
 export interface MaxsimTrainOptions {
   /** Default 'all'. 'diagonal' needs as many queries as documents. */
   pairs?: TrainPairs;
   backend?: TrainBackend;
   /** CPU worker threads (default all cores); results do not depend on it. */
   threads?: number;
-  /** Gradient dtype; only 'float32' for now. */
-  outputDtype?: 'float32';
+  /** Gradient dtype (default 'float32'). */
+  outputDtype?: GradientDtype;
   /** CUDA device index for backend 'cuda' (default 0). */
   device?: number;
   /** dD method for backend 'cuda' (default 'csr'). */
@@ -81,18 +90,18 @@ export interface MaxsimTrainOptions {
   cudaTuning?: TrainCudaTuning;
 }
 
-export interface MaxsimGradients {
+export interface MaxsimGradients<A extends GradientArray = Float32Array> {
   /** Same layout and length as queries.data; zero outside real tokens. */
-  dQ: Float32Array;
+  dQ: A;
   /** Same layout and length as docs.data; zero outside real tokens. */
-  dD: Float32Array;
+  dD: A;
   /** backend 'cuda' only: the dD method that ran ('auto' resolves to one of them). */
   dDPath?: 'csr' | 'atomic';
   /** @internal backend 'cuda' with cudaTuning.profile: milliseconds per phase. */
   profileMs?: Record<string, number>;
 }
 
-export interface MaxsimTrainResult {
+export interface MaxsimTrainResult<A extends GradientArray = Float32Array> {
   /** [rows * cols] row-major; -Infinity for an empty document. */
   scores: Float32Array;
   /** Queries. */
@@ -112,7 +121,7 @@ export interface MaxsimTrainResult {
    * Gradients of sum_p gradScores[p] * scores[p]. Reads the batches again: do not modify them between
    * the forward and the backward pass. Entries for empty documents are ignored.
    */
-  backward(gradScores: Float32Array | Float64Array): Promise<MaxsimGradients>;
+  backward(gradScores: Float32Array | Float64Array): Promise<MaxsimGradients<A>>;
   /** @internal backend 'cuda' with cudaTuning.profile: milliseconds per phase of the forward. */
   profileMs?: Record<string, number>;
 }
@@ -128,20 +137,22 @@ export interface ContrastiveOptions {
   device?: number;
   /** dD method for backend 'cuda' (default 'csr'). */
   dDPath?: TrainDDPath;
+  /** Gradient dtype (default 'float32'). */
+  outputDtype?: GradientDtype;
 }
 
-export interface ContrastiveStepResult extends MaxsimGradients {
+export interface ContrastiveStepResult<A extends GradientArray = Float32Array> extends MaxsimGradients<A> {
   /** Mean over queries of the softmax cross-entropy. */
   loss: number;
   /** [Nq * B] row-major. */
   scores: Float32Array;
 }
 
-/** Gradients of a device-resident backward pass: float32 device corpora, freed by dispose(). */
+/** Gradients of a device-resident backward pass: device corpora (free them with dispose()). */
 export interface DeviceGradients {
-  /** The queries' items (same order and lengths, packed), float32. */
+  /** The queries' items (same order and lengths, packed): float32, or their dtype with outputDtype 'input'. */
   dQ: DeviceCorpus;
-  /** The documents' items (same order and lengths, packed), float32. */
+  /** The documents' items (same order and lengths, packed): float32, or their dtype with outputDtype 'input'. */
   dD: DeviceCorpus;
   /** The dD method that ran ('auto' resolves to one of them). */
   dDPath: 'csr' | 'atomic';
@@ -240,7 +251,7 @@ interface CudaTrainAddon {
     device: number,
     state: NativeTrainState,
     gradScores: Float64Array,
-    options: { retain: boolean; dDPath: TrainDDPath } & TrainCudaTuning,
+    options: { retain: boolean; dDPath: TrainDDPath; outputDtype: GradientDtype } & TrainCudaTuning,
   ): Promise<{
     dQ: NativeTokenSet;
     dD: NativeTokenSet;
@@ -334,6 +345,12 @@ function checkTrainKernel(kernel: unknown): TrainKernel {
   throw new InvalidArgumentError('trainKernel', "'auto', 'mma' or 'simt'", JSON.stringify(kernel));
 }
 
+function checkOutputDtype(dtype: unknown): GradientDtype {
+  if (dtype === undefined) return 'float32';
+  if (dtype === 'float32' || dtype === 'input') return dtype;
+  throw new InvalidArgumentError('outputDtype', "'float32' or 'input'", JSON.stringify(dtype));
+}
+
 function checkThreads(threads: unknown): number | undefined {
   if (threads === undefined) return undefined;
   if (typeof threads !== 'number' || !Number.isInteger(threads) || threads < 0 || threads > 1024) {
@@ -377,8 +394,13 @@ function longestQuery(queries: TokenBatch): number {
 export async function maxsimTrain(
   queries: TokenBatch,
   docs: TokenBatch,
-  options?: MaxsimTrainOptions,
+  options?: MaxsimTrainOptions & { outputDtype?: 'float32' },
 ): Promise<MaxsimTrainResult>;
+export async function maxsimTrain(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: MaxsimTrainOptions,
+): Promise<MaxsimTrainResult<GradientArray>>;
 export async function maxsimTrain(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
@@ -388,7 +410,7 @@ export async function maxsimTrain(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions = {},
-): Promise<MaxsimTrainResult | DeviceTrainResult> {
+): Promise<MaxsimTrainResult<GradientArray> | DeviceTrainResult> {
   if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) return deviceTrain(queries, docs, options);
   checkCompatible(queries, docs, 'queries', 'docs');
   checkFloatBatch('queries', queries);
@@ -404,9 +426,7 @@ export async function maxsimTrain(
   if (pairs !== 'all' && pairs !== 'diagonal') {
     throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
   }
-  if (options.outputDtype !== undefined && options.outputDtype !== 'float32') {
-    throw new InvalidArgumentError('outputDtype', "'float32'", JSON.stringify(options.outputDtype));
-  }
+  const outputDtype = checkOutputDtype(options.outputDtype);
   if (pairs === 'diagonal' && queries.count !== docs.count) {
     throw new InvalidArgumentError(
       'queries.count',
@@ -425,7 +445,16 @@ export async function maxsimTrain(
       })
     : await addon().forwardAsync(queries, docs, native);
   const { scores, argmax, profileMs } = forward;
-  const result: MaxsimTrainResult = {
+  // float32 from the engines; 'input' encodes each side in its input's dtype.
+  const cast = (g: MaxsimGradients): MaxsimGradients<GradientArray> =>
+    outputDtype === 'input'
+      ? {
+          ...g,
+          dQ: encodeFloats(g.dQ, queries.dtype as FloatDType),
+          dD: encodeFloats(g.dD, docs.dtype as FloatDType),
+        }
+      : g;
+  const result: MaxsimTrainResult<GradientArray> = {
     scores,
     rows: queries.count,
     cols: pairs === 'all' ? docs.count : 1,
@@ -433,7 +462,7 @@ export async function maxsimTrain(
     argmax,
     argmaxStride: native.stride,
     ...(profileMs ? { profileMs } : {}),
-    backward(gradScores) {
+    async backward(gradScores) {
       if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
         throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
       }
@@ -447,14 +476,16 @@ export async function maxsimTrain(
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
       const g = Float64Array.from(gradScores);
       if (onGpu) {
-        return cudaAddon().trainBackward(device, queries, docs, argmax, g, {
-          pairs,
-          stride: native.stride,
-          dDPath,
-          ...tuning,
-        });
+        return cast(
+          await cudaAddon().trainBackward(device, queries, docs, argmax, g, {
+            pairs,
+            stride: native.stride,
+            dDPath,
+            ...tuning,
+          }),
+        );
       }
-      return addon().backwardAsync(queries, docs, argmax, g, native);
+      return cast(await addon().backwardAsync(queries, docs, argmax, g, native));
     },
   };
   return result;
@@ -526,9 +557,7 @@ async function deviceTrain(
   if (pairs !== 'all' && pairs !== 'diagonal') {
     throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
   }
-  if (options.outputDtype !== undefined && options.outputDtype !== 'float32') {
-    throw new InvalidArgumentError('outputDtype', "'float32'", JSON.stringify(options.outputDtype));
-  }
+  const outputDtype = checkOutputDtype(options.outputDtype);
   if (pairs === 'diagonal' && queries.count !== docs.count) {
     throw new InvalidArgumentError(
       'queries.count',
@@ -588,6 +617,7 @@ async function deviceTrain(
       const job = addon.trainBackwardState(device, state, Float64Array.from(gradScores), {
         retain,
         dDPath,
+        outputDtype,
         ...tuning,
       });
       if (!retain) released = true;
@@ -692,8 +722,13 @@ export function contrastiveLoss(
 export async function contrastiveStep(
   queries: TokenBatch,
   docs: TokenBatch,
-  options?: ContrastiveOptions,
+  options?: ContrastiveOptions & { outputDtype?: 'float32' },
 ): Promise<ContrastiveStepResult>;
+export async function contrastiveStep(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: ContrastiveOptions,
+): Promise<ContrastiveStepResult<GradientArray>>;
 export async function contrastiveStep(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
@@ -703,7 +738,7 @@ export async function contrastiveStep(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
   options: ContrastiveOptions = {},
-): Promise<ContrastiveStepResult | DeviceContrastiveStepResult> {
+): Promise<ContrastiveStepResult<GradientArray> | DeviceContrastiveStepResult> {
   if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) {
     checkLossOptions(queries.count, docs.count, options);
     const forward = await maxsimTrain(queries, docs, {
@@ -711,6 +746,7 @@ export async function contrastiveStep(
       backend: options.backend,
       device: options.device,
       dDPath: options.dDPath,
+      outputDtype: options.outputDtype,
     });
     try {
       const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
@@ -728,8 +764,9 @@ export async function contrastiveStep(
     threads: options.threads,
     device: options.device,
     dDPath: options.dDPath,
+    outputDtype: options.outputDtype,
   });
   const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
-  const { dQ, dD } = await forward.backward(gradScores);
-  return { loss, scores: forward.scores, dQ, dD };
+  const { dQ, dD, dDPath } = await forward.backward(gradScores);
+  return { loss, scores: forward.scores, dQ, dD, ...(dDPath ? { dDPath } : {}) };
 }

@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import type { DeviceCorpus } from '../../src/backends/cuda.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { contrastiveStep, maxsimTrain, type TrainPairs } from '../../src/ops/train.js';
-import type { FloatDType, TokenBatch } from '../../src/tensor.js';
+import { encodeFloats, type FloatDType, type TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
 import { bitsEqual, gpu, skip } from './helpers.js';
 
@@ -91,6 +91,28 @@ describe(`CUDA device-resident training (seed ${runSeed})`, { skip }, () => {
     const docs = randomDense(6, 80, 33, 'float32', rand, [80, 0, 1, 65, 0, 20]);
     await compareDeviceWithHost(queries, docs, 'all', 'dense d=33');
     await compareDeviceWithHost(queries, docs, 'all', 'host queries', 'docs');
+  });
+
+  test("outputDtype 'input': gradients cast on the GPU, bitwise the host encoding of the float32 ones", async () => {
+    const rand = rng(runSeed + 7);
+    const g = await gpu();
+    for (const [qt, dt] of [
+      ['float16', 'bfloat16'],
+      ['float32', 'float16'],
+    ] as const) {
+      const queries = randomRagged([9, 30, 1, 0], 64, qt, rand);
+      const docs = randomRagged([12, 0, 50, 7, 3], 64, dt, rand);
+      const [dq, dd] = [await g.upload(queries), await g.upload(docs)];
+      const grad = Float32Array.from({ length: 20 }, () => rand() - 0.5);
+      const f32 = await (await maxsimTrain(dq, dd)).backward(grad);
+      const cast = await (await maxsimTrain(dq, dd, { outputDtype: 'input' })).backward(grad);
+      assert.equal(cast.dQ.dtype, qt);
+      assert.equal(cast.dD.dtype, dt);
+      const bits = async (c: DeviceCorpus) => ((await c.download()) as TokenBatch).data;
+      assert.deepEqual(await bits(cast.dQ), encodeFloats(await deviceRows(f32.dQ), qt), `${qt} dQ`);
+      assert.deepEqual(await bits(cast.dD), encodeFloats(await deviceRows(f32.dD), dt), `${dt} dD`);
+      for (const c of [f32.dQ, f32.dD, cast.dQ, cast.dD, dq, dd]) c.dispose();
+    }
   });
 
   test('contrastiveStep on device corpora equals the host-array CUDA step', async () => {
