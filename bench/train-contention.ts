@@ -1,7 +1,9 @@
 // The backward pass under contention: every query token picks the same few document tokens, so
-// the atomic dD scatter serializes on them while the CSR path reduces each row once. Wall-clock
-// medians of the backward pass per path (same transfers on both paths, so the difference is the
-// dD kernels; medians of 5). 'auto' reports the path it chose. Run: node dist/bench/train-contention.js [B] [hotTokens]
+// the atomic dD scatter serializes on them while the CSR path reduces each row once. Device-resident
+// inputs (uploaded once; the argmax and the gradients stay on the GPU), so the wall-clock backward is
+// the kernels plus a launch round trip: medians of 5 per path, and the dD kernels alone (CUDA events,
+// median of 3). 'auto' reports the path it chose. Run: node dist/bench/train-contention.js [B] [hotTokens]
+import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { maxsimTrain } from '../src/ops/train.js';
 import { denseBatch, encodeFloats } from '../src/tensor.js';
@@ -32,30 +34,44 @@ for (let doc = 0; doc < b; doc++) {
 }
 const batch = (x: Float32Array, length: number) =>
   denseBatch(encodeFloats(x, 'float16'), { count: b, length, dim, dtype: 'float16', checkFinite: false });
-const queries = batch(q, lq);
-const docs = batch(d, ld);
+const gpu = await cuda();
+const queries = await gpu.upload(batch(q, lq));
+const docs = await gpu.upload(batch(d, ld));
 const grad = new Float32Array(b * b).fill(1 / b);
 const result: Record<string, number | string | undefined> = {};
 for (const dDPath of ['csr', 'atomic', 'auto'] as const) {
-  const fwd = await maxsimTrain(queries, docs, { backend: 'cuda', dDPath });
+  const fwd = await maxsimTrain(queries, docs, { dDPath });
+  const argmax = await fwd.downloadArgmax();
   let hits = 0;
-  for (const a of fwd.argmax) if (a >= 0 && a < hot) hits++;
-  result.hotFraction = hits / fwd.argmax.length;
-  const warm = await fwd.backward(grad); // warm-up
+  for (const a of argmax) if (a >= 0 && a < hot) hits++;
+  result.hotFraction = hits / argmax.length;
+  const drop = (g: { dQ: { dispose(): void }; dD: { dispose(): void } }) => {
+    g.dQ.dispose();
+    g.dD.dispose();
+  };
+  const warm = await fwd.backward(grad, { retain: true }); // warm-up
   if (dDPath === 'auto') result.autoChose = warm.dDPath;
+  drop(warm);
   const times: number[] = [];
   for (let r = 0; r < 5; r++) {
     const t = process.hrtime.bigint();
-    await fwd.backward(grad);
+    drop(await fwd.backward(grad, { retain: true }));
     times.push(Number(process.hrtime.bigint() - t) / 1e6);
   }
+  fwd.dispose();
   result[`${dDPath}Ms`] = times.sort((x, y) => x - y)[2];
   // the dD kernels alone (CUDA events), median of 3 profiled passes
-  const prof = await maxsimTrain(queries, docs, { backend: 'cuda', dDPath, cudaTuning: { profile: true } });
+  const prof = await maxsimTrain(queries, docs, { dDPath, cudaTuning: { profile: true } });
   const kernel: number[] = [];
-  for (let r = 0; r < 3; r++) kernel.push((await prof.backward(grad)).profileMs?.dD ?? Number.NaN);
+  for (let r = 0; r < 3; r++) {
+    const g = await prof.backward(grad, { retain: true });
+    kernel.push(g.profileMs?.dD ?? Number.NaN);
+    drop(g);
+  }
+  prof.dispose();
   result[`${dDPath}DdKernelMs`] = kernel.sort((x, y) => x - y)[1];
 }
+gpu.dispose();
 result.atomicOverCsr = (result.atomicMs as number) / (result.csrMs as number);
 result.atomicOverCsrDdKernel = (result.atomicDdKernelMs as number) / (result.csrDdKernelMs as number);
 console.log(JSON.stringify({ shape: `${b},${lq},${ld},${dim},${b}`, hotTokens: hot, ...result }));

@@ -31,14 +31,15 @@ grep -E '^# (tests|pass|fail|skipped)' "$out/train-tests.tap" 2>/dev/null | tr '
 echo
 grep -E '^not ok|Error|assert' "$out/train-tests.log" | head -20
 
-echo "== step timing (node dist/bench/train-timing.js cuda B [dDPath])"
+echo "== step timing (node dist/bench/train-timing.js cuda B dDPath repeats inputs)"
 : > "$out/train-timing.jsonl"
-for b in 128 256; do
-  $node dist/bench/train-timing.js cuda "$b" csr 3 >> "$out/train-timing.jsonl" 2>> "$out/train-timing.err" || status=1
+# device-resident inputs (the issue's figures), then host arrays (transfers included) for reference
+for args in "128 csr 5 device" "256 csr 3 device" "128 atomic 5 device" "128 csr 3 host"; do
+  # shellcheck disable=SC2086
+  $node dist/bench/train-timing.js cuda $args >> "$out/train-timing.jsonl" 2>> "$out/train-timing.err" || status=1
 done
-$node dist/bench/train-timing.js cuda 128 atomic 3 >> "$out/train-timing.jsonl" 2>> "$out/train-timing.err" || status=1
 $node -e 'for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n").filter(Boolean)) {
-  const o = JSON.parse(l); console.log(`B=${o.shape.split(",")[0]} ${o.dDPath}: forward ${o.forwardS.toFixed(4)} s, backward ${o.backwardS.toFixed(4)} s (${o.backwardOverForward.toFixed(2)}x), step ${o.stepS.toFixed(4)} s (${o.stepOverForward.toFixed(2)}x forward), peak extra ${o.peakExtraMB.toFixed(1)} MB`); }' \
+  const o = JSON.parse(l); console.log(`B=${o.shape.split(",")[0]} ${o.inputs} ${o.dDPath}: forward ${o.forwardS.toFixed(4)} s, backward ${o.backwardS.toFixed(4)} s (${o.backwardOverForward.toFixed(2)}x), step ${o.stepS.toFixed(4)} s (${o.stepOverForward.toFixed(2)}x forward), peak extra ${o.peakExtraMB.toFixed(1)} MB`); }' \
   "$out/train-timing.jsonl"
 tail -5 "$out/train-timing.err"
 
