@@ -16,6 +16,7 @@
 #include "../cuda/runtime.h"
 #include "cuda_task.h"
 #include "token_set.h"
+#include "topk_heap.h"
 
 namespace {
 
@@ -27,6 +28,7 @@ using maxsim_cuda::Runtime;
 using maxsim_binding::ArgError;
 using maxsim_binding::Describe;
 using maxsim_binding::GetInteger;
+using maxsim_binding::TopKHeap;
 using Task = maxsim_binding::CudaTask;
 
 // JS-thread state of one environment.
@@ -541,6 +543,7 @@ class SelectTask : public Task {
   void Run() override {
     rt_->EnsureReady();
     result_ = rt_->Select(src_, indices_);
+    rt_->Synchronize();  // a job leaves the stream idle (runtime.h)
   }
   Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
 
@@ -661,18 +664,21 @@ struct QuerySource {
   DType dtype = DType::Float32;
   bool e4m3 = false;
   int64_t dim = 0;
+  int64_t count = 0;  // as of the call (device sets: the snapshot)
 };
 
-QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task* task) {
+QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task* task, const std::string& name = "queries") {
   QuerySource q;
   if (TokenSetHandle* h = AsTokenSet(env, v)) {
-    CheckDevice(env, h, rt, "queries");
-    q.device = h->Live(env, "queries");
+    CheckDevice(env, h, rt, name);
+    q.device = h->Live(env, name);
     q.dtype = h->snapshot().dtype;
     q.e4m3 = h->snapshot().e4m3;
     q.dim = h->snapshot().dim;
+    q.count = h->snapshot().count;
   } else {
-    q.host = ParseHostBatch(env, v, "queries", task);
+    q.host = ParseHostBatch(env, v, name, task);
+    q.count = q.host.count;
     q.is_host = true;
     q.dtype = q.host.dtype;
     q.dim = q.host.dim;
@@ -680,37 +686,57 @@ QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task*
   return q;
 }
 
-std::shared_ptr<DeviceTokens> ParseDocs(Napi::Env env, Runtime* rt, const Napi::Value& v, const QuerySource& q, const std::string& name) {
+std::shared_ptr<DeviceTokens> ParseDocs(Napi::Env env, Runtime* rt, const Napi::Value& v, const QuerySource& q, const std::string& name,
+                                        const std::string& qname = "queries") {
   TokenSetHandle* h = UnwrapTokenSet(env, v, name);
   CheckDevice(env, h, rt, name);
   std::shared_ptr<DeviceTokens> d = h->Live(env, name);
   const auto& s = h->snapshot();
   if (s.dim != q.dim) {
-    throw ArgError(env, "queries.dim", std::to_string(s.dim) + " (the dimension of " + name + ")", std::to_string(q.dim));
+    throw ArgError(env, qname + ".dim", std::to_string(s.dim) + " (the dimension of " + name + ")", std::to_string(q.dim));
   }
   if (s.e4m3) {
     // fp8 documents: float queries, quantized to e4m3 on the device by the scoring job
     if (q.dtype == DType::Int8) {
-      throw ArgError(env, "queries.dtype", std::string("'float32', 'float16' or 'bfloat16' (") + name + " is fp8; queries are quantized to fp8 on the GPU)",
+      throw ArgError(env, qname + ".dtype", std::string("'float32', 'float16' or 'bfloat16' (") + name + " is fp8; queries are quantized to fp8 on the GPU)",
                      std::string("'") + SetDTypeName(q.dtype, q.e4m3) + "'");
     }
     return d;
   }
   if (s.dtype != q.dtype || q.e4m3) {
-    throw ArgError(env, "queries.dtype", std::string("'") + DTypeName(s.dtype) + "' (the dtype of " + name + ")",
+    throw ArgError(env, qname + ".dtype", std::string("'") + DTypeName(s.dtype) + "' (the dtype of " + name + ")",
                    std::string("'") + SetDTypeName(q.dtype, q.e4m3) + "'");
   }
   return d;
 }
 
-// The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread).
+// Synchronizes when the job's scope ends, whatever way it ends: jobs that leave copies in flight
+// (Append without synchronize, Select) still leave the stream idle (runtime.h).
+class IdleAtExit {
+ public:
+  explicit IdleAtExit(Runtime* rt) : rt_(rt) {}
+  ~IdleAtExit() {
+    try {
+      rt_->Synchronize();
+    } catch (...) {  // the job's own error (if any) is the one to report
+    }
+  }
+  IdleAtExit(const IdleAtExit&) = delete;
+  IdleAtExit& operator=(const IdleAtExit&) = delete;
+
+ private:
+  Runtime* rt_;
+};
+
+// The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread). Host
+// queries are uploaded without a synchronize of their own: the caller holds an IdleAtExit.
 std::shared_ptr<DeviceTokens> ResolveQueries(Runtime* rt, QuerySource& q, const DeviceTokens& docs) {
   std::shared_ptr<DeviceTokens> t = q.device;
   if (q.is_host) {
     int64_t tokens = 0;
     for (int64_t i = 0; i < q.host.count; i++) tokens += q.host.lengths[i];
     t = rt->AllocTokens(q.host.dtype, q.host.dim, tokens, q.host.count);
-    rt->Append(*t, q.host);
+    rt->Append(*t, q.host, /*synchronize=*/false);
   }
   return docs.e4m3 ? rt->Quantize8(*t, true) : t;
 }
@@ -723,6 +749,7 @@ class ScoreTask : public Task {
   LaunchSpec launch;
   void Run() override {
     rt_->EnsureReady();
+    IdleAtExit idle(rt_);
     rt_->ValidateLaunch(launch);
     std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries, *docs);
     const uint64_t n = static_cast<uint64_t>(q->count) * static_cast<uint64_t>(docs->count);
@@ -766,6 +793,7 @@ class BenchTask : public Task {
   int64_t warmup = 3, iters = 10;
   void Run() override {
     rt_->EnsureReady();
+    IdleAtExit idle(rt_);
     rt_->ValidateLaunch(launch);
     const maxsim_cuda::Driver& d = maxsim_cuda::Api();
     std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries, *docs[0]);
@@ -846,6 +874,214 @@ Napi::Value Bench(const Napi::CallbackInfo& info) {
   return Submit(env, rt, std::move(task));
 }
 
+// ---------------------------------------------------------------------------------------------
+// topK(device, queries, docs, launch, k) and twoStage(...): the scores stay on the worker thread,
+// which reads them back into pinned memory and keeps a heap per query (topk_heap.h). Result:
+// { n, scores: Float32Array [rows * n], indices: Int32Array [rows * n] }, row r's heap (the layout
+// topKOfRow builds) at [r * n, (r + 1) * n); TypeScript ranks it with sortedHits().
+
+// Visits the [rows, cols] float matrix at `scores` in read-back chunks: fn(row, first column, column
+// count, values), columns of each row in ascending order.
+template <typename Fn>
+void ForEachChunk(Runtime* rt, cu::CUdeviceptr scores, int64_t rows, int64_t cols, Fn fn) {
+  const int64_t total = rows * cols;
+  const int64_t chunk = static_cast<int64_t>(Runtime::kReadBackBytes / sizeof(float));
+  for (int64_t at = 0; at < total; at += chunk) {
+    const int64_t len = std::min(chunk, total - at);
+    const auto* p = static_cast<const float*>(rt->ReadBack(scores + static_cast<uint64_t>(at) * sizeof(float), len * sizeof(float)));
+    for (int64_t e = at; e < at + len;) {
+      const int64_t r = e / cols, c = e % cols;
+      const int64_t take = std::min(cols - c, at + len - e);
+      fn(r, c, take, p + (e - at));
+      e += take;
+    }
+  }
+}
+
+// The top-n heap of every row of a device score matrix into scores / indices [rows * n].
+void SelectRows(Runtime* rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores, int32_t* indices) {
+  std::vector<TopKHeap> heaps;
+  heaps.reserve(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; r++) heaps.emplace_back(scores + r * n, indices + r * n, n);
+  ForEachChunk(rt, matrix, rows, cols, [&](int64_t r, int64_t c, int64_t len, const float* p) { heaps[r].Scan(p, len, c); });
+}
+
+Napi::Object HeapsObject(Napi::Env env, int64_t n, const std::vector<float>& scores, const std::vector<int32_t>& indices) {
+  Napi::Object o = Napi::Object::New(env);
+  Napi::Float32Array s = Napi::Float32Array::New(env, scores.size());
+  Napi::Int32Array i = Napi::Int32Array::New(env, indices.size());
+  if (!scores.empty()) std::memcpy(s.Data(), scores.data(), scores.size() * sizeof(float));
+  if (!indices.empty()) std::memcpy(i.Data(), indices.data(), indices.size() * sizeof(int32_t));
+  o.Set("n", static_cast<double>(n));
+  o.Set("scores", s);
+  o.Set("indices", i);
+  return o;
+}
+
+class TopKTask : public Task {
+ public:
+  TopKTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  QuerySource queries;
+  std::shared_ptr<DeviceTokens> docs;
+  LaunchSpec launch;
+  int64_t k = 0;
+  void Run() override {
+    rt_->EnsureReady();
+    IdleAtExit idle(rt_);
+    rt_->ValidateLaunch(launch);
+    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries, *docs);
+    const int64_t rows = q->count, cols = docs->count;
+    n_ = std::min(k, cols);
+    scores_.resize(static_cast<size_t>(rows * n_));
+    indices_.resize(scores_.size());
+    if (rows == 0 || n_ == 0) return;
+    maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * cols) * sizeof(float));
+    rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * cols));
+    rt_->Launch(*q, *docs, launch, out.get());
+    SelectRows(rt_, out.get(), rows, cols, n_, scores_.data(), indices_.data());
+  }
+  Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
+
+ private:
+  Runtime* rt_;
+  int64_t n_ = 0;
+  std::vector<float> scores_;
+  std::vector<int32_t> indices_;
+};
+
+Napi::Value TopK(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  auto task = std::make_unique<TopKTask>(env, rt);
+  task->queries = ParseQueries(env, rt, info[1], task.get());
+  task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
+  task->launch = ParseLaunch(env, info[3], task->docs->dtype, task->docs->e4m3);
+  task->k = GetInteger(env, info[4], "k", 0, 2147483647);
+  return Submit(env, rt, std::move(task));
+}
+
+// Two-stage top-K in one job: scan every document of scanDocs, keep the `candidates` best per query,
+// score the queries against a view of exactDocs holding the union of the candidates (its spans from
+// the host mirror: no download), and keep the k best candidates of each query by that exact score.
+// Both launches come from the TypeScript dispatcher (the exact one planned for up to
+// min(count, rows * candidates) documents). Candidates are visited in ascending document index, so
+// exact ties go to the lower index, as everywhere.
+class TwoStageTask : public Task {
+ public:
+  TwoStageTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  QuerySource scan_queries, exact_queries;
+  std::shared_ptr<DeviceTokens> scan_docs, exact_docs;
+  LaunchSpec scan_launch, exact_launch;
+  int64_t k = 0, candidates = 0, count = 0;
+  void Run() override {
+    rt_->EnsureReady();
+    IdleAtExit idle(rt_);
+    rt_->ValidateLaunch(scan_launch);
+    rt_->ValidateLaunch(exact_launch);
+    if (scan_docs->count != count || exact_docs->count != count) {
+      throw std::invalid_argument("Expected " + std::to_string(count) +
+                                  " documents in scanDocs and exactDocs (the count the launches were planned for) but received " +
+                                  std::to_string(scan_docs->count) + " and " + std::to_string(exact_docs->count));
+    }
+    std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, scan_queries, *scan_docs);
+    const int64_t rows = q->count;
+    const int64_t keep = std::min(candidates, count);
+    n_ = std::min(k, keep);
+    scores_.resize(static_cast<size_t>(rows * n_));
+    indices_.resize(scores_.size());
+    if (rows == 0 || n_ == 0) return;
+
+    // Stage 1: the keep best of every row (the heap order does not matter here).
+    std::vector<float> cand_scores(static_cast<size_t>(rows * keep));
+    std::vector<int32_t> cand(cand_scores.size());
+    {
+      maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * count) * sizeof(float));
+      rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * count));
+      rt_->Launch(*q, *scan_docs, scan_launch, out.get());
+      SelectRows(rt_, out.get(), rows, count, keep, cand_scores.data(), cand.data());
+    }
+    for (int64_t r = 0; r < rows; r++) std::sort(cand.begin() + r * keep, cand.begin() + (r + 1) * keep);
+    std::vector<int32_t> all(cand);
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    const int64_t u = static_cast<int64_t>(all.size());
+    std::vector<int64_t> column(cand.size());  // each candidate's column in the union
+    for (size_t j = 0; j < cand.size(); j++) column[j] = std::lower_bound(all.begin(), all.end(), cand[j]) - all.begin();
+
+    // Stage 2: the queries against the union, through a view of exactDocs.
+    std::shared_ptr<DeviceTokens> view = rt_->Select(exact_docs, std::vector<int64_t>(all.begin(), all.end()));
+    std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt_, exact_queries, *exact_docs);
+    if (qe->count != rows) {
+      throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
+                                  std::to_string(qe->count));
+    }
+    maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * u) * sizeof(float));
+    rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * u));
+    rt_->Launch(*qe, *view, exact_launch, out.get());
+    std::vector<TopKHeap> heaps;
+    heaps.reserve(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; r++) heaps.emplace_back(scores_.data() + r * n_, indices_.data() + r * n_, n_);
+    std::vector<int64_t> next(static_cast<size_t>(rows), 0);  // per row: its first candidate not pushed yet
+    ForEachChunk(rt_, out.get(), rows, u, [&](int64_t r, int64_t c, int64_t len, const float* p) {
+      const int64_t* col = column.data() + r * keep;
+      int64_t& j = next[r];
+      for (; j < keep && col[j] < c + len; j++) heaps[r].Push(p[col[j] - c], cand[r * keep + j]);
+    });
+  }
+  Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
+
+ private:
+  Runtime* rt_;
+  int64_t n_ = 0;
+  std::vector<float> scores_;
+  std::vector<int32_t> indices_;
+};
+
+// twoStage(device, scanQueries, scanDocs, scanLaunch, exactQueries, exactDocs, exactLaunch, { k, candidates, count })
+Napi::Value TwoStage(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  auto task = std::make_unique<TwoStageTask>(env, rt);
+  task->scan_queries = ParseQueries(env, rt, info[1], task.get(), "scanQueries");
+  task->scan_docs = ParseDocs(env, rt, info[2], task->scan_queries, "scanDocs", "scanQueries");
+  task->scan_launch = ParseLaunch(env, info[3], task->scan_docs->dtype, task->scan_docs->e4m3);
+  task->exact_queries = ParseQueries(env, rt, info[4], task.get(), "exactQueries");
+  task->exact_docs = ParseDocs(env, rt, info[5], task->exact_queries, "exactDocs", "exactQueries");
+  task->exact_launch = ParseLaunch(env, info[6], task->exact_docs->dtype, task->exact_docs->e4m3);
+  if (task->exact_queries.count != task->scan_queries.count) {
+    throw ArgError(env, "exactQueries", std::to_string(task->scan_queries.count) + " queries (as scanQueries)",
+                   std::to_string(task->exact_queries.count));
+  }
+  if (!info[7].IsObject()) throw ArgError(env, "spec", "an object { k, candidates, count }", Describe(info[7]));
+  Napi::Object spec = info[7].As<Napi::Object>();
+  task->k = GetInteger(env, spec.Get("k"), "spec.k", 0, 2147483647);
+  task->candidates = GetInteger(env, spec.Get("candidates"), "spec.candidates", 0, 2147483647);
+  task->count = GetInteger(env, spec.Get("count"), "spec.count", 0, 2147483647);
+  return Submit(env, rt, std::move(task));
+}
+
+// hostTopK(scores, cols, k): the heaps of the rows of a host Float32Array [rows * cols], synchronously,
+// by the same code the jobs use (so the CPU tests can check it against topKOfRow without a GPU).
+Napi::Value HostTopK(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+    throw ArgError(env, "scores", "a Float32Array", Describe(info[0]));
+  }
+  Napi::Float32Array a = info[0].As<Napi::Float32Array>();
+  const int64_t len = static_cast<int64_t>(a.ElementLength());
+  const int64_t cols = GetInteger(env, info[1], "cols", len > 0 ? 1 : 0, 2147483647);
+  if (cols > 0 && len % cols != 0) {
+    throw ArgError(env, "cols", "a divisor of scores.length (" + std::to_string(len) + ")", std::to_string(cols));
+  }
+  const int64_t k = GetInteger(env, info[2], "k", 0, 2147483647);
+  const int64_t rows = cols > 0 ? len / cols : 0;
+  const int64_t n = std::min(k, cols);
+  std::vector<float> scores(static_cast<size_t>(rows * n));
+  std::vector<int32_t> indices(scores.size());
+  for (int64_t r = 0; r < rows; r++) TopKHeap(scores.data() + r * n, indices.data() + r * n, n).Scan(a.Data() + r * cols, cols, 0);
+  return HeapsObject(env, n, scores, indices);
+}
+
 }  // namespace
 
 void InitCuda(Napi::Env env, Napi::Object exports) {
@@ -869,5 +1105,8 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("select", Napi::Function::New(env, Select, "select"));
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("bench", Napi::Function::New(env, Bench, "bench"));
+  cuda.Set("topK", Napi::Function::New(env, TopK, "topK"));
+  cuda.Set("twoStage", Napi::Function::New(env, TwoStage, "twoStage"));
+  cuda.Set("hostTopK", Napi::Function::New(env, HostTopK, "hostTopK"));
   exports.Set("cuda", cuda);
 }

@@ -721,6 +721,8 @@ std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like,
   g->count = like.count;
   g->tokens = like.tokens;
   g->max_length = longest;
+  g->host_starts = std::move(starts);  // the host mirror of the spans (views need no download)
+  g->host_lengths = lengths;
   return g;
 }
 

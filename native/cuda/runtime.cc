@@ -186,10 +186,13 @@ DeviceTokens::~DeviceTokens() {
 }
 
 // Streams bytes into device memory through the two pinned staging buffers: while the GPU copies one
-// buffer, the worker fills the other (each buffer's last copy is fenced with an event).
+// buffer, the worker fills the other (each buffer's last copy is fenced with an event). Retarget()
+// sends the following bytes elsewhere while filling the same buffer, so that the small pieces of one
+// append (tokens, scales, starts, lengths) need one buffer, not one wait each; consecutive writers
+// start on alternate buffers, so a writer does not wait for the copy its predecessor just queued.
 class StagedWriter {
  public:
-  StagedWriter(Runtime& rt, cu::CUdeviceptr dst) : rt_(rt), dst_(dst) {}
+  StagedWriter(Runtime& rt, cu::CUdeviceptr dst) : rt_(rt), dst_(dst), which_(rt.staging_next_) {}
   void Write(const void* src, uint64_t bytes) {
     const auto* p = static_cast<const uint8_t*>(src);
     while (bytes > 0) {
@@ -202,8 +205,14 @@ class StagedWriter {
       if (fill_ == kStagingBytes) Flush();
     }
   }
+  // The bytes written so far go to the current destination; later ones to dst onwards.
+  void Retarget(cu::CUdeviceptr dst) {
+    Send();
+    dst_ = dst;
+    offset_ = 0;
+  }
   void Finish() {
-    if (fill_ > 0) Flush();
+    if (buf_) Flush();
   }
 
  private:
@@ -211,20 +220,26 @@ class StagedWriter {
     Check(Api().cuEventSynchronize(rt_.staging_done_[which_]), "cuEventSynchronize");
     buf_ = static_cast<uint8_t*>(rt_.Staging(which_));
   }
+  // Queues the copy of the buffer's unsent bytes [sent_, fill_).
+  void Send() {
+    if (fill_ == sent_) return;
+    Check(Api().cuMemcpyHtoDAsync(dst_ + offset_, buf_ + sent_, fill_ - sent_, rt_.stream_), "cuMemcpyHtoDAsync");
+    offset_ += fill_ - sent_;
+    sent_ = fill_;
+  }
   void Flush() {
-    const Driver& d = Api();
-    Check(d.cuMemcpyHtoDAsync(dst_ + offset_, buf_, fill_, rt_.stream_), "cuMemcpyHtoDAsync");
-    Check(d.cuEventRecord(rt_.staging_done_[which_], rt_.stream_), "cuEventRecord");
-    offset_ += fill_;
-    fill_ = 0;
+    Send();
+    Check(Api().cuEventRecord(rt_.staging_done_[which_], rt_.stream_), "cuEventRecord");
+    fill_ = sent_ = 0;
     buf_ = nullptr;
     which_ ^= 1;
+    rt_.staging_next_ = which_;
   }
   Runtime& rt_;
   cu::CUdeviceptr dst_;
-  uint64_t offset_ = 0, fill_ = 0;
+  uint64_t offset_ = 0, fill_ = 0, sent_ = 0;
   uint8_t* buf_ = nullptr;
-  int which_ = 0;
+  int which_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -451,16 +466,24 @@ std::shared_ptr<DeviceTokens> Runtime::Select(const std::shared_ptr<DeviceTokens
                                   std::to_string(i) + "] but received " + std::to_string(indices[i]));
     }
   }
-  // The parent's spans come back to the host (12 bytes per item), are gathered, and go up again.
-  std::vector<int64_t> starts(static_cast<size_t>(src->count));
-  std::vector<int32_t> lengths(static_cast<size_t>(src->count));
-  if (src->count > 0) {
-    Download(starts.data(), src->starts, starts.size() * sizeof(int64_t));
-    Download(lengths.data(), src->lengths, lengths.size() * sizeof(int32_t));
+  // The parent's spans from its host mirror; a set without one (none reaches JS today) downloads them.
+  std::vector<int64_t> downloaded_starts;
+  std::vector<int32_t> downloaded_lengths;
+  const int64_t* starts = src->host_starts.data();
+  const int32_t* lengths = src->host_lengths.data();
+  if (!src->HostSpans()) {
+    downloaded_starts.resize(static_cast<size_t>(src->count));
+    downloaded_lengths.resize(static_cast<size_t>(src->count));
+    if (src->count > 0) {
+      Download(downloaded_starts.data(), src->starts, downloaded_starts.size() * sizeof(int64_t));
+      Download(downloaded_lengths.data(), src->lengths, downloaded_lengths.size() * sizeof(int32_t));
+    }
+    starts = downloaded_starts.data();
+    lengths = downloaded_lengths.data();
   }
   const int64_t n = static_cast<int64_t>(indices.size());
-  std::vector<int64_t> view_starts(static_cast<size_t>(std::max<int64_t>(n, 1)));
-  std::vector<int32_t> view_lengths(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  std::vector<int64_t> view_starts(static_cast<size_t>(n));
+  std::vector<int32_t> view_lengths(static_cast<size_t>(n));
   int32_t longest = 0;
   for (int64_t i = 0; i < n; i++) {
     view_starts[i] = starts[indices[i]];
@@ -481,14 +504,19 @@ std::shared_ptr<DeviceTokens> Runtime::Select(const std::shared_ptr<DeviceTokens
   v->starts = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int64_t));
   v->lengths = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int32_t));
   if (n > 0) {
-    Upload(v->starts, view_starts.data(), n * sizeof(int64_t));
-    Upload(v->lengths, view_lengths.data(), n * sizeof(int32_t));
+    // through pinned staging: the host vectors may go once the writer has them
+    StagedWriter w(*this, v->starts);
+    w.Write(view_starts.data(), n * sizeof(int64_t));
+    w.Retarget(v->lengths);
+    w.Write(view_lengths.data(), n * sizeof(int32_t));
+    w.Finish();
   }
-  Synchronize();
+  v->host_starts = std::move(view_starts);
+  v->host_lengths = std::move(view_lengths);
   return v;
 }
 
-void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
+void Runtime::Append(DeviceTokens& dst, const TokenSet& src, bool synchronize) {
   if (dst.parent) throw std::invalid_argument("Expected a corpus made by upload() or alloc() to append to but received a view (select())");
   if (dst.e4m3) {
     throw std::invalid_argument("Expected a float or int8 token set to append to but received an fp8 one (fp8 sets are made "
@@ -512,39 +540,42 @@ void Runtime::Append(DeviceTokens& dst, const TokenSet& src) {
   // Items are packed in order on the device (padding and unused tokens are not copied).
   std::vector<int64_t> starts(static_cast<size_t>(src.count));
   int32_t max_length = dst.max_length;
-  {
-    StagedWriter w(*this, dst.data + static_cast<uint64_t>(dst.tokens) * row);
-    int64_t at = dst.tokens;
-    for (int64_t i = 0; i < src.count; i++) {
-      const int64_t start = static_cast<int64_t>(src.starts[i]);
-      const int32_t len = src.lengths[i];
-      starts[i] = at;
-      at += len;
-      max_length = std::max(max_length, len);
-      w.Write(base + static_cast<uint64_t>(start) * row, static_cast<uint64_t>(len) * row);
-    }
-    w.Finish();
+  if (dst.dtype == DType::Int8 && !src.scales) {
+    throw std::invalid_argument("Expected per-token scales for the appended int8 batch but received none");
+  }
+  // One writer for tokens, scales, starts and lengths (Retarget), so a small append fills one buffer.
+  StagedWriter w(*this, dst.data + static_cast<uint64_t>(dst.tokens) * row);
+  int64_t at = dst.tokens;
+  for (int64_t i = 0; i < src.count; i++) {
+    const int64_t start = static_cast<int64_t>(src.starts[i]);
+    const int32_t len = src.lengths[i];
+    starts[i] = at;
+    at += len;
+    max_length = std::max(max_length, len);
+    w.Write(base + static_cast<uint64_t>(start) * row, static_cast<uint64_t>(len) * row);
   }
   if (dst.dtype == DType::Int8) {
-    if (!src.scales) throw std::invalid_argument("Expected per-token scales for the appended int8 batch but received none");
     // the scales of the items, packed exactly like their tokens
-    StagedWriter w(*this, dst.scales + static_cast<uint64_t>(dst.tokens) * sizeof(float));
+    w.Retarget(dst.scales + static_cast<uint64_t>(dst.tokens) * sizeof(float));
     for (int64_t i = 0; i < src.count; i++) {
       const int64_t start = static_cast<int64_t>(src.starts[i]);
       w.Write(src.scales + start, static_cast<uint64_t>(src.lengths[i]) * sizeof(float));
     }
-    w.Finish();
   }
   if (src.count > 0) {
-    StagedWriter ws(*this, dst.starts + static_cast<uint64_t>(dst.count) * sizeof(int64_t));
-    ws.Write(starts.data(), starts.size() * sizeof(int64_t));
-    ws.Finish();
-    StagedWriter wl(*this, dst.lengths + static_cast<uint64_t>(dst.count) * sizeof(int32_t));
-    wl.Write(src.lengths, static_cast<uint64_t>(src.count) * sizeof(int32_t));
-    wl.Finish();
+    w.Retarget(dst.starts + static_cast<uint64_t>(dst.count) * sizeof(int64_t));
+    w.Write(starts.data(), starts.size() * sizeof(int64_t));
+    w.Retarget(dst.lengths + static_cast<uint64_t>(dst.count) * sizeof(int32_t));
+    w.Write(src.lengths, static_cast<uint64_t>(src.count) * sizeof(int32_t));
   }
-  // The host arrays belong to JS and may change after the job: finish every copy before returning.
-  Synchronize();
+  w.Finish();
+  // Every host byte went through pinned staging above, so the JS arrays are free once this returns;
+  // the synchronize keeps the rule that a job leaves the stream idle (runtime.h).
+  if (synchronize) Synchronize();
+  if (dst.HostSpans()) {
+    dst.host_starts.insert(dst.host_starts.end(), starts.begin(), starts.end());
+    dst.host_lengths.insert(dst.host_lengths.end(), src.lengths, src.lengths + src.count);
+  }
   dst.tokens += tokens;
   dst.count += src.count;
   dst.max_length = max_length;
@@ -595,6 +626,10 @@ std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e
   dst->tokens = src.tokens;
   dst->count = src.count;
   dst->max_length = src.max_length;
+  if (src.HostSpans()) {  // the kernel copies the item table unchanged
+    dst->host_starts = src.host_starts;
+    dst->host_lengths = src.host_lengths;
+  }
   return dst;
 }
 
@@ -645,6 +680,29 @@ void Runtime::Download(void* dst, cu::CUdeviceptr src, uint64_t bytes) {
     Synchronize();
     std::memcpy(out + off, stage, n);
   }
+}
+
+const void* Runtime::ReadBack(cu::CUdeviceptr src, uint64_t bytes) {
+  if (bytes > kReadBackBytes) {
+    throw std::invalid_argument("Expected at most " + std::to_string(kReadBackBytes) + " bytes for ReadBack but received " +
+                                std::to_string(bytes));
+  }
+  const Driver& d = Api();
+  if (bytes > readback_bytes_) {
+    uint64_t size = 64 << 10;
+    while (size < bytes) size <<= 1;
+    if (readback_) {
+      Synchronize();  // no copy may still target the old buffer
+      Check(d.cuMemFreeHost(readback_), "cuMemFreeHost");
+      readback_ = nullptr;
+      readback_bytes_ = 0;
+    }
+    Check(d.cuMemHostAlloc(&readback_, size, cu::CU_MEMHOSTALLOC_DEFAULT), "cuMemHostAlloc");
+    readback_bytes_ = size;
+  }
+  if (bytes > 0) Check(d.cuMemcpyDtoHAsync(readback_, src, bytes, stream_), "cuMemcpyDtoHAsync");
+  Synchronize();
+  return readback_;
 }
 
 void Runtime::Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes) {

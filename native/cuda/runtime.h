@@ -103,6 +103,14 @@ struct DeviceTokens {
   // A view (Select): its own starts / lengths over the parent's tokens and scales, which it keeps
   // alive and never frees; it cannot be appended to.
   std::shared_ptr<DeviceTokens> parent;
+  // Host copy of starts / lengths [count], written wherever Append, Quantize8 and Select write the
+  // device ones (worker thread only), so that views need no download of the parent's spans. Sets
+  // filled some other way (stream_scan's slots) have none: HostSpans() is false there.
+  std::vector<int64_t> host_starts;
+  std::vector<int32_t> host_lengths;
+  bool HostSpans() const {
+    return static_cast<int64_t>(host_starts.size()) == count && static_cast<int64_t>(host_lengths.size()) == count;
+  }
   uint64_t bytes() const;
   ~DeviceTokens();
 };
@@ -149,15 +157,19 @@ class Runtime {
 
   // Allocates a token set with room for the given tokens / items.
   std::shared_ptr<DeviceTokens> AllocTokens(DType dtype, int64_t dim, int64_t capacity_tokens, int64_t capacity_items);
-  // Appends the items of a host token set (copied through pinned staging; items are packed).
-  void Append(DeviceTokens& dst, const TokenSet& src);
+  // Appends the items of a host token set (copied through pinned staging; items are packed). The host
+  // arrays are consumed when it returns; `synchronize` = false leaves the copies in flight (for a job
+  // that synchronizes later: jobs must leave the stream idle).
+  void Append(DeviceTokens& dst, const TokenSet& src, bool synchronize = true);
   // A new 8-bit token set quantized on the device from a float set, one float32 scale per token:
   // int8 (per-token symmetric, bitwise the host quantize() of src/ops/quantize.ts) or, with e4m3,
   // fp8 e4m3 codes (max|x| -> 448). Throws std::invalid_argument for an 8-bit source or for a token
   // holding +-Inf. Synchronizes.
   std::shared_ptr<DeviceTokens> Quantize8(const DeviceTokens& src, bool e4m3);
   // A view of some items of `src` (indices into its items, any order, repeats allowed): new starts /
-  // lengths, the same token memory. Throws std::invalid_argument for an index out of range. Synchronizes.
+  // lengths, the same token memory, gathered from src's host spans (downloaded only for a set without
+  // them). Throws std::invalid_argument for an index out of range. Leaves the span uploads in flight
+  // (stream order); the job synchronizes.
   std::shared_ptr<DeviceTokens> Select(const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices);
   // Fills `count` floats with NaN, so that a kernel that skips a pair shows instead of stale memory.
   void FillNaN(cu::CUdeviceptr ptr, uint64_t count);
@@ -169,6 +181,10 @@ class Runtime {
   // Throws std::invalid_argument for a bad launch.
   void ValidateLaunch(const LaunchSpec& spec);
   void Download(void* dst, cu::CUdeviceptr src, uint64_t bytes);
+  // Copies `bytes` (at most kReadBackBytes) into a pinned buffer of the runtime and waits; the bytes
+  // stay there until the next ReadBack (no bounce through pageable memory, no extra host copy).
+  static constexpr uint64_t kReadBackBytes = 32ull << 20;
+  const void* ReadBack(cu::CUdeviceptr src, uint64_t bytes);
   // Copies host bytes to the device through the pinned staging buffers (the host memory may change
   // once this returns; the copies complete in stream order).
   void Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes);
@@ -215,7 +231,10 @@ class Runtime {
   KernelFiles kernel_files_;
   std::unordered_map<std::string, FunctionInfo> functions_;
   void* staging_[2] = {nullptr, nullptr};
+  void* readback_ = nullptr;
+  uint64_t readback_bytes_ = 0;
   cu::CUevent staging_done_[2] = {nullptr, nullptr};
+  int staging_next_ = 0;  // the staging buffer the next StagedWriter starts on
 };
 
 }  // namespace maxsim_cuda

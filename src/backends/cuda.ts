@@ -7,7 +7,7 @@
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
 import { quantize } from '../ops/quantize.js';
-import { topKOfRow } from '../ops/topk.js';
+import { sortedHits } from '../ops/topk.js';
 import {
   type DType,
   decodeToFloat32,
@@ -152,6 +152,48 @@ export interface NativeCuda {
     launch: NativeLaunch,
     options: { warmup?: number; iters?: number; rotate?: NativeTokenSet[] },
   ): Promise<BenchResult>;
+  /** The k best documents per query, selected on the device's worker thread (no score matrix to JS). */
+  topK(
+    device: NativeDevice,
+    queries: TokenBatch | NativeTokenSet,
+    docs: NativeTokenSet,
+    launch: NativeLaunch,
+    k: number,
+  ): Promise<NativeHeaps>;
+  /**
+   * Two-stage top-K in one job: scan scanDocs, keep `candidates` per query, rescore them against a view
+   * of exactDocs (exactLaunch planned for min(count, queries x candidates) documents), keep k.
+   * `count`: the documents both sets held when the launches were planned (checked by the job).
+   */
+  twoStage(
+    device: NativeDevice,
+    scanQueries: TokenBatch | NativeTokenSet,
+    scanDocs: NativeTokenSet,
+    scanLaunch: NativeLaunch,
+    exactQueries: TokenBatch | NativeTokenSet,
+    exactDocs: NativeTokenSet,
+    exactLaunch: NativeLaunch,
+    spec: { k: number; candidates: number; count: number },
+  ): Promise<NativeHeaps>;
+  /** The native heaps of the rows of a host matrix [rows * cols] (synchronous; for tests). */
+  hostTopK(scores: Float32Array, cols: number, k: number): NativeHeaps;
+}
+
+/**
+ * Top-K heaps from the addon: row r's heap (n entries, in the layout topKOfRow builds) at
+ * [r * n, (r + 1) * n) of scores / indices; sortedHits() ranks it.
+ */
+export interface NativeHeaps {
+  n: number;
+  scores: Float32Array;
+  indices: Int32Array;
+}
+
+/** The ranked hits of every row of native heaps. */
+export function hitsOfHeaps(h: NativeHeaps, rows: number): Hit[][] {
+  const out: Hit[][] = [];
+  for (let r = 0; r < rows; r++) out.push(sortedHits(h.scores, h.indices, h.n, r * h.n));
+  return out;
 }
 
 /** The addon's cuda object (throws BackendUnavailableError when the addon is not built). */
@@ -240,6 +282,15 @@ export interface ScoreOptions {
   variant?: string;
 }
 
+export interface TopKOptions extends ScoreOptions {
+  /**
+   * Two-stage search in one GPU job: rank every document of this corpus (the int8 copy, say), keep
+   * the `candidates` best per query, score those exactly against `docs` (the same documents in a
+   * float dtype) and return the k best by that score. `variant` applies to this corpus's scan.
+   */
+  rescore?: { docs: DeviceCorpus; candidates: number };
+}
+
 export interface DeviceCorpus {
   /** Documents (items) on the device. */
   readonly count: number;
@@ -261,7 +312,7 @@ export interface DeviceCorpus {
   /** Every query against every document: rows = queries, cols = documents. */
   score(queries: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
   /** The k best documents per query: descending score, ties to the lower index. */
-  topK(queries: TokenMatrix | TokenBatch, k: number, options?: ScoreOptions): Promise<Hit[][]>;
+  topK(queries: TokenMatrix | TokenBatch, k: number, options?: TopKOptions): Promise<Hit[][]>;
   /** Appends documents (only to a corpus made by CudaDevice.alloc, within its capacity). */
   append(batch: TokenBatch): Promise<void>;
   /**
@@ -352,6 +403,34 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
   return { ...batch, dtype, data, scales: undefined };
 }
 
+/** What the dispatcher reads of a corpus. */
+type CorpusShape = Pick<DeviceCorpus, 'count' | 'dim' | 'dtype' | 'maxLength'>;
+
+function shapeOf(c: DeviceCorpus): CorpusShape {
+  return { count: c.count, dim: c.dim, dtype: c.dtype, maxLength: c.maxLength };
+}
+
+function checkCandidates(n: unknown): number {
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0)
+    throw new InvalidArgumentError('options.rescore.candidates', 'a non-negative integer', describe(n));
+  return n;
+}
+
+// The corpus that rescores `scan`'s candidates: one of this module's corpora, on the same device,
+// with the same documents (count and dim).
+function rescoreCorpus(rescore: { docs: DeviceCorpus }, scan: Corpus): Corpus {
+  const docs = rescore?.docs;
+  if (!(docs instanceof Corpus))
+    throw new InvalidArgumentError('options.rescore.docs', 'a DeviceCorpus', describe(docs));
+  if (docs.count !== scan.count || docs.dim !== scan.dim)
+    throw new InvalidArgumentError(
+      'options.rescore.docs',
+      `the same documents as the scanned corpus (${scan.count} of dim ${scan.dim})`,
+      `${docs.count} of dim ${docs.dim}`,
+    );
+  return docs;
+}
+
 function maxLength(batch: TokenBatch): number {
   let m = 0;
   for (let i = 0; i < batch.count; i++) if (batch.lengths[i] > m) m = batch.lengths[i];
@@ -399,15 +478,42 @@ class Corpus implements DeviceCorpus {
       : { data, rows: batch.count, cols: batch.count > 0 ? data.length / batch.count : this.count };
   }
 
-  async topK(queries: TokenMatrix | TokenBatch, k: number, options: ScoreOptions = {}): Promise<Hit[][]> {
+  async topK(queries: TokenMatrix | TokenBatch, k: number, options: TopKOptions = {}): Promise<Hit[][]> {
     if (!Number.isInteger(k) || k < 0)
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
-    const data = await this.scoreAll(batch, options);
-    const cols = batch.count > 0 ? data.length / batch.count : 0;
-    const out: Hit[][] = [];
-    for (let q = 0; q < batch.count; q++) out.push(topKOfRow(data, k, q * cols, cols));
-    return out;
+    this.check();
+    const q = toDtype(batch, this.dtype, this.dim);
+    const rescore = options.rescore;
+    const exact = rescore === undefined ? undefined : rescoreCorpus(rescore, this);
+    // the selection runs on the GPU worker: only the heaps come back (k per query)
+    const empty = () => Array.from({ length: q.count }, (): Hit[] => []);
+    if (!exact) {
+      if (q.count === 0 || this.count === 0 || k === 0) return empty();
+      const { launch } = this.device.planFor(q, this, options);
+      return hitsOfHeaps(await nativeCuda().topK(this.device.handle, q, this.native, launch, k), q.count);
+    }
+    exact.check();
+    const qe = toDtype(batch, exact.dtype, exact.dim);
+    const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
+    if (q.count === 0 || keep === 0 || k === 0) return empty();
+    const scan = this.device.planFor(q, this, options).launch;
+    // the union of the candidates has at most this many documents; no rule reads maxDocLength
+    const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep) };
+    const rescoring = this.device.planFor(qe, shape, {}).launch;
+    const spec = { k, candidates: keep, count: this.count };
+    const native = nativeCuda();
+    const h = await native.twoStage(
+      this.device.handle,
+      q,
+      this.native,
+      scan,
+      qe,
+      exact.native,
+      rescoring,
+      spec,
+    );
+    return hitsOfHeaps(h, q.count);
   }
 
   async append(batch: TokenBatch): Promise<void> {
@@ -547,7 +653,7 @@ class Device implements CudaDevice {
     return nativeCuda().emptyCache(this.handle);
   }
 
-  planFor(q: TokenBatch, corpus: DeviceCorpus, options: ScoreOptions): { variant: Variant; launch: Launch } {
+  planFor(q: TokenBatch, corpus: CorpusShape, options: ScoreOptions): { variant: Variant; launch: Launch } {
     const problem: Problem = {
       numQueries: q.count,
       maxQueryLength: maxLength(q),

@@ -20,51 +20,74 @@ export function topKOfRow(
   // Binary min-heap of the n best so far; the root is the worst of them.
   const hs = new Float64Array(n);
   const hi = new Int32Array(n);
-  let size = 0;
-  const siftDown = (pos: number) => {
-    for (;;) {
-      const l = 2 * pos + 1;
-      if (l >= size) return;
-      const r = l + 1;
-      // child that ranks worst
-      const c = r < size && better(hs[l], hi[l], hs[r], hi[r]) ? r : l;
-      if (!better(hs[pos], hi[pos], hs[c], hi[c])) return;
-      const ts = hs[pos];
-      const ti = hi[pos];
-      hs[pos] = hs[c];
-      hi[pos] = hi[c];
-      hs[c] = ts;
-      hi[c] = ti;
-      pos = c;
-    }
-  };
-  for (let i = 0; i < count; i++) {
-    const s = scores[offset + i];
-    if (size < n) {
-      let pos = size++;
-      hs[pos] = s;
-      hi[pos] = i;
-      while (pos > 0) {
-        const p = (pos - 1) >> 1;
-        if (!better(hs[p], hi[p], hs[pos], hi[pos])) break;
-        const ts = hs[p];
-        const ti = hi[p];
-        hs[p] = hs[pos];
-        hi[p] = hi[pos];
-        hs[pos] = ts;
-        hi[pos] = ti;
-        pos = p;
-      }
-    } else if (better(s, i, hs[0], hi[0])) {
-      hs[0] = s;
-      hi[0] = i;
-      siftDown(0);
-    }
+  for (let i = 0; i < n; i++) {
+    hs[i] = scores[offset + i];
+    hi[i] = i;
+    siftUp(hs, hi, i);
   }
+  // Rows are scanned in ascending index, so a later element beats the root only with a strictly
+  // greater score (an equal one loses on index; NaN compares false, as in better()): one comparison
+  // rejects almost every element once the heap is full.
+  const end = offset + count;
+  for (
+    let at = firstAbove(scores, offset + n, end, hs[0]);
+    at < end;
+    at = firstAbove(scores, at + 1, end, hs[0])
+  ) {
+    hs[0] = scores[at];
+    hi[0] = at - offset;
+    siftDown(hs, hi, n, 0);
+  }
+  return sortedHits(hs, hi, n);
+}
+
+/**
+ * The hits of a heap built as topKOfRow builds it, best first. The native top-K (cuda.ts) returns its
+ * heaps in the same layout, so both rank through this one comparison sort.
+ */
+export function sortedHits(hs: ArrayLike<number>, hi: ArrayLike<number>, size: number, from = 0): Hit[] {
   const hits: Hit[] = [];
-  for (let i = 0; i < size; i++) hits.push({ index: hi[i], score: hs[i] });
+  for (let i = from; i < from + size; i++) hits.push({ index: hi[i], score: hs[i] });
   hits.sort((a, b) => (better(a.score, a.index, b.score, b.index) ? -1 : 1));
   return hits;
+}
+
+// The first i in [from, end) with scores[i] > worst, else end. A loop of its own without calls, so
+// that V8 optimizes it whole (a rarely taken call inside the scan loop deopts its OSR code).
+function firstAbove(scores: Float32Array | Float64Array, from: number, end: number, worst: number): number {
+  for (let i = from; i < end; i++) if (scores[i] > worst) return i;
+  return end;
+}
+
+function siftUp(hs: Float64Array, hi: Int32Array, pos: number) {
+  while (pos > 0) {
+    const p = (pos - 1) >> 1;
+    if (!better(hs[p], hi[p], hs[pos], hi[pos])) return;
+    swap(hs, hi, p, pos);
+    pos = p;
+  }
+}
+
+function siftDown(hs: Float64Array, hi: Int32Array, size: number, pos: number) {
+  for (;;) {
+    const l = 2 * pos + 1;
+    if (l >= size) return;
+    const r = l + 1;
+    // child that ranks worst
+    const c = r < size && better(hs[l], hi[l], hs[r], hi[r]) ? r : l;
+    if (!better(hs[pos], hi[pos], hs[c], hi[c])) return;
+    swap(hs, hi, pos, c);
+    pos = c;
+  }
+}
+
+function swap(hs: Float64Array, hi: Int32Array, a: number, b: number) {
+  const ts = hs[a];
+  const ti = hi[a];
+  hs[a] = hs[b];
+  hi[a] = hi[b];
+  hs[b] = ts;
+  hi[b] = ti;
 }
 
 export function checkK(k: unknown): number {

@@ -24,8 +24,8 @@ export interface TwoStageOptions extends ScoreOptions {
 /**
  * The exact top-k documents for every query: `docs` is the float corpus, `docsInt8` the same corpus
  * quantized with quantize(docs, 'int8') (same items in the same order). Queries are quantized here.
- * Both may be device corpora (`docsInt8 = await docs.quantize('int8')`): then both stages run on the
- * GPU and only the candidates' spans move.
+ * Both may be device corpora (`docsInt8 = await docs.quantize('int8')`): then both stages run in one
+ * GPU job, and only the candidates' spans go up and the k hits per query come back.
  * Equal to the exact top-k whenever each true top-k document ranks within the first c·k of the
  * int8 scan.
  */
@@ -81,8 +81,10 @@ function isDeviceCorpus(x: unknown): x is DeviceCorpus {
   return typeof x === 'object' && x !== null && typeof (x as DeviceCorpus).select === 'function';
 }
 
-// Both stages on the GPU: the int8 scan of the device corpus, then the union of every query's
-// candidates rescored from the float corpus through a view (select: new spans, no token copy).
+// Both stages on the GPU, in one job (DeviceCorpus.topK with rescore): the int8 scan of the device
+// corpus, a top-c·K per query on the GPU worker, then the union of every query's candidates rescored
+// from the float corpus through a view (new spans, no token copy) and the top K of each query's own
+// candidates, ties to the lower index. The TypeScript dispatcher plans both launches (Corpus.topK).
 async function twoStageDevice(
   queries: TokenBatch | TokenMatrix,
   docs: DeviceCorpus,
@@ -102,21 +104,7 @@ async function twoStageDevice(
     );
   const q = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
   const keep = Math.min(docs.count, Math.ceil(c * k));
-  const perQuery = (await docsInt8.topK(q, keep)).map((hits) => hits.map((h) => h.index));
-  const union = [...new Set(perQuery.flat())].sort((a, b) => a - b);
-  const column = new Map(union.map((d, i) => [d, i]));
-  const view = await docs.select(union);
-  try {
-    const exact = await view.score(q);
-    return perQuery.map((candidates, i) => {
-      // ascending document index, so exact ties still break towards the lower index
-      const sorted = [...candidates].sort((a, b) => a - b);
-      const scores = Float32Array.from(sorted, (d) => exact.data[i * exact.cols + column.get(d)!]);
-      return topKOfRow(scores, k).map((h) => ({ index: sorted[h.index], score: h.score }));
-    });
-  } finally {
-    view.dispose();
-  }
+  return docsInt8.topK(q, k, { rescore: { docs, candidates: keep } });
 }
 
 /** twoStageTopKAll for one query. */

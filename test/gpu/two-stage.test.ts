@@ -1,13 +1,57 @@
-// Device-resident two-stage top-K (src/ops/two-stage.ts: int8 scan on the GPU, exact rescoring of
-// the candidates through a view of the float corpus) and the views themselves (corpus.select).
+// Device-resident top-K (DeviceCorpus.topK: the selection runs on the GPU worker), the fused two-stage
+// top-K (src/ops/two-stage.ts: int8 scan, candidates, exact rescoring through a view of the float
+// corpus, all in one job) and the views themselves (corpus.select, spans from the host mirror).
 // Skipped with the reason where no GPU runs.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import type { DeviceCorpus } from '../../src/backends/cuda.js';
+import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
+import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopKAll } from '../../src/ops/two-stage.js';
-import { randomRagged, rng, runSeed } from '../helpers.js';
+import {
+  encodeFloats,
+  type FloatDType,
+  type Hit,
+  raggedBatch,
+  type TokenBatch,
+  tokenMatrix,
+} from '../../src/tensor.js';
+import { randomFloats, randomRagged, rng, runSeed, scoreErrorBounds } from '../helpers.js';
 import { gpu, skip } from './helpers.js';
 
-describe('CUDA two-stage top-K and corpus views', { skip }, () => {
+// Lengths with an empty document every `every` items.
+function lengthsWithEmpty(rand: () => number, count: number, every: number, max: number): number[] {
+  return Array.from({ length: count }, (_, i) => (i % every === 3 ? 0 : 1 + Math.floor(rand() * max)));
+}
+
+// The two stages composed from the public pieces (no fused job): the int8 top-c·k per query, the union
+// of the candidates through select(), score(), and the top k of each query's candidates in ascending
+// document order (exact ties to the lower index).
+async function unfusedTwoStage(
+  queries: TokenBatch,
+  docs: DeviceCorpus,
+  docsInt8: DeviceCorpus,
+  k: number,
+  c: number,
+): Promise<Hit[][]> {
+  const keep = Math.min(docs.count, Math.ceil(c * k));
+  const perQuery = (await docsInt8.topK(queries, keep)).map((hits) => hits.map((h) => h.index));
+  const union = [...new Set(perQuery.flat())].sort((a, b) => a - b);
+  const column = new Map(union.map((d, i) => [d, i]));
+  const view = await docs.select(union);
+  try {
+    const exact = await view.score(queries);
+    return perQuery.map((candidates, i) => {
+      const sorted = [...candidates].sort((a, b) => a - b);
+      const scores = Float32Array.from(sorted, (d) => exact.data[i * exact.cols + (column.get(d) as number)]);
+      return topKOfRow(scores, k).map((h) => ({ index: sorted[h.index], score: h.score }));
+    });
+  } finally {
+    view.dispose();
+  }
+}
+
+describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
   test('select(): a view scores exactly like the corpus, keeps its memory alive, refuses writes', async () => {
     const rand = rng(runSeed + 201);
     const dev = await gpu();
@@ -41,6 +85,93 @@ describe('CUDA two-stage top-K and corpus views', { skip }, () => {
     other.dispose();
   });
 
+  test('select() spans from the host mirror: appended corpora, quantized corpora, views of views', async () => {
+    const rand = rng(runSeed + 203);
+    const dev = await gpu();
+    const lengths = lengthsWithEmpty(rand, 90, 11, 60);
+    const host = randomRagged(lengths, 64, 'float16', rand);
+    const tokens = lengths.reduce((a, b) => a + b, 0);
+    // three appends, so the mirror grows in pieces
+    const grown = await dev.alloc({ dtype: 'float16', dim: 64, tokens: tokens + 10, items: 100 });
+    const parts = [
+      [0, 30],
+      [30, 31],
+      [31, 90],
+    ];
+    for (const [a, b] of parts) {
+      const piece = Array.from({ length: b - a }, (_, i) => a + i);
+      await grown.append(
+        raggedBatch(
+          host.data.slice(host.starts[a] * 64, (host.starts[b - 1] + host.lengths[b - 1]) * 64),
+          [0, ...piece.map((i) => host.starts[i] + host.lengths[i] - host.starts[a])],
+          { dim: 64, dtype: 'float16' },
+        ),
+      );
+    }
+    const i8 = await grown.quantize('int8');
+    const queries = randomRagged([17, 3], 64, 'float32', rand);
+    const picks = [89, 0, 3, 45, 30, 30, 14, 88];
+    for (const [name, corpus] of [
+      ['appended', grown],
+      ['quantized', i8],
+    ] as const) {
+      const full = await corpus.score(queries);
+      const view = await corpus.select(picks);
+      const viewOfView = await view.select([7, 0, 2]); // picks[7], picks[0], picks[2]
+      const part = await view.score(queries);
+      const part2 = await viewOfView.score(queries);
+      const inner = [7, 0, 2];
+      for (let q = 0; q < 2; q++) {
+        for (let j = 0; j < picks.length; j++)
+          assert.ok(
+            Object.is(part.data[q * picks.length + j], full.data[q * full.cols + picks[j]]),
+            `${name} ${q} ${j}`,
+          );
+        for (let m = 0; m < inner.length; m++)
+          assert.ok(
+            Object.is(part2.data[q * 3 + m], full.data[q * full.cols + picks[inner[m]]]),
+            `${name} view ${q} ${m}`,
+          );
+      }
+      assert.equal(view.maxLength, Math.max(...picks.map((p) => lengths[p])));
+      viewOfView.dispose();
+      view.dispose();
+    }
+    i8.dispose();
+    grown.dispose();
+  });
+
+  test('topK (selected on the GPU worker) equals topKOfRow over score(), any k, empty documents', async () => {
+    const rand = rng(runSeed + 204);
+    const dev = await gpu();
+    const lengths = lengthsWithEmpty(rand, 700, 13, 90);
+    const f16 = await dev.upload(randomRagged(lengths, 128, 'float16', rand));
+    const i8 = await f16.quantize('int8');
+    try {
+      const queries = randomRagged([32, 9, 1, 0, 40], 128, 'float32', rand);
+      for (const [name, corpus] of [
+        ['float16', f16],
+        ['int8', i8],
+      ] as const) {
+        const s = await corpus.score(queries);
+        for (const k of [0, 1, 10, 64, 699, 700, 705]) {
+          const want = Array.from({ length: s.rows }, (_, q) => topKOfRow(s.data, k, q * s.cols, s.cols));
+          assert.deepStrictEqual(await corpus.topK(queries, k), want, `${name} k ${k}`);
+        }
+      }
+      const one = tokenMatrix(encodeFloats(randomFloats(32 * 128, rand), 'float32'), 32, 128);
+      const row = await f16.score(one);
+      assert.deepStrictEqual(await f16.topK(one, 10), [topKOfRow(row, 10)]);
+      const none = await dev.alloc({ dtype: 'float16', dim: 128, tokens: 0, items: 0 });
+      assert.deepStrictEqual(await none.topK(queries, 3), [[], [], [], [], []]);
+      none.dispose();
+      await assert.rejects(f16.topK(queries, -1), /k/);
+    } finally {
+      i8.dispose();
+      f16.dispose();
+    }
+  });
+
   test('two-stage top-10 on device corpora equals the exact top-10 of the float corpus', async () => {
     const rand = rng(runSeed + 202);
     const dev = await gpu();
@@ -59,6 +190,187 @@ describe('CUDA two-stage top-K and corpus views', { skip }, () => {
     } finally {
       i8.dispose();
       f16.dispose();
+    }
+  });
+
+  test('the fused two-stage job returns the hits of the unfused composition (every float dtype, k > corpus)', async () => {
+    const rand = rng(runSeed + 205);
+    const dev = await gpu();
+    for (const dtype of ['float16', 'bfloat16', 'float32'] as FloatDType[]) {
+      for (const [count, cases] of [
+        [
+          1500,
+          [
+            [10, 4],
+            [1, 1],
+            [25, 2.5],
+          ],
+        ],
+        [
+          40,
+          [
+            [50, 4],
+            [40, 1],
+            [7, 10],
+          ],
+        ],
+      ] as Array<[number, Array<[number, number]>]>) {
+        const lengths = lengthsWithEmpty(rand, count, 7, 150);
+        const docs = await dev.upload(randomRagged(lengths, 128, dtype, rand));
+        const docsInt8 = await docs.quantize('int8');
+        try {
+          const queries = randomRagged([32, 9, 1, 0, 32, 64], 128, 'float32', rand);
+          for (const [k, c] of cases) {
+            const context = `${dtype}, ${count} documents, k ${k}, c ${c}`;
+            const fused = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
+            const unfused = await unfusedTwoStage(queries, docs, docsInt8, k, c);
+            assert.deepStrictEqual(fused, unfused, context);
+            const n = Math.min(k, count, Math.ceil(c * k));
+            for (const row of fused) assert.equal(row.length, n, context);
+          }
+          assert.deepStrictEqual(await twoStageTopKAll(queries, docs, docsInt8, 0), [[], [], [], [], [], []]);
+        } finally {
+          docsInt8.dispose();
+          docs.dispose();
+        }
+      }
+    }
+  });
+
+  test('the fused two-stage job agrees with the float64 reference where the top k is well separated', async () => {
+    const rand = rng(runSeed + 206);
+    const dev = await gpu();
+    const d = 128;
+    const count = 2000;
+    const queryLengths = [32, 9, 1];
+    const queries32 = randomFloats(queryLengths.reduce((a, b) => a + b, 0) * d, rand);
+    const qOffsets = [0];
+    for (const l of queryLengths) qOffsets.push(qOffsets[qOffsets.length - 1] + l);
+    // Query q's planted documents hold its tokens scaled by 1 - 0.03 j (j = 0..11) among random ones:
+    // they score s_j * sum |q_i|^2, far above each other and above every random document, so the
+    // exact top 10 has no near-ties and the int8 scan ranks them first too.
+    const lengths = lengthsWithEmpty(rand, count, 23, 100);
+    const planted = new Map<number, [number, number]>();
+    for (let q = 0; q < queryLengths.length; q++) {
+      for (let j = 0; j < 12; j++) {
+        let b: number;
+        do b = Math.floor(rand() * count);
+        while (planted.has(b) || lengths[b] === 0);
+        planted.set(b, [q, j]);
+        lengths[b] = Math.max(lengths[b], queryLengths[q] + 5);
+      }
+    }
+    const offsets = [0];
+    for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
+    const values = randomFloats(offsets[count] * d, rand);
+    for (const [b, [q, j]] of planted) {
+      const s = 1 - 0.03 * j;
+      for (let i = 0; i < queryLengths[q]; i++)
+        for (let x = 0; x < d; x++)
+          values[(offsets[b] + 2 + i) * d + x] = s * queries32[(qOffsets[q] + i) * d + x];
+    }
+    const host = raggedBatch(encodeFloats(values, 'float16'), offsets, { dim: d, dtype: 'float16' });
+    const queries = raggedBatch(queries32, qOffsets, { dim: d });
+    // the GPU scores float16 queries: the reference takes the same rounded values
+    const queries16 = raggedBatch(encodeFloats(queries32, 'float16'), qOffsets, { dim: d, dtype: 'float16' });
+    const ref = referenceMaxsim(queries16, host);
+    const bounds = scoreErrorBounds(queries16, host).map((b) => b * 4); // tensor-core accumulation
+    const f16 = await dev.upload(host);
+    const i8 = await f16.quantize('int8');
+    try {
+      for (const k of [10, 3]) {
+        const got = await twoStageTopKAll(queries, f16, i8, k);
+        for (let q = 0; q < queryLengths.length; q++) {
+          const row = ref.subarray(q * count, (q + 1) * count);
+          const want = referenceTopK(row, k + 1);
+          for (let j = 0; j < k; j++) {
+            // the precondition of the test: the reference ranks are far apart
+            assert.ok(
+              want[j].score - want[j + 1].score > 4 * bounds[q * count + want[j].index],
+              `gap ${q} ${j}`,
+            );
+          }
+          assert.deepStrictEqual(
+            got[q].map((h) => h.index),
+            want.slice(0, k).map((h) => h.index),
+            `query ${q}, k ${k}`,
+          );
+          got[q].forEach((h, j) => {
+            const b = bounds[q * count + h.index] + Math.abs(want[j].score) * 2 ** -23;
+            assert.ok(
+              Math.abs(h.score - want[j].score) <= b,
+              `query ${q} hit ${j}: ${h.score} vs ${want[j].score}`,
+            );
+          });
+        }
+      }
+      // k above the corpus: every document, exact scores within the bound, -Infinity last by index
+      const small = await dev.upload(
+        raggedBatch(host.data.slice(0, offsets[30] * d), offsets.slice(0, 31), { dim: d, dtype: 'float16' }),
+      );
+      const small8 = await small.quantize('int8');
+      try {
+        const all = await twoStageTopKAll(queries, small, small8, 45);
+        const smallRef = referenceMaxsim(
+          queries16,
+          raggedBatch(host.data.slice(0, offsets[30] * d), offsets.slice(0, 31), {
+            dim: d,
+            dtype: 'float16',
+          }),
+        );
+        for (let q = 0; q < queryLengths.length; q++) {
+          assert.deepStrictEqual(
+            [...all[q].map((h) => h.index)].sort((a, b) => a - b),
+            Array.from({ length: 30 }, (_, i) => i),
+          );
+          for (let j = 0; j < all[q].length; j++) {
+            const h = all[q][j];
+            const r = smallRef[q * 30 + h.index];
+            if (r === Number.NEGATIVE_INFINITY) assert.equal(h.score, r);
+            else
+              assert.ok(
+                Math.abs(h.score - r) <= bounds[q * count + h.index] + Math.abs(r) * 2 ** -23,
+                `small ${q} ${j}`,
+              );
+            if (j > 0) {
+              const p = all[q][j - 1];
+              assert.ok(p.score > h.score || (p.score === h.score && p.index < h.index), `order ${q} ${j}`);
+            }
+          }
+        }
+      } finally {
+        small8.dispose();
+        small.dispose();
+      }
+    } finally {
+      i8.dispose();
+      f16.dispose();
+    }
+  });
+
+  test('topK with rescore: argument errors name the argument', async () => {
+    const rand = rng(runSeed + 207);
+    const dev = await gpu();
+    const a = await dev.upload(randomRagged([5, 6, 7], 32, 'float16', rand));
+    const b = await dev.upload(randomRagged([5, 6], 32, 'float16', rand));
+    const a8 = await a.quantize('int8');
+    const q = randomRagged([4], 32, 'float32', rand);
+    try {
+      await assert.rejects(a8.topK(q, 2, { rescore: { docs: b, candidates: 2 } }), /options\.rescore\.docs/);
+      await assert.rejects(
+        a8.topK(q, 2, { rescore: { docs: {} as DeviceCorpus, candidates: 2 } }),
+        /options\.rescore\.docs/,
+      );
+      await assert.rejects(
+        a8.topK(q, 2, { rescore: { docs: a, candidates: 1.5 } }),
+        /options\.rescore\.candidates/,
+      );
+      const hits = await a8.topK(q, 2, { rescore: { docs: a, candidates: 3 } });
+      assert.deepStrictEqual(hits, await a.topK(q, 2));
+    } finally {
+      a8.dispose();
+      b.dispose();
+      a.dispose();
     }
   });
 });

@@ -13,7 +13,8 @@
 // fixed order (dQ: documents ascending; dD: sources in ascending (query, query token) order) before one
 // rounding to fp32. No float atomics except in the opt-in atomic dD path.
 //
-// LAUNCH CONTRACTS (MaxsimTrainParams by value, dynamic smem 0 except fwd_mma; every index is 64-bit):
+// LAUNCH CONTRACTS (MaxsimTrainParams by value, dynamic smem 0 except fwd_mma; every index is 64-bit;
+// every buffer 16-byte aligned: the backward's dim % 4 == 0 paths and scan_down use vector accesses):
 //   maxsim_train_fwd_mma_{f16,bf16}  (queries and documents both of that type; dim % 8 == 0,
 //       8 <= dim <= 128; sm_80+) block (128,1,1), grid (min(num_pairs, 2^20),1,1), dynamic smem
 //       kMmaSmem = 52224 bytes (above the default 48 KiB: the limit must be raised). One CTA per pair
@@ -407,44 +408,119 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
 // ---- the backward pass --------------------------------------------------------------------------
 //
 // Both gradients are gathers of token rows weighted by score gradients, accumulated in fp64 in a
-// fixed order and rounded once. One warp owns one output row: lane l holds elements k0 + l + 32 m
-// (m < kVec) of a 128-wide column chunk. The warp fetches the metadata of 32 sources at once (one per
-// lane: score gradient, argmax, row offset) and then walks them in order, kUnroll rows in flight per
-// lane (the loads of a group are issued before its adds), so the gathers are latency-tolerant and
-// each row read is coalesced (32 lanes x consecutive elements).
+// fixed order and rounded once. One warp owns one output row and walks its sources in order, 32 at a
+// time (one source's metadata per lane: score gradient, argmax, row), several rows in flight per lane
+// (the loads of a group are issued before its adds). Per element the arithmetic is fixed (acc = acc +
+// g * x, separately rounded, sources in order, one rounding to fp32); only the lane that computes a
+// column depends on the path, so both paths give the same bits:
+//  - fast path (dim % 4 == 0): lane l holds the 4 consecutive columns k0 + 4 l + m (m < 4) of a
+//    128-wide chunk and reads them with ONE 8-byte (fp16 / bf16) or 16-byte (fp32) load per row: row
+//    bases are row * dim elements of 16-byte aligned buffers, so the loads (and the float4 stores)
+//    are aligned. The batch's (row pointer, weight) pairs are staged in shared memory (one broadcast
+//    load each instead of four 32-bit shuffles per source), and the next batch's metadata is in
+//    flight while a batch is summed (under contention a row's sources are one long serial walk).
+//  - fallback (other dims): the scalar code, lane l holds columns k0 + l + 32 m (m < kVec).
+// The gather kernels are bounded to 64 registers (32 warps per SM; the fast path needs about 64, the
+// fallback fits with kScalarUnroll = 2).
 
 constexpr int kVec = 4;
 constexpr int kChunk = 32 * kVec;  // columns per pass over the sources
-constexpr int kUnroll = 8;         // divides 32
+constexpr int kScalarUnroll = 2;   // fallback rows in flight per lane (divides 32); more would spill at 64
 constexpr int kDqWarps = 8;        // query tokens per dQ block
 constexpr int kScanThreads = 1024;
 constexpr int kScanTile = 4 * kScanThreads;  // counts per scan block (4 consecutive per thread)
 
-// Adds the sources held by lanes [0, n) (n uniform, <= 32), in lane order: off = element offset of
-// the source row (-1: skip), g = its weight. Rows have element type T; acc[m] is column k0 + lane + 32 m.
+// Fallback: adds the sources held by lanes [0, n) (n uniform, <= 32), in lane order: off = element
+// offset of the source row (-1: skip), g = its weight. Rows have element type T; acc[m] is column
+// k0 + lane + 32 m (32-bit: k < dim + kChunk).
 template <typename T>
 __device__ __forceinline__ void accumulate_sources(const T* __restrict__ base, long long off, double g, int n,
-                                                   int64_t k0, int64_t dim, int lane, double (&acc)[kVec]) {
+                                                   int k0, int dim, int lane, double (&acc)[kVec]) {
 #pragma unroll 1
-  for (int c = 0; c < n; c += kUnroll) {  // lanes in [n, 32) hold off = -1: a partial group is safe
-    long long o[kUnroll];
-    double w[kUnroll];
-    float x[kUnroll][kVec];
+  for (int c = 0; c < n; c += kScalarUnroll) {  // lanes in [n, 32) hold off = -1: a partial group is safe
+    long long o[kScalarUnroll];
+    double w[kScalarUnroll];
+    float x[kScalarUnroll][kVec];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kScalarUnroll; ++u) {
       o[u] = __shfl_sync(kFull, off, c + u);
       w[u] = __shfl_sync(kFull, g, c + u);
 #pragma unroll
       for (int m = 0; m < kVec; ++m) {
-        const int64_t k = k0 + lane + 32 * m;
+        const int k = k0 + lane + 32 * m;
         x[u][m] = (o[u] >= 0 && k < dim) ? to_f32(base[o[u] + k]) : 0.f;
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kScalarUnroll; ++u) {
       if (o[u] >= 0) {  // uniform over the warp
 #pragma unroll
         for (int m = 0; m < kVec; ++m) acc[m] = __dadd_rn(acc[m], __dmul_rn(w[u], static_cast<double>(x[u][m])));
+      }
+    }
+  }
+}
+
+// A staged source of the fast path: the start of its row and its weight.
+struct __align__(16) Src {
+  const void* row;
+  double g;
+};
+
+// 4 consecutive elements of a row with one aligned load (at(m): element m as fp32, exact). kRows:
+// rows in flight per lane (64 bytes of loads either way; 8 float4 rows would not fit in 64 registers).
+template <typename T> struct Vec4;
+template <> struct Vec4<float> {
+  using Raw = float4;
+  static constexpr int kRows = 4;
+  static __device__ __forceinline__ Raw zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  static __device__ __forceinline__ Raw load(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+  static __device__ __forceinline__ float at(const Raw& r, int m) {
+    return m == 0 ? r.x : m == 1 ? r.y : m == 2 ? r.z : r.w;
+  }
+};
+template <> struct Vec4<__half> {
+  using Raw = uint2;  // little endian: element m is the 16 bits at 16 * (m & 1) of word m >> 1
+  static constexpr int kRows = 8;
+  static __device__ __forceinline__ Raw zero() { return make_uint2(0u, 0u); }
+  static __device__ __forceinline__ Raw load(const __half* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+  static __device__ __forceinline__ float at(const Raw& r, int m) {
+    const uint32_t w = m < 2 ? r.x : r.y;
+    return __half2float(__ushort_as_half(static_cast<unsigned short>((m & 1) ? w >> 16 : w & 0xffffu)));
+  }
+};
+template <> struct Vec4<__nv_bfloat16> {
+  using Raw = uint2;
+  static constexpr int kRows = 8;
+  static __device__ __forceinline__ Raw zero() { return make_uint2(0u, 0u); }
+  static __device__ __forceinline__ Raw load(const __nv_bfloat16* p) {
+    return __ldg(reinterpret_cast<const uint2*>(p));
+  }
+  static __device__ __forceinline__ float at(const Raw& r, int m) {
+    const uint32_t w = m < 2 ? r.x : r.y;
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>((m & 1) ? w >> 16 : w & 0xffffu)));
+  }
+};
+
+// Fast path: adds the staged sources src[0, n) (n uniform), in order, to the lane's columns col + m.
+// active = col < dim (then all 4 are: dim % 4 == 0); inactive lanes add zeros and are never stored.
+template <typename T>
+__device__ __forceinline__ void accumulate_vec(const Src* src, int n, int col, bool active, double (&acc)[kVec]) {
+  constexpr int kRows = Vec4<T>::kRows;
+#pragma unroll 1
+  for (int c = 0; c < n; c += kRows) {
+    typename Vec4<T>::Raw x[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      x[u] = Vec4<T>::zero();
+      if (active && c + u < n) x[u] = Vec4<T>::load(static_cast<const T*>(src[c + u].row) + col);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      if (c + u < n) {  // uniform over the warp
+        const double w = src[c + u].g;
+#pragma unroll
+        for (int m = 0; m < kVec; ++m) acc[m] = __dadd_rn(acc[m], __dmul_rn(w, static_cast<double>(Vec4<T>::at(x[u], m))));
       }
     }
   }
@@ -455,7 +531,7 @@ __device__ __forceinline__ void accumulate_sources(const T* __restrict__ base, l
 // One warp per query token; a block holds kDqWarps consecutive tokens of one query, so the argmax
 // entries the block reads for one document are adjacent.
 template <typename T>
-__device__ __forceinline__ void dq_body(const MaxsimTrainParams& P) {
+__device__ __forceinline__ void dq_scalar(const MaxsimTrainParams& P) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t dim = P.dim;
   const T* __restrict__ docs = static_cast<const T*>(P.docs);
@@ -493,6 +569,76 @@ __device__ __forceinline__ void dq_body(const MaxsimTrainParams& P) {
   }
 }
 
+// The dQ metadata of document j for query token (i, s), all four loads issued together (no chain).
+struct DqMeta {
+  double g;
+  int64_t start;  // the document's first row
+  int32_t t, ld;  // argmax, document length
+};
+__device__ __forceinline__ DqMeta dq_meta(const MaxsimTrainParams& P, int64_t i, int64_t s, int j, int j_end) {
+  DqMeta m{0.0, 0, -1, 0};
+  if (j < j_end) {
+    const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
+    m.g = P.grad_scores[p];
+    m.t = load_am(P, p * P.stride + s);
+    m.ld = P.doc_lengths[j];
+    m.start = P.doc_starts[j];
+  }
+  return m;
+}
+
+// Fast path of dQ: the same sources (ballot-compacted in ascending j: the skipped ones added nothing).
+template <typename T>
+__device__ __forceinline__ void dq_vec(const MaxsimTrainParams& P) {
+  __shared__ Src staged[kDqWarps][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned below = (1u << lane) - 1u;
+  const int dim = P.dim;
+  const T* docs = static_cast<const T*>(P.docs);
+  Src* st = staged[warp];
+  const int64_t groups = (P.stride + kDqWarps - 1) / kDqWarps;
+  const int64_t units = static_cast<int64_t>(P.num_queries) * groups;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t i = u / groups;
+    const int64_t s = (u - i * groups) * kDqWarps + warp;
+    if (s >= P.query_lengths[i]) continue;  // warp-uniform; this kernel has no block barrier
+    const int64_t q_row = P.query_starts[i] + s;
+    const int j_begin = P.pairs == 0 ? 0 : static_cast<int>(i);  // documents: int32
+    const int j_end = P.pairs == 0 ? P.num_docs : static_cast<int>(i) + 1;
+    for (int k0 = 0; k0 < dim; k0 += kChunk) {
+      const int col = k0 + 4 * lane;
+      const bool active = col < dim;
+      double acc[kVec];
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
+      DqMeta m = dq_meta(P, i, s, j_begin + lane, j_end);
+      for (int j0 = j_begin; j0 < j_end; j0 += 32) {
+        const bool use = m.g != 0.0 && m.t >= 0 && m.t < m.ld;
+        const unsigned mask = __ballot_sync(kFull, use);
+        __syncwarp();  // the previous batch is summed before its slots are overwritten
+        if (use) st[__popc(mask & below)] = Src{docs + (m.start + m.t) * dim, m.g};
+        __syncwarp();
+        if (j0 + 32 < j_end) m = dq_meta(P, i, s, j0 + 32 + lane, j_end);  // in flight during the sum
+        accumulate_vec<T>(st, __popc(mask), col, active, acc);
+      }
+      if (active) {
+        *reinterpret_cast<float4*>(P.dq + q_row * dim + col) =
+            make_float4(__double2float_rn(acc[0]), __double2float_rn(acc[1]), __double2float_rn(acc[2]),
+                        __double2float_rn(acc[3]));
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void dq_body(const MaxsimTrainParams& P) {
+  if ((P.dim & 3) == 0) {
+    dq_vec<T>(P);
+  } else {
+    dq_scalar<T>(P);
+  }
+}
+
 // ---- dD, deterministic: CSR of sources per document token row, one document block at a time ------
 //
 // The sources of row (j, t) are the slots (p, s) with argmax[p * stride + s] == t, p a pair of
@@ -500,16 +646,25 @@ __device__ __forceinline__ void dq_body(const MaxsimTrainParams& P) {
 // walks the blocks in order; every row of dD belongs to exactly one block and is written once, so the
 // result does not depend on the blocking). Its cells are (row, query block): warp (j, qb) visits the
 // queries of block qb in ascending order, query tokens ascending, 32 at a time (lane = s - s0);
-// __match_any_sync groups the lanes with the same destination cell and a lane's rank in its group is
-// the number of lower lanes in it. Count mode: the group's lowest lane adds the group size to the
-// cell. Place mode: every lane writes its source at cursor[cell] + rank and the lowest lane advances
-// the cursor. A cell is touched by its owner warp only, so no atomics are needed; cells of a row are
-// adjacent in query-block order, so each row's segment lists its sources in ascending (query, query
-// token) order: the order the CPU engine sums in, independent of qblocks.
+// __match_any_sync groups the lanes with the same destination cell (within a warp's walk the cell is
+// a function of the token t, so the match is on t: 32 bits) and a lane's rank in its group is the
+// number of lower lanes in it. Count mode: the group's lowest lane adds the group size to the cell
+// (an integer red: no round trip, and the sum does not depend on the order). Place mode: every lane
+// writes its source at cursor[cell] + rank and the lowest lane advances the cursor. A cell is touched
+// by its owner warp only; cells of a row are adjacent in query-block order, so each row's segment
+// lists its sources in ascending (query, query token) order: the order the CPU engine sums in,
+// independent of qblocks. Place mode keeps a small per-warp cache of (token, cursor) in shared memory,
+// written through with every advance: under contention the same few cells come back every round, and
+// a hit saves the dependent global round trip.
+
+constexpr int kCursorSlots = 64;  // per warp, direct-mapped on t
+constexpr unsigned long long kNoCursor = ~0ull;  // key t = -1: never looked up
 
 template <bool kPlace>
 __device__ __forceinline__ void walk_sources(const MaxsimTrainParams& P) {
+  __shared__ unsigned long long cursor_cache[kPlace ? kWarps : 1][kCursorSlots];
   const int lane = threadIdx.x & 31;
+  unsigned long long* cache = cursor_cache[kPlace ? threadIdx.x >> 5 : 0];
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   const int64_t qblocks = P.qblocks;
   const int64_t units = static_cast<int64_t>(P.doc_end - P.doc_begin) * qblocks;
@@ -521,30 +676,48 @@ __device__ __forceinline__ void walk_sources(const MaxsimTrainParams& P) {
     const int64_t row0 = P.doc_starts[j] - P.row_begin;  // block-local row of token 0
     const int64_t i_begin = P.pairs == 0 ? qb * P.qblock_size : j;
     const int64_t i_end = P.pairs == 0 ? min(static_cast<int64_t>(P.num_queries), i_begin + P.qblock_size) : j + 1;
+    if (kPlace) {  // keys are tokens of this unit's document: start empty
+      for (int k = lane; k < kCursorSlots; k += 32) cache[k] = kNoCursor;
+      __syncwarp();
+    }
     for (int64_t i = i_begin; i < i_end; ++i) {
       const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
-      if (P.grad_scores[p] == 0.0) continue;  // uniform
+      const int64_t am = p * P.stride;
+      // The first round's argmax (in bounds for lane < stride) goes out with g and the length.
+      int32_t t_next = lane < P.stride ? load_am(P, am + lane) : -1;
       const int lq = P.query_lengths[i];
+      if (P.grad_scores[p] == 0.0) continue;  // uniform
       for (int s0 = 0; s0 < lq; s0 += 32) {  // uniform trip count: all 32 lanes reach the match
         const int s = s0 + lane;
-        const int32_t t = s < lq ? load_am(P, p * P.stride + s) : -1;
-        const bool valid = t >= 0 && t < ld;
-        const long long cell = valid ? static_cast<long long>((row0 + t) * qblocks + qb) : -1LL;
-        const unsigned peers = __match_any_sync(kFull, cell);
+        const int32_t t_read = s < lq ? t_next : -1;
+        if (s0 + 32 < lq) t_next = s + 32 < lq ? load_am(P, am + s + 32) : -1;  // in flight meanwhile
+        const bool valid = t_read >= 0 && t_read < ld;
+        const int32_t t = valid ? t_read : -1;
+        const long long cell = static_cast<long long>((row0 + t) * qblocks + qb);  // used when valid
+        const unsigned peers = __match_any_sync(kFull, t);
         const unsigned lower = peers & ((1u << lane) - 1u);
         const uint32_t rank = __popc(lower);
         const uint32_t n = __popc(peers);
         if (kPlace) {
-          const uint32_t base = valid ? P.counts[cell] : 0u;
+          unsigned long long* slot = cache + (t & (kCursorSlots - 1));
+          uint32_t base = 0u;
+          if (valid) {
+            const unsigned long long e = *slot;
+            base = static_cast<uint32_t>(e >> 32) == static_cast<uint32_t>(t) ? static_cast<uint32_t>(e) : P.counts[cell];
+          }
           __syncwarp();  // every lane has read the cursor before the group's leader moves it
           if (valid) {
-            P.sources[base + rank] = static_cast<uint32_t>(p * P.stride + s);
-            if (lower == 0) P.counts[cell] = base + n;
+            P.sources[base + rank] = static_cast<uint32_t>(am + s);
+            if (lower == 0) {
+              P.counts[cell] = base + n;  // write-through: an evicted cell is read back from here
+              // Atomic so that two groups of one round mapped to one slot leave one whole entry.
+              atomicExch(slot, (static_cast<unsigned long long>(static_cast<uint32_t>(t)) << 32) | (base + n));
+            }
           }
+          __syncwarp();  // the updates are visible to the next round's reads (possibly other lanes)
         } else if (valid && lower == 0) {
-          P.counts[cell] += n;
+          atomicAdd(P.counts + cell, n);
         }
-        __syncwarp();  // the updates are visible to the next round's reads (possibly other lanes)
       }
     }
   }
@@ -610,26 +783,42 @@ __device__ __forceinline__ void scan_top_body(const MaxsimTrainParams& P) {
   if (threadIdx.x == 0) P.offsets[P.cells] = carry;
 }
 
+// The 4 counts of a thread are one 16-byte load and its offsets / cursors one store each when all 4
+// exist (first is a multiple of 4 and the buffers are 16-byte aligned).
 __device__ __forceinline__ void scan_down_body(const MaxsimTrainParams& P) {
   const int64_t tiles = (P.cells + kScanTile - 1) / kScanTile;
   for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
     const int64_t first = b * kScanTile + 4 * static_cast<int64_t>(threadIdx.x);
+    const bool whole = first + 4 <= P.cells;
     uint32_t v[4];
-    uint32_t sum = 0;
+    if (whole) {
+      const uint4 c = *reinterpret_cast<const uint4*>(P.counts + first);
+      v[0] = c.x;
+      v[1] = c.y;
+      v[2] = c.z;
+      v[3] = c.w;
+    } else {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      v[r] = first + r < P.cells ? P.counts[first + r] : 0u;
-      sum += v[r];
+      for (int r = 0; r < 4; ++r) v[r] = first + r < P.cells ? P.counts[first + r] : 0u;
     }
+    const uint32_t sum = v[0] + v[1] + v[2] + v[3];
     uint32_t total;
-    uint32_t at = P.block_sums[b] + block_exclusive_scan(sum, &total);
+    uint32_t at[4];
+    at[0] = P.block_sums[b] + block_exclusive_scan(sum, &total);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (first + r < P.cells) {
-        P.offsets[first + r] = at;
-        P.counts[first + r] = at;  // the placement cursor
+    for (int r = 1; r < 4; ++r) at[r] = at[r - 1] + v[r - 1];
+    if (whole) {
+      const uint4 o = make_uint4(at[0], at[1], at[2], at[3]);
+      *reinterpret_cast<uint4*>(P.offsets + first) = o;
+      *reinterpret_cast<uint4*>(P.counts + first) = o;  // the placement cursor
+    } else {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if (first + r < P.cells) {
+          P.offsets[first + r] = at[r];
+          P.counts[first + r] = at[r];
+        }
       }
-      at += v[r];
     }
   }
 }
@@ -676,6 +865,52 @@ __device__ __forceinline__ void sum_sources(const MaxsimTrainParams& P, int64_t 
   }
 }
 
+// The metadata of CSR source slot (= p * stride + s): its weight, its query's first row and s, kept
+// apart until staged (adding them at load time would wait for the load). p < 2^32: 32-bit division.
+struct CsrMeta {
+  double g;
+  int64_t start;
+  uint32_t s;
+};
+__device__ __forceinline__ CsrMeta csr_meta(const MaxsimTrainParams& P, uint32_t slot, bool valid, uint32_t stride) {
+  CsrMeta m{0.0, 0, 0u};
+  if (valid) {
+    const uint32_t p = slot / stride;
+    m.s = slot - p * stride;
+    m.g = P.grad_scores[p];
+    m.start = P.query_starts[P.pairs == 0 ? p / static_cast<uint32_t>(P.num_docs) : p];
+  }
+  return m;
+}
+
+// Fast path of sum_sources (source indices are u32 like the offsets): the lane's columns col + m
+// (m < 4); st = the warp's 32 staging slots. Per batch b: its (row, weight) are staged, then the
+// metadata of batch b + 1 (whose slot indices arrived during batch b - 1) and the slot indices of
+// batch b + 2 are requested, then b is summed while they are in flight.
+template <typename T>
+__device__ __forceinline__ void sum_sources_vec(const MaxsimTrainParams& P, uint32_t e_begin, uint32_t e_end, int col,
+                                                bool active, Src* st, int lane, double (&acc)[kVec]) {
+  const int64_t dim = P.dim;
+  const T* queries = static_cast<const T*>(P.queries);
+  const uint32_t stride = static_cast<uint32_t>(P.stride);
+  const uint32_t* sources = P.sources;
+  const uint32_t e = e_begin + lane;  // no wrap: e_end + 64 < 2^32 (a block's sources are bounded)
+  CsrMeta m = csr_meta(P, e < e_end ? sources[e] : 0u, e < e_end, stride);
+  uint32_t slot = e + 32 < e_end ? sources[e + 32] : 0u;
+  for (uint32_t e0 = e_begin; e0 < e_end; e0 += 32) {
+    const int n = static_cast<int>(min(e_end - e0, 32u));
+    __syncwarp();  // the previous batch is summed before its slots are overwritten
+    if (lane < n) st[lane] = Src{queries + (m.start + m.s) * dim, m.g};
+    __syncwarp();
+    const uint32_t en = e0 + 32 + lane;  // this lane's source in the next batch
+    if (e0 + 32 < e_end) {               // uniform
+      m = csr_meta(P, slot, en < e_end, stride);
+      slot = en + 32 < e_end ? sources[en + 32] : 0u;
+    }
+    accumulate_vec<T>(st, n, col, active, acc);
+  }
+}
+
 // A row's sources [begin, end) and whether it is split (more than P.chunk sources).
 __device__ __forceinline__ bool row_is_split(const MaxsimTrainParams& P, int64_t begin, int64_t end) {
   return end - begin > P.chunk;
@@ -689,7 +924,7 @@ __device__ __forceinline__ bool row_is_split(const MaxsimTrainParams& P, int64_t
 // into chunks of P.chunk from its first source; each chunk's sum in fp64 from +0.0 in source order;
 // the chunk sums added in chunk order in fp64 (starting from the first); one rounding to fp32.
 template <typename T>
-__device__ __forceinline__ void gather_body(const MaxsimTrainParams& P) {
+__device__ __forceinline__ void gather_scalar(const MaxsimTrainParams& P) {
   const int lane = threadIdx.x & 31;
   const int64_t dim = P.dim;
   const int64_t rows = P.row_end - P.row_begin;
@@ -710,6 +945,44 @@ __device__ __forceinline__ void gather_body(const MaxsimTrainParams& P) {
         if (k < dim) P.dd[r * dim + k] = __double2float_rn(acc[m]);
       }
     }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void gather_vec(const MaxsimTrainParams& P) {
+  __shared__ Src staged[kWarps][32];
+  const int lane = threadIdx.x & 31;
+  Src* st = staged[threadIdx.x >> 5];
+  const int dim = P.dim;
+  const int64_t rows = P.row_end - P.row_begin;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < rows; w += warps) {
+    const uint32_t begin = P.offsets[w * P.qblocks];
+    const uint32_t end = P.offsets[(w + 1) * P.qblocks];
+    if (row_is_split(P, begin, end)) continue;  // uniform over the warp
+    const int64_t r = P.row_begin + w;
+    for (int k0 = 0; k0 < dim; k0 += kChunk) {
+      const int col = k0 + 4 * lane;
+      const bool active = col < dim;
+      double acc[kVec];
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
+      sum_sources_vec<T>(P, begin, end, col, active, st, lane, acc);
+      if (active) {
+        *reinterpret_cast<float4*>(P.dd + r * dim + col) =
+            make_float4(__double2float_rn(acc[0]), __double2float_rn(acc[1]), __double2float_rn(acc[2]),
+                        __double2float_rn(acc[3]));
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void gather_body(const MaxsimTrainParams& P) {
+  if ((P.dim & 3) == 0) {
+    gather_vec<T>(P);
+  } else {
+    gather_scalar<T>(P);
   }
 }
 
@@ -737,9 +1010,10 @@ __device__ __forceinline__ void chunk_map_body(const MaxsimTrainParams& P) {
 }
 
 // Step 3 (one warp per chunk): the fp64 sum of chunk c of its row over the columns [k_begin,
-// k_begin + kChunk), into partials[c * kChunk + column - k_begin].
+// k_begin + kChunk), into partials[c * kChunk + column - k_begin] (every column of the slice, also
+// those >= dim: combine never stores them).
 template <typename T>
-__device__ __forceinline__ void gather_split_body(const MaxsimTrainParams& P) {
+__device__ __forceinline__ void gather_split_scalar(const MaxsimTrainParams& P) {
   const int lane = threadIdx.x & 31;
   const int64_t rows = P.row_end - P.row_begin;
   const int64_t total = min(static_cast<int64_t>(P.chunk_off[rows]), P.max_chunks);
@@ -759,24 +1033,94 @@ __device__ __forceinline__ void gather_split_body(const MaxsimTrainParams& P) {
   }
 }
 
-// Step 4 (one warp per row of the block, lanes over columns): split rows add their chunk sums in
-// chunk order and write the columns [k_begin, k_begin + kChunk) of the row once.
+template <typename T>
+__device__ __forceinline__ void gather_split_vec(const MaxsimTrainParams& P) {
+  __shared__ Src staged[kWarps][32];
+  const int lane = threadIdx.x & 31;
+  Src* st = staged[threadIdx.x >> 5];
+  const int col = static_cast<int>(P.k_begin) + 4 * lane;
+  const bool active = col < P.dim;
+  const int64_t rows = P.row_end - P.row_begin;
+  const int64_t total = min(static_cast<int64_t>(P.chunk_off[rows]), P.max_chunks);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); c < total; c += warps) {
+    const int64_t r = P.chunk_row[c];
+    const int64_t begin = P.offsets[r * P.qblocks];
+    const int64_t end = P.offsets[(r + 1) * P.qblocks];
+    const int64_t e_begin = begin + (c - static_cast<int64_t>(P.chunk_off[r])) * P.chunk;
+    const int64_t e_end = min(end, e_begin + P.chunk);
+    double acc[kVec];
+#pragma unroll
+    for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
+    sum_sources_vec<T>(P, static_cast<uint32_t>(e_begin), static_cast<uint32_t>(e_end), col, active, st, lane, acc);
+    double2* out = reinterpret_cast<double2*>(P.partials + c * kChunk + 4 * lane);
+    out[0] = make_double2(acc[0], acc[1]);
+    out[1] = make_double2(acc[2], acc[3]);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void gather_split_body(const MaxsimTrainParams& P) {
+  if ((P.dim & 3) == 0) {
+    gather_split_vec<T>(P);
+  } else {
+    gather_split_scalar<T>(P);
+  }
+}
+
+// Step 4 (one warp per row of the block, lane l over the columns k_begin + 4 l + m, whatever dim: the
+// partials are by column): split rows add their chunk sums in chunk order (kCombineAhead chunks'
+// loads in flight) and write the columns [k_begin, k_begin + kChunk) of the row once.
+constexpr int kCombineAhead = 4;
 __device__ __forceinline__ void combine_body(const MaxsimTrainParams& P) {
   const int lane = threadIdx.x & 31;
   const int64_t dim = P.dim;
   const int64_t rows = P.row_end - P.row_begin;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t k = P.k_begin + 4 * lane;
   for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < rows; w += warps) {
     const int64_t c0 = P.chunk_off[w];
     const int64_t c1 = min(static_cast<int64_t>(P.chunk_off[w + 1]), P.max_chunks);
     if (c0 >= c1) continue;  // not split (uniform over the warp)
     const int64_t r = P.row_begin + w;
+    const double2* part = reinterpret_cast<const double2*>(P.partials + 4 * lane);  // chunk c: part[c * kChunk / 2 + h]
+    double t[kVec];
+    {
+      const double2 a = part[c0 * (kChunk / 2)], b = part[c0 * (kChunk / 2) + 1];
+      t[0] = a.x;
+      t[1] = a.y;
+      t[2] = b.x;
+      t[3] = b.y;
+    }
+    for (int64_t c = c0 + 1; c < c1; c += kCombineAhead) {
+      double2 v[kCombineAhead][2];
 #pragma unroll
-    for (int m = 0; m < kVec; ++m) {
-      const int64_t k = P.k_begin + lane + 32 * m;
-      double t = P.partials[c0 * kChunk + lane + 32 * m];
-      for (int64_t c = c0 + 1; c < c1; ++c) t = __dadd_rn(t, P.partials[c * kChunk + lane + 32 * m]);
-      if (k < dim) P.dd[r * dim + k] = __double2float_rn(t);
+      for (int u = 0; u < kCombineAhead; ++u) {
+        if (c + u < c1) {
+          v[u][0] = part[(c + u) * (kChunk / 2)];
+          v[u][1] = part[(c + u) * (kChunk / 2) + 1];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kCombineAhead; ++u) {
+        if (c + u < c1) {  // uniform
+          t[0] = __dadd_rn(t[0], v[u][0].x);
+          t[1] = __dadd_rn(t[1], v[u][0].y);
+          t[2] = __dadd_rn(t[2], v[u][1].x);
+          t[3] = __dadd_rn(t[3], v[u][1].y);
+        }
+      }
+    }
+    if ((dim & 3) == 0) {
+      if (k < dim) {
+        *reinterpret_cast<float4*>(P.dd + r * dim + k) =
+            make_float4(__double2float_rn(t[0]), __double2float_rn(t[1]), __double2float_rn(t[2]), __double2float_rn(t[3]));
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) {
+        if (k + m < dim) P.dd[r * dim + k + m] = __double2float_rn(t[m]);
+      }
     }
   }
 }
@@ -824,13 +1168,14 @@ extern "C" __global__ void __launch_bounds__(maxsim_train::kMmaThreads, 3) maxsi
 extern "C" __global__ void __launch_bounds__(maxsim_train::kMmaThreads, 3) maxsim_train_fwd_mma_bf16(const MaxsimTrainParams p) {
   maxsim_train::fwd_mma_body<__nv_bfloat16>(p);
 }
-extern "C" __global__ void __launch_bounds__(256) maxsim_train_dq_f32(const MaxsimTrainParams p) {
+// The gathers (dq, dd_gather, dd_gather_split): at most 64 registers, 32 warps per SM.
+extern "C" __global__ void __launch_bounds__(256, 4) maxsim_train_dq_f32(const MaxsimTrainParams p) {
   maxsim_train::dq_body<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(256) maxsim_train_dq_f16(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(256, 4) maxsim_train_dq_f16(const MaxsimTrainParams p) {
   maxsim_train::dq_body<__half>(p);
 }
-extern "C" __global__ void __launch_bounds__(256) maxsim_train_dq_bf16(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(256, 4) maxsim_train_dq_bf16(const MaxsimTrainParams p) {
   maxsim_train::dq_body<__nv_bfloat16>(p);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_count(const MaxsimTrainParams p) {
@@ -851,13 +1196,13 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_stats(const Ma
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_place(const MaxsimTrainParams p) {
   maxsim_train::walk_sources<true>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_f32(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(128, 8) maxsim_train_dd_gather_f32(const MaxsimTrainParams p) {
   maxsim_train::gather_body<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_f16(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(128, 8) maxsim_train_dd_gather_f16(const MaxsimTrainParams p) {
   maxsim_train::gather_body<__half>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_bf16(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(128, 8) maxsim_train_dd_gather_bf16(const MaxsimTrainParams p) {
   maxsim_train::gather_body<__nv_bfloat16>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_chunk_count(const MaxsimTrainParams p) {
@@ -866,13 +1211,13 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_chunk_count(co
 extern "C" __global__ void __launch_bounds__(256) maxsim_train_dd_chunk_map(const MaxsimTrainParams p) {
   maxsim_train::chunk_map_body(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_split_f32(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(128, 8) maxsim_train_dd_gather_split_f32(const MaxsimTrainParams p) {
   maxsim_train::gather_split_body<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_split_f16(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(128, 8) maxsim_train_dd_gather_split_f16(const MaxsimTrainParams p) {
   maxsim_train::gather_split_body<__half>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 4) maxsim_train_dd_gather_split_bf16(const MaxsimTrainParams p) {
+extern "C" __global__ void __launch_bounds__(128, 8) maxsim_train_dd_gather_split_bf16(const MaxsimTrainParams p) {
   maxsim_train::gather_split_body<__nv_bfloat16>(p);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_combine(const MaxsimTrainParams p) {
