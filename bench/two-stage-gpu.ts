@@ -4,7 +4,8 @@
 // 100,000 documents of 128 tokens, d = 128 (issue 5's target: within 1.2x of the int8 scan).
 // Wall-clock medians of 20 rounds after 3 warm-ups, interleaved; then the kernels alone (device
 // events), so the fixed cost per call is the difference.
-// Run on a GPU host: node dist/bench/two-stage-gpu.js
+// Run on a GPU host: node dist/bench/two-stage-gpu.js (MAXSIM_JOB_PHASES=1 also prints, per native
+// job, the wall time of its phases with a synchronize at each boundary)
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { twoStageTopKAll } from '../src/ops/two-stage.js';

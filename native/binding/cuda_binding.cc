@@ -5,6 +5,9 @@
 #include <napi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -918,6 +921,30 @@ Napi::Object HeapsObject(Napi::Env env, int64_t n, const std::vector<float>& sco
   return o;
 }
 
+// MAXSIM_JOB_PHASES=1 (benchmarks only): the top-K jobs synchronize at each phase boundary and print
+// the wall time of every phase to stderr, to find where a job's fixed cost goes.
+class JobPhases {
+ public:
+  JobPhases(Runtime* rt, const char* job) : rt_(rt), job_(job), on_(std::getenv("MAXSIM_JOB_PHASES") != nullptr) {}
+  void Mark(const char* phase) {
+    if (!on_) return;
+    rt_->Synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    line_ += std::string(" ") + phase + " " + std::to_string(std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  ~JobPhases() {
+    if (on_) std::fprintf(stderr, "%s phases ms:%s\n", job_, line_.c_str());
+  }
+
+ private:
+  Runtime* rt_;
+  const char* job_;
+  bool on_;
+  std::string line_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 class TopKTask : public Task {
  public:
   TopKTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
@@ -929,7 +956,9 @@ class TopKTask : public Task {
     rt_->EnsureReady();
     IdleAtExit idle(rt_);
     rt_->ValidateLaunch(launch);
+    JobPhases phases(rt_, "topK");
     std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, queries, *docs);
+    phases.Mark("queries");
     const int64_t rows = q->count, cols = docs->count;
     n_ = std::min(k, cols);
     scores_.resize(static_cast<size_t>(rows * n_));
@@ -938,7 +967,9 @@ class TopKTask : public Task {
     maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * cols) * sizeof(float));
     rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * cols));
     rt_->Launch(*q, *docs, launch, out.get());
+    phases.Mark("scan");
     SelectRows(rt_, out.get(), rows, cols, n_, scores_.data(), indices_.data());
+    phases.Mark("select");
   }
   Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
 
@@ -983,7 +1014,9 @@ class TwoStageTask : public Task {
                                   " documents in scanDocs and exactDocs (the count the launches were planned for) but received " +
                                   std::to_string(scan_docs->count) + " and " + std::to_string(exact_docs->count));
     }
+    JobPhases phases(rt_, "twoStage");
     std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, scan_queries, *scan_docs);
+    phases.Mark("scanQueries");
     const int64_t rows = q->count;
     const int64_t keep = std::min(candidates, count);
     n_ = std::min(k, keep);
@@ -998,7 +1031,9 @@ class TwoStageTask : public Task {
       maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * count) * sizeof(float));
       rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * count));
       rt_->Launch(*q, *scan_docs, scan_launch, out.get());
+      phases.Mark("scan");
       SelectRows(rt_, out.get(), rows, count, keep, cand_scores.data(), cand.data());
+      phases.Mark("scanSelect");
     }
     for (int64_t r = 0; r < rows; r++) std::sort(cand.begin() + r * keep, cand.begin() + (r + 1) * keep);
     std::vector<int32_t> all(cand);
@@ -1010,7 +1045,9 @@ class TwoStageTask : public Task {
 
     // Stage 2: the queries against the union, through a view of exactDocs.
     std::shared_ptr<DeviceTokens> view = rt_->Select(exact_docs, std::vector<int64_t>(all.begin(), all.end()));
+    phases.Mark("view");
     std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt_, exact_queries, *exact_docs);
+    phases.Mark("exactQueries");
     if (qe->count != rows) {
       throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
                                   std::to_string(qe->count));
@@ -1018,6 +1055,7 @@ class TwoStageTask : public Task {
     maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * u) * sizeof(float));
     rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * u));
     rt_->Launch(*qe, *view, exact_launch, out.get());
+    phases.Mark("exact");
     std::vector<TopKHeap> heaps;
     heaps.reserve(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; r++) heaps.emplace_back(scores_.data() + r * n_, indices_.data() + r * n_, n_);
@@ -1027,6 +1065,7 @@ class TwoStageTask : public Task {
       int64_t& j = next[r];
       for (; j < keep && col[j] < c + len; j++) heaps[r].Push(p[col[j] - c], cand[r * keep + j]);
     });
+    phases.Mark("exactSelect");
   }
   Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
 

@@ -569,9 +569,9 @@ class Corpus implements DeviceCorpus {
     this.native.dispose();
   }
 
-  /** A corpus for a token set made on this corpus's device (tracked by it, like this one). */
+  /** A corpus for a token set made on this corpus's device (tracked by it; this one may be disposed). */
   sibling(native: NativeTokenSet): Corpus {
-    this.check();
+    this.device.check();
     return this.device.adopt(native);
   }
 
