@@ -467,7 +467,11 @@ export function bf16BitsToFloat(bits: number): number {
 /** Round-to-nearest-even float32 -> bfloat16 bits (NaN stays NaN). */
 export function floatToBf16Bits(x: number): number {
   f32buf[0] = x;
-  const u = u32buf[0];
+  return bf16OfF32Bits(u32buf[0]);
+}
+
+/** floatToBf16Bits on the float32's bit pattern u (encodeFloats reads patterns in bulk). */
+function bf16OfF32Bits(u: number): number {
   if ((u & 0x7fffffff) > 0x7f800000) return ((u >>> 16) | 0x40) & 0xffff;
   return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
 }
@@ -484,7 +488,11 @@ export function f16BitsToFloat(h: number): number {
 /** Round-to-nearest-even float -> float16 bits. */
 export function floatToF16Bits(x: number): number {
   f32buf[0] = x;
-  const u = u32buf[0];
+  return f16OfF32Bits(u32buf[0]);
+}
+
+/** floatToF16Bits on the float32's bit pattern u (encodeFloats reads patterns in bulk). */
+function f16OfF32Bits(u: number): number {
   const sign = (u >>> 16) & 0x8000;
   const absU = u & 0x7fffffff;
   if (absU > 0x7f800000) return sign | 0x7e00;
@@ -526,8 +534,10 @@ export function elementReader(dtype: DType): (data: TokenData, i: number) => num
 export function encodeFloats(values: Float32Array, dtype: FloatDType): Float32Array | Uint16Array {
   if (dtype === 'float32') return values;
   const out = new Uint16Array(values.length);
-  const enc = dtype === 'float16' ? floatToF16Bits : floatToBf16Bits;
-  for (let i = 0; i < values.length; i++) out[i] = enc(values[i]);
+  // The bit patterns through a view: no per-element round trip through a scratch float.
+  const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
+  if (dtype === 'float16') for (let i = 0; i < bits.length; i++) out[i] = f16OfF32Bits(bits[i]);
+  else for (let i = 0; i < bits.length; i++) out[i] = bf16OfF32Bits(bits[i]);
   return out;
 }
 

@@ -1016,7 +1016,9 @@ class TwoStageTask : public Task {
     }
     JobPhases phases(rt_, "twoStage");
     std::shared_ptr<DeviceTokens> q = ResolveQueries(rt_, scan_queries, *scan_docs);
-    phases.Mark("scanQueries");
+    // Both query sets go up before the scan, so the exact ones are not on the path after it.
+    std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt_, exact_queries, *exact_docs);
+    phases.Mark("queries");
     const int64_t rows = q->count;
     const int64_t keep = std::min(candidates, count);
     n_ = std::min(k, keep);
@@ -1046,8 +1048,6 @@ class TwoStageTask : public Task {
     // Stage 2: the queries against the union, through a view of exactDocs.
     std::shared_ptr<DeviceTokens> view = rt_->Select(exact_docs, std::vector<int64_t>(all.begin(), all.end()));
     phases.Mark("view");
-    std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt_, exact_queries, *exact_docs);
-    phases.Mark("exactQueries");
     if (qe->count != rows) {
       throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
                                   std::to_string(qe->count));
