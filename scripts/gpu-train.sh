@@ -39,7 +39,7 @@ for args in "128 csr 5 device" "256 csr 3 device" "128 atomic 5 device" "128 csr
   $node dist/bench/train-timing.js cuda $args >> "$out/train-timing.jsonl" 2>> "$out/train-timing.err" || status=1
 done
 $node -e 'for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n").filter(Boolean)) {
-  const o = JSON.parse(l); console.log(`B=${o.shape.split(",")[0]} ${o.inputs} ${o.dDPath}: forward ${o.forwardS.toFixed(4)} s, backward ${o.backwardS.toFixed(4)} s (${o.backwardOverForward.toFixed(2)}x), step ${o.stepS.toFixed(4)} s (${o.stepOverForward.toFixed(2)}x forward), peak extra ${o.peakExtraMB.toFixed(1)} MB`); }' \
+  const o = JSON.parse(l); console.log(`B=${o.shape.split(",")[0]} ${o.inputs} ${o.dDPath}: forward ${o.forwardMs.toFixed(2)} ms, backward ${o.backwardMs.toFixed(2)} ms (${o.backwardOverForward.toFixed(2)}x), step ${o.stepMs.toFixed(2)} ms (${o.stepOverForward.toFixed(2)}x forward), peak extra ${(o.peakExtraBytes / 1e6).toFixed(1)} MB`); }' \
   "$out/train-timing.jsonl"
 tail -5 "$out/train-timing.err"
 

@@ -616,6 +616,41 @@ describe('maxsim bench', () => {
     assert.ok(row.ms > 0 && row.gbps > 0);
   });
 
+  test('--train times forward, backward and a contrastive step per shape, each in its own process', () => {
+    const r = maxsimCli(
+      'bench',
+      '--train',
+      '--shape',
+      '3,6,9,16,3',
+      '--shape',
+      '2,4,5,8,2',
+      '--repeats',
+      '2',
+      '--json',
+    );
+    expectSuccess(r);
+    const rows = r.stdout
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    assert.deepEqual(
+      rows.map((row) => [row.kind, row.shape, row.inputs, row.backend]),
+      [
+        ['trainStep', '3,6,9,16,3', 'host', 'cpu'],
+        ['trainStep', '2,4,5,8,2', 'host', 'cpu'],
+      ],
+    );
+    for (const row of rows) {
+      assert.ok(row.forwardMs > 0 && row.backwardMs > 0 && row.stepMs > 0);
+      assert.ok(Number.isFinite(row.loss) && row.loss > 0);
+      assert.equal(row.stepOverForward, row.stepMs / row.forwardMs);
+    }
+    assert.match(expectCleanError(maxsimCli('bench', '--train', '--shape', '3,6,9,16,4'), 1), /all pairs/);
+    assert.match(expectCleanError(maxsimCli('bench', '--train', '--contention', '4:2'), 1), /--contention/);
+    assert.match(expectCleanError(maxsimCli('bench', '--train', '--inputs', 'device'), 1), /--inputs/);
+    assert.match(expectCleanError(maxsimCli('bench', '--train', '--dtype', 'int8'), 1), /--dtype/);
+  });
+
   test('--backend cuda without CUDA exits 1 with the reason', {
     skip: cudaUnavailableReason() === undefined,
   }, () => {

@@ -49,3 +49,57 @@ export function runTorchBaseline(
   }
   return out;
 }
+
+export interface TorchTrainRow {
+  B: number;
+  shape: string;
+  method: string;
+  status: 'ok' | 'oom';
+  ms?: number;
+  peak_extra_bytes?: number;
+}
+
+/** The PyTorch autograd training baseline (bench/baselines/torch_train.py) per batch size, or why not. */
+export function runTorchTrainBaseline(
+  batches: number[],
+  shape: { queryLength: number; docLength: number; dim: number },
+): Map<number, TorchTrainRow> | { unavailable: string } {
+  const script = join(packageRoot, 'bench', 'baselines', 'torch_train.py');
+  if (!existsSync(script)) return { unavailable: `${script} is missing` };
+  const probe = spawnSync(
+    'python3',
+    ['-c', 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)'],
+    {
+      encoding: 'utf8',
+    },
+  );
+  if (probe.error) return { unavailable: `python3 could not run (${probe.error.message})` };
+  if (probe.status !== 0)
+    return {
+      unavailable: probe.status === 3 ? 'torch has no CUDA device here' : 'python3 has no torch here',
+    };
+  const args = [
+    script,
+    ...batches.flatMap((b) => ['--batch', String(b)]),
+    '--lq',
+    String(shape.queryLength),
+    '--ld',
+    String(shape.docLength),
+    '--dim',
+    String(shape.dim),
+  ];
+  const r = spawnSync('python3', args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+  if (r.error) return { unavailable: `python3 could not run (${r.error.message})` };
+  const rows = new Map<number, TorchTrainRow>();
+  for (const line of r.stdout.split('\n')) {
+    if (!line.trim().startsWith('{')) continue;
+    const o = JSON.parse(line) as TorchTrainRow;
+    rows.set(o.B, o);
+  }
+  if (rows.size === 0) {
+    return {
+      unavailable: `the baseline failed: ${(r.stderr || '').trim().split('\n').pop() ?? 'no output'}`,
+    };
+  }
+  return rows;
+}

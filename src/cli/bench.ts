@@ -18,6 +18,7 @@ import {
   type TokenMatrix,
   tokenMatrix,
 } from '../tensor.js';
+import { benchTrain, DEFAULT_TRAIN_SHAPES, parseContention } from './bench-train.js';
 import {
   type BenchShape,
   collect,
@@ -65,6 +66,11 @@ interface BenchOptions {
   device?: number;
   torch: boolean;
   fill?: number;
+  train?: boolean;
+  ddPath?: 'csr' | 'atomic' | 'auto';
+  inputs?: 'host' | 'device';
+  contention?: string[] | false;
+  trainChild?: string;
 }
 
 interface BenchInputs {
@@ -140,9 +146,36 @@ export function benchCommand(): Command {
     .option('--variant <name>', 'CUDA kernel variant (default: the dispatcher picks)')
     .option('--device <n>', 'CUDA device index', integerOption(0), 0)
     .option('--no-torch', 'CUDA: skip the PyTorch baseline and the ceilings')
+    .option(
+      '--train',
+      `time training instead (all pairs B x B: forward, backward, contrastive step, peak memory; one process per shape; default shapes ${DEFAULT_TRAIN_SHAPES.map(formatShape).join(' ')})`,
+    )
+    .addOption(
+      new Option('--dd-path <method>', 'with --train: the dD method')
+        .choices(['csr', 'atomic', 'auto'])
+        .default('csr'),
+    )
+    .addOption(
+      new Option(
+        '--inputs <where>',
+        "with --train: 'device' (uploaded once, gradients stay on the GPU; CUDA default) or 'host' arrays",
+      ).choices(['host', 'device']),
+    )
+    .option(
+      '--contention <B:hot>',
+      'with --train on CUDA: time the dD methods when every query token picks one of hot tokens per document (repeatable; default 64:2 128:2)',
+      collect(parseContention),
+    )
+    .option('--no-contention', 'with --train: skip the contention rows')
+    .addOption(new Option('--train-child <shape>').hideHelp())
     .action(async (opts: BenchOptions) => {
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
+      if (opts.train) {
+        if (opts.dtype === 'int8' || opts.dtype === 'fp8')
+          throw new InvalidArgumentError('--dtype', 'f32, f16 or bf16 with --train', `'${opts.dtype}'`);
+        return benchTrain({ ...opts, backend, dtype: opts.dtype, repeats: opts.repeats });
+      }
       // cuda int8 / fp8: the float16 kernel is timed on the same data first (the ratio is printed)
       if (backend === 'cuda') return benchCuda(opts, opts.dtype ?? 'float16');
       if (opts.dtype === 'fp8')
