@@ -668,6 +668,9 @@ struct QuerySource {
   bool e4m3 = false;
   int64_t dim = 0;
   int64_t count = 0;  // as of the call (device sets: the snapshot)
+  // Host float32 queries for a float16 / bfloat16 corpus, converted on the device (dtype is the
+  // corpus's then): the two-stage job takes them so, sparing the host encode.
+  bool cast_from_f32 = false;
 };
 
 QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task* task, const std::string& name = "queries") {
@@ -740,6 +743,7 @@ std::shared_ptr<DeviceTokens> ResolveQueries(Runtime* rt, QuerySource& q, const 
     for (int64_t i = 0; i < q.host.count; i++) tokens += q.host.lengths[i];
     t = rt->AllocTokens(q.host.dtype, q.host.dim, tokens, q.host.count);
     rt->Append(*t, q.host, /*synchronize=*/false);
+    if (q.cast_from_f32) t = rt->CastSet(*t, q.dtype);
   }
   return docs.e4m3 ? rt->Quantize8(*t, true) : t;
 }
@@ -1085,6 +1089,14 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   task->scan_docs = ParseDocs(env, rt, info[2], task->scan_queries, "scanDocs", "scanQueries");
   task->scan_launch = ParseLaunch(env, info[3], task->scan_docs->dtype, task->scan_docs->e4m3);
   task->exact_queries = ParseQueries(env, rt, info[4], task.get(), "exactQueries");
+  if (TokenSetHandle* h = AsTokenSet(env, info[5])) {
+    QuerySource& q = task->exact_queries;
+    const DType target = h->snapshot().dtype;
+    if (q.is_host && q.dtype == DType::Float32 && (target == DType::Float16 || target == DType::BFloat16)) {
+      q.cast_from_f32 = true;
+      q.dtype = target;
+    }
+  }
   task->exact_docs = ParseDocs(env, rt, info[5], task->exact_queries, "exactDocs", "exactQueries");
   task->exact_launch = ParseLaunch(env, info[6], task->exact_docs->dtype, task->exact_docs->e4m3);
   if (task->exact_queries.count != task->scan_queries.count) {

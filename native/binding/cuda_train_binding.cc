@@ -726,20 +726,6 @@ std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like,
   return g;
 }
 
-// Converts `count` float32 values at src into dst's float16 / bfloat16 (round to nearest even).
-void CastGradient(Runtime* rt, cu::CUdeviceptr src, const DeviceTokens& dst, uint64_t count) {
-  if (count == 0) return;
-  MaxsimCastParams p;
-  p.src = DevPtr<const float>(src);
-  p.dst = DevPtr<void>(dst.data);
-  p.count = count;
-  LaunchSpec spec;
-  spec.kernel = dst.dtype == DType::BFloat16 ? "maxsim_cast_f32_bf16" : "maxsim_cast_f32_f16";
-  spec.grid[0] = static_cast<unsigned>(std::min<uint64_t>((count + 255) / 256, 4096));
-  spec.block[0] = 256;
-  rt->LaunchWithParams(spec, &p);
-}
-
 class BackwardTask : public TrainTask {
  public:
   BackwardTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
@@ -808,8 +794,8 @@ class BackwardTask : public TrainTask {
     if (a.num_pairs == 0) {  // no queries or no documents: the gradients are zero
       ZeroWords(rt_, dq, dq_elems);
       ZeroWords(rt_, dd, dd_elems);
-      if (dq_set && dq != dq_set->data) CastGradient(rt_, dq, *dq_set, dq_elems);
-      if (dd_set && dd != dd_set->data) CastGradient(rt_, dd, *dd_set, dd_elems);
+      if (dq_set && dq != dq_set->data) rt_->CastFromF32(dq, dq_set->data, dq_set->dtype, dq_elems);
+      if (dd_set && dd != dd_set->data) rt_->CastFromF32(dd, dd_set->data, dd_set->dtype, dd_elems);
       rt_->Synchronize();
       return;
     }
@@ -840,8 +826,8 @@ class BackwardTask : public TrainTask {
     if (timer.on()) rt_->Synchronize();
     timer.Host("kernelsWait");
     if (state) {
-      if (dq != dq_set->data) CastGradient(rt_, dq, *dq_set, dq_elems);
-      if (dd != dd_set->data) CastGradient(rt_, dd, *dd_set, dd_elems);
+      if (dq != dq_set->data) rt_->CastFromF32(dq, dq_set->data, dq_set->dtype, dq_elems);
+      if (dd != dd_set->data) rt_->CastFromF32(dd, dd_set->data, dd_set->dtype, dd_elems);
       // The gradients stay on the device; the scratch blocks above go back to the allocator when
       // this scope ends, and other jobs may use other streams: finish first.
       rt_->Synchronize();

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/maxsim_cast_params.h"
 #include "kernels/maxsim_params.h"
 
 namespace maxsim_cuda {
@@ -635,6 +636,43 @@ std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e
 
 void Runtime::FillNaN(cu::CUdeviceptr ptr, uint64_t count) {
   if (count > 0) Check(Api().cuMemsetD32Async(ptr, kQuietNaN, count, stream_), "cuMemsetD32Async");
+}
+
+void Runtime::CastFromF32(cu::CUdeviceptr src, cu::CUdeviceptr dst, DType to, uint64_t count) {
+  if (to != DType::Float16 && to != DType::BFloat16) {
+    throw std::invalid_argument(std::string("Expected float16 or bfloat16 as the cast target but received ") + DTypeName(to));
+  }
+  if (count == 0) return;
+  MaxsimCastParams p;
+  p.src = reinterpret_cast<const float*>(static_cast<uintptr_t>(src));
+  p.dst = reinterpret_cast<void*>(static_cast<uintptr_t>(dst));
+  p.count = count;
+  LaunchSpec spec;
+  spec.kernel = to == DType::BFloat16 ? "maxsim_cast_f32_bf16" : "maxsim_cast_f32_f16";
+  spec.grid[0] = static_cast<unsigned>(std::min<uint64_t>((count + 255) / 256, static_cast<uint64_t>(props_.sms) * 16));
+  spec.block[0] = 256;
+  LaunchWithParams(spec, &p);
+}
+
+std::shared_ptr<DeviceTokens> Runtime::CastSet(const DeviceTokens& src, DType to) {
+  if (src.dtype != DType::Float32 || src.e4m3 || src.parent || !src.HostSpans()) {
+    throw std::invalid_argument("Expected a float32 token set made by upload() or append() to cast");
+  }
+  auto t = AllocTokens(to, src.dim, src.tokens, src.count);
+  CastFromF32(src.data, t->data, to, static_cast<uint64_t>(src.tokens) * static_cast<uint64_t>(src.dim));
+  if (src.count > 0) {
+    StagedWriter w(*this, t->starts);
+    w.Write(src.host_starts.data(), src.host_starts.size() * sizeof(int64_t));
+    w.Retarget(t->lengths);
+    w.Write(src.host_lengths.data(), src.host_lengths.size() * sizeof(int32_t));
+    w.Finish();
+  }
+  t->tokens = src.tokens;
+  t->count = src.count;
+  t->max_length = src.max_length;
+  t->host_starts = src.host_starts;
+  t->host_lengths = src.host_lengths;
+  return t;
 }
 
 void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchSpec& spec, cu::CUdeviceptr scores) {

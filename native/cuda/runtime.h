@@ -171,6 +171,12 @@ class Runtime {
   // them). Throws std::invalid_argument for an index out of range. Leaves the span uploads in flight
   // (stream order); the job synchronizes.
   std::shared_ptr<DeviceTokens> Select(const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices);
+  // Enqueues the float32 -> float16 / bfloat16 conversion of `count` values at src into dst (round to
+  // nearest even: the host encodeFloats' bits; maxsim_cast.cu). `to` is the dtype of dst.
+  void CastFromF32(cu::CUdeviceptr src, cu::CUdeviceptr dst, DType to, uint64_t count);
+  // A float16 / bfloat16 copy of a float32 set made by Append (same items; spans from its host mirror).
+  // Enqueued only: the job synchronizes.
+  std::shared_ptr<DeviceTokens> CastSet(const DeviceTokens& src, DType to);
   // Fills `count` floats with NaN, so that a kernel that skips a pair shows instead of stale memory.
   void FillNaN(cu::CUdeviceptr ptr, uint64_t count);
   // Enqueues the launches that score queries x docs into `scores` ([num_queries, num_docs] floats on

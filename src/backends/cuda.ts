@@ -494,7 +494,13 @@ class Corpus implements DeviceCorpus {
       return hitsOfHeaps(await nativeCuda().topK(this.device.handle, q, this.native, launch, k), q.count);
     }
     exact.check();
-    const qe = toDtype(batch, exact.dtype, exact.dim);
+    // float32 queries for a float16 / bfloat16 corpus go as they are: the job converts them on the GPU
+    // (the same round-to-nearest-even bits as encodeFloats).
+    const halfCorpus = exact.dtype === 'float16' || exact.dtype === 'bfloat16';
+    const qe =
+      batch.dtype === 'float32' && halfCorpus && batch.dim === exact.dim
+        ? batch
+        : toDtype(batch, exact.dtype, exact.dim);
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
     const scan = this.device.planFor(q, this, options).launch;

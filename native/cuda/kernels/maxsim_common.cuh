@@ -29,9 +29,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// The L2 prefetch size hint of the 16-byte cp.async ("", ".L2::64B", ".L2::128B" or ".L2::256B"):
+// a build-time knob for measuring it on the streaming kernels (bench/NOTES.md).
+#ifndef MAXSIM_CP_ASYNC_L2_PREFETCH
+#define MAXSIM_CP_ASYNC_L2_PREFETCH ""
+#endif
+
 // 16-byte cp.async; src_bytes in {0,16}: 0 zero-fills the destination without reading src.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global" MAXSIM_CP_ASYNC_L2_PREFETCH " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {

@@ -63,12 +63,3 @@ struct MaxsimTrainParams {
 
 // nvcc and g++ must agree on the layout the driver copies (20 pointers, 9 int64, 12 int32).
 static_assert(sizeof(MaxsimTrainParams) == 280, "MaxsimTrainParams layout changed: update both sides");
-
-// The argument block of the gradient casts (native/cuda/kernels/maxsim_cast.cu): float32 -> float16 /
-// bfloat16, round to nearest even (the host encodeFloats of src/tensor.ts gives the same bits).
-struct MaxsimCastParams {
-  const float* src;
-  void* dst;              // uint16 bits of the target dtype
-  unsigned long long count;
-};
-static_assert(sizeof(MaxsimCastParams) == 24, "MaxsimCastParams layout changed: update both sides");
