@@ -949,9 +949,22 @@ class JobPhases {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-class TopKTask : public Task {
+// A job that returns top-K heaps: n_ per row in scores_ / indices_ (HeapsObject's layout).
+class HeapsTask : public Task {
  public:
-  TopKTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  HeapsTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
+
+ protected:
+  Runtime* rt_;
+  int64_t n_ = 0;
+  std::vector<float> scores_;
+  std::vector<int32_t> indices_;
+};
+
+class TopKTask : public HeapsTask {
+ public:
+  TopKTask(Napi::Env env, Runtime* rt) : HeapsTask(env, rt) {}
   QuerySource queries;
   std::shared_ptr<DeviceTokens> docs;
   LaunchSpec launch;
@@ -975,13 +988,6 @@ class TopKTask : public Task {
     SelectRows(rt_, out.get(), rows, cols, n_, scores_.data(), indices_.data());
     phases.Mark("select");
   }
-  Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
-
- private:
-  Runtime* rt_;
-  int64_t n_ = 0;
-  std::vector<float> scores_;
-  std::vector<int32_t> indices_;
 };
 
 Napi::Value TopK(const Napi::CallbackInfo& info) {
@@ -1001,9 +1007,9 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
 // Both launches come from the TypeScript dispatcher (the exact one planned for up to
 // min(count, rows * candidates) documents). Candidates are visited in ascending document index, so
 // exact ties go to the lower index, as everywhere.
-class TwoStageTask : public Task {
+class TwoStageTask : public HeapsTask {
  public:
-  TwoStageTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}
+  TwoStageTask(Napi::Env env, Runtime* rt) : HeapsTask(env, rt) {}
   QuerySource scan_queries, exact_queries;
   std::shared_ptr<DeviceTokens> scan_docs, exact_docs;
   LaunchSpec scan_launch, exact_launch;
@@ -1071,13 +1077,6 @@ class TwoStageTask : public Task {
     });
     phases.Mark("exactSelect");
   }
-  Napi::Value Result(Napi::Env env) override { return HeapsObject(env, n_, scores_, indices_); }
-
- private:
-  Runtime* rt_;
-  int64_t n_ = 0;
-  std::vector<float> scores_;
-  std::vector<int32_t> indices_;
 };
 
 // twoStage(device, scanQueries, scanDocs, scanLaunch, exactQueries, exactDocs, exactLaunch, { k, candidates, count })

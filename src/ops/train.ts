@@ -419,21 +419,7 @@ export async function maxsimTrain(
   checkDisjoint('docs', docs);
   const onGpu = checkBackend(options.backend);
   const threads = checkThreads(options.threads);
-  const dDPath = checkDDPath(options.dDPath);
-  const kernel = checkTrainKernel(options.trainKernel);
-  const tuning = checkTuning(options.cudaTuning);
-  const pairs = options.pairs ?? 'all';
-  if (pairs !== 'all' && pairs !== 'diagonal') {
-    throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
-  }
-  const outputDtype = checkOutputDtype(options.outputDtype);
-  if (pairs === 'diagonal' && queries.count !== docs.count) {
-    throw new InvalidArgumentError(
-      'queries.count',
-      `${docs.count} (one query per document for pairs 'diagonal')`,
-      String(queries.count),
-    );
-  }
+  const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(queries, docs, options);
   const device = onGpu ? checkCudaDevice(options.device) : 0;
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
   const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } = onGpu
@@ -489,6 +475,36 @@ export async function maxsimTrain(
     },
   };
   return result;
+}
+
+/** The options both the host-array and the device-resident passes take, checked before any work. */
+function checkTrainOptions(
+  queries: { count: number },
+  docs: { count: number },
+  options: MaxsimTrainOptions,
+): {
+  dDPath: TrainDDPath;
+  kernel: TrainKernel;
+  tuning: TrainCudaTuning;
+  pairs: TrainPairs;
+  outputDtype: GradientDtype;
+} {
+  const dDPath = checkDDPath(options.dDPath);
+  const kernel = checkTrainKernel(options.trainKernel);
+  const tuning = checkTuning(options.cudaTuning);
+  const pairs = options.pairs ?? 'all';
+  if (pairs !== 'all' && pairs !== 'diagonal') {
+    throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
+  }
+  const outputDtype = checkOutputDtype(options.outputDtype);
+  if (pairs === 'diagonal' && queries.count !== docs.count) {
+    throw new InvalidArgumentError(
+      'queries.count',
+      `${docs.count} (one query per document for pairs 'diagonal')`,
+      String(queries.count),
+    );
+  }
+  return { dDPath, kernel, tuning, pairs, outputDtype };
 }
 
 /** Checks one side of a device-resident problem: a live float DeviceCorpus or a float host batch. */
@@ -550,21 +566,7 @@ async function deviceTrain(
       String(options.device),
     );
   checkCudaDevice(device);
-  const dDPath = checkDDPath(options.dDPath);
-  const kernel = checkTrainKernel(options.trainKernel);
-  const tuning = checkTuning(options.cudaTuning);
-  const pairs = options.pairs ?? 'all';
-  if (pairs !== 'all' && pairs !== 'diagonal') {
-    throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
-  }
-  const outputDtype = checkOutputDtype(options.outputDtype);
-  if (pairs === 'diagonal' && queries.count !== docs.count) {
-    throw new InvalidArgumentError(
-      'queries.count',
-      `${docs.count} (one query per document for pairs 'diagonal')`,
-      String(queries.count),
-    );
-  }
+  const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(queries, docs, options);
   const stride = isDeviceCorpus(queries) ? queries.maxLength : longestQuery(queries);
   const native = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
   const addon = cudaAddon();
