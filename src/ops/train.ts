@@ -449,16 +449,7 @@ export async function maxsimTrain(
     argmaxStride: native.stride,
     ...(profileMs ? { profileMs } : {}),
     async backward(gradScores) {
-      if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
-        throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
-      }
-      if (gradScores.length !== scores.length) {
-        throw new InvalidArgumentError(
-          'gradScores',
-          `${scores.length} entries (one per score)`,
-          String(gradScores.length),
-        );
-      }
+      checkGradScores(gradScores, scores.length);
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
       const g = Float64Array.from(gradScores);
       if (onGpu) {
@@ -475,6 +466,16 @@ export async function maxsimTrain(
     },
   };
   return result;
+}
+
+/** An upstream gradient: one float per score. */
+function checkGradScores(gradScores: unknown, n: number) {
+  if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
+    throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
+  }
+  if (gradScores.length !== n) {
+    throw new InvalidArgumentError('gradScores', `${n} entries (one per score)`, String(gradScores.length));
+  }
 }
 
 /** The options both the host-array and the device-resident passes take, checked before any work. */
@@ -603,16 +604,7 @@ async function deviceTrain(
     },
     async backward(gradScores, backwardOptions = {}) {
       checkLive();
-      if (!(gradScores instanceof Float32Array || gradScores instanceof Float64Array)) {
-        throw new InvalidArgumentError('gradScores', 'a Float32Array or Float64Array', typeof gradScores);
-      }
-      if (gradScores.length !== scores.length) {
-        throw new InvalidArgumentError(
-          'gradScores',
-          `${scores.length} entries (one per score)`,
-          String(gradScores.length),
-        );
-      }
+      checkGradScores(gradScores, scores.length);
       const retain = backwardOptions.retain ?? false;
       if (typeof retain !== 'boolean') throw new InvalidArgumentError('retain', 'a boolean', String(retain));
       // The native call drops the handle's reference when not retaining; the job keeps the state alive.
