@@ -226,7 +226,7 @@ MaxsimTrainParams BaseParams(const Problem& a, const DeviceTokens& q, const Devi
   p.doc_lengths = DevPtr<const int32_t>(d.lengths);
   p.num_pairs = a.num_pairs;
   p.stride = a.stride;
-  p.doc_tokens = d.tokens;
+  p.doc_tokens = TokensOf(a.d);  // the problem's documents (a device set may have grown since)
   p.num_queries = static_cast<int32_t>(a.q.count);
   p.num_docs = static_cast<int32_t>(a.d.count);
   p.dim = static_cast<int32_t>(a.q.dim);
@@ -697,11 +697,10 @@ std::vector<DocBlock> PlanDocBlocks(const Problem& a, int64_t max_docs, int64_t 
   return blocks;
 }
 
-// A set of `dtype` with the items of `like` (a packed set: item i starts at the sum of the lengths
-// before it), to hold a gradient.
+// A set of `dtype` for the gradient of the first lengths.size() items of `like` (a packed set: item
+// i starts at the sum of the lengths before it; items appended after the forward are not included).
 std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like, const std::vector<int32_t>& lengths,
                                           DType dtype) {
-  auto g = rt->AllocTokens(dtype, like.dim, like.tokens, like.count);
   std::vector<int64_t> starts(lengths.size());
   int64_t at = 0;
   int32_t longest = 0;
@@ -710,16 +709,18 @@ std::shared_ptr<DeviceTokens> GradientSet(Runtime* rt, const DeviceTokens& like,
     at += lengths[i];
     longest = std::max(longest, lengths[i]);
   }
-  if (at != like.tokens) {
+  if (at > like.tokens) {
     throw std::logic_error("a device-resident training operand is not packed (" + std::to_string(at) +
                            " tokens in its items, " + std::to_string(like.tokens) + " in the set)");
   }
+  const int64_t items = static_cast<int64_t>(lengths.size());
+  auto g = rt->AllocTokens(dtype, like.dim, at, items);
   if (!lengths.empty()) {
     rt->Upload(g->starts, starts.data(), starts.size() * sizeof(int64_t));
     rt->Upload(g->lengths, lengths.data(), lengths.size() * sizeof(int32_t));
   }
-  g->count = like.count;
-  g->tokens = like.tokens;
+  g->count = items;
+  g->tokens = at;
   g->max_length = longest;
   g->host_starts = std::move(starts);  // the host mirror of the spans (views need no download)
   g->host_lengths = lengths;
@@ -769,8 +770,10 @@ class BackwardTask : public TrainTask {
     if (a.num_pairs > 0) rt_->Upload(grad.get(), grad_in, static_cast<uint64_t>(a.num_pairs) * sizeof(double));
     if (timer.on()) rt_->Synchronize();
     timer.Host("uploadArgmax");
-    const uint64_t dq_elems = static_cast<uint64_t>(q->tokens) * static_cast<uint64_t>(dim);
-    const uint64_t dd_elems = static_cast<uint64_t>(d->tokens) * static_cast<uint64_t>(dim);
+    // Tokens of the problem's items: a device set appended to after the forward holds more, which
+    // this pass neither reads nor writes.
+    const uint64_t dq_elems = static_cast<uint64_t>(TokensOf(a.q)) * static_cast<uint64_t>(dim);
+    const uint64_t dd_elems = static_cast<uint64_t>(TokensOf(a.d)) * static_cast<uint64_t>(dim);
     // The kernels write float32: into the gradient set itself, or into scratch that is then cast
     // into a float16 / bfloat16 set (device, outputDtype 'input'), or into scratch that is downloaded.
     std::unique_ptr<ScopedBlock> dq_scoped, dd_scoped;

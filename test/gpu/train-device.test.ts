@@ -162,6 +162,27 @@ describe(`CUDA device-resident training (seed ${runSeed})`, { skip }, () => {
     for (const x of [a.dQ, a.dD, b.dQ, b.dD, c.dQ, c.dD]) x.dispose();
   });
 
+  test('documents appended between the passes are not part of the step', async () => {
+    const rand = rng(runSeed + 8);
+    const g = await gpu();
+    const queries = randomRagged([6, 11], 32, 'float16', rand);
+    const first = randomRagged([9, 14, 5], 32, 'float16', rand);
+    const dq = await g.upload(queries);
+    const growing = await g.alloc({ dtype: 'float16', dim: 32, tokens: 200, items: 8 });
+    await growing.append(first);
+    const fixed = await g.upload(first);
+    const grad = Float32Array.from({ length: 6 }, () => rand() - 0.5);
+    const fwd = await maxsimTrain(dq, growing);
+    await growing.append(randomRagged([20, 7], 32, 'float16', rand));
+    const got = await fwd.backward(grad);
+    const want = await (await maxsimTrain(dq, fixed)).backward(grad);
+    assert.equal(got.dD.count, 3);
+    assert.equal(got.dD.tokens, 28);
+    assert.ok(bitsEqual(await deviceRows(got.dD), await deviceRows(want.dD)), 'dD');
+    assert.ok(bitsEqual(await deviceRows(got.dQ), await deviceRows(want.dQ)), 'dQ');
+    for (const c of [got.dQ, got.dD, want.dQ, want.dD, dq, growing, fixed]) c.dispose();
+  });
+
   test('every device buffer of a training step comes back', async () => {
     const rand = rng(runSeed + 5);
     const g = await gpu();
