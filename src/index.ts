@@ -14,6 +14,7 @@ export {
   isDeviceCorpus,
   type QuantizeMode8,
   referenceMaxsimFp8,
+  type TopKOptions,
 } from './backends/cuda.js';
 export type { DeviceDType } from './backends/cuda-dispatch.js';
 export { referenceMaxsim, referenceTopK } from './backends/reference.js';
