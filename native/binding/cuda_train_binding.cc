@@ -133,20 +133,6 @@ Problem ParseProblem(const Napi::CallbackInfo& info, size_t first, size_t option
   return a;
 }
 
-void CheckDisjoint(Napi::Env env, const TokenSet& t, const std::string& name) {
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (int64_t i = 0; i < t.count; i++) {
-    if (t.lengths[i] > 0) spans.emplace_back(static_cast<int64_t>(t.starts[i]), t.lengths[i]);
-  }
-  std::sort(spans.begin(), spans.end());
-  for (size_t k = 1; k < spans.size(); k++) {
-    if (spans[k - 1].first + spans[k - 1].second > spans[k].first) {
-      throw Napi::RangeError::New(env, "Expected items of " + name + " that share no tokens but received an overlap at token " +
-                                           std::to_string(spans[k].first));
-    }
-  }
-}
-
 int32_t TrainDType(DType t) {
   switch (t) {
     case DType::Float16: return kTrainF16;

@@ -4,8 +4,11 @@
 #pragma once
 #include <napi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 enum class DType : int { Float32 = 0, Float16 = 1, BFloat16 = 2, Int8 = 3 };
 
@@ -104,4 +107,19 @@ inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::strin
     t.scales = scales.Data();
   }
   return t;
+}
+
+// Training gradients need one owner per row: a RangeError when two items of t share a token.
+inline void CheckDisjoint(Napi::Env env, const TokenSet& t, const std::string& name) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (int64_t i = 0; i < t.count; i++) {
+    if (t.lengths[i] > 0) spans.emplace_back(static_cast<int64_t>(t.starts[i]), t.lengths[i]);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); k++) {
+    if (spans[k - 1].first + spans[k - 1].second > spans[k].first) {
+      throw Napi::RangeError::New(env, "Expected items of " + name + " that share no tokens but received an overlap at token " +
+                                           std::to_string(spans[k].first));
+    }
+  }
 }

@@ -63,21 +63,6 @@ TrainArgs ParseTrainArgs(const Napi::CallbackInfo& info, size_t options_index) {
   return a;
 }
 
-// Each gradient row must have one owner: items may not share tokens.
-void CheckDisjoint(Napi::Env env, const TokenSet& t, const std::string& name) {
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  for (int64_t i = 0; i < t.count; i++) {
-    if (t.lengths[i] > 0) spans.emplace_back(static_cast<int64_t>(t.starts[i]), t.lengths[i]);
-  }
-  std::sort(spans.begin(), spans.end());
-  for (size_t k = 1; k < spans.size(); k++) {
-    if (spans[k - 1].first + spans[k - 1].second > spans[k].first) {
-      throw Napi::RangeError::New(env, "Expected items of " + name + " that share no tokens but received an overlap at token " +
-                                           std::to_string(spans[k].first));
-    }
-  }
-}
-
 // Runs `work` on the libuv pool and resolves with `result`. Persistent references keep the inputs
 // and the output arrays alive (and unmoved) until the promise settles.
 class TrainWorker : public Napi::AsyncWorker {
