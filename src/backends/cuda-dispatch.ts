@@ -305,8 +305,14 @@ function preferredKind(p: Problem, caps: DeviceCaps): string {
   if (rows32 === 0) return 'simt'; // no query tokens at all
   if (rows32 === 1) return 'mma_g1';
   // the sm_90a (wgmma) cubins run on compute capability 9.0 only
-  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0)
-    return rows16 <= 8 ? 'wgmma_n128' : 'wgmma_w2m2n64';
+  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
+    if (rows16 > 8) return 'wgmma_w2m2n64';
+    // Up to 128 query rows: the ping-pong variants, whose two consumer warpgroups take alternate
+    // documents (H200, 100000 documents of 300 tokens: Lq 64 2.14 vs 2.81 ms with n128, Lq 128 2.60
+    // vs 2.90; bench/NOTES.md). They need a few documents per CTA to keep both groups busy.
+    if (p.numDocs < 4 * caps.sms) return 'wgmma_n128';
+    return rows16 <= 4 ? 'wgmma_pp_m1n64' : 'wgmma_pp_m2n64';
+  }
   return rows32 <= 4 ? 'mma_g4' : 'mma_g8';
 }
 

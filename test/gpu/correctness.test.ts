@@ -98,6 +98,40 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       }
     });
 
+    test(`${dtype}: wgmma variants with several documents per CTA, long ones among short ones`, async (t) => {
+      const dev = await gpu();
+      const d = 64;
+      const wgmma = variantsFor(dev, dtype, d).filter((v) => v.family === 'wgmma');
+      if (wgmma.length === 0) return t.skip('no wgmma variant runs on this GPU');
+      const rand = rng(runSeed + 23 + dtypes.indexOf(dtype));
+      // ~2-3 documents per CTA of a 132-SM grid. The ping-pong variants give alternate documents to
+      // their two consumer warpgroups; documents longer than their 12-tile ring (> 768 tokens) make one
+      // group pass over more tiles than the ring holds before its next document starts.
+      const lengths = Array.from(
+        { length: 300 },
+        (_, i) =>
+          [700 + Math.floor(rand() * 1300), 1 + Math.floor(rand() * 70), i % 8 === 2 ? 0 : 300, 129][i % 4],
+      );
+      const docs = randomRagged(lengths, d, dtype, rand);
+      const corpus = await dev.upload(docs);
+      try {
+        // one pass (<= 128 rows) and two passes of the m2 ping-pong variant (200 rows)
+        const queries = randomRagged([128, 7, 200], d, dtype, rand);
+        const ref = referenceMaxsim(queries, docs);
+        for (const v of wgmma)
+          checkScores(
+            await scoreWith(corpus, queries, v.name),
+            queries,
+            docs,
+            boundFactor(v),
+            `${v.name} long and short documents`,
+            ref,
+          );
+      } finally {
+        corpus.dispose();
+      }
+    });
+
     test(`${dtype}: bitwise identical results on repeat, every variant`, async () => {
       const dev = await gpu();
       const d = 64;

@@ -496,10 +496,10 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
 //
 // One producer warpgroup streams document tiles of TN tokens x 128 bytes (dim <= 128, zero-filled
 // past dim) into an S-stage ring in the 128-byte-swizzled K-major layout (one swizzle atom per row),
-// plus the TN document scales of the tile into a separate per-stage array (4-byte cp.async); it
-// waits for its own copies with a lag of S-2 tiles, fences the async proxy and arrives on "full".
-// NCONS consumer warpgroups wait on "full", copy the tile's scales of their columns to registers,
-// run 4 wgmma.m64nTNk32 per m-block (A = 16 query rows per warp from registers, B by descriptor),
+// plus the TN document scales of the tile into a separate per-stage array (4-byte cp.async); each
+// producer thread arrives on "full" through cp.async.mbarrier.arrive (fires when its copies land).
+// NCONS consumer warpgroups wait on "full", fence the async proxy, copy the tile's scales of their
+// columns to registers, run 4 wgmma.m64nTNk32 per m-block (A = 16 query rows per warp from registers, B by descriptor),
 // arrive on "empty" once the last m-block is done, and fold: value = float(acc) * sd_j, then the
 // running row max (columns past the document -> -inf). int8 accumulators start at the bits of
 // 1.5 * 2^23 (S8::init) so the conversion is one FADD; fp8 accumulates in fp32 from zero.
@@ -536,6 +536,9 @@ __device__ __forceinline__ void w8_mbar_wait(uint32_t a, uint32_t parity) {
   } while (!done);
 }
 __device__ __forceinline__ void w8_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void w8_cp_async_mbar_arrive(uint32_t a) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+}
 __device__ __forceinline__ void w8_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void w8_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void w8_wgmma_wait() {
@@ -597,7 +600,6 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   constexpr int STAGE = TN * 128;  // bytes per stage: TN rows of one 128-byte swizzle atom
   constexpr int NCW = NCONS * 4;   // consumer warps
   constexpr int SPP = NCW * MB;    // 16-row query slices per pass
-  constexpr int LAG = S - 2;
   constexpr int NACC = TN / 2;
   static_assert(TN % 64 == 0 && TN <= 128, "tile");
   extern __shared__ __align__(1024) unsigned char smem_dyn[];
@@ -612,7 +614,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   const float* scales_s = reinterpret_cast<const float*>(smem_dyn + (scbase - smem_u32(smem_dyn)));
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      w8_mbar_init(smem_u32(&full_bar[s]), 4);     // one arrive per producer warp
+      w8_mbar_init(smem_u32(&full_bar[s]), 128);   // one (copy-completion) arrive per producer thread
       w8_mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
     }
   }
@@ -655,20 +657,10 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
             const bool ok = tile * TN + r < len;
             cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
           }
-          cp_async_commit();
-          cp_async_wait<LAG>();
-          if (t >= LAG) {
-            w8_fence_proxy_async();
-            __syncwarp();
-            if (lane == 0) w8_mbar_arrive(smem_u32(&full_bar[(t - LAG) % S]));
-          }
+          w8_cp_async_mbar_arrive(smem_u32(&full_bar[s]));  // fires when this thread's copies land
         }
       }
     cp_async_wait<0>();
-    w8_fence_proxy_async();
-    __syncwarp();
-    if (lane == 0)
-      for (int u = max(0, t - LAG); u < t; ++u) w8_mbar_arrive(smem_u32(&full_bar[u % S]));
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
     const int cw = warp - 4;
@@ -728,6 +720,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
           w8_mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
+          w8_fence_proxy_async();  // cp.async wrote the tile (generic proxy); wgmma reads it (async)
           const uint32_t st = sbase + s * STAGE;
           // this thread's column scales, read before the stage is released to the producer
           float2 sc[TN / 8];

@@ -4,9 +4,9 @@
 // Design. CTA = 1 producer warpgroup + NCONS consumer warpgroups. The producer streams document
 // tiles of TN tokens x 128 dims (fp16/bf16) into an S-stage shared-memory ring with 16-byte cp.async,
 // written in the 128-byte-swizzled K-major layout that wgmma reads directly (two 64-element K halves
-// per stage; zero-fill past the document and past dim), waits for its own copies with a lag of S-2
-// tiles, issues fence.proxy.async (generic-proxy writes -> async-proxy reads) and arrives on the
-// stage's "full" mbarrier (one arrive per producer warp). Consumers wait on "full", run 8
+// per stage; zero-fill past the document and past dim); each producer thread then arrives on the
+// stage's "full" mbarrier through cp.async.mbarrier.arrive, which fires when its copies have landed.
+// Consumers wait on "full", issue fence.proxy.async (generic-proxy writes -> async-proxy reads), run 8
 // wgmma.m64nTNk16 per m-block (A = query tokens from registers, B = document tile from shared memory;
 // MB m-blocks per warpgroup issued as separate commit groups so the fold of block 0 overlaps the
 // HGMMAs of block 1), arrive on "empty" (one per consumer warp), and fold the accumulator tile into
@@ -16,8 +16,9 @@
 // a CTA loads the A fragments of a pass once, then streams all of its documents; per-(query, doc)
 // sums that span passes are carried in the scores array itself (written and re-read by the same
 // warp: no extra device memory). End of each (document, pass): quad max, rows past the query
-// dropped, warp sum, one named barrier over the consumers, then lanes of consumer warp 0 (one lane per
-// query segment) sum the slices in slice order: fixed order, no atomics, bitwise deterministic.
+// dropped, warp sum, one named barrier over the consumers (PP: over the group), then lanes of the
+// first consumer warp (one lane per query segment) sum the slices in slice order: fixed order, no
+// atomics, bitwise deterministic.
 // Persistent: CTA c handles documents c, c + gridDim.x, ...; zero-length documents get -inf and cost
 // no tile. The K loop always runs all 8 k16 steps (dim < 128 is zero-filled): a runtime guard there
 // splits the HGMMA chain and ptxas serializes every wgmma (seen in SASS, ~3x slower).
@@ -63,6 +64,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
   } while (!done);
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Arrive on the mbarrier once all of this thread's earlier cp.async have landed (.noinc: the arrival
+// is one of the barrier's expected count, so every producer thread is counted at init).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {
@@ -135,28 +141,66 @@ template <> struct Wgmma<__nv_bfloat16, 256> {
 
 #endif
 
-template <typename T, int NCONS, int MB, int TN, int S>
+// The lengths (and, for the producer, starts) of this CTA's documents blockIdx.x + i * gridDim.x,
+// read 32 at a time by the lanes of a warp, one window ahead of use: the document loops then never
+// stall on a dependent global load per document (a full memory latency each while the tile stream
+// saturates DRAM). Every lane of the warp must call at() with the same i, in increasing order.
+template <bool STARTS>
+struct DocWindow {
+  int len_cur = 0, len_nxt = 0;
+  int64_t start_cur = 0, start_nxt = 0;
+  __device__ __forceinline__ void fetch(const MaxsimParams& p, int64_t i0) {
+    const int64_t doc = blockIdx.x + (i0 + (threadIdx.x & 31)) * (int64_t)gridDim.x;
+    const bool ok = doc < p.num_docs;
+    len_nxt = ok ? p.doc_lengths[doc] : 0;
+    if (STARTS) start_nxt = ok ? p.doc_starts[doc] : 0;
+  }
+  __device__ __forceinline__ DocWindow(const MaxsimParams& p) { fetch(p, 0); }
+  // length (and start) of document i of this CTA's sequence
+  __device__ __forceinline__ int at(const MaxsimParams& p, int i, int64_t* start) {
+    if ((i & 31) == 0) {
+      len_cur = len_nxt;
+      start_cur = start_nxt;
+      fetch(p, i + 32);
+    }
+    if (STARTS) *start = __shfl_sync(0xffffffffu, start_cur, i & 31);
+    return __shfl_sync(0xffffffffu, len_cur, i & 31);
+  }
+};
+
+// PP ("ping-pong"): instead of splitting the query rows of every document between the consumer
+// warpgroups (which then meet at a barrier after each document and fold in lockstep, leaving the
+// tensor cores idle meanwhile), each warpgroup holds all the rows of a pass and takes every NCONS-th
+// non-empty document, so one warpgroup's fold and combine overlap the other's wgmma. The ring stays
+// one sequence of tiles, but each group has its own "full" barrier per stage, signalled only for its
+// tiles, and tracks that barrier's parity per stage itself: a group never waits on a phase that
+// belongs to another group's tile (which would make the parity ambiguous), and it releases only its
+// own tiles, so the ring is not held back until a group has finished its current document.
+template <typename T, int NCONS, int MB, int TN, int S, bool PP>
 __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
 #if MAXSIM_HAS_WGMMA
   constexpr int HALF = TN * 128;    // bytes of one 64-element K half of the tile
   constexpr int STAGE = 2 * HALF;   // bytes per stage (TN tokens x 128 dims x 2 B)
   constexpr int NCW = NCONS * 4;    // consumer warps
-  constexpr int SPP = NCW * MB;     // 16-row query slices per pass
-  constexpr int LAG = S - 2;        // producer completes tile t - LAG after issuing tile t
+  constexpr int NGRP = PP ? NCONS : 1;  // consumer groups working on different documents
+  constexpr int GW = NCW / NGRP;        // warps per group
+  constexpr int SPP = GW * MB;          // 16-row query slices per pass (each group covers them all)
   constexpr int NACC = TN / 2;
   static_assert(TN % 64 == 0 && TN <= 256, "tile");
   extern __shared__ __align__(1024) unsigned char smem_dyn[];
-  __shared__ __align__(8) uint64_t full_bar[S];
+  __shared__ __align__(8) uint64_t full_bar[NGRP][S];
   __shared__ __align__(8) uint64_t empty_bar[S];
-  __shared__ float part[2 * SPP];
+  __shared__ float part[NGRP][2 * SPP];
   static_assert(SPP <= 32, "combine uses one lane per slice");
+  static_assert(S <= 32, "consumers keep one parity bit per stage");
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const uint32_t sbase = (smem_u32(smem_dyn) + 1023u) & ~1023u;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 4);        // one arrive per producer warp
-      mbar_init(smem_u32(&empty_bar[s]), NCW);     // one arrive per consumer warp
+      for (int g = 0; g < NGRP; ++g)
+        mbar_init(smem_u32(&full_bar[g][s]), 128);  // one (copy-completion) arrive per producer thread
+      mbar_init(smem_u32(&empty_bar[s]), GW);        // one arrive per warp of the tile's group
     }
   }
   __syncthreads();
@@ -174,11 +218,15 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
     // ------------------------------ producer warpgroup ------------------------------
     constexpr int need = 16;                 // wgmma reads all 128 dims: zero-fill past dim
     int t = 0;
-    for (int pass = 0; pass < npass; ++pass)
-      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
-        const int len = p.doc_lengths[doc];
+    for (int pass = 0; pass < npass; ++pass) {
+      int owner = 0;  // the consumer group of the next non-empty document (always 0 unless PP)
+      DocWindow<true> win(p);
+      for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+        int64_t start;
+        const int len = win.at(p, i, &start);
         if (len <= 0) continue;
-        const int64_t start = p.doc_starts[doc];
+        const int grp = owner;
+        owner = owner + 1 == NGRP ? 0 : owner + 1;
         const int ntiles = (len + TN - 1) / TN;
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
@@ -197,24 +245,19 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
               cp_async16(dst, src, ok ? 16 : 0);
             }
           }
-          cp_async_commit();
-          cp_async_wait<LAG>();
-          if (t >= LAG) {
-            fence_proxy_async();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(smem_u32(&full_bar[(t - LAG) % S]));
-          }
+          // the tile is "full" when the copies land, whatever the producer does next: consumers
+          // are not held back until later tiles are issued
+          cp_async_mbar_arrive(smem_u32(&full_bar[grp][s]));
         }
+      }
     }
     cp_async_wait<0>();
-    fence_proxy_async();
-    __syncwarp();
-    if (lane == 0)
-      for (int u = max(0, t - LAG); u < t; ++u) mbar_arrive(smem_u32(&full_bar[u % S]));
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
     const int cw = warp - 4;          // consumer warp 0 .. NCW-1
-    const int ctid = tid - 128;       // consumer thread
+    const int grp = cw / GW;          // consumer group (always 0 unless PP)
+    const int gw = cw % GW;           // warp within the group
+    const int gtid = tid - 128 - grp * GW * 32;  // thread within the group
     const T* __restrict__ queries = static_cast<const T*>(p.queries);
     const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
     uint32_t a[MB][8][4];
@@ -224,16 +267,17 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
 #pragma unroll
       for (int i = 0; i < NACC; ++i) acc[m][i] = 0.f;
     int dp = 0;  // (document, pass) counter: parity selects the part[] half
-    int t = 0;
+    int t = 0;   // ring tile counter (all groups' tiles: the stage is t % S)
+    uint32_t full_phase = 0;  // bit s: parity of this group's next wait on full_bar[grp][s]
     // Pass-outer order: the A fragments of a pass are loaded once per CTA (not once per document);
     // documents are re-streamed once per pass. Per-(query, doc) sums that span passes are carried in
     // the scores array itself (written and re-read by the same thread: no extra memory, fixed order).
     for (int pass = 0; pass < npass; ++pass) {
-      // slice of m-block m of this warp: pass * SPP + m * NCW + cw (SPP = slices per pass)
+      // slice of m-block m of this warp: pass * SPP + m * GW + gw (SPP = slices per pass)
       int qlen[MB], row0[MB];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
-        const int slice = pass * SPP + m * NCW + cw;
+        const int slice = pass * SPP + m * GW + gw;
         const bool svalid = slice < nslices;
         const int qi = svalid ? slice / cpq : 0;
         const int chunk = svalid ? slice % cpq : 0;
@@ -252,21 +296,33 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
             a[m][ks][r] = v;
           }
       }
-      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
-        const int len = p.doc_lengths[doc];
+      int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
+      DocWindow<false> win(p);
+      for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+        const int len = win.at(p, i, nullptr);
         if (len <= 0) {
-          if (pass == 0)
-            for (int ql = ctid; ql < nq; ql += NCONS * 128)
+          if (pass == 0 && grp == 0)
+            for (int ql = gtid; ql < nq; ql += GW * 32)
               p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
           continue;
         }
         const int ntiles = (len + TN - 1) / TN;
+        if (PP) {
+          const bool mine = owner == grp;
+          owner = owner + 1 == NGRP ? 0 : owner + 1;
+          if (!mine) {
+            t += ntiles;  // another group's document: its tiles pass this group by
+            continue;
+          }
+        }
         float rmax[MB][2];
 #pragma unroll
         for (int m = 0; m < MB; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
-          mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
+          mbar_wait(smem_u32(&full_bar[grp][s]), (full_phase >> s) & 1);
+          full_phase ^= 1u << s;
+          fence_proxy_async();  // the tile was written by cp.async (generic proxy); wgmma reads it (async)
           const uint32_t st = sbase + s * STAGE;
 #pragma unroll
           for (int m = 0; m < MB; ++m)
@@ -327,21 +383,21 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
             if (rowa + 8 < qlen[m]) partial += r1;
           }
           partial = warp_sum(partial);
-          if (lane == 0) part[(dp & 1) * SPP + m * NCW + cw] = partial;
+          if (lane == 0) part[grp][(dp & 1) * SPP + m * GW + gw] = partial;
         }
         // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
         // writes to this half come after the next barrier, which the combining warp reaches only
         // after its reads. Combine: lane w of warp 0 ends a segment (query) -> sums that query's
         // slices of this pass in slice order (continuing the carried partial from the scores array
         // if the query began in an earlier pass). Same order as a sequential sum: deterministic.
-        named_bar(1, NCONS * 128);
-        if (cw == 0 && lane < SPP) {
+        named_bar(1 + grp, GW * 32);
+        if (gw == 0 && lane < SPP) {
           const int w = lane;
           const int s2 = pass * SPP + w;
           if (s2 < nslices) {
             const int c2 = s2 % cpq;
             if (c2 == cpq - 1 || w == SPP - 1) {
-              const float* pp = part + (dp & 1) * SPP;
+              const float* pp = part[grp] + (dp & 1) * SPP;
               float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
               const int w0 = max(0, w - c2);
               float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
@@ -363,18 +419,23 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
 
 }  // namespace maxsim
 
-#define MAXSIM_WGMMA_ENTRY(NAME, T, NCONS, MB, TN, S)                                              \
+#define MAXSIM_WGMMA_ENTRY(NAME, T, NCONS, MB, TN, S, PP)                                          \
   extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
-    maxsim::wgmma_body<T, NCONS, MB, TN, S>(p);                                                   \
+    maxsim::wgmma_body<T, NCONS, MB, TN, S, PP>(p);                                               \
   }
 
 // smem bytes = S * TN * 256 + 1024;  block = 128 * (NCONS + 1); query rows per pass = 64 * NCONS * MB
-//                 name                      type           NCONS MB TN  S      smem bytes  block
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_f16,    __half,        2,   1, 128, 4)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_bf16,   __nv_bfloat16, 2,   1, 128, 4)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_f16,   __half,        2,   1,  64, 8)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_bf16,  __nv_bfloat16, 2,   1,  64, 8)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_f16,   __half,        4,   1,  64, 8)  // 132096      640
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_bf16,  __nv_bfloat16, 4,   1,  64, 8)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_f16, __half,        2,   2,  64, 8)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_bf16,__nv_bfloat16, 2,   2,  64, 8)
+// (PP: 64 * MB, every consumer warpgroup holding all of them)
+//                 name                        type           NCONS MB TN  S  PP      smem bytes  block
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_f16,      __half,        2,   1, 128, 4, false)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_bf16,     __nv_bfloat16, 2,   1, 128, 4, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_f16,     __half,        2,   1,  64, 8, false)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_bf16,    __nv_bfloat16, 2,   1,  64, 8, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_f16,     __half,        4,   1,  64, 8, false)  // 132096      640
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_bf16,    __nv_bfloat16, 4,   1,  64, 8, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_f16,   __half,        2,   2,  64, 8, false)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_bf16,  __nv_bfloat16, 2,   2,  64, 8, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_f16,  __half,        2,   1,  64, 12, true)  // 197632      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_bf16, __nv_bfloat16, 2,   1,  64, 12, true)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  __half,        2,   2,  64, 12, true)  // 197632      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, __nv_bfloat16, 2,   2,  64, 12, true)
