@@ -9,8 +9,9 @@
 // Consumers wait on "full", issue fence.proxy.async (generic-proxy writes -> async-proxy reads), run 8
 // wgmma.m64nTNk16 per m-block (A = query tokens from registers, B = document tile from shared memory;
 // MB m-blocks per warpgroup issued as separate commit groups so the fold of block 0 overlaps the
-// HGMMAs of block 1), arrive on "empty" (one per consumer warp), and fold the accumulator tile into
-// a per-row running max (columns past the document length -> -inf, never multiplied).
+// HGMMAs of block 1), arrive on "empty" (one per warp of the tile's group), and fold the
+// accumulator tile into a per-row running max (columns past the document length -> -inf, never
+// multiplied).
 // Query rows: each consumer warp owns MB 16-row slices = (query, 16-token chunk), so one pass covers
 // 64*NCONS*MB query rows, packing several queries for all-pairs scoring. Loop order is pass-outer:
 // a CTA loads the A fragments of a pass once, then streams all of its documents; per-(query, doc)
@@ -387,9 +388,10 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
         }
         // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
         // writes to this half come after the next barrier, which the combining warp reaches only
-        // after its reads. Combine: lane w of warp 0 ends a segment (query) -> sums that query's
-        // slices of this pass in slice order (continuing the carried partial from the scores array
-        // if the query began in an earlier pass). Same order as a sequential sum: deterministic.
+        // after its reads. Combine: lane w of the group's first warp ends a segment (query) -> sums
+        // that query's slices of this pass in slice order (continuing the carried partial from the
+        // scores array if the query began in an earlier pass). Same order as a sequential sum:
+        // deterministic.
         named_bar(1 + grp, GW * 32);
         if (gw == 0 && lane < SPP) {
           const int w = lane;
