@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include "maxsim_common.cuh"
+#include "maxsim_sm90.cuh"
 
 namespace maxsim {
 
@@ -511,42 +512,7 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
 // sm_80 cubin traps), dim % 16 == 0 and dim <= 128 (returns without writing otherwise).
 // =============================================================================================
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MAXSIM_HAS_WGMMA8 1
-#else
-#define MAXSIM_HAS_WGMMA8 0
-#endif
-
-#if MAXSIM_HAS_WGMMA8
-// (the same helpers as maxsim_wgmma.cu, which keeps them private to its file)
-__device__ __forceinline__ void w8_mbar_init(uint32_t a, int cnt) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(cnt) : "memory");
-}
-__device__ __forceinline__ void w8_mbar_arrive(uint32_t a) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void w8_mbar_wait(uint32_t a, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred P;\nmbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void w8_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void w8_cp_async_mbar_arrive(uint32_t a) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void w8_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void w8_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void w8_wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void w8_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-__device__ __forceinline__ void w8_reg_fence(int& r) { asm volatile("" : "+r"(r)::"memory"); }
-
+#if MAXSIM_HAS_WGMMA
 // wgmma m64nNk32, A from registers, B K-major from smem (generated; int8: s32 accumulate, no scale
 // immediates; e4m3: f32 accumulate, scale-a = scale-b = 1)
 template <class E, int N> struct Wgmma8;
@@ -594,7 +560,7 @@ template <> struct Wgmma8<E4M3, 128> {
 
 template <class E, int NCONS, int MB, int TN, int S>
 __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
-#if MAXSIM_HAS_WGMMA8
+#if MAXSIM_HAS_WGMMA
   using Acc = typename E::Acc;
   constexpr bool BIAS = !E::kFp8;  // dim <= 128: |acc| <= 127^2 * 128 < 2^22
   constexpr int STAGE = TN * 128;  // bytes per stage: TN rows of one 128-byte swizzle atom
@@ -614,8 +580,8 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   const float* scales_s = reinterpret_cast<const float*>(smem_dyn + (scbase - smem_u32(smem_dyn)));
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      w8_mbar_init(smem_u32(&full_bar[s]), 128);   // one (copy-completion) arrive per producer thread
-      w8_mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
+      mbar_init(smem_u32(&full_bar[s]), 128);   // one (copy-completion) arrive per producer thread
+      mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
     }
   }
   __syncthreads();
@@ -641,7 +607,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
         const int ntiles = (len + TN - 1) / TN;
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
-          if (t >= S) w8_mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+          if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
           const uint32_t st = sbase + s * STAGE;
 #pragma unroll
           for (int it = 0; it < TN * 8 / 128; ++it) {
@@ -657,7 +623,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
             const bool ok = tile * TN + r < len;
             cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
           }
-          w8_cp_async_mbar_arrive(smem_u32(&full_bar[s]));  // fires when this thread's copies land
+          cp_async_mbar_arrive(smem_u32(&full_bar[s]));  // fires when this thread's copies land
         }
       }
     cp_async_wait<0>();
@@ -719,8 +685,8 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
         for (int m = 0; m < MB; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
-          w8_mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
-          w8_fence_proxy_async();  // cp.async wrote the tile (generic proxy); wgmma reads it (async)
+          mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
+          fence_proxy_async();  // cp.async wrote the tile (generic proxy); wgmma reads it (async)
           const uint32_t st = sbase + s * STAGE;
           // this thread's column scales, read before the stage is released to the producer
           float2 sc[TN / 8];
@@ -732,9 +698,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
 #pragma unroll
             for (int i = 0; i < NACC; ++i) {
               acc[m][i] = E::template init<BIAS>();
-              w8_reg_fence(acc[m][i]);
+              reg_fence(acc[m][i]);
             }
-          w8_wgmma_fence();
+          wgmma_fence();
           // all 4 k32 steps unconditionally (zero-filled past dim): a runtime guard would split the
           // wgmma chain (maxsim_wgmma.cu, step 3d of bench/cuda/NOTES.md)
           const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
@@ -743,19 +709,19 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks)
               Wgmma8<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((ks * 32) >> 4), BIAS ? 1 : (ks > 0));
-            w8_wgmma_commit();
+            wgmma_commit();
           }
           const int rem = len - tile * TN;
 #pragma unroll
           for (int m = 0; m < MB; ++m) {
             static_assert(MB == 1 || MB == 2, "MB");
-            if (m == MB - 1) w8_wgmma_wait<0>();
-            else w8_wgmma_wait<1>();
+            if (m == MB - 1) wgmma_wait<0>();
+            else wgmma_wait<1>();
 #pragma unroll
-            for (int i = 0; i < NACC; ++i) w8_reg_fence(acc[m][i]);
+            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
             if (m == MB - 1) {
               __syncwarp();
-              if (lane == 0) w8_mbar_arrive(smem_u32(&empty_bar[s]));
+              if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
 #pragma unroll
             for (int i = 0; i < TN / 8; ++i) {

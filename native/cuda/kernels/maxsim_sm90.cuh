@@ -1,0 +1,49 @@
+// Hopper (sm_90a) primitives shared by the warp-specialized kernels: maxsim_wgmma.cu and the 8-bit
+// wgmma bodies in maxsim_8bit.cuh. mbarrier init / arrive / parity wait, the async-proxy fence,
+// copy-completion arrivals, and the wgmma fence / commit / wait. They exist only where wgmma does
+// (MAXSIM_HAS_WGMMA); the sm_80 cubins of those files compile bodies that trap instead.
+#pragma once
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MAXSIM_HAS_WGMMA 1
+#else
+#define MAXSIM_HAS_WGMMA 0
+#endif
+
+namespace maxsim {
+
+#if MAXSIM_HAS_WGMMA
+__device__ __forceinline__ void mbar_init(uint32_t a, int cnt) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(cnt) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred P;\nmbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Arrive on the mbarrier once all of this thread's earlier cp.async have landed (.noinc: the arrival
+// is one of the barrier's expected count, so every producer thread is counted at init).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of an accumulator across a wgmma fence or wait.
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void reg_fence(int& r) { asm volatile("" : "+r"(r)::"memory"); }
+#endif
+
+}  // namespace maxsim
