@@ -115,7 +115,7 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       const docs = randomRagged(lengths, d, dtype, rand);
       const corpus = await dev.upload(docs);
       try {
-        // one pass (<= 128 rows) and two passes of the m2 ping-pong variant (200 rows)
+        // 22 slices of 16 query rows: several passes for every variant (3 for the 128-row ones)
         const queries = randomRagged([128, 7, 200], d, dtype, rand);
         const ref = referenceMaxsim(queries, docs);
         for (const v of wgmma)
