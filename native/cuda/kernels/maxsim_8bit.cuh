@@ -363,7 +363,7 @@ __device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
   const int b = blockIdx.x;
   const int q = p.query_tile_offset + blockIdx.y;
   if (b >= p.num_docs || q >= p.num_queries) return;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x;
   const int64_t dim = p.dim;
   const int ld = p.doc_lengths[b];
   const int lq = p.query_lengths[q];
@@ -411,24 +411,9 @@ __device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
 #pragma unroll
       for (int t = 0; t < kI8SimtQT; ++t) m[t] = fmaxf(m[t], dot[t] * sd);
     }
-#pragma unroll
-    for (int t = 0; t < kI8SimtQT; ++t) {
-      const float v = warp_max(m[t]);
-      if (lane == 0) red[warp][t] = v;
-    }
-    __syncthreads();
-    if (tid == 0) {
-#pragma unroll
-      for (int t = 0; t < kI8SimtQT; ++t) {
-        if (i0 + t < lq) {
-          float v = red[0][t];
-#pragma unroll
-          for (int w = 1; w < kI8SimtThreads / 32; ++w) v = fmaxf(v, red[w][t]);
-          total += p.query_scales[qstart + i0 + t] * v;
-        }
-      }
-    }
-    __syncthreads();
+    // the query token's scale applies after the max
+    simt_block_rows<kI8SimtQT, kI8SimtThreads>(m, red, i0, lq, total,
+                                               [&](int row) { return p.query_scales[qstart + row]; });
   }
   if (tid == 0) *out = total;
 }

@@ -25,6 +25,34 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The end of one query-row pass of the SIMT kernels (one CTA of THREADS per (document, query)):
+// the block max of each row's per-thread maxima m[t] (row i0 + t), then thread 0 adds
+// weight(row) * max of the rows < lq to total, in row order. Every thread must call it (two
+// __syncthreads); red is the CTA's [THREADS / 32][QT] shared scratch.
+template <int QT, int THREADS, class Weight>
+__device__ __forceinline__ void simt_block_rows(const float (&m)[QT], float (&red)[THREADS / 32][QT], int i0, int lq,
+                                                float& total, Weight weight) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int t = 0; t < QT; ++t) {
+    const float v = warp_max(m[t]);
+    if (lane == 0) red[warp][t] = v;
+  }
+  __syncthreads();
+  if (tid == 0) {
+#pragma unroll
+    for (int t = 0; t < QT; ++t) {
+      if (i0 + t < lq) {
+        float v = red[0][t];
+#pragma unroll
+        for (int w = 1; w < THREADS / 32; ++w) v = fmaxf(v, red[w][t]);
+        total += weight(i0 + t) * v;
+      }
+    }
+  }
+  __syncthreads();
+}
+
 // ---- async copy / tensor-core primitives (sm_80+) -----------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -23,7 +23,7 @@ __device__ __forceinline__ void simt_body(const MaxsimParams& p) {
   const int b = blockIdx.x;
   const int q = p.query_tile_offset + blockIdx.y;
   if (b >= p.num_docs || q >= p.num_queries) return;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x;
   const int64_t dim = p.dim;
   const int ld = p.doc_lengths[b];
   const int lq = p.query_lengths[q];
@@ -57,24 +57,7 @@ __device__ __forceinline__ void simt_body(const MaxsimParams& p) {
 #pragma unroll
       for (int t = 0; t < kSimtQT; ++t) m[t] = fmaxf(m[t], acc[t]);
     }
-#pragma unroll
-    for (int t = 0; t < kSimtQT; ++t) {
-      const float v = warp_max(m[t]);
-      if (lane == 0) red[warp][t] = v;
-    }
-    __syncthreads();
-    if (tid == 0) {
-#pragma unroll
-      for (int t = 0; t < kSimtQT; ++t) {
-        if (i0 + t < lq) {
-          float v = red[0][t];
-#pragma unroll
-          for (int w = 1; w < kSimtThreads / 32; ++w) v = fmaxf(v, red[w][t]);
-          total += v;
-        }
-      }
-    }
-    __syncthreads();
+    simt_block_rows<kSimtQT, kSimtThreads>(m, red, i0, lq, total, [](int) { return 1.f; });
   }
   if (tid == 0) *out = total;
 }
