@@ -708,16 +708,31 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
               __syncwarp();
               if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
+            // Full tiles take a path without the column test: the select and compare per element
+            // were a quarter of the fold's instructions (ncu, bench/NOTES.md), and the fold's
+            // instruction issue is what this kernel waits on.
+            if (rem >= TN) {
 #pragma unroll
-            for (int i = 0; i < TN / 8; ++i) {
-              const int col = i * 8 + (lane & 3) * 2;
-              const bool ok0 = rem >= TN || col < rem, ok1 = rem >= TN || col + 1 < rem;
-              const float v0 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i]) * sc[i].x : -INFINITY;
-              const float v1 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 1]) * sc[i].y : -INFINITY;
-              const float v2 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i + 2]) * sc[i].x : -INFINITY;
-              const float v3 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y : -INFINITY;
-              rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
-              rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+              for (int i = 0; i < TN / 8; ++i) {
+                const float v0 = E::template to_f32<BIAS>(acc[m][4 * i]) * sc[i].x;
+                const float v1 = E::template to_f32<BIAS>(acc[m][4 * i + 1]) * sc[i].y;
+                const float v2 = E::template to_f32<BIAS>(acc[m][4 * i + 2]) * sc[i].x;
+                const float v3 = E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y;
+                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
+                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+              }
+            } else {
+#pragma unroll
+              for (int i = 0; i < TN / 8; ++i) {
+                const int col = i * 8 + (lane & 3) * 2;
+                const bool ok0 = col < rem, ok1 = col + 1 < rem;
+                const float v0 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i]) * sc[i].x : -INFINITY;
+                const float v1 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 1]) * sc[i].y : -INFINITY;
+                const float v2 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i + 2]) * sc[i].x : -INFINITY;
+                const float v3 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y : -INFINITY;
+                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
+                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+              }
             }
           }
         }
