@@ -38,15 +38,19 @@ describe('CUDA dispatcher: int8', () => {
     ['4 queries of 32', { numQueries: 4 }, 'maxsim_int8_mma_g4'],
     ['one query of 1024 (compute-bound)', { maxQueryLength: 1024, maxDocLength: 1024 }, 'maxsim_int8_mma_g8'],
     ['32 queries of 32 (all pairs)', { numQueries: 32 }, 'maxsim_int8_mma_g8'],
+    ['32 queries of 32, documents of 300', { numQueries: 32, maxDocLength: 300 }, 'maxsim_int8_mma_g8'],
     ['d = 256: K split', { dim: 256 }, 'maxsim_int8_mma_ks'],
     ['d = 48: 16-byte rows are enough', { dim: 48 }, 'maxsim_int8_mma_g1'],
     ['d = 100: SIMT fallback', { dim: 100 }, 'maxsim_int8_simt'],
     ['d = 8: SIMT fallback', { dim: 8 }, 'maxsim_int8_simt'],
     ['empty queries: SIMT', { maxQueryLength: 0 }, 'maxsim_int8_simt'],
   ];
+  // compute capability 9.0 takes wgmma where mma would run g8 (many query rows): 128-token tiles for
+  // documents of 512 tokens or more (a multiple of 128), 64 otherwise
+  const wgmmaKind = (p: Partial<Problem>) =>
+    (p.maxDocLength ?? 128) >= 512 ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64';
   for (const [what, p, want] of cases) {
-    // compute capability 9.0 takes wgmma where mma would run g8 (many query rows)
-    const onH200 = want.replace('mma_g8', 'wgmma_w2m2n64');
+    const onH200 = want.replace('mma_g8', wgmmaKind(p));
     test(`${what} -> ${want} (A100, RTX 3090), ${onH200} (H200)`, () => {
       for (const caps of [a100, rtx3090]) assert.equal(selectVariant(problem(p), caps).name, want);
       assert.equal(selectVariant(problem(p), h200).name, onH200);
@@ -58,7 +62,7 @@ describe('CUDA dispatcher: int8', () => {
       const fp8 = problem({ ...p, dtype: 'fp8' });
       assert.equal(
         selectVariant(fp8, h200).name,
-        want.replace('int8', 'fp8').replace('mma_g8', 'wgmma_w2m2n64'),
+        want.replace('int8', 'fp8').replace('mma_g8', wgmmaKind(p)),
         what,
       );
       assert.equal(selectVariant(fp8, a100).name, 'maxsim_fp8_simt', what);
@@ -148,7 +152,7 @@ describe('CUDA dispatcher: int8', () => {
           ),
         ),
       ];
-      assert.equal(wg.length, 2, 'two wgmma entry points');
+      assert.equal(wg.length, 3, 'three wgmma entry points');
       for (const m of wg) {
         const [name, ncons, , tn, s] = [m[1], ...m.slice(2, 6).map(Number)];
         const v = table.find((x) => x.name === name);
@@ -162,10 +166,18 @@ describe('CUDA dispatcher: int8', () => {
         assert.equal(selectVariant(problem({ dtype: t }), h200, name).name, name);
         assert.throws(() => selectVariant(problem({ dtype: t }), a100, name), /compute capability 9.0/);
       }
-      // the rules pick wgmma only for many query rows (w2m2n64, measured faster than mma g8)
+      // the rules pick wgmma only for many query rows (measured faster than mma g8), with 128-token
+      // tiles only for long documents (a mean of 512 tokens or more)
       assert.ok(!selectVariant(problem({ dtype: t }), h200).name.includes('wgmma'));
       for (const p of [{ maxQueryLength: 1024 }, { numQueries: 64 }])
         assert.equal(selectVariant(problem({ ...p, dtype: t }), h200).name, `maxsim_${t}_wgmma_w2m2n64`);
+      const colpali = { maxQueryLength: 1024, maxDocLength: 1024, dtype: t };
+      assert.equal(selectVariant(problem(colpali), h200).name, `maxsim_${t}_wgmma_w2m2n128`);
+      assert.equal(
+        selectVariant(problem({ ...colpali, docTokens: 100_000 * 300 }), h200).name,
+        `maxsim_${t}_wgmma_w2m2n64`,
+        'a mean of 300 tokens keeps 64-token tiles',
+      );
       // H200: the memory-bound variant's CTAs fit one SM together (228 KiB, 1 KiB reserved per CTA)
       const g1 = table.find((x) => x.name === `maxsim_${t}_mma_g1`);
       assert.ok(g1 && g1.grid.kind === 'persistent' && g1.grid.ctasPerSm * (g1.smem + 1024) <= 233_472);

@@ -83,6 +83,8 @@ export interface Problem {
   maxDocLength: number;
   dim: number;
   numDocs: number;
+  /** Tokens of all documents (their mean length picks the wgmma tile width); maxDocLength stands in when absent. */
+  docTokens?: number;
   dtype: DeviceDType;
 }
 
@@ -285,8 +287,23 @@ function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
   if (rows32 <= 4) return 'mma_g4';
   // Many query rows (long queries, all pairs) on compute capability 9.0: wgmma, measured on the H200
   // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
-  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) return 'wgmma_w2m2n64';
+  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0)
+    return longDocuments(p) ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64';
   return 'mma_g8';
+}
+
+/**
+ * Whether the many-rows wgmma kernels take 128-token document tiles (w2m2n128) rather than 64: for
+ * long documents the wider tile halves the per-tile work of the consumers (H200, 1,1024,1024,128,10000:
+ * float16 4.79 vs 5.02 ms, int8 3.21 vs 3.82, fp8 2.87 vs 3.44), while at 300 tokens its padding
+ * (384 of 300 against 320) loses (32,32,300,128,10000: float16 1.63 vs 1.44, int8 1.46 vs 1.31).
+ * Rule: a mean length of at least 512 tokens, and the longest document padded to 128 within 5% of its
+ * padding to 64.
+ */
+function longDocuments(p: Problem): boolean {
+  const mean = p.docTokens !== undefined && p.numDocs > 0 ? p.docTokens / p.numDocs : p.maxDocLength;
+  const L = p.maxDocLength;
+  return mean >= 512 && Math.ceil(L / 128) * 128 <= 1.05 * Math.ceil(L / 64) * 64;
 }
 
 /** The variant name the rules pick: maxsim_<kind>_<dtype suffix>, or maxsim_{int8,fp8}_<kind>. */
@@ -306,7 +323,7 @@ function preferredKind(p: Problem, caps: DeviceCaps): string {
   if (rows32 === 1) return 'mma_g1';
   // the sm_90a (wgmma) cubins run on compute capability 9.0 only
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
-    if (rows16 > 8) return 'wgmma_w2m2n64';
+    if (rows16 > 8) return longDocuments(p) ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64';
     // Up to 128 query rows: the ping-pong variants, whose two consumer warpgroups take alternate
     // documents (H200, 100000 documents of 300 tokens: Lq 64 2.14 vs 2.81 ms with n128, Lq 128 2.60
     // vs 2.90; bench/NOTES.md). They need a few documents per CTA to keep both groups busy.

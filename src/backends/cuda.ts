@@ -404,10 +404,10 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
 }
 
 /** What the dispatcher reads of a corpus. */
-type CorpusShape = Pick<DeviceCorpus, 'count' | 'dim' | 'dtype' | 'maxLength'>;
+type CorpusShape = Pick<DeviceCorpus, 'count' | 'dim' | 'dtype' | 'maxLength'> & { tokens?: number };
 
 function shapeOf(c: DeviceCorpus): CorpusShape {
-  return { count: c.count, dim: c.dim, dtype: c.dtype, maxLength: c.maxLength };
+  return { count: c.count, dim: c.dim, dtype: c.dtype, maxLength: c.maxLength, tokens: c.tokens };
 }
 
 function checkCandidates(n: unknown): number {
@@ -504,8 +504,9 @@ class Corpus implements DeviceCorpus {
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
     const scan = this.device.planFor(q, this, options).launch;
-    // the union of the candidates has at most this many documents; no rule reads maxDocLength
-    const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep) };
+    // the union of the candidates has at most this many documents, none longer than exact's longest;
+    // their total length is unknown here, so the rules go by the longest
+    const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
     const rescoring = this.device.planFor(qe, shape, {}).launch;
     const spec = { k, candidates: keep, count: this.count };
     const native = nativeCuda();
@@ -666,6 +667,7 @@ class Device implements CudaDevice {
       maxDocLength: corpus.maxLength,
       dim: corpus.dim,
       numDocs: corpus.count,
+      docTokens: corpus.tokens,
       dtype: corpus.dtype,
     };
     const variant = selectVariant(problem, this.caps, options.variant, dispatchTable(), this.kernels);

@@ -53,6 +53,7 @@ const NAMES = [
       'mma_ks',
       'wgmma_n128',
       'wgmma_w2m2n64',
+      'wgmma_w2m2n128',
       'wgmma_w2n64',
       'wgmma_w4n64',
       'wgmma_pp_m1n64',
@@ -61,7 +62,7 @@ const NAMES = [
   ),
   // int8 and fp8 (maxsim_int8.cu, maxsim_fp8.cu; their rules are tested in test/int8-dispatch.test.ts)
   ...['int8', 'fp8'].flatMap((t) =>
-    ['simt', 'mma_g1', 'mma_g4', 'mma_g8', 'mma_ks', 'wgmma_n128', 'wgmma_w2m2n64'].map(
+    ['simt', 'mma_g1', 'mma_g4', 'mma_g8', 'mma_ks', 'wgmma_n128', 'wgmma_w2m2n64', 'wgmma_w2m2n128'].map(
       (k) => `maxsim_${t}_${k}`,
     ),
   ),
@@ -212,6 +213,34 @@ const DECISIONS: Array<[string, DeviceCaps, Partial<Problem>, string, Expected]>
     'sm_90: 16 queries -> w2m2n64',
     h200,
     { numQueries: 16 },
+    'all',
+    ['maxsim_wgmma_w2m2n64_f16', [132, 1, 1], [384, 1, 1], 132096],
+  ],
+  [
+    'sm_90: one 1024-token query, 1024-token documents (ColPali) -> w2m2n128',
+    h200,
+    { maxQueryLength: 1024, maxDocLength: 1024 },
+    'all',
+    ['maxsim_wgmma_w2m2n128_f16', [132, 1, 1], [384, 1, 1], 197632],
+  ],
+  [
+    'sm_90: 512-token documents -> w2m2n128',
+    h200,
+    { numQueries: 16, maxDocLength: 512, docTokens: 512_000, dtype: 'bfloat16' },
+    'all',
+    ['maxsim_wgmma_w2m2n128_bf16', [132, 1, 1], [384, 1, 1], 197632],
+  ],
+  [
+    'sm_90: longest 1024 but a mean under 512 -> w2m2n64',
+    h200,
+    { numQueries: 16, maxDocLength: 1024, docTokens: 400_000 },
+    'all',
+    ['maxsim_wgmma_w2m2n64_f16', [132, 1, 1], [384, 1, 1], 132096],
+  ],
+  [
+    'sm_90: 700-token documents pad worse to 128 (768) than to 64 (704) -> w2m2n64',
+    h200,
+    { numQueries: 16, maxDocLength: 700 },
     'all',
     ['maxsim_wgmma_w2m2n64_f16', [132, 1, 1], [384, 1, 1], 132096],
   ],

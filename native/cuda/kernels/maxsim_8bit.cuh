@@ -487,8 +487,11 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
 // NCONS consumer warpgroups wait on "full", fence the async proxy, copy the tile's scales of their
 // columns to registers, run 4 wgmma.m64nTNk32 per m-block (A = 16 query rows per warp from registers, B by descriptor),
 // arrive on "empty" once the last m-block is done, and fold: value = float(acc) * sd_j, then the
-// running row max (columns past the document -> -inf). int8 accumulators start at the bits of
-// 1.5 * 2^23 (S8::init) so the conversion is one FADD; fp8 accumulates in fp32 from zero.
+// running row max (columns past the document -> -inf). int8 accumulators hold the bits of
+// 1.5 * 2^23 (S8::init) when the MMAs start, set once and then right after each fold, so the
+// conversion is one FADD; fp8 accumulates in fp32 from zero (scale-d = 0 on the first k step).
+// With two consumer warpgroups the producer gives registers to them (setmaxnreg, maxsim_sm90.cuh),
+// which lets w2m2n128 hold two m-blocks of 128-column accumulators.
 // End of (document, pass): quad max, times the query-row scale, warp sum, one named barrier, and the
 // fixed-order combine of maxsim_wgmma.cu (sums spanning passes carried in the scores array).
 //
@@ -583,6 +586,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
 
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
+    if constexpr (NCONS == 2) setmaxnreg_dec<kProducerRegs>();
     int t = 0;
     for (int pass = 0; pass < npass; ++pass)
       for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
@@ -614,6 +618,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
     cp_async_wait<0>();
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
+    if constexpr (NCONS == 2) setmaxnreg_inc<kConsumerRegs>();
     const int cw = warp - 4;
     const int ctid = tid - 128;
     const uint8_t* __restrict__ queries = static_cast<const uint8_t*>(p.queries);
@@ -622,7 +627,13 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
     const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
     uint32_t a[MB][4][4];
     float qs[MB][2];
+    // int8: the bias once here, then again right after each fold (off the path from "full" to the
+    // MMAs; bench/NOTES.md); fp8: scale-d = 0 on the first k step, so no reset at all
     Acc acc[MB][NACC];
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) acc[m][i] = E::template init<BIAS>();
     int dp = 0;
     int t = 0;
     for (int pass = 0; pass < npass; ++pass) {
@@ -678,13 +689,6 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
 #pragma unroll
           for (int i = 0; i < TN / 8; ++i)
             sc[i] = *reinterpret_cast<const float2*>(scales_s + s * TN + i * 8 + (lane & 3) * 2);
-#pragma unroll
-          for (int m = 0; m < MB; ++m)
-#pragma unroll
-            for (int i = 0; i < NACC; ++i) {
-              acc[m][i] = E::template init<BIAS>();
-              reg_fence(acc[m][i]);
-            }
           wgmma_fence();
           // all 4 k32 steps unconditionally (zero-filled past dim): a runtime guard would split the
           // wgmma chain (maxsim_wgmma.cu, step 3d of bench/cuda/NOTES.md)
@@ -734,6 +738,12 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
                 rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
               }
             }
+            if constexpr (BIAS)
+#pragma unroll
+              for (int i = 0; i < NACC; ++i) {
+                acc[m][i] = E::template init<BIAS>();
+                reg_fence(acc[m][i]);
+              }
           }
         }
         // row max over the quad, times the query-row scale, rows past the query dropped, warp sum

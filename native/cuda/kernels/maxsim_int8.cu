@@ -19,9 +19,10 @@
 //       has exactly the 32-bit-word layout of an fp16 row of 16 elements, for A, B (ldmatrix.b16) and C,
 //       so the fragment addressing is maxsim_mma.cu's with k counted in bytes and one k32 step per
 //       16-byte pair of chunks.
-//   maxsim_int8_wgmma_{n128,w2m2n64}  sm_90a only: the warp-specialized structure of maxsim_wgmma.cu
-//       with wgmma.m64nNk32.s32.s8.s8 (its own launch contract in maxsim_8bit.cuh); not chosen by the
-//       dispatcher until measured.
+//   maxsim_int8_wgmma_{n128,w2m2n64,w2m2n128}  sm_90a only: the warp-specialized structure of
+//       maxsim_wgmma.cu with wgmma.m64nNk32.s32.s8.s8 (its own launch contract in maxsim_8bit.cuh);
+//       the dispatcher takes w2m2n128 for long documents and w2m2n64 otherwise when there are many
+//       query rows on compute capability 9.0.
 //   maxsim_int8_simt               any dim, CUDA cores only (exact int32 dots), one CTA per pair.
 //   maxsim_int8_quantize_{f32,f16,bf16}  float token set -> int8 + scales, bitwise the host
 //       quantize(): scale = float(double(max|x|) / 127), q = rint(double(x) / double(scale)) clamped
@@ -75,3 +76,4 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_bf16(cons
 //                         name                          NCONS MB  TN  S     smem bytes  block
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_n128,      2,    1, 128, 4)  // 68608       384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
+MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384

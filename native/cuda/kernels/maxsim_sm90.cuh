@@ -36,6 +36,19 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
 }
+// Warpgroup register reallocation (every warp of the warpgroup executes it; sm_90a): the producer
+// warpgroup, which only issues copies, gives registers back to the CTA's pool and the consumer
+// warpgroups take them, so a consumer can hold two m-blocks of 128-column accumulators. For a block
+// of one producer and two consumer warpgroups launched at 168 registers per thread (ptxas's limit for
+// 384 threads, one CTA per SM): 128 * 40 + 256 * 232 = 384 * 168, so the .inc never waits.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait() {

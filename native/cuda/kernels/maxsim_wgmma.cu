@@ -20,12 +20,15 @@
 // dropped, warp sum, one named barrier over the consumers (PP: over the group), then lanes of the
 // first consumer warp (one lane per query segment) sum the slices in slice order: fixed order, no
 // atomics, bitwise deterministic.
+// Registers: with two consumer warpgroups the producer gives registers to the consumers (setmaxnreg,
+// 40 / 232 per thread; maxsim_sm90.cuh), which is what lets w2m2n128 hold two m-blocks of 128-column
+// accumulators plus their A fragments without spilling.
 // Persistent: CTA c handles documents c, c + gridDim.x, ...; zero-length documents get -inf and cost
 // no tile. The K loop always runs all 8 k16 steps (dim < 128 is zero-filled): a runtime guard there
 // splits the HGMMA chain and ptxas serializes every wgmma (seen in SASS, ~3x slower).
 //
 // LAUNCH CONTRACT (see variants.json)
-//   block       = (128 * (NCONS + 1), 1, 1)            [384 for every entry point below]
+//   block       = (128 * (NCONS + 1), 1, 1)            [384, or 640 for w4n64]
 //   grid        = (num_sms, 1, 1)                       (persistent, 1 CTA per SM; any grid >= 1 is correct)
 //   dynamic smem= S * TN * 256 + 1024 bytes (1024 = alignment slack); host raises
 //                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to it. Static smem: 1 KiB (total per CTA = dynamic + 1 KiB).
@@ -183,6 +186,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
 
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
+    if constexpr (NCONS == 2) setmaxnreg_dec<kProducerRegs>();
     constexpr int need = 16;                 // wgmma reads all 128 dims: zero-fill past dim
     int t = 0;
     for (int pass = 0; pass < npass; ++pass) {
@@ -221,6 +225,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
     cp_async_wait<0>();
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
+    if constexpr (NCONS == 2) setmaxnreg_inc<kConsumerRegs>();
     const int cw = warp - 4;          // consumer warp 0 .. NCW-1
     const int grp = cw / GW;          // consumer group (always 0 unless PP)
     const int gw = cw % GW;           // warp within the group
@@ -407,3 +412,5 @@ MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_f16,  __half,        2,   1,  64, 12, t
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_bf16, __nv_bfloat16, 2,   1,  64, 12, true)
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  __half,        2,   2,  64, 12, true)  // 197632      384
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, __nv_bfloat16, 2,   2,  64, 12, true)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_f16,  __half,        2,   2, 128, 6, false)  // 197632      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_bf16, __nv_bfloat16, 2,   2, 128, 6, false)
