@@ -713,8 +713,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
               if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
             // Full tiles take a path without the column test: the select and compare per element
-            // were a quarter of the fold's instructions (ncu, bench/NOTES.md), and the fold's
-            // instruction issue is what this kernel waits on.
+            // were a quarter of the fold's instructions (ncu; bench/NOTES.md, items 10-11).
             if (rem >= TN) {
 #pragma unroll
               for (int i = 0; i < TN / 8; ++i) {
