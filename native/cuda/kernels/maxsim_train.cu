@@ -502,6 +502,12 @@ template <> struct Vec4<__nv_bfloat16> {
   }
 };
 
+// The lane's 4 fp64 sums, each rounded to nearest float, as one 16-byte store (dst 16-byte aligned).
+__device__ __forceinline__ void store_rounded4(float* dst, const double (&acc)[kVec]) {
+  *reinterpret_cast<float4*>(dst) = make_float4(__double2float_rn(acc[0]), __double2float_rn(acc[1]),
+                                                __double2float_rn(acc[2]), __double2float_rn(acc[3]));
+}
+
 // Fast path: adds the staged sources src[0, n) (n uniform), in order, to the lane's columns col + m.
 // active = col < dim (then all 4 are: dim % 4 == 0); inactive lanes add zeros and are never stored.
 template <typename T>
@@ -622,9 +628,7 @@ __device__ __forceinline__ void dq_vec(const MaxsimTrainParams& P) {
         accumulate_vec<T>(st, __popc(mask), col, active, acc);
       }
       if (active) {
-        *reinterpret_cast<float4*>(P.dq + q_row * dim + col) =
-            make_float4(__double2float_rn(acc[0]), __double2float_rn(acc[1]), __double2float_rn(acc[2]),
-                        __double2float_rn(acc[3]));
+        store_rounded4(P.dq + q_row * dim + col, acc);
       }
     }
   }
@@ -969,9 +973,7 @@ __device__ __forceinline__ void gather_vec(const MaxsimTrainParams& P) {
       for (int m = 0; m < kVec; ++m) acc[m] = 0.0;
       sum_sources_vec<T>(P, begin, end, col, active, st, lane, acc);
       if (active) {
-        *reinterpret_cast<float4*>(P.dd + r * dim + col) =
-            make_float4(__double2float_rn(acc[0]), __double2float_rn(acc[1]), __double2float_rn(acc[2]),
-                        __double2float_rn(acc[3]));
+        store_rounded4(P.dd + r * dim + col, acc);
       }
     }
   }
