@@ -62,9 +62,17 @@ const NAMES = [
   ),
   // int8 and fp8 (maxsim_int8.cu, maxsim_fp8.cu; their rules are tested in test/int8-dispatch.test.ts)
   ...['int8', 'fp8'].flatMap((t) =>
-    ['simt', 'mma_g1', 'mma_g4', 'mma_g8', 'mma_ks', 'wgmma_n128', 'wgmma_w2m2n64', 'wgmma_w2m2n128'].map(
-      (k) => `maxsim_${t}_${k}`,
-    ),
+    [
+      'simt',
+      'mma_g1',
+      'mma_g4',
+      'mma_g8',
+      'mma_ks',
+      'wgmma_n128',
+      'wgmma_w2m2n64',
+      'wgmma_w2m2n128',
+      'wgmma_w3m2n64',
+    ].map((k) => `maxsim_${t}_${k}`),
   ),
 ];
 const kernelSets: Record<string, ReadonlySet<string> | undefined> = {

@@ -586,7 +586,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
 
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
-    if constexpr (NCONS == 2) setmaxnreg_dec<kProducerRegs>();
+    if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
     int t = 0;
     for (int pass = 0; pass < npass; ++pass)
       for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
@@ -618,7 +618,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
     cp_async_wait<0>();
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
-    if constexpr (NCONS == 2) setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (RegSplit<NCONS>::consumer > 0) setmaxnreg_inc<RegSplit<NCONS>::consumer>();
     const int cw = warp - 4;
     const int ctid = tid - 128;
     const uint8_t* __restrict__ queries = static_cast<const uint8_t*>(p.queries);

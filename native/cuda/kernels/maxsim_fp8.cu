@@ -46,3 +46,4 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_bf16(const
 MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_n128,      2,    1, 128, 4)  // 68608       384
 MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
 MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384
+MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608       512

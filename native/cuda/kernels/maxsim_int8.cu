@@ -77,3 +77,4 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_bf16(cons
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_n128,      2,    1, 128, 4)  // 68608       384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384
+MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608       512

@@ -38,11 +38,20 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
 }
 // Warpgroup register reallocation (every warp of the warpgroup executes it; sm_90a): the producer
 // warpgroup, which only issues copies, gives registers back to the CTA's pool and the consumer
-// warpgroups take them, so a consumer can hold two m-blocks of 128-column accumulators. For a block
-// of one producer and two consumer warpgroups launched at 168 registers per thread (ptxas's limit for
-// 384 threads, one CTA per SM): 128 * 40 + 256 * 232 = 384 * 168, so the .inc never waits.
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+// warpgroups take them. The split must fit the launch allocation (ptxas's limit for the block at one
+// CTA per SM), or the .inc would wait forever:
+//   2 consumers (384 threads at 168): 128 * 40 + 256 * 232 = 384 * 168, so a consumer can hold two
+//     m-blocks of 128-column accumulators;
+//   3 consumers (512 threads at 128): 128 * 24 + 384 * 160 <= 512 * 128.
+template <int NCONS> struct RegSplit {
+  static constexpr int producer = 0, consumer = 0;  // 0: keep the launch allocation
+};
+template <> struct RegSplit<2> {
+  static constexpr int producer = 40, consumer = 232;
+};
+template <> struct RegSplit<3> {
+  static constexpr int producer = 24, consumer = 160;
+};
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }

@@ -186,7 +186,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
 
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
-    if constexpr (NCONS == 2) setmaxnreg_dec<kProducerRegs>();
+    if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
     constexpr int need = 16;                 // wgmma reads all 128 dims: zero-fill past dim
     int t = 0;
     for (int pass = 0; pass < npass; ++pass) {
@@ -225,7 +225,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
     cp_async_wait<0>();
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
-    if constexpr (NCONS == 2) setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (RegSplit<NCONS>::consumer > 0) setmaxnreg_inc<RegSplit<NCONS>::consumer>();
     const int cw = warp - 4;          // consumer warp 0 .. NCW-1
     const int grp = cw / GW;          // consumer group (always 0 unless PP)
     const int gw = cw % GW;           // warp within the group
