@@ -587,6 +587,13 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
+    // Each thread copies one 16-byte chunk of rows prow, prow + 16, ... of a tile: all but the row
+    // test is fixed per thread (the swizzle term chunk ^ row % 8 too), so a copy costs a few
+    // instructions instead of a full address computation (as in maxsim_wgmma.cu's producer).
+    const int prow = tid >> 3, pchunk = tid & 7;
+    const bool kok = pchunk * 16 < dim;
+    const uint32_t pdst = prow * 128 + ((pchunk ^ (prow & 7)) << 4);
+    const int64_t row_step = 16 * (int64_t)dim;
     int t = 0;
     for (int pass = 0; pass < npass; ++pass)
       for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
@@ -597,16 +604,14 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
           if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-          const uint32_t st = sbase + s * STAGE;
+          const uint32_t dst = sbase + s * STAGE + pdst;
+          const int row0 = tile * TN + prow;
+          const int rows_left = len - row0;  // copy `it` holds row row0 + 16 * it
+          const uint8_t* src = docs + (start + row0) * (int64_t)dim + pchunk * 16;
 #pragma unroll
-          for (int it = 0; it < TN * 8 / 128; ++it) {
-            const int idx = it * 128 + tid;
-            const int r = idx >> 3, c = idx & 7;  // row, 16-byte chunk
-            const int tok = tile * TN + r;
-            const int k = c * 16;
-            const bool ok = tok < len && k < dim;
-            const uint8_t* src = ok ? docs + (start + tok) * (int64_t)dim + k : docs;
-            cp_async16(st + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
+          for (int it = 0; it < TN / 16; ++it, src += row_step) {
+            const bool ok = kok && it * 16 < rows_left;
+            cp_async16(dst + it * 2048, ok ? src : docs, ok ? 16 : 0);
           }
           for (int r = tid; r < TN; r += 128) {
             const bool ok = tile * TN + r < len;

@@ -187,7 +187,14 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
-    constexpr int need = 16;                 // wgmma reads all 128 dims: zero-fill past dim
+    // Each thread copies one 16-byte chunk (dims 8c .. 8c+7) of rows prow, prow + 8, ... of a tile:
+    // everything but the row test is fixed per thread, and with 128-byte rows the swizzle term
+    // (chunk ^ row % 8) is the same for all of them. (Addresses computed per copy made the producer
+    // issue-bound: ~25 instructions per cp.async, the ring ran dry at 60% of DRAM bandwidth.)
+    const int prow = tid >> 4, pchunk = tid & 15;
+    const bool kok = pchunk * 8 < dim;  // wgmma reads all 128 dims: zero-fill past dim
+    const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ prow) << 4);
+    const int64_t row_step = 8 * (int64_t)dim;
     int t = 0;
     for (int pass = 0; pass < npass; ++pass) {
       int owner = 0;  // the consumer group of the next non-empty document (always 0 unless PP)
@@ -202,19 +209,14 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
           if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-          const uint32_t st = sbase + s * STAGE;
-#pragma unroll 4
-          for (int it = 0; it < TN * 16 / 128; ++it) {
-            const int idx = it * 128 + tid;
-            const int r = idx >> 4, c = idx & 15;
-            if (c < need) {
-              const int tok = tile * TN + r;
-              const int k = c * 8;
-              const bool ok = tok < len && k < dim;
-              const T* src = ok ? docs + (start + tok) * (int64_t)dim + k : docs;
-              const uint32_t dst = st + (c >> 3) * HALF + r * 128 + ((((c & 7) ^ (r & 7))) << 4);
-              cp_async16(dst, src, ok ? 16 : 0);
-            }
+          const uint32_t dst = sbase + s * STAGE + pdst;
+          const int row0 = tile * TN + prow;
+          const int rows_left = len - row0;  // copy `it` holds row row0 + 8 * it
+          const T* src = docs + (start + row0) * (int64_t)dim + pchunk * 8;
+#pragma unroll
+          for (int it = 0; it < TN / 8; ++it, src += row_step) {
+            const bool ok = kok && it * 8 < rows_left;
+            cp_async16(dst + it * 1024, ok ? src : docs, ok ? 16 : 0);
           }
           // the tile is "full" when the copies land, whatever the producer does next: consumers
           // are not held back until later tiles are issued
