@@ -72,6 +72,9 @@ struct Cfg8 {
   static constexpr int NT = TN / 8;
   static constexpr int CPR = KD / 16;       // 16-byte chunks per row
   static constexpr int GT = G * 32;
+  static constexpr int RSTEP = GT / CPR;    // producer: rows between one thread's copies
+  static constexpr int NIT = TN * CPR / GT;  // producer: copies per thread and stage
+  static_assert(GT % CPR == 0 && (TN * CPR) % GT == 0, "copies split evenly over the group");
   static constexpr int SMEM_GROUP = S * STAGE + 128;  // + partial-sum slots
   static_assert(STAGE % 16 == 0, "stage alignment");
   static_assert(2 * G * 4 <= 128, "partial slots");
@@ -126,6 +129,10 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
     }
   };
   pload_doc();
+  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
+  // test changes from copy to copy (as in maxsim_mma.cu).
+  const int pr = gtid / C::CPR, pc = gtid % C::CPR;
+  const int64_t rstep_bytes = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
     if (pdoc < num_docs) {
       const uint32_t sbase = stages_s + slot * C::STAGE;
@@ -133,18 +140,16 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
       const int krem = dim - kbase;                                   // > 0
       const int need = min(C::CPR, ((min(krem, KD) + 31) >> 5) * 2);  // chunks to fill (32-padded)
       const int tok0 = ptile * TN;
+      if (pc < need) {
+        const int k = kbase + pc * 16;
+        const bool kok = k < dim;
+        const int rows_left = plen - (tok0 + pr);  // copy `it` holds row tok0 + pr + RSTEP * it
+        const uint8_t* src = docs + (pstart + tok0 + pr) * (int64_t)dim + k;
+        const uint32_t dst = sbase + pr * C::RS + pc * 16;
 #pragma unroll
-      for (int it = 0; it < (TN * C::CPR + C::GT - 1) / C::GT; ++it) {
-        const int idx = it * C::GT + gtid;
-        if (idx < TN * C::CPR) {
-          const int r = idx / C::CPR, c = idx % C::CPR;
-          if (c < need) {
-            const int tok = tok0 + r;
-            const int k = kbase + c * 16;
-            const bool ok = (tok < plen) && (k < dim);
-            const uint8_t* src = ok ? docs + (pstart + tok) * (int64_t)dim + k : docs;
-            cp_async16(sbase + r * C::RS + c * 16, src, ok ? 16 : 0);
-          }
+        for (int it = 0; it < C::NIT; ++it, src += rstep_bytes) {
+          const bool ok = kok && it * C::RSTEP < rows_left;
+          cp_async16(dst + it * (C::RSTEP * C::RS), ok ? src : docs, ok ? 16 : 0);
         }
       }
       // the tile's document scales (every k chunk carries them: the fold reads the last one)

@@ -45,6 +45,9 @@ struct MmaCfg {
   static constexpr int NT = TN / 8;
   static constexpr int CPR = KD / 8;  // 16-byte chunks per row
   static constexpr int GT = G * 32;   // threads per group
+  static constexpr int RSTEP = GT / CPR;  // producer: rows between one thread's copies
+  static constexpr int NIT = TN * CPR / GT;  // producer: copies per thread and stage
+  static_assert(GT % CPR == 0 && (TN * CPR) % GT == 0, "copies split evenly over the group");
   static constexpr int SMEM_GROUP = S * STAGE * 2 + 128;  // + partial-sum slots, keeps 128 B alignment
   static_assert(2 * G * 4 <= 128, "partial slots");
   static constexpr int SMEM = NGRP * SMEM_GROUP;
@@ -93,25 +96,27 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
     }
   };
   pload_doc();
+  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
+  // test changes from copy to copy (a full address computation per cp.async made the stream
+  // issue-bound in the wgmma producer; bench/NOTES.md).
+  const int pr = gtid / C::CPR, pc = gtid % C::CPR;
+  const int64_t rstep_elems = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
     if (pdoc < num_docs) {
-      const uint32_t sbase = stages_s + slot * (C::STAGE * 2);
       const int kbase = pkc * KD;
       const int krem = dim - kbase;                                   // > 0
       const int need = min(C::CPR, ((min(krem, KD) + 15) >> 4) * 2);  // chunks to fill (16-padded)
-      const int tok0 = ptile * TN;
+      if (pc < need) {
+        const int k = kbase + pc * 8;
+        const bool kok = k < dim;
+        const int row0 = ptile * TN + pr;
+        const int rows_left = plen - row0;  // copy `it` holds row row0 + RSTEP * it
+        const T* src = docs + (pstart + row0) * (int64_t)dim + k;
+        const uint32_t dst = stages_s + slot * (C::STAGE * 2) + (pr * C::RS + pc * 8) * 2;
 #pragma unroll
-      for (int it = 0; it < (TN * C::CPR + C::GT - 1) / C::GT; ++it) {
-        const int idx = it * C::GT + gtid;
-        if (idx < TN * C::CPR) {
-          const int r = idx / C::CPR, c = idx % C::CPR;
-          if (c < need) {
-            const int tok = tok0 + r;
-            const int k = kbase + c * 8;
-            const bool ok = (tok < plen) && (k < dim);
-            const T* src = ok ? docs + (pstart + tok) * (int64_t)dim + k : docs;
-            cp_async16(sbase + (r * C::RS + c * 8) * 2, src, ok ? 16 : 0);
-          }
+        for (int it = 0; it < C::NIT; ++it, src += rstep_elems) {
+          const bool ok = kok && it * C::RSTEP < rows_left;
+          cp_async16(dst + it * (C::RSTEP * C::RS * 2), ok ? src : docs, ok ? 16 : 0);
         }
       }
       // advance
