@@ -82,18 +82,25 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
   const T* __restrict__ queries = static_cast<const T*>(p.queries);
 
   // ---------------- producer: flat iterator over (doc, pass, tile, kchunk) ----------------
-  int pdoc = gid, ppass = 0, ptile = 0, pkc = 0, plen = 0, pnt = 0;
+  int pdoc = gid - total_groups, ppass = 0, ptile = 0, pkc = 0, plen = 0, pnt = 0;
   int64_t pstart = 0;
-  auto pload_doc = [&]() {
-    while (pdoc < num_docs) {
-      plen = p.doc_lengths[pdoc];
-      if (plen > 0) break;
+  // The length and start of the group's next document are read one document ahead: moving to a
+  // document then never waits on a dependent global load (a full DRAM latency per document while
+  // the stream saturates DRAM).
+  int nlen = gid < num_docs ? p.doc_lengths[gid] : 0;
+  int64_t nstart = gid < num_docs ? p.doc_starts[gid] : 0;
+  auto pload_doc = [&]() {  // advance pdoc to the group's next non-empty document (or past the end)
+    for (;;) {
       pdoc += total_groups;
+      if (pdoc >= num_docs) return;
+      plen = nlen;
+      pstart = nstart;
+      const int nd = pdoc + total_groups;
+      nlen = nd < num_docs ? p.doc_lengths[nd] : 0;
+      nstart = nd < num_docs ? p.doc_starts[nd] : 0;
+      if (plen > 0) break;
     }
-    if (pdoc < num_docs) {
-      pstart = p.doc_starts[pdoc];
-      pnt = (plen + TN - 1) / TN;
-    }
+    pnt = (plen + TN - 1) / TN;
   };
   pload_doc();
   // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
@@ -126,7 +133,6 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
           ptile = 0;
           if (++ppass == npass) {
             ppass = 0;
-            pdoc += total_groups;
             pload_doc();
           }
         }
