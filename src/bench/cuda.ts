@@ -91,6 +91,33 @@ export interface CudaBenchRow {
   device: string;
 }
 
+/**
+ * The sampled error a correct kernel stays under. Every float dtype and int8 accumulate exact
+ * products in fp32 (~1e-7 relative measured); Hopper's fp8 MMA accumulates with fewer mantissa
+ * bits (~1e-4 measured). Far above both: a row past it comes from a wrong kernel, not from rounding.
+ */
+export function benchErrorBound(dtype: DeviceDType): number {
+  return dtype === 'fp8' ? 1e-2 : 1e-3;
+}
+
+/** One message per row (or its float16 baseline) whose sampled error says the kernel is wrong. */
+export function wrongRows(rows: readonly CudaBenchRow[]): string[] {
+  const out: string[] = [];
+  for (const r of rows) {
+    const checks: [DeviceDType, string, number][] = [[r.dtype, r.variant, r.maxRelErr]];
+    if (r.baseline) checks.push([r.baseline.dtype, r.baseline.variant, r.baseline.maxRelErr]);
+    for (const [dtype, variant, err] of checks) {
+      const bound = benchErrorBound(dtype);
+      if (!(err <= bound))
+        out.push(
+          `${r.shape} ${dtype} (${variant}): sampled relative error ${err.toExponential(2)} exceeds ${bound}: ` +
+            'the kernel returned wrong scores, so its timing means nothing',
+        );
+    }
+  }
+  return out;
+}
+
 // Larger than the H200's 60 MB L2, so the pool's repeats in a corpus are never served from cache.
 const POOL_BYTES = 96 * 1024 * 1024;
 const pools = new Map<string, Float32Array | Uint16Array>();

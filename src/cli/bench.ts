@@ -2,7 +2,7 @@
 import { Command, Option } from 'commander';
 import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { type BackendName, resolveBackend } from '../backends/select.js';
-import { benchCudaShape, type CudaBenchRow } from '../bench/cuda.js';
+import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
 import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -311,6 +311,10 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
       ceilings: c,
     };
   });
+  // a wrong kernel's timing must not pass for a result: say so and fail the command
+  const wrong = wrongRows(rows);
+  for (const w of wrong) console.error(`maxsim bench: ${w}`);
+  if (wrong.length > 0) process.exitCode = 1;
   if (opts.json) {
     for (const o of out) console.log(JSON.stringify(o));
     return;
