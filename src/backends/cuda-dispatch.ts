@@ -276,8 +276,8 @@ export function unmetRequirement(
 /**
  * int8 x int8 (maxsim_int8.cu) and fp8 e4m3 x e4m3 (maxsim_fp8.cu): mma.sync m16n8k32 reads 16-byte
  * rows, so dim % 16 == 0. The mma.sync rules apply on every GPU (the fp8 mma variants run on compute
- * capability 9.0 only: elsewhere the SIMT fallback takes over). The sm_90a wgmma 8-bit variants are
- * not chosen here until they are measured on an H200 (they run when forced by name).
+ * capability 9.0 only: elsewhere the SIMT fallback takes over). Many query rows on compute
+ * capability 9.0 take the sm_90a wgmma variants.
  */
 function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
   const rows32 = p.numQueries * Math.ceil(p.maxQueryLength / 32);
@@ -287,8 +287,17 @@ function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
   if (rows32 <= 4) return 'mma_g4';
   // Many query rows (long queries, all pairs) on compute capability 9.0: wgmma, measured on the H200
   // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
-  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0)
-    return longDocuments(p) ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64';
+  if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
+    if (longDocuments(p)) return 'wgmma_w2m2n128';
+    // fp8 with shorter documents: three consumer warpgroups (384 query rows per pass instead of 256)
+    // when the extra padding of the query rows stays within 15%. H200, 32,32,300,128,10000: 1.071 vs
+    // 1.168 ms and 1.101 vs 1.172 in two runs; int8 gains nothing there (1.285 vs 1.280), and at
+    // ColPali the 128-token tiles win (fp8 3.35 vs 3.08). bench/NOTES.md, item 19.
+    const slices = p.numQueries * Math.ceil(p.maxQueryLength / 16);
+    const padded = (perPass: number) => Math.ceil(slices / perPass) * perPass;
+    if (p.dtype === 'fp8' && padded(24) <= 1.15 * padded(16)) return 'wgmma_w3m2n64';
+    return 'wgmma_w2m2n64';
+  }
   return 'mma_g8';
 }
 
