@@ -115,25 +115,11 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
   const float* __restrict__ qscales = p.query_scales;
 
   // ---------------- producer: flat iterator over (doc, pass, tile, kchunk) ----------------
-  int pdoc = gid - total_groups, ppass = 0, ptile = 0, pkc = 0, plen = 0, pnt = 0;
-  int64_t pstart = 0;
-  // The length and start of the group's next document are read one document ahead: moving to a
-  // document then never waits on a dependent global load (a full DRAM latency per document while
-  // the stream saturates DRAM).
-  int nlen = gid < num_docs ? p.doc_lengths[gid] : 0;
-  int64_t nstart = gid < num_docs ? p.doc_starts[gid] : 0;
-  auto pload_doc = [&]() {  // advance pdoc to the group's next non-empty document (or past the end)
-    for (;;) {
-      pdoc += total_groups;
-      if (pdoc >= num_docs) return;
-      plen = nlen;
-      pstart = nstart;
-      const int nd = pdoc + total_groups;
-      nlen = nd < num_docs ? p.doc_lengths[nd] : 0;
-      nstart = nd < num_docs ? p.doc_starts[nd] : 0;
-      if (plen > 0) break;
-    }
-    pnt = (plen + TN - 1) / TN;
+  DocCursor pcur(p, gid, total_groups);
+  int ppass = 0, ptile = 0, pkc = 0, pnt = 0;
+  auto pload_doc = [&]() {
+    pcur.next();
+    pnt = (pcur.len + TN - 1) / TN;
   };
   pload_doc();
   // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
@@ -141,7 +127,7 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
   const int pr = gtid / C::CPR, pc = gtid % C::CPR;
   const int64_t rstep_bytes = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
-    if (pdoc < num_docs) {
+    if (pcur.doc < num_docs) {
       const uint32_t sbase = stages_s + slot * C::STAGE;
       const int kbase = pkc * KD;
       const int krem = dim - kbase;                                   // > 0
@@ -150,8 +136,8 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
       if (pc < need) {
         const int k = kbase + pc * 16;
         const bool kok = k < dim;
-        const int rows_left = plen - (tok0 + pr);  // copy `it` holds row tok0 + pr + RSTEP * it
-        const uint8_t* src = docs + (pstart + tok0 + pr) * (int64_t)dim + k;
+        const int rows_left = pcur.len - (tok0 + pr);  // copy `it` holds row tok0 + pr + RSTEP * it
+        const uint8_t* src = docs + (pcur.start + tok0 + pr) * (int64_t)dim + k;
         const uint32_t dst = sbase + pr * C::RS + pc * 16;
 #pragma unroll
         for (int it = 0; it < C::NIT; ++it, src += rstep_bytes) {
@@ -164,8 +150,8 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
       for (int it = 0; it < (TN + C::GT - 1) / C::GT; ++it) {
         const int r = it * C::GT + gtid;
         if (r < TN) {
-          const bool ok = tok0 + r < plen;
-          cp_async4(sbase + C::TILE + r * 4, ok ? dscales + pstart + tok0 + r : dscales, ok ? 4 : 0);
+          const bool ok = tok0 + r < pcur.len;
+          cp_async4(sbase + C::TILE + r * 4, ok ? dscales + pcur.start + tok0 + r : dscales, ok ? 4 : 0);
         }
       }
       if (++pkc == nkc) {

@@ -13,6 +13,36 @@ template <> __device__ __forceinline__ float to_f32<float>(float x) { return x; 
 template <> __device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
 template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// ---- a producer's walk over its documents ---------------------------------------------------
+// Documents first, first + step, ... (a group's share of a persistent grid), skipping empty ones.
+// The next document's length and start are read one document ahead, so moving on never waits on a
+// dependent global load (a full DRAM latency per document while the stream saturates DRAM).
+struct DocCursor {
+  int doc, step, len = 0, nlen;
+  int64_t start = 0, nstart;
+  const int32_t* lengths;
+  const int64_t* starts;
+  int num_docs;
+  __device__ __forceinline__ DocCursor(const MaxsimParams& p, int first, int stride)
+      : doc(first - stride), step(stride), lengths(p.doc_lengths), starts(p.doc_starts), num_docs(p.num_docs) {
+    nlen = first < num_docs ? lengths[first] : 0;
+    nstart = first < num_docs ? starts[first] : 0;
+  }
+  // moves to the next non-empty document; doc >= num_docs past the last one
+  __device__ __forceinline__ void next() {
+    for (;;) {
+      doc += step;
+      if (doc >= num_docs) return;
+      len = nlen;
+      start = nstart;
+      const int nd = doc + step;
+      nlen = nd < num_docs ? lengths[nd] : 0;
+      nstart = nd < num_docs ? starts[nd] : 0;
+      if (len > 0) return;
+    }
+  }
+};
+
 // ---- warp reductions (fixed butterfly order: deterministic) -------------------------------
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

@@ -82,25 +82,11 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
   const T* __restrict__ queries = static_cast<const T*>(p.queries);
 
   // ---------------- producer: flat iterator over (doc, pass, tile, kchunk) ----------------
-  int pdoc = gid - total_groups, ppass = 0, ptile = 0, pkc = 0, plen = 0, pnt = 0;
-  int64_t pstart = 0;
-  // The length and start of the group's next document are read one document ahead: moving to a
-  // document then never waits on a dependent global load (a full DRAM latency per document while
-  // the stream saturates DRAM).
-  int nlen = gid < num_docs ? p.doc_lengths[gid] : 0;
-  int64_t nstart = gid < num_docs ? p.doc_starts[gid] : 0;
-  auto pload_doc = [&]() {  // advance pdoc to the group's next non-empty document (or past the end)
-    for (;;) {
-      pdoc += total_groups;
-      if (pdoc >= num_docs) return;
-      plen = nlen;
-      pstart = nstart;
-      const int nd = pdoc + total_groups;
-      nlen = nd < num_docs ? p.doc_lengths[nd] : 0;
-      nstart = nd < num_docs ? p.doc_starts[nd] : 0;
-      if (plen > 0) break;
-    }
-    pnt = (plen + TN - 1) / TN;
+  DocCursor pcur(p, gid, total_groups);
+  int ppass = 0, ptile = 0, pkc = 0, pnt = 0;
+  auto pload_doc = [&]() {
+    pcur.next();
+    pnt = (pcur.len + TN - 1) / TN;
   };
   pload_doc();
   // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
@@ -109,7 +95,7 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
   const int pr = gtid / C::CPR, pc = gtid % C::CPR;
   const int64_t rstep_elems = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
-    if (pdoc < num_docs) {
+    if (pcur.doc < num_docs) {
       const int kbase = pkc * KD;
       const int krem = dim - kbase;                                   // > 0
       const int need = min(C::CPR, ((min(krem, KD) + 15) >> 4) * 2);  // chunks to fill (16-padded)
@@ -117,8 +103,8 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
         const int k = kbase + pc * 8;
         const bool kok = k < dim;
         const int row0 = ptile * TN + pr;
-        const int rows_left = plen - row0;  // copy `it` holds row row0 + RSTEP * it
-        const T* src = docs + (pstart + row0) * (int64_t)dim + k;
+        const int rows_left = pcur.len - row0;  // copy `it` holds row row0 + RSTEP * it
+        const T* src = docs + (pcur.start + row0) * (int64_t)dim + k;
         const uint32_t dst = stages_s + slot * (C::STAGE * 2) + (pr * C::RS + pc * 8) * 2;
 #pragma unroll
         for (int it = 0; it < C::NIT; ++it, src += rstep_elems) {
