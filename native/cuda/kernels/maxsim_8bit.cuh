@@ -122,8 +122,7 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
     pnt = (pcur.len + TN - 1) / TN;
   };
   pload_doc();
-  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
-  // test changes from copy to copy (as in maxsim_mma.cu).
+  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage (copy_chunk_rows).
   const int pr = gtid / C::CPR, pc = gtid % C::CPR;
   const int64_t rstep_bytes = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
@@ -139,11 +138,7 @@ __device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
         const int rows_left = pcur.len - (tok0 + pr);  // copy `it` holds row tok0 + pr + RSTEP * it
         const uint8_t* src = docs + (pcur.start + tok0 + pr) * (int64_t)dim + k;
         const uint32_t dst = sbase + pr * C::RS + pc * 16;
-#pragma unroll
-        for (int it = 0; it < C::NIT; ++it, src += rstep_bytes) {
-          const bool ok = kok && it * C::RSTEP < rows_left;
-          cp_async16(dst + it * (C::RSTEP * C::RS), ok ? src : docs, ok ? 16 : 0);
-        }
+        copy_chunk_rows<C::NIT, C::RSTEP, C::RSTEP * C::RS>(dst, src, rstep_bytes, rows_left, kok, docs);
       }
       // the tile's document scales (every k chunk carries them: the fold reads the last one)
 #pragma unroll
@@ -584,9 +579,8 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
-    // Each thread copies one 16-byte chunk of rows prow, prow + 16, ... of a tile: all but the row
-    // test is fixed per thread (the swizzle term chunk ^ row % 8 too), so a copy costs a few
-    // instructions instead of a full address computation (as in maxsim_wgmma.cu's producer).
+    // Each thread copies one 16-byte chunk of rows prow, prow + 16, ... of a tile (copy_chunk_rows);
+    // the swizzle term chunk ^ row % 8 is the same for all of them.
     const int prow = tid >> 3, pchunk = tid & 7;
     const bool kok = pchunk * 16 < dim;
     const uint32_t pdst = prow * 128 + ((pchunk ^ (prow & 7)) << 4);
@@ -605,11 +599,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
           const int row0 = tile * TN + prow;
           const int rows_left = len - row0;  // copy `it` holds row row0 + 16 * it
           const uint8_t* src = docs + (start + row0) * (int64_t)dim + pchunk * 16;
-#pragma unroll
-          for (int it = 0; it < TN / 16; ++it, src += row_step) {
-            const bool ok = kok && it * 16 < rows_left;
-            cp_async16(dst + it * 2048, ok ? src : docs, ok ? 16 : 0);
-          }
+          copy_chunk_rows<TN / 16, 16, 16 * 128>(dst, src, row_step, rows_left, kok, docs);
           for (int r = tid; r < TN; r += 128) {
             const bool ok = tile * TN + r < len;
             cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);

@@ -98,6 +98,19 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
   asm volatile("cp.async.cg.shared.global" MAXSIM_CP_ASYNC_L2_PREFETCH " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
+// One producer thread's share of a stage: the same 16-byte chunk of NIT token rows, RSTEP rows
+// apart, to dst + it * DST_STEP. Only the row test changes from copy to copy (addresses computed
+// per copy made the producers issue-bound; bench/NOTES.md, item 20). Rows at or past rows_left, and
+// every row when the chunk lies past dim (!kok), are zero-filled (`any`: a valid address never read).
+template <int NIT, int RSTEP, int DST_STEP, typename E>
+__device__ __forceinline__ void copy_chunk_rows(uint32_t dst, const E* src, int64_t src_step, int rows_left, bool kok,
+                                                const E* any) {
+#pragma unroll
+  for (int it = 0; it < NIT; ++it, src += src_step) {
+    const bool ok = kok && it * RSTEP < rows_left;
+    cp_async16(dst + it * DST_STEP, ok ? src : any, ok ? 16 : 0);
+  }
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));

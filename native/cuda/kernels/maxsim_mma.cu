@@ -89,9 +89,7 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
     pnt = (pcur.len + TN - 1) / TN;
   };
   pload_doc();
-  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage: only the row
-  // test changes from copy to copy (a full address computation per cp.async made the stream
-  // issue-bound in the wgmma producer; bench/NOTES.md).
+  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage (copy_chunk_rows).
   const int pr = gtid / C::CPR, pc = gtid % C::CPR;
   const int64_t rstep_elems = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
@@ -106,11 +104,7 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
         const int rows_left = pcur.len - row0;  // copy `it` holds row row0 + RSTEP * it
         const T* src = docs + (pcur.start + row0) * (int64_t)dim + k;
         const uint32_t dst = stages_s + slot * (C::STAGE * 2) + (pr * C::RS + pc * 8) * 2;
-#pragma unroll
-        for (int it = 0; it < C::NIT; ++it, src += rstep_elems) {
-          const bool ok = kok && it * C::RSTEP < rows_left;
-          cp_async16(dst + it * (C::RSTEP * C::RS * 2), ok ? src : docs, ok ? 16 : 0);
-        }
+        copy_chunk_rows<C::NIT, C::RSTEP, C::RSTEP * C::RS * 2>(dst, src, rstep_elems, rows_left, kok, docs);
       }
       // advance
       if (++pkc == nkc) {

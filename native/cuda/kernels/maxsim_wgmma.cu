@@ -187,10 +187,9 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
-    // Each thread copies one 16-byte chunk (dims 8c .. 8c+7) of rows prow, prow + 8, ... of a tile:
-    // everything but the row test is fixed per thread, and with 128-byte rows the swizzle term
-    // (chunk ^ row % 8) is the same for all of them. (Addresses computed per copy made the producer
-    // issue-bound: ~25 instructions per cp.async, the ring ran dry at 60% of DRAM bandwidth.)
+    // Each thread copies one 16-byte chunk (dims 8c .. 8c+7) of rows prow, prow + 8, ... of a tile
+    // (copy_chunk_rows): with 128-byte rows the swizzle term (chunk ^ row % 8) is the same for all
+    // of them, so the destination is fixed per thread up to a 1024-byte step.
     const int prow = tid >> 4, pchunk = tid & 15;
     const bool kok = pchunk * 8 < dim;  // wgmma reads all 128 dims: zero-fill past dim
     const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ prow) << 4);
@@ -213,11 +212,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
           const int row0 = tile * TN + prow;
           const int rows_left = len - row0;  // copy `it` holds row row0 + 8 * it
           const T* src = docs + (start + row0) * (int64_t)dim + pchunk * 8;
-#pragma unroll
-          for (int it = 0; it < TN / 8; ++it, src += row_step) {
-            const bool ok = kok && it * 8 < rows_left;
-            cp_async16(dst + it * 1024, ok ? src : docs, ok ? 16 : 0);
-          }
+          copy_chunk_rows<TN / 8, 8, 8 * 128>(dst, src, row_step, rows_left, kok, docs);
           // the tile is "full" when the copies land, whatever the producer does next: consumers
           // are not held back until later tiles are issued
           cp_async_mbar_arrive(smem_u32(&full_bar[grp][s]));
