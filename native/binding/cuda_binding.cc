@@ -77,6 +77,14 @@ LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bo
   GetTriple(env, o, "grid", s.grid);
   GetTriple(env, o, "block", s.block);
   s.smem = static_cast<unsigned>(GetInteger(env, o.Get("smem"), "launch.smem", 0, 1 << 30));
+  Napi::Value box = o.Get("tmaBox");
+  if (!box.IsUndefined()) {
+    if (!box.IsArray() || box.As<Napi::Array>().Length() != 2)
+      throw ArgError(env, "launch.tmaBox", "[elements, tokens]", Describe(box));
+    Napi::Array b = box.As<Napi::Array>();
+    s.tma_box[0] = static_cast<unsigned>(GetInteger(env, b.Get(0u), "launch.tmaBox[0]", 1, 256));
+    s.tma_box[1] = static_cast<unsigned>(GetInteger(env, b.Get(1u), "launch.tmaBox[1]", 1, 256));
+  }
   Napi::Value tile = o.Get("queryTile");
   if (!tile.IsUndefined()) s.query_tile = GetInteger(env, tile, "launch.queryTile", 1, 2147483647);
   Napi::Value dt = o.Get("dtype");

@@ -100,6 +100,22 @@ using PFN_cuModuleEnumerateFunctions = CUresult (*)(CUfunction* fns, unsigned in
 using PFN_cuFuncGetName = CUresult (*)(const char** name, CUfunction f);                   // CUDA 12.3+
 using PFN_cuFuncGetAttribute = CUresult (*)(int* pi, int attrib, CUfunction f);
 using PFN_cuFuncSetAttribute = CUresult (*)(CUfunction f, int attrib, int value);
+// Tensor maps (TMA descriptors; compute capability 9.0+): an opaque 128-byte, 64-byte-aligned object
+// made on the host by cuTensorMapEncodeTiled and passed to the kernel by value (__grid_constant__).
+struct alignas(64) CUtensorMap {
+  uint64_t opaque[16];
+};
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9;
+constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
+constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zeros
+using PFN_cuTensorMapEncodeTiled = CUresult (*)(CUtensorMap* map, int dataType, uint32_t rank, void* globalAddress,
+                                                const cuuint64_t* globalDim, const cuuint64_t* globalStrides,
+                                                const uint32_t* boxDim, const uint32_t* elementStrides, int interleave,
+                                                int swizzle, int l2Promotion, int oobFill);  // CUDA 12.0+
 using PFN_cuLaunchKernel = CUresult (*)(CUfunction f, unsigned int gridX, unsigned int gridY, unsigned int gridZ,
                                         unsigned int blockX, unsigned int blockY, unsigned int blockZ,
                                         unsigned int sharedMemBytes, CUstream s, void** kernelParams, void** extra);

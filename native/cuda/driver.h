@@ -63,6 +63,8 @@ struct Driver {
   cu::PFN_cuModuleGetFunctionCount cuModuleGetFunctionCount = nullptr;
   cu::PFN_cuModuleEnumerateFunctions cuModuleEnumerateFunctions = nullptr;
   cu::PFN_cuFuncGetName cuFuncGetName = nullptr;
+  // Optional: the TMA variants need it (a launch of one says so when it is missing).
+  cu::PFN_cuTensorMapEncodeTiled cuTensorMapEncodeTiled = nullptr;
 
   int driver_version = 0;  // e.g. 12040
   int device_count = 0;

@@ -675,9 +675,44 @@ std::shared_ptr<DeviceTokens> Runtime::CastSet(const DeviceTokens& src, DType to
   return t;
 }
 
+cu::CUtensorMap Runtime::TokensTensorMap(const DeviceTokens& t, const unsigned box[2]) {
+  const Driver& api = Api();
+  if (!api.cuTensorMapEncodeTiled) {
+    throw CudaError("the NVIDIA driver does not provide cuTensorMapEncodeTiled (CUDA 12.0+), which the TMA variants need",
+                    "CUDA_ERROR_NOT_SUPPORTED");
+  }
+  int type;
+  switch (t.dtype) {
+    case DType::Float16: type = cu::CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case DType::BFloat16: type = cu::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case DType::Int8: type = cu::CU_TENSOR_MAP_DATA_TYPE_UINT8; break;  // int8 and e4m3 codes: bytes
+    default: throw std::invalid_argument(std::string("Expected float16, bfloat16 or 8-bit tokens for a TMA variant but received ") + DTypeName(t.dtype));
+  }
+  // TMA coordinates are 32-bit: token rows past 2^31 cannot be addressed (never the case below 4 TB of tokens).
+  if (t.tokens > 2147483647) {
+    throw std::invalid_argument("Expected at most 2^31 - 1 tokens for a TMA variant but received " + std::to_string(t.tokens));
+  }
+  cu::CUtensorMap map;
+  // rows past the set (and elements past dim) read as zeros; a document's last tile may read the next
+  // document's first rows, which the kernels mask by length
+  const cu::cuuint64_t dims[2] = {static_cast<cu::cuuint64_t>(t.dim), static_cast<cu::cuuint64_t>(std::max<int64_t>(t.tokens, 1))};
+  const cu::cuuint64_t strides[1] = {static_cast<cu::cuuint64_t>(t.dim) * DTypeSize(t.dtype)};
+  const uint32_t boxes[2] = {box[0], box[1]};
+  const uint32_t steps[2] = {1, 1};
+  Check(api.cuTensorMapEncodeTiled(&map, type, 2, reinterpret_cast<void*>(static_cast<uintptr_t>(t.data)), dims, strides,
+                                   boxes, steps, cu::CU_TENSOR_MAP_INTERLEAVE_NONE, cu::CU_TENSOR_MAP_SWIZZLE_128B,
+                                   cu::CU_TENSOR_MAP_L2_PROMOTION_L2_256B, cu::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled");
+  return map;
+}
+
 void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchSpec& spec, cu::CUdeviceptr scores) {
   if (q.count == 0 || d.count == 0) return;
   FunctionInfo& f = Function(spec.kernel);
+  // TMA variants take the documents' tensor map as a second (by-value, 64-byte aligned) parameter
+  cu::CUtensorMap docs_map{};
+  const bool tma = spec.tma_box[0] > 0;
+  if (tma) docs_map = TokensTensorMap(d, spec.tma_box);
   MaxsimParams p;
   std::memset(&p, 0, sizeof(p));
   p.queries = reinterpret_cast<const void*>(static_cast<uintptr_t>(q.data));
@@ -700,7 +735,8 @@ void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchS
     // global query (row stride num_docs), so tiles write disjoint rows of the same matrix.
     p.query_tile_offset = static_cast<int32_t>(off);
     p.num_queries = static_cast<int32_t>(std::min(off + tile, q.count));
-    void* args[] = {&p};  // MaxsimParams by value: the driver copies sizeof(MaxsimParams) bytes from &p
+    // by value: the driver copies each parameter's declared size from these addresses
+    void* args[] = {&p, &docs_map};
     Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1],
                                spec.block[2], spec.smem, stream_, args, nullptr),
           call.c_str());

@@ -122,6 +122,9 @@ struct LaunchSpec {
   unsigned smem = 0;
   // > 0: launch once per tile of this many queries (query_tile_offset / num_queries bound each launch).
   int64_t query_tile = 0;
+  // > 0: the kernel reads the documents through a TMA tensor map (its second parameter) whose box is
+  // tma_box[0] elements of a token by tma_box[1] tokens, 128-byte swizzled (variants.json "tmaBox").
+  unsigned tma_box[2] = {0, 0};
 };
 
 struct MemoryInfo {
@@ -182,6 +185,8 @@ class Runtime {
   // Enqueues the launches that score queries x docs into `scores` ([num_queries, num_docs] floats on
   // the device); the caller synchronizes. ValidateLaunch must have accepted `spec`.
   void Launch(const DeviceTokens& queries, const DeviceTokens& docs, const LaunchSpec& spec, cu::CUdeviceptr scores);
+  // The TMA tensor map over a token set's rows [tokens, dim] with the given box (see LaunchSpec).
+  cu::CUtensorMap TokensTensorMap(const DeviceTokens& t, const unsigned box[2]);
   // Checks a launch against the kernel and the device before anything is enqueued, and raises the
   // kernel's dynamic shared memory limit when the launch needs more than the default 48 KiB.
   // Throws std::invalid_argument for a bad launch.

@@ -41,6 +41,8 @@ export interface VariantEntry {
   smemBytes: number;
   /** When it is the right choice (for people; the rules are in selectVariant). */
   regime: string;
+  /** TMA variants: the box [elements of a token, tokens] of the documents' tensor map (its second parameter). */
+  tmaBox?: [number, number];
 }
 
 export interface VariantRequirements {
@@ -66,6 +68,8 @@ export interface Variant {
   smem: number;
   requires: VariantRequirements;
   regime: string;
+  /** TMA variants: the documents' tensor-map box [elements, tokens]. */
+  tmaBox?: [number, number];
 }
 
 export interface DispatchTable {
@@ -103,11 +107,25 @@ export interface Launch {
   smem: number;
   queryTile?: number;
   dtype: DeviceDType;
+  /** TMA variants: the runtime encodes the documents' tensor map with this box. */
+  tmaBox?: [number, number];
 }
 
 const MAX_GRID_Y = 65535;
 const SUFFIX: Record<FloatDType, string> = { float32: 'f32', float16: 'f16', bfloat16: 'bf16' };
-const FIELDS = ['name', 'family', 'dtype', 'module', 'arch', 'dim', 'block', 'grid', 'smemBytes', 'regime'];
+const FIELDS = [
+  'name',
+  'family',
+  'dtype',
+  'module',
+  'arch',
+  'dim',
+  'block',
+  'grid',
+  'smemBytes',
+  'regime',
+  'tmaBox',
+];
 
 // ---- the table ------------------------------------------------------------------------------
 
@@ -134,7 +152,7 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
     if (!named) bad('name', 'a non-empty string', e.name);
     for (const k of Object.keys(e))
       if (!FIELDS.includes(k)) bad(k, `absent (fields: ${FIELDS.join(', ')})`, e[k]);
-    const { family, dtype, module, arch, dim, block, grid, smemBytes, regime } = e;
+    const { family, dtype, module, arch, dim, block, grid, smemBytes, regime, tmaBox } = e;
     if (family !== 'simt' && family !== 'mma' && family !== 'wgmma')
       bad('family', 'simt, mma or wgmma', family);
     if (
@@ -170,6 +188,11 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
     if (!gridOk) bad('grid', '{ "kind": "perPair" } or { "kind": "persistent", "ctasPerSm": k >= 1 }', grid);
     if (!isInt(smemBytes, 0)) bad('smemBytes', 'a non-negative integer', smemBytes);
     if (typeof regime !== 'string') bad('regime', 'a string', regime);
+    if (
+      tmaBox !== undefined &&
+      (!Array.isArray(tmaBox) || tmaBox.length !== 2 || !tmaBox.every((n) => isInt(n, 1) && n <= 256))
+    )
+      bad('tmaBox', '[elements, tokens], each 1-256', tmaBox);
     const d = dim as VariantEntry['dim'];
     const a = arch as VariantEntry['arch'];
     return {
@@ -188,6 +211,7 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
         ...('min' in a ? { minComputeCapability: [...a.min] } : { computeCapabilities: [[...a.exact]] }),
       } as VariantRequirements,
       regime: regime as string,
+      ...(tmaBox !== undefined && { tmaBox: [...(tmaBox as number[])] as [number, number] }),
     };
   });
   const seen = new Set<string>();
@@ -399,5 +423,6 @@ export function launchFor(v: Variant, p: Problem, caps: DeviceCaps): Launch {
   };
   // perPair: one launch per tile of 65535 queries (the runtime sets query_tile_offset for each)
   if (perPair && p.numQueries > MAX_GRID_Y) launch.queryTile = MAX_GRID_Y;
+  if (v.tmaBox) launch.tmaBox = [...v.tmaBox];
   return launch;
 }

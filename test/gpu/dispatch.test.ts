@@ -58,6 +58,8 @@ const NAMES = [
       'wgmma_w4n64',
       'wgmma_pp_m1n64',
       'wgmma_pp_m2n64',
+      'wgmma_tma_pp_m2n64',
+      'wgmma_tma_w2m2n128',
     ].map((k) => `maxsim_${k}_${s}`),
   ),
   // int8 and fp8 (maxsim_int8.cu, maxsim_fp8.cu; their rules are tested in test/int8-dispatch.test.ts)

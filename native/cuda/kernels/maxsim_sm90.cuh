@@ -13,6 +13,14 @@
 
 namespace maxsim {
 
+// The documents' TMA descriptor (cuTensorMapEncodeTiled on the host, CUtensorMap's layout), passed
+// to the TMA variants by value as a __grid_constant__ parameter: the copy instructions take its
+// generic address. (Declared for every architecture: the sm_80 cubins carry the
+// entry points too.)
+struct alignas(64) TmaMap {
+  uint64_t opaque[16];
+};
+
 #if MAXSIM_HAS_WGMMA
 __device__ __forceinline__ void mbar_init(uint32_t a, int cnt) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(cnt) : "memory");
@@ -43,6 +51,19 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
 //   2 consumers (384 threads at 168): 128 * 40 + 256 * 232 = 384 * 168, so a consumer can hold two
 //     m-blocks of 128-column accumulators;
 //   3 consumers (512 threads at 128): 128 * 24 + 384 * 160 <= 512 * 128.
+// Arms the barrier's phase with `bytes` of expected transactions and arrives (one of its count).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t a, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes) : "memory");
+}
+// TMA: the box at (c0, c1) of a 2-D tensor map into shared memory at dst (128-byte swizzled as the
+// map says); completes `box bytes` of the mbarrier's transactions when it lands. Out-of-bounds
+// elements arrive as zeros and still count.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int c0, int c1, uint32_t mbar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(mbar)
+      : "memory");
+}
 template <int NCONS> struct RegSplit {
   static constexpr int producer = 0, consumer = 0;  // 0: keep the launch allocation
 };

@@ -146,8 +146,11 @@ struct DocWindow {
 // tiles, and tracks that barrier's parity per stage itself: a group never waits on a phase that
 // belongs to another group's tile (which would make the parity ambiguous), and it releases only its
 // own tiles, so the ring is not held back until a group has finished its current document.
-template <typename T, int NCONS, int MB, int TN, int S, bool PP>
-__device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
+// TMA: the documents come through a tensor map (one elected producer lane issues two box loads per
+// tile, the two 64-element K halves, and arms the "full" barrier with the tile's bytes) instead of
+// 16-byte cp.async by every producer thread. map is null otherwise.
+template <typename T, int NCONS, int MB, int TN, int S, bool PP, bool TMA = false>
+__device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* map = nullptr) {
 #if MAXSIM_HAS_WGMMA
   constexpr int HALF = TN * 128;    // bytes of one 64-element K half of the tile
   constexpr int STAGE = 2 * HALF;   // bytes per stage (TN tokens x 128 dims x 2 B)
@@ -169,7 +172,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       for (int g = 0; g < NGRP; ++g)
-        mbar_init(smem_u32(&full_bar[g][s]), 128);  // one (copy-completion) arrive per producer thread
+        // one (copy-completion) arrive per producer thread; TMA: the one armed arrive of the issuing lane
+        mbar_init(smem_u32(&full_bar[g][s]), TMA ? 1 : 128);
       mbar_init(smem_u32(&empty_bar[s]), GW);        // one arrive per warp of the tile's group
     }
   }
@@ -187,6 +191,38 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
+    if constexpr (TMA) {
+      // one warp walks the documents (DocWindow shuffles need the whole warp), lane 0 issues
+      if (warp == 0) {
+        int t = 0;
+        for (int pass = 0; pass < npass; ++pass) {
+          int owner = 0;
+          DocWindow<true> win(p);
+          for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+            int64_t start;
+            const int len = win.at(p, i, &start);
+            if (len <= 0) continue;
+            const int grp = owner;
+            owner = owner + 1 == NGRP ? 0 : owner + 1;
+            const int ntiles = (len + TN - 1) / TN;
+            for (int tile = 0; tile < ntiles; ++tile, ++t) {
+              const int s = t % S;
+              if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+              if (lane == 0) {
+                // rows past the document are the next document's (masked by the consumers' fold)
+                // or past the set (zeros); dims past dim are zeros
+                const uint32_t fb = smem_u32(&full_bar[grp][s]);
+                const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
+                mbar_arrive_expect_tx(fb, STAGE);
+                tma_load_2d(sbase + s * STAGE, map, 0, row, fb);
+                tma_load_2d(sbase + s * STAGE + HALF, map, 64, row, fb);
+              }
+              __syncwarp();
+            }
+          }
+        }
+      }
+    } else {
     // Each thread copies one 16-byte chunk (dims 8c .. 8c+7) of rows prow, prow + 8, ... of a tile
     // (copy_chunk_rows): with 128-byte rows the swizzle term (chunk ^ row % 8) is the same for all
     // of them, so the destination is fixed per thread up to a 1024-byte step.
@@ -220,6 +256,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
       }
     }
     cp_async_wait<0>();
+    }
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
     if constexpr (RegSplit<NCONS>::consumer > 0) setmaxnreg_inc<RegSplit<NCONS>::consumer>();
@@ -291,7 +328,9 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
           const int s = t % S;
           mbar_wait(smem_u32(&full_bar[grp][s]), (full_phase >> s) & 1);
           full_phase ^= 1u << s;
-          fence_proxy_async();  // the tile was written by cp.async (generic proxy); wgmma reads it (async)
+          // cp.async writes through the generic proxy, wgmma reads through the async one (TMA writes
+          // through the async proxy already)
+          if constexpr (!TMA) fence_proxy_async();
           const uint32_t st = sbase + s * STAGE;
 #pragma unroll
           for (int m = 0; m < MB; ++m)
@@ -393,6 +432,12 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p) {
   extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
     maxsim::wgmma_body<T, NCONS, MB, TN, S, PP>(p);                                               \
   }
+// TMA variants: the documents' tensor map is the second parameter (variants.json "tmaBox": [64, TN])
+#define MAXSIM_WGMMA_TMA_ENTRY(NAME, T, NCONS, MB, TN, S, PP)                                           \
+  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                    \
+      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                     \
+    maxsim::wgmma_body<T, NCONS, MB, TN, S, PP, true>(p, &docs_map);                                    \
+  }
 
 // smem bytes = S * TN * 256 + 1024;  block = 128 * (NCONS + 1); query rows per pass = 64 * NCONS * MB
 // (PP: 64 * MB, every consumer warpgroup holding all of them)
@@ -411,3 +456,7 @@ MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  __half,        2,   2,  64, 12, t
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, __nv_bfloat16, 2,   2,  64, 12, true)
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_f16,  __half,        2,   2, 128, 6, false)  // 197632      384
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_bf16, __nv_bfloat16, 2,   2, 128, 6, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_f16,  __half,        2, 2,  64, 12, true)   // 197632  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_bf16, __nv_bfloat16, 2, 2,  64, 12, true)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_f16,  __half,        2, 2, 128,  6, false)  // 197632  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_bf16, __nv_bfloat16, 2, 2, 128,  6, false)
