@@ -1,6 +1,7 @@
 // The TMA wgmma variants' launch contract: variants.json's "tmaBox" against the kernel source
-// (native/cuda/kernels/maxsim_wgmma.cu), the launch the dispatcher hands the runtime, and the
-// table's validation. Pure TypeScript: runs without a GPU.
+// (native/cuda/kernels/maxsim_wgmma.cu), the launch the dispatcher hands the runtime, the rules that
+// prefer them where the driver encodes tensor maps, and the table's validation. Pure TypeScript: runs
+// without a GPU.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -9,12 +10,21 @@ import {
   type DeviceCaps,
   dispatchTable,
   launchFor,
+  type Problem,
   parseVariants,
   selectVariant,
   variantsPath,
 } from '../src/backends/cuda-dispatch.js';
 
 const h200: DeviceCaps = { computeCapability: [9, 0], sms: 132, smemOptin: 232_448 };
+const base: Problem = {
+  numQueries: 1,
+  maxQueryLength: 32,
+  maxDocLength: 300,
+  dim: 128,
+  numDocs: 100_000,
+  dtype: 'float16',
+};
 const src = readFileSync(join(dirname(variantsPath), 'maxsim_wgmma.cu'), 'utf8');
 
 test('TMA variants: box [64, TN] as in the kernel source, passed on in the launch', () => {
@@ -46,14 +56,48 @@ test('TMA variants: box [64, TN] as in the kernel source, passed on in the launc
   }
 });
 
-test('TMA variants are not chosen by the rules until measured; forced by name they run on cc 9.0 only', () => {
-  const p = { numQueries: 1, maxQueryLength: 128, maxDocLength: 300, dim: 128, numDocs: 100_000 } as const;
+test('the rules take the TMA twin of each dispatched wgmma kind where the driver encodes tensor maps', () => {
+  const withMaps: DeviceCaps = { ...h200, tensorMaps: true };
+  const cases: Array<[string, Partial<Problem>, string]> = [
+    ['1,128,300 x 100000 (ping-pong, two m-blocks)', { maxQueryLength: 128 }, 'pp_m2n64'],
+    ['1,64,300 x 100000 (ping-pong, one m-block)', { maxQueryLength: 64 }, 'pp_m1n64'],
+    ['1,128,300 x 100 (few documents per SM)', { maxQueryLength: 128, numDocs: 100 }, 'n128'],
+    ['32,32,300 (all pairs)', { numQueries: 32 }, 'w2m2n64'],
+    ['1,1024,1024 (ColPali)', { maxQueryLength: 1024, maxDocLength: 1024 }, 'w2m2n128'],
+  ];
   for (const dtype of ['float16', 'bfloat16'] as const) {
-    assert.ok(!selectVariant({ ...p, dtype }, h200).name.includes('tma'));
-    const colpali = { ...p, maxQueryLength: 1024, maxDocLength: 1024, dtype };
-    assert.ok(!selectVariant(colpali, h200).name.includes('tma'));
-    const name = `maxsim_wgmma_tma_pp_m2n64_${dtype === 'float16' ? 'f16' : 'bf16'}`;
-    assert.equal(selectVariant({ ...p, dtype }, h200, name).name, name);
+    const sfx = dtype === 'float16' ? 'f16' : 'bf16';
+    for (const [what, shape, kind] of cases) {
+      const p: Problem = { ...base, ...shape, dtype };
+      const tma = selectVariant(p, withMaps);
+      assert.equal(tma.name, `maxsim_wgmma_tma_${kind}_${sfx}`, `${what}, ${dtype}`);
+      assert.deepEqual(launchFor(tma, p, withMaps).tmaBox, tma.tmaBox);
+      // without tensor maps (an old driver, or caps that do not say) the cp.async kernel serves
+      assert.equal(selectVariant(p, h200).name, `maxsim_wgmma_${kind}_${sfx}`, `${what}, ${dtype}, no maps`);
+      assert.equal(launchFor(selectVariant(p, h200), p, h200).tmaBox, undefined);
+      // and a fatbin without the TMA entry points falls back the same way
+      const plainOnly = new Set(
+        dispatchTable()
+          .variants.filter((v) => !v.tmaBox)
+          .map((v) => v.kernel),
+      );
+      assert.equal(
+        selectVariant(p, withMaps, undefined, dispatchTable(), plainOnly).name,
+        `maxsim_wgmma_${kind}_${sfx}`,
+      );
+    }
+    // forced by name, a TMA variant needs the driver's tensor maps and compute capability 9.0
+    const p: Problem = { ...base, maxQueryLength: 128, dtype };
+    const name = `maxsim_wgmma_tma_pp_m2n64_${sfx}`;
+    assert.equal(selectVariant(p, withMaps, name).name, name);
+    assert.throws(
+      () => selectVariant(p, h200, name),
+      /TMA tensor map, and the driver lacks cuTensorMapEncodeTiled/,
+    );
+    assert.throws(
+      () => selectVariant(p, { ...withMaps, computeCapability: [8, 0] }, name),
+      /compute capability 9\.0/,
+    );
   }
 });
 

@@ -368,6 +368,8 @@ class InfoTask : public Task {
     for (size_t i = 0; i < module_errors_.size(); i++) errors.Set(static_cast<uint32_t>(i), module_errors_[i]);
     o.Set("moduleErrors", errors);
     o.Set("kernelDir", kernel_dir_);
+    // TMA variants need the driver to encode tensor maps (CUDA 12.0+ drivers)
+    o.Set("tensorMaps", maxsim_cuda::Api().cuTensorMapEncodeTiled != nullptr);
     return o;
   }
 

@@ -97,6 +97,8 @@ export interface DeviceCaps {
   computeCapability: [number, number];
   sms: number;
   smemOptin: number;
+  /** The driver encodes TMA tensor maps (cuTensorMapEncodeTiled); absent means it does not. */
+  tensorMaps?: boolean;
 }
 
 /** A launch as the native `score` / `bench` take it. */
@@ -294,6 +296,8 @@ export function unmetRequirement(
     return `its kernel ${v.kernel} is not in the loaded fatbins`;
   if (v.smem > caps.smemOptin)
     return `it needs ${v.smem} bytes of shared memory (the GPU allows ${caps.smemOptin})`;
+  if (v.tmaBox && !caps.tensorMaps)
+    return 'it reads the documents through a TMA tensor map, and the driver lacks cuTensorMapEncodeTiled';
   return undefined;
 }
 
@@ -339,31 +343,46 @@ function longDocuments(p: Problem): boolean {
   return mean >= 512 && Math.ceil(L / 128) * 128 <= 1.05 * Math.ceil(L / 64) * 64;
 }
 
-/** The variant name the rules pick: maxsim_<kind>_<dtype suffix>, or maxsim_{int8,fp8}_<kind>. */
-export function preferredVariantName(p: Problem, caps: DeviceCaps): string {
-  if (p.dtype === 'int8' || p.dtype === 'fp8') return `maxsim_${p.dtype}_${preferred8BitKind(p, caps)}`;
-  return `maxsim_${preferredKind(p, caps)}_${SUFFIX[p.dtype]}`;
+/**
+ * The variant names the rules pick, best first (the first that can run is taken):
+ * maxsim_<kind>_<dtype suffix>, or maxsim_{int8,fp8}_<kind>.
+ */
+export function preferredVariantNames(p: Problem, caps: DeviceCaps): string[] {
+  if (p.dtype === 'int8' || p.dtype === 'fp8') return [`maxsim_${p.dtype}_${preferred8BitKind(p, caps)}`];
+  const suffix = SUFFIX[p.dtype];
+  return preferredKinds(p, caps).map((kind) => `maxsim_${kind}_${suffix}`);
 }
 
-/** The rules for the float dtypes, as variant names without the dtype suffix. */
-function preferredKind(p: Problem, caps: DeviceCaps): string {
-  if (p.dtype === 'float32' || p.dim % 8 !== 0) return 'simt';
-  if (p.dim > 128) return 'mma_ks';
+/**
+ * A wgmma kind preceded by its TMA twin: the same kernel with the documents read through a tensor map
+ * by one producer lane instead of cp.async by the whole producer warpgroup. H200: 1,128,300,128,100000
+ * 2.04-2.06 vs 2.28-2.32 ms, 1,1024,1024,128,10000 4.13-4.17 vs 4.25-4.26 (bench/NOTES.md, item 24).
+ * The plain kernel serves where the driver cannot encode tensor maps.
+ */
+const withTma = (kind: string) => [kind.replace(/^wgmma_/, 'wgmma_tma_'), kind];
+
+/** The rules for the float dtypes, as variant kinds (names without the prefix and dtype suffix). */
+function preferredKinds(p: Problem, caps: DeviceCaps): string[] {
+  if (p.dtype === 'float32' || p.dim % 8 !== 0) return ['simt'];
+  if (p.dim > 128) return ['mma_ks'];
   // query rows in 32-token (mma) and 16-token (wgmma) tiles
   const rows32 = p.numQueries * Math.ceil(p.maxQueryLength / 32);
   const rows16 = p.numQueries * Math.ceil(p.maxQueryLength / 16);
-  if (rows32 === 0) return 'simt'; // no query tokens at all
-  if (rows32 === 1) return 'mma_g1';
+  if (rows32 === 0) return ['simt']; // no query tokens at all
+  // One 32-token query slice (memory-bound): 32-token document tiles at 2 CTAs per SM where two of
+  // their 105 KB fit on an SM (compute capability 9.x: 228 KB; H200 1,32,128,128,100000 0.760 vs
+  // 0.790 ms for the 16-token tiles at 4 CTAs/SM, bench/NOTES.md item 24), else 16-token tiles.
+  if (rows32 === 1) return caps.computeCapability[0] === 9 ? ['mma_g1t32', 'mma_g1'] : ['mma_g1'];
   // the sm_90a (wgmma) cubins run on compute capability 9.0 only
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
-    if (rows16 > 8) return longDocuments(p) ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64';
+    if (rows16 > 8) return withTma(longDocuments(p) ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64');
     // Up to 128 query rows: the ping-pong variants, whose two consumer warpgroups take alternate
     // documents (H200, 100000 documents of 300 tokens: Lq 64 2.14 vs 2.81 ms with n128, Lq 128 2.60
     // vs 2.90; bench/NOTES.md). They need a few documents per CTA to keep both groups busy.
-    if (p.numDocs < 4 * caps.sms) return 'wgmma_n128';
-    return rows16 <= 4 ? 'wgmma_pp_m1n64' : 'wgmma_pp_m2n64';
+    if (p.numDocs < 4 * caps.sms) return withTma('wgmma_n128');
+    return withTma(rows16 <= 4 ? 'wgmma_pp_m1n64' : 'wgmma_pp_m2n64');
   }
-  return rows32 <= 4 ? 'mma_g4' : 'mma_g8';
+  return [rows32 <= 4 ? 'mma_g4' : 'mma_g8'];
 }
 
 /**
@@ -395,9 +414,11 @@ export function selectVariant(
     return v;
   }
   const fits = (v: Variant) => unmetRequirement(v, p, caps, kernels) === undefined;
-  const name = preferredVariantName(p, caps);
+  const byName = (name: string) => t.variants.find((v) => v.name === name && fits(v));
   const pick =
-    t.variants.find((v) => v.name === name && fits(v)) ??
+    preferredVariantNames(p, caps)
+      .map(byName)
+      .find((v) => v !== undefined) ??
     t.variants.find((v) => v.family === 'simt' && v.dtype === p.dtype && fits(v));
   if (!pick)
     throw new InvalidArgumentError(

@@ -201,6 +201,7 @@ export async function cudaStreamSearch(
     computeCapability: device.info.computeCapability,
     sms: device.info.sms,
     smemOptin: device.info.smemOptin,
+    tensorMaps: device.info.tensorMaps,
   };
   const variant = selectVariant(problem, caps, undefined, dispatchTable(), new Set(device.info.kernels));
   const launch = launchFor(variant, problem, caps);

@@ -64,6 +64,8 @@ export interface CudaDeviceInfo extends CudaDeviceStatus {
   /** Fatbins that did not load on this GPU, with the reason. */
   moduleErrors: string[];
   kernelDir: string;
+  /** Whether the driver encodes TMA tensor maps (cuTensorMapEncodeTiled), which the TMA variants need. */
+  tensorMaps: boolean;
 }
 
 export interface CudaMemory {
@@ -610,7 +612,12 @@ class Device implements CudaDevice {
     readonly handle: NativeDevice,
     readonly info: CudaDeviceInfo,
   ) {
-    this.caps = { computeCapability: info.computeCapability, sms: info.sms, smemOptin: info.smemOptin };
+    this.caps = {
+      computeCapability: info.computeCapability,
+      sms: info.sms,
+      smemOptin: info.smemOptin,
+      tensorMaps: info.tensorMaps,
+    };
     this.kernels = new Set(info.kernels);
   }
 

@@ -48,6 +48,7 @@ const NAMES = [
   ...['f16', 'bf16'].flatMap((s) =>
     [
       'mma_g1',
+      'mma_g1t32',
       'mma_g4',
       'mma_g8',
       'mma_ks',
@@ -58,6 +59,9 @@ const NAMES = [
       'wgmma_w4n64',
       'wgmma_pp_m1n64',
       'wgmma_pp_m2n64',
+      'wgmma_tma_n128',
+      'wgmma_tma_w2m2n64',
+      'wgmma_tma_pp_m1n64',
       'wgmma_tma_pp_m2n64',
       'wgmma_tma_w2m2n128',
     ].map((k) => `maxsim_${k}_${s}`),
@@ -108,11 +112,11 @@ const DECISIONS: Array<[string, DeviceCaps, Partial<Problem>, string, Expected]>
     ['maxsim_mma_ks_f16', [216, 1, 1], [256, 1, 1], 35072],
   ],
   [
-    'one 32-token query -> g1 (sm_90)',
+    'one 32-token query -> g1t32 (sm_90: two CTAs of 105 KB per SM)',
     h200,
     {},
     'all',
-    ['maxsim_mma_g1_f16', [528, 1, 1], [128, 1, 1], 52736],
+    ['maxsim_mma_g1t32_f16', [264, 1, 1], [128, 1, 1], 104960],
   ],
   [
     'one 32-token query -> g1 (sm_80)',
@@ -443,7 +447,7 @@ describe('CUDA dispatcher', () => {
       );
     refused(() => parseVariants({ variants: [] }, 'test.json'), /non-empty array/);
     refused(() => parseVariants([42], 'test.json'), /variant #0: the entry must be an object/);
-    refused(broken(g4, { name: '' }), /variant #4: name must be a non-empty string/);
+    refused(broken(g4, { name: '' }), /variant #5: name must be a non-empty string/);
     refused(
       broken(g4, { dtype: 'int4' }),
       /variant maxsim_mma_g4_f16: dtype must be float32, float16, bfloat16, int8 or fp8 \(got "int4"\)/,

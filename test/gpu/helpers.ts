@@ -25,6 +25,7 @@ export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Varian
     computeCapability: dev.info.computeCapability,
     sms: dev.info.sms,
     smemOptin: dev.info.smemOptin,
+    tensorMaps: dev.info.tensorMaps,
   };
   return dispatchTable().variants.filter((v) => {
     if (v.dtype !== dtype) return false;

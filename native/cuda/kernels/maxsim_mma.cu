@@ -305,12 +305,12 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
 //               name                   type           G NGRP TN  S  KD  KSPLIT CTAS/SM   smem bytes
 MAXSIM_MMA_ENTRY(maxsim_mma_g1_f16,     __half,        1, 4, 16, 3, 128, false, 4)  // 52736
 MAXSIM_MMA_ENTRY(maxsim_mma_g1_bf16,    __nv_bfloat16, 1, 4, 16, 3, 128, false, 4)
+// 32-token tiles at 2 CTAs/SM: needs 2 x 105 KB per SM (sm_90, sm_100); H200 1,32,128: 0.760 vs 0.790 ms
+MAXSIM_MMA_ENTRY(maxsim_mma_g1t32_f16,  __half,        1, 4, 32, 3, 128, false, 2)  // 104960
+MAXSIM_MMA_ENTRY(maxsim_mma_g1t32_bf16, __nv_bfloat16, 1, 4, 32, 3, 128, false, 2)
 MAXSIM_MMA_ENTRY(maxsim_mma_g4_f16,     __half,        4, 2, 32, 4, 128, false, 2)  // 69888
 MAXSIM_MMA_ENTRY(maxsim_mma_g4_bf16,    __nv_bfloat16, 4, 2, 32, 4, 128, false, 2)
 MAXSIM_MMA_ENTRY(maxsim_mma_g8_f16,     __half,        8, 1, 64, 3, 128, false, 2)  // 52352
 MAXSIM_MMA_ENTRY(maxsim_mma_g8_bf16,    __nv_bfloat16, 8, 1, 64, 3, 128, false, 2)
 MAXSIM_MMA_ENTRY(maxsim_mma_ks_f16,     __half,        4, 2, 16, 4, 128, true,  2)  // 35072
-MAXSIM_MMA_ENTRY(xexp_mma_g1t32_f16,     __half,        1, 4, 32, 3, 128, false, 2)  // 104960
-MAXSIM_MMA_ENTRY(xexp_mma_g1s4_f16,      __half,        1, 4, 16, 4, 128, false, 3)  // 70144
-MAXSIM_MMA_ENTRY(xexp_mma_g1t32s4_f16,   __half,        1, 2, 32, 4, 128, false, 3)  // 69888
 MAXSIM_MMA_ENTRY(maxsim_mma_ks_bf16,    __nv_bfloat16, 4, 2, 16, 4, 128, true,  2)

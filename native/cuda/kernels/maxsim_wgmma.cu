@@ -456,6 +456,12 @@ MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  __half,        2,   2,  64, 12, t
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, __nv_bfloat16, 2,   2,  64, 12, true)
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_f16,  __half,        2,   2, 128, 6, false)  // 197632      384
 MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_bf16, __nv_bfloat16, 2,   2, 128, 6, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_f16,      __half,        2, 1, 128,  4, false)  // 132096  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_bf16,     __nv_bfloat16, 2, 1, 128,  4, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_f16,   __half,        2, 2,  64,  8, false)  // 132096  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_bf16,  __nv_bfloat16, 2, 2,  64,  8, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_f16,  __half,        2, 1,  64, 12, true)   // 197632  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_bf16, __nv_bfloat16, 2, 1,  64, 12, true)
 MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_f16,  __half,        2, 2,  64, 12, true)   // 197632  384
 MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_bf16, __nv_bfloat16, 2, 2,  64, 12, true)
 MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_f16,  __half,        2, 2, 128,  6, false)  // 197632  384
