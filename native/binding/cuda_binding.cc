@@ -31,6 +31,8 @@ using maxsim_cuda::Runtime;
 using maxsim_binding::ArgError;
 using maxsim_binding::Describe;
 using maxsim_binding::GetInteger;
+using maxsim_binding::ParseLaunch;
+using maxsim_binding::SetDTypeName;
 using maxsim_binding::TopKHeap;
 using Task = maxsim_binding::CudaTask;
 
@@ -49,56 +51,6 @@ Napi::Value Submit(Napi::Env env, Runtime* rt, std::unique_ptr<Task> task) {
 
 // ---------------------------------------------------------------------------------------------
 // Argument helpers
-
-void GetTriple(Napi::Env env, Napi::Object launch, const char* key, unsigned out[3]) {
-  Napi::Value v = launch.Get(key);
-  const std::string name = std::string("launch.") + key;
-  if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) throw ArgError(env, name, "an array of 3 positive integers", Describe(v));
-  Napi::Array a = v.As<Napi::Array>();
-  for (uint32_t i = 0; i < 3; i++) {
-    out[i] = static_cast<unsigned>(GetInteger(env, a.Get(i), name + "[" + std::to_string(i) + "]", 1, 2147483647));
-  }
-}
-
-// The dtype name of a device token set: fp8 sets are int8-sized e4m3 codes.
-const char* SetDTypeName(DType t, bool e4m3) { return e4m3 ? "fp8" : DTypeName(t); }
-
-// Parses { kernel, grid, block, smem, queryTile?, dtype? }; `dtype` (when given) is the element type
-// the kernel reads and must match the docs.
-LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3) {
-  if (!v.IsObject()) throw ArgError(env, "launch", "an object { kernel, grid, block, smem }", Describe(v));
-  Napi::Object o = v.As<Napi::Object>();
-  LaunchSpec s;
-  Napi::Value kernel = o.Get("kernel");
-  if (!kernel.IsString() || kernel.As<Napi::String>().Utf8Value().empty()) {
-    throw ArgError(env, "launch.kernel", "a kernel name", Describe(kernel));
-  }
-  s.kernel = kernel.As<Napi::String>().Utf8Value();
-  GetTriple(env, o, "grid", s.grid);
-  GetTriple(env, o, "block", s.block);
-  s.smem = static_cast<unsigned>(GetInteger(env, o.Get("smem"), "launch.smem", 0, 1 << 30));
-  Napi::Value box = o.Get("tmaBox");
-  if (!box.IsUndefined()) {
-    if (!box.IsArray() || box.As<Napi::Array>().Length() != 2)
-      throw ArgError(env, "launch.tmaBox", "[elements, tokens]", Describe(box));
-    Napi::Array b = box.As<Napi::Array>();
-    s.tma_box[0] = static_cast<unsigned>(GetInteger(env, b.Get(0u), "launch.tmaBox[0]", 1, 256));
-    s.tma_box[1] = static_cast<unsigned>(GetInteger(env, b.Get(1u), "launch.tmaBox[1]", 1, 256));
-  }
-  Napi::Value tile = o.Get("queryTile");
-  if (!tile.IsUndefined()) s.query_tile = GetInteger(env, tile, "launch.queryTile", 1, 2147483647);
-  Napi::Value dt = o.Get("dtype");
-  if (!dt.IsUndefined()) {
-    const bool want_e4m3 = dt.IsString() && dt.As<Napi::String>().Utf8Value() == "fp8";
-    const DType want = want_e4m3 ? DType::Int8 : ParseDType(env, "launch", dt);
-    if (want != docs_dtype || want_e4m3 != docs_e4m3) {
-      throw ArgError(env, "docs.dtype",
-                     std::string("'") + SetDTypeName(want, want_e4m3) + "' (the element type of kernel " + s.kernel + ")",
-                     std::string("'") + SetDTypeName(docs_dtype, docs_e4m3) + "'");
-    }
-  }
-  return s;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Wrapped objects

@@ -23,7 +23,6 @@ using maxsim_binding::Describe;
 using maxsim_binding::GetInteger;
 using maxsim_binding::TaskChannel;
 using maxsim_cuda::DeviceTokens;
-using maxsim_cuda::LaunchSpec;
 using maxsim_cuda::Runtime;
 using maxsim_cuda::StreamBlock;
 using maxsim_cuda::StreamScanResult;
@@ -35,15 +34,6 @@ struct PinHolder {
 };
 
 constexpr int kBlockFields = 8;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt, scalesOffset
-
-void GetTriple(Napi::Env env, Napi::Object o, const char* key, unsigned out[3]) {
-  Napi::Value v = o.Get(key);
-  const std::string name = std::string("launch.") + key;
-  if (!v.IsArray() || v.As<Napi::Array>().Length() != 3) throw ArgError(env, name, "an array of 3 positive integers", Describe(v));
-  for (uint32_t i = 0; i < 3; i++) {
-    out[i] = static_cast<unsigned>(GetInteger(env, v.As<Napi::Array>().Get(i), name, 1, 2147483647));
-  }
-}
 
 template <typename T>
 T GetTyped(Napi::Env env, Napi::Object o, const char* key, napi_typedarray_type type, const char* type_name) {
@@ -177,17 +167,9 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
     spec.blocks.push_back(b);
   }
 
-  // The launch: { kernel, grid, block, smem, queryTile? } as the dispatcher planned it.
-  if (!info[3].IsObject()) throw ArgError(env, "launch", "an object { kernel, grid, block, smem }", Describe(info[3]));
-  Napi::Object lo = info[3].As<Napi::Object>();
-  LaunchSpec& ls = spec.launch;
-  Napi::Value kernel = lo.Get("kernel");
-  if (!kernel.IsString()) throw ArgError(env, "launch.kernel", "a kernel name", Describe(kernel));
-  ls.kernel = kernel.As<Napi::String>().Utf8Value();
-  GetTriple(env, lo, "grid", ls.grid);
-  GetTriple(env, lo, "block", ls.block);
-  ls.smem = static_cast<unsigned>(GetInteger(env, lo.Get("smem"), "launch.smem", 0, 1 << 30));
-  if (!lo.Get("queryTile").IsUndefined()) ls.query_tile = GetInteger(env, lo.Get("queryTile"), "launch.queryTile", 1, 2147483647);
+  // The launch as the dispatcher planned it (a TMA variant carries its box: the runtime encodes the
+  // tensor map of each block's tokens).
+  spec.launch = maxsim_binding::ParseLaunch(env, info[3], spec.dtype, false);
 
   if (!info[4].IsUndefined()) {
     if (!info[4].IsTypedArray() || info[4].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||

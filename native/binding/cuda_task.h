@@ -65,6 +65,11 @@ std::string Describe(const Napi::Value& v);
 int64_t GetInteger(Napi::Env env, const Napi::Value& v, const std::string& name, int64_t min, int64_t max);
 // A device index, or a device handle from cuda.open() (its `index`): the device's runtime.
 maxsim_cuda::Runtime* ParseDevice(Napi::Env env, const Napi::Value& v);
+// The dtype name of a device token set: fp8 sets are int8-sized e4m3 codes.
+const char* SetDTypeName(DType t, bool e4m3);
+// Parses a launch as the dispatcher plans it: { kernel, grid, block, smem, queryTile?, tmaBox?,
+// dtype? }; `dtype` (when given) is the element type the kernel reads and must match the docs.
+maxsim_cuda::LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3);
 
 // ---- device token sets (the CudaTokenSet handles of cuda_binding.cc), for the other bindings ----
 struct DeviceSetArg {

@@ -19,6 +19,7 @@ using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_DEINITIALIZED = 4;
 constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
@@ -100,6 +101,7 @@ using PFN_cuModuleEnumerateFunctions = CUresult (*)(CUfunction* fns, unsigned in
 using PFN_cuFuncGetName = CUresult (*)(const char** name, CUfunction f);                   // CUDA 12.3+
 using PFN_cuFuncGetAttribute = CUresult (*)(int* pi, int attrib, CUfunction f);
 using PFN_cuFuncSetAttribute = CUresult (*)(CUfunction f, int attrib, int value);
+using PFN_cuFuncGetParamInfo = CUresult (*)(CUfunction f, size_t index, size_t* offset, size_t* size);  // CUDA 12.4+
 // Tensor maps (TMA descriptors; compute capability 9.0+): an opaque 128-byte, 64-byte-aligned object
 // made on the host by cuTensorMapEncodeTiled and passed to the kernel by value (__grid_constant__).
 struct alignas(64) CUtensorMap {

@@ -65,6 +65,7 @@ struct Driver {
   cu::PFN_cuFuncGetName cuFuncGetName = nullptr;
   // Optional: the TMA variants need it (a launch of one says so when it is missing).
   cu::PFN_cuTensorMapEncodeTiled cuTensorMapEncodeTiled = nullptr;
+  cu::PFN_cuFuncGetParamInfo cuFuncGetParamInfo = nullptr;  // optional: checks the TMA launch contract
 
   int driver_version = 0;  // e.g. 12040
   int device_count = 0;

@@ -391,6 +391,12 @@ Runtime::FunctionInfo& Runtime::Function(const std::string& name) {
     Check(d.cuFuncGetAttribute(&info.static_smem, cu::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute");
     Check(d.cuFuncGetAttribute(&info.dynamic_smem_limit, cu::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn),
           "cuFuncGetAttribute");
+    if (d.cuFuncGetParamInfo) {
+      size_t offset = 0, size = 0;
+      const cu::CUresult pr = d.cuFuncGetParamInfo(fn, 1, &offset, &size);
+      if (pr == cu::CUDA_SUCCESS) info.takes_tensor_map = 1;
+      else if (pr == cu::CUDA_ERROR_INVALID_VALUE) info.takes_tensor_map = 0;  // index past the last parameter
+    }
     return functions_.emplace(name, info).first->second;
   }
   std::string detail;
@@ -410,6 +416,18 @@ Runtime::FunctionInfo& Runtime::Function(const std::string& name) {
 
 void Runtime::ValidateLaunch(const LaunchSpec& spec) {
   FunctionInfo& f = Function(spec.kernel);
+  // A TMA kernel launched without its tensor map would read through garbage (an illegal instruction
+  // that loses the context), so the launch must agree with the kernel's parameters where the driver
+  // can tell.
+  const bool has_box = spec.tma_box[0] > 0;
+  if (f.takes_tensor_map == 1 && !has_box) {
+    throw std::invalid_argument("Expected launch.tmaBox for kernel " + spec.kernel +
+                                " (it reads the documents through a TMA tensor map) but received none");
+  }
+  if (f.takes_tensor_map == 0 && has_box) {
+    throw std::invalid_argument("Expected no launch.tmaBox for kernel " + spec.kernel + " (it takes no tensor map) but received [" +
+                                std::to_string(spec.tma_box[0]) + ", " + std::to_string(spec.tma_box[1]) + "]");
+  }
   const char* axis[3] = {"x", "y", "z"};
   uint64_t threads = 1;
   for (int i = 0; i < 3; i++) {

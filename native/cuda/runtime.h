@@ -216,6 +216,9 @@ class Runtime {
     int max_threads = 0;
     int static_smem = 0;
     int dynamic_smem_limit = 0;  // raised with cuFuncSetAttribute when a launch needs more
+    // Whether the kernel takes a second parameter (the TMA variants' tensor map): 1 yes, 0 no, -1 the
+    // driver cannot say (before 12.4).
+    int takes_tensor_map = -1;
   };
   FunctionInfo& Function(const std::string& name);
   void* Staging(int which);

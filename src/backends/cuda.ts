@@ -112,6 +112,8 @@ export interface NativeLaunch {
   block: [number, number, number];
   smem: number;
   queryTile?: number;
+  /** TMA variants: the box of the documents' tensor map (the kernel's second parameter). */
+  tmaBox?: [number, number];
   dtype?: DeviceDType;
 }
 

@@ -147,6 +147,25 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
       } finally {
         odd.dispose();
       }
+      // the TMA launch contract: a tensor-map kernel without its box (it would read through an
+      // undefined map and lose the context), or a plain kernel given one, is refused (drivers 12.4+
+      // say how many parameters a kernel takes; a listed kernel implies one)
+      const tma = 'maxsim_wgmma_tma_pp_m2n64_f16';
+      if (dev.info.kernels.includes(tma)) {
+        await assert.rejects(
+          native.score(handle, queries, docs.native, { ...ok, tmaBox: [64, 64] }),
+          /Expected no launch\.tmaBox for kernel maxsim_simt_f16 \(it takes no tensor map\) but received \[64, 64\]/,
+        );
+        await assert.rejects(
+          native.score(handle, queries, docs.native, {
+            kernel: tma,
+            grid: [2, 1, 1],
+            block: [384, 1, 1],
+            smem: 197_632,
+          }),
+          /Expected launch\.tmaBox for kernel maxsim_wgmma_tma_pp_m2n64_f16 .* but received none/,
+        );
+      }
       // the device still works after every rejection
       assert.equal((await native.score(handle, queries, docs.native, ok)).length, 2);
     } finally {
