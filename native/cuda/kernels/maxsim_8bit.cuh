@@ -479,9 +479,9 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
 // NCONS consumer warpgroups wait on "full", fence the async proxy, copy the tile's scales of their
 // columns to registers, run 4 wgmma.m64nTNk32 per m-block (A = 16 query rows per warp from registers, B by descriptor),
 // arrive on "empty" once the last m-block is done, and fold: value = float(acc) * sd_j, then the
-// running row max (columns past the document -> -inf). int8 accumulators hold the bits of
-// 1.5 * 2^23 (S8::init) when the MMAs start, set once and then right after each fold, so the
-// conversion is one FADD; fp8 accumulates in fp32 from zero (scale-d = 0 on the first k step).
+// running row max (columns past the document -> -inf). Both types accumulate from zero (scale-d = 0
+// on the first k step): int8 in int32, converted by I2FP (full rate; the mma.sync bodies' biased
+// accumulator would need a MOV per value to reset it here), fp8 in fp32.
 // With two consumer warpgroups the producer gives registers to them (setmaxnreg, maxsim_sm90.cuh),
 // which lets w2m2n128 hold two m-blocks of 128-column accumulators.
 // End of (document, pass): quad max, times the query-row scale, warp sum, one named barrier, and the
@@ -542,7 +542,10 @@ template <class E, int NCONS, int MB, int TN, int S>
 __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
 #if MAXSIM_HAS_WGMMA
   using Acc = typename E::Acc;
-  constexpr bool BIAS = !E::kFp8;  // dim <= 128: |acc| <= 127^2 * 128 < 2^22
+  // int8 converts with I2FP (full rate on sm_90) from an accumulator that starts at zero, like fp8's:
+  // no bias to set after each fold (the mma.sync bodies' FADD trick costs a MOV per value here;
+  // H200: 1.152 vs 1.285 ms at 32,32,300, 2.96 vs 3.14 at ColPali; bench/NOTES.md item 25)
+  constexpr bool BIAS = false;  // E::to_f32<false>: I2FP for int8, nothing for fp8
   constexpr int STAGE = TN * 128;  // bytes per stage: TN rows of one 128-byte swizzle atom
   constexpr int NCW = NCONS * 4;   // consumer warps
   constexpr int SPP = NCW * MB;    // 16-row query slices per pass
@@ -586,7 +589,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
     const uint32_t pdst = prow * 128 + ((pchunk ^ (prow & 7)) << 4);
     const int64_t row_step = 16 * (int64_t)dim;
     int t = 0;
-    for (int pass = 0; pass < npass; ++pass)
+    // direct loads of each document's length and start: the producer runs S tiles ahead, which hides
+    // their latency, and a DocWindow's registers would spill at w3m2n64's producer budget
+    for (int pass = 0; pass < npass; ++pass) {
       for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
         const int len = p.doc_lengths[doc];
         if (len <= 0) continue;
@@ -607,6 +612,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
           cp_async_mbar_arrive(smem_u32(&full_bar[s]));  // fires when this thread's copies land
         }
       }
+    }
     cp_async_wait<0>();
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
@@ -619,8 +625,8 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
     const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
     uint32_t a[MB][4][4];
     float qs[MB][2];
-    // int8: the bias once here, then again right after each fold (off the path from "full" to the
-    // MMAs; bench/NOTES.md); fp8: scale-d = 0 on the first k step, so no reset at all
+    // scale-d = 0 on the first k step of every tile: no reset after a fold (zeroed once for the asm's
+    // "+r" operands)
     Acc acc[MB][NACC];
 #pragma unroll
     for (int m = 0; m < MB; ++m)
@@ -659,8 +665,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
           qs[m][h] = row < qlen[m] ? qscales[qstart + row] : 0.f;
         }
       }
-      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
-        const int len = p.doc_lengths[doc];
+      DocWindow<false> win(p);
+      for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+        const int len = win.at(p, i, nullptr);
         if (len <= 0) {
           if (pass == 0)
             for (int ql = ctid; ql < nq; ql += NCONS * 128)
@@ -689,7 +696,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
           for (int m = 0; m < MB; ++m) {
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks)
-              Wgmma8<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((ks * 32) >> 4), BIAS ? 1 : (ks > 0));
+              Wgmma8<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((ks * 32) >> 4), ks > 0);
             wgmma_commit();
           }
           const int rem = len - tile * TN;
@@ -729,12 +736,6 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
                 rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
               }
             }
-            if constexpr (BIAS)
-#pragma unroll
-              for (int i = 0; i < NACC; ++i) {
-                acc[m][i] = E::template init<BIAS>();
-                reg_fence(acc[m][i]);
-              }
           }
         }
         // row max over the quad, times the query-row scale, rows past the query dropped, warp sum

@@ -1,4 +1,4 @@
-// Shared device helpers for the MaxSim kernels (SIMT and mma.sync families).
+// Shared device helpers for the MaxSim kernels (every family: SIMT, mma.sync, wgmma, 8-bit).
 #pragma once
 #include <stdint.h>
 #include <cuda_fp16.h>
@@ -12,6 +12,36 @@ template <typename T> __device__ __forceinline__ float to_f32(T x);
 template <> __device__ __forceinline__ float to_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
 template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// ---- the wgmma kernels' walk over a CTA's documents ------------------------------------------
+// (maxsim_wgmma.cu, maxsim_8bit.cuh: producer and consumer warps all step through every document of
+// the CTA, a group's share being every NGRP-th; the mma.sync kernels' groups take DocCursor below.)
+// The lengths (and, for the producer, starts) of documents blockIdx.x + i * gridDim.x, read 32 at a
+// time by the lanes of a warp, one window ahead of use: the document loops then never stall on a
+// dependent global load per document (a full memory latency each while the tile stream saturates
+// DRAM). Every lane of the warp must call at() with the same i, in increasing order.
+template <bool STARTS>
+struct DocWindow {
+  int len_cur = 0, len_nxt = 0;
+  int64_t start_cur = 0, start_nxt = 0;
+  __device__ __forceinline__ void fetch(const MaxsimParams& p, int64_t i0) {
+    const int64_t doc = blockIdx.x + (i0 + (threadIdx.x & 31)) * (int64_t)gridDim.x;
+    const bool ok = doc < p.num_docs;
+    len_nxt = ok ? p.doc_lengths[doc] : 0;
+    if (STARTS) start_nxt = ok ? p.doc_starts[doc] : 0;
+  }
+  __device__ __forceinline__ DocWindow(const MaxsimParams& p) { fetch(p, 0); }
+  // length (and start) of document i of this CTA's sequence
+  __device__ __forceinline__ int at(const MaxsimParams& p, int i, int64_t* start) {
+    if ((i & 31) == 0) {
+      len_cur = len_nxt;
+      start_cur = start_nxt;
+      fetch(p, i + 32);
+    }
+    if (STARTS) *start = __shfl_sync(0xffffffffu, start_cur, i & 31);
+    return __shfl_sync(0xffffffffu, len_cur, i & 31);
+  }
+};
 
 // ---- a producer's walk over its documents ---------------------------------------------------
 // Documents first, first + step, ... (a group's share of a persistent grid), skipping empty ones.

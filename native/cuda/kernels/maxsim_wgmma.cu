@@ -111,33 +111,6 @@ template <> struct Wgmma<__nv_bfloat16, 256> {
 
 #endif
 
-// The lengths (and, for the producer, starts) of this CTA's documents blockIdx.x + i * gridDim.x,
-// read 32 at a time by the lanes of a warp, one window ahead of use: the document loops then never
-// stall on a dependent global load per document (a full memory latency each while the tile stream
-// saturates DRAM). Every lane of the warp must call at() with the same i, in increasing order.
-template <bool STARTS>
-struct DocWindow {
-  int len_cur = 0, len_nxt = 0;
-  int64_t start_cur = 0, start_nxt = 0;
-  __device__ __forceinline__ void fetch(const MaxsimParams& p, int64_t i0) {
-    const int64_t doc = blockIdx.x + (i0 + (threadIdx.x & 31)) * (int64_t)gridDim.x;
-    const bool ok = doc < p.num_docs;
-    len_nxt = ok ? p.doc_lengths[doc] : 0;
-    if (STARTS) start_nxt = ok ? p.doc_starts[doc] : 0;
-  }
-  __device__ __forceinline__ DocWindow(const MaxsimParams& p) { fetch(p, 0); }
-  // length (and start) of document i of this CTA's sequence
-  __device__ __forceinline__ int at(const MaxsimParams& p, int i, int64_t* start) {
-    if ((i & 31) == 0) {
-      len_cur = len_nxt;
-      start_cur = start_nxt;
-      fetch(p, i + 32);
-    }
-    if (STARTS) *start = __shfl_sync(0xffffffffu, start_cur, i & 31);
-    return __shfl_sync(0xffffffffu, len_cur, i & 31);
-  }
-};
-
 // PP ("ping-pong"): instead of splitting the query rows of every document between the consumer
 // warpgroups (which then meet at a barrier after each document and fold in lockstep, leaving the
 // tensor cores idle meanwhile), each warpgroup holds all the rows of a pass and takes every NCONS-th
