@@ -47,9 +47,9 @@ describe('CUDA dispatcher: int8', () => {
   ];
   // compute capability 9.0 takes wgmma where mma would run g8 (many query rows): 128-token tiles for
   // documents of 512 tokens or more (a multiple of 128), 64 otherwise
-  // (fp8 with shorter documents: three consumer warpgroups, for these cases' 64 slices of 16 rows)
-  const wgmmaKind = (p: Partial<Problem>, fp8 = false) =>
-    (p.maxDocLength ?? 128) >= 512 ? 'wgmma_w2m2n128' : fp8 ? 'wgmma_w3m2n64' : 'wgmma_w2m2n64';
+  // (shorter documents: three consumer warpgroups, for these cases' 64 slices of 16 rows)
+  const wgmmaKind = (p: Partial<Problem>) =>
+    (p.maxDocLength ?? 128) >= 512 ? 'wgmma_w2m2n128' : 'wgmma_w3m2n64';
   for (const [what, p, want] of cases) {
     const onH200 = want.replace('mma_g8', wgmmaKind(p));
     test(`${what} -> ${want} (A100, RTX 3090), ${onH200} (H200)`, () => {
@@ -63,7 +63,7 @@ describe('CUDA dispatcher: int8', () => {
       const fp8 = problem({ ...p, dtype: 'fp8' });
       assert.equal(
         selectVariant(fp8, h200).name,
-        want.replace('int8', 'fp8').replace('mma_g8', wgmmaKind(p, true)),
+        want.replace('int8', 'fp8').replace('mma_g8', wgmmaKind(p)),
         what,
       );
       assert.equal(selectVariant(fp8, a100).name, 'maxsim_fp8_simt', what);
@@ -170,9 +170,9 @@ describe('CUDA dispatcher: int8', () => {
       // the rules pick wgmma only for many query rows (measured faster than mma g8), with 128-token
       // tiles only for long documents (a mean of 512 tokens or more)
       assert.ok(!selectVariant(problem({ dtype: t }), h200).name.includes('wgmma'));
-      // shorter documents: fp8 takes three consumer warpgroups where they pad the query rows by at
-      // most 15% more than two (64 and 128 slices of 16 rows: 72 / 144 padded), int8 keeps two
-      const short = t === 'fp8' ? 'wgmma_w3m2n64' : 'wgmma_w2m2n64';
+      // shorter documents: three consumer warpgroups where they pad the query rows by at most 15% more
+      // than two (64 and 128 slices of 16 rows: 72 / 144 padded)
+      const short = 'wgmma_w3m2n64';
       for (const p of [{ maxQueryLength: 1024 }, { numQueries: 64 }, { numQueries: 32, maxDocLength: 300 }])
         assert.equal(selectVariant(problem({ ...p, dtype: t }), h200).name, `maxsim_${t}_${short}`);
       // 16 slices: one pass either way, but 24 rows of 16 padded against 16 -> two warpgroups

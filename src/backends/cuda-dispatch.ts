@@ -317,13 +317,14 @@ function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
   // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
     if (longDocuments(p)) return 'wgmma_w2m2n128';
-    // fp8 with shorter documents: three consumer warpgroups (384 query rows per pass instead of 256)
-    // when the extra padding of the query rows stays within 15%. H200, 32,32,300,128,10000: 1.071 vs
-    // 1.168 ms and 1.101 vs 1.172 in two runs; int8 gains nothing there (1.285 vs 1.280), and at
-    // ColPali the 128-token tiles win (fp8 3.35 vs 3.08). bench/NOTES.md, item 19.
+    // Shorter documents: three consumer warpgroups (384 query rows per pass instead of 256) when the
+    // extra padding of the query rows stays within 15%. H200, 32,32,300,128,10000: fp8 1.071 vs 1.168
+    // ms and 1.101 vs 1.172 in two runs (item 19); int8, since it converts with I2FP, 1.113 vs 1.149
+    // (item 25; with the biased accumulator it gained nothing). At ColPali the 128-token tiles win
+    // (fp8 3.35 vs 3.08). bench/NOTES.md.
     const slices = p.numQueries * Math.ceil(p.maxQueryLength / 16);
     const padded = (perPass: number) => Math.ceil(slices / perPass) * perPass;
-    if (p.dtype === 'fp8' && padded(24) <= 1.15 * padded(16)) return 'wgmma_w3m2n64';
+    if (padded(24) <= 1.15 * padded(16)) return 'wgmma_w3m2n64';
     return 'wgmma_w2m2n64';
   }
   return 'mma_g8';
