@@ -109,6 +109,32 @@ template <> struct Wgmma<__nv_bfloat16, 256> {
   }
 };
 
+// The producer's walk, shared by the TMA and cp.async producers: for each pass, each non-empty
+// document of this CTA (under PP the consumer groups take turns), each tile: wait until its stage is
+// free, then copy(stage, group, start, len, tile). Called by whole warps (DocWindow).
+template <int NGRP, int TN, int S, class Copy>
+__device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_docs, int npass, uint64_t* empty_bar,
+                                              Copy&& copy) {
+  int t = 0;
+  for (int pass = 0; pass < npass; ++pass) {
+    int owner = 0;  // the consumer group of the next non-empty document (always 0 unless PP)
+    DocWindow<true> win(p);
+    for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+      int64_t start;
+      const int len = win.at(p, i, &start);
+      if (len <= 0) continue;
+      const int grp = owner;
+      owner = owner + 1 == NGRP ? 0 : owner + 1;
+      const int ntiles = (len + TN - 1) / TN;
+      for (int tile = 0; tile < ntiles; ++tile, ++t) {
+        const int s = t % S;
+        if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+        copy(s, grp, start, len, tile);
+      }
+    }
+  }
+}
+
 #endif
 
 // PP ("ping-pong"): instead of splitting the query rows of every document between the consumer
@@ -166,69 +192,38 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
     if constexpr (TMA) {
       // one warp walks the documents (DocWindow shuffles need the whole warp), lane 0 issues
-      if (warp == 0) {
-        int t = 0;
-        for (int pass = 0; pass < npass; ++pass) {
-          int owner = 0;
-          DocWindow<true> win(p);
-          for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
-            int64_t start;
-            const int len = win.at(p, i, &start);
-            if (len <= 0) continue;
-            const int grp = owner;
-            owner = owner + 1 == NGRP ? 0 : owner + 1;
-            const int ntiles = (len + TN - 1) / TN;
-            for (int tile = 0; tile < ntiles; ++tile, ++t) {
-              const int s = t % S;
-              if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-              if (lane == 0) {
-                // rows past the document are the next document's (masked by the consumers' fold)
-                // or past the set (zeros); dims past dim are zeros
-                const uint32_t fb = smem_u32(&full_bar[grp][s]);
-                const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
-                mbar_arrive_expect_tx(fb, STAGE);
-                tma_load_2d(sbase + s * STAGE, map, 0, row, fb);
-                tma_load_2d(sbase + s * STAGE + HALF, map, 64, row, fb);
-              }
-              __syncwarp();
-            }
+      if (warp == 0)
+        produce_tiles<NGRP, TN, S>(p, num_docs, npass, empty_bar, [&](int s, int grp, int64_t start, int, int tile) {
+          if (lane == 0) {
+            // rows past the document are the next document's (masked by the consumers' fold) or
+            // past the set (zeros); dims past dim are zeros
+            const uint32_t fb = smem_u32(&full_bar[grp][s]);
+            const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
+            mbar_arrive_expect_tx(fb, STAGE);
+            tma_load_2d(sbase + s * STAGE, map, 0, row, fb);
+            tma_load_2d(sbase + s * STAGE + HALF, map, 64, row, fb);
           }
-        }
-      }
+          __syncwarp();
+        });
     } else {
-    // Each thread copies one 16-byte chunk (dims 8c .. 8c+7) of rows prow, prow + 8, ... of a tile
-    // (copy_chunk_rows): with 128-byte rows the swizzle term (chunk ^ row % 8) is the same for all
-    // of them, so the destination is fixed per thread up to a 1024-byte step.
-    const int prow = tid >> 4, pchunk = tid & 15;
-    const bool kok = pchunk * 8 < dim;  // wgmma reads all 128 dims: zero-fill past dim
-    const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ prow) << 4);
-    const int64_t row_step = 8 * (int64_t)dim;
-    int t = 0;
-    for (int pass = 0; pass < npass; ++pass) {
-      int owner = 0;  // the consumer group of the next non-empty document (always 0 unless PP)
-      DocWindow<true> win(p);
-      for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
-        int64_t start;
-        const int len = win.at(p, i, &start);
-        if (len <= 0) continue;
-        const int grp = owner;
-        owner = owner + 1 == NGRP ? 0 : owner + 1;
-        const int ntiles = (len + TN - 1) / TN;
-        for (int tile = 0; tile < ntiles; ++tile, ++t) {
-          const int s = t % S;
-          if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-          const uint32_t dst = sbase + s * STAGE + pdst;
-          const int row0 = tile * TN + prow;
-          const int rows_left = len - row0;  // copy `it` holds row row0 + 8 * it
-          const T* src = docs + (start + row0) * (int64_t)dim + pchunk * 8;
-          copy_chunk_rows<TN / 8, 8, 8 * 128>(dst, src, row_step, rows_left, kok, docs);
-          // the tile is "full" when the copies land, whatever the producer does next: consumers
-          // are not held back until later tiles are issued
-          cp_async_mbar_arrive(smem_u32(&full_bar[grp][s]));
-        }
-      }
-    }
-    cp_async_wait<0>();
+      // Each thread copies one 16-byte chunk (dims 8c .. 8c+7) of rows prow, prow + 8, ... of a tile
+      // (copy_chunk_rows): with 128-byte rows the swizzle term (chunk ^ row % 8) is the same for all
+      // of them, so the destination is fixed per thread up to a 1024-byte step.
+      const int prow = tid >> 4, pchunk = tid & 15;
+      const bool kok = pchunk * 8 < dim;  // wgmma reads all 128 dims: zero-fill past dim
+      const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ prow) << 4);
+      const int64_t row_step = 8 * (int64_t)dim;
+      produce_tiles<NGRP, TN, S>(p, num_docs, npass, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+        const uint32_t dst = sbase + s * STAGE + pdst;
+        const int row0 = tile * TN + prow;
+        const int rows_left = len - row0;  // copy `it` holds row row0 + 8 * it
+        const T* src = docs + (start + row0) * (int64_t)dim + pchunk * 8;
+        copy_chunk_rows<TN / 8, 8, 8 * 128>(dst, src, row_step, rows_left, kok, docs);
+        // the tile is "full" when the copies land, whatever the producer does next: consumers are
+        // not held back until later tiles are issued
+        cp_async_mbar_arrive(smem_u32(&full_bar[grp][s]));
+      });
+      cp_async_wait<0>();
     }
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
