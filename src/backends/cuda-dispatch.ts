@@ -320,7 +320,7 @@ function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
     // Shorter documents: three consumer warpgroups (384 query rows per pass instead of 256) when the
     // extra padding of the query rows stays within 15%. H200, 32,32,300,128,10000: fp8 1.071 vs 1.168
     // ms and 1.101 vs 1.172 in two runs (item 19); int8, since it converts with I2FP, 1.113 vs 1.149
-    // (item 25; with the biased accumulator it gained nothing). At ColPali the 128-token tiles win
+    // (item 27; with the biased accumulator it gained nothing). At ColPali the 128-token tiles win
     // (fp8 3.35 vs 3.08). bench/NOTES.md.
     const slices = p.numQueries * Math.ceil(p.maxQueryLength / 16);
     const padded = (perPass: number) => Math.ceil(slices / perPass) * perPass;
@@ -357,8 +357,9 @@ export function preferredVariantNames(p: Problem, caps: DeviceCaps): string[] {
 /**
  * A wgmma kind preceded by its TMA twin: the same kernel with the documents read through a tensor map
  * by one producer lane instead of cp.async by the whole producer warpgroup. H200: 1,128,300,128,100000
- * 2.04-2.06 vs 2.28-2.32 ms, 1,1024,1024,128,10000 4.13-4.17 vs 4.25-4.26 (bench/NOTES.md, item 24).
- * The plain kernel serves where the driver cannot encode tensor maps.
+ * 2.04-2.06 vs 2.28-2.32 ms on one machine, 2.20 vs 2.22 on another; 1,1024,1024,128,10000 4.13-4.17
+ * vs 4.25-4.26 (bench/NOTES.md, item 25). The plain kernel serves where the driver cannot encode
+ * tensor maps.
  */
 const withTma = (kind: string) => [kind.replace(/^wgmma_/, 'wgmma_tma_'), kind];
 

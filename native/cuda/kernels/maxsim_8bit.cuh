@@ -544,7 +544,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   using Acc = typename E::Acc;
   // int8 converts with I2FP (full rate on sm_90) from an accumulator that starts at zero, like fp8's:
   // no bias to set after each fold (the mma.sync bodies' FADD trick costs a MOV per value here;
-  // H200: 1.152 vs 1.285 ms at 32,32,300, 2.96 vs 3.14 at ColPali; bench/NOTES.md item 25)
+  // H200: 1.152 vs 1.285 ms at 32,32,300, 2.96 vs 3.14 at ColPali; bench/NOTES.md item 27)
   constexpr bool BIAS = false;  // E::to_f32<false>: I2FP for int8, nothing for fp8
   constexpr int STAGE = TN * 128;  // bytes per stage: TN rows of one 128-byte swizzle atom
   constexpr int NCW = NCONS * 4;   // consumer warps
