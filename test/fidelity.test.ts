@@ -13,7 +13,12 @@ test(`fidelity on a small demo corpus and a near-tie set (seed ${runSeed})`, asy
   assert.ok(r.spearmanMean > 0.99 && r.spearmanMean <= 1, `rho ${r.spearmanMean}`);
   assert.ok(r.spearmanMin <= r.spearmanMean);
   for (const x of [r.top10Overlap, r.top20Overlap, r.twoStageExact]) assert.ok(x >= 0 && x <= 1);
-  assert.ok(r.recall10 && r.recall10.fp32 >= 0.9 && r.recall10.twoStage === r.recall10.fp32);
+  // Exact fp32 finds most planted documents; on 300 random documents it misses 1 or 2 of the 18 in
+  // about 8% of seeds (0.944 or 0.889 in 23 of 300 seeds tried), so the bound leaves room for that.
+  // Two-stage must find exactly what fp32 finds.
+  assert.ok(r.recall10, 'recall@10 is reported for a corpus with planted documents');
+  assert.ok(r.recall10.fp32 >= 0.75, `fp32 recall@10 ${r.recall10.fp32}`);
+  assert.equal(r.recall10.twoStage, r.recall10.fp32);
   // fp8 is a GPU format: measured where CUDA runs (fp8 is coarser than int8), else it says why not.
   const why = cudaUnavailableReason();
   if (why) assert.deepEqual(r.fp8, { unavailable: `needs a GPU (${why})` });
