@@ -8,6 +8,7 @@ import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { cudaUnavailableReason } from '../src/backends/select.js';
+import { describeCuda } from '../src/cli/info.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import type { NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../src/io/load.js';
@@ -118,6 +119,34 @@ describe('maxsim info', () => {
     assert.equal(typeof report.backends.cuda, 'boolean');
     if (!report.backends.cuda) assert.equal(typeof report.cudaUnavailable, 'string');
     if (report.backends.cpu) assert.ok(report.cpu.isas.includes(report.cpu.isa));
+  });
+
+  test('the CUDA lines name the driver, whether it encodes TMA tensor maps, the devices and kernels', () => {
+    const status = {
+      available: true,
+      driverVersion: 13000,
+      tensorMaps: true,
+      devices: [
+        {
+          index: 0,
+          name: 'NVIDIA H200',
+          computeCapability: [9, 0] as [number, number],
+          sms: 132,
+          totalMemory: 150 * 2 ** 30,
+          l2Bytes: 60 << 20,
+          smemOptin: 232_448,
+        },
+      ],
+      kernelDir: '/k',
+      kernelFiles: ['maxsim_wgmma.fatbin'],
+    };
+    assert.deepEqual(describeCuda(status), [
+      'driver CUDA 13.0, TMA tensor maps: yes',
+      'device 0: NVIDIA H200, sm_90, 132 SMs, 150.0 GiB',
+      'kernels /k: maxsim_wgmma.fatbin',
+    ]);
+    assert.equal(describeCuda({ ...status, tensorMaps: false })[0], 'driver CUDA 13.0, TMA tensor maps: no');
+    assert.deepEqual(describeCuda({ available: false, reason: 'no driver' }), []);
   });
 
   test('prints text, and --version / --help exit 0', () => {

@@ -247,6 +247,8 @@ Napi::Value Status(const Napi::CallbackInfo& info) {
     return o;
   }
   o.Set("driverVersion", d->driver_version);
+  // whether the TMA variants can run (the driver encodes tensor maps)
+  o.Set("tensorMaps", d->cuTensorMapEncodeTiled != nullptr);
   try {
     maxsim_cuda::EnsureUsable();
     Napi::Array devices = Napi::Array::New(env, d->device_count);

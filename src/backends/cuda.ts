@@ -50,6 +50,8 @@ export interface CudaStatus {
   reason?: string;
   /** e.g. 12040 for CUDA 12.4. */
   driverVersion?: number;
+  /** Whether the driver encodes TMA tensor maps (set with driverVersion). */
+  tensorMaps?: boolean;
   devices?: CudaDeviceStatus[];
   /** Where the kernel fatbins are looked for, and which were found. */
   kernelDir?: string;

@@ -3,11 +3,14 @@ import { Command } from 'commander';
 import type { CudaStatus } from '../backends/cuda.js';
 import { info } from '../info.js';
 
-function describeCuda(status: CudaStatus): string[] {
+/** The CUDA lines of `maxsim info` (driver, devices, kernels). */
+export function describeCuda(status: CudaStatus): string[] {
   const lines: string[] = [];
   if (status.driverVersion !== undefined) {
+    const tma =
+      status.tensorMaps === undefined ? '' : `, TMA tensor maps: ${status.tensorMaps ? 'yes' : 'no'}`;
     lines.push(
-      `driver CUDA ${Math.floor(status.driverVersion / 1000)}.${(status.driverVersion % 1000) / 10}`,
+      `driver CUDA ${Math.floor(status.driverVersion / 1000)}.${(status.driverVersion % 1000) / 10}${tma}`,
     );
   }
   for (const device of status.devices ?? []) {
