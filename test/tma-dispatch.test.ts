@@ -49,9 +49,23 @@ test('TMA variants: box [64, TN] as in the kernel source, passed on in the launc
     };
     assert.deepEqual(launchFor(v, p, h200).tmaBox, [64, Number(tn)]);
   }
+  // the 8-bit twins (maxsim_int8.cu, maxsim_fp8.cu): 128-byte rows, smem S * TN * 132 + 1024
+  const entries8 = ['maxsim_int8.cu', 'maxsim_fp8.cu'].flatMap((file) => [
+    ...readFileSync(join(dirname(variantsPath), file), 'utf8').matchAll(
+      /^MAXSIM_(?:INT8|FP8)_WGMMA_TMA_ENTRY\((\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)/gm,
+    ),
+  ]);
+  assert.ok(entries8.length >= 2, 'the 8-bit sources declare TMA entry points');
+  for (const [, name, ncons, , tn, stages] of entries8) {
+    const v = table.find((x) => x.name === name);
+    assert.ok(v, `${name} is in variants.json`);
+    assert.deepEqual(v.tmaBox, [128, Number(tn)], `${name}: tmaBox`);
+    assert.deepEqual(v.block, [128 * (Number(ncons) + 1), 1, 1], `${name}: block`);
+    assert.equal(v.smem, Number(stages) * Number(tn) * 132 + 1024, `${name}: smemBytes`);
+  }
   // every variant with a box is a TMA entry point, and the others launch without one
   for (const v of table) {
-    const isTma = entries.some((e) => e[1] === v.name);
+    const isTma = [...entries, ...entries8].some((e) => e[1] === v.name);
     assert.equal(v.tmaBox !== undefined, isTma, v.name);
   }
 });

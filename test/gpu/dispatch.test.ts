@@ -78,6 +78,8 @@ const NAMES = [
       'wgmma_w2m2n64',
       'wgmma_w2m2n128',
       'wgmma_w3m2n64',
+      'wgmma_tma_w2m2n64',
+      'wgmma_tma_w2m2n128',
     ].map((k) => `maxsim_${t}_${k}`),
   ),
 ];

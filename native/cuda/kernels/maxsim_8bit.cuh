@@ -538,8 +538,12 @@ template <> struct Wgmma8<E4M3, 128> {
 };
 #endif
 
-template <class E, int NCONS, int MB, int TN, int S>
-__device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
+// TMA: the documents come through a 2-D tensor map (box [128 bytes, TN rows], 128-byte swizzle) and
+// their scales through a 1-D one (box TN floats); one producer lane arms "full" with both boxes'
+// bytes and issues them. The maps are null otherwise.
+template <class E, int NCONS, int MB, int TN, int S, bool TMA = false>
+__device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap* docs_map = nullptr,
+                                            const TmaMap* scales_map = nullptr) {
 #if MAXSIM_HAS_WGMMA
   using Acc = typename E::Acc;
   // int8 converts with I2FP (full rate on sm_90) from an accumulator that starts at zero, like fp8's:
@@ -563,7 +567,8 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   const float* scales_s = reinterpret_cast<const float*>(smem_dyn + (scbase - smem_u32(smem_dyn)));
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 128);   // one (copy-completion) arrive per producer thread
+      // one (copy-completion) arrive per producer thread; TMA: the one armed arrive of the issuing lane
+      mbar_init(smem_u32(&full_bar[s]), TMA ? 1 : 128);
       mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
     }
   }
@@ -582,6 +587,33 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
+    if constexpr (TMA) {
+      // one warp walks the documents, lane 0 issues: rows past the document are the next one's (or
+      // zeros past the set), and so are their scales; the consumers' fold masks them by length
+      if (warp == 0) {
+        int t = 0;
+        for (int pass = 0; pass < npass; ++pass)
+          for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
+            const int len = p.doc_lengths[doc];
+            if (len <= 0) continue;
+            const int64_t start = p.doc_starts[doc];
+            const int ntiles = (len + TN - 1) / TN;
+            for (int tile = 0; tile < ntiles; ++tile, ++t) {
+              const int s = t % S;
+              if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+              if (lane == 0) {
+                const uint32_t fb = smem_u32(&full_bar[s]);
+                const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
+                mbar_arrive_expect_tx(fb, STAGE + TN * 4);
+                tma_load_2d(sbase + s * STAGE, docs_map, 0, row, fb);
+                tma_load_1d(scbase + s * TN * 4, scales_map, row, fb);
+              }
+              __syncwarp();
+            }
+          }
+      }
+      return;
+    }
     // Each thread copies one 16-byte chunk of rows prow, prow + 16, ... of a tile (copy_chunk_rows);
     // the swizzle term chunk ^ row % 8 is the same for all of them.
     const int prow = tid >> 3, pchunk = tid & 7;
@@ -681,7 +713,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p) {
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
           mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
-          fence_proxy_async();  // cp.async wrote the tile (generic proxy); wgmma reads it (async)
+          // cp.async wrote the tile (generic proxy); wgmma reads it (async). TMA writes in the async
+          // proxy already.
+          if constexpr (!TMA) fence_proxy_async();
           const uint32_t st = sbase + s * STAGE;
           // this thread's column scales, read before the stage is released to the producer
           float2 sc[TN / 8];
