@@ -78,6 +78,7 @@ MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_n128,      2,    1, 128, 4)  // 68608 
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608       512
+MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m1n128,  3,    1, 128, 6)  // 102400      512
 // TMA twins: documents and scales through tensor maps (the kernel's second and third parameters;
 // variants.json "tmaBox": [128, TN])
 #define MAXSIM_INT8_WGMMA_TMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
@@ -88,3 +89,4 @@ MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608 
   }
 MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w2m2n64,   2, 2,  64, 8)  // 68608   384
 MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w2m2n128,  2, 2, 128, 6)  // 102400  384
+MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w3m1n128,  3, 1, 128, 6)  // 102400  512
