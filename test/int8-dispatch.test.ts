@@ -153,7 +153,7 @@ describe('CUDA dispatcher: int8', () => {
           ),
         ),
       ];
-      assert.equal(wg.length, 5, 'five wgmma entry points');
+      assert.equal(wg.length, 4, 'four wgmma entry points');
       for (const m of wg) {
         const [name, ncons, , tn, s] = [m[1], ...m.slice(2, 6).map(Number)];
         const v = table.find((x) => x.name === name);

@@ -115,6 +115,32 @@ test('the rules take the TMA twin of each dispatched wgmma kind where the driver
   }
 });
 
+test('the 8-bit rules take the TMA twins where the driver encodes tensor maps', () => {
+  const withMaps: DeviceCaps = { ...h200, tensorMaps: true };
+  const cases: Array<[string, Partial<Problem>, string, string]> = [
+    // [what, shape, with maps, without: w3m2n64 where its 384-row passes pad the query rows within 15%]
+    ['32,32,300 (all pairs)', { numQueries: 32 }, 'tma_w2m2n64', 'w3m2n64'],
+    ['1,256,256 (one long query)', { maxQueryLength: 256, maxDocLength: 256 }, 'tma_w2m2n64', 'w2m2n64'],
+    ['1,1024,1024 (ColPali)', { maxQueryLength: 1024, maxDocLength: 1024 }, 'tma_w2m2n128', 'w2m2n128'],
+  ];
+  for (const dtype of ['int8', 'fp8'] as const) {
+    for (const [what, shape, tmaKind, plainKind] of cases) {
+      const p: Problem = { ...base, ...shape, dtype };
+      const tma = selectVariant(p, withMaps);
+      assert.equal(tma.name, `maxsim_${dtype}_wgmma_${tmaKind}`, `${what}, ${dtype}`);
+      assert.deepEqual(launchFor(tma, p, withMaps).tmaBox, tma.tmaBox);
+      assert.equal(
+        selectVariant(p, h200).name,
+        `maxsim_${dtype}_wgmma_${plainKind}`,
+        `${what}, ${dtype}, no maps`,
+      );
+      assert.equal(launchFor(selectVariant(p, h200), p, h200).tmaBox, undefined);
+    }
+    // few query rows stay on mma.sync, maps or not
+    assert.equal(selectVariant({ ...base, dtype }, withMaps).name, `maxsim_${dtype}_mma_g1`);
+  }
+});
+
 test('variants.json: a malformed tmaBox is refused with the variant named', () => {
   const base = JSON.parse(readFileSync(variantsPath, 'utf8')) as Array<Record<string, unknown>>;
   const tma = base.find((e) => e.name === 'maxsim_wgmma_tma_pp_m2n64_f16');

@@ -724,35 +724,13 @@ cu::CUtensorMap Runtime::TokensTensorMap(const DeviceTokens& t, const unsigned b
   return map;
 }
 
-cu::CUtensorMap Runtime::ScalesTensorMap(const DeviceTokens& t, unsigned tokens) {
-  const Driver& api = Api();
-  if (!api.cuTensorMapEncodeTiled) {
-    throw CudaError("the NVIDIA driver does not provide cuTensorMapEncodeTiled (CUDA 12.0+), which the TMA variants need",
-                    "CUDA_ERROR_NOT_SUPPORTED");
-  }
-  if (!t.scales) throw std::invalid_argument("Expected an 8-bit token set with per-token scales for an 8-bit TMA variant but received one without");
-  cu::CUtensorMap map;
-  // a tile's last scales may be the next document's (masked by length) or zeros past the set
-  const cu::cuuint64_t dims[1] = {static_cast<cu::cuuint64_t>(std::max<int64_t>(t.tokens, 1))};
-  const cu::cuuint64_t strides[1] = {0};  // rank 1: no strides are read
-  const uint32_t boxes[1] = {tokens};
-  const uint32_t steps[1] = {1};
-  Check(api.cuTensorMapEncodeTiled(&map, cu::CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, reinterpret_cast<void*>(static_cast<uintptr_t>(t.scales)),
-                                   dims, strides, boxes, steps, cu::CU_TENSOR_MAP_INTERLEAVE_NONE, cu::CU_TENSOR_MAP_SWIZZLE_NONE,
-                                   cu::CU_TENSOR_MAP_L2_PROMOTION_L2_256B, cu::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        "cuTensorMapEncodeTiled(scales)");
-  return map;
-}
-
 void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchSpec& spec, cu::CUdeviceptr scores) {
   if (q.count == 0 || d.count == 0) return;
   FunctionInfo& f = Function(spec.kernel);
-  // TMA variants take the documents' tensor map as a second (by-value, 64-byte aligned) parameter,
-  // and the 8-bit ones their scales' map as a third
-  cu::CUtensorMap docs_map{}, scales_map{};
+  // TMA variants take the documents' tensor map as a second (by-value, 64-byte aligned) parameter
+  cu::CUtensorMap docs_map{};
   const bool tma = spec.tma_box[0] > 0;
   if (tma) docs_map = TokensTensorMap(d, spec.tma_box);
-  if (tma && d.dtype == DType::Int8) scales_map = ScalesTensorMap(d, spec.tma_box[1]);
   MaxsimParams p;
   std::memset(&p, 0, sizeof(p));
   p.queries = reinterpret_cast<const void*>(static_cast<uintptr_t>(q.data));
@@ -775,9 +753,8 @@ void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchS
     // global query (row stride num_docs), so tiles write disjoint rows of the same matrix.
     p.query_tile_offset = static_cast<int32_t>(off);
     p.num_queries = static_cast<int32_t>(std::min(off + tile, q.count));
-    // by value: the driver copies each parameter's declared size from these addresses (a kernel with
-    // fewer parameters reads only the first ones)
-    void* args[] = {&p, &docs_map, &scales_map};
+    // by value: the driver copies each parameter's declared size from these addresses
+    void* args[] = {&p, &docs_map};
     Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1],
                                spec.block[2], spec.smem, stream_, args, nullptr),
           call.c_str());

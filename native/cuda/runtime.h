@@ -187,8 +187,6 @@ class Runtime {
   void Launch(const DeviceTokens& queries, const DeviceTokens& docs, const LaunchSpec& spec, cu::CUdeviceptr scores);
   // The TMA tensor map over a token set's rows [tokens, dim] with the given box (see LaunchSpec).
   cu::CUtensorMap TokensTensorMap(const DeviceTokens& t, const unsigned box[2]);
-  // The 8-bit TMA kernels' second map: the set's per-token scales [tokens], box `tokens` floats.
-  cu::CUtensorMap ScalesTensorMap(const DeviceTokens& t, unsigned tokens);
   // Checks a launch against the kernel and the device before anything is enqueued, and raises the
   // kernel's dynamic shared memory limit when the launch needs more than the default 48 KiB.
   // Throws std::invalid_argument for a bad launch.

@@ -302,32 +302,45 @@ export function unmetRequirement(
 }
 
 /**
- * int8 x int8 (maxsim_int8.cu) and fp8 e4m3 x e4m3 (maxsim_fp8.cu): mma.sync m16n8k32 reads 16-byte
- * rows, so dim % 16 == 0. The mma.sync rules apply on every GPU (the fp8 mma variants run on compute
- * capability 9.0 only: elsewhere the SIMT fallback takes over). Many query rows on compute
- * capability 9.0 take the sm_90a wgmma variants.
+ * A wgmma kind preceded by its TMA twin: the same kernel with the documents read through a tensor map
+ * by one producer lane instead of cp.async by the whole producer warpgroup (the 8-bit twins copy the
+ * documents' scales with the lanes of one producer warp). H200: 1,128,300,128,100000
+ * 2.04-2.06 vs 2.28-2.32 ms on one machine, 2.20 vs 2.22 on another; 1,1024,1024,128,10000 4.13-4.17
+ * vs 4.25-4.26 (bench/NOTES.md, item 25). The plain kernel serves where the driver cannot encode
+ * tensor maps.
  */
-function preferred8BitKind(p: Problem, caps: DeviceCaps): string {
+const withTma = (kind: string) => [kind.replace(/^wgmma_/, 'wgmma_tma_'), kind];
+
+/**
+ * int8 x int8 (maxsim_int8.cu) and fp8 e4m3 x e4m3 (maxsim_fp8.cu), as variant kinds best first:
+ * mma.sync m16n8k32 reads 16-byte rows, so dim % 16 == 0. The mma.sync rules apply on every GPU (the
+ * fp8 mma variants run on compute capability 9.0 only: elsewhere the SIMT fallback takes over). Many
+ * query rows on compute capability 9.0 take the sm_90a wgmma variants, through TMA where the driver
+ * encodes tensor maps.
+ */
+function preferred8BitKinds(p: Problem, caps: DeviceCaps): string[] {
   const rows32 = p.numQueries * Math.ceil(p.maxQueryLength / 32);
-  if (p.dim % 16 !== 0 || rows32 === 0) return 'simt';
-  if (p.dim > 128) return 'mma_ks';
-  if (rows32 === 1) return 'mma_g1';
-  if (rows32 <= 4) return 'mma_g4';
+  if (p.dim % 16 !== 0 || rows32 === 0) return ['simt'];
+  if (p.dim > 128) return ['mma_ks'];
+  if (rows32 === 1) return ['mma_g1'];
+  if (rows32 <= 4) return ['mma_g4'];
   // Many query rows (long queries, all pairs) on compute capability 9.0: wgmma, measured on the H200
   // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
-    if (longDocuments(p)) return 'wgmma_w2m2n128';
-    // Shorter documents: three consumer warpgroups (384 query rows per pass instead of 256) when the
-    // extra padding of the query rows stays within 15%. H200, 32,32,300,128,10000: fp8 1.071 vs 1.168
-    // ms and 1.101 vs 1.172 in two runs (item 19); int8, since it converts with I2FP, 1.113 vs 1.149
-    // (item 27; with the biased accumulator it gained nothing). At ColPali the 128-token tiles win
-    // (fp8 3.35 vs 3.08). bench/NOTES.md.
+    // The TMA twins first (H200, 1,1024,1024,128,10000: int8 2.71-2.83 vs 2.93-3.04 ms, fp8 2.60-2.80
+    // vs 2.66-2.76; 32,32,300,128,10000 int8 1.074 vs 1.112 for w3m2n64, fp8 1.042 vs 1.077; item 28).
+    if (longDocuments(p)) return withTma('wgmma_w2m2n128');
+    // Without tensor maps, shorter documents take three consumer warpgroups (384 query rows per pass
+    // instead of 256) when the extra padding of the query rows stays within 15%. H200,
+    // 32,32,300,128,10000: fp8 1.071 vs 1.168 ms and 1.101 vs 1.172 in two runs (item 19); int8, since
+    // it converts with I2FP, 1.113 vs 1.149 (item 27). At ColPali the 128-token tiles win (fp8 3.35 vs
+    // 3.08). bench/NOTES.md.
     const slices = p.numQueries * Math.ceil(p.maxQueryLength / 16);
     const padded = (perPass: number) => Math.ceil(slices / perPass) * perPass;
-    if (padded(24) <= 1.15 * padded(16)) return 'wgmma_w3m2n64';
-    return 'wgmma_w2m2n64';
+    const plain = padded(24) <= 1.15 * padded(16) ? 'wgmma_w3m2n64' : 'wgmma_w2m2n64';
+    return ['wgmma_tma_w2m2n64', plain];
   }
-  return 'mma_g8';
+  return ['mma_g8'];
 }
 
 /**
@@ -349,19 +362,11 @@ function longDocuments(p: Problem): boolean {
  * maxsim_<kind>_<dtype suffix>, or maxsim_{int8,fp8}_<kind>.
  */
 export function preferredVariantNames(p: Problem, caps: DeviceCaps): string[] {
-  if (p.dtype === 'int8' || p.dtype === 'fp8') return [`maxsim_${p.dtype}_${preferred8BitKind(p, caps)}`];
+  if (p.dtype === 'int8' || p.dtype === 'fp8')
+    return preferred8BitKinds(p, caps).map((kind) => `maxsim_${p.dtype}_${kind}`);
   const suffix = SUFFIX[p.dtype];
   return preferredKinds(p, caps).map((kind) => `maxsim_${kind}_${suffix}`);
 }
-
-/**
- * A wgmma kind preceded by its TMA twin: the same kernel with the documents read through a tensor map
- * by one producer lane instead of cp.async by the whole producer warpgroup. H200: 1,128,300,128,100000
- * 2.04-2.06 vs 2.28-2.32 ms on one machine, 2.20 vs 2.22 on another; 1,1024,1024,128,10000 4.13-4.17
- * vs 4.25-4.26 (bench/NOTES.md, item 25). The plain kernel serves where the driver cannot encode
- * tensor maps.
- */
-const withTma = (kind: string) => [kind.replace(/^wgmma_/, 'wgmma_tma_'), kind];
 
 /** The rules for the float dtypes, as variant kinds (names without the prefix and dtype suffix). */
 function preferredKinds(p: Problem, caps: DeviceCaps): string[] {

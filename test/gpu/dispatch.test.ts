@@ -78,10 +78,8 @@ const NAMES = [
       'wgmma_w2m2n64',
       'wgmma_w2m2n128',
       'wgmma_w3m2n64',
-      'wgmma_w3m1n128',
       'wgmma_tma_w2m2n64',
       'wgmma_tma_w2m2n128',
-      'wgmma_tma_w3m1n128',
     ].map((k) => `maxsim_${t}_${k}`),
   ),
 ];

@@ -538,12 +538,13 @@ template <> struct Wgmma8<E4M3, 128> {
 };
 #endif
 
-// TMA: the documents come through a 2-D tensor map (box [128 bytes, TN rows], 128-byte swizzle) and
-// their scales through a 1-D one (box TN floats); one producer lane arms "full" with both boxes'
-// bytes and issues them. The maps are null otherwise.
+// TMA: the documents come through a 2-D tensor map (box [128 bytes, TN rows], 128-byte swizzle); one
+// producer lane arms "full" with the box's bytes and issues it, and the producer warp's 32 lanes copy
+// the tile's scales with 4-byte cp.async. (A 1-D tensor map of the scales faulted with an illegal
+// instruction wherever a tile's first scale was not 16-byte aligned, i.e. at most document starts:
+// bench/NOTES.md item 28.) The map is null otherwise.
 template <class E, int NCONS, int MB, int TN, int S, bool TMA = false>
-__device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap* docs_map = nullptr,
-                                            const TmaMap* scales_map = nullptr) {
+__device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap* docs_map = nullptr) {
 #if MAXSIM_HAS_WGMMA
   using Acc = typename E::Acc;
   // int8 converts with I2FP (full rate on sm_90) from an accumulator that starts at zero, like fp8's:
@@ -567,8 +568,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
   const float* scales_s = reinterpret_cast<const float*>(smem_dyn + (scbase - smem_u32(smem_dyn)));
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      // one (copy-completion) arrive per producer thread; TMA: the one armed arrive of the issuing lane
-      mbar_init(smem_u32(&full_bar[s]), TMA ? 1 : 128);
+      // one (copy-completion) arrive per producer thread; TMA: the issuing lane's armed arrive and one
+      // per lane of the producer warp for its scale copies
+      mbar_init(smem_u32(&full_bar[s]), TMA ? 1 + 32 : 128);
       mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
     }
   }
@@ -588,8 +590,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
     if constexpr (TMA) {
-      // one warp walks the documents, lane 0 issues: rows past the document are the next one's (or
-      // zeros past the set), and so are their scales; the consumers' fold masks them by length
+      // one warp walks the documents: lane 0 issues the tile's box (rows past the document are the next
+      // one's, or zeros past the set; the consumers' fold masks them by length), every lane copies a
+      // share of its scales (zeros past the document) and arrives when they land
       if (warp == 0) {
         int t = 0;
         for (int pass = 0; pass < npass; ++pass)
@@ -601,16 +604,22 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             for (int tile = 0; tile < ntiles; ++tile, ++t) {
               const int s = t % S;
               if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+              const uint32_t fb = smem_u32(&full_bar[s]);
               if (lane == 0) {
-                const uint32_t fb = smem_u32(&full_bar[s]);
                 const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
-                mbar_arrive_expect_tx(fb, STAGE + TN * 4);
+                mbar_arrive_expect_tx(fb, STAGE);
                 tma_load_2d(sbase + s * STAGE, docs_map, 0, row, fb);
-                tma_load_1d(scbase + s * TN * 4, scales_map, row, fb);
               }
-              __syncwarp();
+#pragma unroll
+              for (int i = 0; i < TN / 32; ++i) {
+                const int r = i * 32 + lane;
+                const bool ok = tile * TN + r < len;
+                cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
+              }
+              cp_async_mbar_arrive(fb);
             }
           }
+        cp_async_wait<0>();
       }
       return;
     }

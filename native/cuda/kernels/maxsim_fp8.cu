@@ -47,14 +47,11 @@ MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_n128,      2,    1, 128, 4)  // 68608   
 MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
 MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384
 MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608       512
-MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w3m1n128,  3,    1, 128, 6)  // 102400      512
 // TMA twins (as maxsim_int8.cu's)
 #define MAXSIM_FP8_WGMMA_TMA_ENTRY(NAME, NCONS, MB, TN, S)                                            \
   extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                  \
-      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map,                     \
-           const __grid_constant__ maxsim::TmaMap scales_map) {                                       \
-    maxsim::wgmma8_body<maxsim::E4M3, NCONS, MB, TN, S, true>(p, &docs_map, &scales_map);             \
+      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                   \
+    maxsim::wgmma8_body<maxsim::E4M3, NCONS, MB, TN, S, true>(p, &docs_map);                       \
   }
 MAXSIM_FP8_WGMMA_TMA_ENTRY(maxsim_fp8_wgmma_tma_w2m2n64,   2, 2,  64, 8)  // 68608   384
 MAXSIM_FP8_WGMMA_TMA_ENTRY(maxsim_fp8_wgmma_tma_w2m2n128,  2, 2, 128, 6)  // 102400  384
-MAXSIM_FP8_WGMMA_TMA_ENTRY(maxsim_fp8_wgmma_tma_w3m1n128,  3, 1, 128, 6)  // 102400  512

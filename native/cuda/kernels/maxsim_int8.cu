@@ -78,15 +78,12 @@ MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_n128,      2,    1, 128, 4)  // 68608 
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384
 MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608       512
-MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m1n128,  3,    1, 128, 6)  // 102400      512
-// TMA twins: documents and scales through tensor maps (the kernel's second and third parameters;
-// variants.json "tmaBox": [128, TN])
+// TMA twins: the documents through a tensor map (the kernel's second parameter; variants.json
+// "tmaBox": [128, TN]); their scales by cp.async
 #define MAXSIM_INT8_WGMMA_TMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
   extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                  \
-      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map,                     \
-           const __grid_constant__ maxsim::TmaMap scales_map) {                                       \
-    maxsim::wgmma8_body<maxsim::S8, NCONS, MB, TN, S, true>(p, &docs_map, &scales_map);               \
+      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                   \
+    maxsim::wgmma8_body<maxsim::S8, NCONS, MB, TN, S, true>(p, &docs_map);                         \
   }
 MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w2m2n64,   2, 2,  64, 8)  // 68608   384
 MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w2m2n128,  2, 2, 128, 6)  // 102400  384
-MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w3m1n128,  3, 1, 128, 6)  // 102400  512

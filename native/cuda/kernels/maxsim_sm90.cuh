@@ -64,13 +64,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(mbar)
       : "memory");
 }
-// TMA: the box at c0 of a 1-D tensor map (the 8-bit kernels' document scales), unswizzled.
-__device__ __forceinline__ void tma_load_1d(uint32_t dst, const TmaMap* map, int c0, uint32_t mbar) {
-  asm volatile(
-      "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(mbar)
-      : "memory");
-}
 template <int NCONS> struct RegSplit {
   static constexpr int producer = 0, consumer = 0;  // 0: keep the launch allocation
 };
