@@ -589,36 +589,45 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
+    // The producer's walk: for each pass, each non-empty document of this CTA, each tile, wait until
+    // its stage is free, then copy(stage, start, len, tile). Direct loads of each document's length and
+    // start: the producer runs S tiles ahead, which hides their latency, and a DocWindow's registers
+    // would spill at w3m2n64's producer budget.
+    auto produce_tiles = [&](auto&& copy) {
+      int t = 0;
+      for (int pass = 0; pass < npass; ++pass)
+        for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
+          const int len = p.doc_lengths[doc];
+          if (len <= 0) continue;
+          const int64_t start = p.doc_starts[doc];
+          const int ntiles = (len + TN - 1) / TN;
+          for (int tile = 0; tile < ntiles; ++tile, ++t) {
+            const int s = t % S;
+            if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+            copy(s, start, len, tile);
+          }
+        }
+    };
     if constexpr (TMA) {
       // one warp walks the documents: lane 0 issues the tile's box (rows past the document are the next
       // one's, or zeros past the set; the consumers' fold masks them by length), every lane copies a
       // share of its scales (zeros past the document) and arrives when they land
       if (warp == 0) {
-        int t = 0;
-        for (int pass = 0; pass < npass; ++pass)
-          for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
-            const int len = p.doc_lengths[doc];
-            if (len <= 0) continue;
-            const int64_t start = p.doc_starts[doc];
-            const int ntiles = (len + TN - 1) / TN;
-            for (int tile = 0; tile < ntiles; ++tile, ++t) {
-              const int s = t % S;
-              if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-              const uint32_t fb = smem_u32(&full_bar[s]);
-              if (lane == 0) {
-                const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
-                mbar_arrive_expect_tx(fb, STAGE);
-                tma_load_2d(sbase + s * STAGE, docs_map, 0, row, fb);
-              }
-#pragma unroll
-              for (int i = 0; i < TN / 32; ++i) {
-                const int r = i * 32 + lane;
-                const bool ok = tile * TN + r < len;
-                cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
-              }
-              cp_async_mbar_arrive(fb);
-            }
+        produce_tiles([&](int s, int64_t start, int len, int tile) {
+          const uint32_t fb = smem_u32(&full_bar[s]);
+          if (lane == 0) {
+            const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
+            mbar_arrive_expect_tx(fb, STAGE);
+            tma_load_2d(sbase + s * STAGE, docs_map, 0, row, fb);
           }
+#pragma unroll
+          for (int i = 0; i < TN / 32; ++i) {
+            const int r = i * 32 + lane;
+            const bool ok = tile * TN + r < len;
+            cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
+          }
+          cp_async_mbar_arrive(fb);
+        });
         cp_async_wait<0>();
       }
       return;
@@ -629,31 +638,18 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
     const bool kok = pchunk * 16 < dim;
     const uint32_t pdst = prow * 128 + ((pchunk ^ (prow & 7)) << 4);
     const int64_t row_step = 16 * (int64_t)dim;
-    int t = 0;
-    // direct loads of each document's length and start: the producer runs S tiles ahead, which hides
-    // their latency, and a DocWindow's registers would spill at w3m2n64's producer budget
-    for (int pass = 0; pass < npass; ++pass) {
-      for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
-        const int len = p.doc_lengths[doc];
-        if (len <= 0) continue;
-        const int64_t start = p.doc_starts[doc];
-        const int ntiles = (len + TN - 1) / TN;
-        for (int tile = 0; tile < ntiles; ++tile, ++t) {
-          const int s = t % S;
-          if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-          const uint32_t dst = sbase + s * STAGE + pdst;
-          const int row0 = tile * TN + prow;
-          const int rows_left = len - row0;  // copy `it` holds row row0 + 16 * it
-          const uint8_t* src = docs + (start + row0) * (int64_t)dim + pchunk * 16;
-          copy_chunk_rows<TN / 16, 16, 16 * 128>(dst, src, row_step, rows_left, kok, docs);
-          for (int r = tid; r < TN; r += 128) {
-            const bool ok = tile * TN + r < len;
-            cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
-          }
-          cp_async_mbar_arrive(smem_u32(&full_bar[s]));  // fires when this thread's copies land
-        }
+    produce_tiles([&](int s, int64_t start, int len, int tile) {
+      const uint32_t dst = sbase + s * STAGE + pdst;
+      const int row0 = tile * TN + prow;
+      const int rows_left = len - row0;  // copy `it` holds row row0 + 16 * it
+      const uint8_t* src = docs + (start + row0) * (int64_t)dim + pchunk * 16;
+      copy_chunk_rows<TN / 16, 16, 16 * 128>(dst, src, row_step, rows_left, kok, docs);
+      for (int r = tid; r < TN; r += 128) {
+        const bool ok = tile * TN + r < len;
+        cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
       }
-    }
+      cp_async_mbar_arrive(smem_u32(&full_bar[s]));  // fires when this thread's copies land
+    });
     cp_async_wait<0>();
   } else {
     // ------------------------------ consumer warpgroups ------------------------------
