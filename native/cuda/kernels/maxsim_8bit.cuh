@@ -540,9 +540,9 @@ template <> struct Wgmma8<E4M3, 128> {
 
 // TMA: the documents come through a 2-D tensor map (box [128 bytes, TN rows], 128-byte swizzle); one
 // producer lane arms "full" with the box's bytes and issues it, and the producer warp's 32 lanes copy
-// the tile's scales with 4-byte cp.async. (A 1-D tensor map of the scales faulted with an illegal
-// instruction wherever a tile's first scale was not 16-byte aligned, i.e. at most document starts:
-// bench/NOTES.md item 28.) The map is null otherwise.
+// the tile's scales with 4-byte cp.async. (A 1-D tensor map of the scales raised an illegal instruction
+// on inputs whose documents start off a multiple of four tokens, most likely because the box then
+// starts off a 16-byte boundary: bench/NOTES.md item 28.) The map is null otherwise.
 template <class E, int NCONS, int MB, int TN, int S, bool TMA = false>
 __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap* docs_map = nullptr) {
 #if MAXSIM_HAS_WGMMA
