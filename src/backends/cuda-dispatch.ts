@@ -327,8 +327,9 @@ function preferred8BitKinds(p: Problem, caps: DeviceCaps): string[] {
   // Many query rows (long queries, all pairs) on compute capability 9.0: wgmma, measured on the H200
   // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
-    // The TMA twins first (H200, 1,1024,1024,128,10000: int8 2.71-2.83 vs 2.93-3.04 ms, fp8 2.60-2.80
-    // vs 2.66-2.76; 32,32,300,128,10000 int8 1.074 vs 1.112 for w3m2n64, fp8 1.042 vs 1.077; item 28).
+    // The TMA twins first (H200, three rounds at 1,1024,1024,128,10000: int8 2.78-2.95 vs 2.94-2.96 ms,
+    // fp8 2.56-2.74 vs 2.64-2.87; 32,32,300,128,10000 int8 1.089 vs 1.114 for w3m2n64, fp8 1.057 vs
+    // 1.071; 1,256,256,128,10000 int8 0.241 vs 0.261 for w2m2n64; item 28).
     if (longDocuments(p)) return withTma('wgmma_w2m2n128');
     // Without tensor maps, shorter documents take three consumer warpgroups (384 query rows per pass
     // instead of 256) when the extra padding of the query rows stays within 15%. H200,
