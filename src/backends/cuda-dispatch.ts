@@ -101,6 +101,16 @@ export interface DeviceCaps {
   tensorMaps?: boolean;
 }
 
+/** The dispatcher's view of a device (its `info`, or any object with these fields). */
+export function deviceCaps(info: DeviceCaps): DeviceCaps {
+  return {
+    computeCapability: info.computeCapability,
+    sms: info.sms,
+    smemOptin: info.smemOptin,
+    tensorMaps: info.tensorMaps,
+  };
+}
+
 /** A launch as the native `score` / `bench` take it. */
 export interface Launch {
   kernel: string;

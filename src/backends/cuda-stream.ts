@@ -14,7 +14,14 @@ import {
   type TokenBatch,
 } from '../tensor.js';
 import { cuda, nativeCuda } from './cuda.js';
-import { dispatchTable, type Launch, launchFor, type Problem, selectVariant } from './cuda-dispatch.js';
+import {
+  deviceCaps,
+  dispatchTable,
+  type Launch,
+  launchFor,
+  type Problem,
+  selectVariant,
+} from './cuda-dispatch.js';
 
 /** Pipeline depth: reading block b+1, copying block b and scoring block b-1 overlap. */
 const DEFAULT_DEPTH = { copy: 3, register: 6 };
@@ -197,12 +204,7 @@ export async function cudaStreamSearch(
     numDocs: capacityDocs,
     dtype,
   };
-  const caps = {
-    computeCapability: device.info.computeCapability,
-    sms: device.info.sms,
-    smemOptin: device.info.smemOptin,
-    tensorMaps: device.info.tensorMaps,
-  };
+  const caps = deviceCaps(device.info);
   const variant = selectVariant(problem, caps, undefined, dispatchTable(), new Set(device.info.kernels));
   const launch = launchFor(variant, problem, caps);
 

@@ -24,6 +24,7 @@ import {
 import {
   type DeviceCaps,
   type DeviceDType,
+  deviceCaps,
   dispatchTable,
   type Launch,
   launchFor,
@@ -616,12 +617,7 @@ class Device implements CudaDevice {
     readonly handle: NativeDevice,
     readonly info: CudaDeviceInfo,
   ) {
-    this.caps = {
-      computeCapability: info.computeCapability,
-      sms: info.sms,
-      smemOptin: info.smemOptin,
-      tensorMaps: info.tensorMaps,
-    };
+    this.caps = deviceCaps(info);
     this.kernels = new Set(info.kernels);
   }
 

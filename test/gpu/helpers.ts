@@ -2,7 +2,7 @@
 // one shared device, and the comparison against the float64 reference.
 
 import { type CudaDevice, type CudaStatus, cuda, cudaStatus } from '../../src/backends/cuda.js';
-import { dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
+import { deviceCaps, dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../../src/backends/reference.js';
 import type { TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, scoreErrorBounds } from '../helpers.js';
@@ -21,12 +21,7 @@ export function gpu(): Promise<CudaDevice> {
 
 /** Variants of the table that can run `dtype` / `dim` on this GPU (by their declared requirements). */
 export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Variant[] {
-  const caps = {
-    computeCapability: dev.info.computeCapability,
-    sms: dev.info.sms,
-    smemOptin: dev.info.smemOptin,
-    tensorMaps: dev.info.tensorMaps,
-  };
+  const caps = deviceCaps(dev.info);
   return dispatchTable().variants.filter((v) => {
     if (v.dtype !== dtype) return false;
     const r = v.requires;

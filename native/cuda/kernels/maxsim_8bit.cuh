@@ -590,9 +590,10 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
     // ------------------------------ producer warpgroup ------------------------------
     if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
     // The producer's walk: for each pass, each non-empty document of this CTA, each tile, wait until
-    // its stage is free, then copy(stage, start, len, tile). Direct loads of each document's length and
-    // start: the producer runs S tiles ahead, which hides their latency, and a DocWindow's registers
-    // would spill at w3m2n64's producer budget.
+    // its stage is free, then copy(stage, start, len, tile). The fp16 kernels' produce_tiles
+    // (maxsim_wgmma.cu) does the same through a DocWindow, whose registers would spill at w3m2n64's
+    // producer budget; here each document's length and start are loaded directly, and the producer
+    // runs S tiles ahead, which hides their latency.
     auto produce_tiles = [&](auto&& copy) {
       int t = 0;
       for (int pass = 0; pass < npass; ++pass)

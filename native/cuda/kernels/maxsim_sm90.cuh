@@ -44,13 +44,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t a) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
 }
-// Warpgroup register reallocation (every warp of the warpgroup executes it; sm_90a): the producer
-// warpgroup, which only issues copies, gives registers back to the CTA's pool and the consumer
-// warpgroups take them. The split must fit the launch allocation (ptxas's limit for the block at one
-// CTA per SM), or the .inc would wait forever:
-//   2 consumers (384 threads at 168): 128 * 40 + 256 * 232 = 384 * 168, so a consumer can hold two
-//     m-blocks of 128-column accumulators;
-//   3 consumers (512 threads at 128): 128 * 24 + 384 * 160 <= 512 * 128.
 // Arms the barrier's phase with `bytes` of expected transactions and arrives (one of its count).
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t a, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes) : "memory");
@@ -64,6 +57,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(mbar)
       : "memory");
 }
+// Warpgroup register reallocation (every warp of the warpgroup executes it; sm_90a): the producer
+// warpgroup, which only issues copies, gives registers back to the CTA's pool and the consumer
+// warpgroups take them. The split must fit the launch allocation (ptxas's limit for the block at one
+// CTA per SM), or the .inc would wait forever:
+//   2 consumers (384 threads at 168): 128 * 40 + 256 * 232 = 384 * 168, so a consumer can hold two
+//     m-blocks of 128-column accumulators;
+//   3 consumers (512 threads at 128): 128 * 24 + 384 * 160 <= 512 * 128.
 template <int NCONS> struct RegSplit {
   static constexpr int producer = 0, consumer = 0;  // 0: keep the launch allocation
 };
