@@ -9,7 +9,7 @@ import type { DeviceCorpus } from '../../src/backends/cuda.js';
 import { referenceMaxsim } from '../../src/backends/reference.js';
 import type { FloatDType, TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
-import { bitsEqual, boundFactor, checkScores, gpu, skip, variantsFor } from './helpers.js';
+import { bitsEqual, boundFactor, checkScores, gpu, signRunInputs, skip, variantsFor } from './helpers.js';
 
 const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
 const dims = [1, 8, 64, 96, 100, 128, 256, 1024];
@@ -152,6 +152,26 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
         }
       } finally {
         corpus.dispose();
+      }
+    });
+
+    test(`${dtype}: rows whose best match is negative, zero or positive, tile by tile, every variant`, async () => {
+      const dev = await gpu();
+      for (const d of [128, 96]) {
+        const rand = rng(runSeed + 31 + d + dtypes.indexOf(dtype));
+        const { queries, docs } = signRunInputs(d, dtype, rand);
+        const ref = referenceMaxsim(queries, docs);
+        // query 1 (positive tokens) against document 0 (negative tokens): every row's best match < 0
+        assert.ok(ref[docs.count] < 0, `the inputs must hold negative scores, got ${ref[docs.count]}`);
+        const corpus = await dev.upload(docs);
+        try {
+          for (const v of variantsFor(dev, dtype, d)) {
+            const got = await scoreWith(corpus, queries, v.name);
+            checkScores(got, queries, docs, boundFactor(v), `${v.name} sign runs d=${d}`, ref);
+          }
+        } finally {
+          corpus.dispose();
+        }
       }
     });
   }

@@ -4,7 +4,7 @@
 import { type CudaDevice, type CudaStatus, cuda, cudaStatus } from '../../src/backends/cuda.js';
 import { deviceCaps, dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../../src/backends/reference.js';
-import type { TokenBatch } from '../../src/tensor.js';
+import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, scoreErrorBounds } from '../helpers.js';
 
 export const status: CudaStatus = cudaStatus();
@@ -73,4 +73,78 @@ export function bitsEqual(a: Float32Array, b: Float32Array): boolean {
   const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
   for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
   return true;
+}
+
+type Sign = 'P' | 'N' | 'Z';
+/** Runs of [count, sign] per document: tiles wholly negative, positive, zero or mixed, on and off the 64- and 128-token edges. */
+const signRuns: [number, Sign][][] = [
+  [[300, 'N']],
+  [
+    [128, 'N'],
+    [128, 'P'],
+  ],
+  [
+    [128, 'P'],
+    [128, 'N'],
+  ],
+  [[128, 'Z']],
+  [
+    [128, 'N'],
+    [1, 'P'],
+  ],
+  [
+    [64, 'N'],
+    [64, 'Z'],
+    [64, 'P'],
+    [64, 'N'],
+  ],
+  [],
+  [
+    [192, 'N'],
+    [64, 'Z'],
+  ],
+  [
+    [64, 'Z'],
+    [64, 'N'],
+  ],
+];
+
+function signTokens(signs: Sign[], d: number, rand: () => number): Float32Array {
+  const a = new Float32Array(signs.length * d);
+  signs.forEach((sg, t) => {
+    if (sg === 'Z') return;
+    const m = (sg === 'P' ? 1 : -1) * 10 ** (rand() * 2 - 1);
+    for (let k = 0; k < d; k++) a[t * d + k] = (0.1 + 0.9 * rand()) * m;
+  });
+  return a;
+}
+
+function signBatch(tokens: Sign[][], d: number, dtype: FloatDType, rand: () => number): TokenBatch {
+  const offsets = [0];
+  for (const t of tokens) offsets.push(offsets[offsets.length - 1] + t.length);
+  return raggedBatch(encodeFloats(signTokens(tokens.flat(), d, rand), dtype), offsets, { dim: d, dtype });
+}
+
+/**
+ * Queries and documents whose rows' best matches take every sign, tile by tile. Query tokens have all
+ * components of one sign (alternating, or all positive, or one negative token); document tokens are
+ * all positive, all negative or zero, in runs laid out by signRuns. The wgmma folds take full tiles'
+ * maxima on the values' bit patterns and redo a tile with fmaxf when a row's maximum is negative
+ * (max3_bits in maxsim_common.cuh); random signs almost never leave a row of a full tile negative, so
+ * that redo needs inputs like these.
+ */
+export function signRunInputs(
+  d: number,
+  dtype: FloatDType,
+  rand: () => number,
+): { queries: TokenBatch; docs: TokenBatch } {
+  const alt = (n: number): Sign[] => Array.from({ length: n }, (_, i) => (i % 2 ? 'N' : 'P'));
+  const queries = signBatch([alt(32), Array(16).fill('P'), ['N'], alt(300)], d, dtype, rand);
+  const docs = signBatch(
+    signRuns.map((runs) => runs.flatMap(([n, sg]) => Array<Sign>(n).fill(sg))),
+    d,
+    dtype,
+    rand,
+  );
+  return { queries, docs };
 }

@@ -13,7 +13,7 @@ import { decodeBatch64, referenceMaxsim } from '../../src/backends/reference.js'
 import { cpuMaxsimInt8, quantize } from '../../src/ops/quantize.js';
 import { denseBatch, encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, rng, runSeed, scoreErrorBounds } from '../helpers.js';
-import { bitsEqual, checkScores, gpu, skip, variantsFor } from './helpers.js';
+import { bitsEqual, checkScores, gpu, signRunInputs, skip, variantsFor } from './helpers.js';
 
 const fastDims = [16, 32, 48, 64, 96, 128, 256];
 const fallbackDims = [8, 100];
@@ -141,6 +141,26 @@ describe(`CUDA int8 MaxSim vs float64 reference on dequantized values (seed ${ru
       }
     });
   }
+
+  test('int8: rows whose best match is negative, zero or positive, tile by tile, every variant', async () => {
+    const dev = await gpu();
+    for (const d of [128, 96]) {
+      const f = signRunInputs(d, 'float32', rng(runSeed + 37 + d));
+      const queries = quantize(f.queries, 'int8');
+      const docs = quantize(f.docs, 'int8');
+      const ref = referenceMaxsim(queries, docs);
+      assert.ok(ref[docs.count] < 0, `the inputs must hold negative scores, got ${ref[docs.count]}`);
+      const corpus = await dev.upload(docs);
+      try {
+        for (const v of variantsFor(dev, 'int8', d)) {
+          const got = (await corpus.score(queries, { variant: v.name })).data;
+          checkScores(got, queries, docs, 1, `${v.name} sign runs d=${d}`, ref);
+        }
+      } finally {
+        corpus.dispose();
+      }
+    }
+  });
 
   test('int8: many documents (grids loop over them) and many queries (several passes)', async () => {
     const dev = await gpu();
@@ -396,6 +416,31 @@ describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed 
       }
     });
   }
+
+  test('fp8: rows whose best match is negative, zero or positive, tile by tile, every variant', async () => {
+    const dev = await gpu();
+    for (const d of [128, 96]) {
+      const f = signRunInputs(d, 'float32', rng(runSeed + 41 + d));
+      const fcorpus = await dev.upload(f.docs);
+      const corpus = await fcorpus.quantize('fp8');
+      fcorpus.dispose();
+      try {
+        const docs8 = (await corpus.download()) as Fp8Tokens;
+        const q8 = await fp8Of(dev, f.queries);
+        const ref = referenceMaxsimFp8(q8, docs8);
+        assert.ok(ref[docs8.count] < 0, `the inputs must hold negative scores, got ${ref[docs8.count]}`);
+        const bounds = fp8Bounds(q8, docs8);
+        for (const v of variantsFor(dev, 'fp8', d)) {
+          const got = (await corpus.score(f.queries, { variant: v.name })).data;
+          for (let i = 0; i < got.length; i++)
+            assert.ok(!Number.isNaN(got[i]), `${v.name}: score ${i} is NaN (never written)`);
+          assertScoresClose(got, ref, bounds, `${v.name} sign runs d=${d}`);
+        }
+      } finally {
+        corpus.dispose();
+      }
+    }
+  });
 
   test('fp8 quantize: within half an e4m3 step of every value, zero tokens stay zero', async () => {
     const dev = await gpu();

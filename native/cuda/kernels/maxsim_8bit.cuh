@@ -23,6 +23,9 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int src
 struct S8 {
   using Acc = int;
   static constexpr bool kFp8 = false;
+  // the wgmma fold's row max on bit patterns (max3_bits): slower for int8, whose I2FP feeds it (ColPali
+  // 3.11 vs 2.80 ms, fewer instructions but more stalls; bench/NOTES.md item 32), faster for fp8
+  static constexpr bool kRowMaxBits = false;
   static constexpr int kAccBias = 0x4B400000;
   template <bool BIAS> static __device__ __forceinline__ int init() { return BIAS ? kAccBias : 0; }
   template <bool BIAS> static __device__ __forceinline__ float to_f32(int x) {
@@ -43,6 +46,7 @@ struct S8 {
 struct E4M3 {
   using Acc = float;
   static constexpr bool kFp8 = true;
+  static constexpr bool kRowMaxBits = true;
   template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
   template <bool BIAS> static __device__ __forceinline__ float to_f32(float x) { return x; }
   static __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
@@ -740,6 +744,13 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             wgmma_commit();
           }
           const int rem = len - tile * TN;
+          // value j of m-block m: float(acc) * sd of its column
+          auto value = [&](int m, int j) {
+            return E::template to_f32<BIAS>(acc[m][j]) * ((j & 1) ? sc[j >> 2].y : sc[j >> 2].x);
+          };
+          float before[MB][2];  // the row maxima before this tile, for the exact redo below
+#pragma unroll
+          for (int m = 0; m < MB; ++m) before[m][0] = rmax[m][0], before[m][1] = rmax[m][1];
 #pragma unroll
           for (int m = 0; m < MB; ++m) {
             static_assert(MB == 1 || MB == 2, "MB");
@@ -752,16 +763,25 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
               if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
             // Full tiles take a path without the column test: the select and compare per element
-            // were a quarter of the fold's instructions (ncu; bench/NOTES.md, items 10-11).
+            // were a quarter of the fold's instructions (ncu; bench/NOTES.md, items 10-11). For fp8
+            // their max runs on the values' bit patterns, one IMNMX per two values (max3_bits),
+            // checked below.
             if (rem >= TN) {
+              if constexpr (E::kRowMaxBits) {
+                MaxChains r0(rmax[m][0]), r1(rmax[m][1]);
 #pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                const float v0 = E::template to_f32<BIAS>(acc[m][4 * i]) * sc[i].x;
-                const float v1 = E::template to_f32<BIAS>(acc[m][4 * i + 1]) * sc[i].y;
-                const float v2 = E::template to_f32<BIAS>(acc[m][4 * i + 2]) * sc[i].x;
-                const float v3 = E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+                for (int i = 0; i < TN / 8; ++i) {
+                  r0.add(i, value(m, 4 * i), value(m, 4 * i + 1));
+                  r1.add(i, value(m, 4 * i + 2), value(m, 4 * i + 3));
+                }
+                rmax[m][0] = r0.result();
+                rmax[m][1] = r1.result();
+              } else {
+#pragma unroll
+                for (int i = 0; i < TN / 8; ++i) {
+                  rmax[m][0] = fmaxf(rmax[m][0], fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
+                  rmax[m][1] = fmaxf(rmax[m][1], fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
+                }
               }
             } else {
 #pragma unroll
@@ -774,6 +794,27 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
                 const float v3 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y : -INFINITY;
                 rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
                 rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+              }
+            }
+          }
+          // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
+          // warp redoes this tile with fmaxf from the maxima before it. The accumulators stay intact
+          // until the next tile's wgmma. Rare for embeddings: a query token's best match is >= 0.
+          if (E::kRowMaxBits && rem >= TN) {
+            bool redo = false;
+#pragma unroll
+            for (int m = 0; m < MB; ++m) redo |= max_bits_inexact(rmax[m][0]) | max_bits_inexact(rmax[m][1]);
+            if (__any_sync(0xffffffffu, redo)) {
+#pragma unroll
+              for (int m = 0; m < MB; ++m) {
+                float f0 = before[m][0], f1 = before[m][1];
+#pragma unroll
+                for (int i = 0; i < TN / 8; ++i) {
+                  f0 = fmaxf(f0, fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
+                  f1 = fmaxf(f1, fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
+                }
+                rmax[m][0] = f0;
+                rmax[m][1] = f1;
               }
             }
           }

@@ -316,6 +316,9 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
             wgmma_commit();
           }
           const int rem = len - tile * TN;
+          float before[MB][2];  // the row maxima before this tile, for the exact redo below
+#pragma unroll
+          for (int m = 0; m < MB; ++m) before[m][0] = rmax[m][0], before[m][1] = rmax[m][1];
 #pragma unroll
           for (int m = 0; m < MB; ++m) {
             // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
@@ -329,17 +332,41 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
               if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
             if (rem >= TN) {
+              // one IMNMX per two values on their bit patterns (max3_bits), checked below
+              MaxChains r0(rmax[m][0]), r1(rmax[m][1]);
 #pragma unroll
               for (int i = 0; i < TN / 8; ++i) {
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(acc[m][4 * i], acc[m][4 * i + 1]));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(acc[m][4 * i + 2], acc[m][4 * i + 3]));
+                r0.add(i, acc[m][4 * i], acc[m][4 * i + 1]);
+                r1.add(i, acc[m][4 * i + 2], acc[m][4 * i + 3]);
               }
+              rmax[m][0] = r0.result();
+              rmax[m][1] = r1.result();
             } else {
 #pragma unroll
               for (int i = 0; i < TN / 8; ++i) {
                 const int col = i * 8 + (lane & 3) * 2;
                 rmax[m][0] = fmaxf(rmax[m][0], fmaxf(col < rem ? acc[m][4 * i] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 1] : -INFINITY));
                 rmax[m][1] = fmaxf(rmax[m][1], fmaxf(col < rem ? acc[m][4 * i + 2] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 3] : -INFINITY));
+              }
+            }
+          }
+          // a negative (or NaN) row maximum left the bit-pattern max inexact: redo the tile with fmaxf
+          // (the accumulators stay intact until the next tile's wgmma)
+          if (rem >= TN) {
+            bool redo = false;
+#pragma unroll
+            for (int m = 0; m < MB; ++m) redo |= max_bits_inexact(rmax[m][0]) | max_bits_inexact(rmax[m][1]);
+            if (__any_sync(0xffffffffu, redo)) {
+#pragma unroll
+              for (int m = 0; m < MB; ++m) {
+                float f0 = before[m][0], f1 = before[m][1];
+#pragma unroll
+                for (int i = 0; i < TN / 8; ++i) {
+                  f0 = fmaxf(f0, fmaxf(acc[m][4 * i], acc[m][4 * i + 1]));
+                  f1 = fmaxf(f1, fmaxf(acc[m][4 * i + 2], acc[m][4 * i + 3]));
+                }
+                rmax[m][0] = f0;
+                rmax[m][1] = f1;
               }
             }
           }
