@@ -768,14 +768,14 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             // checked below.
             if (rem >= TN) {
               if constexpr (E::kRowMaxBits) {
-                MaxChains r0(rmax[m][0]), r1(rmax[m][1]);
+                int r0 = __float_as_int(rmax[m][0]), r1 = __float_as_int(rmax[m][1]);
 #pragma unroll
                 for (int i = 0; i < TN / 8; ++i) {
-                  r0.add(i, value(m, 4 * i), value(m, 4 * i + 1));
-                  r1.add(i, value(m, 4 * i + 2), value(m, 4 * i + 3));
+                  r0 = max3_bits(r0, value(m, 4 * i), value(m, 4 * i + 1));
+                  r1 = max3_bits(r1, value(m, 4 * i + 2), value(m, 4 * i + 3));
                 }
-                rmax[m][0] = r0.result();
-                rmax[m][1] = r1.result();
+                rmax[m][0] = __int_as_float(r0);
+                rmax[m][1] = __int_as_float(r1);
               } else {
 #pragma unroll
                 for (int i = 0; i < TN / 8; ++i) {

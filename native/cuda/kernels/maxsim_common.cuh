@@ -76,32 +76,13 @@ struct DocCursor {
 // ---- a row max through the floats' bit patterns -------------------------------------------
 // Read as signed ints, floats in [+0, +inf] order as their values do, and every float with the sign
 // bit set (negatives, -0, -NaN) is a negative int. So max(m, max(bits(a), bits(b))), which ptxas
-// emits as one three-input IMNMX on sm_90 where two fmaxf take two FMNMX, equals the fmaxf of the
-// three whenever the result is a float in [+0, +inf]. Otherwise (every candidate negative, or a +NaN
-// won) the caller redoes the fold with fmaxf (bench/NOTES.md item 32).
+// emits as one VIMNMX3 on sm_90 (two fmaxf are two FMNMX; a three-input float max needs sm_100),
+// equals the fmaxf of the three whenever the result is a float in [+0, +inf]. Otherwise (every
+// candidate negative, or a +NaN won) the caller redoes the fold with fmaxf (bench/NOTES.md item 32).
 __device__ __forceinline__ int max3_bits(int m, float a, float b) {
   return max(m, max(__float_as_int(a), __float_as_int(b)));
 }
 __device__ __forceinline__ bool max_bits_inexact(float r) { return __float_as_uint(r) > 0x7F800000u; }
-
-// A row's running max over a full tile in kMaxChains independent chains, so that the fold is not one
-// dependent IMNMX after another; INT_MIN (the bits of -0) is the neutral start of the extra chains.
-constexpr int kMaxChains = 4;
-struct MaxChains {
-  int r[kMaxChains];
-  __device__ __forceinline__ explicit MaxChains(float start) {
-    r[0] = __float_as_int(start);
-#pragma unroll
-    for (int c = 1; c < kMaxChains; ++c) r[c] = INT32_MIN;
-  }
-  __device__ __forceinline__ void add(int i, float a, float b) { r[i % kMaxChains] = max3_bits(r[i % kMaxChains], a, b); }
-  __device__ __forceinline__ float result() const {
-    int m = r[0];
-#pragma unroll
-    for (int c = 1; c < kMaxChains; ++c) m = max(m, r[c]);
-    return __int_as_float(m);
-  }
-};
 
 // ---- warp reductions (fixed butterfly order: deterministic) -------------------------------
 __device__ __forceinline__ float warp_max(float v) {
