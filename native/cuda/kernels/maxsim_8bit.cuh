@@ -764,18 +764,11 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             }
             // Full tiles take a path without the column test: the select and compare per element
             // were a quarter of the fold's instructions (ncu; bench/NOTES.md, items 10-11). For fp8
-            // their max runs on the values' bit patterns, one IMNMX per two values (max3_bits),
+            // their max runs on the values' bit patterns, one VIMNMX3 per two values (max3_bits),
             // checked below.
             if (rem >= TN) {
               if constexpr (E::kRowMaxBits) {
-                int r0 = __float_as_int(rmax[m][0]), r1 = __float_as_int(rmax[m][1]);
-#pragma unroll
-                for (int i = 0; i < TN / 8; ++i) {
-                  r0 = max3_bits(r0, value(m, 4 * i), value(m, 4 * i + 1));
-                  r1 = max3_bits(r1, value(m, 4 * i + 2), value(m, 4 * i + 3));
-                }
-                rmax[m][0] = __int_as_float(r0);
-                rmax[m][1] = __int_as_float(r1);
+                fold_full_bits<MB, NACC>(rmax, m, value);
               } else {
 #pragma unroll
                 for (int i = 0; i < TN / 8; ++i) {
@@ -800,24 +793,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
           // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
           // warp redoes this tile with fmaxf from the maxima before it. The accumulators stay intact
           // until the next tile's wgmma. Rare for embeddings: a query token's best match is >= 0.
-          if (E::kRowMaxBits && rem >= TN) {
-            bool redo = false;
-#pragma unroll
-            for (int m = 0; m < MB; ++m) redo |= max_bits_inexact(rmax[m][0]) | max_bits_inexact(rmax[m][1]);
-            if (__any_sync(0xffffffffu, redo)) {
-#pragma unroll
-              for (int m = 0; m < MB; ++m) {
-                float f0 = before[m][0], f1 = before[m][1];
-#pragma unroll
-                for (int i = 0; i < TN / 8; ++i) {
-                  f0 = fmaxf(f0, fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
-                  f1 = fmaxf(f1, fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
-                }
-                rmax[m][0] = f0;
-                rmax[m][1] = f1;
-              }
-            }
-          }
+          if (E::kRowMaxBits && rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
         }
         // row max over the quad, times the query-row scale, rows past the query dropped, warp sum
 #pragma unroll

@@ -84,6 +84,42 @@ __device__ __forceinline__ int max3_bits(int m, float a, float b) {
 }
 __device__ __forceinline__ bool max_bits_inexact(float r) { return __float_as_uint(r) > 0x7F800000u; }
 
+// The wgmma consumers' fold of a full tile into the row maxima rmax[m][h] of m-block m (h: the
+// thread's rows g and g + 8): value(m, j) is accumulator j of the m-block, NV per thread, in the
+// fragment's order (j % 4 < 2: row g, else row g + 8). fold_full_bits takes the max on bit patterns;
+// redo_inexact_rows then refolds the tile with fmaxf from the maxima before it (`before`) in any warp
+// where a row came out inexact. The accumulators must still hold the tile.
+template <int MB, int NV, class Value>
+__device__ __forceinline__ void fold_full_bits(float (&rmax)[MB][2], int m, Value&& value) {
+  int r0 = __float_as_int(rmax[m][0]), r1 = __float_as_int(rmax[m][1]);
+#pragma unroll
+  for (int i = 0; i < NV / 4; ++i) {
+    r0 = max3_bits(r0, value(m, 4 * i), value(m, 4 * i + 1));
+    r1 = max3_bits(r1, value(m, 4 * i + 2), value(m, 4 * i + 3));
+  }
+  rmax[m][0] = __int_as_float(r0);
+  rmax[m][1] = __int_as_float(r1);
+}
+template <int MB, int NV, class Value>
+__device__ __forceinline__ void redo_inexact_rows(float (&rmax)[MB][2], const float (&before)[MB][2], Value&& value) {
+  bool redo = false;
+#pragma unroll
+  for (int m = 0; m < MB; ++m) redo |= max_bits_inexact(rmax[m][0]) | max_bits_inexact(rmax[m][1]);
+  if (__any_sync(0xffffffffu, redo)) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      float f0 = before[m][0], f1 = before[m][1];
+#pragma unroll
+      for (int i = 0; i < NV / 4; ++i) {
+        f0 = fmaxf(f0, fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
+        f1 = fmaxf(f1, fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
+      }
+      rmax[m][0] = f0;
+      rmax[m][1] = f1;
+    }
+  }
+}
+
 // ---- warp reductions (fixed butterfly order: deterministic) -------------------------------
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

@@ -316,6 +316,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
             wgmma_commit();
           }
           const int rem = len - tile * TN;
+          auto value = [&](int m, int j) { return acc[m][j]; };
           float before[MB][2];  // the row maxima before this tile, for the exact redo below
 #pragma unroll
           for (int m = 0; m < MB; ++m) before[m][0] = rmax[m][0], before[m][1] = rmax[m][1];
@@ -332,15 +333,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
               if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
             if (rem >= TN) {
-              // one IMNMX per two values on their bit patterns (max3_bits), checked below
-              int r0 = __float_as_int(rmax[m][0]), r1 = __float_as_int(rmax[m][1]);
-#pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                r0 = max3_bits(r0, acc[m][4 * i], acc[m][4 * i + 1]);
-                r1 = max3_bits(r1, acc[m][4 * i + 2], acc[m][4 * i + 3]);
-              }
-              rmax[m][0] = __int_as_float(r0);
-              rmax[m][1] = __int_as_float(r1);
+              // one VIMNMX3 per two values on their bit patterns (max3_bits), checked below
+              fold_full_bits<MB, NACC>(rmax, m, value);
             } else {
 #pragma unroll
               for (int i = 0; i < TN / 8; ++i) {
@@ -352,24 +346,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           }
           // a negative (or NaN) row maximum left the bit-pattern max inexact: redo the tile with fmaxf
           // (the accumulators stay intact until the next tile's wgmma)
-          if (rem >= TN) {
-            bool redo = false;
-#pragma unroll
-            for (int m = 0; m < MB; ++m) redo |= max_bits_inexact(rmax[m][0]) | max_bits_inexact(rmax[m][1]);
-            if (__any_sync(0xffffffffu, redo)) {
-#pragma unroll
-              for (int m = 0; m < MB; ++m) {
-                float f0 = before[m][0], f1 = before[m][1];
-#pragma unroll
-                for (int i = 0; i < TN / 8; ++i) {
-                  f0 = fmaxf(f0, fmaxf(acc[m][4 * i], acc[m][4 * i + 1]));
-                  f1 = fmaxf(f1, fmaxf(acc[m][4 * i + 2], acc[m][4 * i + 3]));
-                }
-                rmax[m][0] = f0;
-                rmax[m][1] = f1;
-              }
-            }
-          }
+          if (rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
         }
         // row max over the quad, drop rows past the query, warp sum (fixed order)
 #pragma unroll
