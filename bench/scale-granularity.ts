@@ -1,0 +1,119 @@
+// What sharing one int8 scale across a document (or the whole corpus) would cost in ranking fidelity,
+// against the per-token scales that maxsim uses. The H200 measured that uniform document scales would
+// let the 8-bit ColPali kernels skip the per-value scale multiply (int8 1.95 ms against 2.80, fp8 2.1
+// against 2.45; bench/NOTES.md item 33); this prints the other side of that trade. Documents are
+// quantized three ways (per token, per document, per corpus: scale = max|x| / 127 over the group,
+// values rounded half to even), queries per token in all three, scored by the CPU int8 engine and
+// compared with fp32 on the same corpora as `maxsim fidelity` (the demo corpus, 10,000 documents and
+// 64 queries, seed 42; the near-tie set).
+// Run: node dist/bench/scale-granularity.js
+import { nearTieCorpus } from '../src/bench/fidelity.js';
+import { demoCorpus } from '../src/demo/corpus.js';
+import { Rng } from '../src/demo/random.js';
+import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
+import { quantize } from '../src/ops/quantize.js';
+import { decodeToFloat32, type ScoreMatrix, type TokenBatch } from '../src/tensor.js';
+
+type Granularity = 'token' | 'document' | 'corpus';
+
+function roundHalfEven(v: number): number {
+  const r = Math.round(v);
+  return r - v === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/** int8 documents whose scale is shared by each document's tokens, or by all of them. */
+function quantizeShared(docs: TokenBatch, by: 'document' | 'corpus'): TokenBatch {
+  const d = docs.dim;
+  const x = decodeToFloat32(docs.data, docs.dtype, d);
+  const data = new Int8Array(x.length);
+  const scales = new Float32Array(x.length / d);
+  const absmax = (b: number) => {
+    let m = 0;
+    for (let i = docs.starts[b] * d; i < (docs.starts[b] + docs.lengths[b]) * d; i++)
+      m = Math.max(m, Math.abs(x[i]));
+    return m;
+  };
+  let corpusMax = 0;
+  for (let b = 0; b < docs.count; b++) corpusMax = Math.max(corpusMax, absmax(b));
+  for (let b = 0; b < docs.count; b++) {
+    const m = by === 'corpus' ? corpusMax : absmax(b);
+    if (m === 0) continue;
+    const scale = Math.fround(m / 127);
+    for (let t = docs.starts[b]; t < docs.starts[b] + docs.lengths[b]; t++) {
+      scales[t] = scale;
+      for (let k = t * d; k < (t + 1) * d; k++)
+        data[k] = Math.min(127, Math.max(-127, roundHalfEven(x[k] / scale)));
+    }
+  }
+  return {
+    ...docs,
+    dtype: 'int8',
+    data,
+    scales,
+    starts: Float64Array.from(docs.starts),
+    lengths: Int32Array.from(docs.lengths),
+  };
+}
+
+function spearman(a: Float32Array, b: Float32Array): number {
+  const rank = (v: Float32Array) => {
+    const idx = [...v.keys()].sort((i, j) => v[i] - v[j] || i - j);
+    const r = new Float64Array(v.length);
+    idx.forEach((i, k) => {
+      r[i] = k;
+    });
+    return r;
+  };
+  const ra = rank(a);
+  const rb = rank(b);
+  const n = a.length;
+  let s = 0;
+  for (let i = 0; i < n; i++) s += (ra[i] - rb[i]) ** 2;
+  return 1 - (6 * s) / (n * (n * n - 1));
+}
+
+async function report(name: string, queries: TokenBatch, docs: TokenBatch, relevant?: number[][]) {
+  const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
+  const q8 = quantize(queries, 'int8');
+  const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((h) => h.map((x) => x.index));
+  const [e10, e20] = [top(exact, 10), top(exact, 20)];
+  for (const g of ['token', 'document', 'corpus'] as Granularity[]) {
+    const d8 = g === 'token' ? quantize(docs, 'int8') : quantizeShared(docs, g);
+    const approx = await maxsimAll(q8, d8, { backend: 'cpu' });
+    const [a10, a20] = [top(approx, 10), top(approx, 20)];
+    const rows = exact.rows;
+    const rhos = Array.from({ length: rows }, (_, i) =>
+      spearman(
+        exact.data.subarray(i * exact.cols, (i + 1) * exact.cols),
+        approx.data.subarray(i * exact.cols, (i + 1) * exact.cols),
+      ),
+    );
+    const overlap = (x: number[][], y: number[][]) =>
+      x.reduce((s, xs, i) => s + xs.filter((v) => y[i].includes(v)).length / xs.length, 0) / rows;
+    let recall = '';
+    if (relevant) {
+      let found = 0;
+      let total = 0;
+      relevant.forEach((r, i) => {
+        found += r.filter((v) => a10[i].includes(v)).length;
+        total += r.length;
+      });
+      recall = ` recall@10 ${(found / total).toFixed(3)}`;
+    }
+    console.log(
+      `${name}, int8 document scale per ${g}: Spearman mean ${(rhos.reduce((s, r) => s + r, 0) / rows).toFixed(5)} min ${Math.min(...rhos).toFixed(5)}, top-10 overlap ${overlap(e10, a10).toFixed(4)}, top-20 overlap ${overlap(e20, a20).toFixed(4)}${recall}`,
+    );
+  }
+}
+
+const demo = demoCorpus({ docs: 10_000, queries: 64, seed: 42 });
+await report('demo corpus', demo.queries, demo.docs, demo.relevant);
+const rng = new Rng(42);
+const ties = nearTieCorpus(() => rng.float(), {
+  clusters: 100,
+  perCluster: 20,
+  docLength: 64,
+  queryLength: 32,
+  dim: 128,
+});
+await report('near-tie set', ties.queries, ties.docs);
