@@ -596,22 +596,15 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
     // The producer's walk: for each pass, each non-empty document of this CTA, each tile, wait until
     // its stage is free, then copy(stage, start, len, tile). The fp16 kernels' produce_tiles
     // (maxsim_wgmma.cu) does the same through a DocWindow, whose registers would spill at w3m2n64's
-    // producer budget; here the next document's length and start are loaded one document ahead.
+    // producer budget; here each document's length and start are loaded directly, and the producer
+    // runs S tiles ahead, which hides their latency.
     auto produce_tiles = [&](auto&& copy) {
       int t = 0;
-      for (int pass = 0; pass < npass; ++pass) {
-        // each document's length and start are read one document ahead: loaded at the first tile's
-        // empty wait, they would delay that tile's copy by two dependent global loads (bench/NOTES.md item 34)
-        int len_next = blockIdx.x < num_docs ? p.doc_lengths[blockIdx.x] : 0;
-        int64_t start_next = blockIdx.x < num_docs ? p.doc_starts[blockIdx.x] : 0;
+      for (int pass = 0; pass < npass; ++pass)
         for (int doc = blockIdx.x; doc < num_docs; doc += gridDim.x) {
-          const int len = len_next;
-          const int64_t start = start_next;
-          if (doc + gridDim.x < num_docs) {
-            len_next = p.doc_lengths[doc + gridDim.x];
-            start_next = p.doc_starts[doc + gridDim.x];
-          }
+          const int len = p.doc_lengths[doc];
           if (len <= 0) continue;
+          const int64_t start = p.doc_starts[doc];
           const int ntiles = (len + TN - 1) / TN;
           for (int tile = 0; tile < ntiles; ++tile, ++t) {
             const int s = t % S;
@@ -619,7 +612,6 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             copy(s, start, len, tile);
           }
         }
-      }
     };
     if constexpr (TMA) {
       // one warp walks the documents: lane 0 issues the tile's box (rows past the document are the next
@@ -715,7 +707,6 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
           qs[m][h] = row < qlen[m] ? qscales[qstart + row] : 0.f;
         }
       }
-      const SliceCombine combine(p, pass, SPP, nslices, cpq, cw == 0 ? lane : 32);
       DocWindow<false> win(p);
       for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
         const int len = win.at(p, i, nullptr);
@@ -725,7 +716,6 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
               p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
           continue;
         }
-        const float carried = combine.prefetch(p, doc);
         const int ntiles = (len + TN - 1) / TN;
         float rmax[MB][2];
 #pragma unroll
@@ -824,7 +814,21 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
         }
         // one barrier per (document, pass); the combine of maxsim_wgmma.cu (fixed order)
         named_bar(1, NCONS * 128);
-        combine.finish(p, doc, part + (dp & 1) * SPP, carried);
+        if (cw == 0 && lane < SPP) {
+          const int w = lane;
+          const int s2 = pass * SPP + w;
+          if (s2 < nslices) {
+            const int c2 = s2 % cpq;
+            if (c2 == cpq - 1 || w == SPP - 1) {
+              const float* pp = part + (dp & 1) * SPP;
+              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
+              const int w0 = max(0, w - c2);
+              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
+              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
+              *dst = r;
+            }
+          }
+        }
         ++dp;
       }
     }

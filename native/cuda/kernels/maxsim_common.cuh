@@ -120,38 +120,6 @@ __device__ __forceinline__ void redo_inexact_rows(float (&rmax)[MB][2], const fl
   }
 }
 
-// ---- the wgmma kernels' combine of a (document, pass) ----------------------------------------
-// After the per-document barrier, lane w of the first consumer warp ends a query's run of 16-row
-// slices in this pass (the query's last slice, or the pass's last) and sums that query's slice
-// partials in slice order, continuing the partial carried in the scores array when the query began
-// in an earlier pass: the order of a sequential sum, so deterministic. Which lanes write, where, and
-// whether they carry depend only on the pass, so they are set once per pass; the carried partial is
-// read when the document starts (prefetch), not after the barrier, so that its load latency is not on
-// the path from the barrier to the next document's first wgmma (bench/NOTES.md item 34). It was
-// written in an earlier pass, with barriers of the same warps in between.
-struct SliceCombine {
-  int code = -1;     // -1: this lane writes nothing; else w0 | w << 8 | carries << 16 (3 registers live per pass)
-  int64_t row = 0;   // the query's row of the scores matrix
-  __device__ __forceinline__ SliceCombine(const MaxsimParams& p, int pass, int spp, int nslices, int cpq, int lane) {
-    const int s2 = pass * spp + lane;
-    if (lane >= spp || s2 >= nslices) return;
-    const int c2 = s2 % cpq;
-    if (c2 != cpq - 1 && lane != spp - 1) return;
-    code = max(0, lane - c2) | lane << 8 | (lane - c2 < 0 ? 1 << 16 : 0);
-    row = (int64_t)(p.query_tile_offset + s2 / cpq) * p.num_docs;
-  }
-  __device__ __forceinline__ float prefetch(const MaxsimParams& p, int doc) const {
-    return code >= 0 && (code >> 16) ? p.scores[row + doc] : 0.f;
-  }
-  __device__ __forceinline__ void finish(const MaxsimParams& p, int doc, const float* part, float carried) const {
-    if (code < 0) return;
-    const int w0 = code & 0xFF, w = (code >> 8) & 0xFF;
-    float r = (code >> 16) ? carried + part[w0] : part[w0];
-    for (int j = w0 + 1; j <= w; ++j) r += part[j];
-    p.scores[row + doc] = r;
-  }
-};
-
 // ---- warp reductions (fixed butterfly order: deterministic) -------------------------------
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

@@ -271,11 +271,6 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           }
       }
       int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
-      // The combining lanes of this pass, and the carried partial read early, where setmaxnreg leaves
-      // the consumers registers for them (w4n64, at 96 registers a thread, spilled with them and
-      // sets up its combine after the barrier).
-      constexpr bool kEarly = RegSplit<NCONS>::consumer > 0;
-      const SliceCombine combine(p, pass, SPP, nslices, cpq, gw == 0 && kEarly ? lane : 32);
       DocWindow<false> win(p);
       for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
         const int len = win.at(p, i, nullptr);
@@ -294,7 +289,6 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
             continue;
           }
         }
-        const float carried = combine.prefetch(p, doc);
         float rmax[MB][2];
 #pragma unroll
         for (int m = 0; m < MB; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
@@ -373,13 +367,25 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
         }
         // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
         // writes to this half come after the next barrier, which the combining warp reaches only
-        // after its reads. Then the fixed-order combine (SliceCombine, maxsim_common.cuh).
+        // after its reads. Combine: lane w of the group's first warp ends a segment (query) -> sums
+        // that query's slices of this pass in slice order (continuing the carried partial from the
+        // scores array if the query began in an earlier pass). Same order as a sequential sum:
+        // deterministic.
         named_bar(1 + grp, GW * 32);
-        if constexpr (kEarly) {
-          combine.finish(p, doc, part[grp] + (dp & 1) * SPP, carried);
-        } else {
-          const SliceCombine late(p, pass, SPP, nslices, cpq, gw == 0 ? lane : 32);
-          late.finish(p, doc, part[grp] + (dp & 1) * SPP, late.prefetch(p, doc));
+        if (gw == 0 && lane < SPP) {
+          const int w = lane;
+          const int s2 = pass * SPP + w;
+          if (s2 < nslices) {
+            const int c2 = s2 % cpq;
+            if (c2 == cpq - 1 || w == SPP - 1) {
+              const float* pp = part[grp] + (dp & 1) * SPP;
+              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
+              const int w0 = max(0, w - c2);
+              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
+              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
+              *dst = r;
+            }
+          }
         }
         ++dp;
       }
