@@ -7,19 +7,14 @@
 // compared with fp32 on the same corpora as `maxsim fidelity` (the demo corpus, 10,000 documents and
 // 64 queries, seed 42; the near-tie set).
 // Run: node dist/bench/scale-granularity.js
-import { nearTieCorpus } from '../src/bench/fidelity.js';
+import { nearTieCorpus, nearTieOptions, spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { Rng } from '../src/demo/random.js';
 import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
-import { quantize } from '../src/ops/quantize.js';
+import { quantize, roundHalfEven } from '../src/ops/quantize.js';
 import { decodeToFloat32, type ScoreMatrix, type TokenBatch } from '../src/tensor.js';
 
 type Granularity = 'token' | 'document' | 'corpus';
-
-function roundHalfEven(v: number): number {
-  const r = Math.round(v);
-  return r - v === 0.5 && r % 2 !== 0 ? r - 1 : r;
-}
 
 /** int8 documents whose scale is shared by each document's tokens, or by all of them. */
 function quantizeShared(docs: TokenBatch, by: 'document' | 'corpus'): TokenBatch {
@@ -53,23 +48,6 @@ function quantizeShared(docs: TokenBatch, by: 'document' | 'corpus'): TokenBatch
     starts: Float64Array.from(docs.starts),
     lengths: Int32Array.from(docs.lengths),
   };
-}
-
-function spearman(a: Float32Array, b: Float32Array): number {
-  const rank = (v: Float32Array) => {
-    const idx = [...v.keys()].sort((i, j) => v[i] - v[j] || i - j);
-    const r = new Float64Array(v.length);
-    idx.forEach((i, k) => {
-      r[i] = k;
-    });
-    return r;
-  };
-  const ra = rank(a);
-  const rb = rank(b);
-  const n = a.length;
-  let s = 0;
-  for (let i = 0; i < n; i++) s += (ra[i] - rb[i]) ** 2;
-  return 1 - (6 * s) / (n * (n * n - 1));
 }
 
 async function report(name: string, queries: TokenBatch, docs: TokenBatch, relevant?: number[][]) {
@@ -109,11 +87,5 @@ async function report(name: string, queries: TokenBatch, docs: TokenBatch, relev
 const demo = demoCorpus({ docs: 10_000, queries: 64, seed: 42 });
 await report('demo corpus', demo.queries, demo.docs, demo.relevant);
 const rng = new Rng(42);
-const ties = nearTieCorpus(() => rng.float(), {
-  clusters: 100,
-  perCluster: 20,
-  docLength: 64,
-  queryLength: 32,
-  dim: 128,
-});
+const ties = nearTieCorpus(() => rng.float(), nearTieOptions);
 await report('near-tie set', ties.queries, ties.docs);

@@ -50,7 +50,7 @@ function ranks(row: Float32Array): Float64Array {
   return r;
 }
 
-function spearman(a: Float32Array, b: Float32Array): number {
+export function spearman(a: Float32Array, b: Float32Array): number {
   const ra = ranks(a);
   const rb = ranks(b);
   const n = ra.length;
@@ -151,6 +151,9 @@ export async function fidelity(
     fp8: fp8Report,
   };
 }
+
+/** The near-tie set of `maxsim fidelity`. */
+export const nearTieOptions = { clusters: 100, perCluster: 20, docLength: 64, queryLength: 32, dim: 128 };
 
 /**
  * An adversarial near-tie set: clusters of documents that are tiny perturbations of one base

@@ -1,7 +1,7 @@
 // `maxsim fidelity`: what int8 and fp8 scoring do to rankings, on the demo corpus and on an
 // adversarial near-tie set (src/bench/fidelity.ts). int8 on the CPU, fp8 on the GPU when present.
 import { Command } from 'commander';
-import { type FormatFidelity, fidelity, nearTieCorpus } from '../bench/fidelity.js';
+import { type FormatFidelity, fidelity, nearTieCorpus, nearTieOptions } from '../bench/fidelity.js';
 import { demoCorpus } from '../demo/corpus.js';
 import { Rng } from '../demo/random.js';
 import { fixed, integerOption, printTable } from './common.js';
@@ -23,13 +23,7 @@ export function fidelityCommand(): Command {
     .action(async (opts: FidelityOptions) => {
       const demo = demoCorpus({ docs: opts.docs, queries: opts.queries, seed: opts.seed });
       const rng = new Rng(opts.seed);
-      const ties = nearTieCorpus(() => rng.float(), {
-        clusters: 100,
-        perCluster: 20,
-        docLength: 64,
-        queryLength: 32,
-        dim: 128,
-      });
+      const ties = nearTieCorpus(() => rng.float(), nearTieOptions);
       const reports = [
         await fidelity('demo corpus', demo.queries, demo.docs, demo.relevant),
         await fidelity('near-tie set', ties.queries, ties.docs),

@@ -30,7 +30,7 @@ function describeKind(x: unknown): string {
 }
 
 /** Round half to even (banker's rounding) of a finite number. */
-function roundHalfEven(v: number): number {
+export function roundHalfEven(v: number): number {
   const r = Math.round(v); // half up
   return r - v === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }
