@@ -31,10 +31,10 @@ function quantizeShared(docs: TokenBatch, by: 'document' | 'corpus'): TokenBatch
       m = Math.max(m, Math.abs(x[i]));
     return m;
   };
-  let corpusMax = 0;
-  for (let b = 0; b < docs.count; b++) corpusMax = Math.max(corpusMax, absmax(b));
+  const docMax = Array.from({ length: docs.count }, (_, b) => absmax(b));
+  const corpusMax = Math.max(0, ...docMax);
   for (let b = 0; b < docs.count; b++) {
-    const m = by === 'corpus' ? corpusMax : absmax(b);
+    const m = by === 'corpus' ? corpusMax : docMax[b];
     if (m === 0) continue;
     const scale = Math.fround(m / 127);
     for (let t = docs.starts[b]; t < docs.starts[b] + docs.lengths[b]; t++) {
@@ -90,13 +90,14 @@ function fp8Dequantized(batch: TokenBatch, by: Granularity): TokenBatch {
     const scale = Math.fround(m / 448);
     for (let i = from * d; i < to * d; i++) out[i] = roundE4m3(Math.fround(x[i] / scale)) * scale;
   };
-  let all = 0;
-  for (let b = 0; b < batch.count; b++)
-    all = Math.max(all, absmax(batch.starts[b], batch.starts[b] + batch.lengths[b]));
+  const itemMax = Array.from({ length: batch.count }, (_, b) =>
+    absmax(batch.starts[b], batch.starts[b] + batch.lengths[b]),
+  );
+  const all = Math.max(0, ...itemMax);
   for (let b = 0; b < batch.count; b++) {
     const [from, to] = [batch.starts[b], batch.starts[b] + batch.lengths[b]];
     if (by === 'token') for (let t = from; t < to; t++) quant(t, t + 1, absmax(t, t + 1));
-    else quant(from, to, by === 'corpus' ? all : absmax(from, to));
+    else quant(from, to, by === 'corpus' ? all : itemMax[b]);
   }
   return { ...batch, dtype: 'float32', data: out };
 }

@@ -781,10 +781,10 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
               for (int i = 0; i < TN / 8; ++i) {
                 const int col = i * 8 + (lane & 3) * 2;
                 const bool ok0 = col < rem, ok1 = col + 1 < rem;
-                const float v0 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i]) * sc[i].x : -INFINITY;
-                const float v1 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 1]) * sc[i].y : -INFINITY;
-                const float v2 = ok0 ? E::template to_f32<BIAS>(acc[m][4 * i + 2]) * sc[i].x : -INFINITY;
-                const float v3 = ok1 ? E::template to_f32<BIAS>(acc[m][4 * i + 3]) * sc[i].y : -INFINITY;
+                const float v0 = ok0 ? value(m, 4 * i) : -INFINITY;
+                const float v1 = ok1 ? value(m, 4 * i + 1) : -INFINITY;
+                const float v2 = ok0 ? value(m, 4 * i + 2) : -INFINITY;
+                const float v3 = ok1 ? value(m, 4 * i + 3) : -INFINITY;
                 rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
                 rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
               }
