@@ -8,7 +8,14 @@ import { referenceMaxsim } from '../src/backends/reference.js';
 import { cudaUnavailableReason } from '../src/backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
 import { maxsim, maxsimAll, maxsimAllSync, maxsimSync } from '../src/ops/maxsim.js';
-import { cpuInt8Isas, cpuMaxsimInt8Sync, dequantize, quantize, roundTripError } from '../src/ops/quantize.js';
+import {
+  cpuInt8Isas,
+  cpuMaxsimInt8Sync,
+  dequantize,
+  hasDocumentScales,
+  quantize,
+  roundTripError,
+} from '../src/ops/quantize.js';
 import {
   batchItem,
   decodeToFloat32,
@@ -159,6 +166,94 @@ describe(`int8 quantization (seed ${runSeed})`, () => {
       () => roundTripError(m, quantize(tokenMatrix(new Float32Array(8), 1, 8), 'int8')),
       InvalidArgumentError,
     );
+  });
+});
+
+describe(`int8 quantization with document scales (seed ${runSeed})`, () => {
+  /** Every item's tokens carry the item's scale, fround(max |x| over the item / 127), within scale / 2. */
+  function checkDocumentScales(orig: TokenBatch | TokenMatrix, q: TokenBatch | TokenMatrix, context: string) {
+    const d = orig.dim;
+    const x = decodeToFloat32(orig.data, orig.dtype, d);
+    const items = orig.kind === 'matrix' ? { starts: [0], lengths: [orig.length] } : orig;
+    const scales = q.scales as Float32Array;
+    for (let b = 0; b < items.lengths.length; b++) {
+      const s0 = items.starts[b];
+      let m = 0;
+      for (let k = s0 * d; k < (s0 + items.lengths[b]) * d; k++) m = Math.max(m, Math.abs(x[k]));
+      const sd = Math.fround(m / 127);
+      let top = 0;
+      for (let t = s0; t < s0 + items.lengths[b]; t++) {
+        assert.equal(scales[t], sd, `${context}: item ${b} token ${t} scale`);
+        for (let k = t * d; k < (t + 1) * d; k++) {
+          const v: number = q.data[k];
+          top = Math.max(top, Math.abs(v));
+          if (sd === 0) assert.equal(v, 0);
+          else
+            assert.ok(
+              Math.abs(x[k] - v * sd) <= (sd / 2) * (1 + 2 ** -20),
+              `${context}: item ${b} value ${k}`,
+            );
+        }
+      }
+      if (items.lengths[b] > 0)
+        assert.equal(top, m === 0 ? 0 : 127, `${context}: item ${b} uses the full range`);
+    }
+  }
+
+  test('ragged, dense and matrix inputs: one scale per item, the full range, within scale / 2', () => {
+    const rand = rng(runSeed + 111);
+    for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
+      // tokens of very different norms, so that per-token and per-document scales differ
+      const ragged = randomRagged([3, 0, 17, 1], 24, dtype, rand);
+      const qr = quantize(ragged, 'int8', { scales: 'document' });
+      checkDocumentScales(ragged, qr, `ragged ${dtype}`);
+      assert.equal(hasDocumentScales(qr), true);
+      const dense = randomDense(4, 9, 24, dtype, rand, [9, 0, 3, 7]);
+      const qd = quantize(dense, 'int8', { scales: 'document' });
+      checkDocumentScales(dense, qd, `dense ${dtype}`);
+      // padding slots stay zeros at scale 0
+      for (let t = 3; t < 9; t++) assert.equal(qd.scales?.[2 * 9 + t], 0);
+      const m = randomMatrix(5, 24, dtype, rand);
+      checkDocumentScales(m, quantize(m, 'int8', { scales: 'document' }), `matrix ${dtype}`);
+      // per token: hasDocumentScales is false once an item's tokens differ
+      assert.equal(hasDocumentScales(quantize(ragged, 'int8', { scales: 'token' })), false);
+    }
+  });
+
+  test('per-document values are the per-token rule applied with the document scale', () => {
+    // token 0: max 127 (scale 1); token 1: max 2.5 (its own scale 2.5 / 127); as one document both take 1
+    const m = tokenMatrix(new Float32Array([127, -3.5, 0, 2.5, -1.5, 0.5]), 2, 3);
+    const q = quantize(m, 'int8', { scales: 'document' });
+    assert.deepEqual(Array.from(q.scales ?? []), [1, 1]);
+    assert.deepEqual(Array.from(q.data), [127, -4, 0, 2, -2, 0]); // half to even
+    const zeros = quantize(tokenMatrix(new Float32Array(6), 2, 3), 'int8', { scales: 'document' });
+    assert.deepEqual(Array.from(zeros.scales ?? []), [0, 0]);
+  });
+
+  test('the CPU int8 engine scores document-scaled batches like the reference', () => {
+    const rand = rng(runSeed + 113);
+    const docs = quantize(randomRagged([40, 1, 0, 130], 64, 'float32', rand), 'int8', { scales: 'document' });
+    const queries = quantize(randomRagged([32, 5], 64, 'float32', rand), 'int8');
+    checkInt8(queries, docs, cpuMaxsimInt8Sync(queries, docs), 'document scales');
+  });
+
+  test('bad options and items that share tokens are refused with named errors', () => {
+    const m = tokenMatrix(new Float32Array(8), 2, 4);
+    assert.throws(
+      () => quantize(m, 'int8', { scales: 'item' as 'document' }),
+      (e) =>
+        e instanceof InvalidArgumentError && /options\.scales/.test(e.message) && /"item"/.test(e.message),
+    );
+    const overlapping: TokenBatch = {
+      ...randomRagged([4, 4], 8, 'float32', rng(runSeed + 117)),
+      starts: Float64Array.from([0, 2]),
+    };
+    assert.throws(
+      () => quantize(overlapping, 'int8', { scales: 'document' }),
+      (e) => e instanceof InvalidArgumentError && /items 0 and 1 overlapping/.test(e.message),
+    );
+    // per token, overlapping items are fine (every token has its own scale)
+    assert.doesNotThrow(() => quantize(overlapping, 'int8'));
   });
 });
 

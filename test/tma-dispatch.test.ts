@@ -52,7 +52,7 @@ test('TMA variants: box [64, TN] as in the kernel source, passed on in the launc
   // the 8-bit twins (maxsim_int8.cu, maxsim_fp8.cu): 128-byte rows, smem S * TN * 132 + 1024
   const entries8 = ['maxsim_int8.cu', 'maxsim_fp8.cu'].flatMap((file) => [
     ...readFileSync(join(dirname(variantsPath), file), 'utf8').matchAll(
-      /^MAXSIM_(?:INT8|FP8)_WGMMA_TMA_ENTRY\((\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)/gm,
+      /^MAXSIM_(?:INT8|FP8)_WGMMA_TMA(?:_DS)?_ENTRY\((\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)/gm,
     ),
   ]);
   assert.ok(entries8.length >= 2, 'the 8-bit sources declare TMA entry points');
@@ -151,5 +151,79 @@ test('variants.json: a malformed tmaBox is refused with the variant named', () =
       () => parseVariants(bad),
       /maxsim_wgmma_tma_pp_m2n64_f16: tmaBox must be \[elements, tokens\]/,
     );
+  }
+});
+
+test('8-bit corpora with one scale per document take the document-scale twins first', () => {
+  const withMaps: DeviceCaps = { ...h200, tensorMaps: true };
+  const cases: Array<[string, Partial<Problem>, string, string]> = [
+    ['32,32,300 (all pairs)', { numQueries: 32 }, 'tma_ds_w2m2n64', 'tma_w2m2n64'],
+    [
+      '1,256,256 (one long query)',
+      { maxQueryLength: 256, maxDocLength: 256 },
+      'tma_ds_w2m2n64',
+      'tma_w2m2n64',
+    ],
+    [
+      '1,1024,1024 (ColPali)',
+      { maxQueryLength: 1024, maxDocLength: 1024 },
+      'tma_ds_w2m2n128',
+      'tma_w2m2n128',
+    ],
+  ];
+  for (const dtype of ['int8', 'fp8'] as const) {
+    for (const [what, shape, dsKind, tokenKind] of cases) {
+      const p: Problem = { ...base, ...shape, dtype, documentScales: true };
+      const v = selectVariant(p, withMaps);
+      assert.equal(v.name, `maxsim_${dtype}_wgmma_${dsKind}`, `${what}, ${dtype}`);
+      assert.equal(v.requires.documentScales, true);
+      assert.deepEqual(launchFor(v, p, withMaps).tmaBox, v.tmaBox);
+      // per-token corpora never take them; without tensor maps (the twins are TMA kernels) neither
+      assert.equal(
+        selectVariant({ ...p, documentScales: false }, withMaps).name,
+        `maxsim_${dtype}_wgmma_${tokenKind}`,
+      );
+      assert.doesNotMatch(selectVariant(p, h200).name, /_ds_/, `${what}, ${dtype}, no maps`);
+      // a fatbin without them falls back to the per-token twin
+      const without = new Set(
+        dispatchTable()
+          .variants.filter((x) => !x.requires.documentScales)
+          .map((x) => x.kernel),
+      );
+      assert.equal(
+        selectVariant(p, withMaps, undefined, dispatchTable(), without).name,
+        `maxsim_${dtype}_wgmma_${tokenKind}`,
+      );
+      // forced by name on a per-token corpus: refused with the reason
+      assert.throws(
+        () => selectVariant({ ...p, documentScales: undefined }, withMaps, v.name),
+        /cannot: it needs one scale per document \(quantize with \{ scales: 'document' \}\)/,
+      );
+    }
+    // few query rows stay on mma.sync, whose per-token kernels are correct for any scales
+    assert.equal(
+      selectVariant({ ...base, dtype, documentScales: true }, withMaps).name,
+      `maxsim_${dtype}_mma_g1`,
+    );
+  }
+});
+
+test('variants.json: "scales" is "document" on an 8-bit variant, or absent', () => {
+  const table = JSON.parse(readFileSync(variantsPath, 'utf8')) as Array<Record<string, unknown>>;
+  const ds = table.filter((e) => e.scales !== undefined);
+  assert.equal(ds.length, 4, 'int8 and fp8, w2m2n64 and w2m2n128');
+  for (const e of ds) {
+    const twin = table.find((x) => x.name === String(e.name).replace('_tma_ds_', '_tma_'));
+    assert.ok(twin, `${e.name}: a per-token twin`);
+    for (const k of ['block', 'smemBytes', 'tmaBox', 'grid', 'dim', 'arch'])
+      assert.deepEqual(e[k], twin[k], `${e.name}: ${k} as its twin's`);
+  }
+  const fp16 = table.find((e) => e.name === 'maxsim_wgmma_tma_pp_m2n64_f16');
+  for (const [entry, value] of [
+    [fp16, 'document'],
+    [ds[0], 'token'],
+  ] as const) {
+    const bad = table.map((e) => (e === entry ? { ...e, scales: value } : e));
+    assert.throws(() => parseVariants(bad), /scales must be "document", on an int8 or fp8 variant/);
   }
 });

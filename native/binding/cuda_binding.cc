@@ -466,25 +466,26 @@ Napi::Value Append(const Napi::CallbackInfo& info) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// quantize(tokenSet, mode): a new device token set, quantized on the GPU (mode 'int8' or 'fp8')
+// quantize(tokenSet, mode, scales): a new device token set, quantized on the GPU (mode 'int8' or 'fp8';
+// scales 'token', the default, or 'document')
 
 class QuantizeTask : public Task {
  public:
-  QuantizeTask(Napi::Env env, Runtime* rt, std::shared_ptr<DeviceTokens> src, bool e4m3)
-      : Task(env), rt_(rt), src_(std::move(src)), e4m3_(e4m3) {}
+  QuantizeTask(Napi::Env env, Runtime* rt, std::shared_ptr<DeviceTokens> src, bool e4m3, bool per_document)
+      : Task(env), rt_(rt), src_(std::move(src)), e4m3_(e4m3), per_document_(per_document) {}
   void Run() override {
     rt_->EnsureReady();
     if (src_->parent) {
       throw std::invalid_argument("Expected a corpus made by upload() or alloc() for quantize() but received a view (select()); quantize the corpus, then select");
     }
-    result_ = rt_->Quantize8(*src_, e4m3_);
+    result_ = rt_->Quantize8(*src_, e4m3_, per_document_);
   }
   Napi::Value Result(Napi::Env env) override { return NewTokenSet(env, std::move(result_)); }
 
  private:
   Runtime* rt_;
   std::shared_ptr<DeviceTokens> src_, result_;
-  bool e4m3_;
+  bool e4m3_, per_document_;
 };
 
 Napi::Value Quantize(const Napi::CallbackInfo& info) {
@@ -493,11 +494,15 @@ Napi::Value Quantize(const Napi::CallbackInfo& info) {
   std::shared_ptr<DeviceTokens> src = h->Live(env, "tokenSet");
   const std::string mode = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : std::string();
   if (mode != "int8" && mode != "fp8") throw ArgError(env, "mode", "'int8' or 'fp8'", Describe(info[1]));
+  const std::string scales = info[2].IsUndefined() ? std::string("token")
+                             : info[2].IsString()  ? info[2].As<Napi::String>().Utf8Value()
+                                                   : std::string();
+  if (scales != "token" && scales != "document") throw ArgError(env, "scales", "'token' or 'document'", Describe(info[2]));
   if (h->snapshot().dtype == DType::Int8) {
     throw ArgError(env, "tokenSet.dtype", "'float32', 'float16' or 'bfloat16' (a float set to quantize)",
                    std::string("'") + SetDTypeName(h->snapshot().dtype, h->snapshot().e4m3) + "'");
   }
-  return Submit(env, src->runtime, std::make_unique<QuantizeTask>(env, src->runtime, src, mode == "fp8"));
+  return Submit(env, src->runtime, std::make_unique<QuantizeTask>(env, src->runtime, src, mode == "fp8", scales == "document"));
 }
 
 // ---------------------------------------------------------------------------------------------

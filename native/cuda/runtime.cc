@@ -600,7 +600,7 @@ void Runtime::Append(DeviceTokens& dst, const TokenSet& src, bool synchronize) {
   dst.max_length = max_length;
 }
 
-std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e4m3) {
+std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e4m3, bool per_document) {
   const char* suffix = src.dtype == DType::Float32    ? "f32"
                        : src.dtype == DType::Float16  ? "f16"
                        : src.dtype == DType::BFloat16 ? "bf16"
@@ -635,6 +635,12 @@ std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e
     const int64_t want = std::max<int64_t>((std::max(src.tokens, src.count) + 7) / 8, 1);
     spec.grid[0] = static_cast<unsigned>(std::min<int64_t>(want, static_cast<int64_t>(props_.sms) * 16));
     LaunchWithParams(spec, &p);
+    if (per_document && src.count > 0) {
+      // one warp per item (maxsim_8bit.cuh, quantize8_documents_body), after the per-token launch
+      spec.kernel = std::string(e4m3 ? "maxsim_fp8_quantize_documents_" : "maxsim_int8_quantize_documents_") + suffix;
+      spec.grid[0] = static_cast<unsigned>(std::min<int64_t>((src.count + 7) / 8, static_cast<int64_t>(props_.sms) * 16));
+      LaunchWithParams(spec, &p);
+    }
   }
   unsigned long long first_bad = ~0ull;
   Download(&first_bad, bad.get(), sizeof(first_bad));  // synchronizes

@@ -168,7 +168,8 @@ class Runtime {
   // int8 (per-token symmetric, bitwise the host quantize() of src/ops/quantize.ts) or, with e4m3,
   // fp8 e4m3 codes (max|x| -> 448). Throws std::invalid_argument for an 8-bit source or for a token
   // holding +-Inf. Synchronizes.
-  std::shared_ptr<DeviceTokens> Quantize8(const DeviceTokens& src, bool e4m3);
+  // per_document: one scale per item, the largest of its tokens' (every token of an item shares it)
+  std::shared_ptr<DeviceTokens> Quantize8(const DeviceTokens& src, bool e4m3, bool per_document = false);
   // A view of some items of `src` (indices into its items, any order, repeats allowed): new starts /
   // lengths, the same token memory, gathered from src's host spans (downloaded only for a set without
   // them). Throws std::invalid_argument for an index out of range. Leaves the span uploads in flight

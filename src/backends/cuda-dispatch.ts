@@ -43,6 +43,8 @@ export interface VariantEntry {
   regime: string;
   /** TMA variants: the box [elements of a token, tokens] of the documents' tensor map (its second parameter). */
   tmaBox?: [number, number];
+  /** "document": 8-bit kernels that need one scale per document (DeviceCorpus.documentScales). */
+  scales?: 'document';
 }
 
 export interface VariantRequirements {
@@ -53,6 +55,8 @@ export interface VariantRequirements {
   minComputeCapability?: [number, number];
   /** Exact compute capabilities only (arch-specific cubins such as sm_90a). */
   computeCapabilities?: Array<[number, number]>;
+  /** The documents' tokens share one scale per document. */
+  documentScales?: boolean;
 }
 
 /** A validated variants.json entry. */
@@ -90,6 +94,8 @@ export interface Problem {
   /** Tokens of all documents (their mean length picks the wgmma tile width); maxDocLength stands in when absent. */
   docTokens?: number;
   dtype: DeviceDType;
+  /** 8-bit documents whose tokens share one scale per document (DeviceCorpus.documentScales). */
+  documentScales?: boolean;
 }
 
 /** What the dispatcher needs to know about the GPU. */
@@ -137,6 +143,7 @@ const FIELDS = [
   'smemBytes',
   'regime',
   'tmaBox',
+  'scales',
 ];
 
 // ---- the table ------------------------------------------------------------------------------
@@ -164,7 +171,7 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
     if (!named) bad('name', 'a non-empty string', e.name);
     for (const k of Object.keys(e))
       if (!FIELDS.includes(k)) bad(k, `absent (fields: ${FIELDS.join(', ')})`, e[k]);
-    const { family, dtype, module, arch, dim, block, grid, smemBytes, regime, tmaBox } = e;
+    const { family, dtype, module, arch, dim, block, grid, smemBytes, regime, tmaBox, scales } = e;
     if (family !== 'simt' && family !== 'mma' && family !== 'wgmma')
       bad('family', 'simt, mma or wgmma', family);
     if (
@@ -205,6 +212,8 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
       (!Array.isArray(tmaBox) || tmaBox.length !== 2 || !tmaBox.every((n) => isInt(n, 1) && n <= 256))
     )
       bad('tmaBox', '[elements, tokens], each 1-256', tmaBox);
+    if (scales !== undefined && (scales !== 'document' || (dtype !== 'int8' && dtype !== 'fp8')))
+      bad('scales', '"document", on an int8 or fp8 variant', scales);
     const d = dim as VariantEntry['dim'];
     const a = arch as VariantEntry['arch'];
     return {
@@ -221,6 +230,7 @@ export function parseVariants(json: unknown, source = 'variants.json'): Variant[
         ...(d.min !== undefined && { minDim: d.min }),
         ...(d.max !== undefined && { maxDim: d.max }),
         ...('min' in a ? { minComputeCapability: [...a.min] } : { computeCapabilities: [[...a.exact]] }),
+        ...(scales === 'document' && { documentScales: true }),
       } as VariantRequirements,
       regime: regime as string,
       ...(tmaBox !== undefined && { tmaBox: [...(tmaBox as number[])] as [number, number] }),
@@ -292,6 +302,8 @@ export function unmetRequirement(
   const [major, minor] = caps.computeCapability;
   const cc = `${major}.${minor}`;
   if (v.dtype !== p.dtype) return `it reads ${v.dtype} tokens, not ${p.dtype}`;
+  if (r.documentScales && !p.documentScales)
+    return "it needs one scale per document (quantize with { scales: 'document' })";
   if (r.dimMultipleOf !== undefined && p.dim % r.dimMultipleOf !== 0)
     return `it needs dim % ${r.dimMultipleOf} == 0 (dim is ${p.dim})`;
   if (r.minDim !== undefined && p.dim < r.minDim) return `it needs dim >= ${r.minDim} (dim is ${p.dim})`;
@@ -340,7 +352,11 @@ function preferred8BitKinds(p: Problem, caps: DeviceCaps): string[] {
     // The TMA twins first (H200, three rounds at 1,1024,1024,128,10000: int8 2.78-2.95 vs 2.94-2.96 ms,
     // fp8 2.56-2.74 vs 2.64-2.87; 32,32,300,128,10000 int8 1.089 vs 1.114 for w3m2n64, fp8 1.057 vs
     // 1.071; 1,256,256,128,10000 int8 0.241 vs 0.261 for w2m2n64; item 28).
-    if (longDocuments(p)) return withTma('wgmma_w2m2n128');
+    // Documents with one scale each: first the document-scale twins, which multiply once per row and
+    // document instead of once per value (item 35).
+    const ds = (kinds: string[]) =>
+      p.documentScales ? [kinds[0].replace(/^wgmma_tma_/, 'wgmma_tma_ds_'), ...kinds] : kinds;
+    if (longDocuments(p)) return ds(withTma('wgmma_w2m2n128'));
     // Without tensor maps, shorter documents take three consumer warpgroups (384 query rows per pass
     // instead of 256) when the extra padding of the query rows stays within 15%. H200,
     // 32,32,300,128,10000: fp8 1.071 vs 1.168 ms and 1.101 vs 1.172 in two runs (item 19); int8, since
@@ -349,7 +365,7 @@ function preferred8BitKinds(p: Problem, caps: DeviceCaps): string[] {
     const slices = p.numQueries * Math.ceil(p.maxQueryLength / 16);
     const padded = (perPass: number) => Math.ceil(slices / perPass) * perPass;
     const plain = padded(24) <= 1.15 * padded(16) ? 'wgmma_w3m2n64' : 'wgmma_w2m2n64';
-    return ['wgmma_tma_w2m2n64', plain];
+    return ds(['wgmma_tma_w2m2n64', plain]);
   }
   return ['mma_g8'];
 }

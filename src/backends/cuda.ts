@@ -6,7 +6,7 @@
 // garbage collector when a corpus is dropped without it.
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
-import { quantize } from '../ops/quantize.js';
+import { checkScaleGranularity, hasDocumentScales, type QuantizeOptions, quantize } from '../ops/quantize.js';
 import { sortedHits } from '../ops/topk.js';
 import {
   type DType,
@@ -133,7 +133,7 @@ export interface NativeCuda {
   ): Promise<NativeTokenSet>;
   append(set: NativeTokenSet, batch: TokenBatch): Promise<NativeTokenSet>;
   /** A new 8-bit token set quantized on the GPU from a float one (int8: bitwise the host quantize()). */
-  quantize(set: NativeTokenSet, mode: QuantizeMode8): Promise<NativeTokenSet>;
+  quantize(set: NativeTokenSet, mode: QuantizeMode8, scales?: 'token' | 'document'): Promise<NativeTokenSet>;
   /** A view of some items of a set (new spans over the same token memory). */
   select(set: NativeTokenSet, indices: Float64Array): Promise<NativeTokenSet>;
   /** The items of a device token set, copied back (packed, in order). */
@@ -307,6 +307,12 @@ export interface DeviceCorpus {
    * fp8: e4m3 codes with one float32 scale per token (quantize('fp8') only).
    */
   readonly dtype: DeviceDType;
+  /**
+   * int8 / fp8: every document's tokens share one scale (quantize(..., { scales: 'document' }), here or
+   * on the host before the upload), so the GPU may take its document-scale kernels (the same scores,
+   * faster at many query rows). Kept through select() and through appends of such batches.
+   */
+  readonly documentScales: boolean;
   /** Tokens on the device (padding is not uploaded). */
   readonly tokens: number;
   /** Longest document. */
@@ -326,9 +332,11 @@ export interface DeviceCorpus {
    * A new corpus, quantized on the GPU. 'int8': per-token symmetric int8 (scale = max|x| / 127, round
    * half to even), byte for byte what the host quantize(batch, 'int8') gives. 'fp8': e4m3 codes of
    * x / scale with scale = max|x| / 448 (round to nearest even, saturating); queries against an fp8
-   * corpus are quantized the same way on the GPU. This corpus is left as it is.
+   * corpus are quantized the same way on the GPU. `{ scales: 'document' }`: one scale per document,
+   * the largest of its tokens' (int8: what the host quantize gives with that option). This corpus is
+   * left as it is.
    */
-  quantize(mode: QuantizeMode8): Promise<DeviceCorpus>;
+  quantize(mode: QuantizeMode8, options?: QuantizeOptions): Promise<DeviceCorpus>;
   /** The documents copied back to the host: a ragged batch (int8: with scales), or fp8 codes. */
   download(): Promise<TokenBatch | Fp8Tokens>;
   /**
@@ -411,10 +419,20 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
 }
 
 /** What the dispatcher reads of a corpus. */
-type CorpusShape = Pick<DeviceCorpus, 'count' | 'dim' | 'dtype' | 'maxLength'> & { tokens?: number };
+type CorpusShape = Pick<DeviceCorpus, 'count' | 'dim' | 'dtype' | 'maxLength'> & {
+  tokens?: number;
+  documentScales?: boolean;
+};
 
 function shapeOf(c: DeviceCorpus): CorpusShape {
-  return { count: c.count, dim: c.dim, dtype: c.dtype, maxLength: c.maxLength, tokens: c.tokens };
+  return {
+    count: c.count,
+    dim: c.dim,
+    dtype: c.dtype,
+    maxLength: c.maxLength,
+    tokens: c.tokens,
+    documentScales: c.documentScales,
+  };
 }
 
 function checkCandidates(n: unknown): number {
@@ -448,7 +466,11 @@ class Corpus implements DeviceCorpus {
   constructor(
     private readonly device: Device,
     readonly native: NativeTokenSet,
+    private docScales = false,
   ) {}
+  get documentScales() {
+    return this.docScales;
+  }
   get count() {
     return this.native.count;
   }
@@ -533,20 +555,23 @@ class Corpus implements DeviceCorpus {
   async append(batch: TokenBatch): Promise<void> {
     this.check();
     if (!isTokenBatch(batch)) throw new InvalidArgumentError('batch', 'a TokenBatch', describe(batch));
+    // lowered before the copy is queued: a scoring call planned from now on sees the new documents
+    if (!hasDocumentScales(batch)) this.docScales = false;
     await nativeCuda().append(this.native, batch);
   }
 
-  async quantize(mode: QuantizeMode8): Promise<DeviceCorpus> {
+  async quantize(mode: QuantizeMode8, options: QuantizeOptions = {}): Promise<DeviceCorpus> {
     this.check();
     if (mode !== 'int8' && mode !== 'fp8')
       throw new InvalidArgumentError('mode', "'int8' or 'fp8'", JSON.stringify(mode));
+    const scales = checkScaleGranularity(options?.scales);
     if (this.dtype === 'int8' || this.dtype === 'fp8')
       throw new InvalidArgumentError(
         'corpus.dtype',
         "'float32', 'float16' or 'bfloat16' (a float corpus to quantize)",
         `'${this.dtype}'`,
       );
-    return this.device.adopt(await nativeCuda().quantize(this.native, mode));
+    return this.device.adopt(await nativeCuda().quantize(this.native, mode, scales), scales === 'document');
   }
 
   async download(): Promise<TokenBatch | Fp8Tokens> {
@@ -576,7 +601,8 @@ class Corpus implements DeviceCorpus {
     this.check();
     if (indices === null || typeof indices !== 'object' || typeof indices.length !== 'number')
       throw new InvalidArgumentError('indices', 'an array of document indices', describe(indices));
-    return this.device.adopt(await nativeCuda().select(this.native, Float64Array.from(indices)));
+    const view = await nativeCuda().select(this.native, Float64Array.from(indices));
+    return this.device.adopt(view, this.docScales);
   }
 
   dispose(): void {
@@ -634,12 +660,12 @@ class Device implements CudaDevice {
   }
 
   /** A corpus for a token set this device made (tracked, so dispose() of the device frees it). */
-  adopt(native: NativeTokenSet): Corpus {
-    return this.track(native);
+  adopt(native: NativeTokenSet, documentScales = false): Corpus {
+    return this.track(native, documentScales);
   }
 
-  private track(native: NativeTokenSet): Corpus {
-    const c = new Corpus(this, native);
+  private track(native: NativeTokenSet, documentScales = false): Corpus {
+    const c = new Corpus(this, native, documentScales);
     for (const r of this.corpora) if (!r.deref() || r.deref()?.disposed) this.corpora.delete(r);
     this.corpora.add(new WeakRef(c));
     return c;
@@ -649,12 +675,13 @@ class Device implements CudaDevice {
     this.check();
     if (!isTokenBatch(batch))
       throw new InvalidArgumentError('batch', 'a TokenBatch (denseBatch or raggedBatch)', describe(batch));
-    return this.track(await nativeCuda().upload(this.handle, batch));
+    return this.track(await nativeCuda().upload(this.handle, batch), hasDocumentScales(batch));
   }
 
   async alloc(spec: { dtype: DType; dim: number; tokens: number; items: number }): Promise<DeviceCorpus> {
     this.check();
-    return this.track(await nativeCuda().alloc(this.handle, spec));
+    // an empty int8 corpus has document scales until a batch without them is appended
+    return this.track(await nativeCuda().alloc(this.handle, spec), spec?.dtype === 'int8');
   }
 
   memory(): Promise<CudaMemory> {
@@ -676,6 +703,7 @@ class Device implements CudaDevice {
       numDocs: corpus.count,
       docTokens: corpus.tokens,
       dtype: corpus.dtype,
+      documentScales: corpus.documentScales === true,
     };
     const variant = selectVariant(problem, this.caps, options.variant, dispatchTable(), this.kernels);
     return { variant, launch: launchFor(variant, problem, this.caps) };
@@ -696,7 +724,9 @@ class Device implements CudaDevice {
     // Plan for the largest doc set of the rotation so the grid covers every launch.
     let widest = corpus;
     for (const r of rotate) if (r.count > widest.count || r.maxLength > widest.maxLength) widest = r;
-    const { variant, launch } = this.planFor(q, widest, options);
+    // the document-scale kernels only when every set of the rotation has document scales
+    const documentScales = [corpus, ...rotate].every((c) => c.documentScales);
+    const { variant, launch } = this.planFor(q, { ...shapeOf(widest), documentScales }, options);
     const r = await nativeCuda().bench(this.handle, q, corpus.native, launch, {
       warmup: options.warmup,
       iters: options.iters,

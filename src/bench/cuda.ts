@@ -21,7 +21,7 @@ import {
 import type { DeviceDType } from '../backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../backends/reference.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
-import { quantize } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
 
 /** A benchmark shape `Nq,Lq,Ld,d,B`. */
@@ -41,6 +41,8 @@ export interface BenchShape {
 export interface CudaBenchOptions {
   /** int8 / fp8: also times float16 on the same data in the same run (the baseline of the row). */
   dtype: DeviceDType;
+  /** int8 / fp8: the documents' scales, one per token (default) or one per document. */
+  scales?: ScaleGranularity;
   /** Document lengths uniform in [min(32, Ld), hi] instead of all Ld; hi = Ld unless fill is set. */
   ragged: boolean;
   /** With ragged: the mean fill ratio sum(L_b) / (B * Ld), by choosing hi = 2 * fill * Ld - lo. */
@@ -66,6 +68,8 @@ export interface CudaBaseline {
 export interface CudaBenchRow {
   shape: string;
   dtype: DeviceDType;
+  /** int8 / fp8 with one scale per document (absent: per token). */
+  scales?: 'document';
   backend: 'cuda';
   ragged: boolean;
   /** Real tokens / (B * Ld). */
@@ -317,15 +321,16 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
       let baseline: CudaBaseline | undefined;
       if (options.dtype === 'int8' || options.dtype === 'fp8') {
         const mode = options.dtype;
+        const scales = options.scales;
         let ref8: Float64Array;
         if (mode === 'int8') {
-          ref8 = referenceMaxsim(quantize(qSample, 'int8'), quantize(dSample, 'int8'));
+          ref8 = referenceMaxsim(quantize(qSample, 'int8'), quantize(dSample, 'int8', { scales }));
         } else {
           // the GPU's e4m3 codes of the sample, copied back
-          const codes = async (b: TokenBatch) => {
+          const codes = async (b: TokenBatch, s?: ScaleGranularity) => {
             const f = await gpu.upload(b);
             try {
-              const e = await f.quantize('fp8');
+              const e = await f.quantize('fp8', { scales: s });
               try {
                 return (await e.download()) as Fp8Tokens;
               } finally {
@@ -335,10 +340,10 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
               f.dispose();
             }
           };
-          ref8 = referenceMaxsimFp8(await codes(qSample), await codes(dSample));
+          ref8 = referenceMaxsimFp8(await codes(qSample), await codes(dSample, scales));
         }
         options.onProgress?.(`quantizing the corpus to ${mode} on the GPU`);
-        qcorpus = await corpus.quantize(mode);
+        qcorpus = await corpus.quantize(mode, { scales });
         corpus.dispose();
         corpus = undefined;
         // int8: queries quantized on the host (as score() would); fp8: on the GPU by the scoring job
@@ -360,6 +365,7 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
       return {
         shape: `${shape.nq},${shape.lq},${shape.ld},${shape.d},${shape.b}`,
         dtype: options.dtype,
+        ...(options.scales === 'document' && { scales: 'document' as const }),
         backend: 'cuda',
         ragged: options.ragged,
         fillRatio: totalDocTokens / (shape.b * shape.ld),

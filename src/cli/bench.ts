@@ -7,7 +7,7 @@ import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
 import { maxsim, maxsimAll } from '../ops/maxsim.js';
-import { quantize } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import {
   denseBatch,
   dtypeSize,
@@ -56,6 +56,7 @@ interface BenchOptions {
   backend: BackendName;
   shape?: BenchShape[];
   dtype?: FloatDType | 'int8' | 'fp8';
+  scales?: ScaleGranularity;
   ragged?: boolean;
   repeats: number;
   warmup: number;
@@ -132,6 +133,12 @@ export function benchCommand(): Command {
         return parseDtype(value);
       },
     )
+    .addOption(
+      new Option(
+        '--scales <who>',
+        "int8 / fp8: one scale per token (the default) or one per document (the documents' tokens share it)",
+      ).choices(['token', 'document']),
+    )
     .option('--ragged', 'ragged documents, lengths uniform in [Ld/2, Ld] (default: dense [B, Ld, d])')
     .option('--repeats <n>', 'timed runs per shape', integerOption(1), 5)
     .option('--warmup <n>', 'untimed runs per shape first', integerOption(0), 1)
@@ -171,6 +178,12 @@ export function benchCommand(): Command {
     .action(async (opts: BenchOptions) => {
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
+      if (opts.scales !== undefined && opts.dtype !== 'int8' && opts.dtype !== 'fp8')
+        throw new InvalidArgumentError(
+          '--scales',
+          'used with --dtype int8 or fp8',
+          `--dtype ${opts.dtype ?? 'default'}`,
+        );
       if (opts.train) {
         if (opts.dtype === 'int8' || opts.dtype === 'fp8')
           throw new InvalidArgumentError('--dtype', 'f32, f16 or bf16 with --train', `'${opts.dtype}'`);
@@ -215,11 +228,11 @@ export function benchCommand(): Command {
       for (const shape of opts.shape ?? DEFAULT_SHAPES) {
         const progress = new Progress(`bench ${formatShape(shape)}`, opts.warmup + opts.repeats);
         progress.update(0);
-        // int8: the float32 inputs quantized per token (queries and documents alike).
+        // int8: the float32 inputs quantized per token (queries; documents per --scales).
         const inputs = makeInputs(shape, dtype === 'int8' ? 'float32' : dtype, opts.ragged === true, rng);
         const { docTokens } = inputs;
         const queries = dtype === 'int8' ? quantize(inputs.queries, 'int8') : inputs.queries;
-        const docs = dtype === 'int8' ? quantize(inputs.docs, 'int8') : inputs.docs;
+        const docs = dtype === 'int8' ? quantize(inputs.docs, 'int8', { scales: opts.scales }) : inputs.docs;
         const run = () =>
           queries.kind === 'matrix' ? maxsim(queries, docs, options) : maxsimAll(queries, docs, options);
         const times: number[] = [];
@@ -277,6 +290,7 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
     const progress = new Progress(`bench cuda ${formatShape(shape)}`, 1);
     const row = await benchCudaShape(shape, {
       dtype,
+      scales: opts.scales,
       ragged: opts.ragged === true,
       fill: opts.fill,
       warmup: Math.max(opts.warmup, 5),

@@ -3,6 +3,9 @@
 //
 // Per token: scale = max|x| / 127 (float32), q = round-half-to-even(x / scale) clamped to
 // [-127, 127]; a token of zeros gets scale 0 and zero values. value = q * scale.
+// Document scales ({ scales: 'document' }): every token of an item takes the item's scale (its
+// largest |x| / 127), still stored once per token. Fidelity drops a little (bench/NOTES.md item 33)
+// and the GPU's document-scale kernels take such corpora (bench/NOTES.md item 35).
 
 import { InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
@@ -15,6 +18,21 @@ import {
 } from '../tensor.js';
 
 export type QuantizeMode = 'int8';
+
+/** Who shares a scale: each token its own (the default), or all the tokens of an item. */
+export type ScaleGranularity = 'token' | 'document';
+
+export interface QuantizeOptions {
+  scales?: ScaleGranularity;
+}
+
+/** Validates options.scales (default 'token'). */
+export function checkScaleGranularity(scales: unknown, name = 'options.scales'): ScaleGranularity {
+  if (scales === undefined) return 'token';
+  if (scales !== 'token' && scales !== 'document')
+    throw new InvalidArgumentError(name, "'token' or 'document'", JSON.stringify(scales) ?? String(scales));
+  return scales;
+}
 
 export interface RoundTripError {
   /** Largest |x - q * scale| (in double) over every element of every real token. */
@@ -53,15 +71,25 @@ function tokenCapacity(x: TokenBatch | TokenMatrix): number {
 }
 
 /**
- * Quantizes every real token to int8 with its own symmetric scale. The layout is kept: a matrix stays
- * a matrix, a dense batch stays dense (padding tokens become zeros with scale 0), a ragged batch
- * stays ragged with the same starts and lengths.
+ * Quantizes every real token to int8 with its own symmetric scale, or with `{ scales: 'document' }`
+ * the scale of its item (a matrix is one item; items of a ragged batch must not share tokens). The
+ * layout is kept: a matrix stays a matrix, a dense batch stays dense (padding tokens become zeros with
+ * scale 0), a ragged batch stays ragged with the same starts and lengths.
  */
-export function quantize(x: TokenMatrix, mode: QuantizeMode): TokenMatrix;
-export function quantize(x: TokenBatch, mode: QuantizeMode): TokenBatch;
-export function quantize(x: TokenBatch | TokenMatrix, mode: QuantizeMode): TokenBatch | TokenMatrix;
-export function quantize(x: TokenBatch | TokenMatrix, mode: QuantizeMode): TokenBatch | TokenMatrix {
+export function quantize(x: TokenMatrix, mode: QuantizeMode, options?: QuantizeOptions): TokenMatrix;
+export function quantize(x: TokenBatch, mode: QuantizeMode, options?: QuantizeOptions): TokenBatch;
+export function quantize(
+  x: TokenBatch | TokenMatrix,
+  mode: QuantizeMode,
+  options?: QuantizeOptions,
+): TokenBatch | TokenMatrix;
+export function quantize(
+  x: TokenBatch | TokenMatrix,
+  mode: QuantizeMode,
+  options: QuantizeOptions = {},
+): TokenBatch | TokenMatrix {
   if (mode !== 'int8') throw new InvalidArgumentError('mode', "'int8'", JSON.stringify(mode));
+  const granularity = checkScaleGranularity(options?.scales);
   if (!isTokenBatch(x) && !isTokenMatrix(x))
     throw new InvalidArgumentError('batch', 'a TokenBatch or TokenMatrix', describeKind(x));
   if (x.dtype === 'int8')
@@ -94,9 +122,23 @@ export function quantize(x: TokenBatch | TokenMatrix, mode: QuantizeMode): Token
       if (m === 0) continue; // scale 0, values 0
       const scale = Math.fround(m / 127);
       scales[t] = scale;
-      for (let k = 0; k < d; k++) {
-        const q = roundHalfEven(values[o + k] / scale);
-        data[o + k] = Math.min(127, Math.max(-127, q));
+      quantizeToken(values, data, o, d, scale);
+    }
+  }
+  if (granularity === 'document') {
+    // each item again with its largest token scale (Math.fround(m / 127) is monotone in m, so that
+    // is the scale of the item's largest |x|)
+    const items = x.kind === 'matrix' ? { starts: [0], lengths: [x.length] } : x;
+    checkDisjointItems(items.starts, items.lengths);
+    for (let b = 0; b < items.lengths.length; b++) {
+      const s0 = items.starts[b];
+      const end = s0 + items.lengths[b];
+      let sd = 0;
+      for (let t = s0; t < end; t++) if (scales[t] > sd) sd = scales[t];
+      for (let t = s0; t < end; t++) {
+        if (scales[t] === sd) continue;
+        quantizeToken(values, data, t * d, d, sd);
+        scales[t] = sd;
       }
     }
   }
@@ -113,6 +155,45 @@ export function quantize(x: TokenBatch | TokenMatrix, mode: QuantizeMode): Token
     lengths: Int32Array.from(x.lengths),
     scales,
   };
+}
+
+/** Token [o, o + d) of values quantized with scale (> 0) into data. */
+function quantizeToken(values: Float32Array, data: Int8Array, o: number, d: number, scale: number): void {
+  for (let k = 0; k < d; k++) {
+    const q = roundHalfEven(values[o + k] / scale);
+    data[o + k] = Math.min(127, Math.max(-127, q));
+  }
+}
+
+/** Document scales need items that share no token (each token takes its one item's scale). */
+function checkDisjointItems(starts: ArrayLike<number>, lengths: ArrayLike<number>): void {
+  const order = Array.from({ length: lengths.length }, (_, i) => i)
+    .filter((i) => lengths[i] > 0)
+    .sort((a, b) => starts[a] - starts[b]);
+  for (let j = 1; j < order.length; j++) {
+    const prev = order[j - 1];
+    if (starts[prev] + lengths[prev] > starts[order[j]])
+      throw new InvalidArgumentError(
+        'options.scales',
+        "'token' for items that share tokens ('document' gives each token its item's scale)",
+        `'document' with items ${prev} and ${order[j]} overlapping`,
+      );
+  }
+}
+
+/**
+ * Whether every item's tokens share one scale (an int8 batch quantized with { scales: 'document' },
+ * or one that happens to be so): what lets a GPU corpus take the document-scale kernels.
+ */
+export function hasDocumentScales(x: TokenBatch): boolean {
+  if (x.dtype !== 'int8' || !(x.scales instanceof Float32Array)) return false;
+  const scales = x.scales;
+  for (let b = 0; b < x.count; b++) {
+    const s0 = x.starts[b];
+    const end = s0 + x.lengths[b];
+    for (let t = s0 + 1; t < end; t++) if (scales[t] !== scales[s0]) return false;
+  }
+  return true;
 }
 
 /** int8 tokens back to float32 values (q * scale), same layout. */

@@ -80,6 +80,8 @@ const NAMES = [
       'wgmma_w3m2n64',
       'wgmma_tma_w2m2n64',
       'wgmma_tma_w2m2n128',
+      'wgmma_tma_ds_w2m2n64',
+      'wgmma_tma_ds_w2m2n128',
     ].map((k) => `maxsim_${t}_${k}`),
   ),
 ];

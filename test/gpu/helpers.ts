@@ -19,12 +19,16 @@ export function gpu(): Promise<CudaDevice> {
   return device;
 }
 
-/** Variants of the table that can run `dtype` / `dim` on this GPU (by their declared requirements). */
-export function variantsFor(dev: CudaDevice, dtype: string, dim: number): Variant[] {
+/**
+ * Variants of the table that can run `dtype` / `dim` on this GPU (by their declared requirements);
+ * the document-scale variants only for documentScales (corpora with one scale per document).
+ */
+export function variantsFor(dev: CudaDevice, dtype: string, dim: number, documentScales = false): Variant[] {
   const caps = deviceCaps(dev.info);
   return dispatchTable().variants.filter((v) => {
     if (v.dtype !== dtype) return false;
     const r = v.requires;
+    if (r.documentScales && !documentScales) return false;
     if (r.dimMultipleOf !== undefined && dim % r.dimMultipleOf !== 0) return false;
     if (r.minDim !== undefined && dim < r.minDim) return false;
     if (r.maxDim !== undefined && dim > r.maxDim) return false;

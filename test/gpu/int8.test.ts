@@ -506,3 +506,223 @@ describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed 
     }
   });
 });
+
+// ---- document scales: one scale per document ({ scales: 'document' }), the quantizers and the
+// document-scale twins of the TMA wgmma kernels (DSCALE in maxsim_8bit.cuh) ----
+
+/** Whether every item's tokens share one scale. */
+function oneScalePerItem(t: { scales: Float32Array; starts: ArrayLike<number>; lengths: ArrayLike<number> }) {
+  for (let b = 0; b < t.lengths.length; b++)
+    for (let j = 1; j < t.lengths[b]; j++)
+      if (t.scales[t.starts[b] + j] !== t.scales[t.starts[b]]) return false;
+  return true;
+}
+
+// Lengths on and off both tile widths (64, 128), a single token, empty documents, one long document.
+const dsLengths = [0, 1, 7, 63, 64, 65, 127, 128, 129, 300, 1024, 0, 513];
+
+describe(`CUDA document scales: quantizers and document-scale kernels (seed ${runSeed})`, { skip }, () => {
+  test("int8: corpus.quantize('int8', { scales: 'document' }) == the host's, byte for byte; the flag", async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 61);
+    for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
+      for (const d of [100, 128]) {
+        for (const layout of ['dense', 'ragged'] as const) {
+          const floats =
+            layout === 'ragged'
+              ? floatRagged(docLengths, d, dtype, rand)
+              : floatDense(docLengths, d, dtype, rand);
+          const host = quantize(floats, 'int8', { scales: 'document' });
+          const fcorpus = await dev.upload(floats);
+          const qcorpus = await fcorpus.quantize('int8', { scales: 'document' });
+          const perToken = await fcorpus.quantize('int8');
+          const what = `${dtype} d=${d} ${layout}`;
+          try {
+            assert.equal(qcorpus.documentScales, true, `${what}: flagged`);
+            assert.equal(perToken.documentScales, false, `${what}: per-token corpus not flagged`);
+            assert.equal(fcorpus.documentScales, false);
+            const back = (await qcorpus.download()) as TokenBatch;
+            const want = packed(host);
+            assert.ok(bytesEqual(back.data, want.data), `${what}: int8 values differ`);
+            assert.ok(bytesEqual(back.scales as Float32Array, want.scales), `${what}: scales differ`);
+            assert.ok(
+              oneScalePerItem({ ...back, scales: back.scales as Float32Array }),
+              `${what}: one scale`,
+            );
+            const viaHost = await dev.upload(host);
+            try {
+              assert.equal(viaHost.documentScales, true, `${what}: a host batch with document scales`);
+            } finally {
+              viaHost.dispose();
+            }
+          } finally {
+            qcorpus.dispose();
+            perToken.dispose();
+            fcorpus.dispose();
+          }
+        }
+      }
+    }
+  });
+
+  test("fp8: quantize('fp8', { scales: 'document' }) takes each document's largest token scale", async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 67);
+    const d = 64;
+    const floats = floatRagged([3, 0, 40, 13, 1, 129], d, 'float32', rand);
+    const fcorpus = await dev.upload(floats);
+    const qcorpus = await fcorpus.quantize('fp8', { scales: 'document' });
+    try {
+      assert.equal(qcorpus.documentScales, true);
+      const ds = (await qcorpus.download()) as Fp8Tokens;
+      const pt = await fp8Of(dev, floats);
+      const x = decodeBatch64(floats);
+      for (let b = 0; b < ds.count; b++) {
+        const s0 = ds.starts[b];
+        let sd = 0;
+        for (let j = 0; j < ds.lengths[b]; j++) sd = Math.max(sd, pt.scales[s0 + j]);
+        for (let j = 0; j < ds.lengths[b]; j++) {
+          const t = s0 + j;
+          assert.equal(ds.scales[t], sd, `document ${b} token ${j}: the document's scale`);
+          let m = 0;
+          for (let k = 0; k < d; k++) m = Math.max(m, Math.abs(x[t * d + k]));
+          for (let k = 0; k < d; k++) {
+            const v = x[t * d + k];
+            if (pt.scales[t] === sd)
+              assert.equal(ds.data[t * d + k], pt.data[t * d + k], `document ${b} token ${j}: same codes`);
+            const back = e4m3ToFloat(ds.data[t * d + k]) * sd;
+            const tol = Math.max(Math.abs(v) * 2 ** -4, sd * 2 ** -10) * (1 + 2 ** -20) + m * 2 ** -22;
+            assert.ok(Math.abs(back - v) <= tol, `document ${b} token ${j} k=${k}: ${v} -> ${back}`);
+          }
+        }
+      }
+    } finally {
+      qcorpus.dispose();
+      fcorpus.dispose();
+    }
+  });
+
+  /** int8 and fp8 corpora of `floats` with document scales, their dequantized reference and bounds. */
+  async function dsCorpora(dev: Awaited<ReturnType<typeof gpu>>, floats: TokenBatch, queries: TokenBatch) {
+    const docs = quantize(floats, 'int8', { scales: 'document' });
+    const q = quantize(queries, 'int8');
+    const int8 = await dev.upload(docs);
+    const fcorpus = await dev.upload(floats);
+    const fp8 = await fcorpus.quantize('fp8', { scales: 'document' });
+    fcorpus.dispose();
+    const docs8 = (await fp8.download()) as Fp8Tokens;
+    const q8 = await fp8Of(dev, queries);
+    return [
+      {
+        dtype: 'int8',
+        corpus: int8,
+        queries: q,
+        ref: referenceMaxsim(q, docs),
+        bounds: scoreErrorBounds(q, docs),
+      },
+      {
+        dtype: 'fp8',
+        corpus: fp8,
+        queries,
+        ref: referenceMaxsimFp8(q8, docs8),
+        bounds: fp8Bounds(q8, docs8),
+      },
+    ] as const;
+  }
+
+  /** Every document-scale variant: the per-token twin's scores bit for bit, and the reference. */
+  async function checkDsVariants(
+    dev: Awaited<ReturnType<typeof gpu>>,
+    floats: TokenBatch,
+    queries: TokenBatch,
+    what: string,
+  ) {
+    const d = floats.dim;
+    for (const c of await dsCorpora(dev, floats, queries)) {
+      try {
+        assert.equal(c.corpus.documentScales, true);
+        // the twins are sm_90a TMA kernels: compute capability 9.0 with a driver that encodes tensor maps
+        const cc = dev.info.computeCapability;
+        const here = cc[0] === 9 && cc[1] === 0 && dev.info.tensorMaps === true;
+        const ds = variantsFor(dev, c.dtype, d, true).filter((v) => v.requires.documentScales);
+        assert.equal(ds.length, here ? 2 : 0, `${c.dtype}: the document-scale twins that run here`);
+        for (const v of ds) {
+          const got = (await c.corpus.score(c.queries, { variant: v.name })).data;
+          for (let i = 0; i < got.length; i++)
+            assert.ok(!Number.isNaN(got[i]), `${v.name}: score ${i} is NaN (never written)`);
+          assertScoresClose(got, c.ref, c.bounds, `${v.name} ${what} d=${d}`);
+          const twin = v.name.replace('_tma_ds_', '_tma_');
+          const want = (await c.corpus.score(c.queries, { variant: twin })).data;
+          assert.ok(bitsEqual(got, want), `${v.name} ${what} d=${d}: differs from ${twin}`);
+        }
+        // the dispatcher takes a document-scale twin for such a corpus
+        if (here) assert.match(dev.plan(c.queries, c.corpus).variant.name, /_tma_ds_/, `${c.dtype} ${what}`);
+      } finally {
+        c.corpus.dispose();
+      }
+    }
+  }
+
+  for (const d of [128, 96, 64]) {
+    test(`int8 / fp8 d=${d}: document-scale variants == their per-token twins, bit for bit, and the reference`, async () => {
+      const dev = await gpu();
+      const rand = rng(runSeed ^ (d * 6151 + 11));
+      const floats = floatRagged(dsLengths, d, 'float32', rand);
+      const queries = floatRagged([300, 1, 1024, 0, 17], d, 'float32', rand);
+      await checkDsVariants(dev, floats, queries, 'ragged');
+    });
+  }
+
+  test('document-scale variants: rows whose best match is negative, zero or positive', async () => {
+    const dev = await gpu();
+    for (const d of [128, 96]) {
+      const f = signRunInputs(d, 'float32', rng(runSeed + 71 + d));
+      await checkDsVariants(dev, f.docs, f.queries, 'sign runs');
+    }
+  });
+
+  test('the flag through alloc + append and select; refusals name the argument', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 73);
+    const d = 64;
+    const dsBatch = () =>
+      quantize(floatRagged([5, 130, 0, 64], d, 'float32', rand), 'int8', { scales: 'document' });
+    const corpus = await dev.alloc({ dtype: 'int8', dim: d, tokens: 800, items: 12 });
+    try {
+      assert.equal(corpus.documentScales, true, 'an empty int8 corpus');
+      await corpus.append(dsBatch());
+      assert.equal(corpus.documentScales, true, 'after a batch with document scales');
+      const view = await corpus.select([3, 1, 1]);
+      try {
+        assert.equal(view.documentScales, true, 'a view keeps the flag');
+        const queries = int8Ragged([300, 9], d, rand);
+        const all = (await corpus.score(queries)).data;
+        const sub = (await view.score(queries)).data;
+        for (let q = 0; q < 2; q++)
+          for (const [i, b] of [3, 1, 1].entries())
+            assert.equal(sub[q * 3 + i], all[q * corpus.count + b], `view column ${i}`);
+      } finally {
+        view.dispose();
+      }
+      await corpus.append(int8Ragged([40, 3], d, rand));
+      assert.equal(corpus.documentScales, false, 'after a batch with per-token scales');
+      const queries = int8Ragged([300], d, rand);
+      assert.doesNotMatch(dev.plan(queries, corpus).variant.name, /_ds_/);
+      await assert.rejects(
+        corpus.score(queries, { variant: 'maxsim_int8_wgmma_tma_ds_w2m2n64' }),
+        /maxsim_int8_wgmma_tma_ds_w2m2n64 cannot: it needs one scale per document/,
+      );
+      const f = await dev.upload(floatRagged([3, 4], d, 'float32', rand));
+      try {
+        await assert.rejects(
+          f.quantize('int8', { scales: 'tokens' as 'token' }),
+          (e: Error) => /options\.scales/.test(e.message) && /'token' or 'document'/.test(e.message),
+        );
+      } finally {
+        f.dispose();
+      }
+    } finally {
+      corpus.dispose();
+    }
+  });
+});

@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda_fp8.h>
 
+#include <climits>
+
 #include "maxsim_common.cuh"
 #include "maxsim_sm90.cuh"
 
@@ -415,6 +417,36 @@ __device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
 }
 
 // ---- device quantizer: one warp per token ----
+
+// The scale of a token (or document) whose largest |x| is m > 0: int8 as the host,
+// Math.fround(m / 127); fp8 maps m to 448, the largest finite e4m3. Both are monotone in m.
+template <class E>
+__device__ __forceinline__ float scale_of(float m) {
+  if constexpr (E::kFp8) return __fdiv_rn(m, 448.f);
+  else return (float)((double)m / 127.0);
+}
+
+// Writes token x quantized with `scale` (> 0) to y, lanes over the dimension. fp8: x / scale in fp32,
+// then the round-to-nearest-even saturating conversion; int8: rint(x / scale) in double (as the host)
+// clamped to [-127, 127]; NaN -> 0.
+template <class E, typename T>
+__device__ __forceinline__ void quantize_token(const T* x, uint8_t* y, int dim, int lane, float scale) {
+  if constexpr (E::kFp8) {
+    for (int k = lane; k < dim; k += 32) {
+      const float v = __fdiv_rn(to_f32(x[k]), scale);
+      y[k] = v == v ? (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3) : 0;
+    }
+  } else {
+    const double ds = (double)scale;
+    for (int k = lane; k < dim; k += 32) {
+      const double v = (double)to_f32(x[k]) / ds;
+      int qv = 0;
+      if (v == v) qv = (int)fmin(127.0, fmax(-127.0, rint(v)));
+      y[k] = (uint8_t)(int8_t)qv;
+    }
+  }
+}
+
 template <class E, typename T>
 __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
   const int lane = threadIdx.x & 31;
@@ -449,25 +481,34 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
       if (lane == 0) p.dst_scales[t] = 0.f;
       continue;
     }
-    if constexpr (E::kFp8) {
-      // e4m3: the token's max|x| maps to 448 (the largest finite e4m3); x / scale in fp32, then the
-      // round-to-nearest-even saturating conversion
-      const float scale = __fdiv_rn(m, 448.f);
-      for (int k = lane; k < dim; k += 32) {
-        const float v = __fdiv_rn(to_f32(x[k]), scale);
-        y[k] = v == v ? (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3) : 0;  // NaN -> 0
-      }
-      if (lane == 0) p.dst_scales[t] = scale;
-    } else {
-      const float scale = (float)((double)m / 127.0);  // as the host: Math.fround(m / 127)
-      const double ds = (double)scale;
-      for (int k = lane; k < dim; k += 32) {
-        const double v = (double)to_f32(x[k]) / ds;
-        int qv = 0;
-        if (v == v) qv = (int)fmin(127.0, fmax(-127.0, rint(v)));  // NaN -> 0
-        y[k] = (uint8_t)(int8_t)qv;
-      }
-      if (lane == 0) p.dst_scales[t] = scale;
+    const float scale = scale_of<E>(m);
+    quantize_token<E, T>(x, y, dim, lane, scale);
+    if (lane == 0) p.dst_scales[t] = scale;
+  }
+}
+
+// Document scales, a second launch after quantize8_body: one warp per item of the (packed) set. The
+// item's scale is the largest of its tokens' scales (scale_of is monotone, so it is the scale of the
+// item's largest |x|); every token with another scale is quantized again with it.
+template <class E, typename T>
+__device__ __forceinline__ void quantize8_documents_body(const QuantizeParams& p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int dim = p.dim;
+  const T* __restrict__ src = static_cast<const T*>(p.src);
+  for (int64_t i = w0; i < p.count; i += warps) {
+    const int64_t start = p.dst_starts[i];
+    const int len = p.dst_lengths[i];
+    float sd = 0.f;
+    for (int t = lane; t < len; t += 32) sd = fmaxf(sd, p.dst_scales[start + t]);
+    sd = warp_max(sd);
+    for (int t = 0; t < len; ++t) {
+      if (p.dst_scales[start + t] == sd) continue;  // warp-uniform
+      quantize_token<E, T>(src + (start + t) * (int64_t)dim, reinterpret_cast<uint8_t*>(p.dst) + (start + t) * (int64_t)dim,
+                           dim, lane, sd);
+      __syncwarp();  // every lane read the old scale before lane 0 replaces it
+      if (lane == 0) p.dst_scales[start + t] = sd;
     }
   }
 }
@@ -547,7 +588,15 @@ template <> struct Wgmma8<E4M3, 128> {
 // the tile's scales with 4-byte cp.async. (A 1-D tensor map of the scales raised an illegal instruction
 // on inputs whose documents start off a multiple of four tokens, most likely because the box then
 // starts off a 16-byte boundary: bench/NOTES.md item 28.) The map is null otherwise.
-template <class E, int NCONS, int MB, int TN, int S, bool TMA = false>
+//
+// DSCALE: the document-scale twins, for corpora whose documents each have one scale shared by all
+// their tokens (quantize(..., { scales: 'document' }); the dispatcher takes them only for such
+// corpora). The producer copies one scale per stage (the document's first token's) instead of TN;
+// the fold takes the row max of the raw dots (int8: an exact integer max, any sign; fp8: on bit
+// patterns, as the per-token fold) and multiplies by the scale once per row, at the document's end.
+// float(max_j acc_j) * s equals max_j float(acc_j) * s for s >= 0 (conversion and product round
+// monotonically), so on such corpora the scores are the per-token kernels', bit for bit.
+template <class E, int NCONS, int MB, int TN, int S, bool TMA = false, bool DSCALE = false>
 __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap* docs_map = nullptr) {
 #if MAXSIM_HAS_WGMMA
   using Acc = typename E::Acc;
@@ -559,7 +608,9 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
   constexpr int NCW = NCONS * 4;   // consumer warps
   constexpr int SPP = NCW * MB;    // 16-row query slices per pass
   constexpr int NACC = TN / 2;
+  constexpr bool IMAX = DSCALE && !E::kFp8;  // int8 document scales: the row max on the int32 dots
   static_assert(TN % 64 == 0 && TN <= 128, "tile");
+  static_assert(TMA || !DSCALE, "document-scale twins exist for the TMA kernels only");
   extern __shared__ __align__(1024) unsigned char smem_dyn[];
   __shared__ __align__(8) uint64_t full_bar[S];
   __shared__ __align__(8) uint64_t empty_bar[S];
@@ -625,11 +676,15 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             mbar_arrive_expect_tx(fb, STAGE);
             tma_load_2d(sbase + s * STAGE, docs_map, 0, row, fb);
           }
+          if constexpr (DSCALE) {
+            if (lane == 0) cp_async4(scbase + s * TN * 4, dscales + start, 4);
+          } else {
 #pragma unroll
-          for (int i = 0; i < TN / 32; ++i) {
-            const int r = i * 32 + lane;
-            const bool ok = tile * TN + r < len;
-            cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
+            for (int i = 0; i < TN / 32; ++i) {
+              const int r = i * 32 + lane;
+              const bool ok = tile * TN + r < len;
+              cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
+            }
           }
           cp_async_mbar_arrive(fb);
         });
@@ -718,8 +773,13 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
         }
         const int ntiles = (len + TN - 1) / TN;
         float rmax[MB][2];
+        int imax[MB][2];  // IMAX only
+        float sdoc = 0.f;  // DSCALE only: the document's scale
 #pragma unroll
-        for (int m = 0; m < MB; ++m) rmax[m][0] = rmax[m][1] = -INFINITY;
+        for (int m = 0; m < MB; ++m) {
+          rmax[m][0] = rmax[m][1] = -INFINITY;
+          imax[m][0] = imax[m][1] = INT_MIN;
+        }
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
           const int s = t % S;
           mbar_wait(smem_u32(&full_bar[s]), (t / S) & 1);
@@ -729,9 +789,13 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
           const uint32_t st = sbase + s * STAGE;
           // this thread's column scales, read before the stage is released to the producer
           float2 sc[TN / 8];
+          if constexpr (DSCALE) {
+            sdoc = scales_s[s * TN];
+          } else {
 #pragma unroll
-          for (int i = 0; i < TN / 8; ++i)
-            sc[i] = *reinterpret_cast<const float2*>(scales_s + s * TN + i * 8 + (lane & 3) * 2);
+            for (int i = 0; i < TN / 8; ++i)
+              sc[i] = *reinterpret_cast<const float2*>(scales_s + s * TN + i * 8 + (lane & 3) * 2);
+          }
           wgmma_fence();
           // all 4 k32 steps unconditionally (zero-filled past dim): a runtime guard would split the
           // wgmma chain (maxsim_wgmma.cu, step 3d of bench/cuda/NOTES.md)
@@ -744,9 +808,11 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             wgmma_commit();
           }
           const int rem = len - tile * TN;
-          // value j of m-block m: float(acc) * sd of its column
+          // value j of m-block m: float(acc) * sd of its column (DSCALE: the raw dot; the scale comes
+          // at the document's end)
           auto value = [&](int m, int j) {
-            return E::template to_f32<BIAS>(acc[m][j]) * ((j & 1) ? sc[j >> 2].y : sc[j >> 2].x);
+            if constexpr (DSCALE) return E::template to_f32<BIAS>(acc[m][j]);
+            else return E::template to_f32<BIAS>(acc[m][j]) * ((j & 1) ? sc[j >> 2].y : sc[j >> 2].x);
           };
           float before[MB][2];  // the row maxima before this tile, for the exact redo below
 #pragma unroll
@@ -767,7 +833,13 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
             // their max runs on the values' bit patterns, one VIMNMX3 per two values (max3_bits),
             // checked below.
             if (rem >= TN) {
-              if constexpr (E::kRowMaxBits) {
+              if constexpr (IMAX) {
+#pragma unroll
+                for (int i = 0; i < TN / 8; ++i) {
+                  imax[m][0] = max(imax[m][0], max(acc[m][4 * i], acc[m][4 * i + 1]));
+                  imax[m][1] = max(imax[m][1], max(acc[m][4 * i + 2], acc[m][4 * i + 3]));
+                }
+              } else if constexpr (E::kRowMaxBits) {
                 fold_full_bits<MB, NACC>(rmax, m, value);
               } else {
 #pragma unroll
@@ -775,6 +847,14 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
                   rmax[m][0] = fmaxf(rmax[m][0], fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
                   rmax[m][1] = fmaxf(rmax[m][1], fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
                 }
+              }
+            } else if constexpr (IMAX) {
+#pragma unroll
+              for (int i = 0; i < TN / 8; ++i) {
+                const int col = i * 8 + (lane & 3) * 2;
+                const bool ok0 = col < rem, ok1 = col + 1 < rem;
+                imax[m][0] = max(imax[m][0], max(ok0 ? acc[m][4 * i] : INT_MIN, ok1 ? acc[m][4 * i + 1] : INT_MIN));
+                imax[m][1] = max(imax[m][1], max(ok0 ? acc[m][4 * i + 2] : INT_MIN, ok1 ? acc[m][4 * i + 3] : INT_MIN));
               }
             } else {
 #pragma unroll
@@ -793,7 +873,18 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
           // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
           // warp redoes this tile with fmaxf from the maxima before it. The accumulators stay intact
           // until the next tile's wgmma. Rare for embeddings: a query token's best match is >= 0.
-          if (E::kRowMaxBits && rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
+          if (E::kRowMaxBits && !IMAX && rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
+        }
+        if constexpr (DSCALE) {
+          // the document's scale, once per row (a thread whose columns were all past the document
+          // keeps -inf: 0 * -inf would be a NaN)
+#pragma unroll
+          for (int m = 0; m < MB; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float r = IMAX ? (imax[m][h] == INT_MIN ? -INFINITY : __int2float_rn(imax[m][h])) : rmax[m][h];
+              rmax[m][h] = r == -INFINITY ? r : r * sdoc;
+            }
         }
         // row max over the quad, times the query-row scale, rows past the query dropped, warp sum
 #pragma unroll

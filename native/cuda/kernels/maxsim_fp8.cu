@@ -36,6 +36,16 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_f16(const 
 extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_bf16(const QuantizeParams p) {
   maxsim::quantize8_body<maxsim::E4M3, __nv_bfloat16>(p);
 }
+// document scales: a second launch over the items (quantize8_documents_body)
+extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_f32(const QuantizeParams p) {
+  maxsim::quantize8_documents_body<maxsim::E4M3, float>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_f16(const QuantizeParams p) {
+  maxsim::quantize8_documents_body<maxsim::E4M3, __half>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_bf16(const QuantizeParams p) {
+  maxsim::quantize8_documents_body<maxsim::E4M3, __nv_bfloat16>(p);
+}
 
 // wgmma (sm_90a; structure in maxsim_8bit.cuh). smem bytes = S * TN * 132 + 1024, block = 128 * (NCONS + 1)
 #define MAXSIM_FP8_WGMMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
@@ -55,3 +65,11 @@ MAXSIM_FP8_WGMMA_ENTRY(maxsim_fp8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608   
   }
 MAXSIM_FP8_WGMMA_TMA_ENTRY(maxsim_fp8_wgmma_tma_w2m2n64,   2, 2,  64, 8)  // 68608   384
 MAXSIM_FP8_WGMMA_TMA_ENTRY(maxsim_fp8_wgmma_tma_w2m2n128,  2, 2, 128, 6)  // 102400  384
+// document-scale twins (DSCALE in maxsim_8bit.cuh): for corpora with one scale per document
+#define MAXSIM_FP8_WGMMA_TMA_DS_ENTRY(NAME, NCONS, MB, TN, S)                                        \
+  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                  \
+      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                   \
+    maxsim::wgmma8_body<maxsim::E4M3, NCONS, MB, TN, S, true, true>(p, &docs_map);                 \
+  }
+MAXSIM_FP8_WGMMA_TMA_DS_ENTRY(maxsim_fp8_wgmma_tma_ds_w2m2n64,   2, 2,  64, 8)  // 68608   384
+MAXSIM_FP8_WGMMA_TMA_DS_ENTRY(maxsim_fp8_wgmma_tma_ds_w2m2n128,  2, 2, 128, 6)  // 102400  384
