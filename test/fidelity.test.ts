@@ -26,6 +26,18 @@ test(`fidelity on a small demo corpus and a near-tie set (seed ${runSeed})`, asy
     assert.ok(r.fp8.spearmanMean > 0.98 && r.fp8.spearmanMean <= 1, `fp8 rho ${r.fp8.spearmanMean}`);
     assert.ok(r.fp8.recall10 !== undefined && r.fp8.recall10 >= 0.8);
   }
+  // document scales: int8 measured on the CPU, a little coarser than per token but still close; fp8 as above
+  const ds = r.documentScales;
+  assert.ok(
+    ds.int8.spearmanMean > 0.99 && ds.int8.spearmanMean <= 1,
+    `int8 doc-scale rho ${ds.int8.spearmanMean}`,
+  );
+  assert.ok(ds.int8.spearmanMin <= ds.int8.spearmanMean);
+  assert.ok(ds.int8.recall10 !== undefined && ds.int8.recall10 >= 0.7);
+  for (const x of [ds.int8.top10Overlap, ds.int8.top20Overlap]) assert.ok(x >= 0 && x <= 1);
+  if (why) assert.deepEqual(ds.fp8, { unavailable: `needs a GPU (${why})` });
+  else if (!('unavailable' in ds.fp8))
+    assert.ok(ds.fp8.spearmanMean > 0.98, `fp8 doc-scale rho ${ds.fp8.spearmanMean}`);
   // Two-stage returns the exact top-10 whenever the true top-10 survive the int8 scan's top-40.
   const ties = nearTieCorpus(rng(runSeed), {
     clusters: 6,

@@ -1,13 +1,15 @@
 // How much 8-bit scoring changes rankings, measured against fp32 on the same corpus: per-query
 // Spearman rho of the scores, top-10 / top-20 overlap, recall@10 against planted truth (when the
 // corpus has it), and how often the two-stage top-10 equals the exact top-10. int8 runs on the CPU;
-// fp8 e4m3 exists only on the GPU and is reported when one is usable.
+// fp8 e4m3 exists only on the GPU and is reported when one is usable. Both formats are also measured
+// with one scale per document (quantize(..., { scales: 'document' }); queries keep per-token scales),
+// the format of the GPU's document-scale kernels.
 
 import { cuda } from '../backends/cuda.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { cudaUnavailableReason } from '../backends/select.js';
 import { maxsimAll, rankRows } from '../ops/maxsim.js';
-import { quantize } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { ScoreMatrix, TokenBatch } from '../tensor.js';
 
@@ -35,6 +37,8 @@ export interface FidelityReport {
   twoStageExact: number;
   /** fp8 e4m3 (scored on the GPU); `unavailable` says why when it could not run. */
   fp8: FormatFidelity | { unavailable: string };
+  /** The documents with one scale per document (queries per token). */
+  documentScales: { int8: FormatFidelity; fp8: FormatFidelity | { unavailable: string } };
 }
 
 /** Ranks with ties averaged (Spearman needs them), for one row of finite or -Infinity scores. */
@@ -86,12 +90,44 @@ function recallAt10(top: number[][], relevant: number[][]): number {
 }
 
 /** fp8 scores of every query against every document: the corpus quantized to e4m3 on the GPU. */
-async function fp8Scores(queries: TokenBatch, docs: TokenBatch): Promise<ScoreMatrix | string> {
+async function fp8Scores(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  scales: ScaleGranularity,
+): Promise<ScoreMatrix | string> {
   const why = cudaUnavailableReason();
   if (why) return `needs a GPU (${why})`;
   const gpu = await cuda();
   if (gpu.info.computeCapability[0] < 9) return 'fp8 e4m3 tensor cores need compute capability 9.0';
-  return cudaScoreFp8Host(queries, docs);
+  return cudaScoreFp8Host(queries, docs, { scales });
+}
+
+const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((hits) => hits.map((h) => h.index));
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+
+/** An 8-bit format's scores against the exact ones. */
+function formatFidelity(exact: ScoreMatrix, approx: ScoreMatrix, relevant?: number[][]): FormatFidelity {
+  const rhos = Array.from({ length: exact.rows }, (_, i) => spearman(row(exact, i), row(approx, i)));
+  const [a10, a20] = [top(approx, 10), top(approx, 20)];
+  return {
+    spearmanMean: mean(rhos),
+    spearmanMin: Math.min(...rhos),
+    top10Overlap: mean(top(exact, 10).map((e, i) => overlap(e, a10[i]))),
+    top20Overlap: mean(top(exact, 20).map((e, i) => overlap(e, a20[i]))),
+    recall10: relevant ? recallAt10(a10, relevant) : undefined,
+  };
+}
+
+/** formatFidelity of the GPU's fp8 scores, or why they could not be had. */
+async function fp8Fidelity(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  exact: ScoreMatrix,
+  scales: ScaleGranularity,
+  relevant?: number[][],
+): Promise<FormatFidelity | { unavailable: string }> {
+  const fp8 = await fp8Scores(queries, docs, scales);
+  return typeof fp8 === 'string' ? { unavailable: fp8 } : formatFidelity(exact, fp8, relevant);
 }
 
 /** The report for one corpus (float documents and queries; int8 copies are made here). */
@@ -102,53 +138,39 @@ export async function fidelity(
   relevant?: number[][],
 ): Promise<FidelityReport> {
   const docsInt8 = quantize(docs, 'int8');
+  const queriesInt8 = quantize(queries, 'int8');
   const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
-  const approx = await maxsimAll(quantize(queries, 'int8'), docsInt8, { backend: 'cpu' });
-  const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((hits) => hits.map((h) => h.index));
-  const [exact10, exact20, approx10, approx20] = [
-    top(exact, 10),
-    top(exact, 20),
-    top(approx, 10),
-    top(approx, 20),
-  ];
+  const approx = await maxsimAll(queriesInt8, docsInt8, { backend: 'cpu' });
+  const exact10 = top(exact, 10);
   const two10 = (await twoStageTopKAll(queries, docs, docsInt8, 10, { backend: 'cpu' })).map((h) =>
     h.map((x) => x.index),
   );
-  const rhos = Array.from({ length: queries.count }, (_, i) => spearman(row(exact, i), row(approx, i)));
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-  const fp8 = await fp8Scores(queries, docs);
-  let fp8Report: FormatFidelity | { unavailable: string };
-  if (typeof fp8 === 'string') fp8Report = { unavailable: fp8 };
-  else {
-    const r8 = Array.from({ length: queries.count }, (_, i) => spearman(row(exact, i), row(fp8, i)));
-    const [f10, f20] = [top(fp8, 10), top(fp8, 20)];
-    fp8Report = {
-      spearmanMean: mean(r8),
-      spearmanMin: Math.min(...r8),
-      top10Overlap: mean(exact10.map((e, i) => overlap(e, f10[i]))),
-      top20Overlap: mean(exact20.map((e, i) => overlap(e, f20[i]))),
-      recall10: relevant ? recallAt10(f10, relevant) : undefined,
-    };
-  }
+  const int8 = formatFidelity(exact, approx, relevant);
+  const docsInt8PerDoc = quantize(docs, 'int8', { scales: 'document' });
+  const approxPerDoc = await maxsimAll(queriesInt8, docsInt8PerDoc, { backend: 'cpu' });
   return {
     name,
     queries: queries.count,
     docs: docs.count,
-    spearmanMean: mean(rhos),
-    spearmanMin: Math.min(...rhos),
-    top10Overlap: mean(exact10.map((e, i) => overlap(e, approx10[i]))),
-    top20Overlap: mean(exact20.map((e, i) => overlap(e, approx20[i]))),
+    spearmanMean: int8.spearmanMean,
+    spearmanMin: int8.spearmanMin,
+    top10Overlap: int8.top10Overlap,
+    top20Overlap: int8.top20Overlap,
     recall10: relevant
       ? {
           fp32: recallAt10(exact10, relevant),
-          int8: recallAt10(approx10, relevant),
+          int8: int8.recall10 as number,
           twoStage: recallAt10(two10, relevant),
         }
       : undefined,
     twoStageExact: mean(
       two10.map((t, i) => (t.length === exact10[i].length && t.every((x, j) => x === exact10[i][j]) ? 1 : 0)),
     ),
-    fp8: fp8Report,
+    fp8: await fp8Fidelity(queries, docs, exact, 'token', relevant),
+    documentScales: {
+      int8: formatFidelity(exact, approxPerDoc, relevant),
+      fp8: await fp8Fidelity(queries, docs, exact, 'document', relevant),
+    },
   };
 }
 

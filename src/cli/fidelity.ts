@@ -15,7 +15,9 @@ interface FidelityOptions {
 
 export function fidelityCommand(): Command {
   return new Command('fidelity')
-    .description('int8 / fp8 vs fp32 ranking fidelity (Spearman, top-k overlap, recall, two-stage exactness)')
+    .description(
+      'int8 / fp8 vs fp32 ranking fidelity (Spearman, top-k overlap, recall, two-stage exactness), with per-token and per-document scales',
+    )
     .option('--docs <n>', 'demo corpus documents', integerOption(1), 10_000)
     .option('--queries <n>', 'demo corpus queries (3 planted relevant documents each)', integerOption(1), 64)
     .option('--seed <s>', 'generator seed', integerOption(0, 2 ** 32 - 1), 42)
@@ -32,7 +34,8 @@ export function fidelityCommand(): Command {
         console.log(JSON.stringify({ reports }));
         return;
       }
-      // One row per corpus and 8-bit format; fp8 has no two-stage search and may not have run.
+      // One row per corpus and 8-bit format (documents with one scale per token, then per document);
+      // fp8 may not have run.
       const row = (
         r: (typeof reports)[number],
         format: string,
@@ -56,21 +59,23 @@ export function fidelityCommand(): Command {
         const int8Recall = r.recall10
           ? `${fp32}/${fixed(r.recall10.int8, 3)}/${fixed(r.recall10.twoStage, 3)}`
           : '-';
-        const rows = [row(r, 'int8', r, int8Recall, fixed(r.twoStageExact, 4))];
-        const f = r.fp8;
-        if ('unavailable' in f)
-          rows.push([r.name, 'fp8', '-', '-', '-', '-', '-', '-', 'not run (below)', '-']);
-        else
-          rows.push(
-            row(
-              r,
-              'fp8',
-              f,
-              f.recall10 !== undefined && fp32 ? `${fp32}/${fixed(f.recall10, 3)}/-` : '-',
-              '-',
-            ),
-          );
-        return rows;
+        // fp8 and the document-scale rows: no two-stage search of their own (it is exact either way)
+        const other = (format: string, f: FormatFidelity | { unavailable: string }) =>
+          'unavailable' in f
+            ? [r.name, format, '-', '-', '-', '-', '-', '-', 'not run (below)', '-']
+            : row(
+                r,
+                format,
+                f,
+                f.recall10 !== undefined && fp32 ? `${fp32}/${fixed(f.recall10, 3)}/-` : '-',
+                '-',
+              );
+        return [
+          row(r, 'int8', r, int8Recall, fixed(r.twoStageExact, 4)),
+          other('fp8', r.fp8),
+          other('int8, doc scales', r.documentScales.int8),
+          other('fp8, doc scales', r.documentScales.fp8),
+        ];
       };
       printTable(
         [
