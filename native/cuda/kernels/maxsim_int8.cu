@@ -22,12 +22,16 @@
 //   maxsim_int8_wgmma_{n128,w2m2n64,w2m2n128}  sm_90a only: the warp-specialized structure of
 //       maxsim_wgmma.cu with wgmma.m64nNk32.s32.s8.s8 (its own launch contract in maxsim_8bit.cuh);
 //       the dispatcher takes w2m2n128 for long documents and w2m2n64 otherwise when there are many
-//       query rows on compute capability 9.0.
+//       query rows on compute capability 9.0, through their TMA twins (_tma_) where tensor maps exist.
+//   maxsim_int8_wgmma_tma_ds_{w2m2n64,w2m2n128}  the TMA twins for documents whose tokens share one
+//       scale per document (DSCALE in maxsim_8bit.cuh): row max on the int32 dots, scale once per row.
 //   maxsim_int8_simt               any dim, CUDA cores only (exact int32 dots), one CTA per pair.
 //   maxsim_int8_quantize_{f32,f16,bf16}  float token set -> int8 + scales, bitwise the host
 //       quantize(): scale = float(double(max|x|) / 127), q = rint(double(x) / double(scale)) clamped
 //       to [-127, 127] (rint: round half to even), zero token -> scale 0; NaN elements are ignored by
 //       the max and become 0 (as the host's Int8Array store does); +-Inf is reported in bad_token.
+//   maxsim_int8_quantize_documents_{f32,f16,bf16}  a second launch for document scales: each item's
+//       tokens requantized with the largest of their scales (bitwise the host's { scales: 'document' }).
 //
 // LAUNCH CONTRACT
 //   mma:  block = (32 * G * NGRP, 1, 1), grid = (num_sms * CTAS, 1, 1) (persistent; any grid >= 1 is
