@@ -14,8 +14,8 @@ import type { NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../src/io/load.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { writeSafetensors } from '../src/io/safetensors.js';
-import { quantize } from '../src/ops/quantize.js';
-import { denseBatch, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
+import { cpuMaxsimInt8Sync, quantize } from '../src/ops/quantize.js';
+import { denseBatch, encodeFloats, matrixAsBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
 
 // dist/test/cli.test.js -> dist/src/cli/main.js
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
@@ -449,6 +449,67 @@ describe('maxsim search', () => {
     );
     expectSuccess(fromFile);
     assert.equal(fromFile.stdout, int8.stdout);
+  });
+
+  test('--scales document: score, search and quantize agree; refused where nothing is quantized', () => {
+    const docArgs = [
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+    ];
+    const common = ['--queries', file('q.npy'), ...docArgs, '--backend', 'cpu'];
+    const scored = maxsimCli('score', ...common, '--dtype', 'int8', '--scales', 'document', '--json');
+    expectSuccess(scored);
+    // the scores of the documents quantized with one scale each, queries per token
+    const docs = arrayToDocs(loadArray(`${file('docs.safetensors')}:embeddings`), {
+      offsets: loadArray(`${file('docs.safetensors')}:offsets`),
+    });
+    const q = arrayToQueries(loadArray(file('q.npy')), 'q');
+    const qb = q.kind === 'matrix' ? matrixAsBatch(q) : q;
+    const d8 = quantize(docs, 'int8', { scales: 'document' });
+    const want = cpuMaxsimInt8Sync(quantize(qb, 'int8'), d8);
+    const rows: (number | null)[][] = JSON.parse(scored.stdout).scores;
+    for (const [i, r] of rows.entries())
+      for (const [b, v] of r.entries()) {
+        const w = want[i * docs.count + b];
+        assert.equal(v, Number.isFinite(w) ? w : null, `query ${i} document ${b}`);
+      }
+    // maxsim quantize --scales document writes those documents; searching the file ranks the same
+    const out = file('docs8-doc.safetensors');
+    const wrote = maxsimCli('quantize', ...docArgs, '--out', out, '--scales', 'document', '--json');
+    expectSuccess(wrote);
+    assert.equal(JSON.parse(wrote.stdout).scales, 'document');
+    const search = [
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--top-k',
+      '3',
+      '--backend',
+      'cpu',
+      '--dtype',
+      'int8',
+    ];
+    const fromFlag = maxsimCli(...search, ...docArgs, '--scales', 'document');
+    const fromFile = maxsimCli(
+      ...search,
+      '--docs',
+      `${out}:embeddings`,
+      '--doc-scales',
+      `${out}:scales`,
+      '--doc-offsets',
+      `${out}:offsets`,
+    );
+    expectSuccess(fromFlag);
+    expectSuccess(fromFile);
+    assert.equal(fromFile.stdout, fromFlag.stdout);
+    // two-stage with a document-scaled scan is still exact
+    const exact = maxsimCli('search', ...common, '--top-k', '3');
+    const two = maxsimCli('search', ...common, '--top-k', '3', '--prefilter', 'int8', '--scales', 'document');
+    expectSuccess(two);
+    assert.equal(two.stdout, exact.stdout);
+    assert.match(expectCleanError(maxsimCli('score', ...common, '--scales', 'document'), 1), /--scales/);
   });
 
   test('defaults to 10 results (capped at B), an empty document last with a null score', () => {

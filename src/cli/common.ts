@@ -7,7 +7,7 @@ import type { BenchShape } from '../bench/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
 import { maxsimAll } from '../ops/maxsim.js';
-import { quantize } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import {
   type FloatDType,
   matrixAsBatch,
@@ -186,20 +186,23 @@ export type ScoreFormat = 'float' | 'int8' | 'fp8';
 
 /**
  * Every query against every document in the chosen format: 'float' as given, 'int8' with both
- * sides quantized per token (CPU or CUDA), 'fp8' with the documents quantized to e4m3 on the GPU
- * (queries too, by the scoring call).
+ * sides quantized (CPU or CUDA), 'fp8' with the documents quantized to e4m3 on the GPU (queries too,
+ * by the scoring call). Queries get one scale per token; float documents one per token or, with
+ * scales 'document', one per document. Documents that are int8 already keep theirs.
  */
 export async function scoreInFormat(
   queries: TokenMatrix | TokenBatch,
   docs: TokenBatch,
   format: ScoreFormat,
-  options: { backend: BackendChoice; threads?: number },
+  options: { backend: BackendChoice; threads?: number; scales?: ScaleGranularity },
 ): Promise<ScoreMatrix> {
   const q = queries.kind === 'matrix' ? matrixAsBatch(queries) : queries;
-  if (format === 'float') return maxsimAll(q, docs, options);
+  const { scales, ...run } = options;
+  if (format === 'float') return maxsimAll(q, docs, run);
   if (format === 'int8') {
-    const i8 = <T extends TokenBatch>(x: T) => (x.dtype === 'int8' ? x : quantize(x, 'int8'));
-    return maxsimAll(i8(q), i8(docs), options);
+    const i8 = <T extends TokenBatch>(x: T, s?: ScaleGranularity) =>
+      x.dtype === 'int8' ? x : quantize(x, 'int8', { scales: s });
+    return maxsimAll(i8(q), i8(docs, scales), run);
   }
   if (options.backend === 'cpu')
     throw new InvalidArgumentError(
@@ -209,7 +212,25 @@ export async function scoreInFormat(
     );
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
-  return cudaScoreFp8Host(q, docs);
+  return cudaScoreFp8Host(q, docs, { scales });
+}
+
+/** --scales of score / search: who shares a scale in the quantized documents. */
+export function scalesOption(): Option {
+  return new Option(
+    '--scales <who>',
+    'with --dtype int8 | fp8 or --prefilter int8: one scale per document token (default) or per document (faster GPU kernels, slightly lower fidelity)',
+  ).choices(['token', 'document']);
+}
+
+/** Refuses --scales where nothing is quantized. */
+export function checkScalesUse(scales: string | undefined, quantizing: boolean): void {
+  if (scales !== undefined && !quantizing)
+    throw new InvalidArgumentError(
+      '--scales',
+      'used with --dtype int8 | fp8 (or --prefilter int8)',
+      `--scales ${scales}`,
+    );
 }
 
 export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];

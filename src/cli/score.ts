@@ -2,8 +2,10 @@
 import { Command, Option } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
 import { writeNpy } from '../io/npy.js';
+import type { ScaleGranularity } from '../ops/quantize.js';
 import {
   addInputOptions,
+  checkScalesUse,
   FORMAT_CHOICES,
   fixed,
   formatOf,
@@ -11,6 +13,7 @@ import {
   jsonScore,
   loadInputs,
   printTable,
+  scalesOption,
   scoreInFormat,
 } from './common.js';
 
@@ -18,6 +21,7 @@ interface ScoreCommandOptions extends InputOptions {
   dtype?: string;
   backend: BackendChoice;
   threads?: number;
+  scales?: ScaleGranularity;
   out?: string;
   json?: boolean;
 }
@@ -37,11 +41,13 @@ export function scoreCommand(): Command {
         .choices(FORMAT_CHOICES)
         .default('f32'),
     )
+    .addOption(scalesOption())
     .option('--out <file.npy>', 'write the scores as a float32 .npy file instead of printing them')
     .option('--json', 'print JSON: {"scores": [...]} for one query, {"scores": [[...], ...]} for several')
     .action(async (opts: ScoreCommandOptions) => {
+      checkScalesUse(opts.scales, formatOf(opts.dtype) !== 'float');
       const { queries, docs } = loadInputs(opts);
-      const options = { backend: opts.backend, threads: opts.threads };
+      const options = { backend: opts.backend, threads: opts.threads, scales: opts.scales };
       const m = await scoreInFormat(queries, docs, formatOf(opts.dtype), options);
       const rows = Array.from({ length: m.rows }, (_, q) => m.data.subarray(q * m.cols, (q + 1) * m.cols));
       const shape = queries.kind === 'matrix' ? [docs.count] : [m.rows, m.cols];

@@ -5,17 +5,19 @@ import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToQueries, loadArray } from '../io/load.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { rankRows, topK, topKAll } from '../ops/maxsim.js';
-import { quantize } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { Hit } from '../tensor.js';
 import {
   addInputOptions,
+  checkScalesUse,
   FORMAT_CHOICES,
   formatOf,
   type InputOptions,
   integerOption,
   jsonScore,
   loadInputs,
+  scalesOption,
   scoreInFormat,
 } from './common.js';
 import { Progress } from './progress.js';
@@ -29,6 +31,7 @@ interface SearchCommandOptions extends InputOptions {
   threads?: number;
   topK: number;
   prefilter?: 'int8';
+  scales?: ScaleGranularity;
 }
 
 export function searchCommand(): Command {
@@ -58,7 +61,9 @@ export function searchCommand(): Command {
         'scan with int8 first, rescore the 4k best exactly (same results)',
       ).choices(['int8']),
     )
+    .addOption(scalesOption())
     .action(async (opts: SearchCommandOptions) => {
+      checkScalesUse(opts.scales, opts.prefilter === 'int8' || formatOf(opts.dtype) !== 'float');
       if (opts.corpus !== undefined) return searchCorpus(opts);
       if (opts.docs === undefined)
         throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
@@ -66,9 +71,14 @@ export function searchCommand(): Command {
       const options = { backend: opts.backend, threads: opts.threads };
       let results: Hit[][];
       if (opts.prefilter === 'int8') {
-        results = await twoStageTopKAll(queries, docs, quantize(docs, 'int8'), opts.topK, options);
+        const scan = quantize(docs, 'int8', { scales: opts.scales });
+        results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
       } else if (formatOf(opts.dtype) !== 'float') {
-        results = rankRows(await scoreInFormat(queries, docs, formatOf(opts.dtype), options), opts.topK);
+        const m = await scoreInFormat(queries, docs, formatOf(opts.dtype), {
+          ...options,
+          scales: opts.scales,
+        });
+        results = rankRows(m, opts.topK);
       } else {
         results =
           queries.kind === 'matrix'
