@@ -61,11 +61,14 @@ export {
 export {
   cpuInt8Isas,
   dequantize,
+  hasDocumentScales,
   type Int8Isa,
   type QuantizeMode,
+  type QuantizeOptions,
   quantize,
   type RoundTripError,
   roundTripError,
+  type ScaleGranularity,
 } from './ops/quantize.js';
 export {
   type ContrastiveOptions,
