@@ -157,7 +157,7 @@ export interface NativeCuda {
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
     launch: NativeLaunch,
-    options: { warmup?: number; iters?: number; rotate?: NativeTokenSet[] },
+    options: { warmup?: number; warmupMs?: number; iters?: number; rotate?: NativeTokenSet[] },
   ): Promise<BenchResult>;
   /** The k best documents per query, selected on the device's worker thread (no score matrix to JS). */
   topK(
@@ -366,11 +366,15 @@ export interface CudaDevice {
     corpus: DeviceCorpus,
     options?: ScoreOptions,
   ): { variant: Variant; launch: Launch };
-  /** Times `iters` launches with device events after `warmup` untimed ones; `rotate` cycles doc sets. */
+  /**
+   * Times `iters` launches with device events after `warmup` untimed ones and about `warmupMs` of
+   * untimed device time (the H200 runs its first half second of heavy load at a power-capped clock);
+   * `rotate` cycles doc sets.
+   */
   bench(
     queries: TokenMatrix | TokenBatch,
     corpus: DeviceCorpus,
-    options?: ScoreOptions & { warmup?: number; iters?: number; rotate?: DeviceCorpus[] },
+    options?: ScoreOptions & { warmup?: number; warmupMs?: number; iters?: number; rotate?: DeviceCorpus[] },
   ): Promise<BenchResult & { variant: string; launch: Launch }>;
   /** Disposes every corpus of this device still alive; the device cannot be used afterwards. */
   dispose(): void;
@@ -716,7 +720,12 @@ class Device implements CudaDevice {
   async bench(
     queries: TokenMatrix | TokenBatch,
     corpus: DeviceCorpus,
-    options: ScoreOptions & { warmup?: number; iters?: number; rotate?: DeviceCorpus[] } = {},
+    options: ScoreOptions & {
+      warmup?: number;
+      warmupMs?: number;
+      iters?: number;
+      rotate?: DeviceCorpus[];
+    } = {},
   ): Promise<BenchResult & { variant: string; launch: Launch }> {
     this.check();
     const q = toDtype(asQueryBatch(queries), corpus.dtype, corpus.dim);
@@ -729,6 +738,7 @@ class Device implements CudaDevice {
     const { variant, launch } = this.planFor(q, { ...shapeOf(widest), documentScales }, options);
     const r = await nativeCuda().bench(this.handle, q, corpus.native, launch, {
       warmup: options.warmup,
+      warmupMs: options.warmupMs,
       iters: options.iters,
       rotate: rotate.map((c) => c.native),
     });

@@ -48,6 +48,8 @@ export interface CudaBenchOptions {
   /** With ragged: the mean fill ratio sum(L_b) / (B * Ld), by choosing hi = 2 * fill * Ld - lo. */
   fill?: number;
   warmup: number;
+  /** Untimed device time before each timing (ms): past the H200's power-capped first half second. */
+  warmupMs?: number;
   iters: number;
   variant?: string;
   device?: number;
@@ -295,7 +297,12 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
         const scores = (await c.score(q, { variant })).data;
         const maxRelErr = sampleError(scores, ref, sampleQueries, picks, shape.b);
         options.onProgress?.(`timing ${c.dtype}`);
-        const r = await gpu.bench(q, c, { variant, warmup: options.warmup, iters: options.iters });
+        const r = await gpu.bench(q, c, {
+          variant,
+          warmup: options.warmup,
+          warmupMs: options.warmupMs,
+          iters: options.iters,
+        });
         const t = stats(r.ms);
         const eight = c.dtype === 'int8' || c.dtype === 'fp8';
         const bytesPerToken = eight ? shape.d + 4 : shape.d * (c.dtype === 'float32' ? 4 : 2);

@@ -60,6 +60,7 @@ interface BenchOptions {
   ragged?: boolean;
   repeats: number;
   warmup: number;
+  warmupMs: number;
   threads?: number;
   isa?: CpuIsa;
   json?: boolean;
@@ -142,6 +143,12 @@ export function benchCommand(): Command {
     .option('--ragged', 'ragged documents, lengths uniform in [Ld/2, Ld] (default: dense [B, Ld, d])')
     .option('--repeats <n>', 'timed runs per shape', integerOption(1), 5)
     .option('--warmup <n>', 'untimed runs per shape first', integerOption(0), 1)
+    .option(
+      '--warmup-ms <ms>',
+      'CUDA: untimed device time before each timing, so clocks settle (the H200 is power-capped for ~0.5 s at the start of a heavy load)',
+      integerOption(0, 600000),
+      1000,
+    )
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--isa <name>', "CPU kernel set, one of `maxsim info`'s usable list (default: the best)")
     .option('--json', 'print one JSON object per shape')
@@ -294,6 +301,7 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
       ragged: opts.ragged === true,
       fill: opts.fill,
       warmup: Math.max(opts.warmup, 5),
+      warmupMs: opts.warmupMs,
       iters: Math.max(opts.repeats, 20),
       variant: opts.variant,
       device: opts.device,
