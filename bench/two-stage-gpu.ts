@@ -29,8 +29,7 @@ const cases: Record<string, () => Promise<unknown>> = {
   'two-stage top-10': () => twoStageTopKAll(q, f16, i8, 10),
   'exact fp16 top-10': () => f16.topK(q, 10),
 };
-// about a second of calls first: the H200 runs the first half second of a heavy load at a
-// power-capped clock (bench/NOTES.md item 37)
+// about a second of calls first (JIT, pinned buffers, clocks: bench/NOTES.md item 37)
 const warmUntil = performance.now() + 1000;
 while (performance.now() < warmUntil) await cases['two-stage top-10']();
 const times = await interleavedMedians(cases, 20, 3);

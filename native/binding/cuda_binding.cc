@@ -760,9 +760,9 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
 
 // Times `iters` launches with device events (after `warmup` untimed ones, then untimed ones for about
 // `warmupMs` of device time). `rotate` adds more doc sets that the launches cycle through, so that
-// consecutive launches do not hit a warm L2. The timed warm-up matters on the H200: at the start of a
-// heavy load the SM clock drops to ~1400 MHz (SW power cap) for about half a second before it
-// settles at 1980 (bench/NOTES.md item 37), so a few warm-up launches time the ramp.
+// consecutive launches do not hit a warm L2. On the H200 a heavy kernel's clock depends on how long
+// the load has run (the power controller: bench/NOTES.md item 37), so a second of warm-up measures
+// the sustained regime, a few launches the burst one.
 class BenchTask : public Task {
  public:
   BenchTask(Napi::Env env, Runtime* rt) : Task(env), rt_(rt) {}

@@ -368,8 +368,8 @@ export interface CudaDevice {
   ): { variant: Variant; launch: Launch };
   /**
    * Times `iters` launches with device events after `warmup` untimed ones and about `warmupMs` of
-   * untimed device time (the H200 runs its first half second of heavy load at a power-capped clock);
-   * `rotate` cycles doc sets.
+   * untimed device time (on the H200 a heavy kernel's clock depends on how long the load has run:
+   * bench/NOTES.md item 37); `rotate` cycles doc sets.
    */
   bench(
     queries: TokenMatrix | TokenBatch,

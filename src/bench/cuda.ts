@@ -48,7 +48,7 @@ export interface CudaBenchOptions {
   /** With ragged: the mean fill ratio sum(L_b) / (B * Ld), by choosing hi = 2 * fill * Ld - lo. */
   fill?: number;
   warmup: number;
-  /** Untimed device time before each timing (ms): past the H200's power-capped first half second. */
+  /** Untimed device time before each timing (ms); 1000 measures the sustained (power-capped) regime. */
   warmupMs?: number;
   iters: number;
   variant?: string;
