@@ -636,9 +636,14 @@ std::shared_ptr<DeviceTokens> Runtime::Quantize8(const DeviceTokens& src, bool e
     spec.grid[0] = static_cast<unsigned>(std::min<int64_t>(want, static_cast<int64_t>(props_.sms) * 16));
     LaunchWithParams(spec, &p);
     if (per_document && src.count > 0) {
-      // one warp per item (maxsim_8bit.cuh, quantize8_documents_body), after the per-token launch
-      spec.kernel = std::string(e4m3 ? "maxsim_fp8_quantize_documents_" : "maxsim_int8_quantize_documents_") + suffix;
+      // document scales (maxsim_8bit.cuh): mark with one warp per item, requantize with one per token
+      const std::string family = e4m3 ? "maxsim_fp8_quantize_" : "maxsim_int8_quantize_";
+      const unsigned token_grid = spec.grid[0];
+      spec.kernel = family + "mark_documents";
       spec.grid[0] = static_cast<unsigned>(std::min<int64_t>((src.count + 7) / 8, static_cast<int64_t>(props_.sms) * 16));
+      LaunchWithParams(spec, &p);
+      spec.kernel = family + "documents_" + suffix;
+      spec.grid[0] = token_grid;
       LaunchWithParams(spec, &p);
     }
   }

@@ -602,6 +602,35 @@ describe(`CUDA document scales: quantizers and document-scale kernels (seed ${ru
     }
   });
 
+  test('document scales over a document of 200,000 tokens: int8 == the host, fp8 one scale each', async () => {
+    // the requantization runs one warp per token, so one long document does not serialize on a warp
+    const dev = await gpu();
+    const rand = rng(runSeed + 79);
+    const floats = floatRagged([5, 200_000, 0, 17], 32, 'float32', rand);
+    const host = quantize(floats, 'int8', { scales: 'document' });
+    const f = await dev.upload(floats);
+    const i8 = await f.quantize('int8', { scales: 'document' });
+    const e8 = await f.quantize('fp8', { scales: 'document' });
+    try {
+      const back = (await i8.download()) as TokenBatch;
+      const want = packed(host);
+      assert.ok(bytesEqual(back.data, want.data), 'int8 values');
+      assert.ok(bytesEqual(back.scales as Float32Array, want.scales), 'int8 scales');
+      const codes = (await e8.download()) as Fp8Tokens;
+      assert.ok(oneScalePerItem(codes), 'fp8: one scale per document');
+      const pt = await fp8Of(dev, floats);
+      for (let b = 0; b < codes.count; b++) {
+        let sd = 0;
+        for (let j = 0; j < codes.lengths[b]; j++) sd = Math.max(sd, pt.scales[codes.starts[b] + j]);
+        if (codes.lengths[b] > 0) assert.equal(codes.scales[codes.starts[b]], sd, `fp8 document ${b}`);
+      }
+    } finally {
+      i8.dispose();
+      e8.dispose();
+      f.dispose();
+    }
+  });
+
   /** int8 and fp8 corpora of `floats` with document scales, their dequantized reference and bounds. */
   async function dsCorpora(dev: Awaited<ReturnType<typeof gpu>>, floats: TokenBatch, queries: TokenBatch) {
     const docs = quantize(floats, 'int8', { scales: 'document' });

@@ -487,29 +487,39 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
   }
 }
 
-// Document scales, a second launch after quantize8_body: one warp per item of the (packed) set. The
-// item's scale is the largest of its tokens' scales (scale_of is monotone, so it is the scale of the
-// item's largest |x|); every token with another scale is quantized again with it.
+// Document scales: two launches after quantize8_body. First one warp per item of the (packed) set:
+// the item's scale is the largest of its tokens' scales (scale_of is monotone, so it is the scale of
+// the item's largest |x|), and every token with another scale is marked for requantization by storing
+// the item's scale negated (scales are otherwise >= 0). Then one warp per token, over all tokens in
+// parallel however long an item is: a marked token is quantized again with its item's scale.
+__device__ __forceinline__ void mark_document_scales_body(const QuantizeParams& p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  for (int64_t i = w0; i < p.count; i += warps) {
+    float* sc = p.dst_scales + p.dst_starts[i];
+    const int len = p.dst_lengths[i];
+    float sd = 0.f;
+    for (int t = lane; t < len; t += 32) sd = fmaxf(sd, sc[t]);
+    sd = warp_max(sd);
+    for (int t = lane; t < len; t += 32)
+      if (sc[t] != sd) sc[t] = -sd;
+  }
+}
+
 template <class E, typename T>
-__device__ __forceinline__ void quantize8_documents_body(const QuantizeParams& p) {
+__device__ __forceinline__ void requantize_documents_body(const QuantizeParams& p) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
   const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int dim = p.dim;
   const T* __restrict__ src = static_cast<const T*>(p.src);
-  for (int64_t i = w0; i < p.count; i += warps) {
-    const int64_t start = p.dst_starts[i];
-    const int len = p.dst_lengths[i];
-    float sd = 0.f;
-    for (int t = lane; t < len; t += 32) sd = fmaxf(sd, p.dst_scales[start + t]);
-    sd = warp_max(sd);
-    for (int t = 0; t < len; ++t) {
-      if (p.dst_scales[start + t] == sd) continue;  // warp-uniform
-      quantize_token<E, T>(src + (start + t) * (int64_t)dim, reinterpret_cast<uint8_t*>(p.dst) + (start + t) * (int64_t)dim,
-                           dim, lane, sd);
-      __syncwarp();  // every lane read the old scale before lane 0 replaces it
-      if (lane == 0) p.dst_scales[start + t] = sd;
-    }
+  for (int64_t t = w0; t < p.tokens; t += warps) {
+    const float s = p.dst_scales[t];
+    if (!(s < 0.f)) continue;  // warp-uniform
+    quantize_token<E, T>(src + t * (int64_t)dim, reinterpret_cast<uint8_t*>(p.dst) + t * (int64_t)dim, dim, lane, -s);
+    __syncwarp();  // every lane read the mark before lane 0 replaces it
+    if (lane == 0) p.dst_scales[t] = -s;
   }
 }
 

@@ -36,15 +36,18 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_f16(const 
 extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_bf16(const QuantizeParams p) {
   maxsim::quantize8_body<maxsim::E4M3, __nv_bfloat16>(p);
 }
-// document scales: a second launch over the items (quantize8_documents_body)
+// document scales: two more launches (maxsim_8bit.cuh): mark per item, then requantize per token
+extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_mark_documents(const QuantizeParams p) {
+  maxsim::mark_document_scales_body(p);
+}
 extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_f32(const QuantizeParams p) {
-  maxsim::quantize8_documents_body<maxsim::E4M3, float>(p);
+  maxsim::requantize_documents_body<maxsim::E4M3, float>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_f16(const QuantizeParams p) {
-  maxsim::quantize8_documents_body<maxsim::E4M3, __half>(p);
+  maxsim::requantize_documents_body<maxsim::E4M3, __half>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_bf16(const QuantizeParams p) {
-  maxsim::quantize8_documents_body<maxsim::E4M3, __nv_bfloat16>(p);
+  maxsim::requantize_documents_body<maxsim::E4M3, __nv_bfloat16>(p);
 }
 
 // wgmma (sm_90a; structure in maxsim_8bit.cuh). smem bytes = S * TN * 132 + 1024, block = 128 * (NCONS + 1)

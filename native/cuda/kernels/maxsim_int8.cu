@@ -30,8 +30,10 @@
 //       quantize(): scale = float(double(max|x|) / 127), q = rint(double(x) / double(scale)) clamped
 //       to [-127, 127] (rint: round half to even), zero token -> scale 0; NaN elements are ignored by
 //       the max and become 0 (as the host's Int8Array store does); +-Inf is reported in bad_token.
-//   maxsim_int8_quantize_documents_{f32,f16,bf16}  a second launch for document scales: each item's
-//       tokens requantized with the largest of their scales (bitwise the host's { scales: 'document' }).
+//   maxsim_int8_quantize_mark_documents, maxsim_int8_quantize_documents_{f32,f16,bf16}  two more
+//       launches for document scales: each item's largest token scale marks the tokens that differ
+//       (warp per item), which are then requantized with it (warp per token); bitwise the host's
+//       quantize(..., { scales: 'document' }).
 //
 // LAUNCH CONTRACT
 //   mma:  block = (32 * G * NGRP, 1, 1), grid = (num_sms * CTAS, 1, 1) (persistent; any grid >= 1 is
@@ -71,15 +73,18 @@ extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_f16(const
 extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_bf16(const QuantizeParams p) {
   maxsim::quantize8_body<maxsim::S8, __nv_bfloat16>(p);
 }
-// document scales: a second launch over the items (quantize8_documents_body)
+// document scales: two more launches (maxsim_8bit.cuh): mark per item, then requantize per token
+extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_mark_documents(const QuantizeParams p) {
+  maxsim::mark_document_scales_body(p);
+}
 extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_documents_f32(const QuantizeParams p) {
-  maxsim::quantize8_documents_body<maxsim::S8, float>(p);
+  maxsim::requantize_documents_body<maxsim::S8, float>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_documents_f16(const QuantizeParams p) {
-  maxsim::quantize8_documents_body<maxsim::S8, __half>(p);
+  maxsim::requantize_documents_body<maxsim::S8, __half>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) maxsim_int8_quantize_documents_bf16(const QuantizeParams p) {
-  maxsim::quantize8_documents_body<maxsim::S8, __nv_bfloat16>(p);
+  maxsim::requantize_documents_body<maxsim::S8, __nv_bfloat16>(p);
 }
 
 // wgmma (sm_90a; structure in maxsim_8bit.cuh). smem bytes = S * TN * 132 + 1024, block = 128 * (NCONS + 1)
