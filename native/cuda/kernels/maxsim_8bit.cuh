@@ -418,6 +418,16 @@ __device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
 
 // ---- device quantizer: one warp per token ----
 
+// One warp per work item, grid-stride: this thread's lane, its warp's first item, the stride.
+struct WarpGrid {
+  int lane;
+  int64_t first, step;
+  __device__ __forceinline__ WarpGrid()
+      : lane(threadIdx.x & 31),
+        first((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)),
+        step((int64_t)gridDim.x * (blockDim.x >> 5)) {}
+};
+
 // The scale of a token (or document) whose largest |x| is m > 0: int8 as the host,
 // Math.fround(m / 127); fp8 maps m to 448, the largest finite e4m3. Both are monotone in m.
 template <class E>
@@ -449,9 +459,9 @@ __device__ __forceinline__ void quantize_token(const T* x, uint8_t* y, int dim, 
 
 template <class E, typename T>
 __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-  const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const WarpGrid g;
+  const int lane = g.lane;
+  const int64_t warps = g.step, w0 = g.first;
   const int dim = p.dim;
   const T* __restrict__ src = static_cast<const T*>(p.src);
   // the item table is copied unchanged (the int8 set has the same packing as the source)
@@ -493,10 +503,9 @@ __device__ __forceinline__ void quantize8_body(const QuantizeParams& p) {
 // the item's scale negated (scales are otherwise >= 0). Then one warp per token, over all tokens in
 // parallel however long an item is: a marked token is quantized again with its item's scale.
 __device__ __forceinline__ void mark_document_scales_body(const QuantizeParams& p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-  const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  for (int64_t i = w0; i < p.count; i += warps) {
+  const WarpGrid g;
+  const int lane = g.lane;
+  for (int64_t i = g.first; i < p.count; i += g.step) {
     float* sc = p.dst_scales + p.dst_starts[i];
     const int len = p.dst_lengths[i];
     float sd = 0.f;
@@ -509,12 +518,11 @@ __device__ __forceinline__ void mark_document_scales_body(const QuantizeParams& 
 
 template <class E, typename T>
 __device__ __forceinline__ void requantize_documents_body(const QuantizeParams& p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-  const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const WarpGrid g;
+  const int lane = g.lane;
   const int dim = p.dim;
   const T* __restrict__ src = static_cast<const T*>(p.src);
-  for (int64_t t = w0; t < p.tokens; t += warps) {
+  for (int64_t t = g.first; t < p.tokens; t += g.step) {
     const float s = p.dst_scales[t];
     if (!(s < 0.f)) continue;  // warp-uniform
     quantize_token<E, T>(src + t * (int64_t)dim, reinterpret_cast<uint8_t*>(p.dst) + t * (int64_t)dim, dim, lane, -s);
