@@ -104,6 +104,7 @@ export function quantize(
   const data = new Int8Array(tokens * d);
   const scales = new Float32Array(tokens);
   const { starts, lengths } = spansOf(x);
+  // every real token's scale first, then (document scales) each item's largest, then the values once
   for (let b = 0; b < lengths.length; b++) {
     const end = starts[b] + lengths[b];
     for (let t = starts[b]; t < end; t++) {
@@ -119,15 +120,11 @@ export function quantize(
           'finite values to quantize',
           `a non-finite value at token ${t}`,
         );
-      if (m === 0) continue; // scale 0, values 0
-      const scale = Math.fround(m / 127);
-      scales[t] = scale;
-      quantizeToken(values, data, o, d, scale);
+      scales[t] = m === 0 ? 0 : Math.fround(m / 127); // a zero token: scale 0, values 0
     }
   }
   if (granularity === 'document') {
-    // each item again with its largest token scale (Math.fround(m / 127) is monotone in m, so that
-    // is the scale of the item's largest |x|)
+    // Math.fround(m / 127) is monotone in m, so an item's largest token scale is its largest |x|'s
     const items = x.kind === 'matrix' ? { starts: [0], lengths: [x.length] } : x;
     checkDisjointItems(items.starts, items.lengths);
     for (let b = 0; b < items.lengths.length; b++) {
@@ -135,13 +132,12 @@ export function quantize(
       const end = s0 + items.lengths[b];
       let sd = 0;
       for (let t = s0; t < end; t++) if (scales[t] > sd) sd = scales[t];
-      for (let t = s0; t < end; t++) {
-        if (scales[t] === sd) continue;
-        quantizeToken(values, data, t * d, d, sd);
-        scales[t] = sd;
-      }
+      scales.fill(sd, s0, end);
     }
   }
+  for (let b = 0; b < lengths.length; b++)
+    for (let t = starts[b]; t < starts[b] + lengths[b]; t++)
+      if (scales[t] > 0) quantizeToken(values, data, t * d, d, scales[t]);
   if (x.kind === 'matrix') return { kind: 'matrix', dtype: 'int8', data, length: x.length, dim: d, scales };
   return {
     kind: 'batch',

@@ -532,6 +532,25 @@ __device__ __forceinline__ void requantize_documents_body(const QuantizeParams& 
 }
 
 
+// The quantizer entry points of a family (PREFIX maxsim_int8 or maxsim_fp8, element policy E):
+// PREFIX_quantize_{f32,f16,bf16} (per token), then for document scales PREFIX_quantize_mark_documents
+// and PREFIX_quantize_documents_{f32,f16,bf16}. Block 256 (8 warps), any grid.
+#define MAXSIM_8BIT_QUANTIZE_ENTRIES(PREFIX, E)                                                          \
+  MAXSIM_8BIT_QUANTIZE_SOURCE(PREFIX, E, f32, float)                                                     \
+  MAXSIM_8BIT_QUANTIZE_SOURCE(PREFIX, E, f16, __half)                                                    \
+  MAXSIM_8BIT_QUANTIZE_SOURCE(PREFIX, E, bf16, __nv_bfloat16)                                            \
+  extern "C" __global__ void __launch_bounds__(256) PREFIX##_quantize_mark_documents(const QuantizeParams p) { \
+    maxsim::mark_document_scales_body(p);                                                                 \
+  }
+#define MAXSIM_8BIT_QUANTIZE_SOURCE(PREFIX, E, SFX, T)                                                  \
+  extern "C" __global__ void __launch_bounds__(256) PREFIX##_quantize_##SFX(const QuantizeParams p) {     \
+    maxsim::quantize8_body<maxsim::E, T>(p);                                                              \
+  }                                                                                                        \
+  extern "C" __global__ void __launch_bounds__(256) PREFIX##_quantize_documents_##SFX(const QuantizeParams p) { \
+    maxsim::requantize_documents_body<maxsim::E, T>(p);                                                   \
+  }
+
+
 // =============================================================================================
 // wgmma (sm_90a only): the warp-specialized structure of maxsim_wgmma.cu with 8-bit tiles.
 //

@@ -27,28 +27,8 @@ extern "C" __global__ void __launch_bounds__(128) maxsim_fp8_simt(const MaxsimPa
   maxsim::simt8_body<maxsim::E4M3>(p);
 }
 
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_f32(const QuantizeParams p) {
-  maxsim::quantize8_body<maxsim::E4M3, float>(p);
-}
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_f16(const QuantizeParams p) {
-  maxsim::quantize8_body<maxsim::E4M3, __half>(p);
-}
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_bf16(const QuantizeParams p) {
-  maxsim::quantize8_body<maxsim::E4M3, __nv_bfloat16>(p);
-}
-// document scales: two more launches (maxsim_8bit.cuh): mark per item, then requantize per token
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_mark_documents(const QuantizeParams p) {
-  maxsim::mark_document_scales_body(p);
-}
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_f32(const QuantizeParams p) {
-  maxsim::requantize_documents_body<maxsim::E4M3, float>(p);
-}
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_f16(const QuantizeParams p) {
-  maxsim::requantize_documents_body<maxsim::E4M3, __half>(p);
-}
-extern "C" __global__ void __launch_bounds__(256) maxsim_fp8_quantize_documents_bf16(const QuantizeParams p) {
-  maxsim::requantize_documents_body<maxsim::E4M3, __nv_bfloat16>(p);
-}
+// the quantizers: per token, and the two document-scale launches (maxsim_8bit.cuh)
+MAXSIM_8BIT_QUANTIZE_ENTRIES(maxsim_fp8, E4M3)
 
 // wgmma (sm_90a; structure in maxsim_8bit.cuh). smem bytes = S * TN * 132 + 1024, block = 128 * (NCONS + 1)
 #define MAXSIM_FP8_WGMMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
