@@ -514,6 +514,16 @@ describe('maxsim search', () => {
     expectSuccess(two);
     assert.equal(two.stdout, exact.stdout);
     assert.match(expectCleanError(maxsimCli('score', ...common, '--scales', 'document'), 1), /--scales/);
+    const withCorpus = [
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--corpus',
+      file('none.msx'),
+      '--dtype',
+      'int8',
+    ];
+    assert.match(expectCleanError(maxsimCli(...withCorpus, '--scales', 'document'), 1), /--scales.*--corpus/);
   });
 
   test('defaults to 10 results (capped at B), an empty document last with a null score', () => {

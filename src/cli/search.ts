@@ -105,6 +105,12 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
       'no prefilter with --corpus (build an int8 corpus instead)',
       opts.prefilter,
     );
+  if (opts.scales !== undefined)
+    throw new InvalidArgumentError(
+      '--scales',
+      'no --scales with --corpus (an int8 corpus keeps the scales it was built with)',
+      `--scales ${opts.scales}`,
+    );
   if (opts.pin && opts.backend === 'cpu')
     throw new InvalidArgumentError(
       '--pin',
