@@ -21,6 +21,7 @@
         "native/binding/file_binding.cc",
         "native/binding/cuda_stream_binding.cc",
         "native/cuda/stream_scan.cc",
+        "native/cuda/device_select.cc",
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",

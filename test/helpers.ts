@@ -167,3 +167,22 @@ export function assertGradClose(got: Float32Array, ref: ArrayLike<number>, conte
     }
   }
 }
+
+// Rows with many ties, -Infinity, +-0 and (with `nan`) NaN.
+export function awkwardRow(rand: () => number, n: number, nan: boolean): Float32Array {
+  const row = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    const u = rand();
+    row[i] =
+      u < 0.05
+        ? Number.NEGATIVE_INFINITY
+        : u < 0.08
+          ? -0
+          : nan && u < 0.11
+            ? Number.NaN
+            : u < 0.5
+              ? Math.floor(rand() * 8)
+              : rand() * 10 - 5;
+  }
+  return row;
+}

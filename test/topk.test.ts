@@ -9,7 +9,7 @@ import { nativeUnavailableReason } from '../src/native.js';
 import { topK, topKAll } from '../src/ops/maxsim.js';
 import { topKOfRow } from '../src/ops/topk.js';
 import type { Hit } from '../src/tensor.js';
-import { randomMatrix, randomRagged, rng, runSeed } from './helpers.js';
+import { awkwardRow, randomMatrix, randomRagged, rng, runSeed } from './helpers.js';
 
 // The selection as it was before the one-comparison scan: every element through better().
 function plainHeapTopK(
@@ -55,25 +55,6 @@ function plainHeapTopK(
   for (let i = 0; i < size; i++) hits.push({ index: hi[i], score: hs[i] });
   hits.sort((a, b) => (better(a.score, a.index, b.score, b.index) ? -1 : 1));
   return hits;
-}
-
-// Rows with many ties, -Infinity, +-0 and (with `nan`) NaN.
-function awkwardRow(rand: () => number, n: number, nan: boolean): Float32Array {
-  const row = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    const u = rand();
-    row[i] =
-      u < 0.05
-        ? Number.NEGATIVE_INFINITY
-        : u < 0.08
-          ? -0
-          : nan && u < 0.11
-            ? Number.NaN
-            : u < 0.5
-              ? Math.floor(rand() * 8)
-              : rand() * 10 - 5;
-  }
-  return row;
 }
 
 describe('top-k', () => {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/device_select.h"
 #include "../cuda/runtime.h"
 #include "cuda_task.h"
 #include "token_set.h"
@@ -905,6 +906,60 @@ void SelectRows(Runtime* rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols,
   ForEachChunk(rt, matrix, rows, cols, [&](int64_t r, int64_t c, int64_t len, const float* p) { heaps[r].Scan(p, len, c); });
 }
 
+// The device selection's read-back block: [rows * keep] scores, [rows * keep] int32 columns, [rows]
+// int32 NaN flags, read back in one copy.
+struct KeptEntries {
+  KeptEntries(Runtime* rt, int64_t rows, int64_t keep)
+      : rows(rows), keep(keep), block(rt->allocator(), static_cast<uint64_t>(rows * keep * 8 + rows * 4)) {}
+  cu::CUdeviceptr scores() const { return block.get(); }
+  cu::CUdeviceptr columns() const { return block.get() + static_cast<uint64_t>(rows * keep) * 4; }
+  cu::CUdeviceptr nan_rows() const { return block.get() + static_cast<uint64_t>(rows * keep) * 8; }
+  // Reads the block back (synchronizes): host scores / columns / flags.
+  void Fetch(Runtime* rt) {
+    const auto* p = static_cast<const uint8_t*>(rt->ReadBack(block.get(), static_cast<uint64_t>(rows * keep * 8 + rows * 4)));
+    host_scores.resize(static_cast<size_t>(rows * keep));
+    host_columns.resize(host_scores.size());
+    host_nan.resize(static_cast<size_t>(rows));
+    std::memcpy(host_scores.data(), p, host_scores.size() * 4);
+    std::memcpy(host_columns.data(), p + rows * keep * 4, host_columns.size() * 4);
+    std::memcpy(host_nan.data(), p + rows * keep * 8, host_nan.size() * 4);
+  }
+  bool AnyNaN() const { return std::any_of(host_nan.begin(), host_nan.end(), [](int32_t f) { return f != 0; }); }
+  int64_t rows, keep;
+  maxsim_cuda::ScopedBlock block;
+  std::vector<float> host_scores;
+  std::vector<int32_t> host_columns, host_nan;
+};
+
+// SelectRows with the selection on the device where it takes the shape: only the n kept entries of
+// each row come back (in ascending column order, which sortedHits ranks as it ranks a heap). A row
+// holding a NaN score goes through the host heap instead, from the matrix still on the device, so
+// every row gets the host's result. Returns false, having done nothing, where the device selection
+// does not take the shape.
+bool SelectRowsOnDevice(Runtime* rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores,
+                        int32_t* indices) {
+  if (!maxsim_cuda::DeviceSelectTakes(*rt, rows, cols, n)) return false;
+  KeptEntries kept(rt, rows, n);
+  maxsim_cuda::DeviceSelection s;
+  s.scores = matrix;
+  s.rows = rows;
+  s.cols = cols;
+  s.keep = n;
+  s.columns = kept.columns();
+  s.nan_rows = kept.nan_rows();
+  s.picked_scores = kept.scores();
+  maxsim_cuda::SelectOnDevice(*rt, s);
+  kept.Fetch(rt);
+  std::memcpy(scores, kept.host_scores.data(), kept.host_scores.size() * 4);
+  std::memcpy(indices, kept.host_columns.data(), kept.host_columns.size() * 4);
+  for (int64_t r = 0; r < rows; r++) {
+    if (kept.host_nan[r] != 0) {
+      SelectRows(rt, matrix + static_cast<uint64_t>(r * cols) * sizeof(float), 1, cols, n, scores + r * n, indices + r * n);
+    }
+  }
+  return true;
+}
+
 Napi::Object HeapsObject(Napi::Env env, int64_t n, const std::vector<float>& scores, const std::vector<int32_t>& indices) {
   Napi::Object o = Napi::Object::New(env);
   Napi::Float32Array s = Napi::Float32Array::New(env, scores.size());
@@ -977,7 +1032,8 @@ class TopKTask : public HeapsTask {
     rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * cols));
     rt_->Launch(*q, *docs, launch, out.get());
     phases.Mark("scan");
-    SelectRows(rt_, out.get(), rows, cols, n_, scores_.data(), indices_.data());
+    if (!SelectRowsOnDevice(rt_, out.get(), rows, cols, n_, scores_.data(), indices_.data()))
+      SelectRows(rt_, out.get(), rows, cols, n_, scores_.data(), indices_.data());
     phases.Mark("select");
   }
 };
@@ -994,11 +1050,15 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
 }
 
 // Two-stage top-K in one job: scan every document of scanDocs, keep the `candidates` best per query,
-// score the queries against a view of exactDocs holding the union of the candidates (its spans from
-// the host mirror: no download), and keep the k best candidates of each query by that exact score.
-// Both launches come from the TypeScript dispatcher (the exact one planned for up to
-// min(count, rows * candidates) documents). Candidates are visited in ascending document index, so
-// exact ties go to the lower index, as everywhere.
+// score the queries against a view of exactDocs holding the candidates, and keep the k best candidates
+// of each query by that exact score. Both launches come from the TypeScript dispatcher (the exact one
+// planned for min(count, rows * candidates) documents). Candidates are visited in ascending document
+// index, so exact ties go to the lower index, as everywhere.
+// Where the device selection takes the shape, nothing comes back between the stages: the candidates
+// are selected on the GPU, which also writes the view's spans (each query's candidates in turn, or the
+// whole of exactDocs when that is no more), and only each query's own exact scores come back. Otherwise
+// (or for a query whose scan holds a NaN) the host selects, the view holds the union of the candidates,
+// and its spans come from the host mirror.
 class TwoStageTask : public HeapsTask {
  public:
   TwoStageTask(Napi::Env env, Runtime* rt) : HeapsTask(env, rt) {}
@@ -1027,18 +1087,63 @@ class TwoStageTask : public HeapsTask {
     scores_.resize(static_cast<size_t>(rows * n_));
     indices_.resize(scores_.size());
     if (rows == 0 || n_ == 0) return;
-
-    // Stage 1: the keep best of every row (the heap order does not matter here).
-    std::vector<float> cand_scores(static_cast<size_t>(rows * keep));
-    std::vector<int32_t> cand(cand_scores.size());
-    {
-      maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * count) * sizeof(float));
-      rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * count));
-      rt_->Launch(*q, *scan_docs, scan_launch, out.get());
-      phases.Mark("scan");
-      SelectRows(rt_, out.get(), rows, count, keep, cand_scores.data(), cand.data());
-      phases.Mark("scanSelect");
+    if (qe->count != rows) {
+      throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
+                                  std::to_string(qe->count));
     }
+
+    // Stage 1: the scan.
+    maxsim_cuda::ScopedBlock scan(rt_->allocator(), static_cast<uint64_t>(rows * count) * sizeof(float));
+    rt_->FillNaN(scan.get(), static_cast<uint64_t>(rows * count));
+    rt_->Launch(*q, *scan_docs, scan_launch, scan.get());
+    phases.Mark("scan");
+    if (maxsim_cuda::DeviceSelectTakes(*rt_, rows, count, keep) && StagesOnDevice(*qe, scan.get(), rows, keep, phases)) return;
+    StagesOnHost(*qe, scan.get(), rows, keep, phases);
+  }
+
+ private:
+  // Stage 2 with the candidates selected on the device. False when a scan row held a NaN (nothing kept).
+  bool StagesOnDevice(const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep, JobPhases& phases) {
+    const bool whole = rows * keep >= count;  // the launch was planned for min(count, rows * keep) documents
+    const int64_t v = whole ? count : rows * keep;
+    std::shared_ptr<DeviceTokens> view = whole ? exact_docs : rt_->ViewShell(exact_docs, v);
+    KeptEntries kept(rt_, rows, keep);
+    maxsim_cuda::DeviceSelection s;
+    s.scores = scan;
+    s.rows = rows;
+    s.cols = count;
+    s.keep = keep;
+    s.columns = kept.columns();
+    s.nan_rows = kept.nan_rows();
+    if (!whole) {
+      s.spans_of = exact_docs.get();
+      s.view_starts = view->starts;
+      s.view_lengths = view->lengths;
+    }
+    maxsim_cuda::SelectOnDevice(*rt_, s);
+    phases.Mark("scanSelect");
+    maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * v) * sizeof(float));
+    rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * v));
+    rt_->Launch(qe, *view, exact_launch, out.get());
+    phases.Mark("exact");
+    // row r's own candidates: columns r * keep + j of the view, or their document indices of exactDocs
+    maxsim_cuda::GatherRowScores(*rt_, out.get(), v, whole ? kept.columns() : 0, rows, keep, kept.scores());
+    kept.Fetch(rt_);
+    if (kept.AnyNaN()) return false;
+    for (int64_t r = 0; r < rows; r++) {
+      TopKHeap heap(scores_.data() + r * n_, indices_.data() + r * n_, n_);
+      for (int64_t j = 0; j < keep; j++) heap.Push(kept.host_scores[r * keep + j], kept.host_columns[r * keep + j]);
+    }
+    phases.Mark("exactSelect");
+    return true;
+  }
+
+  // Stage 2 with the candidates selected by the host heaps and the union of them rescored.
+  void StagesOnHost(const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep, JobPhases& phases) {
+    std::vector<float> cand_scores(static_cast<size_t>(rows * keep));  // the heap order does not matter here
+    std::vector<int32_t> cand(cand_scores.size());
+    SelectRows(rt_, scan, rows, count, keep, cand_scores.data(), cand.data());
+    phases.Mark("scanSelect");
     for (int64_t r = 0; r < rows; r++) std::sort(cand.begin() + r * keep, cand.begin() + (r + 1) * keep);
     std::vector<int32_t> all(cand);
     std::sort(all.begin(), all.end());
@@ -1047,16 +1152,11 @@ class TwoStageTask : public HeapsTask {
     std::vector<int64_t> column(cand.size());  // each candidate's column in the union
     for (size_t j = 0; j < cand.size(); j++) column[j] = std::lower_bound(all.begin(), all.end(), cand[j]) - all.begin();
 
-    // Stage 2: the queries against the union, through a view of exactDocs.
     std::shared_ptr<DeviceTokens> view = rt_->Select(exact_docs, std::vector<int64_t>(all.begin(), all.end()));
     phases.Mark("view");
-    if (qe->count != rows) {
-      throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
-                                  std::to_string(qe->count));
-    }
     maxsim_cuda::ScopedBlock out(rt_->allocator(), static_cast<uint64_t>(rows * u) * sizeof(float));
     rt_->FillNaN(out.get(), static_cast<uint64_t>(rows * u));
-    rt_->Launch(*qe, *view, exact_launch, out.get());
+    rt_->Launch(qe, *view, exact_launch, out.get());
     phases.Mark("exact");
     std::vector<TopKHeap> heaps;
     heaps.reserve(static_cast<size_t>(rows));
@@ -1099,6 +1199,56 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   task->k = GetInteger(env, spec.Get("k"), "spec.k", 0, 2147483647);
   task->candidates = GetInteger(env, spec.Get("candidates"), "spec.candidates", 0, 2147483647);
   task->count = GetInteger(env, spec.Get("count"), "spec.count", 0, 2147483647);
+  return Submit(env, rt, std::move(task));
+}
+
+// deviceTopK(device, scores, cols, k) (tests and benchmarks): the rows of a host Float32Array [rows *
+// cols] uploaded and selected as the top-K jobs select a device score matrix: on the device where the
+// device selection takes the shape (NaN rows on the host), else by the host heaps. Result: heaps as
+// topK's, plus onDevice (which way it went).
+class DeviceTopKTask : public HeapsTask {
+ public:
+  DeviceTopKTask(Napi::Env env, Runtime* rt) : HeapsTask(env, rt) {}
+  std::vector<float> matrix;
+  int64_t rows = 0, cols = 0, k = 0;
+  void Run() override {
+    rt_->EnsureReady();
+    IdleAtExit idle(rt_);
+    n_ = std::min(k, cols);
+    scores_.resize(static_cast<size_t>(rows * n_));
+    indices_.resize(scores_.size());
+    if (rows == 0 || n_ == 0) return;
+    maxsim_cuda::ScopedBlock m(rt_->allocator(), matrix.size() * sizeof(float));
+    rt_->Upload(m.get(), matrix.data(), matrix.size() * sizeof(float));
+    on_device_ = SelectRowsOnDevice(rt_, m.get(), rows, cols, n_, scores_.data(), indices_.data());
+    if (!on_device_) SelectRows(rt_, m.get(), rows, cols, n_, scores_.data(), indices_.data());
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = HeapsObject(env, n_, scores_, indices_);
+    o.Set("onDevice", on_device_);
+    return o;
+  }
+
+ private:
+  bool on_device_ = false;
+};
+
+Napi::Value DeviceTopK(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Runtime* rt = UnwrapDevice(env, info[0]);
+  if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+    throw ArgError(env, "scores", "a Float32Array", Describe(info[1]));
+  }
+  Napi::Float32Array a = info[1].As<Napi::Float32Array>();
+  const int64_t len = static_cast<int64_t>(a.ElementLength());
+  auto task = std::make_unique<DeviceTopKTask>(env, rt);
+  task->cols = GetInteger(env, info[2], "cols", len > 0 ? 1 : 0, 2147483647);
+  if (task->cols > 0 && len % task->cols != 0) {
+    throw ArgError(env, "cols", "a divisor of scores.length (" + std::to_string(len) + ")", std::to_string(task->cols));
+  }
+  task->k = GetInteger(env, info[3], "k", 0, 2147483647);
+  task->rows = task->cols > 0 ? len / task->cols : 0;
+  task->matrix.assign(a.Data(), a.Data() + len);
   return Submit(env, rt, std::move(task));
 }
 
@@ -1150,5 +1300,6 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("topK", Napi::Function::New(env, TopK, "topK"));
   cuda.Set("twoStage", Napi::Function::New(env, TwoStage, "twoStage"));
   cuda.Set("hostTopK", Napi::Function::New(env, HostTopK, "hostTopK"));
+  cuda.Set("deviceTopK", Napi::Function::New(env, DeviceTopK, "deviceTopK"));
   exports.Set("cuda", cuda);
 }

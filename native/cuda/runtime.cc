@@ -478,6 +478,23 @@ std::shared_ptr<DeviceTokens> Runtime::AllocTokens(DType dtype, int64_t dim, int
   return t;
 }
 
+std::shared_ptr<DeviceTokens> Runtime::ViewShell(const std::shared_ptr<DeviceTokens>& src, int64_t n) {
+  auto v = std::make_shared<DeviceTokens>();
+  v->parent = src;
+  v->runtime = this;
+  v->dtype = src->dtype;
+  v->e4m3 = src->e4m3;
+  v->dim = src->dim;
+  v->data = src->data;
+  v->scales = src->scales;
+  v->tokens = v->capacity_tokens = src->tokens;
+  v->count = v->capacity_items = n;
+  v->max_length = src->max_length;
+  v->starts = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int64_t));
+  v->lengths = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int32_t));
+  return v;
+}
+
 std::shared_ptr<DeviceTokens> Runtime::Select(const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices) {
   for (size_t i = 0; i < indices.size(); i++) {
     if (indices[i] < 0 || indices[i] >= src->count) {
@@ -509,19 +526,8 @@ std::shared_ptr<DeviceTokens> Runtime::Select(const std::shared_ptr<DeviceTokens
     view_lengths[i] = lengths[indices[i]];
     longest = std::max(longest, view_lengths[i]);
   }
-  auto v = std::make_shared<DeviceTokens>();
-  v->parent = src;
-  v->runtime = this;
-  v->dtype = src->dtype;
-  v->e4m3 = src->e4m3;
-  v->dim = src->dim;
-  v->data = src->data;
-  v->scales = src->scales;
-  v->tokens = v->capacity_tokens = src->tokens;
-  v->count = v->capacity_items = n;
+  std::shared_ptr<DeviceTokens> v = ViewShell(src, n);
   v->max_length = longest;
-  v->starts = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int64_t));
-  v->lengths = allocator_.Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * sizeof(int32_t));
   if (n > 0) {
     // through pinned staging: the host vectors may go once the writer has them
     StagedWriter w(*this, v->starts);
@@ -824,6 +830,18 @@ void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params) {
   Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1], spec.block[2],
                              spec.smem, stream_, args, nullptr),
         call.c_str());
+}
+
+bool Runtime::HasKernel(const std::string& name) {
+  if (functions_.count(name) > 0) return true;
+  for (cu::CUmodule m : modules_) {
+    cu::CUfunction fn = nullptr;
+    if (Api().cuModuleGetFunction(&fn, m, name.c_str()) == cu::CUDA_SUCCESS) {
+      Function(name);  // caches its attributes
+      return true;
+    }
+  }
+  return false;
 }
 
 void Runtime::Synchronize() { Check(Api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }

@@ -175,6 +175,9 @@ class Runtime {
   // them). Throws std::invalid_argument for an index out of range. Leaves the span uploads in flight
   // (stream order); the job synchronizes.
   std::shared_ptr<DeviceTokens> Select(const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices);
+  // A view of `n` items of src whose starts / lengths a kernel writes (device_select.h): no host
+  // spans, the parent's longest item as max_length (kernels do not read it; planning went by it).
+  std::shared_ptr<DeviceTokens> ViewShell(const std::shared_ptr<DeviceTokens>& src, int64_t n);
   // Enqueues the float32 -> float16 / bfloat16 conversion of `count` values at src into dst (round to
   // nearest even: the host encodeFloats' bits; maxsim_cast.cu). `to` is the dtype of dst.
   void CastFromF32(cu::CUdeviceptr src, cu::CUdeviceptr dst, DType to, uint64_t count);
@@ -205,6 +208,8 @@ class Runtime {
   // size at the call, so it must be that struct). Validates the launch first (std::invalid_argument
   // for a bad one); the caller synchronizes.
   void LaunchWithParams(const LaunchSpec& spec, const void* params);
+  // Whether a loaded module holds this kernel (an optional family, e.g. an older build without it).
+  bool HasKernel(const std::string& name);
   void Synchronize();
 
  private:

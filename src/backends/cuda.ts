@@ -184,6 +184,16 @@ export interface NativeCuda {
   ): Promise<NativeHeaps>;
   /** The native heaps of the rows of a host matrix [rows * cols] (synchronous; for tests). */
   hostTopK(scores: Float32Array, cols: number, k: number): NativeHeaps;
+  /**
+   * The rows of a host matrix [rows * cols] uploaded and selected as topK selects a device score matrix
+   * (on the GPU where the device selection takes the shape; for tests and benchmarks).
+   */
+  deviceTopK(
+    device: NativeDevice,
+    scores: Float32Array,
+    cols: number,
+    k: number,
+  ): Promise<NativeHeaps & { onDevice: boolean }>;
 }
 
 /**

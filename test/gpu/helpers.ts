@@ -1,7 +1,13 @@
 // GPU test helpers: whether CUDA runs here (every GPU test skips with the reason when it does not),
 // one shared device, and the comparison against the float64 reference.
 
-import { type CudaDevice, type CudaStatus, cuda, cudaStatus } from '../../src/backends/cuda.js';
+import {
+  type CudaDevice,
+  type CudaStatus,
+  cuda,
+  cudaStatus,
+  type NativeDevice,
+} from '../../src/backends/cuda.js';
 import { deviceCaps, dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../../src/backends/reference.js';
 import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
@@ -17,6 +23,11 @@ let device: Promise<CudaDevice> | undefined;
 export function gpu(): Promise<CudaDevice> {
   device ??= cuda({ device: Number(process.env.MAXSIM_TEST_DEVICE ?? 0) });
   return device;
+}
+
+/** The addon's handle of a device (for the native test entry points). */
+export function nativeHandle(dev: CudaDevice): NativeDevice {
+  return (dev as unknown as { handle: NativeDevice }).handle;
 }
 
 /**

@@ -4,7 +4,7 @@
 // Skipped with the reason where no GPU runs.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import type { DeviceCorpus } from '../../src/backends/cuda.js';
+import { type DeviceCorpus, hitsOfHeaps, nativeCuda } from '../../src/backends/cuda.js';
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopKAll } from '../../src/ops/two-stage.js';
@@ -16,8 +16,8 @@ import {
   type TokenBatch,
   tokenMatrix,
 } from '../../src/tensor.js';
-import { randomFloats, randomRagged, rng, runSeed, scoreErrorBounds } from '../helpers.js';
-import { gpu, skip } from './helpers.js';
+import { awkwardRow, randomFloats, randomRagged, rng, runSeed, scoreErrorBounds } from '../helpers.js';
+import { gpu, nativeHandle, skip } from './helpers.js';
 
 // Lengths with an empty document every `every` items.
 function lengthsWithEmpty(rand: () => number, count: number, every: number, max: number): number[] {
@@ -371,6 +371,85 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       a8.dispose();
       b.dispose();
       a.dispose();
+    }
+  });
+
+  test('the device selection ranks like topKOfRow: ties, -0, -Infinity, NaN rows, every level, keep past its limit', async () => {
+    const rand = rng(runSeed + 208);
+    const dev = nativeHandle(await gpu());
+    const native = nativeCuda();
+    // [rows, cols, k]: one chunk, the chunk edge, two levels, three levels (keep 256 of 300,000), and
+    // keeps past the device limit of 256 (host heaps)
+    const shapes: Array<[number, number, number]> = [
+      [1, 1, 1],
+      [3, 5, 5],
+      [2, 2048, 10],
+      [2, 2049, 10],
+      [4, 4096, 1],
+      [3, 100_000, 40],
+      [2, 300_000, 256],
+      [1, 300_000, 257],
+      [2, 5000, 1024],
+    ];
+    for (let trial = 0; trial < 60; trial++) {
+      const cols = 1 + Math.floor(rand() * (trial < 30 ? 300 : 6000));
+      shapes.push([1 + Math.floor(rand() * 3), cols, Math.floor(rand() * Math.min(cols + 5, 300))]);
+    }
+    for (const [i, [rows, cols, k]] of shapes.entries()) {
+      const data = new Float32Array(rows * cols);
+      // a NaN in every other row on odd shapes: those rows go through the host heap
+      for (let r = 0; r < rows; r++) data.set(awkwardRow(rand, cols, i % 2 === 1 && r % 2 === 0), r * cols);
+      const got = await native.deviceTopK(dev, data, cols, k);
+      const want = Array.from({ length: rows }, (_, r) => topKOfRow(data, k, r * cols, cols));
+      const context = `${rows} x ${cols}, k ${k}`;
+      assert.deepStrictEqual(hitsOfHeaps(got, rows), want, context);
+      const n = Math.min(k, cols);
+      assert.equal(got.onDevice, n >= 1 && n <= 256, `${context}: selected on the device`);
+    }
+    await assert.rejects(native.deviceTopK(dev, new Float32Array(10), 3, 1), /cols/);
+  });
+
+  test('the fused two-stage job past one selection chunk, with the whole corpus rescored, past the device keep limit', async () => {
+    const rand = rng(runSeed + 209);
+    const dev = await gpu();
+    // duplicated documents make exact ties in both stages, across selection chunks
+    const base = randomRagged(lengthsWithEmpty(rand, 700, 11, 40), 64, 'float16', rand);
+    const order = Array.from({ length: 3000 }, () => Math.floor(rand() * base.count));
+    const lengths = order.map((b) => base.lengths[b]);
+    const data = new Uint16Array(lengths.reduce((a, l) => a + l, 0) * 64);
+    let at = 0;
+    for (const b of order) {
+      const from = base.starts[b] * 64;
+      data.set((base.data as Uint16Array).subarray(from, from + base.lengths[b] * 64), at);
+      at += base.lengths[b] * 64;
+    }
+    const offsets = [0];
+    for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
+    const docs = await dev.upload(raggedBatch(data, offsets, { dim: 64, dtype: 'float16' }));
+    const docsInt8 = await docs.quantize('int8');
+    try {
+      const queries = randomRagged(
+        [32, 9, 1, 32, 20, 3, 32, 8, 1, 5, 32, 32, 7, 2, 16, 32],
+        64,
+        'float32',
+        rand,
+      );
+      // [k, c] over 3,000 documents (two selection chunks): 16 queries x 40 candidates (a view of each
+      // query's candidates), 16 x 256 >= 3,000 (the whole corpus rescored), 400 candidates (past the
+      // device limit: host selection, the union rescored)
+      for (const [k, c] of [
+        [10, 4],
+        [64, 4],
+        [100, 4],
+        [1, 1],
+      ]) {
+        const context = `k ${k}, c ${c}`;
+        const fused = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
+        assert.deepStrictEqual(fused, await unfusedTwoStage(queries, docs, docsInt8, k, c), context);
+      }
+    } finally {
+      docsInt8.dispose();
+      docs.dispose();
     }
   });
 });
