@@ -13,7 +13,20 @@ namespace maxsim_cuda {
 
 namespace {
 
-constexpr int64_t kChunk = MAXSIM_SELECT_CHUNK;
+// The entry points for a keep: R = 64 (E = 2) up to 64, R = 256 (E = 8) beyond; a block takes 1024 E.
+struct SelectKernels {
+  int64_t chunk;
+  const char *chunks_scores, *chunks_keys, *finish_scores, *finish_keys;
+};
+
+SelectKernels KernelsFor(int64_t keep) {
+  if (keep <= 64) {
+    return {2048, "maxsim_select_chunks_scores_r64", "maxsim_select_chunks_keys_r64", "maxsim_select_finish_scores_r64",
+            "maxsim_select_finish_keys_r64"};
+  }
+  return {8192, "maxsim_select_chunks_scores_r256", "maxsim_select_chunks_keys_r256", "maxsim_select_finish_scores_r256",
+          "maxsim_select_finish_keys_r256"};
+}
 
 LaunchSpec SelectLaunch(const char* kernel, int64_t blocks) {
   LaunchSpec spec;
@@ -31,15 +44,15 @@ T* Ptr(cu::CUdeviceptr p) {
 }  // namespace
 
 bool DeviceSelectTakes(Runtime& rt, int64_t rows, int64_t cols, int64_t keep) {
-  static_assert(kDeviceSelectMaxKeep <= MAXSIM_SELECT_MAX_KEEP, "the kernels keep at most MAXSIM_SELECT_MAX_KEEP");
   // MAXSIM_HOST_SELECT=1 (benchmarks only): every selection on the host, for A/B runs in one process
   static const bool host_only = std::getenv("MAXSIM_HOST_SELECT") != nullptr;
   if (host_only) return false;
   if (rows <= 0 || keep <= 0 || keep > kDeviceSelectMaxKeep || keep > cols) return false;
   // grid.x of the first level, and one read-back of the kept entries (columns, scores, flags)
-  if (rows * ((cols + kChunk - 1) / kChunk) > 2147483647LL) return false;
+  const SelectKernels k = KernelsFor(keep);
+  if (rows * ((cols + k.chunk - 1) / k.chunk) > 2147483647LL) return false;
   if (rows * keep * 8 + rows * 4 > static_cast<int64_t>(Runtime::kReadBackBytes)) return false;
-  return rt.HasKernel("maxsim_select_finish_scores");
+  return rt.HasKernel(k.finish_scores);
 }
 
 void SelectOnDevice(Runtime& rt, const DeviceSelection& s) {
@@ -47,22 +60,22 @@ void SelectOnDevice(Runtime& rt, const DeviceSelection& s) {
     throw std::invalid_argument("Expected a shape the device selection takes but received " + std::to_string(s.rows) +
                                 " rows of " + std::to_string(s.cols) + ", keep " + std::to_string(s.keep));
   }
-  Check(Api().cuMemsetD32Async(s.nan_rows, 0, static_cast<size_t>(s.rows), rt.stream()), "cuMemsetD32Async");
-  // Levels: each keeps the best `keep` of every chunk of 2048 until one chunk per row is left.
+  const SelectKernels k = KernelsFor(s.keep);
+  // Levels: each keeps the best `keep` of every chunk until one chunk per row is left (each level
+  // divides the entries by chunk / keep >= 32).
   std::unique_ptr<ScopedBlock> keys;  // the last level's output
   int64_t n = s.cols;
-  while (n > kChunk) {
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
+  while (n > k.chunk) {
+    const int64_t chunks = (n + k.chunk - 1) / k.chunk;
     auto out = std::make_unique<ScopedBlock>(rt.allocator(), static_cast<uint64_t>(s.rows * chunks * s.keep) * 8);
     MaxsimSelectChunkParams p{};
     p.scores = keys ? nullptr : Ptr<const float>(s.scores);
     p.keys_in = keys ? Ptr<const unsigned long long>(keys->get()) : nullptr;
     p.keys_out = Ptr<unsigned long long>(out->get());
-    p.nan_rows = Ptr<int>(s.nan_rows);
     p.cols = n;
     p.chunks = chunks;
     p.keep = static_cast<int>(s.keep);
-    rt.LaunchWithParams(SelectLaunch(keys ? "maxsim_select_chunks_keys" : "maxsim_select_chunks_scores", s.rows * chunks), &p);
+    rt.LaunchWithParams(SelectLaunch(keys ? k.chunks_keys : k.chunks_scores, s.rows * chunks), &p);
     keys = std::move(out);
     n = chunks * s.keep;
   }
@@ -88,7 +101,7 @@ void SelectOnDevice(Runtime& rt, const DeviceSelection& s) {
     f.view_starts = Ptr<long long>(s.view_starts);
     f.view_lengths = Ptr<int>(s.view_lengths);
   }
-  rt.LaunchWithParams(SelectLaunch(keys ? "maxsim_select_finish_keys" : "maxsim_select_finish_scores", s.rows), &f);
+  rt.LaunchWithParams(SelectLaunch(keys ? k.finish_keys : k.finish_scores, s.rows), &f);
 }
 
 void GatherRowScores(Runtime& rt, cu::CUdeviceptr matrix, int64_t matrix_cols, cu::CUdeviceptr columns, int64_t rows,

@@ -22,8 +22,8 @@ struct DeviceSelection {
   cu::CUdeviceptr view_starts = 0, view_lengths = 0;
 };
 
-// The largest keep the device selection takes: its scratch keys take keep * 8 bytes per 2048 scores,
-// at most a quarter of the score matrix here. A larger keep is selected on the host.
+// The largest keep the device selection takes: its scratch keys take keep * 8 bytes per 2048 (keep
+// <= 64) or 8192 scores, at most a quarter of the score matrix. A larger keep is selected on the host.
 constexpr int64_t kDeviceSelectMaxKeep = 256;
 
 // Whether SelectOnDevice takes this shape on this runtime (kernels loaded, keep in range, grid and

@@ -5,24 +5,30 @@
 // Each score becomes a 64-bit key, (order-preserving bits of the score) << 32 | (0xffffffff - column),
 // so one unsigned comparison ranks by score and then towards the lower column, the order of the host
 // heaps (topk_heap.h, topKOfRow). +0 and -0 map to the same bits, as they compare equal there. A NaN
-// has no place in that order: its row is flagged, and the host selects that row instead.
-// A level sorts chunks of MAXSIM_SELECT_CHUNK keys (bitonic, in shared memory) and keeps each chunk's
-// best `keep`; levels repeat until one chunk per row is left, which the finish kernel sorts.
+// has no place in that order: it gets a key above every real one, so that a row holding one keeps a
+// NaN key first and the last level flags the row for the host to select instead.
 //
-// LAUNCH CONTRACT: block (MAXSIM_SELECT_THREADS, 1, 1), no dynamic shared memory.
-//   maxsim_select_chunks_{scores,keys}: grid (rows * chunks, 1, 1)
-//   maxsim_select_finish_{scores,keys}: grid (rows, 1, 1)
+// A block takes a chunk of 32 warps x R keys (R = 32 E, E keys per lane). Each warp sorts its R keys
+// in registers (bitonic; partners in other lanes by shuffle, in the same lane by index), then the
+// warps' runs are merged pairwise, keeping the best R of each pair (the larger of A[i] and B[R-1-i] is
+// a bitonic sequence holding them, which a bitonic merge sorts), until warp 0 holds the chunk's best
+// R. A level writes each chunk's best `keep` (<= R); levels repeat until one chunk per row is left,
+// which the finish kernel reduces the same way and sorts by column.
+//
+// LAUNCH CONTRACT: block (1024, 1, 1), no dynamic shared memory, `keep` <= R of the entry point.
+//   maxsim_select_chunks_{scores,keys}_r{64,256}: grid (rows * chunks, 1, 1), chunk = 1024 E keys
+//   maxsim_select_finish_{scores,keys}_r{64,256}: grid (rows, 1, 1), n <= 1024 E
 //   maxsim_select_gather: block (256, 1, 1), grid covering rows * keep
 #include "maxsim_select_params.h"
 
 namespace {
 
 using u64 = unsigned long long;
-constexpr int kChunk = MAXSIM_SELECT_CHUNK;
-constexpr int kThreads = MAXSIM_SELECT_THREADS;
-static_assert(kChunk == 2 * kThreads, "each thread sorts two entries");
+constexpr int kWarps = MAXSIM_SELECT_THREADS / 32;
+constexpr u64 kNaNKey = ~0ull;  // above every real key (whose top half is at most +inf's 0xff800000)
 
 __device__ __forceinline__ u64 score_key(float s, long long column) {
+  if (s != s) return kNaNKey;
   unsigned b = __float_as_uint(s);
   if (b == 0x80000000u) b = 0;  // -0 ranks as +0
   const unsigned ordered = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
@@ -31,82 +37,129 @@ __device__ __forceinline__ u64 score_key(float s, long long column) {
 
 __device__ __forceinline__ int key_column(u64 key) { return static_cast<int>(0xffffffffu - static_cast<unsigned>(key)); }
 
-// Entry e of a row as a key: from scores (level 0; a NaN flags the row and takes key 0) or from the
-// keys of the level before. Past the row's end: 0, below every real key.
+// Entry e of a row as a key: from scores (level 0) or from the keys of the level before. Past the
+// row's end: 0, below every real key.
 template <bool kFromScores>
-__device__ __forceinline__ u64 load_key(const float* scores, const u64* keys, int* nan_rows, long long row, long long cols,
-                                        long long e) {
+__device__ __forceinline__ u64 load_key(const float* scores, const u64* keys, long long row, long long cols, long long e) {
   if (e >= cols) return 0;
-  if constexpr (kFromScores) {
-    const float s = scores[row * cols + e];
-    if (s != s) {
-      nan_rows[row] = 1;
-      return 0;
-    }
-    return score_key(s, e);
-  } else {
-    return keys[row * cols + e];
-  }
+  if constexpr (kFromScores) return score_key(scores[row * cols + e], e);
+  return keys[row * cols + e];
 }
 
-// Sorts the block's kChunk keys in s, largest first (bitonic network; one compare-exchange per thread
-// per step).
-__device__ void sort_descending(u64* s) {
-  const unsigned t = threadIdx.x;
-  for (unsigned k = 2; k <= kChunk; k <<= 1) {
-    for (unsigned j = k >> 1; j > 0; j >>= 1) {
-      const unsigned i = ((t & ~(j - 1)) << 1) | (t & (j - 1));  // the pair (i, i + j)
-      const u64 a = s[i], b = s[i + j];
-      const bool descending = (i & k) == 0;
+// One compare-exchange step of a bitonic network over a warp's 32 E keys (key i = lane + 32 e):
+// stage k, distance j; pairs in a k-block with (i & k) == 0 end largest first, the others smallest
+// first (so every pair sorts descending once k exceeds the warp's keys).
+template <int E>
+__device__ __forceinline__ void bitonic_step(u64 (&x)[E], unsigned k, unsigned j, unsigned lane) {
+  if (j >= 32) {
+    const int je = static_cast<int>(j / 32);
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+      if ((e & je) != 0) continue;
+      const bool descending = ((lane + 32u * e) & k) == 0;
+      const u64 a = x[e], b = x[e + je];
       if ((a < b) == descending) {
-        s[i] = b;
-        s[i + j] = a;
+        x[e] = b;
+        x[e + je] = a;
       }
-      __syncthreads();
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+      const unsigned i = lane + 32u * e;
+      const u64 other = __shfl_xor_sync(0xffffffffu, x[e], static_cast<int>(j));
+      const bool lower = (i & j) == 0;
+      const bool descending = (i & k) == 0;
+      x[e] = (lower == descending) ? (x[e] > other ? x[e] : other) : (x[e] < other ? x[e] : other);
     }
   }
 }
 
-template <bool kFromScores>
-__device__ void select_chunks(const MaxsimSelectChunkParams& p) {
-  __shared__ u64 s[kChunk];
-  const long long row = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
-  const long long first = chunk * kChunk;
-  for (int h = 0; h < 2; h++) {
-    const int at = threadIdx.x + h * kThreads;
-    s[at] = load_key<kFromScores>(p.scores, p.keys_in, p.nan_rows, row, p.cols, first + at);
+// Sorts the warp's keys, largest first.
+template <int E>
+__device__ __forceinline__ void warp_sort(u64 (&x)[E], unsigned lane) {
+#pragma unroll
+  for (unsigned k = 2; k <= 32u * E; k <<= 1) {
+#pragma unroll
+    for (unsigned j = k >> 1; j > 0; j >>= 1) bitonic_step<E>(x, k, j, lane);
   }
-  __syncthreads();
-  sort_descending(s);
-  u64* out = p.keys_out + (row * p.chunks + chunk) * p.keep;
-  for (int j = threadIdx.x; j < p.keep; j += kThreads) out[j] = s[j];
 }
 
-template <bool kFromScores>
+// The block's 1024 E keys (warp w holds its slice in x) -> warp 0's x holds the best 32 E, largest
+// first. Every thread of the block must call it.
+template <int E>
+__device__ void block_best(u64 (&x)[E], u64* runs) {
+  constexpr int R = 32 * E;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warp_sort<E>(x, lane);
+  for (unsigned active = kWarps; active > 1; active >>= 1) {
+    const unsigned half = active / 2;
+    if (warp >= half && warp < active) {
+#pragma unroll
+      for (int e = 0; e < E; e++) runs[(warp - half) * R + lane + 32 * e] = x[e];
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int e = 0; e < E; e++) {
+        const u64 other = runs[warp * R + (R - 1) - (lane + 32 * e)];
+        x[e] = x[e] > other ? x[e] : other;
+      }
+#pragma unroll
+      for (unsigned j = R / 2; j > 0; j >>= 1) bitonic_step<E>(x, 2u * R, j, lane);
+    }
+    __syncthreads();
+  }
+}
+
+template <int E, bool kFromScores>
+__device__ void select_chunks(const MaxsimSelectChunkParams& p) {
+  __shared__ u64 runs[kWarps / 2 * 32 * E];
+  const long long row = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long first = chunk * (1024ll * E) + warp * (32ll * E);
+  u64 x[E];
+#pragma unroll
+  for (int e = 0; e < E; e++) x[e] = load_key<kFromScores>(p.scores, p.keys_in, row, p.cols, first + lane + 32 * e);
+  block_best<E>(x, runs);
+  if (warp != 0) return;
+  u64* out = p.keys_out + (row * p.chunks + chunk) * p.keep;
+#pragma unroll
+  for (int e = 0; e < E; e++) {
+    const int i = static_cast<int>(lane) + 32 * e;
+    if (i < p.keep) out[i] = x[e];
+  }
+}
+
+template <int E, bool kFromScores>
 __device__ void select_finish(const MaxsimSelectFinishParams& p) {
-  __shared__ u64 s[kChunk];
+  __shared__ u64 runs[kWarps / 2 * 32 * E];
   const long long row = blockIdx.x;
-  for (int h = 0; h < 2; h++) {
-    const int at = threadIdx.x + h * kThreads;
-    s[at] = load_key<kFromScores>(p.scores, p.keys_in, p.nan_rows, row, p.n, at);
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u64 x[E];
+#pragma unroll
+  for (int e = 0; e < E; e++) x[e] = load_key<kFromScores>(p.scores, p.keys_in, row, p.n, warp * (32ll * E) + lane + 32 * e);
+  block_best<E>(x, runs);
+  if (warp != 0) return;
+  // a NaN key ranks first: the row is the host's
+  const bool nan = __shfl_sync(0xffffffffu, x[0], 0) == kNaNKey;
+  if (lane == 0) p.nan_rows[row] = nan ? 1 : 0;
+  // The best `keep` again, keyed by column alone (0xffffffff - column: largest first = ascending column).
+#pragma unroll
+  for (int e = 0; e < E; e++) {
+    const int i = static_cast<int>(lane) + 32 * e;
+    x[e] = i < p.keep && !nan ? static_cast<u64>(static_cast<unsigned>(x[e])) : 0;
   }
-  __syncthreads();
-  sort_descending(s);
-  // The best `keep` again, keyed by column alone (0xffffffff - column: larger first = ascending column).
-  u64 mine[2];
-  for (int h = 0; h < 2; h++) {
-    const int at = threadIdx.x + h * kThreads;
-    mine[h] = at < p.keep ? static_cast<u64>(static_cast<unsigned>(s[at])) : 0;
-  }
-  __syncthreads();
-  for (int h = 0; h < 2; h++) s[threadIdx.x + h * kThreads] = mine[h];
-  __syncthreads();
-  sort_descending(s);
-  for (int j = threadIdx.x; j < p.keep; j += kThreads) {
-    // key 0: fewer real entries than keep, which only a flagged (NaN) row has; its slot gets column
-    // -1, an empty span and a NaN, so that nothing reads out of bounds before the host redoes the row
-    const bool real = s[j] != 0;
-    const int column = real ? key_column(s[j]) : -1;
+  warp_sort<E>(x, lane);
+#pragma unroll
+  for (int e = 0; e < E; e++) {
+    const int j = static_cast<int>(lane) + 32 * e;
+    if (j >= p.keep) continue;
+    // key 0: a flagged row (or fewer real entries than keep, which only such a row has); its slot
+    // gets column -1, an empty span and a NaN, so that nothing reads out of bounds before the host
+    // redoes the row
+    const bool real = x[e] != 0;
+    const int column = real ? key_column(x[e]) : -1;
     const long long at = row * p.keep + j;
     p.columns[at] = column;
     if (p.picked_scores) p.picked_scores[at] = real ? p.scores_of[row * p.score_cols + column] : __int_as_float(0x7fc00000);
@@ -119,21 +172,26 @@ __device__ void select_finish(const MaxsimSelectFinishParams& p) {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads) maxsim_select_chunks_scores(const MaxsimSelectChunkParams p) {
-  select_chunks<true>(p);
-}
+#define MAXSIM_SELECT_ENTRIES(R, E)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_SELECT_THREADS)                                                  \
+      maxsim_select_chunks_scores_r##R(const MaxsimSelectChunkParams p) {                                              \
+    select_chunks<E, true>(p);                                                                                         \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_SELECT_THREADS)                                                  \
+      maxsim_select_chunks_keys_r##R(const MaxsimSelectChunkParams p) {                                                \
+    select_chunks<E, false>(p);                                                                                        \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_SELECT_THREADS)                                                  \
+      maxsim_select_finish_scores_r##R(const MaxsimSelectFinishParams p) {                                             \
+    select_finish<E, true>(p);                                                                                         \
+  }                                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_SELECT_THREADS)                                                  \
+      maxsim_select_finish_keys_r##R(const MaxsimSelectFinishParams p) {                                               \
+    select_finish<E, false>(p);                                                                                        \
+  }
 
-extern "C" __global__ void __launch_bounds__(kThreads) maxsim_select_chunks_keys(const MaxsimSelectChunkParams p) {
-  select_chunks<false>(p);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads) maxsim_select_finish_scores(const MaxsimSelectFinishParams p) {
-  select_finish<true>(p);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads) maxsim_select_finish_keys(const MaxsimSelectFinishParams p) {
-  select_finish<false>(p);
-}
+MAXSIM_SELECT_ENTRIES(64, 2)
+MAXSIM_SELECT_ENTRIES(256, 8)
 
 extern "C" __global__ void __launch_bounds__(256) maxsim_select_gather(const MaxsimSelectGatherParams p) {
   const long long total = p.rows * p.keep;

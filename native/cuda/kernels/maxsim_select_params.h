@@ -3,30 +3,28 @@
 // g++): fixed-width plain types only.
 #pragma once
 
-// Entries one selection block sorts (kSelectThreads threads, two entries each), and the most a row or
-// a chunk may keep (a level must at least halve what it reads).
-#define MAXSIM_SELECT_CHUNK 2048
+// Threads of a selection block (32 warps). Each warp holds R = 32 E keys, so a block takes 1024 E keys
+// and keeps at most R: the entry points come in R = 64 (E = 2) and R = 256 (E = 8).
 #define MAXSIM_SELECT_THREADS 1024
-#define MAXSIM_SELECT_MAX_KEEP 1024
 
 // One level of the selection: block b reads chunk (b % chunks) of row (b / chunks) of the input and
 // writes that chunk's `keep` best keys, best first, to keys_out [rows * chunks * keep] (0 pads a
 // chunk with fewer entries). A key is (order-preserving bits of the score) << 32 | (0xffffffff -
-// column): larger is better, ties to the lower column, +0 and -0 equal.
+// column): larger is better, ties to the lower column, +0 and -0 equal; a NaN score is ~0.
 struct MaxsimSelectChunkParams {
   const float* scores;               // level 0: [rows, cols] scores (else null)
   const unsigned long long* keys_in; // later levels: [rows, cols] keys (else null)
   unsigned long long* keys_out;
-  int* nan_rows;                     // level 0: [rows], set to 1 for a row holding a NaN score
   long long cols;                    // entries per row of the input
   long long chunks;                  // chunks per row
   int keep;
   int pad_;
 };
-static_assert(sizeof(MaxsimSelectChunkParams) == 56, "MaxsimSelectChunkParams layout changed: update both sides");
+static_assert(sizeof(MaxsimSelectChunkParams) == 48, "MaxsimSelectChunkParams layout changed: update both sides");
 
-// The last level: block r sorts row r's n <= MAXSIM_SELECT_CHUNK entries (scores or keys, as above)
-// and writes the columns of its `keep` best in ascending column order to columns [rows * keep].
+// The last level: block r reduces row r's n <= 1024 E entries (scores or keys, as above), sets
+// nan_rows[r] (1 when the row holds a NaN score, else 0) and writes the columns of its `keep` best in
+// ascending column order to columns [rows * keep] (-1 throughout a NaN row).
 // Optional outputs (null when unused), per kept entry: its score read back from `scores_of` [rows,
 // score_cols] (the exact bits, -0 included), and the spans of that column's item in a token set
 // (parent_starts / parent_lengths into view_starts / view_lengths: a view of the candidates).
