@@ -44,9 +44,9 @@ T* Ptr(cu::CUdeviceptr p) {
 }  // namespace
 
 bool DeviceSelectTakes(Runtime& rt, int64_t rows, int64_t cols, int64_t keep) {
-  // MAXSIM_HOST_SELECT=1 (benchmarks only): every selection on the host, for A/B runs in one process
-  static const bool host_only = std::getenv("MAXSIM_HOST_SELECT") != nullptr;
-  if (host_only) return false;
+  // MAXSIM_HOST_SELECT=1 (benchmarks only): every selection on the host, for A/B runs (read at each
+  // call, so that one process can switch between jobs)
+  if (std::getenv("MAXSIM_HOST_SELECT") != nullptr) return false;
   if (rows <= 0 || keep <= 0 || keep > kDeviceSelectMaxKeep || keep > cols) return false;
   // grid.x of the first level, and one read-back of the kept entries (columns, scores, flags)
   const SelectKernels k = KernelsFor(keep);
