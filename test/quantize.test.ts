@@ -14,6 +14,7 @@ import {
   dequantize,
   hasDocumentScales,
   quantize,
+  roundHalfEven,
   roundTripError,
 } from '../src/ops/quantize.js';
 import {
@@ -130,6 +131,27 @@ describe(`int8 quantization (seed ${runSeed})`, () => {
     assert.equal(n.scales?.[0], 2);
     const dq = dequantize(n);
     assert.deepEqual(Array.from(dq.data), [-254, 8, -8, 4]);
+  });
+
+  test('every value is x / scale rounded half to even and clamped, on random and half-step inputs', () => {
+    const rand = rng(runSeed + 114);
+    const d = 96;
+    const x = new Float32Array(300 * d);
+    for (let t = 0; t < 300; t++) {
+      // odd tokens: half steps of a power-of-two scale (exact ties); even tokens: random values
+      const half = t % 2 === 1;
+      for (let k = 0; k < d; k++)
+        x[t * d + k] = half ? (Math.floor(rand() * 254) - 127 + 0.5) / 4 : (rand() * 2 - 1) * 10 ** (t % 5);
+      if (half) x[t * d] = 127 / 4; // the largest |x|: scale 1/4, so x / scale is the half step itself
+    }
+    const q = quantize(tokenMatrix(x, 300, d), 'int8');
+    for (let t = 0; t < 300; t++) {
+      const s = q.scales?.[t] ?? 0;
+      for (let k = 0; k < d; k++) {
+        const want = Math.min(127, Math.max(-127, roundHalfEven(x[t * d + k] / s)));
+        assert.equal(q.data[t * d + k], want + 0, `token ${t}, value ${k}`); // + 0: an Int8Array holds no -0
+      }
+    }
   });
 
   test('roundTripError reports the largest absolute and per-token relative error', () => {
