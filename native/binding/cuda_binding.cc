@@ -639,7 +639,7 @@ struct QuerySource {
   int64_t dim = 0;
   int64_t count = 0;  // as of the call (device sets: the snapshot)
   // Host float32 queries for a float16 / bfloat16 corpus, converted on the device (dtype is the
-  // corpus's then): the two-stage job takes them so, sparing the host encode.
+  // corpus's then; CastHostQueriesFor).
   bool cast_from_f32 = false;
 };
 
@@ -684,6 +684,18 @@ std::shared_ptr<DeviceTokens> ParseDocs(Napi::Env env, Runtime* rt, const Napi::
                    std::string("'") + SetDTypeName(q.dtype, q.e4m3) + "'");
   }
   return d;
+}
+
+// Host float32 queries against float16 / bfloat16 documents are converted on the device by the job
+// (Runtime::CastSet: the host encodeFloats' bits), sparing the host encode of every value.
+void CastHostQueriesFor(Napi::Env env, QuerySource& q, const Napi::Value& docs) {
+  TokenSetHandle* h = AsTokenSet(env, docs);
+  if (!h || !q.is_host || q.dtype != DType::Float32) return;
+  const auto& s = h->snapshot();
+  if (!s.e4m3 && (s.dtype == DType::Float16 || s.dtype == DType::BFloat16)) {
+    q.cast_from_f32 = true;
+    q.dtype = s.dtype;
+  }
 }
 
 // Synchronizes when the job's scope ends, whatever way it ends: jobs that leave copies in flight
@@ -754,6 +766,7 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
   Runtime* rt = UnwrapDevice(env, info[0]);
   auto task = std::make_unique<ScoreTask>(env, rt);
   task->queries = ParseQueries(env, rt, info[1], task.get());
+  CastHostQueriesFor(env, task->queries, info[2]);
   task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
   task->launch = ParseLaunch(env, info[3], task->docs->dtype, task->docs->e4m3);
   return Submit(env, rt, std::move(task));
@@ -1043,6 +1056,7 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
   Runtime* rt = UnwrapDevice(env, info[0]);
   auto task = std::make_unique<TopKTask>(env, rt);
   task->queries = ParseQueries(env, rt, info[1], task.get());
+  CastHostQueriesFor(env, task->queries, info[2]);
   task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
   task->launch = ParseLaunch(env, info[3], task->docs->dtype, task->docs->e4m3);
   task->k = GetInteger(env, info[4], "k", 0, 2147483647);
@@ -1180,14 +1194,7 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   task->scan_docs = ParseDocs(env, rt, info[2], task->scan_queries, "scanDocs", "scanQueries");
   task->scan_launch = ParseLaunch(env, info[3], task->scan_docs->dtype, task->scan_docs->e4m3);
   task->exact_queries = ParseQueries(env, rt, info[4], task.get(), "exactQueries");
-  if (TokenSetHandle* h = AsTokenSet(env, info[5])) {
-    QuerySource& q = task->exact_queries;
-    const DType target = h->snapshot().dtype;
-    if (q.is_host && q.dtype == DType::Float32 && (target == DType::Float16 || target == DType::BFloat16)) {
-      q.cast_from_f32 = true;
-      q.dtype = target;
-    }
-  }
+  CastHostQueriesFor(env, task->exact_queries, info[5]);
   task->exact_docs = ParseDocs(env, rt, info[5], task->exact_queries, "exactDocs", "exactQueries");
   task->exact_launch = ParseLaunch(env, info[6], task->exact_docs->dtype, task->exact_docs->e4m3);
   if (task->exact_queries.count != task->scan_queries.count) {

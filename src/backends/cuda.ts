@@ -432,6 +432,16 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
   return { ...batch, dtype, data, scales: undefined };
 }
 
+/**
+ * The queries as a scoring job takes them: float32 queries against a float16 / bfloat16 corpus go as
+ * they are, since the job converts them on the GPU (the same round-to-nearest-even bits as
+ * encodeFloats, without the host encode); others as toDtype makes them.
+ */
+function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch {
+  const half = dtype === 'float16' || dtype === 'bfloat16';
+  return batch.dtype === 'float32' && half && batch.dim === dim ? batch : toDtype(batch, dtype, dim);
+}
+
 /** What the dispatcher reads of a corpus. */
 type CorpusShape = Pick<DeviceCorpus, 'count' | 'dim' | 'dtype' | 'maxLength'> & {
   tokens?: number;
@@ -526,7 +536,7 @@ class Corpus implements DeviceCorpus {
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
     this.check();
-    const q = toDtype(batch, this.dtype, this.dim);
+    const q = jobQueries(batch, this.dtype, this.dim);
     const rescore = options.rescore;
     const exact = rescore === undefined ? undefined : rescoreCorpus(rescore, this);
     // the selection runs on the GPU worker: only the heaps come back (k per query)
@@ -537,13 +547,7 @@ class Corpus implements DeviceCorpus {
       return hitsOfHeaps(await nativeCuda().topK(this.device.handle, q, this.native, launch, k), q.count);
     }
     exact.check();
-    // float32 queries for a float16 / bfloat16 corpus go as they are: the job converts them on the GPU
-    // (the same round-to-nearest-even bits as encodeFloats).
-    const halfCorpus = exact.dtype === 'float16' || exact.dtype === 'bfloat16';
-    const qe =
-      batch.dtype === 'float32' && halfCorpus && batch.dim === exact.dim
-        ? batch
-        : toDtype(batch, exact.dtype, exact.dim);
+    const qe = jobQueries(batch, exact.dtype, exact.dim);
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
     const scan = this.device.planFor(q, this, options).launch;
@@ -641,7 +645,7 @@ class Corpus implements DeviceCorpus {
 
   private async scoreAll(batch: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
     this.check();
-    const q = toDtype(batch, this.dtype, this.dim);
+    const q = jobQueries(batch, this.dtype, this.dim);
     if (q.count === 0 || this.count === 0) return new Float32Array(q.count * this.count);
     const { launch } = this.device.planFor(q, this, options);
     return nativeCuda().score(this.device.handle, q, this.native, launch);
@@ -724,7 +728,7 @@ class Device implements CudaDevice {
   }
 
   plan(queries: TokenMatrix | TokenBatch, corpus: DeviceCorpus, options: ScoreOptions = {}) {
-    return this.planFor(toDtype(asQueryBatch(queries), corpus.dtype, corpus.dim), corpus, options);
+    return this.planFor(jobQueries(asQueryBatch(queries), corpus.dtype, corpus.dim), corpus, options);
   }
 
   async bench(

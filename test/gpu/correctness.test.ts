@@ -200,6 +200,33 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
     }
   });
 
+  test('float32 queries on float16 / bfloat16 corpora are converted on the GPU: the scores and hits of host-encoded ones, bitwise', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 44);
+    const { encodeFloats } = await import('../../src/tensor.js');
+    for (const dtype of ['float16', 'bfloat16'] as const) {
+      const corpus = await dev.upload(randomRagged([5, 0, 12, 40, 300, 7], 64, dtype, rand));
+      try {
+        const q32 = randomRagged([9, 1, 32, 0, 5], 64, 'float32', rand);
+        // rounding ties of both formats, a float16 subnormal, -0 and a value past float16's range
+        (q32.data as Float32Array).set([
+          1 + 2 ** -11,
+          1 + 3 * 2 ** -11,
+          1 + 2 ** -8,
+          1 + 3 * 2 ** -8,
+          1e-7,
+          -0,
+          7e4,
+        ]);
+        const host = { ...q32, dtype, data: encodeFloats(q32.data as Float32Array, dtype) };
+        assert.deepStrictEqual(await corpus.score(q32), await corpus.score(host), `${dtype} score`);
+        assert.deepStrictEqual(await corpus.topK(q32, 7), await corpus.topK(host, 7), `${dtype} topK`);
+      } finally {
+        corpus.dispose();
+      }
+    }
+  });
+
   test('topK: descending, ties to the lower index, k larger than B', async () => {
     const dev = await gpu();
     const rand = rng(runSeed + 43);
