@@ -927,6 +927,17 @@ struct KeptEntries {
   cu::CUdeviceptr scores() const { return block.get(); }
   cu::CUdeviceptr columns() const { return block.get() + static_cast<uint64_t>(rows * keep) * 4; }
   cu::CUdeviceptr nan_rows() const { return block.get() + static_cast<uint64_t>(rows * keep) * 8; }
+  // The selection of `keep` per row of the [rows, cols] matrix at `matrix`, into this block.
+  maxsim_cuda::DeviceSelection SelectionOf(cu::CUdeviceptr matrix, int64_t cols) const {
+    maxsim_cuda::DeviceSelection s;
+    s.scores = matrix;
+    s.rows = rows;
+    s.cols = cols;
+    s.keep = keep;
+    s.columns = columns();
+    s.nan_rows = nan_rows();
+    return s;
+  }
   // Reads the block back (synchronizes): host scores / columns / flags.
   void Fetch(Runtime* rt) {
     const auto* p = static_cast<const uint8_t*>(rt->ReadBack(block.get(), static_cast<uint64_t>(rows * keep * 8 + rows * 4)));
@@ -953,13 +964,7 @@ bool SelectRowsOnDevice(Runtime* rt, cu::CUdeviceptr matrix, int64_t rows, int64
                         int32_t* indices) {
   if (!maxsim_cuda::DeviceSelectTakes(*rt, rows, cols, n)) return false;
   KeptEntries kept(rt, rows, n);
-  maxsim_cuda::DeviceSelection s;
-  s.scores = matrix;
-  s.rows = rows;
-  s.cols = cols;
-  s.keep = n;
-  s.columns = kept.columns();
-  s.nan_rows = kept.nan_rows();
+  maxsim_cuda::DeviceSelection s = kept.SelectionOf(matrix, cols);
   s.picked_scores = kept.scores();
   maxsim_cuda::SelectOnDevice(*rt, s);
   kept.Fetch(rt);
@@ -1122,13 +1127,7 @@ class TwoStageTask : public HeapsTask {
     const int64_t v = whole ? count : rows * keep;
     std::shared_ptr<DeviceTokens> view = whole ? exact_docs : rt_->ViewShell(exact_docs, v);
     KeptEntries kept(rt_, rows, keep);
-    maxsim_cuda::DeviceSelection s;
-    s.scores = scan;
-    s.rows = rows;
-    s.cols = count;
-    s.keep = keep;
-    s.columns = kept.columns();
-    s.nan_rows = kept.nan_rows();
+    maxsim_cuda::DeviceSelection s = kept.SelectionOf(scan, count);
     if (!whole) {
       s.spans_of = exact_docs.get();
       s.view_starts = view->starts;

@@ -551,8 +551,9 @@ class Corpus implements DeviceCorpus {
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
     const scan = this.device.planFor(q, this, options).launch;
-    // the union of the candidates has at most this many documents, none longer than exact's longest;
-    // their total length is unknown here, so the rules go by the longest
+    // the view of the candidates holds this many documents (each query's in turn, or the whole float
+    // corpus when that is no more; the union, at most as many, where the host selects), none longer
+    // than exact's longest; their total length is unknown here, so the rules go by the longest
     const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
     const rescoring = this.device.planFor(qe, shape, {}).launch;
     const spec = { k, candidates: keep, count: this.count };

@@ -82,9 +82,9 @@ function isDeviceCorpus(x: unknown): x is DeviceCorpus {
 }
 
 // Both stages on the GPU, in one job (DeviceCorpus.topK with rescore): the int8 scan of the device
-// corpus, a top-c·K per query on the GPU worker, then the union of every query's candidates rescored
-// from the float corpus through a view (new spans, no token copy) and the top K of each query's own
-// candidates, ties to the lower index. The TypeScript dispatcher plans both launches (Corpus.topK).
+// corpus, a top-c·K per query selected on the GPU, then the candidates rescored from the float corpus
+// through a view (new spans, no token copy) and the top K of each query's own candidates, ties to the
+// lower index. The TypeScript dispatcher plans both launches (Corpus.topK).
 async function twoStageDevice(
   queries: TokenBatch | TokenMatrix,
   docs: DeviceCorpus,
