@@ -638,9 +638,10 @@ struct QuerySource {
   bool e4m3 = false;
   int64_t dim = 0;
   int64_t count = 0;  // as of the call (device sets: the snapshot)
-  // Host float32 queries for a float16 / bfloat16 corpus, converted on the device (dtype is the
-  // corpus's then; CastHostQueriesFor).
+  // Host float32 queries for a float16 / bfloat16 corpus, converted on the device, and host float
+  // queries for an int8 corpus, quantized there (dtype is the corpus's then; ConvertHostQueriesFor).
   bool cast_from_f32 = false;
+  bool quantize_int8 = false;
 };
 
 QuerySource ParseQueries(Napi::Env env, Runtime* rt, const Napi::Value& v, Task* task, const std::string& name = "queries") {
@@ -686,13 +687,19 @@ std::shared_ptr<DeviceTokens> ParseDocs(Napi::Env env, Runtime* rt, const Napi::
   return d;
 }
 
-// Host float32 queries against float16 / bfloat16 documents are converted on the device by the job
-// (Runtime::CastSet: the host encodeFloats' bits), sparing the host encode of every value.
-void CastHostQueriesFor(Napi::Env env, QuerySource& q, const Napi::Value& docs) {
+// Host queries are converted on the device by the job, sparing the host a pass over every value:
+// float32 ones against float16 / bfloat16 documents (Runtime::CastSet: the host encodeFloats' bits),
+// float ones against int8 documents (Runtime::Quantize8: per token, the host quantize()'s bytes).
+// Against fp8 documents ResolveQueries quantizes float queries anyway.
+void ConvertHostQueriesFor(Napi::Env env, QuerySource& q, const Napi::Value& docs) {
   TokenSetHandle* h = AsTokenSet(env, docs);
-  if (!h || !q.is_host || q.dtype != DType::Float32) return;
+  if (!h || !q.is_host || q.dtype == DType::Int8) return;
   const auto& s = h->snapshot();
-  if (!s.e4m3 && (s.dtype == DType::Float16 || s.dtype == DType::BFloat16)) {
+  if (s.e4m3) return;
+  if (s.dtype == DType::Int8) {
+    q.quantize_int8 = true;
+    q.dtype = DType::Int8;
+  } else if (q.dtype == DType::Float32 && (s.dtype == DType::Float16 || s.dtype == DType::BFloat16)) {
     q.cast_from_f32 = true;
     q.dtype = s.dtype;
   }
@@ -726,6 +733,7 @@ std::shared_ptr<DeviceTokens> ResolveQueries(Runtime* rt, QuerySource& q, const 
     t = rt->AllocTokens(q.host.dtype, q.host.dim, tokens, q.host.count);
     rt->Append(*t, q.host, /*synchronize=*/false);
     if (q.cast_from_f32) t = rt->CastSet(*t, q.dtype);
+    if (q.quantize_int8) t = rt->Quantize8(*t, /*e4m3=*/false);
   }
   return docs.e4m3 ? rt->Quantize8(*t, true) : t;
 }
@@ -766,7 +774,7 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
   Runtime* rt = UnwrapDevice(env, info[0]);
   auto task = std::make_unique<ScoreTask>(env, rt);
   task->queries = ParseQueries(env, rt, info[1], task.get());
-  CastHostQueriesFor(env, task->queries, info[2]);
+  ConvertHostQueriesFor(env, task->queries, info[2]);
   task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
   task->launch = ParseLaunch(env, info[3], task->docs->dtype, task->docs->e4m3);
   return Submit(env, rt, std::move(task));
@@ -1061,7 +1069,7 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
   Runtime* rt = UnwrapDevice(env, info[0]);
   auto task = std::make_unique<TopKTask>(env, rt);
   task->queries = ParseQueries(env, rt, info[1], task.get());
-  CastHostQueriesFor(env, task->queries, info[2]);
+  ConvertHostQueriesFor(env, task->queries, info[2]);
   task->docs = ParseDocs(env, rt, info[2], task->queries, "docs");
   task->launch = ParseLaunch(env, info[3], task->docs->dtype, task->docs->e4m3);
   task->k = GetInteger(env, info[4], "k", 0, 2147483647);
@@ -1190,10 +1198,11 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   Runtime* rt = UnwrapDevice(env, info[0]);
   auto task = std::make_unique<TwoStageTask>(env, rt);
   task->scan_queries = ParseQueries(env, rt, info[1], task.get(), "scanQueries");
+  ConvertHostQueriesFor(env, task->scan_queries, info[2]);
   task->scan_docs = ParseDocs(env, rt, info[2], task->scan_queries, "scanDocs", "scanQueries");
   task->scan_launch = ParseLaunch(env, info[3], task->scan_docs->dtype, task->scan_docs->e4m3);
   task->exact_queries = ParseQueries(env, rt, info[4], task.get(), "exactQueries");
-  CastHostQueriesFor(env, task->exact_queries, info[5]);
+  ConvertHostQueriesFor(env, task->exact_queries, info[5]);
   task->exact_docs = ParseDocs(env, rt, info[5], task->exact_queries, "exactDocs", "exactQueries");
   task->exact_launch = ParseLaunch(env, info[6], task->exact_docs->dtype, task->exact_docs->e4m3);
   if (task->exact_queries.count != task->scan_queries.count) {

@@ -433,13 +433,17 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
 }
 
 /**
- * The queries as a scoring job takes them: float32 queries against a float16 / bfloat16 corpus go as
- * they are, since the job converts them on the GPU (the same round-to-nearest-even bits as
- * encodeFloats, without the host encode); others as toDtype makes them.
+ * The queries as a scoring job takes them, without a host pass over their values where the job can
+ * convert them on the GPU: float queries against an int8 corpus (quantized per token there, the bytes
+ * of quantize()) and float32 ones against a float16 / bfloat16 corpus (the round-to-nearest-even bits
+ * of encodeFloats) go as they are; others as toDtype makes them.
  */
 function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch {
-  const half = dtype === 'float16' || dtype === 'bfloat16';
-  return batch.dtype === 'float32' && half && batch.dim === dim ? batch : toDtype(batch, dtype, dim);
+  if (batch.dim === dim) {
+    if (dtype === 'int8') return batch;
+    if (batch.dtype === 'float32' && (dtype === 'float16' || dtype === 'bfloat16')) return batch;
+  }
+  return toDtype(batch, dtype, dim);
 }
 
 /** What the dispatcher reads of a corpus. */

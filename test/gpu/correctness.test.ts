@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { DeviceCorpus } from '../../src/backends/cuda.js';
 import { referenceMaxsim } from '../../src/backends/reference.js';
+import { quantize } from '../../src/ops/quantize.js';
 import type { FloatDType, TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
 import { bitsEqual, boundFactor, checkScores, gpu, signRunInputs, skip, variantsFor } from './helpers.js';
@@ -200,7 +201,7 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
     }
   });
 
-  test('float32 queries on float16 / bfloat16 corpora are converted on the GPU: the scores and hits of host-encoded ones, bitwise', async () => {
+  test('host queries are converted on the GPU (float32 for float16 / bfloat16 corpora, float for int8): the scores and hits of host-converted ones, bitwise', async () => {
     const dev = await gpu();
     const rand = rng(runSeed + 44);
     const { encodeFloats } = await import('../../src/tensor.js');
@@ -221,6 +222,21 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
         const host = { ...q32, dtype, data: encodeFloats(q32.data as Float32Array, dtype) };
         assert.deepStrictEqual(await corpus.score(q32), await corpus.score(host), `${dtype} score`);
         assert.deepStrictEqual(await corpus.topK(q32, 7), await corpus.topK(host, 7), `${dtype} topK`);
+        // against the int8 copy, float queries of either dtype are quantized on the GPU: quantize()'s bytes
+        const i8 = await corpus.quantize('int8');
+        const finite = { ...q32, data: Float32Array.from(q32.data as Float32Array) };
+        finite.data[6] = 0.75; // 7e4 is infinite in float16, which quantize() refuses
+        const finite16 = { ...finite, dtype, data: encodeFloats(finite.data, dtype) };
+        try {
+          for (const q of [finite, finite16]) {
+            const hostInt8 = quantize(q, 'int8');
+            const context = `${q.dtype} queries, int8 corpus`;
+            assert.deepStrictEqual(await i8.score(q), await i8.score(hostInt8), `${context} score`);
+            assert.deepStrictEqual(await i8.topK(q, 7), await i8.topK(hostInt8, 7), `${context} topK`);
+          }
+        } finally {
+          i8.dispose();
+        }
       } finally {
         corpus.dispose();
       }
