@@ -543,7 +543,7 @@ class Corpus implements DeviceCorpus {
     const q = jobQueries(batch, this.dtype, this.dim);
     const rescore = options.rescore;
     const exact = rescore === undefined ? undefined : rescoreCorpus(rescore, this);
-    // the selection runs on the GPU worker: only the heaps come back (k per query)
+    // the selection runs on the GPU (NaN rows and k > 256 on the worker's heaps): k hits per query come back
     const empty = () => Array.from({ length: q.count }, (): Hit[] => []);
     if (!exact) {
       if (q.count === 0 || this.count === 0 || k === 0) return empty();
