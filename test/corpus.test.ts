@@ -616,6 +616,24 @@ describe('CLI: maxsim corpus / search --corpus', () => {
     r = run('search', '--queries', qf, '--corpus', dir, '--docs', npy);
     assert.equal(r.status, 1);
     assert.match(r.stderr, /--corpus/);
+    // a corpus scores as stored: on a float32 one --dtype int8 / fp8 would be ignored, so they are
+    // refused; an int8 one takes --dtype int8 (what it holds) and refuses fp8
+    for (const dtype of ['int8', 'fp8']) {
+      r = run('search', '--queries', qf, '--corpus', dir, '--dtype', dtype, '--backend', 'cpu');
+      assert.equal(r.status, 1, dtype);
+      assert.match(r.stderr, new RegExp(`float32 here.*for --dtype but received --dtype ${dtype}`), dtype);
+    }
+    const dir8 = fresh();
+    r = run('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', dir8, '--dtype', 'int8');
+    assert.equal(r.status, 0, r.stderr);
+    const asStored = run('search', '--queries', qf, '--corpus', dir8, '--backend', 'cpu');
+    assert.equal(asStored.status, 0, asStored.stderr);
+    r = run('search', '--queries', qf, '--corpus', dir8, '--dtype', 'int8', '--backend', 'cpu');
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stdout, asStored.stdout);
+    r = run('search', '--queries', qf, '--corpus', dir8, '--dtype', 'fp8', '--backend', 'cpu');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /or int8: .*int8 here.*for --dtype but received --dtype fp8/);
     fs.truncateSync(path.join(dir, 'seg-000002.msxs'), 5000);
     r = run('corpus', 'info', dir);
     assert.equal(r.status, 1);

@@ -118,6 +118,16 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
       '--backend cpu',
     );
   const corpus = openCorpus(opts.corpus!);
+  // a corpus scores in the format it was built with: an int8 / fp8 --dtype that it does not hold would
+  // be ignored, so it is refused (f32, the default, means as stored)
+  const format = formatOf(opts.dtype);
+  const stored = corpus.info.dtype === 'int8' ? 'int8' : 'float';
+  if (format !== 'float' && format !== stored)
+    throw new InvalidArgumentError(
+      '--dtype',
+      `f32 (as stored)${stored === 'int8' ? ' or int8' : ''}: --corpus scores in the format the corpus was built with, ${corpus.info.dtype} here (maxsim corpus build --dtype int8 makes an int8 corpus)`,
+      `--dtype ${opts.dtype}`,
+    );
   if (opts.pin) {
     const why = cudaUnavailableReason();
     if (why) throw new BackendUnavailableError(`--pin needs a GPU: ${why}`);
