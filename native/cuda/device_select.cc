@@ -20,6 +20,7 @@ struct SelectKernels {
 };
 
 SelectKernels KernelsFor(int64_t keep) {
+  static_assert(kDeviceSelectMaxKeep <= 256, "the widest entry points keep R = 256");
   if (keep <= 64) {
     return {2048, "maxsim_select_chunks_scores_r64", "maxsim_select_chunks_keys_r64", "maxsim_select_finish_scores_r64",
             "maxsim_select_finish_keys_r64"};
