@@ -1,1 +1,0 @@
-gunzip -kf .gpu/node.gz && chmod +x .gpu/node; for i in 1 2 3; do timeout 100 .gpu/node dist/bench/two-stage-gpu.js > $OUT/two-stage-$i.txt 2>&1; head -4 $OUT/two-stage-$i.txt | tail -3; done; nproc; uptime
