@@ -1,13 +1,84 @@
 #!/usr/bin/env node
-// Builds the native addon (node-gyp) and, where nvcc exists, the CUDA kernels into one fatbin.
-// Run by `npm ci` (the install script). Nothing is downloaded: node-gyp builds against the local
-// Node headers, and a missing nvcc only means the CUDA engine is absent (the reason is recorded).
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+// Builds the native addon (node-gyp) and, where nvcc exists, the CUDA kernels into one fatbin.
+// Run by `npm ci` / `npm install` (the install script). Nothing is downloaded: node-gyp builds against
+// the local Node headers, and a missing nvcc only means the CUDA engine is absent (the reason is
+// recorded). A package that already holds an addon built from exactly these sources for this platform
+// (the npm tarball does) installs without compiling; see prebuiltReady().
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const addonFile = join(root, 'build', 'Release', 'maxsim_native.node');
+// Written after a successful build: which platform and which sources the binaries in build/ are from.
+const stampFile = join(root, 'build', 'BUILT_FROM.json');
+
+/** glibc or musl: an addon linked against one does not load on the other. */
+function libc() {
+  if (process.platform !== 'linux') return '';
+  const header = process.report?.getReport?.().header;
+  return header?.glibcVersionRuntime ? 'glibc' : 'musl';
+}
+
+function platformTag() {
+  return [process.platform, process.arch, libc()].filter(Boolean).join('-');
+}
+
+function listFiles(dir) {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .sort()
+    .flatMap((name) => {
+      const p = join(dir, name);
+      return statSync(p).isDirectory() ? listFiles(p) : [p];
+    });
+}
+
+/** One hash over everything that goes into build/: the native sources, binding.gyp and this script. */
+function sourceHash() {
+  const h = createHash('sha256');
+  const files = [
+    ...listFiles(join(root, 'native')),
+    join(root, 'binding.gyp'),
+    fileURLToPath(import.meta.url),
+  ];
+  for (const f of files) {
+    h.update(relative(root, f));
+    h.update('\0');
+    h.update(readFileSync(f));
+  }
+  return h.digest('hex');
+}
+
+/**
+ * Undefined when build/ holds an addon made from these sources for this platform that loads in this
+ * Node (N-API, so any Node >= 20 takes it); otherwise the one-line reason a build is needed.
+ */
+function prebuiltReady() {
+  if (process.env.MAXSIM_BUILD_FROM_SOURCE === '1' || process.env.npm_config_build_from_source === 'true')
+    return 'a build from source was asked for';
+  if (!existsSync(addonFile) || !existsSync(stampFile)) return 'no prebuilt addon in this package';
+  let stamp;
+  try {
+    stamp = JSON.parse(readFileSync(stampFile, 'utf8'));
+  } catch {
+    return `${relative(root, stampFile)} is unreadable`;
+  }
+  if (stamp.platform !== platformTag())
+    return `the prebuilt addon is for ${stamp.platform}, this machine is ${platformTag()}`;
+  if (stamp.sources !== sourceHash())
+    return 'the native sources differ from those the prebuilt addon was built from';
+  try {
+    const addon = createRequire(import.meta.url)(addonFile);
+    if (addon.abiVersion !== 1) return 'the prebuilt addon is from another version';
+  } catch (e) {
+    return `the prebuilt addon does not load here (${String(e?.message ?? e).split('\n')[0]})`;
+  }
+  return undefined;
+}
 
 function run(cmd, args, opts = {}) {
   const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit', ...opts });
@@ -122,5 +193,18 @@ function buildKernels() {
 }
 
 const only = process.argv[2];
+if (only === undefined) {
+  const why = prebuiltReady();
+  if (why === undefined) {
+    console.log(`maxsim: using the prebuilt addon for ${platformTag()} (no compiler needed)`);
+    process.exit(0);
+  }
+  console.log(`maxsim: building the native addon from source: ${why}`);
+}
 if (only !== 'kernels') buildAddon();
 if (only !== 'addon') buildKernels();
+if (only === undefined)
+  writeFileSync(
+    stampFile,
+    `${JSON.stringify({ platform: platformTag(), sources: sourceHash() }, null, 2)}\n`,
+  );

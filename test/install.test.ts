@@ -1,0 +1,79 @@
+// The npm tarball installs without compiling: pack the package as `npm pack` would ship it, unpack
+// it, and run its install script with every compiler switched off. It must take the prebuilt addon,
+// and fall back to a source build, with a one-line reason, when the native sources differ.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, describe, test } from 'node:test';
+import { packageRoot } from '../src/native.js';
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-install-'));
+after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+// No compiler, no make: an install that tried to build would fail.
+const noCompiler = { ...process.env, CXX: 'false', CC: 'false', MAKE: 'false', MAXSIM_BUILD_FROM_SOURCE: '' };
+
+function installScript(dir: string) {
+  return spawnSync(process.execPath, ['scripts/build-native.mjs'], {
+    cwd: dir,
+    encoding: 'utf8',
+    env: noCompiler,
+    timeout: 120_000,
+  });
+}
+
+describe('install from the packed tarball', () => {
+  const stamped = fs.existsSync(path.join(packageRoot, 'build', 'BUILT_FROM.json'));
+  test('takes the prebuilt addon without a compiler, and rebuilds when the sources differ', {
+    skip: stamped
+      ? false
+      : 'build/BUILT_FROM.json is missing: the addon was not built by scripts/build-native.mjs',
+  }, () => {
+    const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+    const pack = spawnSync(npm, ['pack', '--ignore-scripts', '--json', '--pack-destination', tmp], {
+      cwd: packageRoot,
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    assert.equal(pack.status, 0, pack.stderr);
+    const [info] = JSON.parse(pack.stdout) as [{ filename: string; files: { path: string }[] }];
+    const shipped = new Set(info.files.map((f) => f.path));
+    for (const f of [
+      'LICENSE',
+      'build/Release/maxsim_native.node',
+      'build/BUILT_FROM.json',
+      'dist/src/index.js',
+    ])
+      assert.ok(shipped.has(f), `the tarball ships ${f}`);
+
+    const unpacked = path.join(tmp, 'unpacked');
+    fs.mkdirSync(unpacked);
+    const untar = spawnSync('tar', ['-xzf', path.join(tmp, info.filename), '-C', unpacked], {
+      encoding: 'utf8',
+    });
+    assert.equal(untar.status, 0, untar.stderr);
+    const pkg = path.join(unpacked, 'package');
+
+    const t0 = performance.now();
+    const fast = installScript(pkg);
+    const seconds = (performance.now() - t0) / 1000;
+    assert.equal(fast.status, 0, `${fast.stdout}\n${fast.stderr}`);
+    assert.match(fast.stdout, /using the prebuilt addon for \S+ \(no compiler needed\)/);
+    assert.ok(seconds < 15, `the install script took ${seconds.toFixed(1)} s`);
+
+    // The unpacked addon loads in this Node.
+    const addon = (process as unknown as { dlopen: (m: { exports: unknown }, f: string) => void }).dlopen;
+    const mod = { exports: {} as { abiVersion?: number } };
+    addon(mod, path.join(pkg, 'build', 'Release', 'maxsim_native.node'));
+    assert.equal(mod.exports.abiVersion, 1);
+
+    // Edited native sources: the prebuilt addon no longer matches, so the script says why and builds
+    // (which fails here, with the compiler switched off, and says so).
+    fs.appendFileSync(path.join(pkg, 'native', 'cpu', 'engine.h'), '\n// edited\n');
+    const rebuilt = installScript(pkg);
+    assert.match(rebuilt.stdout, /building the native addon from source: the native sources differ/);
+    assert.notEqual(rebuilt.status, 0, 'a build with no compiler cannot succeed');
+  });
+});
