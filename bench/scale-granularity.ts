@@ -1,7 +1,7 @@
 // What sharing one int8 scale across a document (or the whole corpus) would cost in ranking fidelity,
 // against the per-token scales that maxsim uses. The H200 measured that uniform document scales would
 // let the 8-bit ColPali kernels skip the per-value scale multiply (int8 1.95 ms against 2.80, fp8 2.1
-// against 2.45; bench/NOTES.md item 33); this prints the other side of that trade. Documents are
+// against 2.45; bench/NOTES.md, 'Document scales'); this prints the other side of that trade. Documents are
 // quantized three ways (per token, per document, per corpus: scale = max|x| / 127 over the group,
 // values rounded half to even), queries per token in all three, scored by the CPU int8 engine and
 // compared with fp32 on the same corpora as `maxsim fidelity` (the demo corpus, 10,000 documents and

@@ -40,7 +40,7 @@ const cases: Record<string, () => Promise<unknown>> = {
   'int8 scan top-10 (host selection)': onHost(() => i8.topK(q, 10)),
   'two-stage top-10 (host selection)': onHost(() => twoStageTopKAll(q, f16, i8, 10)),
 };
-// about a second of calls first (JIT, pinned buffers, clocks: bench/NOTES.md item 37)
+// about a second of calls first (JIT, pinned buffers, clocks: bench/NOTES.md, 'The power cap')
 const warmUntil = performance.now() + 1000;
 while (performance.now() < warmUntil) await cases['two-stage top-10']();
 const times = await interleavedMedians(cases, 20, 3);

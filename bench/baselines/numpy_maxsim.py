@@ -3,7 +3,7 @@
 Prints one JSON object per shape: {"shape", "ms" (best of --repeats), "gflops"}.
 Usage: numpy_maxsim.py --shape 1,32,128,128,20000 [--repeats 5]
 Note: this machine sets OPENBLAS_CORETYPE; unset it (and OPENBLAS_L2_SIZE) in the same command to
-let OpenBLAS pick its best kernel, as bench/NOTES.md records."""
+let OpenBLAS pick its best kernel, as bench/NOTES.md, 'The machine', records."""
 import argparse
 import json
 import time

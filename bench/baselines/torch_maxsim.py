@@ -50,7 +50,7 @@ def run(shape, iters, warmup, warmup_ms):
         for i in range(warmup):
             naive(qs[i % copies], ds[i % copies])
         # then about warmup_ms of load (--warmup-ms 1000: the sustained, power-capped regime of
-        # bench/NOTES.md item 37; 0, the default: the anchors' burst method)
+        # bench/NOTES.md, 'The power cap'; 0, the default: the anchors' burst method)
         start = time.perf_counter()
         while (time.perf_counter() - start) * 1e3 < warmup_ms:
             naive(qs[0], ds[0])

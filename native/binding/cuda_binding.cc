@@ -783,7 +783,7 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
 // Times `iters` launches with device events (after `warmup` untimed ones, then untimed ones for about
 // `warmupMs` of device time). `rotate` adds more doc sets that the launches cycle through, so that
 // consecutive launches do not hit a warm L2. On the H200 a heavy kernel's clock depends on how long
-// the load has run (the power controller: bench/NOTES.md item 37), so a second of warm-up measures
+// the load has run (the power controller: bench/NOTES.md, 'The power cap'), so a second of warm-up measures
 // the sustained regime, a few launches the burst one.
 class BenchTask : public Task {
  public:

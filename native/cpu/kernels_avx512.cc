@@ -48,7 +48,7 @@ struct VAvx512 {
   }
 };
 
-// fp32 FMA for every input. On the CPUs measured so far (bench/NOTES.md) VDPBF16PS issues at half
+// fp32 FMA for every input. On the CPUs measured so far (bench/NOTES.md, 'AMX: bf16 and int8') VDPBF16PS issues at half
 // the rate of VFMADD231PS, so converting bf16 to fp32 is faster than the pair dot product; the pair
 // path stays selectable as its own kernel set for CPUs where that is not so.
 const maxsim_cpu::IsaKernels kAvx512{"avx512", VAvx512::W, 0, &ScoreRangeImpl<VAvx512, 2, 12>};

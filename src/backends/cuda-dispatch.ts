@@ -328,7 +328,7 @@ export function unmetRequirement(
  * by one producer lane instead of cp.async by the whole producer warpgroup (the 8-bit twins copy the
  * documents' scales with the lanes of one producer warp). H200: 1,128,300,128,100000
  * 2.04-2.06 vs 2.28-2.32 ms on one machine, 2.20 vs 2.22 on another; 1,1024,1024,128,10000 4.13-4.17
- * vs 4.25-4.26 (bench/NOTES.md, item 25). The plain kernel serves where the driver cannot encode
+ * vs 4.25-4.26 (bench/NOTES.md, 'TMA document stream'). The plain kernel serves where the driver cannot encode
  * tensor maps.
  */
 const withTma = (kind: string) => [kind.replace(/^wgmma_/, 'wgmma_tma_'), kind];
@@ -347,21 +347,21 @@ function preferred8BitKinds(p: Problem, caps: DeviceCaps): string[] {
   if (rows32 === 1) return ['mma_g1'];
   if (rows32 <= 4) return ['mma_g4'];
   // Many query rows (long queries, all pairs) on compute capability 9.0: wgmma, measured on the H200
-  // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md).
+  // at 1,1024,1024,128,10000 as int8 4.34 ms vs mma g8 5.26, fp8 3.74 vs 11.1 (bench/NOTES.md, 'mma.sync or wgmma').
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
     // The TMA twins first (H200, three rounds at 1,1024,1024,128,10000: int8 2.78-2.95 vs 2.94-2.96 ms,
     // fp8 2.56-2.74 vs 2.64-2.87; 32,32,300,128,10000 int8 1.089 vs 1.114 for w3m2n64, fp8 1.057 vs
-    // 1.071; 1,256,256,128,10000 int8 0.241 vs 0.261 for w2m2n64; item 28).
+    // 1.071; 1,256,256,128,10000 int8 0.241 vs 0.261 for w2m2n64; bench/NOTES.md, '8-bit through TMA').
     // Documents with one scale each: first the document-scale twins, which multiply once per row and
-    // document instead of once per value (item 35).
+    // document instead of once per value (bench/NOTES.md, 'Document scales').
     const ds = (kinds: string[]) =>
       p.documentScales ? [kinds[0].replace(/^wgmma_tma_/, 'wgmma_tma_ds_'), ...kinds] : kinds;
     if (longDocuments(p)) return ds(withTma('wgmma_w2m2n128'));
     // Without tensor maps, shorter documents take three consumer warpgroups (384 query rows per pass
     // instead of 256) when the extra padding of the query rows stays within 15%. H200,
-    // 32,32,300,128,10000: fp8 1.071 vs 1.168 ms and 1.101 vs 1.172 in two runs (item 19); int8, since
-    // it converts with I2FP, 1.113 vs 1.149 (item 27). At ColPali the 128-token tiles win (fp8 3.35 vs
-    // 3.08). bench/NOTES.md.
+    // 32,32,300,128,10000: fp8 1.071 vs 1.168 ms and 1.101 vs 1.172 in two runs; int8, since
+    // it converts with I2FP, 1.113 vs 1.149. At ColPali the 128-token tiles win (fp8 3.35 vs
+    // 3.08). bench/NOTES.md, 'Consumer warpgroups and tile width' and 'Format and exact conversion'.
     const slices = p.numQueries * Math.ceil(p.maxQueryLength / 16);
     const padded = (perPass: number) => Math.ceil(slices / perPass) * perPass;
     const plain = padded(24) <= 1.15 * padded(16) ? 'wgmma_w3m2n64' : 'wgmma_w2m2n64';
@@ -405,14 +405,14 @@ function preferredKinds(p: Problem, caps: DeviceCaps): string[] {
   if (rows32 === 0) return ['simt']; // no query tokens at all
   // One 32-token query slice (memory-bound): 32-token document tiles at 2 CTAs per SM where two of
   // their 105 KB fit on an SM (compute capability 9.x: 228 KB; H200 1,32,128,128,100000 0.760 vs
-  // 0.790 ms for the 16-token tiles at 4 CTAs/SM, bench/NOTES.md item 24), else 16-token tiles.
+  // 0.790 ms for the 16-token tiles at 4 CTAs/SM, bench/NOTES.md, '32-token g1 tiles'), else 16-token tiles.
   if (rows32 === 1) return caps.computeCapability[0] === 9 ? ['mma_g1t32', 'mma_g1'] : ['mma_g1'];
   // the sm_90a (wgmma) cubins run on compute capability 9.0 only
   if (caps.computeCapability[0] === 9 && caps.computeCapability[1] === 0) {
     if (rows16 > 8) return withTma(longDocuments(p) ? 'wgmma_w2m2n128' : 'wgmma_w2m2n64');
     // Up to 128 query rows: the ping-pong variants, whose two consumer warpgroups take alternate
     // documents (H200, 100000 documents of 300 tokens: Lq 64 2.14 vs 2.81 ms with n128, Lq 128 2.60
-    // vs 2.90; bench/NOTES.md). They need a few documents per CTA to keep both groups busy.
+    // vs 2.90; bench/NOTES.md, 'Ping-pong'). They need a few documents per CTA to keep both groups busy.
     if (p.numDocs < 4 * caps.sms) return withTma('wgmma_n128');
     return withTma(rows16 <= 4 ? 'wgmma_pp_m1n64' : 'wgmma_pp_m2n64');
   }

@@ -379,7 +379,7 @@ export interface CudaDevice {
   /**
    * Times `iters` launches with device events after `warmup` untimed ones and about `warmupMs` of
    * untimed device time (on the H200 a heavy kernel's clock depends on how long the load has run:
-   * bench/NOTES.md item 37); `rotate` cycles doc sets.
+   * bench/NOTES.md, 'The power cap'); `rotate` cycles doc sets.
    */
   bench(
     queries: TokenMatrix | TokenBatch,

@@ -4,8 +4,8 @@
 // Per token: scale = max|x| / 127 (float32), q = round-half-to-even(x / scale) clamped to
 // [-127, 127]; a token of zeros gets scale 0 and zero values. value = q * scale.
 // Document scales ({ scales: 'document' }): every token of an item takes the item's scale (its
-// largest |x| / 127), still stored once per token. Fidelity drops a little (bench/NOTES.md item 33)
-// and the GPU's document-scale kernels take such corpora (bench/NOTES.md item 35).
+// largest |x| / 127), still stored once per token. Fidelity drops a little (bench/NOTES.md, 'Quantization fidelity')
+// and the GPU's document-scale kernels take such corpora (bench/NOTES.md, 'Document scales').
 
 import { InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';

@@ -26,7 +26,7 @@ struct S8 {
   using Acc = int;
   static constexpr bool kFp8 = false;
   // the wgmma fold's row max on bit patterns (max3_bits): slower for int8, whose I2FP feeds it (ColPali
-  // 3.11 vs 2.80 ms, fewer instructions but more stalls; bench/NOTES.md item 32), faster for fp8
+  // 3.11 vs 2.80 ms, fewer instructions but more stalls; bench/NOTES.md, 'Row-max fold'), faster for fp8
   static constexpr bool kRowMaxBits = false;
   static constexpr int kAccBias = 0x4B400000;
   template <bool BIAS> static __device__ __forceinline__ int init() { return BIAS ? kAccBias : 0; }
@@ -624,7 +624,7 @@ template <> struct Wgmma8<E4M3, 128> {
 // producer lane arms "full" with the box's bytes and issues it, and the producer warp's 32 lanes copy
 // the tile's scales with 4-byte cp.async. (A 1-D tensor map of the scales raised an illegal instruction
 // on inputs whose documents start off a multiple of four tokens, most likely because the box then
-// starts off a 16-byte boundary: bench/NOTES.md item 28.) The map is null otherwise.
+// starts off a 16-byte boundary: bench/NOTES.md, '8-bit through TMA'.) The map is null otherwise.
 //
 // DSCALE: the document-scale twins, for corpora whose documents each have one scale shared by all
 // their tokens (quantize(..., { scales: 'document' }); the dispatcher takes them only for such
@@ -639,7 +639,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
   using Acc = typename E::Acc;
   // int8 converts with I2FP (full rate on sm_90) from an accumulator that starts at zero, like fp8's:
   // no bias to set after each fold (the mma.sync bodies' FADD trick costs a MOV per value here;
-  // H200: 1.152 vs 1.285 ms at 32,32,300, 2.96 vs 3.14 at ColPali; bench/NOTES.md item 27)
+  // H200: 1.152 vs 1.285 ms at 32,32,300, 2.96 vs 3.14 at ColPali; bench/NOTES.md, 'Format and exact conversion')
   constexpr bool BIAS = false;  // E::to_f32<false>: I2FP for int8, nothing for fp8
   constexpr int STAGE = TN * 128;  // bytes per stage: TN rows of one 128-byte swizzle atom
   constexpr int NCW = NCONS * 4;   // consumer warps
@@ -835,7 +835,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
           }
           wgmma_fence();
           // all 4 k32 steps unconditionally (zero-filled past dim): a runtime guard would split the
-          // wgmma chain (maxsim_wgmma.cu, step 3d of bench/cuda/NOTES.md)
+          // wgmma chain (bench/NOTES.md, 'What serializes wgmma')
           const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
 #pragma unroll
           for (int m = 0; m < MB; ++m) {
@@ -866,7 +866,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
               if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
             }
             // Full tiles take a path without the column test: the select and compare per element
-            // were a quarter of the fold's instructions (ncu; bench/NOTES.md, items 10-11). For fp8
+            // were a quarter of the fold's instructions (ncu; bench/NOTES.md, 'The 8-bit fold'). For fp8
             // their max runs on the values' bit patterns, one VIMNMX3 per two values (max3_bits),
             // checked below.
             if (rem >= TN) {

@@ -78,7 +78,7 @@ struct DocCursor {
 // bit set (negatives, -0, -NaN) is a negative int. So max(m, max(bits(a), bits(b))), which ptxas
 // emits as one VIMNMX3 on sm_90 (two fmaxf are two FMNMX; a three-input float max needs sm_100),
 // equals the fmaxf of the three whenever the result is a float in [+0, +inf]. Otherwise (every
-// candidate negative, or a +NaN won) the caller redoes the fold with fmaxf (bench/NOTES.md item 32).
+// candidate negative, or a +NaN won) the caller redoes the fold with fmaxf (bench/NOTES.md, 'Row-max fold').
 __device__ __forceinline__ int max3_bits(int m, float a, float b) {
   return max(m, max(__float_as_int(a), __float_as_int(b)));
 }
@@ -165,7 +165,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 // The L2 prefetch size hint of the 16-byte cp.async ("", ".L2::64B", ".L2::128B" or ".L2::256B"):
-// a build-time knob for measuring it on the streaming kernels (bench/NOTES.md).
+// a build-time knob for measuring it on the streaming kernels (bench/NOTES.md, 'L2 prefetch size').
 #ifndef MAXSIM_CP_ASYNC_L2_PREFETCH
 #define MAXSIM_CP_ASYNC_L2_PREFETCH ""
 #endif
@@ -177,7 +177,7 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 }
 // One producer thread's share of a stage: the same 16-byte chunk of NIT token rows, RSTEP rows
 // apart, to dst + it * DST_STEP. Only the row test changes from copy to copy (addresses computed
-// per copy made the producers issue-bound; bench/NOTES.md, item 20). Rows at or past rows_left, and
+// per copy made producers issue-bound: bench/NOTES.md, 'Producer address arithmetic'). Rows at or past rows_left, and
 // every row when the chunk lies past dim (!kok), are zero-filled (`any`: a valid address never read).
 template <int NIT, int RSTEP, int DST_STEP, typename E>
 __device__ __forceinline__ void copy_chunk_rows(uint32_t dst, const E* src, int64_t src_step, int rows_left, bool kok,

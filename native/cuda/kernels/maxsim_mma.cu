@@ -31,7 +31,7 @@
 //   params      : max_query_length MUST be >= every query length of the launch (the query slicing
 //                 uses it; tokens past it would be ignored). max_doc_length is not read.
 // The document stream asks L2 for 128-byte prefetches: 2-3% faster on the H200's memory-bound rows
-// (1,32,128 and 1,32,512 x 100000), 256 B slower (bench/NOTES.md).
+// (1,32,128 and 1,32,512 x 100000), 256 B slower (bench/NOTES.md, 'L2 prefetch size').
 #define MAXSIM_CP_ASYNC_L2_PREFETCH ".L2::128B"
 #include "maxsim_common.cuh"
 
