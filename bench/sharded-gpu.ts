@@ -41,6 +41,29 @@ for (const shape of shapes) {
     await single.append(part);
     await sharded.append(part);
   }
+  // The kernels alone: each GPU's share (B / GPUs documents) timed with device events on all GPUs at
+  // once, against the whole corpus on one GPU; the host's fixed cost per call is left out.
+  const shares = await Promise.all(
+    all.devices.map(async (dev) => {
+      const n = Math.ceil(b / spread);
+      const share = await dev.alloc({ dtype: 'float16', dim: d, tokens: n * ld, items: n });
+      for (let at = 0; at < n; at += chunk) {
+        const m = Math.min(chunk, n - at);
+        await share.append(
+          m === chunk
+            ? piece
+            : denseBatch(data.subarray(0, m * ld * d), {
+                count: m,
+                length: ld,
+                dim: d,
+                dtype: 'float16',
+                checkFinite: false,
+              }),
+        );
+      }
+      return share;
+    }),
+  );
   const queries = denseBatch(randomUnitTokens(rng, nq * lq * d, d), {
     count: nq,
     length: lq,
@@ -64,8 +87,14 @@ for (const shape of shapes) {
       `  scores: one ${t('one GPU, scores').toFixed(3)} ms (${(flops / t('one GPU, scores') / 1e9).toFixed(0)} TFLOP/s), all ${t('all GPUs, scores').toFixed(3)} ms: ${(t('one GPU, scores') / t('all GPUs, scores')).toFixed(2)}x\n` +
       `  top-10: one ${t('one GPU, top-10').toFixed(3)} ms, all ${t('all GPUs, top-10').toFixed(3)} ms: ${(t('one GPU, top-10') / t('all GPUs, top-10')).toFixed(2)}x`,
   );
-  single.dispose();
-  sharded.dispose();
+  const median = (x: number[]) => [...x].sort((p, q) => p - q)[x.length >> 1];
+  const kOne = median((await one.bench(queries, single, { iters: 30 })).ms);
+  const kAll = await Promise.all(all.devices.map((dev, i) => dev.bench(queries, shares[i], { iters: 30 })));
+  const kPar = Math.max(...kAll.map((r) => median(r.ms)));
+  console.log(
+    `  kernels: one GPU ${kOne.toFixed(3)} ms, ${spread} GPUs at once ${kAll.map((r) => median(r.ms).toFixed(3)).join(' / ')} ms: ${(kOne / kPar).toFixed(2)}x`,
+  );
+  for (const c of [single, sharded, ...shares]) c.dispose();
 }
 all.dispose();
 one.dispose();

@@ -289,13 +289,12 @@ class Sharded implements ShardedCorpus {
     const out = new Float32Array(rows * count);
     live.forEach((p, i) => {
       const m = parts[i].data;
-      const pos = p.positions;
-      const n = pos.length;
-      const contiguous = pos[n - 1] - pos[0] === n - 1;
-      for (let r = 0; r < rows; r++) {
-        if (contiguous) out.set(m.subarray(r * n, r * n + n), r * count + pos[0]);
-        else for (let j = 0; j < n; j++) out[r * count + pos[j]] = m[r * n + j];
-      }
+      const n = p.positions.length;
+      // a shard's documents sit in runs of consecutive positions (one run after an upload, one per
+      // append after appends): one block copy per run and row
+      for (const [j0, j1] of runsOf(p.positions))
+        for (let r = 0; r < rows; r++)
+          out.set(m.subarray(r * n + j0, r * n + j1), r * count + p.positions[j0]);
     });
     return isTokenMatrix(queries) ? out : { data: out, rows, cols: count };
   }
@@ -490,6 +489,18 @@ class Sharded implements ShardedCorpus {
       .map((p) => `${p.dev.info.index}:${p.positions.length}:${p.positions[0]}`)
       .join(',');
   }
+}
+
+/** Maximal [from, to) ranges of local indices whose global positions are consecutive. */
+function runsOf(positions: Float64Array): [number, number][] {
+  const runs: [number, number][] = [];
+  let from = 0;
+  for (let j = 1; j <= positions.length; j++)
+    if (j === positions.length || positions[j] !== positions[j - 1] + 1) {
+      runs.push([from, j]);
+      from = j;
+    }
+  return runs;
 }
 
 function samePlacement(a: Sharded, b: Sharded): boolean {
