@@ -17,6 +17,13 @@ export {
   type TopKOptions,
 } from './backends/cuda.js';
 export type { DeviceDType } from './backends/cuda-dispatch.js';
+export {
+  type CudaDeviceGroup,
+  isShardedCorpus,
+  type ShardedCorpus,
+  type ShardedTopKOptions,
+  type ShardInfo,
+} from './backends/cuda-sharded.js';
 export { referenceMaxsim, referenceTopK } from './backends/reference.js';
 export { referenceBackward, referenceMaxsimTrain } from './backends/reference-train.js';
 export { type BackendChoice, type BackendName, cudaUnavailableReason } from './backends/select.js';

@@ -32,6 +32,7 @@ import {
   selectVariant,
   type Variant,
 } from './cuda-dispatch.js';
+import { type CudaDeviceGroup, openDeviceGroup } from './cuda-sharded.js';
 
 // ---- the addon's `cuda` object ----------------------------------------------------------------
 
@@ -783,15 +784,25 @@ export function adoptOnDeviceOf(like: DeviceCorpus, native: NativeTokenSet): Dev
   return like.sibling(native);
 }
 
-/** Opens a CUDA device (default 0). Throws BackendUnavailableError with the reason when CUDA cannot run. */
-export async function cuda(options: { device?: number } = {}): Promise<CudaDevice> {
-  const index = options.device ?? 0;
+/**
+ * Opens a CUDA device (default 0), or with `devices` ('all' or indices) several GPUs whose upload()
+ * shards a corpus across them (cuda-sharded.ts). Throws BackendUnavailableError with the reason when
+ * CUDA cannot run.
+ */
+export function cuda(options?: { device?: number }): Promise<CudaDevice>;
+export function cuda(options: { devices: 'all' | readonly number[] }): Promise<CudaDeviceGroup>;
+export async function cuda(
+  options: { device?: number } | { devices: 'all' | readonly number[] } = {},
+): Promise<CudaDevice | CudaDeviceGroup> {
+  if (options !== null && typeof options === 'object' && 'devices' in options)
+    return openDeviceGroup(options.devices);
+  const index = (options as { device?: number }).device ?? 0;
   const status = cudaStatus();
   if (!status.available)
     throw new BackendUnavailableError(`CUDA backend unavailable: ${status.reason ?? 'unknown reason'}`);
   const count = status.devices?.length ?? 0;
   if (!Number.isInteger(index) || index < 0 || index >= count) {
-    throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(options.device));
+    throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(index));
   }
   const native = nativeCuda();
   const handle = native.open(index);

@@ -3,8 +3,8 @@
 import { InvalidArgumentError } from '../errors.js';
 import type { Hit } from '../tensor.js';
 
-// a ranks before b
-function better(sa: number, ia: number, sb: number, ib: number): boolean {
+/** Whether hit a (score, index) ranks before hit b: the one order every top-K of maxsim follows. */
+export function better(sa: number, ia: number, sb: number, ib: number): boolean {
   return sa > sb || (sa === sb && ia < ib);
 }
 
