@@ -27,6 +27,8 @@ const { values } = parseArgs({
     grid: { type: 'string', default: '' },
     dtype: { type: 'string', default: 'fp16' },
     pin: { type: 'boolean', default: false },
+    // several GPUs: 'all' or indices (0,1); each configuration then also runs on device 0 alone
+    gpus: { type: 'string', default: '' },
   },
 });
 const DOCS = Number(values.docs);
@@ -97,44 +99,51 @@ if (values.pin) {
   );
   configs.unshift({ transfer: 'copy' }); // the first configuration runs on the pinned files
 }
+const gpuSets: (number[] | 'all' | undefined)[] = values.gpus
+  ? [undefined, values.gpus === 'all' ? 'all' : values.gpus.split(',').map(Number)]
+  : [undefined];
 for (const [ci, config] of configs.entries()) {
   if (values.pin && ci === 1) corpus.unpin();
-  for (let r = 0; r < Number(values.repeats); r++) {
-    let last = 0;
-    const { hits, stats } = await corpus.searchWithStats(queries, {
-      topK: 10,
-      backend: 'cuda',
-      gpuMemory: budget,
-      ...config,
-      onProgress: (p) => {
-        if (p.elapsedMs - last > 2000) {
-          last = p.elapsedMs;
-          process.stderr.write(
-            `  ${p.documents}/${p.totalDocuments} documents, ${(p.elapsedMs / 1000).toFixed(1)} s\n`,
-          );
-        }
-      },
-    });
-    console.log(
-      JSON.stringify({
-        run: r,
-        transfer: values.pin && ci === 0 ? 'pinned' : config.transfer,
-        depth: config.pipelineDepth ?? 'default',
-        readers: config.readers ?? 'default',
-        dtype: corpus.info.dtype,
-        corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
-        budgetGiB: Number(values['budget-gib']),
-        queries: `${nq}x${lq}`,
-        seconds: +stats.seconds.toFixed(3),
-        docsPerSecond: Math.round(stats.documents / stats.seconds),
-        GBps: +gb(stats.bytes / stats.seconds).toFixed(1),
-        ofPinnedH2D: +(stats.bytes / stats.seconds / h2d).toFixed(3),
-        devicePeakMiB: +((stats.devicePeakBytes ?? 0) / 1024 ** 2).toFixed(0),
-        firstBlockSeconds: +stats.firstBlockSeconds.toFixed(3),
-        blocks: stats.blocks,
-        variant: stats.variant,
-        top1: hits[0][0],
-      }),
-    );
-  }
+  for (const devices of gpuSets)
+    for (let r = 0; r < Number(values.repeats); r++) {
+      let last = 0;
+      const { hits, stats } = await corpus.searchWithStats(queries, {
+        topK: 10,
+        backend: 'cuda',
+        gpuMemory: budget,
+        devices,
+        ...config,
+        onProgress: (p) => {
+          if (p.elapsedMs - last > 2000) {
+            last = p.elapsedMs;
+            process.stderr.write(
+              `  ${p.documents}/${p.totalDocuments} documents, ${(p.elapsedMs / 1000).toFixed(1)} s\n`,
+            );
+          }
+        },
+      });
+      console.log(
+        JSON.stringify({
+          run: r,
+          transfer: values.pin && ci === 0 ? 'pinned' : config.transfer,
+          depth: config.pipelineDepth ?? 'default',
+          readers: config.readers ?? 'default',
+          gpus: stats.devices?.join(',') ?? '0',
+          dtype: corpus.info.dtype,
+          corpusGB: +gb(corpus.info.tokenBytes).toFixed(2),
+          budgetGiB: Number(values['budget-gib']),
+          queries: `${nq}x${lq}`,
+          seconds: +stats.seconds.toFixed(3),
+          docsPerSecond: Math.round(stats.documents / stats.seconds),
+          GBps: +gb(stats.bytes / stats.seconds).toFixed(1),
+          ofPinnedH2D: +(stats.bytes / stats.seconds / h2d).toFixed(3),
+          ofPinnedH2DPerGpu: +(stats.bytes / stats.seconds / h2d / (stats.devices?.length ?? 1)).toFixed(3),
+          devicePeakMiB: +((stats.devicePeakBytes ?? 0) / 1024 ** 2).toFixed(0),
+          firstBlockSeconds: +stats.firstBlockSeconds.toFixed(3),
+          blocks: stats.blocks,
+          variant: stats.variant,
+          top1: hits[0][0],
+        }),
+      );
+    }
 }

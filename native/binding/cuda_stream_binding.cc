@@ -122,7 +122,6 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
     auto* holder = pin.As<Napi::External<PinHolder>>().Data();
     if (!holder->pin) throw ArgError(env, "plan.pinned", "a live pin", "one that was released");
     if (holder->pin->paths != spec.files) throw ArgError(env, "plan.pinned", "a pin of the same files", "another file list");
-    if (holder->pin->runtime != rt) throw ArgError(env, "plan.pinned", "a pin made on this device", "one of another device");
     spec.pinned = holder->pin;
   }
 

@@ -403,7 +403,9 @@ std::shared_ptr<PinnedFiles> PinFiles(Runtime& rt, const std::vector<std::string
   for (size_t i = 0; i < files.maps.size(); i++) {
     auto& m = files.maps[i];
     if (m.first) {
-      const cu::CUresult rc = d.cuMemHostRegister(m.first, m.second, cu::CU_MEMHOSTREGISTER_READ_ONLY);
+      // portable: pinned for every context, so scans on all GPUs of the host DMA from the one pin
+      const cu::CUresult rc =
+          d.cuMemHostRegister(m.first, m.second, cu::CU_MEMHOSTREGISTER_READ_ONLY | cu::CU_MEMHOSTREGISTER_PORTABLE);
       if (rc != 0) throw std::runtime_error("cuMemHostRegister of " + paths[i] + " failed: " + DescribeResult(rc));
     }
     pin->maps.push_back(m);

@@ -2,9 +2,10 @@
 // then hands the scan to the native pipeline (native/cuda/stream_scan.cc) and reports progress.
 
 import * as os from 'node:os';
-import { InvalidArgumentError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { type CorpusBlock, type CorpusFile, storedTokenBytes } from '../io/corpus.js';
 import type { CorpusSearchOptions, ScanStats } from '../ops/corpus-search.js';
+import { better } from '../ops/topk.js';
 import {
   decodeToFloat32,
   dtypeSize,
@@ -13,7 +14,7 @@ import {
   type Hit,
   type TokenBatch,
 } from '../tensor.js';
-import { cuda, nativeCuda } from './cuda.js';
+import { cuda, cudaStatus, nativeCuda } from './cuda.js';
 import {
   deviceCaps,
   dispatchTable,
@@ -22,6 +23,7 @@ import {
   type Problem,
   selectVariant,
 } from './cuda-dispatch.js';
+import { balancedCuts } from './cuda-sharded.js';
 
 /** Pipeline depth: reading block b+1, copying block b and scoring block b-1 overlap. */
 const DEFAULT_DEPTH = { copy: 3, register: 6 };
@@ -130,7 +132,40 @@ export function buildStreamPlan(file: CorpusFile, blocks: readonly CorpusBlock[]
   return { blockFields, starts, lengths, capacityTokens, capacityDocs, maxLength };
 }
 
-/** Scores queries against an on-disk corpus on the GPU, block by block, with flat device memory. */
+/** The GPUs a search runs on: `devices` ('all' or indices) or the one `device` (default 0). */
+function streamDevices(options: CorpusSearchOptions): number[] {
+  const d = options.devices;
+  if (d === undefined) return [options.device ?? 0];
+  const n = cudaStatus().devices?.length ?? 0;
+  if (d === 'all') return Array.from({ length: n }, (_, i) => i);
+  if (!Array.isArray(d) || d.length === 0)
+    throw new InvalidArgumentError(
+      'devices',
+      "'all' or a non-empty array of device indices",
+      JSON.stringify(d),
+    );
+  d.forEach((x, i) => {
+    if (!Number.isInteger(x) || x < 0 || x >= n)
+      throw new InvalidArgumentError(`devices[${i}]`, `a CUDA device index in [0, ${n})`, JSON.stringify(x));
+  });
+  return [...d];
+}
+
+/** Contiguous runs of blocks, one per GPU, balanced by token bytes (a GPU may get none). */
+function splitBlocks(blocks: readonly CorpusBlock[], parts: number): CorpusBlock[][] {
+  const cuts = balancedCuts(
+    blocks.map((b) => b.tokens),
+    parts,
+  );
+  return Array.from({ length: parts }, (_, i) => blocks.slice(cuts[i], cuts[i + 1]));
+}
+
+/**
+ * Scores queries against an on-disk corpus on the GPU, block by block, with flat device memory. With
+ * several `devices`, each GPU streams a contiguous share of the blocks through its own slots, copy
+ * stream and readers, all at once, with the same kernel as one GPU, and the running top-Ks merge
+ * exactly (descending score, ties to the lower document index).
+ */
 export async function cudaStreamSearch(
   file: CorpusFile,
   queries: TokenBatch,
@@ -147,12 +182,14 @@ export async function cudaStreamSearch(
   const DEPTH = options.pipelineDepth ?? DEFAULT_DEPTH[transfer];
   if (!Number.isInteger(DEPTH) || DEPTH < 1 || DEPTH > 8)
     throw new InvalidArgumentError('pipelineDepth', 'an integer in [1, 8]', String(options.pipelineDepth));
-  const readers = options.readers ?? readersFor();
+  const indices = streamDevices(options);
+  // reader threads feed host memory, which the GPUs share: split them
+  const readers = options.readers ?? Math.max(2, Math.floor(readersFor() / indices.length));
   if (!Number.isInteger(readers) || readers < 1 || readers > 64)
     throw new InvalidArgumentError('readers', 'an integer in [1, 64]', String(options.readers));
-  const device = await cuda({ device: options.device });
-  const memory = await device.memory();
-  const budget = options.gpuMemory ?? Math.min(DEFAULT_BUDGET_CAP, Math.floor(memory.free * 0.75));
+  const devices = await Promise.all(indices.map((device) => cuda({ device })));
+  const frees = await Promise.all(devices.map(async (d) => (await d.memory()).free));
+  const budget = options.gpuMemory ?? Math.min(DEFAULT_BUDGET_CAP, Math.floor(Math.min(...frees) * 0.75));
   if (!(Number.isSafeInteger(budget) && budget >= 1024 * 1024))
     throw new InvalidArgumentError(
       'gpuMemory',
@@ -190,64 +227,86 @@ export async function cudaStreamSearch(
     );
   const blocks = file.planBlocks(blockBytes, maxDocs);
 
-  const { blockFields, starts, lengths, capacityTokens, capacityDocs, maxLength } = buildStreamPlan(
-    file,
-    blocks,
-  );
+  // one kernel for every GPU, planned for the largest block of the whole corpus
+  const whole = buildStreamPlan(file, blocks);
   let qMax = 0;
   for (let i = 0; i < q.count; i++) qMax = Math.max(qMax, q.lengths[i]);
   const problem: Problem = {
     numQueries: q.count,
     maxQueryLength: qMax,
-    maxDocLength: maxLength,
+    maxDocLength: whole.maxLength,
     dim: info.dim,
-    numDocs: capacityDocs,
+    numDocs: whole.capacityDocs,
     dtype,
   };
-  const caps = deviceCaps(device.info);
-  const variant = selectVariant(problem, caps, undefined, dispatchTable(), new Set(device.info.kernels));
+  const caps = deviceCaps(devices[0].info);
+  const variant = selectVariant(problem, caps, undefined, dispatchTable(), new Set(devices[0].info.kernels));
   const launch = launchFor(variant, problem, caps);
 
-  const progress = new Float64Array(2);
+  const shares = indices.length === 1 ? [blocks] : splitBlocks(blocks, indices.length);
+  const progress = shares.map(() => new Float64Array(2));
   const started = performance.now();
   const report = () =>
     options.onProgress?.({
-      documents: progress[0],
+      documents: progress.reduce((s, p) => s + p[0], 0),
       totalDocuments: info.documents,
-      bytes: progress[1],
+      bytes: progress.reduce((s, p) => s + p[1], 0),
       totalBytes: info.tokenBytes,
       elapsedMs: performance.now() - started,
     });
   const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;
-  let r: NativeStreamResult;
+  const addon = nativeCuda() as unknown as StreamAddon;
+  let settled: PromiseSettledResult<NativeStreamResult | undefined>[];
   try {
-    r = await (nativeCuda() as unknown as StreamAddon).streamScan(
-      options.device ?? 0,
-      q,
-      {
-        files: file.segments.map((s) => s.file),
-        blocks: blockFields,
-        starts,
-        lengths,
-        capacityTokens,
-        capacityDocs,
-        depth: DEPTH,
-        readers,
-        k,
-        registerPages: transfer === 'register',
-        pinned: pin && pin.device === (options.device ?? 0) ? pin.handle : undefined,
-      },
-      launch,
-      progress,
+    settled = await Promise.allSettled(
+      shares.map((share, i) => {
+        if (share.length === 0) return Promise.resolve(undefined);
+        const plan = indices.length === 1 ? whole : buildStreamPlan(file, share);
+        return addon.streamScan(
+          indices[i],
+          q,
+          {
+            files: file.segments.map((s) => s.file),
+            blocks: plan.blockFields,
+            starts: plan.starts,
+            lengths: plan.lengths,
+            capacityTokens: plan.capacityTokens,
+            capacityDocs: plan.capacityDocs,
+            depth: DEPTH,
+            readers,
+            k,
+            registerPages: transfer === 'register',
+            // the pin is registered for every GPU of the host (portable)
+            pinned: pin?.handle,
+          },
+          launch,
+          progress[i],
+        );
+      }),
     );
   } finally {
     if (timer) clearInterval(timer);
   }
+  const bad = settled.findIndex((s) => s.status === 'rejected');
+  if (bad >= 0) {
+    const e = (settled[bad] as PromiseRejectedResult).reason;
+    if (indices.length === 1) throw e;
+    const d = devices[bad].info;
+    throw new BackendUnavailableError(
+      `GPU ${d.index} (${d.name}) failed: ${e instanceof Error ? e.message : String(e)}`,
+    );
+  }
   report();
+  const results = settled.flatMap((s) => (s.status === 'fulfilled' && s.value ? [s.value] : []));
   const hits: Hit[][] = [];
   for (let i = 0; i < q.count; i++) {
     const row: Hit[] = [];
-    for (let j = 0; j < r.k; j++) row.push({ index: r.indices[i * r.k + j], score: r.scores[i * r.k + j] });
+    for (const r of results)
+      for (let j = 0; j < r.k; j++) row.push({ index: r.indices[i * r.k + j], score: r.scores[i * r.k + j] });
+    if (results.length > 1) {
+      row.sort((a, b) => (better(a.score, a.index, b.score, b.index) ? -1 : 1));
+      row.length = Math.min(row.length, k);
+    }
     hits.push(row);
   }
   return {
@@ -255,12 +314,13 @@ export async function cudaStreamSearch(
     stats: {
       backend: 'cuda',
       blocks: blocks.length,
-      bytes: r.bytes,
+      bytes: results.reduce((s, r) => s + r.bytes, 0),
       documents: info.documents,
-      seconds: r.seconds,
-      firstBlockSeconds: r.firstBlockSeconds,
-      devicePeakBytes: r.devicePeakBytes,
+      seconds: Math.max(0, ...results.map((r) => r.seconds)),
+      firstBlockSeconds: Math.min(...results.map((r) => r.firstBlockSeconds)),
+      devicePeakBytes: Math.max(0, ...results.map((r) => r.devicePeakBytes)),
       variant: variant.name,
+      devices: indices,
     },
   };
 }

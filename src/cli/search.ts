@@ -26,6 +26,7 @@ interface SearchCommandOptions extends InputOptions {
   dtype?: string;
   corpus?: string;
   gpuMemory?: number;
+  gpus?: 'all' | number[];
   pin?: boolean;
   backend: BackendChoice;
   threads?: number;
@@ -45,6 +46,17 @@ export function searchCommand(): Command {
   )
     .option('--corpus <dir>', 'search an on-disk corpus (maxsim corpus build) instead of --docs, streamed')
     .option('--gpu-memory <MiB>', 'with --corpus on CUDA: device memory the scan may use', integerOption(1))
+    .option(
+      '--gpus <list>',
+      "with --corpus on CUDA: 'all' or device indices (0,1): each GPU streams a share of the blocks",
+      (v: string): 'all' | number[] => {
+        if (v === 'all') return 'all';
+        const list = v.split(',').map((x) => (/^\d+$/.test(x.trim()) ? Number(x) : Number.NaN));
+        if (list.length === 0 || list.some((x) => !Number.isInteger(x)))
+          throw new InvalidArgumentError('--gpus', "'all' or device indices like 0,1", JSON.stringify(v));
+        return list;
+      },
+    )
     .option(
       '--pin',
       'with --corpus on CUDA: page-lock the corpus files first, so blocks reach the GPU by DMA alone',
@@ -142,6 +154,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     backend: opts.backend,
     threads: opts.threads,
     gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+    devices: opts.gpus,
     onProgress: (p) => bar.update(p.documents),
   });
   bar.finish();

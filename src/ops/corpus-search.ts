@@ -60,6 +60,11 @@ export interface CorpusSearchOptions {
   threads?: number;
   /** CUDA device (default 0). */
   device?: number;
+  /**
+   * CUDA: several GPUs at once ('all' or device indices), each streaming a share of the blocks; the
+   * results are those of one GPU. Overrides `device`.
+   */
+  devices?: 'all' | number[];
   /** CUDA: device memory the search may use, in bytes (default: 3/4 of the free memory, at most 8 GiB). */
   gpuMemory?: number;
   /**
@@ -95,6 +100,8 @@ export interface ScanStats {
   devicePeakBytes?: number;
   /** CUDA: the kernel variant used for the blocks. */
   variant?: string;
+  /** CUDA: the GPUs that scanned. */
+  devices?: number[];
 }
 
 const CPU_BLOCK_BYTES = 64 * 1024 * 1024;
@@ -193,8 +200,9 @@ export class Corpus {
   }
 
   /**
-   * Page-locks the corpus files for GPU searches on `device` (default 0): later CUDA searches copy
-   * blocks from the page cache by DMA, with no CPU copy. The pages stay resident until unpin().
+   * Page-locks the corpus files for GPU searches (the pin serves every GPU of the host; `device`,
+   * default 0, registers it): later CUDA searches copy blocks from the page cache by DMA, with no CPU
+   * copy. The pages stay resident until unpin().
    */
   async pin(options: { device?: number } = {}): Promise<void> {
     this.unpin();
