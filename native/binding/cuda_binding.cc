@@ -266,6 +266,16 @@ Napi::Value Status(const Napi::CallbackInfo& info) {
       dev.Set("totalMemory", static_cast<double>(p.total_memory));
       dev.Set("l2Bytes", p.l2_bytes);
       dev.Set("smemOptin", p.smem_optin);
+      // the other GPUs whose memory this one can read and write directly (NVLink or PCIe peer access)
+      Napi::Array peers = Napi::Array::New(env);
+      for (int j = 0; j < d->device_count && d->cuDeviceCanAccessPeer; j++) {
+        cu::CUdevice a = 0, b = 0;
+        int can = 0;
+        if (j != i && d->cuDeviceGet(&a, i) == 0 && d->cuDeviceGet(&b, j) == 0 &&
+            d->cuDeviceCanAccessPeer(&can, a, b) == 0 && can)
+          peers.Set(peers.Length(), j);
+      }
+      dev.Set("peers", peers);
       devices.Set(static_cast<uint32_t>(i), dev);
     }
     o.Set("devices", devices);

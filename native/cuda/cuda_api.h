@@ -74,6 +74,7 @@ using PFN_cuDeviceGet = CUresult (*)(CUdevice* device, int ordinal);
 using PFN_cuDeviceGetName = CUresult (*)(char* name, int len, CUdevice dev);
 using PFN_cuDeviceGetAttribute = CUresult (*)(int* pi, int attrib, CUdevice dev);
 using PFN_cuDeviceTotalMem = CUresult (*)(size_t* bytes, CUdevice dev);                   // _v2
+using PFN_cuDeviceCanAccessPeer = CUresult (*)(int* can_access, CUdevice dev, CUdevice peer);
 using PFN_cuDevicePrimaryCtxRetain = CUresult (*)(CUcontext* pctx, CUdevice dev);
 using PFN_cuCtxSetCurrent = CUresult (*)(CUcontext ctx);
 using PFN_cuMemGetInfo = CUresult (*)(size_t* free, size_t* total);                        // _v2

@@ -114,6 +114,7 @@ void Load() {
     d.cuModuleEnumerateFunctions = nullptr;
   }
   if (!Resolve(gpa, "cuTensorMapEncodeTiled", &d.cuTensorMapEncodeTiled).empty()) d.cuTensorMapEncodeTiled = nullptr;
+  if (!Resolve(gpa, "cuDeviceCanAccessPeer", &d.cuDeviceCanAccessPeer).empty()) d.cuDeviceCanAccessPeer = nullptr;
   if (!Resolve(gpa, "cuFuncGetParamInfo", &d.cuFuncGetParamInfo, 12040).empty()) d.cuFuncGetParamInfo = nullptr;
   cu::CUresult r = cuInit(0);
   if (r == cu::CUDA_ERROR_NO_DEVICE) {

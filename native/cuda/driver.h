@@ -33,6 +33,7 @@ struct Driver {
   cu::PFN_cuDeviceGetName cuDeviceGetName = nullptr;
   cu::PFN_cuDeviceGetAttribute cuDeviceGetAttribute = nullptr;
   cu::PFN_cuDeviceTotalMem cuDeviceTotalMem = nullptr;
+  cu::PFN_cuDeviceCanAccessPeer cuDeviceCanAccessPeer = nullptr;  // optional: only `maxsim info` reads it
   cu::PFN_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain = nullptr;
   cu::PFN_cuCtxSetCurrent cuCtxSetCurrent = nullptr;
   cu::PFN_cuMemGetInfo cuMemGetInfo = nullptr;

@@ -44,6 +44,8 @@ export interface CudaDeviceStatus {
   totalMemory: number;
   l2Bytes: number;
   smemOptin: number;
+  /** Other devices this one can access directly (peer access over NVLink or PCIe). */
+  peers?: number[];
 }
 
 export interface CudaStatus {

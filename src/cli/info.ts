@@ -16,7 +16,10 @@ export function describeCuda(status: CudaStatus): string[] {
   for (const device of status.devices ?? []) {
     const [major, minor] = device.computeCapability;
     const gib = (device.totalMemory / 2 ** 30).toFixed(1);
-    lines.push(`device ${device.index}: ${device.name}, sm_${major}${minor}, ${device.sms} SMs, ${gib} GiB`);
+    const peers = device.peers?.length ? `, peer access to ${device.peers.join(', ')}` : '';
+    lines.push(
+      `device ${device.index}: ${device.name}, sm_${major}${minor}, ${device.sms} SMs, ${gib} GiB${peers}`,
+    );
   }
   if (status.kernelDir !== undefined) {
     lines.push(`kernels ${status.kernelDir}: ${(status.kernelFiles ?? []).join(', ') || 'none found'}`);
