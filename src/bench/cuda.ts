@@ -328,7 +328,8 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
       let baseline: CudaBaseline | undefined;
       if (options.dtype === 'int8' || options.dtype === 'fp8') {
         const mode = options.dtype;
-        const scales = options.scales;
+        // what quantize() takes by default: per token for int8, per document for fp8
+        const scales = options.scales ?? (mode === 'fp8' ? 'document' : 'token');
         let ref8: Float64Array;
         if (mode === 'int8') {
           ref8 = referenceMaxsim(quantize(qSample, 'int8'), quantize(dSample, 'int8', { scales }));
@@ -347,7 +348,8 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
               f.dispose();
             }
           };
-          ref8 = referenceMaxsimFp8(await codes(qSample), await codes(dSample, scales));
+          // queries: per token, as the scoring job quantizes them
+          ref8 = referenceMaxsimFp8(await codes(qSample, 'token'), await codes(dSample, scales));
         }
         options.onProgress?.(`quantizing the corpus to ${mode} on the GPU`);
         qcorpus = await corpus.quantize(mode, { scales });
@@ -372,7 +374,9 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
       return {
         shape: `${shape.nq},${shape.lq},${shape.ld},${shape.d},${shape.b}`,
         dtype: options.dtype,
-        ...(options.scales === 'document' && { scales: 'document' as const }),
+        ...((options.scales === 'document' || (options.scales === undefined && options.dtype === 'fp8')) && {
+          scales: 'document' as const,
+        }),
         backend: 'cuda',
         ragged: options.ragged,
         fillRatio: totalDocTokens / (shape.b * shape.ld),

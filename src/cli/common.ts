@@ -219,7 +219,7 @@ export async function scoreInFormat(
 export function scalesOption(): Option {
   return new Option(
     '--scales <who>',
-    'with --dtype int8 | fp8 or --prefilter int8: one scale per document token (default) or per document (faster GPU kernels, slightly lower fidelity)',
+    'with --dtype int8 | fp8 or --prefilter int8: one scale per document token or per document (faster GPU kernels); default: token for int8 (per document costs it fidelity), document for fp8 (the same fidelity)',
   ).choices(['token', 'document']);
 }
 
