@@ -31,6 +31,9 @@
         "native/cpu/thread_pool.cc",
         "native/cpu/train.cc",
         "native/binding/train_binding.cc",
+        "native/cpu/chamfer.cc",
+        "native/cpu/chamfer_portable.cc",
+        "native/binding/chamfer_binding.cc",
         "native/cpu/kernels_portable.cc",
         "native/cpu/kernels_neon.cc"
       ],
@@ -47,7 +50,7 @@
         {
           "target_name": "maxsim_cpu_avx512",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx512.cc"],
+          "sources": ["native/cpu/kernels_avx512.cc", "native/cpu/chamfer_avx512.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-mf16c"]
         },
         {
@@ -65,7 +68,7 @@
         {
           "target_name": "maxsim_cpu_avx2",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx2.cc"],
+          "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc"],
           "cflags_cc": ["-mavx2", "-mfma", "-mf16c"]
         }
       ]

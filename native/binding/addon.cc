@@ -8,6 +8,7 @@ void InitCuda(Napi::Env env, Napi::Object exports);
 void InitCudaTrain(Napi::Env env, Napi::Object exports);
 void InitTrain(Napi::Env env, Napi::Object exports);
 void InitFile(Napi::Env env, Napi::Object exports);
+void InitChamfer(Napi::Env env, Napi::Object exports);
 void InitCudaStream(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -18,6 +19,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCudaStream(env, exports);  // adds streamScan (out-of-core corpus search) to exports.cuda
   InitTrain(env, exports);
   InitFile(env, exports);  // exports.file.mapFile: corpus files scored from the page cache
+  InitChamfer(env, exports);  // exports.chamfer: nearest neighbours and Chamfer distance on the CPU
   exports.Set("abiVersion", 1);
   return exports;
 }
