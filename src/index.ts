@@ -18,6 +18,7 @@ export {
 } from './backends/cuda.js';
 export type { DeviceDType } from './backends/cuda-dispatch.js';
 export { referenceMaxsim, referenceTopK } from './backends/reference.js';
+export { referenceChamfer, referenceNearest } from './backends/reference-chamfer.js';
 export { referenceBackward, referenceMaxsimTrain } from './backends/reference-train.js';
 export { type BackendChoice, type BackendName, cudaUnavailableReason } from './backends/select.js';
 export * from './errors.js';
@@ -39,6 +40,20 @@ export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-bu
 export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from './io/load.js';
 export * from './io/npy.js';
 export * from './io/safetensors.js';
+export {
+  type ChamferGradients,
+  type ChamferIsa,
+  type ChamferOptions,
+  type ChamferReduction,
+  type ChamferResult,
+  type ChamferTrainResult,
+  chamfer,
+  chamferTrain,
+  type NearestOptions,
+  type NearestResult,
+  nearest,
+  type PointClouds,
+} from './ops/chamfer.js';
 export {
   Corpus,
   type CorpusHit,

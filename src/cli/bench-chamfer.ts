@@ -26,14 +26,22 @@ export interface ChamferShape {
   d: number;
 }
 
-export const DEFAULT_CHAMFER_SHAPES: ChamferShape[] = ['32,8192,8192,3', '1,100000,100000,3'].map(parseChamferShape);
+export const DEFAULT_CHAMFER_SHAPES: ChamferShape[] = ['32,8192,8192,3', '1,100000,100000,3'].map(
+  parseChamferShape,
+);
 
 /** 'B,N,M,d': B pairs of clouds of N and M points of dimension d <= 8. */
 export function parseChamferShape(value: string): ChamferShape {
   const parts = value.split(',').map((p) => p.trim());
   const n = parts.map(Number);
-  if (parts.length !== 4 || !n.every((x, i) => /^\d+$/.test(parts[i]) && Number.isSafeInteger(x) && x >= 1) || n[3] > 8) {
-    throw new UsageError('expected B,N,M,d for --op chamfer: four integers >= 1, d <= 8, e.g. 32,8192,8192,3');
+  if (
+    parts.length !== 4 ||
+    !n.every((x, i) => /^\d+$/.test(parts[i]) && Number.isSafeInteger(x) && x >= 1) ||
+    n[3] > 8
+  ) {
+    throw new UsageError(
+      'expected B,N,M,d for --op chamfer: four integers >= 1, d <= 8, e.g. 32,8192,8192,3',
+    );
   }
   return { kind: 'chamfer', b: n[0], n: n[1], m: n[2], d: n[3] };
 }
@@ -93,7 +101,10 @@ interface TorchChamferRow {
 }
 
 /** The naive PyTorch baseline for the shapes, or why it cannot run. */
-export function runTorchChamfer(shapes: string[], device: 'cpu' | 'cuda'): Map<string, TorchChamferRow> | string {
+export function runTorchChamfer(
+  shapes: string[],
+  device: 'cpu' | 'cuda',
+): Map<string, TorchChamferRow> | string {
   const script = join(packageRoot, 'bench', 'baselines', 'torch_chamfer.py');
   if (!existsSync(script)) return `${script} is missing`;
   const args = [script, '--device', device, '--iters', '3', ...shapes.flatMap((s) => ['--shape', s])];
@@ -106,17 +117,26 @@ export function runTorchChamfer(shapes: string[], device: 'cpu' | 'cuda'): Map<s
     if (o.status === 'unavailable') return o.reason ?? 'unavailable';
     rows.set(o.shape, o);
   }
-  if (rows.size === 0) return `the baseline failed: ${(r.stderr || '').trim().split('\n').pop() ?? 'no output'}`;
+  if (rows.size === 0)
+    return `the baseline failed: ${(r.stderr || '').trim().split('\n').pop() ?? 'no output'}`;
   return rows;
 }
 
 export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   if (opts.backend === 'cuda') {
-    throw new InvalidArgumentError('--backend', "'cpu' for --op chamfer (the CUDA Chamfer kernels are not wired in yet)", "'cuda'");
+    throw new InvalidArgumentError(
+      '--backend',
+      "'cpu' for --op chamfer (the CUDA Chamfer kernels are not wired in yet)",
+      "'cuda'",
+    );
   }
   const isas = chamferIsas();
   if (opts.isa !== undefined && !isas.includes(opts.isa as ChamferIsa)) {
-    throw new InvalidArgumentError('--isa', `one of ${isas.join(', ')} (Chamfer kernel sets usable here)`, JSON.stringify(opts.isa));
+    throw new InvalidArgumentError(
+      '--isa',
+      `one of ${isas.join(', ')} (Chamfer kernel sets usable here)`,
+      JSON.stringify(opts.isa),
+    );
   }
   const isa = (opts.isa as ChamferIsa | undefined) ?? isas[0];
   const threads = opts.threads || os.availableParallelism();
@@ -126,7 +146,11 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   const cloud = (b: number, n: number, d: number) => {
     const data = new Float32Array(b * n * d);
     for (let i = 0; i < data.length; i++) data[i] = rng.float() * 2 - 1;
-    return raggedBatch(data, Float64Array.from({ length: b + 1 }, (_, i) => i * n), { dim: d, checkFinite: false });
+    return raggedBatch(
+      data,
+      Float64Array.from({ length: b + 1 }, (_, i) => i * n),
+      { dim: d, checkFinite: false },
+    );
   };
   const rows = [];
   for (const shape of shapes) {
@@ -169,7 +193,12 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
       flopBasis: '2 directions x B x N x M x 3d',
     });
   }
-  const torch = opts.torch ? runTorchChamfer(rows.map((r) => r.shape), 'cpu') : '--no-torch';
+  const torch = opts.torch
+    ? runTorchChamfer(
+        rows.map((r) => r.shape),
+        'cpu',
+      )
+    : '--no-torch';
   const out = rows.map((r) => {
     const t = typeof torch === 'string' ? undefined : torch.get(r.shape);
     return {
@@ -184,10 +213,22 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
     for (const o of out) console.log(JSON.stringify(o));
     return;
   }
-  console.log(`FMA peak: ${fixed(peak.gflops, 1)} GFLOP/s nominal (${peak.basis}); FLOPs: 3d per pair and direction`);
+  console.log(
+    `FMA peak: ${fixed(peak.gflops, 1)} GFLOP/s nominal (${peak.basis}); FLOPs: 3d per pair and direction`,
+  );
   if (typeof torch === 'string') console.log(`(no PyTorch baseline: ${torch})`);
   printTable(
-    ['shape B,N,M,d', 'isa', 'threads', 'forward ms', 'backward ms', 'GFLOP/s', '% FMA peak', 'torch ms', 'speedup'],
+    [
+      'shape B,N,M,d',
+      'isa',
+      'threads',
+      'forward ms',
+      'backward ms',
+      'GFLOP/s',
+      '% FMA peak',
+      'torch ms',
+      'speedup',
+    ],
     out.map((o) => [
       o.shape,
       o.isa,

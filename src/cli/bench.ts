@@ -77,7 +77,10 @@ interface BenchOptions {
 }
 
 /** The options as parsed: --shape holds B,N,M,d shapes with --op chamfer. */
-type RawBenchOptions = Omit<BenchOptions, 'shape'> & { op: 'maxsim' | 'chamfer'; shape?: (BenchShape | ChamferShape)[] };
+type RawBenchOptions = Omit<BenchOptions, 'shape'> & {
+  op: 'maxsim' | 'chamfer';
+  shape?: (BenchShape | ChamferShape)[];
+};
 
 /** Nq,Lq,Ld,d,B (MaxSim) or, with four fields, B,N,M,d (--op chamfer). */
 function parseAnyShape(value: string): BenchShape | ChamferShape {
@@ -201,12 +204,20 @@ export function benchCommand(): Command {
       const maxsimShapes = raw.shape?.filter((s): s is BenchShape => !('kind' in s));
       if (raw.op === 'chamfer') {
         if (maxsimShapes?.length)
-          throw new InvalidArgumentError('--shape', 'B,N,M,d with --op chamfer', formatShape(maxsimShapes[0]));
+          throw new InvalidArgumentError(
+            '--shape',
+            'B,N,M,d with --op chamfer',
+            formatShape(maxsimShapes[0]),
+          );
         if (raw.backend === 'cpu') resolveBackend('cpu');
         return benchChamfer({ ...raw, shape: chamferShapes, backend: raw.backend });
       }
       if (chamferShapes?.length)
-        throw new InvalidArgumentError('--shape', 'Nq,Lq,Ld,d,B (B,N,M,d needs --op chamfer)', `${chamferShapes[0].b},${chamferShapes[0].n},${chamferShapes[0].m},${chamferShapes[0].d}`);
+        throw new InvalidArgumentError(
+          '--shape',
+          'Nq,Lq,Ld,d,B (B,N,M,d needs --op chamfer)',
+          `${chamferShapes[0].b},${chamferShapes[0].n},${chamferShapes[0].m},${chamferShapes[0].d}`,
+        );
       const opts: BenchOptions = { ...raw, shape: maxsimShapes };
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
