@@ -17,6 +17,7 @@
         "native/binding/cpu_binding.cc",
         "native/binding/cuda_binding.cc",
         "native/binding/cuda_train_binding.cc",
+        "native/binding/cuda_chamfer_binding.cc",
         "native/binding/cuda_task.cc",
         "native/binding/file_binding.cc",
         "native/binding/cuda_stream_binding.cc",

@@ -1,7 +1,9 @@
-// `maxsim bench --op chamfer --shape B,N,M,d`: the Chamfer operator on random points (uniform in the
-// cube [-1, 1]^d), forward in both directions and the backward pass, median of repeats; on the CPU it
-// reports GFLOP/s and the share of the cores' nominal FMA peak, and runs the naive PyTorch baseline
-// (bench/baselines/torch_chamfer.py: cdist + min + autograd) in the same run where torch is installed.
+// `maxsim bench --op chamfer --shape B,N,M,d [--backend cpu|cuda]`: the Chamfer operator on random
+// points (uniform in the cube [-1, 1]^d), forward in both directions and the backward pass, median of
+// repeats (wall time of the host-array calls: packing and transfers included on CUDA); on the CPU it
+// reports GFLOP/s and the share of the cores' nominal FMA peak; it runs the naive PyTorch baseline
+// (bench/baselines/torch_chamfer.py: cdist + min + autograd, on the same backend) in the same run
+// where torch is installed.
 //
 // FLOPs: 3d per (point, point) pair and direction (difference, square, add: the direct form's count,
 // whatever form the kernel evaluates), so a forward over both directions is 2 * B * N * M * 3d.
@@ -123,13 +125,7 @@ export function runTorchChamfer(
 }
 
 export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
-  if (opts.backend === 'cuda') {
-    throw new InvalidArgumentError(
-      '--backend',
-      "'cpu' for --op chamfer (the CUDA Chamfer kernels are not wired in yet)",
-      "'cuda'",
-    );
-  }
+  const cuda = opts.backend === 'cuda';
   const isas = chamferIsas();
   if (opts.isa !== undefined && !isas.includes(opts.isa as ChamferIsa)) {
     throw new InvalidArgumentError(
@@ -140,7 +136,9 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   }
   const isa = (opts.isa as ChamferIsa | undefined) ?? isas[0];
   const threads = opts.threads || os.availableParallelism();
-  const peak = fmaPeak(isa, threads);
+  // The GPU has no FMA-peak line here: GFLOP/s only (and the baseline's time).
+  const peak = cuda ? { gflops: 0, basis: 'n/a (cuda)' } : fmaPeak(isa, threads);
+  const run = cuda ? { backend: 'cuda' as const } : { threads: opts.threads, isa };
   const shapes = opts.shape ?? DEFAULT_CHAMFER_SHAPES;
   const rng = new Rng(1);
   const cloud = (b: number, n: number, d: number) => {
@@ -162,7 +160,7 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
     const bwd: number[] = [];
     for (let i = 0; i < opts.warmup + opts.repeats; i++) {
       const t0 = process.hrtime.bigint();
-      const t = await chamferTrain(P, Q, { threads: opts.threads, isa });
+      const t = await chamferTrain(P, Q, run);
       const t1 = process.hrtime.bigint();
       await t.backward(grad);
       const t2 = process.hrtime.bigint();
@@ -179,9 +177,9 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
     rows.push({
       op: 'chamfer',
       shape: formatChamferShape(shape),
-      backend: 'cpu',
-      isa,
-      threads,
+      backend: opts.backend,
+      isa: cuda ? 'cuda' : isa,
+      threads: cuda ? 0 : threads,
       repeats: opts.repeats,
       forwardMs: ms,
       forwardMinMs: Math.min(...fwd),

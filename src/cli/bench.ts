@@ -209,7 +209,7 @@ export function benchCommand(): Command {
             'B,N,M,d with --op chamfer',
             formatShape(maxsimShapes[0]),
           );
-        if (raw.backend === 'cpu') resolveBackend('cpu');
+        resolveBackend(raw.backend); // 'cuda' without a usable GPU fails here with the reason
         return benchChamfer({ ...raw, shape: chamferShapes, backend: raw.backend });
       }
       if (chamferShapes?.length)

@@ -3,6 +3,7 @@
 // CD(P, Q) = (1/N) sum_p min_q |p - q|^2 + (1/M) sum_q min_p |q - p|^2, for B pairs of clouds at once
 // (cloud b of P with cloud b of Q). Clouds are token batches of float32 points with d in [1, 8]
 // (raggedBatch: packed [T, d] + offsets [B+1]; denseBatch; or a tokenMatrix for one cloud).
+// backend 'cuda' runs the same algorithm on the GPU (native/cuda/kernels/maxsim_chamfer.cu).
 // The native CPU engine (native/cpu/chamfer.cc) searches in the expanded form on centred coordinates,
 // never materializing the [N, M] distance matrix, saves the argmin (ties to the lowest index) and
 // reports the chosen neighbour's distance recomputed as sum (p - q*)^2; the backward pass routes
@@ -16,7 +17,7 @@
 
 import type { ChamferReduction } from '../backends/reference-chamfer.js';
 import { type BackendChoice, resolveBackend } from '../backends/select.js';
-import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
 import { isTokenBatch, isTokenMatrix, matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 
@@ -29,8 +30,13 @@ export type ChamferIsa = 'avx512' | 'avx2' | 'portable';
 export type PointClouds = TokenMatrix | TokenBatch;
 
 export interface NearestOptions {
-  /** 'auto' (default) and 'cpu' run on the CPU engine; 'cuda' is refused until the GPU kernels land. */
+  /**
+   * 'auto' (default) and 'cpu' run on the CPU engine; 'cuda' on the GPU (native/cuda/kernels/
+   * maxsim_chamfer.cu: the same argmin and distances as the CPU's AVX2 / AVX-512 kernel sets, bit for bit).
+   */
   backend?: BackendChoice;
+  /** CUDA device index (default 0). */
+  device?: number;
   /** CPU worker threads (default all cores). */
   threads?: number;
   /** CPU kernel set override, for tests and benchmarks. */
@@ -52,6 +58,11 @@ export interface ChamferOptions extends NearestOptions {
   reduction?: ChamferReduction;
   /** Both directions (default true); false: only P -> Q. */
   bidirectional?: boolean;
+  /**
+   * backend 'cuda', backward: 'csr' (default: a CSR inverse of the argmin, fixed order, bitwise the CPU
+   * engine's gradients) or 'atomic' (float atomics, order-dependent rounding; for comparison).
+   */
+  gradientPath?: 'csr' | 'atomic';
 }
 
 export interface ChamferResult {
@@ -107,8 +118,41 @@ interface ChamferAddon {
   isas(): string[];
 }
 
+interface CudaChamferAddon {
+  chamferForward(
+    device: number,
+    P: TokenBatch,
+    Q: TokenBatch,
+    options: { bidirectional: boolean },
+  ): ReturnType<ChamferAddon['forwardAsync']>;
+  chamferBackward(
+    device: number,
+    P: TokenBatch,
+    Q: TokenBatch,
+    indexPQ: Int32Array,
+    weightP: Float64Array,
+    indexQP: Int32Array | null,
+    weightQ: Float64Array | null,
+    options: { path: 'csr' | 'atomic' },
+  ): Promise<ChamferGradients>;
+}
+
 function addon(): ChamferAddon {
   return (loadNative() as unknown as { chamfer: ChamferAddon }).chamfer;
+}
+
+function cudaAddon(): CudaChamferAddon {
+  return loadNative().cuda as unknown as CudaChamferAddon;
+}
+
+/** Whether the call runs on the GPU: only when backend 'cuda' is asked for ('auto' stays on the CPU). */
+function onCuda(options: NearestOptions): boolean {
+  return resolveBackend(options.backend) === 'cuda' && options.backend === 'cuda';
+}
+
+function forwardNative(p: TokenBatch, q: TokenBatch, options: NearestOptions, bidirectional: boolean) {
+  if (onCuda(options)) return cudaAddon().chamferForward(options.device ?? 0, p, q, { bidirectional });
+  return addon().forwardAsync(p, q, { ...nativeOptions(options), bidirectional });
 }
 
 /** The Chamfer kernel sets this build has and this CPU runs, best first. */
@@ -146,10 +190,9 @@ function prepare(P: unknown, Q: unknown, options: NearestOptions): [TokenBatch, 
   if (q.count !== p.count) {
     throw new InvalidArgumentError('Q.count', `${p.count} clouds (one per cloud of P)`, String(q.count));
   }
-  if (resolveBackend(options.backend) === 'cuda' && options.backend === 'cuda') {
-    throw new BackendUnavailableError(
-      'the CUDA Chamfer kernels are not wired into this build yet; use backend "cpu"',
-    );
+  resolveBackend(options.backend); // validates the name; 'cuda' without a usable GPU throws the reason
+  if (options.device !== undefined && (!Number.isInteger(options.device) || options.device < 0)) {
+    throw new InvalidArgumentError('device', 'a CUDA device index >= 0', String(options.device));
   }
   if (options.threads !== undefined && (!Number.isInteger(options.threads) || options.threads < 0)) {
     throw new InvalidArgumentError('threads', 'an integer >= 0 (0 = all cores)', String(options.threads));
@@ -174,7 +217,7 @@ export async function nearest(
   options: NearestOptions = {},
 ): Promise<NearestResult> {
   const [p, q] = prepare(P, Q, options);
-  const r = await addon().forwardAsync(p, q, { ...nativeOptions(options), bidirectional: false });
+  const r = await forwardNative(p, q, options, false);
   return { index: r.indexPQ, distance: r.distPQ };
 }
 
@@ -223,10 +266,17 @@ function pointWeights(
 async function forwardPass(p: TokenBatch, q: TokenBatch, options: ChamferOptions) {
   const reduction = checkReduction(options.reduction);
   const bidirectional = options.bidirectional ?? true;
+  if (
+    options.gradientPath !== undefined &&
+    options.gradientPath !== 'csr' &&
+    options.gradientPath !== 'atomic'
+  ) {
+    throw new InvalidArgumentError('gradientPath', "'csr' or 'atomic'", JSON.stringify(options.gradientPath));
+  }
   if (typeof bidirectional !== 'boolean') {
     throw new InvalidArgumentError('bidirectional', 'true or false', JSON.stringify(bidirectional));
   }
-  const r = await addon().forwardAsync(p, q, { ...nativeOptions(options), bidirectional });
+  const r = await forwardNative(p, q, options, bidirectional);
   const pToQ = { index: r.indexPQ, distance: r.distPQ };
   const qToP = bidirectional && r.indexQP && r.distQP ? { index: r.indexQP, distance: r.distQP } : undefined;
   const forward = directed(p, pToQ.distance, reduction);
@@ -287,6 +337,11 @@ export async function chamferTrain(
       // Private copies of the argmin: the caller may edit the result's arrays.
       const iPQ = result.pToQ.index.slice();
       const iQP = result.qToP ? result.qToP.index.slice() : null;
+      if (onCuda(options)) {
+        const path = options.gradientPath ?? 'csr';
+        const r = await cudaAddon().chamferBackward(options.device ?? 0, p, q, iPQ, wP, iQP, wQ, { path });
+        return { dP: r.dP, dQ: r.dQ };
+      }
       return addon().backwardAsync(p, q, iPQ, wP, iQP, wQ, threads === undefined ? {} : { threads });
     },
   };
