@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 const EXAMPLE = fileURLToPath(new URL('../examples/fit-point-cloud.js', import.meta.url));
 
 test('examples/fit-point-cloud: 40 steps on 500 points lower the loss at least 5x', () => {
-  const r = spawnSync(process.execPath, [EXAMPLE, '--steps', '40', '--points', '500'], {
+  const r = spawnSync(process.execPath, [EXAMPLE, '--steps', '40', '--points', '500', '--backend', 'cpu'], {
     encoding: 'utf8',
     timeout: 60_000,
   });
