@@ -17,6 +17,7 @@
         "native/binding/cpu_binding.cc",
         "native/binding/cuda_binding.cc",
         "native/binding/cuda_train_binding.cc",
+        "native/binding/cuda_chamfer_binding.cc",
         "native/binding/cuda_task.cc",
         "native/binding/file_binding.cc",
         "native/binding/cuda_stream_binding.cc",
@@ -31,6 +32,9 @@
         "native/cpu/thread_pool.cc",
         "native/cpu/train.cc",
         "native/binding/train_binding.cc",
+        "native/cpu/chamfer.cc",
+        "native/cpu/chamfer_portable.cc",
+        "native/binding/chamfer_binding.cc",
         "native/cpu/kernels_portable.cc",
         "native/cpu/kernels_neon.cc"
       ],
@@ -47,7 +51,7 @@
         {
           "target_name": "maxsim_cpu_avx512",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx512.cc"],
+          "sources": ["native/cpu/kernels_avx512.cc", "native/cpu/chamfer_avx512.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-mf16c"]
         },
         {
@@ -65,7 +69,7 @@
         {
           "target_name": "maxsim_cpu_avx2",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx2.cc"],
+          "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc"],
           "cflags_cc": ["-mavx2", "-mfma", "-mf16c"]
         }
       ]

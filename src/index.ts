@@ -25,6 +25,7 @@ export {
   type ShardInfo,
 } from './backends/cuda-sharded.js';
 export { referenceMaxsim, referenceTopK } from './backends/reference.js';
+export { referenceChamfer, referenceNearest } from './backends/reference-chamfer.js';
 export { referenceBackward, referenceMaxsimTrain } from './backends/reference-train.js';
 export { type BackendChoice, type BackendName, cudaUnavailableReason } from './backends/select.js';
 export * from './errors.js';
@@ -46,6 +47,20 @@ export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-bu
 export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from './io/load.js';
 export * from './io/npy.js';
 export * from './io/safetensors.js';
+export {
+  type ChamferGradients,
+  type ChamferIsa,
+  type ChamferOptions,
+  type ChamferReduction,
+  type ChamferResult,
+  type ChamferTrainResult,
+  chamfer,
+  chamferTrain,
+  type NearestOptions,
+  type NearestResult,
+  nearest,
+  type PointClouds,
+} from './ops/chamfer.js';
 export {
   Corpus,
   type CorpusHit,

@@ -6,8 +6,10 @@ void InitCpu(Napi::Env env, Napi::Object exports);
 void InitInt8(Napi::Env env, Napi::Object exports);
 void InitCuda(Napi::Env env, Napi::Object exports);
 void InitCudaTrain(Napi::Env env, Napi::Object exports);
+void InitCudaChamfer(Napi::Env env, Napi::Object exports);
 void InitTrain(Napi::Env env, Napi::Object exports);
 void InitFile(Napi::Env env, Napi::Object exports);
+void InitChamfer(Napi::Env env, Napi::Object exports);
 void InitCudaStream(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -15,9 +17,11 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitInt8(env, exports);  // adds maxsimInt8Sync / maxsimInt8Async / int8Isas to exports.cpu
   InitCuda(env, exports);
   InitCudaTrain(env, exports);  // adds trainForward / trainBackward to exports.cuda
+  InitCudaChamfer(env, exports);  // adds chamferForward / chamferBackward to exports.cuda
   InitCudaStream(env, exports);  // adds streamScan (out-of-core corpus search) to exports.cuda
   InitTrain(env, exports);
   InitFile(env, exports);  // exports.file.mapFile: corpus files scored from the page cache
+  InitChamfer(env, exports);  // exports.chamfer: nearest neighbours and Chamfer distance on the CPU
   exports.Set("abiVersion", 1);
   return exports;
 }

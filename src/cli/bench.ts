@@ -18,6 +18,7 @@ import {
   type TokenMatrix,
   tokenMatrix,
 } from '../tensor.js';
+import { benchChamfer, type ChamferShape, parseChamferShape } from './bench-chamfer.js';
 import { benchTrain, DEFAULT_TRAIN_SHAPES, parseContention } from './bench-train.js';
 import {
   type BenchShape,
@@ -75,6 +76,17 @@ interface BenchOptions {
   trainChild?: string;
 }
 
+/** The options as parsed: --shape holds B,N,M,d shapes with --op chamfer. */
+type RawBenchOptions = Omit<BenchOptions, 'shape'> & {
+  op: 'maxsim' | 'chamfer';
+  shape?: (BenchShape | ChamferShape)[];
+};
+
+/** Nq,Lq,Ld,d,B (MaxSim) or, with four fields, B,N,M,d (--op chamfer). */
+function parseAnyShape(value: string): BenchShape | ChamferShape {
+  return value.split(',').length === 4 ? parseChamferShape(value) : parseShape(value);
+}
+
 interface BenchInputs {
   queries: TokenMatrix | TokenBatch;
   docs: TokenBatch;
@@ -119,10 +131,15 @@ export function benchCommand(): Command {
   return new Command('bench')
     .description('time MaxSim on random L2-normalized inputs (median of --repeats runs after --warmup runs)')
     .addOption(new Option('--backend <name>', 'engine to time').choices(['cpu', 'cuda']).default('cpu'))
+    .addOption(
+      new Option('--op <name>', 'operator to time: maxsim, or chamfer (point clouds; --shape B,N,M,d)')
+        .choices(['maxsim', 'chamfer'])
+        .default('maxsim'),
+    )
     .option(
       '--shape <Nq,Lq,Ld,d,B>',
-      `shape to time (repeatable); default: ${DEFAULT_SHAPES.map(formatShape).join(' ')}`,
-      collect(parseShape),
+      `shape to time (repeatable; B,N,M,d with --op chamfer); default: ${DEFAULT_SHAPES.map(formatShape).join(' ')}`,
+      collect(parseAnyShape),
     )
     .option(
       '--dtype <type>',
@@ -182,7 +199,26 @@ export function benchCommand(): Command {
     )
     .option('--no-contention', 'with --train: skip the contention rows')
     .addOption(new Option('--train-child <shape>').hideHelp())
-    .action(async (opts: BenchOptions) => {
+    .action(async (raw: RawBenchOptions) => {
+      const chamferShapes = raw.shape?.filter((s): s is ChamferShape => 'kind' in s);
+      const maxsimShapes = raw.shape?.filter((s): s is BenchShape => !('kind' in s));
+      if (raw.op === 'chamfer') {
+        if (maxsimShapes?.length)
+          throw new InvalidArgumentError(
+            '--shape',
+            'B,N,M,d with --op chamfer',
+            formatShape(maxsimShapes[0]),
+          );
+        resolveBackend(raw.backend); // 'cuda' without a usable GPU fails here with the reason
+        return benchChamfer({ ...raw, shape: chamferShapes, backend: raw.backend });
+      }
+      if (chamferShapes?.length)
+        throw new InvalidArgumentError(
+          '--shape',
+          'Nq,Lq,Ld,d,B (B,N,M,d needs --op chamfer)',
+          `${chamferShapes[0].b},${chamferShapes[0].n},${chamferShapes[0].m},${chamferShapes[0].d}`,
+        );
+      const opts: BenchOptions = { ...raw, shape: maxsimShapes };
       // Fails here, with the reason, when CUDA is unavailable.
       const backend = resolveBackend(opts.backend);
       if (opts.scales !== undefined && opts.dtype !== 'int8' && opts.dtype !== 'fp8')

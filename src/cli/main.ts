@@ -4,6 +4,7 @@
 import { Command, CommanderError } from 'commander';
 import { version } from '../version.js';
 import { benchCommand } from './bench.js';
+import { chamferCommand } from './chamfer.js';
 import { corpusCommand } from './corpus.js';
 import { demoCommand } from './demo.js';
 import { fidelityCommand } from './fidelity.js';
@@ -35,6 +36,7 @@ function buildProgram(): Command {
     infoCommand(),
     demoCommand(),
     scoreCommand(),
+    chamferCommand(),
     searchCommand(),
     corpusCommand(),
     quantizeCommand(),

@@ -1,0 +1,45 @@
+// The argument block of every Chamfer kernel (native/cuda/kernels/maxsim_chamfer.cu), by value.
+// Shared by the kernels (nvcc) and by the binding that launches them (g++): fixed-width plain types only.
+//
+// Points are compact on the device: pair by pair, point by point (p_off / q_off [B+1] are the running
+// sums of the cloud sizes). Gradient rows: P's points are rows [0, tp), Q's are rows [tp, tp + tq);
+// sources: P's point i is source i (its choice lands on a Q row), Q's point j is source tp + j.
+#pragma once
+#include <stdint.h>
+
+struct ChamferParams {
+  const float* p_raw;       // [tp, dim] the input coordinates
+  const float* q_raw;       // [tq, dim]
+  float* p_cen;             // [tp, dim + 1] centred coordinates and |x - c|^2
+  float* q_cen;             // [tq, dim + 1]
+  const int64_t* p_off;     // [num_pairs + 1]
+  const int64_t* q_off;     // [num_pairs + 1]
+  float* centers;           // [num_pairs, dim]
+  const int64_t* tiles;     // [num_tiles, 3]: direction (0: P -> Q, 1: Q -> P), pair, first source
+  int32_t* idx_pq;          // [tp] nearest Q point of each P point (local index; -1: empty cloud)
+  float* dist_pq;           // [tp]
+  int32_t* idx_qp;          // [tq]
+  float* dist_qp;           // [tq]
+  const double* w_p;        // [tp] d loss / d dist_pq
+  const double* w_q;        // [tq] d loss / d dist_qp (null: forward direction only)
+  float* dp;                // [tp, dim]
+  float* dq;                // [tq, dim]
+  uint32_t* counts;         // [rows]: sources per row, then the placement cursor
+  uint32_t* offsets;        // [rows + 1]: exclusive scan of counts
+  uint32_t* block_sums;     // [ceil(rows / 1024)] scan scratch
+  uint32_t* sources;        // [sources]: per row, ascending after chamfer_csr_sort
+  void* pad_ptr;
+  int64_t num_pairs;
+  int64_t tp;
+  int64_t tq;
+  int64_t num_tiles;
+  int64_t rows;             // tp + tq
+  int32_t dim;              // 1..8
+  int32_t bidirectional;    // 1: the Q -> P direction exists (idx_qp, w_q)
+};
+
+// Sources per tile of chamfer_nearest_d* (blockDim 256 x 2 sources per thread); the host plans tiles of it.
+constexpr int64_t kChamferTile = 512;
+
+// nvcc and g++ must agree on the layout the driver copies (21 pointers, 5 int64, 2 int32).
+static_assert(sizeof(ChamferParams) == 216, "ChamferParams layout changed: update both sides");

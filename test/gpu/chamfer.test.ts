@@ -1,0 +1,89 @@
+// The Chamfer kernels on CUDA against the CPU engine: bitwise the same argmin and distances as the
+// CPU's FMA kernel sets (AVX-512 / AVX2: the same fmaf sequence on the same centred rows), gradients
+// of the CSR backward bitwise the CPU's, the atomic backward within fp32 rounding of them, repeat runs
+// bitwise identical; ragged batches with empty and single-point clouds, every d in 1..8, duplicates,
+// a 1e4 offset and a large pair. Without a GPU every test skips with the reason.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { chamferIsas, chamferTrain, nearest } from '../../src/ops/chamfer.js';
+import { raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import { assertGradClose, rng, runSeed } from '../helpers.js';
+import { bitsEqual, skip } from './helpers.js';
+
+function clouds(sizes: number[], d: number, rand: () => number, offset = 0): TokenBatch {
+  const offsets = [0];
+  for (const s of sizes) offsets.push(offsets[offsets.length - 1] + s);
+  const data = new Float32Array(offsets[offsets.length - 1] * d);
+  for (let i = 0; i < data.length; i++) data[i] = rand() * 2 - 1 + offset;
+  return raggedBatch(data, offsets, { dim: d });
+}
+
+// The CPU kernel set whose arithmetic the GPU mirrors (portable rounds the multiply-add twice).
+const fmaIsa = skip ? undefined : chamferIsas().find((i) => i !== 'portable');
+
+async function compare(P: TokenBatch, Q: TokenBatch, context: string) {
+  const g = Float64Array.from({ length: P.count }, (_, b) => 0.5 + (b % 3));
+  const cpu = await chamferTrain(P, Q, { backend: 'cpu', isa: fmaIsa });
+  const gpu = await chamferTrain(P, Q, { backend: 'cuda' });
+  assert.equal(gpu.isa, 'cuda');
+  if (fmaIsa) {
+    assert.deepEqual(gpu.pToQ.index, cpu.pToQ.index, `${context}: argmin P->Q (seed ${runSeed})`);
+    assert.deepEqual(gpu.qToP?.index, cpu.qToP?.index, `${context}: argmin Q->P`);
+    assert.ok(bitsEqual(gpu.pToQ.distance, cpu.pToQ.distance), `${context}: distances P->Q`);
+    assert.ok(bitsEqual(gpu.qToP?.distance ?? new Float32Array(), cpu.qToP?.distance ?? new Float32Array()));
+    const gc = await cpu.backward(g);
+    const gg = await gpu.backward(g);
+    assert.ok(bitsEqual(gg.dP, gc.dP), `${context}: dP (CSR) bitwise`);
+    assert.ok(bitsEqual(gg.dQ, gc.dQ), `${context}: dQ (CSR) bitwise`);
+    const atomic = await chamferTrain(P, Q, { backend: 'cuda', gradientPath: 'atomic' });
+    const ga = await atomic.backward(g);
+    assertGradClose(ga.dP, Float64Array.from(gc.dP), `${context}: dP atomic`);
+    assertGradClose(ga.dQ, Float64Array.from(gc.dQ), `${context}: dQ atomic`);
+  }
+  return gpu;
+}
+
+describe(`CUDA Chamfer vs the CPU engine (seed ${runSeed})`, { skip }, () => {
+  test('every d in 1..8, ragged batches with empty and single-point clouds', async () => {
+    const rand = rng(runSeed ^ 0x91);
+    for (let d = 1; d <= 8; d++) {
+      const P = clouds([300, 0, 1, 700, 5, 0], d, rand);
+      const Q = clouds([200, 4, 0, 1300, 1, 0], d, rand);
+      await compare(P, Q, `d=${d}`);
+    }
+  });
+
+  test('duplicates, a 1e4 offset, a training batch and a large pair', async () => {
+    const rand = rng(runSeed ^ 0x92);
+    const base = clouds([50], 3, rand).data as Float32Array;
+    const dup = new Float32Array(200 * 3);
+    for (let i = 0; i < 200; i++) dup.set(base.subarray((i % 50) * 3, (i % 50) * 3 + 3), i * 3);
+    const n = await nearest(raggedBatch(base, [0, 50], { dim: 3 }), raggedBatch(dup, [0, 200], { dim: 3 }), {
+      backend: 'cuda',
+    });
+    assert.deepEqual(
+      [...n.index],
+      Array.from({ length: 50 }, (_, i) => i),
+    );
+    await compare(clouds([2000, 1500], 3, rand, 1e4), clouds([1800, 2500], 3, rand, 1e4), 'offset');
+    await compare(
+      clouds(new Array(32).fill(2048), 3, rand),
+      clouds(new Array(32).fill(2048), 3, rand),
+      'batch',
+    );
+    await compare(clouds([60000], 3, rand), clouds([50000], 3, rand), 'large');
+  });
+
+  test('repeat runs are bitwise identical', async () => {
+    const rand = rng(runSeed ^ 0x93);
+    const P = clouds([5000, 3000], 3, rand);
+    const Q = clouds([4000, 6000], 3, rand);
+    const g = new Float64Array([1, -2]);
+    const a = await chamferTrain(P, Q, { backend: 'cuda' });
+    const b = await chamferTrain(P, Q, { backend: 'cuda' });
+    assert.deepEqual(a.pToQ.index, b.pToQ.index);
+    const ga = await a.backward(g);
+    const gb = await b.backward(g);
+    assert.ok(bitsEqual(ga.dP, gb.dP) && bitsEqual(ga.dQ, gb.dQ));
+  });
+});
