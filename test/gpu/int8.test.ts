@@ -340,7 +340,8 @@ describe(`CUDA int8 MaxSim vs float64 reference on dequantized values (seed ${ru
 async function fp8Of(dev: Awaited<ReturnType<typeof gpu>>, batch: TokenBatch): Promise<Fp8Tokens> {
   const c = await dev.upload(batch);
   try {
-    const q = await c.quantize('fp8');
+    // per token, as a scoring job quantizes its queries (quantize('fp8') defaults to document scales)
+    const q = await c.quantize('fp8', { scales: 'token' });
     try {
       const t = await q.download();
       assert.ok('kind' in t && t.kind === 'fp8');
@@ -393,7 +394,7 @@ describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed 
             ? floatRagged(docLengths, d, 'float32', rand)
             : floatDense(docLengths, d, 'float32', rand);
         const fcorpus = await dev.upload(floats);
-        const corpus = await fcorpus.quantize('fp8');
+        const corpus = await fcorpus.quantize('fp8', { scales: 'token' });
         fcorpus.dispose();
         try {
           assert.equal(corpus.dtype, 'fp8');
@@ -422,7 +423,7 @@ describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed 
     for (const d of [128, 96]) {
       const f = signRunInputs(d, 'float32', rng(runSeed + 41 + d));
       const fcorpus = await dev.upload(f.docs);
-      const corpus = await fcorpus.quantize('fp8');
+      const corpus = await fcorpus.quantize('fp8', { scales: 'token' });
       fcorpus.dispose();
       try {
         const docs8 = (await corpus.download()) as Fp8Tokens;
@@ -483,7 +484,7 @@ describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed 
       rand,
     );
     const fcorpus = await dev.upload(floats);
-    const corpus = await fcorpus.quantize('fp8');
+    const corpus = await fcorpus.quantize('fp8', { scales: 'token' });
     try {
       const queries = floatRagged([32, 300, 7, 1], d, 'float16', rand);
       for (const v of variantsFor(dev, 'fp8', d)) {
@@ -572,8 +573,12 @@ describe(`CUDA document scales: quantizers and document-scale kernels (seed ${ru
     const floats = floatRagged([3, 0, 40, 13, 1, 129], d, 'float32', rand);
     const fcorpus = await dev.upload(floats);
     const qcorpus = await fcorpus.quantize('fp8', { scales: 'document' });
+    const byDefault = await fcorpus.quantize('fp8');
     try {
       assert.equal(qcorpus.documentScales, true);
+      assert.equal(byDefault.documentScales, true, "fp8's default is one scale per document");
+      assert.deepEqual(await byDefault.download(), await qcorpus.download());
+      byDefault.dispose();
       const ds = (await qcorpus.download()) as Fp8Tokens;
       const pt = await fp8Of(dev, floats);
       const x = decodeBatch64(floats);
