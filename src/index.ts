@@ -31,8 +31,10 @@ export {
   type CorpusDType,
   CorpusFile,
   type CorpusInfo,
+  CorpusLockedError,
   CorpusWriter,
   type EncodedDocuments,
+  type LockOptions,
   type VerifyProgress,
 } from './io/corpus.js';
 export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';

@@ -1,5 +1,6 @@
 // `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus.ts).
 import { Command, Option } from 'commander';
+import { InvalidArgumentError } from '../errors.js';
 import type { CorpusDType, CorpusInfo } from '../io/corpus.js';
 import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { openCorpus } from '../ops/corpus-search.js';
@@ -16,6 +17,7 @@ interface BuildOptions {
   dtype: string;
   checkFinite: boolean;
   json?: boolean;
+  wait?: string;
 }
 
 const DTYPES: Record<string, CorpusDType> = {
@@ -54,6 +56,14 @@ function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<st
   );
 }
 
+function waitMs(seconds: string | undefined): number | undefined {
+  if (seconds === undefined) return undefined;
+  const s = Number(seconds);
+  if (!(Number.isFinite(s) && s >= 0))
+    throw new InvalidArgumentError('--wait', 'a number of seconds >= 0', JSON.stringify(seconds));
+  return s * 1000;
+}
+
 function buildAction(append: boolean) {
   return (opts: BuildOptions) => {
     let bar: Progress | undefined;
@@ -67,6 +77,7 @@ function buildAction(append: boolean) {
       dtype: DTYPES[opts.dtype],
       append,
       checkFinite: opts.checkFinite,
+      waitMs: waitMs(opts.wait),
       onProgress: (done, total) => {
         bar ??= new Progress(append ? 'append' : 'build', total);
         bar.update(done);
@@ -88,7 +99,11 @@ function inputOptions(command: Command): Command {
     .option('--doc-scales <spec>', 'int8 tokens: one float32 scale per token row (makes an int8 corpus)')
     .option('--ids <file>', 'document ids, one per line')
     .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
-    .option('--json', 'print the corpus summary as JSON');
+    .option('--json', 'print the corpus summary as JSON')
+    .option(
+      '--wait <seconds>',
+      'when another writer holds the corpus, wait up to this long (default: fail at once)',
+    );
 }
 
 export function corpusCommand(): Command {

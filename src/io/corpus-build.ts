@@ -25,6 +25,8 @@ export interface BuildFromFilesOptions {
   append?: boolean;
   out: string;
   checkFinite?: boolean;
+  /** Milliseconds to wait for another writer of the corpus to finish (default 0: fail at once). */
+  waitMs?: number;
   /** Token bytes per group read and written at once (default 64 MiB). */
   groupBytes?: number;
   onProgress?: (documents: number, total: number) => void;
@@ -144,8 +146,9 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         );
     }
     const writer = options.append
-      ? CorpusWriter.append(options.out)
+      ? CorpusWriter.append(options.out, { waitMs: options.waitMs })
       : CorpusWriter.create(options.out, {
+          waitMs: options.waitMs,
           dim,
           dtype: dtype === 'int8' ? 'int8' : (options.dtype ?? 'float16'),
           ids: ids !== undefined,

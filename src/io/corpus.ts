@@ -3,7 +3,7 @@
 // A corpus is a directory (by convention `name.msx`):
 //   MANIFEST             the published state: format, dtype, dim, the list of segments (JSON + CRC line)
 //   seg-000001.msxs ...  immutable segment files, one per build or append
-//   LOCK                 held by a writer (holds its pid; a dead writer's lock is taken over)
+//   LOCK                 held by a writer for its lifetime (owner record; see corpus-lock.ts)
 // A segment file is self-describing and memory-mappable (all numbers little-endian):
 //   [0, 4096)   header: magic "MSXSEG01", version, dtype, dim, flags, documents, tokens, the five
 //               sections below as (byte offset, byte length), the checksum chunk size, a header CRC
@@ -35,11 +35,12 @@ import {
   type TokenBatch,
   type TokenData,
 } from '../tensor.js';
+import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
 
 export type CorpusDType = DType;
+export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
 
 const MANIFEST = 'MANIFEST';
-const LOCK = 'LOCK';
 const FORMAT = 'maxsim-corpus';
 const VERSION = 1;
 const SEGMENT_MAGIC = 'MSXSEG01';
@@ -51,7 +52,10 @@ const WRITE_BUFFER = 8 * 1024 * 1024;
 const DTYPE_CODES: Record<DType, number> = { float32: 0, float16: 1, bfloat16: 2, int8: 3 };
 const CODE_DTYPES: DType[] = ['float32', 'float16', 'bfloat16', 'int8'];
 const SEGMENT_NAME = /^seg-(\d{6,})\.msxs$/;
-const LEFTOVER_NAME = /^(seg-\d{6,}\.msxs\.(tmp|scales\.tmp)|MANIFEST\.tmp)$/;
+// Temporaries of a writer: `<segment>.<token>.tmp`, `<segment>.<token>.scales.tmp`, `MANIFEST.<token>.tmp`
+// (older versions: without the token).
+const LEFTOVER_NAME =
+  /^(seg-\d{6,}\.msxs(\.[0-9a-f]{32})?\.(tmp|scales\.tmp)|MANIFEST(\.[0-9a-f]{32})?\.tmp)$/;
 
 // ---- fault injection (tests): every file-system step of a writer reports here first ----
 
@@ -286,49 +290,9 @@ function readManifest(dir: string): Manifest {
   return m;
 }
 
-// ---- the lock of a writer ----
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-// Corpora this process is writing (a LOCK with our own pid is stale only when not listed here).
-const lockedHere = new Set<string>();
-
-function acquireLock(dir: string): () => void {
-  const file = path.join(dir, LOCK);
-  const key = path.resolve(dir);
-  if (lockedHere.has(key))
-    throw new MaxsimError(
-      `${dir} is being written by another writer of this process; commit or abort it first`,
-    );
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      fs.writeFileSync(file, String(process.pid), { flag: 'wx' });
-      lockedHere.add(key);
-      return () => {
-        lockedHere.delete(key);
-        fs.rmSync(file, { force: true });
-      };
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-      const pid = Number(fs.readFileSync(file, 'utf8').trim());
-      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid))
-        throw new MaxsimError(`${dir} is being written by process ${pid} (${file}); wait for it to finish`);
-      fs.rmSync(file, { force: true }); // a dead writer's lock
-    }
-  }
-  throw new MaxsimError(`cannot lock ${dir} for writing (${file} keeps reappearing)`);
-}
-
 // ---- writer ----
 
-export interface CorpusCreateOptions {
+export interface CorpusCreateOptions extends LockOptions {
   /** Storage dtype of the corpus (default 'float16'); 'int8' stores per-token scaled int8. */
   dtype?: DType;
   dim: number;
@@ -374,16 +338,16 @@ export class CorpusWriter {
   private constructor(
     readonly dir: string,
     private readonly manifest: Manifest,
-    private readonly release: () => void,
+    private readonly lock: CorpusLock,
     private readonly created: boolean,
   ) {
-    const gen = manifest.generation + 1;
-    this.segFile = `seg-${String(gen).padStart(6, '0')}.msxs`;
-    this.tmpFile = path.join(dir, `${this.segFile}.tmp`);
-    this.scalesFile = path.join(dir, `${this.segFile}.scales.tmp`);
+    this.segFile = segmentName(manifest.generation + 1);
+    // Temporary names carry the lock token: no two writers ever share one.
+    this.tmpFile = path.join(dir, `${this.segFile}.${lock.token}.tmp`);
+    this.scalesFile = path.join(dir, `${this.segFile}.${lock.token}.scales.tmp`);
     step('open-segment');
-    this.fd = fs.openSync(this.tmpFile, 'w');
-    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'w+');
+    this.fd = fs.openSync(this.tmpFile, 'wx');
+    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'wx+');
   }
 
   get dtype(): DType {
@@ -397,7 +361,11 @@ export class CorpusWriter {
     return this.offsets.length - 1;
   }
 
-  /** Starts a new corpus at `dir` (which must not exist, or be an empty directory). */
+  /**
+   * Starts a new corpus at `dir`, which must not exist or be an empty directory (a directory holding
+   * only the temporaries of an interrupted build is accepted and those are removed). Symbolic links,
+   * the root and directories with other files are refused: nothing the writer did not create is deleted.
+   */
   static create(dir: string, options: CorpusCreateOptions): CorpusWriter {
     const dtype = options.dtype ?? 'float16';
     if (!CODE_DTYPES.includes(dtype))
@@ -408,22 +376,11 @@ export class CorpusWriter {
       );
     if (!Number.isInteger(options.dim) || options.dim < 1 || options.dim > 65536)
       throw new InvalidArgumentError('dim', 'an integer in [1, 65536]', String(options.dim));
-    if (fs.existsSync(path.join(dir, MANIFEST)))
-      throw new InvalidArgumentError(
-        'out',
-        'a path where no corpus exists yet (use append to add documents)',
-        dir,
-      );
-    if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory())
-      throw new InvalidArgumentError(
-        'out',
-        'a new directory path for the corpus',
-        `${dir} (an existing file)`,
-      );
-    fs.mkdirSync(dir, { recursive: true });
-    const release = acquireLock(dir);
+    const made = prepareNewDirectory(dir);
+    let lock: CorpusLock | undefined;
     try {
-      removeLeftovers(dir, new Set());
+      lock = CorpusLock.acquire(dir, options);
+      checkNewDirectory(dir, true); // again under the lock: another build may have published meanwhile
       const manifest: Manifest = {
         format: FORMAT,
         version: VERSION,
@@ -436,23 +393,28 @@ export class CorpusWriter {
         maxLength: 0,
         segments: [],
       };
-      return new CorpusWriter(dir, manifest, release, true);
+      return new CorpusWriter(dir, manifest, lock, made);
     } catch (e) {
-      release();
+      lock?.release();
+      if (made) removeEmptyDirectory(dir);
       throw e;
     }
   }
 
-  /** Opens an existing corpus to add documents as a new segment. */
-  static append(dir: string): CorpusWriter {
+  /**
+   * Opens an existing corpus to add documents as a new segment. The writer holds the corpus lock
+   * until commit() or abort(); another writer meanwhile fails with CorpusLockedError ("corpus is
+   * locked by pid N"), or first waits up to `waitMs` milliseconds for it.
+   */
+  static append(dir: string, options: LockOptions = {}): CorpusWriter {
     readManifest(dir); // a clear error before locking when it is not a corpus
-    const release = acquireLock(dir);
+    const lock = CorpusLock.acquire(dir, options);
     try {
       const manifest = readManifest(dir); // re-read under the lock
-      removeLeftovers(dir, new Set(manifest.segments.map((s) => s.file)));
-      return new CorpusWriter(dir, manifest, release, false);
+      removeLeftovers(dir, manifest);
+      return new CorpusWriter(dir, manifest, lock, false);
     } catch (e) {
-      release();
+      lock.release();
       throw e;
     }
   }
@@ -610,6 +572,9 @@ export class CorpusWriter {
       fs.closeSync(this.fd!);
       this.fd = undefined;
       const segPath = path.join(this.dir, this.segFile);
+      this.checkStillCurrent();
+      if (fs.existsSync(segPath))
+        throw new MaxsimError(`${segPath} exists already; refusing to replace it (nothing was published)`);
       step('rename-segment');
       fs.renameSync(this.tmpFile, segPath);
       syncDir(this.dir);
@@ -632,7 +597,7 @@ export class CorpusWriter {
           },
         ],
       };
-      const tmpManifest = path.join(this.dir, `${MANIFEST}.tmp`);
+      const tmpManifest = path.join(this.dir, `${MANIFEST}.${this.lock.token}.tmp`);
       step('write-manifest');
       const mfd = fs.openSync(tmpManifest, 'w');
       try {
@@ -642,6 +607,7 @@ export class CorpusWriter {
       } finally {
         fs.closeSync(mfd);
       }
+      this.checkStillCurrent();
       step('publish-manifest');
       fs.renameSync(tmpManifest, path.join(this.dir, MANIFEST));
       syncDir(this.dir);
@@ -674,16 +640,29 @@ export class CorpusWriter {
     try {
       fs.rmSync(this.scalesFile, { force: true });
       if (removeSegment) fs.rmSync(this.tmpFile, { force: true });
-      // A first build that never published leaves an empty directory: remove it too.
-      if (removeSegment && this.created && fs.readdirSync(this.dir).every((f) => f === LOCK)) {
-        this.release();
-        fs.rmdirSync(this.dir);
-        return;
-      }
     } catch {
       // best effort: leftovers are removed by the next writer
     }
-    this.release();
+    this.lock.release();
+    // A first build that never published leaves the directory it made: remove it when empty.
+    if (removeSegment && this.created) removeEmptyDirectory(this.dir);
+  }
+
+  // Before each publishing step: the lock is still ours and no one published since we opened.
+  private checkStillCurrent() {
+    this.lock.check();
+    if (this.created) {
+      if (fs.existsSync(path.join(this.dir, MANIFEST)))
+        throw new MaxsimError(
+          `${this.dir}: another writer created this corpus meanwhile; nothing was published`,
+        );
+      return;
+    }
+    const now = readManifest(this.dir);
+    if (now.generation !== this.manifest.generation)
+      throw new MaxsimError(
+        `${this.dir}: the corpus changed while this writer was open (generation ${this.manifest.generation} -> ${now.generation}); nothing was published`,
+      );
   }
 
   private checkOpen() {
@@ -772,10 +751,79 @@ export class CorpusWriter {
   }
 }
 
-function removeLeftovers(dir: string, keep: Set<string>) {
+function segmentName(generation: number): string {
+  return `seg-${String(generation).padStart(6, '0')}.msxs`;
+}
+
+// Under the lock: temporaries of dead writers, and segments that a writer renamed but died before
+// publishing (numbered past the MANIFEST's generation). Nothing else is touched.
+function removeLeftovers(dir: string, m: Manifest) {
   for (const name of fs.readdirSync(dir)) {
-    if (keep.has(name)) continue;
-    if (LEFTOVER_NAME.test(name) || SEGMENT_NAME.test(name)) fs.rmSync(path.join(dir, name), { force: true });
+    const seg = SEGMENT_NAME.exec(name);
+    if (LEFTOVER_NAME.test(name) || (seg && Number(seg[1]) > m.generation))
+      fs.rmSync(path.join(dir, name), { force: true });
+  }
+}
+
+// ---- the directory of a new corpus ----
+
+function refuseOut(dir: string, why: string): never {
+  throw new InvalidArgumentError('out', 'a new or empty directory for the corpus', `${dir} (${why})`);
+}
+
+/** Makes the directory of a new corpus, or checks an existing one; true when this call made it. */
+function prepareNewDirectory(dir: string): boolean {
+  const resolved = path.resolve(dir);
+  if (resolved === path.parse(resolved).root) refuseOut(dir, 'the file-system root');
+  let st: fs.Stats | undefined;
+  try {
+    st = fs.lstatSync(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  if (!st) {
+    fs.mkdirSync(path.dirname(resolved), { recursive: true });
+    try {
+      fs.mkdirSync(dir);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      st = fs.lstatSync(dir); // made by someone else meanwhile: check it like any existing one
+    }
+  }
+  if (st.isSymbolicLink()) refuseOut(dir, 'a symbolic link');
+  if (!st.isDirectory()) refuseOut(dir, 'an existing file');
+  checkNewDirectory(dir, false);
+  return false;
+}
+
+// An existing directory may become a corpus only when it holds nothing but our own temporaries
+// (an interrupted build); with `locked`, those are removed.
+function checkNewDirectory(dir: string, locked: boolean) {
+  const names = fs.readdirSync(dir);
+  if (names.includes(MANIFEST))
+    throw new InvalidArgumentError(
+      'out',
+      'a path where no corpus exists yet (use append to add documents)',
+      `${dir} (a corpus)`,
+    );
+  const segments = names.filter((n) => SEGMENT_NAME.test(n));
+  if (segments.length > 0)
+    refuseOut(
+      dir,
+      `it holds ${segments.length} corpus segment(s) but no MANIFEST; \`maxsim corpus recover ${dir}\` rebuilds the MANIFEST from them`,
+    );
+  const others = names.filter((n) => !LEFTOVER_NAME.test(n) && n !== LOCK_FILE && !LOCK_TEMP_NAME.test(n));
+  if (others.length > 0)
+    refuseOut(dir, `not empty: ${others.length} entries such as ${JSON.stringify(others[0])}`);
+  if (locked) for (const n of names) if (LEFTOVER_NAME.test(n)) fs.rmSync(path.join(dir, n), { force: true });
+}
+
+function removeEmptyDirectory(dir: string) {
+  try {
+    fs.rmdirSync(dir); // fails unless empty: never removes what someone else put there
+  } catch {
+    // not empty or gone: leave it
   }
 }
 
