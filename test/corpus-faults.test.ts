@@ -165,4 +165,152 @@ for (let round = 0; Date.now() < until; round++) {
   });
 });
 
-export { crc32, raggedBatch };
+/** Writes a MANIFEST body with its checksum line computed as the store does, so only validation can refuse it. */
+function writeManifest(dir: string, body: string) {
+  fs.writeFileSync(
+    path.join(dir, 'MANIFEST'),
+    `${body}\ncrc32 ${crc32(body).toString(16).padStart(8, '0')}\n`,
+  );
+}
+
+function manifestOf(dir: string): Record<string, unknown> & { segments: Record<string, unknown>[] } {
+  return JSON.parse(fs.readFileSync(path.join(dir, 'MANIFEST'), 'utf8').split('\n')[0]);
+}
+
+describe('the MANIFEST is data, never a path', () => {
+  function corpus(): string {
+    const dir = fresh();
+    const w = CorpusWriter.create(dir, { dim: 4 });
+    w.add(randomRagged([3, 2], 4, 'float32', rng(9)));
+    w.commit();
+    const w2 = CorpusWriter.append(dir);
+    w2.add(randomRagged([1], 4, 'float32', rng(10)));
+    w2.commit();
+    return dir;
+  }
+
+  test('crafted MANIFESTs with a valid checksum are refused naming the field, the rule and the value', () => {
+    const outside = path.join(tmp, 'evil');
+    const cases: [string, (m: ReturnType<typeof manifestOf>) => unknown, RegExp][] = [
+      [
+        'generation as a path',
+        (m) => ({ ...m, generation: '/../../evil/pwn' }),
+        /field generation must be an integer in \[0, \d+\] but is "\/\.\.\/\.\.\/evil\/pwn"/,
+      ],
+      ['generation fractional', (m) => ({ ...m, generation: 2.5 }), /field generation must be an integer/],
+      [
+        'a file path',
+        (m) => ({ ...m, segments: [{ ...m.segments[0], file: '../../../../etc/passwd' }, m.segments[1]] }),
+        /segments\[0\]\.file must be a segment file name seg-NNNNNN\.msxs \(never a path\) but is "\.\.\/\.\.\/\.\.\/\.\.\/etc\/passwd"/,
+      ],
+      [
+        'an absolute path',
+        (m) => ({ ...m, segments: [{ ...m.segments[0], file: '/etc/passwd' }, m.segments[1]] }),
+        /segments\[0\]\.file must be a segment file name/,
+      ],
+      [
+        'a non-canonical name',
+        (m) => ({ ...m, segments: [{ ...m.segments[0], file: 'seg-0000001.msxs' }, m.segments[1]] }),
+        /segments\[0\]\.file must be a canonical segment name/,
+      ],
+      [
+        'a segment past the generation',
+        (m) => ({ ...m, generation: 1 }),
+        /segments\[1\]\.file must be a canonical segment name numbered 1\.\.1/,
+      ],
+      [
+        'a segment listed twice',
+        (m) => ({ ...m, segments: [m.segments[0], m.segments[0], m.segments[1]], documents: 7, tokens: 11 }),
+        /segments\[1\]\.file must be a segment listed once \(duplicate\)/,
+      ],
+      [
+        'documents -1',
+        (m) => ({ ...m, documents: -1 }),
+        /field documents must be an integer in \[0, 2147483647\] but is -1/,
+      ],
+      [
+        'segment documents -1',
+        (m) => ({ ...m, segments: [{ ...m.segments[0], documents: -1 }, m.segments[1]] }),
+        /segments\[0\]\.documents must be an integer/,
+      ],
+      [
+        'documents 2^62',
+        (m) => ({ ...m, documents: 2 ** 62 }),
+        /field documents must be an integer in \[0, 2147483647\] but is 4611686018427388000/,
+      ],
+      [
+        'totals that do not add up',
+        (m) => ({ ...m, documents: 99 }),
+        /field documents must be the sum over its segments \(3\) but is 99/,
+      ],
+      [
+        'segments: [null]',
+        (m) => ({ ...m, segments: [null] }),
+        /segments\[0\] must be an object but is null/,
+      ],
+      [
+        'segments not a list',
+        (m) => ({ ...m, segments: 'seg-000001.msxs' }),
+        /field segments must be an array/,
+      ],
+      ['dim 0', (m) => ({ ...m, dim: 0 }), /field dim must be an integer in \[1, 65536\] but is 0/],
+      ['dtype', (m) => ({ ...m, dtype: 'float64' }), /field dtype must be one of/],
+      ['a number as the top level', () => 42, /field \(top level\) must be an object but is 42/],
+      [
+        'deeply nested',
+        // a string body: JSON.stringify itself cannot nest this deep
+        (m) =>
+          JSON.stringify({ ...m, segments: 'X' }).replace(
+            '"X"',
+            `${'['.repeat(100000)}${']'.repeat(100000)}`,
+          ),
+        /segments\[0\] must be an object but is an array of 1/,
+      ],
+      [
+        'a huge byte count',
+        (m) => ({ ...m, segments: [{ ...m.segments[0], bytes: 2 ** 53 }, m.segments[1]] }),
+        /segments\[0\]\.bytes must be an integer/,
+      ],
+      [
+        'too few bytes for its documents',
+        (m) => ({ ...m, segments: [{ ...m.segments[0], bytes: 100 }, m.segments[1]] }),
+        /segments\[0\]\.bytes must be at least the header and offsets/,
+      ],
+    ];
+    for (const [what, craft, pattern] of cases) {
+      const dir = corpus();
+      const body = craft(manifestOf(dir));
+      writeManifest(dir, typeof body === 'string' ? body : JSON.stringify(body));
+      assert.throws(() => CorpusFile.open(dir), pattern, `${what} (open)`);
+      assert.throws(() => CorpusWriter.append(dir), pattern, `${what} (append)`);
+      assert.equal(fs.existsSync(outside), false, `${what}: nothing written outside the corpus`);
+      assert.equal(fs.existsSync(path.join(dir, 'LOCK')), false, `${what}: no lock left`);
+    }
+  });
+
+  test('a segment that is a symbolic link out of the corpus directory is refused', () => {
+    const dir = corpus();
+    const elsewhere = path.join(tmp, `moved-${serial++}.msxs`);
+    fs.renameSync(path.join(dir, 'seg-000001.msxs'), elsewhere);
+    fs.symlinkSync(elsewhere, path.join(dir, 'seg-000001.msxs'));
+    assert.throws(() => CorpusFile.open(dir), /resolves to .*outside the corpus directory; refused/);
+    fs.rmSync(path.join(dir, 'seg-000001.msxs'));
+    fs.mkdirSync(path.join(dir, 'seg-000001.msxs'));
+    assert.throws(
+      () => CorpusFile.open(dir),
+      /seg-000001\.msxs: a segment named by the MANIFEST is not a regular file/,
+    );
+  });
+
+  test('a MANIFEST that is a directory, or far too large, is a FormatError', () => {
+    const dir = corpus();
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    fs.mkdirSync(path.join(dir, 'MANIFEST'));
+    assert.throws(() => CorpusFile.open(dir), /MANIFEST: the MANIFEST is a directory/);
+    fs.rmdirSync(path.join(dir, 'MANIFEST'));
+    const fd = fs.openSync(path.join(dir, 'MANIFEST'), 'w');
+    fs.ftruncateSync(fd, 300 * 1024 * 1024); // sparse: no disk used
+    fs.closeSync(fd);
+    assert.throws(() => CorpusFile.open(dir), /MANIFEST has 314572800 bytes \(at most 268435456 are read\)/);
+  });
+});

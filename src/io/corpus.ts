@@ -249,45 +249,169 @@ function encodeManifest(m: Manifest): string {
   return `${body}\ncrc32 ${hex(crc32(body))}\n`;
 }
 
+/** The MANIFEST's file, at most this large (a million segments fit in about 150 MB). */
+const MANIFEST_MAX_BYTES = 256 * 1024 * 1024;
+/** Documents of a corpus: a document index must fit an int32 (Int32Array lengths, native spans). */
+const MAX_DOCUMENTS = 0x7fffffff;
+
 function readManifest(dir: string): Manifest {
   const file = path.join(dir, MANIFEST);
   let text: string;
   try {
+    const st = fs.statSync(file);
+    if (st.isDirectory()) throw new FormatError(file, 'the MANIFEST is a directory, not a file');
+    if (st.size > MANIFEST_MAX_BYTES)
+      throw new FormatError(
+        file,
+        `the MANIFEST has ${st.size} bytes (at most ${MANIFEST_MAX_BYTES} are read)`,
+      );
     text = fs.readFileSync(file, 'utf8');
   } catch (e) {
+    if (e instanceof FormatError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
       const exists = fs.existsSync(dir);
       throw new FormatError(
         dir,
         exists
-          ? 'not a maxsim corpus: it has no MANIFEST (an interrupted first build leaves none; build again)'
+          ? `not a maxsim corpus: it has no MANIFEST (\`maxsim corpus recover ${dir}\` rebuilds one from intact segments)`
           : 'no such corpus (the directory does not exist)',
       );
     }
     if (code === 'ENOTDIR') throw new FormatError(dir, 'not a maxsim corpus (a corpus is a directory)');
-    throw e;
+    throw new FormatError(file, `cannot read the MANIFEST (${code ?? (e as Error).message})`);
   }
   const match = /^(.*)\ncrc32 ([0-9a-f]{8})\n$/s.exec(text);
   if (!match) throw new FormatError(file, 'the MANIFEST is damaged (no checksum line)');
   if (hex(crc32(match[1])) !== match[2])
     throw new FormatError(file, 'the MANIFEST is corrupted (checksum mismatch)');
-  let m: Manifest;
+  let parsed: unknown;
   try {
-    m = JSON.parse(match[1]) as Manifest;
+    parsed = JSON.parse(match[1]);
   } catch {
     throw new FormatError(file, 'the MANIFEST is not valid JSON');
   }
-  if (m.format !== FORMAT)
-    throw new FormatError(file, `not a maxsim corpus manifest (format ${JSON.stringify(m.format)})`);
-  if (m.version !== VERSION)
+  return validateManifest(file, parsed);
+}
+
+/** A value for an error message: scalars as JSON (cut short), containers by kind only (never walked). */
+function describeValue(x: unknown): string {
+  if (x === null) return 'null';
+  if (Array.isArray(x)) return `an array of ${x.length}`;
+  if (typeof x === 'object') return 'an object';
+  if (typeof x === 'string') return JSON.stringify(x.length > 80 ? `${x.slice(0, 80)}...` : x);
+  return String(x);
+}
+
+/**
+ * The MANIFEST is data: every field is type- and range-checked, segment files must be the canonical
+ * names of increasing segment numbers (so never a path, never twice), and the totals must add up.
+ */
+function validateManifest(file: string, raw: unknown): Manifest {
+  const bad = (field: string, rule: string, value: unknown): never => {
+    throw new FormatError(file, `MANIFEST field ${field} must be ${rule} but is ${describeValue(value)}`);
+  };
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) bad('(top level)', 'an object', raw);
+  const o = raw as Record<string, unknown>;
+  if (o.format !== FORMAT)
+    throw new FormatError(file, `not a maxsim corpus manifest (format ${describeValue(o.format)})`);
+  if (o.version !== VERSION)
     throw new FormatError(
       file,
-      `corpus format version ${m.version} is not supported (this build reads ${VERSION})`,
+      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION})`,
     );
-  if (!CODE_DTYPES.includes(m.dtype) || !Number.isInteger(m.dim) || m.dim < 1 || !Array.isArray(m.segments))
-    throw new FormatError(file, 'the MANIFEST has an invalid dtype, dim or segment list');
-  return m;
+  const count = (field: string, x: unknown, max = Number.MAX_SAFE_INTEGER): number => {
+    if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0 || x > max)
+      bad(field, `an integer in [0, ${max}]`, x);
+    return x as number;
+  };
+  if (typeof o.dtype !== 'string' || !CODE_DTYPES.includes(o.dtype as DType))
+    bad('dtype', `one of ${CODE_DTYPES.join(', ')}`, o.dtype);
+  if (typeof o.dim !== 'number' || !Number.isInteger(o.dim) || o.dim < 1 || o.dim > 65536)
+    bad('dim', 'an integer in [1, 65536]', o.dim);
+  if (typeof o.ids !== 'boolean') bad('ids', 'true or false', o.ids);
+  const generation = count('generation', o.generation, 999_999_999_999);
+  const documents = count('documents', o.documents, MAX_DOCUMENTS);
+  const tokens = count('tokens', o.tokens);
+  const maxLength = count('maxLength', o.maxLength, 0x7fffffff);
+  if (!Array.isArray(o.segments)) bad('segments', 'an array', o.segments);
+  const list = o.segments as unknown[];
+  const segments: ManifestSegment[] = [];
+  let last = 0;
+  let docSum = 0;
+  let tokenSum = 0;
+  list.forEach((x, i) => {
+    const at = `segments[${i}]`;
+    if (x === null || typeof x !== 'object' || Array.isArray(x)) bad(at, 'an object', x);
+    const s = x as Record<string, unknown>;
+    const name = typeof s.file === 'string' ? SEGMENT_NAME.exec(s.file) : null;
+    if (!name) bad(`${at}.file`, 'a segment file name seg-NNNNNN.msxs (never a path)', s.file);
+    const n = Number(name![1]);
+    if (!Number.isSafeInteger(n) || n < 1 || n > generation || s.file !== segmentName(n))
+      bad(`${at}.file`, `a canonical segment name numbered 1..${generation} (the generation)`, s.file);
+    if (n <= last)
+      bad(
+        `${at}.file`,
+        n === last ? 'a segment listed once (duplicate)' : 'numbered after the previous segment',
+        s.file,
+      );
+    last = n;
+    const seg: ManifestSegment = {
+      file: segmentName(n),
+      documents: count(`${at}.documents`, s.documents, MAX_DOCUMENTS),
+      tokens: count(`${at}.tokens`, s.tokens),
+      bytes: count(`${at}.bytes`, s.bytes),
+      headerCrc: count(`${at}.headerCrc`, s.headerCrc, 0xffffffff),
+    };
+    if (seg.bytes < HEADER_BYTES + (seg.documents + 1) * 8)
+      bad(
+        `${at}.bytes`,
+        `at least the header and offsets of its documents (${HEADER_BYTES + (seg.documents + 1) * 8})`,
+        seg.bytes,
+      );
+    docSum += seg.documents;
+    tokenSum += seg.tokens;
+    segments.push(seg);
+  });
+  if (docSum !== documents) bad('documents', `the sum over its segments (${docSum})`, documents);
+  if (tokenSum !== tokens) bad('tokens', `the sum over its segments (${tokenSum})`, tokens);
+  if (maxLength > tokens) bad('maxLength', `at most the token count (${tokens})`, maxLength);
+  return {
+    format: FORMAT,
+    version: VERSION,
+    dtype: o.dtype as DType,
+    dim: o.dim as number,
+    ids: o.ids as boolean,
+    generation,
+    documents,
+    tokens,
+    maxLength,
+    segments,
+  };
+}
+
+/** Opens a segment named by the MANIFEST, refusing one whose real path leaves the corpus directory. */
+function openSegment(dir: string, name: string): { file: string; fd: number } {
+  const file = path.join(dir, name);
+  let real: string;
+  try {
+    real = fs.realpathSync(file);
+  } catch {
+    throw new FormatError(file, 'a segment named by the MANIFEST is missing');
+  }
+  if (path.dirname(real) !== fs.realpathSync(dir))
+    throw new FormatError(file, `the segment resolves to ${real}, outside the corpus directory; refused`);
+  try {
+    const fd = fs.openSync(real, 'r');
+    if (!fs.fstatSync(fd).isFile()) {
+      fs.closeSync(fd);
+      throw new FormatError(file, 'a segment named by the MANIFEST is not a regular file');
+    }
+    return { file, fd };
+  } catch (e) {
+    if (e instanceof FormatError) throw e;
+    throw new FormatError(file, `cannot open the segment (${(e as NodeJS.ErrnoException).code ?? e})`);
+  }
 }
 
 // ---- writer ----
@@ -915,18 +1039,13 @@ export class CorpusFile {
       throw new InvalidArgumentError('path', 'a corpus directory path', String(dir));
     const m = readManifest(dir);
     const segments: CorpusSegment[] = [];
-    const lengths = new Int32Array(m.documents);
+    // filled once every segment's offsets are read and checked against its file
+    let lengths = new Int32Array(0);
     const ids: string[] | undefined = m.ids ? [] : undefined;
     let firstDocument = 0;
     let tokens = 0;
     for (const s of m.segments) {
-      const file = path.join(dir, s.file);
-      let fd: number;
-      try {
-        fd = fs.openSync(file, 'r');
-      } catch {
-        throw new FormatError(file, 'a segment named by the MANIFEST is missing');
-      }
+      const { file, fd } = openSegment(dir, s.file);
       try {
         const size = fs.fstatSync(fd).size;
         if (size !== s.bytes)
@@ -961,7 +1080,6 @@ export class CorpusFile {
           offsets[i] = Number(off64[i]);
           if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
             throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
-          if (i > 0) lengths[firstDocument + i - 1] = offsets[i] - offsets[i - 1];
         }
         if (offsets[0] !== 0 || offsets[header.documents] !== header.tokens)
           throw new FormatError(file, 'the document offsets do not cover the tokens');
@@ -985,6 +1103,10 @@ export class CorpusFile {
     }
     if (firstDocument !== m.documents || tokens !== m.tokens)
       throw new FormatError(dir, 'the MANIFEST totals do not match its segments');
+    lengths = new Int32Array(m.documents);
+    for (const s of segments)
+      for (let i = 0; i < s.header.documents; i++)
+        lengths[s.firstDocument + i] = s.offsets[i + 1] - s.offsets[i];
     return new CorpusFile(describeManifest(dir, m), segments, lengths, ids);
   }
 
