@@ -35,6 +35,9 @@ export {
   CorpusWriter,
   type EncodedDocuments,
   type LockOptions,
+  type RecoverOptions,
+  type RecoverResult,
+  recoverCorpus,
   type VerifyProgress,
 } from './io/corpus.js';
 export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';

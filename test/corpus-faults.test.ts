@@ -3,14 +3,16 @@
 // search and hostile file headers. Every test asserts no crash, no hang, clean errors, and a corpus
 // that verifies with every acknowledged append present.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
-import { CorpusFile, CorpusLockedError, CorpusWriter } from '../src/io/corpus.js';
+import { CorpusFile, CorpusLockedError, CorpusWriter, recoverCorpus } from '../src/io/corpus.js';
+import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
+import { writeNpy } from '../src/io/npy.js';
 import { raggedBatch } from '../src/tensor.js';
 import { randomRagged, rng } from './helpers.js';
 
@@ -20,6 +22,26 @@ let serial = 0;
 const fresh = () => path.join(tmp, `c${serial++}.msx`);
 const corpusModule = fileURLToPath(new URL('../src/io/corpus.js', import.meta.url));
 const tensorModule = fileURLToPath(new URL('../src/tensor.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+const cli = (...args: string[]) =>
+  spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000 });
+
+/** A small packed .npy with lengths: `docs` documents of 3 tokens, dim 4. */
+function inputFiles(docs = 5): { npy: string; lens: string } {
+  const npy = path.join(tmp, `in-${serial}.npy`);
+  const lens = path.join(tmp, `in-${serial++}-lens.npy`);
+  writeNpy(npy, {
+    dtype: 'float32',
+    shape: [docs * 3, 4],
+    data: new Float32Array(docs * 12).map((_, i) => Math.sin(i)),
+  });
+  writeNpy(lens, { dtype: 'int32', shape: [docs], data: new Int32Array(docs).fill(3) });
+  return { npy, lens };
+}
+
+function listing(dir: string): string[] {
+  return fs.readdirSync(dir).sort();
+}
 
 function allIds(dir: string): string[] {
   const c = CorpusFile.open(dir);
@@ -312,5 +334,131 @@ describe('the MANIFEST is data, never a path', () => {
     fs.ftruncateSync(fd, 300 * 1024 * 1024); // sparse: no disk used
     fs.closeSync(fd);
     assert.throws(() => CorpusFile.open(dir), /MANIFEST has 314572800 bytes \(at most 268435456 are read\)/);
+  });
+});
+
+describe('corpus build --out: only new or empty directories; recover a lost MANIFEST', () => {
+  test('an existing non-empty directory, a symlink, a file and / are refused and left untouched', () => {
+    const { npy, lens } = inputFiles();
+    const full = path.join(tmp, `full-${serial++}`);
+    fs.mkdirSync(full);
+    fs.writeFileSync(path.join(full, 'precious.txt'), 'keep me');
+    fs.writeFileSync(
+      path.join(full, 'MANIFEST.tmp'),
+      'not ours to delete? it is named like ours, but the dir has other files',
+    );
+    const target = path.join(tmp, `target-${serial++}`);
+    fs.mkdirSync(target);
+    const link = path.join(tmp, `link-${serial++}`);
+    fs.symlinkSync(target, link);
+    const file = path.join(tmp, `file-${serial++}`);
+    fs.writeFileSync(file, 'x');
+    const cases: [string, RegExp][] = [
+      [full, /not empty: \d entries such as "precious\.txt"/],
+      [link, /a symbolic link/],
+      [file, /an existing file/],
+      ['/', /the file-system root/],
+    ];
+    for (const [out, pattern] of cases) {
+      const before = fs.existsSync(out) && fs.statSync(out).isDirectory() && out !== '/' ? listing(out) : [];
+      assert.throws(() => buildCorpusFromFiles({ docs: npy, docLengths: lens, out }), pattern, out);
+      const r = cli('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', out);
+      assert.equal(r.status, 1, r.stderr);
+      assert.match(r.stderr, pattern);
+      assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
+      if (out !== '/' && fs.statSync(out).isDirectory())
+        assert.deepEqual(listing(out), before, `${out} untouched`);
+    }
+    assert.deepEqual(listing(target), []);
+    assert.equal(fs.readFileSync(path.join(full, 'precious.txt'), 'utf8'), 'keep me');
+    // an empty existing directory is fine, and is kept (not removed) when the build fails
+    const empty = path.join(tmp, `empty-${serial++}`);
+    fs.mkdirSync(empty);
+    assert.throws(
+      () => buildCorpusFromFiles({ docs: npy, docLengths: lens, out: empty, ids: file }),
+      /--ids/,
+    );
+    assert.deepEqual(listing(empty), []);
+    buildCorpusFromFiles({ docs: npy, docLengths: lens, out: empty });
+    assert.equal(CorpusFile.open(empty).info.documents, 5);
+  });
+
+  test('an interrupted first build (only our temporaries and a dead LOCK) can be built again', () => {
+    const { npy, lens } = inputFiles();
+    const out = path.join(tmp, `interrupted-${serial++}`);
+    fs.mkdirSync(out);
+    fs.writeFileSync(path.join(out, 'LOCK'), '999999999');
+    fs.writeFileSync(path.join(out, `seg-000001.msxs.${'c'.repeat(32)}.tmp`), 'partial');
+    fs.writeFileSync(path.join(out, 'MANIFEST.tmp'), 'partial');
+    buildCorpusFromFiles({ docs: npy, docLengths: lens, out });
+    assert.deepEqual(listing(out), ['MANIFEST', 'seg-000001.msxs']);
+  });
+
+  test('recover rebuilds a lost MANIFEST from intact segments, deleting nothing', () => {
+    const { npy, lens } = inputFiles(4);
+    const dir = fresh();
+    const w = CorpusWriter.create(dir, { dim: 4, ids: true });
+    w.add(randomRagged([2, 3], 4, 'float32', rng(21)), ['a', 'b']);
+    w.commit();
+    for (const [i, id] of ['c', 'd', 'e'].entries()) {
+      const a = CorpusWriter.append(dir);
+      a.add(randomRagged([i + 1], 4, 'float32', rng(22 + i)), [id]);
+      a.commit();
+    }
+    const before = CorpusFile.open(dir);
+    const docs = before.readDocuments([0, 1, 2, 3, 4]);
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    assert.throws(() => CorpusFile.open(dir), /no MANIFEST \(`maxsim corpus recover .*` rebuilds one/);
+    // build --out refuses it and points at recover; nothing is deleted
+    assert.throws(() => buildCorpusFromFiles({ docs: npy, docLengths: lens, out: dir }), /corpus recover/);
+    assert.equal(listing(dir).length, 4);
+    const r = cli('corpus', 'recover', dir, '--json');
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(JSON.parse(r.stdout).documents, 5);
+    const after = CorpusFile.open(dir);
+    after.verify();
+    assert.deepEqual(
+      [0, 1, 2, 3, 4].map((i) => after.id(i)),
+      ['a', 'b', 'c', 'd', 'e'],
+    );
+    assert.deepEqual(after.readDocuments([0, 1, 2, 3, 4]).data, docs.data);
+    assert.equal(after.info.generation, 4);
+    // a healthy corpus: nothing to recover
+    assert.throws(() => recoverCorpus(dir), /its MANIFEST opens; nothing to recover/);
+    // appends continue after recovery
+    const a = CorpusWriter.append(dir);
+    a.add(randomRagged([1], 4, 'float32', rng(30)), ['f']);
+    a.commit();
+    assert.equal(CorpusFile.open(dir).info.documents, 6);
+  });
+
+  test('recover skips a damaged segment (kept on disk), keeps a damaged MANIFEST aside', () => {
+    const dir = fresh();
+    CorpusWriter.create(dir, { dim: 4 }).commit(); // an empty first segment
+    for (let i = 0; i < 3; i++) {
+      const a = CorpusWriter.append(dir);
+      a.add(randomRagged([2], 4, 'float32', rng(40 + i)));
+      a.commit();
+    }
+    // damage the tokens of segment 3, and the MANIFEST
+    const seg3 = path.join(dir, 'seg-000003.msxs');
+    const fd = fs.openSync(seg3, 'r+');
+    fs.writeSync(fd, Buffer.from([0xff, 0xee]), 0, 2, 4096 + 3);
+    fs.closeSync(fd);
+    fs.appendFileSync(path.join(dir, 'MANIFEST'), 'garbage');
+    const r = recoverCorpus(dir);
+    assert.equal(r.skipped.length, 1);
+    assert.match(r.skipped[0].reason, /seg-000003\.msxs: token data is corrupted/);
+    assert.match(r.damagedManifest ?? '', /MANIFEST\.damaged-/);
+    assert.ok(fs.existsSync(r.damagedManifest!));
+    assert.ok(fs.existsSync(seg3), 'the damaged segment is kept');
+    const c = CorpusFile.open(dir);
+    c.verify();
+    assert.equal(c.info.documents, 2, 'one document each from segments 2 and 4');
+    assert.equal(c.info.generation, 4);
+    // a directory without segments
+    const none = path.join(tmp, `none-${serial++}`);
+    fs.mkdirSync(none);
+    assert.throws(() => recoverCorpus(none), /no segment files/);
   });
 });

@@ -1,7 +1,7 @@
 // `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus.ts).
 import { Command, Option } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
-import type { CorpusDType, CorpusInfo } from '../io/corpus.js';
+import { type CorpusDType, type CorpusInfo, recoverCorpus } from '../io/corpus.js';
 import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { grouped, printTable } from './common.js';
@@ -144,6 +144,29 @@ export function corpusCommand(): Command {
           bar.finish();
         }
         printInfo(c.info, opts.json, { checksums: opts.verify ? 'ok' : 'not read (--no-verify)' });
+      }),
+  );
+  corpus.addCommand(
+    new Command('recover')
+      .description(
+        'rebuild a lost or damaged MANIFEST from the intact segment files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
+      )
+      .argument('<dir>', 'the corpus directory')
+      .option(
+        '--no-verify',
+        'adopt segments without re-reading their tokens (headers, offsets, ids are checked)',
+      )
+      .option('--wait <seconds>', 'when a writer holds the corpus, wait up to this long')
+      .option('--json', 'print JSON')
+      .action((dir: string, opts: { verify: boolean; wait?: string; json?: boolean }) => {
+        const r = recoverCorpus(dir, { verify: opts.verify, waitMs: waitMs(opts.wait) });
+        for (const s of r.skipped) process.stderr.write(`skipped ${s.reason}\n`);
+        if (r.damagedManifest)
+          process.stderr.write(`the damaged MANIFEST was kept as ${r.damagedManifest}\n`);
+        printInfo(r.info, opts.json, {
+          recovered: `${r.info.segments} segment(s)`,
+          skipped: String(r.skipped.length),
+        });
       }),
   );
   return corpus;

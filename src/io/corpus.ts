@@ -463,7 +463,8 @@ export class CorpusWriter {
     readonly dir: string,
     private readonly manifest: Manifest,
     private readonly lock: CorpusLock,
-    private readonly created: boolean,
+    /** A new corpus (create), and whether create made its directory (removed again on abort). */
+    private readonly created: { madeDir: boolean } | undefined,
   ) {
     this.segFile = segmentName(manifest.generation + 1);
     // Temporary names carry the lock token: no two writers ever share one.
@@ -517,7 +518,7 @@ export class CorpusWriter {
         maxLength: 0,
         segments: [],
       };
-      return new CorpusWriter(dir, manifest, lock, made);
+      return new CorpusWriter(dir, manifest, lock, { madeDir: made });
     } catch (e) {
       lock?.release();
       if (made) removeEmptyDirectory(dir);
@@ -536,7 +537,7 @@ export class CorpusWriter {
     try {
       const manifest = readManifest(dir); // re-read under the lock
       removeLeftovers(dir, manifest);
-      return new CorpusWriter(dir, manifest, lock, false);
+      return new CorpusWriter(dir, manifest, lock, undefined);
     } catch (e) {
       lock.release();
       throw e;
@@ -769,7 +770,7 @@ export class CorpusWriter {
     }
     this.lock.release();
     // A first build that never published leaves the directory it made: remove it when empty.
-    if (removeSegment && this.created) removeEmptyDirectory(this.dir);
+    if (removeSegment && this.created?.madeDir) removeEmptyDirectory(this.dir);
   }
 
   // Before each publishing step: the lock is still ours and no one published since we opened.
@@ -1053,10 +1054,8 @@ export class CorpusFile {
             file,
             `the segment has ${size} bytes but the MANIFEST says ${s.bytes} (truncated or replaced)`,
           );
-        const raw = new Uint8Array(HEADER_BYTES);
-        readExactly(fd, file, raw, 0, 'the header');
-        const header = decodeHeader(file, raw, size);
-        if (new DataView(raw.buffer).getUint32(124, true) !== s.headerCrc)
+        const { header, headerCrc, offsets, ids: segIds } = readSegmentMeta(file, fd, size, m.ids);
+        if (headerCrc !== s.headerCrc)
           throw new FormatError(file, 'the segment header does not match the MANIFEST (replaced segment?)');
         if (
           header.dtype !== m.dtype ||
@@ -1068,32 +1067,7 @@ export class CorpusFile {
             file,
             'the segment header disagrees with the MANIFEST (dtype, dim or counts)',
           );
-        const sums = readSection(fd, file, header.checksumsSection, 'checksums');
-        const sumView = new Uint32Array(sums.buffer, sums.byteOffset, sums.byteLength / 4);
-        const nChunks = sumView.length - 3;
-        const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
-        if (crc32(offBytes) !== sumView[nChunks + 1])
-          throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
-        const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
-        const offsets = new Float64Array(header.documents + 1);
-        for (let i = 0; i <= header.documents; i++) {
-          offsets[i] = Number(off64[i]);
-          if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
-            throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
-        }
-        if (offsets[0] !== 0 || offsets[header.documents] !== header.tokens)
-          throw new FormatError(file, 'the document offsets do not cover the tokens');
-        if (ids) {
-          const idBytes = readSection(fd, file, header.idsSection, 'ids');
-          if (crc32(idBytes) !== sumView[nChunks + 2])
-            throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
-          const starts = new BigUint64Array(
-            idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + (header.documents + 1) * 8),
-          );
-          const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + (header.documents + 1) * 8);
-          for (let i = 0; i < header.documents; i++)
-            ids.push(text.toString('utf8', Number(starts[i]), Number(starts[i + 1])));
-        }
+        if (ids) for (const id of segIds!) ids.push(id);
         segments.push({ file, header, firstDocument, offsets });
       } finally {
         fs.closeSync(fd);
@@ -1121,37 +1095,19 @@ export class CorpusFile {
       (a, s) => a + s.header.tokensSection.bytes + s.header.scalesSection.bytes,
       0,
     );
-    let done = 0;
-    const chunk = new Uint8Array(CHECKSUM_CHUNK);
+    let bytes = 0;
     for (const s of this.segments) {
       const fd = fs.openSync(s.file, 'r');
+      let sums: Uint32Array;
       try {
-        const sums = new Uint32Array(
-          readSection(fd, s.file, s.header.checksumsSection, 'checksums').slice().buffer,
-        );
-        const t = s.header.tokensSection;
-        for (let c = 0; c * s.header.chunkBytes < t.bytes; c++) {
-          const n = Math.min(s.header.chunkBytes, t.bytes - c * s.header.chunkBytes);
-          const buf = n <= chunk.length ? chunk.subarray(0, n) : new Uint8Array(n);
-          readExactly(fd, s.file, buf, t.offset + c * s.header.chunkBytes, 'the tokens');
-          if (crc32(buf) !== sums[c])
-            throw new FormatError(
-              s.file,
-              `token data is corrupted in bytes [${c * s.header.chunkBytes}, ${c * s.header.chunkBytes + n}) of the tokens section`,
-            );
-          done += n;
-          onProgress?.({ bytes: done, totalBytes });
-        }
-        if (s.header.scalesSection.bytes > 0) {
-          const scales = readSection(fd, s.file, s.header.scalesSection, 'scales');
-          if (crc32(scales) !== sums[sums.length - 3])
-            throw new FormatError(s.file, 'the int8 scales are corrupted (checksum mismatch)');
-          done += scales.length;
-          onProgress?.({ bytes: done, totalBytes });
-        }
+        sums = new Uint32Array(readSection(fd, s.file, s.header.checksumsSection, 'checksums').buffer);
       } finally {
         fs.closeSync(fd);
       }
+      verifySegmentData(s.file, s.header, sums, (n) => {
+        bytes += n;
+        onProgress?.({ bytes, totalBytes });
+      });
     }
   }
 
@@ -1300,6 +1256,95 @@ export class CorpusFile {
   }
 }
 
+interface SegmentMeta {
+  header: SegmentHeader;
+  headerCrc: number;
+  /** Token offsets of its documents, [documents + 1], checked. */
+  offsets: Float64Array;
+  ids?: string[];
+  sums: Uint32Array;
+}
+
+/** Reads and checks a segment's header, checksums, offsets and (withIds) ids: everything but the tokens. */
+function readSegmentMeta(file: string, fd: number, size: number, withIds: boolean): SegmentMeta {
+  const raw = new Uint8Array(HEADER_BYTES);
+  readExactly(fd, file, raw, 0, 'the header');
+  const header = decodeHeader(file, raw, size);
+  const headerCrc = new DataView(raw.buffer).getUint32(124, true);
+  const sumBytes = readSection(fd, file, header.checksumsSection, 'checksums');
+  const sums = new Uint32Array(sumBytes.buffer, sumBytes.byteOffset, sumBytes.byteLength / 4);
+  const nChunks = sums.length - 3;
+  const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
+  if (crc32(offBytes) !== sums[nChunks + 1])
+    throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
+  const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
+  const offsets = new Float64Array(header.documents + 1);
+  for (let i = 0; i <= header.documents; i++) {
+    offsets[i] = Number(off64[i]);
+    if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
+      throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
+  }
+  if (offsets[0] !== 0 || offsets[header.documents] !== header.tokens)
+    throw new FormatError(file, 'the document offsets do not cover the tokens');
+  if (withIds !== header.hasIds)
+    throw new FormatError(
+      file,
+      `the segment ${header.hasIds ? 'has' : 'has no'} document ids, unlike its corpus`,
+    );
+  let ids: string[] | undefined;
+  if (withIds) {
+    const idBytes = readSection(fd, file, header.idsSection, 'ids');
+    if (crc32(idBytes) !== sums[nChunks + 2])
+      throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
+    const head = (header.documents + 1) * 8;
+    if (idBytes.length < head) throw new FormatError(file, 'the ids section is shorter than its offsets');
+    const starts = new BigUint64Array(idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + head));
+    const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + head, idBytes.length - head);
+    ids = [];
+    for (let i = 0; i < header.documents; i++) {
+      const a = Number(starts[i]);
+      const b = Number(starts[i + 1]);
+      if (!(a <= b && b <= text.length))
+        throw new FormatError(file, `the id of document ${i} is out of its section`);
+      ids.push(text.toString('utf8', a, b));
+    }
+  }
+  return { header, headerCrc, offsets, ids, sums };
+}
+
+/** Re-reads a segment's tokens (and scales) and checks their checksums; `onBytes(n)` after each chunk. */
+function verifySegmentData(
+  file: string,
+  header: SegmentHeader,
+  sums: Uint32Array,
+  onBytes?: (n: number) => void,
+) {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const t = header.tokensSection;
+    const chunk = new Uint8Array(Math.min(header.chunkBytes, t.bytes));
+    for (let c = 0; c * header.chunkBytes < t.bytes; c++) {
+      const n = Math.min(header.chunkBytes, t.bytes - c * header.chunkBytes);
+      const buf = chunk.subarray(0, n);
+      readExactly(fd, file, buf, t.offset + c * header.chunkBytes, 'the tokens');
+      if (crc32(buf) !== sums[c])
+        throw new FormatError(
+          file,
+          `token data is corrupted in bytes [${c * header.chunkBytes}, ${c * header.chunkBytes + n}) of the tokens section`,
+        );
+      onBytes?.(n);
+    }
+    if (header.scalesSection.bytes > 0) {
+      const scales = readSection(fd, file, header.scalesSection, 'scales');
+      if (crc32(scales) !== sums[sums.length - 3])
+        throw new FormatError(file, 'the int8 scales are corrupted (checksum mismatch)');
+      onBytes?.(scales.length);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function readSection(fd: number, file: string, s: Section, what: string): Uint8Array {
   const bytes = new Uint8Array(s.bytes);
   readExactly(fd, file, bytes, s.offset, `the ${what} section`);
@@ -1321,4 +1366,146 @@ export function typedView(
 /** Opens the corpus at `dir` (see CorpusFile.open). */
 export function openCorpusFile(dir: string): CorpusFile {
   return CorpusFile.open(dir);
+}
+
+// ---- recovery ----
+
+export interface RecoverOptions extends LockOptions {
+  /** Re-read every token and check its checksum before adopting a segment (default true). */
+  verify?: boolean;
+  onProgress?: (segment: number, segments: number) => void;
+}
+
+export interface RecoverResult {
+  info: CorpusInfo;
+  /** Segment files left out (kept on disk), with the reason. */
+  skipped: { file: string; reason: string }[];
+  /** Where a damaged MANIFEST was moved (kept, never deleted). */
+  damagedManifest?: string;
+}
+
+/**
+ * Rebuilds a lost or damaged MANIFEST from the intact segment files of a corpus directory. Segments
+ * are adopted in their numeric order when their header, offsets, ids (and with `verify`, tokens)
+ * check out and they agree with the first intact one on dtype, dim and ids; the others are reported
+ * and left where they are. Nothing is deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>.
+ * A corpus whose MANIFEST opens is refused (there is nothing to recover).
+ */
+export function recoverCorpus(dir: string, options: RecoverOptions = {}): RecoverResult {
+  if (typeof dir !== 'string' || dir === '')
+    throw new InvalidArgumentError('dir', 'a corpus directory path', String(dir));
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(dir);
+  } catch {
+    throw new FormatError(dir, 'no such directory');
+  }
+  if (!st.isDirectory()) throw new FormatError(dir, 'not a directory (a corpus is a directory)');
+  const lock = CorpusLock.acquire(dir, options);
+  try {
+    const manifestFile = path.join(dir, MANIFEST);
+    let damagedManifest: string | undefined;
+    if (fs.existsSync(manifestFile)) {
+      let healthy = true;
+      try {
+        CorpusFile.open(dir);
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        healthy = false;
+      }
+      if (healthy)
+        throw new InvalidArgumentError(
+          'dir',
+          'a corpus whose MANIFEST is lost or damaged',
+          `${dir} (its MANIFEST opens; nothing to recover)`,
+        );
+      damagedManifest = `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+    }
+    const numbered = fs
+      .readdirSync(dir)
+      .map((name) => ({ name, m: SEGMENT_NAME.exec(name) }))
+      .filter((x) => x.m !== null && x.name === segmentName(Number(x.m[1])))
+      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+      .sort((a, b) => a.n - b.n);
+    const skipped: { file: string; reason: string }[] = [];
+    const segments: ManifestSegment[] = [];
+    let first: SegmentHeader | undefined;
+    let maxLength = 0;
+    numbered.forEach(({ name }, k) => {
+      options.onProgress?.(k, numbered.length);
+      const file = path.join(dir, name);
+      try {
+        const { fd } = openSegment(dir, name);
+        let meta: SegmentMeta;
+        let size: number;
+        try {
+          size = fs.fstatSync(fd).size;
+          const raw = new Uint8Array(HEADER_BYTES);
+          readExactly(fd, file, raw, 0, 'the header');
+          const hasIds = decodeHeader(file, raw, size).hasIds;
+          meta = readSegmentMeta(file, fd, size, hasIds);
+        } finally {
+          fs.closeSync(fd);
+        }
+        const h = meta.header;
+        if (first && (h.dtype !== first.dtype || h.dim !== first.dim || h.hasIds !== first.hasIds))
+          throw new FormatError(
+            file,
+            `holds ${h.dtype} dim ${h.dim}${h.hasIds ? ' with ids' : ''}, unlike the first intact segment (${first.dtype} dim ${first.dim}${first.hasIds ? ' with ids' : ''})`,
+          );
+        if (options.verify ?? true) verifySegmentData(file, h, meta.sums);
+        first ??= h;
+        for (let i = 0; i < h.documents; i++)
+          maxLength = Math.max(maxLength, meta.offsets[i + 1] - meta.offsets[i]);
+        segments.push({
+          file: name,
+          documents: h.documents,
+          tokens: h.tokens,
+          bytes: size,
+          headerCrc: meta.headerCrc,
+        });
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        skipped.push({ file, reason: e.message });
+      }
+    });
+    if (!first)
+      throw new FormatError(
+        dir,
+        numbered.length === 0
+          ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
+          : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
+      );
+    const documents = segments.reduce((a, s) => a + s.documents, 0);
+    if (documents > MAX_DOCUMENTS)
+      throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
+    const m: Manifest = {
+      format: FORMAT,
+      version: VERSION,
+      dtype: first.dtype,
+      dim: first.dim,
+      ids: first.hasIds,
+      // past every segment file present, adopted or not: the next append never reuses or removes one
+      generation: numbered[numbered.length - 1].n,
+      documents,
+      tokens: segments.reduce((a, s) => a + s.tokens, 0),
+      maxLength,
+      segments,
+    };
+    lock.check();
+    if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);
+    const tmp = path.join(dir, `${MANIFEST}.${lock.token}.tmp`);
+    const fd = fs.openSync(tmp, 'wx');
+    try {
+      writeAll(fd, Buffer.from(encodeManifest(m), 'utf8'), 0);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, manifestFile);
+    syncDir(dir);
+    return { info: describeManifest(dir, m), skipped, damagedManifest };
+  } finally {
+    lock.release();
+  }
 }
