@@ -13,7 +13,7 @@ import { crc32 } from 'node:zlib';
 import { CorpusFile, CorpusLockedError, CorpusWriter, recoverCorpus } from '../src/io/corpus.js';
 import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
-import { raggedBatch } from '../src/tensor.js';
+import { f16BitsToFloat, floatToBf16Bits, raggedBatch } from '../src/tensor.js';
 import { randomRagged, rng } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-corpus-faults-'));
@@ -460,5 +460,69 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     const none = path.join(tmp, `none-${serial++}`);
     fs.mkdirSync(none);
     assert.throws(() => recoverCorpus(none), /no segment files/);
+  });
+});
+
+describe('no silent float16 / bfloat16 overflow', () => {
+  test('finite values beyond the corpus range are refused (count, first position) or clamped on request', () => {
+    const data = new Float32Array(4 * 3 * 4).map((_, i) => Math.cos(i));
+    data[(3 + 2) * 4 + 3] = 70000; // document 1 (tokens 3..5), token 2, component 3
+    data[9 * 4] = -1e6;
+    data[2] = 65519; // rounds to 65504: no overflow
+    const batch = raggedBatch(data, [0, 3, 6, 9, 12], { dim: 4 });
+    const dir = fresh();
+    const w = CorpusWriter.create(dir, { dim: 4 });
+    assert.throws(
+      () => w.add(batch),
+      /float16 range.* for batch\.data but received 2 values beyond it \(the first, 70000, in document 1 at token 2, component 3\)/,
+    );
+    w.add(raggedBatch(data.subarray(0, 12), [0, 3], { dim: 4 })); // the writer is still usable
+    w.commit();
+    assert.equal(CorpusFile.open(dir).info.documents, 1);
+    // clamped: +-65504, counted
+    const dir2 = fresh();
+    const w2 = CorpusWriter.create(dir2, { dim: 4, clamp: true });
+    w2.add(batch);
+    assert.equal(w2.clamped, 2);
+    w2.commit();
+    const back = CorpusFile.open(dir2).readDocuments([1, 3]);
+    assert.equal(f16BitsToFloat(back.data[2 * 4 + 3]), 65504);
+    assert.equal(f16BitsToFloat(back.data[3 * 4]), -65504);
+    assert.equal(f16BitsToFloat(CorpusFile.open(dir2).readDocuments([0]).data[2]), 65504);
+    // bfloat16: from float32 near its top, and bfloat16 input into a float16 corpus
+    const big = new Float32Array(8).fill(1);
+    big[5] = 3.4e38;
+    const w3 = CorpusWriter.create(fresh(), { dim: 4, dtype: 'bfloat16' });
+    assert.throws(
+      () => w3.add(raggedBatch(big, [0, 2], { dim: 4 })),
+      /1 value beyond it \(the first, 3\.4e\+38, in document 0 at token 1, component 1\)/,
+    );
+    w3.abort();
+    const bf = new Uint16Array(8).fill(floatToBf16Bits(1));
+    bf[6] = floatToBf16Bits(1e5);
+    const w4 = CorpusWriter.create(fresh(), { dim: 4 });
+    assert.throws(
+      () => w4.add(raggedBatch(bf, [0, 2], { dim: 4, dtype: 'bfloat16' })),
+      /float16 range.*1 value beyond it/,
+    );
+    w4.abort();
+  });
+
+  test('CLI: corpus build refuses, or with --clamp stores and reports', () => {
+    const npy = path.join(tmp, `overflow-${serial++}.npy`);
+    const lens = path.join(tmp, `overflow-${serial++}-lens.npy`);
+    const data = new Float32Array(6 * 4).fill(0.5);
+    data[13] = 1e5;
+    writeNpy(npy, { dtype: 'float32', shape: [6, 4], data });
+    writeNpy(lens, { dtype: 'int32', shape: [2], data: new Int32Array([3, 3]) });
+    const out = fresh();
+    let r = cli('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', out);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /1 value beyond it \(the first, 100000, in document 1 at token 0, component 1\)/);
+    assert.equal(fs.existsSync(out), false, 'nothing left behind');
+    r = cli('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', out, '--clamp', '--json');
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /clamped 1 value beyond the float16 range/);
+    assert.equal(JSON.parse(r.stdout).clamped, '1');
   });
 });

@@ -18,6 +18,7 @@ interface BuildOptions {
   checkFinite: boolean;
   json?: boolean;
   wait?: string;
+  clamp?: boolean;
 }
 
 const DTYPES: Record<string, CorpusDType> = {
@@ -78,13 +79,19 @@ function buildAction(append: boolean) {
       append,
       checkFinite: opts.checkFinite,
       waitMs: waitMs(opts.wait),
+      clamp: opts.clamp,
       onProgress: (done, total) => {
         bar ??= new Progress(append ? 'append' : 'build', total);
         bar.update(done);
       },
     });
     bar?.finish();
-    printInfo(info, opts.json);
+    const { clamped, ...published } = info;
+    if (clamped > 0)
+      process.stderr.write(
+        `clamped ${clamped} value${clamped === 1 ? '' : 's'} beyond the ${published.dtype} range to its largest finite value\n`,
+      );
+    printInfo(published, opts.json, opts.clamp ? { clamped: String(clamped) } : {});
   };
 }
 
@@ -100,6 +107,10 @@ function inputOptions(command: Command): Command {
     .option('--ids <file>', 'document ids, one per line')
     .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
     .option('--json', 'print the corpus summary as JSON')
+    .option(
+      '--clamp',
+      'store values beyond the fp16 / bf16 range as its largest finite value (default: refuse them)',
+    )
     .option(
       '--wait <seconds>',
       'when another writer holds the corpus, wait up to this long (default: fail at once)',

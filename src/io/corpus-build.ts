@@ -25,6 +25,8 @@ export interface BuildFromFilesOptions {
   append?: boolean;
   out: string;
   checkFinite?: boolean;
+  /** Clamp finite values beyond a float16 / bfloat16 corpus's range instead of refusing them. */
+  clamp?: boolean;
   /** Milliseconds to wait for another writer of the corpus to finish (default 0: fail at once). */
   waitMs?: number;
   /** Token bytes per group read and written at once (default 64 MiB). */
@@ -53,8 +55,8 @@ function readIds(path: string, count: number): string[] {
   return lines.map((l) => l.replace(/\r$/, ''));
 }
 
-/** Builds (or appends to) a corpus from array files; returns the corpus as published. */
-export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo {
+/** Builds (or appends to) a corpus from array files; returns the corpus as published (and what was clamped). */
+export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo & { clamped: number } {
   const source = openArraySource(options.docs, '--docs');
   let scaleSource: ReturnType<typeof openArraySource> | undefined;
   try {
@@ -146,9 +148,10 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         );
     }
     const writer = options.append
-      ? CorpusWriter.append(options.out, { waitMs: options.waitMs })
+      ? CorpusWriter.append(options.out, { waitMs: options.waitMs, clamp: options.clamp })
       : CorpusWriter.create(options.out, {
           waitMs: options.waitMs,
+          clamp: options.clamp,
           dim,
           dtype: dtype === 'int8' ? 'int8' : (options.dtype ?? 'float16'),
           ids: ids !== undefined,
@@ -198,7 +201,8 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         i = j;
         options.onProgress?.(i, lengths.length);
       }
-      return writer.commit();
+      const clamped = writer.clamped;
+      return { ...writer.commit(), clamped };
     } catch (e) {
       writer.abort();
       throw e;

@@ -29,9 +29,11 @@ import {
   type DType,
   decodeToFloat32,
   dtypeSize,
-  encodeFloats,
+  encodeFloatsClamped,
   type FloatDType,
+  findOverflow,
   isTokenBatch,
+  OVERFLOW_AT,
   type TokenBatch,
   type TokenData,
 } from '../tensor.js';
@@ -107,6 +109,15 @@ function syncDir(dir: string): void {
 
 function bytesOf(view: ArrayBufferView): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+}
+
+/** The shortest decimal that reads back as the same float32. */
+function float32Text(x: number): string {
+  for (let p = 1; p < 9; p++) {
+    const t = Number(x.toPrecision(p));
+    if (Math.fround(t) === x) return String(t);
+  }
+  return String(x);
 }
 
 function hex(n: number): string {
@@ -416,7 +427,16 @@ function openSegment(dir: string, name: string): { file: string; fd: number } {
 
 // ---- writer ----
 
-export interface CorpusCreateOptions extends LockOptions {
+export interface WriterOptions extends LockOptions {
+  /**
+   * Finite values beyond the range of a float16 / bfloat16 corpus (|x| >= 65520 for float16) are
+   * refused by default (they would become +-Infinity); with clamp they are stored as the largest
+   * finite value of their sign, and `clamped` counts them.
+   */
+  clamp?: boolean;
+}
+
+export interface CorpusCreateOptions extends WriterOptions {
   /** Storage dtype of the corpus (default 'float16'); 'int8' stores per-token scaled int8. */
   dtype?: DType;
   dim: number;
@@ -458,6 +478,8 @@ export class CorpusWriter {
   private tokens = 0;
   private maxLength = 0;
   private done = false;
+  private clampedValues = 0;
+  private readonly clamp: boolean;
 
   private constructor(
     readonly dir: string,
@@ -465,7 +487,9 @@ export class CorpusWriter {
     private readonly lock: CorpusLock,
     /** A new corpus (create), and whether create made its directory (removed again on abort). */
     private readonly created: { madeDir: boolean } | undefined,
+    options: WriterOptions,
   ) {
+    this.clamp = options.clamp === true;
     this.segFile = segmentName(manifest.generation + 1);
     // Temporary names carry the lock token: no two writers ever share one.
     this.tmpFile = path.join(dir, `${this.segFile}.${lock.token}.tmp`);
@@ -480,6 +504,10 @@ export class CorpusWriter {
   }
   get dim(): number {
     return this.manifest.dim;
+  }
+  /** Values clamped to the corpus dtype's range so far (only with the clamp option). */
+  get clamped(): number {
+    return this.clampedValues;
   }
   /** Documents added to this segment so far. */
   get documents(): number {
@@ -518,7 +546,7 @@ export class CorpusWriter {
         maxLength: 0,
         segments: [],
       };
-      return new CorpusWriter(dir, manifest, lock, { madeDir: made });
+      return new CorpusWriter(dir, manifest, lock, { madeDir: made }, options);
     } catch (e) {
       lock?.release();
       if (made) removeEmptyDirectory(dir);
@@ -531,13 +559,13 @@ export class CorpusWriter {
    * until commit() or abort(); another writer meanwhile fails with CorpusLockedError ("corpus is
    * locked by pid N"), or first waits up to `waitMs` milliseconds for it.
    */
-  static append(dir: string, options: LockOptions = {}): CorpusWriter {
+  static append(dir: string, options: WriterOptions = {}): CorpusWriter {
     readManifest(dir); // a clear error before locking when it is not a corpus
     const lock = CorpusLock.acquire(dir, options);
     try {
       const manifest = readManifest(dir); // re-read under the lock
       removeLeftovers(dir, manifest);
-      return new CorpusWriter(dir, manifest, lock, undefined);
+      return new CorpusWriter(dir, manifest, lock, undefined, options);
     } catch (e) {
       lock.release();
       throw e;
@@ -572,22 +600,52 @@ export class CorpusWriter {
       );
     }
     const rowElems = this.dim;
+    const converts = this.dtype !== 'int8' && source.dtype !== this.dtype;
+    if (converts && !this.clamp) this.refuseOverflow(source);
     this.writing(() => {
       for (let i = 0; i < source.count; i++) {
         const len = source.lengths[i];
         const start = source.starts[i] * rowElems;
         let rows: TokenData = data.subarray(start, start + len * rowElems);
-        if (this.dtype !== 'int8' && source.dtype !== this.dtype)
-          rows = encodeFloats(
+        if (converts) {
+          const encoded = encodeFloatsClamped(
             decodeToFloat32(rows, source.dtype as FloatDType, rowElems),
             this.dtype as FloatDType,
           );
+          rows = encoded.data;
+          this.clampedValues += encoded.clamped;
+        }
         this.writeTokens(bytesOf(rows));
         if (this.dtype === 'int8')
           this.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
         this.endDocument(len, ids?.[i]);
       }
     });
+  }
+
+  // Before writing anything: finite values the corpus dtype cannot hold are an error naming the first.
+  private refuseOverflow(batch: TokenBatch) {
+    const dtype = this.dtype as FloatDType;
+    let count = 0;
+    let first = '';
+    for (let i = 0; i < batch.count; i++) {
+      const start = batch.starts[i] * this.dim;
+      const rows = batch.data.subarray(start, start + batch.lengths[i] * this.dim);
+      const found = findOverflow(
+        batch.dtype === 'float32' ? rows : decodeToFloat32(rows, batch.dtype, this.dim),
+        dtype,
+      );
+      if (!found) continue;
+      if (count === 0)
+        first = `the first, ${float32Text(found.value)}, in document ${i} at token ${Math.floor(found.first / this.dim)}, component ${found.first % this.dim}`;
+      count += found.count;
+    }
+    if (count > 0)
+      throw new InvalidArgumentError(
+        'batch.data',
+        `finite values within the ${dtype} range of the corpus (|x| < ${OVERFLOW_AT[dtype as 'float16' | 'bfloat16']}; they would become +-Infinity; pass clamp: true / --clamp to store them as +-${dtype === 'float16' ? 65504 : '3.3895e38'})`,
+        `${count} value${count === 1 ? '' : 's'} beyond it (${first})`,
+      );
   }
 
   /** Adds documents already encoded in the corpus dtype (no conversion; for large builds and benchmarks). */
