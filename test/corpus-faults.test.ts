@@ -13,6 +13,7 @@ import { crc32 } from 'node:zlib';
 import { CorpusFile, CorpusLockedError, CorpusWriter, recoverCorpus } from '../src/io/corpus.js';
 import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
+import { openCorpus } from '../src/ops/corpus-search.js';
 import { f16BitsToFloat, floatToBf16Bits, raggedBatch } from '../src/tensor.js';
 import { randomRagged, rng } from './helpers.js';
 
@@ -524,5 +525,73 @@ describe('no silent float16 / bfloat16 overflow', () => {
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stderr, /clamped 1 value beyond the float16 range/);
     assert.equal(JSON.parse(r.stdout).clamped, '1');
+  });
+});
+
+describe('search checks the CRC of what it reads', () => {
+  function flipByte(file: string, at: number) {
+    const fd = fs.openSync(file, 'r+');
+    const b = Buffer.alloc(1);
+    fs.readSync(fd, b, 0, 1, at);
+    b[0] ^= 0x10;
+    fs.writeSync(fd, b, 0, 1, at);
+    fs.closeSync(fd);
+  }
+
+  test('a flipped token byte or int8 scale makes search fail naming the segment', async () => {
+    for (const dtype of ['float16', 'int8'] as const) {
+      const dir = fresh();
+      const w = CorpusWriter.create(dir, { dim: 8, dtype });
+      w.add(randomRagged([5, 7, 3], 8, 'float32', rng(50)));
+      w.commit();
+      const a = CorpusWriter.append(dir);
+      a.add(randomRagged([4, 6], 8, 'float32', rng(51)));
+      a.commit();
+      const q = randomRagged([3], 8, 'float32', rng(52));
+      const clean = await openCorpus(dir).search(q, { topK: 3, backend: 'cpu' });
+      const seg2 = path.join(dir, 'seg-000002.msxs');
+      const header = CorpusFile.open(dir).segments[1].header;
+      flipByte(seg2, dtype === 'int8' ? header.scalesSection.offset + 5 : 4096 + 17);
+      const c = openCorpus(dir);
+      const pattern =
+        dtype === 'int8'
+          ? /seg-000002\.msxs: the int8 scales are corrupted/
+          : /seg-000002\.msxs: token data is corrupted in bytes \[0, 160\) of the tokens section/;
+      for (const blockBytes of [undefined, 64]) {
+        await assert.rejects(c.search(q, { topK: 3, backend: 'cpu', blockBytes }), pattern, dtype);
+      }
+      // without the check the scan runs (on the damaged data)
+      const unchecked = await c.searchWithStats(q, { topK: 3, backend: 'cpu', verify: false });
+      assert.equal(unchecked.stats.verifiedBytes, 0);
+      // the CLI: a clean error, no stack trace
+      const qf = path.join(tmp, `crc-q-${serial++}.npy`);
+      writeNpy(qf, { dtype: 'float32', shape: [1, 3, 8], data: q.data as Float32Array });
+      const r = cli('search', '--queries', qf, '--corpus', dir, '--backend', 'cpu');
+      assert.equal(r.status, 1, r.stdout);
+      assert.match(r.stderr, pattern);
+      assert.doesNotMatch(r.stderr, /\n\s+at /);
+      const r2 = cli('search', '--queries', qf, '--corpus', dir, '--backend', 'cpu', '--no-verify-corpus');
+      assert.equal(r2.status, 0, r2.stderr);
+      // repaired: the search checks again and passes, equal to before
+      flipByte(seg2, dtype === 'int8' ? header.scalesSection.offset + 5 : 4096 + 17);
+      const again = await openCorpus(dir).searchWithStats(q, { topK: 3, backend: 'cpu' });
+      assert.deepEqual(again.hits, clean);
+      assert.ok((again.stats.verifiedBytes ?? 0) > 0);
+    }
+  });
+
+  test('each chunk is checked once per process; a later search checks nothing', async () => {
+    const dir = fresh();
+    const w = CorpusWriter.create(dir, { dim: 8 });
+    w.add(randomRagged([5, 7, 3, 9], 8, 'float32', rng(60)));
+    w.commit();
+    const q = randomRagged([2], 8, 'float32', rng(61));
+    const c = openCorpus(dir);
+    const first = await c.searchWithStats(q, { backend: 'cpu', blockBytes: 100 });
+    assert.equal(first.stats.verifiedBytes, 24 * 8 * 2);
+    const second = await c.searchWithStats(q, { backend: 'cpu', blockBytes: 100 });
+    assert.equal(second.stats.verifiedBytes, 0);
+    const reopened = await openCorpus(dir).searchWithStats(q, { backend: 'cpu' });
+    assert.equal(reopened.stats.verifiedBytes, 0, 'the same unchanged file, reopened');
   });
 });

@@ -27,6 +27,7 @@ interface SearchCommandOptions extends InputOptions {
   corpus?: string;
   gpuMemory?: number;
   pin?: boolean;
+  verifyCorpus: boolean;
   backend: BackendChoice;
   threads?: number;
   topK: number;
@@ -48,6 +49,10 @@ export function searchCommand(): Command {
     .option(
       '--pin',
       'with --corpus on CUDA: page-lock the corpus files first, so blocks reach the GPU by DMA alone',
+    )
+    .option(
+      '--no-verify-corpus',
+      'with --corpus on the CPU: skip the CRC check of the chunks read (trusted, already verified corpora)',
     )
     .option('--top-k <k>', 'results per query', integerOption(0), 10)
     .addOption(
@@ -142,6 +147,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     backend: opts.backend,
     threads: opts.threads,
     gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+    verify: opts.verifyCorpus,
     onProgress: (p) => bar.update(p.documents),
   });
   bar.finish();

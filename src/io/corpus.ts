@@ -37,6 +37,7 @@ import {
   type TokenBatch,
   type TokenData,
 } from '../tensor.js';
+import { MAX_DOCUMENTS } from './budget.js';
 import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
 
 export type CorpusDType = DType;
@@ -262,8 +263,6 @@ function encodeManifest(m: Manifest): string {
 
 /** The MANIFEST's file, at most this large (a million segments fit in about 150 MB). */
 const MANIFEST_MAX_BYTES = 256 * 1024 * 1024;
-/** Documents of a corpus: a document index must fit an int32 (Int32Array lengths, native spans). */
-const MAX_DOCUMENTS = 0x7fffffff;
 
 function readManifest(dir: string): Manifest {
   const file = path.join(dir, MANIFEST);
@@ -473,7 +472,9 @@ export class CorpusWriter {
   private chunkCrc = 0;
   private chunkFill = 0;
   private scalesCrc = 0;
-  private readonly offsets: number[] = [0];
+  // token offsets of the documents so far, [documents + 1], in a typed array grown by doubling
+  private offsets = new Float64Array(1024);
+  private documentCount = 0;
   private readonly ids: string[] = [];
   private tokens = 0;
   private maxLength = 0;
@@ -511,7 +512,7 @@ export class CorpusWriter {
   }
   /** Documents added to this segment so far. */
   get documents(): number {
-    return this.offsets.length - 1;
+    return this.documentCount;
   }
 
   /**
@@ -709,7 +710,9 @@ export class CorpusWriter {
       const scalesSection = { offset: at, bytes: this.dtype === 'int8' ? this.tokens * 4 : 0 };
       if (this.scalesFd !== undefined) this.copyScales(at);
       at = alignUp(at + scalesSection.bytes);
-      const offsetsBytes = new Uint8Array(new BigUint64Array(this.offsets.map(BigInt)).buffer);
+      const off64 = new BigUint64Array(documents + 1);
+      for (let i = 1; i <= documents; i++) off64[i] = BigInt(this.offsets[i]);
+      const offsetsBytes = new Uint8Array(off64.buffer);
       const offsetsSection = { offset: at, bytes: offsetsBytes.length };
       step('write-offsets');
       writeAll(this.fd!, offsetsBytes, at);
@@ -873,8 +876,19 @@ export class CorpusWriter {
   }
 
   private endDocument(length: number, id: string | undefined) {
+    if (this.manifest.documents + this.documentCount >= MAX_DOCUMENTS)
+      throw new InvalidArgumentError(
+        'documents',
+        `at most ${MAX_DOCUMENTS} documents in a corpus`,
+        `document ${this.manifest.documents + this.documentCount + 1}`,
+      );
     this.tokens += length;
-    this.offsets.push(this.tokens);
+    if (this.documentCount + 2 > this.offsets.length) {
+      const grown = new Float64Array(this.offsets.length * 2);
+      grown.set(this.offsets);
+      this.offsets = grown;
+    }
+    this.offsets[++this.documentCount] = this.tokens;
     if (length > this.maxLength) this.maxLength = length;
     if (id !== undefined) this.ids.push(id);
   }
@@ -1053,6 +1067,26 @@ export interface CorpusSegment {
   readonly firstDocument: number;
   /** Token offsets of its documents relative to the segment, [documents + 1]. */
   readonly offsets: Float64Array;
+  /** The checksums section: CRC-32 per chunk of tokens, then scales, offsets, ids. */
+  readonly checksums: Uint32Array;
+  /** Chunks of tokens (index) and the scales (-1) whose CRC was checked in this process. */
+  readonly verified: Set<number>;
+}
+
+// Segment files are immutable once published: a chunk checked once in this process stays checked
+// for the same file (same device, inode, size, times and header). Keyed by that identity.
+const verifiedChunks = new Map<string, Set<number>>();
+
+/** Bench / test hook: forget which chunks were checked (later opens check them again). */
+export function forgetVerifiedChunks(): void {
+  verifiedChunks.clear();
+}
+
+function verifiedSet(st: fs.Stats, headerCrc: number): Set<number> {
+  const key = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${headerCrc}`;
+  let set = verifiedChunks.get(key);
+  if (!set) verifiedChunks.set(key, (set = new Set()));
+  return set;
 }
 
 /** A run of consecutive documents of one segment: the unit a streaming search reads and scores. */
@@ -1106,13 +1140,14 @@ export class CorpusFile {
     for (const s of m.segments) {
       const { file, fd } = openSegment(dir, s.file);
       try {
-        const size = fs.fstatSync(fd).size;
+        const st = fs.fstatSync(fd);
+        const size = st.size;
         if (size !== s.bytes)
           throw new FormatError(
             file,
             `the segment has ${size} bytes but the MANIFEST says ${s.bytes} (truncated or replaced)`,
           );
-        const { header, headerCrc, offsets, ids: segIds } = readSegmentMeta(file, fd, size, m.ids);
+        const { header, headerCrc, offsets, ids: segIds, sums } = readSegmentMeta(file, fd, size, m.ids);
         if (headerCrc !== s.headerCrc)
           throw new FormatError(file, 'the segment header does not match the MANIFEST (replaced segment?)');
         if (
@@ -1126,7 +1161,14 @@ export class CorpusFile {
             'the segment header disagrees with the MANIFEST (dtype, dim or counts)',
           );
         if (ids) for (const id of segIds!) ids.push(id);
-        segments.push({ file, header, firstDocument, offsets });
+        segments.push({
+          file,
+          header,
+          firstDocument,
+          offsets,
+          checksums: sums,
+          verified: verifiedSet(st, headerCrc),
+        });
       } finally {
         fs.closeSync(fd);
       }
@@ -1166,7 +1208,60 @@ export class CorpusFile {
         bytes += n;
         onProgress?.({ bytes, totalBytes });
       });
+      // every chunk of this segment checked: searches in this process need not check them again
+      for (let c = 0; c < s.checksums.length - 3; c++) s.verified.add(c);
+      s.verified.add(-1);
     }
+  }
+
+  /**
+   * Checks the CRC of every checksum chunk that the block's token rows lie in (and, for int8, the
+   * scales section), each at most once per process (see CorpusSegment.verified); throws FormatError
+   * naming the segment and the damaged range. `read(file, offset, length)` supplies the bytes
+   * (default: read from the file). Returns the bytes checked by this call (0 when all were checked).
+   */
+  verifyBlock(
+    block: CorpusBlock,
+    read?: (file: string, offset: number, length: number) => Uint8Array,
+  ): number {
+    const s = this.segments[block.segment];
+    const h = s.header;
+    const rowBytes = h.dim * dtypeSize(h.dtype);
+    const from = block.firstToken * rowBytes;
+    const to = (block.firstToken + block.tokens) * rowBytes;
+    const reader =
+      read ??
+      ((file: string, offset: number, length: number) => {
+        const fd = fs.openSync(file, 'r');
+        try {
+          const bytes = new Uint8Array(length);
+          readExactly(fd, file, bytes, offset, 'the tokens');
+          return bytes;
+        } finally {
+          fs.closeSync(fd);
+        }
+      });
+    let checked = 0;
+    for (let c = Math.floor(from / h.chunkBytes); c * h.chunkBytes < to; c++) {
+      if (s.verified.has(c)) continue;
+      const start = c * h.chunkBytes;
+      const n = Math.min(h.chunkBytes, h.tokensSection.bytes - start);
+      if (crc32(reader(s.file, h.tokensSection.offset + start, n)) !== s.checksums[c])
+        throw new FormatError(
+          s.file,
+          `token data is corrupted in bytes [${start}, ${start + n}) of the tokens section (checksum mismatch); \`maxsim corpus info\` checks the whole corpus`,
+        );
+      s.verified.add(c);
+      checked += n;
+    }
+    if (h.scalesSection.bytes > 0 && !s.verified.has(-1)) {
+      const bytes = reader(s.file, h.scalesSection.offset, h.scalesSection.bytes);
+      if (crc32(bytes) !== s.checksums[s.checksums.length - 3])
+        throw new FormatError(s.file, 'the int8 scales are corrupted (checksum mismatch)');
+      s.verified.add(-1);
+      checked += bytes.length;
+    }
+    return checked;
   }
 
   /**
