@@ -1085,7 +1085,10 @@ export function forgetVerifiedChunks(): void {
 function verifiedSet(st: fs.Stats, headerCrc: number): Set<number> {
   const key = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${headerCrc}`;
   let set = verifiedChunks.get(key);
-  if (!set) verifiedChunks.set(key, (set = new Set()));
+  if (!set) {
+    set = new Set();
+    verifiedChunks.set(key, set);
+  }
   return set;
 }
 
