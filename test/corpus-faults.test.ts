@@ -26,6 +26,13 @@ const tensorModule = fileURLToPath(new URL('../src/tensor.js', import.meta.url))
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const cli = (...args: string[]) =>
   spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000 });
+/** The CLI with a stated metadata budget of 1 GB, whatever this machine's memory. */
+const cliBudget = (...args: string[]) =>
+  spawnSync(process.execPath, [CLI, ...args], {
+    encoding: 'utf8',
+    timeout: 60_000,
+    env: { ...process.env, MAXSIM_METADATA_BUDGET: String(1e9) },
+  });
 
 /** A small packed .npy with lengths: `docs` documents of 3 tokens, dim 4. */
 function inputFiles(docs = 5): { npy: string; lens: string } {
@@ -593,5 +600,82 @@ describe('search checks the CRC of what it reads', () => {
     assert.equal(second.stats.verifiedBytes, 0);
     const reopened = await openCorpus(dir).searchWithStats(q, { backend: 'cpu' });
     assert.equal(reopened.stats.verifiedBytes, 0, 'the same unchanged file, reopened');
+  });
+});
+
+describe('bounded resources: sizes from headers are checked before allocating', () => {
+  /** A .npy whose header claims `shape` with no data (empty documents). */
+  function emptyNpy(shape: number[]): string {
+    const file = path.join(tmp, `shape-${serial++}.npy`);
+    let header = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}), }`;
+    header += ' '.repeat(63 - ((10 + header.length) % 64)) + '\n';
+    const pre = Buffer.from([0x93, ...Buffer.from('NUMPY'), 1, 0, header.length & 0xff, header.length >> 8]);
+    fs.writeFileSync(file, Buffer.concat([pre, Buffer.from(header, 'latin1')]));
+    return file;
+  }
+
+  test('a 128-byte .npy of shape (2000000000, 0, 16) is refused at once by score and corpus build', () => {
+    const big = emptyNpy([2000000000, 0, 16]);
+    assert.equal(fs.statSync(big).size, 128);
+    const q = path.join(tmp, `q-${serial++}.npy`);
+    writeNpy(q, { dtype: 'float32', shape: [1, 2, 16], data: new Float32Array(32).fill(0.25) });
+    for (const args of [
+      ['score', '--queries', q, '--docs', big],
+      ['corpus', 'build', '--docs', big, '--out', fresh()],
+    ]) {
+      const t0 = Date.now();
+      const r = cliBudget(...args);
+      assert.equal(r.status, 1, `${args[0]}: ${r.stderr}`);
+      assert.match(
+        r.stderr,
+        /documents whose metadata \(\d+ bytes each\) fits the budget of 1\.00 GB \(MAXSIM_METADATA_BUDGET\).*but received 2000000000 documents, which need \d+\.\d GB/,
+      );
+      assert.ok(Date.now() - t0 < 20_000, `${args[0]} answered in ${Date.now() - t0} ms`);
+    }
+    // more documents than an int32 indexes: refused whatever the budget
+    const r = cli('corpus', 'build', '--docs', emptyNpy([3000000000, 0, 16]), '--out', fresh());
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /at most 2147483647 documents \(2\^31 - 1\).*but received 3000000000 documents/);
+  });
+
+  test('library: buildCorpusFromFiles refuses (300000000, 0, 16) under a stated budget', () => {
+    const saved = process.env.MAXSIM_METADATA_BUDGET;
+    process.env.MAXSIM_METADATA_BUDGET = String(1e9);
+    try {
+      assert.throws(
+        () => buildCorpusFromFiles({ docs: emptyNpy([300000000, 0, 16]), out: fresh() }),
+        /300000000 documents, which need 6\.00 GB/,
+      );
+    } finally {
+      if (saved === undefined) delete process.env.MAXSIM_METADATA_BUDGET;
+      else process.env.MAXSIM_METADATA_BUDGET = saved;
+    }
+    // within the budget, many empty documents build (typed metadata, bounded groups)
+    const dir = fresh();
+    const info = buildCorpusFromFiles({ docs: emptyNpy([200000, 0, 16]), out: dir });
+    assert.equal(info.documents, 200000);
+    assert.equal(CorpusFile.open(dir).lengths.length, 200000);
+  });
+
+  test('a segment header claiming more than its file holds is refused before allocating', () => {
+    const dir = fresh();
+    const w = CorpusWriter.create(dir, { dim: 4 });
+    w.add(randomRagged([2, 3], 4, 'float32', rng(70)));
+    w.commit();
+    const seg = path.join(dir, 'seg-000001.msxs');
+    const bytes = fs.readFileSync(seg);
+    // documents = 2^40 with a recomputed header CRC
+    bytes.writeBigUInt64LE(2n ** 40n, 24);
+    bytes.writeUInt32LE(crc32(bytes.subarray(0, 124)), 124);
+    fs.writeFileSync(seg, bytes);
+    assert.throws(
+      () => recoverCorpus(dir, { verify: true }),
+      /its MANIFEST opens|none of its 1 segment files is intact.*offsets section size/,
+    );
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    assert.throws(
+      () => recoverCorpus(dir),
+      /none of its 1 segment files is intact: .*inconsistent segment header: offsets section size/,
+    );
   });
 });

@@ -7,9 +7,18 @@ import { InvalidArgumentError } from '../errors.js';
 /** Documents of one batch or corpus: a document index must fit an int32 (native spans, Int32Array lengths). */
 export const MAX_DOCUMENTS = 0x7fffffff;
 
-/** Bytes of per-document metadata (offsets, lengths, spans) allowed at once: a quarter of physical memory. */
+/**
+ * Bytes of per-document metadata (offsets, lengths, spans) allowed at once: a quarter of physical
+ * memory, or MAXSIM_METADATA_BUDGET (bytes) when set.
+ */
 export function metadataBudget(): number {
+  const env = Number(process.env.MAXSIM_METADATA_BUDGET);
+  if (process.env.MAXSIM_METADATA_BUDGET && Number.isSafeInteger(env) && env > 0) return env;
   return Math.floor(os.totalmem() / 4);
+}
+
+function budgetSource(): string {
+  return process.env.MAXSIM_METADATA_BUDGET ? 'MAXSIM_METADATA_BUDGET' : "a quarter of this machine's memory";
 }
 
 function gb(bytes: number): string {
@@ -34,7 +43,7 @@ export function checkDocumentCount(documents: number, bytesPerDocument: number, 
   if (need > budget)
     throw new InvalidArgumentError(
       argument,
-      `documents whose metadata (${bytesPerDocument} bytes each) fits the budget of ${gb(budget)} (a quarter of this machine's memory)`,
+      `documents whose metadata (${bytesPerDocument} bytes each) fits the budget of ${gb(budget)} (${budgetSource()})`,
       `${documents} documents, which need ${gb(need)}`,
     );
 }
