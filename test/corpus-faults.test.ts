@@ -181,6 +181,22 @@ for (let round = 0; Date.now() < until; round++) {
     fs.rmSync(lock);
   });
 
+  test('a read-only corpus directory: a clear error, not a raw EACCES', {
+    skip: process.getuid?.() === 0 ? 'root writes anywhere' : false,
+  }, () => {
+    const dir = fresh();
+    CorpusWriter.create(dir, { dim: 4 }).commit();
+    fs.chmodSync(dir, 0o555);
+    try {
+      assert.throws(
+        () => CorpusWriter.append(dir),
+        /cannot create the writer's lock \(EACCES: the corpus directory is not writable\)/,
+      );
+    } finally {
+      fs.chmodSync(dir, 0o755);
+    }
+  });
+
   test('release() removes only its own lock; a writer whose lock was replaced publishes nothing', () => {
     const dir = fresh();
     CorpusWriter.create(dir, { dim: 4 }).commit();
@@ -266,7 +282,7 @@ describe('the MANIFEST is data, never a path', () => {
       [
         'documents 2^62',
         (m) => ({ ...m, documents: 2 ** 62 }),
-        /field documents must be an integer in \[0, 2147483647\] but is 4611686018427388000/,
+        /field documents must be an integer in \[0, 2147483647\] but is 4\.612e\+18 \(beyond 2\^53\)/,
       ],
       [
         'totals that do not add up',

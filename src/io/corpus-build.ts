@@ -58,7 +58,17 @@ const GROUP_DOCUMENTS = 1 << 16;
 const BUILD_BYTES_PER_DOCUMENT = 20;
 
 function readIds(path: string, count: number): string[] {
-  const text = fs.readFileSync(path, 'utf8');
+  let text: string;
+  try {
+    text = fs.readFileSync(path, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new InvalidArgumentError(
+      '--ids',
+      'a text file with one id per document, one per line',
+      `${path} (${code === 'EISDIR' ? 'a directory' : code === 'ENOENT' ? 'no such file' : (code ?? (e as Error).message)})`,
+    );
+  }
   const lines = text.endsWith('\n') ? text.slice(0, -1).split('\n') : text.split('\n');
   if (text.length === 0) lines.length = 0;
   if (lines.length !== count)

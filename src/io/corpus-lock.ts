@@ -159,7 +159,14 @@ export class CorpusLock {
     const tmp = path.join(dir, `${LOCK_FILE}.${token}.tmp`);
     const deadline = Date.now() + waitMs;
     let pause = 2;
-    fs.writeFileSync(tmp, record, { flag: 'wx' });
+    try {
+      fs.writeFileSync(tmp, record, { flag: 'wx' });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      throw new MaxsimError(
+        `${dir}: cannot create the writer's lock (${code ?? (e as Error).message}${code === 'EACCES' || code === 'EROFS' ? ': the corpus directory is not writable' : ''})`,
+      );
+    }
     try {
       for (;;) {
         if (CorpusLock.tryCreate(tmp, file, record)) return new CorpusLock(dir, token, record);

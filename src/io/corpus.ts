@@ -310,6 +310,8 @@ function describeValue(x: unknown): string {
   if (Array.isArray(x)) return `an array of ${x.length}`;
   if (typeof x === 'object') return 'an object';
   if (typeof x === 'string') return JSON.stringify(x.length > 80 ? `${x.slice(0, 80)}...` : x);
+  if (typeof x === 'number' && Number.isFinite(x) && Math.abs(x) > Number.MAX_SAFE_INTEGER)
+    return `${x.toExponential(3)} (beyond 2^53)`;
   return String(x);
 }
 
