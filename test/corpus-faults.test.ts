@@ -10,9 +10,10 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
-import { CorpusFile, CorpusLockedError, CorpusWriter, recoverCorpus } from '../src/io/corpus.js';
+import { CorpusFile, CorpusLockedError, CorpusWriter, checksum, recoverCorpus } from '../src/io/corpus.js';
 import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
+import { loadNative, nativeUnavailableReason } from '../src/native.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { f16BitsToFloat, floatToBf16Bits, raggedBatch } from '../src/tensor.js';
 import { randomRagged, rng } from './helpers.js';
@@ -600,6 +601,24 @@ describe('search checks the CRC of what it reads', () => {
       const again = await openCorpus(dir).searchWithStats(q, { topK: 3, backend: 'cpu' });
       assert.deepEqual(again.hits, clean);
       assert.ok((again.stats.verifiedBytes ?? 0) > 0);
+    }
+  });
+
+  test('the native CRC-32 equals zlib on every length, alignment and initial value', () => {
+    const native = nativeUnavailableReason()
+      ? undefined
+      : (loadNative() as unknown as { file: { crc32?: (b: Uint8Array, c: number) => number } }).file.crc32;
+    const rand = rng(80);
+    const bytes = new Uint8Array(70000).map(() => Math.floor(rand() * 256));
+    for (let t = 0; t < 400; t++) {
+      const at = Math.floor(rand() * 64);
+      const n = t < 200 ? t : Math.floor(rand() * (bytes.length - at));
+      const part = bytes.subarray(at, at + n);
+      assert.equal(checksum(part), crc32(part), `length ${n} at ${at}`);
+      if (native) {
+        const init = Math.floor(rand() * 2 ** 32);
+        assert.equal(native(part, init), crc32(part, init), `length ${n} at ${at} from ${init}`);
+      }
     }
   });
 
