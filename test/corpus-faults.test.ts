@@ -130,6 +130,35 @@ for (let round = 0; Date.now() < until; round++) {
     for (const name of fs.readdirSync(dir)) assert.match(name, /^(MANIFEST|seg-\d{6}\.msxs)$/);
   });
 
+  test('maxsim corpus append processes at once with --wait: all land', async () => {
+    const { npy, lens } = inputFiles(3);
+    const dir = fresh();
+    assert.equal(cli('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', dir).status, 0);
+    const runs = Array.from(
+      { length: 4 },
+      () =>
+        new Promise<number | null>((resolve) => {
+          const child = spawn(
+            process.execPath,
+            [CLI, 'corpus', 'append', '--docs', npy, '--doc-lengths', lens, '--out', dir, '--wait', '30'],
+            { stdio: 'ignore' },
+          );
+          child.on('exit', resolve);
+        }),
+    );
+    assert.deepEqual(await Promise.all(runs), [0, 0, 0, 0]);
+    const c = CorpusFile.open(dir);
+    c.verify();
+    assert.equal(c.info.documents, 15);
+    assert.equal(c.info.segments, 5);
+    // an old lock record of a crashed contender is cleaned by the next writer
+    const stray = path.join(dir, `LOCK.${'d'.repeat(32)}.tmp`);
+    fs.writeFileSync(stray, '{}');
+    fs.utimesSync(stray, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000));
+    CorpusWriter.append(dir).abort();
+    assert.equal(fs.existsSync(stray), false);
+  });
+
   test('two library writers in one process: the second is refused until the first commits', () => {
     const dir = fresh();
     CorpusWriter.create(dir, { dim: 4, ids: true }).commit();

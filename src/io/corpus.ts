@@ -980,6 +980,15 @@ function removeLeftovers(dir: string, m: Manifest) {
     const seg = SEGMENT_NAME.exec(name);
     if (LEFTOVER_NAME.test(name) || (seg && Number(seg[1]) > m.generation))
       fs.rmSync(path.join(dir, name), { force: true });
+    else if (LOCK_TEMP_NAME.test(name)) {
+      // a contender's lock record lives for microseconds: one a minute old was left by a crash
+      try {
+        if (Date.now() - fs.statSync(path.join(dir, name)).mtimeMs > 60_000)
+          fs.rmSync(path.join(dir, name), { force: true });
+      } catch {
+        // gone meanwhile
+      }
+    }
   }
 }
 
