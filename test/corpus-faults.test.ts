@@ -672,7 +672,7 @@ describe('bounded resources: sizes from headers are checked before allocating', 
   function emptyNpy(shape: number[]): string {
     const file = path.join(tmp, `shape-${serial++}.npy`);
     let header = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}), }`;
-    header += ' '.repeat(63 - ((10 + header.length) % 64)) + '\n';
+    header += `${' '.repeat(63 - ((10 + header.length) % 64))}\n`;
     const pre = Buffer.from([0x93, ...Buffer.from('NUMPY'), 1, 0, header.length & 0xff, header.length >> 8]);
     fs.writeFileSync(file, Buffer.concat([pre, Buffer.from(header, 'latin1')]));
     return file;
