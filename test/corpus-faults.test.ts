@@ -462,7 +462,10 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     const before = CorpusFile.open(dir);
     const docs = before.readDocuments([0, 1, 2, 3, 4]);
     fs.rmSync(path.join(dir, 'MANIFEST'));
-    assert.throws(() => CorpusFile.open(dir), /no MANIFEST \(`maxsim corpus recover .*` rebuilds one/);
+    assert.throws(
+      () => CorpusFile.open(dir),
+      /no MANIFEST but 4 segment file\(s\) \(`maxsim corpus recover .*` rebuilds the MANIFEST/,
+    );
     // build --out refuses it and points at recover; nothing is deleted
     assert.throws(() => buildCorpusFromFiles({ docs: npy, docLengths: lens, out: dir }), /corpus recover/);
     assert.equal(listing(dir).length, 4);

@@ -299,12 +299,13 @@ function readManifest(dir: string): Manifest {
     if (e instanceof FormatError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
-      const exists = fs.existsSync(dir);
+      if (!fs.existsSync(dir)) throw new FormatError(dir, 'no such corpus (the directory does not exist)');
+      const segments = fs.readdirSync(dir).filter((n) => SEGMENT_NAME.test(n)).length;
       throw new FormatError(
         dir,
-        exists
-          ? `not a maxsim corpus: it has no MANIFEST (\`maxsim corpus recover ${dir}\` rebuilds one from intact segments)`
-          : 'no such corpus (the directory does not exist)',
+        segments > 0
+          ? `not a maxsim corpus: it has no MANIFEST but ${segments} segment file(s) (\`maxsim corpus recover ${dir}\` rebuilds the MANIFEST from the intact ones)`
+          : 'not a maxsim corpus (no MANIFEST and no segment files)',
       );
     }
     if (code === 'ENOTDIR') throw new FormatError(dir, 'not a maxsim corpus (a corpus is a directory)');
