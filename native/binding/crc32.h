@@ -5,7 +5,9 @@
 // runs at 1-2 GB/s; this at several times that). CPUs without PCLMUL use the table alone.
 #pragma once
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
