@@ -39,8 +39,13 @@ export {
   type CorpusDType,
   CorpusFile,
   type CorpusInfo,
+  CorpusLockedError,
   CorpusWriter,
   type EncodedDocuments,
+  type LockOptions,
+  type RecoverOptions,
+  type RecoverResult,
+  recoverCorpus,
   type VerifyProgress,
 } from './io/corpus.js';
 export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';

@@ -541,6 +541,57 @@ export function encodeFloats(values: Float32Array, dtype: FloatDType): Float32Ar
   return out;
 }
 
+/**
+ * Float32 magnitudes from which a float dtype rounds to infinity: 65520 for float16 (its largest
+ * finite value is 65504), 0x7f7f8000 read as a float for bfloat16 (largest finite 3.3895e38).
+ */
+export const OVERFLOW_AT: Readonly<Record<'float16' | 'bfloat16', number>> = {
+  float16: 65520,
+  bfloat16: 3.3961514278273526e38,
+};
+const MAX_FINITE_BITS = { float16: 0x7bff, bfloat16: 0x7f7f } as const;
+const INFINITY_BITS = { float16: 0x7c00, bfloat16: 0x7f80 } as const;
+
+/** Finite values that `dtype` cannot hold (they would round to +-Infinity): how many, and the first. */
+export function findOverflow(
+  values: ArrayLike<number>,
+  dtype: FloatDType,
+): { count: number; first: number; value: number } | undefined {
+  if (dtype === 'float32') return undefined;
+  const limit = OVERFLOW_AT[dtype];
+  let count = 0;
+  let first = -1;
+  for (let i = 0; i < values.length; i++) {
+    const x = values[i];
+    // NaN fails both comparisons; +-Infinity is not a finite value lost by the conversion
+    if ((x >= limit || x <= -limit) && x !== Infinity && x !== -Infinity) {
+      if (count++ === 0) first = i;
+    }
+  }
+  return count === 0 ? undefined : { count, first, value: values[first] };
+}
+
+/**
+ * encodeFloats, with finite values beyond the dtype's range clamped to its largest finite value
+ * (same sign) instead of becoming infinite; returns the encoded data and how many were clamped.
+ */
+export function encodeFloatsClamped(
+  values: Float32Array,
+  dtype: FloatDType,
+): { data: Float32Array | Uint16Array; clamped: number } {
+  const data = encodeFloats(values, dtype);
+  if (dtype === 'float32') return { data, clamped: 0 };
+  const out = data as Uint16Array;
+  let clamped = 0;
+  for (let i = 0; i < out.length; i++) {
+    if ((out[i] & 0x7fff) === INFINITY_BITS[dtype] && Number.isFinite(values[i])) {
+      out[i] = (out[i] & 0x8000) | MAX_FINITE_BITS[dtype];
+      clamped++;
+    }
+  }
+  return { data: out, clamped };
+}
+
 /** Converts token data of any dtype to float32 values (int8 multiplied by its per-token scale). */
 export function decodeToFloat32(
   data: TokenData,

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <string>
 
+#include "crc32.h"
+
 namespace {
 
 struct Mapping {
@@ -69,10 +71,23 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
       mapping);
 }
 
+Napi::Value Crc32(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    throw Napi::TypeError::New(env, "Expected a Uint8Array for bytes");
+  const Napi::Uint8Array bytes = info[0].As<Napi::Uint8Array>();
+  const double init = info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
+  if (!(init >= 0 && init <= 4294967295.0 && init == std::floor(init)))
+    throw Napi::TypeError::New(env, "Expected an unsigned 32-bit integer for crc");
+  const uint32_t crc = maxsim_crc::Crc32(static_cast<uint32_t>(init), bytes.Data(), bytes.ByteLength());
+  return Napi::Number::New(env, crc);
+}
+
 }  // namespace
 
 void InitFile(Napi::Env env, Napi::Object exports) {
   Napi::Object file = Napi::Object::New(env);
   file.Set("mapFile", Napi::Function::New(env, MapFile, "mapFile"));
+  file.Set("crc32", Napi::Function::New(env, Crc32, "crc32"));
   exports.Set("file", file);
 }

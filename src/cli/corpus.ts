@@ -1,6 +1,7 @@
 // `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus.ts).
 import { Command, Option } from 'commander';
-import type { CorpusDType, CorpusInfo } from '../io/corpus.js';
+import { InvalidArgumentError } from '../errors.js';
+import { type CorpusDType, type CorpusInfo, recoverCorpus } from '../io/corpus.js';
 import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { grouped, printTable } from './common.js';
@@ -16,6 +17,8 @@ interface BuildOptions {
   dtype: string;
   checkFinite: boolean;
   json?: boolean;
+  wait?: string;
+  clamp?: boolean;
 }
 
 const DTYPES: Record<string, CorpusDType> = {
@@ -54,6 +57,14 @@ function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<st
   );
 }
 
+function waitMs(seconds: string | undefined): number | undefined {
+  if (seconds === undefined) return undefined;
+  const s = Number(seconds);
+  if (!(Number.isFinite(s) && s >= 0))
+    throw new InvalidArgumentError('--wait', 'a number of seconds >= 0', JSON.stringify(seconds));
+  return s * 1000;
+}
+
 function buildAction(append: boolean) {
   return (opts: BuildOptions) => {
     let bar: Progress | undefined;
@@ -67,13 +78,20 @@ function buildAction(append: boolean) {
       dtype: DTYPES[opts.dtype],
       append,
       checkFinite: opts.checkFinite,
+      waitMs: waitMs(opts.wait),
+      clamp: opts.clamp,
       onProgress: (done, total) => {
         bar ??= new Progress(append ? 'append' : 'build', total);
         bar.update(done);
       },
     });
     bar?.finish();
-    printInfo(info, opts.json);
+    const { clamped, ...published } = info;
+    if (clamped > 0)
+      process.stderr.write(
+        `clamped ${clamped} value${clamped === 1 ? '' : 's'} beyond the ${published.dtype} range to its largest finite value\n`,
+      );
+    printInfo(published, opts.json, opts.clamp ? { clamped: String(clamped) } : {});
   };
 }
 
@@ -88,7 +106,15 @@ function inputOptions(command: Command): Command {
     .option('--doc-scales <spec>', 'int8 tokens: one float32 scale per token row (makes an int8 corpus)')
     .option('--ids <file>', 'document ids, one per line')
     .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
-    .option('--json', 'print the corpus summary as JSON');
+    .option('--json', 'print the corpus summary as JSON')
+    .option(
+      '--clamp',
+      'store values beyond the fp16 / bf16 range as its largest finite value (default: refuse them)',
+    )
+    .option(
+      '--wait <seconds>',
+      'when another writer holds the corpus, wait up to this long (default: fail at once)',
+    );
 }
 
 export function corpusCommand(): Command {
@@ -129,6 +155,29 @@ export function corpusCommand(): Command {
           bar.finish();
         }
         printInfo(c.info, opts.json, { checksums: opts.verify ? 'ok' : 'not read (--no-verify)' });
+      }),
+  );
+  corpus.addCommand(
+    new Command('recover')
+      .description(
+        'rebuild a lost or damaged MANIFEST from the intact segment files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
+      )
+      .argument('<dir>', 'the corpus directory')
+      .option(
+        '--no-verify',
+        'adopt segments without re-reading their tokens (headers, offsets, ids are checked)',
+      )
+      .option('--wait <seconds>', 'when a writer holds the corpus, wait up to this long')
+      .option('--json', 'print JSON')
+      .action((dir: string, opts: { verify: boolean; wait?: string; json?: boolean }) => {
+        const r = recoverCorpus(dir, { verify: opts.verify, waitMs: waitMs(opts.wait) });
+        for (const s of r.skipped) process.stderr.write(`skipped ${s.reason}\n`);
+        if (r.damagedManifest)
+          process.stderr.write(`the damaged MANIFEST was kept as ${r.damagedManifest}\n`);
+        printInfo(r.info, opts.json, {
+          recovered: `${r.info.segments} segment(s)`,
+          skipped: String(r.skipped.length),
+        });
       }),
   );
   return corpus;

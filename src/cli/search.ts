@@ -28,6 +28,7 @@ interface SearchCommandOptions extends InputOptions {
   gpuMemory?: number;
   gpus?: 'all' | number[];
   pin?: boolean;
+  verifyCorpus: boolean;
   backend: BackendChoice;
   threads?: number;
   topK: number;
@@ -60,6 +61,10 @@ export function searchCommand(): Command {
     .option(
       '--pin',
       'with --corpus on CUDA: page-lock the corpus files first, so blocks reach the GPU by DMA alone',
+    )
+    .option(
+      '--no-verify-corpus',
+      'with --corpus on the CPU: skip the CRC check of the chunks read (trusted, already verified corpora)',
     )
     .option('--top-k <k>', 'results per query', integerOption(0), 10)
     .addOption(
@@ -155,6 +160,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     threads: opts.threads,
     gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
     devices: opts.gpus,
+    verify: opts.verifyCorpus,
     onProgress: (p) => bar.update(p.documents),
   });
   bar.finish();

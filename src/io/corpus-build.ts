@@ -7,6 +7,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { type DType, raggedBatch, type TokenData } from '../tensor.js';
 import type { NpyArray } from './array.js';
 import { openArraySource } from './array-source.js';
+import { checkDocumentCount } from './budget.js';
 import { type CorpusDType, type CorpusInfo, CorpusWriter } from './corpus.js';
 import { loadArray } from './load.js';
 
@@ -25,21 +26,49 @@ export interface BuildFromFilesOptions {
   append?: boolean;
   out: string;
   checkFinite?: boolean;
+  /** Clamp finite values beyond a float16 / bfloat16 corpus's range instead of refusing them. */
+  clamp?: boolean;
+  /** Milliseconds to wait for another writer of the corpus to finish (default 0: fail at once). */
+  waitMs?: number;
   /** Token bytes per group read and written at once (default 64 MiB). */
   groupBytes?: number;
   onProgress?: (documents: number, total: number) => void;
 }
 
-function toNumbers(a: NpyArray, name: string): number[] {
+/** A 1-D integer array as float64 values (exact up to 2^53), checked: one typed array, no per-value objects. */
+function indexValues(a: NpyArray, name: string): Float64Array {
   if (!['int32', 'int64', 'uint32', 'uint64'].includes(a.dtype))
     throw new InvalidArgumentError(name, 'an integer array (int32 / int64)', a.dtype);
   if (a.shape.length !== 1)
     throw new InvalidArgumentError(name, 'a 1-D array', `shape [${a.shape.join(', ')}]`);
-  return Array.from(a.data as ArrayLike<number | bigint>, (x) => Number(x));
+  const src = a.data as ArrayLike<number | bigint>;
+  const out = new Float64Array(src.length);
+  for (let i = 0; i < src.length; i++) {
+    const x = Number(src[i]);
+    if (!Number.isSafeInteger(x) || x < 0)
+      throw new InvalidArgumentError(`${name}[${i}]`, 'a non-negative integer below 2^53', String(src[i]));
+    out[i] = x;
+  }
+  return out;
 }
 
+/** Documents in a group: bounds the per-group metadata even when documents are empty. */
+const GROUP_DOCUMENTS = 1 << 16;
+/** Per-document bytes the builder and the writer hold: lengths (4), starts (8), segment offsets (8). */
+const BUILD_BYTES_PER_DOCUMENT = 20;
+
 function readIds(path: string, count: number): string[] {
-  const text = fs.readFileSync(path, 'utf8');
+  let text: string;
+  try {
+    text = fs.readFileSync(path, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw new InvalidArgumentError(
+      '--ids',
+      'a text file with one id per document, one per line',
+      `${path} (${code === 'EISDIR' ? 'a directory' : code === 'ENOENT' ? 'no such file' : (code ?? (e as Error).message)})`,
+    );
+  }
   const lines = text.endsWith('\n') ? text.slice(0, -1).split('\n') : text.split('\n');
   if (text.length === 0) lines.length = 0;
   if (lines.length !== count)
@@ -51,8 +80,8 @@ function readIds(path: string, count: number): string[] {
   return lines.map((l) => l.replace(/\r$/, ''));
 }
 
-/** Builds (or appends to) a corpus from array files; returns the corpus as published. */
-export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo {
+/** Builds (or appends to) a corpus from array files; returns the corpus as published (and what was clamped). */
+export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo & { clamped: number } {
   const source = openArraySource(options.docs, '--docs');
   let scaleSource: ReturnType<typeof openArraySource> | undefined;
   try {
@@ -67,37 +96,55 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
       );
     const scaleSource =
       options.docScales !== undefined ? openArraySource(options.docScales, '--doc-scales') : undefined;
-    // Per document: its first element and its token count.
-    let starts: number[];
-    let lengths: number[];
+    // Per document: its token count, and its first token row in the input.
+    let count: number;
+    let lengthOf: (i: number) => number;
+    let rowOf: (i: number) => number;
     let dim: number;
     if (shape.length === 2) {
       dim = shape[1];
+      let starts: Float64Array;
       if (options.docOffsets !== undefined) {
-        const off = toNumbers(loadArray(options.docOffsets, { argument: '--doc-offsets' }), '--doc-offsets');
+        const off = indexValues(
+          loadArray(options.docOffsets, { argument: '--doc-offsets' }),
+          '--doc-offsets',
+        );
         if (off.length < 1 || off[0] !== 0 || off[off.length - 1] !== shape[0])
           throw new InvalidArgumentError(
             '--doc-offsets',
-            `B+1 offsets from 0 to ${shape[0]}`,
-            `${off.length} offsets`,
+            `B+1 offsets from 0 to ${shape[0]} (the token count of --docs)`,
+            off.length < 1
+              ? 'an empty array'
+              : `${off.length} offsets from ${off[0]} to ${off[off.length - 1]}`,
           );
-        lengths = [];
-        for (let i = 0; i + 1 < off.length; i++) {
-          if (off[i + 1] < off[i])
+        for (let i = 0; i + 1 < off.length; i++)
+          if (off[i + 1] < off[i] || off[i + 1] - off[i] > 0x7fffffff)
             throw new InvalidArgumentError(
               '--doc-offsets',
-              'non-decreasing offsets',
-              `offsets[${i + 1}] < offsets[${i}]`,
+              'non-decreasing offsets, at most 2^31 - 1 tokens apart',
+              `offsets[${i}] = ${off[i]}, offsets[${i + 1}] = ${off[i + 1]}`,
             );
-          lengths.push(off[i + 1] - off[i]);
-        }
+        count = off.length - 1;
+        checkDocumentCount(count, BUILD_BYTES_PER_DOCUMENT, '--doc-offsets');
+        starts = off;
       } else if (options.docLengths !== undefined) {
-        lengths = toNumbers(loadArray(options.docLengths, { argument: '--doc-lengths' }), '--doc-lengths');
-        if (lengths.reduce((a, b) => a + b, 0) !== shape[0])
+        const lens = indexValues(
+          loadArray(options.docLengths, { argument: '--doc-lengths' }),
+          '--doc-lengths',
+        );
+        count = lens.length;
+        checkDocumentCount(count, BUILD_BYTES_PER_DOCUMENT, '--doc-lengths');
+        starts = new Float64Array(count + 1);
+        for (let i = 0; i < count; i++) {
+          if (lens[i] > 0x7fffffff)
+            throw new InvalidArgumentError(`--doc-lengths[${i}]`, 'at most 2^31 - 1 tokens', String(lens[i]));
+          starts[i + 1] = starts[i] + lens[i];
+        }
+        if (starts[count] !== shape[0])
           throw new InvalidArgumentError(
             '--doc-lengths',
-            `lengths summing to ${shape[0]} tokens`,
-            'another sum',
+            `lengths summing to ${shape[0]} tokens (the rows of --docs)`,
+            `a sum of ${starts[count]}`,
           );
       } else {
         throw new InvalidArgumentError(
@@ -106,26 +153,39 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
           'none',
         );
       }
-      starts = [];
-      let at = 0;
-      for (const l of lengths) {
-        starts.push(at * dim);
-        at += l;
-      }
+      lengthOf = (i) => starts[i + 1] - starts[i];
+      rowOf = (i) => starts[i];
     } else if (shape.length === 3) {
       const [b, l, d] = shape;
       dim = d;
-      lengths =
-        options.docLengths !== undefined
-          ? toNumbers(loadArray(options.docLengths, { argument: '--doc-lengths' }), '--doc-lengths')
-          : new Array(b).fill(l);
-      if (lengths.length !== b || lengths.some((x) => x < 0 || x > l))
-        throw new InvalidArgumentError(
+      count = b;
+      checkDocumentCount(b, BUILD_BYTES_PER_DOCUMENT, '--docs');
+      if (options.docLengths !== undefined) {
+        const lens = indexValues(
+          loadArray(options.docLengths, { argument: '--doc-lengths' }),
           '--doc-lengths',
-          `${b} lengths in [0, ${l}]`,
-          `${lengths.length} lengths`,
         );
-      starts = lengths.map((_, i) => i * l * d);
+        if (lens.length !== b)
+          throw new InvalidArgumentError(
+            '--doc-lengths',
+            `${b} lengths (one per document)`,
+            `${lens.length} lengths`,
+          );
+        const typed = new Int32Array(b);
+        for (let i = 0; i < b; i++) {
+          if (lens[i] > l)
+            throw new InvalidArgumentError(
+              `--doc-lengths[${i}]`,
+              `a length in [0, ${l}] (the padded length)`,
+              String(lens[i]),
+            );
+          typed[i] = lens[i];
+        }
+        lengthOf = (i) => typed[i];
+      } else {
+        lengthOf = () => l;
+      }
+      rowOf = (i) => i * l;
     } else {
       throw new InvalidArgumentError(
         '--docs',
@@ -133,7 +193,7 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         `shape [${shape.join(', ')}]`,
       );
     }
-    const ids = options.ids !== undefined ? readIds(options.ids, lengths.length) : undefined;
+    const ids = options.ids !== undefined ? readIds(options.ids, count) : undefined;
     if (scaleSource) {
       const tokenRows = shape.length === 2 ? shape[0] : shape[0] * shape[1];
       if (scaleSource.dtype !== 'float32' || scaleSource.shape.reduce((a, b) => a * b, 1) !== tokenRows)
@@ -144,8 +204,10 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         );
     }
     const writer = options.append
-      ? CorpusWriter.append(options.out)
+      ? CorpusWriter.append(options.out, { waitMs: options.waitMs, clamp: options.clamp })
       : CorpusWriter.create(options.out, {
+          waitMs: options.waitMs,
+          clamp: options.clamp,
           dim,
           dtype: dtype === 'int8' ? 'int8' : (options.dtype ?? 'float16'),
           ids: ids !== undefined,
@@ -160,22 +222,26 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
       const elem = dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
       const group = Math.max(1, Math.floor((options.groupBytes ?? 64 * 1024 * 1024) / (dim * elem)));
       let i = 0;
-      while (i < lengths.length) {
+      while (i < count) {
         // A group: consecutive documents up to `group` tokens (at least one document).
         let j = i;
         let tokens = 0;
-        while (j < lengths.length && (j === i || tokens + lengths[j] <= group)) tokens += lengths[j++];
+        while (j < count && j - i < GROUP_DOCUMENTS && (j === i || tokens + lengthOf(j) <= group))
+          tokens += lengthOf(j++);
         // Dense inputs hold padding after short documents: read each document's rows alone then.
-        const contiguous = shape.length === 2 || lengths.slice(i, j).every((l) => l === shape[1]);
+        let contiguous = true;
+        if (shape.length === 3)
+          for (let x = i; x < j && contiguous; x++) contiguous = lengthOf(x) === shape[1];
         const parts: TokenData[] = [];
         const scaleParts: Float32Array[] = [];
-        if (contiguous) parts.push(source.read(starts[i], tokens * dim) as TokenData);
-        else for (let x = i; x < j; x++) parts.push(source.read(starts[x], lengths[x] * dim) as TokenData);
+        if (contiguous) parts.push(source.read(rowOf(i) * dim, tokens * dim) as TokenData);
+        else
+          for (let x = i; x < j; x++) parts.push(source.read(rowOf(x) * dim, lengthOf(x) * dim) as TokenData);
         if (scaleSource) {
-          if (contiguous) scaleParts.push(scaleSource.read(starts[i] / dim, tokens) as Float32Array);
+          if (contiguous) scaleParts.push(scaleSource.read(rowOf(i), tokens) as Float32Array);
           else
             for (let x = i; x < j; x++)
-              scaleParts.push(scaleSource.read(starts[x] / dim, lengths[x]) as Float32Array);
+              scaleParts.push(scaleSource.read(rowOf(x), lengthOf(x)) as Float32Array);
         }
         const data = parts.length === 1 ? parts[0] : concat(parts);
         const scales = scaleSource
@@ -183,8 +249,8 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
             ? scaleParts[0]
             : (concat(scaleParts) as Float32Array)
           : undefined;
-        const offsets = [0];
-        for (let x = i; x < j; x++) offsets.push(offsets[offsets.length - 1] + lengths[x]);
+        const offsets = new Float64Array(j - i + 1);
+        for (let x = i; x < j; x++) offsets[x - i + 1] = offsets[x - i] + lengthOf(x);
         const batch = raggedBatch(data, offsets, {
           dim,
           dtype: dtype as DType,
@@ -193,9 +259,10 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         });
         writer.add(batch, ids?.slice(i, j));
         i = j;
-        options.onProgress?.(i, lengths.length);
+        options.onProgress?.(i, count);
       }
-      return writer.commit();
+      const clamped = writer.clamped;
+      return { ...writer.commit(), clamped };
     } catch (e) {
       writer.abort();
       throw e;

@@ -3,7 +3,7 @@
 // A corpus is a directory (by convention `name.msx`):
 //   MANIFEST             the published state: format, dtype, dim, the list of segments (JSON + CRC line)
 //   seg-000001.msxs ...  immutable segment files, one per build or append
-//   LOCK                 held by a writer (holds its pid; a dead writer's lock is taken over)
+//   LOCK                 held by a writer for its lifetime (owner record; see corpus-lock.ts)
 // A segment file is self-describing and memory-mappable (all numbers little-endian):
 //   [0, 4096)   header: magic "MSXSEG01", version, dtype, dim, flags, documents, tokens, the five
 //               sections below as (byte offset, byte length), the checksum chunk size, a header CRC
@@ -24,22 +24,27 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { FormatError, InvalidArgumentError, MaxsimError } from '../errors.js';
+import { loadNative, nativeUnavailableReason } from '../native.js';
 import { quantize } from '../ops/quantize.js';
 import {
   type DType,
   decodeToFloat32,
   dtypeSize,
-  encodeFloats,
+  encodeFloatsClamped,
   type FloatDType,
+  findOverflow,
   isTokenBatch,
+  OVERFLOW_AT,
   type TokenBatch,
   type TokenData,
 } from '../tensor.js';
+import { MAX_DOCUMENTS } from './budget.js';
+import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
 
 export type CorpusDType = DType;
+export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
 
 const MANIFEST = 'MANIFEST';
-const LOCK = 'LOCK';
 const FORMAT = 'maxsim-corpus';
 const VERSION = 1;
 const SEGMENT_MAGIC = 'MSXSEG01';
@@ -51,7 +56,10 @@ const WRITE_BUFFER = 8 * 1024 * 1024;
 const DTYPE_CODES: Record<DType, number> = { float32: 0, float16: 1, bfloat16: 2, int8: 3 };
 const CODE_DTYPES: DType[] = ['float32', 'float16', 'bfloat16', 'int8'];
 const SEGMENT_NAME = /^seg-(\d{6,})\.msxs$/;
-const LEFTOVER_NAME = /^(seg-\d{6,}\.msxs\.(tmp|scales\.tmp)|MANIFEST\.tmp)$/;
+// Temporaries of a writer: `<segment>.<token>.tmp`, `<segment>.<token>.scales.tmp`, `MANIFEST.<token>.tmp`
+// (older versions: without the token).
+const LEFTOVER_NAME =
+  /^(seg-\d{6,}\.msxs(\.[0-9a-f]{32})?\.(tmp|scales\.tmp)|MANIFEST(\.[0-9a-f]{32})?\.tmp)$/;
 
 // ---- fault injection (tests): every file-system step of a writer reports here first ----
 
@@ -103,6 +111,33 @@ function syncDir(dir: string): void {
 
 function bytesOf(view: ArrayBufferView): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+}
+
+/** The shortest decimal that reads back as the same float32. */
+function float32Text(x: number): string {
+  for (let p = 1; p < 9; p++) {
+    const t = Number(x.toPrecision(p));
+    if (Math.fround(t) === x) return String(t);
+  }
+  return String(x);
+}
+
+type Crc32Fn = (bytes: Uint8Array, crc: number) => number;
+let nativeCrc: Crc32Fn | null | undefined;
+
+/**
+ * CRC-32 of bytes, the same value as zlib's: the native addon's carry-less-multiply version where
+ * it is built (3-4x zlib's table code here), else zlib. Readers check chunks with it.
+ */
+export function checksum(bytes: Uint8Array): number {
+  if (nativeCrc === undefined) {
+    const f =
+      nativeUnavailableReason() === undefined
+        ? (loadNative() as unknown as { file?: { crc32?: Crc32Fn } }).file?.crc32
+        : undefined;
+    nativeCrc = typeof f === 'function' ? f : null;
+  }
+  return nativeCrc ? nativeCrc(bytes, 0) : crc32(bytes);
 }
 
 function hex(n: number): string {
@@ -245,90 +280,184 @@ function encodeManifest(m: Manifest): string {
   return `${body}\ncrc32 ${hex(crc32(body))}\n`;
 }
 
+/** The MANIFEST's file, at most this large (a million segments fit in about 150 MB). */
+const MANIFEST_MAX_BYTES = 256 * 1024 * 1024;
+
 function readManifest(dir: string): Manifest {
   const file = path.join(dir, MANIFEST);
   let text: string;
   try {
+    const st = fs.statSync(file);
+    if (st.isDirectory()) throw new FormatError(file, 'the MANIFEST is a directory, not a file');
+    if (st.size > MANIFEST_MAX_BYTES)
+      throw new FormatError(
+        file,
+        `the MANIFEST has ${st.size} bytes (at most ${MANIFEST_MAX_BYTES} are read)`,
+      );
     text = fs.readFileSync(file, 'utf8');
   } catch (e) {
+    if (e instanceof FormatError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
-      const exists = fs.existsSync(dir);
+      if (!fs.existsSync(dir)) throw new FormatError(dir, 'no such corpus (the directory does not exist)');
+      const segments = fs.readdirSync(dir).filter((n) => SEGMENT_NAME.test(n)).length;
       throw new FormatError(
         dir,
-        exists
-          ? 'not a maxsim corpus: it has no MANIFEST (an interrupted first build leaves none; build again)'
-          : 'no such corpus (the directory does not exist)',
+        segments > 0
+          ? `not a maxsim corpus: it has no MANIFEST but ${segments} segment file(s) (\`maxsim corpus recover ${dir}\` rebuilds the MANIFEST from the intact ones)`
+          : 'not a maxsim corpus (no MANIFEST and no segment files)',
       );
     }
     if (code === 'ENOTDIR') throw new FormatError(dir, 'not a maxsim corpus (a corpus is a directory)');
-    throw e;
+    throw new FormatError(file, `cannot read the MANIFEST (${code ?? (e as Error).message})`);
   }
   const match = /^(.*)\ncrc32 ([0-9a-f]{8})\n$/s.exec(text);
   if (!match) throw new FormatError(file, 'the MANIFEST is damaged (no checksum line)');
   if (hex(crc32(match[1])) !== match[2])
     throw new FormatError(file, 'the MANIFEST is corrupted (checksum mismatch)');
-  let m: Manifest;
+  let parsed: unknown;
   try {
-    m = JSON.parse(match[1]) as Manifest;
+    parsed = JSON.parse(match[1]);
   } catch {
     throw new FormatError(file, 'the MANIFEST is not valid JSON');
   }
-  if (m.format !== FORMAT)
-    throw new FormatError(file, `not a maxsim corpus manifest (format ${JSON.stringify(m.format)})`);
-  if (m.version !== VERSION)
+  return validateManifest(file, parsed);
+}
+
+/** A value for an error message: scalars as JSON (cut short), containers by kind only (never walked). */
+function describeValue(x: unknown): string {
+  if (x === null) return 'null';
+  if (Array.isArray(x)) return `an array of ${x.length}`;
+  if (typeof x === 'object') return 'an object';
+  if (typeof x === 'string') return JSON.stringify(x.length > 80 ? `${x.slice(0, 80)}...` : x);
+  if (typeof x === 'number' && Number.isFinite(x) && Math.abs(x) > Number.MAX_SAFE_INTEGER)
+    return `${x.toExponential(3)} (beyond 2^53)`;
+  return String(x);
+}
+
+/**
+ * The MANIFEST is data: every field is type- and range-checked, segment files must be the canonical
+ * names of increasing segment numbers (so never a path, never twice), and the totals must add up.
+ */
+function validateManifest(file: string, raw: unknown): Manifest {
+  const bad = (field: string, rule: string, value: unknown): never => {
+    throw new FormatError(file, `MANIFEST field ${field} must be ${rule} but is ${describeValue(value)}`);
+  };
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) bad('(top level)', 'an object', raw);
+  const o = raw as Record<string, unknown>;
+  if (o.format !== FORMAT)
+    throw new FormatError(file, `not a maxsim corpus manifest (format ${describeValue(o.format)})`);
+  if (o.version !== VERSION)
     throw new FormatError(
       file,
-      `corpus format version ${m.version} is not supported (this build reads ${VERSION})`,
+      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION})`,
     );
-  if (!CODE_DTYPES.includes(m.dtype) || !Number.isInteger(m.dim) || m.dim < 1 || !Array.isArray(m.segments))
-    throw new FormatError(file, 'the MANIFEST has an invalid dtype, dim or segment list');
-  return m;
+  const count = (field: string, x: unknown, max = Number.MAX_SAFE_INTEGER): number => {
+    if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0 || x > max)
+      bad(field, `an integer in [0, ${max}]`, x);
+    return x as number;
+  };
+  if (typeof o.dtype !== 'string' || !CODE_DTYPES.includes(o.dtype as DType))
+    bad('dtype', `one of ${CODE_DTYPES.join(', ')}`, o.dtype);
+  if (typeof o.dim !== 'number' || !Number.isInteger(o.dim) || o.dim < 1 || o.dim > 65536)
+    bad('dim', 'an integer in [1, 65536]', o.dim);
+  if (typeof o.ids !== 'boolean') bad('ids', 'true or false', o.ids);
+  const generation = count('generation', o.generation, 999_999_999_999);
+  const documents = count('documents', o.documents, MAX_DOCUMENTS);
+  const tokens = count('tokens', o.tokens);
+  const maxLength = count('maxLength', o.maxLength, 0x7fffffff);
+  if (!Array.isArray(o.segments)) bad('segments', 'an array', o.segments);
+  const list = o.segments as unknown[];
+  const segments: ManifestSegment[] = [];
+  let last = 0;
+  let docSum = 0;
+  let tokenSum = 0;
+  list.forEach((x, i) => {
+    const at = `segments[${i}]`;
+    if (x === null || typeof x !== 'object' || Array.isArray(x)) bad(at, 'an object', x);
+    const s = x as Record<string, unknown>;
+    const name = typeof s.file === 'string' ? SEGMENT_NAME.exec(s.file) : null;
+    if (!name) bad(`${at}.file`, 'a segment file name seg-NNNNNN.msxs (never a path)', s.file);
+    const n = Number(name![1]);
+    if (!Number.isSafeInteger(n) || n < 1 || n > generation || s.file !== segmentName(n))
+      bad(`${at}.file`, `a canonical segment name numbered 1..${generation} (the generation)`, s.file);
+    if (n <= last)
+      bad(
+        `${at}.file`,
+        n === last ? 'a segment listed once (duplicate)' : 'numbered after the previous segment',
+        s.file,
+      );
+    last = n;
+    const seg: ManifestSegment = {
+      file: segmentName(n),
+      documents: count(`${at}.documents`, s.documents, MAX_DOCUMENTS),
+      tokens: count(`${at}.tokens`, s.tokens),
+      bytes: count(`${at}.bytes`, s.bytes),
+      headerCrc: count(`${at}.headerCrc`, s.headerCrc, 0xffffffff),
+    };
+    if (seg.bytes < HEADER_BYTES + (seg.documents + 1) * 8)
+      bad(
+        `${at}.bytes`,
+        `at least the header and offsets of its documents (${HEADER_BYTES + (seg.documents + 1) * 8})`,
+        seg.bytes,
+      );
+    docSum += seg.documents;
+    tokenSum += seg.tokens;
+    segments.push(seg);
+  });
+  if (docSum !== documents) bad('documents', `the sum over its segments (${docSum})`, documents);
+  if (tokenSum !== tokens) bad('tokens', `the sum over its segments (${tokenSum})`, tokens);
+  if (maxLength > tokens) bad('maxLength', `at most the token count (${tokens})`, maxLength);
+  return {
+    format: FORMAT,
+    version: VERSION,
+    dtype: o.dtype as DType,
+    dim: o.dim as number,
+    ids: o.ids as boolean,
+    generation,
+    documents,
+    tokens,
+    maxLength,
+    segments,
+  };
 }
 
-// ---- the lock of a writer ----
-
-function pidAlive(pid: number): boolean {
+/** Opens a segment named by the MANIFEST, refusing one whose real path leaves the corpus directory. */
+function openSegment(dir: string, name: string): { file: string; fd: number } {
+  const file = path.join(dir, name);
+  let real: string;
   try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
+    real = fs.realpathSync(file);
+  } catch {
+    throw new FormatError(file, 'a segment named by the MANIFEST is missing');
   }
-}
-
-// Corpora this process is writing (a LOCK with our own pid is stale only when not listed here).
-const lockedHere = new Set<string>();
-
-function acquireLock(dir: string): () => void {
-  const file = path.join(dir, LOCK);
-  const key = path.resolve(dir);
-  if (lockedHere.has(key))
-    throw new MaxsimError(
-      `${dir} is being written by another writer of this process; commit or abort it first`,
-    );
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      fs.writeFileSync(file, String(process.pid), { flag: 'wx' });
-      lockedHere.add(key);
-      return () => {
-        lockedHere.delete(key);
-        fs.rmSync(file, { force: true });
-      };
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-      const pid = Number(fs.readFileSync(file, 'utf8').trim());
-      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid))
-        throw new MaxsimError(`${dir} is being written by process ${pid} (${file}); wait for it to finish`);
-      fs.rmSync(file, { force: true }); // a dead writer's lock
+  if (path.dirname(real) !== fs.realpathSync(dir))
+    throw new FormatError(file, `the segment resolves to ${real}, outside the corpus directory; refused`);
+  try {
+    const fd = fs.openSync(real, 'r');
+    if (!fs.fstatSync(fd).isFile()) {
+      fs.closeSync(fd);
+      throw new FormatError(file, 'a segment named by the MANIFEST is not a regular file');
     }
+    return { file, fd };
+  } catch (e) {
+    if (e instanceof FormatError) throw e;
+    throw new FormatError(file, `cannot open the segment (${(e as NodeJS.ErrnoException).code ?? e})`);
   }
-  throw new MaxsimError(`cannot lock ${dir} for writing (${file} keeps reappearing)`);
 }
 
 // ---- writer ----
 
-export interface CorpusCreateOptions {
+export interface WriterOptions extends LockOptions {
+  /**
+   * Finite values beyond the range of a float16 / bfloat16 corpus (|x| >= 65520 for float16) are
+   * refused by default (they would become +-Infinity); with clamp they are stored as the largest
+   * finite value of their sign, and `clamped` counts them.
+   */
+  clamp?: boolean;
+}
+
+export interface CorpusCreateOptions extends WriterOptions {
   /** Storage dtype of the corpus (default 'float16'); 'int8' stores per-token scaled int8. */
   dtype?: DType;
   dim: number;
@@ -365,25 +494,32 @@ export class CorpusWriter {
   private chunkCrc = 0;
   private chunkFill = 0;
   private scalesCrc = 0;
-  private readonly offsets: number[] = [0];
+  // token offsets of the documents so far, [documents + 1], in a typed array grown by doubling
+  private offsets = new Float64Array(1024);
+  private documentCount = 0;
   private readonly ids: string[] = [];
   private tokens = 0;
   private maxLength = 0;
   private done = false;
+  private clampedValues = 0;
+  private readonly clamp: boolean;
 
   private constructor(
     readonly dir: string,
     private readonly manifest: Manifest,
-    private readonly release: () => void,
-    private readonly created: boolean,
+    private readonly lock: CorpusLock,
+    /** A new corpus (create), and whether create made its directory (removed again on abort). */
+    private readonly created: { madeDir: boolean } | undefined,
+    options: WriterOptions,
   ) {
-    const gen = manifest.generation + 1;
-    this.segFile = `seg-${String(gen).padStart(6, '0')}.msxs`;
-    this.tmpFile = path.join(dir, `${this.segFile}.tmp`);
-    this.scalesFile = path.join(dir, `${this.segFile}.scales.tmp`);
+    this.clamp = options.clamp === true;
+    this.segFile = segmentName(manifest.generation + 1);
+    // Temporary names carry the lock token: no two writers ever share one.
+    this.tmpFile = path.join(dir, `${this.segFile}.${lock.token}.tmp`);
+    this.scalesFile = path.join(dir, `${this.segFile}.${lock.token}.scales.tmp`);
     step('open-segment');
-    this.fd = fs.openSync(this.tmpFile, 'w');
-    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'w+');
+    this.fd = fs.openSync(this.tmpFile, 'wx');
+    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'wx+');
   }
 
   get dtype(): DType {
@@ -392,12 +528,20 @@ export class CorpusWriter {
   get dim(): number {
     return this.manifest.dim;
   }
+  /** Values clamped to the corpus dtype's range so far (only with the clamp option). */
+  get clamped(): number {
+    return this.clampedValues;
+  }
   /** Documents added to this segment so far. */
   get documents(): number {
-    return this.offsets.length - 1;
+    return this.documentCount;
   }
 
-  /** Starts a new corpus at `dir` (which must not exist, or be an empty directory). */
+  /**
+   * Starts a new corpus at `dir`, which must not exist or be an empty directory (a directory holding
+   * only the temporaries of an interrupted build is accepted and those are removed). Symbolic links,
+   * the root and directories with other files are refused: nothing the writer did not create is deleted.
+   */
   static create(dir: string, options: CorpusCreateOptions): CorpusWriter {
     const dtype = options.dtype ?? 'float16';
     if (!CODE_DTYPES.includes(dtype))
@@ -408,22 +552,11 @@ export class CorpusWriter {
       );
     if (!Number.isInteger(options.dim) || options.dim < 1 || options.dim > 65536)
       throw new InvalidArgumentError('dim', 'an integer in [1, 65536]', String(options.dim));
-    if (fs.existsSync(path.join(dir, MANIFEST)))
-      throw new InvalidArgumentError(
-        'out',
-        'a path where no corpus exists yet (use append to add documents)',
-        dir,
-      );
-    if (fs.existsSync(dir) && !fs.statSync(dir).isDirectory())
-      throw new InvalidArgumentError(
-        'out',
-        'a new directory path for the corpus',
-        `${dir} (an existing file)`,
-      );
-    fs.mkdirSync(dir, { recursive: true });
-    const release = acquireLock(dir);
+    const made = prepareNewDirectory(dir);
+    let lock: CorpusLock | undefined;
     try {
-      removeLeftovers(dir, new Set());
+      lock = CorpusLock.acquire(dir, options);
+      checkNewDirectory(dir, true); // again under the lock: another build may have published meanwhile
       const manifest: Manifest = {
         format: FORMAT,
         version: VERSION,
@@ -436,23 +569,28 @@ export class CorpusWriter {
         maxLength: 0,
         segments: [],
       };
-      return new CorpusWriter(dir, manifest, release, true);
+      return new CorpusWriter(dir, manifest, lock, { madeDir: made }, options);
     } catch (e) {
-      release();
+      lock?.release();
+      if (made) removeEmptyDirectory(dir);
       throw e;
     }
   }
 
-  /** Opens an existing corpus to add documents as a new segment. */
-  static append(dir: string): CorpusWriter {
+  /**
+   * Opens an existing corpus to add documents as a new segment. The writer holds the corpus lock
+   * until commit() or abort(); another writer meanwhile fails with CorpusLockedError ("corpus is
+   * locked by pid N"), or first waits up to `waitMs` milliseconds for it.
+   */
+  static append(dir: string, options: WriterOptions = {}): CorpusWriter {
     readManifest(dir); // a clear error before locking when it is not a corpus
-    const release = acquireLock(dir);
+    const lock = CorpusLock.acquire(dir, options);
     try {
       const manifest = readManifest(dir); // re-read under the lock
-      removeLeftovers(dir, new Set(manifest.segments.map((s) => s.file)));
-      return new CorpusWriter(dir, manifest, release, false);
+      removeLeftovers(dir, manifest);
+      return new CorpusWriter(dir, manifest, lock, undefined, options);
     } catch (e) {
-      release();
+      lock.release();
       throw e;
     }
   }
@@ -485,22 +623,52 @@ export class CorpusWriter {
       );
     }
     const rowElems = this.dim;
+    const converts = this.dtype !== 'int8' && source.dtype !== this.dtype;
+    if (converts && !this.clamp) this.refuseOverflow(source);
     this.writing(() => {
       for (let i = 0; i < source.count; i++) {
         const len = source.lengths[i];
         const start = source.starts[i] * rowElems;
         let rows: TokenData = data.subarray(start, start + len * rowElems);
-        if (this.dtype !== 'int8' && source.dtype !== this.dtype)
-          rows = encodeFloats(
+        if (converts) {
+          const encoded = encodeFloatsClamped(
             decodeToFloat32(rows, source.dtype as FloatDType, rowElems),
             this.dtype as FloatDType,
           );
+          rows = encoded.data;
+          this.clampedValues += encoded.clamped;
+        }
         this.writeTokens(bytesOf(rows));
         if (this.dtype === 'int8')
           this.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
         this.endDocument(len, ids?.[i]);
       }
     });
+  }
+
+  // Before writing anything: finite values the corpus dtype cannot hold are an error naming the first.
+  private refuseOverflow(batch: TokenBatch) {
+    const dtype = this.dtype as FloatDType;
+    let count = 0;
+    let first = '';
+    for (let i = 0; i < batch.count; i++) {
+      const start = batch.starts[i] * this.dim;
+      const rows = batch.data.subarray(start, start + batch.lengths[i] * this.dim);
+      const found = findOverflow(
+        batch.dtype === 'float32' ? rows : decodeToFloat32(rows, batch.dtype, this.dim),
+        dtype,
+      );
+      if (!found) continue;
+      if (count === 0)
+        first = `the first, ${float32Text(found.value)}, in document ${i} at token ${Math.floor(found.first / this.dim)}, component ${found.first % this.dim}`;
+      count += found.count;
+    }
+    if (count > 0)
+      throw new InvalidArgumentError(
+        'batch.data',
+        `finite values within the ${dtype} range of the corpus (|x| < ${OVERFLOW_AT[dtype as 'float16' | 'bfloat16']}; they would become +-Infinity; pass clamp: true / --clamp to store them as +-${dtype === 'float16' ? 65504 : '3.3895e38'})`,
+        `${count} value${count === 1 ? '' : 's'} beyond it (${first})`,
+      );
   }
 
   /** Adds documents already encoded in the corpus dtype (no conversion; for large builds and benchmarks). */
@@ -564,7 +732,9 @@ export class CorpusWriter {
       const scalesSection = { offset: at, bytes: this.dtype === 'int8' ? this.tokens * 4 : 0 };
       if (this.scalesFd !== undefined) this.copyScales(at);
       at = alignUp(at + scalesSection.bytes);
-      const offsetsBytes = new Uint8Array(new BigUint64Array(this.offsets.map(BigInt)).buffer);
+      const off64 = new BigUint64Array(documents + 1);
+      for (let i = 1; i <= documents; i++) off64[i] = BigInt(this.offsets[i]);
+      const offsetsBytes = new Uint8Array(off64.buffer);
       const offsetsSection = { offset: at, bytes: offsetsBytes.length };
       step('write-offsets');
       writeAll(this.fd!, offsetsBytes, at);
@@ -610,6 +780,9 @@ export class CorpusWriter {
       fs.closeSync(this.fd!);
       this.fd = undefined;
       const segPath = path.join(this.dir, this.segFile);
+      this.checkStillCurrent();
+      if (fs.existsSync(segPath))
+        throw new MaxsimError(`${segPath} exists already; refusing to replace it (nothing was published)`);
       step('rename-segment');
       fs.renameSync(this.tmpFile, segPath);
       syncDir(this.dir);
@@ -632,7 +805,7 @@ export class CorpusWriter {
           },
         ],
       };
-      const tmpManifest = path.join(this.dir, `${MANIFEST}.tmp`);
+      const tmpManifest = path.join(this.dir, `${MANIFEST}.${this.lock.token}.tmp`);
       step('write-manifest');
       const mfd = fs.openSync(tmpManifest, 'w');
       try {
@@ -642,6 +815,7 @@ export class CorpusWriter {
       } finally {
         fs.closeSync(mfd);
       }
+      this.checkStillCurrent();
       step('publish-manifest');
       fs.renameSync(tmpManifest, path.join(this.dir, MANIFEST));
       syncDir(this.dir);
@@ -674,16 +848,29 @@ export class CorpusWriter {
     try {
       fs.rmSync(this.scalesFile, { force: true });
       if (removeSegment) fs.rmSync(this.tmpFile, { force: true });
-      // A first build that never published leaves an empty directory: remove it too.
-      if (removeSegment && this.created && fs.readdirSync(this.dir).every((f) => f === LOCK)) {
-        this.release();
-        fs.rmdirSync(this.dir);
-        return;
-      }
     } catch {
       // best effort: leftovers are removed by the next writer
     }
-    this.release();
+    this.lock.release();
+    // A first build that never published leaves the directory it made: remove it when empty.
+    if (removeSegment && this.created?.madeDir) removeEmptyDirectory(this.dir);
+  }
+
+  // Before each publishing step: the lock is still ours and no one published since we opened.
+  private checkStillCurrent() {
+    this.lock.check();
+    if (this.created) {
+      if (fs.existsSync(path.join(this.dir, MANIFEST)))
+        throw new MaxsimError(
+          `${this.dir}: another writer created this corpus meanwhile; nothing was published`,
+        );
+      return;
+    }
+    const now = readManifest(this.dir);
+    if (now.generation !== this.manifest.generation)
+      throw new MaxsimError(
+        `${this.dir}: the corpus changed while this writer was open (generation ${this.manifest.generation} -> ${now.generation}); nothing was published`,
+      );
   }
 
   private checkOpen() {
@@ -711,8 +898,19 @@ export class CorpusWriter {
   }
 
   private endDocument(length: number, id: string | undefined) {
+    if (this.manifest.documents + this.documentCount >= MAX_DOCUMENTS)
+      throw new InvalidArgumentError(
+        'documents',
+        `at most ${MAX_DOCUMENTS} documents in a corpus`,
+        `document ${this.manifest.documents + this.documentCount + 1}`,
+      );
     this.tokens += length;
-    this.offsets.push(this.tokens);
+    if (this.documentCount + 2 > this.offsets.length) {
+      const grown = new Float64Array(this.offsets.length * 2);
+      grown.set(this.offsets);
+      this.offsets = grown;
+    }
+    this.offsets[++this.documentCount] = this.tokens;
     if (length > this.maxLength) this.maxLength = length;
     if (id !== undefined) this.ids.push(id);
   }
@@ -772,10 +970,88 @@ export class CorpusWriter {
   }
 }
 
-function removeLeftovers(dir: string, keep: Set<string>) {
+function segmentName(generation: number): string {
+  return `seg-${String(generation).padStart(6, '0')}.msxs`;
+}
+
+// Under the lock: temporaries of dead writers, and segments that a writer renamed but died before
+// publishing (numbered past the MANIFEST's generation). Nothing else is touched.
+function removeLeftovers(dir: string, m: Manifest) {
   for (const name of fs.readdirSync(dir)) {
-    if (keep.has(name)) continue;
-    if (LEFTOVER_NAME.test(name) || SEGMENT_NAME.test(name)) fs.rmSync(path.join(dir, name), { force: true });
+    const seg = SEGMENT_NAME.exec(name);
+    if (LEFTOVER_NAME.test(name) || (seg && Number(seg[1]) > m.generation))
+      fs.rmSync(path.join(dir, name), { force: true });
+    else if (LOCK_TEMP_NAME.test(name)) {
+      // a contender's lock record lives for microseconds: one a minute old was left by a crash
+      try {
+        if (Date.now() - fs.statSync(path.join(dir, name)).mtimeMs > 60_000)
+          fs.rmSync(path.join(dir, name), { force: true });
+      } catch {
+        // gone meanwhile
+      }
+    }
+  }
+}
+
+// ---- the directory of a new corpus ----
+
+function refuseOut(dir: string, why: string): never {
+  throw new InvalidArgumentError('out', 'a new or empty directory for the corpus', `${dir} (${why})`);
+}
+
+/** Makes the directory of a new corpus, or checks an existing one; true when this call made it. */
+function prepareNewDirectory(dir: string): boolean {
+  const resolved = path.resolve(dir);
+  if (resolved === path.parse(resolved).root) refuseOut(dir, 'the file-system root');
+  let st: fs.Stats | undefined;
+  try {
+    st = fs.lstatSync(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  if (!st) {
+    fs.mkdirSync(path.dirname(resolved), { recursive: true });
+    try {
+      fs.mkdirSync(dir);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      st = fs.lstatSync(dir); // made by someone else meanwhile: check it like any existing one
+    }
+  }
+  if (st.isSymbolicLink()) refuseOut(dir, 'a symbolic link');
+  if (!st.isDirectory()) refuseOut(dir, 'an existing file');
+  checkNewDirectory(dir, false);
+  return false;
+}
+
+// An existing directory may become a corpus only when it holds nothing but our own temporaries
+// (an interrupted build); with `locked`, those are removed.
+function checkNewDirectory(dir: string, locked: boolean) {
+  const names = fs.readdirSync(dir);
+  if (names.includes(MANIFEST))
+    throw new InvalidArgumentError(
+      'out',
+      'a path where no corpus exists yet (use append to add documents)',
+      `${dir} (a corpus)`,
+    );
+  const segments = names.filter((n) => SEGMENT_NAME.test(n));
+  if (segments.length > 0)
+    refuseOut(
+      dir,
+      `it holds ${segments.length} corpus segment(s) but no MANIFEST; \`maxsim corpus recover ${dir}\` rebuilds the MANIFEST from them`,
+    );
+  const others = names.filter((n) => !LEFTOVER_NAME.test(n) && n !== LOCK_FILE && !LOCK_TEMP_NAME.test(n));
+  if (others.length > 0)
+    refuseOut(dir, `not empty: ${others.length} entries such as ${JSON.stringify(others[0])}`);
+  if (locked) for (const n of names) if (LEFTOVER_NAME.test(n)) fs.rmSync(path.join(dir, n), { force: true });
+}
+
+function removeEmptyDirectory(dir: string) {
+  try {
+    fs.rmdirSync(dir); // fails unless empty: never removes what someone else put there
+  } catch {
+    // not empty or gone: leave it
   }
 }
 
@@ -822,6 +1098,29 @@ export interface CorpusSegment {
   readonly firstDocument: number;
   /** Token offsets of its documents relative to the segment, [documents + 1]. */
   readonly offsets: Float64Array;
+  /** The checksums section: CRC-32 per chunk of tokens, then scales, offsets, ids. */
+  readonly checksums: Uint32Array;
+  /** Chunks of tokens (index) and the scales (-1) whose CRC was checked in this process. */
+  readonly verified: Set<number>;
+}
+
+// Segment files are immutable once published: a chunk checked once in this process stays checked
+// for the same file (same device, inode, size, times and header). Keyed by that identity.
+const verifiedChunks = new Map<string, Set<number>>();
+
+/** Bench / test hook: forget which chunks were checked (later opens check them again). */
+export function forgetVerifiedChunks(): void {
+  verifiedChunks.clear();
+}
+
+function verifiedSet(st: fs.Stats, headerCrc: number): Set<number> {
+  const key = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${headerCrc}`;
+  let set = verifiedChunks.get(key);
+  if (!set) {
+    set = new Set();
+    verifiedChunks.set(key, set);
+  }
+  return set;
 }
 
 /** A run of consecutive documents of one segment: the unit a streaming search reads and scores. */
@@ -867,29 +1166,23 @@ export class CorpusFile {
       throw new InvalidArgumentError('path', 'a corpus directory path', String(dir));
     const m = readManifest(dir);
     const segments: CorpusSegment[] = [];
-    const lengths = new Int32Array(m.documents);
+    // filled once every segment's offsets are read and checked against its file
+    let lengths = new Int32Array(0);
     const ids: string[] | undefined = m.ids ? [] : undefined;
     let firstDocument = 0;
     let tokens = 0;
     for (const s of m.segments) {
-      const file = path.join(dir, s.file);
-      let fd: number;
+      const { file, fd } = openSegment(dir, s.file);
       try {
-        fd = fs.openSync(file, 'r');
-      } catch {
-        throw new FormatError(file, 'a segment named by the MANIFEST is missing');
-      }
-      try {
-        const size = fs.fstatSync(fd).size;
+        const st = fs.fstatSync(fd);
+        const size = st.size;
         if (size !== s.bytes)
           throw new FormatError(
             file,
             `the segment has ${size} bytes but the MANIFEST says ${s.bytes} (truncated or replaced)`,
           );
-        const raw = new Uint8Array(HEADER_BYTES);
-        readExactly(fd, file, raw, 0, 'the header');
-        const header = decodeHeader(file, raw, size);
-        if (new DataView(raw.buffer).getUint32(124, true) !== s.headerCrc)
+        const { header, headerCrc, offsets, ids: segIds, sums } = readSegmentMeta(file, fd, size, m.ids);
+        if (headerCrc !== s.headerCrc)
           throw new FormatError(file, 'the segment header does not match the MANIFEST (replaced segment?)');
         if (
           header.dtype !== m.dtype ||
@@ -901,34 +1194,15 @@ export class CorpusFile {
             file,
             'the segment header disagrees with the MANIFEST (dtype, dim or counts)',
           );
-        const sums = readSection(fd, file, header.checksumsSection, 'checksums');
-        const sumView = new Uint32Array(sums.buffer, sums.byteOffset, sums.byteLength / 4);
-        const nChunks = sumView.length - 3;
-        const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
-        if (crc32(offBytes) !== sumView[nChunks + 1])
-          throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
-        const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
-        const offsets = new Float64Array(header.documents + 1);
-        for (let i = 0; i <= header.documents; i++) {
-          offsets[i] = Number(off64[i]);
-          if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
-            throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
-          if (i > 0) lengths[firstDocument + i - 1] = offsets[i] - offsets[i - 1];
-        }
-        if (offsets[0] !== 0 || offsets[header.documents] !== header.tokens)
-          throw new FormatError(file, 'the document offsets do not cover the tokens');
-        if (ids) {
-          const idBytes = readSection(fd, file, header.idsSection, 'ids');
-          if (crc32(idBytes) !== sumView[nChunks + 2])
-            throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
-          const starts = new BigUint64Array(
-            idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + (header.documents + 1) * 8),
-          );
-          const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + (header.documents + 1) * 8);
-          for (let i = 0; i < header.documents; i++)
-            ids.push(text.toString('utf8', Number(starts[i]), Number(starts[i + 1])));
-        }
-        segments.push({ file, header, firstDocument, offsets });
+        if (ids) for (const id of segIds!) ids.push(id);
+        segments.push({
+          file,
+          header,
+          firstDocument,
+          offsets,
+          checksums: sums,
+          verified: verifiedSet(st, headerCrc),
+        });
       } finally {
         fs.closeSync(fd);
       }
@@ -937,6 +1211,10 @@ export class CorpusFile {
     }
     if (firstDocument !== m.documents || tokens !== m.tokens)
       throw new FormatError(dir, 'the MANIFEST totals do not match its segments');
+    lengths = new Int32Array(m.documents);
+    for (const s of segments)
+      for (let i = 0; i < s.header.documents; i++)
+        lengths[s.firstDocument + i] = s.offsets[i + 1] - s.offsets[i];
     return new CorpusFile(describeManifest(dir, m), segments, lengths, ids);
   }
 
@@ -951,38 +1229,73 @@ export class CorpusFile {
       (a, s) => a + s.header.tokensSection.bytes + s.header.scalesSection.bytes,
       0,
     );
-    let done = 0;
-    const chunk = new Uint8Array(CHECKSUM_CHUNK);
+    let bytes = 0;
     for (const s of this.segments) {
       const fd = fs.openSync(s.file, 'r');
+      let sums: Uint32Array;
       try {
-        const sums = new Uint32Array(
-          readSection(fd, s.file, s.header.checksumsSection, 'checksums').slice().buffer,
-        );
-        const t = s.header.tokensSection;
-        for (let c = 0; c * s.header.chunkBytes < t.bytes; c++) {
-          const n = Math.min(s.header.chunkBytes, t.bytes - c * s.header.chunkBytes);
-          const buf = n <= chunk.length ? chunk.subarray(0, n) : new Uint8Array(n);
-          readExactly(fd, s.file, buf, t.offset + c * s.header.chunkBytes, 'the tokens');
-          if (crc32(buf) !== sums[c])
-            throw new FormatError(
-              s.file,
-              `token data is corrupted in bytes [${c * s.header.chunkBytes}, ${c * s.header.chunkBytes + n}) of the tokens section`,
-            );
-          done += n;
-          onProgress?.({ bytes: done, totalBytes });
-        }
-        if (s.header.scalesSection.bytes > 0) {
-          const scales = readSection(fd, s.file, s.header.scalesSection, 'scales');
-          if (crc32(scales) !== sums[sums.length - 3])
-            throw new FormatError(s.file, 'the int8 scales are corrupted (checksum mismatch)');
-          done += scales.length;
-          onProgress?.({ bytes: done, totalBytes });
-        }
+        sums = new Uint32Array(readSection(fd, s.file, s.header.checksumsSection, 'checksums').buffer);
       } finally {
         fs.closeSync(fd);
       }
+      verifySegmentData(s.file, s.header, sums, (n) => {
+        bytes += n;
+        onProgress?.({ bytes, totalBytes });
+      });
+      // every chunk of this segment checked: searches in this process need not check them again
+      for (let c = 0; c < s.checksums.length - 3; c++) s.verified.add(c);
+      s.verified.add(-1);
     }
+  }
+
+  /**
+   * Checks the CRC of every checksum chunk that the block's token rows lie in (and, for int8, the
+   * scales section), each at most once per process (see CorpusSegment.verified); throws FormatError
+   * naming the segment and the damaged range. `read(file, offset, length)` supplies the bytes
+   * (default: read from the file). Returns the bytes checked by this call (0 when all were checked).
+   */
+  verifyBlock(
+    block: CorpusBlock,
+    read?: (file: string, offset: number, length: number) => Uint8Array,
+  ): number {
+    const s = this.segments[block.segment];
+    const h = s.header;
+    const rowBytes = h.dim * dtypeSize(h.dtype);
+    const from = block.firstToken * rowBytes;
+    const to = (block.firstToken + block.tokens) * rowBytes;
+    const reader =
+      read ??
+      ((file: string, offset: number, length: number) => {
+        const fd = fs.openSync(file, 'r');
+        try {
+          const bytes = new Uint8Array(length);
+          readExactly(fd, file, bytes, offset, 'the tokens');
+          return bytes;
+        } finally {
+          fs.closeSync(fd);
+        }
+      });
+    let checked = 0;
+    for (let c = Math.floor(from / h.chunkBytes); c * h.chunkBytes < to; c++) {
+      if (s.verified.has(c)) continue;
+      const start = c * h.chunkBytes;
+      const n = Math.min(h.chunkBytes, h.tokensSection.bytes - start);
+      if (checksum(reader(s.file, h.tokensSection.offset + start, n)) !== s.checksums[c])
+        throw new FormatError(
+          s.file,
+          `token data is corrupted in bytes [${start}, ${start + n}) of the tokens section (checksum mismatch); \`maxsim corpus info\` checks the whole corpus`,
+        );
+      s.verified.add(c);
+      checked += n;
+    }
+    if (h.scalesSection.bytes > 0 && !s.verified.has(-1)) {
+      const bytes = reader(s.file, h.scalesSection.offset, h.scalesSection.bytes);
+      if (checksum(bytes) !== s.checksums[s.checksums.length - 3])
+        throw new FormatError(s.file, 'the int8 scales are corrupted (checksum mismatch)');
+      s.verified.add(-1);
+      checked += bytes.length;
+    }
+    return checked;
   }
 
   /**
@@ -1130,6 +1443,95 @@ export class CorpusFile {
   }
 }
 
+interface SegmentMeta {
+  header: SegmentHeader;
+  headerCrc: number;
+  /** Token offsets of its documents, [documents + 1], checked. */
+  offsets: Float64Array;
+  ids?: string[];
+  sums: Uint32Array;
+}
+
+/** Reads and checks a segment's header, checksums, offsets and (withIds) ids: everything but the tokens. */
+function readSegmentMeta(file: string, fd: number, size: number, withIds: boolean): SegmentMeta {
+  const raw = new Uint8Array(HEADER_BYTES);
+  readExactly(fd, file, raw, 0, 'the header');
+  const header = decodeHeader(file, raw, size);
+  const headerCrc = new DataView(raw.buffer).getUint32(124, true);
+  const sumBytes = readSection(fd, file, header.checksumsSection, 'checksums');
+  const sums = new Uint32Array(sumBytes.buffer, sumBytes.byteOffset, sumBytes.byteLength / 4);
+  const nChunks = sums.length - 3;
+  const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
+  if (crc32(offBytes) !== sums[nChunks + 1])
+    throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
+  const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
+  const offsets = new Float64Array(header.documents + 1);
+  for (let i = 0; i <= header.documents; i++) {
+    offsets[i] = Number(off64[i]);
+    if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
+      throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
+  }
+  if (offsets[0] !== 0 || offsets[header.documents] !== header.tokens)
+    throw new FormatError(file, 'the document offsets do not cover the tokens');
+  if (withIds !== header.hasIds)
+    throw new FormatError(
+      file,
+      `the segment ${header.hasIds ? 'has' : 'has no'} document ids, unlike its corpus`,
+    );
+  let ids: string[] | undefined;
+  if (withIds) {
+    const idBytes = readSection(fd, file, header.idsSection, 'ids');
+    if (crc32(idBytes) !== sums[nChunks + 2])
+      throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
+    const head = (header.documents + 1) * 8;
+    if (idBytes.length < head) throw new FormatError(file, 'the ids section is shorter than its offsets');
+    const starts = new BigUint64Array(idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + head));
+    const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + head, idBytes.length - head);
+    ids = [];
+    for (let i = 0; i < header.documents; i++) {
+      const a = Number(starts[i]);
+      const b = Number(starts[i + 1]);
+      if (!(a <= b && b <= text.length))
+        throw new FormatError(file, `the id of document ${i} is out of its section`);
+      ids.push(text.toString('utf8', a, b));
+    }
+  }
+  return { header, headerCrc, offsets, ids, sums };
+}
+
+/** Re-reads a segment's tokens (and scales) and checks their checksums; `onBytes(n)` after each chunk. */
+function verifySegmentData(
+  file: string,
+  header: SegmentHeader,
+  sums: Uint32Array,
+  onBytes?: (n: number) => void,
+) {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const t = header.tokensSection;
+    const chunk = new Uint8Array(Math.min(header.chunkBytes, t.bytes));
+    for (let c = 0; c * header.chunkBytes < t.bytes; c++) {
+      const n = Math.min(header.chunkBytes, t.bytes - c * header.chunkBytes);
+      const buf = chunk.subarray(0, n);
+      readExactly(fd, file, buf, t.offset + c * header.chunkBytes, 'the tokens');
+      if (checksum(buf) !== sums[c])
+        throw new FormatError(
+          file,
+          `token data is corrupted in bytes [${c * header.chunkBytes}, ${c * header.chunkBytes + n}) of the tokens section`,
+        );
+      onBytes?.(n);
+    }
+    if (header.scalesSection.bytes > 0) {
+      const scales = readSection(fd, file, header.scalesSection, 'scales');
+      if (checksum(scales) !== sums[sums.length - 3])
+        throw new FormatError(file, 'the int8 scales are corrupted (checksum mismatch)');
+      onBytes?.(scales.length);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 function readSection(fd: number, file: string, s: Section, what: string): Uint8Array {
   const bytes = new Uint8Array(s.bytes);
   readExactly(fd, file, bytes, s.offset, `the ${what} section`);
@@ -1151,4 +1553,146 @@ export function typedView(
 /** Opens the corpus at `dir` (see CorpusFile.open). */
 export function openCorpusFile(dir: string): CorpusFile {
   return CorpusFile.open(dir);
+}
+
+// ---- recovery ----
+
+export interface RecoverOptions extends LockOptions {
+  /** Re-read every token and check its checksum before adopting a segment (default true). */
+  verify?: boolean;
+  onProgress?: (segment: number, segments: number) => void;
+}
+
+export interface RecoverResult {
+  info: CorpusInfo;
+  /** Segment files left out (kept on disk), with the reason. */
+  skipped: { file: string; reason: string }[];
+  /** Where a damaged MANIFEST was moved (kept, never deleted). */
+  damagedManifest?: string;
+}
+
+/**
+ * Rebuilds a lost or damaged MANIFEST from the intact segment files of a corpus directory. Segments
+ * are adopted in their numeric order when their header, offsets, ids (and with `verify`, tokens)
+ * check out and they agree with the first intact one on dtype, dim and ids; the others are reported
+ * and left where they are. Nothing is deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>.
+ * A corpus whose MANIFEST opens is refused (there is nothing to recover).
+ */
+export function recoverCorpus(dir: string, options: RecoverOptions = {}): RecoverResult {
+  if (typeof dir !== 'string' || dir === '')
+    throw new InvalidArgumentError('dir', 'a corpus directory path', String(dir));
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(dir);
+  } catch {
+    throw new FormatError(dir, 'no such directory');
+  }
+  if (!st.isDirectory()) throw new FormatError(dir, 'not a directory (a corpus is a directory)');
+  const lock = CorpusLock.acquire(dir, options);
+  try {
+    const manifestFile = path.join(dir, MANIFEST);
+    let damagedManifest: string | undefined;
+    if (fs.existsSync(manifestFile)) {
+      let healthy = true;
+      try {
+        CorpusFile.open(dir);
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        healthy = false;
+      }
+      if (healthy)
+        throw new InvalidArgumentError(
+          'dir',
+          'a corpus whose MANIFEST is lost or damaged',
+          `${dir} (its MANIFEST opens; nothing to recover)`,
+        );
+      damagedManifest = `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+    }
+    const numbered = fs
+      .readdirSync(dir)
+      .map((name) => ({ name, m: SEGMENT_NAME.exec(name) }))
+      .filter((x) => x.m !== null && x.name === segmentName(Number(x.m[1])))
+      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+      .sort((a, b) => a.n - b.n);
+    const skipped: { file: string; reason: string }[] = [];
+    const segments: ManifestSegment[] = [];
+    let first: SegmentHeader | undefined;
+    let maxLength = 0;
+    numbered.forEach(({ name }, k) => {
+      options.onProgress?.(k, numbered.length);
+      const file = path.join(dir, name);
+      try {
+        const { fd } = openSegment(dir, name);
+        let meta: SegmentMeta;
+        let size: number;
+        try {
+          size = fs.fstatSync(fd).size;
+          const raw = new Uint8Array(HEADER_BYTES);
+          readExactly(fd, file, raw, 0, 'the header');
+          const hasIds = decodeHeader(file, raw, size).hasIds;
+          meta = readSegmentMeta(file, fd, size, hasIds);
+        } finally {
+          fs.closeSync(fd);
+        }
+        const h = meta.header;
+        if (first && (h.dtype !== first.dtype || h.dim !== first.dim || h.hasIds !== first.hasIds))
+          throw new FormatError(
+            file,
+            `holds ${h.dtype} dim ${h.dim}${h.hasIds ? ' with ids' : ''}, unlike the first intact segment (${first.dtype} dim ${first.dim}${first.hasIds ? ' with ids' : ''})`,
+          );
+        if (options.verify ?? true) verifySegmentData(file, h, meta.sums);
+        first ??= h;
+        for (let i = 0; i < h.documents; i++)
+          maxLength = Math.max(maxLength, meta.offsets[i + 1] - meta.offsets[i]);
+        segments.push({
+          file: name,
+          documents: h.documents,
+          tokens: h.tokens,
+          bytes: size,
+          headerCrc: meta.headerCrc,
+        });
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        skipped.push({ file, reason: e.message });
+      }
+    });
+    if (!first)
+      throw new FormatError(
+        dir,
+        numbered.length === 0
+          ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
+          : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
+      );
+    const documents = segments.reduce((a, s) => a + s.documents, 0);
+    if (documents > MAX_DOCUMENTS)
+      throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
+    const m: Manifest = {
+      format: FORMAT,
+      version: VERSION,
+      dtype: first.dtype,
+      dim: first.dim,
+      ids: first.hasIds,
+      // past every segment file present, adopted or not: the next append never reuses or removes one
+      generation: numbered[numbered.length - 1].n,
+      documents,
+      tokens: segments.reduce((a, s) => a + s.tokens, 0),
+      maxLength,
+      segments,
+    };
+    lock.check();
+    if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);
+    const tmp = path.join(dir, `${MANIFEST}.${lock.token}.tmp`);
+    const fd = fs.openSync(tmp, 'wx');
+    try {
+      writeAll(fd, Buffer.from(encodeManifest(m), 'utf8'), 0);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, manifestFile);
+    syncDir(dir);
+    return { info: describeManifest(dir, m), skipped, damagedManifest };
+  } finally {
+    lock.release();
+  }
 }

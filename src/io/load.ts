@@ -31,6 +31,7 @@ import {
   type ValidationOptions,
 } from '../tensor.js';
 import { formatShape, type NpyArray, readFileBytes } from './array.js';
+import { checkDocumentCount } from './budget.js';
 import { type NpyReadOptions, parseNpy } from './npy.js';
 import { parseSafetensors } from './safetensors.js';
 
@@ -253,8 +254,13 @@ export function arrayToQueries(
   return toDense(arr, name, opts);
 }
 
+/** Per-document bytes a dense batch and its scoring hold: start (8), length (4), one score (4). */
+const DENSE_BYTES_PER_DOCUMENT = 16;
+
 function toDense(arr: NpyArray, name: string, opts: DocsArrayOptions): TokenBatch {
   const [count, length, dim] = arr.shape;
+  // a 128-byte header may claim billions of (empty) documents: size their metadata first
+  checkDocumentCount(count, DENSE_BYTES_PER_DOCUMENT, name);
   if (opts.offsets !== undefined) {
     throw new InvalidArgumentError(
       `${name} offsets`,

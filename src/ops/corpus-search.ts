@@ -78,6 +78,11 @@ export interface CorpusSearchOptions {
   readers?: number;
   /** Token bytes per block (default: 64 MiB on the CPU; on CUDA derived from gpuMemory). */
   blockBytes?: number;
+  /**
+   * CPU: check the CRC of every checksum chunk a search reads before scoring it, once per chunk per
+   * process (default true): a corrupted segment is a FormatError naming it, never silent garbage.
+   */
+  verify?: boolean;
   /** Called after each block (CPU) or every ~100 ms (CUDA) with the progress so far. */
   onProgress?: (progress: SearchProgress) => void;
 }
@@ -96,6 +101,10 @@ export interface ScanStats {
   seconds: number;
   /** Seconds until the first block was scored. */
   firstBlockSeconds: number;
+  /** CPU: bytes whose CRC this search checked (0 once every chunk was checked in this process). */
+  verifiedBytes?: number;
+  /** CPU: seconds spent checking CRCs. */
+  verifySeconds?: number;
   /** CUDA: peak device memory the scan allocated, bytes. */
   devicePeakBytes?: number;
   /** CUDA: the kernel variant used for the blocks. */
@@ -290,7 +299,18 @@ export class Corpus {
     let bytes = 0;
     let firstBlockSeconds = 0;
     const tokenBytes = storedTokenBytes(info.dtype, info.dim);
+    const verify = options.verify ?? true;
+    const map = fileAddon().mapFile;
+    const mapped = (file: string, offset: number, length: number) =>
+      new Uint8Array(map(file, offset, length));
+    let verifiedBytes = 0;
+    let verifyMs = 0;
     for (const block of blocks) {
+      if (verify) {
+        const t0 = performance.now();
+        verifiedBytes += this.file.verifyBlock(block, mapped);
+        verifyMs += performance.now() - t0;
+      }
       const docs = this.mapBlock(block);
       const scores =
         info.dtype === 'int8'
@@ -318,6 +338,8 @@ export class Corpus {
         documents,
         seconds: (performance.now() - started) / 1000,
         firstBlockSeconds,
+        verifiedBytes,
+        verifySeconds: verifyMs / 1000,
       },
     };
   }
