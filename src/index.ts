@@ -108,6 +108,7 @@ export {
   type Offsets,
   type RaggedBatchOptions,
   raggedBatch,
+  raggedBatchView,
   type ScoreMatrix,
   selectItems,
   type TokenBatch,

@@ -206,6 +206,36 @@ describe('maxsim score', () => {
     assertScoresMatch(scores.flat(), packedRef, 'scores');
   });
 
+  test('--doc-offsets that break the offsets contract exit 1 naming the rule (issue 20)', () => {
+    const cases: [string, number[], RegExp][] = [
+      ['no-zero', docOffsets.slice(1), /--docs offsets\[0\] but received 4/], // no leading 0: shifted indices
+      ['short', docOffsets.slice(0, -1), /token count 24 .*--docs offsets\[5\] but received 21/],
+      ['long', [...docOffsets, 30], /<= 24 .*--docs offsets\[7\] but received 30/],
+    ];
+    for (const [name, offsets, message] of cases) {
+      const spec = file(`offsets-${name}.npy`);
+      writeNpy(spec, {
+        dtype: 'int64',
+        shape: [offsets.length],
+        data: BigInt64Array.from(offsets.map(BigInt)),
+      });
+      for (const command of ['score', 'search']) {
+        const r = maxsimCli(
+          command,
+          '--queries',
+          file('q.npy'),
+          '--docs',
+          `${file('docs.safetensors')}:embeddings`,
+          '--doc-offsets',
+          spec,
+          '--backend',
+          'cpu',
+        );
+        assert.match(expectCleanError(r, 1), message, `${command} ${name}`);
+      }
+    }
+  });
+
   test('lengths instead of offsets, a single [L, d] query, --backend cpu', () => {
     const r = maxsimCli(
       'score',

@@ -762,6 +762,32 @@ describe('load helpers', () => {
     assert.throws(() => arrayToDocs(emb([7]), {}, 'docs'), InvalidArgumentError);
   });
 
+  test('arrayToDocs: the offsets contract, and lengths errors that speak of lengths', () => {
+    const packed = emb([6, 4]);
+    const o = (...v: bigint[]): NpyArray => ({
+      dtype: 'int64',
+      shape: [v.length],
+      data: BigInt64Array.of(...v),
+    });
+    const l = (...v: number[]): NpyArray => ({
+      dtype: 'int32',
+      shape: [v.length],
+      data: Int32Array.of(...v),
+    });
+    const fails = (opts: { offsets?: NpyArray; lengths?: NpyArray }, argument: string, message: RegExp) =>
+      assert.throws(
+        () => arrayToDocs(packed, opts, 'docs'),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError && e.argument === argument && message.test(e.message),
+      );
+    fails({ offsets: o(2n, 4n, 6n) }, 'docs offsets[0]', /Expected 0 .*received 2$/); // no leading 0
+    fails({ offsets: o(0n, 2n, 5n) }, 'docs offsets[2]', /token count 6 .*received 5$/); // ends short
+    fails({ offsets: o(0n, 2n, 2n, 6n, 6n, 9n) }, 'docs offsets[5]', /<= 6/); // another file's offsets
+    fails({ lengths: l(2, 3) }, 'docs lengths', /summing to 6 .*a sum of 5$/);
+    fails({ lengths: l(2, 3, 4) }, 'docs lengths', /summing to 6 .*above 6 by lengths\[2\]$/);
+    fails({ lengths: l(2, -1, 5) }, 'docs lengths[1]', /non-negative token count.*received -1$/);
+  });
+
   test('batchToArrays inverts arrayToDocs', () => {
     const packed = emb([6, 4], 'float16');
     const offsets: NpyArray = { dtype: 'int64', shape: [4], data: BigInt64Array.of(0n, 2n, 2n, 6n) };

@@ -10,6 +10,7 @@ import {
   type FloatDType,
   matrixAsBatch,
   raggedBatch,
+  raggedBatchView,
   type TokenBatch,
   tokenMatrix,
 } from '../src/tensor.js';
@@ -151,7 +152,7 @@ describe('CPU MaxSim semantics', () => {
     for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
     const tail = randomRagged(lengths, d, 'bfloat16', rand);
     data.set(tail.data as Uint16Array, first * d);
-    const docs = raggedBatch(data, offsets, { dim: d, dtype: 'bfloat16', checkFinite: false });
+    const docs = raggedBatchView(data, offsets, { dim: d, dtype: 'bfloat16', checkFinite: false });
     assert.ok(docs.starts[0] * d > 2 ** 31);
     const q = randomMatrix(16, d, 'bfloat16', rand);
     check(matrixAsBatch(q), tail, maxsimSync(q, docs), '64-bit offsets');

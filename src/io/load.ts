@@ -21,6 +21,7 @@ import { FormatError, InvalidArgumentError } from '../errors.js';
 import {
   type DType,
   denseBatch,
+  describeNumber,
   isTokenMatrix,
   matrixAsBatch,
   raggedBatch,
@@ -173,7 +174,7 @@ function toNumbers(
   for (let i = 0; i < data.length; i++) {
     const v = data[i];
     if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) {
-      throw new InvalidArgumentError(`${name}[${i}]`, 'a non-negative integer below 2^53', String(v));
+      throw new InvalidArgumentError(`${name}[${i}]`, 'a non-negative integer below 2^53', describeNumber(v));
     }
     out[i] = Number(v);
   }
@@ -306,8 +307,32 @@ export function arrayToDocs(arr: NpyArray, opts: DocsArrayOptions = {}, name = '
       indexArray(opts.lengths, `${name} lengths`, 'B token counts'),
       `${name} lengths`,
     );
+    // checked as lengths, so that errors speak of lengths (offsets are their running sum)
     offsets = new Float64Array(lengths.length + 1);
-    for (let b = 0; b < lengths.length; b++) offsets[b + 1] = offsets[b] + lengths[b];
+    for (let b = 0; b < lengths.length; b++) {
+      const l = lengths[b];
+      if (l < 0)
+        throw new InvalidArgumentError(`${name} lengths[${b}]`, 'a non-negative token count', String(l));
+      if (l > 0x7fffffff)
+        throw new InvalidArgumentError(
+          `${name} lengths[${b}]`,
+          'fewer than 2^31 tokens per document',
+          describeNumber(l),
+        );
+      offsets[b + 1] = offsets[b] + l;
+      if (offsets[b + 1] > tokens)
+        throw new InvalidArgumentError(
+          `${name} lengths`,
+          `token counts summing to ${tokens} (the rows of the packed [T, d] array)`,
+          `a sum above ${tokens} by lengths[${b}]`,
+        );
+    }
+    if (offsets[lengths.length] !== tokens)
+      throw new InvalidArgumentError(
+        `${name} lengths`,
+        `token counts summing to ${tokens} (the rows of the packed [T, d] array)`,
+        `a sum of ${offsets[lengths.length]}`,
+      );
   } else {
     throw new InvalidArgumentError(
       `${name} offsets`,
