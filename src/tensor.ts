@@ -16,6 +16,15 @@ export type DType = FloatDType | 'int8';
 /** Backing storage per dtype: float32 values, float16/bfloat16 raw bits, int8 values. */
 export type TokenData = Float32Array | Uint16Array | Int8Array;
 
+/**
+ * What the constructors take as token data: the storage types (kept as they are, zero-copy), plus
+ * Float64Array and number[] (what JSON gives), converted to float32 (or to the float16 / bfloat16
+ * bits named by `dtype`) at the cost of one copy, so later writes to them are not seen. Any typed
+ * array type-checks, so that `readNpy(...).data` passes without a cast; integer arrays other than
+ * Int8Array are refused at run time with an InvalidArgumentError.
+ */
+export type TokenInput = TokenData | Float64Array | readonly number[] | ArrayBufferView;
+
 export interface TokenMatrix {
   readonly kind: 'matrix';
   readonly dtype: DType;
@@ -133,9 +142,26 @@ function normalizeData(
       throw new InvalidArgumentError(`${name}.dtype`, "'int8' for an Int8Array", dtype);
     return { data, dtype: 'int8' };
   }
+  if (data instanceof Float64Array || Array.isArray(data)) {
+    // converted (one copy): float32 values, or the bits of the float dtype asked for
+    if (dtype === 'int8')
+      throw new InvalidArgumentError(
+        `${name}.dtype`,
+        'a float dtype for float64 / number[] values (int8 data comes as an Int8Array with scales)',
+        "'int8'",
+      );
+    if (Array.isArray(data)) {
+      for (let i = 0; i < data.length; i++)
+        if (typeof data[i] !== 'number')
+          throw new InvalidArgumentError(`${name}[${i}]`, 'a number', describe(data[i]));
+    }
+    const values = Float32Array.from(data as ArrayLike<number>);
+    const target = dtype ?? 'float32';
+    return { data: encodeFloats(values, target), dtype: target };
+  }
   throw new InvalidArgumentError(
     name,
-    'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array or Int8Array',
+    'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array, Int8Array, Float64Array or number[]',
     describe(data),
   );
 }
@@ -205,7 +231,7 @@ function checkFiniteData(name: string, data: TokenData, dtype: DType, count: num
 
 /** One item: `length` tokens of dimension `dim`, row-major. */
 export function tokenMatrix(
-  data: TokenData | ArrayBufferView,
+  data: TokenInput,
   length: number,
   dim: number,
   options: DtypeOptions = {},
@@ -239,7 +265,7 @@ export interface DenseBatchOptions extends DtypeOptions {
 }
 
 /** Dense batch [B, L, d] with optional per-item lengths. */
-export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatchOptions): TokenBatch {
+export function denseBatch(data: TokenInput, options: DenseBatchOptions): TokenBatch {
   expectOptions(options, 'with count, length and dim, e.g. { count: 8, length: 32, dim: 128 }');
   const n = normalizeData('data', data, options.dtype);
   const count = expectInteger('count', options.count, 0);
@@ -306,13 +332,11 @@ export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatc
   };
 }
 
-export type Offsets =
-  | BigInt64Array
-  | BigUint64Array
-  | Float64Array
-  | Int32Array
-  | Uint32Array
-  | readonly number[];
+/**
+ * Token offsets: any typed array or number[] of integers (BigInt64Array / BigUint64Array / Float64Array
+ * keep 64-bit offsets exact to 2^53); `readNpy(...).data` of an offsets file passes as it is.
+ */
+export type Offsets = ArrayLike<number> | ArrayLike<bigint>;
 
 export interface RaggedBatchOptions extends DtypeOptions {
   dim: number;
@@ -333,11 +357,7 @@ function expectOptions<T>(options: T, what: string): NonNullable<T> {
  * count of `data` (data.length / dim). For int8, `scales` holds exactly T scales. Offsets that index
  * a part of a larger buffer are a view: build those with `raggedBatchView`.
  */
-export function raggedBatch(
-  data: TokenData | ArrayBufferView,
-  offsets: Offsets,
-  options: RaggedBatchOptions,
-): TokenBatch {
+export function raggedBatch(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
   return ragged(data, offsets, expectOptions(options, 'with dim, e.g. { dim: 128 }'), false);
 }
 
@@ -346,20 +366,11 @@ export function raggedBatch(
  * at 0 or end at T (tokens outside offsets[0] .. offsets[B] are never read). For int8, `scales` holds
  * at least T scales (one per token of the buffer). Use `raggedBatch` when the offsets cover the data.
  */
-export function raggedBatchView(
-  data: TokenData | ArrayBufferView,
-  offsets: Offsets,
-  options: RaggedBatchOptions,
-): TokenBatch {
+export function raggedBatchView(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
   return ragged(data, offsets, expectOptions(options, 'with dim, e.g. { dim: 128 }'), true);
 }
 
-function ragged(
-  data: TokenData | ArrayBufferView,
-  offsets: Offsets,
-  options: RaggedBatchOptions,
-  view: boolean,
-): TokenBatch {
+function ragged(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions, view: boolean): TokenBatch {
   const n = normalizeData('data', data, options.dtype);
   const dim = expectInteger('dim', options.dim, 1);
   if (!(Array.isArray(offsets) || ArrayBuffer.isView(offsets))) {
