@@ -85,7 +85,20 @@ export interface InputOptions {
   /** int8 inputs: one float32 scale per token row. */
   docScales?: string;
   queryScales?: string;
+  /** Real tokens per query [Nq] of [Nq, L, d] queries. */
+  queryLengths?: string;
+  /** Read .npy uint16 / int16 arrays as bfloat16 bits. */
+  bf16?: boolean;
   checkFinite: boolean;
+}
+
+/** loadArray's options for a CLI spec: the argument's name and --bf16. */
+function cliLoad(spec: string, argument: string, bf16: boolean | undefined) {
+  return loadArray(spec, {
+    argument,
+    u2As: bf16 ? 'bfloat16' : undefined,
+    u2AsOption: '--bf16',
+  });
 }
 
 /** Documents from --docs (+ --doc-offsets / --doc-lengths / --doc-scales). */
@@ -94,12 +107,13 @@ export function loadDocs(opts: {
   docOffsets?: string;
   docLengths?: string;
   docScales?: string;
+  bf16?: boolean;
   checkFinite: boolean;
 }): TokenBatch {
   const load = (spec: string | undefined, argument: string) =>
     spec === undefined ? undefined : loadArray(spec, { argument });
   return arrayToDocs(
-    loadArray(opts.docs, { argument: '--docs' }),
+    cliLoad(opts.docs, '--docs', opts.bf16),
     {
       offsets: load(opts.docOffsets, '--doc-offsets'),
       lengths: load(opts.docLengths, '--doc-lengths'),
@@ -110,15 +124,26 @@ export function loadDocs(opts: {
   );
 }
 
+/** Queries from --queries (+ --query-lengths / --query-scales / --bf16). */
+export function loadQueries(opts: {
+  queries: string;
+  queryLengths?: string;
+  queryScales?: string;
+  bf16?: boolean;
+  checkFinite: boolean;
+}): TokenMatrix | TokenBatch {
+  const load = (spec: string | undefined, argument: string) =>
+    spec === undefined ? undefined : loadArray(spec, { argument });
+  return arrayToQueries(cliLoad(opts.queries, '--queries', opts.bf16), '--queries', {
+    checkFinite: opts.checkFinite,
+    scales: load(opts.queryScales, '--query-scales'),
+    lengths: load(opts.queryLengths, '--query-lengths'),
+  });
+}
+
 /** Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs. */
 export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBatch; docs: TokenBatch } {
-  const checkFinite = opts.checkFinite;
-  const scales = (spec: string | undefined, argument: string) =>
-    spec === undefined ? undefined : loadArray(spec, { argument });
-  const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
-    checkFinite,
-    scales: scales(opts.queryScales, '--query-scales'),
-  });
+  const queries = loadQueries(opts);
   const docs = loadDocs(opts);
   return { queries, docs };
 }
@@ -161,7 +186,7 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
   return command
     .requiredOption(
       '--queries <spec>',
-      'queries: [L, d] (one query) or [Nq, L, d]; path.npy or path.safetensors:name',
+      "queries: [L, d] (one query) or [Nq, L, d]; path.npy or path.safetensors:name ('-' reads stdin)",
     )
     .addOption(
       docsRequired
@@ -175,6 +200,14 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
     )
     .option('--doc-scales <spec>', 'int8 documents: one float32 scale per token row (value = int8 x scale)')
     .option('--query-scales <spec>', 'int8 queries: one float32 scale per token row')
+    .option(
+      '--query-lengths <spec>',
+      'real tokens per query [Nq] of [Nq, L, d] queries (the rest is padding)',
+    )
+    .option(
+      '--bf16',
+      "read .npy uint16 / int16 ('<u2' / '<i2') arrays as bfloat16 bits (NumPy has no bfloat16)",
+    )
     .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)');

@@ -2,7 +2,6 @@
 import { Command, Option } from 'commander';
 import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { arrayToQueries, loadArray } from '../io/load.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { rankRows, topK, topKAll } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
@@ -17,6 +16,7 @@ import {
   integerOption,
   jsonScore,
   loadInputs,
+  loadQueries,
   scalesOption,
   scoreInFormat,
 } from './common.js';
@@ -133,9 +133,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     if (why) throw new BackendUnavailableError(`--pin needs a GPU: ${why}`);
     await corpus.pin();
   }
-  const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
-    checkFinite: opts.checkFinite,
-  });
+  const queries = loadQueries(opts);
   const bar = new Progress('search', corpus.info.documents);
   const results = await corpus.search(queries, {
     topK: opts.topK,

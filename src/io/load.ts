@@ -31,9 +31,9 @@ import {
   tokenMatrix,
   type ValidationOptions,
 } from '../tensor.js';
-import { formatShape, type NpyArray, readFileBytes } from './array.js';
-import { type NpyReadOptions, parseNpy } from './npy.js';
-import { parseSafetensors } from './safetensors.js';
+import { formatShape, type NpyArray } from './array.js';
+import { type NpyReadOptions, parseNpy, readNpy } from './npy.js';
+import { openSafetensors, parseSafetensors } from './safetensors.js';
 
 export type { NpyArray } from './array.js';
 
@@ -52,49 +52,83 @@ function isFile(path: string): boolean {
   }
 }
 
+/** The spec that reads standard input: '-' (or '-:tensorName' for a safetensors stream). */
+export const STDIN_SPEC = '-';
+
 /**
  * Splits `path.npy` / `path.safetensors[:tensorName]` into the file and the tensor name. A whole
- * spec that names a file wins, so paths containing ':' still work.
+ * spec that names a file wins, so paths containing ':' still work. '-' and '-:name' are standard input.
  */
 export function resolveArraySpec(spec: string, argument = 'spec'): { path: string; tensor?: string } {
+  if (typeof spec !== 'string')
+    throw new InvalidArgumentError(
+      argument,
+      'a file spec: path.npy or path.safetensors[:tensorName]',
+      typeof spec,
+    );
+  if (spec === STDIN_SPEC) return { path: STDIN_SPEC };
+  if (spec.startsWith(`${STDIN_SPEC}:`) && !isFile(spec)) return { path: STDIN_SPEC, tensor: spec.slice(2) };
   if (isFile(spec)) return { path: spec };
   const colon = spec.lastIndexOf(':');
   if (colon > 0 && isFile(spec.slice(0, colon)))
     return { path: spec.slice(0, colon), tensor: spec.slice(colon + 1) };
   throw new InvalidArgumentError(
     argument,
-    'an existing file: path.npy or path.safetensors[:tensorName]',
+    "an existing file: path.npy or path.safetensors[:tensorName] ('-' for standard input)",
     `${JSON.stringify(spec)} (no such file)`,
   );
 }
 
-/**
- * Loads `path.npy` or `path.safetensors:tensorName`. The `:tensorName` may be left out when the
- * safetensors file holds exactly one tensor. The format is recognized by content, not extension.
- */
-export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
-  const argument = opts.argument ?? 'spec';
-  const { path, tensor } = resolveArraySpec(spec, argument);
-  const bytes = readFileBytes(path);
-  const looksLikeNpy = NPY_MAGIC.every((b, i) => bytes[i] === b);
-  if (looksLikeNpy || /\.npy$/i.test(path)) {
-    if (tensor !== undefined) {
-      throw new InvalidArgumentError(
-        argument,
-        `no ':name' suffix (${path} is a .npy file holding one array)`,
-        spec,
-      );
+// Standard input is read once and kept, so several specs ('-:embeddings', '-:offsets') can name
+// tensors of one safetensors stream.
+let stdinBytes: Uint8Array | undefined;
+function readStdin(): Uint8Array {
+  if (stdinBytes === undefined) {
+    const chunks: Buffer[] = [];
+    const chunk = Buffer.alloc(1 << 20);
+    for (;;) {
+      let n: number;
+      try {
+        n = fs.readSync(0, chunk, 0, chunk.length, null);
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code === 'EAGAIN') continue; // a non-blocking pipe with nothing yet
+        if (code === 'EOF') break;
+        throw e;
+      }
+      if (n === 0) break;
+      chunks.push(Buffer.from(chunk.subarray(0, n)));
     }
-    return parseNpy(bytes, path, opts);
+    const all = Buffer.concat(chunks);
+    stdinBytes = new Uint8Array(all.buffer, all.byteOffset, all.byteLength);
   }
-  const file = parseSafetensors(bytes, path);
-  const names = [...file.tensors.keys()];
+  return stdinBytes;
+}
+
+function startsWithNpyMagic(path: string): boolean {
+  const fd = fs.openSync(path, 'r');
+  try {
+    const head = new Uint8Array(NPY_MAGIC.length);
+    const n = fs.readSync(fd, head, 0, head.length, 0);
+    return n === head.length && NPY_MAGIC.every((b, i) => head[i] === b);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function pickTensor(
+  names: string[],
+  tensor: string | undefined,
+  path: string,
+  spec: string,
+  argument: string,
+): string {
   const listed = [...names]
     .sort()
     .map((n) => JSON.stringify(n))
     .join(', ');
   if (tensor === undefined) {
-    if (names.length === 1) return file.tensors.get(names[0])!;
+    if (names.length === 1) return names[0];
     if (names.length === 0) throw new FormatError(path, 'the safetensors file holds no tensors');
     throw new InvalidArgumentError(
       argument,
@@ -102,15 +136,50 @@ export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
       JSON.stringify(spec),
     );
   }
-  const array = file.tensors.get(tensor);
-  if (array === undefined) {
+  if (!names.includes(tensor)) {
     throw new InvalidArgumentError(
       argument,
       `a tensor of ${path}, one of ${listed || '(none)'}`,
       JSON.stringify(tensor),
     );
   }
-  return array;
+  return tensor;
+}
+
+/**
+ * Loads `path.npy` or `path.safetensors:tensorName` ('-' reads standard input). The `:tensorName`
+ * may be left out when the safetensors file holds exactly one tensor. The format is recognized by
+ * content, not extension. Files are read straight into the array (a .npy from its header on, a
+ * safetensors file only the tensor asked for), so arrays beyond 4 GiB load too.
+ */
+export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
+  const argument = opts.argument ?? 'spec';
+  const { path, tensor } = resolveArraySpec(spec, argument);
+  const name = path === STDIN_SPEC ? 'standard input' : path;
+  const noSuffix = () =>
+    new InvalidArgumentError(argument, `no ':name' suffix (${name} is a .npy file holding one array)`, spec);
+  if (path === STDIN_SPEC) {
+    const bytes = readStdin();
+    if (NPY_MAGIC.every((b, i) => bytes[i] === b)) {
+      if (tensor !== undefined) throw noSuffix();
+      return parseNpy(bytes, name, opts);
+    }
+    const file = parseSafetensors(bytes, name);
+    return file.tensors.get(pickTensor([...file.tensors.keys()], tensor, name, spec, argument))!;
+  }
+  if (startsWithNpyMagic(path) || /\.npy$/i.test(path)) {
+    if (tensor !== undefined) throw noSuffix();
+    return readNpy(path, opts);
+  }
+  const file = openSafetensors(path);
+  const chosen = pickTensor(
+    file.entries.map((e) => e.name),
+    tensor,
+    path,
+    spec,
+    argument,
+  );
+  return file.read(file.entries.find((e) => e.name === chosen)!);
 }
 
 // ---- arrays -> token matrices / batches ----
