@@ -110,6 +110,25 @@ export function expectInteger(name: string, value: unknown, min: number, max = M
   return value;
 }
 
+/** The largest embedding dimension the engines take (README: limits). */
+export const MAX_DIM = 2 ** 20;
+
+function expectDim(dim: unknown): number {
+  if (typeof dim !== 'number' || !Number.isInteger(dim) || dim < 1 || dim > MAX_DIM)
+    throw new InvalidArgumentError(
+      'dim',
+      'an integer in [1, 2^20] (1,048,576: the largest dimension the engines take)',
+      describe(dim),
+    );
+  return dim;
+}
+
+/** Checks an optional options argument: undefined gives {}, anything but an object is refused by name. */
+export function optionsObject<T extends object>(options: T | undefined | null, what: string): T {
+  if (options === undefined) return {} as T;
+  return expectOptions(options, what) as T;
+}
+
 /** Accepts any supported typed array and returns (storage, dtype). */
 function normalizeData(
   name: string,
@@ -239,7 +258,7 @@ export function tokenMatrix(
   expectOptions(options, 'dtype, scales, checkFinite, all optional');
   const n = normalizeData('data', data, options.dtype);
   expectInteger('length', length, 0);
-  expectInteger('dim', dim, 1);
+  expectDim(dim);
   const need = length * dim;
   if (n.data.length < need) {
     throw new InvalidArgumentError(
@@ -270,7 +289,7 @@ export function denseBatch(data: TokenInput, options: DenseBatchOptions): TokenB
   const n = normalizeData('data', data, options.dtype);
   const count = expectInteger('count', options.count, 0);
   const length = expectInteger('length', options.length, 0);
-  const dim = expectInteger('dim', options.dim, 1);
+  const dim = expectDim(options.dim);
   const need = count * length * dim;
   if (n.data.length < need) {
     throw new InvalidArgumentError(
@@ -372,7 +391,7 @@ export function raggedBatchView(data: TokenInput, offsets: Offsets, options: Rag
 
 function ragged(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions, view: boolean): TokenBatch {
   const n = normalizeData('data', data, options.dtype);
-  const dim = expectInteger('dim', options.dim, 1);
+  const dim = expectDim(options.dim);
   if (!(Array.isArray(offsets) || ArrayBuffer.isView(offsets))) {
     throw new InvalidArgumentError(
       'offsets',

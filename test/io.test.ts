@@ -514,6 +514,22 @@ describe('malformed safetensors', () => {
     assertFormatError(() => parseSafetensors(invalidUtf8), /UTF-8/);
   });
 
+  test('deep nesting and repeated keys are refused with a clear error (issue 21)', () => {
+    const deep = `{"a":${'['.repeat(200_000)}${']'.repeat(200_000)}}`;
+    assertFormatError(() => parseSafetensors(stFile(deep)), /nests deeper than 16 levels/);
+    const t = entry('F32', [0], [0, 0]);
+    assertFormatError(() => parseSafetensors(stFile(`{"x":${t},"x":${t}}`)), /the key "x" twice/);
+    // the same key spelled with an escape
+    assertFormatError(() => parseSafetensors(stFile(`{"x":${t},"\\u0078":${t}}`)), /the key "x" twice/);
+    assertFormatError(
+      () => parseSafetensors(stFile('{"__metadata__":{"a":"1"},"__metadata__":{"b":"2"}}')),
+      /"__metadata__" twice/,
+    );
+    // keys repeated inside different tensors' entries are fine
+    const ok = parseSafetensors(stFile(`{"x":${t},"y":${t},"__metadata__":{"dtype":"x","shape":"y"}}`));
+    assert.deepEqual([...ok.tensors.keys()].sort(), ['x', 'y']);
+  });
+
   test('bad entries name the tensor', () => {
     const cases: [string, RegExp][] = [
       [entry('U8', [6], [0, 6]), /"t".*unsupported dtype "U8"/],

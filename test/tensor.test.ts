@@ -67,7 +67,7 @@ describe('token batches', () => {
       /2 entries/,
     );
     throwsArg(() => denseBatch(data, { count: 4, length: 3, dim: 4 }), /data/, /at least 48 elements/);
-    throwsArg(() => tokenMatrix(data, 3, 0), /dim/, /integer >= 1/);
+    throwsArg(() => tokenMatrix(data, 3, 0), /dim/, /integer in \[1, 2\^20\]/);
     throwsArg(() => tokenMatrix(new Uint16Array(4), 1, 4), /data\.dtype/, /float16' or 'bfloat16/);
     throwsArg(() => tokenMatrix(new Int32Array(2), 1, 2), /data/, /Float32Array/);
     throwsArg(() => tokenMatrix(new Int8Array(4), 1, 4), /matrix\.scales/, /Float32Array/);
@@ -131,6 +131,16 @@ describe('token batches', () => {
       raggedBatchView(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(12) }).count,
       1,
     );
+  });
+
+  test('dim above 2^20 is refused by name in TypeScript, with the limit', () => {
+    throwsArg(
+      () => tokenMatrix(new Float32Array(2 ** 21), 1, 2 ** 21),
+      /^dim$/,
+      /\[1, 2\^20\].*received 2097152$/,
+    );
+    throwsArg(() => raggedBatch(new Float32Array(0), [0], { dim: 2 ** 20 + 1 }), /^dim$/, /2\^20/);
+    assert.equal(tokenMatrix(new Float32Array(2 ** 20), 1, 2 ** 20).dim, 2 ** 20);
   });
 
   test('a missing or null options argument is named, not a TypeError', () => {
