@@ -287,8 +287,8 @@ export interface DenseBatchOptions extends DtypeOptions {
 export function denseBatch(data: TokenInput, options: DenseBatchOptions): TokenBatch {
   expectOptions(options, 'with count, length and dim, e.g. { count: 8, length: 32, dim: 128 }');
   const n = normalizeData('data', data, options.dtype);
-  const count = expectInteger('count', options.count, 0);
-  const length = expectInteger('length', options.length, 0);
+  const count = expectInteger('count', options.count, 0, 2 ** 31 - 1);
+  const length = expectInteger('length', options.length, 0, 2 ** 31 - 1);
   const dim = expectDim(options.dim);
   const need = count * length * dim;
   if (n.data.length < need) {

@@ -968,6 +968,20 @@ describe('CLI inputs: --bf16, stdin, --query-lengths, progress (issue 20)', () =
     assert.deepEqual(JSON.parse(quiet.stdout), JSON.parse(r.stdout));
   });
 
+  test('a 128-byte .npy declaring 2e9 empty items is refused at once, not allocated (issue 21)', () => {
+    const spec = file('huge-shape.npy');
+    const empty = encodeNpy({ dtype: 'float32', shape: [0, 0, D], data: new Float32Array(0) });
+    const text = Buffer.from(empty)
+      .toString('latin1')
+      .replace(`(0, 0, ${D}), }${' '.repeat(9)}`, `(2000000000, 0, ${D}), }`);
+    fs.writeFileSync(spec, Buffer.from(text, 'latin1'));
+    assert.equal(fs.statSync(spec).size, 128);
+    const started = Date.now();
+    const r = maxsimCli('score', '--queries', file('q.npy'), '--docs', spec);
+    assert.match(expectCleanError(r, 1), /at most 134,217,728 items.*--docs but received 2,000,000,000/);
+    assert.ok(Date.now() - started < 20_000);
+  });
+
   test('a .npy of more than 4 GiB is scored (MAXSIM_BIG_TESTS=1: writes a 4.3 GB sparse file)', {
     skip: process.env.MAXSIM_BIG_TESTS !== '1' && 'set MAXSIM_BIG_TESTS=1',
   }, () => {
