@@ -736,6 +736,45 @@ describe('load helpers', () => {
     assert.throws(() => arrayToQueries(emb([1, 2, 3, 4]), 'queries'), InvalidArgumentError);
   });
 
+  test('files are read into the array: truncated, trailing, short-header and corrupt files fail cleanly', () => {
+    const q = emb([3, 4]);
+    const good = path.join(tmp, 'stream.npy');
+    writeNpy(good, q);
+    const bytes = fs.readFileSync(good);
+    const variant = (name: string, b: Uint8Array) => {
+      const p = path.join(tmp, name);
+      fs.writeFileSync(p, b);
+      return p;
+    };
+    assertFormatError(
+      () => readNpy(variant('trunc.npy', bytes.subarray(0, bytes.length - 4))),
+      /truncated file/,
+    );
+    assertFormatError(() => readNpy(variant('trail.npy', concat(bytes, [1, 2, 3, 4]))), /trailing bytes/);
+    assertFormatError(() => readNpy(variant('head.npy', bytes.subarray(0, 20))), /truncated \.npy header/);
+    assertFormatError(() => readNpy(variant('tiny.npy', bytes.subarray(0, 3))), /too short/);
+    const u16 = path.join(tmp, 'u16.npy');
+    writeNpy(u16, { dtype: 'bfloat16', shape: [2], data: Uint16Array.of(1, 2) });
+    assertFormatError(() => readNpy(u16), /pass u2As: 'bfloat16'/);
+    assertFormatError(() => loadArray(u16, { u2AsOption: '--bf16' }), /pass --bf16/);
+    assert.equal(loadArray(u16, { u2As: 'bfloat16' }).dtype, 'bfloat16');
+    // a safetensors file is opened by its header; a truncated one is refused before any tensor is read
+    const st = path.join(tmp, 'stream.safetensors');
+    const b = emb([2, 4], 'float16');
+    writeSafetensors(st, { a: q, b });
+    assertSameArray(loadArray(`${st}:b`), b);
+    assertSameArray(loadArray(`${st}:a`), q);
+    const stBytes = fs.readFileSync(st);
+    assertFormatError(
+      () => loadArray(`${variant('t.safetensors', stBytes.subarray(0, stBytes.length - 2))}:a`),
+      /truncated/,
+    );
+    assertFormatError(
+      () => loadArray(`${variant('h.safetensors', stBytes.subarray(0, 12))}:a`),
+      /truncated|only/,
+    );
+  });
+
   test('arrayToDocs: packed with offsets or lengths, dense with lengths', () => {
     const packed = emb([6, 4]);
     const offsets: NpyArray = { dtype: 'int64', shape: [4], data: BigInt64Array.of(0n, 2n, 2n, 6n) };

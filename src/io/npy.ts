@@ -407,12 +407,10 @@ export function parseNpyHeader(
   return { dtype, shape, dataStart };
 }
 
-/** Parses .npy bytes. The result views `bytes` when the data is aligned (no copy), else holds a copy. */
-export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOptions = {}): NpyArray {
-  const { dtype, shape, dataStart } = parseNpyHeader(bytes, name, opts);
+/** The element count of the shape, checked against the `available` data bytes. */
+function elementsFor(name: string, dtype: ArrayDType, shape: number[], available: number): number {
   const count = shapeProduct(shape);
   const size = itemSize(dtype);
-  const available = bytes.length - dataStart;
   if (count === undefined || count * size > Number.MAX_SAFE_INTEGER) {
     throw new FormatError(
       name,
@@ -427,6 +425,13 @@ export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOpti
         (available < need ? ' (truncated file?)' : ' (trailing bytes)'),
     );
   }
+  return count;
+}
+
+/** Parses .npy bytes. The result views `bytes` when the data is aligned (no copy), else holds a copy. */
+export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOptions = {}): NpyArray {
+  const { dtype, shape, dataStart } = parseNpyHeader(bytes, name, opts);
+  const count = elementsFor(name, dtype, shape, bytes.length - dataStart);
   return { dtype, shape, data: viewAs(name, dtype, bytes, dataStart, count) };
 }
 
@@ -469,21 +474,8 @@ export function readNpy(path: string, opts: NpyReadOptions = {}): NpyArray {
       got += n;
     }
     const { dtype, shape, dataStart } = parseNpyHeader(head.subarray(0, got), path, opts);
-    const count = shapeProduct(shape);
-    const available = size - dataStart;
-    if (count === undefined || count * itemSize(dtype) > Number.MAX_SAFE_INTEGER)
-      throw new FormatError(
-        path,
-        `shape ${formatShape(shape)} has too many elements (data is ${available} bytes)`,
-      );
-    const need = count * itemSize(dtype);
-    if (need !== available)
-      throw new FormatError(
-        path,
-        `shape ${formatShape(shape)} of ${dtype} needs ${need} data bytes but the file has ${available}` +
-          (available < need ? ' (truncated file?)' : ' (trailing bytes)'),
-      );
-    const buffer = readFileRange(fd, dataStart, need, path);
+    const count = elementsFor(path, dtype, shape, size - dataStart);
+    const buffer = readFileRange(fd, dataStart, count * itemSize(dtype), path);
     return { dtype, shape, data: viewAs(path, dtype, new Uint8Array(buffer, 0, 0), 0, count) };
   } finally {
     fs.closeSync(fd);
