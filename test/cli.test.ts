@@ -962,6 +962,27 @@ describe('CLI inputs: --bf16, stdin, --query-lengths, progress (issue 20)', () =
       assert.match(line, /^score: \d+\/6 \(\d+%\), (\d+\/s, )?(ETA \S+|done in \S+)$/);
     assert.ok(!r.stderr.includes('\u001b') && !r.stderr.includes('\r'), 'no terminal control codes');
     assert.match(lines[lines.length - 1], /^score: 6\/6 \(100%\)/);
+    // search over --docs: the same blocks, the same ranking as unblocked
+    const searchArgs = [
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--backend',
+      'cpu',
+      '--top-k',
+      '4',
+    ];
+    const blocked = maxsimCliWith({ env }, ...searchArgs);
+    expectSuccess(blocked);
+    assert.match(blocked.stderr, /^search: \d+\/6 /m);
+    const whole = maxsimCli(...searchArgs);
+    expectSuccess(whole);
+    assert.equal(blocked.stdout, whole.stdout);
+    assert.equal(whole.stderr, '');
     const quiet = maxsimCliWith({ env }, ...args, '--quiet');
     expectSuccess(quiet);
     assert.equal(quiet.stderr, '');

@@ -12,9 +12,12 @@ import {
   type FloatDType,
   matrixAsBatch,
   type ScoreMatrix,
+  selectItems,
   type TokenBatch,
   type TokenMatrix,
+  totalTokens,
 } from '../tensor.js';
+import { Progress } from './progress.js';
 
 export const BACKEND_CHOICES: readonly BackendChoice[] = ['auto', 'cpu', 'cuda'];
 
@@ -246,6 +249,43 @@ export async function scoreInFormat(
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
   return cudaScoreFp8Host(q, docs, { scales });
+}
+
+// Large inputs are scored in blocks of documents, so that a long run shows progress (per-document
+// scores do not depend on the blocking).
+// MAXSIM_SCORE_BLOCK_TOKENS overrides the block size (tests use a small one).
+const BLOCK_TOKENS =
+  Number(process.env.MAXSIM_SCORE_BLOCK_TOKENS) > 0 ? Number(process.env.MAXSIM_SCORE_BLOCK_TOKENS) : 1 << 21;
+
+/** scoreInFormat, in blocks of documents with progress on stderr when the input is large. */
+export async function scoreInBlocks(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  format: ScoreFormat,
+  options: Parameters<typeof scoreInFormat>[3],
+  label = 'score',
+): Promise<ScoreMatrix> {
+  const tokens = totalTokens(docs);
+  if (tokens <= 2 * BLOCK_TOKENS) return scoreInFormat(queries, docs, format, options);
+  const rows = queries.kind === 'matrix' ? 1 : queries.count;
+  const out = new Float32Array(rows * docs.count);
+  const bar = new Progress(label, docs.count);
+  let b = 0;
+  while (b < docs.count) {
+    let end = b;
+    let t = 0;
+    while (end < docs.count && (end === b || t + docs.lengths[end] <= BLOCK_TOKENS)) t += docs.lengths[end++];
+    const block = selectItems(
+      docs,
+      Array.from({ length: end - b }, (_, i) => b + i),
+    );
+    const m = await scoreInFormat(queries, block, format, options);
+    for (let q = 0; q < rows; q++) out.set(m.data.subarray(q * m.cols, (q + 1) * m.cols), q * docs.count + b);
+    b = end;
+    bar.update(b);
+  }
+  bar.finish();
+  return { data: out, rows, cols: docs.count };
 }
 
 /** --scales of score / search: who shares a scale in the quantized documents. */

@@ -3,7 +3,6 @@ import { Command, Option } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
 import { writeNpy } from '../io/npy.js';
 import type { ScaleGranularity } from '../ops/quantize.js';
-import { type ScoreMatrix, selectItems, type TokenBatch, type TokenMatrix, totalTokens } from '../tensor.js';
 import {
   addInputOptions,
   checkScalesUse,
@@ -14,11 +13,9 @@ import {
   jsonScore,
   loadInputs,
   printTable,
-  type ScoreFormat,
   scalesOption,
-  scoreInFormat,
+  scoreInBlocks,
 } from './common.js';
-import { Progress } from './progress.js';
 
 interface ScoreCommandOptions extends InputOptions {
   dtype?: string;
@@ -75,41 +72,6 @@ export function scoreCommand(): Command {
         Array.from({ length: docs.count }, (_, b) => [String(b), ...rows.map((row) => fixed(row[b], 6))]),
       );
     });
-}
-
-// Large inputs are scored in blocks of documents, so that a long run shows progress (per-document
-// scores do not depend on the blocking).
-// MAXSIM_SCORE_BLOCK_TOKENS overrides the block size (tests use a small one).
-const BLOCK_TOKENS =
-  Number(process.env.MAXSIM_SCORE_BLOCK_TOKENS) > 0 ? Number(process.env.MAXSIM_SCORE_BLOCK_TOKENS) : 1 << 21;
-
-async function scoreInBlocks(
-  queries: TokenMatrix | TokenBatch,
-  docs: TokenBatch,
-  format: ScoreFormat,
-  options: Parameters<typeof scoreInFormat>[3],
-): Promise<ScoreMatrix> {
-  const tokens = totalTokens(docs);
-  if (tokens <= 2 * BLOCK_TOKENS) return scoreInFormat(queries, docs, format, options);
-  const rows = queries.kind === 'matrix' ? 1 : queries.count;
-  const out = new Float32Array(rows * docs.count);
-  const bar = new Progress('score', docs.count);
-  let b = 0;
-  while (b < docs.count) {
-    let end = b;
-    let t = 0;
-    while (end < docs.count && (end === b || t + docs.lengths[end] <= BLOCK_TOKENS)) t += docs.lengths[end++];
-    const block = selectItems(
-      docs,
-      Array.from({ length: end - b }, (_, i) => b + i),
-    );
-    const m = await scoreInFormat(queries, block, format, options);
-    for (let q = 0; q < rows; q++) out.set(m.data.subarray(q * m.cols, (q + 1) * m.cols), q * docs.count + b);
-    b = end;
-    bar.update(b);
-  }
-  bar.finish();
-  return { data: out, rows, cols: docs.count };
 }
 
 function concatRows(rows: Float32Array[], cols: number): Float32Array {

@@ -3,7 +3,7 @@ import { Command, Option } from 'commander';
 import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { openCorpus } from '../ops/corpus-search.js';
-import { rankRows, topK, topKAll } from '../ops/maxsim.js';
+import { rankRows } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { Hit } from '../tensor.js';
@@ -18,7 +18,7 @@ import {
   loadInputs,
   loadQueries,
   scalesOption,
-  scoreInFormat,
+  scoreInBlocks,
 } from './common.js';
 import { Progress } from './progress.js';
 
@@ -74,16 +74,17 @@ export function searchCommand(): Command {
         const scan = quantize(docs, 'int8', { scales: opts.scales });
         results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
       } else if (formatOf(opts.dtype) !== 'float') {
-        const m = await scoreInFormat(queries, docs, formatOf(opts.dtype), {
-          ...options,
-          scales: opts.scales,
-        });
+        const m = await scoreInBlocks(
+          queries,
+          docs,
+          formatOf(opts.dtype),
+          { ...options, scales: opts.scales },
+          'search',
+        );
         results = rankRows(m, opts.topK);
       } else {
-        results =
-          queries.kind === 'matrix'
-            ? [await topK(queries, docs, opts.topK, options)]
-            : await topKAll(queries, docs, opts.topK, options);
+        // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
+        results = rankRows(await scoreInBlocks(queries, docs, 'float', options, 'search'), opts.topK);
       }
       const lines = results.map((hits, query) =>
         JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
