@@ -233,6 +233,30 @@ describe('maxsim score', () => {
         );
         assert.match(expectCleanError(r, 1), message, `${command} ${name}`);
       }
+      // the other entry points that take --doc-offsets: quantize (the same loader) and corpus build
+      const docsSpec = `${file('docs.safetensors')}:embeddings`;
+      const q = maxsimCli(
+        'quantize',
+        '--docs',
+        docsSpec,
+        '--doc-offsets',
+        spec,
+        '--out',
+        file(`q8-${name}.safetensors`),
+      );
+      assert.match(expectCleanError(q, 1), message, `quantize ${name}`);
+      assert.ok(!fs.existsSync(file(`q8-${name}.safetensors`)));
+      const c = maxsimCli(
+        'corpus',
+        'build',
+        '--docs',
+        docsSpec,
+        '--doc-offsets',
+        spec,
+        '--out',
+        file(`c-${name}.msx`),
+      );
+      assert.match(expectCleanError(c, 1), /--doc-offsets/, `corpus build ${name}`);
     }
   });
 
