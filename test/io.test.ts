@@ -690,6 +690,11 @@ describe('load helpers', () => {
     );
     assert.throws(() => loadArray(`${npyPath}:x`), InvalidArgumentError);
     assert.throws(() => loadArray(path.join(tmp, 'missing.npy')), /no such file/);
+    assert.throws(
+      () => loadArray(tmp, { argument: '--docs' }),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError && e.argument === '--docs' && /\(a directory\)$/.test(e.message),
+    );
     const empty = path.join(tmp, 'empty.safetensors');
     writeSafetensors(empty, {});
     assert.throws(() => loadArray(empty), FormatError);

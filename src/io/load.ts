@@ -72,10 +72,14 @@ export function resolveArraySpec(spec: string, argument = 'spec'): { path: strin
   const colon = spec.lastIndexOf(':');
   if (colon > 0 && isFile(spec.slice(0, colon)))
     return { path: spec.slice(0, colon), tensor: spec.slice(colon + 1) };
+  let what = 'no such file';
+  try {
+    if (fs.statSync(spec).isDirectory()) what = 'a directory';
+  } catch {}
   throw new InvalidArgumentError(
     argument,
     "an existing file: path.npy or path.safetensors[:tensorName] ('-' for standard input)",
-    `${JSON.stringify(spec)} (no such file)`,
+    `${JSON.stringify(spec)} (${what})`,
   );
 }
 
@@ -155,6 +159,28 @@ function pickTensor(
 export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
   const argument = opts.argument ?? 'spec';
   const { path, tensor } = resolveArraySpec(spec, argument);
+  try {
+    return loadResolved(spec, path, tensor, argument, opts);
+  } catch (e) {
+    // a system error (unreadable file, I/O error) named with the argument, not as a raw message
+    const code = (e as NodeJS.ErrnoException)?.code;
+    if (typeof code === 'string' && /^E[A-Z]+$/.test(code))
+      throw new InvalidArgumentError(
+        argument,
+        'a readable file',
+        `${JSON.stringify(spec)} (${code}: ${(e as Error).message.replace(/^[A-Z]+: /, '').split(',')[0]})`,
+      );
+    throw e;
+  }
+}
+
+function loadResolved(
+  spec: string,
+  path: string,
+  tensor: string | undefined,
+  argument: string,
+  opts: LoadArrayOptions,
+): NpyArray {
   const name = path === STDIN_SPEC ? 'standard input' : path;
   const noSuffix = () =>
     new InvalidArgumentError(argument, `no ':name' suffix (${name} is a .npy file holding one array)`, spec);
