@@ -7,7 +7,7 @@ import { after, describe, test } from 'node:test';
 import { FormatError, InvalidArgumentError } from '../src/errors.js';
 import { ARRAY_DTYPES, type ArrayData, type ArrayDType, itemSize, type NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from '../src/io/load.js';
-import { encodeNpy, parseNpy, readNpy, writeNpy } from '../src/io/npy.js';
+import { encodeNpy, MAP_MIN_BYTES, npyHeader, parseNpy, readNpy, writeNpy } from '../src/io/npy.js';
 import {
   encodeSafetensors,
   parseSafetensors,
@@ -778,6 +778,32 @@ describe('load helpers', () => {
       () => loadArray(`${variant('h.safetensors', stBytes.subarray(0, 12))}:a`),
       /truncated|only/,
     );
+  });
+
+  test('a large .npy is memory-mapped: the right elements, and writes to the array never reach the file', () => {
+    assert.ok(MAP_MIN_BYTES <= 256 * 1024 * 1024);
+    const d = 64;
+    const rows = MAP_MIN_BYTES / (4 * d) + 3; // just above the mapping threshold
+    const big = path.join(tmp, 'mapped.npy');
+    const header = npyHeader({ dtype: 'float32', shape: [rows, d], data: new Float32Array(rows * d) });
+    const fd = fs.openSync(big, 'w');
+    fs.writeSync(fd, header);
+    const marks = [0, 1, rows * d - 1];
+    marks.forEach((i, k) => fs.writeSync(fd, Float32Array.of(k + 0.5), 0, 4, header.length + i * 4));
+    fs.ftruncateSync(fd, header.length + rows * d * 4); // sparse: the rest reads as zeros
+    fs.closeSync(fd);
+    try {
+      const a = loadArray(big);
+      assert.deepEqual(a.shape, [rows, d]);
+      const data = a.data as Float32Array;
+      marks.forEach((i, k) => assert.equal(data[i], k + 0.5));
+      assert.equal(data[12345], 0);
+      data[0] = 99; // a private copy-on-write page
+      const again = readNpy(big).data as Float32Array;
+      assert.equal(again[0], 0.5);
+    } finally {
+      fs.rmSync(big, { force: true });
+    }
   });
 
   test('arrayToDocs: packed with offsets or lengths, dense with lengths', () => {

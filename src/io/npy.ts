@@ -7,6 +7,7 @@
 
 import * as fs from 'node:fs';
 import { FormatError, InvalidArgumentError } from '../errors.js';
+import { loadNative, nativeUnavailableReason } from '../native.js';
 import {
   type ArrayDType,
   arrayBytes,
@@ -458,9 +459,37 @@ export function readFileRange(fd: number, position: number, byteLength: number, 
   return buffer;
 }
 
+/** Arrays from this size up are memory-mapped rather than read (when the native addon is present). */
+export const MAP_MIN_BYTES = 256 * 1024 * 1024;
+const MAP_MAX_BYTES = 2 ** 32;
+
 /**
- * Reads a .npy file: the header first, then the data straight into the array's own buffer (no
- * whole-file copy, no 4 GiB limit: arrays are bounded by the element count a typed array holds).
+ * The bytes [position, position + byteLength) of a file as an ArrayBuffer: large ranges are mapped
+ * (the addon's private copy-on-write mapping, the one the corpus reader uses: no copy, pages come
+ * from the page cache, writes never reach the file, unmapped when the buffer is collected), smaller
+ * ones, or any without the addon, are read. A mapped file must not shrink while it is in use.
+ */
+export function fileRange(path: string, fd: number, position: number, byteLength: number): ArrayBuffer {
+  // mapped only where the elements come out aligned (a typed array assumes it; .npy data is 64-aligned),
+  // and below 4 GiB: Node 20 makes external ArrayBuffers through Buffer, which stops there (and
+  // mapFile double-frees its mapping on that failure), so larger ranges are read
+  if (
+    byteLength >= MAP_MIN_BYTES &&
+    byteLength < MAP_MAX_BYTES &&
+    position % 8 === 0 &&
+    nativeUnavailableReason() === undefined
+  ) {
+    const file = (
+      loadNative() as unknown as { file: { mapFile(p: string, o: number, l: number): ArrayBuffer } }
+    ).file;
+    return file.mapFile(path, position, byteLength);
+  }
+  return readFileRange(fd, position, byteLength, path);
+}
+
+/**
+ * Reads a .npy file: the header first, then the data straight into the array's own buffer, or
+ * mapped from the file from MAP_MIN_BYTES up (no whole-file copy, no 4 GiB limit).
  */
 export function readNpy(path: string, opts: NpyReadOptions = {}): NpyArray {
   const fd = fs.openSync(path, 'r');
@@ -475,7 +504,7 @@ export function readNpy(path: string, opts: NpyReadOptions = {}): NpyArray {
     }
     const { dtype, shape, dataStart } = parseNpyHeader(head.subarray(0, got), path, opts);
     const count = elementsFor(path, dtype, shape, size - dataStart);
-    const buffer = readFileRange(fd, dataStart, count * itemSize(dtype), path);
+    const buffer = fileRange(path, fd, dataStart, count * itemSize(dtype));
     return { dtype, shape, data: viewAs(path, dtype, new Uint8Array(buffer, 0, 0), 0, count) };
   } finally {
     fs.closeSync(fd);

@@ -20,7 +20,7 @@ import {
   viewAs,
   writeFileChunks,
 } from './array.js';
-import { readFileRange } from './npy.js';
+import { fileRange } from './npy.js';
 
 export type { ArrayData, ArrayDType, NpyArray } from './array.js';
 
@@ -335,7 +335,7 @@ export function readSafetensors(path: string): SafetensorsFile {
 export interface SafetensorsReader {
   readonly entries: readonly SafetensorsEntry[];
   readonly metadata: Record<string, string>;
-  /** Reads one tensor's data from the file (no 4 GiB limit; the rest of the file is not read). */
+  /** Reads (or, when large, maps) one tensor's data (no 4 GiB limit; the rest of the file is not read). */
   read(entry: SafetensorsEntry): NpyArray;
 }
 
@@ -368,7 +368,7 @@ export function openSafetensors(path: string): SafetensorsReader {
       const fd2 = fs.openSync(path, 'r');
       try {
         const bytes = entry.end - entry.begin;
-        const buffer = readFileRange(fd2, bufferStart + entry.begin, bytes, path);
+        const buffer = fileRange(path, fd2, bufferStart + entry.begin, bytes);
         const count = bytes / itemSize(entry.dtype);
         return {
           dtype: entry.dtype,
