@@ -789,14 +789,15 @@ describe('load helpers', () => {
     const fd = fs.openSync(big, 'w');
     fs.writeSync(fd, header);
     const marks = [0, 1, rows * d - 1];
-    marks.forEach((i, k) => fs.writeSync(fd, Float32Array.of(k + 0.5), 0, 4, header.length + i * 4));
+    for (const [k, i] of marks.entries())
+      fs.writeSync(fd, Float32Array.of(k + 0.5), 0, 4, header.length + i * 4);
     fs.ftruncateSync(fd, header.length + rows * d * 4); // sparse: the rest reads as zeros
     fs.closeSync(fd);
     try {
       const a = loadArray(big);
       assert.deepEqual(a.shape, [rows, d]);
       const data = a.data as Float32Array;
-      marks.forEach((i, k) => assert.equal(data[i], k + 0.5));
+      for (const [k, i] of marks.entries()) assert.equal(data[i], k + 0.5);
       assert.equal(data[12345], 0);
       data[0] = 99; // a private copy-on-write page
       const again = readNpy(big).data as Float32Array;
