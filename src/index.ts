@@ -135,6 +135,7 @@ export {
   type Offsets,
   type RaggedBatchOptions,
   raggedBatch,
+  raggedBatchView,
   type ScoreMatrix,
   selectItems,
   type TokenBatch,

@@ -16,6 +16,15 @@ export type DType = FloatDType | 'int8';
 /** Backing storage per dtype: float32 values, float16/bfloat16 raw bits, int8 values. */
 export type TokenData = Float32Array | Uint16Array | Int8Array;
 
+/**
+ * What the constructors take as token data: the storage types (kept as they are, zero-copy), plus
+ * Float64Array and number[] (what JSON gives), converted to float32 (or to the float16 / bfloat16
+ * bits named by `dtype`) at the cost of one copy, so later writes to them are not seen. Any typed
+ * array type-checks, so that `readNpy(...).data` passes without a cast; integer arrays other than
+ * Int8Array are refused at run time with an InvalidArgumentError.
+ */
+export type TokenInput = TokenData | Float64Array | readonly number[] | ArrayBufferView;
+
 export interface TokenMatrix {
   readonly kind: 'matrix';
   readonly dtype: DType;
@@ -83,12 +92,41 @@ function describe(value: unknown): string {
   return typeof value;
 }
 
+/** A number for an error message; beyond 2^32 also as a power of two, so 2^62 reads as such. */
+export function describeNumber(value: number | bigint): string {
+  const text = String(value);
+  const n = typeof value === 'bigint' ? Number(value) : value;
+  if (!Number.isFinite(n) || Math.abs(n) < 2 ** 32) return text;
+  const log = Math.log2(Math.abs(n));
+  const power = Number.isInteger(log) ? `2^${log}` : `about 2^${log.toFixed(1)}`;
+  return `${text} (${n < 0 ? '-' : ''}${power})`;
+}
+
 export function expectInteger(name: string, value: unknown, min: number, max = MAX_SAFE): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     const range = max === MAX_SAFE ? `>= ${min}` : `in [${min}, ${max}]`;
     throw new InvalidArgumentError(name, `an integer ${range}`, describe(value));
   }
   return value;
+}
+
+/** The largest embedding dimension the engines take (README: limits). */
+export const MAX_DIM = 2 ** 20;
+
+function expectDim(dim: unknown): number {
+  if (typeof dim !== 'number' || !Number.isInteger(dim) || dim < 1 || dim > MAX_DIM)
+    throw new InvalidArgumentError(
+      'dim',
+      'an integer in [1, 2^20] (1,048,576: the largest dimension the engines take)',
+      describe(dim),
+    );
+  return dim;
+}
+
+/** Checks an optional options argument: undefined gives {}, anything but an object is refused by name. */
+export function optionsObject<T extends object>(options: T | undefined | null, what: string): T {
+  if (options === undefined) return {} as T;
+  return expectOptions(options, what) as T;
 }
 
 /** Accepts any supported typed array and returns (storage, dtype). */
@@ -123,9 +161,26 @@ function normalizeData(
       throw new InvalidArgumentError(`${name}.dtype`, "'int8' for an Int8Array", dtype);
     return { data, dtype: 'int8' };
   }
+  if (data instanceof Float64Array || Array.isArray(data)) {
+    // converted (one copy): float32 values, or the bits of the float dtype asked for
+    if (dtype === 'int8')
+      throw new InvalidArgumentError(
+        `${name}.dtype`,
+        'a float dtype for float64 / number[] values (int8 data comes as an Int8Array with scales)',
+        "'int8'",
+      );
+    if (Array.isArray(data)) {
+      for (let i = 0; i < data.length; i++)
+        if (typeof data[i] !== 'number')
+          throw new InvalidArgumentError(`${name}[${i}]`, 'a number', describe(data[i]));
+    }
+    const values = Float32Array.from(data as ArrayLike<number>);
+    const target = dtype ?? 'float32';
+    return { data: encodeFloats(values, target), dtype: target };
+  }
   throw new InvalidArgumentError(
     name,
-    'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array or Int8Array',
+    'a Float32Array, Uint16Array (float16/bfloat16 bits), Float16Array, Int8Array, Float64Array or number[]',
     describe(data),
   );
 }
@@ -195,14 +250,15 @@ function checkFiniteData(name: string, data: TokenData, dtype: DType, count: num
 
 /** One item: `length` tokens of dimension `dim`, row-major. */
 export function tokenMatrix(
-  data: TokenData | ArrayBufferView,
+  data: TokenInput,
   length: number,
   dim: number,
   options: DtypeOptions = {},
 ): TokenMatrix {
+  expectOptions(options, 'dtype, scales, checkFinite, all optional');
   const n = normalizeData('data', data, options.dtype);
   expectInteger('length', length, 0);
-  expectInteger('dim', dim, 1);
+  expectDim(dim);
   const need = length * dim;
   if (n.data.length < need) {
     throw new InvalidArgumentError(
@@ -228,11 +284,12 @@ export interface DenseBatchOptions extends DtypeOptions {
 }
 
 /** Dense batch [B, L, d] with optional per-item lengths. */
-export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatchOptions): TokenBatch {
+export function denseBatch(data: TokenInput, options: DenseBatchOptions): TokenBatch {
+  expectOptions(options, 'with count, length and dim, e.g. { count: 8, length: 32, dim: 128 }');
   const n = normalizeData('data', data, options.dtype);
-  const count = expectInteger('count', options.count, 0);
-  const length = expectInteger('length', options.length, 0);
-  const dim = expectInteger('dim', options.dim, 1);
+  const count = expectInteger('count', options.count, 0, 2 ** 31 - 1);
+  const length = expectInteger('length', options.length, 0, 2 ** 31 - 1);
+  const dim = expectDim(options.dim);
   const need = count * length * dim;
   if (n.data.length < need) {
     throw new InvalidArgumentError(
@@ -294,26 +351,47 @@ export function denseBatch(data: TokenData | ArrayBufferView, options: DenseBatc
   };
 }
 
-export type Offsets =
-  | BigInt64Array
-  | BigUint64Array
-  | Float64Array
-  | Int32Array
-  | Uint32Array
-  | readonly number[];
+/**
+ * Token offsets: any typed array or number[] of integers (BigInt64Array / BigUint64Array / Float64Array
+ * keep 64-bit offsets exact to 2^53); `readNpy(...).data` of an offsets file passes as it is.
+ */
+export type Offsets = ArrayLike<number> | ArrayLike<bigint>;
 
 export interface RaggedBatchOptions extends DtypeOptions {
   dim: number;
 }
 
-/** Ragged batch: packed tokens [T, d] and offsets [B+1]; item b is tokens offsets[b] .. offsets[b+1]. */
-export function raggedBatch(
-  data: TokenData | ArrayBufferView,
-  offsets: Offsets,
-  options: RaggedBatchOptions,
-): TokenBatch {
+/** Throws unless `options` is an object (a missing options argument names itself, not a TypeError). */
+function expectOptions<T>(options: T, what: string): NonNullable<T> {
+  if (typeof options !== 'object' || options === null)
+    throw new InvalidArgumentError('options', `an options object (${what})`, describe(options));
+  return options as NonNullable<T>;
+}
+
+/**
+ * Ragged batch: packed tokens [T, d] and offsets [B+1]; item b is tokens offsets[b] .. offsets[b+1].
+ *
+ * The offsets contract, the same for every entry point (this function, files given to the CLI with
+ * --doc-offsets, corpus build): B+1 integers, offsets[0] = 0, non-decreasing, offsets[B] = T, the token
+ * count of `data` (data.length / dim). For int8, `scales` holds exactly T scales. Offsets that index
+ * a part of a larger buffer are a view: build those with `raggedBatchView`.
+ */
+export function raggedBatch(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
+  return ragged(data, offsets, expectOptions(options, 'with dim, e.g. { dim: 128 }'), false);
+}
+
+/**
+ * A ragged view over a larger buffer: offsets [B+1] non-decreasing inside [0, T], not required to start
+ * at 0 or end at T (tokens outside offsets[0] .. offsets[B] are never read). For int8, `scales` holds
+ * at least T scales (one per token of the buffer). Use `raggedBatch` when the offsets cover the data.
+ */
+export function raggedBatchView(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
+  return ragged(data, offsets, expectOptions(options, 'with dim, e.g. { dim: 128 }'), true);
+}
+
+function ragged(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions, view: boolean): TokenBatch {
   const n = normalizeData('data', data, options.dtype);
-  const dim = expectInteger('dim', options.dim, 1);
+  const dim = expectDim(options.dim);
   if (!(Array.isArray(offsets) || ArrayBuffer.isView(offsets))) {
     throw new InvalidArgumentError(
       'offsets',
@@ -321,7 +399,12 @@ export function raggedBatch(
       describe(offsets),
     );
   }
-  if (offsets.length < 1) throw new InvalidArgumentError('offsets', 'at least 1 entry (B+1 offsets)', '0');
+  if (offsets.length < 1)
+    throw new InvalidArgumentError(
+      'offsets',
+      'at least 1 entry (B+1 offsets, [0] for no items)',
+      '0 entries',
+    );
   if (n.data.length % dim !== 0) {
     throw new InvalidArgumentError(
       'data',
@@ -339,32 +422,74 @@ export function raggedBatch(
     const raw = offsets[i] as number | bigint;
     const o = typeof raw === 'bigint' ? Number(raw) : raw;
     if (!Number.isInteger(o) || o < 0 || o > MAX_SAFE)
-      throw new InvalidArgumentError(`offsets[${i}]`, 'a non-negative integer', String(raw));
+      throw new InvalidArgumentError(`offsets[${i}]`, 'a non-negative integer', describeNumber(raw));
+    if (i === 0 && !view && o !== 0)
+      throw new InvalidArgumentError(
+        'offsets[0]',
+        '0 (offsets start at the first token of data; use raggedBatchView for a view into a larger buffer)',
+        describeNumber(raw),
+      );
     if (i > 0 && o < prev)
       throw new InvalidArgumentError(
         `offsets[${i}]`,
         `a value >= offsets[${i - 1}] = ${prev} (offsets must be non-decreasing)`,
-        String(o),
+        describeNumber(raw),
       );
     if (o > totalTokens)
       throw new InvalidArgumentError(
         `offsets[${i}]`,
         `a value <= ${totalTokens} (the tokens in data)`,
-        String(o),
+        describeNumber(raw),
       );
     if (i > 0) {
       const len = o - prev;
       if (len > 0x7fffffff)
-        throw new InvalidArgumentError(`offsets[${i}]`, 'an item of fewer than 2^31 tokens', String(len));
+        throw new InvalidArgumentError(
+          `item ${i - 1} (offsets[${i}] - offsets[${i - 1}])`,
+          'fewer than 2^31 tokens per item',
+          describeNumber(len),
+        );
       starts[i - 1] = prev;
       lengths[i - 1] = len;
       if (len > maxLength) maxLength = len;
     }
     prev = o;
   }
+  if (!view && prev !== totalTokens)
+    throw new InvalidArgumentError(
+      `offsets[${count}]`,
+      `the token count ${totalTokens} of data (offsets end at the last token: data.length ${n.data.length} / dim ${dim}; use raggedBatchView for a view into a larger buffer)`,
+      describeNumber(offsets[count] as number | bigint),
+    );
   const checkFinite = options.checkFinite ?? true;
+  if (
+    !view &&
+    n.dtype === 'int8' &&
+    options.scales instanceof Float32Array &&
+    options.scales.length !== totalTokens
+  )
+    throw new InvalidArgumentError(
+      'batch.scales',
+      `exactly ${totalTokens} scales (one per token of data)`,
+      `${options.scales.length}`,
+    );
   checkScales('batch', n.dtype, options.scales, totalTokens, checkFinite);
-  if (checkFinite) checkFiniteData('data', n.data, n.dtype, n.data.length, dim);
+  if (checkFinite) {
+    const first = count > 0 ? starts[0] : prev;
+    const bad = findNonFinite(
+      n.data.subarray(first * dim, prev * dim) as TokenData,
+      n.dtype,
+      (prev - first) * dim,
+    );
+    if (bad >= 0) {
+      const token = first + Math.floor(bad / dim);
+      throw new InvalidArgumentError(
+        'data',
+        'finite values (pass checkFinite: false to skip this scan for trusted input)',
+        `a non-finite value at token ${token}, component ${bad % dim}`,
+      );
+    }
+  }
   return {
     kind: 'batch',
     layout: 'ragged',

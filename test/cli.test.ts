@@ -12,7 +12,7 @@ import { describeCuda } from '../src/cli/info.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import type { NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../src/io/load.js';
-import { readNpy, writeNpy } from '../src/io/npy.js';
+import { encodeNpy, readNpy, writeNpy } from '../src/io/npy.js';
 import { writeSafetensors } from '../src/io/safetensors.js';
 import { cpuMaxsimInt8Sync, quantize } from '../src/ops/quantize.js';
 import { denseBatch, encodeFloats, matrixAsBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
@@ -204,6 +204,60 @@ describe('maxsim score', () => {
     const { scores } = JSON.parse(r.stdout) as { scores: (number | null)[][] };
     assert.equal(scores.length, 3);
     assertScoresMatch(scores.flat(), packedRef, 'scores');
+  });
+
+  test('--doc-offsets that break the offsets contract exit 1 naming the rule (issue 20)', () => {
+    const cases: [string, number[], RegExp][] = [
+      ['no-zero', docOffsets.slice(1), /--docs offsets\[0\] but received 4/], // no leading 0: shifted indices
+      ['short', docOffsets.slice(0, -1), /token count 24 .*--docs offsets\[5\] but received 21/],
+      ['long', [...docOffsets, 30], /<= 24 .*--docs offsets\[7\] but received 30/],
+    ];
+    for (const [name, offsets, message] of cases) {
+      const spec = file(`offsets-${name}.npy`);
+      writeNpy(spec, {
+        dtype: 'int64',
+        shape: [offsets.length],
+        data: BigInt64Array.from(offsets.map(BigInt)),
+      });
+      for (const command of ['score', 'search']) {
+        const r = maxsimCli(
+          command,
+          '--queries',
+          file('q.npy'),
+          '--docs',
+          `${file('docs.safetensors')}:embeddings`,
+          '--doc-offsets',
+          spec,
+          '--backend',
+          'cpu',
+        );
+        assert.match(expectCleanError(r, 1), message, `${command} ${name}`);
+      }
+      // the other entry points that take --doc-offsets: quantize (the same loader) and corpus build
+      const docsSpec = `${file('docs.safetensors')}:embeddings`;
+      const q = maxsimCli(
+        'quantize',
+        '--docs',
+        docsSpec,
+        '--doc-offsets',
+        spec,
+        '--out',
+        file(`q8-${name}.safetensors`),
+      );
+      assert.match(expectCleanError(q, 1), message, `quantize ${name}`);
+      assert.ok(!fs.existsSync(file(`q8-${name}.safetensors`)));
+      const c = maxsimCli(
+        'corpus',
+        'build',
+        '--docs',
+        docsSpec,
+        '--doc-offsets',
+        spec,
+        '--out',
+        file(`c-${name}.msx`),
+      );
+      assert.match(expectCleanError(c, 1), /--doc-offsets/, `corpus build ${name}`);
+    }
   });
 
   test('lengths instead of offsets, a single [L, d] query, --backend cpu', () => {
@@ -779,3 +833,248 @@ describe('maxsim verify', () => {
     assert.ok(report.checks.every((check: { pass: boolean }) => check.pass));
   });
 });
+
+// ---- input options of score / search: --bf16, '-' for stdin, --query-lengths, progress ----
+
+function maxsimCliWith(
+  options: { input?: Uint8Array; env?: Record<string, string> },
+  ...args: string[]
+): SpawnSyncReturns<string> {
+  return spawnSync(process.execPath, [CLI, ...args], {
+    encoding: 'utf8',
+    timeout: 120_000,
+    input: options.input,
+    env: { ...process.env, ...options.env },
+  });
+}
+
+describe('CLI inputs: --bf16, stdin, --query-lengths, progress (issue 20)', () => {
+  const offsetsNpy = file('in-offsets.npy');
+  writeNpy(offsetsNpy, {
+    dtype: 'int64',
+    shape: [docOffsets.length],
+    data: BigInt64Array.from(docOffsets.map(BigInt)),
+  });
+
+  test('--bf16 reads .npy uint16 bits as bfloat16; without it the error names --bf16', () => {
+    const bits = encodeFloats(packedValues, 'bfloat16') as Uint16Array;
+    const spec = file('docs-bf16.npy');
+    writeNpy(spec, { dtype: 'bfloat16', shape: [bits.length / D, D], data: bits }); // written as '<u2'
+    const args = [
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      spec,
+      '--doc-offsets',
+      offsetsNpy,
+      '--backend',
+      'cpu',
+      '--json',
+    ];
+    assert.match(expectCleanError(maxsimCli(...args), 1), /pass --bf16/);
+    const r = maxsimCli(...args, '--bf16');
+    expectSuccess(r);
+    const docs = raggedBatch(bits, docOffsets, { dim: D, dtype: 'bfloat16' });
+    assertScoresMatch(JSON.parse(r.stdout).scores.flat(), referenceMaxsim(queries, docs), 'scores');
+  });
+
+  test("'-' reads standard input: a .npy, or tensors of one safetensors stream", () => {
+    const q = maxsimCliWith(
+      { input: fs.readFileSync(file('q.npy')) },
+      'score',
+      '--queries',
+      '-',
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--backend',
+      'cpu',
+      '--json',
+    );
+    expectSuccess(q);
+    assertScoresMatch(JSON.parse(q.stdout).scores.flat(), packedRef, 'scores (queries from stdin)');
+    const d = maxsimCliWith(
+      { input: fs.readFileSync(file('docs.safetensors')) },
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      '-:embeddings',
+      '--doc-offsets',
+      '-:offsets',
+      '--backend',
+      'cpu',
+      '--top-k',
+      '6',
+    );
+    expectSuccess(d);
+    const lines = d.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    assert.equal(lines.length, 3);
+    const hits = lines[0].results as { index: number; score: number | null }[];
+    for (const h of hits) if (h.score !== null) assert.ok(Math.abs(h.score - packedRef[h.index]) <= 1e-5);
+    const none = maxsimCliWith(
+      { input: new Uint8Array(0) },
+      'score',
+      '--queries',
+      '-',
+      '--docs',
+      file('dense.npy'),
+    );
+    assert.match(expectCleanError(none, 1), /standard input/);
+  });
+
+  test('--query-lengths masks the padding of [Nq, L, d] queries', () => {
+    const lengths = [5, 2, 0];
+    const spec = file('q-lengths.npy');
+    writeNpy(spec, { dtype: 'int32', shape: [3], data: Int32Array.from(lengths) });
+    const r = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--query-lengths',
+      spec,
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--backend',
+      'cpu',
+      '--json',
+    );
+    expectSuccess(r);
+    const padded = denseBatch(queryValues, { count: 3, length: 5, dim: D, lengths });
+    assertScoresMatch(JSON.parse(r.stdout).scores.flat(), referenceMaxsim(padded, packedDocs), 'scores');
+    const bad = file('q-lengths-bad.npy');
+    writeNpy(bad, { dtype: 'int32', shape: [3], data: Int32Array.from([5, 6, 0]) });
+    const e = maxsimCli(
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--query-lengths',
+      bad,
+      '--docs',
+      file('dense.npy'),
+    );
+    assert.match(expectCleanError(e, 1), /--queries lengths\[1\]/);
+  });
+
+  test('off a terminal, progress is plain lines with rate and ETA; --quiet silences it', () => {
+    const env = { MAXSIM_PROGRESS_SECONDS: '0', MAXSIM_SCORE_BLOCK_TOKENS: '5' };
+    const args = [
+      'score',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--backend',
+      'cpu',
+      '--json',
+    ];
+    const r = maxsimCliWith({ env }, ...args);
+    expectSuccess(r);
+    assertScoresMatch(JSON.parse(r.stdout).scores.flat(), packedRef, 'blocked scores');
+    const lines = r.stderr.trim().split('\n');
+    assert.ok(lines.length >= 2, r.stderr);
+    for (const line of lines)
+      assert.match(line, /^score: \d+\/6 \(\d+%\), (\d+\/s, )?(ETA \S+|done in \S+)$/);
+    assert.ok(!r.stderr.includes('\u001b') && !r.stderr.includes('\r'), 'no terminal control codes');
+    assert.match(lines[lines.length - 1], /^score: 6\/6 \(100%\)/);
+    // search over --docs: the same blocks, the same ranking as unblocked
+    const searchArgs = [
+      'search',
+      '--queries',
+      file('q.npy'),
+      '--docs',
+      `${file('docs.safetensors')}:embeddings`,
+      '--doc-offsets',
+      `${file('docs.safetensors')}:offsets`,
+      '--backend',
+      'cpu',
+      '--top-k',
+      '4',
+    ];
+    const blocked = maxsimCliWith({ env }, ...searchArgs);
+    expectSuccess(blocked);
+    assert.match(blocked.stderr, /^search: \d+\/6 /m);
+    const whole = maxsimCli(...searchArgs);
+    expectSuccess(whole);
+    assert.equal(blocked.stdout, whole.stdout);
+    assert.equal(whole.stderr, '');
+    const quiet = maxsimCliWith({ env }, ...args, '--quiet');
+    expectSuccess(quiet);
+    assert.equal(quiet.stderr, '');
+    assert.deepEqual(JSON.parse(quiet.stdout), JSON.parse(r.stdout));
+  });
+
+  test('a 128-byte .npy declaring 2e9 empty items is refused at once, not allocated (issue 21)', () => {
+    const spec = file('huge-shape.npy');
+    const empty = encodeNpy({ dtype: 'float32', shape: [0, 0, D], data: new Float32Array(0) });
+    const text = Buffer.from(empty)
+      .toString('latin1')
+      .replace(`(0, 0, ${D}), }${' '.repeat(9)}`, `(2000000000, 0, ${D}), }`);
+    fs.writeFileSync(spec, Buffer.from(text, 'latin1'));
+    assert.equal(fs.statSync(spec).size, 128);
+    const started = Date.now();
+    const r = maxsimCli('score', '--queries', file('q.npy'), '--docs', spec);
+    assert.match(expectCleanError(r, 1), /at most 134,217,728 items.*--docs but received 2,000,000,000/);
+    assert.ok(Date.now() - started < 20_000);
+  });
+
+  test('a .npy of more than 4 GiB is scored (MAXSIM_BIG_TESTS=1: writes a 4.3 GB sparse file)', {
+    skip: process.env.MAXSIM_BIG_TESTS !== '1' && 'set MAXSIM_BIG_TESTS=1',
+  }, () => {
+    const d = 128;
+    const tokens = 2 ** 23 + 1024; // 4.3 GB of float32
+    const big = file('big.npy');
+    const header = encodeNpyHeader([tokens, d]);
+    const fd = fs.openSync(big, 'w');
+    fs.writeSync(fd, header);
+    const last = new Float32Array(d).fill(0.5); // the last token: the only non-zero one
+    fs.writeSync(fd, last, 0, last.byteLength, header.length + (tokens - 1) * d * 4);
+    fs.closeSync(fd);
+    const offsets = file('big-offsets.npy');
+    writeNpy(offsets, {
+      dtype: 'int64',
+      shape: [3],
+      data: BigInt64Array.of(0n, BigInt(tokens - 1), BigInt(tokens)),
+    });
+    const q = file('big-q.npy');
+    writeNpy(q, { dtype: 'float32', shape: [1, d], data: new Float32Array(d).fill(1) });
+    try {
+      const r = maxsimCli(
+        'score',
+        '--queries',
+        q,
+        '--docs',
+        big,
+        '--doc-offsets',
+        offsets,
+        '--backend',
+        'cpu',
+        '--json',
+        '--no-check-finite',
+      );
+      expectSuccess(r);
+      assert.deepEqual(JSON.parse(r.stdout).scores, [0, 64]);
+    } finally {
+      fs.rmSync(big, { force: true });
+    }
+  });
+});
+
+function encodeNpyHeader(shape: number[]): Uint8Array {
+  const full = encodeNpy({ dtype: 'float32', shape: [0, shape[1]], data: new Float32Array(0) });
+  // the growth-axis padding after the dict takes the extra digits, so the header length stays
+  const extra = ' '.repeat(String(shape[0]).length - 1);
+  const text = Buffer.from(full)
+    .toString('latin1')
+    .replace(`(0, ${shape[1]}), }${extra}`, `(${shape[0]}, ${shape[1]}), }`);
+  return Buffer.from(text, 'latin1');
+}

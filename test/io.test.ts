@@ -7,7 +7,7 @@ import { after, describe, test } from 'node:test';
 import { FormatError, InvalidArgumentError } from '../src/errors.js';
 import { ARRAY_DTYPES, type ArrayData, type ArrayDType, itemSize, type NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from '../src/io/load.js';
-import { encodeNpy, parseNpy, readNpy, writeNpy } from '../src/io/npy.js';
+import { encodeNpy, MAP_MIN_BYTES, npyHeader, parseNpy, readNpy, writeNpy } from '../src/io/npy.js';
 import {
   encodeSafetensors,
   parseSafetensors,
@@ -514,6 +514,22 @@ describe('malformed safetensors', () => {
     assertFormatError(() => parseSafetensors(invalidUtf8), /UTF-8/);
   });
 
+  test('deep nesting and repeated keys are refused with a clear error (issue 21)', () => {
+    const deep = `{"a":${'['.repeat(200_000)}${']'.repeat(200_000)}}`;
+    assertFormatError(() => parseSafetensors(stFile(deep)), /nests deeper than 16 levels/);
+    const t = entry('F32', [0], [0, 0]);
+    assertFormatError(() => parseSafetensors(stFile(`{"x":${t},"x":${t}}`)), /the key "x" twice/);
+    // the same key spelled with an escape
+    assertFormatError(() => parseSafetensors(stFile(`{"x":${t},"\\u0078":${t}}`)), /the key "x" twice/);
+    assertFormatError(
+      () => parseSafetensors(stFile('{"__metadata__":{"a":"1"},"__metadata__":{"b":"2"}}')),
+      /"__metadata__" twice/,
+    );
+    // keys repeated inside different tensors' entries are fine
+    const ok = parseSafetensors(stFile(`{"x":${t},"y":${t},"__metadata__":{"dtype":"x","shape":"y"}}`));
+    assert.deepEqual([...ok.tensors.keys()].sort(), ['x', 'y']);
+  });
+
   test('bad entries name the tensor', () => {
     const cases: [string, RegExp][] = [
       [entry('U8', [6], [0, 6]), /"t".*unsupported dtype "U8"/],
@@ -674,6 +690,11 @@ describe('load helpers', () => {
     );
     assert.throws(() => loadArray(`${npyPath}:x`), InvalidArgumentError);
     assert.throws(() => loadArray(path.join(tmp, 'missing.npy')), /no such file/);
+    assert.throws(
+      () => loadArray(tmp, { argument: '--docs' }),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError && e.argument === '--docs' && /\(a directory\)$/.test(e.message),
+    );
     const empty = path.join(tmp, 'empty.safetensors');
     writeSafetensors(empty, {});
     assert.throws(() => loadArray(empty), FormatError);
@@ -720,6 +741,72 @@ describe('load helpers', () => {
     assert.throws(() => arrayToQueries(emb([1, 2, 3, 4]), 'queries'), InvalidArgumentError);
   });
 
+  test('files are read into the array: truncated, trailing, short-header and corrupt files fail cleanly', () => {
+    const q = emb([3, 4]);
+    const good = path.join(tmp, 'stream.npy');
+    writeNpy(good, q);
+    const bytes = fs.readFileSync(good);
+    const variant = (name: string, b: Uint8Array) => {
+      const p = path.join(tmp, name);
+      fs.writeFileSync(p, b);
+      return p;
+    };
+    assertFormatError(
+      () => readNpy(variant('trunc.npy', bytes.subarray(0, bytes.length - 4))),
+      /truncated file/,
+    );
+    assertFormatError(() => readNpy(variant('trail.npy', concat(bytes, [1, 2, 3, 4]))), /trailing bytes/);
+    assertFormatError(() => readNpy(variant('head.npy', bytes.subarray(0, 20))), /truncated \.npy header/);
+    assertFormatError(() => readNpy(variant('tiny.npy', bytes.subarray(0, 3))), /too short/);
+    const u16 = path.join(tmp, 'u16.npy');
+    writeNpy(u16, { dtype: 'bfloat16', shape: [2], data: Uint16Array.of(1, 2) });
+    assertFormatError(() => readNpy(u16), /pass u2As: 'bfloat16'/);
+    assertFormatError(() => loadArray(u16, { u2AsOption: '--bf16' }), /pass --bf16/);
+    assert.equal(loadArray(u16, { u2As: 'bfloat16' }).dtype, 'bfloat16');
+    // a safetensors file is opened by its header; a truncated one is refused before any tensor is read
+    const st = path.join(tmp, 'stream.safetensors');
+    const b = emb([2, 4], 'float16');
+    writeSafetensors(st, { a: q, b });
+    assertSameArray(loadArray(`${st}:b`), b);
+    assertSameArray(loadArray(`${st}:a`), q);
+    const stBytes = fs.readFileSync(st);
+    assertFormatError(
+      () => loadArray(`${variant('t.safetensors', stBytes.subarray(0, stBytes.length - 2))}:a`),
+      /truncated/,
+    );
+    assertFormatError(
+      () => loadArray(`${variant('h.safetensors', stBytes.subarray(0, 12))}:a`),
+      /truncated|only/,
+    );
+  });
+
+  test('a large .npy is memory-mapped: the right elements, and writes to the array never reach the file', () => {
+    assert.ok(MAP_MIN_BYTES <= 256 * 1024 * 1024);
+    const d = 64;
+    const rows = MAP_MIN_BYTES / (4 * d) + 3; // just above the mapping threshold
+    const big = path.join(tmp, 'mapped.npy');
+    const header = npyHeader({ dtype: 'float32', shape: [rows, d], data: new Float32Array(rows * d) });
+    const fd = fs.openSync(big, 'w');
+    fs.writeSync(fd, header);
+    const marks = [0, 1, rows * d - 1];
+    for (const [k, i] of marks.entries())
+      fs.writeSync(fd, Float32Array.of(k + 0.5), 0, 4, header.length + i * 4);
+    fs.ftruncateSync(fd, header.length + rows * d * 4); // sparse: the rest reads as zeros
+    fs.closeSync(fd);
+    try {
+      const a = loadArray(big);
+      assert.deepEqual(a.shape, [rows, d]);
+      const data = a.data as Float32Array;
+      for (const [k, i] of marks.entries()) assert.equal(data[i], k + 0.5);
+      assert.equal(data[12345], 0);
+      data[0] = 99; // a private copy-on-write page
+      const again = readNpy(big).data as Float32Array;
+      assert.equal(again[0], 0.5);
+    } finally {
+      fs.rmSync(big, { force: true });
+    }
+  });
+
   test('arrayToDocs: packed with offsets or lengths, dense with lengths', () => {
     const packed = emb([6, 4]);
     const offsets: NpyArray = { dtype: 'int64', shape: [4], data: BigInt64Array.of(0n, 2n, 2n, 6n) };
@@ -760,6 +847,32 @@ describe('load helpers', () => {
     const tooLong: NpyArray = { dtype: 'int32', shape: [3], data: Int32Array.of(2, 6, 1) };
     assert.throws(() => arrayToDocs(emb([3, 5, 4]), { lengths: tooLong }, 'docs'), InvalidArgumentError);
     assert.throws(() => arrayToDocs(emb([7]), {}, 'docs'), InvalidArgumentError);
+  });
+
+  test('arrayToDocs: the offsets contract, and lengths errors that speak of lengths', () => {
+    const packed = emb([6, 4]);
+    const o = (...v: bigint[]): NpyArray => ({
+      dtype: 'int64',
+      shape: [v.length],
+      data: BigInt64Array.of(...v),
+    });
+    const l = (...v: number[]): NpyArray => ({
+      dtype: 'int32',
+      shape: [v.length],
+      data: Int32Array.of(...v),
+    });
+    const fails = (opts: { offsets?: NpyArray; lengths?: NpyArray }, argument: string, message: RegExp) =>
+      assert.throws(
+        () => arrayToDocs(packed, opts, 'docs'),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError && e.argument === argument && message.test(e.message),
+      );
+    fails({ offsets: o(2n, 4n, 6n) }, 'docs offsets[0]', /Expected 0 .*received 2$/); // no leading 0
+    fails({ offsets: o(0n, 2n, 5n) }, 'docs offsets[2]', /token count 6 .*received 5$/); // ends short
+    fails({ offsets: o(0n, 2n, 2n, 6n, 6n, 9n) }, 'docs offsets[5]', /<= 6/); // another file's offsets
+    fails({ lengths: l(2, 3) }, 'docs lengths', /summing to 6 .*a sum of 5$/);
+    fails({ lengths: l(2, 3, 4) }, 'docs lengths', /summing to 6 .*above 6 by lengths\[2\]$/);
+    fails({ lengths: l(2, -1, 5) }, 'docs lengths[1]', /non-negative token count.*received -1$/);
   });
 
   test('batchToArrays inverts arrayToDocs', () => {

@@ -4,12 +4,14 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type CpuIsa, cpuInfo } from '../src/backends/cpu.js';
 import { referenceMaxsim } from '../src/backends/reference.js';
-import { maxsim, maxsimAll, maxsimAllSync, maxsimSync } from '../src/ops/maxsim.js';
+import { InvalidArgumentError } from '../src/errors.js';
+import { maxsim, maxsimAll, maxsimAllSync, maxsimSync, topK } from '../src/ops/maxsim.js';
 import {
   denseBatch,
   type FloatDType,
   matrixAsBatch,
   raggedBatch,
+  raggedBatchView,
   type TokenBatch,
   tokenMatrix,
 } from '../src/tensor.js';
@@ -151,10 +153,20 @@ describe('CPU MaxSim semantics', () => {
     for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
     const tail = randomRagged(lengths, d, 'bfloat16', rand);
     data.set(tail.data as Uint16Array, first * d);
-    const docs = raggedBatch(data, offsets, { dim: d, dtype: 'bfloat16', checkFinite: false });
+    const docs = raggedBatchView(data, offsets, { dim: d, dtype: 'bfloat16', checkFinite: false });
     assert.ok(docs.starts[0] * d > 2 ** 31);
     const q = randomMatrix(16, d, 'bfloat16', rand);
     check(matrixAsBatch(q), tail, maxsimSync(q, docs), '64-bit offsets');
+  });
+
+  test('a null options argument is named, not a TypeError', async () => {
+    const q = tokenMatrix(new Float32Array(4), 1, 4);
+    const docs = randomRagged([1], 4, 'float32', rng(3));
+    const named = (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'options';
+    await assert.rejects(maxsim(q, docs, null as never), named);
+    assert.throws(() => maxsimSync(q, docs, null as never), named);
+    await assert.rejects(maxsimAll(matrixAsBatch(q), docs, 7 as never), named);
+    await assert.rejects(topK(q, docs, 1, null as never), named);
   });
 
   test('int8 inputs are refused with a message naming the argument', () => {

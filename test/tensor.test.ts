@@ -10,6 +10,7 @@ import {
   floatToBf16Bits,
   floatToF16Bits,
   raggedBatch,
+  raggedBatchView,
   tokenMatrix,
   totalTokens,
 } from '../src/tensor.js';
@@ -66,10 +67,88 @@ describe('token batches', () => {
       /2 entries/,
     );
     throwsArg(() => denseBatch(data, { count: 4, length: 3, dim: 4 }), /data/, /at least 48 elements/);
-    throwsArg(() => tokenMatrix(data, 3, 0), /dim/, /integer >= 1/);
+    throwsArg(() => tokenMatrix(data, 3, 0), /dim/, /integer in \[1, 2\^20\]/);
     throwsArg(() => tokenMatrix(new Uint16Array(4), 1, 4), /data\.dtype/, /float16' or 'bfloat16/);
-    throwsArg(() => tokenMatrix([1, 2] as never, 1, 2), /data/, /Float32Array/);
+    throwsArg(() => tokenMatrix(new Int32Array(2), 1, 2), /data/, /Float32Array/);
     throwsArg(() => tokenMatrix(new Int8Array(4), 1, 4), /matrix\.scales/, /Float32Array/);
+  });
+
+  test('the offsets contract: B+1 values from 0 to the token count, non-decreasing', () => {
+    const data = new Float32Array(10 * 4); // T = 10 tokens of d = 4
+    // the loose offsets of issue 20: no leading 0
+    throwsArg(() => raggedBatch(data, [2, 5, 10], { dim: 4 }), /^offsets\[0\]$/, /Expected 0 .*received 2$/);
+    // ending short of the data
+    throwsArg(
+      () => raggedBatch(data, [0, 3, 7], { dim: 4 }),
+      /^offsets\[2\]$/,
+      /the token count 10 of data.*received 7$/,
+    );
+    throwsArg(() => raggedBatch(data, [0, 3, 11], { dim: 4 }), /^offsets\[2\]$/, /<= 10.*received 11$/);
+    throwsArg(() => raggedBatch(data, [0, 6, 5, 10], { dim: 4 }), /^offsets\[2\]$/, /non-decreasing/);
+    throwsArg(() => raggedBatch(data, [], { dim: 4 }), /^offsets$/, /at least 1 entry/);
+    throwsArg(() => raggedBatch(data, [0], { dim: 4 }), /^offsets\[0\]$/, /token count 10/);
+    throwsArg(() => raggedBatch(data, [-1, 10], { dim: 4 }), /^offsets\[0\]$/, /non-negative/);
+    throwsArg(
+      () => raggedBatch(data, new BigInt64Array([0n, 2n ** 62n]), { dim: 4 }),
+      /^offsets\[1\]$/,
+      /received 4611686018427387904 \(2\^62\)$/,
+    );
+    // int8: exactly T scales
+    throwsArg(
+      () => raggedBatch(new Int8Array(40), [0, 10], { dim: 4, scales: new Float32Array(11) }),
+      /scales/,
+      /exactly 10 scales/,
+    );
+    assert.equal(raggedBatch(new Int8Array(40), [0, 10], { dim: 4, scales: new Float32Array(10) }).count, 1);
+    // the empty batch over empty data, and covering offsets of every kind
+    assert.equal(raggedBatch(new Float32Array(0), [0], { dim: 4 }).count, 0);
+    assert.deepEqual([...raggedBatch(data, [0, 0, 10, 10], { dim: 4 }).lengths], [0, 10, 0]);
+  });
+
+  test('raggedBatchView: explicit views over a larger buffer', () => {
+    const data = new Float32Array(10 * 4);
+    data[0] = Number.NaN; // outside the view: never read, never scanned
+    data[39] = Number.NaN;
+    const v = raggedBatchView(data, [2, 5, 8], { dim: 4 });
+    assert.equal(v.layout, 'ragged');
+    assert.deepEqual([...v.starts], [2, 5]);
+    assert.deepEqual([...v.lengths], [3, 3]);
+    assert.equal(raggedBatchView(data, [3], { dim: 4 }).count, 0);
+    throwsArg(() => raggedBatchView(data, [2, 11], { dim: 4 }), /^offsets\[1\]$/, /<= 10/);
+    throwsArg(() => raggedBatchView(data, [5, 2], { dim: 4 }), /^offsets\[1\]$/, /non-decreasing/);
+    throwsArg(
+      () => raggedBatchView(data, [5, 10], { dim: 4 }),
+      /^data$/,
+      /non-finite value at token 9, component 3/,
+    );
+    // int8 views need a scale for every token of the buffer
+    throwsArg(
+      () => raggedBatchView(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(4) }),
+      /scales/,
+      /at least 10/,
+    );
+    assert.equal(
+      raggedBatchView(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(12) }).count,
+      1,
+    );
+  });
+
+  test('dim above 2^20 is refused by name in TypeScript, with the limit', () => {
+    throwsArg(
+      () => tokenMatrix(new Float32Array(2 ** 21), 1, 2 ** 21),
+      /^dim$/,
+      /\[1, 2\^20\].*received 2097152$/,
+    );
+    throwsArg(() => raggedBatch(new Float32Array(0), [0], { dim: 2 ** 20 + 1 }), /^dim$/, /2\^20/);
+    assert.equal(tokenMatrix(new Float32Array(2 ** 20), 1, 2 ** 20).dim, 2 ** 20);
+  });
+
+  test('a missing or null options argument is named, not a TypeError', () => {
+    const data = new Float32Array(8);
+    throwsArg(() => raggedBatch(data, [0, 2], undefined as never), /^options$/, /dim.*received undefined/);
+    throwsArg(() => raggedBatchView(data, [0, 2], null as never), /^options$/, /received null/);
+    throwsArg(() => denseBatch(data, undefined as never), /^options$/, /count, length and dim/);
+    throwsArg(() => tokenMatrix(data, 2, 4, null as never), /^options$/, /received null/);
   });
 
   test('non-finite values are rejected by default and accepted when the check is off', () => {

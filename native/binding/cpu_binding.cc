@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include <string>
+#include <utility>
 
 #include "../cpu/engine.h"
 #include "../cpu/thread_pool.h"
@@ -13,6 +14,7 @@ namespace {
 
 
 struct CallArgs {
+  TokenSet q_set, d_set;  // own the spans' copies and pin the data for the job (token_set.h)
   maxsim_cpu::TokenSpans queries;
   maxsim_cpu::TokenSpans docs;
   const maxsim_cpu::IsaKernels* isa = nullptr;
@@ -30,6 +32,8 @@ CallArgs ParseCall(const Napi::CallbackInfo& info) {
   CallArgs a;
   a.queries = ToCpuSpans(env, q, "queries");
   a.docs = ToCpuSpans(env, d, "docs");
+  a.q_set = std::move(q);
+  a.d_set = std::move(d);
   std::string isa_name;
   if (info.Length() > 2 && info[2].IsObject()) {
     Napi::Object opts = info[2].As<Napi::Object>();

@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cpu/engine_int8.h"
@@ -12,6 +13,7 @@
 namespace {
 
 struct Int8CallArgs {
+  TokenSet q_set, d_set;  // own the spans' copies and pin data and scales for the job (token_set.h)
   maxsim_cpu::Int8Spans queries;
   maxsim_cpu::Int8Spans docs;
   maxsim_cpu::Int8Kernel kernel = maxsim_cpu::Int8Kernel::Auto;
@@ -44,6 +46,8 @@ Int8CallArgs ParseInt8Call(const Napi::CallbackInfo& info) {
   Int8CallArgs a;
   a.queries = ToInt8Spans(env, q, "queries");
   a.docs = ToInt8Spans(env, d, "docs");
+  a.q_set = std::move(q);
+  a.d_set = std::move(d);
   std::string isa;
   if (info.Length() > 2 && info[2].IsObject()) {
     Napi::Object opts = info[2].As<Napi::Object>();

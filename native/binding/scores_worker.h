@@ -1,6 +1,7 @@
 // Runs a CPU scoring job off the JS thread and settles a Promise with its Float32Array. The output is
-// allocated on the JS thread before the job starts; the input objects and the output stay
-// referenced until the promise settles, so the buffers the job reads and writes stay alive.
+// allocated on the JS thread before the job starts and stays referenced until the promise settles.
+// The inputs are pinned by the job itself: its parsed TokenSets own copies of the spans and shares
+// in the data's memory (token_set.h); the input objects are referenced too, for the caller's sake.
 #pragma once
 #include <napi.h>
 

@@ -1,11 +1,20 @@
 // Unpacks a JS TokenBatch ({ data, dtype, dim, count, starts, lengths, scales? }, see src/tensor.ts)
 // into a plain struct the engines read. TypeScript validates first; this re-checks every span
 // against the buffer so that no input, however built, can make native code read out of bounds.
+//
+// A parsed set is pinned for the life of the job that holds it (issue 21): the spans (starts, lengths)
+// are copied before they are checked, so JS writes to them after the call cannot change what was
+// checked, and the memory of data and scales is owned through V8's BackingStore, so reassigning,
+// garbage-collecting or detaching (transferring) the JS arrays cannot free it under a running job.
+// Writes to the values of data while a job runs remain visible to it (no copy of the tokens is made).
 #pragma once
 #include <napi.h>
+#include <v8.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +34,36 @@ inline const char* DTypeName(DType t) {
   return "?";
 }
 
+// The bytes of a JS typed array, kept alive by a share in its BackingStore: a detached (transferred)
+// or collected ArrayBuffer leaves this memory valid until the last share goes. SharedArrayBuffer-backed
+// arrays pin the same way. Node-API has no such share, so this takes the V8 handle behind the
+// napi_value (the same pointer by Node's definition of napi_value).
+struct PinnedBytes {
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<v8::BackingStore> store;
+};
+
+inline PinnedBytes PinTypedArray(Napi::TypedArray array) {
+  napi_value raw = array;
+  v8::Local<v8::Value> local;
+  static_assert(sizeof(local) == sizeof(raw), "napi_value is a v8::Local");
+  std::memcpy(static_cast<void*>(&local), &raw, sizeof(raw));
+  v8::Local<v8::ArrayBufferView> view = local.As<v8::ArrayBufferView>();
+  PinnedBytes p;
+  p.store = view->Buffer()->GetBackingStore();  // Buffer() also moves a small on-heap array off the heap
+  p.bytes = view->ByteLength();
+  p.data = p.bytes == 0 ? nullptr : static_cast<const uint8_t*>(p.store->Data()) + view->ByteOffset();
+  return p;
+}
+
+// What a parsed set owns: private copies of its spans and shares in the memory of data and scales.
+struct TokenSetOwner {
+  std::vector<double> starts;
+  std::vector<int32_t> lengths;
+  PinnedBytes data, scales;
+};
+
 struct TokenSet {
   const void* data = nullptr;   // first element of the packed tokens
   int64_t elements = 0;         // elements available in data
@@ -35,6 +74,9 @@ struct TokenSet {
   const int32_t* lengths = nullptr; // [count]
   const float* scales = nullptr;    // int8 only: per token
   int64_t max_length = 0;
+  // Host sets parsed from JS: the copies and pins the pointers above point into (shared by copies
+  // of this struct, so a job that holds a TokenSet holds its inputs).
+  std::shared_ptr<const TokenSetOwner> owner;
 };
 
 // Thrown (as a JS TypeError/RangeError) when the object is not a well-formed token set.
@@ -74,8 +116,10 @@ inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::strin
                               : t.dtype == DType::Int8  ? napi_int8_array
                                                         : napi_uint16_array;
   if (data.TypedArrayType() != want) throw TokenSetError(env, name + ".data", "a typed array matching dtype", "a mismatch");
-  t.data = static_cast<const uint8_t*>(data.ArrayBuffer().Data()) + data.ByteOffset();
-  t.elements = static_cast<int64_t>(data.ElementLength());
+  auto owner = std::make_shared<TokenSetOwner>();
+  owner->data = PinTypedArray(data);
+  t.data = owner->data.data;
+  t.elements = static_cast<int64_t>(owner->data.bytes / DTypeSize(t.dtype));
   double dim = obj.Get("dim").ToNumber().DoubleValue();
   double count = obj.Get("count").ToNumber().DoubleValue();
   if (!(dim >= 1 && dim <= 1 << 20 && dim == static_cast<int64_t>(dim))) throw TokenSetError(env, name + ".dim", "an integer in [1, 2^20]", std::to_string(dim));
@@ -87,13 +131,17 @@ inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::strin
   if (static_cast<int64_t>(starts.ElementLength()) < t.count || static_cast<int64_t>(lengths.ElementLength()) < t.count) {
     throw TokenSetError(env, name + ".starts/lengths", "count entries", "fewer");
   }
-  t.starts = starts.Data();
-  t.lengths = lengths.Data();
+  // Copies first, then the checks on the copies: what is checked is what the job reads.
+  owner->starts.assign(starts.Data(), starts.Data() + t.count);
+  owner->lengths.assign(lengths.Data(), lengths.Data() + t.count);
+  t.starts = owner->starts.data();
+  t.lengths = owner->lengths.data();
   const int64_t tokens = t.elements / t.dim;
   for (int64_t i = 0; i < t.count; i++) {
     const double s = t.starts[i];
     const int32_t l = t.lengths[i];
-    if (!(s >= 0 && s == static_cast<double>(static_cast<int64_t>(s))) || l < 0 || static_cast<int64_t>(s) + l > tokens) {
+    if (!(s >= 0 && s <= 9007199254740992.0 && s == static_cast<double>(static_cast<int64_t>(s))) || l < 0 ||
+        static_cast<int64_t>(s) + l > tokens) {
       throw Napi::RangeError::New(env, "Expected item " + std::to_string(i) + " of " + name +
                                            " to lie inside its buffer of " + std::to_string(tokens) +
                                            " tokens but received start " + std::to_string(s) +
@@ -103,9 +151,11 @@ inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::strin
   }
   if (t.dtype == DType::Int8) {
     auto scales = GetTyped<float>(env, obj, "scales", name, napi_float32_array, "Float32Array of per-token scales");
-    if (static_cast<int64_t>(scales.ElementLength()) < tokens) throw TokenSetError(env, name + ".scales", "one scale per token", "fewer");
-    t.scales = scales.Data();
+    owner->scales = PinTypedArray(scales);
+    if (static_cast<int64_t>(owner->scales.bytes / sizeof(float)) < tokens) throw TokenSetError(env, name + ".scales", "one scale per token", "fewer");
+    t.scales = reinterpret_cast<const float*>(owner->scales.data);
   }
+  t.owner = std::move(owner);
   return t;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,8 +133,11 @@ Napi::Value BackwardAsync(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "Expected a Float64Array of " + std::to_string(a.num_pairs) +
                                         " entries for gradScores but received another value");
   }
-  const int32_t* argmax = info[2].As<Napi::Int32Array>().Data();
-  // The argmax is caller-visible memory: check every entry so no edit can send a read out of bounds.
+  // The argmax is caller-visible memory: a private copy, every entry of which is checked, so no edit
+  // (before or during the job) can send a read out of bounds.
+  const Napi::Int32Array argmax_js = info[2].As<Napi::Int32Array>();
+  auto argmax_copy = std::make_shared<const std::vector<int32_t>>(argmax_js.Data(), argmax_js.Data() + a.num_pairs * a.stride);
+  const int32_t* argmax = argmax_copy->data();
   for (int64_t p = 0; p < a.num_pairs; p++) {
     const int64_t i = a.pairs == TrainPairs::All ? p / a.docs.count : p;
     const int64_t j = a.pairs == TrainPairs::All ? p % a.docs.count : p;
@@ -150,10 +154,12 @@ Napi::Value BackwardAsync(const Napi::CallbackInfo& info) {
   Napi::Object result = Napi::Object::New(env);
   result.Set("dQ", dq);
   result.Set("dD", dd);
-  const double* g = info[3].As<Napi::Float64Array>().Data();
+  // gradScores: values only (any edit is at worst other numbers), its memory pinned (token_set.h)
+  const PinnedBytes g_pin = PinTypedArray(info[3].As<Napi::TypedArray>());
+  const double* g = reinterpret_cast<const double*>(g_pin.data);
   float* dq_out = dq.Data();
   float* dd_out = dd.Data();
-  return Queue(env, {info[0], info[1], info[2], info[3]}, result, [a, argmax, g, dq_out, dd_out] {
+  return Queue(env, {info[0], info[1], info[2], info[3]}, result, [a, argmax_copy, argmax, g_pin, g, dq_out, dd_out] {
     maxsim_cpu::MaxsimTrainBackward(a.queries, a.docs, a.pairs, a.stride, argmax, g, dq_out, dd_out, a.threads);
   });
 }

@@ -16,7 +16,7 @@ import {
   isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
-  raggedBatch,
+  raggedBatchView,
   type ScoreMatrix,
   type TokenBatch,
   type TokenMatrix,
@@ -618,7 +618,8 @@ class Corpus implements DeviceCorpus {
         lengths: r.lengths,
       };
     }
-    return raggedBatch(r.data as Float32Array | Uint16Array | Int8Array, r.offsets, {
+    // a view: the data may hold tokens past the last item (a corpus allocated with spare capacity)
+    return raggedBatchView(r.data as Float32Array | Uint16Array | Int8Array, r.offsets, {
       dim: r.dim,
       dtype: r.dtype,
       scales: r.scales,

@@ -12,9 +12,12 @@ import {
   type FloatDType,
   matrixAsBatch,
   type ScoreMatrix,
+  selectItems,
   type TokenBatch,
   type TokenMatrix,
+  totalTokens,
 } from '../tensor.js';
+import { Progress } from './progress.js';
 
 export const BACKEND_CHOICES: readonly BackendChoice[] = ['auto', 'cpu', 'cuda'];
 
@@ -85,7 +88,20 @@ export interface InputOptions {
   /** int8 inputs: one float32 scale per token row. */
   docScales?: string;
   queryScales?: string;
+  /** Real tokens per query [Nq] of [Nq, L, d] queries. */
+  queryLengths?: string;
+  /** Read .npy uint16 / int16 arrays as bfloat16 bits. */
+  bf16?: boolean;
   checkFinite: boolean;
+}
+
+/** loadArray's options for a CLI spec: the argument's name and --bf16. */
+function cliLoad(spec: string, argument: string, bf16: boolean | undefined) {
+  return loadArray(spec, {
+    argument,
+    u2As: bf16 ? 'bfloat16' : undefined,
+    u2AsOption: '--bf16',
+  });
 }
 
 /** Documents from --docs (+ --doc-offsets / --doc-lengths / --doc-scales). */
@@ -94,12 +110,13 @@ export function loadDocs(opts: {
   docOffsets?: string;
   docLengths?: string;
   docScales?: string;
+  bf16?: boolean;
   checkFinite: boolean;
 }): TokenBatch {
   const load = (spec: string | undefined, argument: string) =>
     spec === undefined ? undefined : loadArray(spec, { argument });
   return arrayToDocs(
-    loadArray(opts.docs, { argument: '--docs' }),
+    cliLoad(opts.docs, '--docs', opts.bf16),
     {
       offsets: load(opts.docOffsets, '--doc-offsets'),
       lengths: load(opts.docLengths, '--doc-lengths'),
@@ -110,15 +127,26 @@ export function loadDocs(opts: {
   );
 }
 
+/** Queries from --queries (+ --query-lengths / --query-scales / --bf16). */
+export function loadQueries(opts: {
+  queries: string;
+  queryLengths?: string;
+  queryScales?: string;
+  bf16?: boolean;
+  checkFinite: boolean;
+}): TokenMatrix | TokenBatch {
+  const load = (spec: string | undefined, argument: string) =>
+    spec === undefined ? undefined : loadArray(spec, { argument });
+  return arrayToQueries(cliLoad(opts.queries, '--queries', opts.bf16), '--queries', {
+    checkFinite: opts.checkFinite,
+    scales: load(opts.queryScales, '--query-scales'),
+    lengths: load(opts.queryLengths, '--query-lengths'),
+  });
+}
+
 /** Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs. */
 export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBatch; docs: TokenBatch } {
-  const checkFinite = opts.checkFinite;
-  const scales = (spec: string | undefined, argument: string) =>
-    spec === undefined ? undefined : loadArray(spec, { argument });
-  const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
-    checkFinite,
-    scales: scales(opts.queryScales, '--query-scales'),
-  });
+  const queries = loadQueries(opts);
   const docs = loadDocs(opts);
   return { queries, docs };
 }
@@ -161,7 +189,7 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
   return command
     .requiredOption(
       '--queries <spec>',
-      'queries: [L, d] (one query) or [Nq, L, d]; path.npy or path.safetensors:name',
+      "queries: [L, d] (one query) or [Nq, L, d]; path.npy or path.safetensors:name ('-' reads stdin)",
     )
     .addOption(
       docsRequired
@@ -175,6 +203,14 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
     )
     .option('--doc-scales <spec>', 'int8 documents: one float32 scale per token row (value = int8 x scale)')
     .option('--query-scales <spec>', 'int8 queries: one float32 scale per token row')
+    .option(
+      '--query-lengths <spec>',
+      'real tokens per query [Nq] of [Nq, L, d] queries (the rest is padding)',
+    )
+    .option(
+      '--bf16',
+      "read .npy uint16 / int16 ('<u2' / '<i2') arrays as bfloat16 bits (NumPy has no bfloat16)",
+    )
     .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
     .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)');
@@ -213,6 +249,43 @@ export async function scoreInFormat(
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
   return cudaScoreFp8Host(q, docs, { scales });
+}
+
+// Large inputs are scored in blocks of documents, so that a long run shows progress (per-document
+// scores do not depend on the blocking).
+// MAXSIM_SCORE_BLOCK_TOKENS overrides the block size (tests use a small one).
+const BLOCK_TOKENS =
+  Number(process.env.MAXSIM_SCORE_BLOCK_TOKENS) > 0 ? Number(process.env.MAXSIM_SCORE_BLOCK_TOKENS) : 1 << 21;
+
+/** scoreInFormat, in blocks of documents with progress on stderr when the input is large. */
+export async function scoreInBlocks(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  format: ScoreFormat,
+  options: Parameters<typeof scoreInFormat>[3],
+  label = 'score',
+): Promise<ScoreMatrix> {
+  const tokens = totalTokens(docs);
+  if (tokens <= 2 * BLOCK_TOKENS) return scoreInFormat(queries, docs, format, options);
+  const rows = queries.kind === 'matrix' ? 1 : queries.count;
+  const out = new Float32Array(rows * docs.count);
+  const bar = new Progress(label, docs.count);
+  let b = 0;
+  while (b < docs.count) {
+    let end = b;
+    let t = 0;
+    while (end < docs.count && (end === b || t + docs.lengths[end] <= BLOCK_TOKENS)) t += docs.lengths[end++];
+    const block = selectItems(
+      docs,
+      Array.from({ length: end - b }, (_, i) => b + i),
+    );
+    const m = await scoreInFormat(queries, block, format, options);
+    for (let q = 0; q < rows; q++) out.set(m.data.subarray(q * m.cols, (q + 1) * m.cols), q * docs.count + b);
+    b = end;
+    bar.update(b);
+  }
+  bar.finish();
+  return { data: out, rows, cols: docs.count };
 }
 
 /** --scales of score / search: who shares a scale in the quantized documents. */

@@ -9,6 +9,7 @@ import { corpusCommand } from './corpus.js';
 import { demoCommand } from './demo.js';
 import { fidelityCommand } from './fidelity.js';
 import { infoCommand } from './info.js';
+import { Progress } from './progress.js';
 import { quantizeCommand } from './quantize.js';
 import { scoreCommand } from './score.js';
 import { searchCommand } from './search.js';
@@ -26,7 +27,11 @@ function buildProgram(): Command {
     .description('Late-interaction (ColBERT / ColPali) MaxSim scoring: score(Q, D) = sum_i max_j <Q_i, D_j>')
     .version(version, '-V, --version', 'print the version')
     .option('--debug', 'show stack traces on errors')
+    .option('-q, --quiet', 'no progress output on stderr (errors are still printed)')
     .showSuggestionAfterError(true)
+    .hook('preAction', (self) => {
+      Progress.quiet = self.opts().quiet === true || process.argv.includes('--quiet');
+    })
     // Throw instead of exiting, so every error leaves through main()'s single exit path.
     .exitOverride()
     .configureOutput({

@@ -14,7 +14,7 @@ import {
   loadInputs,
   printTable,
   scalesOption,
-  scoreInFormat,
+  scoreInBlocks,
 } from './common.js';
 
 interface ScoreCommandOptions extends InputOptions {
@@ -48,7 +48,7 @@ export function scoreCommand(): Command {
       checkScalesUse(opts.scales, formatOf(opts.dtype) !== 'float');
       const { queries, docs } = loadInputs(opts);
       const options = { backend: opts.backend, threads: opts.threads, scales: opts.scales };
-      const m = await scoreInFormat(queries, docs, formatOf(opts.dtype), options);
+      const m = await scoreInBlocks(queries, docs, formatOf(opts.dtype), options);
       const rows = Array.from({ length: m.rows }, (_, q) => m.data.subarray(q * m.cols, (q + 1) * m.cols));
       const shape = queries.kind === 'matrix' ? [docs.count] : [m.rows, m.cols];
       if (opts.out !== undefined) {

@@ -2,9 +2,8 @@
 import { Command, Option } from 'commander';
 import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { arrayToQueries, loadArray } from '../io/load.js';
 import { openCorpus } from '../ops/corpus-search.js';
-import { rankRows, topK, topKAll } from '../ops/maxsim.js';
+import { rankRows } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { Hit } from '../tensor.js';
@@ -17,8 +16,9 @@ import {
   integerOption,
   jsonScore,
   loadInputs,
+  loadQueries,
   scalesOption,
-  scoreInFormat,
+  scoreInBlocks,
 } from './common.js';
 import { Progress } from './progress.js';
 
@@ -91,16 +91,17 @@ export function searchCommand(): Command {
         const scan = quantize(docs, 'int8', { scales: opts.scales });
         results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
       } else if (formatOf(opts.dtype) !== 'float') {
-        const m = await scoreInFormat(queries, docs, formatOf(opts.dtype), {
-          ...options,
-          scales: opts.scales,
-        });
+        const m = await scoreInBlocks(
+          queries,
+          docs,
+          formatOf(opts.dtype),
+          { ...options, scales: opts.scales },
+          'search',
+        );
         results = rankRows(m, opts.topK);
       } else {
-        results =
-          queries.kind === 'matrix'
-            ? [await topK(queries, docs, opts.topK, options)]
-            : await topKAll(queries, docs, opts.topK, options);
+        // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
+        results = rankRows(await scoreInBlocks(queries, docs, 'float', options, 'search'), opts.topK);
       }
       const lines = results.map((hits, query) =>
         JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
@@ -150,9 +151,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     if (why) throw new BackendUnavailableError(`--pin needs a GPU: ${why}`);
     await corpus.pin();
   }
-  const queries = arrayToQueries(loadArray(opts.queries, { argument: '--queries' }), '--queries', {
-    checkFinite: opts.checkFinite,
-  });
+  const queries = loadQueries(opts);
   const bar = new Progress('search', corpus.info.documents);
   const results = await corpus.search(queries, {
     topK: opts.topK,

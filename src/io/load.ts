@@ -21,6 +21,7 @@ import { FormatError, InvalidArgumentError } from '../errors.js';
 import {
   type DType,
   denseBatch,
+  describeNumber,
   isTokenMatrix,
   matrixAsBatch,
   raggedBatch,
@@ -30,10 +31,9 @@ import {
   tokenMatrix,
   type ValidationOptions,
 } from '../tensor.js';
-import { formatShape, type NpyArray, readFileBytes } from './array.js';
-import { checkDocumentCount } from './budget.js';
-import { type NpyReadOptions, parseNpy } from './npy.js';
-import { parseSafetensors } from './safetensors.js';
+import { formatShape, type NpyArray } from './array.js';
+import { type NpyReadOptions, parseNpy, readNpy } from './npy.js';
+import { openSafetensors, parseSafetensors } from './safetensors.js';
 
 export type { NpyArray } from './array.js';
 
@@ -52,49 +52,87 @@ function isFile(path: string): boolean {
   }
 }
 
+/** The spec that reads standard input: '-' (or '-:tensorName' for a safetensors stream). */
+export const STDIN_SPEC = '-';
+
 /**
  * Splits `path.npy` / `path.safetensors[:tensorName]` into the file and the tensor name. A whole
- * spec that names a file wins, so paths containing ':' still work.
+ * spec that names a file wins, so paths containing ':' still work. '-' and '-:name' are standard input.
  */
 export function resolveArraySpec(spec: string, argument = 'spec'): { path: string; tensor?: string } {
+  if (typeof spec !== 'string')
+    throw new InvalidArgumentError(
+      argument,
+      'a file spec: path.npy or path.safetensors[:tensorName]',
+      typeof spec,
+    );
+  if (spec === STDIN_SPEC) return { path: STDIN_SPEC };
+  if (spec.startsWith(`${STDIN_SPEC}:`) && !isFile(spec)) return { path: STDIN_SPEC, tensor: spec.slice(2) };
   if (isFile(spec)) return { path: spec };
   const colon = spec.lastIndexOf(':');
   if (colon > 0 && isFile(spec.slice(0, colon)))
     return { path: spec.slice(0, colon), tensor: spec.slice(colon + 1) };
+  let what = 'no such file';
+  try {
+    if (fs.statSync(spec).isDirectory()) what = 'a directory';
+  } catch {}
   throw new InvalidArgumentError(
     argument,
-    'an existing file: path.npy or path.safetensors[:tensorName]',
-    `${JSON.stringify(spec)} (no such file)`,
+    "an existing file: path.npy or path.safetensors[:tensorName] ('-' for standard input)",
+    `${JSON.stringify(spec)} (${what})`,
   );
 }
 
-/**
- * Loads `path.npy` or `path.safetensors:tensorName`. The `:tensorName` may be left out when the
- * safetensors file holds exactly one tensor. The format is recognized by content, not extension.
- */
-export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
-  const argument = opts.argument ?? 'spec';
-  const { path, tensor } = resolveArraySpec(spec, argument);
-  const bytes = readFileBytes(path);
-  const looksLikeNpy = NPY_MAGIC.every((b, i) => bytes[i] === b);
-  if (looksLikeNpy || /\.npy$/i.test(path)) {
-    if (tensor !== undefined) {
-      throw new InvalidArgumentError(
-        argument,
-        `no ':name' suffix (${path} is a .npy file holding one array)`,
-        spec,
-      );
+// Standard input is read once and kept, so several specs ('-:embeddings', '-:offsets') can name
+// tensors of one safetensors stream.
+let stdinBytes: Uint8Array | undefined;
+function readStdin(): Uint8Array {
+  if (stdinBytes === undefined) {
+    const chunks: Buffer[] = [];
+    const chunk = Buffer.alloc(1 << 20);
+    for (;;) {
+      let n: number;
+      try {
+        n = fs.readSync(0, chunk, 0, chunk.length, null);
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code === 'EAGAIN') continue; // a non-blocking pipe with nothing yet
+        if (code === 'EOF') break;
+        throw e;
+      }
+      if (n === 0) break;
+      chunks.push(Buffer.from(chunk.subarray(0, n)));
     }
-    return parseNpy(bytes, path, opts);
+    const all = Buffer.concat(chunks);
+    stdinBytes = new Uint8Array(all.buffer, all.byteOffset, all.byteLength);
   }
-  const file = parseSafetensors(bytes, path);
-  const names = [...file.tensors.keys()];
+  return stdinBytes;
+}
+
+function startsWithNpyMagic(path: string): boolean {
+  const fd = fs.openSync(path, 'r');
+  try {
+    const head = new Uint8Array(NPY_MAGIC.length);
+    const n = fs.readSync(fd, head, 0, head.length, 0);
+    return n === head.length && NPY_MAGIC.every((b, i) => head[i] === b);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function pickTensor(
+  names: string[],
+  tensor: string | undefined,
+  path: string,
+  spec: string,
+  argument: string,
+): string {
   const listed = [...names]
     .sort()
     .map((n) => JSON.stringify(n))
     .join(', ');
   if (tensor === undefined) {
-    if (names.length === 1) return file.tensors.get(names[0])!;
+    if (names.length === 1) return names[0];
     if (names.length === 0) throw new FormatError(path, 'the safetensors file holds no tensors');
     throw new InvalidArgumentError(
       argument,
@@ -102,15 +140,72 @@ export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
       JSON.stringify(spec),
     );
   }
-  const array = file.tensors.get(tensor);
-  if (array === undefined) {
+  if (!names.includes(tensor)) {
     throw new InvalidArgumentError(
       argument,
       `a tensor of ${path}, one of ${listed || '(none)'}`,
       JSON.stringify(tensor),
     );
   }
-  return array;
+  return tensor;
+}
+
+/**
+ * Loads `path.npy` or `path.safetensors:tensorName` ('-' reads standard input). The `:tensorName`
+ * may be left out when the safetensors file holds exactly one tensor. The format is recognized by
+ * content, not extension. Files are read straight into the array (a .npy from its header on, a
+ * safetensors file only the tensor asked for), so arrays beyond 4 GiB load too.
+ */
+export function loadArray(spec: string, opts: LoadArrayOptions = {}): NpyArray {
+  const argument = opts.argument ?? 'spec';
+  const { path, tensor } = resolveArraySpec(spec, argument);
+  try {
+    return loadResolved(spec, path, tensor, argument, opts);
+  } catch (e) {
+    // a system error (unreadable file, I/O error) named with the argument, not as a raw message
+    const code = (e as NodeJS.ErrnoException)?.code;
+    if (typeof code === 'string' && /^E[A-Z]+$/.test(code))
+      throw new InvalidArgumentError(
+        argument,
+        'a readable file',
+        `${JSON.stringify(spec)} (${code}: ${(e as Error).message.replace(/^[A-Z]+: /, '').split(',')[0]})`,
+      );
+    throw e;
+  }
+}
+
+function loadResolved(
+  spec: string,
+  path: string,
+  tensor: string | undefined,
+  argument: string,
+  opts: LoadArrayOptions,
+): NpyArray {
+  const name = path === STDIN_SPEC ? 'standard input' : path;
+  const noSuffix = () =>
+    new InvalidArgumentError(argument, `no ':name' suffix (${name} is a .npy file holding one array)`, spec);
+  if (path === STDIN_SPEC) {
+    const bytes = readStdin();
+    if (NPY_MAGIC.every((b, i) => bytes[i] === b)) {
+      if (tensor !== undefined) throw noSuffix();
+      return parseNpy(bytes, name, opts);
+    }
+    const file = parseSafetensors(bytes, name);
+    return file.tensors.get(pickTensor([...file.tensors.keys()], tensor, name, spec, argument))!;
+  }
+  if (startsWithNpyMagic(path) || /\.npy$/i.test(path)) {
+    if (tensor !== undefined) throw noSuffix();
+    return readNpy(path, opts);
+  }
+  const file = openSafetensors(path);
+  const chosen = pickTensor(
+    file.entries.map((e) => e.name),
+    tensor,
+    path,
+    spec,
+    argument,
+  );
+  return file.read(file.entries.find((e) => e.name === chosen)!);
 }
 
 // ---- arrays -> token matrices / batches ----
@@ -174,7 +269,7 @@ function toNumbers(
   for (let i = 0; i < data.length; i++) {
     const v = data[i];
     if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) {
-      throw new InvalidArgumentError(`${name}[${i}]`, 'a non-negative integer below 2^53', String(v));
+      throw new InvalidArgumentError(`${name}[${i}]`, 'a non-negative integer below 2^53', describeNumber(v));
     }
     out[i] = Number(v);
   }
@@ -254,13 +349,25 @@ export function arrayToQueries(
   return toDense(arr, name, opts);
 }
 
-/** Per-document bytes a dense batch and its scoring hold: start (8), length (4), one score (4). */
-const DENSE_BYTES_PER_DOCUMENT = 16;
+/**
+ * Items an array may describe: each costs 12 bytes of spans (a float64 start, an int32 length) however
+ * few tokens it has, so a tiny file declaring a shape like (2000000000, 0, 16) is refused up front
+ * rather than allocating gigabytes (issue 21). 2^27 items is 1.5 GiB of spans.
+ */
+export const MAX_ARRAY_ITEMS = 2 ** 27;
+
+function checkItemBudget(name: string, count: number, what: string): void {
+  if (count > MAX_ARRAY_ITEMS)
+    throw new InvalidArgumentError(
+      name,
+      `at most ${MAX_ARRAY_ITEMS.toLocaleString('en-US')} ${what} (2^27: each item takes 12 bytes of spans in memory, whatever its tokens)`,
+      `${count.toLocaleString('en-US')} ${what}`,
+    );
+}
 
 function toDense(arr: NpyArray, name: string, opts: DocsArrayOptions): TokenBatch {
   const [count, length, dim] = arr.shape;
-  // a 128-byte header may claim billions of (empty) documents: size their metadata first
-  checkDocumentCount(count, DENSE_BYTES_PER_DOCUMENT, name);
+  checkItemBudget(name, count, 'items [B, L, d]');
   if (opts.offsets !== undefined) {
     throw new InvalidArgumentError(
       `${name} offsets`,
@@ -307,13 +414,37 @@ export function arrayToDocs(arr: NpyArray, opts: DocsArrayOptions = {}, name = '
       );
     }
     offsets = indexArray(opts.offsets, `${name} offsets`, 'B+1 token offsets');
+    checkItemBudget(`${name} offsets`, offsets.length - 1, 'documents');
   } else if (opts.lengths !== undefined) {
-    const lengths = toNumbers(
-      indexArray(opts.lengths, `${name} lengths`, 'B token counts'),
-      `${name} lengths`,
-    );
+    const lengthsArray = indexArray(opts.lengths, `${name} lengths`, 'B token counts');
+    checkItemBudget(`${name} lengths`, lengthsArray.length, 'documents');
+    const lengths = toNumbers(lengthsArray, `${name} lengths`);
+    // checked as lengths, so that errors speak of lengths (offsets are their running sum)
     offsets = new Float64Array(lengths.length + 1);
-    for (let b = 0; b < lengths.length; b++) offsets[b + 1] = offsets[b] + lengths[b];
+    for (let b = 0; b < lengths.length; b++) {
+      const l = lengths[b];
+      if (l < 0)
+        throw new InvalidArgumentError(`${name} lengths[${b}]`, 'a non-negative token count', String(l));
+      if (l > 0x7fffffff)
+        throw new InvalidArgumentError(
+          `${name} lengths[${b}]`,
+          'fewer than 2^31 tokens per document',
+          describeNumber(l),
+        );
+      offsets[b + 1] = offsets[b] + l;
+      if (offsets[b + 1] > tokens)
+        throw new InvalidArgumentError(
+          `${name} lengths`,
+          `token counts summing to ${tokens} (the rows of the packed [T, d] array)`,
+          `a sum above ${tokens} by lengths[${b}]`,
+        );
+    }
+    if (offsets[lengths.length] !== tokens)
+      throw new InvalidArgumentError(
+        `${name} lengths`,
+        `token counts summing to ${tokens} (the rows of the packed [T, d] array)`,
+        `a sum of ${offsets[lengths.length]}`,
+      );
   } else {
     throw new InvalidArgumentError(
       `${name} offsets`,

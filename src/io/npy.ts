@@ -5,7 +5,9 @@
 // final '\n', then the raw C-order data. The header is parsed by a tiny literal parser below, never
 // evaluated: a .npy file is untrusted input.
 
+import * as fs from 'node:fs';
 import { FormatError, InvalidArgumentError } from '../errors.js';
+import { loadNative, nativeUnavailableReason } from '../native.js';
 import {
   type ArrayDType,
   arrayBytes,
@@ -14,7 +16,6 @@ import {
   formatShape,
   itemSize,
   type NpyArray,
-  readFileBytes,
   shapeProduct,
   viewAs,
   writeFileChunks,
@@ -28,6 +29,8 @@ export interface NpyReadOptions {
    * usually saved as their bits, e.g. `t.view(torch.uint16).numpy()` or `t.view(torch.int16).numpy()`.
    */
   u2As?: 'bfloat16';
+  /** How messages spell the u2As option (the CLI passes '--bf16'); default "u2As: 'bfloat16'". */
+  u2AsOption?: string;
 }
 
 const MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // "\x93NUMPY"
@@ -229,11 +232,15 @@ function clip(text: string, max = 160): string {
   return text.length <= max ? text : `${text.slice(0, max)}...`;
 }
 
+function u2AsName(opts: NpyReadOptions): string {
+  return opts.u2AsOption ?? "u2As: 'bfloat16'";
+}
+
 function descrToDtype(file: string, descr: PyValue, opts: NpyReadOptions): ArrayDType {
   if (descr.kind === 'list') {
     const bf16Hint =
       descr.items.length === 1 && /V2'/.test(pyRepr(descr))
-        ? " (an ml_dtypes bfloat16 array? save arr.view(np.uint16) and read it with u2As: 'bfloat16')"
+        ? ` (an ml_dtypes bfloat16 array? save arr.view(np.uint16) and read it with ${u2AsName(opts)})`
         : '';
     throw new FormatError(
       file,
@@ -250,7 +257,7 @@ function descrToDtype(file: string, descr: PyValue, opts: NpyReadOptions): Array
     if (opts.u2As === 'bfloat16') return 'bfloat16';
     throw new FormatError(
       file,
-      `dtype '${d}' (${d === '<u2' ? 'uint16' : 'int16'}) is only read as bfloat16 bits: pass u2As: 'bfloat16' ` +
+      `dtype '${d}' (${d === '<u2' ? 'uint16' : 'int16'}) is only read as bfloat16 bits: pass ${u2AsName(opts)} ` +
         'if the array holds bfloat16 values saved with .view(torch.uint16) / .view(np.uint16)',
     );
   }
@@ -267,7 +274,7 @@ function descrToDtype(file: string, descr: PyValue, opts: NpyReadOptions): Array
     );
   }
   const hint = /^[|<]V2$/.test(d)
-    ? " (bfloat16? save arr.view(np.uint16) and read it with u2As: 'bfloat16')"
+    ? ` (bfloat16? save arr.view(np.uint16) and read it with ${u2AsName(opts)})`
     : '';
   throw new FormatError(file, `unsupported dtype '${clip(d)}'${hint}; supported: ${SUPPORTED_DESCRS}`);
 }
@@ -401,12 +408,10 @@ export function parseNpyHeader(
   return { dtype, shape, dataStart };
 }
 
-/** Parses .npy bytes. The result views `bytes` when the data is aligned (no copy), else holds a copy. */
-export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOptions = {}): NpyArray {
-  const { dtype, shape, dataStart } = parseNpyHeader(bytes, name, opts);
+/** The element count of the shape, checked against the `available` data bytes. */
+function elementsFor(name: string, dtype: ArrayDType, shape: number[], available: number): number {
   const count = shapeProduct(shape);
   const size = itemSize(dtype);
-  const available = bytes.length - dataStart;
   if (count === undefined || count * size > Number.MAX_SAFE_INTEGER) {
     throw new FormatError(
       name,
@@ -421,12 +426,89 @@ export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOpti
         (available < need ? ' (truncated file?)' : ' (trailing bytes)'),
     );
   }
+  return count;
+}
+
+/** Parses .npy bytes. The result views `bytes` when the data is aligned (no copy), else holds a copy. */
+export function parseNpy(bytes: Uint8Array, name = '<buffer>', opts: NpyReadOptions = {}): NpyArray {
+  const { dtype, shape, dataStart } = parseNpyHeader(bytes, name, opts);
+  const count = elementsFor(name, dtype, shape, bytes.length - dataStart);
   return { dtype, shape, data: viewAs(name, dtype, bytes, dataStart, count) };
 }
 
-/** Reads a .npy file. */
+/**
+ * Reads `byteLength` bytes of an open file from `position` into a new ArrayBuffer, in chunks of at
+ * most 1 GiB, so arrays beyond the 4 GiB a single Uint8Array can hold are read too.
+ */
+export function readFileRange(fd: number, position: number, byteLength: number, name: string): ArrayBuffer {
+  let buffer: ArrayBuffer;
+  try {
+    buffer = new ArrayBuffer(byteLength);
+  } catch {
+    throw new FormatError(name, `the array is ${byteLength} bytes, more than this runtime can allocate`);
+  }
+  const chunk = 1 << 30;
+  let done = 0;
+  while (done < byteLength) {
+    const want = Math.min(chunk, byteLength - done);
+    const n = fs.readSync(fd, new Uint8Array(buffer, done, want), 0, want, position + done);
+    if (n === 0)
+      throw new FormatError(name, `the file shrank while being read (${done} of ${byteLength} data bytes)`);
+    done += n;
+  }
+  return buffer;
+}
+
+/** Arrays from this size up are memory-mapped rather than read (when the native addon is present). */
+export const MAP_MIN_BYTES = 256 * 1024 * 1024;
+const MAP_MAX_BYTES = 2 ** 32;
+
+/**
+ * The bytes [position, position + byteLength) of a file as an ArrayBuffer: large ranges are mapped
+ * (the addon's private copy-on-write mapping, the one the corpus reader uses: no copy, pages come
+ * from the page cache, writes never reach the file, unmapped when the buffer is collected), smaller
+ * ones, or any without the addon, are read. A mapped file must not shrink while it is in use.
+ */
+export function fileRange(path: string, fd: number, position: number, byteLength: number): ArrayBuffer {
+  // mapped only where the elements come out aligned (a typed array assumes it; .npy data is 64-aligned),
+  // and below 4 GiB: Node 20 makes external ArrayBuffers through Buffer, which stops there (and
+  // mapFile double-frees its mapping on that failure), so larger ranges are read
+  if (
+    byteLength >= MAP_MIN_BYTES &&
+    byteLength < MAP_MAX_BYTES &&
+    position % 8 === 0 &&
+    nativeUnavailableReason() === undefined
+  ) {
+    const file = (
+      loadNative() as unknown as { file: { mapFile(p: string, o: number, l: number): ArrayBuffer } }
+    ).file;
+    return file.mapFile(path, position, byteLength);
+  }
+  return readFileRange(fd, position, byteLength, path);
+}
+
+/**
+ * Reads a .npy file: the header first, then the data straight into the array's own buffer, or
+ * mapped from the file from MAP_MIN_BYTES up (no whole-file copy, no 4 GiB limit).
+ */
 export function readNpy(path: string, opts: NpyReadOptions = {}): NpyArray {
-  return parseNpy(readFileBytes(path), path, opts);
+  const fd = fs.openSync(path, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const head = new Uint8Array(Math.min(size, 12 + NPY_MAX_HEADER_BYTES));
+    let got = 0;
+    while (got < head.length) {
+      const n = fs.readSync(fd, head, got, head.length - got, got);
+      if (n === 0) break;
+      got += n;
+    }
+    const { dtype, shape, dataStart } = parseNpyHeader(head.subarray(0, got), path, opts);
+    const count = elementsFor(path, dtype, shape, size - dataStart);
+    const buffer = fileRange(path, fd, dataStart, count * itemSize(dtype));
+    return { dtype, shape, data: viewAs(path, dtype, new Uint8Array(buffer, 0, 0), 0, count) };
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /**

@@ -5,6 +5,7 @@
 // then the byte buffer; offsets are relative to the start of the buffer. Validation follows the reference
 // implementation: tensors tile the buffer exactly (no gaps, no overlap, nothing left over).
 
+import * as fs from 'node:fs';
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import {
   type ArrayDType,
@@ -19,6 +20,7 @@ import {
   viewAs,
   writeFileChunks,
 } from './array.js';
+import { fileRange } from './npy.js';
 
 export type { ArrayData, ArrayDType, NpyArray } from './array.js';
 
@@ -180,6 +182,7 @@ export function parseSafetensorsLayout(
   }
   // The reference implementation insists on '{' first; padding is allowed only at the end.
   if (!text.startsWith('{')) throw new FormatError(name, "the safetensors header does not start with '{'");
+  checkHeaderStructure(name, text);
   let header: unknown;
   try {
     header = JSON.parse(text);
@@ -256,6 +259,58 @@ export function parseSafetensorsLayout(
   return { entries, metadata, bufferStart };
 }
 
+/** Nesting deeper than this is refused before JSON.parse (a real header nests 3 levels). */
+const MAX_HEADER_DEPTH = 16;
+
+/**
+ * One pass over the header text before JSON.parse: refuses nesting deeper than MAX_HEADER_DEPTH
+ * (JSON.parse would recurse into a stack overflow) and a top-level key given twice (JSON.parse would
+ * silently keep the last).
+ */
+function checkHeaderStructure(name: string, text: string): void {
+  const keys = new Set<string>();
+  let depth = 0;
+  let stringStart = -1;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (stringStart >= 0) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
+      else if (c === 0x22) {
+        // a string at depth 1 followed by ':' is a top-level key
+        if (depth === 1) {
+          let j = i + 1;
+          while (j < text.length && /\s/.test(text[j])) j++;
+          if (text[j] === ':') {
+            let key: string;
+            try {
+              key = JSON.parse(text.slice(stringStart, i + 1)) as string;
+            } catch {
+              return; // malformed: JSON.parse reports it
+            }
+            if (keys.has(key))
+              throw new FormatError(
+                name,
+                `the safetensors header gives the key ${JSON.stringify(clip(key))} twice (only one entry per tensor is allowed)`,
+              );
+            keys.add(key);
+          }
+        }
+        stringStart = -1;
+      }
+      continue;
+    }
+    if (c === 0x22) stringStart = i;
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > MAX_HEADER_DEPTH)
+        throw new FormatError(
+          name,
+          `the safetensors header nests deeper than ${MAX_HEADER_DEPTH} levels (a valid header nests 3)`,
+        );
+    } else if (c === 0x7d || c === 0x5d) depth--;
+  }
+}
+
 /** Parses safetensors bytes. */
 export function parseSafetensors(bytes: Uint8Array, name = '<buffer>'): SafetensorsFile {
   const { entries, metadata, bufferStart } = parseSafetensorsLayout(bytes, name, bytes.length);
@@ -274,6 +329,66 @@ export function parseSafetensors(bytes: Uint8Array, name = '<buffer>'): Safetens
 /** Reads a safetensors file. */
 export function readSafetensors(path: string): SafetensorsFile {
   return parseSafetensors(readFileBytes(path), path);
+}
+
+/** A safetensors file opened by its header alone: tensors are read one at a time, on request. */
+export interface SafetensorsReader {
+  readonly entries: readonly SafetensorsEntry[];
+  readonly metadata: Record<string, string>;
+  /** Reads (or, when large, maps) one tensor's data (no 4 GiB limit; the rest of the file is not read). */
+  read(entry: SafetensorsEntry): NpyArray;
+}
+
+/** Opens a safetensors file by its header (the whole layout is checked against the file size). */
+export function openSafetensors(path: string): SafetensorsReader {
+  const fd = fs.openSync(path, 'r');
+  let layout: ReturnType<typeof parseSafetensorsLayout>;
+  try {
+    const size = fs.fstatSync(fd).size;
+    const first = new Uint8Array(8);
+    const n = fs.readSync(fd, first, 0, 8, 0);
+    let headerLength = 0;
+    if (n === 8) {
+      const declared = new DataView(first.buffer).getBigUint64(0, true);
+      // larger values are refused by parseSafetensorsLayout; read no more than the file has
+      headerLength = Number(declared > BigInt(SAFETENSORS_MAX_HEADER_BYTES) ? 0n : declared);
+    }
+    const head = new Uint8Array(Math.min(size, 8 + headerLength));
+    head.set(first.subarray(0, Math.min(n, head.length)));
+    if (head.length > 8) readExactly(fd, head.subarray(8), 8);
+    layout = parseSafetensorsLayout(head, path, size);
+  } finally {
+    fs.closeSync(fd);
+  }
+  const { entries, metadata, bufferStart } = layout;
+  return {
+    entries,
+    metadata,
+    read(entry) {
+      const fd2 = fs.openSync(path, 'r');
+      try {
+        const bytes = entry.end - entry.begin;
+        const buffer = fileRange(path, fd2, bufferStart + entry.begin, bytes);
+        const count = bytes / itemSize(entry.dtype);
+        return {
+          dtype: entry.dtype,
+          shape: entry.shape,
+          data: viewAs(path, entry.dtype, new Uint8Array(buffer, 0, 0), 0, count),
+        };
+      } finally {
+        fs.closeSync(fd2);
+      }
+    },
+  };
+}
+
+function readExactly(fd: number, into: Uint8Array, position: number): void {
+  let done = 0;
+  while (done < into.length) {
+    const n = fs.readSync(fd, into, done, into.length - done, position + done);
+    if (n === 0) break;
+    done += n;
+  }
 }
 
 type TensorInput = Record<string, NpyArray> | ReadonlyMap<string, NpyArray>;

@@ -12,6 +12,7 @@ import {
   isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
+  optionsObject,
   type ScoreMatrix,
   type TokenBatch,
   type TokenMatrix,
@@ -50,6 +51,7 @@ function prepare(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName: str
 }
 
 async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
+  options = optionsObject(options, 'backend, threads, isa, device, variant, all optional');
   // int8 x int8 runs on both engines (CUDA: the int8 tensor-core kernels); 'auto' as for floats
   const backend: BackendName = resolveBackend(options.backend);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
@@ -59,6 +61,7 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
 }
 
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
+  options = optionsObject(options, 'backend, threads, isa, all optional');
   if (options.backend === 'cuda') {
     throw new InvalidArgumentError(
       'backend',
