@@ -54,6 +54,11 @@ declare global {
   var batch: TokenBatch;
   var ids: string[];
   var gradScores: Float32Array;
+  var pPoints: Float32Array;
+  var qPoints: Float32Array;
+  var pOffsets: number[];
+  var qOffsets: number[];
+  var B: number;
 }
 let seed = 7;
 const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648) * 2 - 1;
@@ -70,6 +75,12 @@ globalThis.docs = raggedBatch(docEmbeddings, offsets, { dim: 128 });
 globalThis.batch = docs;
 globalThis.ids = lengths.map((_, i) => \`doc-\${i}\`);
 globalThis.gradScores = floats(3 * 40);
+// two pairs of 3-d point clouds (Chamfer)
+globalThis.B = 2;
+globalThis.pOffsets = [0, 300, 500];
+globalThis.qOffsets = [0, 250, 650];
+globalThis.pPoints = floats(500 * 3);
+globalThis.qPoints = floats(650 * 3);
 export {};
 `;
 

@@ -32,6 +32,7 @@ import {
   type ValidationOptions,
 } from '../tensor.js';
 import { formatShape, type NpyArray } from './array.js';
+import { checkDocumentCount } from './budget.js';
 import { type NpyReadOptions, parseNpy, readNpy } from './npy.js';
 import { openSafetensors, parseSafetensors } from './safetensors.js';
 
@@ -349,25 +350,13 @@ export function arrayToQueries(
   return toDense(arr, name, opts);
 }
 
-/**
- * Items an array may describe: each costs 12 bytes of spans (a float64 start, an int32 length) however
- * few tokens it has, so a tiny file declaring a shape like (2000000000, 0, 16) is refused up front
- * rather than allocating gigabytes (issue 21). 2^27 items is 1.5 GiB of spans.
- */
-export const MAX_ARRAY_ITEMS = 2 ** 27;
-
-function checkItemBudget(name: string, count: number, what: string): void {
-  if (count > MAX_ARRAY_ITEMS)
-    throw new InvalidArgumentError(
-      name,
-      `at most ${MAX_ARRAY_ITEMS.toLocaleString('en-US')} ${what} (2^27: each item takes 12 bytes of spans in memory, whatever its tokens)`,
-      `${count.toLocaleString('en-US')} ${what}`,
-    );
-}
+/** Per-document bytes a batch and its scoring hold: start (8), length (4), one score (4). */
+const BYTES_PER_DOCUMENT = 16;
 
 function toDense(arr: NpyArray, name: string, opts: DocsArrayOptions): TokenBatch {
   const [count, length, dim] = arr.shape;
-  checkItemBudget(name, count, 'items [B, L, d]');
+  // a 128-byte header may claim billions of (empty) documents: size their metadata first
+  checkDocumentCount(count, BYTES_PER_DOCUMENT, name);
   if (opts.offsets !== undefined) {
     throw new InvalidArgumentError(
       `${name} offsets`,
@@ -414,10 +403,10 @@ export function arrayToDocs(arr: NpyArray, opts: DocsArrayOptions = {}, name = '
       );
     }
     offsets = indexArray(opts.offsets, `${name} offsets`, 'B+1 token offsets');
-    checkItemBudget(`${name} offsets`, offsets.length - 1, 'documents');
+    checkDocumentCount(offsets.length - 1, BYTES_PER_DOCUMENT, `${name} offsets`);
   } else if (opts.lengths !== undefined) {
     const lengthsArray = indexArray(opts.lengths, `${name} lengths`, 'B token counts');
-    checkItemBudget(`${name} lengths`, lengthsArray.length, 'documents');
+    checkDocumentCount(lengthsArray.length, BYTES_PER_DOCUMENT, `${name} lengths`);
     const lengths = toNumbers(lengthsArray, `${name} lengths`);
     // checked as lengths, so that errors speak of lengths (offsets are their running sum)
     offsets = new Float64Array(lengths.length + 1);
