@@ -12,13 +12,21 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import { maxsim, maxsimAll, type ScoreOptions } from './maxsim.js';
-import { quantize } from './quantize.js';
+import { maxsim, maxsimAll, type ScoreOptions, topKAll } from './maxsim.js';
+import { type Int8Isa, quantize, warnIfInt8Slower } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
 export interface TwoStageOptions extends ScoreOptions {
   /** c: candidates kept per query are c·K (default 4). */
   candidateFactor?: number;
+  /**
+   * Host batches on the CPU: 'auto' (default) skips the int8 scan where int8 is slower than float32
+   * on this CPU (cpuInt8SlowerReason; a process warning says so once) and ranks every document
+   * exactly instead, the result the scan would at best reproduce; 'always' scans regardless.
+   */
+  prefilter?: 'auto' | 'always';
+  /** The int8 kernel set of the scan (default: the fastest here); `isa` is the rescoring's. */
+  int8Isa?: Int8Isa;
 }
 
 /**
@@ -64,7 +72,17 @@ export async function twoStageTopKAll(
     );
   }
   const q = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
-  const scan = await maxsimAll(quantize(q, 'int8'), docsInt8, { ...options, backend: 'cpu' });
+  const prefilter = options.prefilter ?? 'auto';
+  if (prefilter !== 'auto' && prefilter !== 'always')
+    throw new InvalidArgumentError('prefilter', "'auto' or 'always'", JSON.stringify(prefilter));
+  // the scan of host batches runs on the CPU
+  if (warnIfInt8Slower(docs.dim, 'two-stage top-k') !== undefined && prefilter === 'auto')
+    return topKAll(q, docs, k, options);
+  const scan = await maxsimAll(quantize(q, 'int8'), docsInt8, {
+    ...options,
+    backend: 'cpu',
+    isa: options.int8Isa,
+  });
   const keep = Math.min(docs.count, Math.ceil(c * k));
   const out: Hit[][] = [];
   for (let i = 0; i < q.count; i++) {
