@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { InvalidArgumentError } from '../src/errors.js';
 import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
-import { quantize } from '../src/ops/quantize.js';
+import { cpuInt8Isas, INT8_ISAS, quantize } from '../src/ops/quantize.js';
 import { twoStageTopK, twoStageTopKAll } from '../src/ops/two-stage.js';
 import { matrixAsBatch } from '../src/tensor.js';
 import { randomMatrix, randomRagged, rng, runSeed } from './helpers.js';
@@ -20,6 +20,27 @@ describe(`two-stage top-k (seed ${runSeed})`, () => {
       assert.deepEqual(two, exact, `d=${d}`);
     }
   });
+
+  // the scan on every int8 kernel set (forced, so a CPU where int8 is slower still runs it); the sets
+  // this CPU lacks are skipped by name
+  for (const isa of INT8_ISAS) {
+    const usable = cpuInt8Isas();
+    test(`scan on ${isa} (prefilter 'always') equals the exact top-k`, {
+      skip: usable.includes(isa) ? false : `${isa}: this CPU lacks it (usable: ${usable.join(', ')})`,
+    }, async () => {
+      const rand = rng(runSeed + 24);
+      for (const d of isa === 'amx' ? [64, 128] : [33, 128]) {
+        const lengths = Array.from({ length: 200 }, (_, i) =>
+          i % 29 === 3 ? 0 : 1 + Math.floor(rand() * 50),
+        );
+        const docs = randomRagged(lengths, d, 'float32', rand);
+        const queries = randomRagged([32, 5], d, 'float32', rand);
+        const exact = rankRows(await maxsimAll(queries, docs, { backend: 'cpu' }), 10);
+        const options = { backend: 'cpu', prefilter: 'always', int8Isa: isa } as const;
+        assert.deepEqual(await twoStageTopKAll(queries, docs, quantize(docs, 'int8'), 10, options), exact);
+      }
+    });
+  }
 
   test('one query, float16 documents, k larger than the corpus', async () => {
     const rand = rng(runSeed + 22);
@@ -44,6 +65,11 @@ describe(`two-stage top-k (seed ${runSeed})`, () => {
     await assert.rejects(
       twoStageTopK(q, docs, quantize(docs, 'int8'), 1, { candidateFactor: 0.5 }),
       /candidateFactor/,
+    );
+    await assert.rejects(
+      // @ts-expect-error: not a prefilter mode
+      twoStageTopK(q, docs, quantize(docs, 'int8'), 1, { prefilter: 'never' }),
+      (e) => e instanceof InvalidArgumentError && /prefilter/.test(e.message),
     );
   });
 });
