@@ -1,8 +1,8 @@
 // What this installation can do: version, backends, the CPU kernel set, and why CUDA is unavailable.
 import { type CpuInfo, cpuInfo, cpuUnavailableReason } from './backends/cpu.js';
 import { cudaUnavailableReason } from './backends/select.js';
-import { cpuInt8Isas, cpuInt8SlowerReason, type Int8Isa } from './ops/quantize.js';
 import { loadNative } from './native.js';
+import { cpuInt8Isas, cpuInt8SlowerReason, type Int8Isa } from './ops/quantize.js';
 import { version } from './version.js';
 
 export interface MaxsimInfo {
