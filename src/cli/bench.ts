@@ -10,11 +10,11 @@ import { maxsim, maxsimAll, type ScoreOptions, topKAll } from '../ops/maxsim.js'
 import {
   cpuInt8IsaFor,
   cpuInt8Isas,
-  cpuInt8SlowerReason,
   float32Counterpart,
   type Int8Isa,
   quantize,
   type ScaleGranularity,
+  warnIfInt8Slower,
 } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import {
@@ -272,7 +272,6 @@ export function benchCommand(): Command {
         console.log(
           cells.map((c, i) => (i >= 4 && i !== 8 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  '),
         );
-      const warned = new Set<string>();
       if (!opts.json) printRow(columns);
       for (const shape of opts.shape ?? DEFAULT_SHAPES) {
         // the kernel sets that run this shape: int8 on the CPU names its own (AMX needs d % 64 == 0)
@@ -284,7 +283,8 @@ export function benchCommand(): Command {
             (cpu?.isas.includes(float32Counterpart(int8Isa)) ? float32Counterpart(int8Isa) : cpu?.isa))
           : undefined;
         const warnings: string[] = [];
-        const slower = int8 && cpu ? cpuInt8SlowerReason(shape.d) : undefined;
+        // said once on stderr (a process warning shared with the two-stage search), and in --json rows
+        const slower = int8Isa ? warnIfInt8Slower(shape.d, 'maxsim bench', int8Isa, baselineIsa) : undefined;
         if (slower) warnings.push(`int8 is slower than float32 here: ${slower}`);
         const steps =
           (opts.warmup + opts.repeats) * (1 + (int8Isa ? 1 : 0) + (opts.topK !== undefined ? 2 : 0));
@@ -328,7 +328,6 @@ export function benchCommand(): Command {
                   twoStageTopKAll(qBatch, inputs.docs, docs, opts.topK as number, {
                     ...fp32Options,
                     int8Isa,
-                    prefilter: 'always',
                   }),
                 ),
                 fp32: await time(() => topKAll(qBatch, inputs.docs, opts.topK as number, fp32Options)),
@@ -356,6 +355,8 @@ export function benchCommand(): Command {
             ? {
                 topK: {
                   k: topK.k,
+                  // 'auto' prefilter: no scan where int8 is slower (the warning), exact float32 instead
+                  scanned: slower === undefined,
                   twoStageMs: topK.twoStage.ms,
                   fp32Ms: topK.fp32.ms,
                   speedupVsFp32: topK.fp32.ms / topK.twoStage.ms,
@@ -367,8 +368,6 @@ export function benchCommand(): Command {
         if (opts.json) {
           console.log(JSON.stringify(result));
         } else {
-          for (const w of warnings) if (!warned.has(w)) console.error(`maxsim bench: ${w}`);
-          for (const w of warnings) warned.add(w);
           printRow([
             result.shape,
             result.dtype,

@@ -343,17 +343,19 @@ export function float32Counterpart(isa: Int8Isa): CpuIsa {
 
 /**
  * Why int8 x int8 scoring on this CPU is slower than float32 scoring of the same data, or undefined
- * when it is faster. Measured (bench/NOTES.md): each SIMD int8 kernel set beats the float kernel of
- * its own vector width, but the AVX2 one (8 int32 lanes of VPMADDWD) does not beat AVX-512 float32
- * (a CPU with AVX-512 and no VNNI, e.g. Skylake-SP), and the portable one is ~10x slower than any SIMD.
+ * when it is faster: the int8 kernel set that runs (default: auto's for dim) against the float one
+ * (default: this CPU's best). Measured (bench/NOTES.md): each SIMD int8 kernel set beats the float
+ * kernel of its own vector width, but the AVX2 one (8 int32 lanes of VPMADDWD) does not beat
+ * 512-bit float32 (a CPU with AVX-512 and no VNNI, e.g. Skylake-SP), and the portable one is ~10x
+ * slower than any SIMD float kernel.
  */
-export function cpuInt8SlowerReason(dim: number): string | undefined {
-  const int8 = cpuInt8IsaFor(dim);
-  const fp32 = cpuInfo().isa;
+export function cpuInt8SlowerReason(dim: number, int8Isa?: Int8Isa, floatIsa?: CpuIsa): string | undefined {
+  const int8 = int8Isa ?? cpuInt8IsaFor(dim);
+  const fp32 = floatIsa ?? cpuInfo().isa;
   if (int8 === 'portable' && fp32 !== 'portable')
-    return `this CPU has no SIMD int8 kernel (no AVX2, VNNI or AMX-INT8 usable), so int8 runs on the portable kernel, several times slower than float32 (${fp32})`;
+    return `int8 runs on the portable kernel (${int8Isa ? 'forced' : 'no AVX2, VNNI or AMX-INT8 usable'}), several times slower than float32 (${fp32})`;
   if (int8 === 'avx2' && (fp32 === 'avx512' || fp32 === 'avx512bf16' || fp32 === 'amx'))
-    return `this CPU has AVX-512 but no VNNI, so int8 runs on the 256-bit AVX2 kernel, slower than 512-bit float32 (${fp32})`;
+    return `int8 runs on the 256-bit AVX2 kernel (${int8Isa ? 'forced' : 'AVX-512 without VNNI'}), slower than 512-bit float32 (${fp32})`;
   return undefined;
 }
 
@@ -363,8 +365,13 @@ const warnedInt8 = new Set<string>();
  * cpuInt8SlowerReason as a process warning (code MAXSIM_INT8_SLOW, printed once to stderr by Node),
  * emitted once per reason; returns the reason.
  */
-export function warnIfInt8Slower(dim: number, what: string): string | undefined {
-  const why = cpuInt8SlowerReason(dim);
+export function warnIfInt8Slower(
+  dim: number,
+  what: string,
+  int8Isa?: Int8Isa,
+  floatIsa?: CpuIsa,
+): string | undefined {
+  const why = cpuInt8SlowerReason(dim, int8Isa, floatIsa);
   if (why !== undefined && !warnedInt8.has(why)) {
     warnedInt8.add(why);
     process.emitWarning(`${what}: int8 is slower than float32 here: ${why}`, { code: 'MAXSIM_INT8_SLOW' });
