@@ -303,36 +303,34 @@ export function benchCommand(): Command {
         };
         const score = (q: TokenMatrix | TokenBatch, d: TokenBatch, o: ScoreOptions) => () =>
           q.kind === 'matrix' ? maxsim(q, d, o) : maxsimAll(q, d, o);
-        // median and min of --repeats timed runs after --warmup untimed ones
-        const time = async (run: () => Promise<unknown>) => {
-          const times: number[] = [];
-          for (let i = 0; i < opts.warmup + opts.repeats; i++) {
+        // cpu int8: float32 on the same (unquantized) data, and with --top-k the two-stage top-k;
+        // the cases run interleaved, round after round, so this VM's drift and its neighbours' load
+        // hit them alike (bench/interleave.ts); median and min of --repeats rounds after --warmup
+        const fp32Options = { backend, threads: opts.threads, isa: baselineIsa };
+        const qBatch = inputs.queries.kind === 'matrix' ? matrixAsBatch(inputs.queries) : inputs.queries;
+        const k = opts.topK ?? 0;
+        const cases: Array<() => Promise<unknown>> = [score(queries, docs, options)];
+        if (int8Isa) cases.push(score(inputs.queries, inputs.docs, fp32Options));
+        if (int8Isa && opts.topK !== undefined)
+          cases.push(
+            () => twoStageTopKAll(qBatch, inputs.docs, docs, k, { ...fp32Options, int8Isa }),
+            () => topKAll(qBatch, inputs.docs, k, fp32Options),
+          );
+        const times = cases.map(() => [] as number[]);
+        for (let i = 0; i < opts.warmup + opts.repeats; i++) {
+          for (const [c, run] of cases.entries()) {
             const start = process.hrtime.bigint();
             await run();
             const ms = Number(process.hrtime.bigint() - start) / 1e6;
-            if (i >= opts.warmup) times.push(ms);
+            if (i >= opts.warmup) times[c].push(ms);
             progress.update(++done);
           }
-          return { ms: median(times), minMs: Math.min(...times) };
-        };
-        const main = await time(score(queries, docs, options));
-        // cpu int8: float32 on the same (unquantized) data, and with --top-k the two-stage top-k
-        const fp32Options = { backend, threads: opts.threads, isa: baselineIsa };
-        const fp32 = int8Isa ? await time(score(inputs.queries, inputs.docs, fp32Options)) : undefined;
-        const qBatch = inputs.queries.kind === 'matrix' ? matrixAsBatch(inputs.queries) : inputs.queries;
+        }
+        const stats = times.map((t) => ({ ms: median(t), minMs: Math.min(...t) }));
+        const main = stats[0];
+        const fp32 = int8Isa ? stats[1] : undefined;
         const topK =
-          int8Isa && opts.topK !== undefined
-            ? {
-                k: opts.topK,
-                twoStage: await time(() =>
-                  twoStageTopKAll(qBatch, inputs.docs, docs, opts.topK as number, {
-                    ...fp32Options,
-                    int8Isa,
-                  }),
-                ),
-                fp32: await time(() => topKAll(qBatch, inputs.docs, opts.topK as number, fp32Options)),
-              }
-            : undefined;
+          int8Isa && opts.topK !== undefined ? { k, twoStage: stats[2], fp32: stats[3] } : undefined;
         progress.finish();
         const ms = main.ms;
         const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
