@@ -78,7 +78,7 @@
           "target_name": "maxsim_cpu_int8_avxvnni",
           "type": "static_library",
           "sources": ["native/cpu/kernels_int8_avxvnni.cc"],
-          "cflags_cc": ["-mavx2", "-mavxvnni"]
+          "cflags_cc": ["-mavx2", "<!@(sh -c \"echo 'int x;' | ${CXX:-c++} -mavxvnni -x c++ -fsyntax-only - 2>/dev/null && echo -mavxvnni || true\")"]
         },
         {
           "target_name": "maxsim_cpu_int8_avx2",

@@ -28,8 +28,12 @@ struct VVnni512 {
   // inline asm: GCC 12 copies the accumulator around the intrinsic and spills the tile's 24
   // accumulators every step; "+v" keeps each in its register (measured 2x in bench/NOTES.md).
   static T dot(T acc, T a, T b) {
+#if defined(__clang__)
+    return _mm512_dpbusd_epi32(acc, a, b);  // the spill is GCC's; clang unmeasured
+#else
     __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
     return acc;
+#endif
   }
   static T zero() { return _mm512_setzero_si512(); }
   static T set1(int32_t x) { return _mm512_set1_epi32(x); }

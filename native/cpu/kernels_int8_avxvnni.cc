@@ -1,7 +1,8 @@
 // AVX-VNNI instantiation of the int8 MaxSim micro-kernel (kernels_int8_impl.h): the 256-bit VEX
 // VPDPBUSD (Alder Lake and newer, Sapphire Rapids, Zen 5) on biased queries, 8 int32 lanes, 2 lane
 // blocks x 5 document tokens per tile (10 accumulators of 16 ymm registers). Compiled with
-// -mavx2 -mavxvnni; only called after CPUID (leaf 7 subleaf 1, EAX bit 4) says so.
+// -mavx2 -mavxvnni where the compiler knows the flag (binding.gyp asks it; GCC >= 11, clang >= 12;
+// otherwise this set is compiled out); only called after CPUID (leaf 7 subleaf 1, EAX bit 4) says so.
 #include "engine_int8.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__AVXVNNI__)
@@ -27,8 +28,12 @@ struct VAvxVnni {
   }
   // inline asm, as in kernels_int8_avx512vnni.cc ({vex}: the AVX-VNNI encoding, not EVEX)
   static T dot(T acc, T a, T b) {
+#if defined(__clang__)
+    return _mm256_dpbusd_avx_epi32(acc, a, b);  // the spill is GCC's; clang unmeasured
+#else
     __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
     return acc;
+#endif
   }
   static T zero() { return _mm256_setzero_si256(); }
   static T set1(int32_t x) { return _mm256_set1_epi32(x); }
