@@ -4,6 +4,7 @@ import { Command } from 'commander';
 import { type FormatFidelity, fidelity, nearTieCorpus, nearTieOptions } from '../bench/fidelity.js';
 import { demoCorpus } from '../demo/corpus.js';
 import { Rng } from '../demo/random.js';
+import { warnIfInt8Slower } from '../ops/quantize.js';
 import type { TokenBatch } from '../tensor.js';
 import { fixed, integerOption, printTable } from './common.js';
 import { Progress } from './progress.js';
@@ -33,6 +34,8 @@ export function fidelityCommand(): Command {
     .option('--json', 'print JSON')
     .action(async (opts: FidelityOptions) => {
       const demo = demoCorpus({ docs: opts.docs, queries: opts.queries, seed: opts.seed });
+      // int8 runs on the CPU here: where it is slower than float32 that is said first (once, stderr)
+      const slower = warnIfInt8Slower(demo.docs.dim, 'maxsim fidelity');
       const rng = new Rng(opts.seed);
       const ties = nearTieCorpus(() => rng.float(), nearTieOptions);
       // batches of queries with a progress bar, until all ran or --time-limit passed
@@ -56,7 +59,12 @@ export function fidelityCommand(): Command {
           `maxsim fidelity: ${r.name}: ${r.queries} of ${r.queriesRequested} queries within --time-limit ${opts.timeLimit} s (raise it, or 0, for all)`,
         );
       if (opts.json) {
-        console.log(JSON.stringify({ reports }));
+        console.log(
+          JSON.stringify({
+            reports,
+            warnings: slower ? [`int8 is slower than float32 here: ${slower}`] : [],
+          }),
+        );
         return;
       }
       // One row per corpus and 8-bit format (documents with one scale per token, then per document);
