@@ -39,7 +39,7 @@
         "native/cpu/kernels_neon.cc"
       ],
       "conditions": [
-        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx2"] }],
+        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx2", "maxsim_cpu_int8_avx512vnni", "maxsim_cpu_int8_avxvnni", "maxsim_cpu_int8_avx2"] }],
         ["target_arch!='x64'", { "sources": ["native/cpu/kernels_x86_absent.cc"] }]
       ],
       "libraries": ["-ldl", "-lpthread"]
@@ -71,6 +71,24 @@
           "type": "static_library",
           "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc"],
           "cflags_cc": ["-mavx2", "-mfma", "-mf16c"]
+        },
+        {
+          "target_name": "maxsim_cpu_int8_avx512vnni",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_int8_avx512vnni.cc"],
+          "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
+        },
+        {
+          "target_name": "maxsim_cpu_int8_avxvnni",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_int8_avxvnni.cc"],
+          "cflags_cc": ["-mavx2", "<!@(sh -c \"echo 'int x;' | ${CXX:-c++} -mavxvnni -x c++ -fsyntax-only - 2>/dev/null && echo -mavxvnni || true\")"]
+        },
+        {
+          "target_name": "maxsim_cpu_int8_avx2",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_int8_avx2.cc"],
+          "cflags_cc": ["-mavx2"]
         }
       ]
     }]

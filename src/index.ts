@@ -86,7 +86,9 @@ export {
   topKAll,
 } from './ops/maxsim.js';
 export {
+  cpuInt8IsaFor,
   cpuInt8Isas,
+  cpuInt8SlowerReason,
   dequantize,
   hasDocumentScales,
   type Int8Isa,

@@ -2,6 +2,7 @@
 import { type CpuInfo, cpuInfo, cpuUnavailableReason } from './backends/cpu.js';
 import { cudaUnavailableReason } from './backends/select.js';
 import { loadNative } from './native.js';
+import { cpuInt8Isas, cpuInt8SlowerReason, type Int8Isa } from './ops/quantize.js';
 import { version } from './version.js';
 
 export interface MaxsimInfo {
@@ -9,6 +10,8 @@ export interface MaxsimInfo {
   node: string;
   backends: { cpu: boolean; cuda: boolean };
   cpu?: CpuInfo;
+  /** The int8 x int8 kernel sets usable here, fastest first, and (d = 128) why int8 is slower than float32, if it is. */
+  cpuInt8?: { isas: Int8Isa[]; slowerThanFloat32?: string };
   cpuUnavailable?: string;
   cuda?: unknown;
   cudaUnavailable?: string;
@@ -23,7 +26,10 @@ export function info(): MaxsimInfo {
     backends: { cpu: !cpuReason, cuda: !cudaReason },
   };
   if (cpuReason) out.cpuUnavailable = cpuReason;
-  else out.cpu = cpuInfo();
+  else {
+    out.cpu = cpuInfo();
+    out.cpuInt8 = { isas: cpuInt8Isas(), slowerThanFloat32: cpuInt8SlowerReason(128) };
+  }
   if (cudaReason) out.cudaUnavailable = cudaReason;
   else out.cuda = (loadNative().cuda.status as unknown as () => unknown)();
   return out;

@@ -50,3 +50,25 @@ test(`fidelity on a small demo corpus and a near-tie set (seed ${runSeed})`, asy
   assert.equal(t.recall10, undefined);
   assert.equal(t.twoStageExact, 1);
 });
+
+test(`fidelity in batches: the same means as one batch; a time limit stops after the first (seed ${runSeed})`, async () => {
+  const demo = demoCorpus({ docs: 200, queries: 6, seed: runSeed });
+  const whole = await fidelity('demo', demo.queries, demo.docs, demo.relevant);
+  const seen: number[] = [];
+  const parts = await fidelity('demo', demo.queries, demo.docs, demo.relevant, {
+    batch: 4,
+    onProgress: (done, total) => {
+      assert.equal(total, 6);
+      seen.push(done);
+    },
+  });
+  assert.deepEqual(seen, [4, 6]);
+  assert.equal(parts.queries, 6);
+  for (const key of ['spearmanMean', 'top10Overlap', 'top20Overlap', 'twoStageExact'] as const)
+    assert.ok(Math.abs(parts[key] - whole[key]) < 1e-12, `${key}: ${parts[key]} vs ${whole[key]}`);
+  assert.equal(parts.spearmanMin, whole.spearmanMin);
+  assert.deepEqual(parts.recall10, whole.recall10);
+  const cut = await fidelity('demo', demo.queries, demo.docs, demo.relevant, { batch: 2, timeLimitMs: 0 });
+  assert.equal(cut.queries, 2);
+  assert.equal(cut.queriesRequested, 6);
+});

@@ -1,7 +1,7 @@
 // Per-token int8 quantization (quantize / dequantize / roundTripError) and int8 x int8 MaxSim on the
-// CPU: every int8 kernel set this CPU runs (AMX-INT8 for d % 64 == 0, portable for any d) against the
-// float64 reference computed on the dequantized values, the kernels against each other, and int8
-// against fp32 scores of the same original data.
+// CPU: every int8 kernel set (AMX-INT8 for d % 64 == 0, AVX-512 VNNI, AVX-VNNI, AVX2, portable; the
+// sets this CPU lacks are skipped by name) against the float64 reference computed on the dequantized
+// values, each bitwise against the portable kernel, and int8 against fp32 scores of the same data.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { referenceMaxsim } from '../src/backends/reference.js';
@@ -9,10 +9,13 @@ import { cudaUnavailableReason } from '../src/backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
 import { maxsim, maxsimAll, maxsimAllSync, maxsimSync } from '../src/ops/maxsim.js';
 import {
+  cpuInt8IsaFor,
   cpuInt8Isas,
   cpuMaxsimInt8Sync,
   dequantize,
   hasDocumentScales,
+  INT8_ISAS,
+  type Int8Isa,
   quantize,
   roundHalfEven,
   roundTripError,
@@ -289,11 +292,20 @@ function checkInt8(queries: TokenBatch, docs: TokenBatch, got: Float32Array, con
   assertScoresClose(got, referenceMaxsim(queries, docs), scoreErrorBounds(queries, docs), context);
 }
 
+/** Why an int8 kernel set cannot be tested here (the CPU lacks it), or false. */
+function lacks(isa: Int8Isa): string | false {
+  return int8Isas.includes(isa)
+    ? false
+    : `${isa}: this CPU (or build) lacks it (usable: ${int8Isas.join(', ')})`;
+}
+
 describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.join(', ')})`, () => {
-  for (const d of [64, 128, 8, 100]) {
-    const isas = int8Isas.filter((isa) => isa === 'portable' || d % 64 === 0);
-    for (const isa of isas) {
-      test(`${isa} d=${d}: Lq 1 / 17 / 33 / 0, ragged and dense documents with empty ones, all pairs`, async () => {
+  // every kernel set, usable here or not (skipped by name), at tiny and awkward d; AMX only takes d % 64 == 0
+  for (const d of [1, 3, 17, 31, 33, 64, 100, 128, 129]) {
+    for (const isa of INT8_ISAS.filter((name) => name !== 'amx' || d % 64 === 0)) {
+      test(`${isa} d=${d}: Lq 1 / 17 / 33 / 0, ragged and dense documents with empty ones, all pairs`, {
+        skip: lacks(isa),
+      }, async () => {
         const rand = rng(runSeed + 200 + d);
         const queries = q8(randomDense(4, 33, d, 'float32', rand, [1, 17, 33, 0]));
         const raggedQ = q8(randomRagged([33, 1, 17], d, 'float32', rand));
@@ -326,20 +338,44 @@ describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.joi
     }
   }
 
-  test('the AMX and portable kernels agree bitwise', { skip: hasAmx ? false : 'no AMX-INT8 here' }, () => {
-    const rand = rng(runSeed + 300);
-    for (const d of [64, 128, 192]) {
-      const queries = q8(randomRagged([1, 16, 17, 32, 33, 0], d, 'float32', rand));
-      const docs = q8(randomRagged([1, 0, 15, 16, 31, 32, 33, 64, 100], d, 'float32', rand));
-      const amx = cpuMaxsimInt8Sync(queries, docs, { isa: 'amx' });
-      const portable = cpuMaxsimInt8Sync(queries, docs, { isa: 'portable' });
-      assert.deepEqual(Array.from(amx), Array.from(portable), `d=${d}`);
+  // The kernel sets perform the same fp32 operations (engine_int8.h), so they agree bitwise; the
+  // full int8 range (-128 too, which quantize() never makes) checks the exact int32 dot of each.
+  for (const isa of INT8_ISAS.filter((name) => name !== 'portable')) {
+    test(`${isa} agrees bitwise with portable: d 1..129, documents of 0 and 1 tokens, full int8 range`, {
+      skip: lacks(isa),
+    }, () => {
+      const rand = rng(runSeed + 300);
+      const dims = isa === 'amx' ? [64, 128, 192] : [1, 2, 3, 4, 5, 17, 31, 33, 64, 100, 128, 129];
+      for (const d of dims) {
+        const queries = q8(randomRagged([1, 16, 17, 32, 33, 0, 8, 9], d, 'float32', rand));
+        const docs = q8(randomRagged([1, 0, 1, 15, 16, 31, 32, 33, 64, 100, 0, 13, 200], d, 'float32', rand));
+        for (const x of [queries, docs])
+          for (let i = 0; i < x.data.length; i++) if (rand() < 0.05) x.data[i] = rand() < 0.5 ? -128 : 127;
+        const got = cpuMaxsimInt8Sync(queries, docs, { isa });
+        const portable = cpuMaxsimInt8Sync(queries, docs, { isa: 'portable' });
+        assert.deepEqual(Array.from(got), Array.from(portable), `${isa} d=${d}`);
+        checkInt8(queries, docs, got, `${isa} d=${d} vs reference`);
+        const threaded = cpuMaxsimInt8Sync(queries, docs, { isa, threads: 1 });
+        assert.deepEqual(Array.from(threaded), Array.from(got), `${isa} d=${d}: 1 thread`);
+      }
+    });
+  }
+
+  test('auto runs the fastest usable set for the dimension (AMX only where d % 64 == 0)', () => {
+    for (const d of [64, 100, 128]) {
+      const want = cpuInt8IsaFor(d);
+      assert.ok(int8Isas.includes(want));
+      assert.ok(want !== 'amx' || d % 64 === 0, `d=${d}: ${want}`);
+      const rand = rng(runSeed + 310 + d);
+      const queries = q8(randomRagged([5, 32], d, 'float32', rand));
+      const docs = q8(randomRagged([3, 0, 40], d, 'float32', rand));
       assert.deepEqual(
         Array.from(maxsimAllSync(queries, docs).data),
-        Array.from(amx),
-        `d=${d}: auto picks AMX`,
+        Array.from(cpuMaxsimInt8Sync(queries, docs, { isa: want })),
+        `d=${d}: auto is ${want}`,
       );
     }
+    assert.equal(int8Isas.at(-1), 'portable');
   });
 
   test('int8 scores track fp32 scores of the same data (rank correlation)', () => {
@@ -402,7 +438,8 @@ describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.joi
         maxsim(i8Q, i8Docs, { backend: 'cuda' }),
         (e) => e instanceof BackendUnavailableError,
       );
-    assert.throws(() => maxsimSync(i8Q, i8Docs, { isa: 'avx2' }), named(/isa/));
+    // a float-only kernel set name is refused for int8 inputs
+    assert.throws(() => maxsimSync(i8Q, i8Docs, { isa: 'avx512' }), named(/isa/));
     // The binding re-checks: float inputs to the int8 entry are a TypeError, not a crash.
     assert.throws(() => cpuMaxsimInt8Sync(matrixAsBatch(f32Q), i8Docs), /Expected int8 tokens for queries/);
     if (hasAmx) {

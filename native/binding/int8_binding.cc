@@ -16,7 +16,7 @@ struct Int8CallArgs {
   TokenSet q_set, d_set;  // own the spans' copies and pin data and scales for the job (token_set.h)
   maxsim_cpu::Int8Spans queries;
   maxsim_cpu::Int8Spans docs;
-  maxsim_cpu::Int8Kernel kernel = maxsim_cpu::Int8Kernel::Auto;
+  const maxsim_cpu::Int8KernelSet* kernel = nullptr;
   int threads = 0;
 };
 
@@ -54,14 +54,9 @@ Int8CallArgs ParseInt8Call(const Napi::CallbackInfo& info) {
     if (opts.Has("threads") && opts.Get("threads").IsNumber()) a.threads = opts.Get("threads").As<Napi::Number>().Int32Value();
     if (opts.Has("isa") && opts.Get("isa").IsString()) isa = opts.Get("isa").As<Napi::String>().Utf8Value();
   }
-  if (isa == "amx") a.kernel = maxsim_cpu::Int8Kernel::Amx;
-  else if (isa == "portable") a.kernel = maxsim_cpu::Int8Kernel::Portable;
-  else if (!isa.empty() && isa != "auto")
-    throw Napi::TypeError::New(env, "Expected one of auto, amx, portable for isa with int8 inputs but received '" + isa + "'");
   std::string error;
-  if (maxsim_cpu::ResolveInt8Kernel(a.kernel, a.docs.dim, &error) == maxsim_cpu::Int8Kernel::Auto) {
-    throw Napi::TypeError::New(env, error);
-  }
+  a.kernel = maxsim_cpu::ResolveInt8Kernel(isa, a.docs.dim, &error);
+  if (a.kernel == nullptr) throw Napi::TypeError::New(env, error);
   return a;
 }
 
@@ -80,6 +75,7 @@ Napi::Value MaxsimInt8Async(const Napi::CallbackInfo& info) {
                              });
 }
 
+// The usable int8 kernel sets' names, fastest first.
 Napi::Value Int8Isas(const Napi::CallbackInfo& info) {
   const std::vector<std::string> names = maxsim_cpu::UsableInt8Isas();
   Napi::Array out = Napi::Array::New(info.Env(), names.size());

@@ -3,7 +3,9 @@
 // The integer dot product is exact in int32; it is converted to fp32, multiplied by the document
 // token's scale BEFORE the max (the scale changes which token wins) and by the query token's scale
 // AFTER it (constant over t and >= 0, so it commutes with the max); the Lq terms are summed in
-// double in token order. Every kernel performs exactly these fp32 operations, so they agree bitwise.
+// double in token order. Every kernel set performs exactly these fp32 operations, so they agree
+// bitwise (the max of a set does not depend on the order it is taken in; a -0 / +0 tie vanishes in
+// the sum, which starts at +0).
 // Plain C++ (no Node-API), like engine.h.
 #pragma once
 #include <cstdint>
@@ -22,39 +24,71 @@ struct Int8Spans {
   int64_t dim = 0;
 };
 
-enum class Int8Kernel : int { Auto = 0, Amx = 1, Portable = 2 };
+// How a kernel set wants the queries packed. Every packing is lane blocks of W query tokens,
+// [block][k/G][lane][G] (G consecutive components of one token side by side, so one 32-bit lane
+// holds what one dot-product step multiplies), k padded to a multiple of G and tokens to a multiple
+// of W with zeros.
+enum class Int8Pack : int {
+  None = 0,         // the kernel reads the queries as given (portable)
+  Int8 = 1,         // int8 as is (AMX's B layout with W = 16, G = 4)
+  Uint8Biased = 2,  // q + 128 as uint8 for VPDPBUSD (unsigned x signed); padding stays 0
+  Int16 = 3,        // sign-extended to int16 pairs for VPMADDWD (G = 2)
+};
 
-// What a kernel reads. qpack is only set for the AMX kernel: every query's tokens in lane blocks of
-// 16, packed [block][k/4][lane][4] (AMX's B layout for int8), zero past the query's last token;
-// block_offset[i] is query i's first block.
+// What a kernel reads.
 struct Int8Job {
   Int8Spans q;
   Int8Spans docs;
-  const int8_t* qpack = nullptr;
-  const int64_t* block_offset = nullptr;
-  float* scores = nullptr;  // [q.count, docs.count] row-major
+  const void* qpack = nullptr;             // packed queries (Int8Pack of the kernel set), or null
+  const int64_t* block_offset = nullptr;   // [q.count]: index of each query's first lane block
+  float* scores = nullptr;                 // [q.count, docs.count] row-major
 };
 
-// Scores documents [doc_begin, doc_end) against every query. runmax: >= 16 * ceil(max Lq / 16) + 16
-// floats of per-thread scratch.
-using Int8RangeFn = void (*)(const Int8Job& job, int64_t doc_begin, int64_t doc_end, float* runmax);
+// Per-thread scratch: running maxima of every query's lane blocks (block_offset * lanes + lanes
+// floats), one chunk of document tokens re-laid out for the kernel (Int8ChunkCapacity tokens of
+// padded dimension, as int16), and one int32 per chunk token.
+struct Int8Scratch {
+  float* runmax = nullptr;
+  int16_t* chunk = nullptr;
+  int32_t* sums = nullptr;
+};
 
-// AMX-INT8 tiles (needs d % 64 == 0); null when compiled out, when the CPU lacks AMX-INT8 or when
-// the OS refuses the tile state.
-Int8RangeFn AmxInt8Range();
-// Plain C++ int32 dot products, any d.
-void PortableInt8Range(const Int8Job& job, int64_t doc_begin, int64_t doc_end, float* runmax);
+// Document tokens a kernel may hold in one chunk, for a padded dimension dp (~24 KB, or 32 tokens).
+inline int64_t Int8ChunkCapacity(int64_t dp) { return 32 + 24576 / (dp > 0 ? dp : 1); }
 
-// The int8 kernel names usable here, best first ("amx" where AMX-INT8 works, then "portable").
+// Scores documents [doc_begin, doc_end) against every query.
+using Int8RangeFn = void (*)(const Int8Job& job, int64_t doc_begin, int64_t doc_end, Int8Scratch& scratch);
+
+struct Int8KernelSet {
+  const char* name;  // reported by maxsim info / bench and accepted as `isa`
+  int lanes;         // W: query tokens per lane block
+  int group;         // G: components per 32-bit lane per dot-product step
+  Int8Pack pack;
+  int dim_multiple;  // the kernel needs d % dim_multiple == 0 (AMX: 64)
+  Int8RangeFn range;
+};
+
+// Defined in the ISA translation units; null when compiled out or (AMX) when the CPU lacks AMX-INT8
+// or the OS refuses the tile state. The engine checks CPUID for the others.
+const Int8KernelSet* AmxInt8Kernels();         // AMX-INT8 tiles (TDPBSSD), d % 64 == 0
+const Int8KernelSet* Avx512VnniInt8Kernels();  // 512-bit VPDPBUSD
+const Int8KernelSet* AvxVnniInt8Kernels();     // 256-bit VEX VPDPBUSD (AVX-VNNI)
+const Int8KernelSet* Avx2Int8Kernels();        // VPMADDWD on sign-extended int16
+const Int8KernelSet* PortableInt8Kernels();    // plain C++ int32 dot products, any CPU
+
+// The int8 kernel sets this build has and this CPU runs, fastest first (auto takes the first whose
+// dim_multiple divides d).
+std::vector<const Int8KernelSet*> UsableInt8Sets();
+// Their names, in the same order.
 std::vector<std::string> UsableInt8Isas();
 
-// Resolves a request for dimension d: Auto picks AMX where usable and d % 64 == 0, else Portable.
-// Returns Auto and sets *error when Amx is requested but cannot run.
-Int8Kernel ResolveInt8Kernel(Int8Kernel requested, int64_t dim, std::string* error);
+// The kernel set for dimension d: `requested` empty or "auto" means the fastest usable one. Returns
+// null and sets *error when the requested set is unknown, unusable here or cannot take d.
+const Int8KernelSet* ResolveInt8Kernel(const std::string& requested, int64_t dim, std::string* error);
 
 // scores[i * docs.count + b] = MaxSim(query i, document b) for every pair. `threads` <= 0: all.
-// An empty document scores -inf, an empty query 0.
+// An empty document scores -inf, an empty query 0. `set` null: auto.
 void MaxsimAllPairsInt8(const Int8Spans& queries, const Int8Spans& docs, float* scores, int threads,
-                        Int8Kernel kernel = Int8Kernel::Auto);
+                        const Int8KernelSet* set = nullptr);
 
 }  // namespace maxsim_cpu

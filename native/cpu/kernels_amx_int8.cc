@@ -23,6 +23,7 @@
 namespace {
 
 using maxsim_cpu::Int8Job;
+using maxsim_cpu::Int8Scratch;
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -107,7 +108,9 @@ void SweepDocAmx(const int8_t* qpack, int64_t nblocks, const int8_t* doc, const 
   }
 }
 
-void ScoreRangeAmxInt8(const Int8Job& job, int64_t doc_begin, int64_t doc_end, float* runmax) {
+void ScoreRangeAmxInt8(const Int8Job& job, int64_t doc_begin, int64_t doc_end, Int8Scratch& scratch) {
+  float* runmax = scratch.runmax;
+  const int8_t* qpack = static_cast<const int8_t*>(job.qpack);
   const auto& q = job.q;
   const auto& docs = job.docs;
   const int64_t d = docs.dim;
@@ -133,7 +136,7 @@ void ScoreRangeAmxInt8(const Int8Job& job, int64_t doc_begin, int64_t doc_end, f
         continue;
       }
       const int64_t nblocks = (lq + 15) / 16;
-      SweepDocAmx(job.qpack + job.block_offset[i] * d * 16, nblocks, docs.data + start * d, docs.scales + start, ld, d,
+      SweepDocAmx(qpack + job.block_offset[i] * d * 16, nblocks, docs.data + start * d, docs.scales + start, ld, d,
                   pad.data(), runmax);
       const float* qscale = q.scales + static_cast<int64_t>(q.starts[i]);
       double sum = 0.0;
@@ -144,12 +147,14 @@ void ScoreRangeAmxInt8(const Int8Job& job, int64_t doc_begin, int64_t doc_end, f
   _tile_release();
 }
 
+const maxsim_cpu::Int8KernelSet kAmxInt8{"amx", 16, 4, maxsim_cpu::Int8Pack::Int8, 64, &ScoreRangeAmxInt8};
+
 }  // namespace
 
-maxsim_cpu::Int8RangeFn maxsim_cpu::AmxInt8Range() {
+const maxsim_cpu::Int8KernelSet* maxsim_cpu::AmxInt8Kernels() {
   static const bool usable = CpuHasAmxInt8() && RequestAmxPermission();
-  return usable ? &ScoreRangeAmxInt8 : nullptr;
+  return usable ? &kAmxInt8 : nullptr;
 }
 #else
-maxsim_cpu::Int8RangeFn maxsim_cpu::AmxInt8Range() { return nullptr; }
+const maxsim_cpu::Int8KernelSet* maxsim_cpu::AmxInt8Kernels() { return nullptr; }
 #endif

@@ -1,5 +1,5 @@
 // The portable int8 x int8 MaxSim kernel: plain C++ int32 dot products (compiled with the baseline
-// flags, so it runs on any CPU), with exactly the fp32 operations the AMX kernel performs.
+// flags, so it runs on any CPU), with exactly the fp32 operations the SIMD kernels perform.
 #include <cmath>
 #include <cstdint>
 
@@ -7,7 +7,10 @@
 
 namespace maxsim_cpu {
 
-void PortableInt8Range(const Int8Job& job, int64_t doc_begin, int64_t doc_end, float* runmax) {
+namespace {
+
+void PortableInt8Range(const Int8Job& job, int64_t doc_begin, int64_t doc_end, Int8Scratch& scratch) {
+  float* runmax = scratch.runmax;
   const Int8Spans& q = job.q;
   const Int8Spans& docs = job.docs;
   const int64_t d = docs.dim;
@@ -41,9 +44,11 @@ void PortableInt8Range(const Int8Job& job, int64_t doc_begin, int64_t doc_end, f
   }
 }
 
+const Int8KernelSet kPortable{"portable", 16, 1, Int8Pack::None, 1, &PortableInt8Range};
+
+}  // namespace
+
+const Int8KernelSet* PortableInt8Kernels() { return &kPortable; }
+
 }  // namespace maxsim_cpu
 
-#if !defined(__x86_64__)
-// The AMX translation unit is built on x64 only.
-maxsim_cpu::Int8RangeFn maxsim_cpu::AmxInt8Range() { return nullptr; }
-#endif

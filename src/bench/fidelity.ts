@@ -11,7 +11,7 @@ import { cudaUnavailableReason } from '../backends/select.js';
 import { maxsimAll, rankRows } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
-import type { ScoreMatrix, TokenBatch } from '../tensor.js';
+import { type ScoreMatrix, selectItems, type TokenBatch } from '../tensor.js';
 
 /** One 8-bit format against fp32 on the same corpus. */
 export interface FormatFidelity {
@@ -25,7 +25,9 @@ export interface FormatFidelity {
 
 export interface FidelityReport {
   name: string;
+  /** Queries measured: all of them, or fewer when the time limit ran out (queriesRequested). */
   queries: number;
+  queriesRequested: number;
   docs: number;
   spearmanMean: number;
   spearmanMin: number;
@@ -130,27 +132,157 @@ async function fp8Fidelity(
   return typeof fp8 === 'string' ? { unavailable: fp8 } : formatFidelity(exact, fp8, relevant);
 }
 
-/** The report for one corpus (float documents and queries; int8 copies are made here). */
+export interface FidelityRunOptions {
+  /** After each batch of queries: how many are done of how many. */
+  onProgress?: (done: number, total: number) => void;
+  /** No new batch starts after this many ms (the first always runs); the report counts what ran. */
+  timeLimitMs?: number;
+  /** Queries per batch (default 16). */
+  batch?: number;
+}
+
+/**
+ * The report for one corpus (float documents and queries; int8 copies are made here), measured on
+ * batches of queries until all are done or the time limit passes; the means are over the queries
+ * that ran.
+ */
 export async function fidelity(
   name: string,
   queries: TokenBatch,
   docs: TokenBatch,
   relevant?: number[][],
+  run: FidelityRunOptions = {},
 ): Promise<FidelityReport> {
   const docsInt8 = quantize(docs, 'int8');
+  const docsInt8PerDoc = quantize(docs, 'int8', { scales: 'document' });
+  const batch = run.batch ?? 16;
+  const start = Date.now();
+  const parts: Array<{ report: FidelityReport; relevantCount: number }> = [];
+  for (let i0 = 0; i0 < queries.count; i0 += batch) {
+    const ids = Array.from({ length: Math.min(batch, queries.count - i0) }, (_, i) => i0 + i);
+    const rel = relevant?.slice(i0, i0 + ids.length);
+    const report = await fidelityOfBatch(
+      name,
+      selectItems(queries, ids),
+      docs,
+      docsInt8,
+      docsInt8PerDoc,
+      rel,
+    );
+    parts.push({ report, relevantCount: rel ? rel.reduce((a, r) => a + r.length, 0) : 0 });
+    run.onProgress?.(i0 + ids.length, queries.count);
+    if (run.timeLimitMs !== undefined && Date.now() - start >= run.timeLimitMs) break;
+  }
+  return mergeReports(name, parts, queries.count, docs.count, relevant !== undefined);
+}
+
+/** Weighted mean of f over the parts (weights w). */
+function weighted<T>(parts: T[], w: (p: T) => number, f: (p: T) => number): number {
+  const total = parts.reduce((a, p) => a + w(p), 0);
+  return total === 0 ? 1 : parts.reduce((a, p) => a + w(p) * f(p), 0) / total;
+}
+
+function mergeFormat(
+  parts: Array<{ f: FormatFidelity | { unavailable: string }; n: number; rel: number }>,
+): FormatFidelity | { unavailable: string } {
+  const missing = parts.find((p) => 'unavailable' in p.f);
+  if (missing) return missing.f;
+  const ok = parts as Array<{ f: FormatFidelity; n: number; rel: number }>;
+  return {
+    spearmanMean: weighted(
+      ok,
+      (p) => p.n,
+      (p) => p.f.spearmanMean,
+    ),
+    spearmanMin: Math.min(...ok.map((p) => p.f.spearmanMin)),
+    top10Overlap: weighted(
+      ok,
+      (p) => p.n,
+      (p) => p.f.top10Overlap,
+    ),
+    top20Overlap: weighted(
+      ok,
+      (p) => p.n,
+      (p) => p.f.top20Overlap,
+    ),
+    recall10:
+      ok[0].f.recall10 === undefined
+        ? undefined
+        : weighted(
+            ok,
+            (p) => p.rel,
+            (p) => p.f.recall10 as number,
+          ),
+  };
+}
+
+// Per-query means of the batches' reports (recall weighted by each batch's planted documents).
+function mergeReports(
+  name: string,
+  parts: Array<{ report: FidelityReport; relevantCount: number }>,
+  requested: number,
+  docs: number,
+  withRecall: boolean,
+): FidelityReport {
+  const n = (p: (typeof parts)[number]) => p.report.queries;
+  const rel = (p: (typeof parts)[number]) => p.relevantCount;
+  const of = (f: (r: FidelityReport) => FormatFidelity | { unavailable: string }) =>
+    mergeFormat(parts.map((p) => ({ f: f(p.report), n: n(p), rel: rel(p) })));
+  const ok = of((r) => ({
+    spearmanMean: r.spearmanMean,
+    spearmanMin: r.spearmanMin,
+    top10Overlap: r.top10Overlap,
+    top20Overlap: r.top20Overlap,
+    recall10: r.recall10?.int8,
+  })) as FormatFidelity; // the CPU's int8 always runs
+  return {
+    name,
+    queries: parts.reduce((a, p) => a + n(p), 0),
+    queriesRequested: requested,
+    docs,
+    spearmanMean: ok.spearmanMean,
+    spearmanMin: ok.spearmanMin,
+    top10Overlap: ok.top10Overlap,
+    top20Overlap: ok.top20Overlap,
+    recall10: withRecall
+      ? {
+          fp32: weighted(parts, rel, (p) => p.report.recall10?.fp32 as number),
+          int8: weighted(parts, rel, (p) => p.report.recall10?.int8 as number),
+          twoStage: weighted(parts, rel, (p) => p.report.recall10?.twoStage as number),
+        }
+      : undefined,
+    twoStageExact: weighted(parts, n, (p) => p.report.twoStageExact),
+    fp8: of((r) => r.fp8),
+    documentScales: {
+      int8: of((r) => r.documentScales.int8) as FormatFidelity,
+      fp8: of((r) => r.documentScales.fp8),
+    },
+  };
+}
+
+/** The report for one batch of queries. */
+async function fidelityOfBatch(
+  name: string,
+  queries: TokenBatch,
+  docs: TokenBatch,
+  docsInt8: TokenBatch,
+  docsInt8PerDoc: TokenBatch,
+  relevant?: number[][],
+): Promise<FidelityReport> {
   const queriesInt8 = quantize(queries, 'int8');
   const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
   const approx = await maxsimAll(queriesInt8, docsInt8, { backend: 'cpu' });
   const exact10 = top(exact, 10);
-  const two10 = (await twoStageTopKAll(queries, docs, docsInt8, 10, { backend: 'cpu' })).map((h) =>
-    h.map((x) => x.index),
-  );
+  // the scan runs even where int8 is slower than float32 here: its fidelity is what is measured
+  const two10 = (
+    await twoStageTopKAll(queries, docs, docsInt8, 10, { backend: 'cpu', prefilter: 'always' })
+  ).map((h) => h.map((x) => x.index));
   const int8 = formatFidelity(exact, approx, relevant);
-  const docsInt8PerDoc = quantize(docs, 'int8', { scales: 'document' });
   const approxPerDoc = await maxsimAll(queriesInt8, docsInt8PerDoc, { backend: 'cpu' });
   return {
     name,
     queries: queries.count,
+    queriesRequested: queries.count,
     docs: docs.count,
     spearmanMean: int8.spearmanMean,
     spearmanMin: int8.spearmanMin,

@@ -6,13 +6,23 @@ import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
 import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
-import { maxsim, maxsimAll } from '../ops/maxsim.js';
-import { quantize, type ScaleGranularity } from '../ops/quantize.js';
+import { maxsim, maxsimAll, type ScoreOptions, topKAll } from '../ops/maxsim.js';
+import {
+  cpuInt8IsaFor,
+  cpuInt8Isas,
+  float32Counterpart,
+  type Int8Isa,
+  quantize,
+  type ScaleGranularity,
+  warnIfInt8Slower,
+} from '../ops/quantize.js';
+import { twoStageTopKAll } from '../ops/two-stage.js';
 import {
   denseBatch,
   dtypeSize,
   encodeFloats,
   type FloatDType,
+  matrixAsBatch,
   raggedBatch,
   type TokenBatch,
   type TokenMatrix,
@@ -63,7 +73,9 @@ interface BenchOptions {
   warmup: number;
   warmupMs: number;
   threads?: number;
-  isa?: CpuIsa;
+  isa?: string;
+  baselineIsa?: CpuIsa;
+  topK?: number;
   json?: boolean;
   variant?: string;
   device?: number;
@@ -167,7 +179,19 @@ export function benchCommand(): Command {
       0,
     )
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
-    .option('--isa <name>', "CPU kernel set, one of `maxsim info`'s usable list (default: the best)")
+    .option(
+      '--isa <name>',
+      "CPU kernel set, one of `maxsim info`'s usable list (int8: its int8 list; default: the fastest)",
+    )
+    .option(
+      '--baseline-isa <name>',
+      "cpu --dtype int8: the float32 kernel set timed on the same data in the same run (default: the one of the int8 set's vector width)",
+    )
+    .option(
+      '--top-k <k>',
+      'cpu --dtype int8: also time the two-stage top-k (int8 scan, exact rescoring) against float32 top-k',
+      integerOption(1),
+    )
     .option('--json', 'print one JSON object per shape')
     .option(
       '--fill <ratio>',
@@ -242,16 +266,29 @@ export function benchCommand(): Command {
         );
       const dtype = opts.dtype ?? 'float32';
       const cpu = backend === 'cpu' ? cpuInfo() : undefined;
-      if (cpu && opts.isa !== undefined && !cpu.isas.includes(opts.isa)) {
-        throw new InvalidArgumentError(
-          '--isa',
-          `one of ${cpu.isas.join(', ')} (usable here)`,
-          JSON.stringify(opts.isa),
-        );
+      const int8 = dtype === 'int8';
+      if (cpu && opts.isa !== undefined) {
+        const usable: string[] = int8 ? cpuInt8Isas() : cpu.isas;
+        if (!usable.includes(opts.isa))
+          throw new InvalidArgumentError(
+            '--isa',
+            `one of ${usable.join(', ')} (the ${int8 ? 'int8 ' : ''}kernel sets usable here)`,
+            JSON.stringify(opts.isa),
+          );
       }
-      const isa = cpu ? (opts.isa ?? cpu.isa) : null;
+      if ((opts.baselineIsa !== undefined || opts.topK !== undefined) && !(cpu && int8))
+        throw new InvalidArgumentError(
+          opts.topK !== undefined ? '--top-k' : '--baseline-isa',
+          'used with --backend cpu --dtype int8',
+          `--backend ${backend} --dtype ${dtype}`,
+        );
+      if (cpu && opts.baselineIsa !== undefined && !cpu.isas.includes(opts.baselineIsa))
+        throw new InvalidArgumentError(
+          '--baseline-isa',
+          `one of ${cpu.isas.join(', ')} (the float kernel sets usable here)`,
+          JSON.stringify(opts.baselineIsa),
+        );
       const threads = cpu ? opts.threads || cpu.threads : null;
-      const options = { backend, threads: opts.threads, isa: opts.isa };
       const rng = new Rng(SEED);
       const columns = [
         'shape Nq,Lq,Ld,d,B',
@@ -262,32 +299,76 @@ export function benchCommand(): Command {
         'ms',
         'GFLOP/s',
         'GB/s docs',
+        ...(cpu && int8 ? ['fp32 kernel', 'fp32 ms', 'vs fp32'] : []),
+        ...(cpu && int8 && opts.topK !== undefined ? ['2-stage ms', 'fp32 top-k', 'vs fp32'] : []),
       ];
-      const widths = [20, 8, 6, 15, 7, 10, 9, 9];
+      const widths = [20, 8, 6, 20, 7, 10, 9, 9, 15, 10, 7, 10, 10, 7];
       // Rows print as each shape finishes (fixed widths), since a whole grid can take minutes.
       const printRow = (cells: string[]) =>
-        console.log(cells.map((c, i) => (i >= 4 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  '));
+        console.log(
+          cells.map((c, i) => (i >= 4 && i !== 8 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  '),
+        );
       if (!opts.json) printRow(columns);
       for (const shape of opts.shape ?? DEFAULT_SHAPES) {
-        const progress = new Progress(`bench ${formatShape(shape)}`, opts.warmup + opts.repeats);
+        // the kernel sets that run this shape: int8 on the CPU names its own (AMX needs d % 64 == 0)
+        const int8Isa: Int8Isa | undefined =
+          cpu && int8 ? ((opts.isa as Int8Isa | undefined) ?? cpuInt8IsaFor(shape.d)) : undefined;
+        const isa = cpu ? (int8Isa ?? opts.isa ?? cpu.isa) : null;
+        const baselineIsa: CpuIsa | undefined = int8Isa
+          ? (opts.baselineIsa ??
+            (cpu?.isas.includes(float32Counterpart(int8Isa)) ? float32Counterpart(int8Isa) : cpu?.isa))
+          : undefined;
+        const warnings: string[] = [];
+        // said once on stderr (a process warning shared with the two-stage search), and in --json rows
+        const slower = int8Isa ? warnIfInt8Slower(shape.d, 'maxsim bench', int8Isa, baselineIsa) : undefined;
+        if (slower) warnings.push(`int8 is slower than float32 here: ${slower}`);
+        const steps =
+          (opts.warmup + opts.repeats) * (1 + (int8Isa ? 1 : 0) + (opts.topK !== undefined ? 2 : 0));
+        const progress = new Progress(`bench ${formatShape(shape)}`, steps);
+        let done = 0;
         progress.update(0);
         // int8: the float32 inputs quantized per token (queries; documents per --scales).
-        const inputs = makeInputs(shape, dtype === 'int8' ? 'float32' : dtype, opts.ragged === true, rng);
+        const inputs = makeInputs(shape, int8 ? 'float32' : dtype, opts.ragged === true, rng);
         const { docTokens } = inputs;
-        const queries = dtype === 'int8' ? quantize(inputs.queries, 'int8') : inputs.queries;
-        const docs = dtype === 'int8' ? quantize(inputs.docs, 'int8', { scales: opts.scales }) : inputs.docs;
-        const run = () =>
-          queries.kind === 'matrix' ? maxsim(queries, docs, options) : maxsimAll(queries, docs, options);
-        const times: number[] = [];
+        const queries = int8 ? quantize(inputs.queries, 'int8') : inputs.queries;
+        const docs = int8 ? quantize(inputs.docs, 'int8', { scales: opts.scales }) : inputs.docs;
+        const options: ScoreOptions = {
+          backend,
+          threads: opts.threads,
+          isa: (isa ?? undefined) as ScoreOptions['isa'],
+        };
+        const score = (q: TokenMatrix | TokenBatch, d: TokenBatch, o: ScoreOptions) => () =>
+          q.kind === 'matrix' ? maxsim(q, d, o) : maxsimAll(q, d, o);
+        // cpu int8: float32 on the same (unquantized) data, and with --top-k the two-stage top-k;
+        // the cases run interleaved, round after round, so this VM's drift and its neighbours' load
+        // hit them alike (bench/interleave.ts); median and min of --repeats rounds after --warmup
+        const fp32Options = { backend, threads: opts.threads, isa: baselineIsa };
+        const qBatch = inputs.queries.kind === 'matrix' ? matrixAsBatch(inputs.queries) : inputs.queries;
+        const k = opts.topK ?? 0;
+        const cases: Array<() => Promise<unknown>> = [score(queries, docs, options)];
+        if (int8Isa) cases.push(score(inputs.queries, inputs.docs, fp32Options));
+        if (int8Isa && opts.topK !== undefined)
+          cases.push(
+            () => twoStageTopKAll(qBatch, inputs.docs, docs, k, { ...fp32Options, int8Isa }),
+            () => topKAll(qBatch, inputs.docs, k, fp32Options),
+          );
+        const times = cases.map(() => [] as number[]);
         for (let i = 0; i < opts.warmup + opts.repeats; i++) {
-          const start = process.hrtime.bigint();
-          await run();
-          const ms = Number(process.hrtime.bigint() - start) / 1e6;
-          if (i >= opts.warmup) times.push(ms);
-          progress.update(i + 1);
+          for (const [c, run] of cases.entries()) {
+            const start = process.hrtime.bigint();
+            await run();
+            const ms = Number(process.hrtime.bigint() - start) / 1e6;
+            if (i >= opts.warmup) times[c].push(ms);
+            progress.update(++done);
+          }
         }
+        const stats = times.map((t) => ({ ms: median(t), minMs: Math.min(...t) }));
+        const main = stats[0];
+        const fp32 = int8Isa ? stats[1] : undefined;
+        const topK =
+          int8Isa && opts.topK !== undefined ? { k, twoStage: stats[2], fp32: stats[3] } : undefined;
         progress.finish();
-        const ms = median(times);
+        const ms = main.ms;
         const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
         const docBytes = docTokens * shape.d * dtypeSize(dtype);
         const result = {
@@ -300,9 +381,23 @@ export function benchCommand(): Command {
           docTokens,
           repeats: opts.repeats,
           ms,
-          minMs: Math.min(...times),
+          minMs: main.minMs,
           gflops: flops / (ms / 1e3) / 1e9,
           gbps: docBytes / (ms / 1e3) / 1e9,
+          ...(fp32 ? { fp32: { isa: baselineIsa, ...fp32 }, speedupVsFp32: fp32.ms / ms } : {}),
+          ...(topK
+            ? {
+                topK: {
+                  k: topK.k,
+                  // 'auto' prefilter: no scan where int8 is slower (the warning), exact float32 instead
+                  scanned: slower === undefined,
+                  twoStageMs: topK.twoStage.ms,
+                  fp32Ms: topK.fp32.ms,
+                  speedupVsFp32: topK.fp32.ms / topK.twoStage.ms,
+                },
+              }
+            : {}),
+          ...(int8 && cpu ? { warnings } : {}),
         };
         if (opts.json) {
           console.log(JSON.stringify(result));
@@ -316,6 +411,14 @@ export function benchCommand(): Command {
             fixed(ms, 3),
             fixed(result.gflops, 1),
             fixed(result.gbps, 2),
+            ...(fp32 ? [`cpu/${baselineIsa}`, fixed(fp32.ms, 3), `${fixed(fp32.ms / ms, 2)}x`] : []),
+            ...(topK
+              ? [
+                  fixed(topK.twoStage.ms, 3),
+                  fixed(topK.fp32.ms, 3),
+                  `${fixed(topK.fp32.ms / topK.twoStage.ms, 2)}x`,
+                ]
+              : []),
           ]);
         }
       }

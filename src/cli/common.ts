@@ -2,12 +2,12 @@
 
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
-import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
+import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
 import { maxsimAll } from '../ops/maxsim.js';
-import { quantize, type ScaleGranularity } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity, warnIfInt8Slower } from '../ops/quantize.js';
 import {
   type FloatDType,
   matrixAsBatch,
@@ -238,6 +238,7 @@ export async function scoreInFormat(
   if (format === 'int8') {
     const i8 = <T extends TokenBatch>(x: T, s?: ScaleGranularity) =>
       x.dtype === 'int8' ? x : quantize(x, 'int8', { scales: s });
+    if (resolveBackend(run.backend) === 'cpu') warnIfInt8Slower(q.dim, '--dtype int8');
     return maxsimAll(i8(q), i8(docs, scales), run);
   }
   if (options.backend === 'cpu')

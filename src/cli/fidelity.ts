@@ -4,12 +4,16 @@ import { Command } from 'commander';
 import { type FormatFidelity, fidelity, nearTieCorpus, nearTieOptions } from '../bench/fidelity.js';
 import { demoCorpus } from '../demo/corpus.js';
 import { Rng } from '../demo/random.js';
+import { warnIfInt8Slower } from '../ops/quantize.js';
+import type { TokenBatch } from '../tensor.js';
 import { fixed, integerOption, printTable } from './common.js';
+import { Progress } from './progress.js';
 
 interface FidelityOptions {
   docs: number;
   queries: number;
   seed: number;
+  timeLimit: number;
   json?: boolean;
 }
 
@@ -21,17 +25,46 @@ export function fidelityCommand(): Command {
     .option('--docs <n>', 'demo corpus documents', integerOption(1), 10_000)
     .option('--queries <n>', 'demo corpus queries (3 planted relevant documents each)', integerOption(1), 64)
     .option('--seed <s>', 'generator seed', integerOption(0, 2 ** 32 - 1), 42)
+    .option(
+      '--time-limit <s>',
+      'seconds per corpus after which no new batch of queries starts (0: no limit); the report says how many ran',
+      integerOption(0),
+      60,
+    )
     .option('--json', 'print JSON')
     .action(async (opts: FidelityOptions) => {
       const demo = demoCorpus({ docs: opts.docs, queries: opts.queries, seed: opts.seed });
+      // int8 runs on the CPU here: where it is slower than float32 that is said first (once, stderr)
+      const slower = warnIfInt8Slower(demo.docs.dim, 'maxsim fidelity');
       const rng = new Rng(opts.seed);
       const ties = nearTieCorpus(() => rng.float(), nearTieOptions);
+      // batches of queries with a progress bar, until all ran or --time-limit passed
+      const measure = async (name: string, queries: TokenBatch, docs: TokenBatch, relevant?: number[][]) => {
+        const bar = new Progress(`fidelity ${name}`, queries.count);
+        bar.update(0);
+        const r = await fidelity(name, queries, docs, relevant, {
+          timeLimitMs: opts.timeLimit > 0 ? opts.timeLimit * 1000 : undefined,
+          onProgress: (done) => bar.update(done),
+        });
+        bar.finish();
+        return r;
+      };
       const reports = [
-        await fidelity('demo corpus', demo.queries, demo.docs, demo.relevant),
-        await fidelity('near-tie set', ties.queries, ties.docs),
+        await measure('demo corpus', demo.queries, demo.docs, demo.relevant),
+        await measure('near-tie set', ties.queries, ties.docs),
       ];
+      const cut = reports.filter((r) => r.queries < r.queriesRequested);
+      for (const r of cut)
+        console.error(
+          `maxsim fidelity: ${r.name}: ${r.queries} of ${r.queriesRequested} queries within --time-limit ${opts.timeLimit} s (raise it, or 0, for all)`,
+        );
       if (opts.json) {
-        console.log(JSON.stringify({ reports }));
+        console.log(
+          JSON.stringify({
+            reports,
+            warnings: slower ? [`int8 is slower than float32 here: ${slower}`] : [],
+          }),
+        );
         return;
       }
       // One row per corpus and 8-bit format (documents with one scale per token, then per document);

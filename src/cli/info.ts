@@ -46,6 +46,13 @@ export function infoCommand(): Command {
           `cpu       kernel set ${cpu.isa} (usable: ${cpu.isas.join(', ')}), ${cpu.lanes} fp32 lanes`,
         );
         console.log(`          threads ${cpu.threads}, features ${cpu.features}`);
+        if (report.cpuInt8) {
+          const [best, ...rest] = report.cpuInt8.isas;
+          const amx = best === 'amx' ? ` (d % 64 == 0; else ${rest[0]})` : '';
+          console.log(`          int8 kernel set ${best}${amx} (usable: ${report.cpuInt8.isas.join(', ')})`);
+          if (report.cpuInt8.slowerThanFloat32)
+            console.log(`          int8 is slower than float32 here: ${report.cpuInt8.slowerThanFloat32}`);
+        }
       } else {
         console.log(`cpu       unavailable: ${report.cpuUnavailable}`);
       }

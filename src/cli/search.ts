@@ -1,10 +1,10 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
-import { type BackendChoice, cudaUnavailableReason } from '../backends/select.js';
+import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { rankRows } from '../ops/maxsim.js';
-import { quantize, type ScaleGranularity } from '../ops/quantize.js';
+import { quantize, type ScaleGranularity, warnIfInt8Slower } from '../ops/quantize.js';
 import { twoStageTopKAll } from '../ops/two-stage.js';
 import type { Hit } from '../tensor.js';
 import {
@@ -152,6 +152,8 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     await corpus.pin();
   }
   const queries = loadQueries(opts);
+  if (corpus.info.dtype === 'int8' && resolveBackend(opts.backend) === 'cpu')
+    warnIfInt8Slower(corpus.info.dim, 'an int8 corpus');
   const bar = new Progress('search', corpus.info.documents);
   const results = await corpus.search(queries, {
     topK: opts.topK,

@@ -17,7 +17,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import { cpuMaxsimInt8, cpuMaxsimInt8Sync } from './quantize.js';
+import { cpuMaxsimInt8, cpuMaxsimInt8Sync, type Int8Isa } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
 export interface ScoreOptions {
@@ -25,8 +25,8 @@ export interface ScoreOptions {
   backend?: BackendChoice;
   /** CPU worker threads (default all cores). */
   threads?: number;
-  /** CPU kernel set override, for tests and benchmarks (int8 inputs: 'amx' or 'portable'). */
-  isa?: CpuIsa;
+  /** CPU kernel set override, for tests and benchmarks (int8 inputs: an Int8Isa, see cpuInt8Isas()). */
+  isa?: CpuIsa | Int8Isa;
   /** CUDA device index (default 0). */
   device?: number;
   /** CUDA kernel variant override, for benchmarks. */
@@ -57,7 +57,7 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   if (backend === 'cuda') return cudaScoreHost(q, docs, { device: options.device, variant: options.variant });
   if (q.dtype === 'int8') return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa });
-  return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa });
+  return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
 }
 
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
@@ -71,7 +71,7 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
   }
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   if (q.dtype === 'int8') return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
-  return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa });
+  return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
 }
 
 function requireMatrix(query: unknown): asserts query is TokenMatrix {

@@ -7,6 +7,7 @@
 // largest |x| / 127), still stored once per token. Fidelity drops a little (bench/NOTES.md, 'Quantization fidelity')
 // and the GPU's document-scale kernels take such corpora (bench/NOTES.md, 'Document scales').
 
+import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
 import {
@@ -271,8 +272,14 @@ export function roundTripError(
 
 // ---- the native int8 engine ----
 
-/** int8 kernel sets: AMX-INT8 tiles (d % 64 == 0) and plain C++. */
-export type Int8Isa = 'amx' | 'portable';
+/**
+ * int8 kernel sets (native/cpu/kernels_int8_*.cc): AMX-INT8 tiles (d % 64 == 0), AVX-512 VNNI and
+ * AVX-VNNI (VPDPBUSD), AVX2 (VPMADDWD on int16), plain C++. All give bitwise the same scores.
+ */
+export type Int8Isa = 'amx' | 'avx512-vnni' | 'avx-vnni' | 'avx2' | 'portable';
+
+/** Every int8 kernel set name, fastest first where a CPU has several. */
+export const INT8_ISAS: readonly Int8Isa[] = ['amx', 'avx512-vnni', 'avx-vnni', 'avx2', 'portable'];
 
 export interface Int8Options {
   threads?: number;
@@ -301,20 +308,75 @@ function checkInt8Options(options: { threads?: number; isa?: string }): Int8Opti
     out.threads = options.threads;
   }
   if (options.isa !== undefined) {
-    if (options.isa !== 'amx' && options.isa !== 'portable')
+    if (!(INT8_ISAS as readonly string[]).includes(options.isa))
       throw new InvalidArgumentError(
         'isa',
-        "'amx' or 'portable' (the int8 kernel sets)",
+        `one of ${INT8_ISAS.map((n) => `'${n}'`).join(', ')} (the int8 kernel sets)`,
         JSON.stringify(options.isa),
       );
-    out.isa = options.isa;
+    out.isa = options.isa as Int8Isa;
   }
   return out;
 }
 
-/** The int8 kernel sets usable on this CPU, best first. */
+/** The int8 kernel sets usable on this CPU, fastest first. */
 export function cpuInt8Isas(): Int8Isa[] {
   return int8Addon().int8Isas();
+}
+
+/** The int8 kernel set that `isa: 'auto'` runs for dimension dim here (AMX needs dim % 64 == 0). */
+export function cpuInt8IsaFor(dim: number): Int8Isa {
+  return cpuInt8Isas().find((isa) => isa !== 'amx' || dim % 64 === 0) ?? 'portable';
+}
+
+/** The float kernel set of the same vector width as an int8 one: what `maxsim bench` compares it with. */
+export function float32Counterpart(isa: Int8Isa): CpuIsa {
+  const map: Record<Int8Isa, CpuIsa> = {
+    amx: 'amx',
+    'avx512-vnni': 'avx512',
+    'avx-vnni': 'avx2',
+    avx2: 'avx2',
+    portable: 'portable',
+  };
+  return map[isa];
+}
+
+/**
+ * Why int8 x int8 scoring on this CPU is slower than float32 scoring of the same data, or undefined
+ * when it is faster: the int8 kernel set that runs (default: auto's for dim) against the float one
+ * (default: this CPU's best). Measured (bench/NOTES.md): each SIMD int8 kernel set beats the float
+ * kernel of its own vector width, but the AVX2 one (8 int32 lanes of VPMADDWD) does not beat
+ * 512-bit float32 (a CPU with AVX-512 and no VNNI, e.g. Skylake-SP), and the portable one is ~10x
+ * slower than any SIMD float kernel.
+ */
+export function cpuInt8SlowerReason(dim: number, int8Isa?: Int8Isa, floatIsa?: CpuIsa): string | undefined {
+  const int8 = int8Isa ?? cpuInt8IsaFor(dim);
+  const fp32 = floatIsa ?? cpuInfo().isa;
+  if (int8 === 'portable' && fp32 !== 'portable')
+    return `int8 runs on the portable kernel (${int8Isa ? 'forced' : 'no AVX2, VNNI or AMX-INT8 usable'}), several times slower than float32 (${fp32})`;
+  if (int8 === 'avx2' && (fp32 === 'avx512' || fp32 === 'avx512bf16' || fp32 === 'amx'))
+    return `int8 runs on the 256-bit AVX2 kernel (${int8Isa ? 'forced' : 'AVX-512 without VNNI'}), slower than 512-bit float32 (${fp32})`;
+  return undefined;
+}
+
+const warnedInt8 = new Set<string>();
+
+/**
+ * cpuInt8SlowerReason as a process warning (code MAXSIM_INT8_SLOW, printed once to stderr by Node),
+ * emitted once per reason; returns the reason.
+ */
+export function warnIfInt8Slower(
+  dim: number,
+  what: string,
+  int8Isa?: Int8Isa,
+  floatIsa?: CpuIsa,
+): string | undefined {
+  const why = cpuInt8SlowerReason(dim, int8Isa, floatIsa);
+  if (why !== undefined && !warnedInt8.has(why)) {
+    warnedInt8.add(why);
+    process.emitWarning(`${what}: int8 is slower than float32 here: ${why}`, { code: 'MAXSIM_INT8_SLOW' });
+  }
+  return why;
 }
 
 /** All-pairs int8 x int8 MaxSim on the CPU, blocking: [nq * B] row-major. */

@@ -1,6 +1,7 @@
 // Two-stage top-K: scan every document with the int8 kernel, keep the c·K best candidates per query,
 // rescore those exactly from the float copy, return the exact top K with exact scores. The first
 // stage reads a quarter of the bytes of fp32; the second scores c·K documents per query.
+import type { CpuIsa } from '../backends/cpu.js';
 import type { DeviceCorpus } from '../backends/cuda.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
@@ -12,13 +13,22 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import { maxsim, maxsimAll, type ScoreOptions } from './maxsim.js';
-import { quantize } from './quantize.js';
+import { maxsim, maxsimAll, type ScoreOptions, topKAll } from './maxsim.js';
+import { type Int8Isa, quantize, warnIfInt8Slower } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
 export interface TwoStageOptions extends ScoreOptions {
   /** c: candidates kept per query are c·K (default 4). */
   candidateFactor?: number;
+  /**
+   * Host batches: 'auto' (default) skips the int8 scan where its kernel set is slower than the float
+   * one on this CPU (cpuInt8SlowerReason of int8Isa and isa; a process warning says so once) and
+   * ranks every document exactly instead, the result the scan would at best reproduce; 'always'
+   * scans regardless.
+   */
+  prefilter?: 'auto' | 'always';
+  /** The int8 kernel set of the scan (default: the fastest here); `isa` is the rescoring's. */
+  int8Isa?: Int8Isa;
 }
 
 /**
@@ -64,7 +74,21 @@ export async function twoStageTopKAll(
     );
   }
   const q = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
-  const scan = await maxsimAll(quantize(q, 'int8'), docsInt8, { ...options, backend: 'cpu' });
+  const prefilter = options.prefilter ?? 'auto';
+  if (prefilter !== 'auto' && prefilter !== 'always')
+    throw new InvalidArgumentError('prefilter', "'auto' or 'always'", JSON.stringify(prefilter));
+  // the scan of host batches runs on the CPU
+  const floatIsa = options.isa as CpuIsa | undefined;
+  if (
+    warnIfInt8Slower(docs.dim, 'two-stage top-k', options.int8Isa, floatIsa) !== undefined &&
+    prefilter === 'auto'
+  )
+    return topKAll(q, docs, k, options);
+  const scan = await maxsimAll(quantize(q, 'int8'), docsInt8, {
+    ...options,
+    backend: 'cpu',
+    isa: options.int8Isa,
+  });
   const keep = Math.min(docs.count, Math.ceil(c * k));
   const out: Hit[][] = [];
   for (let i = 0; i < q.count; i++) {
