@@ -194,7 +194,8 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   const torch = opts.torch
     ? runTorchChamfer(
         rows.map((r) => r.shape),
-        'cpu',
+        // the baseline runs where ours does: its CPU cdist of a CUDA-sized shape would take minutes
+        cuda ? 'cuda' : 'cpu',
       )
     : '--no-torch';
   const out = rows.map((r) => {
