@@ -118,3 +118,4 @@ export {
   type ValidationOptions,
 } from './tensor.js';
 export { version } from './version.js';
+export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';

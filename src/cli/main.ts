@@ -11,6 +11,7 @@ import { infoCommand } from './info.js';
 import { quantizeCommand } from './quantize.js';
 import { scoreCommand } from './score.js';
 import { searchCommand } from './search.js';
+import { serveCommand } from './serve.js';
 import { verifyCommand } from './verify.js';
 
 const USAGE_EXIT_CODE = 2;
@@ -36,6 +37,7 @@ function buildProgram(): Command {
     demoCommand(),
     scoreCommand(),
     searchCommand(),
+    serveCommand(),
     corpusCommand(),
     quantizeCommand(),
     benchCommand(),
