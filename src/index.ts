@@ -90,6 +90,7 @@ export {
   type TrainPairs,
 } from './ops/train.js';
 export { type TwoStageOptions, twoStageTopK, twoStageTopKAll } from './ops/two-stage.js';
+export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';
 export {
   batchItem,
   bf16BitsToFloat,
@@ -118,4 +119,3 @@ export {
   type ValidationOptions,
 } from './tensor.js';
 export { version } from './version.js';
-export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';

@@ -48,7 +48,10 @@ function randomTokens(tokens: number): number[][] {
 function buildCorpus(dir: string): number[][][] {
   const docs = Array.from({ length: DOCS }, () => randomTokens(1 + Math.floor(rand() * 24)));
   const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true });
-  w.add(packed(docs), docs.map((_, i) => `doc${i}`));
+  w.add(
+    packed(docs),
+    docs.map((_, i) => `doc${i}`),
+  );
   w.commit();
   return docs;
 }
@@ -70,10 +73,16 @@ interface Reply {
   status: number;
   headers: Headers;
   text: string;
+  // biome-ignore lint/suspicious/noExplicitAny: the JSON answers of every endpoint, checked field by field
   json: any;
 }
 
-async function call(url: string, method: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
+async function call(
+  url: string,
+  method: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<Reply> {
   const init: RequestInit = { method, headers: { ...headers } };
   if (body !== undefined) {
     if (typeof body === 'string' || body instanceof Uint8Array) init.body = body;
@@ -84,6 +93,7 @@ async function call(url: string, method: string, body?: unknown, headers: Record
   }
   const r = await fetch(url, init);
   const text = await r.text();
+  // biome-ignore lint/suspicious/noExplicitAny: as above
   let json: any;
   try {
     json = JSON.parse(text);
@@ -93,7 +103,8 @@ async function call(url: string, method: string, body?: unknown, headers: Record
   return { status: r.status, headers: r.headers, text, json };
 }
 
-const post = (url: string, body: unknown, headers?: Record<string, string>) => call(url, 'POST', body, headers);
+const post = (url: string, body: unknown, headers?: Record<string, string>) =>
+  call(url, 'POST', body, headers);
 
 function b64Of(bytes: ArrayBufferView): string {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64');
@@ -113,12 +124,11 @@ describe('maxsim serve', () => {
   const dir = path.join(tmp, 'docs.msx');
   let docs: number[][][];
   let url: string;
-  let server: MaxsimServer;
   const queries = Array.from({ length: 6 }, (_, i) => randomTokens(1 + ((i * 7) % 13)));
 
   before(async () => {
     docs = buildCorpus(dir);
-    ({ server, url } = await start({ corpus: dir, apiKey: KEY, maxWaitMs: 5 }));
+    ({ url } = await start({ corpus: dir, apiKey: KEY, maxWaitMs: 5 }));
   });
 
   test('search equals Corpus.search and `maxsim search --corpus`', async () => {
@@ -132,11 +142,19 @@ describe('maxsim serve', () => {
     // the CLI, one query per file
     for (let i = 0; i < 2; i++) {
       const file = path.join(tmp, `q${i}.npy`);
-      writeNpy(file, { dtype: 'float32', shape: [queries[i].length, DIM], data: Float32Array.from(queries[i].flat()) });
-      const cli = spawnSync(process.execPath, [CLI, 'search', '--queries', file, '--corpus', dir, '--top-k', '7', '--backend', 'cpu'], {
-        encoding: 'utf8',
-        timeout: 30_000,
+      writeNpy(file, {
+        dtype: 'float32',
+        shape: [queries[i].length, DIM],
+        data: Float32Array.from(queries[i].flat()),
       });
+      const cli = spawnSync(
+        process.execPath,
+        [CLI, 'search', '--queries', file, '--corpus', dir, '--top-k', '7', '--backend', 'cpu'],
+        {
+          encoding: 'utf8',
+          timeout: 30_000,
+        },
+      );
       assert.equal(cli.status, 0, cli.stderr);
       assert.deepEqual(JSON.parse(cli.stdout.trim()).results, r.json.results[i]);
     }
@@ -146,7 +164,9 @@ describe('maxsim serve', () => {
     const q = queries.slice(0, 3);
     const L = 5;
     const flat = new Float32Array(3 * L * DIM);
-    q.forEach((x, i) => flat.set(x.slice(0, L).flat(), i * L * DIM));
+    q.forEach((x, i) => {
+      flat.set(x.slice(0, L).flat(), i * L * DIM);
+    });
     const lengths = q.map((x) => Math.min(L, x.length));
     for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
       const bits = encodeFloats(flat, dtype);
@@ -156,7 +176,8 @@ describe('maxsim serve', () => {
       });
       assert.equal(r.status, 200, r.text);
       // what the server must have decoded: the rounded values, as nested arrays
-      const decode = dtype === 'float16' ? f16BitsToFloat : dtype === 'bfloat16' ? bf16BitsToFloat : (x: number) => x;
+      const decode =
+        dtype === 'float16' ? f16BitsToFloat : dtype === 'bfloat16' ? bf16BitsToFloat : (x: number) => x;
       const values = Array.from(bits as ArrayLike<number>, decode);
       const nested = lengths.map((l, i) =>
         Array.from({ length: l }, (_, t) => values.slice((i * L + t) * DIM, (i * L + t + 1) * DIM)),
@@ -195,7 +216,9 @@ describe('maxsim serve', () => {
     const r = await post(`${url}/v1/rerank`, { query: queries[1], candidates: cands, top_n: 4 });
     assert.equal(r.status, 200, r.text);
     const query = tokenMatrix(Float32Array.from(queries[1].flat()), queries[1].length, DIM);
-    const direct = await maxsim(query, openCorpus(dir).readDocuments([5, 17, 250, 0, 99]), { backend: 'cpu' });
+    const direct = await maxsim(query, openCorpus(dir).readDocuments([5, 17, 250, 0, 99]), {
+      backend: 'cpu',
+    });
     const order = [0, 1, 2, 3, 4].sort((a, b) => direct[b] - direct[a] || a - b).slice(0, 4);
     assert.deepEqual(
       r.json.results,
@@ -205,7 +228,9 @@ describe('maxsim serve', () => {
     const r2 = await post(`${url}/v1/rerank`, {
       query: queries[1],
       documents: inline.map((d, i) =>
-        i === 3 ? { embeddings_b64: b64Of(Float32Array.from(d.flat())), dtype: 'float32', shape: [d.length, DIM] } : { embeddings: d },
+        i === 3
+          ? { embeddings_b64: b64Of(Float32Array.from(d.flat())), dtype: 'float32', shape: [d.length, DIM] }
+          : { embeddings: d },
       ),
     });
     assert.equal(r2.status, 200, r2.text);
@@ -225,7 +250,10 @@ describe('maxsim serve', () => {
     assert.equal(r.status, 200, r.text);
     const m = await maxsimAll(packed(queries.slice(0, 2)), packed(ds), { backend: 'cpu' });
     assert.deepEqual(r.json.scores, [Array.from(m.data.subarray(0, 3)), Array.from(m.data.subarray(3, 6))]);
-    const r2 = await post(`${url}/v1/score`, { queries: queries.slice(0, 2), documents: ds.map((d) => ({ embeddings: d })) });
+    const r2 = await post(`${url}/v1/score`, {
+      queries: queries.slice(0, 2),
+      documents: ds.map((d) => ({ embeddings: d })),
+    });
     assert.deepEqual(r2.json, r.json);
   });
 
@@ -253,32 +281,135 @@ describe('maxsim serve', () => {
     const q = queries[1];
     const cases: [string, () => Promise<Reply>, number, string | RegExp | undefined][] = [
       ['wrong dims', () => post(`${url}/v1/search`, { queries: [[[1, 2, 3]]] }), 400, 'queries[0][0]'],
-      ['ragged token', () => post(`${url}/v1/search`, { queries: [[q[0], q[1].slice(1)]] }), 400, 'queries[0][1]'],
-      ['not numbers', () => post(`${url}/v1/search`, { queries: [[q[0].map(String)]] }), 400, 'queries[0][0][0]'],
-      ['Infinity from JSON', () => post(`${url}/v1/search`, `{"queries": [[[1e999${',0'.repeat(DIM - 1)}]]]}`, { 'content-type': 'application/json' }), 400, 'queries[0][0][0]'],
-      ['bad base64', () => post(`${url}/v1/search`, { queries: { b64: 'abc$', dtype: 'float32', shape: [1, 1, DIM] } }), 400, 'queries.b64'],
-      ['shape / bytes mismatch', () => post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(DIM)), shape: [1, 2, DIM] } }), 400, 'queries.b64'],
-      ['wrong dim in shape', () => post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(8)), shape: [1, 1, 8] } }), 400, 'queries.shape[2]'],
-      ['NaN in base64', () => post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(DIM).fill(Number.NaN)), shape: [1, 1, DIM] } }), 400, 'queries'],
-      ['bad dtype', () => post(`${url}/v1/search`, { queries: { b64: '', dtype: 'int8', shape: [0, 1, DIM] } }), 400, /queries/],
+      [
+        'ragged token',
+        () => post(`${url}/v1/search`, { queries: [[q[0], q[1].slice(1)]] }),
+        400,
+        'queries[0][1]',
+      ],
+      [
+        'not numbers',
+        () => post(`${url}/v1/search`, { queries: [[q[0].map(String)]] }),
+        400,
+        'queries[0][0][0]',
+      ],
+      [
+        'Infinity from JSON',
+        () =>
+          post(`${url}/v1/search`, `{"queries": [[[1e999${',0'.repeat(DIM - 1)}]]]}`, {
+            'content-type': 'application/json',
+          }),
+        400,
+        'queries[0][0][0]',
+      ],
+      [
+        'bad base64',
+        () => post(`${url}/v1/search`, { queries: { b64: 'abc$', dtype: 'float32', shape: [1, 1, DIM] } }),
+        400,
+        'queries.b64',
+      ],
+      [
+        'shape / bytes mismatch',
+        () =>
+          post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(DIM)), shape: [1, 2, DIM] } }),
+        400,
+        'queries.b64',
+      ],
+      [
+        'wrong dim in shape',
+        () => post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(8)), shape: [1, 1, 8] } }),
+        400,
+        'queries.shape[2]',
+      ],
+      [
+        'NaN in base64',
+        () =>
+          post(`${url}/v1/search`, {
+            queries: { b64: b64Of(new Float32Array(DIM).fill(Number.NaN)), shape: [1, 1, DIM] },
+          }),
+        400,
+        'queries',
+      ],
+      [
+        'bad dtype',
+        () => post(`${url}/v1/search`, { queries: { b64: '', dtype: 'int8', shape: [0, 1, DIM] } }),
+        400,
+        /queries/,
+      ],
       ['negative top_k', () => post(`${url}/v1/search`, { queries: [q], top_k: -1 }), 400, 'top_k'],
       ['missing queries', () => post(`${url}/v1/search`, { top_k: 3 }), 400, 'queries'],
-      ['invalid JSON', () => post(`${url}/v1/search`, '{"queries": [', { 'content-type': 'application/json' }), 400, 'body'],
-      ['bad .npy', () => post(`${url}/v1/search`, new Uint8Array([1, 2, 3]), { 'content-type': 'application/x-npy' }), 400, 'body'],
-      ['unknown id', () => post(`${url}/v1/rerank`, { query: q, candidates: ['doc1', 'nope', 'doc999999'] }), 404, 'candidates'],
+      [
+        'invalid JSON',
+        () => post(`${url}/v1/search`, '{"queries": [', { 'content-type': 'application/json' }),
+        400,
+        'body',
+      ],
+      [
+        'bad .npy',
+        () => post(`${url}/v1/search`, new Uint8Array([1, 2, 3]), { 'content-type': 'application/x-npy' }),
+        400,
+        'body',
+      ],
+      [
+        'unknown id',
+        () => post(`${url}/v1/rerank`, { query: q, candidates: ['doc1', 'nope', 'doc999999'] }),
+        404,
+        'candidates',
+      ],
       ['unknown id in ids', () => post(`${url}/v1/search`, { queries: [q], ids: ['x'] }), 404, 'ids'],
-      ['candidates and documents', () => post(`${url}/v1/rerank`, { query: q, candidates: ['doc1'], documents: [] }), 400, 'candidates'],
-      ['inline dims differ', () => post(`${url}/v1/rerank`, { query: q, documents: [{ embeddings: [[1, 2]] }] }), 400, 'documents[0].embeddings[0]'],
-      ['wrong content type', () => post(`${url}/v1/search`, 'queries', { 'content-type': 'text/plain' }), 415, undefined],
-      ['missing auth', () => post(`${url}/v1/documents`, { documents: [{ id: 'z', embeddings: q }] }), 401, undefined],
-      ['wrong key', () => post(`${url}/v1/documents`, { documents: [{ id: 'z', embeddings: q }] }, { authorization: 'Bearer nope-nope-nope' }), 401, undefined],
-      ['existing id', () => post(`${url}/v1/documents`, { documents: [{ id: 'doc1', embeddings: q }] }, { authorization: `Bearer ${KEY}` }), 409, undefined],
+      [
+        'candidates and documents',
+        () => post(`${url}/v1/rerank`, { query: q, candidates: ['doc1'], documents: [] }),
+        400,
+        'candidates',
+      ],
+      [
+        'inline dims differ',
+        () => post(`${url}/v1/rerank`, { query: q, documents: [{ embeddings: [[1, 2]] }] }),
+        400,
+        'documents[0].embeddings[0]',
+      ],
+      [
+        'wrong content type',
+        () => post(`${url}/v1/search`, 'queries', { 'content-type': 'text/plain' }),
+        415,
+        undefined,
+      ],
+      [
+        'missing auth',
+        () => post(`${url}/v1/documents`, { documents: [{ id: 'z', embeddings: q }] }),
+        401,
+        undefined,
+      ],
+      [
+        'wrong key',
+        () =>
+          post(
+            `${url}/v1/documents`,
+            { documents: [{ id: 'z', embeddings: q }] },
+            { authorization: 'Bearer nope-nope-nope' },
+          ),
+        401,
+        undefined,
+      ],
+      [
+        'existing id',
+        () =>
+          post(
+            `${url}/v1/documents`,
+            { documents: [{ id: 'doc1', embeddings: q }] },
+            { authorization: `Bearer ${KEY}` },
+          ),
+        409,
+        undefined,
+      ],
       ['unknown route', () => post(`${url}/v1/nothing`, {}), 404, undefined],
     ];
     for (const [name, run, status, field] of cases) {
       const r = await run();
       expectError(r, status, field);
-      if (status === 400) assert.match(r.json.error.message, /Expected .* for .* but received/, `${name}: ${r.text}`);
+      if (status === 400)
+        assert.match(r.json.error.message, /Expected .* for .* but received/, `${name}: ${r.text}`);
       if (status === 401) assert.equal(r.headers.get('www-authenticate'), 'Bearer');
       if (name === 'unknown id') assert.deepEqual(r.json.error.missing, ['nope', 'doc999999']);
     }
@@ -294,7 +425,9 @@ describe('maxsim serve', () => {
   test('a full queue answers 429 with Retry-After; a passed deadline 504', async () => {
     const tight = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0, maxQueue: 2 });
     const rs = await Promise.all(
-      Array.from({ length: 30 }, () => post(`${tight.url}/v1/search`, { queries: [randomTokens(8)], top_k: 3 })),
+      Array.from({ length: 30 }, () =>
+        post(`${tight.url}/v1/search`, { queries: [randomTokens(8)], top_k: 3 }),
+      ),
     );
     const refused = rs.filter((r) => r.status === 429);
     assert.ok(refused.length > 0, 'no 429');
@@ -360,7 +493,9 @@ describe('maxsim serve appends', () => {
     const { url } = await start({ corpus: dir, apiKey: KEY, maxWaitMs: 1 });
     const auth = { authorization: `Bearer ${KEY}` };
     // planted documents: every token 10 * e0, so the query e0 ranks them above every random document
-    const planted = Array.from({ length: 3 }, () => Array.from({ length: DIM }, (_, j) => (j === 0 ? 10 : 0)));
+    const planted = Array.from({ length: 3 }, () =>
+      Array.from({ length: DIM }, (_, j) => (j === 0 ? 10 : 0)),
+    );
     const probe = { queries: [[Array.from({ length: DIM }, (_, j) => (j === 0 ? 1 : 0))]], top_k: 40 };
     const SEG = 4;
     const ROUNDS = 6;
@@ -383,16 +518,23 @@ describe('maxsim serve appends', () => {
     await searching;
     for (const a of answers) assert.equal(a.status, 201, a.text);
     const counts = answers.map((a) => a.json.documents).sort((a, b) => a - b);
-    assert.deepEqual(counts, Array.from({ length: ROUNDS }, (_, g) => DOCS + SEG * (g + 1)));
+    assert.deepEqual(
+      counts,
+      Array.from({ length: ROUNDS }, (_, g) => DOCS + SEG * (g + 1)),
+    );
     assert.ok(seen.length > 0);
     for (const ids of seen) {
       const groups = new Map<string, number>();
-      for (const id of ids.filter((x) => x.startsWith('g'))) groups.set(id.split('-')[0], (groups.get(id.split('-')[0]) ?? 0) + 1);
+      for (const id of ids.filter((x) => x.startsWith('g')))
+        groups.set(id.split('-')[0], (groups.get(id.split('-')[0]) ?? 0) + 1);
       for (const [g, n] of groups) assert.equal(n, SEG, `a search saw ${n} of the ${SEG} documents of ${g}`);
     }
     // after the appends every planted document is found, and the new state is on disk
     const final = await post(`${url}/v1/search`, probe);
-    assert.equal(final.json.results[0].filter((h: { id: string }) => h.id.startsWith('g')).length, SEG * ROUNDS);
+    assert.equal(
+      final.json.results[0].filter((h: { id: string }) => h.id.startsWith('g')).length,
+      SEG * ROUNDS,
+    );
     assert.equal(openCorpus(dir).info.documents, DOCS + SEG * ROUNDS);
   });
 });
@@ -401,11 +543,30 @@ describe('maxsim serve process', () => {
   test('SIGTERM drains the requests in flight and exits 0', { timeout: 30_000 }, async () => {
     const dir = path.join(tmp, 'sig.msx');
     buildCorpus(dir);
-    const child = spawn(process.execPath, [CLI, 'serve', '--corpus', dir, '--port', '0', '--backend', 'cpu', '--max-wait-ms', '1500', '--log-level', 'silent'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'serve',
+        '--corpus',
+        dir,
+        '--port',
+        '0',
+        '--backend',
+        'cpu',
+        '--max-wait-ms',
+        '1500',
+        '--log-level',
+        'silent',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const url = await listeningUrl(child);
-    const inFlight = Array.from({ length: 5 }, () => post(`${url}/v1/search`, { queries: [randomTokens(3)], top_k: 2 }));
+    const inFlight = Array.from({ length: 5 }, () =>
+      post(`${url}/v1/search`, { queries: [randomTokens(3)], top_k: 2 }),
+    );
     // wait until all of them are queued (waiting for company), bounded
     for (let i = 0; i < 100; i++) {
       const m = /^maxsim_queue_depth (\d+)/m.exec((await call(`${url}/metrics`, 'GET')).text);
@@ -414,7 +575,13 @@ describe('maxsim serve process', () => {
     }
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     child.kill('SIGTERM');
-    const rs = await Promise.all(inFlight.map((p) => p.catch((e) => { throw new Error(`in flight: ${e.cause?.message ?? e.message}`); })));
+    const rs = await Promise.all(
+      inFlight.map((p) =>
+        p.catch((e) => {
+          throw new Error(`in flight: ${e.cause?.message ?? e.message}`);
+        }),
+      ),
+    );
     for (const r of rs) assert.equal(r.status, 200, r.text);
     assert.equal(await exited, 0);
     await assert.rejects(fetch(`${url}/healthz`));
@@ -425,11 +592,16 @@ describe('maxsim serve process', () => {
     buildCorpus(dir);
     const { url } = await start({ corpus: dir });
     const text = fs.readFileSync(README, 'utf8');
-    const section = text.slice(text.indexOf('## maxsim serve'), text.indexOf('\n## ', text.indexOf('## maxsim serve') + 3));
+    const section = text.slice(
+      text.indexOf('## maxsim serve'),
+      text.indexOf('\n## ', text.indexOf('## maxsim serve') + 3),
+    );
     const tsCode = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
     const pyCode = /```python\n([\s\S]*?)```/.exec(section)?.[1];
     assert.ok(tsCode && pyCode, 'the README section has a ts and a python snippet');
-    const js = ts.transpileModule(tsCode, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+    const js = ts.transpileModule(tsCode, {
+      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+    }).outputText;
     const file = path.join(tmp, 'client.mjs');
     fs.writeFileSync(file, js);
     // spawned, not spawnSync: the server answers on this process's event loop
@@ -453,9 +625,16 @@ describe('maxsim serve process', () => {
   });
 });
 
-function runChild(command: string, args: string[], url: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
+function runChild(
+  command: string,
+  args: string[],
+  url: string,
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { env: { ...process.env, MAXSIM_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, {
+      env: { ...process.env, MAXSIM_URL: url },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => {

@@ -58,13 +58,19 @@ export function serveCommand(): Command {
     .requiredOption('--corpus <dir>', 'the corpus (maxsim corpus build)')
     .option('--host <address>', 'address to bind (default loopback only)', '127.0.0.1')
     .option('--port <n>', 'port (0: any free port)', integerOption(0, 65535), 8080)
-    .addOption(new Option('--backend <name>', 'scoring backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
+    .addOption(
+      new Option('--backend <name>', 'scoring backend').choices(['auto', 'cpu', 'cuda']).default('auto'),
+    )
     .option('--pin', 'CUDA: page-lock the corpus files and stream them instead of uploading the corpus')
     .option('--threads <n>', 'CPU worker threads (default all cores)', integerOption(1))
     .option('--gpu-memory <MiB>', 'CUDA: device memory the resident corpus may take', integerOption(1))
     .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 256)
     .option('--max-wait-ms <ms>', 'longest wait for company before a pass starts', numberOption(0), 2)
-    .option('--max-queue <n>', 'queries queued at most before 429 (default 16 x max-batch, at least 1024)', integerOption(1))
+    .option(
+      '--max-queue <n>',
+      'queries queued at most before 429 (default 16 x max-batch, at least 1024)',
+      integerOption(1),
+    )
     .option('--api-key-file <file>', 'bearer token required for writes (POST /v1/documents)')
     .option('--auth-reads', 'require the API key for searches, reranks, scores and /v1/info too')
     .option('--body-limit <MiB>', 'largest request body', integerOption(1), 64)

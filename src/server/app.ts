@@ -6,7 +6,12 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
-  LogController, type FastifyError, type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify';
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyRequest,
+  type FastifyServerOptions,
+  LogController,
+} from 'fastify';
 import * as prom from 'prom-client';
 import { cpuInfo } from '../backends/cpu.js';
 import type { BackendChoice } from '../backends/select.js';
@@ -116,7 +121,9 @@ function fieldOf(pointer: string): string {
 }
 
 function toHttpError(error: unknown, request: FastifyRequest): HttpError {
-  const e = error as FastifyError & { validation?: { instancePath: string; message?: string; params?: Record<string, unknown> }[] };
+  const e = error as FastifyError & {
+    validation?: { instancePath: string; message?: string; params?: Record<string, unknown> }[];
+  };
   if (e?.validation && e.validation.length > 0) {
     // the deepest complaint says the most (a union reports its branches after the reason)
     const v = [...e.validation].sort((a, b) => b.instancePath.length - a.instancePath.length)[0];
@@ -124,7 +131,9 @@ function toHttpError(error: unknown, request: FastifyRequest): HttpError {
     const pointer = missing ? `${v.instancePath}/${missing}` : v.instancePath;
     const source = e.validationContext === 'querystring' ? request.query : request.body;
     const field = fieldOf(pointer) || e.validationContext || 'body';
-    const expected = missing ? 'a value (it is required)' : (v.message ?? 'a valid value').replace(/^must (be )?/, '');
+    const expected = missing
+      ? 'a value (it is required)'
+      : (v.message ?? 'a valid value').replace(/^must (be )?/, '');
     const received = describeValue(valueAt(source, pointer));
     return {
       status: 400,
@@ -145,10 +154,21 @@ function toHttpError(error: unknown, request: FastifyRequest): HttpError {
       received: error.received,
     };
   if (error instanceof NotFoundError)
-    return { status: 404, code: 'unknown_id', message: error.message, field: error.field, missing: error.missing };
+    return {
+      status: 404,
+      code: 'unknown_id',
+      message: error.message,
+      field: error.field,
+      missing: error.missing,
+    };
   if (error instanceof ConflictError) return { status: 409, code: 'conflict', message: error.message };
   if (error instanceof AuthError)
-    return { status: 401, code: 'unauthorized', message: error.message, headers: { 'www-authenticate': 'Bearer' } };
+    return {
+      status: 401,
+      code: 'unauthorized',
+      message: error.message,
+      headers: { 'www-authenticate': 'Bearer' },
+    };
   if (error instanceof QueueFullError)
     return {
       status: 429,
@@ -156,7 +176,8 @@ function toHttpError(error: unknown, request: FastifyRequest): HttpError {
       message: error.message,
       headers: { 'retry-after': String(error.retryAfterSeconds) },
     };
-  if (error instanceof DeadlineError) return { status: 504, code: 'deadline_exceeded', message: error.message };
+  if (error instanceof DeadlineError)
+    return { status: 504, code: 'deadline_exceeded', message: error.message };
   if (error instanceof ClosingError) return { status: 503, code: 'shutting_down', message: error.message };
   const status = typeof e?.statusCode === 'number' ? e.statusCode : 500;
   if (e?.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || e?.code === 'FST_ERR_CTP_EMPTY_JSON_BODY')
@@ -170,7 +191,11 @@ function toHttpError(error: unknown, request: FastifyRequest): HttpError {
     };
   if (status >= 400 && status < 500)
     return { status, code: FASTIFY_CODES[e.code] ?? 'bad_request', message: e.message };
-  return { status: 500, code: 'internal', message: error instanceof MaxsimError ? error.message : 'internal error' };
+  return {
+    status: 500,
+    code: 'internal',
+    message: error instanceof MaxsimError ? error.message : 'internal error',
+  };
 }
 
 const FASTIFY_CODES: Record<string, string> = {
@@ -192,7 +217,11 @@ function asBatch(p: PackedTokens): TokenBatch {
   return raggedBatch(p.data, p.offsets, { dim: p.dim, checkFinite: false });
 }
 
-function decodeDocuments(docs: readonly InlineDocument[], field: string, dim: number | undefined): PackedTokens {
+function decodeDocuments(
+  docs: readonly InlineDocument[],
+  field: string,
+  dim: number | undefined,
+): PackedTokens {
   const parts: PackedTokens[] = [];
   let d = dim;
   docs.forEach((doc, i) => {
@@ -204,7 +233,12 @@ function decodeDocuments(docs: readonly InlineDocument[], field: string, dim: nu
         doc.embeddings === undefined ? 'neither' : 'both',
       );
     const value = doc.embeddings ?? { b64: doc.embeddings_b64!, dtype: doc.dtype, shape: doc.shape ?? [] };
-    const p = decodeEmbeddings(value, `${f}.${doc.embeddings === undefined ? 'embeddings_b64' : 'embeddings'}`, 'one', d);
+    const p = decodeEmbeddings(
+      value,
+      `${f}.${doc.embeddings === undefined ? 'embeddings_b64' : 'embeddings'}`,
+      'one',
+      d,
+    );
     d = p.dim;
     parts.push(p);
   });
@@ -224,7 +258,8 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   const timeoutMs = options.timeoutMs ?? 30_000;
   const bodyLimit = options.bodyLimit ?? 64 * 1024 * 1024;
   const check = (name: string, v: number, min: number) => {
-    if (!(Number.isFinite(v) && v >= min)) throw new InvalidArgumentError(name, `a number >= ${min}`, String(v));
+    if (!(Number.isFinite(v) && v >= min))
+      throw new InvalidArgumentError(name, `a number >= ${min}`, String(v));
   };
   check('maxBatch', maxBatch, 1);
   check('maxWaitMs', maxWaitMs, 0);
@@ -232,7 +267,11 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   check('timeoutMs', timeoutMs, 1);
   check('bodyLimit', bodyLimit, 1024);
   if (options.apiKey !== undefined && options.apiKey.length < 8)
-    throw new InvalidArgumentError('apiKey', 'a key of at least 8 characters', `${options.apiKey.length} characters`);
+    throw new InvalidArgumentError(
+      'apiKey',
+      'a key of at least 8 characters',
+      `${options.apiKey.length} characters`,
+    );
 
   const resident = await ResidentCorpus.open(options);
   const dim = () => resident.info.dim;
@@ -329,20 +368,25 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     const m = /^Bearer +(\S+) *$/i.exec(header);
     // digests of equal length: the comparison time does not depend on where the strings differ
     if (!m || !timingSafeEqual(digest(m[1]), keyDigest))
-      throw new AuthError(m ? 'the API key is not valid' : 'this endpoint needs an API key: Authorization: Bearer <key>');
+      throw new AuthError(
+        m ? 'the API key is not valid' : 'this endpoint needs an API key: Authorization: Bearer <key>',
+      );
   };
   const readAuth = options.authReads ? authorize : () => {};
 
   app.setErrorHandler((error, request, reply) => {
     const h = toHttpError(error, request);
-    if (h.status >= 500 && h.status !== 503 && h.status !== 504) request.log.error({ err: error }, 'request failed');
+    if (h.status >= 500 && h.status !== 503 && h.status !== 504)
+      request.log.error({ err: error }, 'request failed');
     const { status, headers, ...body } = h;
     reply.code(status);
     if (headers) reply.headers(headers);
     return reply.send({ error: body });
   });
   app.setNotFoundHandler((request, reply) =>
-    reply.code(404).send({ error: { code: 'not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } }),
+    reply.code(404).send({
+      error: { code: 'not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` },
+    }),
   );
   app.addHook('onSend', async (request, reply, payload) => {
     reply.header('x-request-id', request.id);
@@ -366,7 +410,11 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
 
   await app.register(swagger, {
     openapi: {
-      info: { title: 'maxsim serve', version, description: 'MaxSim search, rerank and scoring over a resident corpus' },
+      info: {
+        title: 'maxsim serve',
+        version,
+        description: 'MaxSim search, rerank and scoring over a resident corpus',
+      },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
     },
   });
@@ -415,7 +463,11 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       if (n === 0) return { results: [] };
       if (ids !== undefined) {
         if (prefilter !== undefined)
-          throw new InvalidArgumentError('prefilter', 'no prefilter with ids (they are scored exactly)', prefilter);
+          throw new InvalidArgumentError(
+            'prefilter',
+            'no prefilter with ids (they are scored exactly)',
+            prefilter,
+          );
         const indices = resident.resolveIds(ids, 'ids');
         const q = asBatch(queries);
         const rows = await batcher.solo(async () => {
@@ -433,7 +485,9 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       }
       const { hits, batch } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
       setBatch(request, batch);
-      return { results: hits.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: jsonScore(h.score) }))) };
+      return {
+        results: hits.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: jsonScore(h.score) }))),
+      };
     },
   );
 
@@ -464,7 +518,10 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         const indices = resident.resolveIds(body.candidates!, 'candidates');
         scores = await batcher.solo(() => resident.scoreDocuments(query, indices), timeoutMs);
       } else {
-        const docs = body.documents!.length === 0 ? undefined : asBatch(decodeDocuments(body.documents!, 'documents', q.dim));
+        const docs =
+          body.documents!.length === 0
+            ? undefined
+            : asBatch(decodeDocuments(body.documents!, 'documents', q.dim));
         scores = docs
           ? await batcher.solo(() => maxsim(query, docs, { backend, threads: options.threads }), timeoutMs)
           : new Float32Array(0);
@@ -509,7 +566,9 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       );
       setBatch(request, nq);
       return {
-        scores: Array.from({ length: nq }, (_, r) => Array.from(m.data.subarray(r * nd, (r + 1) * nd), jsonScore)),
+        scores: Array.from({ length: nq }, (_, r) =>
+          Array.from(m.data.subarray(r * nd, (r + 1) * nd), jsonScore),
+        ),
       };
     },
   );
@@ -531,25 +590,42 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       const packed = decodeDocuments(docs, 'documents', dim());
       const withIds = docs.filter((d) => d.id !== undefined).length;
       if (withIds !== 0 && withIds !== docs.length)
-        throw new InvalidArgumentError('documents[].id', 'an id on every document or on none', `${withIds} of ${docs.length}`);
+        throw new InvalidArgumentError(
+          'documents[].id',
+          'an id on every document or on none',
+          `${withIds} of ${docs.length}`,
+        );
       const ids = withIds > 0 ? docs.map((d) => d.id!) : undefined;
       const r = await resident.append(packed, ids);
       reply.code(201);
-      return { added: r.added, first_index: r.first, documents: r.info.documents, generation: r.info.generation };
+      return {
+        added: r.added,
+        first_index: r.first,
+        documents: r.info.documents,
+        generation: r.info.generation,
+      };
     },
   );
 
   app.get('/healthz', { schema: { description: 'the process is alive' } }, async () => ({ status: 'ok' }));
-  app.get('/readyz', { schema: { description: 'the corpus is loaded (and the GPU answers)' } }, async (_request, reply) => {
-    if (closing) return reply.code(503).send({ status: 'shutting down' });
-    if (backend === 'cuda' && (await resident.memory().catch(() => undefined)) === undefined)
-      return reply.code(503).send({ status: 'the GPU does not answer' });
-    return { status: 'ready', documents: resident.info.documents };
-  });
-  app.get('/metrics', { schema: { description: 'Prometheus metrics', hide: false } }, async (_request, reply) => {
-    reply.header('content-type', registry.contentType);
-    return registry.metrics();
-  });
+  app.get(
+    '/readyz',
+    { schema: { description: 'the corpus is loaded (and the GPU answers)' } },
+    async (_request, reply) => {
+      if (closing) return reply.code(503).send({ status: 'shutting down' });
+      if (backend === 'cuda' && (await resident.memory().catch(() => undefined)) === undefined)
+        return reply.code(503).send({ status: 'the GPU does not answer' });
+      return { status: 'ready', documents: resident.info.documents };
+    },
+  );
+  app.get(
+    '/metrics',
+    { schema: { description: 'Prometheus metrics', hide: false } },
+    async (_request, reply) => {
+      reply.header('content-type', registry.contentType);
+      return registry.metrics();
+    },
+  );
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   app.get(
     '/v1/info',
@@ -584,7 +660,8 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     async listen() {
       await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 8080 });
       const a = app.server.address();
-      if (a === null || typeof a === 'string') throw new MaxsimError(`unexpected listen address ${String(a)}`);
+      if (a === null || typeof a === 'string')
+        throw new MaxsimError(`unexpected listen address ${String(a)}`);
       const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
       return { host: a.address, port: a.port, url: `http://${host}:${a.port}` };
     },
@@ -599,4 +676,3 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     },
   };
 }
-

@@ -17,7 +17,9 @@ export class QueueFullError extends MaxsimError {
     depth: number,
     limit: number,
   ) {
-    super(`the server is busy: ${depth} queries queued (the limit is ${limit}); retry in ${retryAfterSeconds} s`);
+    super(
+      `the server is busy: ${depth} queries queued (the limit is ${limit}); retry in ${retryAfterSeconds} s`,
+    );
   }
 }
 
@@ -158,7 +160,8 @@ export class Batcher {
       this.timer = undefined;
     }
     const oldest = this.queue[0].enqueued;
-    const wait = this.queued >= this.options.maxBatch ? 0 : oldest + this.options.maxWaitMs - performance.now();
+    const wait =
+      this.queued >= this.options.maxBatch ? 0 : oldest + this.options.maxWaitMs - performance.now();
     if (wait <= 0) {
       void this.pass();
       return;
@@ -182,7 +185,10 @@ export class Batcher {
       }
       const fits =
         taken.length === 0 ||
-        (key !== undefined && job.kind === 'search' && job.key === key && queries + job.size <= this.options.maxBatch);
+        (key !== undefined &&
+          job.kind === 'search' &&
+          job.key === key &&
+          queries + job.size <= this.options.maxBatch);
       if (fits) {
         taken.push(job);
         this.queued -= job.size;
@@ -226,7 +232,13 @@ export class Batcher {
     const k = Math.max(...jobs.map((j) => j.k));
     const batch = jobs.reduce((a, j) => a + j.size, 0);
     try {
-      const queries = jobs.length === 1 ? jobs[0].queries : concatPacked(jobs.map((j) => j.queries), jobs[0].queries.dim);
+      const queries =
+        jobs.length === 1
+          ? jobs[0].queries
+          : concatPacked(
+              jobs.map((j) => j.queries),
+              jobs[0].queries.dim,
+            );
       const hits = await this.searchRun(queries, k, jobs[0].key);
       let at = 0;
       for (const job of jobs) {

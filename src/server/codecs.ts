@@ -117,12 +117,14 @@ function checkShape(shape: unknown, field: string, arity: Arity): number[] {
 function floatsOf(bytes: Uint8Array, dtype: FloatDType): Float32Array | Uint16Array {
   const copy = new Uint8Array(bytes.length);
   copy.set(bytes);
-  if (!isLittleEndian) throw new Error('base64 tensors are little-endian: big-endian hosts are not supported');
+  if (!isLittleEndian)
+    throw new Error('base64 tensors are little-endian: big-endian hosts are not supported');
   return dtype === 'float32' ? new Float32Array(copy.buffer) : new Uint16Array(copy.buffer);
 }
 
 function decodeB64(t: B64Tensor, field: string, arity: Arity, dim?: number): PackedTokens {
-  if (typeof t.b64 !== 'string') throw new InvalidArgumentError(`${field}.b64`, 'a base64 string', describe(t.b64));
+  if (typeof t.b64 !== 'string')
+    throw new InvalidArgumentError(`${field}.b64`, 'a base64 string', describe(t.b64));
   const dtype = t.dtype ?? 'float32';
   if (!(dtype in DTYPE_BYTES))
     throw new InvalidArgumentError(`${field}.dtype`, "'float32', 'float16' or 'bfloat16'", describe(t.dtype));
@@ -173,7 +175,11 @@ function packDense(
 ): PackedTokens {
   const d = shape[shape.length - 1];
   if (dim !== undefined && d !== dim)
-    throw new InvalidArgumentError(`${field}.shape[${shape.length - 1}]`, `${dim} (the embedding dimension)`, String(d));
+    throw new InvalidArgumentError(
+      `${field}.shape[${shape.length - 1}]`,
+      `${dim} (the embedding dimension)`,
+      String(d),
+    );
   const bad = values.findIndex((x) => !Number.isFinite(x));
   if (bad >= 0)
     throw new InvalidArgumentError(

@@ -7,7 +7,7 @@ import { type CudaDevice, type CudaMemory, cuda, type DeviceCorpus } from '../ba
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { type CorpusInfo, CorpusWriter } from '../io/corpus.js';
-import { Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
+import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
 import { type Hit, matrixAsBatch, raggedBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { PackedTokens } from './codecs.js';
@@ -93,7 +93,14 @@ export class ResidentCorpus {
     const budget = options.gpuMemory ?? Math.floor(0.75 * (await gpu.memory()).free);
     if (corpus.info.tokenBytes <= budget && !options.pin) {
       const segments = await uploadSegments(gpu, corpus, 0);
-      return new ResidentCorpus(options.corpus, 'cuda', 'resident', options, gpu, snapshotOf(corpus, segments));
+      return new ResidentCorpus(
+        options.corpus,
+        'cuda',
+        'resident',
+        options,
+        gpu,
+        snapshotOf(corpus, segments),
+      );
     }
     if (options.pin) await corpus.pin({ device: options.device });
     return new ResidentCorpus(options.corpus, 'cuda', 'streamed', options, gpu, snapshotOf(corpus, []));
@@ -130,7 +137,11 @@ export class ResidentCorpus {
           JSON.stringify(prefilter),
         );
       if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
-        throw new InvalidArgumentError('prefilter', 'no prefilter on an int8 corpus', JSON.stringify(prefilter));
+        throw new InvalidArgumentError(
+          'prefilter',
+          'no prefilter on an int8 corpus',
+          JSON.stringify(prefilter),
+        );
       if (this.mode !== 'resident')
         return s.corpus.search(queries, {
           topK: k,
@@ -145,7 +156,9 @@ export class ResidentCorpus {
         if (prefilter === 'int8') {
           seg.int8 ??= seg.docs.quantize('int8');
           const scan = await seg.int8;
-          hits = await scan.topK(queries, k, { rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * k } });
+          hits = await scan.topK(queries, k, {
+            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * k },
+          });
         } else hits = await seg.docs.topK(queries, k);
         merged = merged.map((row, i) =>
           mergeHits(
@@ -228,7 +241,10 @@ export class ResidentCorpus {
    * Appends documents as one new segment (crash-safe, published atomically), then makes them visible:
    * later searches see all of them, earlier ones none. Appends run one at a time.
    */
-  append(docs: PackedTokens, ids: string[] | undefined): Promise<{ first: number; added: number; info: CorpusInfo }> {
+  append(
+    docs: PackedTokens,
+    ids: string[] | undefined,
+  ): Promise<{ first: number; added: number; info: CorpusInfo }> {
     const run = async () => {
       if (this.closed) throw new MaxsimError('the server is shutting down');
       const before = this.current;

@@ -12,16 +12,23 @@ export const B64Tensor = Type.Object(
   {
     b64: Type.String({ description: 'little-endian bytes, standard base64' }),
     dtype: Type.Optional(FloatDType),
-    shape: Type.Array(Type.Integer({ minimum: 0 }), { description: '[L, d] for one item, [n, L, d] for several' }),
+    shape: Type.Array(Type.Integer({ minimum: 0 }), {
+      description: '[L, d] for one item, [n, L, d] for several',
+    }),
     lengths: Type.Optional(
-      Type.Array(Type.Integer({ minimum: 0 }), { description: '[n, L, d] only: real tokens per item (<= L)' }),
+      Type.Array(Type.Integer({ minimum: 0 }), {
+        description: '[n, L, d] only: real tokens per item (<= L)',
+      }),
     ),
   },
   { additionalProperties: false },
 );
 
 /** One item's tokens: [tokens][dim] numbers, or a base64 tensor of shape [L, d]. */
-export const Embedding = Type.Union([Type.Array(Type.Unknown(), { description: '[tokens][dim] numbers' }), B64Tensor]);
+export const Embedding = Type.Union([
+  Type.Array(Type.Unknown(), { description: '[tokens][dim] numbers' }),
+  B64Tensor,
+]);
 /** Several items: [items][tokens][dim] numbers, or a base64 tensor of shape [n, L, d]. */
 export const Embeddings = Type.Union([
   Type.Array(Type.Unknown(), { description: '[items][tokens][dim] numbers (items may differ in length)' }),
@@ -31,7 +38,9 @@ export const Embeddings = Type.Union([
 export const InlineDocument = Type.Object({
   id: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
   embeddings: Type.Optional(Embedding),
-  embeddings_b64: Type.Optional(Type.String({ description: 'shorthand for embeddings: {b64, dtype, shape}' })),
+  embeddings_b64: Type.Optional(
+    Type.String({ description: 'shorthand for embeddings: {b64, dtype, shape}' }),
+  ),
   dtype: Type.Optional(FloatDType),
   shape: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }))),
 });
@@ -39,7 +48,8 @@ export type InlineDocument = Static<typeof InlineDocument>;
 
 const TopK = Type.Integer({ minimum: 0, maximum: 10000, default: 10, description: 'hits per query' });
 const Prefilter = Type.Literal('int8', {
-  description: 'scan an int8 copy on the GPU, rescore 4 x top_k candidates exactly (GPU-resident corpus only)',
+  description:
+    'scan an int8 copy on the GPU, rescore 4 x top_k candidates exactly (GPU-resident corpus only)',
 });
 
 export const SearchBody = Type.Object({
@@ -47,7 +57,10 @@ export const SearchBody = Type.Object({
   top_k: Type.Optional(TopK),
   prefilter: Type.Optional(Prefilter),
   ids: Type.Optional(
-    Type.Array(Type.String(), { maxItems: 100000, description: 'search only these documents (ids of the corpus)' }),
+    Type.Array(Type.String(), {
+      maxItems: 100000,
+      description: 'search only these documents (ids of the corpus)',
+    }),
   ),
 });
 export type SearchBody = Static<typeof SearchBody>;
@@ -64,7 +77,9 @@ export const SearchResponse = Type.Object({ results: Type.Array(Type.Array(Hit))
 
 export const RerankBody = Type.Object({
   query: Embedding,
-  candidates: Type.Optional(Type.Array(Type.String(), { maxItems: 100000, description: 'ids of the corpus' })),
+  candidates: Type.Optional(
+    Type.Array(Type.String(), { maxItems: 100000, description: 'ids of the corpus' }),
+  ),
   documents: Type.Optional(Type.Array(InlineDocument, { maxItems: 100000 })),
   top_n: Type.Optional(Type.Integer({ minimum: 0 })),
 });
