@@ -81,6 +81,7 @@ export class Batcher {
   private closing = false;
   private timer: NodeJS.Timeout | undefined;
   private lastPassSeconds = 0.01;
+  private laneFreeAt = 0;
   private idle: (() => void)[] = [];
 
   constructor(
@@ -223,6 +224,7 @@ export class Batcher {
       this.onPass?.({ queries, requests: jobs.length, seconds });
     } finally {
       this.running = false;
+      this.laneFreeAt = performance.now();
       if (this.queue.length > 0) this.schedule();
       else for (const wake of this.idle.splice(0)) wake();
     }
