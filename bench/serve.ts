@@ -1,10 +1,10 @@
-// `maxsim serve` under load: a spawned server on loopback, driven by autocannon with base64 float16
-// search bodies, once with cross-request batching (--max-batch B) and once without (--max-batch 1), in
-// the same run. Reports requests/s, p50 / p99 latency, the mean queries per pass and the scoring time
+// `maxsim serve` under load: two spawned servers on loopback, one with cross-request batching
+// (--max-batch B) and one without (--max-batch 1), driven in turn by autocannon with base64 float16
+// search bodies, in the same run. Reports requests/s, p50 / p99 latency, the mean queries per pass and the scoring time
 // per pass (from the server's /metrics), and the batched / unbatched throughput ratio.
 //
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
-//        [--connections 32] [--duration 10] [--amount N] [--backend cpu|cuda|auto] [--max-batch 256]
+//        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 256]
 //        [--max-wait-ms 2] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
 // The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
 // Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
@@ -27,6 +27,7 @@ interface Args {
   topK: number;
   connections: number;
   duration: number;
+  rounds: number;
   amount?: number;
   backend: string;
   maxBatch: number;
@@ -44,7 +45,8 @@ function parseArgs(argv: string[]): Args {
     queryLen: 32,
     topK: 10,
     connections: 32,
-    duration: 10,
+    duration: 5,
+    rounds: 3,
     backend: 'cpu',
     maxBatch: 256,
     maxWaitMs: 2,
@@ -59,6 +61,7 @@ function parseArgs(argv: string[]): Args {
     '--top-k': 'topK',
     '--connections': 'connections',
     '--duration': 'duration',
+    '--rounds': 'rounds',
     '--amount': 'amount',
     '--max-batch': 'maxBatch',
   };
@@ -91,7 +94,7 @@ function parseArgs(argv: string[]): Args {
       i++;
     } else throw new Error(`unknown argument ${flag}`);
   }
-  if (a.duration > 600) throw new Error('--duration: at most 600 s');
+  if (a.duration * a.rounds * 2 > 1800) throw new Error('--duration x --rounds x 2: at most 1800 s');
   return a;
 }
 
@@ -187,52 +190,65 @@ interface RunResult {
   passes: number;
 }
 
-async function measure(a: Args, corpus: string, bodies: string[], maxBatch: number): Promise<RunResult> {
-  const { child, url } = await startServer(a, corpus, maxBatch);
-  try {
-    const requests = bodies.map((body) => ({ method: 'POST', path: '/v1/search', body }));
-    const headers = { 'content-type': 'application/json' };
-    // warm-up: page cache, kernels, JIT (bounded)
-    await autocannon({
-      url,
-      connections: Math.min(4, a.connections),
-      amount: 40,
-      headers,
-      requests,
-      timeout: 60,
-    });
-    const before = await (await fetch(`${url}/metrics`)).text();
-    const r = await autocannon({
-      url,
-      connections: a.connections,
-      duration: a.duration,
-      ...(a.amount ? { amount: a.amount } : {}),
-      headers,
-      requests,
-      timeout: 60,
-    });
-    const after = await (await fetch(`${url}/metrics`)).text();
-    const b0 = histogram(before, 'maxsim_batch_queries');
-    const b1 = histogram(after, 'maxsim_batch_queries');
-    const t0 = histogram(before, 'maxsim_pass_duration_seconds');
-    const t1 = histogram(after, 'maxsim_pass_duration_seconds');
-    const passes = b1.count - b0.count;
-    return {
-      maxBatch,
-      requestsPerSecond: r['2xx'] / r.duration,
-      p50Ms: r.latency.p50,
-      p99Ms: r.latency.p99,
-      ok: r['2xx'],
-      non2xx: r.non2xx,
-      errors: r.errors + r.timeouts,
-      queriesPerPass: (b1.sum - b0.sum) / passes,
-      msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
-      passes,
-    };
-  } finally {
-    const code = await stopServer(child);
-    if (code !== 0) console.error(`bench/serve: the server exited with ${code} after SIGTERM`);
-  }
+interface Server {
+  child: ChildProcess;
+  url: string;
+  maxBatch: number;
+}
+
+const HEADERS = { 'content-type': 'application/json' };
+
+async function warm(server: Server, a: Args, requests: object[]) {
+  // page cache, kernels, JIT (bounded)
+  await autocannon({
+    url: server.url,
+    connections: Math.min(4, a.connections),
+    amount: 40,
+    headers: HEADERS,
+    requests,
+    timeout: 60,
+  });
+}
+
+async function measure(server: Server, a: Args, requests: object[]): Promise<RunResult> {
+  const { url } = server;
+  const before = await (await fetch(`${url}/metrics`)).text();
+  const r = await autocannon({
+    url,
+    connections: a.connections,
+    duration: a.duration,
+    ...(a.amount ? { amount: a.amount } : {}),
+    headers: HEADERS,
+    requests,
+    timeout: 60,
+  });
+  const after = await (await fetch(`${url}/metrics`)).text();
+  const b0 = histogram(before, 'maxsim_batch_queries');
+  const b1 = histogram(after, 'maxsim_batch_queries');
+  const t0 = histogram(before, 'maxsim_pass_duration_seconds');
+  const t1 = histogram(after, 'maxsim_pass_duration_seconds');
+  const passes = b1.count - b0.count;
+  return {
+    maxBatch: server.maxBatch,
+    requestsPerSecond: r['2xx'] / r.duration,
+    p50Ms: r.latency.p50,
+    p99Ms: r.latency.p99,
+    ok: r['2xx'],
+    non2xx: r.non2xx,
+    errors: r.errors + r.timeouts,
+    queriesPerPass: (b1.sum - b0.sum) / passes,
+    msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
+    passes,
+  };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+function row(label: string, r: RunResult): string {
+  return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}`;
 }
 
 const a = parseArgs(process.argv.slice(2));
@@ -257,9 +273,28 @@ try {
       top_k: a.topK,
     });
   });
-  const batched = await measure(a, corpus, bodies, a.maxBatch);
-  const unbatched = await measure(a, corpus, bodies, 1);
-  const ratio = batched.requestsPerSecond / unbatched.requestsPerSecond;
+  const requests = bodies.map((body) => ({ method: 'POST', path: '/v1/search', body }));
+  // both servers stay up; the rounds alternate between them (ABBA), so a change in the machine's
+  // load hits both alike
+  const servers: Server[] = [];
+  for (const maxBatch of [a.maxBatch, 1])
+    servers.push({ ...(await startServer(a, corpus, maxBatch)), maxBatch });
+  const results: RunResult[][] = [[], []];
+  try {
+    for (const s of servers) await warm(s, a, requests);
+    for (let round = 0; round < a.rounds; round++) {
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) results[i].push(await measure(servers[i], a, requests));
+    }
+  } finally {
+    for (const s of servers) {
+      const code = await stopServer(s.child);
+      if (code !== 0)
+        console.error(`bench/serve: the server (max-batch ${s.maxBatch}) exited with ${code} after SIGTERM`);
+    }
+  }
+  const ratios = results[0].map((r, i) => r.requestsPerSecond / results[1][i].requestsPerSecond);
+  const ratio = median(ratios);
   const setup = {
     docs: a.docs,
     docLen: a.docLen,
@@ -268,22 +303,23 @@ try {
     topK: a.topK,
     connections: a.connections,
     duration: a.duration,
+    rounds: a.rounds,
     backend: a.backend,
     dtype: a.corpus ? 'given' : a.dtype,
     maxWaitMs: a.maxWaitMs,
     cpus: os.cpus().length,
   };
-  if (a.json) console.log(JSON.stringify({ setup, batched, unbatched, ratio }));
+  if (a.json)
+    console.log(JSON.stringify({ setup, batched: results[0], unbatched: results[1], ratios, ratio }));
   else {
     console.log(
-      `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections, ${a.duration} s each, ${os.cpus().length} cores`,
+      `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections, ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
     );
-    console.log('max-batch   req/s     p50 ms   p99 ms   queries/pass   ms/pass   non-2xx  errors');
-    for (const r of [batched, unbatched])
-      console.log(
-        `${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(13)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(8)}  ${String(r.errors).padStart(6)}`,
-      );
-    console.log(`batching / unbatched throughput: ${ratio.toFixed(2)}x`);
+    console.log('round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors');
+    for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
+    console.log(
+      `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
+    );
   }
 } finally {
   fs.rmSync(tmp, { recursive: true, force: true });
