@@ -14,6 +14,7 @@ import { CorpusWriter } from '../src/io/corpus.js';
 import { encodeNpy, writeNpy } from '../src/io/npy.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
+import { quantize } from '../src/ops/quantize.js';
 import type { MaxsimServer } from '../src/server/app.js';
 import { createServer } from '../src/server/index.js';
 import {
@@ -536,6 +537,50 @@ describe('maxsim serve appends', () => {
       SEG * ROUNDS,
     );
     assert.equal(openCorpus(dir).info.documents, DOCS + SEG * ROUNDS);
+    // rerank across segments: candidates from the first segment and from appended ones
+    const cands = ['g2-1', 'doc4', 'g0-3', 'doc77', 'g5-0'];
+    const q = randomTokens(5);
+    const r = await post(`${url}/v1/rerank`, { query: q, candidates: cands });
+    assert.equal(r.status, 200, r.text);
+    const corpus = openCorpus(dir);
+    const indices = cands.map((id) =>
+      Array.from({ length: corpus.info.documents }, (_, i) => corpus.id(i)).indexOf(id),
+    );
+    const direct = await maxsim(
+      tokenMatrix(Float32Array.from(q.flat()), 5, DIM),
+      corpus.readDocuments(indices),
+      {
+        backend: 'cpu',
+      },
+    );
+    for (const x of r.json.results) assert.equal(x.relevance_score, direct[x.index]);
+  });
+
+  test('an int8 corpus: search and rerank quantize the queries as the library does', async () => {
+    const dir = path.join(tmp, 'int8.msx');
+    const docs = Array.from({ length: 120 }, () => randomTokens(1 + Math.floor(rand() * 12)));
+    const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'int8' });
+    w.add(packed(docs));
+    w.commit();
+    const { url } = await start({ corpus: dir });
+    const q = [randomTokens(6), randomTokens(3)];
+    const r = await post(`${url}/v1/search`, { queries: q, top_k: 5 });
+    assert.equal(r.status, 200, r.text);
+    const direct = await openCorpus(dir).search(packed(q), { topK: 5, backend: 'cpu' });
+    assert.deepEqual(
+      r.json.results,
+      direct.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: h.score }))),
+    );
+    const rr = await post(`${url}/v1/rerank`, { query: q[0], candidates: ['3', '50', '7'] });
+    assert.equal(rr.status, 200, rr.text);
+    const want = await maxsim(
+      quantize(tokenMatrix(Float32Array.from(q[0].flat()), 6, DIM), 'int8'),
+      openCorpus(dir).readDocuments([3, 50, 7]),
+      {
+        backend: 'cpu',
+      },
+    );
+    for (const x of rr.json.results) assert.equal(x.relevance_score, want[x.index]);
   });
 });
 

@@ -160,9 +160,12 @@ export class Batcher {
       clearTimeout(this.timer); // a full batch goes now
       this.timer = undefined;
     }
-    const oldest = this.queue[0].enqueued;
+    // the wait for company counts from when the lane is free: clients answered by the pass that just
+    // ended get maxWaitMs to come back and join the next one, instead of splitting into two halves that
+    // alternate, each pass half as large as it could be
+    const since = Math.max(this.queue[0].enqueued, this.laneFreeAt);
     const wait =
-      this.queued >= this.options.maxBatch ? 0 : oldest + this.options.maxWaitMs - performance.now();
+      this.queued >= this.options.maxBatch ? 0 : since + this.options.maxWaitMs - performance.now();
     if (wait <= 0) {
       void this.pass();
       return;

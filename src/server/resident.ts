@@ -6,10 +6,19 @@
 import { type CudaDevice, type CudaMemory, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import { type CorpusInfo, CorpusWriter } from '../io/corpus.js';
+import { type CorpusInfo, CorpusWriter, typedView } from '../io/corpus.js';
+import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
-import { type Hit, matrixAsBatch, raggedBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
+import { quantize } from '../ops/quantize.js';
+import {
+  type Hit,
+  matrixAsBatch,
+  raggedBatch,
+  selectItems,
+  type TokenBatch,
+  type TokenMatrix,
+} from '../tensor.js';
 import type { PackedTokens } from './codecs.js';
 
 /** An id (or index) the corpus does not hold: HTTP 404. */
@@ -55,6 +64,8 @@ interface DeviceSegment {
 
 interface Snapshot {
   corpus: Corpus;
+  /** CPU: each segment's documents as a batch over its mapped token rows, made on first use. */
+  mapped: Map<number, TokenBatch>;
   idIndex: Map<string, number> | undefined;
   segments: DeviceSegment[];
   users: number;
@@ -200,35 +211,32 @@ export class ResidentCorpus {
   scoreDocumentsAll(queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
     return this.using(async (s) => {
       const n = indices.length;
-      if (this.mode !== 'resident' || n === 0 || queries.count === 0)
-        return (
-          await maxsimAll(queries, s.corpus.readDocuments(indices), {
+      if (n === 0 || queries.count === 0) return new Float32Array(queries.count * n);
+      if (this.mode !== 'resident') {
+        // the candidates as views of the mapped segments (no read on this thread: the kernel's workers
+        // fault the pages in), scored segment by segment
+        const q =
+          s.corpus.info.dtype === 'int8' && queries.dtype !== 'int8' ? quantize(queries, 'int8') : queries;
+        const out = new Float32Array(queries.count * n);
+        for (const [g, { at, local }] of groupBySegment(s, indices)) {
+          const docs = selectItems(mappedSegment(s, g), local);
+          const m = await maxsimAll(q, docs, {
             backend: this.backend,
             threads: this.options.threads,
             device: this.options.device,
-          })
-        ).data;
+          });
+          scatter(out, n, m.data, at, queries.count);
+        }
+        return out;
+      }
       // on the GPU: a view of the candidates of each segment, scored where they are (no upload)
       const out = new Float32Array(queries.count * n);
-      for (let g = 0; g < s.segments.length; g++) {
-        const seg = s.segments[g];
-        const end = g + 1 < s.segments.length ? s.segments[g + 1].firstDocument : s.corpus.info.documents;
-        const at: number[] = [];
-        const local: number[] = [];
-        indices.forEach((ix, i) => {
-          if (ix >= seg.firstDocument && ix < end) {
-            at.push(i);
-            local.push(ix - seg.firstDocument);
-          }
-        });
-        if (local.length === 0) continue;
-        const view = await seg.docs.select(local);
+      const bySegment = new Map(s.segments.map((seg) => [s.corpus.file.segmentOf(seg.firstDocument), seg]));
+      for (const [g, { at, local }] of groupBySegment(s, indices)) {
+        const view = await bySegment.get(g)!.docs.select(local);
         try {
           const m = await view.score(queries);
-          for (let r = 0; r < queries.count; r++)
-            at.forEach((i, j) => {
-              out[r * n + i] = m.data[r * m.cols + j];
-            });
+          scatter(out, n, m.data, at, queries.count);
         } finally {
           view.dispose();
         }
@@ -316,7 +324,71 @@ function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
     idIndex = new Map();
     for (let i = 0; i < corpus.info.documents; i++) idIndex.set(corpus.id(i), i);
   }
-  return { corpus, idIndex, segments, users: 0, retired: false };
+  return { corpus, idIndex, segments, mapped: new Map(), users: 0, retired: false };
+}
+
+/** Candidate positions grouped by segment: segment -> (positions in the request, indices in the segment). */
+function groupBySegment(
+  s: Snapshot,
+  indices: readonly number[],
+): Map<number, { at: number[]; local: number[] }> {
+  const groups = new Map<number, { at: number[]; local: number[] }>();
+  indices.forEach((ix, i) => {
+    const g = s.corpus.file.segmentOf(ix);
+    let group = groups.get(g);
+    if (!group) {
+      group = { at: [], local: [] };
+      groups.set(g, group);
+    }
+    group.at.push(i);
+    group.local.push(ix - s.corpus.file.segments[g].firstDocument);
+  });
+  return groups;
+}
+
+/** Copies the columns of a [rows, at.length] score block to positions `at` of [rows, n]. */
+function scatter(out: Float32Array, n: number, block: Float32Array, at: number[], rows: number) {
+  for (let r = 0; r < rows; r++)
+    for (let j = 0; j < at.length; j++) out[r * n + at[j]] = block[r * at.length + j];
+}
+
+interface FileAddon {
+  mapFile(path: string, offset: number, length: number): ArrayBuffer;
+}
+
+/** Segment `g` of the snapshot as a ragged batch over its mapped token rows (and int8 scales). */
+function mappedSegment(s: Snapshot, g: number): TokenBatch {
+  const cached = s.mapped.get(g);
+  if (cached) return cached;
+  const seg = s.corpus.file.segments[g];
+  const { dtype, dim, documents, tokens, tokensSection, scalesSection } = seg.header;
+  const map = (loadNative() as unknown as { file: FileAddon }).file.mapFile;
+  const data = typedView(dtype, map(seg.file, tokensSection.offset, tokensSection.bytes), 0, tokens * dim);
+  const scales =
+    dtype === 'int8'
+      ? new Float32Array(map(seg.file, scalesSection.offset, scalesSection.bytes), 0, tokens)
+      : undefined;
+  const starts = seg.offsets.subarray(0, documents);
+  const lengths = new Int32Array(documents);
+  let maxLength = 0;
+  for (let i = 0; i < documents; i++) {
+    lengths[i] = seg.offsets[i + 1] - seg.offsets[i];
+    if (lengths[i] > maxLength) maxLength = lengths[i];
+  }
+  const batch: TokenBatch = {
+    kind: 'batch',
+    layout: 'ragged',
+    dtype,
+    data,
+    dim,
+    count: documents,
+    maxLength,
+    starts,
+    lengths,
+    scales,
+  };
+  s.mapped.set(g, batch);
+  return batch;
 }
 
 /** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
