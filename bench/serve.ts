@@ -1,11 +1,11 @@
 // `maxsim serve` under load: two spawned servers on loopback, one with cross-request batching
 // (--max-batch B) and one without (--max-batch 1), driven in turn by autocannon with base64 float16
 // search bodies, in the same run. Reports requests/s, p50 / p99 latency, the mean queries per pass and the scoring time
-// per pass (from the server's /metrics), and the batched / unbatched throughput ratio.
+// per pass and the event-loop delay (from the server's /metrics), and the batched / unbatched ratio.
 //
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 256]
-//        [--max-wait-ms 2] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
+//        [--max-wait-ms 2] [--threads T] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
 // The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
 // Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
 // --backend cuda --docs 100000 --doc-len 128 --connections 256.
@@ -29,6 +29,7 @@ interface Args {
   duration: number;
   rounds: number;
   amount?: number;
+  threads?: number;
   backend: string;
   maxBatch: number;
   maxWaitMs: number;
@@ -63,6 +64,7 @@ function parseArgs(argv: string[]): Args {
     '--duration': 'duration',
     '--rounds': 'rounds',
     '--amount': 'amount',
+    '--threads': 'threads',
     '--max-batch': 'maxBatch',
   };
   for (let i = 0; i < argv.length; i++) {
@@ -147,6 +149,7 @@ function startServer(
     // the queue holds every connection's request: the bench measures throughput, not refusals
     '--max-queue',
     String(Math.max(1024, 4 * a.connections)),
+    ...(a.threads ? ['--threads', String(a.threads)] : []),
   ];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'] });
   return new Promise((resolve, reject) => {
@@ -188,6 +191,9 @@ interface RunResult {
   queriesPerPass: number;
   msPerPass: number;
   passes: number;
+  /** The server's event-loop delay during the run, p99 and max (prom-client's monitor, reset per scrape). */
+  loopP99Ms: number;
+  loopMaxMs: number;
 }
 
 interface Server {
@@ -239,7 +245,13 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
     queriesPerPass: (b1.sum - b0.sum) / passes,
     msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
     passes,
+    loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
+    loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
   };
+}
+
+function gauge(text: string, name: string): number {
+  return Number(new RegExp(`^${name} (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
 }
 
 function median(xs: number[]): number {
@@ -248,7 +260,7 @@ function median(xs: number[]): number {
 }
 
 function row(label: string, r: RunResult): string {
-  return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}`;
+  return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}  ${r.loopP99Ms.toFixed(1).padStart(7)}  ${r.loopMaxMs.toFixed(1).padStart(7)}`;
 }
 
 const a = parseArgs(process.argv.slice(2));
@@ -307,6 +319,7 @@ try {
     backend: a.backend,
     dtype: a.corpus ? 'given' : a.dtype,
     maxWaitMs: a.maxWaitMs,
+    threads: a.threads ?? 'all',
     cpus: os.cpus().length,
   };
   if (a.json)
@@ -315,7 +328,9 @@ try {
     console.log(
       `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections, ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
     );
-    console.log('round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors');
+    console.log(
+      'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max',
+    );
     for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
     console.log(
       `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
