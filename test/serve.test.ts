@@ -442,6 +442,20 @@ describe('maxsim serve', () => {
     assert.equal((await call(`${slow.url}/healthz`, 'GET')).status, 200);
   });
 
+  test('with authReads, reads need the key too; health and metrics stay open', async () => {
+    const locked = await start({ corpus: dir, apiKey: KEY, authReads: true });
+    const body = { queries: [queries[0]], top_k: 2 };
+    expectError(await post(`${locked.url}/v1/search`, body), 401);
+    expectError(await call(`${locked.url}/v1/info`, 'GET'), 401);
+    expectError(await post(`${locked.url}/v1/search`, body, { authorization: `Bearer ${KEY}x` }), 401);
+    assert.equal(
+      (await post(`${locked.url}/v1/search`, body, { authorization: `Bearer ${KEY}` })).status,
+      200,
+    );
+    assert.equal((await call(`${locked.url}/healthz`, 'GET')).status, 200);
+    assert.equal((await call(`${locked.url}/metrics`, 'GET')).status, 200);
+  });
+
   test('healthz, readyz, info, metrics, openapi', async () => {
     assert.deepEqual((await call(`${url}/healthz`, 'GET')).json, { status: 'ok' });
     assert.equal((await call(`${url}/readyz`, 'GET')).status, 200);
@@ -630,6 +644,32 @@ describe('maxsim serve process', () => {
     for (const r of rs) assert.equal(r.status, 200, r.text);
     assert.equal(await exited, 0);
     await assert.rejects(fetch(`${url}/healthz`));
+  });
+
+  test('the CLI refuses bad options with one line naming them', () => {
+    const dir = path.join(tmp, 'cli.msx');
+    buildCorpus(dir);
+    const keyFile = path.join(tmp, 'short.key');
+    fs.writeFileSync(keyFile, 'short\n');
+    const cases: [string[], RegExp][] = [
+      [['--corpus', path.join(tmp, 'nothing.msx')], /no such corpus/],
+      [['--corpus', dir, '--api-key-file', keyFile], /--api-key-file/],
+      [['--corpus', dir, '--auth-reads'], /--auth-reads/],
+      [['--corpus', dir, '--backend', 'cpu', '--pin'], /pin/],
+      [['--corpus', dir, '--max-batch', '0'], /max-batch/],
+    ];
+    for (const [args, message] of cases) {
+      const r = spawnSync(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+        encoding: 'utf8',
+        timeout: 20_000,
+      });
+      assert.notEqual(r.status, 0, `${args.join(' ')}: ${r.stderr}`);
+      assert.equal(r.signal, null);
+      const lines = r.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], /^maxsim: /);
+      assert.match(lines[0], message);
+    }
   });
 
   test("the README's TypeScript and Python clients run against a server", { timeout: 30_000 }, async () => {
