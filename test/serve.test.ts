@@ -595,6 +595,18 @@ describe('maxsim serve appends', () => {
       },
     );
     for (const x of rr.json.results) assert.equal(x.relevance_score, want[x.index]);
+    // an append (quantized in the writer's worker thread), then a writer that holds the lock: a clear
+    // error, the corpus unchanged, the server serving
+    const add = await post(`${url}/v1/documents`, { documents: [{ embeddings: randomTokens(4) }] });
+    assert.equal(add.status, 201, add.text);
+    assert.equal(add.json.documents, 121);
+    fs.writeFileSync(path.join(dir, 'LOCK'), String(process.ppid));
+    const busy = await post(`${url}/v1/documents`, { documents: [{ embeddings: randomTokens(4) }] });
+    expectError(busy, 500);
+    assert.match(busy.json.error.message, /being written by process/);
+    fs.rmSync(path.join(dir, 'LOCK'));
+    assert.equal(openCorpus(dir).info.documents, 121);
+    assert.equal((await post(`${url}/v1/search`, { queries: q, top_k: 1 })).status, 200);
   });
 });
 

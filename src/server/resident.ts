@@ -3,10 +3,11 @@
 // publishes a new segment through CorpusWriter, opens the corpus again and only then swaps the
 // snapshot: a search runs on the snapshot it started with, so it sees a segment whole or not at all.
 
+import { Worker } from 'node:worker_threads';
 import { type CudaDevice, type CudaMemory, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import { type CorpusInfo, CorpusWriter, typedView } from '../io/corpus.js';
+import { type CorpusInfo, typedView } from '../io/corpus.js';
 import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
@@ -19,6 +20,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import type { AppendJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
 
 /** An id (or index) the corpus does not hold: HTTP 404. */
@@ -278,15 +280,7 @@ export class ResidentCorpus {
               .join(', ')}${taken.length > MISSING_SHOWN ? ', ...' : ''}`,
           );
       }
-      const batch = raggedBatch(docs.data, docs.offsets, { dim: docs.dim, checkFinite: false });
-      const writer = CorpusWriter.append(this.dir);
-      try {
-        writer.add(batch, ids);
-        writer.commit();
-      } catch (e) {
-        writer.abort();
-        throw e;
-      }
+      await writeSegment({ dir: this.dir, data: docs.data, offsets: docs.offsets, dim: docs.dim, ids });
       const corpus = openCorpus(this.dir);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
       const segments =
@@ -296,7 +290,7 @@ export class ResidentCorpus {
       this.current = snapshotOf(corpus, segments);
       before.retired = true;
       if (before.users === 0) before.corpus.close();
-      return { first: info.documents, added: batch.count, info: corpus.info };
+      return { first: info.documents, added: docs.offsets.length - 1, info: corpus.info };
     };
     const result = this.writes.then(run, run);
     this.writes = result.catch(() => undefined);
@@ -325,6 +319,38 @@ function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
     for (let i = 0; i < corpus.info.documents; i++) idIndex.set(corpus.id(i), i);
   }
   return { corpus, idIndex, segments, mapped: new Map(), users: 0, retired: false };
+}
+
+/** Runs CorpusWriter.append / add / commit in a worker thread; its errors come back with their class. */
+function writeSegment(job: AppendJob): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./append-worker.js', import.meta.url), { workerData: job });
+    let answered = false;
+    worker.once(
+      'message',
+      (m: {
+        ok: boolean;
+        name?: string;
+        message?: string;
+        argument?: string;
+        expected?: string;
+        received?: string;
+      }) => {
+        answered = true;
+        if (m.ok) return resolve();
+        if (m.name === 'InvalidArgumentError')
+          return reject(new InvalidArgumentError(m.argument!, m.expected!, m.received!));
+        reject(new MaxsimError(m.message ?? 'the append failed'));
+      },
+    );
+    worker.once('error', (e) => {
+      answered = true;
+      reject(new MaxsimError(`the append failed: ${e.message}`));
+    });
+    worker.once('exit', (code) => {
+      if (!answered) reject(new MaxsimError(`the append worker exited with code ${code}`));
+    });
+  });
 }
 
 /** Candidate positions grouped by segment: segment -> (positions in the request, indices in the segment). */
