@@ -15,7 +15,6 @@ import { quantize } from '../ops/quantize.js';
 import {
   type Hit,
   matrixAsBatch,
-  raggedBatch,
   selectItems,
   type TokenBatch,
   type TokenMatrix,
