@@ -5,8 +5,10 @@
 //
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 256]
-//        [--max-wait-ms 2] [--threads T] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
+//        [--max-wait-ms 2] [--threads T] [--soak S] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
 // The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
+// --soak S: the batched server alone under full load for S seconds, its RSS, JS heap and GPU memory
+// sampled about 30 times (is memory flat?).
 // Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
 // --backend cuda --docs 100000 --doc-len 128 --connections 256.
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -30,6 +32,7 @@ interface Args {
   rounds: number;
   amount?: number;
   threads?: number;
+  soak?: number;
   backend: string;
   maxBatch: number;
   maxWaitMs: number;
@@ -65,6 +68,7 @@ function parseArgs(argv: string[]): Args {
     '--rounds': 'rounds',
     '--amount': 'amount',
     '--threads': 'threads',
+    '--soak': 'soak',
     '--max-batch': 'maxBatch',
   };
   for (let i = 0; i < argv.length; i++) {
@@ -96,6 +100,7 @@ function parseArgs(argv: string[]): Args {
       i++;
     } else throw new Error(`unknown argument ${flag}`);
   }
+  if ((a.soak ?? 0) > 1800) throw new Error('--soak: at most 1800 s');
   if (a.duration * a.rounds * 2 > 1800) throw new Error('--duration x --rounds x 2: at most 1800 s');
   return a;
 }
@@ -263,6 +268,46 @@ function row(label: string, r: RunResult): string {
   return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}  ${r.loopP99Ms.toFixed(1).padStart(7)}  ${r.loopMaxMs.toFixed(1).padStart(7)}`;
 }
 
+async function soak(a: Args, corpus: string, requests: object[]) {
+  const server: Server = { ...(await startServer(a, corpus, a.maxBatch)), maxBatch: a.maxBatch };
+  try {
+    await warm(server, a, requests);
+    const load = autocannon({
+      url: server.url,
+      connections: a.connections,
+      duration: a.soak,
+      headers: HEADERS,
+      requests,
+      timeout: 60,
+    });
+    const every = Math.max(1, a.soak! / 30) * 1000;
+    const started = performance.now();
+    const mib = (x: number) => (Number.isFinite(x) ? (x / 2 ** 20).toFixed(1) : '-');
+    console.log('seconds   rss MiB   heap MiB   gpu in use MiB   served');
+    let done = false;
+    void load.then(() => {
+      done = true;
+    });
+    while (!done) {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const served = [
+        ...text.matchAll(/^maxsim_http_requests_total\{route="\/v1\/search"[^}]*status="200"\} (\S+)/gm),
+      ].reduce((x, m) => x + Number(m[1]), 0);
+      console.log(
+        `${((performance.now() - started) / 1000).toFixed(0).padStart(7)}  ${mib(gauge(text, 'maxsim_process_resident_memory_bytes')).padStart(8)}  ${mib(gauge(text, 'maxsim_nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(Number(/^maxsim_gpu_memory_bytes\{kind="in_use"\} (\S+)/m.exec(text)?.[1])).padStart(15)}  ${String(served).padStart(7)}`,
+      );
+      await new Promise((r) => setTimeout(r, every));
+    }
+    const r = await load;
+    console.log(
+      `soak: ${(r['2xx'] / r.duration).toFixed(1)} requests/s, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors + r.timeouts}`,
+    );
+  } finally {
+    const code = await stopServer(server.child);
+    if (code !== 0) console.error(`bench/serve: the server exited with ${code} after SIGTERM`);
+  }
+}
+
 const a = parseArgs(process.argv.slice(2));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-bench-serve-'));
 try {
@@ -286,6 +331,10 @@ try {
     });
   });
   const requests = bodies.map((body) => ({ method: 'POST', path: '/v1/search', body }));
+  if (a.soak) {
+    await soak(a, corpus, requests);
+    process.exit(0);
+  }
   // both servers stay up; the rounds alternate between them (ABBA), so a change in the machine's
   // load hits both alike
   const servers: Server[] = [];
