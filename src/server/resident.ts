@@ -12,13 +12,7 @@ import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
-import {
-  type Hit,
-  matrixAsBatch,
-  selectItems,
-  type TokenBatch,
-  type TokenMatrix,
-} from '../tensor.js';
+import { type Hit, matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { AppendJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
 
