@@ -119,6 +119,7 @@ export {
   type TrainPairs,
 } from './ops/train.js';
 export { type TwoStageOptions, twoStageTopK, twoStageTopKAll } from './ops/two-stage.js';
+export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';
 export {
   batchItem,
   bf16BitsToFloat,

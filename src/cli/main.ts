@@ -13,6 +13,7 @@ import { Progress } from './progress.js';
 import { quantizeCommand } from './quantize.js';
 import { scoreCommand } from './score.js';
 import { searchCommand } from './search.js';
+import { serveCommand } from './serve.js';
 import { verifyCommand } from './verify.js';
 
 const USAGE_EXIT_CODE = 2;
@@ -43,6 +44,7 @@ function buildProgram(): Command {
     scoreCommand(),
     chamferCommand(),
     searchCommand(),
+    serveCommand(),
     corpusCommand(),
     quantizeCommand(),
     benchCommand(),

@@ -1,0 +1,390 @@
+// `maxsim serve` under load: two spawned servers on loopback, one with cross-request batching
+// (--max-batch B) and one without (--max-batch 1), driven in turn by autocannon with base64 float16
+// search bodies, in the same run. Reports requests/s, p50 / p99 latency, the mean queries per pass and the scoring time
+// per pass and the event-loop delay (from the server's /metrics), and the batched / unbatched ratio.
+//
+// Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
+//        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 256]
+//        [--max-wait-ms 2] [--threads T] [--soak S] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
+// The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
+// --soak S: the batched server alone under full load for S seconds, its RSS, JS heap and GPU memory
+// sampled about 30 times (is memory flat?).
+// Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
+// --backend cuda --docs 100000 --doc-len 128 --connections 256.
+import { type ChildProcess, spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { CorpusWriter } from '../src/io/corpus.js';
+import { encodeFloats } from '../src/tensor.js';
+
+interface Args {
+  docs: number;
+  docLen: number;
+  dim: number;
+  queryLen: number;
+  topK: number;
+  connections: number;
+  duration: number;
+  rounds: number;
+  amount?: number;
+  threads?: number;
+  soak?: number;
+  backend: string;
+  maxBatch: number;
+  maxWaitMs: number;
+  corpus?: string;
+  dtype: 'float16' | 'bfloat16' | 'float32';
+  json: boolean;
+}
+
+function parseArgs(argv: string[]): Args {
+  const a: Args = {
+    docs: 4000,
+    docLen: 64,
+    dim: 128,
+    queryLen: 32,
+    topK: 10,
+    connections: 32,
+    duration: 5,
+    rounds: 3,
+    backend: 'cpu',
+    maxBatch: 256,
+    maxWaitMs: 2,
+    dtype: 'float16',
+    json: false,
+  };
+  const ints: Record<string, keyof Args> = {
+    '--docs': 'docs',
+    '--doc-len': 'docLen',
+    '--dim': 'dim',
+    '--query-len': 'queryLen',
+    '--top-k': 'topK',
+    '--connections': 'connections',
+    '--duration': 'duration',
+    '--rounds': 'rounds',
+    '--amount': 'amount',
+    '--threads': 'threads',
+    '--soak': 'soak',
+    '--max-batch': 'maxBatch',
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    const value = argv[i + 1];
+    if (flag === '--json') a.json = true;
+    else if (flag in ints) {
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < 1)
+        throw new Error(`${flag}: expected a positive integer, received ${value}`);
+      (a as unknown as Record<string, number>)[ints[flag]] = n;
+      i++;
+    } else if (flag === '--max-wait-ms') {
+      a.maxWaitMs = Number(value);
+      if (!(a.maxWaitMs >= 0)) throw new Error(`--max-wait-ms: expected a number >= 0, received ${value}`);
+      i++;
+    } else if (flag === '--backend') {
+      if (!['cpu', 'cuda', 'auto'].includes(value))
+        throw new Error(`--backend: cpu, cuda or auto, received ${value}`);
+      a.backend = value;
+      i++;
+    } else if (flag === '--dtype') {
+      if (!['float16', 'bfloat16', 'float32'].includes(value))
+        throw new Error(`--dtype: float16, bfloat16 or float32, received ${value}`);
+      a.dtype = value as Args['dtype'];
+      i++;
+    } else if (flag === '--corpus') {
+      a.corpus = value;
+      i++;
+    } else throw new Error(`unknown argument ${flag}`);
+  }
+  if ((a.soak ?? 0) > 1800) throw new Error('--soak: at most 1800 s');
+  if (a.duration * a.rounds * 2 > 1800) throw new Error('--duration x --rounds x 2: at most 1800 s');
+  return a;
+}
+
+interface Cannon {
+  requests: { average: number };
+  latency: { p50: number; p99: number; average: number };
+  non2xx: number;
+  errors: number;
+  timeouts: number;
+  duration: number;
+  '2xx': number;
+}
+type AutocannonFn = (opts: Record<string, unknown>) => Promise<Cannon>;
+const autocannon = createRequire(import.meta.url)('autocannon') as AutocannonFn;
+
+const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+
+function buildCorpus(a: Args, dir: string) {
+  const rng = new Rng(11);
+  const w = CorpusWriter.create(dir, { dim: a.dim, dtype: a.dtype });
+  const chunk = Math.max(1, Math.floor((1 << 22) / (a.docLen * a.dim)));
+  for (let at = 0; at < a.docs; at += chunk) {
+    const n = Math.min(chunk, a.docs - at);
+    const data = encodeFloats(randomUnitTokens(rng, n * a.docLen, a.dim), a.dtype);
+    w.addEncoded({ data, lengths: new Int32Array(n).fill(a.docLen) });
+  }
+  w.commit();
+}
+
+function startServer(
+  a: Args,
+  corpus: string,
+  maxBatch: number,
+): Promise<{ child: ChildProcess; url: string }> {
+  const args = [
+    CLI,
+    'serve',
+    '--corpus',
+    corpus,
+    '--port',
+    '0',
+    '--backend',
+    a.backend,
+    '--max-batch',
+    String(maxBatch),
+    '--max-wait-ms',
+    String(a.maxWaitMs),
+    '--log-level',
+    'warn',
+    // the queue holds every connection's request: the bench measures throughput, not refusals
+    '--max-queue',
+    String(Math.max(1024, 4 * a.connections)),
+    ...(a.threads ? ['--threads', String(a.threads)] : []),
+  ];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`the server did not start in 120 s: ${err}`)), 120_000);
+    child.stderr!.on('data', (d) => {
+      err += String(d);
+      const m = /listening on (http:\/\/\S+)/.exec(err);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1] });
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`the server exited with ${code}: ${err}`)));
+  });
+}
+
+async function stopServer(child: ChildProcess): Promise<number | null> {
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  child.kill('SIGTERM');
+  return exited;
+}
+
+/** Sum and count of a Prometheus histogram in /metrics text. */
+function histogram(text: string, name: string): { sum: number; count: number } {
+  const sum = Number(new RegExp(`^${name}_sum (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+  const count = Number(new RegExp(`^${name}_count (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return { sum, count };
+}
+
+interface RunResult {
+  maxBatch: number;
+  requestsPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  ok: number;
+  non2xx: number;
+  errors: number;
+  queriesPerPass: number;
+  msPerPass: number;
+  passes: number;
+  /** The server's event-loop delay during the run, p99 and max (prom-client's monitor, reset per scrape). */
+  loopP99Ms: number;
+  loopMaxMs: number;
+}
+
+interface Server {
+  child: ChildProcess;
+  url: string;
+  maxBatch: number;
+}
+
+const HEADERS = { 'content-type': 'application/json' };
+
+async function warm(server: Server, a: Args, requests: object[]) {
+  // page cache, kernels, JIT (bounded)
+  await autocannon({
+    url: server.url,
+    connections: Math.min(4, a.connections),
+    amount: 40,
+    headers: HEADERS,
+    requests,
+    timeout: 60,
+  });
+}
+
+async function measure(server: Server, a: Args, requests: object[]): Promise<RunResult> {
+  const { url } = server;
+  const before = await (await fetch(`${url}/metrics`)).text();
+  const r = await autocannon({
+    url,
+    connections: a.connections,
+    duration: a.duration,
+    ...(a.amount ? { amount: a.amount } : {}),
+    headers: HEADERS,
+    requests,
+    timeout: 60,
+  });
+  const after = await (await fetch(`${url}/metrics`)).text();
+  const b0 = histogram(before, 'maxsim_batch_queries');
+  const b1 = histogram(after, 'maxsim_batch_queries');
+  const t0 = histogram(before, 'maxsim_pass_duration_seconds');
+  const t1 = histogram(after, 'maxsim_pass_duration_seconds');
+  const passes = b1.count - b0.count;
+  return {
+    maxBatch: server.maxBatch,
+    requestsPerSecond: r['2xx'] / r.duration,
+    p50Ms: r.latency.p50,
+    p99Ms: r.latency.p99,
+    ok: r['2xx'],
+    non2xx: r.non2xx,
+    errors: r.errors + r.timeouts,
+    queriesPerPass: (b1.sum - b0.sum) / passes,
+    msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
+    passes,
+    loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
+    loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
+  };
+}
+
+function gauge(text: string, name: string): number {
+  return Number(new RegExp(`^${name} (\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+function row(label: string, r: RunResult): string {
+  return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}  ${r.loopP99Ms.toFixed(1).padStart(7)}  ${r.loopMaxMs.toFixed(1).padStart(7)}`;
+}
+
+async function soak(a: Args, corpus: string, requests: object[]) {
+  const server: Server = { ...(await startServer(a, corpus, a.maxBatch)), maxBatch: a.maxBatch };
+  try {
+    await warm(server, a, requests);
+    const load = autocannon({
+      url: server.url,
+      connections: a.connections,
+      duration: a.soak,
+      headers: HEADERS,
+      requests,
+      timeout: 60,
+    });
+    const every = Math.max(1, a.soak! / 30) * 1000;
+    const started = performance.now();
+    const mib = (x: number) => (Number.isFinite(x) ? (x / 2 ** 20).toFixed(1) : '-');
+    console.log('seconds   rss MiB   heap MiB   gpu in use MiB   served');
+    let done = false;
+    void load.then(() => {
+      done = true;
+    });
+    while (!done) {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const served = [
+        ...text.matchAll(/^maxsim_http_requests_total\{route="\/v1\/search"[^}]*status="200"\} (\S+)/gm),
+      ].reduce((x, m) => x + Number(m[1]), 0);
+      console.log(
+        `${((performance.now() - started) / 1000).toFixed(0).padStart(7)}  ${mib(gauge(text, 'maxsim_process_resident_memory_bytes')).padStart(8)}  ${mib(gauge(text, 'maxsim_nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(Number(/^maxsim_gpu_memory_bytes\{kind="in_use"\} (\S+)/m.exec(text)?.[1])).padStart(15)}  ${String(served).padStart(7)}`,
+      );
+      await new Promise((r) => setTimeout(r, every));
+    }
+    const r = await load;
+    console.log(
+      `soak: ${(r['2xx'] / r.duration).toFixed(1)} requests/s, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors + r.timeouts}`,
+    );
+  } finally {
+    const code = await stopServer(server.child);
+    if (code !== 0) console.error(`bench/serve: the server exited with ${code} after SIGTERM`);
+  }
+}
+
+const a = parseArgs(process.argv.slice(2));
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-bench-serve-'));
+try {
+  let corpus = a.corpus;
+  if (!corpus) {
+    corpus = path.join(tmp, 'docs.msx');
+    const t = performance.now();
+    buildCorpus(a, corpus);
+    console.error(
+      `bench/serve: built ${a.docs} documents x ${a.docLen} tokens, d = ${a.dim}, ${a.dtype} in ${((performance.now() - t) / 1000).toFixed(1)} s`,
+    );
+  }
+  // 64 distinct queries of queryLen tokens as base64 float16 bodies, cycled by every connection
+  const rng = new Rng(7);
+  const bodies = Array.from({ length: 64 }, () => {
+    const bits = encodeFloats(randomUnitTokens(rng, a.queryLen, a.dim), 'float16') as Uint16Array;
+    const b64 = Buffer.from(bits.buffer, bits.byteOffset, bits.byteLength).toString('base64');
+    return JSON.stringify({
+      queries: { b64, dtype: 'float16', shape: [1, a.queryLen, a.dim] },
+      top_k: a.topK,
+    });
+  });
+  const requests = bodies.map((body) => ({ method: 'POST', path: '/v1/search', body }));
+  if (a.soak) {
+    await soak(a, corpus, requests);
+    process.exit(0);
+  }
+  // both servers stay up; the rounds alternate between them (ABBA), so a change in the machine's
+  // load hits both alike
+  const servers: Server[] = [];
+  for (const maxBatch of [a.maxBatch, 1])
+    servers.push({ ...(await startServer(a, corpus, maxBatch)), maxBatch });
+  const results: RunResult[][] = [[], []];
+  try {
+    for (const s of servers) await warm(s, a, requests);
+    for (let round = 0; round < a.rounds; round++) {
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) results[i].push(await measure(servers[i], a, requests));
+    }
+  } finally {
+    for (const s of servers) {
+      const code = await stopServer(s.child);
+      if (code !== 0)
+        console.error(`bench/serve: the server (max-batch ${s.maxBatch}) exited with ${code} after SIGTERM`);
+    }
+  }
+  const ratios = results[0].map((r, i) => r.requestsPerSecond / results[1][i].requestsPerSecond);
+  const ratio = median(ratios);
+  const setup = {
+    docs: a.docs,
+    docLen: a.docLen,
+    dim: a.dim,
+    queryLen: a.queryLen,
+    topK: a.topK,
+    connections: a.connections,
+    duration: a.duration,
+    rounds: a.rounds,
+    backend: a.backend,
+    dtype: a.corpus ? 'given' : a.dtype,
+    maxWaitMs: a.maxWaitMs,
+    threads: a.threads ?? 'all',
+    cpus: os.cpus().length,
+  };
+  if (a.json)
+    console.log(JSON.stringify({ setup, batched: results[0], unbatched: results[1], ratios, ratio }));
+  else {
+    console.log(
+      `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections, ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
+    );
+    console.log(
+      'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max',
+    );
+    for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
+    console.log(
+      `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
+    );
+  }
+} finally {
+  fs.rmSync(tmp, { recursive: true, force: true });
+}

@@ -1,0 +1,132 @@
+// `maxsim serve`: the HTTP service (src/server/app.ts) over an on-disk corpus, until SIGTERM / SIGINT.
+import * as fs from 'node:fs';
+import { Command, Option } from 'commander';
+import type { BackendChoice } from '../backends/select.js';
+import { InvalidArgumentError } from '../errors.js';
+import { createServer } from '../server/index.js';
+import { integerOption } from './common.js';
+
+interface ServeOptions {
+  corpus: string;
+  host: string;
+  port: number;
+  backend: BackendChoice;
+  pin?: boolean;
+  threads?: number;
+  gpuMemory?: number;
+  maxBatch: number;
+  maxWaitMs: number;
+  maxQueue?: number;
+  apiKeyFile?: string;
+  authReads?: boolean;
+  bodyLimit: number;
+  timeoutMs: number;
+  logLevel: string;
+}
+
+function numberOption(min: number): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (!Number.isFinite(n) || n < min) throw new InvalidArgumentError('option', `a number >= ${min}`, value);
+    return n;
+  };
+}
+
+function readKey(file: string): string {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new InvalidArgumentError('--api-key-file', 'a readable file holding the key', (e as Error).message);
+  }
+  const key = text.trim();
+  if (key.length < 8 || /\s/.test(key))
+    throw new InvalidArgumentError(
+      '--api-key-file',
+      'one key of at least 8 characters without spaces',
+      `${key.length} characters${/\s/.test(key) ? ' with whitespace' : ''}`,
+    );
+  return key;
+}
+
+export function serveCommand(): Command {
+  return new Command('serve')
+    .description(
+      'serve search / rerank / score over HTTP for a resident corpus, batching concurrent requests into one pass ' +
+        '(POST /v1/search, /v1/rerank, /v1/score, /v1/documents; GET /healthz, /readyz, /metrics, /openapi.json, /v1/info)',
+    )
+    .requiredOption('--corpus <dir>', 'the corpus (maxsim corpus build)')
+    .option('--host <address>', 'address to bind (default loopback only)', '127.0.0.1')
+    .option('--port <n>', 'port (0: any free port)', integerOption(0, 65535), 8080)
+    .addOption(
+      new Option('--backend <name>', 'scoring backend').choices(['auto', 'cpu', 'cuda']).default('auto'),
+    )
+    .option('--pin', 'CUDA: page-lock the corpus files and stream them instead of uploading the corpus')
+    .option('--threads <n>', 'CPU worker threads (default all cores)', integerOption(1))
+    .option('--gpu-memory <MiB>', 'CUDA: device memory the resident corpus may take', integerOption(1))
+    .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 256)
+    .option('--max-wait-ms <ms>', 'longest wait for company before a pass starts', numberOption(0), 2)
+    .option(
+      '--max-queue <n>',
+      'queries queued at most before 429 (default 16 x max-batch, at least 1024)',
+      integerOption(1),
+    )
+    .option('--api-key-file <file>', 'bearer token required for writes (POST /v1/documents)')
+    .option('--auth-reads', 'require the API key for searches, reranks, scores and /v1/info too')
+    .option('--body-limit <MiB>', 'largest request body', integerOption(1), 64)
+    .option('--timeout-ms <ms>', 'per-request deadline (504 beyond)', integerOption(1), 30_000)
+    .addOption(
+      new Option('--log-level <level>', 'log level (one JSON line per request at info)')
+        .choices(['fatal', 'error', 'warn', 'info', 'debug', 'silent'])
+        .default('info'),
+    )
+    .action(async (opts: ServeOptions) => {
+      if (opts.authReads && opts.apiKeyFile === undefined)
+        throw new InvalidArgumentError('--auth-reads', '--api-key-file with it', 'no key file');
+      const server = await createServer({
+        corpus: opts.corpus,
+        host: opts.host,
+        port: opts.port,
+        backend: opts.backend,
+        pin: opts.pin,
+        threads: opts.threads,
+        gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+        maxBatch: opts.maxBatch,
+        maxWaitMs: opts.maxWaitMs,
+        maxQueue: opts.maxQueue,
+        apiKey: opts.apiKeyFile === undefined ? undefined : readKey(opts.apiKeyFile),
+        authReads: opts.authReads,
+        bodyLimit: opts.bodyLimit * 1024 * 1024,
+        timeoutMs: opts.timeoutMs,
+        logger: { level: opts.logLevel },
+      });
+      const { url } = await server.listen();
+      const info = server.resident.info;
+      process.stderr.write(
+        `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype})\n`,
+      );
+      // stop accepting, answer what is in flight, release the corpus and the GPU, exit 0; a second
+      // signal exits at once
+      await new Promise<void>((resolve) => {
+        let stopping = false;
+        const stop = (signal: NodeJS.Signals) => {
+          if (stopping) process.exit(1);
+          stopping = true;
+          process.stderr.write(`maxsim serve: ${signal}: draining\n`);
+          server.close().then(
+            () => {
+              process.stderr.write('maxsim serve: stopped\n');
+              resolve();
+            },
+            (e) => {
+              process.stderr.write(`maxsim serve: shutdown failed: ${(e as Error).message}\n`);
+              process.exitCode = 1;
+              resolve();
+            },
+          );
+        };
+        process.on('SIGTERM', stop);
+        process.on('SIGINT', stop);
+      });
+    });
+}

@@ -1,0 +1,233 @@
+// Embeddings in request bodies: nested JSON arrays, base64 little-endian tensors ({b64, dtype, shape}) or
+// .npy bytes, decoded to packed float32 token rows. Every request is decoded to float32 whatever it
+// sent, so a query scores the same alone or gathered with others into one pass.
+
+import { FormatError, InvalidArgumentError } from '../errors.js';
+import type { NpyArray } from '../io/array.js';
+import { parseNpy } from '../io/npy.js';
+import { decodeToFloat32, type FloatDType } from '../tensor.js';
+
+/** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
+export interface PackedTokens {
+  data: Float32Array;
+  offsets: number[];
+  dim: number;
+}
+
+export interface B64Tensor {
+  b64: string;
+  dtype?: FloatDType;
+  shape: number[];
+  /** [n, L, d] only: real tokens of each item (<= L); the rest is padding. */
+  lengths?: number[];
+}
+
+const DTYPE_BYTES: Record<FloatDType, number> = { float32: 4, float16: 2, bfloat16: 2 };
+// Standard base64 (RFC 4648 section 4) with padding; Buffer.from would skip bad characters silently.
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+const isLittleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+function describe(x: unknown): string {
+  if (Array.isArray(x)) return `an array of ${x.length}`;
+  if (x === null) return 'null';
+  if (typeof x === 'string') return x.length > 40 ? `a string of ${x.length} characters` : JSON.stringify(x);
+  if (typeof x === 'number') return String(x);
+  return typeof x;
+}
+
+/** How many items an embedding field holds: 'one' is [L, d] (a query), 'many' is [n, L, d]. */
+export type Arity = 'one' | 'many';
+
+/** Decodes an embedding field of a JSON body. `dim`, when known, is checked here (so the field is named). */
+export function decodeEmbeddings(value: unknown, field: string, arity: Arity, dim?: number): PackedTokens {
+  if (Array.isArray(value)) return decodeNested(value, field, arity, dim);
+  if (typeof value === 'object' && value !== null && 'b64' in value)
+    return decodeB64(value as B64Tensor, field, arity, dim);
+  throw new InvalidArgumentError(
+    field,
+    arity === 'one'
+      ? 'a [tokens][dim] array of numbers or {b64, dtype, shape: [L, d]}'
+      : 'a [items][tokens][dim] array of numbers or {b64, dtype, shape: [n, L, d]}',
+    describe(value),
+  );
+}
+
+function checkRow(row: unknown, field: string, dim: number, out: number[]) {
+  if (!Array.isArray(row)) throw new InvalidArgumentError(field, `an array of ${dim} numbers`, describe(row));
+  if (row.length !== dim)
+    throw new InvalidArgumentError(
+      field,
+      `${dim} numbers (the embedding dimension)`,
+      `${row.length} numbers`,
+    );
+  for (let j = 0; j < dim; j++) {
+    const x = row[j];
+    // JSON has no NaN, but 1e999 parses to Infinity
+    if (typeof x !== 'number' || !Number.isFinite(x))
+      throw new InvalidArgumentError(`${field}[${j}]`, 'a finite number', describe(x));
+    out.push(x);
+  }
+}
+
+function decodeNested(value: unknown[], field: string, arity: Arity, dim?: number): PackedTokens {
+  const items = arity === 'one' ? [value] : value;
+  const values: number[] = [];
+  const offsets = [0];
+  let d = dim;
+  let tokens = 0;
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i];
+    const itemField = arity === 'one' ? field : `${field}[${i}]`;
+    if (!Array.isArray(item))
+      throw new InvalidArgumentError(itemField, 'an array of token vectors', describe(item));
+    for (let t = 0; t < item.length; t++) {
+      const row = item[t];
+      if (d === undefined) {
+        if (!Array.isArray(row) || row.length === 0)
+          throw new InvalidArgumentError(`${itemField}[${t}]`, 'a non-empty array of numbers', describe(row));
+        d = row.length;
+      }
+      checkRow(row, `${itemField}[${t}]`, d, values);
+    }
+    tokens += item.length;
+    offsets.push(tokens);
+  }
+  if (d === undefined)
+    throw new InvalidArgumentError(field, 'at least one token vector (to know the dimension)', 'none');
+  return { data: Float32Array.from(values), offsets, dim: d };
+}
+
+function checkShape(shape: unknown, field: string, arity: Arity): number[] {
+  const rank = arity === 'one' ? 2 : 3;
+  const what = arity === 'one' ? '[L, d]' : '[n, L, d]';
+  if (!Array.isArray(shape) || shape.length !== rank)
+    throw new InvalidArgumentError(`${field}.shape`, `${what} (${rank} integers)`, describe(shape));
+  shape.forEach((s, i) => {
+    if (!Number.isSafeInteger(s) || s < 0 || (i === rank - 1 && s < 1))
+      throw new InvalidArgumentError(
+        `${field}.shape[${i}]`,
+        i === rank - 1 ? 'a positive integer' : 'a non-negative integer',
+        describe(s),
+      );
+  });
+  return shape as number[];
+}
+
+/** A typed float view of little-endian bytes in `dtype`, copied to an aligned buffer. */
+function floatsOf(bytes: Uint8Array, dtype: FloatDType): Float32Array | Uint16Array {
+  const copy = new Uint8Array(bytes.length);
+  copy.set(bytes);
+  if (!isLittleEndian)
+    throw new Error('base64 tensors are little-endian: big-endian hosts are not supported');
+  return dtype === 'float32' ? new Float32Array(copy.buffer) : new Uint16Array(copy.buffer);
+}
+
+function decodeB64(t: B64Tensor, field: string, arity: Arity, dim?: number): PackedTokens {
+  if (typeof t.b64 !== 'string')
+    throw new InvalidArgumentError(`${field}.b64`, 'a base64 string', describe(t.b64));
+  const dtype = t.dtype ?? 'float32';
+  if (!(dtype in DTYPE_BYTES))
+    throw new InvalidArgumentError(`${field}.dtype`, "'float32', 'float16' or 'bfloat16'", describe(t.dtype));
+  const shape = checkShape(t.shape, field, arity);
+  if (!BASE64.test(t.b64))
+    throw new InvalidArgumentError(
+      `${field}.b64`,
+      'standard base64 (A-Z a-z 0-9 + /, padded with =)',
+      `invalid base64 (${t.b64.length} characters)`,
+    );
+  const bytes = Buffer.from(t.b64, 'base64');
+  const elements = shape.reduce((a, b) => a * b, 1);
+  const need = elements * DTYPE_BYTES[dtype];
+  if (bytes.length !== need)
+    throw new InvalidArgumentError(
+      `${field}.b64`,
+      `${need} bytes (shape [${shape.join(', ')}] of ${dtype})`,
+      `${bytes.length} bytes`,
+    );
+  const values = decodeToFloat32(floatsOf(bytes, dtype), dtype, shape[shape.length - 1]);
+  return packDense(values, shape, t.lengths, field, dim);
+}
+
+/** Decodes a .npy body ([L, d] for 'one'; [n, L, d], or [L, d] as one item, for 'many'). */
+export function decodeNpy(bytes: Uint8Array, field: string, arity: Arity, dim?: number): PackedTokens {
+  let arr: NpyArray;
+  try {
+    arr = parseNpy(bytes, field);
+  } catch (e) {
+    if (e instanceof FormatError) throw new InvalidArgumentError(field, 'a valid .npy array', e.message);
+    throw e;
+  }
+  const dtype = arr.dtype as FloatDType;
+  if (!(dtype in DTYPE_BYTES))
+    throw new InvalidArgumentError(`${field}.dtype`, "'<f4' or '<f2' (float32 or float16)", arr.dtype);
+  const shape = arity === 'many' && arr.shape.length === 2 ? [1, ...arr.shape] : arr.shape;
+  checkShape(shape, field, arity);
+  const values = decodeToFloat32(arr.data as Float32Array | Uint16Array, dtype, shape[shape.length - 1]);
+  return packDense(Float32Array.from(values), shape, undefined, field, dim);
+}
+
+function packDense(
+  values: Float32Array,
+  shape: number[],
+  lengths: number[] | undefined,
+  field: string,
+  dim?: number,
+): PackedTokens {
+  const d = shape[shape.length - 1];
+  if (dim !== undefined && d !== dim)
+    throw new InvalidArgumentError(
+      `${field}.shape[${shape.length - 1}]`,
+      `${dim} (the embedding dimension)`,
+      String(d),
+    );
+  const bad = values.findIndex((x) => !Number.isFinite(x));
+  if (bad >= 0)
+    throw new InvalidArgumentError(
+      field,
+      'finite values',
+      `a non-finite value (${values[bad]}) at element ${bad}`,
+    );
+  if (shape.length === 2) {
+    if (lengths !== undefined)
+      throw new InvalidArgumentError(`${field}.lengths`, 'no lengths for one [L, d] item', 'lengths');
+    return { data: values, offsets: [0, shape[0]], dim: d };
+  }
+  const [n, L] = shape;
+  if (lengths === undefined) {
+    return { data: values, offsets: Array.from({ length: n + 1 }, (_, i) => i * L), dim: d };
+  }
+  if (!Array.isArray(lengths) || lengths.length !== n)
+    throw new InvalidArgumentError(`${field}.lengths`, `${n} integers (one per item)`, describe(lengths));
+  const offsets = [0];
+  const packed = new Float32Array(lengths.reduce((a, l) => a + (Number.isInteger(l) ? l : 0), 0) * d);
+  let at = 0;
+  lengths.forEach((l, i) => {
+    if (!Number.isInteger(l) || l < 0 || l > L)
+      throw new InvalidArgumentError(`${field}.lengths[${i}]`, `an integer in [0, ${L}]`, describe(l));
+    packed.set(values.subarray(i * L * d, (i * L + l) * d), at * d);
+    at += l;
+    offsets.push(at);
+  });
+  return { data: packed, offsets, dim: d };
+}
+
+/** Several packed sets concatenated (the batcher's one pass). */
+export function concatPacked(parts: readonly PackedTokens[], dim: number): PackedTokens {
+  let tokens = 0;
+  for (const p of parts) tokens += p.offsets[p.offsets.length - 1];
+  const data = new Float32Array(tokens * dim);
+  const offsets = [0];
+  let at = 0;
+  for (const p of parts) {
+    const n = p.offsets[p.offsets.length - 1];
+    data.set(p.data.subarray(0, n * dim), at * dim);
+    for (let i = 1; i < p.offsets.length; i++) offsets.push(at + p.offsets[i]);
+    at += n;
+  }
+  return { data, offsets, dim };
+}
+
+/** Number of items of a packed set. */
+export function itemCount(p: PackedTokens): number {
+  return p.offsets.length - 1;
+}

@@ -1,0 +1,424 @@
+// The corpus a server holds: an on-disk corpus (memory-mapped on the CPU; uploaded segment by segment
+// to the GPU when it fits there, else streamed), as an immutable snapshot. An append writes and
+// publishes a new segment through CorpusWriter, opens the corpus again and only then swaps the
+// snapshot: a search runs on the snapshot it started with, so it sees a segment whole or not at all.
+
+import { Worker } from 'node:worker_threads';
+import { type CudaDevice, type CudaMemory, cuda, type DeviceCorpus } from '../backends/cuda.js';
+import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
+import { InvalidArgumentError, MaxsimError } from '../errors.js';
+import { type CorpusInfo, typedView } from '../io/corpus.js';
+import { loadNative } from '../native.js';
+import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
+import { maxsimAll } from '../ops/maxsim.js';
+import { quantize } from '../ops/quantize.js';
+import { type Hit, matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
+import type { AppendJob } from './append-worker.js';
+import type { PackedTokens } from './codecs.js';
+
+/** An id (or index) the corpus does not hold: HTTP 404. */
+export class NotFoundError extends MaxsimError {
+  override name = 'NotFoundError';
+  constructor(
+    readonly field: string,
+    readonly missing: string[],
+    total: number,
+  ) {
+    super(
+      `${total} unknown document id${total === 1 ? '' : 's'} in ${field}: ${missing.map((m) => JSON.stringify(m)).join(', ')}${total > missing.length ? ', ...' : ''}`,
+    );
+  }
+}
+
+/** A request that conflicts with the corpus (an id it already holds): HTTP 409. */
+export class ConflictError extends MaxsimError {
+  override name = 'ConflictError';
+}
+
+export interface ResidentOptions {
+  corpus: string;
+  backend?: BackendChoice;
+  /** CUDA streaming mode: page-lock the corpus files. */
+  pin?: boolean;
+  /** CPU worker threads (default all cores). */
+  threads?: number;
+  /** CUDA device (default 0). */
+  device?: number;
+  /** CUDA: device bytes the resident corpus may take (default 3/4 of the free memory). */
+  gpuMemory?: number;
+}
+
+/** 'mapped': CPU over the mapped files; 'resident': on the GPU; 'streamed': CUDA scans of the files. */
+export type ResidentMode = 'mapped' | 'resident' | 'streamed';
+
+interface DeviceSegment {
+  firstDocument: number;
+  docs: DeviceCorpus;
+  int8?: Promise<DeviceCorpus>;
+}
+
+interface Snapshot {
+  corpus: Corpus;
+  /** CPU: each segment's documents as a batch over its mapped token rows, made on first use. */
+  mapped: Map<number, TokenBatch>;
+  idIndex: Map<string, number> | undefined;
+  segments: DeviceSegment[];
+  users: number;
+  retired: boolean;
+}
+
+/** Candidates rescored exactly per hit wanted by the int8 prefilter (as `maxsim search --prefilter`). */
+const PREFILTER_FACTOR = 4;
+const MISSING_SHOWN = 5;
+
+export class ResidentCorpus {
+  private current: Snapshot;
+  private writes: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  private constructor(
+    readonly dir: string,
+    readonly backend: BackendName,
+    readonly mode: ResidentMode,
+    private readonly options: ResidentOptions,
+    private readonly gpu: CudaDevice | undefined,
+    first: Snapshot,
+  ) {
+    this.current = first;
+  }
+
+  static async open(options: ResidentOptions): Promise<ResidentCorpus> {
+    const backend = resolveBackend(options.backend ?? 'auto');
+    const corpus = openCorpus(options.corpus);
+    if (backend === 'cpu') {
+      if (options.pin)
+        throw new InvalidArgumentError('pin', "backend 'cuda' or 'auto' (pinning feeds the GPU)", "'cpu'");
+      return new ResidentCorpus(options.corpus, 'cpu', 'mapped', options, undefined, snapshotOf(corpus, []));
+    }
+    const gpu = await cuda({ device: options.device });
+    const budget = options.gpuMemory ?? Math.floor(0.75 * (await gpu.memory()).free);
+    if (corpus.info.tokenBytes <= budget && !options.pin) {
+      const segments = await uploadSegments(gpu, corpus, 0);
+      return new ResidentCorpus(
+        options.corpus,
+        'cuda',
+        'resident',
+        options,
+        gpu,
+        snapshotOf(corpus, segments),
+      );
+    }
+    if (options.pin) await corpus.pin({ device: options.device });
+    return new ResidentCorpus(options.corpus, 'cuda', 'streamed', options, gpu, snapshotOf(corpus, []));
+  }
+
+  /** The GPU, where the server runs on CUDA. */
+  get deviceName(): string | undefined {
+    return this.gpu?.info.name;
+  }
+
+  get info(): CorpusInfo {
+    return this.current.corpus.info;
+  }
+
+  /** Runs `work` on the current snapshot; the snapshot stays usable until it returns. */
+  private async using<T>(work: (s: Snapshot) => Promise<T>): Promise<T> {
+    const s = this.current;
+    s.users++;
+    try {
+      return await work(s);
+    } finally {
+      s.users--;
+      if (s.retired && s.users === 0) s.corpus.close();
+    }
+  }
+
+  /** Top-k over the whole corpus for every query of a float32 batch. */
+  search(queries: TokenBatch, k: number, prefilter?: 'int8'): Promise<CorpusHit[][]> {
+    return this.using(async (s) => {
+      if (prefilter !== undefined && this.mode !== 'resident')
+        throw new InvalidArgumentError(
+          'prefilter',
+          `no prefilter here: the int8 prefilter runs on a GPU-resident corpus (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
+          JSON.stringify(prefilter),
+        );
+      if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
+        throw new InvalidArgumentError(
+          'prefilter',
+          'no prefilter on an int8 corpus',
+          JSON.stringify(prefilter),
+        );
+      if (this.mode !== 'resident')
+        return s.corpus.search(queries, {
+          topK: k,
+          backend: this.backend,
+          threads: this.options.threads,
+          device: this.options.device,
+          gpuMemory: this.options.gpuMemory,
+        });
+      let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
+      for (const seg of s.segments) {
+        let hits: Hit[][];
+        if (prefilter === 'int8') {
+          seg.int8 ??= seg.docs.quantize('int8');
+          const scan = await seg.int8;
+          hits = await scan.topK(queries, k, {
+            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * k },
+          });
+        } else hits = await seg.docs.topK(queries, k);
+        merged = merged.map((row, i) =>
+          mergeHits(
+            row,
+            hits[i].map((h) => ({ index: h.index + seg.firstDocument, score: h.score })),
+            k,
+          ),
+        );
+      }
+      return merged.map((row) => row.map((h) => ({ ...h, id: s.corpus.id(h.index) })));
+    });
+  }
+
+  /** Global indices of ids (an id is its index as a string in a corpus without ids). */
+  resolveIds(ids: readonly string[], field: string): number[] {
+    const s = this.current;
+    const n = s.corpus.info.documents;
+    const missing: string[] = [];
+    let total = 0;
+    const out = ids.map((id) => {
+      const index = s.idIndex ? s.idIndex.get(id) : /^(0|[1-9]\d*)$/.test(id) ? Number(id) : undefined;
+      if (index === undefined || index >= n) {
+        total++;
+        if (missing.length < MISSING_SHOWN) missing.push(id);
+        return -1;
+      }
+      return index;
+    });
+    if (total > 0) throw new NotFoundError(field, missing, total);
+    return out;
+  }
+
+  /** One query against documents of the corpus by index: [indices.length] scores. */
+  scoreDocuments(query: TokenMatrix, indices: readonly number[]): Promise<Float32Array> {
+    return this.scoreDocumentsAll(matrixAsBatch(query), indices);
+  }
+
+  /** Every query against documents of the corpus by index: [queries.count * indices.length] scores. */
+  scoreDocumentsAll(queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
+    return this.using(async (s) => {
+      const n = indices.length;
+      if (n === 0 || queries.count === 0) return new Float32Array(queries.count * n);
+      if (this.mode !== 'resident') {
+        // the candidates as views of the mapped segments (no read on this thread: the kernel's workers
+        // fault the pages in), scored segment by segment
+        const q =
+          s.corpus.info.dtype === 'int8' && queries.dtype !== 'int8' ? quantize(queries, 'int8') : queries;
+        const out = new Float32Array(queries.count * n);
+        for (const [g, { at, local }] of groupBySegment(s, indices)) {
+          const docs = selectItems(mappedSegment(s, g), local);
+          const m = await maxsimAll(q, docs, {
+            backend: this.backend,
+            threads: this.options.threads,
+            device: this.options.device,
+          });
+          scatter(out, n, m.data, at, queries.count);
+        }
+        return out;
+      }
+      // on the GPU: a view of the candidates of each segment, scored where they are (no upload)
+      const out = new Float32Array(queries.count * n);
+      const bySegment = new Map(s.segments.map((seg) => [s.corpus.file.segmentOf(seg.firstDocument), seg]));
+      for (const [g, { at, local }] of groupBySegment(s, indices)) {
+        const view = await bySegment.get(g)!.docs.select(local);
+        try {
+          const m = await view.score(queries);
+          scatter(out, n, m.data, at, queries.count);
+        } finally {
+          view.dispose();
+        }
+      }
+      return out;
+    });
+  }
+
+  /**
+   * Appends documents as one new segment (crash-safe, published atomically), then makes them visible:
+   * later searches see all of them, earlier ones none. Appends run one at a time.
+   */
+  append(
+    docs: PackedTokens,
+    ids: string[] | undefined,
+  ): Promise<{ first: number; added: number; info: CorpusInfo }> {
+    const run = async () => {
+      if (this.closed) throw new MaxsimError('the server is shutting down');
+      const before = this.current;
+      const info = before.corpus.info;
+      if (info.hasIds !== (ids !== undefined))
+        throw new InvalidArgumentError(
+          'documents[].id',
+          info.hasIds ? 'an id for every document (the corpus has ids)' : 'no ids (the corpus has no ids)',
+          ids === undefined ? 'none' : 'ids',
+        );
+      if (ids) {
+        const seen = new Set<string>();
+        const taken = ids.filter((id) => {
+          const dup = seen.has(id) || before.idIndex?.has(id) === true;
+          seen.add(id);
+          return dup;
+        });
+        if (taken.length > 0)
+          throw new ConflictError(
+            `ids already in the corpus or repeated in the request: ${taken
+              .slice(0, MISSING_SHOWN)
+              .map((t) => JSON.stringify(t))
+              .join(', ')}${taken.length > MISSING_SHOWN ? ', ...' : ''}`,
+          );
+      }
+      await writeSegment({ dir: this.dir, data: docs.data, offsets: docs.offsets, dim: docs.dim, ids });
+      const corpus = openCorpus(this.dir);
+      if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
+      const segments =
+        this.mode === 'resident'
+          ? [...before.segments, ...(await uploadSegments(this.gpu!, corpus, before.segments.length))]
+          : [];
+      this.current = snapshotOf(corpus, segments);
+      before.retired = true;
+      if (before.users === 0) before.corpus.close();
+      return { first: info.documents, added: docs.offsets.length - 1, info: corpus.info };
+    };
+    const result = this.writes.then(run, run);
+    this.writes = result.catch(() => undefined);
+    return result;
+  }
+
+  /** GPU memory of the device, where the server runs on CUDA. */
+  async memory(): Promise<CudaMemory | undefined> {
+    return this.gpu && !this.closed ? this.gpu.memory() : undefined;
+  }
+
+  /** Waits for a running append, then releases mappings, pins and GPU memory. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.writes;
+    this.closed = true;
+    this.current.corpus.close();
+    this.gpu?.dispose();
+  }
+}
+
+function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
+  let idIndex: Map<string, number> | undefined;
+  if (corpus.info.hasIds) {
+    idIndex = new Map();
+    for (let i = 0; i < corpus.info.documents; i++) idIndex.set(corpus.id(i), i);
+  }
+  return { corpus, idIndex, segments, mapped: new Map(), users: 0, retired: false };
+}
+
+/** Runs CorpusWriter.append / add / commit in a worker thread; its errors come back with their class. */
+function writeSegment(job: AppendJob): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./append-worker.js', import.meta.url), { workerData: job });
+    let answered = false;
+    worker.once(
+      'message',
+      (m: {
+        ok: boolean;
+        name?: string;
+        message?: string;
+        argument?: string;
+        expected?: string;
+        received?: string;
+      }) => {
+        answered = true;
+        if (m.ok) return resolve();
+        if (m.name === 'InvalidArgumentError')
+          return reject(new InvalidArgumentError(m.argument!, m.expected!, m.received!));
+        reject(new MaxsimError(m.message ?? 'the append failed'));
+      },
+    );
+    worker.once('error', (e) => {
+      answered = true;
+      reject(new MaxsimError(`the append failed: ${e.message}`));
+    });
+    worker.once('exit', (code) => {
+      if (!answered) reject(new MaxsimError(`the append worker exited with code ${code}`));
+    });
+  });
+}
+
+/** Candidate positions grouped by segment: segment -> (positions in the request, indices in the segment). */
+function groupBySegment(
+  s: Snapshot,
+  indices: readonly number[],
+): Map<number, { at: number[]; local: number[] }> {
+  const groups = new Map<number, { at: number[]; local: number[] }>();
+  indices.forEach((ix, i) => {
+    const g = s.corpus.file.segmentOf(ix);
+    let group = groups.get(g);
+    if (!group) {
+      group = { at: [], local: [] };
+      groups.set(g, group);
+    }
+    group.at.push(i);
+    group.local.push(ix - s.corpus.file.segments[g].firstDocument);
+  });
+  return groups;
+}
+
+/** Copies the columns of a [rows, at.length] score block to positions `at` of [rows, n]. */
+function scatter(out: Float32Array, n: number, block: Float32Array, at: number[], rows: number) {
+  for (let r = 0; r < rows; r++)
+    for (let j = 0; j < at.length; j++) out[r * n + at[j]] = block[r * at.length + j];
+}
+
+interface FileAddon {
+  mapFile(path: string, offset: number, length: number): ArrayBuffer;
+}
+
+/** Segment `g` of the snapshot as a ragged batch over its mapped token rows (and int8 scales). */
+function mappedSegment(s: Snapshot, g: number): TokenBatch {
+  const cached = s.mapped.get(g);
+  if (cached) return cached;
+  const seg = s.corpus.file.segments[g];
+  const { dtype, dim, documents, tokens, tokensSection, scalesSection } = seg.header;
+  const map = (loadNative() as unknown as { file: FileAddon }).file.mapFile;
+  const data = typedView(dtype, map(seg.file, tokensSection.offset, tokensSection.bytes), 0, tokens * dim);
+  const scales =
+    dtype === 'int8'
+      ? new Float32Array(map(seg.file, scalesSection.offset, scalesSection.bytes), 0, tokens)
+      : undefined;
+  const starts = seg.offsets.subarray(0, documents);
+  const lengths = new Int32Array(documents);
+  let maxLength = 0;
+  for (let i = 0; i < documents; i++) {
+    lengths[i] = seg.offsets[i + 1] - seg.offsets[i];
+    if (lengths[i] > maxLength) maxLength = lengths[i];
+  }
+  const batch: TokenBatch = {
+    kind: 'batch',
+    layout: 'ragged',
+    dtype,
+    data,
+    dim,
+    count: documents,
+    maxLength,
+    starts,
+    lengths,
+    scales,
+  };
+  s.mapped.set(g, batch);
+  return batch;
+}
+
+/** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
+async function uploadSegments(gpu: CudaDevice, corpus: Corpus, from: number): Promise<DeviceSegment[]> {
+  const out: DeviceSegment[] = [];
+  for (let g = from; g < corpus.file.segments.length; g++) {
+    const seg = corpus.file.segments[g];
+    const n = seg.header.documents;
+    if (n === 0) continue;
+    const indices = Array.from({ length: n }, (_, i) => seg.firstDocument + i);
+    out.push({ firstDocument: seg.firstDocument, docs: await gpu.upload(corpus.readDocuments(indices)) });
+  }
+  return out;
+}

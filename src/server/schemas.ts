@@ -1,0 +1,149 @@
+// Request and response schemas of `maxsim serve` (TypeBox: one schema gives the validation, the types
+// and the OpenAPI document). Embedding fields are checked shallowly here (an array, or a base64
+// tensor object) and in depth by codecs.ts, whose errors name the exact element.
+
+import { type Static, Type } from 'typebox';
+
+const FloatDType = Type.Union([Type.Literal('float32'), Type.Literal('float16'), Type.Literal('bfloat16')], {
+  description: 'element type of the base64 bytes (little-endian); default float32',
+});
+
+export const B64Tensor = Type.Object(
+  {
+    b64: Type.String({ description: 'little-endian bytes, standard base64' }),
+    dtype: Type.Optional(FloatDType),
+    shape: Type.Array(Type.Integer({ minimum: 0 }), {
+      description: '[L, d] for one item, [n, L, d] for several',
+    }),
+    lengths: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 0 }), {
+        description: '[n, L, d] only: real tokens per item (<= L)',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+/** One item's tokens: [tokens][dim] numbers, or a base64 tensor of shape [L, d]. */
+export const Embedding = Type.Union([
+  Type.Array(Type.Unknown(), { description: '[tokens][dim] numbers' }),
+  B64Tensor,
+]);
+/** Several items: [items][tokens][dim] numbers, or a base64 tensor of shape [n, L, d]. */
+export const Embeddings = Type.Union([
+  Type.Array(Type.Unknown(), { description: '[items][tokens][dim] numbers (items may differ in length)' }),
+  B64Tensor,
+]);
+
+export const InlineDocument = Type.Object({
+  id: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
+  embeddings: Type.Optional(Embedding),
+  embeddings_b64: Type.Optional(
+    Type.String({ description: 'shorthand for embeddings: {b64, dtype, shape}' }),
+  ),
+  dtype: Type.Optional(FloatDType),
+  shape: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }))),
+});
+export type InlineDocument = Static<typeof InlineDocument>;
+
+const TopK = Type.Integer({ minimum: 0, maximum: 10000, default: 10, description: 'hits per query' });
+const Prefilter = Type.Literal('int8', {
+  description:
+    'scan an int8 copy on the GPU, rescore 4 x top_k candidates exactly (GPU-resident corpus only)',
+});
+
+export const SearchBody = Type.Object({
+  queries: Embeddings,
+  top_k: Type.Optional(TopK),
+  prefilter: Type.Optional(Prefilter),
+  ids: Type.Optional(
+    Type.Array(Type.String(), {
+      maxItems: 100000,
+      description: 'search only these documents (ids of the corpus)',
+    }),
+  ),
+});
+export type SearchBody = Static<typeof SearchBody>;
+
+export const SearchQuery = Type.Object({
+  top_k: Type.Optional(TopK),
+  prefilter: Type.Optional(Prefilter),
+});
+export type SearchQuery = Static<typeof SearchQuery>;
+
+const Score = Type.Union([Type.Number(), Type.Null()], { description: 'null for a document without tokens' });
+const Hit = Type.Object({ id: Type.String(), index: Type.Integer(), score: Score });
+export const SearchResponse = Type.Object({ results: Type.Array(Type.Array(Hit)) });
+
+export const RerankBody = Type.Object({
+  query: Embedding,
+  candidates: Type.Optional(
+    Type.Array(Type.String(), { maxItems: 100000, description: 'ids of the corpus' }),
+  ),
+  documents: Type.Optional(Type.Array(InlineDocument, { maxItems: 100000 })),
+  top_n: Type.Optional(Type.Integer({ minimum: 0 })),
+});
+export type RerankBody = Static<typeof RerankBody>;
+
+export const RerankResponse = Type.Object({
+  results: Type.Array(
+    Type.Object({
+      index: Type.Integer({ description: 'position in the request' }),
+      id: Type.Optional(Type.String()),
+      relevance_score: Score,
+    }),
+  ),
+});
+
+export const ScoreBody = Type.Object({
+  queries: Embeddings,
+  documents: Type.Union([Type.Array(Type.Union([InlineDocument, Type.Array(Type.Unknown())])), B64Tensor], {
+    description: 'a list of documents, or [n][tokens][dim] numbers, or a base64 tensor [n, L, d]',
+  }),
+});
+export type ScoreBody = Static<typeof ScoreBody>;
+
+export const ScoreResponse = Type.Object({
+  scores: Type.Array(Type.Array(Score), { description: '[queries][documents]' }),
+});
+
+export const DocumentsBody = Type.Object({
+  documents: Type.Array(InlineDocument, { minItems: 1, maxItems: 1000000 }),
+});
+export type DocumentsBody = Static<typeof DocumentsBody>;
+
+export const DocumentsResponse = Type.Object({
+  added: Type.Integer(),
+  first_index: Type.Integer(),
+  documents: Type.Integer({ description: 'documents in the corpus now' }),
+  generation: Type.Integer(),
+});
+
+export const ErrorResponse = Type.Object({
+  error: Type.Object({
+    code: Type.String(),
+    message: Type.String(),
+    field: Type.Optional(Type.String()),
+    expected: Type.Optional(Type.String()),
+    received: Type.Optional(Type.String()),
+    missing: Type.Optional(Type.Array(Type.String())),
+  }),
+});
+
+export const InfoResponse = Type.Object({
+  version: Type.String(),
+  backend: Type.String(),
+  mode: Type.String(),
+  kernels: Type.Object({ cpu: Type.String(), gpu: Type.Optional(Type.String()) }),
+  corpus: Type.Object({
+    path: Type.String(),
+    dtype: Type.String(),
+    dim: Type.Integer(),
+    documents: Type.Integer(),
+    tokens: Type.Integer(),
+    segments: Type.Integer(),
+    generation: Type.Integer(),
+    ids: Type.Boolean(),
+  }),
+  batching: Type.Object({ max_batch: Type.Integer(), max_wait_ms: Type.Number(), max_queue: Type.Integer() }),
+});

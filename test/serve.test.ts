@@ -1,0 +1,769 @@
+// `maxsim serve` over real HTTP on ephemeral loopback ports: every endpoint, results against the library
+// and the CLI, batched against unbatched, every kind of bad request, appends racing searches, SIGTERM of
+// a spawned server, and the README's client snippets.
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { Writable } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { CorpusWriter } from '../src/io/corpus.js';
+import { encodeNpy, writeNpy } from '../src/io/npy.js';
+import { openCorpus } from '../src/ops/corpus-search.js';
+import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
+import { quantize } from '../src/ops/quantize.js';
+import type { MaxsimServer } from '../src/server/app.js';
+import { createServer } from '../src/server/index.js';
+import {
+  bf16BitsToFloat,
+  encodeFloats,
+  f16BitsToFloat,
+  raggedBatch,
+  type TokenBatch,
+  tokenMatrix,
+} from '../src/tensor.js';
+import { rng, runSeed } from './helpers.js';
+
+const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+const README = fileURLToPath(new URL('../../README.md', import.meta.url));
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-serve-'));
+const DIM = 16;
+const DOCS = 300;
+const KEY = 'test-key-0123456789';
+const rand = rng(runSeed ^ 0x5e7e);
+const servers: MaxsimServer[] = [];
+
+after(async () => {
+  await Promise.all(servers.map((s) => s.close()));
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+function randomTokens(tokens: number): number[][] {
+  return Array.from({ length: tokens }, () => Array.from({ length: DIM }, () => rand() * 2 - 1));
+}
+
+/** A corpus of DOCS random documents (1..24 tokens, float16, ids doc0..) at `dir`. */
+function buildCorpus(dir: string): number[][][] {
+  const docs = Array.from({ length: DOCS }, () => randomTokens(1 + Math.floor(rand() * 24)));
+  const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true });
+  w.add(
+    packed(docs),
+    docs.map((_, i) => `doc${i}`),
+  );
+  w.commit();
+  return docs;
+}
+
+function packed(items: number[][][]): TokenBatch {
+  const offsets = [0];
+  for (const it of items) offsets.push(offsets[offsets.length - 1] + it.length);
+  return raggedBatch(Float32Array.from(items.flat(2)), offsets, { dim: DIM });
+}
+
+async function start(options: Partial<Parameters<typeof createServer>[0]> & { corpus: string }) {
+  const server = await createServer({ backend: 'cpu', port: 0, logger: false, ...options });
+  servers.push(server);
+  const { url } = await server.listen();
+  return { server, url };
+}
+
+interface Reply {
+  status: number;
+  headers: Headers;
+  text: string;
+  // biome-ignore lint/suspicious/noExplicitAny: the JSON answers of every endpoint, checked field by field
+  json: any;
+}
+
+async function call(
+  url: string,
+  method: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<Reply> {
+  const init: RequestInit = { method, headers: { ...headers } };
+  if (body !== undefined) {
+    if (typeof body === 'string' || body instanceof Uint8Array) init.body = body;
+    else {
+      init.body = JSON.stringify(body);
+      (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
+    }
+  }
+  const r = await fetch(url, init);
+  const text = await r.text();
+  // biome-ignore lint/suspicious/noExplicitAny: as above
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: r.status, headers: r.headers, text, json };
+}
+
+const post = (url: string, body: unknown, headers?: Record<string, string>) =>
+  call(url, 'POST', body, headers);
+
+function b64Of(bytes: ArrayBufferView): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64');
+}
+
+/** The error contract: status, JSON {error: {code, message}}, the field named, no stack trace. */
+function expectError(r: Reply, status: number, field?: string | RegExp) {
+  assert.equal(r.status, status, r.text);
+  assert.equal(typeof r.json?.error?.code, 'string', r.text);
+  assert.equal(typeof r.json?.error?.message, 'string', r.text);
+  assert.doesNotMatch(r.text, /\bat .*\.(js|ts):\d+/, 'a stack trace in the response');
+  if (field instanceof RegExp) assert.match(r.json.error.field, field, r.text);
+  else if (field !== undefined) assert.equal(r.json.error.field, field, r.text);
+}
+
+describe('maxsim serve', () => {
+  const dir = path.join(tmp, 'docs.msx');
+  let docs: number[][][];
+  let url: string;
+  const queries = Array.from({ length: 6 }, (_, i) => randomTokens(1 + ((i * 7) % 13)));
+
+  before(async () => {
+    docs = buildCorpus(dir);
+    ({ url } = await start({ corpus: dir, apiKey: KEY, maxWaitMs: 5 }));
+  });
+
+  test('search equals Corpus.search and `maxsim search --corpus`', async () => {
+    const r = await post(`${url}/v1/search`, { queries, top_k: 7 });
+    assert.equal(r.status, 200, r.text);
+    const direct = await openCorpus(dir).search(packed(queries), { topK: 7, backend: 'cpu' });
+    assert.deepEqual(
+      r.json.results,
+      direct.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: h.score }))),
+    );
+    // the CLI, one query per file
+    for (let i = 0; i < 2; i++) {
+      const file = path.join(tmp, `q${i}.npy`);
+      writeNpy(file, {
+        dtype: 'float32',
+        shape: [queries[i].length, DIM],
+        data: Float32Array.from(queries[i].flat()),
+      });
+      const cli = spawnSync(
+        process.execPath,
+        [CLI, 'search', '--queries', file, '--corpus', dir, '--top-k', '7', '--backend', 'cpu'],
+        {
+          encoding: 'utf8',
+          timeout: 30_000,
+        },
+      );
+      assert.equal(cli.status, 0, cli.stderr);
+      assert.deepEqual(JSON.parse(cli.stdout.trim()).results, r.json.results[i]);
+    }
+  });
+
+  test('base64 float32 / float16 / bfloat16 and .npy bodies', async () => {
+    const q = queries.slice(0, 3);
+    const L = 5;
+    const flat = new Float32Array(3 * L * DIM);
+    q.forEach((x, i) => {
+      flat.set(x.slice(0, L).flat(), i * L * DIM);
+    });
+    const lengths = q.map((x) => Math.min(L, x.length));
+    for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
+      const bits = encodeFloats(flat, dtype);
+      const r = await post(`${url}/v1/search`, {
+        queries: { b64: b64Of(bits), dtype, shape: [3, L, DIM], lengths },
+        top_k: 4,
+      });
+      assert.equal(r.status, 200, r.text);
+      // what the server must have decoded: the rounded values, as nested arrays
+      const decode =
+        dtype === 'float16' ? f16BitsToFloat : dtype === 'bfloat16' ? bf16BitsToFloat : (x: number) => x;
+      const values = Array.from(bits as ArrayLike<number>, decode);
+      const nested = lengths.map((l, i) =>
+        Array.from({ length: l }, (_, t) => values.slice((i * L + t) * DIM, (i * L + t + 1) * DIM)),
+      );
+      const want = await post(`${url}/v1/search`, { queries: nested, top_k: 4 });
+      assert.deepEqual(r.json, want.json, dtype);
+    }
+    const one = Float32Array.from(q[0].flat());
+    const npy = encodeNpyBytes(one, [q[0].length, DIM]);
+    for (const type of ['application/x-npy', 'application/octet-stream']) {
+      const r = await post(`${url}/v1/search?top_k=3`, npy, { 'content-type': type });
+      assert.equal(r.status, 200, r.text);
+      const want = await post(`${url}/v1/search`, { queries: [q[0]], top_k: 3 });
+      assert.deepEqual(r.json, want.json);
+    }
+  });
+
+  test('search restricted to ids', async () => {
+    const ids = ['doc3', 'doc10', 'doc200', 'doc42'];
+    const r = await post(`${url}/v1/search`, { queries: queries.slice(0, 2), top_k: 3, ids });
+    assert.equal(r.status, 200, r.text);
+    const sub = openCorpus(dir).readDocuments([3, 10, 200, 42]);
+    const m = await maxsimAll(packed(queries.slice(0, 2)), sub, { backend: 'cpu' });
+    for (let qi = 0; qi < 2; qi++) {
+      const row = Array.from(m.data.subarray(qi * 4, qi * 4 + 4));
+      const order = [0, 1, 2, 3].sort((a, b) => row[b] - row[a] || a - b).slice(0, 3);
+      assert.deepEqual(
+        r.json.results[qi].map((h: { id: string }) => h.id),
+        order.map((o) => ids[o]),
+      );
+    }
+  });
+
+  test('rerank by ids and inline equals scoring the documents directly', async () => {
+    const cands = ['doc5', 'doc17', 'doc250', 'doc0', 'doc99'];
+    const r = await post(`${url}/v1/rerank`, { query: queries[1], candidates: cands, top_n: 4 });
+    assert.equal(r.status, 200, r.text);
+    const query = tokenMatrix(Float32Array.from(queries[1].flat()), queries[1].length, DIM);
+    const direct = await maxsim(query, openCorpus(dir).readDocuments([5, 17, 250, 0, 99]), {
+      backend: 'cpu',
+    });
+    const order = [0, 1, 2, 3, 4].sort((a, b) => direct[b] - direct[a] || a - b).slice(0, 4);
+    assert.deepEqual(
+      r.json.results,
+      order.map((i) => ({ index: i, id: cands[i], relevance_score: direct[i] })),
+    );
+    const inline = [docs[7], docs[8], [], docs[9]];
+    const r2 = await post(`${url}/v1/rerank`, {
+      query: queries[1],
+      documents: inline.map((d, i) =>
+        i === 3
+          ? { embeddings_b64: b64Of(Float32Array.from(d.flat())), dtype: 'float32', shape: [d.length, DIM] }
+          : { embeddings: d },
+      ),
+    });
+    assert.equal(r2.status, 200, r2.text);
+    const s = await maxsim(query, packed(inline), { backend: 'cpu' });
+    // the empty document scores -inf: last
+    const sorted = [0, 1, 3].sort((a, b) => s[b] - s[a] || a - b);
+    assert.deepEqual(
+      r2.json.results.map((x: { index: number }) => x.index),
+      [...sorted, 2],
+    );
+    assert.equal(r2.json.results[3].relevance_score, null);
+  });
+
+  test('score equals maxsimAll', async () => {
+    const ds = [docs[1], docs[2], docs[3]];
+    const r = await post(`${url}/v1/score`, { queries: queries.slice(0, 2), documents: ds });
+    assert.equal(r.status, 200, r.text);
+    const m = await maxsimAll(packed(queries.slice(0, 2)), packed(ds), { backend: 'cpu' });
+    assert.deepEqual(r.json.scores, [Array.from(m.data.subarray(0, 3)), Array.from(m.data.subarray(3, 6))]);
+    const r2 = await post(`${url}/v1/score`, {
+      queries: queries.slice(0, 2),
+      documents: ds.map((d) => ({ embeddings: d })),
+    });
+    assert.deepEqual(r2.json, r.json);
+  });
+
+  test('batched answers equal unbatched ones, with different top_k in one pass', async () => {
+    const alone = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0 });
+    const many = Array.from({ length: 40 }, (_, i) => ({
+      queries: [randomTokens(1 + (i % 9)), ...(i % 3 === 0 ? [randomTokens(4)] : [])],
+      top_k: 1 + (i % 12),
+    }));
+    const batched = await Promise.all(many.map((b) => post(`${url}/v1/search`, b)));
+    const single: Reply[] = [];
+    for (const b of many) single.push(await post(`${alone.url}/v1/search`, b));
+    let largest = 0;
+    batched.forEach((r, i) => {
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.json, single[i].json, `request ${i}`);
+      assert.equal(r.json.results[0].length, many[i].top_k);
+      largest = Math.max(largest, Number(r.headers.get('x-maxsim-batch')));
+    });
+    for (const r of single) assert.ok(Number(r.headers.get('x-maxsim-batch')) <= 2);
+    assert.ok(largest > 2, `no pass gathered several requests (largest ${largest})`);
+  });
+
+  test('every malformed request gets its 4xx and the server keeps serving', async () => {
+    const q = queries[1];
+    const cases: [string, () => Promise<Reply>, number, string | RegExp | undefined][] = [
+      ['wrong dims', () => post(`${url}/v1/search`, { queries: [[[1, 2, 3]]] }), 400, 'queries[0][0]'],
+      [
+        'ragged token',
+        () => post(`${url}/v1/search`, { queries: [[q[0], q[1].slice(1)]] }),
+        400,
+        'queries[0][1]',
+      ],
+      [
+        'not numbers',
+        () => post(`${url}/v1/search`, { queries: [[q[0].map(String)]] }),
+        400,
+        'queries[0][0][0]',
+      ],
+      [
+        'Infinity from JSON',
+        () =>
+          post(`${url}/v1/search`, `{"queries": [[[1e999${',0'.repeat(DIM - 1)}]]]}`, {
+            'content-type': 'application/json',
+          }),
+        400,
+        'queries[0][0][0]',
+      ],
+      [
+        'bad base64',
+        () => post(`${url}/v1/search`, { queries: { b64: 'abc$', dtype: 'float32', shape: [1, 1, DIM] } }),
+        400,
+        'queries.b64',
+      ],
+      [
+        'shape / bytes mismatch',
+        () =>
+          post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(DIM)), shape: [1, 2, DIM] } }),
+        400,
+        'queries.b64',
+      ],
+      [
+        'wrong dim in shape',
+        () => post(`${url}/v1/search`, { queries: { b64: b64Of(new Float32Array(8)), shape: [1, 1, 8] } }),
+        400,
+        'queries.shape[2]',
+      ],
+      [
+        'NaN in base64',
+        () =>
+          post(`${url}/v1/search`, {
+            queries: { b64: b64Of(new Float32Array(DIM).fill(Number.NaN)), shape: [1, 1, DIM] },
+          }),
+        400,
+        'queries',
+      ],
+      [
+        'bad dtype',
+        () => post(`${url}/v1/search`, { queries: { b64: '', dtype: 'int8', shape: [0, 1, DIM] } }),
+        400,
+        /queries/,
+      ],
+      ['negative top_k', () => post(`${url}/v1/search`, { queries: [q], top_k: -1 }), 400, 'top_k'],
+      ['missing queries', () => post(`${url}/v1/search`, { top_k: 3 }), 400, 'queries'],
+      [
+        'invalid JSON',
+        () => post(`${url}/v1/search`, '{"queries": [', { 'content-type': 'application/json' }),
+        400,
+        'body',
+      ],
+      [
+        'bad .npy',
+        () => post(`${url}/v1/search`, new Uint8Array([1, 2, 3]), { 'content-type': 'application/x-npy' }),
+        400,
+        'body',
+      ],
+      [
+        'unknown id',
+        () => post(`${url}/v1/rerank`, { query: q, candidates: ['doc1', 'nope', 'doc999999'] }),
+        404,
+        'candidates',
+      ],
+      ['unknown id in ids', () => post(`${url}/v1/search`, { queries: [q], ids: ['x'] }), 404, 'ids'],
+      [
+        'candidates and documents',
+        () => post(`${url}/v1/rerank`, { query: q, candidates: ['doc1'], documents: [] }),
+        400,
+        'candidates',
+      ],
+      [
+        'inline dims differ',
+        () => post(`${url}/v1/rerank`, { query: q, documents: [{ embeddings: [[1, 2]] }] }),
+        400,
+        'documents[0].embeddings[0]',
+      ],
+      [
+        'wrong content type',
+        () => post(`${url}/v1/search`, 'queries', { 'content-type': 'text/plain' }),
+        415,
+        undefined,
+      ],
+      [
+        'missing auth',
+        () => post(`${url}/v1/documents`, { documents: [{ id: 'z', embeddings: q }] }),
+        401,
+        undefined,
+      ],
+      [
+        'wrong key',
+        () =>
+          post(
+            `${url}/v1/documents`,
+            { documents: [{ id: 'z', embeddings: q }] },
+            { authorization: 'Bearer nope-nope-nope' },
+          ),
+        401,
+        undefined,
+      ],
+      [
+        'existing id',
+        () =>
+          post(
+            `${url}/v1/documents`,
+            { documents: [{ id: 'doc1', embeddings: q }] },
+            { authorization: `Bearer ${KEY}` },
+          ),
+        409,
+        undefined,
+      ],
+      ['unknown route', () => post(`${url}/v1/nothing`, {}), 404, undefined],
+    ];
+    for (const [name, run, status, field] of cases) {
+      const r = await run();
+      expectError(r, status, field);
+      if (status === 400)
+        assert.match(r.json.error.message, /Expected .* for .* but received/, `${name}: ${r.text}`);
+      if (status === 401) assert.equal(r.headers.get('www-authenticate'), 'Bearer');
+      if (name === 'unknown id') assert.deepEqual(r.json.error.missing, ['nope', 'doc999999']);
+    }
+    // too large: a server with a small body limit
+    const small = await start({ corpus: dir, bodyLimit: 64 * 1024 });
+    expectError(await post(`${small.url}/v1/search`, { queries: [randomTokens(600)] }), 413);
+    const ok = await post(`${small.url}/v1/search`, { queries: [q], top_k: 2 });
+    assert.equal(ok.status, 200);
+    assert.equal((await call(`${url}/healthz`, 'GET')).status, 200);
+    assert.equal((await post(`${url}/v1/search`, { queries: [q], top_k: 2 })).status, 200);
+  });
+
+  test('a full queue answers 429 with Retry-After; a passed deadline 504', async () => {
+    const tight = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0, maxQueue: 2 });
+    const rs = await Promise.all(
+      Array.from({ length: 30 }, () =>
+        post(`${tight.url}/v1/search`, { queries: [randomTokens(8)], top_k: 3 }),
+      ),
+    );
+    const refused = rs.filter((r) => r.status === 429);
+    assert.ok(refused.length > 0, 'no 429');
+    assert.ok(rs.some((r) => r.status === 200));
+    for (const r of refused) {
+      expectError(r, 429);
+      assert.ok(Number(r.headers.get('retry-after')) >= 1);
+    }
+    const slow = await start({ corpus: dir, maxWaitMs: 300, timeoutMs: 20 });
+    expectError(await post(`${slow.url}/v1/search`, { queries: [queries[0]] }), 504);
+    assert.equal((await call(`${slow.url}/healthz`, 'GET')).status, 200);
+  });
+
+  test('with authReads, reads need the key too; health and metrics stay open', async () => {
+    const locked = await start({ corpus: dir, apiKey: KEY, authReads: true });
+    const body = { queries: [queries[0]], top_k: 2 };
+    expectError(await post(`${locked.url}/v1/search`, body), 401);
+    expectError(await call(`${locked.url}/v1/info`, 'GET'), 401);
+    expectError(await post(`${locked.url}/v1/search`, body, { authorization: `Bearer ${KEY}x` }), 401);
+    assert.equal(
+      (await post(`${locked.url}/v1/search`, body, { authorization: `Bearer ${KEY}` })).status,
+      200,
+    );
+    assert.equal((await call(`${locked.url}/healthz`, 'GET')).status, 200);
+    assert.equal((await call(`${locked.url}/metrics`, 'GET')).status, 200);
+  });
+
+  test('healthz, readyz, info, metrics, openapi', async () => {
+    assert.deepEqual((await call(`${url}/healthz`, 'GET')).json, { status: 'ok' });
+    assert.equal((await call(`${url}/readyz`, 'GET')).status, 200);
+    const info = (await call(`${url}/v1/info`, 'GET')).json;
+    assert.equal(info.corpus.dim, DIM);
+    assert.equal(info.corpus.dtype, 'float16');
+    assert.equal(info.backend, 'cpu');
+    assert.equal(info.mode, 'mapped');
+    assert.equal(info.corpus.ids, true);
+    const metrics = (await call(`${url}/metrics`, 'GET')).text;
+    for (const name of [
+      'maxsim_http_requests_total{route="/v1/search",method="POST",status="200"}',
+      'maxsim_http_request_duration_seconds_bucket',
+      'maxsim_batch_queries_bucket',
+      'maxsim_queue_depth',
+      'maxsim_process_resident_memory_bytes',
+    ])
+      assert.ok(metrics.includes(name), name);
+    const api = (await call(`${url}/openapi.json`, 'GET')).json;
+    assert.match(api.openapi, /^3\./);
+    for (const p of ['/v1/search', '/v1/rerank', '/v1/score', '/v1/documents', '/v1/info'])
+      assert.ok(api.paths[p], p);
+  });
+
+  test('one structured log line per request with id, status, latency and batch', async () => {
+    const lines: string[] = [];
+    const stream = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(...String(chunk).split('\n').filter(Boolean));
+        done();
+      },
+    });
+    const logged = await start({ corpus: dir, logger: { level: 'info', stream } });
+    await post(`${logged.url}/v1/search`, { queries: [queries[0]], top_k: 2 }, { 'x-request-id': 'abc-123' });
+    await post(`${logged.url}/v1/search`, { queries: [[[1]]] });
+    const entries = lines.map((l) => JSON.parse(l)).filter((e) => e.msg === 'request');
+    assert.equal(entries.length, 2, lines.join('\n'));
+    assert.equal(entries[0].reqId, 'abc-123');
+    assert.equal(entries[0].status, 200);
+    assert.equal(entries[0].batch, 1);
+    assert.equal(typeof entries[0].ms, 'number');
+    assert.equal(entries[1].status, 400);
+  });
+});
+
+describe('maxsim serve appends', () => {
+  test('appends need the key and become visible whole: concurrent searches never see part of a segment', async () => {
+    const dir = path.join(tmp, 'grow.msx');
+    buildCorpus(dir);
+    const { url } = await start({ corpus: dir, apiKey: KEY, maxWaitMs: 1 });
+    const auth = { authorization: `Bearer ${KEY}` };
+    // planted documents: every token 10 * e0, so the query e0 ranks them above every random document
+    const planted = Array.from({ length: 3 }, () =>
+      Array.from({ length: DIM }, (_, j) => (j === 0 ? 10 : 0)),
+    );
+    const probe = { queries: [[Array.from({ length: DIM }, (_, j) => (j === 0 ? 1 : 0))]], top_k: 40 };
+    const SEG = 4;
+    const ROUNDS = 6;
+    let done = false;
+    const seen: string[][] = [];
+    const searching = (async () => {
+      for (let i = 0; i < 400 && !done; i++) {
+        const r = await post(`${url}/v1/search`, probe);
+        assert.equal(r.status, 200, r.text);
+        seen.push(r.json.results[0].map((h: { id: string }) => h.id));
+      }
+    })();
+    const appends = [];
+    for (let g = 0; g < ROUNDS; g++) {
+      const documents = Array.from({ length: SEG }, (_, t) => ({ id: `g${g}-${t}`, embeddings: planted }));
+      appends.push(post(`${url}/v1/documents`, { documents }, auth));
+    }
+    const answers = await Promise.all(appends);
+    done = true;
+    await searching;
+    for (const a of answers) assert.equal(a.status, 201, a.text);
+    const counts = answers.map((a) => a.json.documents).sort((a, b) => a - b);
+    assert.deepEqual(
+      counts,
+      Array.from({ length: ROUNDS }, (_, g) => DOCS + SEG * (g + 1)),
+    );
+    assert.ok(seen.length > 0);
+    for (const ids of seen) {
+      const groups = new Map<string, number>();
+      for (const id of ids.filter((x) => x.startsWith('g')))
+        groups.set(id.split('-')[0], (groups.get(id.split('-')[0]) ?? 0) + 1);
+      for (const [g, n] of groups) assert.equal(n, SEG, `a search saw ${n} of the ${SEG} documents of ${g}`);
+    }
+    // after the appends every planted document is found, and the new state is on disk
+    const final = await post(`${url}/v1/search`, probe);
+    assert.equal(
+      final.json.results[0].filter((h: { id: string }) => h.id.startsWith('g')).length,
+      SEG * ROUNDS,
+    );
+    assert.equal(openCorpus(dir).info.documents, DOCS + SEG * ROUNDS);
+    // rerank across segments: candidates from the first segment and from appended ones
+    const cands = ['g2-1', 'doc4', 'g0-3', 'doc77', 'g5-0'];
+    const q = randomTokens(5);
+    const r = await post(`${url}/v1/rerank`, { query: q, candidates: cands });
+    assert.equal(r.status, 200, r.text);
+    const corpus = openCorpus(dir);
+    const indices = cands.map((id) =>
+      Array.from({ length: corpus.info.documents }, (_, i) => corpus.id(i)).indexOf(id),
+    );
+    const direct = await maxsim(
+      tokenMatrix(Float32Array.from(q.flat()), 5, DIM),
+      corpus.readDocuments(indices),
+      {
+        backend: 'cpu',
+      },
+    );
+    for (const x of r.json.results) assert.equal(x.relevance_score, direct[x.index]);
+  });
+
+  test('an int8 corpus: search and rerank quantize the queries as the library does', async () => {
+    const dir = path.join(tmp, 'int8.msx');
+    const docs = Array.from({ length: 120 }, () => randomTokens(1 + Math.floor(rand() * 12)));
+    const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'int8' });
+    w.add(packed(docs));
+    w.commit();
+    const { url } = await start({ corpus: dir });
+    const q = [randomTokens(6), randomTokens(3)];
+    const r = await post(`${url}/v1/search`, { queries: q, top_k: 5 });
+    assert.equal(r.status, 200, r.text);
+    const direct = await openCorpus(dir).search(packed(q), { topK: 5, backend: 'cpu' });
+    assert.deepEqual(
+      r.json.results,
+      direct.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: h.score }))),
+    );
+    const rr = await post(`${url}/v1/rerank`, { query: q[0], candidates: ['3', '50', '7'] });
+    assert.equal(rr.status, 200, rr.text);
+    const want = await maxsim(
+      quantize(tokenMatrix(Float32Array.from(q[0].flat()), 6, DIM), 'int8'),
+      openCorpus(dir).readDocuments([3, 50, 7]),
+      {
+        backend: 'cpu',
+      },
+    );
+    for (const x of rr.json.results) assert.equal(x.relevance_score, want[x.index]);
+    // an append (quantized in the writer's worker thread), then a writer that holds the lock: a clear
+    // error, the corpus unchanged, the server serving
+    const add = await post(`${url}/v1/documents`, { documents: [{ embeddings: randomTokens(4) }] });
+    assert.equal(add.status, 201, add.text);
+    assert.equal(add.json.documents, 121);
+    fs.writeFileSync(path.join(dir, 'LOCK'), String(process.ppid));
+    const busy = await post(`${url}/v1/documents`, { documents: [{ embeddings: randomTokens(4) }] });
+    expectError(busy, 500);
+    assert.match(busy.json.error.message, /being written by process/);
+    fs.rmSync(path.join(dir, 'LOCK'));
+    assert.equal(openCorpus(dir).info.documents, 121);
+    assert.equal((await post(`${url}/v1/search`, { queries: q, top_k: 1 })).status, 200);
+  });
+});
+
+describe('maxsim serve process', () => {
+  test('SIGTERM drains the requests in flight and exits 0', { timeout: 30_000 }, async () => {
+    const dir = path.join(tmp, 'sig.msx');
+    buildCorpus(dir);
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'serve',
+        '--corpus',
+        dir,
+        '--port',
+        '0',
+        '--backend',
+        'cpu',
+        '--max-wait-ms',
+        '1500',
+        '--log-level',
+        'silent',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    const url = await listeningUrl(child);
+    const inFlight = Array.from({ length: 5 }, () =>
+      post(`${url}/v1/search`, { queries: [randomTokens(3)], top_k: 2 }),
+    );
+    // wait until all of them are queued (waiting for company), bounded
+    for (let i = 0; i < 100; i++) {
+      const m = /^maxsim_queue_depth (\d+)/m.exec((await call(`${url}/metrics`, 'GET')).text);
+      if (Number(m?.[1]) === 5) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    const rs = await Promise.all(
+      inFlight.map((p) =>
+        p.catch((e) => {
+          throw new Error(`in flight: ${e.cause?.message ?? e.message}`);
+        }),
+      ),
+    );
+    for (const r of rs) assert.equal(r.status, 200, r.text);
+    assert.equal(await exited, 0);
+    await assert.rejects(fetch(`${url}/healthz`));
+  });
+
+  test('the CLI refuses bad options with one line naming them', () => {
+    const dir = path.join(tmp, 'cli.msx');
+    buildCorpus(dir);
+    const keyFile = path.join(tmp, 'short.key');
+    fs.writeFileSync(keyFile, 'short\n');
+    const cases: [string[], RegExp][] = [
+      [['--corpus', path.join(tmp, 'nothing.msx')], /no such corpus/],
+      [['--corpus', dir, '--api-key-file', keyFile], /--api-key-file/],
+      [['--corpus', dir, '--auth-reads'], /--auth-reads/],
+      [['--corpus', dir, '--backend', 'cpu', '--pin'], /pin/],
+      [['--corpus', dir, '--max-batch', '0'], /max-batch/],
+    ];
+    for (const [args, message] of cases) {
+      const r = spawnSync(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+        encoding: 'utf8',
+        timeout: 20_000,
+      });
+      assert.notEqual(r.status, 0, `${args.join(' ')}: ${r.stderr}`);
+      assert.equal(r.signal, null);
+      const lines = r.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], /^maxsim: /);
+      assert.match(lines[0], message);
+    }
+  });
+
+  test("the README's TypeScript and Python clients run against a server", { timeout: 30_000 }, async () => {
+    const dir = path.join(tmp, 'readme.msx');
+    buildCorpus(dir);
+    const { url } = await start({ corpus: dir });
+    const text = fs.readFileSync(README, 'utf8');
+    const section = text.slice(
+      text.indexOf('## maxsim serve'),
+      text.indexOf('\n## ', text.indexOf('## maxsim serve') + 3),
+    );
+    const tsCode = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+    const pyCode = /```python\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(tsCode && pyCode, 'the README section has a ts and a python snippet');
+    const js = ts.transpileModule(tsCode, {
+      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+    }).outputText;
+    const file = path.join(tmp, 'client.mjs');
+    fs.writeFileSync(file, js);
+    // spawned, not spawnSync: the server answers on this process's event loop
+    const run = await runChild(process.execPath, [file], url);
+    assert.equal(run.status, 0, run.stderr);
+    const out = JSON.parse(run.stdout.trim().split('\n').pop()!);
+    assert.equal(out.search.length, 5);
+    assert.deepEqual(
+      out.rerank.map((h: { id: string }) => h.id),
+      out.search.map((h: { id: string }) => h.id),
+    );
+    const py = spawnSync('python3', ['-c', 'import requests, numpy'], { encoding: 'utf8' });
+    if (py.status !== 0) {
+      test.skip?.('python3 with requests and numpy is not installed');
+      console.log(`# skipped the Python snippet: ${py.error?.message ?? py.stderr.trim().split('\n').pop()}`);
+      return;
+    }
+    const pr = await runChild('python3', ['-c', pyCode], url);
+    assert.equal(pr.status, 0, pr.stderr);
+    assert.equal(JSON.parse(pr.stdout.trim()).search.length, 5);
+  });
+});
+
+function runChild(
+  command: string,
+  args: string[],
+  url: string,
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, {
+      env: { ...process.env, MAXSIM_URL: url },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => {
+      stdout += String(d);
+    });
+    child.stderr.on('data', (d) => {
+      stderr += String(d);
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
+function listeningUrl(child: ChildProcess): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`no listening line: ${err}`)), 15_000);
+    child.stderr!.on('data', (d) => {
+      err += String(d);
+      const m = /listening on (http:\/\/\S+)/.exec(err);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`exited ${code}: ${err}`)));
+  });
+}
+
+function encodeNpyBytes(data: Float32Array, shape: number[]): Uint8Array {
+  return encodeNpy({ dtype: 'float32', shape, data });
+}
