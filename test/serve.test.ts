@@ -602,8 +602,10 @@ describe('maxsim serve appends', () => {
     assert.equal(add.json.documents, 121);
     fs.writeFileSync(path.join(dir, 'LOCK'), String(process.ppid));
     const busy = await post(`${url}/v1/documents`, { documents: [{ embeddings: randomTokens(4) }] });
-    expectError(busy, 500);
-    assert.match(busy.json.error.message, /being written by process/);
+    expectError(busy, 503);
+    assert.equal(busy.json.error.code, 'corpus_locked');
+    assert.equal(busy.headers.get('retry-after'), '1');
+    assert.match(busy.json.error.message, /corpus is locked by pid \d+/);
     fs.rmSync(path.join(dir, 'LOCK'));
     assert.equal(openCorpus(dir).info.documents, 121);
     assert.equal((await post(`${url}/v1/search`, { queries: q, top_k: 1 })).status, 200);

@@ -22,7 +22,7 @@ import { raggedBatch, type TokenBatch, tokenMatrix } from '../tensor.js';
 import { version } from '../version.js';
 import { Batcher, ClosingError, DeadlineError, QueueFullError } from './batcher.js';
 import { concatPacked, decodeEmbeddings, decodeNpy, itemCount, type PackedTokens } from './codecs.js';
-import { ConflictError, NotFoundError, ResidentCorpus } from './resident.js';
+import { ConflictError, CorpusBusyError, NotFoundError, ResidentCorpus } from './resident.js';
 import {
   DocumentsBody,
   DocumentsResponse,
@@ -179,6 +179,8 @@ function toHttpError(error: unknown, request: FastifyRequest): HttpError {
   if (error instanceof DeadlineError)
     return { status: 504, code: 'deadline_exceeded', message: error.message };
   if (error instanceof ClosingError) return { status: 503, code: 'shutting_down', message: error.message };
+  if (error instanceof CorpusBusyError)
+    return { status: 503, code: 'corpus_locked', message: error.message, headers: { 'retry-after': '1' } };
   const status = typeof e?.statusCode === 'number' ? e.statusCode : 500;
   if (e?.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || e?.code === 'FST_ERR_CTP_EMPTY_JSON_BODY')
     return {

@@ -31,6 +31,11 @@ export class NotFoundError extends MaxsimError {
 }
 
 /** A request that conflicts with the corpus (an id it already holds): HTTP 409. */
+/** The corpus is locked by another writer: answered 503 with Retry-After. */
+export class CorpusBusyError extends MaxsimError {
+  override name = 'CorpusBusyError';
+}
+
 export class ConflictError extends MaxsimError {
   override name = 'ConflictError';
 }
@@ -333,6 +338,9 @@ function writeSegment(job: AppendJob): Promise<void> {
         if (m.ok) return resolve();
         if (m.name === 'InvalidArgumentError')
           return reject(new InvalidArgumentError(m.argument!, m.expected!, m.received!));
+        // another writer (a CLI append, another server) holds the corpus: the client may retry
+        if (m.name === 'CorpusLockedError')
+          return reject(new CorpusBusyError(m.message ?? 'the corpus is locked'));
         reject(new MaxsimError(m.message ?? 'the append failed'));
       },
     );
