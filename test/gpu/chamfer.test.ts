@@ -44,8 +44,10 @@ async function compare(P: TokenBatch, Q: TokenBatch, context: string) {
   return gpu;
 }
 
-// Float atomics add each gradient's terms in fp32 in any order: recursive summation of k terms is
-// off by at most (k - 1) u sum|terms| (u = 2^-24), against the CSR path's exactly rounded double sum.
+// Float atomics add each gradient's terms in fp32 in any order: each term 2 w (p - q) carries up to
+// two roundings of its own (the difference, the product) and the recursive sum of k terms (k - 1)
+// more, so the error is at most (k + 1) u sum|terms| (u = 2^-24), against the CSR path's exactly
+// rounded double sum.
 // Per element: the count and absolute sum of its terms (mean reduction, the default), from the argmins.
 function atomicBounds(
   P: TokenBatch,
@@ -80,7 +82,7 @@ function atomicBounds(
   add(P, Q, pq, 'dP', 'dQ');
   if (qp) add(Q, P, qp, 'dQ', 'dP');
   const bound = (x: 'dP' | 'dQ') =>
-    terms[x].map((t, i) => Math.max(1, count[x][i] - 1) * 2 ** -24 * t * 1.01);
+    terms[x].map((t, i) => (count[x][i] + 1) * 2 ** -24 * t * 1.01);
   return { dP: bound('dP'), dQ: bound('dQ') };
 }
 
