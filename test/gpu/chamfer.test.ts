@@ -81,8 +81,7 @@ function atomicBounds(
   };
   add(P, Q, pq, 'dP', 'dQ');
   if (qp) add(Q, P, qp, 'dQ', 'dP');
-  const bound = (x: 'dP' | 'dQ') =>
-    terms[x].map((t, i) => (count[x][i] + 1) * 2 ** -24 * t * 1.01);
+  const bound = (x: 'dP' | 'dQ') => terms[x].map((t, i) => (count[x][i] + 1) * 2 ** -24 * t * 1.01);
   return { dP: bound('dP'), dQ: bound('dQ') };
 }
 
