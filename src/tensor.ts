@@ -730,9 +730,26 @@ export function decodeToFloat32(
     for (let i = 0; i < data.length; i++) out[i] = data[i] * (scales ? scales[Math.floor(i / dim)] : 1);
     return out;
   }
-  const read = elementReader(dtype);
-  for (let i = 0; i < data.length; i++) out[i] = read(data, i);
+  if (dtype === 'bfloat16') {
+    // a bfloat16 is the top half of a float32: place the bits (exact, NaN payloads included)
+    const bits = new Uint32Array(out.buffer);
+    for (let i = 0; i < data.length; i++) bits[i] = data[i] << 16;
+    return out;
+  }
+  // float16: every one of the 65,536 values is exact in float32, so one table lookup per element
+  const table = f16Table();
+  for (let i = 0; i < data.length; i++) out[i] = table[data[i]];
   return out;
+}
+
+let f16Values: Float32Array | undefined;
+/** f16BitsToFloat of every float16 bit pattern (built once, 256 KiB). */
+function f16Table(): Float32Array {
+  if (!f16Values) {
+    f16Values = new Float32Array(65536);
+    for (let h = 0; h < 65536; h++) f16Values[h] = f16BitsToFloat(h);
+  }
+  return f16Values;
 }
 
 /** Scores of every query against every document: data[q * cols + b], rows = queries, cols = documents. */

@@ -5,6 +5,7 @@ import { InvalidArgumentError } from '../src/errors.js';
 import {
   batchItem,
   bf16BitsToFloat,
+  decodeToFloat32,
   denseBatch,
   f16BitsToFloat,
   floatToBf16Bits,
@@ -171,6 +172,20 @@ describe('token batches', () => {
 });
 
 describe('float16 and bfloat16 conversion', () => {
+  test('bulk decoding (a table for float16, bit placement for bfloat16) equals the scalar decoders on every pattern', () => {
+    const all = Uint16Array.from({ length: 65536 }, (_, i) => i);
+    const f16 = decodeToFloat32(all, 'float16', 1);
+    const bf16 = decodeToFloat32(all, 'bfloat16', 1);
+    for (let h = 0; h < 65536; h++) {
+      assert.ok(Object.is(f16[h], Math.fround(f16BitsToFloat(h))), `float16 0x${h.toString(16)}`);
+      const b = bf16BitsToFloat(h);
+      assert.ok(
+        Number.isNaN(b) ? Number.isNaN(bf16[h]) : Object.is(bf16[h], b),
+        `bfloat16 0x${h.toString(16)}`,
+      );
+    }
+  });
+
   test('round-trips representable values and rounds to nearest even', () => {
     const rand = rng(runSeed);
     for (let i = 0; i < 2000; i++) {

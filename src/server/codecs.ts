@@ -24,7 +24,6 @@ export interface B64Tensor {
 
 const DTYPE_BYTES: Record<FloatDType, number> = { float32: 4, float16: 2, bfloat16: 2 };
 // Standard base64 (RFC 4648 section 4) with padding; Buffer.from would skip bad characters silently.
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const isLittleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 function describe(x: unknown): string {
@@ -129,13 +128,15 @@ function decodeB64(t: B64Tensor, field: string, arity: Arity, dim?: number): Pac
   if (!(dtype in DTYPE_BYTES))
     throw new InvalidArgumentError(`${field}.dtype`, "'float32', 'float16' or 'bfloat16'", describe(t.dtype));
   const shape = checkShape(t.shape, field, arity);
-  if (!BASE64.test(t.b64))
+  // Buffer's decoder skips what is not base64; the string is canonical standard base64 exactly when
+  // the bytes encode back to it (native both ways: a regex over large bodies cost the server ~9%)
+  const bytes = Buffer.from(t.b64, 'base64');
+  if (bytes.toString('base64') !== t.b64)
     throw new InvalidArgumentError(
       `${field}.b64`,
       'standard base64 (A-Z a-z 0-9 + /, padded with =)',
       `invalid base64 (${t.b64.length} characters)`,
     );
-  const bytes = Buffer.from(t.b64, 'base64');
   const elements = shape.reduce((a, b) => a * b, 1);
   const need = elements * DTYPE_BYTES[dtype];
   if (bytes.length !== need)
@@ -180,7 +181,13 @@ function packDense(
       `${dim} (the embedding dimension)`,
       String(d),
     );
-  const bad = values.findIndex((x) => !Number.isFinite(x));
+  // a plain loop: findIndex's callback per element was the server's hottest line after decoding
+  let bad = -1;
+  for (let i = 0; i < values.length; i++)
+    if (values[i] - values[i] !== 0) {
+      bad = i;
+      break;
+    }
   if (bad >= 0)
     throw new InvalidArgumentError(
       field,
