@@ -20,10 +20,9 @@ import {
   cuda,
   cudaStatus,
   raggedBatch,
-  rankRows,
   type TokenBatch,
+  topKAll,
 } from '../src/index.js';
-import { maxsimAll } from '../src/ops/maxsim.js';
 
 const IN_DIM = 128;
 const OUT_DIM = 64;
@@ -164,10 +163,9 @@ async function recallAt10(
   w: Float64Array,
   gpu: CudaDevice | undefined,
 ): Promise<number> {
-  const scores = await maxsimAll(projectBatch(queries, w), projectBatch(docs, w), {
+  const hits = await topKAll(projectBatch(queries, w), projectBatch(docs, w), 10, {
     backend: gpu ? 'cuda' : 'cpu',
   });
-  const hits = rankRows(scores, 10);
   let total = 0;
   hits.forEach((top, q) => {
     const found = relevant[q].filter((doc) => top.some((h) => h.index === doc)).length;

@@ -1,6 +1,8 @@
-// maxsim: the public API. Re-exports only.
+// maxsim: the public API. Re-exports only: the data model, one entry per job, the device and on-disk
+// corpora, training, Chamfer distance, the service, the errors. The rest is under subpaths:
+// 'maxsim/io' (file formats, arrays, the corpus file), 'maxsim/reference' (float64 references) and
+// 'maxsim/internal' (kernel sets, conversions, helpers the CLI and benchmarks use).
 
-export { type CpuInfo, type CpuIsa, type CpuOptions, cpuInfo } from './backends/cpu.js';
 export {
   type CudaDevice,
   type CudaDeviceInfo,
@@ -9,52 +11,33 @@ export {
   cuda,
   cudaStatus,
   type DeviceCorpus,
-  e4m3ToFloat,
-  type Fp8Tokens,
-  isDeviceCorpus,
   type QuantizeMode8,
-  referenceMaxsimFp8,
   type TopKOptions,
 } from './backends/cuda.js';
 export type { DeviceDType } from './backends/cuda-dispatch.js';
-export {
-  type CudaDeviceGroup,
-  isShardedCorpus,
-  type ShardedCorpus,
-  type ShardedTopKOptions,
-  type ShardInfo,
+export type {
+  CudaDeviceGroup,
+  ShardedCorpus,
+  ShardedTopKOptions,
+  ShardInfo,
 } from './backends/cuda-sharded.js';
-export { referenceMaxsim, referenceTopK } from './backends/reference.js';
-export { referenceChamfer, referenceNearest } from './backends/reference-chamfer.js';
-export { referenceBackward, referenceMaxsimTrain } from './backends/reference-train.js';
-export { type BackendChoice, type BackendName, cudaUnavailableReason } from './backends/select.js';
+export type { BackendChoice, BackendName } from './backends/select.js';
 export * from './errors.js';
 export { info, type MaxsimInfo } from './info.js';
-export type { NpyArray } from './io/array.js';
-export { type ArraySource, openArraySource } from './io/array-source.js';
 export {
-  CHECKSUM_CHUNK,
-  type CorpusBlock,
   type CorpusCreateOptions,
   type CorpusDType,
-  CorpusFile,
   type CorpusInfo,
   CorpusLockedError,
   CorpusWriter,
-  type EncodedDocuments,
-  type LockOptions,
-  type RecoverOptions,
-  type RecoverResult,
   recoverCorpus,
-  type VerifyProgress,
 } from './io/corpus.js';
 export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';
-export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from './io/load.js';
-export * from './io/npy.js';
-export * from './io/safetensors.js';
+export { loadArray } from './io/load.js';
+export { readNpy, writeNpy } from './io/npy.js';
+export { readSafetensors, writeSafetensors } from './io/safetensors.js';
 export {
   type ChamferGradients,
-  type ChamferIsa,
   type ChamferOptions,
   type ChamferReduction,
   type ChamferResult,
@@ -64,7 +47,6 @@ export {
   type NearestOptions,
   type NearestResult,
   nearest,
-  type PointClouds,
 } from './ops/chamfer.js';
 export {
   Corpus,
@@ -80,23 +62,15 @@ export {
   maxsimAll,
   maxsimAllSync,
   maxsimSync,
-  rankRows,
   type ScoreOptions,
   topK,
   topKAll,
 } from './ops/maxsim.js';
 export {
-  cpuInt8IsaFor,
-  cpuInt8Isas,
-  cpuInt8SlowerReason,
   dequantize,
-  hasDocumentScales,
-  type Int8Isa,
   type QuantizeMode,
   type QuantizeOptions,
   quantize,
-  type RoundTripError,
-  roundTripError,
   type ScaleGranularity,
 } from './ops/quantize.js';
 export {
@@ -121,31 +95,22 @@ export {
 export { type TwoStageOptions, twoStageTopK, twoStageTopKAll } from './ops/two-stage.js';
 export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';
 export {
-  batchItem,
-  bf16BitsToFloat,
   type DenseBatchOptions,
   type DType,
-  type DtypeOptions,
   decodeToFloat32,
   denseBatch,
   encodeFloats,
   type FloatDType,
-  f16BitsToFloat,
-  floatToBf16Bits,
-  floatToF16Bits,
   type Hit,
-  matrixAsBatch,
   type Offsets,
   type RaggedBatchOptions,
   raggedBatch,
   raggedBatchView,
   type ScoreMatrix,
-  selectItems,
   type TokenBatch,
   type TokenData,
   type TokenMatrix,
   tokenMatrix,
-  totalTokens,
   type ValidationOptions,
 } from './tensor.js';
 export { version } from './version.js';

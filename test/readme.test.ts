@@ -42,7 +42,7 @@ export function readmeBlocks(text: string): Block[] {
 
 // Small inputs under the names the README's blocks use (d = 128: 3 queries of 32 tokens, 40 documents).
 const PRELUDE = `
-import { denseBatch, floatToBf16Bits, raggedBatch, tokenMatrix, type TokenBatch, type TokenMatrix } from 'maxsim';
+import { denseBatch, encodeFloats, raggedBatch, tokenMatrix, type TokenBatch, type TokenMatrix } from 'maxsim';
 declare global {
   var queryEmbeddings: Float32Array;
   var docEmbeddings: Float32Array;
@@ -68,7 +68,7 @@ globalThis.offsets = [0];
 for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
 globalThis.queryEmbeddings = floats(32 * 128);
 globalThis.docEmbeddings = floats(offsets[offsets.length - 1] * 128);
-globalThis.bits = Uint16Array.from(docEmbeddings, (x) => floatToBf16Bits(x));
+globalThis.bits = encodeFloats(docEmbeddings, 'bfloat16') as Uint16Array;
 globalThis.query = tokenMatrix(queryEmbeddings, 32, 128);
 globalThis.queries = denseBatch(floats(3 * 32 * 128), { count: 3, length: 32, dim: 128 });
 globalThis.docs = raggedBatch(docEmbeddings, offsets, { dim: 128 });

@@ -7,7 +7,6 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import {
   denseBatch,
-  floatToBf16Bits,
   InvalidArgumentError,
   maxsimSync,
   raggedBatch,
@@ -17,6 +16,7 @@ import {
   tokenMatrix,
   writeNpy,
 } from '../src/index.js';
+import { floatToBf16Bits } from '../src/subpaths/internal.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-types-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -1,0 +1,28 @@
+// 'maxsim/internal': what the CLI, the benchmarks and the tests use beside the public API: kernel
+// sets and their choice, bit conversions, batch helpers. Not covered by semver in 0.x.
+
+export { type CpuInfo, type CpuIsa, type CpuOptions, cpuInfo } from '../backends/cpu.js';
+export { isDeviceCorpus } from '../backends/cuda.js';
+export { balancedCuts, isShardedCorpus } from '../backends/cuda-sharded.js';
+export { cudaUnavailableReason } from '../backends/select.js';
+export type { ChamferIsa, PointClouds } from '../ops/chamfer.js';
+export { rankRows } from '../ops/maxsim.js';
+export {
+  cpuInt8IsaFor,
+  cpuInt8Isas,
+  cpuInt8SlowerReason,
+  hasDocumentScales,
+  type Int8Isa,
+  type RoundTripError,
+  roundTripError,
+} from '../ops/quantize.js';
+export {
+  batchItem,
+  bf16BitsToFloat,
+  f16BitsToFloat,
+  floatToBf16Bits,
+  floatToF16Bits,
+  matrixAsBatch,
+  selectItems,
+  totalTokens,
+} from '../tensor.js';

@@ -1,0 +1,38 @@
+// 'maxsim/io': the file formats in detail (.npy, .safetensors, the corpus file and its blocks), array
+// sources and the conversions between arrays and batches. Re-exports only.
+
+export type { NpyArray } from '../io/array.js';
+export { type ArraySource, openArraySource } from '../io/array-source.js';
+export {
+  CHECKSUM_CHUNK,
+  type CorpusBlock,
+  CorpusFile,
+  type EncodedDocuments,
+  type LockOptions,
+  type RecoverOptions,
+  type RecoverResult,
+  type VerifyProgress,
+} from '../io/corpus.js';
+export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays } from '../io/load.js';
+// (readNpy / writeNpy / readSafetensors / writeSafetensors are at the package root)
+export {
+  encodeNpy,
+  fileRange,
+  MAP_MIN_BYTES,
+  NPY_MAX_HEADER_BYTES,
+  type NpyReadOptions,
+  npyHeader,
+  parseNpy,
+  parseNpyHeader,
+  readFileRange,
+} from '../io/npy.js';
+export {
+  encodeSafetensors,
+  openSafetensors,
+  parseSafetensors,
+  parseSafetensorsLayout,
+  SAFETENSORS_MAX_HEADER_BYTES,
+  type SafetensorsEntry,
+  type SafetensorsFile,
+  type SafetensorsReader,
+} from '../io/safetensors.js';
