@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../cpu/chamfer.h"
+#include "promise_worker.h"
 #include "token_set.h"
 
 namespace {
@@ -75,44 +76,10 @@ ChamferArgs ParseArgs(const Napi::CallbackInfo& info, size_t options_index) {
   return a;
 }
 
-// Runs `work` on the libuv pool and resolves with `result`; persistent references keep the inputs and
-// outputs alive (and unmoved) until the promise settles.
-class ChamferWorker : public Napi::AsyncWorker {
- public:
-  ChamferWorker(Napi::Env env, const std::vector<Napi::Value>& keep_alive, Napi::Object result,
-                std::function<void()> work)
-      : Napi::AsyncWorker(env, "maxsim.chamfer"),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        result_(Napi::Persistent(result)),
-        work_(std::move(work)) {
-    for (const Napi::Value& v : keep_alive) {
-      if (v.IsObject()) refs_.push_back(Napi::Persistent(v.As<Napi::Object>()));
-    }
-  }
-  Napi::Promise Promise() { return deferred_.Promise(); }
-  void Execute() override {
-    try {
-      work_();
-    } catch (const std::exception& e) {
-      SetError(std::string("maxsim CPU chamfer failed: ") + e.what());
-    }
-  }
-  void OnOK() override { deferred_.Resolve(result_.Value()); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  Napi::Promise::Deferred deferred_;
-  Napi::ObjectReference result_;
-  std::vector<Napi::ObjectReference> refs_;
-  std::function<void()> work_;
-};
-
+// Runs `work` off the JS thread and resolves with `result` (promise_worker.h).
 Napi::Value Queue(Napi::Env env, const std::vector<Napi::Value>& keep_alive, Napi::Object result,
                   std::function<void()> work) {
-  auto* worker = new ChamferWorker(env, keep_alive, result, std::move(work));
-  Napi::Promise promise = worker->Promise();
-  worker->Queue();
-  return promise;
+  return PromiseWorker::Start(env, "maxsim CPU chamfer", keep_alive, result, std::move(work));
 }
 
 // forwardAsync(P, Q, { bidirectional, threads, isa }) ->

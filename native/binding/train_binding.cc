@@ -11,6 +11,7 @@
 
 #include "../cpu/train.h"
 #include "cpu_spans.h"
+#include "promise_worker.h"
 #include "token_set.h"
 
 namespace {
@@ -64,41 +65,10 @@ TrainArgs ParseTrainArgs(const Napi::CallbackInfo& info, size_t options_index) {
   return a;
 }
 
-// Runs `work` on the libuv pool and resolves with `result`. Persistent references keep the inputs
-// and the output arrays alive (and unmoved) until the promise settles.
-class TrainWorker : public Napi::AsyncWorker {
- public:
-  TrainWorker(Napi::Env env, const std::vector<Napi::Value>& keep_alive, Napi::Object result, std::function<void()> work)
-      : Napi::AsyncWorker(env, "maxsim.train"),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        result_(Napi::Persistent(result)),
-        work_(std::move(work)) {
-    for (const Napi::Value& v : keep_alive) refs_.push_back(Napi::Persistent(v.As<Napi::Object>()));
-  }
-  Napi::Promise Promise() { return deferred_.Promise(); }
-  void Execute() override {
-    try {
-      work_();
-    } catch (const std::exception& e) {
-      SetError(std::string("maxsim CPU training failed: ") + e.what());
-    }
-  }
-  void OnOK() override { deferred_.Resolve(result_.Value()); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
-
- private:
-  Napi::Promise::Deferred deferred_;
-  Napi::ObjectReference result_;
-  std::vector<Napi::ObjectReference> refs_;
-  std::function<void()> work_;
-};
-
+// Runs `work` off the JS thread and resolves with `result` (promise_worker.h).
 Napi::Value Queue(Napi::Env env, const std::vector<Napi::Value>& keep_alive, Napi::Object result,
                   std::function<void()> work) {
-  auto* worker = new TrainWorker(env, keep_alive, result, std::move(work));
-  Napi::Promise p = worker->Promise();
-  worker->Queue();
-  return p;
+  return PromiseWorker::Start(env, "maxsim CPU training", keep_alive, result, std::move(work));
 }
 
 // forwardAsync(queries, docs, { pairs, stride, threads }) -> Promise<{ scores, argmax }>

@@ -46,17 +46,15 @@ export interface ShardInfo {
   tokens: number;
 }
 
-/** A corpus spread over several GPUs; the DeviceCorpus calls, run on every GPU at once. */
-export interface ShardedCorpus {
-  readonly count: number;
-  readonly dim: number;
-  readonly dtype: DeviceDType;
-  readonly documentScales: boolean;
-  readonly tokens: number;
-  readonly maxLength: number;
-  /** Device bytes held, all GPUs together. */
-  readonly bytes: number;
-  readonly disposed: boolean;
+/**
+ * A corpus spread over several GPUs; the DeviceCorpus calls, run on every GPU at once. `bytes` and
+ * `tokens` count all GPUs together.
+ */
+export interface ShardedCorpus
+  extends Pick<
+    DeviceCorpus,
+    'count' | 'dim' | 'dtype' | 'documentScales' | 'tokens' | 'maxLength' | 'bytes' | 'disposed'
+  > {
   readonly shards: readonly ShardInfo[];
   /** Why the corpus is unusable (a GPU failed during a call), or undefined. */
   readonly failure: string | undefined;
