@@ -14,7 +14,6 @@ import Fastify, {
 } from 'fastify';
 import * as prom from 'prom-client';
 import { cpuInfo } from '../backends/cpu.js';
-import type { BackendChoice } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { maxsim, maxsimAll } from '../ops/maxsim.js';
 import { topKOfRow } from '../ops/topk.js';
@@ -22,7 +21,13 @@ import { raggedBatch, type TokenBatch, tokenMatrix } from '../tensor.js';
 import { version } from '../version.js';
 import { Batcher, ClosingError, DeadlineError, QueueFullError } from './batcher.js';
 import { concatPacked, decodeEmbeddings, decodeNpy, itemCount, type PackedTokens } from './codecs.js';
-import { ConflictError, CorpusBusyError, NotFoundError, ResidentCorpus } from './resident.js';
+import {
+  ConflictError,
+  CorpusBusyError,
+  NotFoundError,
+  ResidentCorpus,
+  type ResidentOptions,
+} from './resident.js';
 import {
   DocumentsBody,
   DocumentsResponse,
@@ -38,17 +43,8 @@ import {
   SearchResponse,
 } from './schemas.js';
 
-export interface ServerOptions {
-  /** The corpus directory (maxsim corpus build). */
-  corpus: string;
-  /** Default 'auto': CUDA when a usable GPU is present. */
-  backend?: BackendChoice;
-  /** CUDA: page-lock the corpus files and stream them (for corpora larger than the GPU budget). */
-  pin?: boolean;
-  threads?: number;
-  device?: number;
-  /** CUDA: device bytes the resident corpus may take (default 3/4 of the free memory). */
-  gpuMemory?: number;
+/** The corpus directory (maxsim corpus build), its backend, pin, threads, device and GPU budget. */
+export interface ServerOptions extends ResidentOptions {
   /** Default 127.0.0.1 (loopback only). */
   host?: string;
   /** Default 8080; 0 picks a free port. */
