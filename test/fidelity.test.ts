@@ -13,6 +13,11 @@ test(`fidelity on a small demo corpus and a near-tie set (seed ${runSeed})`, asy
   assert.ok(r.spearmanMean > 0.99 && r.spearmanMean <= 1, `rho ${r.spearmanMean}`);
   assert.ok(r.spearmanMin <= r.spearmanMean);
   for (const x of [r.top10Overlap, r.top20Overlap, r.twoStageExact]) assert.ok(x >= 0 && x <= 1);
+  // near-ties aside: a query whose rank-20/21 gap exceeds twice its largest 8-bit error keeps its
+  // exact top-20, so over decided queries the overlap is 1 (NaN when none is decided)
+  assert.ok(r.top20Decided >= 0 && r.top20Decided <= 1);
+  if (r.top20Decided > 0) assert.equal(r.top20OverlapDecided, 1);
+  else assert.ok(Number.isNaN(r.top20OverlapDecided));
   // Exact fp32 finds most planted documents; on 300 random documents it misses 1 or 2 of the 18 in
   // about 8% of seeds (0.944 or 0.889 in 23 of 300 seeds tried), so the bound leaves room for that.
   // Two-stage must find exactly what fp32 finds.

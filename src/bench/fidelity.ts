@@ -19,6 +19,14 @@ export interface FormatFidelity {
   spearmanMin: number;
   top10Overlap: number;
   top20Overlap: number;
+  /**
+   * Near-ties set aside: the fraction of queries whose fp32 gap between ranks 20 and 21 exceeds twice
+   * their largest 8-bit score error (their top-20 is decided whatever the rounding), and the top-20
+   * overlap over those queries (1 unless an 8-bit error exceeded the measured bound; NaN when no
+   * query is decided).
+   */
+  top20Decided: number;
+  top20OverlapDecided: number;
   /** recall@10 against the planted relevant documents; absent without planted truth. */
   recall10?: number;
 }
@@ -33,6 +41,8 @@ export interface FidelityReport {
   spearmanMin: number;
   top10Overlap: number;
   top20Overlap: number;
+  top20Decided: number;
+  top20OverlapDecided: number;
   /** recall@10 against the planted relevant documents, per method; absent without planted truth. */
   recall10?: { fp32: number; int8: number; twoStage: number };
   /** Fraction of queries whose two-stage top-10 equals the exact top-10 (indices, in order). */
@@ -107,15 +117,32 @@ async function fp8Scores(
 const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((hits) => hits.map((h) => h.index));
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
+/**
+ * Whether a query's top-k is decided under 8-bit rounding: its exact gap between ranks k and k + 1
+ * exceeds twice the query's largest |8-bit - exact| score (then no document can cross the cut).
+ */
+function decided(exact: Float32Array, approx: Float32Array, k: number): boolean {
+  if (exact.length <= k) return true;
+  let err = 0;
+  for (let b = 0; b < exact.length; b++)
+    if (exact[b] !== approx[b]) err = Math.max(err, Math.abs(approx[b] - exact[b]));
+  const sorted = Float32Array.from(exact).sort().reverse();
+  return sorted[k - 1] - sorted[k] > 2 * err;
+}
+
 /** An 8-bit format's scores against the exact ones. */
 function formatFidelity(exact: ScoreMatrix, approx: ScoreMatrix, relevant?: number[][]): FormatFidelity {
   const rhos = Array.from({ length: exact.rows }, (_, i) => spearman(row(exact, i), row(approx, i)));
   const [a10, a20] = [top(approx, 10), top(approx, 20)];
+  const overlaps20 = top(exact, 20).map((e, i) => overlap(e, a20[i]));
+  const kept = overlaps20.filter((_, i) => decided(row(exact, i), row(approx, i), 20));
   return {
     spearmanMean: mean(rhos),
     spearmanMin: Math.min(...rhos),
     top10Overlap: mean(top(exact, 10).map((e, i) => overlap(e, a10[i]))),
-    top20Overlap: mean(top(exact, 20).map((e, i) => overlap(e, a20[i]))),
+    top20Overlap: mean(overlaps20),
+    top20Decided: kept.length / Math.max(1, exact.rows),
+    top20OverlapDecided: kept.length > 0 ? mean(kept) : Number.NaN,
     recall10: relevant ? recallAt10(a10, relevant) : undefined,
   };
 }
@@ -205,6 +232,18 @@ function mergeFormat(
       (p) => p.n,
       (p) => p.f.top20Overlap,
     ),
+    top20Decided: weighted(
+      ok,
+      (p) => p.n,
+      (p) => p.f.top20Decided,
+    ),
+    top20OverlapDecided: ok.some((p) => p.f.top20Decided > 0)
+      ? weighted(
+          ok.filter((p) => p.f.top20Decided > 0),
+          (p) => p.n * p.f.top20Decided,
+          (p) => p.f.top20OverlapDecided,
+        )
+      : Number.NaN,
     recall10:
       ok[0].f.recall10 === undefined
         ? undefined
@@ -233,6 +272,8 @@ function mergeReports(
     spearmanMin: r.spearmanMin,
     top10Overlap: r.top10Overlap,
     top20Overlap: r.top20Overlap,
+    top20Decided: r.top20Decided,
+    top20OverlapDecided: r.top20OverlapDecided,
     recall10: r.recall10?.int8,
   })) as FormatFidelity; // the CPU's int8 always runs
   return {
@@ -244,6 +285,8 @@ function mergeReports(
     spearmanMin: ok.spearmanMin,
     top10Overlap: ok.top10Overlap,
     top20Overlap: ok.top20Overlap,
+    top20Decided: ok.top20Decided,
+    top20OverlapDecided: ok.top20OverlapDecided,
     recall10: withRecall
       ? {
           fp32: weighted(parts, rel, (p) => p.report.recall10?.fp32 as number),
@@ -288,6 +331,8 @@ async function fidelityOfBatch(
     spearmanMin: int8.spearmanMin,
     top10Overlap: int8.top10Overlap,
     top20Overlap: int8.top20Overlap,
+    top20Decided: int8.top20Decided,
+    top20OverlapDecided: int8.top20OverlapDecided,
     recall10: relevant
       ? {
           fp32: recallAt10(exact10, relevant),

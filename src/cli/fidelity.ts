@@ -72,7 +72,15 @@ export function fidelityCommand(): Command {
       const row = (
         r: (typeof reports)[number],
         format: string,
-        f: Pick<FormatFidelity, 'spearmanMean' | 'spearmanMin' | 'top10Overlap' | 'top20Overlap'>,
+        f: Pick<
+          FormatFidelity,
+          | 'spearmanMean'
+          | 'spearmanMin'
+          | 'top10Overlap'
+          | 'top20Overlap'
+          | 'top20Decided'
+          | 'top20OverlapDecided'
+        >,
         recall: string,
         two: string,
       ) => [
@@ -84,6 +92,7 @@ export function fidelityCommand(): Command {
         fixed(f.spearmanMin, 5),
         fixed(f.top10Overlap, 4),
         fixed(f.top20Overlap, 4),
+        `${Number.isNaN(f.top20OverlapDecided) ? '-' : fixed(f.top20OverlapDecided, 4)} (${fixed(f.top20Decided * 100, 1)}%)`,
         recall,
         two,
       ];
@@ -95,7 +104,7 @@ export function fidelityCommand(): Command {
         // fp8 and the document-scale rows: no two-stage search of their own (it is exact either way)
         const other = (format: string, f: FormatFidelity | { unavailable: string }) =>
           'unavailable' in f
-            ? [r.name, format, '-', '-', '-', '-', '-', '-', 'not run (below)', '-']
+            ? [r.name, format, '-', '-', '-', '-', '-', '-', '-', 'not run (below)', '-']
             : row(
                 r,
                 format,
@@ -120,6 +129,7 @@ export function fidelityCommand(): Command {
           'rho min',
           'top-10 overlap',
           'top-20 overlap',
+          'top-20, near-ties aside (queries decided)',
           'recall@10 fp32/8-bit/2-stage',
           '2-stage = exact',
         ],
