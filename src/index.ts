@@ -48,7 +48,11 @@ export {
   recoverCorpus,
   type VerifyProgress,
 } from './io/corpus.js';
-export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';
+export {
+  type BuildFromFilesOptions,
+  buildCorpusFromFiles,
+  buildCorpusFromFilesAsync,
+} from './io/corpus-build.js';
 export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from './io/load.js';
 export * from './io/npy.js';
 export * from './io/safetensors.js';

@@ -313,3 +313,21 @@ export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];
 export function formatOf(dtype: string | undefined): ScoreFormat {
   return dtype === 'int8' || dtype === 'fp8' ? dtype : 'float';
 }
+
+/**
+ * A signal that SIGINT (Ctrl-C) aborts, for the long commands (search, corpus build / append): the
+ * operation stops at its next block and rejects with an AbortError, which main() reports in one line
+ * with exit code 130. A second SIGINT exits at once. dispose() restores the default handling.
+ */
+export function interruptSignal(): { signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const onSigint = () => {
+    if (controller.signal.aborted) process.exit(INTERRUPTED_EXIT_CODE);
+    controller.abort(new DOMException('interrupted (SIGINT)', 'AbortError'));
+  };
+  process.on('SIGINT', onSigint);
+  return { signal: controller.signal, dispose: () => process.off('SIGINT', onSigint) };
+}
+
+/** Exit code of a command stopped by SIGINT (128 + 2, as shells report it). */
+export const INTERRUPTED_EXIT_CODE = 130;

@@ -14,6 +14,7 @@ import {
   formatOf,
   type InputOptions,
   integerOption,
+  interruptSignal,
   jsonScore,
   loadInputs,
   loadQueries,
@@ -155,15 +156,26 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
   if (corpus.info.dtype === 'int8' && resolveBackend(opts.backend) === 'cpu')
     warnIfInt8Slower(corpus.info.dim, 'an int8 corpus');
   const bar = new Progress('search', corpus.info.documents);
-  const results = await corpus.search(queries, {
-    topK: opts.topK,
-    backend: opts.backend,
-    threads: opts.threads,
-    gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
-    devices: opts.gpus,
-    verify: opts.verifyCorpus,
-    onProgress: (p) => bar.update(p.documents),
-  });
+  const interrupt = interruptSignal();
+  let results: Awaited<ReturnType<typeof corpus.search>>;
+  try {
+    results = await corpus.search(queries, {
+      topK: opts.topK,
+      backend: opts.backend,
+      threads: opts.threads,
+      gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+      devices: opts.gpus,
+      verify: opts.verifyCorpus,
+      onProgress: (p) => bar.update(p.documents),
+      // Ctrl-C: the scan stops at its next block (main() exits 130 with one line)
+      signal: interrupt.signal,
+    });
+  } catch (e) {
+    bar.abandon();
+    throw e;
+  } finally {
+    interrupt.dispose();
+  }
   bar.finish();
   const lines = results.map((hits, query) =>
     JSON.stringify({

@@ -9,6 +9,7 @@
 // makes a round trip; with device corpora (cuda().upload) in, the argmax stays on the device between
 // the passes and the gradients come back as device corpora (device-resident training).
 
+import { checkSignal, throwIfAborted } from '../abort.js';
 import {
   adoptOnDeviceOf,
   cudaStatus,
@@ -75,6 +76,11 @@ export type GradientArray = Float32Array | Uint16Array;
 export interface MaxsimTrainOptions {
   /** Default 'all'. 'diagonal' needs as many queries as documents. */
   pairs?: TrainPairs;
+  /**
+   * Cancels the forward pass and the backward passes of its result: checked before and after each
+   * native call, which runs to its end (its result is then dropped); rejects with an AbortError.
+   */
+  signal?: AbortSignal;
   backend?: TrainBackend;
   /** CPU worker threads (default all cores); results do not depend on it. */
   threads?: number;
@@ -127,6 +133,8 @@ export interface MaxsimTrainResult<A extends GradientArray = Float32Array> {
 }
 
 export interface ContrastiveOptions {
+  /** Cancels the step between its native calls (see MaxsimTrainOptions.signal). */
+  signal?: AbortSignal;
   /** Scores are divided by it before the softmax (default 1; must be > 0). */
   temperature?: number;
   /** Positive document of each query (default: query i's positive is document i, which needs Nq <= B). */
@@ -411,6 +419,8 @@ export async function maxsimTrain(
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions = {},
 ): Promise<MaxsimTrainResult<GradientArray> | DeviceTrainResult> {
+  const signal = checkSignal(options.signal);
+  throwIfAborted(signal);
   if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) return deviceTrain(queries, docs, options);
   checkCompatible(queries, docs, 'queries', 'docs');
   checkFloatBatch('queries', queries);
@@ -430,6 +440,7 @@ export async function maxsimTrain(
         ...tuning,
       })
     : await addon().forwardAsync(queries, docs, native);
+  throwIfAborted(signal);
   const { scores, argmax, profileMs } = forward;
   // float32 from the engines; 'input' encodes each side in its input's dtype.
   const cast = (g: MaxsimGradients): MaxsimGradients<GradientArray> =>
@@ -450,19 +461,19 @@ export async function maxsimTrain(
     ...(profileMs ? { profileMs } : {}),
     async backward(gradScores) {
       checkGradScores(gradScores, scores.length);
+      throwIfAborted(signal);
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
       const g = Float64Array.from(gradScores);
-      if (onGpu) {
-        return cast(
-          await cudaAddon().trainBackward(device, queries, docs, argmax, g, {
+      const grads = onGpu
+        ? await cudaAddon().trainBackward(device, queries, docs, argmax, g, {
             pairs,
             stride: native.stride,
             dDPath,
             ...tuning,
-          }),
-        );
-      }
-      return cast(await addon().backwardAsync(queries, docs, argmax, g, native));
+          })
+        : await addon().backwardAsync(queries, docs, argmax, g, native);
+      throwIfAborted(signal);
+      return cast(grads);
     },
   };
   return result;
@@ -741,10 +752,13 @@ export async function contrastiveStep(
       device: options.device,
       dDPath: options.dDPath,
       outputDtype: options.outputDtype,
+      signal: options.signal,
     });
     try {
       const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
+      options.signal?.throwIfAborted();
       const grads = await forward.backward(gradScores);
+      options.signal?.throwIfAborted();
       return { loss, scores: forward.scores, ...grads };
     } finally {
       forward.dispose();
@@ -759,6 +773,7 @@ export async function contrastiveStep(
     device: options.device,
     dDPath: options.dDPath,
     outputDtype: options.outputDtype,
+    signal: options.signal,
   });
   const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
   const { dQ, dD, dDPath } = await forward.backward(gradScores);
