@@ -230,7 +230,7 @@ export async function scoreInFormat(
   queries: TokenMatrix | TokenBatch,
   docs: TokenBatch,
   format: ScoreFormat,
-  options: { backend: BackendChoice; threads?: number; scales?: ScaleGranularity },
+  options: { backend: BackendChoice; threads?: number; scales?: ScaleGranularity; signal?: AbortSignal },
 ): Promise<ScoreMatrix> {
   const q = queries.kind === 'matrix' ? matrixAsBatch(queries) : queries;
   const { scales, ...run } = options;
@@ -249,7 +249,11 @@ export async function scoreInFormat(
     );
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
-  return cudaScoreFp8Host(q, docs, { scales });
+  // the fp8 job runs to its end; an abort meanwhile drops its result
+  options.signal?.throwIfAborted();
+  const fp8 = await cudaScoreFp8Host(q, docs, { scales });
+  options.signal?.throwIfAborted();
+  return fp8;
 }
 
 // Large inputs are scored in blocks of documents, so that a long run shows progress (per-document
@@ -280,7 +284,10 @@ export async function scoreInBlocks(
       docs,
       Array.from({ length: end - b }, (_, i) => b + i),
     );
-    const m = await scoreInFormat(queries, block, format, options);
+    const m = await scoreInFormat(queries, block, format, options).catch((e: unknown) => {
+      bar.abandon(); // a failed or interrupted run: its one error line follows
+      throw e;
+    });
     for (let q = 0; q < rows; q++) out.set(m.data.subarray(q * m.cols, (q + 1) * m.cols), q * docs.count + b);
     b = end;
     bar.update(b);

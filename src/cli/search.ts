@@ -91,18 +91,23 @@ export function searchCommand(): Command {
       if (opts.prefilter === 'int8') {
         const scan = quantize(docs, 'int8', { scales: opts.scales });
         results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
-      } else if (formatOf(opts.dtype) !== 'float') {
-        const m = await scoreInBlocks(
-          queries,
-          docs,
-          formatOf(opts.dtype),
-          { ...options, scales: opts.scales },
-          'search',
-        );
-        results = rankRows(m, opts.topK);
       } else {
-        // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
-        results = rankRows(await scoreInBlocks(queries, docs, 'float', options, 'search'), opts.topK);
+        // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
+        const interrupt = interruptSignal();
+        try {
+          const format = formatOf(opts.dtype);
+          // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
+          const m = await scoreInBlocks(
+            queries,
+            docs,
+            format,
+            { ...options, ...(format !== 'float' ? { scales: opts.scales } : {}), signal: interrupt.signal },
+            'search',
+          );
+          results = rankRows(m, opts.topK);
+        } finally {
+          interrupt.dispose();
+        }
       }
       const lines = results.map((hits, query) =>
         JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
