@@ -19,6 +19,7 @@ import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim, maxsimAll, maxsimAllSync, topK, topKAll } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { contrastiveStep, maxsimTrain } from '../src/ops/train.js';
+import { twoStageTopKAll } from '../src/ops/two-stage.js';
 import { type TokenBatch, tokenMatrix } from '../src/tensor.js';
 import { randomDense, randomFloats, randomRagged, rng, runSeed } from './helpers.js';
 
@@ -268,7 +269,7 @@ describe('scoring jobs', () => {
     for (let i = 0; i < want.length; i++) assert.ok(Math.abs(got.data[i] - want[i]) < 1e-3);
   });
 
-  test('int8 maxsimAll aborted mid-job rejects; topK / topKAll / maxsim carry the signal', async () => {
+  test('int8 maxsimAll aborted mid-job rejects; topK / topKAll / twoStageTopKAll carry the signal', async () => {
     const rand = rng(runSeed + 21);
     const dim = 64;
     const docs = quantize(randomDense(3000, 64, dim, 'float32', rand), 'int8');
@@ -288,9 +289,23 @@ describe('scoring jobs', () => {
     const p3 = topKAll(fq, fdocs, 5, { backend: 'cpu', signal: c3.signal });
     c3.abort();
     await assert.rejects(p3, isAbort);
+    const c4 = new AbortController();
+    const fdocs8 = quantize(fdocs, 'int8');
+    const p4 = twoStageTopKAll(fq, fdocs, fdocs8, 5, {
+      backend: 'cpu',
+      prefilter: 'always',
+      signal: c4.signal,
+    });
+    c4.abort(); // the int8 scan is in flight
+    await assert.rejects(p4, isAbort);
     // an unaborted signal changes nothing
-    const hits = await topKAll(fq, fdocs, 5, { backend: 'cpu', signal: new AbortController().signal });
+    const live = new AbortController().signal;
+    const hits = await topKAll(fq, fdocs, 5, { backend: 'cpu', signal: live });
     assert.deepEqual(hits, await topKAll(fq, fdocs, 5, { backend: 'cpu' }));
+    assert.deepEqual(
+      await twoStageTopKAll(fq, fdocs, fdocs8, 5, { backend: 'cpu', prefilter: 'always', signal: live }),
+      await twoStageTopKAll(fq, fdocs, fdocs8, 5, { backend: 'cpu', prefilter: 'always' }),
+    );
   });
 });
 

@@ -86,28 +86,28 @@ export function searchCommand(): Command {
       if (opts.docs === undefined)
         throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
       const { queries, docs } = loadInputs(opts);
-      const options = { backend: opts.backend, threads: opts.threads };
+      // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
+      const interrupt = interruptSignal();
+      const options = { backend: opts.backend, threads: opts.threads, signal: interrupt.signal };
       let results: Hit[][];
-      if (opts.prefilter === 'int8') {
-        const scan = quantize(docs, 'int8', { scales: opts.scales });
-        results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
-      } else {
-        // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
-        const interrupt = interruptSignal();
-        try {
+      try {
+        if (opts.prefilter === 'int8') {
+          const scan = quantize(docs, 'int8', { scales: opts.scales });
+          results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
+        } else {
           const format = formatOf(opts.dtype);
           // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
           const m = await scoreInBlocks(
             queries,
             docs,
             format,
-            { ...options, ...(format !== 'float' ? { scales: opts.scales } : {}), signal: interrupt.signal },
+            { ...options, ...(format !== 'float' ? { scales: opts.scales } : {}) },
             'search',
           );
           results = rankRows(m, opts.topK);
-        } finally {
-          interrupt.dispose();
         }
+      } finally {
+        interrupt.dispose();
       }
       const lines = results.map((hits, query) =>
         JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
