@@ -195,6 +195,38 @@ describe('corpus build / append', () => {
     openCorpus(base).verify();
   });
 
+  test('CorpusWriter with a signal: add / commit after the abort abort the writer; nothing is published', () => {
+    const base = writeCorpus(fresh(), [randomRagged(lengthsOf(rand, 50, 9), dim, 'float32', rand)]);
+    const files = listing(base);
+    for (const at of ['add', 'commit'] as const) {
+      const controller = new AbortController();
+      const w = CorpusWriter.append(base, { signal: controller.signal });
+      w.add(randomRagged([3, 4], dim, 'float32', rand));
+      assert.notDeepEqual(listing(base), files); // its temporary segment and the lock
+      controller.abort();
+      if (at === 'add') assert.throws(() => w.add(randomRagged([2], dim, 'float32', rand)), isAbort);
+      else assert.throws(() => w.commit(), isAbort);
+      assert.deepEqual(listing(base), files);
+      assert.equal(openCorpus(base).info.documents, 50);
+    }
+    const out = fresh();
+    const c = new AbortController();
+    const w = CorpusWriter.create(out, { dim, signal: c.signal });
+    w.add(randomRagged([3], dim, 'float32', rand));
+    c.abort();
+    assert.throws(() => w.commit(), isAbort);
+    assert.equal(fs.existsSync(out), false);
+    assert.throws(() => CorpusWriter.append(base, { signal: AbortSignal.abort() }), isAbort);
+    assert.throws(
+      () => CorpusWriter.create(fresh(), { dim, signal: 'x' as unknown as AbortSignal }),
+      /signal/,
+    );
+    // the lock was released every time
+    const last = CorpusWriter.append(base);
+    last.add(randomRagged([1], dim, 'float32', rand));
+    assert.equal(last.commit().documents, 51);
+  });
+
   test('build aborted by a timer (async): no directory is left, the same build then succeeds', async () => {
     const input = inputFiles(20000, 'build');
     const out = fresh();
