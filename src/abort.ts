@@ -69,3 +69,37 @@ export async function withCancelFlag<T>(
 export function isAbortError(e: unknown): boolean {
   return typeof e === 'object' && e !== null && (e as { name?: unknown }).name === 'AbortError';
 }
+
+/**
+ * For native jobs that cannot stop early (a CUDA kernel, a training pass): settles with `job`, or
+ * rejects with the signal's reason as soon as it aborts. The job then runs to its end in the
+ * background, holding its inputs until then, and its result (or error) is dropped.
+ */
+export function untilAborted<T>(signal: AbortSignal | undefined, job: Promise<T>): Promise<T> {
+  if (!signal) return job;
+  const drop = () => {
+    job.catch(() => {});
+  };
+  if (signal.aborted) {
+    drop();
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      drop();
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    job.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        if (signal.aborted) reject(signal.reason);
+        else resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(signal.aborted ? signal.reason : error);
+      },
+    );
+  });
+}

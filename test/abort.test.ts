@@ -362,6 +362,30 @@ describe('training', () => {
     assert.deepEqual(Array.from(got.dD), Array.from(want.dD));
   });
 
+  test('a long training forward pass: the abort rejects at once, the pass ends in the background', async () => {
+    const r = rng(runSeed + 31);
+    const q = randomDense(64, 32, 128, 'float32', r);
+    const d = randomDense(300, 64, 128, 'float32', r);
+    const controller = new AbortController();
+    const step = contrastiveStep(q, d, {
+      backend: 'cpu',
+      labels: new Int32Array(64),
+      signal: controller.signal,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const t0 = performance.now();
+    controller.abort();
+    await assert.rejects(step, isAbort);
+    const latency = performance.now() - t0;
+    console.log(
+      `# contrastiveStep 64x32 vs 300x64, d=128: rejected ${latency.toFixed(1)} ms after the abort`,
+    );
+    assert.ok(latency < 50, `rejected ${latency} ms after the abort`);
+    // a step right behind it is right (the pool finishes the dropped pass first)
+    const want = await contrastiveStep(queries, docs, { backend: 'cpu' });
+    assert.ok(Number.isFinite(want.loss));
+  });
+
   test('maxsimTrain: an abort after the forward pass cancels its backward', async () => {
     const controller = new AbortController();
     const forward = await maxsimTrain(queries, docs, { backend: 'cpu', signal: controller.signal });

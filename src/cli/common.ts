@@ -1,6 +1,7 @@
 // Shared by the CLI commands: option parsers, loading inputs, and printing tables and JSON.
 
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
+import { untilAborted } from '../abort.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
@@ -249,11 +250,9 @@ export async function scoreInFormat(
     );
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
-  // the fp8 job runs to its end; an abort meanwhile drops its result
+  // the fp8 job runs to its end; an abort meanwhile rejects at once and drops its result
   options.signal?.throwIfAborted();
-  const fp8 = await cudaScoreFp8Host(q, docs, { scales });
-  options.signal?.throwIfAborted();
-  return fp8;
+  return untilAborted(options.signal, cudaScoreFp8Host(q, docs, { scales }));
 }
 
 // Large inputs are scored in blocks of documents, so that a long run shows progress (per-document

@@ -2,7 +2,7 @@
 // of <q, d>. One query against B documents, or every query of a batch against every document.
 // TypeScript validates and picks the backend; the native engines do the arithmetic.
 
-import { checkSignal, throwIfAborted, withCancelFlag } from '../abort.js';
+import { checkSignal, throwIfAborted, untilAborted, withCancelFlag } from '../abort.js';
 import { type CpuIsa, cpuMaxsim, cpuMaxsimSync } from '../backends/cpu.js';
 import { cudaScoreHost } from '../backends/cuda-host.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
@@ -34,8 +34,9 @@ export interface ScoreOptions {
   variant?: string;
   /**
    * Cancels the job: the promise rejects with the signal's reason (an AbortError). On the CPU the
-   * workers stop before their next chunk of documents (<= 256 documents each); a CUDA job runs to the
-   * end of its kernel and its result is dropped. The synchronous variants only check it on entry.
+   * workers stop before their next chunk of documents (<= 256 documents each) and the promise rejects
+   * then; on CUDA it rejects at once, the job runs to its end and its result is dropped. The
+   * synchronous variants only check it on entry.
    */
   signal?: AbortSignal;
 }
@@ -65,8 +66,12 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
   throwIfAborted(signal);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   return withCancelFlag(signal, (cancel) => {
+    // a CUDA job cannot stop early: the promise rejects at once and the job's result is dropped
     if (backend === 'cuda')
-      return cudaScoreHost(q, docs, { device: options.device, variant: options.variant });
+      return untilAborted(
+        signal,
+        cudaScoreHost(q, docs, { device: options.device, variant: options.variant }),
+      );
     if (q.dtype === 'int8')
       return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa }, cancel);
     return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined }, cancel);

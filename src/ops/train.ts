@@ -9,7 +9,7 @@
 // makes a round trip; with device corpora (cuda().upload) in, the argmax stays on the device between
 // the passes and the gradients come back as device corpora (device-resident training).
 
-import { checkSignal, throwIfAborted } from '../abort.js';
+import { checkSignal, throwIfAborted, untilAborted } from '../abort.js';
 import {
   adoptOnDeviceOf,
   cudaStatus,
@@ -77,8 +77,9 @@ export interface MaxsimTrainOptions {
   /** Default 'all'. 'diagonal' needs as many queries as documents. */
   pairs?: TrainPairs;
   /**
-   * Cancels the forward pass and the backward passes of its result: checked before and after each
-   * native call, which runs to its end (its result is then dropped); rejects with an AbortError.
+   * Cancels the forward pass and the backward passes of its result: rejects with an AbortError at
+   * once; a native pass in flight cannot stop early, runs to its end in the background and its result
+   * is dropped. Device corpora: checked before and after the forward pass.
    */
   signal?: AbortSignal;
   backend?: TrainBackend;
@@ -432,15 +433,14 @@ export async function maxsimTrain(
   const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(queries, docs, options);
   const device = onGpu ? checkCudaDevice(options.device) : 0;
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
-  const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } = onGpu
-    ? await cudaAddon().trainForward(device, queries, docs, {
-        pairs,
-        stride: native.stride,
-        kernel,
-        ...tuning,
-      })
-    : await addon().forwardAsync(queries, docs, native);
-  throwIfAborted(signal);
+  // the native passes cannot stop early: an abort rejects at once and drops their result
+  const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } =
+    await untilAborted(
+      signal,
+      onGpu
+        ? cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride, kernel, ...tuning })
+        : addon().forwardAsync(queries, docs, native),
+    );
   const { scores, argmax, profileMs } = forward;
   // float32 from the engines; 'input' encodes each side in its input's dtype.
   const cast = (g: MaxsimGradients): MaxsimGradients<GradientArray> =>
@@ -464,15 +464,17 @@ export async function maxsimTrain(
       throwIfAborted(signal);
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
       const g = Float64Array.from(gradScores);
-      const grads = onGpu
-        ? await cudaAddon().trainBackward(device, queries, docs, argmax, g, {
-            pairs,
-            stride: native.stride,
-            dDPath,
-            ...tuning,
-          })
-        : await addon().backwardAsync(queries, docs, argmax, g, native);
-      throwIfAborted(signal);
+      const grads = await untilAborted(
+        signal,
+        onGpu
+          ? cudaAddon().trainBackward(device, queries, docs, argmax, g, {
+              pairs,
+              stride: native.stride,
+              dDPath,
+              ...tuning,
+            })
+          : addon().backwardAsync(queries, docs, argmax, g, native),
+      );
       return cast(grads);
     },
   };
