@@ -32,7 +32,11 @@ export {
   CorpusWriter,
   recoverCorpus,
 } from './io/corpus.js';
-export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';
+export {
+  type BuildFromFilesOptions,
+  buildCorpusFromFiles,
+  buildCorpusFromFilesAsync,
+} from './io/corpus-build.js';
 export { loadArray } from './io/load.js';
 export { readNpy, writeNpy } from './io/npy.js';
 export { readSafetensors, writeSafetensors } from './io/safetensors.js';

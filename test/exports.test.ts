@@ -13,6 +13,7 @@ const ROOT = [
   'InvalidArgumentError',
   'MaxsimError',
   'buildCorpusFromFiles',
+  'buildCorpusFromFilesAsync',
   'chamfer',
   'chamferTrain',
   'contrastiveLoss',

@@ -19,6 +19,7 @@ struct CallArgs {
   maxsim_cpu::TokenSpans docs;
   const maxsim_cpu::IsaKernels* isa = nullptr;
   int threads = 0;
+  const volatile int32_t* cancel = nullptr;  // options.cancel (async calls), kept alive by the worker
 };
 
 CallArgs ParseCall(const Napi::CallbackInfo& info) {
@@ -39,6 +40,7 @@ CallArgs ParseCall(const Napi::CallbackInfo& info) {
     Napi::Object opts = info[2].As<Napi::Object>();
     if (opts.Has("threads") && opts.Get("threads").IsNumber()) a.threads = opts.Get("threads").As<Napi::Number>().Int32Value();
     if (opts.Has("isa") && opts.Get("isa").IsString()) isa_name = opts.Get("isa").As<Napi::String>().Utf8Value();
+    a.cancel = ScoresWorker::CancelFlag(env, opts);
   }
   std::string error;
   a.isa = maxsim_cpu::SelectIsa(isa_name, &error);
@@ -56,9 +58,11 @@ Napi::Value MaxsimSync(const Napi::CallbackInfo& info) {
 Napi::Value MaxsimAsync(const Napi::CallbackInfo& info) {
   const CallArgs a = ParseCall(info);
   return ScoresWorker::Start(info.Env(), "maxsim CPU engine", static_cast<size_t>(a.queries.count * a.docs.count),
-                             info[0], info[1], [a](float* out) {
-                               maxsim_cpu::MaxsimAllPairs(*a.isa, a.queries, a.docs, out, a.threads);
-                             });
+                             info[0], info[1],
+                             [a](float* out) {
+                               maxsim_cpu::MaxsimAllPairs(*a.isa, a.queries, a.docs, out, a.threads, a.cancel);
+                             },
+                             a.cancel && info[2].IsObject() ? info[2].As<Napi::Object>().Get("cancel") : Napi::Value());
 }
 
 Napi::Value CpuInfo(const Napi::CallbackInfo& info) {

@@ -1,8 +1,9 @@
 // Node-API glue for the out-of-core scan (native/cuda/stream_scan.h):
-//   cuda.streamScan(device, queries, plan, launch, progress) -> Promise<{ k, scores, indices, ... }>
+//   cuda.streamScan(device, queries, plan, launch, progress, cancel?) -> Promise<{ k, scores, indices, ... }>
 // `plan` is what src/backends/cuda-stream.ts computed: the segment files, the blocks, the document
 // spans, the slot capacities, depth, readers and k. `progress` is a Float64Array(2) the scan updates
 // (documents done, bytes done) so the JS side can report progress while the promise is pending.
+// `cancel`, an optional Int32Array(1), aborts the scan before its next block once set non-zero.
 #include <napi.h>
 
 #include <cmath>
@@ -177,6 +178,15 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
     }
     task->Keep(info[4]);
     spec.progress = info[4].As<Napi::Float64Array>().Data();
+  }
+  // info[5]: an optional Int32Array(1) the JS side sets to abort the scan between blocks.
+  if (info.Length() > 5 && !info[5].IsUndefined()) {
+    if (!info[5].IsTypedArray() || info[5].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+        info[5].As<Napi::TypedArray>().ElementLength() < 1) {
+      throw ArgError(env, "cancel", "an Int32Array(1)", Describe(info[5]));
+    }
+    task->Keep(info[5]);
+    spec.cancel = info[5].As<Napi::Int32Array>().Data();
   }
   return channel->Submit(env, rt, std::move(task));
 }

@@ -18,6 +18,7 @@ struct Int8CallArgs {
   maxsim_cpu::Int8Spans docs;
   const maxsim_cpu::Int8KernelSet* kernel = nullptr;
   int threads = 0;
+  const volatile int32_t* cancel = nullptr;  // options.cancel (async calls), kept alive by the worker
 };
 
 maxsim_cpu::Int8Spans ToInt8Spans(Napi::Env env, const TokenSet& t, const std::string& name) {
@@ -53,6 +54,7 @@ Int8CallArgs ParseInt8Call(const Napi::CallbackInfo& info) {
     Napi::Object opts = info[2].As<Napi::Object>();
     if (opts.Has("threads") && opts.Get("threads").IsNumber()) a.threads = opts.Get("threads").As<Napi::Number>().Int32Value();
     if (opts.Has("isa") && opts.Get("isa").IsString()) isa = opts.Get("isa").As<Napi::String>().Utf8Value();
+    a.cancel = ScoresWorker::CancelFlag(env, opts);
   }
   std::string error;
   a.kernel = maxsim_cpu::ResolveInt8Kernel(isa, a.docs.dim, &error);
@@ -70,9 +72,11 @@ Napi::Value MaxsimInt8Sync(const Napi::CallbackInfo& info) {
 Napi::Value MaxsimInt8Async(const Napi::CallbackInfo& info) {
   const Int8CallArgs a = ParseInt8Call(info);
   return ScoresWorker::Start(info.Env(), "maxsim int8 CPU engine", static_cast<size_t>(a.queries.count * a.docs.count),
-                             info[0], info[1], [a](float* out) {
-                               maxsim_cpu::MaxsimAllPairsInt8(a.queries, a.docs, out, a.threads, a.kernel);
-                             });
+                             info[0], info[1],
+                             [a](float* out) {
+                               maxsim_cpu::MaxsimAllPairsInt8(a.queries, a.docs, out, a.threads, a.kernel, a.cancel);
+                             },
+                             a.cancel && info[2].IsObject() ? info[2].As<Napi::Object>().Get("cancel") : Napi::Value());
 }
 
 // The usable int8 kernel sets' names, fastest first.

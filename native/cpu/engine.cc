@@ -103,7 +103,7 @@ const IsaKernels* SelectIsa(const std::string& requested, std::string* error) {
 }
 
 void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const TokenSpans& docs, float* scores,
-                    int threads) {
+                    int threads, const volatile int32_t* cancel) {
   const int64_t d = docs.dim;
   const int64_t W = isa.lanes;
   const int64_t nq = queries.count;
@@ -167,8 +167,7 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
 
   ThreadPool& pool = GlobalPool();
   const int workers = static_cast<int>(std::min<int64_t>(threads > 0 ? threads : pool.size(), nd));
-  // Small chunks balance ragged documents; a chunk is still >= 1 document of real work.
-  const int64_t chunk = std::max<int64_t>(1, nd / (static_cast<int64_t>(workers) * 32));
+  const int64_t chunk = DocumentChunk(nd, workers);
   std::atomic<int64_t> next{0};
   pool.Run(workers, [&](int) {
     // 64-byte aligned so converted rows start on cache lines like the caller's buffers usually do.
@@ -178,6 +177,7 @@ void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const Toke
     scratch.doc_f32 = doc_buf.get();
     scratch.runmax = runmax.get();
     for (;;) {
+      if (cancel && *cancel) break;
       const int64_t begin = next.fetch_add(chunk);
       if (begin >= nd) break;
       isa.score_range(job, begin, std::min(nd, begin + chunk), scratch);

@@ -30,7 +30,16 @@ bool CpuHasAvx512Bf16();
 std::string CpuFeatures();
 
 // scores[i * docs.count + b] = MaxSim(query i, document b) for every pair. `threads` <= 0: all.
+// `cancel` (optional): polled by the workers before each chunk of documents; once it reads non-zero
+// they stop and the scores are incomplete (the caller discards them).
 void MaxsimAllPairs(const IsaKernels& isa, const TokenSpans& queries, const TokenSpans& docs, float* scores,
-                    int threads);
+                    int threads, const volatile int32_t* cancel = nullptr);
+
+// Documents per work item of the pools: small enough that ragged documents balance and a cancel flag
+// is seen within a few milliseconds, large enough that the shared counter costs nothing.
+inline int64_t DocumentChunk(int64_t docs, int workers) {
+  const int64_t balanced = docs / (static_cast<int64_t>(workers) * 32);
+  return balanced < 1 ? 1 : (balanced > 256 ? 256 : balanced);
+}
 
 }  // namespace maxsim_cpu

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine.h"
 #include "thread_pool.h"
 
 namespace maxsim_cpu {
@@ -121,7 +122,7 @@ const Int8KernelSet* ResolveInt8Kernel(const std::string& requested, int64_t dim
 }
 
 void MaxsimAllPairsInt8(const Int8Spans& queries, const Int8Spans& docs, float* scores, int threads,
-                        const Int8KernelSet* set) {
+                        const Int8KernelSet* set, const volatile int32_t* cancel) {
   const int64_t nq = queries.count;
   const int64_t nd = docs.count;
   const int64_t d = docs.dim;
@@ -158,7 +159,7 @@ void MaxsimAllPairsInt8(const Int8Spans& queries, const Int8Spans& docs, float* 
 
   ThreadPool& pool = GlobalPool();
   const int workers = static_cast<int>(std::min<int64_t>(threads > 0 ? threads : pool.size(), nd));
-  const int64_t chunk = std::max<int64_t>(1, nd / (static_cast<int64_t>(workers) * 32));
+  const int64_t chunk = DocumentChunk(nd, workers);
   std::atomic<int64_t> next{0};
   const Int8RangeFn range = set->range;
   const bool prepares = set->pack == Int8Pack::Uint8Biased || set->pack == Int8Pack::Int16;
@@ -171,6 +172,7 @@ void MaxsimAllPairsInt8(const Int8Spans& queries, const Int8Spans& docs, float* 
     scratch.chunk = chunk_buf.data();
     scratch.sums = sums_buf.data();
     for (;;) {
+      if (cancel && *cancel) break;
       const int64_t begin = next.fetch_add(chunk);
       if (begin >= nd) break;
       range(job, begin, std::min(nd, begin + chunk), scratch);

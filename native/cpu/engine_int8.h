@@ -88,7 +88,8 @@ const Int8KernelSet* ResolveInt8Kernel(const std::string& requested, int64_t dim
 
 // scores[i * docs.count + b] = MaxSim(query i, document b) for every pair. `threads` <= 0: all.
 // An empty document scores -inf, an empty query 0. `set` null: auto.
+// `cancel` as for MaxsimAllPairs (engine.h).
 void MaxsimAllPairsInt8(const Int8Spans& queries, const Int8Spans& docs, float* scores, int threads,
-                        const Int8KernelSet* set = nullptr);
+                        const Int8KernelSet* set = nullptr, const volatile int32_t* cancel = nullptr);
 
 }  // namespace maxsim_cpu

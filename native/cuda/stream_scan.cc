@@ -318,6 +318,8 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   };
 
   for (int64_t b = 0; b < nblocks; b++) {
+    // Aborted: the Pipeline's destructor stops the readers and drains both streams.
+    if (spec.cancel && *spec.cancel) throw ScanAborted();
     Slot& s = pipe.slots[b % depth];
     {
       std::unique_lock<std::mutex> lock(pipe.mutex);

@@ -13,6 +13,7 @@
 // So reading block b+1, copying block b and scoring block b-1 overlap.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct StreamScanSpec {
   LaunchSpec launch;
   // Written as blocks finish (documents done, bytes done); read by the JS thread for progress.
   volatile double* progress = nullptr;
+  // Set non-zero by the JS thread to abort: the scan stops before the next block and throws ScanAborted.
+  const volatile int32_t* cancel = nullptr;
+};
+
+// Thrown by RunStreamScan when spec.cancel was set (the binding rejects with "aborted").
+struct ScanAborted : std::runtime_error {
+  ScanAborted() : std::runtime_error("aborted") {}
 };
 
 struct StreamScanResult {

@@ -28,7 +28,11 @@ export interface CpuOptions {
 interface CpuAddon {
   info(): CpuInfo;
   maxsimSync(queries: TokenBatch, docs: TokenBatch, options: CpuOptions): Float32Array;
-  maxsimAsync(queries: TokenBatch, docs: TokenBatch, options: CpuOptions): Promise<Float32Array>;
+  maxsimAsync(
+    queries: TokenBatch,
+    docs: TokenBatch,
+    options: CpuOptions & { cancel?: Int32Array },
+  ): Promise<Float32Array>;
 }
 
 function addon(): CpuAddon {
@@ -65,11 +69,16 @@ export function cpuMaxsimSync(queries: TokenBatch, docs: TokenBatch, options: Cp
   return addon().maxsimSync(queries, docs, checkOptions(options));
 }
 
-/** All-pairs MaxSim on the CPU thread pool, off the JS thread. */
+/**
+ * All-pairs MaxSim on the CPU thread pool, off the JS thread. `cancel` (src/abort.ts): the workers
+ * stop before their next chunk of documents once [0] is set, and the promise rejects ("aborted").
+ */
 export function cpuMaxsim(
   queries: TokenBatch,
   docs: TokenBatch,
   options: CpuOptions = {},
+  cancel?: Int32Array,
 ): Promise<Float32Array> {
-  return addon().maxsimAsync(queries, docs, checkOptions(options));
+  const checked = checkOptions(options);
+  return addon().maxsimAsync(queries, docs, cancel ? { ...checked, cancel } : checked);
 }

@@ -62,6 +62,7 @@ interface StreamAddon {
     },
     launch: Launch,
     progress: Float64Array,
+    cancel?: Int32Array,
   ): Promise<NativeStreamResult>;
   pinFiles(device: number, files: string[]): Promise<unknown>;
   unpinFiles(handle: unknown): void;
@@ -172,6 +173,7 @@ export async function cudaStreamSearch(
   k: number,
   options: CorpusSearchOptions,
   pin?: CorpusPin,
+  cancel?: Int32Array,
 ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
   const info = file.info;
   // int8 corpora: queries arrive quantized (int8 with scales); float corpora take queries in their dtype
@@ -281,12 +283,15 @@ export async function cudaStreamSearch(
           },
           launch,
           progress[i],
+          // set by an aborted signal: every GPU's scan stops before its next block (GPU-unverified)
+          cancel,
         );
       }),
     );
   } finally {
     if (timer) clearInterval(timer);
   }
+  options.signal?.throwIfAborted();
   const bad = settled.findIndex((s) => s.status === 'rejected');
   if (bad >= 0) {
     const e = (settled[bad] as PromiseRejectedResult).reason;

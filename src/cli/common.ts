@@ -1,6 +1,7 @@
 // Shared by the CLI commands: option parsers, loading inputs, and printing tables and JSON.
 
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
+import { untilAborted } from '../abort.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
@@ -230,7 +231,7 @@ export async function scoreInFormat(
   queries: TokenMatrix | TokenBatch,
   docs: TokenBatch,
   format: ScoreFormat,
-  options: { backend: BackendChoice; threads?: number; scales?: ScaleGranularity },
+  options: { backend: BackendChoice; threads?: number; scales?: ScaleGranularity; signal?: AbortSignal },
 ): Promise<ScoreMatrix> {
   const q = queries.kind === 'matrix' ? matrixAsBatch(queries) : queries;
   const { scales, ...run } = options;
@@ -249,7 +250,9 @@ export async function scoreInFormat(
     );
   const why = cudaUnavailableReason();
   if (why) throw new BackendUnavailableError(`--dtype fp8 needs a GPU: ${why}`);
-  return cudaScoreFp8Host(q, docs, { scales });
+  // the fp8 job runs to its end; an abort meanwhile rejects at once and drops its result
+  options.signal?.throwIfAborted();
+  return untilAborted(options.signal, cudaScoreFp8Host(q, docs, { scales }));
 }
 
 // Large inputs are scored in blocks of documents, so that a long run shows progress (per-document
@@ -280,7 +283,10 @@ export async function scoreInBlocks(
       docs,
       Array.from({ length: end - b }, (_, i) => b + i),
     );
-    const m = await scoreInFormat(queries, block, format, options);
+    const m = await scoreInFormat(queries, block, format, options).catch((e: unknown) => {
+      bar.abandon(); // a failed or interrupted run: its one error line follows
+      throw e;
+    });
     for (let q = 0; q < rows; q++) out.set(m.data.subarray(q * m.cols, (q + 1) * m.cols), q * docs.count + b);
     b = end;
     bar.update(b);
@@ -313,3 +319,21 @@ export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];
 export function formatOf(dtype: string | undefined): ScoreFormat {
   return dtype === 'int8' || dtype === 'fp8' ? dtype : 'float';
 }
+
+/**
+ * A signal that SIGINT (Ctrl-C) aborts, for the long commands (search, corpus build / append): the
+ * operation stops at its next block and rejects with an AbortError, which main() reports in one line
+ * with exit code 130. A second SIGINT exits at once. dispose() restores the default handling.
+ */
+export function interruptSignal(): { signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const onSigint = () => {
+    if (controller.signal.aborted) process.exit(INTERRUPTED_EXIT_CODE);
+    controller.abort(new DOMException('interrupted (SIGINT)', 'AbortError'));
+  };
+  process.on('SIGINT', onSigint);
+  return { signal: controller.signal, dispose: () => process.off('SIGINT', onSigint) };
+}
+
+/** Exit code of a command stopped by SIGINT (128 + 2, as shells report it). */
+export const INTERRUPTED_EXIT_CODE = 130;

@@ -2,9 +2,9 @@
 import { Command, Option } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
 import { type CorpusDType, type CorpusInfo, recoverCorpus } from '../io/corpus.js';
-import { buildCorpusFromFiles } from '../io/corpus-build.js';
+import { buildCorpusFromFilesAsync } from '../io/corpus-build.js';
 import { openCorpus } from '../ops/corpus-search.js';
-import { grouped, printTable } from './common.js';
+import { grouped, interruptSignal, printTable } from './common.js';
 import { Progress } from './progress.js';
 
 interface BuildOptions {
@@ -66,9 +66,10 @@ function waitMs(seconds: string | undefined): number | undefined {
 }
 
 function buildAction(append: boolean) {
-  return (opts: BuildOptions) => {
+  return async (opts: BuildOptions) => {
     let bar: Progress | undefined;
-    const info = buildCorpusFromFiles({
+    const interrupt = interruptSignal();
+    const info = await buildCorpusFromFilesAsync({
       docs: opts.docs,
       docOffsets: opts.docOffsets,
       docLengths: opts.docLengths,
@@ -84,7 +85,14 @@ function buildAction(append: boolean) {
         bar ??= new Progress(append ? 'append' : 'build', total);
         bar.update(done);
       },
-    });
+      // Ctrl-C: the writer aborts between groups, nothing is published (main() exits 130)
+      signal: interrupt.signal,
+    })
+      .catch((e: unknown) => {
+        bar?.abandon();
+        throw e;
+      })
+      .finally(() => interrupt.dispose());
     bar?.finish();
     const { clamped, ...published } = info;
     if (clamped > 0)

@@ -2,9 +2,11 @@
 // The `maxsim` command line. Errors print one line, `maxsim: <message>`, on stderr: exit code 2 for usage
 // errors (reported by commander), 1 for everything else; --debug adds the stack trace.
 import { Command, CommanderError } from 'commander';
+import { isAbortError } from '../abort.js';
 import { version } from '../version.js';
 import { benchCommand } from './bench.js';
 import { chamferCommand } from './chamfer.js';
+import { INTERRUPTED_EXIT_CODE } from './common.js';
 import { corpusCommand } from './corpus.js';
 import { demoCommand } from './demo.js';
 import { fidelityCommand } from './fidelity.js';
@@ -79,7 +81,8 @@ async function main(): Promise<void> {
       return;
     }
     reportError(error, program.opts().debug === true || process.argv.includes('--debug'));
-    process.exitCode = RUNTIME_EXIT_CODE;
+    // stopped by Ctrl-C (interruptSignal): one line, and the shell's code for SIGINT
+    process.exitCode = isAbortError(error) ? INTERRUPTED_EXIT_CODE : RUNTIME_EXIT_CODE;
   }
 }
 

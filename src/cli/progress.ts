@@ -89,6 +89,12 @@ export class Progress {
     this.drawn = true;
   }
 
+  /** Ends the progress of a failed or interrupted run: a terminal line is erased, nothing more is said. */
+  abandon(): void {
+    if (this.drawn && this.mode === 'tty') this.stream.write('\r\x1b[K');
+    this.drawn = false;
+  }
+
   /** Ends the progress: a terminal line is erased; off a terminal a final line closes what was shown. */
   finish(): void {
     if (this.drawn && this.mode === 'tty') this.stream.write('\r\x1b[K');

@@ -14,6 +14,7 @@ import {
   formatOf,
   type InputOptions,
   integerOption,
+  interruptSignal,
   jsonScore,
   loadInputs,
   loadQueries,
@@ -85,23 +86,28 @@ export function searchCommand(): Command {
       if (opts.docs === undefined)
         throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
       const { queries, docs } = loadInputs(opts);
-      const options = { backend: opts.backend, threads: opts.threads };
+      // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
+      const interrupt = interruptSignal();
+      const options = { backend: opts.backend, threads: opts.threads, signal: interrupt.signal };
       let results: Hit[][];
-      if (opts.prefilter === 'int8') {
-        const scan = quantize(docs, 'int8', { scales: opts.scales });
-        results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
-      } else if (formatOf(opts.dtype) !== 'float') {
-        const m = await scoreInBlocks(
-          queries,
-          docs,
-          formatOf(opts.dtype),
-          { ...options, scales: opts.scales },
-          'search',
-        );
-        results = rankRows(m, opts.topK);
-      } else {
-        // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
-        results = rankRows(await scoreInBlocks(queries, docs, 'float', options, 'search'), opts.topK);
+      try {
+        if (opts.prefilter === 'int8') {
+          const scan = quantize(docs, 'int8', { scales: opts.scales });
+          results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
+        } else {
+          const format = formatOf(opts.dtype);
+          // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
+          const m = await scoreInBlocks(
+            queries,
+            docs,
+            format,
+            { ...options, ...(format !== 'float' ? { scales: opts.scales } : {}) },
+            'search',
+          );
+          results = rankRows(m, opts.topK);
+        }
+      } finally {
+        interrupt.dispose();
       }
       const lines = results.map((hits, query) =>
         JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
@@ -155,15 +161,26 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
   if (corpus.info.dtype === 'int8' && resolveBackend(opts.backend) === 'cpu')
     warnIfInt8Slower(corpus.info.dim, 'an int8 corpus');
   const bar = new Progress('search', corpus.info.documents);
-  const results = await corpus.search(queries, {
-    topK: opts.topK,
-    backend: opts.backend,
-    threads: opts.threads,
-    gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
-    devices: opts.gpus,
-    verify: opts.verifyCorpus,
-    onProgress: (p) => bar.update(p.documents),
-  });
+  const interrupt = interruptSignal();
+  let results: Awaited<ReturnType<typeof corpus.search>>;
+  try {
+    results = await corpus.search(queries, {
+      topK: opts.topK,
+      backend: opts.backend,
+      threads: opts.threads,
+      gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+      devices: opts.gpus,
+      verify: opts.verifyCorpus,
+      onProgress: (p) => bar.update(p.documents),
+      // Ctrl-C: the scan stops at its next block (main() exits 130 with one line)
+      signal: interrupt.signal,
+    });
+  } catch (e) {
+    bar.abandon();
+    throw e;
+  } finally {
+    interrupt.dispose();
+  }
   bar.finish();
   const lines = results.map((hits, query) =>
     JSON.stringify({

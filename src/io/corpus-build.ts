@@ -3,6 +3,7 @@
 // dense [B, L, d] with optional real lengths [B]; optional ids, one per line.
 
 import * as fs from 'node:fs';
+import { checkSignal } from '../abort.js';
 import { InvalidArgumentError } from '../errors.js';
 import { type DType, raggedBatch, type TokenData } from '../tensor.js';
 import type { NpyArray } from './array.js';
@@ -33,6 +34,14 @@ export interface BuildFromFilesOptions {
   /** Token bytes per group read and written at once (default 64 MiB). */
   groupBytes?: number;
   onProgress?: (documents: number, total: number) => void;
+  /**
+   * Cancels the build between groups: the writer is aborted (its temporaries removed, the lock
+   * released, a new corpus directory removed again), nothing is published and the previous corpus
+   * stays as it was; throws (rejects) with the signal's reason, an AbortError. The synchronous
+   * buildCorpusFromFiles sees an abort only from code it calls (onProgress); a timer or a SIGINT
+   * handler needs buildCorpusFromFilesAsync, which yields to the event loop between groups.
+   */
+  signal?: AbortSignal;
 }
 
 /** A 1-D integer array as float64 values (exact up to 2^53), checked: one typed array, no per-value objects. */
@@ -80,8 +89,37 @@ function readIds(path: string, count: number): string[] {
   return lines.map((l) => l.replace(/\r$/, ''));
 }
 
+type BuildResult = CorpusInfo & { clamped: number };
+
 /** Builds (or appends to) a corpus from array files; returns the corpus as published (and what was clamped). */
-export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo & { clamped: number } {
+export function buildCorpusFromFiles(options: BuildFromFilesOptions): BuildResult {
+  const signal = checkSignal(options.signal);
+  signal?.throwIfAborted();
+  const steps = buildSteps(options);
+  let step = steps.next();
+  while (!step.done) step = signal?.aborted ? steps.throw(signal.reason) : steps.next();
+  return step.value;
+}
+
+/**
+ * buildCorpusFromFiles off and on the event loop: it yields between groups (reads and writes stay
+ * synchronous within a group), so timers, I/O and a `signal` aborted by them are served meanwhile.
+ */
+export async function buildCorpusFromFilesAsync(options: BuildFromFilesOptions): Promise<BuildResult> {
+  const signal = checkSignal(options.signal);
+  signal?.throwIfAborted();
+  const steps = buildSteps(options);
+  let step = steps.next();
+  while (!step.done) {
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    step = signal?.aborted ? steps.throw(signal.reason) : steps.next();
+  }
+  return step.value;
+}
+
+// The build, one group per step: the driver resumes it, or throws the abort reason in at a yield
+// (the writer's catch aborts it, the finally closes the inputs).
+function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResult, void> {
   const source = openArraySource(options.docs, '--docs');
   let scaleSource: ReturnType<typeof openArraySource> | undefined;
   try {
@@ -260,6 +298,7 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): CorpusInfo
         writer.add(batch, ids?.slice(i, j));
         i = j;
         options.onProgress?.(i, count);
+        yield;
       }
       const clamped = writer.clamped;
       return { ...writer.commit(), clamped };

@@ -23,6 +23,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
+import { checkSignal } from '../abort.js';
 import { FormatError, InvalidArgumentError, MaxsimError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
 import { quantize } from '../ops/quantize.js';
@@ -455,6 +456,12 @@ export interface WriterOptions extends LockOptions {
    * finite value of their sign, and `clamped` counts them.
    */
   clamp?: boolean;
+  /**
+   * Cancels the write: once aborted, the next add() / addEncoded() / commit() aborts the writer
+   * (temporaries removed, lock released, a created directory removed; nothing published) and throws
+   * the signal's reason, an AbortError. An already-aborted signal throws before the lock is taken.
+   */
+  signal?: AbortSignal;
 }
 
 export interface CorpusCreateOptions extends WriterOptions {
@@ -503,6 +510,7 @@ export class CorpusWriter {
   private done = false;
   private clampedValues = 0;
   private readonly clamp: boolean;
+  private readonly signal: AbortSignal | undefined;
 
   private constructor(
     readonly dir: string,
@@ -513,6 +521,7 @@ export class CorpusWriter {
     options: WriterOptions,
   ) {
     this.clamp = options.clamp === true;
+    this.signal = options.signal;
     this.segFile = segmentName(manifest.generation + 1);
     // Temporary names carry the lock token: no two writers ever share one.
     this.tmpFile = path.join(dir, `${this.segFile}.${lock.token}.tmp`);
@@ -543,6 +552,7 @@ export class CorpusWriter {
    * the root and directories with other files are refused: nothing the writer did not create is deleted.
    */
   static create(dir: string, options: CorpusCreateOptions): CorpusWriter {
+    checkSignal(options.signal)?.throwIfAborted();
     const dtype = options.dtype ?? 'float16';
     if (!CODE_DTYPES.includes(dtype))
       throw new InvalidArgumentError(
@@ -583,6 +593,7 @@ export class CorpusWriter {
    * locked by pid N"), or first waits up to `waitMs` milliseconds for it.
    */
   static append(dir: string, options: WriterOptions = {}): CorpusWriter {
+    checkSignal(options.signal)?.throwIfAborted();
     readManifest(dir); // a clear error before locking when it is not a corpus
     const lock = CorpusLock.acquire(dir, options);
     try {
@@ -875,6 +886,10 @@ export class CorpusWriter {
 
   private checkOpen() {
     if (this.done) throw new MaxsimError('this corpus writer was committed or aborted; open a new one');
+    if (this.signal?.aborted) {
+      this.abort();
+      throw this.signal.reason;
+    }
   }
 
   private checkIds(ids: readonly string[] | undefined, count: number) {

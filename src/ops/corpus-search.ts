@@ -8,6 +8,7 @@
 // keeps GPU memory flat whatever the corpus size. Results are identical to scoring the whole corpus
 // in memory: same kernels, same tie rule (lower document index first).
 
+import { checkSignal, throwIfAborted, withCancelFlag } from '../abort.js';
 import { cpuMaxsim } from '../backends/cpu.js';
 import {
   type CorpusPin,
@@ -85,6 +86,12 @@ export interface CorpusSearchOptions {
   verify?: boolean;
   /** Called after each block (CPU) or every ~100 ms (CUDA) with the progress so far. */
   onProgress?: (progress: SearchProgress) => void;
+  /**
+   * Cancels the search: it rejects with the signal's reason (an AbortError). The CPU scan stops
+   * before the next block and its workers before their next chunk of documents; the CUDA scan stops
+   * before its next block (its readers stop and its buffers are freed).
+   */
+  signal?: AbortSignal;
 }
 
 export interface SearchResult {
@@ -258,6 +265,8 @@ export class Corpus {
     queries: TokenMatrix | TokenBatch,
     options: CorpusSearchOptions = {},
   ): Promise<SearchResult> {
+    const signal = checkSignal(options.signal);
+    throwIfAborted(signal);
     const k = checkK(options.topK ?? 10);
     const q = queriesFor(this.info.dtype, asQueries(queries));
     if (q.dim !== this.info.dim)
@@ -276,10 +285,11 @@ export class Corpus {
         String(options.blockBytes),
       );
     const backend = resolveBackend(options.backend);
-    const result =
+    const result = await withCancelFlag(signal, (cancel) =>
       backend === 'cuda'
-        ? await cudaStreamSearch(this.file, q, k, options, this.pinned)
-        : await this.searchCpu(q, k, options);
+        ? cudaStreamSearch(this.file, q, k, options, this.pinned, cancel)
+        : this.searchCpu(q, k, options, cancel),
+    );
     const hits = result.hits.map((row) =>
       row.map((h) => ({ index: h.index, score: h.score, id: this.file.id(h.index) })),
     );
@@ -290,6 +300,7 @@ export class Corpus {
     q: TokenBatch,
     k: number,
     options: CorpusSearchOptions,
+    cancel: Int32Array | undefined,
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
     const info = this.info;
@@ -306,6 +317,7 @@ export class Corpus {
     let verifiedBytes = 0;
     let verifyMs = 0;
     for (const block of blocks) {
+      options.signal?.throwIfAborted();
       if (verify) {
         const t0 = performance.now();
         verifiedBytes += this.file.verifyBlock(block, mapped);
@@ -314,8 +326,8 @@ export class Corpus {
       const docs = this.mapBlock(block);
       const scores =
         info.dtype === 'int8'
-          ? await cpuMaxsimInt8(q, docs, { threads: options.threads })
-          : await cpuMaxsim(q, docs, { threads: options.threads });
+          ? await cpuMaxsimInt8(q, docs, { threads: options.threads }, cancel)
+          : await cpuMaxsim(q, docs, { threads: options.threads }, cancel);
       const blockHits = blockTopK(scores, q.count, block.documents, k, block.firstDocument);
       running = running.map((r, i) => mergeHits(r, blockHits[i], k));
       documents += block.documents;

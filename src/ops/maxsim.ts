@@ -2,6 +2,7 @@
 // of <q, d>. One query against B documents, or every query of a batch against every document.
 // TypeScript validates and picks the backend; the native engines do the arithmetic.
 
+import { checkSignal, throwIfAborted, untilAborted, withCancelFlag } from '../abort.js';
 import { type CpuIsa, cpuMaxsim, cpuMaxsimSync } from '../backends/cpu.js';
 import { cudaScoreHost } from '../backends/cuda-host.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
@@ -31,6 +32,13 @@ export interface ScoreOptions {
   device?: number;
   /** CUDA kernel variant override, for benchmarks. */
   variant?: string;
+  /**
+   * Cancels the job: the promise rejects with the signal's reason (an AbortError). On the CPU the
+   * workers stop before their next chunk of documents (<= 256 documents each) and the promise rejects
+   * then; on CUDA it rejects at once, the job runs to its end and its result is dropped. The
+   * synchronous variants only check it on entry.
+   */
+  signal?: AbortSignal;
 }
 
 // int8 scores int8 only: both sides quantized (see quantize()), or both float.
@@ -51,17 +59,28 @@ function prepare(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName: str
 }
 
 async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
-  options = optionsObject(options, 'backend, threads, isa, device, variant, all optional');
+  options = optionsObject(options, 'backend, threads, isa, device, variant, signal, all optional');
+  const signal = checkSignal(options.signal);
   // int8 x int8 runs on both engines (CUDA: the int8 tensor-core kernels); 'auto' as for floats
   const backend: BackendName = resolveBackend(options.backend);
+  throwIfAborted(signal);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
-  if (backend === 'cuda') return cudaScoreHost(q, docs, { device: options.device, variant: options.variant });
-  if (q.dtype === 'int8') return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa });
-  return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
+  return withCancelFlag(signal, (cancel) => {
+    // a CUDA job cannot stop early: the promise rejects at once and the job's result is dropped
+    if (backend === 'cuda')
+      return untilAborted(
+        signal,
+        cudaScoreHost(q, docs, { device: options.device, variant: options.variant }),
+      );
+    if (q.dtype === 'int8')
+      return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa }, cancel);
+    return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined }, cancel);
+  });
 }
 
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
-  options = optionsObject(options, 'backend, threads, isa, all optional');
+  options = optionsObject(options, 'backend, threads, isa, signal, all optional');
+  throwIfAborted(checkSignal(options.signal));
   if (options.backend === 'cuda') {
     throw new InvalidArgumentError(
       'backend',

@@ -288,7 +288,11 @@ export interface Int8Options {
 
 interface Int8Addon {
   maxsimInt8Sync(queries: TokenBatch, docs: TokenBatch, options: Int8Options): Float32Array;
-  maxsimInt8Async(queries: TokenBatch, docs: TokenBatch, options: Int8Options): Promise<Float32Array>;
+  maxsimInt8Async(
+    queries: TokenBatch,
+    docs: TokenBatch,
+    options: Int8Options & { cancel?: Int32Array },
+  ): Promise<Float32Array>;
   int8Isas(): Int8Isa[];
 }
 
@@ -393,6 +397,9 @@ export function cpuMaxsimInt8(
   queries: TokenBatch,
   docs: TokenBatch,
   options: { threads?: number; isa?: string } = {},
+  cancel?: Int32Array,
 ): Promise<Float32Array> {
-  return int8Addon().maxsimInt8Async(queries, docs, checkInt8Options(options));
+  // `cancel` (src/abort.ts): the workers stop before their next chunk of documents once [0] is set
+  const checked = checkInt8Options(options);
+  return int8Addon().maxsimInt8Async(queries, docs, cancel ? { ...checked, cancel } : checked);
 }

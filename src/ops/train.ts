@@ -9,6 +9,7 @@
 // makes a round trip; with device corpora (cuda().upload) in, the argmax stays on the device between
 // the passes and the gradients come back as device corpora (device-resident training).
 
+import { checkSignal, throwIfAborted, untilAborted } from '../abort.js';
 import {
   adoptOnDeviceOf,
   cudaStatus,
@@ -75,6 +76,12 @@ export type GradientArray = Float32Array | Uint16Array;
 export interface MaxsimTrainOptions {
   /** Default 'all'. 'diagonal' needs as many queries as documents. */
   pairs?: TrainPairs;
+  /**
+   * Cancels the forward pass and the backward passes of its result: rejects with an AbortError at
+   * once; a native pass in flight cannot stop early, runs to its end in the background and its result
+   * is dropped. Device corpora: checked before and after the forward pass.
+   */
+  signal?: AbortSignal;
   backend?: TrainBackend;
   /** CPU worker threads (default all cores); results do not depend on it. */
   threads?: number;
@@ -127,6 +134,8 @@ export interface MaxsimTrainResult<A extends GradientArray = Float32Array> {
 }
 
 export interface ContrastiveOptions {
+  /** Cancels the step between its native calls (see MaxsimTrainOptions.signal). */
+  signal?: AbortSignal;
   /** Scores are divided by it before the softmax (default 1; must be > 0). */
   temperature?: number;
   /** Positive document of each query (default: query i's positive is document i, which needs Nq <= B). */
@@ -411,6 +420,8 @@ export async function maxsimTrain(
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions = {},
 ): Promise<MaxsimTrainResult<GradientArray> | DeviceTrainResult> {
+  const signal = checkSignal(options.signal);
+  throwIfAborted(signal);
   if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) return deviceTrain(queries, docs, options);
   checkCompatible(queries, docs, 'queries', 'docs');
   checkFloatBatch('queries', queries);
@@ -422,14 +433,14 @@ export async function maxsimTrain(
   const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(queries, docs, options);
   const device = onGpu ? checkCudaDevice(options.device) : 0;
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
-  const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } = onGpu
-    ? await cudaAddon().trainForward(device, queries, docs, {
-        pairs,
-        stride: native.stride,
-        kernel,
-        ...tuning,
-      })
-    : await addon().forwardAsync(queries, docs, native);
+  // the native passes cannot stop early: an abort rejects at once and drops their result
+  const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } =
+    await untilAborted(
+      signal,
+      onGpu
+        ? cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride, kernel, ...tuning })
+        : addon().forwardAsync(queries, docs, native),
+    );
   const { scores, argmax, profileMs } = forward;
   // float32 from the engines; 'input' encodes each side in its input's dtype.
   const cast = (g: MaxsimGradients): MaxsimGradients<GradientArray> =>
@@ -450,19 +461,21 @@ export async function maxsimTrain(
     ...(profileMs ? { profileMs } : {}),
     async backward(gradScores) {
       checkGradScores(gradScores, scores.length);
+      throwIfAborted(signal);
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
       const g = Float64Array.from(gradScores);
-      if (onGpu) {
-        return cast(
-          await cudaAddon().trainBackward(device, queries, docs, argmax, g, {
-            pairs,
-            stride: native.stride,
-            dDPath,
-            ...tuning,
-          }),
-        );
-      }
-      return cast(await addon().backwardAsync(queries, docs, argmax, g, native));
+      const grads = await untilAborted(
+        signal,
+        onGpu
+          ? cudaAddon().trainBackward(device, queries, docs, argmax, g, {
+              pairs,
+              stride: native.stride,
+              dDPath,
+              ...tuning,
+            })
+          : addon().backwardAsync(queries, docs, argmax, g, native),
+      );
+      return cast(grads);
     },
   };
   return result;
@@ -741,10 +754,13 @@ export async function contrastiveStep(
       device: options.device,
       dDPath: options.dDPath,
       outputDtype: options.outputDtype,
+      signal: options.signal,
     });
     try {
       const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
+      options.signal?.throwIfAborted();
       const grads = await forward.backward(gradScores);
+      options.signal?.throwIfAborted();
       return { loss, scores: forward.scores, ...grads };
     } finally {
       forward.dispose();
@@ -759,6 +775,7 @@ export async function contrastiveStep(
     device: options.device,
     dDPath: options.dDPath,
     outputDtype: options.outputDtype,
+    signal: options.signal,
   });
   const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
   const { dQ, dD, dDPath } = await forward.backward(gradScores);

@@ -1,6 +1,8 @@
 // Two-stage top-K: scan every document with the int8 kernel, keep the c·K best candidates per query,
 // rescore those exactly from the float copy, return the exact top K with exact scores. The first
 // stage reads a quarter of the bytes of fp32; the second scores c·K documents per query.
+
+import { checkSignal } from '../abort.js';
 import type { CpuIsa } from '../backends/cpu.js';
 import type { DeviceCorpus } from '../backends/cuda.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -47,6 +49,9 @@ export async function twoStageTopKAll(
   options: TwoStageOptions = {},
 ): Promise<Hit[][]> {
   checkK(k);
+  // host batches: both stages pass `signal` to the CPU engines (they stop early); device corpora: one job
+  const signal = checkSignal(options.signal);
+  signal?.throwIfAborted();
   const c = options.candidateFactor ?? 4;
   if (!Number.isFinite(c) || c < 1)
     throw new InvalidArgumentError('candidateFactor', 'a number >= 1', String(c));
@@ -57,7 +62,9 @@ export async function twoStageTopKAll(
         'two device corpora (or two host batches)',
         'one of each',
       );
-    return twoStageDevice(queries, docs, docsInt8, k, c);
+    const hits = await twoStageDevice(queries, docs, docsInt8, k, c);
+    signal?.throwIfAborted(); // the GPU job ran to its end: its result is dropped
+    return hits;
   }
   if (docsInt8.dtype !== 'int8') {
     throw new InvalidArgumentError(
