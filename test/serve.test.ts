@@ -424,7 +424,8 @@ describe('maxsim serve', () => {
   });
 
   test('a full queue answers 429 with Retry-After; a passed deadline 504', async () => {
-    const tight = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0, maxQueue: 2 });
+    // a long wait for company keeps the first queries queued while the rest arrive: the third is refused
+    const tight = await start({ corpus: dir, maxBatch: 64, maxWaitMs: 500, maxQueue: 2 });
     const rs = await Promise.all(
       Array.from({ length: 30 }, () =>
         post(`${tight.url}/v1/search`, { queries: [randomTokens(8)], top_k: 3 }),
