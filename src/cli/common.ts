@@ -313,3 +313,12 @@ export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];
 export function formatOf(dtype: string | undefined): ScoreFormat {
   return dtype === 'int8' || dtype === 'fp8' ? dtype : 'float';
 }
+
+/** Parses --gpus: 'all' or device indices (0,1). */
+export function parseGpus(v: string): 'all' | number[] {
+  if (v === 'all') return 'all';
+  const list = v.split(',').map((x) => (/^\d+$/.test(x.trim()) ? Number(x) : Number.NaN));
+  if (list.length === 0 || list.some((x) => !Number.isInteger(x)))
+    throw new InvalidArgumentError('--gpus', "'all' or device indices like 0,1", JSON.stringify(v));
+  return list;
+}
