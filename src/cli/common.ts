@@ -337,3 +337,12 @@ export function interruptSignal(): { signal: AbortSignal; dispose(): void } {
 
 /** Exit code of a command stopped by SIGINT (128 + 2, as shells report it). */
 export const INTERRUPTED_EXIT_CODE = 130;
+
+/** Parses --gpus: 'all' or device indices (0,1). */
+export function parseGpus(v: string): 'all' | number[] {
+  if (v === 'all') return 'all';
+  const list = v.split(',').map((x) => (/^\d+$/.test(x.trim()) ? Number(x) : Number.NaN));
+  if (list.length === 0 || list.some((x) => !Number.isInteger(x)))
+    throw new InvalidArgumentError('--gpus', "'all' or device indices like 0,1", JSON.stringify(v));
+  return list;
+}

@@ -18,6 +18,7 @@ import {
   jsonScore,
   loadInputs,
   loadQueries,
+  parseGpus,
   scalesOption,
   scoreInBlocks,
 } from './common.js';
@@ -51,13 +52,7 @@ export function searchCommand(): Command {
     .option(
       '--gpus <list>',
       "with --corpus on CUDA: 'all' or device indices (0,1): each GPU streams a share of the blocks",
-      (v: string): 'all' | number[] => {
-        if (v === 'all') return 'all';
-        const list = v.split(',').map((x) => (/^\d+$/.test(x.trim()) ? Number(x) : Number.NaN));
-        if (list.length === 0 || list.some((x) => !Number.isInteger(x)))
-          throw new InvalidArgumentError('--gpus', "'all' or device indices like 0,1", JSON.stringify(v));
-        return list;
-      },
+      parseGpus,
     )
     .option(
       '--pin',

@@ -4,7 +4,7 @@ import { Command, Option } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import { createServer } from '../server/index.js';
-import { integerOption } from './common.js';
+import { integerOption, parseGpus } from './common.js';
 
 interface ServeOptions {
   corpus: string;
@@ -14,6 +14,7 @@ interface ServeOptions {
   pin?: boolean;
   threads?: number;
   gpuMemory?: number;
+  gpus?: 'all' | number[];
   maxBatch: number;
   maxWaitMs: number;
   maxQueue?: number;
@@ -64,6 +65,11 @@ export function serveCommand(): Command {
     .option('--pin', 'CUDA: page-lock the corpus files and stream them instead of uploading the corpus')
     .option('--threads <n>', 'CPU worker threads (default all cores)', integerOption(1))
     .option('--gpu-memory <MiB>', 'CUDA: device memory the resident corpus may take', integerOption(1))
+    .option(
+      '--gpus <list>',
+      "CUDA: 'all' or device indices (0,1): each segment is sharded over these GPUs (or streamed by all of them)",
+      parseGpus,
+    )
     .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 256)
     .option('--max-wait-ms <ms>', 'longest wait for company before a pass starts', numberOption(0), 2)
     .option(
@@ -91,6 +97,7 @@ export function serveCommand(): Command {
         pin: opts.pin,
         threads: opts.threads,
         gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+        devices: opts.gpus,
         maxBatch: opts.maxBatch,
         maxWaitMs: opts.maxWaitMs,
         maxQueue: opts.maxQueue,

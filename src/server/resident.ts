@@ -4,7 +4,7 @@
 // snapshot: a search runs on the snapshot it started with, so it sees a segment whole or not at all.
 
 import { Worker } from 'node:worker_threads';
-import { type CudaDevice, type CudaMemory, cuda, type DeviceCorpus } from '../backends/cuda.js';
+import { type CudaMemory, cuda } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { type CorpusInfo, typedView } from '../io/corpus.js';
@@ -12,7 +12,14 @@ import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
-import { type Hit, matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
+import {
+  type Hit,
+  matrixAsBatch,
+  type ScoreMatrix,
+  selectItems,
+  type TokenBatch,
+  type TokenMatrix,
+} from '../tensor.js';
 import type { AppendJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
 
@@ -51,6 +58,61 @@ export interface ResidentOptions {
   device?: number;
   /** CUDA: device bytes the resident corpus may take (default 3/4 of the free memory). */
   gpuMemory?: number;
+  /** CUDA: several GPUs ('all' or indices): each segment is sharded over them, or they all stream. */
+  devices?: 'all' | number[];
+}
+
+/** What the server needs of a corpus on the GPU: one device's, or sharded over several. */
+interface GpuCorpus {
+  topK(
+    queries: TokenBatch,
+    k: number,
+    options?: { rescore?: { docs: GpuCorpus; candidates: number } },
+  ): Promise<Hit[][]>;
+  quantize(mode: 'int8'): Promise<GpuCorpus>;
+  select(indices: ArrayLike<number>): Promise<GpuCorpus>;
+  score(queries: TokenBatch): Promise<ScoreMatrix>;
+  dispose(): void;
+}
+
+/** The GPUs a server runs on: one device, or a group whose uploads shard each segment. */
+interface Gpus {
+  name: string;
+  /** Free bytes the resident corpus may count on (the least free GPU's, times the GPUs). */
+  free(): Promise<number>;
+  upload(batch: TokenBatch): Promise<GpuCorpus>;
+  memory(): Promise<CudaMemory>;
+  dispose(): void;
+}
+
+async function openGpus(options: ResidentOptions): Promise<Gpus> {
+  if (options.devices === undefined) {
+    const d = await cuda({ device: options.device });
+    return {
+      name: d.info.name,
+      free: async () => (await d.memory()).free,
+      upload: (b) => d.upload(b),
+      memory: () => d.memory(),
+      dispose: () => d.dispose(),
+    };
+  }
+  const g = await cuda({ devices: options.devices });
+  const all = async () => Promise.all(g.devices.map((d) => d.memory()));
+  return {
+    name: `${g.devices.length} x ${g.devices[0].info.name}`,
+    free: async () => Math.min(...(await all()).map((m) => m.free)) * g.devices.length,
+    upload: (b) => g.upload(b),
+    // the group's memory, every GPU added up
+    memory: async () =>
+      (await all()).reduce((s, m) => ({
+        inUse: s.inUse + m.inUse,
+        cached: s.cached + m.cached,
+        peak: s.peak + m.peak,
+        total: s.total + m.total,
+        free: s.free + m.free,
+      })),
+    dispose: () => g.dispose(),
+  };
 }
 
 /** 'mapped': CPU over the mapped files; 'resident': on the GPU; 'streamed': CUDA scans of the files. */
@@ -58,8 +120,8 @@ export type ResidentMode = 'mapped' | 'resident' | 'streamed';
 
 interface DeviceSegment {
   firstDocument: number;
-  docs: DeviceCorpus;
-  int8?: Promise<DeviceCorpus>;
+  docs: GpuCorpus;
+  int8?: Promise<GpuCorpus>;
 }
 
 interface Snapshot {
@@ -86,7 +148,7 @@ export class ResidentCorpus {
     readonly backend: BackendName,
     readonly mode: ResidentMode,
     private readonly options: ResidentOptions,
-    private readonly gpu: CudaDevice | undefined,
+    private readonly gpu: Gpus | undefined,
     first: Snapshot,
   ) {
     this.current = first;
@@ -100,8 +162,8 @@ export class ResidentCorpus {
         throw new InvalidArgumentError('pin', "backend 'cuda' or 'auto' (pinning feeds the GPU)", "'cpu'");
       return new ResidentCorpus(options.corpus, 'cpu', 'mapped', options, undefined, snapshotOf(corpus, []));
     }
-    const gpu = await cuda({ device: options.device });
-    const budget = options.gpuMemory ?? Math.floor(0.75 * (await gpu.memory()).free);
+    const gpu = await openGpus(options);
+    const budget = options.gpuMemory ?? Math.floor(0.75 * (await gpu.free()));
     if (corpus.info.tokenBytes <= budget && !options.pin) {
       const segments = await uploadSegments(gpu, corpus, 0);
       return new ResidentCorpus(
@@ -119,7 +181,7 @@ export class ResidentCorpus {
 
   /** The GPU, where the server runs on CUDA. */
   get deviceName(): string | undefined {
-    return this.gpu?.info.name;
+    return this.gpu?.name;
   }
 
   get info(): CorpusInfo {
@@ -159,6 +221,7 @@ export class ResidentCorpus {
           backend: this.backend,
           threads: this.options.threads,
           device: this.options.device,
+          devices: this.options.devices,
           gpuMemory: this.options.gpuMemory,
         });
       let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
@@ -419,7 +482,7 @@ function mappedSegment(s: Snapshot, g: number): TokenBatch {
 }
 
 /** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
-async function uploadSegments(gpu: CudaDevice, corpus: Corpus, from: number): Promise<DeviceSegment[]> {
+async function uploadSegments(gpu: Gpus, corpus: Corpus, from: number): Promise<DeviceSegment[]> {
   const out: DeviceSegment[] = [];
   for (let g = from; g < corpus.file.segments.length; g++) {
     const seg = corpus.file.segments[g];

@@ -11,7 +11,7 @@ import { CorpusWriter } from '../../src/io/corpus.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
-import { skip } from './helpers.js';
+import { skip, status } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-serve-'));
 const servers: MaxsimServer[] = [];
@@ -167,5 +167,51 @@ describe('maxsim serve on CUDA', { skip }, () => {
     const metrics = await (await fetch(`${gpu.url}/metrics`)).text();
     assert.match(metrics, /maxsim_gpu_memory_bytes\{kind="in_use"\} [1-9]/);
     await gpu.server.close();
+  });
+
+  test("several GPUs (--gpus): each segment sharded, the answers one GPU's", async () => {
+    const count = status.devices?.length ?? 0;
+    const devices = count >= 2 ? Array.from({ length: count }, (_, i) => i) : [0, 0];
+    const sharded = path.join(tmp, 'sharded.msx');
+    for (let s = 0; s < 2; s++) {
+      const docs = randomRagged(
+        Array.from({ length: 900 }, () => 1 + Math.floor(rand() * 40)),
+        DIM,
+        'float32',
+        rand,
+      );
+      const w =
+        s === 0
+          ? CorpusWriter.create(sharded, { dim: DIM, dtype: 'float16', ids: true })
+          : CorpusWriter.append(sharded);
+      w.add(
+        docs,
+        Array.from({ length: docs.count }, (_, i) => `g${s}-${i}`),
+      );
+      w.commit();
+    }
+    const one = await start({ corpus: sharded, backend: 'cuda' });
+    const many = await start({ corpus: sharded, backend: 'cuda', devices });
+    // biome-ignore lint/suspicious/noExplicitAny: a JSON answer
+    const info: any = await (await fetch(`${many.url}/v1/info`)).json();
+    assert.equal(info.mode, 'resident');
+    const queries = Array.from({ length: 6 }, (_, i) => tokens(1 + i * 5));
+    for (const body of [
+      { queries, top_k: 10 },
+      { queries, top_k: 7, prefilter: 'int8' },
+    ]) {
+      const a = await post(`${one.url}/v1/search`, body);
+      const b = await post(`${many.url}/v1/search`, body);
+      assert.equal(b.status, 200, JSON.stringify(b.json));
+      assert.deepEqual(b.json.results, a.json.results, JSON.stringify(body).slice(0, 40));
+    }
+    const cands = ['g0-3', 'g1-7', 'g0-899', 'g1-0'];
+    const ra = await post(`${one.url}/v1/rerank`, { query: queries[3], candidates: cands });
+    const rb = await post(`${many.url}/v1/rerank`, { query: queries[3], candidates: cands });
+    assert.deepEqual(rb.json.results, ra.json.results);
+    const metrics = await (await fetch(`${many.url}/metrics`)).text();
+    assert.match(metrics, /maxsim_gpu_memory_bytes\{kind="in_use"\} [1-9]/);
+    await many.server.close();
+    await one.server.close();
   });
 });
