@@ -40,6 +40,7 @@ import {
 } from '../tensor.js';
 import { MAX_DOCUMENTS } from './budget.js';
 import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
+import { statWords } from './text-file.js';
 
 export type CorpusDType = DType;
 export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
@@ -288,7 +289,8 @@ function readManifest(dir: string): Manifest {
   let text: string;
   try {
     const st = fs.statSync(file);
-    if (st.isDirectory()) throw new FormatError(file, 'the MANIFEST is a directory, not a file');
+    // not only directories: a FIFO would hang the read below
+    if (!st.isFile()) throw new FormatError(file, `the MANIFEST is ${statWords(st)}, not a regular file`);
     if (st.size > MANIFEST_MAX_BYTES)
       throw new FormatError(
         file,
@@ -434,7 +436,8 @@ function openSegment(dir: string, name: string): { file: string; fd: number } {
   if (path.dirname(real) !== fs.realpathSync(dir))
     throw new FormatError(file, `the segment resolves to ${real}, outside the corpus directory; refused`);
   try {
-    const fd = fs.openSync(real, 'r');
+    // non-blocking: opening a FIFO for reading would wait for a writer (no effect on regular files)
+    const fd = fs.openSync(real, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
     if (!fs.fstatSync(fd).isFile()) {
       fs.closeSync(fd);
       throw new FormatError(file, 'a segment named by the MANIFEST is not a regular file');
