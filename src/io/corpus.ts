@@ -40,7 +40,7 @@ import {
 } from '../tensor.js';
 import { MAX_DOCUMENTS } from './budget.js';
 import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
-import { statWords } from './text-file.js';
+import { describePath, statWords } from './text-file.js';
 
 export type CorpusDType = DType;
 export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
@@ -301,7 +301,13 @@ function readManifest(dir: string): Manifest {
     if (e instanceof FormatError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
-      if (!fs.existsSync(dir)) throw new FormatError(dir, 'no such corpus (the directory does not exist)');
+      if (!fs.existsSync(dir)) {
+        const what = describePath(dir);
+        throw new FormatError(
+          dir,
+          `no such corpus (${what.startsWith('a symbolic link') ? what : 'the directory does not exist'})`,
+        );
+      }
       const segments = fs.readdirSync(dir).filter((n) => SEGMENT_NAME.test(n)).length;
       throw new FormatError(
         dir,

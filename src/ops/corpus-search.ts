@@ -8,6 +8,7 @@
 // keeps GPU memory flat whatever the corpus size. Results are identical to scoring the whole corpus
 // in memory: same kernels, same tie rule (lower document index first).
 
+import { constants as bufferConstants } from 'node:buffer';
 import { cpuMaxsim } from '../backends/cpu.js';
 import {
   type CorpusPin,
@@ -330,7 +331,11 @@ export class Corpus {
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
     const info = this.info;
-    const blocks = this.file.planBlocks(options.blockBytes ?? CPU_BLOCK_BYTES);
+    // a block is mapped as one ArrayBuffer: never larger than this Node makes (Node 20: 4 GiB); only a
+    // single document beyond that is refused (by mapFile, naming the segment)
+    const blocks = this.file.planBlocks(
+      Math.min(options.blockBytes ?? CPU_BLOCK_BYTES, bufferConstants.MAX_LENGTH),
+    );
     let running: Hit[][] = Array.from({ length: q.count }, () => []);
     let documents = 0;
     let bytes = 0;
