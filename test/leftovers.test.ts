@@ -239,7 +239,10 @@ describe('CLI: paths that are not regular files get one clear line naming them (
   test('corpus info on a file, a FIFO and a dangling symlink', () => {
     expectLine(cli('corpus', 'info', at('afile')), /afile: not a maxsim corpus \(a corpus is a directory\)/);
     expectLine(cli('corpus', 'info', at('fifo')), /fifo: not a maxsim corpus \(a corpus is a directory\)/);
-    expectLine(cli('corpus', 'info', at('dangling')), /dangling: no such corpus \(a symbolic link to .*nowhere, which does not exist\)$/);
+    expectLine(
+      cli('corpus', 'info', at('dangling')),
+      /dangling: no such corpus \(a symbolic link to .*nowhere, which does not exist\)$/,
+    );
   });
 
   test('score --docs a directory, a FIFO, a dangling symlink, a device', () => {
