@@ -291,4 +291,20 @@ describe('CLI: paths that are not regular files get one clear line naming them (
       /seg-000001\.msxs: a segment named by the MANIFEST is not a regular file$/,
     );
   });
+
+  test('--out a FIFO, a directory, a missing directory or a full device (quantize, score)', () => {
+    const quantize = (out: string) => cli('quantize', '--docs', at('d.npy'), '--out', out);
+    expectLine(quantize(at('fifo')), /cannot write .*fifo \(a FIFO \(named pipe\) with no reader\)$/);
+    expectLine(quantize(at('adir')), /cannot write .*adir \(a directory\)$/);
+    expectLine(
+      quantize(at('none/x.safetensors')),
+      /cannot write .*none\/x\.safetensors \(the directory ".*none" does not exist\)$/,
+    );
+    if (fs.existsSync('/dev/full'))
+      expectLine(quantize('/dev/full'), /cannot write \/dev\/full \(no space left on the device\)$/);
+    expectLine(
+      cli('score', '--queries', at('q.npy'), '--docs', at('d.npy'), '--out', at('fifo')),
+      /cannot write .*fifo \(a FIFO \(named pipe\) with no reader\)$/,
+    );
+  });
 });
