@@ -307,4 +307,20 @@ describe('CLI: paths that are not regular files get one clear line naming them (
       /cannot write .*fifo \(a FIFO \(named pipe\) with no reader\)$/,
     );
   });
+
+  test('corpus build --out under a file, or where no directory can be made (it hung under /proc)', () => {
+    const build = (out: string) => cli('corpus', 'build', '--docs', at('d.npy'), '--out', out);
+    expectLine(
+      build(at('afile/sub/c')),
+      /received .*afile\/sub\/c \(a path through something that is not a directory\)$/,
+    );
+    if (fs.existsSync('/proc/self'))
+      expectLine(
+        build('/proc/maxsim-x/y/z'),
+        /received \/proc\/maxsim-x\/y\/z \(the file system does not let a directory be made there\)$/,
+      );
+    const made = build(at('new/a/b'));
+    assert.equal(made.status, 0, made.stderr);
+    assert.ok(fs.existsSync(path.join(at('new/a/b'), 'MANIFEST')));
+  });
 });

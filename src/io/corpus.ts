@@ -40,7 +40,7 @@ import {
 } from '../tensor.js';
 import { MAX_DOCUMENTS } from './budget.js';
 import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
-import { describePath, statWords } from './text-file.js';
+import { describePath, errnoWords, statWords } from './text-file.js';
 
 export type CorpusDType = DType;
 export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
@@ -1013,18 +1013,34 @@ function prepareNewDirectory(dir: string): boolean {
   const resolved = path.resolve(dir);
   if (resolved === path.parse(resolved).root) refuseOut(dir, 'the file-system root');
   let st: fs.Stats | undefined;
+  // file-system errors as one line naming the path (ENOTDIR under a file, EACCES, EROFS, ...)
+  const refuseErrno = (e: unknown): never => {
+    const code = (e as NodeJS.ErrnoException).code;
+    refuseOut(
+      dir,
+      code === 'ENOTDIR'
+        ? 'a path through something that is not a directory'
+        : code === 'ENOENT'
+          ? 'the file system does not let a directory be made there'
+          : errnoWords(e),
+    );
+  };
   try {
     st = fs.lstatSync(dir);
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') refuseErrno(e);
   }
   if (!st) {
-    fs.mkdirSync(path.dirname(resolved), { recursive: true });
+    try {
+      makeParents(path.dirname(resolved));
+    } catch (e) {
+      refuseErrno(e);
+    }
     try {
       fs.mkdirSync(dir);
       return true;
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') refuseErrno(e);
       st = fs.lstatSync(dir); // made by someone else meanwhile: check it like any existing one
     }
   }
@@ -1032,6 +1048,22 @@ function prepareNewDirectory(dir: string): boolean {
   if (!st.isDirectory()) refuseOut(dir, 'an existing file');
   checkNewDirectory(dir, false);
   return false;
+}
+
+// mkdir -p, one level at a time: Node's recursive mkdirSync never returns for a path under /proc
+function makeParents(dir: string) {
+  const missing: string[] = [];
+  for (let d = dir; !fs.existsSync(d); d = path.dirname(d)) {
+    if (path.dirname(d) === d) break;
+    missing.push(d);
+  }
+  for (const d of missing.reverse()) {
+    try {
+      fs.mkdirSync(d);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+  }
 }
 
 // An existing directory may become a corpus only when it holds nothing but our own temporaries
