@@ -675,6 +675,11 @@ export function encodeFloats(
   dtype: FloatDType,
   options: EncodeFloatsOptions = {},
 ): Float32Array | Uint16Array {
+  // public: a number[] or another dtype name would otherwise convert silently to garbage
+  if (!(values instanceof Float32Array))
+    throw new InvalidArgumentError(options.name ?? 'values', 'a Float32Array', describe(values));
+  if (dtype !== 'float32' && dtype !== 'float16' && dtype !== 'bfloat16')
+    throw new InvalidArgumentError('dtype', "'float32', 'float16' or 'bfloat16'", describe(dtype));
   if (dtype === 'float32') return values;
   checkEncodable(values, dtype, options);
   return encodeFloatsUnchecked(values, dtype);

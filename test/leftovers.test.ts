@@ -199,6 +199,18 @@ describe('float16 / bfloat16 conversions refuse finite values that would become 
     );
   });
 
+  test('encodeFloats refuses what it cannot convert (it converted a number[] or an unknown dtype to garbage)', () => {
+    assert.throws(
+      () => encodeFloats([1, 2] as unknown as Float32Array, 'float16'),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError && e.argument === 'values' && e.expected === 'a Float32Array',
+    );
+    assert.throws(
+      () => encodeFloats(new Float32Array(2), 'float8' as 'float16'),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'dtype',
+    );
+  });
+
   test('checkEncodable: the check GPU-side conversions share', () => {
     assert.doesNotThrow(() => checkEncodable(new Float32Array([65504, -3]), 'float16'));
     assert.throws(
