@@ -9,9 +9,13 @@ import { describe, test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { InvalidArgumentError } from '../src/errors.js';
+import { CorpusWriter } from '../src/io/corpus.js';
 import { writeNpy } from '../src/io/npy.js';
 import { addonPath, nativeUnavailableReason } from '../src/native.js';
+import { maxsimAllSync } from '../src/ops/maxsim.js';
+import { quantize } from '../src/ops/quantize.js';
 import { maxsimTrain } from '../src/ops/train.js';
+import { mapLimit, ResidentCorpus } from '../src/server/resident.js';
 import {
   checkEncodable,
   denseBatch,
@@ -334,5 +338,41 @@ describe('CLI: paths that are not regular files get one clear line naming them (
     const made = build(at('new/a/b'));
     assert.equal(made.status, 0, made.stderr);
     assert.ok(fs.existsSync(path.join(at('new/a/b'), 'MANIFEST')));
+  });
+});
+
+describe('serve: segments too large to map whole', { skip }, () => {
+  test('rerank/score reads the candidates of a segment beyond the mapping limit: the same scores', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-resident-'));
+    const rand = rng(runSeed ^ 0x2105);
+    try {
+      for (const dtype of ['float32', 'int8'] as const) {
+        const out = path.join(dir, dtype);
+        const docs = raggedBatch(randomFloats(50 * 16, rand), [0, 5, 5, 20, 33, 50], { dim: 16 });
+        const w = CorpusWriter.create(out, { dtype, dim: 16 });
+        w.add(dtype === 'int8' ? quantize(docs, 'int8') : docs);
+        w.commit();
+        const r = await ResidentCorpus.open({ corpus: out, backend: 'cpu', threads: 1 });
+        const queries = denseBatch(randomFloats(2 * 3 * 16, rand), { count: 2, length: 3, dim: 16 });
+        const indices = [4, 0, 2, 3];
+        const mapped = await r.scoreDocumentsAll(queries, indices);
+        const saved = mapLimit.bytes;
+        mapLimit.bytes = 64; // every segment is now "too large": the read path
+        try {
+          const read = await r.scoreDocumentsAll(queries, indices);
+          assert.deepEqual(read, mapped);
+        } finally {
+          mapLimit.bytes = saved;
+          await r.close();
+        }
+        if (dtype === 'float32') {
+          const ref = maxsimAllSync(queries, docs, { backend: 'cpu' }).data;
+          const expect = Float32Array.from([0, 1].flatMap((i) => indices.map((b) => ref[i * 5 + b])));
+          assert.deepEqual(mapped, expect);
+        }
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
