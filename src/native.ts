@@ -1,5 +1,6 @@
 // Loads the native addon once, lazily. Importing this module never throws: a missing or broken build
 // surfaces only when a native backend is used, as a BackendUnavailableError that names the fix.
+import { constants as bufferConstants } from 'node:buffer';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
@@ -33,6 +34,10 @@ function tryLoad(): { addon?: NativeAddon; error?: string } {
         error: `the native addon at ${addonPath} is from another version; run \`npm rebuild maxsim\``,
       };
     }
+    // mapFile refuses ranges larger than this Node's largest ArrayBuffer (more would abort the process)
+    (addon as unknown as { file: { setMaxArrayBuffer(bytes: number): void } }).file.setMaxArrayBuffer(
+      bufferConstants.MAX_LENGTH,
+    );
     return { addon };
   } catch (e) {
     const msg = e instanceof Error ? e.message : String(e);

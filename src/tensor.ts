@@ -174,9 +174,10 @@ function normalizeData(
         if (typeof data[i] !== 'number')
           throw new InvalidArgumentError(`${name}[${i}]`, 'a number', describe(data[i]));
     }
+    checkEncodable(data as ArrayLike<number>, 'float32', { name });
     const values = Float32Array.from(data as ArrayLike<number>);
     const target = dtype ?? 'float32';
-    return { data: encodeFloats(values, target), dtype: target };
+    return { data: encodeFloats(values, target, { name }), dtype: target };
   }
   throw new InvalidArgumentError(
     name,
@@ -655,9 +656,71 @@ export function elementReader(dtype: DType): (data: TokenData, i: number) => num
   }
 }
 
-/** Converts float32 values to storage of the given float dtype. */
-export function encodeFloats(values: Float32Array, dtype: FloatDType): Float32Array | Uint16Array {
+/** What encodeFloats says about values it refuses: the argument's name, and dim to point at a token. */
+export interface EncodeFloatsOptions {
+  /** The argument the values came from (default 'values'). */
+  name?: string;
+  /** Elements per token: positions are then given as token and component. */
+  dim?: number;
+}
+
+/**
+ * Converts float32 values to storage of the given float dtype (round to nearest even). Finite values
+ * the dtype cannot hold (they would become +-Infinity: |x| >= 65520 for float16) are refused with an
+ * InvalidArgumentError naming the argument, how many there are and the first; encodeFloatsClamped
+ * stores them as the largest finite value instead. NaN and +-Infinity convert as they are.
+ */
+export function encodeFloats(
+  values: Float32Array,
+  dtype: FloatDType,
+  options: EncodeFloatsOptions = {},
+): Float32Array | Uint16Array {
+  // public: a number[] or another dtype name would otherwise convert silently to garbage
+  if (!(values instanceof Float32Array))
+    throw new InvalidArgumentError(options.name ?? 'values', 'a Float32Array', describe(values));
+  if (dtype !== 'float32' && dtype !== 'float16' && dtype !== 'bfloat16')
+    throw new InvalidArgumentError('dtype', "'float32', 'float16' or 'bfloat16'", describe(dtype));
   if (dtype === 'float32') return values;
+  checkEncodable(values, dtype, options);
+  return encodeFloatsUnchecked(values, dtype);
+}
+
+/**
+ * Throws the InvalidArgumentError of encodeFloats when finite values of `values` would become
+ * +-Infinity in `dtype`; for conversions made elsewhere (on the GPU) that must refuse the same values.
+ */
+export function checkEncodable(
+  values: ArrayLike<number>,
+  dtype: DType,
+  options: EncodeFloatsOptions = {},
+): void {
+  if (dtype === 'int8') return;
+  // float32: float64 values (number[], Float64Array) from 2^128 - 2^103 up round to +-Infinity
+  const limit = dtype === 'float32' ? FLOAT32_OVERFLOW_AT : OVERFLOW_AT[dtype];
+  const found = findBeyond(values, limit);
+  if (!found) return;
+  const { dim } = options;
+  const at =
+    dim !== undefined && dim >= 1
+      ? `token ${Math.floor(found.first / dim)}, component ${found.first % dim}`
+      : `index ${found.first}`;
+  throw new InvalidArgumentError(
+    options.name ?? 'values',
+    `finite values within the ${dtype} range (|x| < ${limit}; larger ones would become +-Infinity)`,
+    `${found.count} value${found.count === 1 ? '' : 's'} beyond it (the first, ${dtype === 'float32' ? found.value : shortestFloat32(found.value)}, at ${at})`,
+  );
+}
+
+/** The shortest decimal that reads back as the same float32. */
+function shortestFloat32(x: number): string {
+  for (let p = 1; p < 9; p++) {
+    const t = Number(x.toPrecision(p));
+    if (Math.fround(t) === Math.fround(x)) return String(t);
+  }
+  return String(x);
+}
+
+function encodeFloatsUnchecked(values: Float32Array, dtype: 'float16' | 'bfloat16'): Uint16Array {
   const out = new Uint16Array(values.length);
   // The bit patterns through a view: no per-element round trip through a scratch float.
   const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
@@ -683,7 +746,15 @@ export function findOverflow(
   dtype: FloatDType,
 ): { count: number; first: number; value: number } | undefined {
   if (dtype === 'float32') return undefined;
-  const limit = OVERFLOW_AT[dtype];
+  return findBeyond(values, OVERFLOW_AT[dtype]);
+}
+
+const FLOAT32_OVERFLOW_AT = 3.4028235677973366e38;
+
+function findBeyond(
+  values: ArrayLike<number>,
+  limit: number,
+): { count: number; first: number; value: number } | undefined {
   let count = 0;
   let first = -1;
   for (let i = 0; i < values.length; i++) {
@@ -704,9 +775,8 @@ export function encodeFloatsClamped(
   values: Float32Array,
   dtype: FloatDType,
 ): { data: Float32Array | Uint16Array; clamped: number } {
-  const data = encodeFloats(values, dtype);
-  if (dtype === 'float32') return { data, clamped: 0 };
-  const out = data as Uint16Array;
+  if (dtype === 'float32') return { data: values, clamped: 0 };
+  const out = encodeFloatsUnchecked(values, dtype);
   let clamped = 0;
   for (let i = 0; i < out.length; i++) {
     if ((out[i] & 0x7fff) === INFINITY_BITS[dtype] && Number.isFinite(values[i])) {

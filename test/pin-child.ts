@@ -1,11 +1,16 @@
 // A child process for pinning.test.ts: starts one async native job, then mutates, reassigns or detaches
 // its inputs before awaiting it, and prints whether the result equals the result on an untouched copy.
 // Run as: node --expose-gc pin-child.js <operation> <mutation>. A crash shows as a signal in the parent.
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import {
+  CorpusWriter,
   maxsim,
   maxsimAll,
   maxsimAllSync,
   maxsimTrain,
+  openCorpus,
   quantize,
   raggedBatch,
   type TokenBatch,
@@ -126,6 +131,26 @@ async function run(): Promise<boolean> {
     else mutate(victim(q, d), mutation);
     const g = await p;
     return same(g.dQ, refGrad.dQ) && same(g.dD, refGrad.dD);
+  }
+  if (operation === 'corpus') {
+    // corpus.search scans block after block with awaits in between: the queries must be read as they
+    // were at the call for every block (it threw std::bad_alloc on a mutated query batch)
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-pin-'));
+    try {
+      const w = CorpusWriter.create(path.join(dir, 'c'), { dtype: 'float32', dim: 64 });
+      w.add(copy(docs));
+      w.commit();
+      const corpus = openCorpus(path.join(dir, 'c'));
+      const options = { backend: 'cpu' as const, threads, topK: 5, blockBytes: 64 * 1024 };
+      const ref = await corpus.search(copy(queries), options);
+      const q = copy(queries);
+      const p = corpus.search(q, options);
+      mutate(q, mutation);
+      const hits = await p;
+      return JSON.stringify(hits) === JSON.stringify(ref) && ref.every((r) => r.length === 5);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
   throw new Error(`unknown operation ${operation}`);
 }

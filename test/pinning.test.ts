@@ -41,6 +41,8 @@ for (const op of ['maxsim', 'maxsimAll', 'topK', 'int8', 'train', 'backward'])
 for (const op of ['maxsimAll', 'int8', 'train', 'backward'])
   for (const mutation of ['lengths', 'detach']) cases.push({ op, mutation, target: 'queries' });
 cases.push({ op: 'backward', mutation: 'argmax' });
+for (const mutation of ['lengths', 'starts', 'reassign', 'detach', 'overwrite'])
+  cases.push({ op: 'corpus', mutation, target: 'queries' });
 
 describe('inputs pinned for the life of a CPU job', { skip }, () => {
   // two at a time: the children are single-threaded jobs

@@ -85,6 +85,10 @@ describe('types that help', () => {
     assert.throws(() => tokenMatrix([1, '2' as never, 3, 4], 1, 4), /data\[1\]/);
     assert.throws(() => tokenMatrix([1, 2, 3, 4], 1, 4, { dtype: 'int8' }), /data\.dtype/);
     assert.throws(() => tokenMatrix([1, Number.NaN], 1, 2), /non-finite/);
-    assert.throws(() => tokenMatrix(new Float64Array([1e39, 0]), 1, 2), /non-finite/); // beyond float32
+    // beyond float32: refused as such, not left to become Infinity
+    assert.throws(
+      () => tokenMatrix(new Float64Array([1e39, 0]), 1, 2),
+      /within the float32 range .* for data but received 1 value beyond it \(the first, 1e\+39, at index 0\)/,
+    );
   });
 });

@@ -22,6 +22,12 @@ struct Mapping {
   size_t length;
 };
 
+// The largest ArrayBuffer this Node.js makes over external memory (Node 20: 4 GiB, its Buffer limit).
+// Asking for more fails inside Node-API after it has already run the finalizer, and node-addon-api
+// then frees the finalizer's data again (a double free that aborts the process), so mapFile refuses
+// such lengths before mapping. src/native.ts sets the running Node's value (buffer.constants.MAX_LENGTH).
+double g_max_array_buffer = 4294967296.0;
+
 int64_t GetOffset(Napi::Env env, const Napi::Value& v, const char* name) {
   const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
   if (!(d >= 0 && d <= 9007199254740991.0 && d == std::floor(d))) {
@@ -53,6 +59,14 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
     close(fd);
     return Napi::ArrayBuffer::New(env, 0);
   }
+  if (static_cast<double>(length) > g_max_array_buffer) {
+    close(fd);
+    throw Napi::RangeError::New(env, path + ": cannot map bytes [" + std::to_string(offset) + ", " +
+                                         std::to_string(offset + length) + ") (" + std::to_string(length) +
+                                         " bytes) as one buffer: this Node.js holds at most " +
+                                         std::to_string(static_cast<int64_t>(g_max_array_buffer)) +
+                                         " bytes in one ArrayBuffer");
+  }
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t aligned = offset - offset % page;
   const size_t span = static_cast<size_t>(length + (offset - aligned));
@@ -69,6 +83,15 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
         delete m;
       },
       mapping);
+}
+
+// setMaxArrayBuffer(bytes): the running Node's largest ArrayBuffer (see g_max_array_buffer).
+Napi::Value SetMaxArrayBuffer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const int64_t bytes = GetOffset(env, info[0], "bytes");
+  if (bytes < 1) throw Napi::TypeError::New(env, "Expected a positive integer for bytes");
+  g_max_array_buffer = static_cast<double>(bytes);
+  return env.Undefined();
 }
 
 Napi::Value Crc32(const Napi::CallbackInfo& info) {
@@ -88,6 +111,7 @@ Napi::Value Crc32(const Napi::CallbackInfo& info) {
 void InitFile(Napi::Env env, Napi::Object exports) {
   Napi::Object file = Napi::Object::New(env);
   file.Set("mapFile", Napi::Function::New(env, MapFile, "mapFile"));
+  file.Set("setMaxArrayBuffer", Napi::Function::New(env, SetMaxArrayBuffer, "setMaxArrayBuffer"));
   file.Set("crc32", Napi::Function::New(env, Crc32, "crc32"));
   exports.Set("file", file);
 }

@@ -206,7 +206,10 @@ export async function cudaStreamSearch(
       : {
           ...queries,
           dtype,
-          data: encodeFloats(decodeToFloat32(queries.data, queries.dtype, queries.dim), dtype as FloatDType),
+          data: encodeFloats(decodeToFloat32(queries.data, queries.dtype, queries.dim), dtype as FloatDType, {
+            name: 'queries.data',
+            dim: queries.dim,
+          }),
           scales: undefined,
         };
   // Per slot: token rows + per document (starts 8 B, lengths 4 B, one score per query 4 B); the

@@ -9,6 +9,7 @@ import { loadNative, nativeUnavailableReason } from '../native.js';
 import { checkScaleGranularity, hasDocumentScales, type QuantizeOptions, quantize } from '../ops/quantize.js';
 import { sortedHits } from '../ops/topk.js';
 import {
+  checkEncodable,
   type DType,
   decodeToFloat32,
   encodeFloats,
@@ -431,7 +432,10 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
       "'int8'",
     );
   if (batch.dtype === dtype) return batch;
-  const data = encodeFloats(decodeToFloat32(batch.data, batch.dtype, batch.dim), dtype);
+  const data = encodeFloats(decodeToFloat32(batch.data, batch.dtype, batch.dim), dtype, {
+    name: 'queries.data',
+    dim: batch.dim,
+  });
   return { ...batch, dtype, data, scales: undefined };
 }
 
@@ -444,7 +448,11 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
 function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch {
   if (batch.dim === dim) {
     if (dtype === 'int8') return batch;
-    if (batch.dtype === 'float32' && (dtype === 'float16' || dtype === 'bfloat16')) return batch;
+    if (batch.dtype === 'float32' && (dtype === 'float16' || dtype === 'bfloat16')) {
+      // converted on the GPU: the values encodeFloats refuses are refused here, before the job
+      checkEncodable(batch.data, dtype, { name: 'queries.data', dim });
+      return batch;
+    }
   }
   return toDtype(batch, dtype, dim);
 }

@@ -1,8 +1,8 @@
 // `maxsim serve`: the HTTP service (src/server/app.ts) over an on-disk corpus, until SIGTERM / SIGINT.
-import * as fs from 'node:fs';
 import { Command, Option } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
+import { readTextFile } from '../io/text-file.js';
 import { createServer } from '../server/index.js';
 import { integerOption, parseGpus } from './common.js';
 
@@ -34,12 +34,7 @@ function numberOption(min: number): (value: string) => number {
 }
 
 function readKey(file: string): string {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (e) {
-    throw new InvalidArgumentError('--api-key-file', 'a readable file holding the key', (e as Error).message);
-  }
+  const text = readTextFile(file, '--api-key-file', 'a readable file holding the key', 1 << 20);
   const key = text.trim();
   if (key.length < 8 || /\s/.test(key))
     throw new InvalidArgumentError(

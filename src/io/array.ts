@@ -3,6 +3,7 @@
 
 import * as fs from 'node:fs';
 import { FormatError, InvalidArgumentError } from '../errors.js';
+import { openForWriting, writeError } from './text-file.js';
 
 export type ArrayDType =
   | 'float32'
@@ -167,11 +168,16 @@ export function readFileBytes(path: string): Uint8Array {
 
 /** Writes all chunks to a file in order (no concatenated copy of large data). */
 export function writeFileChunks(path: string, chunks: readonly Uint8Array[]): void {
-  const fd = fs.openSync(path, 'w');
+  // a FIFO, a directory or a missing directory is refused naming the path (a FIFO hung here)
+  const fd = openForWriting(path);
   try {
     for (const c of chunks) {
       let done = 0;
-      while (done < c.length) done += fs.writeSync(fd, c, done, c.length - done);
+      try {
+        while (done < c.length) done += fs.writeSync(fd, c, done, c.length - done);
+      } catch (e) {
+        throw writeError(path, e);
+      }
     }
   } finally {
     fs.closeSync(fd);

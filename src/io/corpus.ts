@@ -41,6 +41,7 @@ import {
 } from '../tensor.js';
 import { MAX_DOCUMENTS } from './budget.js';
 import { CorpusLock, LOCK_FILE, LOCK_TEMP_NAME, type LockOptions } from './corpus-lock.js';
+import { describePath, errnoWords, statWords } from './text-file.js';
 
 export type CorpusDType = DType;
 export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
@@ -289,7 +290,8 @@ function readManifest(dir: string): Manifest {
   let text: string;
   try {
     const st = fs.statSync(file);
-    if (st.isDirectory()) throw new FormatError(file, 'the MANIFEST is a directory, not a file');
+    // not only directories: a FIFO would hang the read below
+    if (!st.isFile()) throw new FormatError(file, `the MANIFEST is ${statWords(st)}, not a regular file`);
     if (st.size > MANIFEST_MAX_BYTES)
       throw new FormatError(
         file,
@@ -300,7 +302,13 @@ function readManifest(dir: string): Manifest {
     if (e instanceof FormatError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
-      if (!fs.existsSync(dir)) throw new FormatError(dir, 'no such corpus (the directory does not exist)');
+      if (!fs.existsSync(dir)) {
+        const what = describePath(dir);
+        throw new FormatError(
+          dir,
+          `no such corpus (${what.startsWith('a symbolic link') ? what : 'the directory does not exist'})`,
+        );
+      }
       const segments = fs.readdirSync(dir).filter((n) => SEGMENT_NAME.test(n)).length;
       throw new FormatError(
         dir,
@@ -435,7 +443,8 @@ function openSegment(dir: string, name: string): { file: string; fd: number } {
   if (path.dirname(real) !== fs.realpathSync(dir))
     throw new FormatError(file, `the segment resolves to ${real}, outside the corpus directory; refused`);
   try {
-    const fd = fs.openSync(real, 'r');
+    // non-blocking: opening a FIFO for reading would wait for a writer (no effect on regular files)
+    const fd = fs.openSync(real, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
     if (!fs.fstatSync(fd).isFile()) {
       fs.closeSync(fd);
       throw new FormatError(file, 'a segment named by the MANIFEST is not a regular file');
@@ -1019,18 +1028,34 @@ function prepareNewDirectory(dir: string): boolean {
   const resolved = path.resolve(dir);
   if (resolved === path.parse(resolved).root) refuseOut(dir, 'the file-system root');
   let st: fs.Stats | undefined;
+  // file-system errors as one line naming the path (ENOTDIR under a file, EACCES, EROFS, ...)
+  const refuseErrno = (e: unknown): never => {
+    const code = (e as NodeJS.ErrnoException).code;
+    refuseOut(
+      dir,
+      code === 'ENOTDIR'
+        ? 'a path through something that is not a directory'
+        : code === 'ENOENT'
+          ? 'the file system does not let a directory be made there'
+          : errnoWords(e),
+    );
+  };
   try {
     st = fs.lstatSync(dir);
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') refuseErrno(e);
   }
   if (!st) {
-    fs.mkdirSync(path.dirname(resolved), { recursive: true });
+    try {
+      makeParents(path.dirname(resolved));
+    } catch (e) {
+      refuseErrno(e);
+    }
     try {
       fs.mkdirSync(dir);
       return true;
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') refuseErrno(e);
       st = fs.lstatSync(dir); // made by someone else meanwhile: check it like any existing one
     }
   }
@@ -1038,6 +1063,22 @@ function prepareNewDirectory(dir: string): boolean {
   if (!st.isDirectory()) refuseOut(dir, 'an existing file');
   checkNewDirectory(dir, false);
   return false;
+}
+
+// mkdir -p, one level at a time: Node's recursive mkdirSync never returns for a path under /proc
+function makeParents(dir: string) {
+  const missing: string[] = [];
+  for (let d = dir; !fs.existsSync(d); d = path.dirname(d)) {
+    if (path.dirname(d) === d) break;
+    missing.push(d);
+  }
+  for (const d of missing.reverse()) {
+    try {
+      fs.mkdirSync(d);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+  }
 }
 
 // An existing directory may become a corpus only when it holds nothing but our own temporaries

@@ -35,6 +35,7 @@ import { formatShape, type NpyArray } from './array.js';
 import { checkDocumentCount } from './budget.js';
 import { type NpyReadOptions, parseNpy, readNpy } from './npy.js';
 import { openSafetensors, parseSafetensors } from './safetensors.js';
+import { describePath } from './text-file.js';
 
 export type { NpyArray } from './array.js';
 
@@ -73,14 +74,10 @@ export function resolveArraySpec(spec: string, argument = 'spec'): { path: strin
   const colon = spec.lastIndexOf(':');
   if (colon > 0 && isFile(spec.slice(0, colon)))
     return { path: spec.slice(0, colon), tensor: spec.slice(colon + 1) };
-  let what = 'no such file';
-  try {
-    if (fs.statSync(spec).isDirectory()) what = 'a directory';
-  } catch {}
   throw new InvalidArgumentError(
     argument,
     "an existing file: path.npy or path.safetensors[:tensorName] ('-' for standard input)",
-    `${JSON.stringify(spec)} (${what})`,
+    `${JSON.stringify(spec)} (${describePath(spec)})`,
   );
 }
 

@@ -5,6 +5,7 @@
 // final '\n', then the raw C-order data. The header is parsed by a tiny literal parser below, never
 // evaluated: a .npy file is untrusted input.
 
+import { constants as bufferConstants } from 'node:buffer';
 import * as fs from 'node:fs';
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
@@ -461,7 +462,8 @@ export function readFileRange(fd: number, position: number, byteLength: number, 
 
 /** Arrays from this size up are memory-mapped rather than read (when the native addon is present). */
 export const MAP_MIN_BYTES = 256 * 1024 * 1024;
-const MAP_MAX_BYTES = 2 ** 32;
+// the largest ArrayBuffer this Node makes (Node 20: 4 GiB); mapFile refuses more
+const MAP_MAX_BYTES = bufferConstants.MAX_LENGTH;
 
 /**
  * The bytes [position, position + byteLength) of a file as an ArrayBuffer: large ranges are mapped
@@ -471,11 +473,10 @@ const MAP_MAX_BYTES = 2 ** 32;
  */
 export function fileRange(path: string, fd: number, position: number, byteLength: number): ArrayBuffer {
   // mapped only where the elements come out aligned (a typed array assumes it; .npy data is 64-aligned),
-  // and below 4 GiB: Node 20 makes external ArrayBuffers through Buffer, which stops there (and
-  // mapFile double-frees its mapping on that failure), so larger ranges are read
+  // and within the largest ArrayBuffer this Node makes (Node 20: 4 GiB); larger ranges are read
   if (
     byteLength >= MAP_MIN_BYTES &&
-    byteLength < MAP_MAX_BYTES &&
+    byteLength <= MAP_MAX_BYTES &&
     position % 8 === 0 &&
     nativeUnavailableReason() === undefined
   ) {

@@ -8,6 +8,7 @@
 // keeps GPU memory flat whatever the corpus size. Results are identical to scoring the whole corpus
 // in memory: same kernels, same tie rule (lower document index first).
 
+import { constants as bufferConstants } from 'node:buffer';
 import { checkSignal, throwIfAborted, withCancelFlag } from '../abort.js';
 import { cpuMaxsim } from '../backends/cpu.js';
 import {
@@ -199,6 +200,43 @@ function queriesFor(dtype: CorpusDType, q: TokenBatch): TokenBatch {
   return q;
 }
 
+/**
+ * A private packed copy of the queries (tokens, spans, scales): a search scores them block after
+ * block with awaits in between, so the caller's arrays, which may change meanwhile, are read once,
+ * here. Queries are small next to a corpus; the copy costs little.
+ */
+function snapshotQueries(q: TokenBatch): TokenBatch {
+  const { dim, count } = q;
+  const starts = new Float64Array(count);
+  const lengths = new Int32Array(count);
+  let tokens = 0;
+  let maxLength = 0;
+  const available = Math.floor(q.data.length / dim);
+  for (let i = 0; i < count; i++) {
+    const s = q.starts[i];
+    const l = q.lengths[i];
+    if (!(Number.isSafeInteger(s) && s >= 0 && Number.isInteger(l) && l >= 0 && s + l <= available))
+      throw new InvalidArgumentError(
+        `queries item ${i}`,
+        `a span inside its buffer of ${available} tokens`,
+        `start ${s}, length ${l}`,
+      );
+    starts[i] = tokens;
+    lengths[i] = l;
+    tokens += l;
+    if (l > maxLength) maxLength = l;
+  }
+  const data = new (q.data.constructor as new (n: number) => typeof q.data)(tokens * dim);
+  const scales = q.scales ? new Float32Array(tokens) : undefined;
+  for (let i = 0; i < count; i++) {
+    const s = q.starts[i];
+    const l = lengths[i];
+    data.set(q.data.subarray(s * dim, (s + l) * dim) as never, starts[i] * dim);
+    scales?.set(q.scales!.subarray(s, s + l), starts[i]);
+  }
+  return { ...q, layout: 'ragged', data, starts, lengths, maxLength, ...(scales ? { scales } : {}) };
+}
+
 /** An on-disk corpus opened for search. */
 export class Corpus {
   // Block mappings kept for the life of the corpus: a repeated search touches mapped pages without
@@ -268,7 +306,7 @@ export class Corpus {
     const signal = checkSignal(options.signal);
     throwIfAborted(signal);
     const k = checkK(options.topK ?? 10);
-    const q = queriesFor(this.info.dtype, asQueries(queries));
+    const q = snapshotQueries(queriesFor(this.info.dtype, asQueries(queries)));
     if (q.dim !== this.info.dim)
       throw new InvalidArgumentError(
         'queries.dim',
@@ -304,7 +342,11 @@ export class Corpus {
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
     const info = this.info;
-    const blocks = this.file.planBlocks(options.blockBytes ?? CPU_BLOCK_BYTES);
+    // a block is mapped as one ArrayBuffer: never larger than this Node makes (Node 20: 4 GiB); only a
+    // single document beyond that is refused (by mapFile, naming the segment)
+    const blocks = this.file.planBlocks(
+      Math.min(options.blockBytes ?? CPU_BLOCK_BYTES, bufferConstants.MAX_LENGTH),
+    );
     let running: Hit[][] = Array.from({ length: q.count }, () => []);
     let documents = 0;
     let bytes = 0;

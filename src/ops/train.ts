@@ -129,6 +129,13 @@ export interface MaxsimTrainResult<A extends GradientArray = Float32Array> {
    * the forward and the backward pass. Entries for empty documents are ignored.
    */
   backward(gradScores: Float32Array | Float64Array): Promise<MaxsimGradients<A>>;
+  /** True once dispose() has dropped the saved state. */
+  readonly released: boolean;
+  /**
+   * Drops the saved state (the argmax, emptied here, and the references to both batches) so its memory
+   * can be collected; a later backward() throws. The same call as DeviceTrainResult.dispose().
+   */
+  dispose(): void;
   /** @internal backend 'cuda' with cudaTuning.profile: milliseconds per phase of the forward. */
   profileMs?: Record<string, number>;
 }
@@ -441,14 +448,25 @@ export async function maxsimTrain(
         ? cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride, kernel, ...tuning })
         : addon().forwardAsync(queries, docs, native),
     );
-  const { scores, argmax, profileMs } = forward;
+  const { scores, profileMs } = forward;
+  // The saved state, dropped by dispose(): the argmax and the batches the backward pass reads again.
+  let saved: { queries: TokenBatch; docs: TokenBatch; argmax: Int32Array } | undefined = {
+    queries,
+    docs,
+    argmax: forward.argmax,
+  };
   // float32 from the engines; 'input' encodes each side in its input's dtype.
+  // (the dtypes taken out first: no closure kept by the result may hold the batches past dispose())
+  const queriesDtype = queries.dtype as FloatDType;
+  const docsDtype = docs.dtype as FloatDType;
+  const dim = queries.dim;
+  // gradients the input dtype cannot hold are refused by encodeFloats (never silently +-Infinity)
   const cast = (g: MaxsimGradients): MaxsimGradients<GradientArray> =>
     outputDtype === 'input'
       ? {
           ...g,
-          dQ: encodeFloats(g.dQ, queries.dtype as FloatDType),
-          dD: encodeFloats(g.dD, docs.dtype as FloatDType),
+          dQ: encodeFloats(g.dQ, queriesDtype, { name: "dQ (outputDtype 'input')", dim }),
+          dD: encodeFloats(g.dD, docsDtype, { name: "dD (outputDtype 'input')", dim }),
         }
       : g;
   const result: MaxsimTrainResult<GradientArray> = {
@@ -456,10 +474,20 @@ export async function maxsimTrain(
     rows: queries.count,
     cols: pairs === 'all' ? docs.count : 1,
     pairs,
-    argmax,
+    argmax: forward.argmax,
     argmaxStride: native.stride,
     ...(profileMs ? { profileMs } : {}),
+    get released() {
+      return saved === undefined;
+    },
     async backward(gradScores) {
+      if (!saved)
+        throw new InvalidArgumentError(
+          'training state',
+          'one not yet released',
+          'one released by dispose() (run maxsimTrain again for another backward pass)',
+        );
+      const { queries: q, docs: d, argmax } = saved;
       checkGradScores(gradScores, scores.length);
       throwIfAborted(signal);
       // A private float64 copy: the caller may reuse its array while the backward pass runs.
@@ -467,15 +495,20 @@ export async function maxsimTrain(
       const grads = await untilAborted(
         signal,
         onGpu
-          ? cudaAddon().trainBackward(device, queries, docs, argmax, g, {
+          ? cudaAddon().trainBackward(device, q, d, argmax, g, {
               pairs,
               stride: native.stride,
               dDPath,
               ...tuning,
             })
-          : addon().backwardAsync(queries, docs, argmax, g, native),
+          : addon().backwardAsync(q, d, argmax, g, native),
       );
       return cast(grads);
+    },
+    dispose() {
+      // a backward pass already running holds its own references (its job pins its inputs)
+      saved = undefined;
+      result.argmax = new Int32Array(0);
     },
   };
   return result;

@@ -3,6 +3,7 @@
 // publishes a new segment through CorpusWriter, opens the corpus again and only then swaps the
 // snapshot: a search runs on the snapshot it started with, so it sees a segment whole or not at all.
 
+import { constants as bufferConstants } from 'node:buffer';
 import { Worker } from 'node:worker_threads';
 import { type CudaMemory, cuda } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
@@ -282,7 +283,10 @@ export class ResidentCorpus {
           s.corpus.info.dtype === 'int8' && queries.dtype !== 'int8' ? quantize(queries, 'int8') : queries;
         const out = new Float32Array(queries.count * n);
         for (const [g, { at, local }] of groupBySegment(s, indices)) {
-          const docs = selectItems(mappedSegment(s, g), local);
+          const docs = fitsOneMapping(s, g)
+            ? selectItems(mappedSegment(s, g), local)
+            : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
+              s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
           const m = await maxsimAll(q, docs, {
             backend: this.backend,
             threads: this.options.threads,
@@ -444,6 +448,20 @@ function scatter(out: Float32Array, n: number, block: Float32Array, at: number[]
 
 interface FileAddon {
   mapFile(path: string, offset: number, length: number): ArrayBuffer;
+}
+
+/**
+ * The largest section mapped as one ArrayBuffer: this Node's limit (Node 20: 4 GiB; mapFile refuses
+ * more). @internal tests lower it to take the read path on small corpora.
+ */
+export const mapLimit = { bytes: bufferConstants.MAX_LENGTH };
+
+/** Whether segment `g`'s token section (and scales) can be mapped as one buffer each. */
+function fitsOneMapping(s: Snapshot, g: number): boolean {
+  const h = s.corpus.file.segments[g].header;
+  return (
+    h.tokensSection.bytes <= mapLimit.bytes && (h.dtype !== 'int8' || h.scalesSection.bytes <= mapLimit.bytes)
+  );
 }
 
 /** Segment `g` of the snapshot as a ragged batch over its mapped token rows (and int8 scales). */
