@@ -41,6 +41,8 @@ export {
   type CorpusInfo,
   CorpusLockedError,
   CorpusWriter,
+  type DeleteResult,
+  deleteDocuments,
   type EncodedDocuments,
   type LockOptions,
   type RecoverOptions,
