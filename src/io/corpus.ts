@@ -646,6 +646,11 @@ export class CorpusWriter {
     }
   }
 
+  /** Deletes documents by id under the writer lock (see deleteDocuments). */
+  static delete(dir: string, ids: readonly string[], options: LockOptions = {}): DeleteResult {
+    return deleteDocuments(dir, ids, options);
+  }
+
   /**
    * Rewrites the live documents of a corpus into one fresh segment and publishes a MANIFEST without
    * tombstones (under the writer lock). The old segments and tombstone file are removed only after

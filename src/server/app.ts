@@ -24,6 +24,8 @@ import { Batcher, ClosingError, DeadlineError, QueueFullError } from './batcher.
 import { concatPacked, decodeEmbeddings, decodeNpy, itemCount, type PackedTokens } from './codecs.js';
 import { ConflictError, CorpusBusyError, NotFoundError, ResidentCorpus } from './resident.js';
 import {
+  DeleteDocumentsBody,
+  DeleteDocumentsResponse,
   DocumentsBody,
   DocumentsResponse,
   ErrorResponse,
@@ -606,6 +608,24 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         documents: r.info.documents,
         generation: r.info.generation,
       };
+    },
+  );
+
+  app.delete(
+    '/v1/documents',
+    {
+      schema: {
+        description:
+          'Deletes documents by id (tombstones, crash-safe, published atomically): later searches and lookups never see them, earlier ones all of them. Unknown ids: 404 and nothing is deleted. Needs the API key when one is configured.',
+        body: DeleteDocumentsBody,
+        response: { 200: DeleteDocumentsResponse, ...errors, 401: ErrorResponse, 404: ErrorResponse },
+        security: [{ bearer: [] }],
+      },
+      preHandler: async (request) => authorize(request),
+    },
+    async (request) => {
+      const r = await resident.delete(request.body.ids);
+      return { deleted: r.deleted, live: r.info.live, generation: r.info.generation };
     },
   );
 

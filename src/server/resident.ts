@@ -7,7 +7,13 @@ import { Worker } from 'node:worker_threads';
 import { type CudaDevice, type CudaMemory, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import { type CorpusInfo, typedView } from '../io/corpus.js';
+import {
+  type CorpusInfo,
+  CorpusLockedError,
+  deleteDocuments,
+  duplicateIds,
+  typedView,
+} from '../io/corpus.js';
 import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
@@ -162,19 +168,28 @@ export class ResidentCorpus {
           gpuMemory: this.options.gpuMemory,
         });
       let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
+      const file = s.corpus.file;
       for (const seg of s.segments) {
+        // deleted documents of the segment: ask for that many more, then drop them (exact)
+        const n = file.segments[file.segmentOf(seg.firstDocument)].header.documents;
+        let gone = 0;
+        if (file.deletedMask) for (let i = 0; i < n; i++) gone += file.deletedMask[seg.firstDocument + i];
+        const kk = Math.min(k + gone, n);
         let hits: Hit[][];
         if (prefilter === 'int8') {
           seg.int8 ??= seg.docs.quantize('int8');
           const scan = await seg.int8;
-          hits = await scan.topK(queries, k, {
-            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * k },
+          hits = await scan.topK(queries, kk, {
+            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * kk },
           });
-        } else hits = await seg.docs.topK(queries, k);
+        } else hits = await seg.docs.topK(queries, kk);
         merged = merged.map((row, i) =>
           mergeHits(
             row,
-            hits[i].map((h) => ({ index: h.index + seg.firstDocument, score: h.score })),
+            hits[i]
+              .map((h) => ({ index: h.index + seg.firstDocument, score: h.score }))
+              .filter((h) => !file.isDeleted(h.index))
+              .slice(0, k),
             k,
           ),
         );
@@ -191,7 +206,7 @@ export class ResidentCorpus {
     let total = 0;
     const out = ids.map((id) => {
       const index = s.idIndex ? s.idIndex.get(id) : /^(0|[1-9]\d*)$/.test(id) ? Number(id) : undefined;
-      if (index === undefined || index >= n) {
+      if (index === undefined || index >= n || s.corpus.file.isDeleted(index)) {
         total++;
         if (missing.length < MISSING_SHOWN) missing.push(id);
         return -1;
@@ -264,19 +279,21 @@ export class ResidentCorpus {
           ids === undefined ? 'none' : 'ids',
         );
       if (ids) {
-        const seen = new Set<string>();
-        const taken = ids.filter((id) => {
-          const dup = seen.has(id) || before.idIndex?.has(id) === true;
-          seen.add(id);
-          return dup;
-        });
-        if (taken.length > 0)
-          throw new ConflictError(
-            `ids already in the corpus or repeated in the request: ${taken
-              .slice(0, MISSING_SHOWN)
-              .map((t) => JSON.stringify(t))
-              .join(', ')}${taken.length > MISSING_SHOWN ? ', ...' : ''}`,
-          );
+        // the writer's rule (CorpusWriter refuses the same), checked here first to answer 409
+        const seen = new Map<string, number>();
+        const message = duplicateIds(
+          ids,
+          (id) => {
+            const at = before.idIndex?.get(id);
+            if (at !== undefined) return `already in the corpus (document ${at})`;
+            const i = seen.get(id);
+            return i === undefined ? undefined : `repeats ids[${i}] of this request`;
+          },
+          (id, i) => {
+            seen.set(id, i);
+          },
+        );
+        if (message) throw new ConflictError(message);
       }
       await writeSegment({ dir: this.dir, data: docs.data, offsets: docs.offsets, dim: docs.dim, ids });
       const corpus = openCorpus(this.dir);
@@ -289,6 +306,36 @@ export class ResidentCorpus {
       before.retired = true;
       if (before.users === 0) before.corpus.close();
       return { first: info.documents, added: docs.offsets.length - 1, info: corpus.info };
+    };
+    const result = this.writes.then(run, run);
+    this.writes = result.catch(() => undefined);
+    return result;
+  }
+
+  /**
+   * Deletes documents by id (tombstones published atomically, see deleteDocuments), then makes that
+   * visible: later searches and lookups skip them, earlier ones see them all. Runs in the queue of
+   * appends; unknown or deleted ids are a NotFoundError and nothing is written.
+   */
+  delete(ids: readonly string[]): Promise<{ deleted: number; info: CorpusInfo }> {
+    const run = async () => {
+      if (this.closed) throw new MaxsimError('the server is shutting down');
+      const before = this.current;
+      this.resolveIds(ids, 'ids');
+      let result: { deleted: number[] };
+      try {
+        result = deleteDocuments(this.dir, ids);
+      } catch (e) {
+        if (e instanceof CorpusLockedError) throw new CorpusBusyError(e.message);
+        throw e;
+      }
+      const corpus = openCorpus(this.dir);
+      if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
+      // the segments are unchanged: GPU-resident ones stay; the new snapshot carries the tombstones
+      this.current = snapshotOf(corpus, before.segments);
+      before.retired = true;
+      if (before.users === 0) before.corpus.close();
+      return { deleted: result.deleted.length, info: corpus.info };
     };
     const result = this.writes.then(run, run);
     this.writes = result.catch(() => undefined);
@@ -314,7 +361,8 @@ function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
   let idIndex: Map<string, number> | undefined;
   if (corpus.info.hasIds) {
     idIndex = new Map();
-    for (let i = 0; i < corpus.info.documents; i++) idIndex.set(corpus.id(i), i);
+    for (let i = 0; i < corpus.info.documents; i++)
+      if (!corpus.file.isDeleted(i)) idIndex.set(corpus.id(i), i);
   }
   return { corpus, idIndex, segments, mapped: new Map(), users: 0, retired: false };
 }
