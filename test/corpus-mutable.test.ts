@@ -394,6 +394,66 @@ describe('crash safety of delete and compact', () => {
   );
 });
 
+describe('killed writers', () => {
+  // A real crash: the process exits inside a write step, with no cleanup of any kind.
+  const corpusModule = fileURLToPath(new URL('../src/io/corpus.js', import.meta.url));
+  const script = path.join(tmp, 'crash.mjs');
+  fs.writeFileSync(
+    script,
+    `import { CorpusWriter, deleteDocuments, setCorpusFaultHook } from ${JSON.stringify(corpusModule)};
+const [dir, what, at] = process.argv.slice(2);
+let n = 0;
+setCorpusFaultHook(() => { if (n++ === Number(at)) process.exit(9); });
+if (what === 'delete') deleteDocuments(dir, ['d3', 'd9']);
+else CorpusWriter.compact(dir);
+process.exit(0);
+`,
+  );
+
+  for (const what of ['delete', 'compact'] as const)
+    test(`a ${what} killed at every write step leaves a verifiable corpus the next writer cleans`, () => {
+      const proto = fresh();
+      build(proto, 12, runSeed + 20, 'int8');
+      deleteDocuments(proto, ['d2']);
+      const live = (dir: string) => {
+        const c = CorpusFile.open(dir);
+        c.verify();
+        const out: string[] = [];
+        for (let i = 0; i < c.info.documents; i++) if (!c.isDeleted(i)) out.push(c.id(i));
+        return out;
+      };
+      const oldIds = live(proto);
+      const newIds = what === 'delete' ? oldIds.filter((x) => x !== 'd3' && x !== 'd9') : oldIds;
+      let completed = false;
+      for (let at = 0; !completed && at < 40; at++) {
+        const dir = fresh();
+        fs.cpSync(proto, dir, { recursive: true });
+        const r = spawnSync(process.execPath, [script, dir, what, String(at)], {
+          encoding: 'utf8',
+          timeout: 30_000,
+        });
+        assert.ok(r.status === 9 || r.status === 0, r.stderr);
+        completed = r.status === 0;
+        const ids = live(dir);
+        assert.ok(
+          JSON.stringify(ids) === JSON.stringify(oldIds) || JSON.stringify(ids) === JSON.stringify(newIds),
+          `killed at step ${at}: ${ids.join(',')}`,
+        );
+        // the dead writer's lock is taken over; its temporaries are removed
+        const w = CorpusWriter.append(dir);
+        w.add(randomRagged([2], DIM, 'float32', rng(at)), ['next']);
+        w.commit();
+        assert.deepEqual(
+          fs.readdirSync(dir).filter((x) => x.endsWith('.tmp')),
+          [],
+          `step ${at}`,
+        );
+        assert.deepEqual(live(dir), [...ids, 'next']);
+      }
+      assert.ok(completed, 'the writer never completed');
+    });
+});
+
 describe('CLI: corpus delete, get, compact, info', () => {
   test('delete --ids, get --ids --out, info shows live and deleted, compact', () => {
     const dir = fresh();
