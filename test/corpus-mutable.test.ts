@@ -455,7 +455,7 @@ process.exit(0);
 });
 
 describe('CLI: corpus delete, get, compact, info', () => {
-  test('delete --ids, get --ids --out, info shows live and deleted, compact', () => {
+  test('delete --ids, get --ids --out, search --ids, info shows live and deleted, compact', async () => {
     const dir = fresh();
     build(dir, 10, runSeed + 19);
     const idsFile = path.join(tmp, `ids-${serial++}.txt`);
@@ -481,6 +481,30 @@ describe('CLI: corpus delete, get, compact, info', () => {
       want.lengths[0],
       want.lengths[0] + want.lengths[1],
     ]);
+    // search --corpus --ids: only those documents, as the library answers
+    const qfile = path.join(tmp, `q-${serial++}.npy`);
+    const q = randomRagged([3], DIM, 'float32', rng(runSeed + 21));
+    writeNpy(qfile, { dtype: 'float32', shape: [3, DIM], data: q.data as Float32Array });
+    fs.writeFileSync(idsFile, 'd9\nd0\nd5\n');
+    r = cli(
+      'search',
+      '--queries',
+      qfile,
+      '--corpus',
+      dir,
+      '--ids',
+      idsFile,
+      '--top-k',
+      '2',
+      '--backend',
+      'cpu',
+    );
+    assert.equal(r.status, 0, r.stderr);
+    const lib = await c.search(q, { topK: 2, ids: ['d9', 'd0', 'd5'], backend: 'cpu' });
+    assert.deepEqual(
+      JSON.parse(r.stdout).results.map((h: { id: string }) => h.id),
+      lib[0].map((h) => h.id),
+    );
     fs.writeFileSync(idsFile, 'd1\n');
     r = cli('corpus', 'delete', dir, '--ids', idsFile);
     assert.notEqual(r.status, 0);

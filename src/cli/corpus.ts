@@ -69,7 +69,7 @@ function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<st
 }
 
 /** Ids from a file, one per line (a trailing newline is fine; blank lines are refused). */
-function readIdList(file: string): string[] {
+export function readIdList(file: string): string[] {
   let text: string;
   try {
     text = fs.readFileSync(file === '-' ? 0 : file, 'utf8');
