@@ -9,7 +9,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { CorpusFile, CorpusWriter, deleteDocuments, setCorpusFaultHook } from '../src/io/corpus.js';
+import {
+  CorpusFile,
+  CorpusWriter,
+  deleteDocuments,
+  recoverCorpus,
+  setCorpusFaultHook,
+} from '../src/io/corpus.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
 import type { TokenBatch } from '../src/tensor.js';
@@ -253,6 +259,36 @@ describe('delete', () => {
     });
     assert.deepEqual(hits[0].map((h) => h.index).sort(), [0, 2, 4]);
     assert.throws(() => deleteDocuments(dir, ['5']), /unknown or deleted: "5"/);
+  });
+});
+
+describe('recover keeps deletions', () => {
+  test('a lost MANIFEST is rebuilt with the newest tombstones; with a segment left out they are reported', () => {
+    const dir = fresh();
+    build(dir, 15, runSeed + 22, 'float16', 3);
+    deleteDocuments(dir, ['d1']);
+    deleteDocuments(dir, ['d12', 'd4']);
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    const r = recoverCorpus(dir);
+    assert.deepEqual(r.skipped, []);
+    assert.deepEqual([r.info.deleted, r.info.live], [3, 12]);
+    const c = openCorpus(dir);
+    assert.throws(() => c.get(['d4']), /unknown or deleted/);
+    // the next writer works on it
+    deleteDocuments(dir, ['d0']);
+    assert.equal(openCorpus(dir).info.deleted, 4);
+    // a damaged segment: the tombstones no longer line up, so they are not applied
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    const seg = path.join(dir, 'seg-000002.msxs');
+    const bytes = fs.readFileSync(seg);
+    bytes[0] ^= 0xff;
+    fs.writeFileSync(seg, bytes);
+    const r2 = recoverCorpus(dir);
+    assert.equal(r2.info.deleted, 0);
+    assert.ok(
+      r2.skipped.some((x) => /tombstones|not applied/.test(x.reason)),
+      JSON.stringify(r2.skipped),
+    );
   });
 });
 

@@ -2081,18 +2081,56 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     const documents = segments.reduce((a, s) => a + s.documents, 0);
     if (documents > MAX_DOCUMENTS)
       throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
+    // The newest tombstone file applies when every segment was adopted (its indices count documents
+    // across all of them); otherwise it is reported and left, and the deleted documents come back.
+    const tombstones = fs
+      .readdirSync(dir)
+      .map((name) => ({ name, m: DELETIONS_NAME.exec(name) }))
+      .filter((x) => x.m !== null && x.name === deletionsName(Number(x.m[1])))
+      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+      .sort((a, b) => b.n - a.n);
+    let deletions: ManifestDeletions | undefined;
+    if (tombstones.length > 0) {
+      const name = tombstones[0].name;
+      const file = path.join(dir, name);
+      try {
+        if (skipped.length > 0)
+          throw new FormatError(
+            file,
+            'not applied: some segments were left out, so its document indices do not hold',
+          );
+        const bytes = fs.readFileSync(file);
+        if (bytes.length < 28) throw new FormatError(file, 'truncated tombstone file');
+        const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+        const d: ManifestDeletions = {
+          file: name,
+          count: Number(v.getBigUint64(16, true)),
+          bytes: bytes.length,
+          crc: v.getUint32(bytes.length - 4, true),
+        };
+        if (d.bytes !== deletionsBytes(d.count))
+          throw new FormatError(file, 'the tombstone file size does not match its count');
+        readDeletions(dir, d, documents);
+        if (d.count > 0) deletions = d;
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        skipped.push({ file, reason: e.message });
+      }
+    }
     const m: Manifest = {
       format: FORMAT,
       version: VERSION,
       dtype: first.dtype,
       dim: first.dim,
       ids: first.hasIds,
-      // past every segment file present, adopted or not: the next append never reuses or removes one
-      generation: numbered[numbered.length - 1].n,
+      // past every segment and tombstone file present, adopted or not: the next writer never reuses
+      // or removes one
+      generation: Math.max(numbered[numbered.length - 1].n, tombstones[0]?.n ?? 0),
       documents,
       tokens: segments.reduce((a, s) => a + s.tokens, 0),
       maxLength,
       segments,
+      deletions,
     };
     lock.check();
     if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);
