@@ -351,6 +351,36 @@ describe('compact', () => {
   });
 });
 
+describe('edge cases', () => {
+  test('every document deleted, then compacted: searches return nothing; an empty ids list scores nothing', async () => {
+    const dir = fresh();
+    build(dir, 5, runSeed + 23, 'float16', 2);
+    const q = randomRagged([2, 3], DIM, 'float32', rng(runSeed + 24));
+    assert.deepEqual(
+      (await openCorpus(dir).search(q, { ids: [], backend: 'cpu' })).map((r) => r.length),
+      [0, 0],
+    );
+    deleteDocuments(dir, ['d0', 'd1', 'd2', 'd3', 'd4']);
+    assert.deepEqual(
+      (await openCorpus(dir).search(q, { topK: 3, backend: 'cpu' })).map((r) => r.length),
+      [0, 0],
+    );
+    const info = CorpusWriter.compact(dir);
+    assert.deepEqual([info.documents, info.live, info.deleted], [0, 0, 0]);
+    const c = openCorpus(dir);
+    c.verify();
+    assert.deepEqual(
+      (await c.search(q, { topK: 3, backend: 'cpu' })).map((r) => r.length),
+      [0, 0],
+    );
+    // and it grows again
+    const w = CorpusWriter.append(dir);
+    w.add(randomRagged([2], DIM, 'float32', rng(1)), ['d0']);
+    w.commit();
+    assert.equal((await openCorpus(dir).search(q, { topK: 3, backend: 'cpu' }))[0][0].id, 'd0');
+  });
+});
+
 describe('crash safety of delete and compact', () => {
   /** Live ids of a corpus, after checking it opens and verifies. */
   function liveIds(dir: string): string[] {

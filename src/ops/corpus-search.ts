@@ -348,6 +348,11 @@ export class Corpus {
     options: CorpusSearchOptions,
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
+    if (subset.length === 0 || k === 0)
+      return {
+        hits: Array.from({ length: q.count }, () => []),
+        stats: { backend: 'cuda', blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
+      };
     const docs = this.file.readDocuments(subset);
     const hits = (
       await topKAll(q, docs, Math.min(k, subset.length), {
