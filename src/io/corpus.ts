@@ -539,7 +539,9 @@ export class CorpusWriter {
   private done = false;
   private clampedValues = 0;
   private readonly clamp: boolean;
-  // Ids corpora: every id taken so far (live documents of the corpus, then this writer's), with where.
+  // Ids corpora: the corpus appended to (its live ids, looked up through its index), and the ids this
+  // writer added so far.
+  private existing: CorpusFile | undefined;
   private readonly taken = new Map<string, string>();
   // compact: files the published MANIFEST no longer names, removed after it is durable
   private retire: string[] = [];
@@ -631,9 +633,7 @@ export class CorpusWriter {
       const w = new CorpusWriter(dir, manifest, lock, undefined, options);
       if (manifest.ids) {
         try {
-          const existing = CorpusFile.open(dir);
-          for (let i = 0; i < existing.info.documents; i++)
-            if (!existing.isDeleted(i)) w.taken.set(existing.id(i), `already in the corpus (document ${i})`);
+          w.existing = CorpusFile.open(dir);
         } catch (e) {
           w.abort();
           throw e;
@@ -1019,7 +1019,11 @@ export class CorpusWriter {
       const batch = new Map<string, string>();
       const message = duplicateIds(
         ids,
-        (id) => this.taken.get(id) ?? batch.get(id),
+        (id) => {
+          const at = this.existing?.indexOf(id);
+          if (at !== undefined) return `already in the corpus (document ${at})`;
+          return this.taken.get(id) ?? batch.get(id);
+        },
         (id, i) => {
           batch.set(id, `repeats ids[${i}] of this batch`);
         },
