@@ -1537,7 +1537,7 @@ export class CorpusFile {
     const segments: CorpusSegment[] = [];
     // filled once every segment's offsets are read and checked against its file
     let lengths = new Int32Array(0);
-    const ids: string[] | undefined = m.ids ? [] : undefined;
+    let ids: string[] | undefined = m.ids ? [] : undefined;
     let firstDocument = 0;
     let tokens = 0;
     for (const s of m.segments) {
@@ -1563,7 +1563,10 @@ export class CorpusFile {
             file,
             'the segment header disagrees with the MANIFEST (dtype, dim or counts)',
           );
-        if (ids) for (const id of segIds!) ids.push(id);
+        if (ids) {
+          if (ids.length === 0) ids = segIds!;
+          else for (const id of segIds!) ids.push(id);
+        }
         segments.push({
           file,
           header,
@@ -1883,10 +1886,12 @@ function readSegmentMeta(file: string, fd: number, size: number, withIds: boolea
   const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
   if (crc32(offBytes) !== sums[nChunks + 1])
     throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
-  const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
+  // uint64 as two uint32 words: no BigInt per document (a million of them are GC-bound); exact below
+  // 2^53, and anything larger fails the range checks below
+  const off32 = new Uint32Array(offBytes.buffer, offBytes.byteOffset, 2 * (header.documents + 1));
   const offsets = new Float64Array(header.documents + 1);
   for (let i = 0; i <= header.documents; i++) {
-    offsets[i] = Number(off64[i]);
+    offsets[i] = off32[2 * i] + off32[2 * i + 1] * 4294967296;
     if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
       throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
   }
@@ -1904,15 +1909,19 @@ function readSegmentMeta(file: string, fd: number, size: number, withIds: boolea
       throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
     const head = (header.documents + 1) * 8;
     if (idBytes.length < head) throw new FormatError(file, 'the ids section is shorter than its offsets');
-    const starts = new BigUint64Array(idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + head));
+    const starts = new Uint32Array(idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + head));
     const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + head, idBytes.length - head);
     ids = [];
+    // ASCII ids (the usual case): decode the section once and slice it, several times faster than
+    // one decode per id; byte offsets are character offsets exactly when the decoded text is as long
+    const whole = text.toString('utf8');
+    const ascii = whole.length === text.length;
     for (let i = 0; i < header.documents; i++) {
-      const a = Number(starts[i]);
-      const b = Number(starts[i + 1]);
+      const a = starts[2 * i] + starts[2 * i + 1] * 4294967296;
+      const b = starts[2 * i + 2] + starts[2 * i + 3] * 4294967296;
       if (!(a <= b && b <= text.length))
         throw new FormatError(file, `the id of document ${i} is out of its section`);
-      ids.push(text.toString('utf8', a, b));
+      ids.push(ascii ? whole.slice(a, b) : text.toString('utf8', a, b));
     }
   }
   return { header, headerCrc, offsets, ids, sums };
