@@ -319,6 +319,19 @@ describe('search restricted to ids', () => {
       c.search(queries, { ids: ['d1', 'd5'], backend: 'cpu' }),
       /unknown or deleted: "d5"/,
     );
+    // progress counts the chosen documents and ends at their total
+    let last = { documents: -1, totalDocuments: -2, bytes: -1, totalBytes: -2 };
+    await c.search(queries, {
+      ids: chosen,
+      blockBytes: 100,
+      backend: 'cpu',
+      onProgress: (p) => {
+        last = p;
+      },
+    });
+    assert.equal(last.totalDocuments, chosen.length);
+    assert.equal(last.documents, last.totalDocuments);
+    assert.equal(last.bytes, last.totalBytes);
   });
 });
 

@@ -384,6 +384,9 @@ export class Corpus {
     const info = this.info;
     const blocks = this.file.planBlocks(options.blockBytes ?? CPU_BLOCK_BYTES);
     let cursor = 0; // subset: the first selected document not yet scored
+    const subsetBytes = subset
+      ? subset.reduce((a, i) => a + this.file.lengths[i], 0) * storedTokenBytes(info.dtype, info.dim)
+      : 0;
     let running: Hit[][] = Array.from({ length: q.count }, () => []);
     let documents = 0;
     let bytes = 0;
@@ -433,9 +436,9 @@ export class Corpus {
       if (firstBlockSeconds === 0) firstBlockSeconds = (performance.now() - started) / 1000;
       options.onProgress?.({
         documents,
-        totalDocuments: info.documents,
+        totalDocuments: subset ? subset.length : info.documents,
         bytes,
-        totalBytes: info.tokenBytes,
+        totalBytes: subset ? subsetBytes : info.tokenBytes,
         elapsedMs: performance.now() - started,
       });
     }
