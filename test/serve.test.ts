@@ -587,6 +587,8 @@ describe('maxsim serve appends', () => {
     const del = await call(`${url}/v1/documents`, 'DELETE', { ids: gone }, auth);
     assert.equal(del.status, 200, del.text);
     assert.deepEqual([del.json.deleted, del.json.live], [5, DOCS - 5]);
+    const info = (await call(`${url}/v1/info`, 'GET')).json.corpus;
+    assert.deepEqual([info.documents, info.live, info.deleted], [DOCS, DOCS - 5, 5]);
     const after = await post(`${url}/v1/search`, probe);
     const direct = await openCorpus(dir).search(packed(probe.queries), { topK: 30, backend: 'cpu' });
     assert.deepEqual(

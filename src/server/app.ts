@@ -664,6 +664,8 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
           dtype: i.dtype,
           dim: i.dim,
           documents: i.documents,
+          live: i.live,
+          deleted: i.deleted,
           tokens: i.tokens,
           segments: i.segments,
           generation: i.generation,
