@@ -63,6 +63,8 @@ export interface ResidentOptions {
 export type ResidentMode = 'mapped' | 'resident' | 'streamed';
 
 interface DeviceSegment {
+  /** The segment file it was uploaded from (segments are immutable: same file, same documents). */
+  file: string;
   firstDocument: number;
   docs: DeviceCorpus;
   int8?: Promise<DeviceCorpus>;
@@ -76,6 +78,18 @@ interface Snapshot {
   segments: DeviceSegment[];
   users: number;
   retired: boolean;
+  /** Device segments the next snapshot no longer uses: released with this one. */
+  drop?: DeviceSegment[];
+}
+
+/** Closes a retired snapshot: its mappings and pin, and the device segments only it used. */
+function closeSnapshot(s: Snapshot) {
+  s.corpus.close();
+  for (const seg of s.drop ?? []) {
+    seg.docs.dispose();
+    seg.int8?.then((d) => d.dispose()).catch(() => undefined);
+  }
+  s.drop = undefined;
 }
 
 /** Candidates rescored exactly per hit wanted by the int8 prefilter (as `maxsim search --prefilter`). */
@@ -140,7 +154,7 @@ export class ResidentCorpus {
       return await work(s);
     } finally {
       s.users--;
-      if (s.retired && s.users === 0) s.corpus.close();
+      if (s.retired && s.users === 0) closeSnapshot(s);
     }
   }
 
@@ -298,13 +312,10 @@ export class ResidentCorpus {
       await writeSegment({ dir: this.dir, data: docs.data, offsets: docs.offsets, dim: docs.dim, ids });
       const corpus = openCorpus(this.dir);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
-      const segments =
-        this.mode === 'resident'
-          ? [...before.segments, ...(await uploadSegments(this.gpu!, corpus, before.segments.length))]
-          : [];
+      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
       this.current = snapshotOf(corpus, segments);
       before.retired = true;
-      if (before.users === 0) before.corpus.close();
+      if (before.users === 0) closeSnapshot(before);
       return { first: info.documents, added: docs.offsets.length - 1, info: corpus.info };
     };
     const result = this.writes.then(run, run);
@@ -331,15 +342,35 @@ export class ResidentCorpus {
       }
       const corpus = openCorpus(this.dir);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
-      // the segments are unchanged: GPU-resident ones stay; the new snapshot carries the tombstones
-      this.current = snapshotOf(corpus, before.segments);
+      // the segments are unchanged (unless another process compacted the corpus): GPU-resident ones
+      // stay; the new snapshot carries the tombstones
+      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
+      this.current = snapshotOf(corpus, segments);
       before.retired = true;
-      if (before.users === 0) before.corpus.close();
+      if (before.users === 0) closeSnapshot(before);
       return { deleted: result.deleted.length, info: corpus.info };
     };
     const result = this.writes.then(run, run);
     this.writes = result.catch(() => undefined);
     return result;
+  }
+
+  // The device segments of a newly opened corpus: those already uploaded are kept (same file, same
+  // first document), the others uploaded; ones the corpus no longer names (another process compacted
+  // it) are released with the old snapshot.
+  private async refreshSegments(before: Snapshot, corpus: Corpus): Promise<DeviceSegment[]> {
+    const have = new Map(before.segments.map((seg) => [`${seg.file}@${seg.firstDocument}`, seg]));
+    const out: DeviceSegment[] = [];
+    for (let g = 0; g < corpus.file.segments.length; g++) {
+      const seg = corpus.file.segments[g];
+      const kept = have.get(`${seg.file}@${seg.firstDocument}`);
+      if (kept) {
+        out.push(kept);
+        have.delete(`${seg.file}@${seg.firstDocument}`);
+      } else out.push(...(await uploadSegments(this.gpu!, corpus, g, g + 1)));
+    }
+    before.drop = [...have.values()];
+    return out;
   }
 
   /** GPU memory of the device, where the server runs on CUDA. */
@@ -467,14 +498,23 @@ function mappedSegment(s: Snapshot, g: number): TokenBatch {
 }
 
 /** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
-async function uploadSegments(gpu: CudaDevice, corpus: Corpus, from: number): Promise<DeviceSegment[]> {
+async function uploadSegments(
+  gpu: CudaDevice,
+  corpus: Corpus,
+  from: number,
+  to = corpus.file.segments.length,
+): Promise<DeviceSegment[]> {
   const out: DeviceSegment[] = [];
-  for (let g = from; g < corpus.file.segments.length; g++) {
+  for (let g = from; g < to; g++) {
     const seg = corpus.file.segments[g];
     const n = seg.header.documents;
     if (n === 0) continue;
     const indices = Array.from({ length: n }, (_, i) => seg.firstDocument + i);
-    out.push({ firstDocument: seg.firstDocument, docs: await gpu.upload(corpus.readDocuments(indices)) });
+    out.push({
+      file: seg.file,
+      firstDocument: seg.firstDocument,
+      docs: await gpu.upload(corpus.readDocuments(indices)),
+    });
   }
   return out;
 }
