@@ -512,10 +512,13 @@ describe('corpus build from files (streamed)', () => {
       tokens: { dtype: 'float32', shape: [lengths.length, L, dim], data: dense },
       lengths: { dtype: 'int32', shape: [lengths.length], data: Int32Array.from(lengths) },
     });
+    // ids are unique across the corpus: the appended documents get their own
+    const ids2 = path.join(tmp, 'ids2.txt');
+    fs.writeFileSync(ids2, `${lengths.map((_, i) => `dense-${i}`).join('\n')}\n`);
     buildCorpusFromFiles({
       docs: `${st}:tokens`,
       docLengths: `${st}:lengths`,
-      ids,
+      ids: ids2,
       out: dir,
       append: true,
       groupBytes: 300,

@@ -571,6 +571,45 @@ describe('maxsim serve appends', () => {
     for (const x of r.json.results) assert.equal(x.relevance_score, direct[x.index]);
   });
 
+  test('DELETE /v1/documents needs the key, is visible atomically and equals Corpus.search after the delete', async () => {
+    const dir = path.join(tmp, 'shrink.msx');
+    buildCorpus(dir);
+    const { url } = await start({ corpus: dir, apiKey: KEY, maxWaitMs: 1 });
+    const auth = { authorization: `Bearer ${KEY}` };
+    const probe = { queries: [randomTokens(5), randomTokens(2)], top_k: 30 };
+    const before = await post(`${url}/v1/search`, probe);
+    assert.equal(before.status, 200, before.text);
+    // the top hits of the first query go
+    const gone = before.json.results[0].slice(0, 5).map((h: { id: string }) => h.id);
+    expectError(await call(`${url}/v1/documents`, 'DELETE', { ids: gone }), 401);
+    const missing = await call(`${url}/v1/documents`, 'DELETE', { ids: [gone[0], 'nope'] }, auth);
+    expectError(missing, 404, 'ids');
+    assert.equal(openCorpus(dir).info.deleted, 0, 'an unknown id deletes nothing');
+    const del = await call(`${url}/v1/documents`, 'DELETE', { ids: gone }, auth);
+    assert.equal(del.status, 200, del.text);
+    assert.deepEqual([del.json.deleted, del.json.live], [5, DOCS - 5]);
+    const info = (await call(`${url}/v1/info`, 'GET')).json.corpus;
+    assert.deepEqual([info.documents, info.live, info.deleted], [DOCS, DOCS - 5, 5]);
+    const after = await post(`${url}/v1/search`, probe);
+    const direct = await openCorpus(dir).search(packed(probe.queries), { topK: 30, backend: 'cpu' });
+    assert.deepEqual(
+      after.json.results,
+      direct.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: h.score }))),
+    );
+    for (const row of after.json.results)
+      for (const h of row) assert.ok(!gone.includes(h.id), `deleted ${h.id} in the results`);
+    const rr = await post(`${url}/v1/rerank`, { query: probe.queries[0], candidates: [gone[1]] });
+    expectError(rr, 404, 'candidates');
+    expectError(await call(`${url}/v1/documents`, 'DELETE', { ids: [gone[2]] }, auth), 404, 'ids');
+    // a deleted id may be appended again
+    const again = await post(
+      `${url}/v1/documents`,
+      { documents: [{ id: gone[0], embeddings: randomTokens(3) }] },
+      auth,
+    );
+    assert.equal(again.status, 201, again.text);
+  });
+
   test('an int8 corpus: search and rerank quantize the queries as the library does', async () => {
     const dir = path.join(tmp, 'int8.msx');
     const docs = Array.from({ length: 120 }, () => randomTokens(1 + Math.floor(rand() * 12)));

@@ -1,9 +1,19 @@
 // `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus.ts).
+
+import * as fs from 'node:fs';
 import { Command, Option } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
-import { type CorpusDType, type CorpusInfo, recoverCorpus } from '../io/corpus.js';
+import {
+  type CorpusDType,
+  type CorpusInfo,
+  CorpusWriter,
+  deleteDocuments,
+  recoverCorpus,
+} from '../io/corpus.js';
 import { buildCorpusFromFilesAsync } from '../io/corpus-build.js';
+import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
+import { decodeToFloat32, type FloatDType } from '../tensor.js';
 import { grouped, interruptSignal, printTable } from './common.js';
 import { Progress } from './progress.js';
 
@@ -46,6 +56,7 @@ function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<st
       ['dtype', info.dtype],
       ['dim', String(info.dim)],
       ['documents', grouped(info.documents)],
+      ['live / deleted', `${grouped(info.live)} / ${grouped(info.deleted)}`],
       ['tokens', grouped(info.tokens)],
       ['longest document', grouped(info.maxLength)],
       ['segments', String(info.segments)],
@@ -55,6 +66,29 @@ function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<st
       ...Object.entries(extra),
     ],
   );
+}
+
+/** Ids from a file, one per line (a trailing newline is fine; blank lines are refused). */
+export function readIdList(file: string): string[] {
+  let text: string;
+  try {
+    text = fs.readFileSync(file === '-' ? 0 : file, 'utf8');
+  } catch (e) {
+    throw new InvalidArgumentError(
+      '--ids',
+      'a readable file of ids, one per line',
+      `${file} (${(e as NodeJS.ErrnoException).code ?? e})`,
+    );
+  }
+  const ids = text.replace(/\r?\n$/, '').split(/\r?\n/);
+  const blank = ids.indexOf('');
+  if (blank >= 0)
+    throw new InvalidArgumentError(
+      '--ids',
+      'one id per line, no blank lines',
+      `${file} (line ${blank + 1} is blank)`,
+    );
+  return ids;
 }
 
 function waitMs(seconds: string | undefined): number | undefined {
@@ -163,6 +197,78 @@ export function corpusCommand(): Command {
           bar.finish();
         }
         printInfo(c.info, opts.json, { checksums: opts.verify ? 'ok' : 'not read (--no-verify)' });
+      }),
+  );
+  corpus.addCommand(
+    new Command('delete')
+      .description(
+        'delete documents by id (tombstones published atomically; searches and get skip them; `compact` reclaims the space)',
+      )
+      .argument('<dir>', 'the corpus directory')
+      .requiredOption(
+        '--ids <file>',
+        'ids to delete, one per line (indices for a corpus without ids; - for stdin)',
+      )
+      .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
+      .option('--json', 'print the corpus summary as JSON')
+      .action((dir: string, opts: { ids: string; wait?: string; json?: boolean }) => {
+        const r = deleteDocuments(dir, readIdList(opts.ids), { waitMs: waitMs(opts.wait) });
+        printInfo(r.info, opts.json, { 'deleted now': String(r.deleted.length) });
+      }),
+  );
+  corpus.addCommand(
+    new Command('get')
+      .description(
+        'write documents by id to .npy: float32 tokens [T, d] and int64 offsets [B+1], in request order',
+      )
+      .argument('<dir>', 'the corpus directory')
+      .requiredOption('--ids <file>', 'ids, one per line (indices for a corpus without ids; - for stdin)')
+      .requiredOption('--out <file.npy>', 'the tokens, float32 [T, d] (int8 corpora: dequantized)')
+      .requiredOption('--out-offsets <file.npy>', 'the token offsets of the documents, int64 [B+1]')
+      .action((dir: string, opts: { ids: string; out: string; outOffsets: string }) => {
+        const c = openCorpus(dir);
+        const docs = c.get(readIdList(opts.ids));
+        const dim = docs.dim;
+        const total = docs.lengths.reduce((a, b) => a + b, 0);
+        const out = new Float32Array(total * dim);
+        const offsets = new BigInt64Array(docs.count + 1);
+        let at = 0;
+        for (let i = 0; i < docs.count; i++) {
+          const n = docs.lengths[i];
+          const rows = docs.data.subarray(docs.starts[i] * dim, (docs.starts[i] + n) * dim);
+          if (docs.dtype === 'int8') {
+            for (let t = 0; t < n; t++) {
+              const scale = docs.scales![docs.starts[i] + t];
+              for (let j = 0; j < dim; j++) out[(at + t) * dim + j] = rows[t * dim + j] * scale;
+            }
+          } else out.set(decodeToFloat32(rows, docs.dtype as FloatDType, dim), at * dim);
+          at += n;
+          offsets[i + 1] = BigInt(at);
+        }
+        writeNpy(opts.out, { dtype: 'float32', shape: [total, dim], data: out });
+        writeNpy(opts.outOffsets, { dtype: 'int64', shape: [docs.count + 1], data: offsets });
+        process.stderr.write(`wrote ${docs.count} document(s), ${total} token(s)\n`);
+      }),
+  );
+  corpus.addCommand(
+    new Command('compact')
+      .description(
+        'rewrite the live documents into one fresh segment without tombstones (crash-safe; document indices change)',
+      )
+      .argument('<dir>', 'the corpus directory')
+      .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
+      .option('--json', 'print the corpus summary as JSON')
+      .action((dir: string, opts: { wait?: string; json?: boolean }) => {
+        let bar: Progress | undefined;
+        const info = CorpusWriter.compact(dir, {
+          waitMs: waitMs(opts.wait),
+          onProgress: (done, total) => {
+            bar ??= new Progress('compact', total);
+            bar.update(done);
+          },
+        });
+        bar?.finish();
+        printInfo(info, opts.json);
       }),
   );
   corpus.addCommand(

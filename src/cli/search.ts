@@ -22,11 +22,13 @@ import {
   scalesOption,
   scoreInBlocks,
 } from './common.js';
+import { readIdList } from './corpus.js';
 import { Progress } from './progress.js';
 
 interface SearchCommandOptions extends InputOptions {
   dtype?: string;
   corpus?: string;
+  ids?: string;
   gpuMemory?: number;
   gpus?: 'all' | number[];
   pin?: boolean;
@@ -48,6 +50,10 @@ export function searchCommand(): Command {
     false,
   )
     .option('--corpus <dir>', 'search an on-disk corpus (maxsim corpus build) instead of --docs, streamed')
+    .option(
+      '--ids <file>',
+      'with --corpus: score only these documents (ids one per line; indices for a corpus without ids)',
+    )
     .option('--gpu-memory <MiB>', 'with --corpus on CUDA: device memory the scan may use', integerOption(1))
     .option(
       '--gpus <list>',
@@ -78,6 +84,8 @@ export function searchCommand(): Command {
     .action(async (opts: SearchCommandOptions) => {
       checkScalesUse(opts.scales, opts.prefilter === 'int8' || formatOf(opts.dtype) !== 'float');
       if (opts.corpus !== undefined) return searchCorpus(opts);
+      if (opts.ids !== undefined)
+        throw new InvalidArgumentError('--ids', 'used with --corpus (ids name corpus documents)', '--docs');
       if (opts.docs === undefined)
         throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
       const { queries, docs } = loadInputs(opts);
@@ -166,6 +174,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
       gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
       devices: opts.gpus,
       verify: opts.verifyCorpus,
+      ids: opts.ids === undefined ? undefined : readIdList(opts.ids),
       onProgress: (p) => bar.update(p.documents),
       // Ctrl-C: the scan stops at its next block (main() exits 130 with one line)
       signal: interrupt.signal,

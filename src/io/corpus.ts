@@ -49,6 +49,10 @@ export { CorpusLockedError, type LockOptions } from './corpus-lock.js';
 const MANIFEST = 'MANIFEST';
 const FORMAT = 'maxsim-corpus';
 const VERSION = 1;
+/** The MANIFEST's version when it names a tombstone file: older builds refuse it instead of misreading. */
+const VERSION_DELETIONS = 2;
+const DELETIONS_MAGIC = 'MSXDEL01';
+const DELETIONS_NAME = /^del-(\d{6,})\.msxd$/;
 const SEGMENT_MAGIC = 'MSXSEG01';
 const HEADER_BYTES = 4096;
 const ALIGN = 4096;
@@ -61,7 +65,7 @@ const SEGMENT_NAME = /^seg-(\d{6,})\.msxs$/;
 // Temporaries of a writer: `<segment>.<token>.tmp`, `<segment>.<token>.scales.tmp`, `MANIFEST.<token>.tmp`
 // (older versions: without the token).
 const LEFTOVER_NAME =
-  /^(seg-\d{6,}\.msxs(\.[0-9a-f]{32})?\.(tmp|scales\.tmp)|MANIFEST(\.[0-9a-f]{32})?\.tmp)$/;
+  /^(seg-\d{6,}\.msxs(\.[0-9a-f]{32})?\.(tmp|scales\.tmp)|MANIFEST(\.[0-9a-f]{32})?\.tmp|del-\d{6,}\.msxd\.[0-9a-f]{32}\.tmp)$/;
 
 // ---- fault injection (tests): every file-system step of a writer reports here first ----
 
@@ -264,6 +268,14 @@ interface ManifestSegment {
   headerCrc: number;
 }
 
+/** The tombstone file of a corpus: the global indices of its deleted documents. */
+interface ManifestDeletions {
+  file: string;
+  count: number;
+  bytes: number;
+  crc: number;
+}
+
 interface Manifest {
   format: string;
   version: number;
@@ -275,10 +287,14 @@ interface Manifest {
   tokens: number;
   maxLength: number;
   segments: ManifestSegment[];
+  deletions?: ManifestDeletions;
 }
 
 function encodeManifest(m: Manifest): string {
-  const body = JSON.stringify(m);
+  const { deletions, ...rest } = m;
+  const body = JSON.stringify(
+    deletions ? { ...rest, version: VERSION_DELETIONS, deletions } : { ...rest, version: VERSION },
+  );
   return `${body}\ncrc32 ${hex(crc32(body))}\n`;
 }
 
@@ -356,16 +372,17 @@ function validateManifest(file: string, raw: unknown): Manifest {
   const o = raw as Record<string, unknown>;
   if (o.format !== FORMAT)
     throw new FormatError(file, `not a maxsim corpus manifest (format ${describeValue(o.format)})`);
-  if (o.version !== VERSION)
+  if (o.version !== VERSION && o.version !== VERSION_DELETIONS)
     throw new FormatError(
       file,
-      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION})`,
+      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION} and ${VERSION_DELETIONS})`,
     );
   const count = (field: string, x: unknown, max = Number.MAX_SAFE_INTEGER): number => {
     if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0 || x > max)
       bad(field, `an integer in [0, ${max}]`, x);
     return x as number;
   };
+  const countOf = count;
   if (typeof o.dtype !== 'string' || !CODE_DTYPES.includes(o.dtype as DType))
     bad('dtype', `one of ${CODE_DTYPES.join(', ')}`, o.dtype);
   if (typeof o.dim !== 'number' || !Number.isInteger(o.dim) || o.dim < 1 || o.dim > 65536)
@@ -417,6 +434,24 @@ function validateManifest(file: string, raw: unknown): Manifest {
   if (docSum !== documents) bad('documents', `the sum over its segments (${docSum})`, documents);
   if (tokenSum !== tokens) bad('tokens', `the sum over its segments (${tokenSum})`, tokens);
   if (maxLength > tokens) bad('maxLength', `at most the token count (${tokens})`, maxLength);
+  let deletions: ManifestDeletions | undefined;
+  if (o.version === VERSION_DELETIONS) {
+    const d = o.deletions;
+    if (d === null || typeof d !== 'object' || Array.isArray(d)) bad('deletions', 'an object', d);
+    const r = d as Record<string, unknown>;
+    const name = typeof r.file === 'string' ? DELETIONS_NAME.exec(r.file) : null;
+    if (!name || Number(name[1]) > generation || r.file !== deletionsName(Number(name[1])))
+      bad('deletions.file', `a tombstone file name del-NNNNNN.msxd numbered 1..${generation}`, r.file);
+    const count = countOf('deletions.count', r.count, documents);
+    deletions = {
+      file: r.file as string,
+      count,
+      bytes: countOf('deletions.bytes', r.bytes),
+      crc: countOf('deletions.crc', r.crc, 0xffffffff),
+    };
+    if (deletions.bytes !== deletionsBytes(count))
+      bad('deletions.bytes', `${deletionsBytes(count)} (for ${count} deletions)`, deletions.bytes);
+  } else if (o.deletions !== undefined) bad('deletions', 'absent in a version 1 MANIFEST', o.deletions);
   return {
     format: FORMAT,
     version: VERSION,
@@ -428,6 +463,7 @@ function validateManifest(file: string, raw: unknown): Manifest {
     tokens,
     maxLength,
     segments,
+    deletions,
   };
 }
 
@@ -520,6 +556,12 @@ export class CorpusWriter {
   private clampedValues = 0;
   private readonly clamp: boolean;
   private readonly signal: AbortSignal | undefined;
+  // Ids corpora: the corpus appended to (its live ids, looked up through its index), and the ids this
+  // writer added so far.
+  private existing: CorpusFile | undefined;
+  private readonly taken = new Map<string, string>();
+  // compact: files the published MANIFEST no longer names, removed after it is durable
+  private retire: string[] = [];
 
   private constructor(
     readonly dir: string,
@@ -608,9 +650,86 @@ export class CorpusWriter {
     try {
       const manifest = readManifest(dir); // re-read under the lock
       removeLeftovers(dir, manifest);
-      return new CorpusWriter(dir, manifest, lock, undefined, options);
+      const w = new CorpusWriter(dir, manifest, lock, undefined, options);
+      if (manifest.ids) {
+        try {
+          w.existing = CorpusFile.open(dir);
+        } catch (e) {
+          w.abort();
+          throw e;
+        }
+      }
+      return w;
     } catch (e) {
       lock.release();
+      throw e;
+    }
+  }
+
+  /** Deletes documents by id under the writer lock (see deleteDocuments). */
+  static delete(dir: string, ids: readonly string[], options: LockOptions = {}): DeleteResult {
+    return deleteDocuments(dir, ids, options);
+  }
+
+  /**
+   * Rewrites the live documents of a corpus into one fresh segment and publishes a MANIFEST without
+   * tombstones (under the writer lock). The old segments and tombstone file are removed only after
+   * the new MANIFEST is durable; a crash at any step leaves either the old corpus or the new one,
+   * both verifiable (a crash after the publish may leave old files behind: the next compact removes
+   * them). Documents keep their order and ids, but global indices change (the deleted ones close up).
+   */
+  static compact(
+    dir: string,
+    options: LockOptions & { onProgress?: (done: number, total: number) => void } = {},
+  ): CorpusInfo {
+    readManifest(dir);
+    const lock = CorpusLock.acquire(dir, options);
+    let w: CorpusWriter | undefined;
+    try {
+      const m = readManifest(dir);
+      removeLeftovers(dir, m);
+      const old = CorpusFile.open(dir);
+      const base: Manifest = {
+        ...m,
+        documents: 0,
+        tokens: 0,
+        maxLength: 0,
+        segments: [],
+        deletions: undefined,
+      };
+      w = new CorpusWriter(dir, base, lock, undefined, {});
+      const named = new Set([...m.segments.map((x) => x.file), m.deletions?.file]);
+      // everything the new MANIFEST will not name: the old files, and orphans of an earlier compact
+      w.retire = fs
+        .readdirSync(dir)
+        .filter(
+          (n) =>
+            (SEGMENT_NAME.test(n) || DELETIONS_NAME.test(n)) &&
+            (named.has(n) || Number(/\d+/.exec(n)![0]) <= m.generation),
+        )
+        .sort();
+      const live: number[] = [];
+      for (let i = 0; i < old.info.documents; i++) if (!old.isDeleted(i)) live.push(i);
+      const rowBytes = storedTokenBytes(m.dtype, m.dim);
+      for (let a = 0; a < live.length; ) {
+        // copy in runs of about 32 MiB: memory stays flat whatever the corpus size
+        let b = a;
+        let bytes = 0;
+        while (b < live.length && (b === a || bytes + old.lengths[live[b]] * rowBytes <= 32 << 20))
+          bytes += old.lengths[live[b++]] * rowBytes;
+        const run = live.slice(a, b);
+        const docs = old.readDocuments(run);
+        w.addEncoded(
+          { data: docs.data, lengths: docs.lengths, scales: docs.scales },
+          m.ids ? run.map((i) => old.id(i)) : undefined,
+        );
+        a = b;
+        options.onProgress?.(a, live.length);
+      }
+      return w.commit();
+    } catch (e) {
+      if (w) w.abort();
+      else lock.release();
       throw e;
     }
   }
@@ -840,7 +959,16 @@ export class CorpusWriter {
       fs.renameSync(tmpManifest, path.join(this.dir, MANIFEST));
       syncDir(this.dir);
       this.done = true;
-      this.cleanup(false);
+      try {
+        // published and durable: now the files it no longer names may go (a failure here leaves
+        // them behind for the next compact; the corpus is already the new one)
+        if (this.retire.length > 0) {
+          for (const name of this.retire) removeFile(this.dir, name);
+          syncDir(this.dir);
+        }
+      } finally {
+        this.cleanup(false);
+      }
       return describeManifest(this.dir, next);
     } catch (e) {
       this.abort();
@@ -912,6 +1040,20 @@ export class CorpusWriter {
       for (const id of ids)
         if (typeof id !== 'string' || id.includes('\n'))
           throw new InvalidArgumentError('ids', 'strings without newlines', JSON.stringify(id));
+      const batch = new Map<string, string>();
+      const message = duplicateIds(
+        ids,
+        (id) => {
+          const at = this.existing?.indexOf(id);
+          if (at !== undefined) return `already in the corpus (document ${at})`;
+          return this.taken.get(id) ?? batch.get(id);
+        },
+        (id, i) => {
+          batch.set(id, `repeats ids[${i}] of this batch`);
+        },
+      );
+      if (message) throw new InvalidArgumentError('ids', 'unique document ids', message);
+      for (const id of batch.keys()) this.taken.set(id, 'already added by an earlier add() of this writer');
     } else if (ids !== undefined) {
       throw new InvalidArgumentError(
         'ids',
@@ -994,8 +1136,203 @@ export class CorpusWriter {
   }
 }
 
+/**
+ * Checks a list of new ids against the ids already taken (`takenAt(id)` says where, or undefined) and
+ * against each other; `accept(id, i)` records each new one. Returns a message naming the first
+ * duplicates and where they are, or undefined when all are unique. Shared by the writer and the server.
+ */
+export function duplicateIds(
+  ids: readonly string[],
+  takenAt: (id: string) => string | undefined,
+  accept: (id: string, i: number) => void,
+): string | undefined {
+  const found: string[] = [];
+  let count = 0;
+  ids.forEach((id, i) => {
+    const where = takenAt(id);
+    if (where !== undefined) {
+      if (count++ < 3) found.push(`${JSON.stringify(id)} at ids[${i}] ${where}`);
+      return;
+    }
+    accept(id, i);
+  });
+  if (count === 0) return undefined;
+  return `${count} duplicate id${count === 1 ? '' : 's'}: ${found.join('; ')}${count > 3 ? '; ...' : ''}`;
+}
+
 function segmentName(generation: number): string {
   return `seg-${String(generation).padStart(6, '0')}.msxs`;
+}
+
+// ---- tombstones ----
+// A tombstone file del-NNNNNN.msxd (NNNNNN: the generation that published it) lists every deleted
+// document of the corpus, not just the latest ones, so readers need only the one the MANIFEST names:
+//   "MSXDEL01", uint32 version 1, uint32 0, uint64 count, uint64 [count] global document indices
+//   (strictly increasing), uint32 CRC-32 of all the bytes before it.
+
+function deletionsName(generation: number): string {
+  return `del-${String(generation).padStart(6, '0')}.msxd`;
+}
+
+function deletionsBytes(count: number): number {
+  return 24 + 8 * count + 4;
+}
+
+function encodeDeletions(indices: readonly number[]): Uint8Array {
+  const bytes = new Uint8Array(deletionsBytes(indices.length));
+  const v = new DataView(bytes.buffer);
+  bytes.set(Buffer.from(DELETIONS_MAGIC, 'latin1'), 0);
+  v.setUint32(8, 1, true);
+  v.setBigUint64(16, BigInt(indices.length), true);
+  indices.forEach((x, i) => {
+    v.setBigUint64(24 + 8 * i, BigInt(x), true);
+  });
+  v.setUint32(bytes.length - 4, crc32(bytes.subarray(0, bytes.length - 4)), true);
+  return bytes;
+}
+
+/** Reads the tombstone file the MANIFEST names: a mask over the documents, checked end to end. */
+function readDeletions(dir: string, d: ManifestDeletions, documents: number): Uint8Array {
+  const file = path.join(dir, d.file);
+  let bytes: Uint8Array;
+  try {
+    bytes = fs.readFileSync(file);
+  } catch (e) {
+    throw new FormatError(
+      file,
+      `cannot read the tombstone file the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
+    );
+  }
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes.length !== d.bytes)
+    throw new FormatError(
+      file,
+      `the tombstone file has ${bytes.length} bytes but the MANIFEST says ${d.bytes}`,
+    );
+  const crc = crc32(bytes.subarray(0, bytes.length - 4));
+  if (Buffer.from(bytes.subarray(0, 8)).toString('latin1') !== DELETIONS_MAGIC)
+    throw new FormatError(file, 'not a maxsim tombstone file (bad magic)');
+  if (crc !== v.getUint32(bytes.length - 4, true) || crc !== d.crc)
+    throw new FormatError(file, 'the tombstone file is corrupted (checksum mismatch)');
+  if (v.getUint32(8, true) !== 1)
+    throw new FormatError(file, `tombstone format version ${v.getUint32(8, true)} is not supported`);
+  if (Number(v.getBigUint64(16, true)) !== d.count)
+    throw new FormatError(file, 'the tombstone count disagrees with the MANIFEST');
+  const mask = new Uint8Array(documents);
+  let last = -1;
+  for (let i = 0; i < d.count; i++) {
+    const x = Number(v.getBigUint64(24 + 8 * i, true));
+    if (!(x > last && x < documents))
+      throw new FormatError(
+        file,
+        `tombstone ${i} (${x}) is not an increasing document index below ${documents}`,
+      );
+    mask[x] = 1;
+    last = x;
+  }
+  return mask;
+}
+
+/** Writes a file under a temporary name, syncs it, renames it into place and syncs the directory. */
+function writeDurably(dir: string, name: string, token: string, bytes: Uint8Array, what: string) {
+  const tmp = path.join(dir, `${name}.${token}.tmp`);
+  step(`write-${what}`);
+  const fd = fs.openSync(tmp, 'wx');
+  try {
+    writeAll(fd, bytes, 0);
+    step(`sync-${what}`);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  step(`rename-${what}`);
+  fs.renameSync(tmp, path.join(dir, name));
+  syncDir(dir);
+}
+
+export interface DeleteResult {
+  info: CorpusInfo;
+  /** Documents deleted by this call (global indices, increasing). */
+  deleted: number[];
+}
+
+/**
+ * Deletes documents by id (ids corpora) or by index as a decimal string (corpora without ids), under
+ * the writer lock: a new tombstone file listing every deleted document is written and synced, then
+ * published with a new MANIFEST in one rename. Unknown (or already deleted) ids are an error and
+ * nothing is written. Deleted documents disappear from search and get(); their bytes stay in the
+ * segments until `compactCorpus`.
+ */
+export function deleteDocuments(
+  dir: string,
+  ids: readonly string[],
+  options: LockOptions = {},
+): DeleteResult {
+  if (!Array.isArray(ids) || ids.some((x) => typeof x !== 'string'))
+    throw new InvalidArgumentError('ids', 'an array of document id strings', describeValue(ids));
+  readManifest(dir); // a clear error before locking when it is not a corpus
+  const lock = CorpusLock.acquire(dir, options);
+  try {
+    const m = readManifest(dir);
+    removeLeftovers(dir, m);
+    const corpus = CorpusFile.open(dir);
+    const indices = [...new Set(corpus.indicesOf(ids, 'ids'))].sort((a, b) => a - b);
+    if (indices.length === 0) return { info: corpus.info, deleted: [] };
+    const all: number[] = [];
+    for (let i = 0; i < corpus.info.documents; i++) if (corpus.isDeleted(i)) all.push(i);
+    const merged = [...all, ...indices].sort((a, b) => a - b);
+    const bytes = encodeDeletions(merged);
+    const generation = m.generation + 1;
+    const name = deletionsName(generation);
+    lock.check();
+    writeDurably(dir, name, lock.token, bytes, 'deletions');
+    const next: Manifest = {
+      ...m,
+      generation,
+      deletions: {
+        file: name,
+        count: merged.length,
+        bytes: bytes.length,
+        crc: new DataView(bytes.buffer).getUint32(bytes.length - 4, true),
+      },
+    };
+    publishManifest(dir, lock, m.generation, next);
+    // the previous tombstone file is superseded (a reader that opened it already holds its mask)
+    if (m.deletions) removeFile(dir, m.deletions.file);
+    return { info: describeManifest(dir, next), deleted: indices };
+  } finally {
+    lock.release();
+  }
+}
+
+// Writes MANIFEST.tmp, syncs it, checks nobody published since `generation`, renames it over the
+// MANIFEST and syncs the directory.
+function publishManifest(dir: string, lock: CorpusLock, generation: number, next: Manifest) {
+  const tmpManifest = path.join(dir, `${MANIFEST}.${lock.token}.tmp`);
+  step('write-manifest');
+  const mfd = fs.openSync(tmpManifest, 'w');
+  try {
+    writeAll(mfd, Buffer.from(encodeManifest(next), 'utf8'), 0);
+    step('sync-manifest');
+    fs.fsyncSync(mfd);
+  } finally {
+    fs.closeSync(mfd);
+  }
+  lock.check();
+  const now = readManifest(dir);
+  if (now.generation !== generation)
+    throw new MaxsimError(
+      `${dir}: the corpus changed meanwhile (generation ${generation} -> ${now.generation}); nothing was published`,
+    );
+  step('publish-manifest');
+  fs.renameSync(tmpManifest, path.join(dir, MANIFEST));
+  syncDir(dir);
+}
+
+// After a publish: files the new MANIFEST no longer names (best effort; the next writer retries).
+function removeFile(dir: string, name: string) {
+  step('remove-old');
+  fs.rmSync(path.join(dir, name), { force: true });
 }
 
 // Under the lock: temporaries of dead writers, and segments that a writer renamed but died before
@@ -1003,7 +1340,8 @@ function segmentName(generation: number): string {
 function removeLeftovers(dir: string, m: Manifest) {
   for (const name of fs.readdirSync(dir)) {
     const seg = SEGMENT_NAME.exec(name);
-    if (LEFTOVER_NAME.test(name) || (seg && Number(seg[1]) > m.generation))
+    const stale = DELETIONS_NAME.test(name) && name !== m.deletions?.file;
+    if (LEFTOVER_NAME.test(name) || stale || (seg && Number(seg[1]) > m.generation))
       fs.rmSync(path.join(dir, name), { force: true });
     else if (LOCK_TEMP_NAME.test(name)) {
       // a contender's lock record lives for microseconds: one a minute old was left by a crash
@@ -1127,6 +1465,10 @@ export interface CorpusInfo {
   tokenBytes: number;
   hasIds: boolean;
   generation: number;
+  /** Documents deleted (tombstoned) and not yet compacted away; they keep their indices. */
+  deleted: number;
+  /** Documents that search and get() see: documents - deleted. */
+  live: number;
 }
 
 function describeManifest(dir: string, m: Manifest): CorpusInfo {
@@ -1143,6 +1485,8 @@ function describeManifest(dir: string, m: Manifest): CorpusInfo {
     tokenBytes: m.tokens * rowBytes,
     hasIds: m.ids,
     generation: m.generation,
+    deleted: m.deletions?.count ?? 0,
+    live: m.documents - (m.deletions?.count ?? 0),
   };
 }
 
@@ -1203,28 +1547,53 @@ export class CorpusFile {
   /** Token count of every document, [documents]. */
   readonly lengths: Int32Array;
   private idList: string[] | undefined;
+  /** 1 for each deleted document, [documents]; undefined when none is. */
+  readonly deletedMask: Uint8Array | undefined;
+  private idIndex: Map<string, number> | undefined;
 
   private constructor(
     info: CorpusInfo,
     segments: CorpusSegment[],
     lengths: Int32Array,
     ids: string[] | undefined,
+    deleted: Uint8Array | undefined,
   ) {
     this.info = info;
     this.segments = segments;
     this.lengths = lengths;
     this.idList = ids;
+    this.deletedMask = deleted;
   }
 
   /** Opens a corpus: checks the manifest, every segment header, the offsets and ids (not the tokens: see verify()). */
   static open(dir: string): CorpusFile {
     if (typeof dir !== 'string' || dir === '')
       throw new InvalidArgumentError('path', 'a corpus directory path', String(dir));
+    // A writer that published meanwhile may have removed files the MANIFEST we read named (a
+    // superseded tombstone file, segments replaced by compaction): read the new MANIFEST and retry.
+    for (let attempt = 0; ; attempt++) {
+      const before = readManifest(dir).generation;
+      try {
+        return CorpusFile.openOnce(dir);
+      } catch (e) {
+        if (!(e instanceof FormatError) || attempt >= 4) throw e;
+        let after: number;
+        try {
+          after = readManifest(dir).generation;
+        } catch {
+          throw e;
+        }
+        if (after === before) throw e;
+      }
+    }
+  }
+
+  private static openOnce(dir: string): CorpusFile {
     const m = readManifest(dir);
     const segments: CorpusSegment[] = [];
     // filled once every segment's offsets are read and checked against its file
     let lengths = new Int32Array(0);
-    const ids: string[] | undefined = m.ids ? [] : undefined;
+    let ids: string[] | undefined = m.ids ? [] : undefined;
     let firstDocument = 0;
     let tokens = 0;
     for (const s of m.segments) {
@@ -1250,7 +1619,10 @@ export class CorpusFile {
             file,
             'the segment header disagrees with the MANIFEST (dtype, dim or counts)',
           );
-        if (ids) for (const id of segIds!) ids.push(id);
+        if (ids) {
+          if (ids.length === 0) ids = segIds!;
+          else for (const id of segIds!) ids.push(id);
+        }
         segments.push({
           file,
           header,
@@ -1271,12 +1643,62 @@ export class CorpusFile {
     for (const s of segments)
       for (let i = 0; i < s.header.documents; i++)
         lengths[s.firstDocument + i] = s.offsets[i + 1] - s.offsets[i];
-    return new CorpusFile(describeManifest(dir, m), segments, lengths, ids);
+    const deleted = m.deletions ? readDeletions(dir, m.deletions, m.documents) : undefined;
+    return new CorpusFile(describeManifest(dir, m), segments, lengths, ids, deleted);
   }
 
   /** The id of document `index` (its index as a string when the corpus has no ids). */
   id(index: number): string {
     return this.idList ? this.idList[index] : String(index);
+  }
+
+  /** Whether document `index` was deleted (it is skipped by search and get()). */
+  isDeleted(index: number): boolean {
+    return this.deletedMask !== undefined && this.deletedMask[index] === 1;
+  }
+
+  /** The index of the live document with this id (an index as a decimal string without ids), or undefined. */
+  indexOf(id: string): number | undefined {
+    let index: number | undefined;
+    if (this.idList) {
+      if (!this.idIndex) {
+        this.idIndex = new Map();
+        for (let i = 0; i < this.idList.length; i++)
+          if (!this.isDeleted(i)) this.idIndex.set(this.idList[i], i);
+      }
+      index = this.idIndex.get(id);
+    } else if (/^(0|[1-9]\d*)$/.test(id) && Number(id) < this.info.documents) index = Number(id);
+    return index === undefined || this.isDeleted(index) ? undefined : index;
+  }
+
+  /** The indices of live documents by id, in order; unknown or deleted ids: an error listing a few. */
+  indicesOf(ids: readonly string[], argument = 'ids'): number[] {
+    if (!Array.isArray(ids) || ids.some((x) => typeof x !== 'string'))
+      throw new InvalidArgumentError(argument, 'an array of document id strings', describeValue(ids));
+    const out: number[] = [];
+    const missing: string[] = [];
+    for (const id of ids) {
+      const i = this.indexOf(id);
+      if (i === undefined) missing.push(id);
+      else out.push(i);
+    }
+    if (missing.length > 0)
+      throw new InvalidArgumentError(
+        argument,
+        this.idList
+          ? 'ids of live documents of the corpus'
+          : `document indices in [0, ${this.info.documents}) not deleted (the corpus has no ids)`,
+        `${missing.length} unknown or deleted: ${missing
+          .slice(0, 5)
+          .map((x) => JSON.stringify(x))
+          .join(', ')}${missing.length > 5 ? ', ...' : ''}`,
+      );
+    return out;
+  }
+
+  /** The documents' tokens by id (live documents only), as a packed ragged batch in request order. */
+  getDocuments(ids: readonly string[]): TokenBatch {
+    return this.readDocuments(this.indicesOf(ids));
   }
 
   /** Re-reads every byte and checks every checksum; throws FormatError naming the damage. */
@@ -1520,10 +1942,12 @@ function readSegmentMeta(file: string, fd: number, size: number, withIds: boolea
   const offBytes = readSection(fd, file, header.offsetsSection, 'offsets');
   if (crc32(offBytes) !== sums[nChunks + 1])
     throw new FormatError(file, 'the document offsets are corrupted (checksum mismatch)');
-  const off64 = new BigUint64Array(offBytes.buffer, offBytes.byteOffset, header.documents + 1);
+  // uint64 as two uint32 words: no BigInt per document (a million of them are GC-bound); exact below
+  // 2^53, and anything larger fails the range checks below
+  const off32 = new Uint32Array(offBytes.buffer, offBytes.byteOffset, 2 * (header.documents + 1));
   const offsets = new Float64Array(header.documents + 1);
   for (let i = 0; i <= header.documents; i++) {
-    offsets[i] = Number(off64[i]);
+    offsets[i] = off32[2 * i] + off32[2 * i + 1] * 4294967296;
     if (i > 0 && !(offsets[i] >= offsets[i - 1] && offsets[i] - offsets[i - 1] <= 0x7fffffff))
       throw new FormatError(file, `the document offsets are not increasing at document ${i - 1}`);
   }
@@ -1541,15 +1965,19 @@ function readSegmentMeta(file: string, fd: number, size: number, withIds: boolea
       throw new FormatError(file, 'the document ids are corrupted (checksum mismatch)');
     const head = (header.documents + 1) * 8;
     if (idBytes.length < head) throw new FormatError(file, 'the ids section is shorter than its offsets');
-    const starts = new BigUint64Array(idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + head));
+    const starts = new Uint32Array(idBytes.buffer.slice(idBytes.byteOffset, idBytes.byteOffset + head));
     const text = Buffer.from(idBytes.buffer, idBytes.byteOffset + head, idBytes.length - head);
     ids = [];
+    // ASCII ids (the usual case): decode the section once and slice it, several times faster than
+    // one decode per id; byte offsets are character offsets exactly when the decoded text is as long
+    const whole = text.toString('utf8');
+    const ascii = whole.length === text.length;
     for (let i = 0; i < header.documents; i++) {
-      const a = Number(starts[i]);
-      const b = Number(starts[i + 1]);
+      const a = starts[2 * i] + starts[2 * i + 1] * 4294967296;
+      const b = starts[2 * i + 2] + starts[2 * i + 3] * 4294967296;
       if (!(a <= b && b <= text.length))
         throw new FormatError(file, `the id of document ${i} is out of its section`);
-      ids.push(text.toString('utf8', a, b));
+      ids.push(ascii ? whole.slice(a, b) : text.toString('utf8', a, b));
     }
   }
   return { header, headerCrc, offsets, ids, sums };
@@ -1722,18 +2150,56 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     const documents = segments.reduce((a, s) => a + s.documents, 0);
     if (documents > MAX_DOCUMENTS)
       throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
+    // The newest tombstone file applies when every segment was adopted (its indices count documents
+    // across all of them); otherwise it is reported and left, and the deleted documents come back.
+    const tombstones = fs
+      .readdirSync(dir)
+      .map((name) => ({ name, m: DELETIONS_NAME.exec(name) }))
+      .filter((x) => x.m !== null && x.name === deletionsName(Number(x.m[1])))
+      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+      .sort((a, b) => b.n - a.n);
+    let deletions: ManifestDeletions | undefined;
+    if (tombstones.length > 0) {
+      const name = tombstones[0].name;
+      const file = path.join(dir, name);
+      try {
+        if (skipped.length > 0)
+          throw new FormatError(
+            file,
+            'not applied: some segments were left out, so its document indices do not hold',
+          );
+        const bytes = fs.readFileSync(file);
+        if (bytes.length < 28) throw new FormatError(file, 'truncated tombstone file');
+        const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+        const d: ManifestDeletions = {
+          file: name,
+          count: Number(v.getBigUint64(16, true)),
+          bytes: bytes.length,
+          crc: v.getUint32(bytes.length - 4, true),
+        };
+        if (d.bytes !== deletionsBytes(d.count))
+          throw new FormatError(file, 'the tombstone file size does not match its count');
+        readDeletions(dir, d, documents);
+        if (d.count > 0) deletions = d;
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        skipped.push({ file, reason: e.message });
+      }
+    }
     const m: Manifest = {
       format: FORMAT,
       version: VERSION,
       dtype: first.dtype,
       dim: first.dim,
       ids: first.hasIds,
-      // past every segment file present, adopted or not: the next append never reuses or removes one
-      generation: numbered[numbered.length - 1].n,
+      // past every segment and tombstone file present, adopted or not: the next writer never reuses
+      // or removes one
+      generation: Math.max(numbered[numbered.length - 1].n, tombstones[0]?.n ?? 0),
       documents,
       tokens: segments.reduce((a, s) => a + s.tokens, 0),
       maxLength,
       segments,
+      deletions,
     };
     lock.check();
     if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);

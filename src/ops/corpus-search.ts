@@ -37,6 +37,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import { topKAll } from './maxsim.js';
 import { cpuMaxsimInt8, quantize } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
@@ -93,6 +94,12 @@ export interface CorpusSearchOptions {
    * before its next block (its readers stop and its buffers are freed).
    */
   signal?: AbortSignal;
+  /**
+   * Score only these documents (ids; decimal indices for a corpus without ids); unknown or deleted
+   * ones are an error. CPU: views of the mapped blocks, only those documents scored. CUDA: the
+   * documents are read and scored in memory.
+   */
+  ids?: readonly string[];
 }
 
 export interface SearchResult {
@@ -155,22 +162,32 @@ export function blockTopK(
   cols: number,
   k: number,
   base: number,
+  /** Deleted documents (1 at their global index): never in the result, as if absent. */
+  skip?: Uint8Array,
 ): Hit[][] {
   const out: Hit[][] = [];
+  let skipped = 0;
+  if (skip) for (let c = 0; c < cols; c++) skipped += skip[base + c];
+  if (skipped === 0) skip = undefined;
   for (let r = 0; r < rows; r++) {
     const row = scores.subarray(r * cols, (r + 1) * cols);
-    const n = Math.min(k, cols);
+    const n = Math.min(k, cols - skipped);
     if (n === 0) {
       out.push([]);
       continue;
     }
     if (n > 64) {
-      out.push(topKOfRow(row, n).map((h) => ({ index: base + h.index, score: h.score })));
+      // the n + skipped best hold the n best live ones
+      const hits = topKOfRow(row, Math.min(cols, n + skipped))
+        .map((h) => ({ index: base + h.index, score: h.score }))
+        .filter((h) => !skip || skip[h.index] === 0);
+      out.push(hits.slice(0, n));
       continue;
     }
     // Small k: keep a sorted list of the n best (insertion), which beats a heap for the usual k <= 100.
     const best: Hit[] = [];
     for (let c = 0; c < cols; c++) {
+      if (skip && skip[base + c] === 1) continue;
       const s = row[c];
       if (best.length === n && !(s > best[n - 1].score)) continue; // equal score: the earlier index stays
       let at = best.length === n ? n - 1 : best.length;
@@ -293,6 +310,14 @@ export class Corpus {
     return this.file.readDocuments(indices);
   }
 
+  /**
+   * The documents' tokens by id (ids; decimal indices without ids), a packed ragged batch in the
+   * corpus dtype in request order; unknown or deleted ids are an InvalidArgumentError listing a few.
+   */
+  get(ids: readonly string[]): TokenBatch {
+    return this.file.getDocuments(ids);
+  }
+
   /** The best `topK` documents of the corpus for each query, best first. */
   async search(queries: TokenMatrix | TokenBatch, options: CorpusSearchOptions = {}): Promise<CorpusHit[][]> {
     return (await this.searchWithStats(queries, options)).hits;
@@ -323,10 +348,18 @@ export class Corpus {
         String(options.blockBytes),
       );
     const backend = resolveBackend(options.backend);
+    const subset =
+      options.ids === undefined
+        ? undefined
+        : [...new Set(this.file.indicesOf(options.ids, 'ids'))].sort((a, b) => a - b);
     const result = await withCancelFlag(signal, (cancel) =>
-      backend === 'cuda'
-        ? cudaStreamSearch(this.file, q, k, options, this.pinned, cancel)
-        : this.searchCpu(q, k, options, cancel),
+      subset
+        ? backend === 'cuda'
+          ? this.searchSubsetInMemory(q, k, subset, options)
+          : this.searchCpu(q, k, options, cancel, subset)
+        : backend === 'cuda'
+          ? this.searchCuda(q, k, options, cancel)
+          : this.searchCpu(q, k, options, cancel),
     );
     const hits = result.hits.map((row) =>
       row.map((h) => ({ index: h.index, score: h.score, id: this.file.id(h.index) })),
@@ -334,11 +367,70 @@ export class Corpus {
     return { hits, stats: result.stats };
   }
 
+  // The stream scan knows nothing of deletions: ask for k + deleted, drop the deleted, cut to k.
+  private async searchCuda(
+    q: TokenBatch,
+    k: number,
+    options: CorpusSearchOptions,
+    cancel: Int32Array | undefined,
+  ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
+    const mask = this.file.deletedMask;
+    const extra = this.info.deleted;
+    const result = await cudaStreamSearch(
+      this.file,
+      q,
+      Math.min(k + extra, this.info.documents),
+      options,
+      this.pinned,
+      cancel,
+    );
+    if (!mask || extra === 0) return result;
+    return {
+      ...result,
+      hits: result.hits.map((row) => row.filter((h) => mask[h.index] === 0).slice(0, k)),
+    };
+  }
+
+  // CUDA with a list of ids: the documents are read (a copy) and scored in memory on the GPU.
+  private async searchSubsetInMemory(
+    q: TokenBatch,
+    k: number,
+    subset: number[],
+    options: CorpusSearchOptions,
+  ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
+    const started = performance.now();
+    if (subset.length === 0 || k === 0)
+      return {
+        hits: Array.from({ length: q.count }, () => []),
+        stats: { backend: 'cuda', blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
+      };
+    const docs = this.file.readDocuments(subset);
+    const hits = (
+      await topKAll(q, docs, Math.min(k, subset.length), {
+        backend: 'cuda',
+        device: options.device,
+      })
+    ).map((row) => row.map((h) => ({ index: subset[h.index], score: h.score })));
+    const seconds = (performance.now() - started) / 1000;
+    return {
+      hits,
+      stats: {
+        backend: 'cuda',
+        blocks: 1,
+        bytes: docs.data.byteLength + (docs.scales?.byteLength ?? 0),
+        documents: subset.length,
+        seconds,
+        firstBlockSeconds: seconds,
+      },
+    };
+  }
+
   private async searchCpu(
     q: TokenBatch,
     k: number,
     options: CorpusSearchOptions,
     cancel: Int32Array | undefined,
+    subset?: number[],
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
     const info = this.info;
@@ -347,6 +439,10 @@ export class Corpus {
     const blocks = this.file.planBlocks(
       Math.min(options.blockBytes ?? CPU_BLOCK_BYTES, bufferConstants.MAX_LENGTH),
     );
+    let cursor = 0; // subset: the first selected document not yet scored
+    const subsetBytes = subset
+      ? subset.reduce((a, i) => a + this.file.lengths[i], 0) * storedTokenBytes(info.dtype, info.dim)
+      : 0;
     let running: Hit[][] = Array.from({ length: q.count }, () => []);
     let documents = 0;
     let bytes = 0;
@@ -360,26 +456,46 @@ export class Corpus {
     let verifyMs = 0;
     for (const block of blocks) {
       options.signal?.throwIfAborted();
+      // subset: the selected documents of this block (a view of the same mapped rows), else all
+      let selected: number[] | undefined;
+      if (subset) {
+        const end = block.firstDocument + block.documents;
+        const from = cursor;
+        while (cursor < subset.length && subset[cursor] < end) cursor++;
+        if (cursor === from) continue;
+        selected = subset.slice(from, cursor);
+      }
       if (verify) {
         const t0 = performance.now();
         verifiedBytes += this.file.verifyBlock(block, mapped);
         verifyMs += performance.now() - t0;
       }
-      const docs = this.mapBlock(block);
+      let docs = this.mapBlock(block);
+      if (selected)
+        docs = subBatch(
+          docs,
+          selected.map((i) => i - block.firstDocument),
+        );
       const scores =
         info.dtype === 'int8'
           ? await cpuMaxsimInt8(q, docs, { threads: options.threads }, cancel)
           : await cpuMaxsim(q, docs, { threads: options.threads }, cancel);
-      const blockHits = blockTopK(scores, q.count, block.documents, k, block.firstDocument);
+      const blockHits = selected
+        ? blockTopK(scores, q.count, selected.length, k, 0).map((row) =>
+            row.map((h) => ({ index: selected[h.index], score: h.score })),
+          )
+        : blockTopK(scores, q.count, block.documents, k, block.firstDocument, this.file.deletedMask);
       running = running.map((r, i) => mergeHits(r, blockHits[i], k));
-      documents += block.documents;
-      bytes += block.tokens * tokenBytes;
+      documents += selected ? selected.length : block.documents;
+      bytes += selected
+        ? selected.reduce((a, i) => a + this.file.lengths[i], 0) * tokenBytes
+        : block.tokens * tokenBytes;
       if (firstBlockSeconds === 0) firstBlockSeconds = (performance.now() - started) / 1000;
       options.onProgress?.({
         documents,
-        totalDocuments: info.documents,
+        totalDocuments: subset ? subset.length : info.documents,
         bytes,
-        totalBytes: info.tokenBytes,
+        totalBytes: subset ? subsetBytes : info.tokenBytes,
         elapsedMs: performance.now() - started,
       });
     }
@@ -431,6 +547,19 @@ export class Corpus {
     this.mapped.set(key, batch);
     return batch;
   }
+}
+
+// Some documents of a batch (local indices, increasing) as a batch over the same rows: no copy.
+function subBatch(docs: TokenBatch, local: number[]): TokenBatch {
+  const starts = new Float64Array(local.length);
+  const lengths = new Int32Array(local.length);
+  let maxLength = 0;
+  local.forEach((d, i) => {
+    starts[i] = docs.starts[d];
+    lengths[i] = docs.lengths[d];
+    maxLength = Math.max(maxLength, lengths[i]);
+  });
+  return { ...docs, count: local.length, starts, lengths, maxLength };
 }
 
 /** Opens an on-disk corpus for search (checks its manifest, headers, offsets and ids). */

@@ -29,6 +29,8 @@ import {
   type ResidentOptions,
 } from './resident.js';
 import {
+  DeleteDocumentsBody,
+  DeleteDocumentsResponse,
   DocumentsBody,
   DocumentsResponse,
   ErrorResponse,
@@ -605,6 +607,24 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     },
   );
 
+  app.delete(
+    '/v1/documents',
+    {
+      schema: {
+        description:
+          'Deletes documents by id (tombstones, crash-safe, published atomically): later searches and lookups never see them, earlier ones all of them. Unknown ids: 404 and nothing is deleted. Needs the API key when one is configured.',
+        body: DeleteDocumentsBody,
+        response: { 200: DeleteDocumentsResponse, ...errors, 401: ErrorResponse, 404: ErrorResponse },
+        security: [{ bearer: [] }],
+      },
+      preHandler: async (request) => authorize(request),
+    },
+    async (request) => {
+      const r = await resident.delete(request.body.ids);
+      return { deleted: r.deleted, live: r.info.live, generation: r.info.generation };
+    },
+  );
+
   app.get('/healthz', { schema: { description: 'the process is alive' } }, async () => ({ status: 'ok' }));
   app.get(
     '/readyz',
@@ -640,6 +660,8 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
           dtype: i.dtype,
           dim: i.dim,
           documents: i.documents,
+          live: i.live,
+          deleted: i.deleted,
           tokens: i.tokens,
           segments: i.segments,
           generation: i.generation,

@@ -8,7 +8,13 @@ import { Worker } from 'node:worker_threads';
 import { type CudaMemory, cuda } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import { type CorpusInfo, typedView } from '../io/corpus.js';
+import {
+  type CorpusInfo,
+  CorpusLockedError,
+  deleteDocuments,
+  duplicateIds,
+  typedView,
+} from '../io/corpus.js';
 import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
@@ -120,6 +126,8 @@ async function openGpus(options: ResidentOptions): Promise<Gpus> {
 export type ResidentMode = 'mapped' | 'resident' | 'streamed';
 
 interface DeviceSegment {
+  /** The segment file it was uploaded from (segments are immutable: same file, same documents). */
+  file: string;
   firstDocument: number;
   docs: GpuCorpus;
   int8?: Promise<GpuCorpus>;
@@ -133,6 +141,18 @@ interface Snapshot {
   segments: DeviceSegment[];
   users: number;
   retired: boolean;
+  /** Device segments the next snapshot no longer uses: released with this one. */
+  drop?: DeviceSegment[];
+}
+
+/** Closes a retired snapshot: its mappings and pin, and the device segments only it used. */
+function closeSnapshot(s: Snapshot) {
+  s.corpus.close();
+  for (const seg of s.drop ?? []) {
+    seg.docs.dispose();
+    seg.int8?.then((d) => d.dispose()).catch(() => undefined);
+  }
+  s.drop = undefined;
 }
 
 /** Candidates rescored exactly per hit wanted by the int8 prefilter (as `maxsim search --prefilter`). */
@@ -197,7 +217,7 @@ export class ResidentCorpus {
       return await work(s);
     } finally {
       s.users--;
-      if (s.retired && s.users === 0) s.corpus.close();
+      if (s.retired && s.users === 0) closeSnapshot(s);
     }
   }
 
@@ -226,19 +246,28 @@ export class ResidentCorpus {
           gpuMemory: this.options.gpuMemory,
         });
       let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
+      const file = s.corpus.file;
       for (const seg of s.segments) {
+        // deleted documents of the segment: ask for that many more, then drop them (exact)
+        const n = file.segments[file.segmentOf(seg.firstDocument)].header.documents;
+        let gone = 0;
+        if (file.deletedMask) for (let i = 0; i < n; i++) gone += file.deletedMask[seg.firstDocument + i];
+        const kk = Math.min(k + gone, n);
         let hits: Hit[][];
         if (prefilter === 'int8') {
           seg.int8 ??= seg.docs.quantize('int8');
           const scan = await seg.int8;
-          hits = await scan.topK(queries, k, {
-            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * k },
+          hits = await scan.topK(queries, kk, {
+            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * kk },
           });
-        } else hits = await seg.docs.topK(queries, k);
+        } else hits = await seg.docs.topK(queries, kk);
         merged = merged.map((row, i) =>
           mergeHits(
             row,
-            hits[i].map((h) => ({ index: h.index + seg.firstDocument, score: h.score })),
+            hits[i]
+              .map((h) => ({ index: h.index + seg.firstDocument, score: h.score }))
+              .filter((h) => !file.isDeleted(h.index))
+              .slice(0, k),
             k,
           ),
         );
@@ -255,7 +284,7 @@ export class ResidentCorpus {
     let total = 0;
     const out = ids.map((id) => {
       const index = s.idIndex ? s.idIndex.get(id) : /^(0|[1-9]\d*)$/.test(id) ? Number(id) : undefined;
-      if (index === undefined || index >= n) {
+      if (index === undefined || index >= n || s.corpus.file.isDeleted(index)) {
         total++;
         if (missing.length < MISSING_SHOWN) missing.push(id);
         return -1;
@@ -331,35 +360,84 @@ export class ResidentCorpus {
           ids === undefined ? 'none' : 'ids',
         );
       if (ids) {
-        const seen = new Set<string>();
-        const taken = ids.filter((id) => {
-          const dup = seen.has(id) || before.idIndex?.has(id) === true;
-          seen.add(id);
-          return dup;
-        });
-        if (taken.length > 0)
-          throw new ConflictError(
-            `ids already in the corpus or repeated in the request: ${taken
-              .slice(0, MISSING_SHOWN)
-              .map((t) => JSON.stringify(t))
-              .join(', ')}${taken.length > MISSING_SHOWN ? ', ...' : ''}`,
-          );
+        // the writer's rule (CorpusWriter refuses the same), checked here first to answer 409
+        const seen = new Map<string, number>();
+        const message = duplicateIds(
+          ids,
+          (id) => {
+            const at = before.idIndex?.get(id);
+            if (at !== undefined) return `already in the corpus (document ${at})`;
+            const i = seen.get(id);
+            return i === undefined ? undefined : `repeats ids[${i}] of this request`;
+          },
+          (id, i) => {
+            seen.set(id, i);
+          },
+        );
+        if (message) throw new ConflictError(message);
       }
       await writeSegment({ dir: this.dir, data: docs.data, offsets: docs.offsets, dim: docs.dim, ids });
       const corpus = openCorpus(this.dir);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
-      const segments =
-        this.mode === 'resident'
-          ? [...before.segments, ...(await uploadSegments(this.gpu!, corpus, before.segments.length))]
-          : [];
+      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
       this.current = snapshotOf(corpus, segments);
       before.retired = true;
-      if (before.users === 0) before.corpus.close();
+      if (before.users === 0) closeSnapshot(before);
       return { first: info.documents, added: docs.offsets.length - 1, info: corpus.info };
     };
     const result = this.writes.then(run, run);
     this.writes = result.catch(() => undefined);
     return result;
+  }
+
+  /**
+   * Deletes documents by id (tombstones published atomically, see deleteDocuments), then makes that
+   * visible: later searches and lookups skip them, earlier ones see them all. Runs in the queue of
+   * appends; unknown or deleted ids are a NotFoundError and nothing is written.
+   */
+  delete(ids: readonly string[]): Promise<{ deleted: number; info: CorpusInfo }> {
+    const run = async () => {
+      if (this.closed) throw new MaxsimError('the server is shutting down');
+      const before = this.current;
+      this.resolveIds(ids, 'ids');
+      let result: { deleted: number[] };
+      try {
+        result = deleteDocuments(this.dir, ids);
+      } catch (e) {
+        if (e instanceof CorpusLockedError) throw new CorpusBusyError(e.message);
+        throw e;
+      }
+      const corpus = openCorpus(this.dir);
+      if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
+      // the segments are unchanged (unless another process compacted the corpus): GPU-resident ones
+      // stay; the new snapshot carries the tombstones
+      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
+      this.current = snapshotOf(corpus, segments);
+      before.retired = true;
+      if (before.users === 0) closeSnapshot(before);
+      return { deleted: result.deleted.length, info: corpus.info };
+    };
+    const result = this.writes.then(run, run);
+    this.writes = result.catch(() => undefined);
+    return result;
+  }
+
+  // The device segments of a newly opened corpus: those already uploaded are kept (same file, same
+  // first document), the others uploaded; ones the corpus no longer names (another process compacted
+  // it) are released with the old snapshot.
+  private async refreshSegments(before: Snapshot, corpus: Corpus): Promise<DeviceSegment[]> {
+    const have = new Map(before.segments.map((seg) => [`${seg.file}@${seg.firstDocument}`, seg]));
+    const out: DeviceSegment[] = [];
+    for (let g = 0; g < corpus.file.segments.length; g++) {
+      const seg = corpus.file.segments[g];
+      const kept = have.get(`${seg.file}@${seg.firstDocument}`);
+      if (kept) {
+        out.push(kept);
+        have.delete(`${seg.file}@${seg.firstDocument}`);
+      } else out.push(...(await uploadSegments(this.gpu!, corpus, g, g + 1)));
+    }
+    before.drop = [...have.values()];
+    return out;
   }
 
   /** GPU memory of the device, where the server runs on CUDA. */
@@ -381,7 +459,8 @@ function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
   let idIndex: Map<string, number> | undefined;
   if (corpus.info.hasIds) {
     idIndex = new Map();
-    for (let i = 0; i < corpus.info.documents; i++) idIndex.set(corpus.id(i), i);
+    for (let i = 0; i < corpus.info.documents; i++)
+      if (!corpus.file.isDeleted(i)) idIndex.set(corpus.id(i), i);
   }
   return { corpus, idIndex, segments, mapped: new Map(), users: 0, retired: false };
 }
@@ -500,14 +579,23 @@ function mappedSegment(s: Snapshot, g: number): TokenBatch {
 }
 
 /** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
-async function uploadSegments(gpu: Gpus, corpus: Corpus, from: number): Promise<DeviceSegment[]> {
+async function uploadSegments(
+  gpu: Gpus,
+  corpus: Corpus,
+  from: number,
+  to = corpus.file.segments.length,
+): Promise<DeviceSegment[]> {
   const out: DeviceSegment[] = [];
-  for (let g = from; g < corpus.file.segments.length; g++) {
+  for (let g = from; g < to; g++) {
     const seg = corpus.file.segments[g];
     const n = seg.header.documents;
     if (n === 0) continue;
     const indices = Array.from({ length: n }, (_, i) => seg.firstDocument + i);
-    out.push({ firstDocument: seg.firstDocument, docs: await gpu.upload(corpus.readDocuments(indices)) });
+    out.push({
+      file: seg.file,
+      firstDocument: seg.firstDocument,
+      docs: await gpu.upload(corpus.readDocuments(indices)),
+    });
   }
   return out;
 }

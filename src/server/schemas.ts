@@ -119,6 +119,21 @@ export const DocumentsResponse = Type.Object({
   generation: Type.Integer(),
 });
 
+export const DeleteDocumentsBody = Type.Object({
+  ids: Type.Array(Type.String(), {
+    minItems: 1,
+    maxItems: 1000000,
+    description: 'ids of live documents (indices as decimal strings for a corpus without ids)',
+  }),
+});
+export type DeleteDocumentsBody = Static<typeof DeleteDocumentsBody>;
+
+export const DeleteDocumentsResponse = Type.Object({
+  deleted: Type.Integer({ description: 'documents deleted by this request' }),
+  live: Type.Integer({ description: 'live documents in the corpus now' }),
+  generation: Type.Integer(),
+});
+
 export const ErrorResponse = Type.Object({
   error: Type.Object({
     code: Type.String(),
@@ -139,7 +154,9 @@ export const InfoResponse = Type.Object({
     path: Type.String(),
     dtype: Type.String(),
     dim: Type.Integer(),
-    documents: Type.Integer(),
+    documents: Type.Integer({ description: 'documents stored, deleted ones included (the index space)' }),
+    live: Type.Integer({ description: 'documents searches see' }),
+    deleted: Type.Integer({ description: 'deleted documents not yet compacted away' }),
     tokens: Type.Integer(),
     segments: Type.Integer(),
     generation: Type.Integer(),

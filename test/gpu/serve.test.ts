@@ -164,6 +164,37 @@ describe('maxsim serve on CUDA', { skip }, () => {
     const found = await post(`${gpu.url}/v1/search`, { queries: probe, top_k: 3 });
     assert.deepEqual(found.json.results[0].map((h: Hit) => h.id).sort(), ['new0', 'new1', 'new2']);
 
+    // deletes on the resident corpus: the planted documents go, exactly as on the CPU path
+    const del = await fetch(`${gpu.url}/v1/documents`, {
+      method: 'DELETE',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ids: ['new0', 'new2'] }),
+    });
+    assert.equal(del.status, 200, await del.text());
+    const after = await post(`${gpu.url}/v1/search`, { queries: probe, top_k: 3 });
+    assert.equal(after.json.results[0][0].id, 'new1');
+    assert.ok(!after.json.results[0].some((h: Hit) => h.id === 'new0' || h.id === 'new2'));
+    // another process compacts the corpus: the next append re-uploads the replaced segments
+    CorpusWriter.compact(dir);
+    const add2 = await fetch(`${gpu.url}/v1/documents`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ documents: [{ id: 'new3', embeddings: planted }] }),
+    });
+    assert.equal(add2.status, 201, await add2.text());
+    const again = await post(`${gpu.url}/v1/search`, { queries: probe, top_k: 3 });
+    assert.deepEqual(
+      again.json.results[0]
+        .slice(0, 2)
+        .map((h: Hit) => h.id)
+        .sort(),
+      ['new1', 'new3'],
+    );
+    const cpuServer = await start({ corpus: dir, backend: 'cpu' });
+    const cpuAnswer = await post(`${cpuServer.url}/v1/search`, { queries: probe, top_k: 10 });
+    const gpuAnswer = await post(`${gpu.url}/v1/search`, { queries: probe, top_k: 10 });
+    assertClose(gpuAnswer.json.results, cpuAnswer.json.results, 'after an outside compaction');
+
     const metrics = await (await fetch(`${gpu.url}/metrics`)).text();
     assert.match(metrics, /maxsim_gpu_memory_bytes\{kind="in_use"\} [1-9]/);
     await gpu.server.close();
