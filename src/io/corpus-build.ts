@@ -2,7 +2,6 @@
 // so inputs larger than memory work. Packed [T, d] tokens with offsets [B+1] (or lengths [B]), or
 // dense [B, L, d] with optional real lengths [B]; optional ids, one per line.
 
-import * as fs from 'node:fs';
 import { checkSignal } from '../abort.js';
 import { InvalidArgumentError } from '../errors.js';
 import { type DType, raggedBatch, type TokenData } from '../tensor.js';
