@@ -209,7 +209,8 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       const corpus = await dev.upload(randomRagged([5, 0, 12, 40, 300, 7], 64, dtype, rand));
       try {
         const q32 = randomRagged([9, 1, 32, 0, 5], 64, 'float32', rand);
-        // rounding ties of both formats, a float16 subnormal, -0 and a value past float16's range
+        // rounding ties of both formats, a float16 subnormal, -0 and a large value (float16's largest
+        // finite; past float16's range for bfloat16)
         (q32.data as Float32Array).set([
           1 + 2 ** -11,
           1 + 3 * 2 ** -11,
@@ -217,15 +218,22 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
           1 + 3 * 2 ** -8,
           1e-7,
           -0,
-          7e4,
+          dtype === 'float16' ? 65504 : 7e4,
         ]);
         const host = { ...q32, dtype, data: encodeFloats(q32.data as Float32Array, dtype) };
+        if (dtype === 'float16') {
+          // a value float16 would turn into Infinity is refused on either path, naming it
+          const over = { ...q32, data: Float32Array.from(q32.data as Float32Array) };
+          over.data[6] = 7e4;
+          await assert.rejects(corpus.score(over), /float16 range.*70000/);
+          assert.throws(() => encodeFloats(over.data, dtype), /float16 range.*70000/);
+        }
         assert.deepStrictEqual(await corpus.score(q32), await corpus.score(host), `${dtype} score`);
         assert.deepStrictEqual(await corpus.topK(q32, 7), await corpus.topK(host, 7), `${dtype} topK`);
         // against the int8 copy, float queries of either dtype are quantized on the GPU: quantize()'s bytes
         const i8 = await corpus.quantize('int8');
         const finite = { ...q32, data: Float32Array.from(q32.data as Float32Array) };
-        finite.data[6] = 0.75; // 7e4 is infinite in float16, which quantize() refuses
+        finite.data[6] = 0.75; // a moderate value, so the int8 scales stay those of the random tokens
         const finite16 = { ...finite, dtype, data: encodeFloats(finite.data, dtype) };
         try {
           for (const q of [finite, finite16]) {
