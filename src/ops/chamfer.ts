@@ -31,8 +31,9 @@ export type PointClouds = TokenMatrix | TokenBatch;
 
 export interface NearestOptions {
   /**
-   * 'auto' (default) and 'cpu' run on the CPU engine; 'cuda' on the GPU (native/cuda/kernels/
-   * maxsim_chamfer.cu: the same argmin and distances as the CPU's AVX2 / AVX-512 kernel sets, bit for bit).
+   * 'auto' (default): the GPU where one is usable, else the CPU engine; 'cpu'; 'cuda' (native/cuda/
+   * kernels/maxsim_chamfer.cu: the same argmin and distances as the CPU's AVX2 / AVX-512 kernel sets,
+   * bit for bit).
    */
   backend?: BackendChoice;
   /** CUDA device index (default 0). */
@@ -145,9 +146,13 @@ function cudaAddon(): CudaChamferAddon {
   return loadNative().cuda as unknown as CudaChamferAddon;
 }
 
-/** Whether the call runs on the GPU: only when backend 'cuda' is asked for ('auto' stays on the CPU). */
+/**
+ * Whether the call runs on the GPU: 'cuda', or 'auto' where a usable GPU is present (the kernels are
+ * verified bitwise against the CPU engine on the H200) unless a CPU kernel set is forced with `isa`.
+ */
 function onCuda(options: NearestOptions): boolean {
-  return resolveBackend(options.backend) === 'cuda' && options.backend === 'cuda';
+  if (options.backend !== 'cuda' && options.isa !== undefined) return false;
+  return resolveBackend(options.backend) === 'cuda';
 }
 
 function forwardNative(p: TokenBatch, q: TokenBatch, options: NearestOptions, bidirectional: boolean) {
