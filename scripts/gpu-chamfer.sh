@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the GPU host, from the repo root (after `npm run build`):  bash bench/chamfer-gpu.sh [shape ...]
+# On the GPU host, from the repo root (after `npm run build`):  bash scripts/gpu-chamfer.sh [shape ...]
 # Times the CUDA Chamfer operator (forward both directions + CSR backward, host arrays in and out) and
 # the naive PyTorch baseline (torch.cdist + square + min both ways + autograd, fp32, CUDA events) in
 # the same run, on the H200 shapes; the baseline reports "oom" where the [B, N, M] matrix does
