@@ -944,20 +944,7 @@ export class CorpusWriter {
           },
         ],
       };
-      const tmpManifest = path.join(this.dir, `${MANIFEST}.${this.lock.token}.tmp`);
-      step('write-manifest');
-      const mfd = fs.openSync(tmpManifest, 'w');
-      try {
-        writeAll(mfd, Buffer.from(encodeManifest(next), 'utf8'), 0);
-        step('sync-manifest');
-        fs.fsyncSync(mfd);
-      } finally {
-        fs.closeSync(mfd);
-      }
-      this.checkStillCurrent();
-      step('publish-manifest');
-      fs.renameSync(tmpManifest, path.join(this.dir, MANIFEST));
-      syncDir(this.dir);
+      publishManifest(this.dir, this.lock.token, next, () => this.checkStillCurrent());
       this.done = true;
       try {
         // published and durable: now the files it no longer names may go (a failure here leaves
@@ -1296,7 +1283,14 @@ export function deleteDocuments(
         crc: new DataView(bytes.buffer).getUint32(bytes.length - 4, true),
       },
     };
-    publishManifest(dir, lock, m.generation, next);
+    publishManifest(dir, lock.token, next, () => {
+      lock.check();
+      const now = readManifest(dir);
+      if (now.generation !== m.generation)
+        throw new MaxsimError(
+          `${dir}: the corpus changed meanwhile (generation ${m.generation} -> ${now.generation}); nothing was published`,
+        );
+    });
     // the previous tombstone file is superseded (a reader that opened it already holds its mask)
     if (m.deletions) removeFile(dir, m.deletions.file);
     return { info: describeManifest(dir, next), deleted: indices };
@@ -1305,10 +1299,11 @@ export function deleteDocuments(
   }
 }
 
-// Writes MANIFEST.tmp, syncs it, checks nobody published since `generation`, renames it over the
+// The one publish step of every writer: writes the next MANIFEST to this writer's temporary, syncs
+// it, runs `check` (the lock is still ours and nobody published meanwhile), renames it over the
 // MANIFEST and syncs the directory.
-function publishManifest(dir: string, lock: CorpusLock, generation: number, next: Manifest) {
-  const tmpManifest = path.join(dir, `${MANIFEST}.${lock.token}.tmp`);
+function publishManifest(dir: string, token: string, next: Manifest, check: () => void) {
+  const tmpManifest = path.join(dir, `${MANIFEST}.${token}.tmp`);
   step('write-manifest');
   const mfd = fs.openSync(tmpManifest, 'w');
   try {
@@ -1318,12 +1313,7 @@ function publishManifest(dir: string, lock: CorpusLock, generation: number, next
   } finally {
     fs.closeSync(mfd);
   }
-  lock.check();
-  const now = readManifest(dir);
-  if (now.generation !== generation)
-    throw new MaxsimError(
-      `${dir}: the corpus changed meanwhile (generation ${generation} -> ${now.generation}); nothing was published`,
-    );
+  check();
   step('publish-manifest');
   fs.renameSync(tmpManifest, path.join(dir, MANIFEST));
   syncDir(dir);
