@@ -22,6 +22,7 @@
         "native/binding/file_binding.cc",
         "native/binding/cuda_stream_binding.cc",
         "native/cuda/stream_scan.cc",
+        "native/cuda/chamfer.cc",
         "native/cuda/device_select.cc",
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",

@@ -76,14 +76,18 @@ export interface ChamferResult {
   pToQ: NearestResult;
   /** Absent when not bidirectional. */
   qToP?: NearestResult;
-  /** The CPU kernel set that ran. */
+  /** The CPU kernel set that ran ('cuda' on the GPU). */
   isa: string;
+  /** backend 'cuda': device time of the pass's kernels (CUDA events), milliseconds. */
+  deviceMs?: number;
 }
 
 export interface ChamferGradients {
   /** d loss / d P, in the layout of P's buffer (rows outside every cloud are 0). */
   dP: Float32Array;
   dQ: Float32Array;
+  /** backend 'cuda': device time of the backward kernels (CUDA events), milliseconds. */
+  deviceMs?: number;
 }
 
 export interface ChamferTrainResult extends ChamferResult {
@@ -119,23 +123,27 @@ interface ChamferAddon {
   isas(): string[];
 }
 
+/** The clouds and the argmin of a CUDA forward pass, kept on the device for its backward pass. */
+type CudaChamferSession = { readonly __brand: 'CudaChamferSession' };
+
 interface CudaChamferAddon {
   chamferForward(
     device: number,
     P: TokenBatch,
     Q: TokenBatch,
     options: { bidirectional: boolean },
-  ): ReturnType<ChamferAddon['forwardAsync']>;
+  ): Promise<
+    Awaited<ReturnType<ChamferAddon['forwardAsync']>> & { kernelMs: number; session: CudaChamferSession }
+  >;
   chamferBackward(
     device: number,
     P: TokenBatch,
     Q: TokenBatch,
-    indexPQ: Int32Array,
+    session: CudaChamferSession,
     weightP: Float64Array,
-    indexQP: Int32Array | null,
     weightQ: Float64Array | null,
     options: { path: 'csr' | 'atomic' },
-  ): Promise<ChamferGradients>;
+  ): Promise<ChamferGradients & { kernelMs: number }>;
 }
 
 function addon(): ChamferAddon {
@@ -155,7 +163,14 @@ function onCuda(options: NearestOptions): boolean {
   return resolveBackend(options.backend) === 'cuda';
 }
 
-function forwardNative(p: TokenBatch, q: TokenBatch, options: NearestOptions, bidirectional: boolean) {
+async function forwardNative(
+  p: TokenBatch,
+  q: TokenBatch,
+  options: NearestOptions,
+  bidirectional: boolean,
+): Promise<
+  Awaited<ReturnType<ChamferAddon['forwardAsync']>> & { kernelMs?: number; session?: CudaChamferSession }
+> {
   if (onCuda(options)) return cudaAddon().chamferForward(options.device ?? 0, p, q, { bidirectional });
   return addon().forwardAsync(p, q, { ...nativeOptions(options), bidirectional });
 }
@@ -290,7 +305,8 @@ async function forwardPass(p: TokenBatch, q: TokenBatch, options: ChamferOptions
   for (let b = 0; b < p.count; b++) distances[b] = forward[b] + reverse[b];
   const result: ChamferResult = { distances, forward, reverse, pToQ, isa: r.isa };
   if (qToP) result.qToP = qToP;
-  return { result, reduction };
+  if (r.kernelMs !== undefined) result.deviceMs = r.kernelMs;
+  return { result, reduction, session: r.session };
 }
 
 /** Chamfer distance of every pair of clouds (and both directed terms). */
@@ -310,7 +326,7 @@ export async function chamferTrain(
   options: ChamferOptions = {},
 ): Promise<ChamferTrainResult> {
   const [p, q] = prepare(P, Q, options);
-  const { result, reduction } = await forwardPass(p, q, options);
+  const { result, reduction, session } = await forwardPass(p, q, options);
   const np = result.pToQ.index.length;
   const nq = result.qToP ? result.qToP.index.length : 0;
   const threads = options.threads;
@@ -339,14 +355,15 @@ export async function chamferTrain(
       }
       const wP = pointWeights(p, g, 0, reduction);
       const wQ = result.qToP ? pointWeights(q, g, np, reduction) : null;
+      if (session) {
+        // The clouds and the argmin are still on the device (the session): only the weights go up.
+        const path = options.gradientPath ?? 'csr';
+        const r = await cudaAddon().chamferBackward(options.device ?? 0, p, q, session, wP, wQ, { path });
+        return { dP: r.dP, dQ: r.dQ, deviceMs: r.kernelMs };
+      }
       // Private copies of the argmin: the caller may edit the result's arrays.
       const iPQ = result.pToQ.index.slice();
       const iQP = result.qToP ? result.qToP.index.slice() : null;
-      if (onCuda(options)) {
-        const path = options.gradientPath ?? 'csr';
-        const r = await cudaAddon().chamferBackward(options.device ?? 0, p, q, iPQ, wP, iQP, wQ, { path });
-        return { dP: r.dP, dQ: r.dQ };
-      }
       return addon().backwardAsync(p, q, iPQ, wP, iQP, wQ, threads === undefined ? {} : { threads });
     },
   };

@@ -12,8 +12,9 @@
 // LAUNCH CONTRACTS (ChamferParams by value, dynamic smem 0, static smem below 48 KiB):
 //   chamfer_center        block (256,1,1), grid (min(num_pairs, 2^20),1,1): blocks stride over pairs.
 //   chamfer_prep          block (256,1,1), any grid: threads stride over the tp + tq points.
-//   chamfer_nearest_d{1..8} block (kThreads,1,1), grid (min(num_tiles, 2^20),1,1): one tile of
-//                         kChamferTile sources per block (blocks stride over tiles).
+//   chamfer_nearest_d{1..8} block (kChamferThreads,1,1), grid (min(num_tiles, 2^20),1,1): one tile
+//                         (kChamferTile sources x one target slice) per block; blocks stride over tiles.
+//   chamfer_finalize      any grid, 256 threads: merges the slices, writes idx_* / dist_*.
 //   backward (CSR): chamfer_csr_count (any grid, 256 threads; counts zeroed first) -> chamfer_scan_local
 //     block (1024,1,1), grid (ceil(rows / 1024),1,1) -> chamfer_scan_sums block (1024,1,1), grid (1,1,1)
 //     -> chamfer_scan_add block (1024,1,1), grid (ceil(rows / 1024),1,1) (also resets counts to 0) ->
@@ -26,10 +27,11 @@
 
 namespace maxsim_chamfer {
 
-constexpr int kThreads = 256;
-constexpr int kRows = 2;                      // sources per thread
-static_assert(kThreads * kRows == kChamferTile, "the host plans tiles of kChamferTile sources");
-constexpr int kChunk = 512;                   // targets staged in shared memory at a time
+constexpr int kThreads = 256;                 // the other kernels' block
+constexpr int kRows = 8;                      // sources per thread of chamfer_nearest_d*
+static_assert(kChamferThreads * kRows == kChamferTile, "the host plans tiles of kChamferTile sources");
+constexpr int kChunk = 256;                   // targets staged in shared memory at a time
+constexpr int kSub = 32;                      // targets per running minimum (the argmin's granularity)
 
 __device__ inline int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 __device__ inline int64_t Tid() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -109,73 +111,149 @@ __device__ void Prep(const ChamferParams& p) {
   }
 }
 
+// One tile: up to kChamferTile sources of one pair and direction (kRows per thread, in registers)
+// against one slice [t[3], t[4]) of the target cloud, staged through shared memory kChunk targets
+// at a time (each padded to whole float4s: one or two vector loads per target, shared by kRows keys).
+// The hot loop keeps only a running minimum per sub-chunk of kSub targets (D FMAs and one min per
+// pair); a sub-chunk that beats the best so far records where it starts, and once the slice is done
+// the winning sub-chunk is searched again for the first target whose key equals the minimum. That is
+// the argmin of a strict-< scan (ties keep the lowest index; NaN keys never win), at a fraction of
+// its instructions.
 template <int D>
 __device__ void Nearest(const ChamferParams& p) {
   constexpr int S = D + 1;
-  __shared__ float tgt[kChunk * S];
+  constexpr int V = (S + 3) / 4;  // float4s per staged target
+  __shared__ float4 tgt[kChunk * V];
+  const float inf = __int_as_float(0x7f800000);
   for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
-    const bool fwd = p.tiles[tile * 3] == 0;
-    const int64_t b = p.tiles[tile * 3 + 1];
-    const int64_t begin = p.tiles[tile * 3 + 2];
+    const int64_t* t = p.tiles + tile * 6;
+    const bool fwd = t[0] == 0;
+    const int64_t b = t[1], begin = t[2], tb = t[3], te = t[4], split = t[5];
     const int64_t* s_off = fwd ? p.p_off : p.q_off;
     const int64_t* t_off = fwd ? p.q_off : p.p_off;
     const int64_t so = s_off[b], n = s_off[b + 1] - so;
-    const int64_t to = t_off[b], m = t_off[b + 1] - to;
+    const int64_t to = t_off[b];
     const float* scen = fwd ? p.p_cen : p.q_cen;
     const float* tcen = fwd ? p.q_cen : p.p_cen;
-    int32_t* idx_out = fwd ? p.idx_pq : p.idx_qp;
-    float* dist_out = fwd ? p.dist_pq : p.dist_qp;
+    const int64_t row0 = (fwd ? 0 : p.tp) + so;  // the sources' first row
     float pm2[kRows][D];
     float best[kRows];
-    int32_t arg[kRows];
+    int64_t win[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; r++) {
-      const int64_t i = begin + threadIdx.x + r * kThreads;
+      const int64_t i = begin + threadIdx.x + r * kChamferThreads;
 #pragma unroll
       for (int k = 0; k < D; k++) pm2[r][k] = i < n ? -2.0f * scen[(so + i) * S + k] : 0.0f;
-      best[r] = __int_as_float(0x7f800000);
-      arg[r] = 0;
+      best[r] = inf;
+      win[r] = -1;
     }
-    for (int64_t c0 = 0; c0 < m; c0 += kChunk) {
-      const int cn = static_cast<int>(m - c0 < kChunk ? m - c0 : kChunk);
+    for (int64_t c0 = tb; c0 < te; c0 += kChunk) {
+      const int cn = static_cast<int>(te - c0 < kChunk ? te - c0 : kChunk);
       __syncthreads();  // the previous chunk is consumed
-      for (int e = threadIdx.x; e < cn * S; e += kThreads) tgt[e] = tcen[(to + c0) * S + e];
+      for (int e = threadIdx.x; e < cn * V; e += kChamferThreads) {
+        const int j = e / V, v = e % V;
+        const float* row = tcen + (to + c0 + j) * S;
+        float x[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) x[c] = v * 4 + c < S ? row[v * 4 + c] : 0.0f;
+        tgt[e] = make_float4(x[0], x[1], x[2], x[3]);
+      }
       __syncthreads();
-      for (int j = 0; j < cn; j++) {
-        const float qq = tgt[j * S + D];
+      for (int sb = 0; sb < cn; sb += kSub) {
+        const int jn = cn - sb < kSub ? cn - sb : kSub;
+        float mn[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; r++) mn[r] = inf;
+#pragma unroll 4
+        for (int j = 0; j < jn; j++) {
+          float c[4 * V];
+#pragma unroll
+          for (int v = 0; v < V; v++) {
+            const float4 a = tgt[(sb + j) * V + v];
+            c[v * 4] = a.x;
+            c[v * 4 + 1] = a.y;
+            c[v * 4 + 2] = a.z;
+            c[v * 4 + 3] = a.w;
+          }
+#pragma unroll
+          for (int r = 0; r < kRows; r++) {
+            float acc = c[D];
+#pragma unroll
+            for (int k = 0; k < D; k++) acc = fmaf(pm2[r][k], c[k], acc);
+            mn[r] = fminf(mn[r], acc);
+          }
+        }
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
-          float acc = qq;
-#pragma unroll
-          for (int k = 0; k < D; k++) acc = fmaf(pm2[r][k], tgt[j * S + k], acc);
-          if (acc < best[r]) {
-            best[r] = acc;
-            arg[r] = static_cast<int32_t>(c0 + j);
+          if (mn[r] < best[r]) {
+            best[r] = mn[r];
+            win[r] = c0 + sb;
           }
         }
       }
     }
-    const float* sraw = fwd ? p.p_raw : p.q_raw;
-    const float* traw = fwd ? p.q_raw : p.p_raw;
 #pragma unroll
     for (int r = 0; r < kRows; r++) {
-      const int64_t i = begin + threadIdx.x + r * kThreads;
+      const int64_t i = begin + threadIdx.x + r * kChamferThreads;
       if (i >= n) continue;
-      if (m == 0) {
-        idx_out[so + i] = -1;
-        dist_out[so + i] = __int_as_float(0x7f800000);
-        continue;
-      }
-      double s = 0.0;
+      int32_t arg = 0;  // no key below +inf: the strict-< scan keeps its initial index
+      if (win[r] >= 0) {
+        const int64_t end = win[r] + kSub < te ? win[r] + kSub : te;
+        for (int64_t j = win[r]; j < end; j++) {
+          const float* row = tcen + (to + j) * S;
+          float acc = row[D];
 #pragma unroll
-      for (int k = 0; k < D; k++) {
-        const double t = __dsub_rn(static_cast<double>(sraw[(so + i) * D + k]),
-                                   static_cast<double>(traw[(to + arg[r]) * D + k]));
-        s = __dadd_rn(s, __dmul_rn(t, t));
+          for (int k = 0; k < D; k++) acc = fmaf(pm2[r][k], row[k], acc);
+          if (acc == best[r]) {
+            arg = static_cast<int32_t>(j);
+            break;
+          }
+        }
       }
-      idx_out[so + i] = arg[r];
-      dist_out[so + i] = __double2float_rn(s);
+      const int64_t slot = split * p.rows + row0 + i;
+      p.part_key[slot] = best[r];
+      p.part_idx[slot] = arg;
     }
+  }
+}
+
+// One thread per source row: the best of its splits in target order (strict <: the lowest index
+// wins ties), then the distance of the chosen neighbour from the raw coordinates in double, rounded
+// once. With one split part_key / part_idx are dist / idx themselves (read, then overwritten).
+__device__ void Finalize(const ChamferParams& p) {
+  const int d = p.dim;
+  const int64_t sources = p.bidirectional ? p.tp + p.tq : p.tp;
+  for (int64_t g = Tid(); g < sources; g += Stride()) {
+    const bool fwd = g < p.tp;
+    const int64_t i = fwd ? g : g - p.tp;
+    const int64_t b = PairOf(fwd ? p.p_off : p.q_off, p.num_pairs, i);
+    const int64_t* t_off = fwd ? p.q_off : p.p_off;
+    const int64_t to = t_off[b], m = t_off[b + 1] - to;
+    int32_t* idx_out = fwd ? p.idx_pq + i : p.idx_qp + i;
+    float* dist_out = fwd ? p.dist_pq + i : p.dist_qp + i;
+    if (m == 0) {
+      *idx_out = -1;
+      *dist_out = __int_as_float(0x7f800000);
+      continue;
+    }
+    float best = __int_as_float(0x7f800000);
+    int32_t arg = 0;
+    for (int s = 0; s < p.num_splits; s++) {
+      const float key = p.part_key[s * p.rows + g];
+      if (key < best) {
+        best = key;
+        arg = p.part_idx[s * p.rows + g];
+      }
+    }
+    const float* x = (fwd ? p.p_raw : p.q_raw) + i * d;
+    const float* y = (fwd ? p.q_raw : p.p_raw) + (to + arg) * d;
+    double sum = 0.0;
+    for (int k = 0; k < d; k++) {
+      const double t = __dsub_rn(static_cast<double>(x[k]), static_cast<double>(y[k]));
+      sum = __dadd_rn(sum, __dmul_rn(t, t));
+    }
+    *idx_out = arg;
+    *dist_out = __double2float_rn(sum);
   }
 }
 
@@ -353,9 +431,9 @@ using namespace maxsim_chamfer;
 
 extern "C" __global__ void __launch_bounds__(256) chamfer_center(const ChamferParams p) { Center(p); }
 extern "C" __global__ void __launch_bounds__(256) chamfer_prep(const ChamferParams p) { Prep(p); }
-#define CHAMFER_NEAREST(D)                                                                         \
-  extern "C" __global__ void __launch_bounds__(kThreads) chamfer_nearest_d##D(const ChamferParams p) { \
-    Nearest<D>(p);                                                                                 \
+#define CHAMFER_NEAREST(D)                                                                                \
+  extern "C" __global__ void __launch_bounds__(kChamferThreads) chamfer_nearest_d##D(const ChamferParams p) { \
+    Nearest<D>(p);                                                                                        \
   }
 CHAMFER_NEAREST(1)
 CHAMFER_NEAREST(2)
@@ -365,6 +443,7 @@ CHAMFER_NEAREST(5)
 CHAMFER_NEAREST(6)
 CHAMFER_NEAREST(7)
 CHAMFER_NEAREST(8)
+extern "C" __global__ void __launch_bounds__(256) chamfer_finalize(const ChamferParams p) { Finalize(p); }
 extern "C" __global__ void __launch_bounds__(256) chamfer_csr_count(const ChamferParams p) { CsrCount(p); }
 extern "C" __global__ void __launch_bounds__(1024) chamfer_scan_local(const ChamferParams p) { ScanLocal(p); }
 extern "C" __global__ void __launch_bounds__(1024) chamfer_scan_sums(const ChamferParams p) { ScanSums(p); }

@@ -15,11 +15,17 @@ struct ChamferParams {
   const int64_t* p_off;     // [num_pairs + 1]
   const int64_t* q_off;     // [num_pairs + 1]
   float* centers;           // [num_pairs, dim]
-  const int64_t* tiles;     // [num_tiles, 3]: direction (0: P -> Q, 1: Q -> P), pair, first source
+  // [num_tiles, 6]: direction (0: P -> Q, 1: Q -> P), pair, first source, target range [begin, end),
+  // split (which slice of the target cloud: the partial results' slot)
+  const int64_t* tiles;
   int32_t* idx_pq;          // [tp] nearest Q point of each P point (local index; -1: empty cloud)
   float* dist_pq;           // [tp]
   int32_t* idx_qp;          // [tq]
   float* dist_qp;           // [tq]
+  // [num_splits, rows]: per split of the target cloud and source row (P's point i: row i; Q's point
+  // j: row tp + j), the smallest search key and its target; with one split these are dist / idx
+  float* part_key;
+  int32_t* part_idx;
   const double* w_p;        // [tp] d loss / d dist_pq
   const double* w_q;        // [tq] d loss / d dist_qp (null: forward direction only)
   float* dp;                // [tp, dim]
@@ -36,10 +42,14 @@ struct ChamferParams {
   int64_t rows;             // tp + tq
   int32_t dim;              // 1..8
   int32_t bidirectional;    // 1: the Q -> P direction exists (idx_qp, w_q)
+  int32_t num_splits;       // slices of every target cloud (tiles' split field < num_splits)
+  int32_t pad0;
 };
 
-// Sources per tile of chamfer_nearest_d* (blockDim 256 x 2 sources per thread); the host plans tiles of it.
-constexpr int64_t kChamferTile = 512;
+// chamfer_nearest_d*: blockDim kChamferThreads, kChamferTile sources per tile (8 per thread); the
+// host plans tiles of it.
+constexpr int kChamferThreads = 128;
+constexpr int64_t kChamferTile = 1024;
 
-// nvcc and g++ must agree on the layout the driver copies (21 pointers, 5 int64, 2 int32).
-static_assert(sizeof(ChamferParams) == 216, "ChamferParams layout changed: update both sides");
+// nvcc and g++ must agree on the layout the driver copies (23 pointers, 5 int64, 4 int32).
+static_assert(sizeof(ChamferParams) == 240, "ChamferParams layout changed: update both sides");

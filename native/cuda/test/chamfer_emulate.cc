@@ -4,7 +4,7 @@
 // It checks the kernels' index arithmetic, CSR, scan and rounding sequence where no GPU exists; it
 // cannot check what only a GPU shows (memory model, launch limits, the driver). Build after
 // `node scripts/build-native.mjs addon` (it links the addon's CPU objects), from the repo root:
-//   O=build/Release/obj.target; g++ -std=c++20 -O1 -pthread -ffp-contract=off -Inative/cpu \
+//   O=build/Release/obj.target; g++ -std=c++20 -O1 -pthread -ffp-contract=off -Inative/cpu -Inative/cuda \
 //     -Inative/cuda/kernels -x c++ native/cuda/test/chamfer_emulate.cc -x none \
 //     $O/maxsim_native/native/cpu/{chamfer,chamfer_portable,engine,thread_pool,kernels_portable,kernels_neon}.o \
 //     $O/maxsim_cpu_avx2/native/cpu/{chamfer_avx2,kernels_avx2}.o \
@@ -13,6 +13,7 @@
 #include "cuda_shim.h"
 #include "maxsim_chamfer.cu"
 #include "chamfer.h"
+#include "chamfer_plan.h"
 
 #include <cstdio>
 #include <random>
@@ -25,7 +26,10 @@ static int failures = 0;
 static int64_t Blocks(int64_t n, int64_t per) { return std::max<int64_t>(1, (n + per - 1) / per); }
 static unsigned G(int64_t b) { return static_cast<unsigned>(std::min<int64_t>(b, 1 << 20)); }
 
-void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool both, std::mt19937& rng, float offset, bool dup) {
+static int splits_seen = 0;
+
+void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool both, std::mt19937& rng, float offset, bool dup,
+             int64_t min_blocks = 1) {
   const int64_t B = np.size();
   std::vector<int64_t> po(B + 1, 0), qo(B + 1, 0);
   for (int64_t b = 0; b < B; b++) { po[b + 1] = po[b] + np[b]; qo[b + 1] = qo[b] + nq[b]; }
@@ -58,18 +62,22 @@ void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool
   p.num_pairs = B; p.tp = tp; p.tq = tq; p.rows = tp + tq; p.dim = d; p.bidirectional = both;
   Launch(chamfer_center, G(B), 256, p);
   Launch(chamfer_prep, G(Blocks(tp + tq, 256)), 256, p);
-  std::vector<int64_t> tiles;
-  for (int dir = 0; dir < (both ? 2 : 1); dir++) {
-    const auto& off = dir == 0 ? po : qo;
-    for (int64_t b = 0; b < B; b++) for (int64_t i = 0; i < off[b + 1] - off[b]; i += kChamferTile) tiles.insert(tiles.end(), {int64_t(dir), b, i});
-  }
-  p.num_tiles = tiles.size() / 3;
-  p.tiles = tiles.data();
+  // the engine's plan (chamfer_plan.h), with small slices so that these small clouds get split too
+  const maxsim_cuda::ChamferPlan plan = maxsim_cuda::PlanChamfer(po, qo, both, min_blocks, 40);
+  p.num_tiles = plan.tiles.size() / 6;
+  p.num_splits = plan.splits;
+  p.tiles = plan.tiles.data();
   std::vector<int32_t> idx(tp + tq, 12345);
   std::vector<float> dist(tp + tq, -1);
   p.idx_pq = idx.data(); p.idx_qp = idx.data() + tp; p.dist_pq = dist.data(); p.dist_qp = dist.data() + tp;
+  std::vector<float> part_key(plan.splits * (tp + tq), -7.0f);
+  std::vector<int32_t> part_idx(plan.splits * (tp + tq), 54321);
+  if (plan.splits > 1) { p.part_key = part_key.data(); p.part_idx = part_idx.data(); }
+  else { p.part_key = p.dist_pq; p.part_idx = p.idx_pq; }
   void (*near[9])(const ChamferParams) = {nullptr, chamfer_nearest_d1, chamfer_nearest_d2, chamfer_nearest_d3, chamfer_nearest_d4, chamfer_nearest_d5, chamfer_nearest_d6, chamfer_nearest_d7, chamfer_nearest_d8};
-  if (p.num_tiles > 0) Launch(near[d], G(p.num_tiles), 256, p);
+  if (p.num_tiles > 0) Launch(near[d], G(p.num_tiles), kChamferThreads, p);
+  Launch(chamfer_finalize, G(Blocks(both ? tp + tq : tp, 256)), 256, p);
+  if (plan.splits > 1) splits_seen++;
   for (int64_t i = 0; i < tp; i++) {
     CHECK(idx[i] == cipq[i], "d=%d pq %ld: %d vs %d", d, (long)i, idx[i], cipq[i]);
     CHECK(std::memcmp(&dist[i], &cdpq[i], 4) == 0, "d=%d dist pq %ld: %g vs %g", d, (long)i, dist[i], cdpq[i]);
@@ -120,6 +128,11 @@ int main() {
   RunCase({900}, {2100}, 3, true, rng, 1e4f, false);
   RunCase({800, 513}, {512, 700}, 3, true, rng, 0, true);
   RunCase({1500}, {3}, 3, true, rng, 0, false);  // hub rows: many sources per target
+  // split target clouds (slices merged by chamfer_finalize), ragged and with exact ties across slices
+  RunCase({300, 0, 1, 700, 5}, {200, 4, 0, 1300, 1}, 3, true, rng, 0, false, 64);
+  RunCase({800, 513}, {512, 700}, 3, true, rng, 0, true, 64);
+  RunCase({900}, {2100}, 5, true, rng, 1e4f, false, 64);
+  if (splits_seen == 0) { failures++; std::printf("FAIL: no case split its target clouds\n"); }
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "OK", failures);
   return failures != 0;
 }
