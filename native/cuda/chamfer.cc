@@ -122,7 +122,8 @@ ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq
   p.dim = static_cast<int32_t>(dim_);
   p.bidirectional = both ? 1 : 0;
 
-  const ChamferPlan plan = PlanChamfer(p_off_, q_off_, both, 4 * static_cast<int64_t>(rt_.props().sms));
+  const int d = static_cast<int>(dim_);
+  const ChamferPlan plan = PlanChamfer(p_off_, q_off_, both, static_cast<int64_t>(rt_.props().sms) * ChamferBlocksPerSm(d));
   p.num_tiles = static_cast<int64_t>(plan.tiles.size() / 6);
   p.num_splits = plan.splits;
   auto tiles = Block(rt_, plan.tiles.size() * sizeof(int64_t));
@@ -142,7 +143,7 @@ ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq
   PassTimer timer(rt_);
   Launch(rt_, "chamfer_center", pairs_, 256, p);
   Launch(rt_, "chamfer_prep", Blocks(tp_ + tq_, 256), 256, p);
-  Launch(rt_, "chamfer_nearest_d" + std::to_string(dim_), p.num_tiles, kChamferThreads, p);
+  Launch(rt_, "chamfer_nearest_d" + std::to_string(dim_), p.num_tiles, ChamferThreads(d), p);
   Launch(rt_, "chamfer_finalize", Blocks(both ? tp_ + tq_ : tp_, 256), 256, p);
   timing.kernel_ms = timer.Stop();
   rt_.Download(idx_pq, idx_, static_cast<uint64_t>(tp_) * 4);

@@ -12,7 +12,7 @@
 // LAUNCH CONTRACTS (ChamferParams by value, dynamic smem 0, static smem below 48 KiB):
 //   chamfer_center        block (256,1,1), grid (min(num_pairs, 2^20),1,1): blocks stride over pairs.
 //   chamfer_prep          block (256,1,1), any grid: threads stride over the tp + tq points.
-//   chamfer_nearest_d{1..8} block (kChamferThreads,1,1), grid (min(num_tiles, 2^20),1,1): one tile
+//   chamfer_nearest_d{1..8} block (ChamferThreads(D),1,1), grid (min(num_tiles, 2^20),1,1): one tile
 //                         (kChamferTile sources x one target slice) per block; blocks stride over tiles.
 //   chamfer_finalize      any grid, 256 threads: merges the slices, writes idx_* / dist_*.
 //   backward (CSR): chamfer_csr_count (any grid, 256 threads; counts zeroed first) -> chamfer_scan_local
@@ -28,10 +28,10 @@
 namespace maxsim_chamfer {
 
 constexpr int kThreads = 256;                 // the other kernels' block
-constexpr int kRows = 8;                      // sources per thread of chamfer_nearest_d*
-static_assert(kChamferThreads * kRows == kChamferTile, "the host plans tiles of kChamferTile sources");
 constexpr int kChunk = 256;                   // targets staged in shared memory at a time
 constexpr int kSub = 32;                      // targets per running minimum (the argmin's granularity)
+constexpr int kGroup = 4;                     // targets loaded from shared memory at once
+static_assert(kSub % kGroup == 0 && kChunk % kSub == 0, "whole groups per sub-chunk, whole sub-chunks per chunk");
 
 __device__ inline int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 __device__ inline int64_t Tid() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -111,6 +111,27 @@ __device__ void Prep(const ChamferParams& p) {
   }
 }
 
+// The search keys of one target (its centred coordinates and |q|^2 in float4s) against the thread's
+// sources, folded into their running minima.
+template <int D, int V, int kRows = ChamferRows(D)>
+__device__ __forceinline__ void KeyMin(const float4 (&a)[V], const float (&pm2)[kRows][D], float (&mn)[kRows]) {
+  float c[4 * V];
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    c[v * 4] = a[v].x;
+    c[v * 4 + 1] = a[v].y;
+    c[v * 4 + 2] = a[v].z;
+    c[v * 4 + 3] = a[v].w;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; r++) {
+    float acc = c[D];
+#pragma unroll
+    for (int k = 0; k < D; k++) acc = fmaf(pm2[r][k], c[k], acc);
+    mn[r] = fminf(mn[r], acc);
+  }
+}
+
 // One tile: up to kChamferTile sources of one pair and direction (kRows per thread, in registers)
 // against one slice [t[3], t[4]) of the target cloud, staged through shared memory kChunk targets
 // at a time (each padded to whole float4s: one or two vector loads per target, shared by kRows keys).
@@ -121,6 +142,8 @@ __device__ void Prep(const ChamferParams& p) {
 // its instructions.
 template <int D>
 __device__ void Nearest(const ChamferParams& p) {
+  constexpr int kRows = ChamferRows(D);
+  constexpr int kChamferThreads = ChamferThreads(D);
   constexpr int S = D + 1;
   constexpr int V = (S + 3) / 4;  // float4s per staged target
   __shared__ float4 tgt[kChunk * V];
@@ -138,7 +161,7 @@ __device__ void Nearest(const ChamferParams& p) {
     const int64_t row0 = (fwd ? 0 : p.tp) + so;  // the sources' first row
     float pm2[kRows][D];
     float best[kRows];
-    int64_t win[kRows];
+    int32_t win[kRows];  // where the winning sub-chunk starts (a local target index)
 #pragma unroll
     for (int r = 0; r < kRows; r++) {
       const int64_t i = begin + threadIdx.x + r * kChamferThreads;
@@ -160,34 +183,35 @@ __device__ void Nearest(const ChamferParams& p) {
       }
       __syncthreads();
       for (int sb = 0; sb < cn; sb += kSub) {
-        const int jn = cn - sb < kSub ? cn - sb : kSub;
         float mn[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; r++) mn[r] = inf;
-#pragma unroll 4
-        for (int j = 0; j < jn; j++) {
-          float c[4 * V];
+        if (cn - sb >= kSub) {
+          // A whole sub-chunk, kGroup targets at a time, their loads issued before their math so the
+          // shared-memory latency is paid once per group
+          for (int j0 = 0; j0 < kSub; j0 += kGroup) {
+            float4 a[kGroup][V];
 #pragma unroll
-          for (int v = 0; v < V; v++) {
-            const float4 a = tgt[(sb + j) * V + v];
-            c[v * 4] = a.x;
-            c[v * 4 + 1] = a.y;
-            c[v * 4 + 2] = a.z;
-            c[v * 4 + 3] = a.w;
+            for (int u = 0; u < kGroup; u++) {
+#pragma unroll
+              for (int v = 0; v < V; v++) a[u][v] = tgt[(sb + j0 + u) * V + v];
+            }
+#pragma unroll
+            for (int u = 0; u < kGroup; u++) KeyMin<D, V>(a[u], pm2, mn);
           }
+        } else {
+          for (int j = sb; j < cn; j++) {
+            float4 a[V];
 #pragma unroll
-          for (int r = 0; r < kRows; r++) {
-            float acc = c[D];
-#pragma unroll
-            for (int k = 0; k < D; k++) acc = fmaf(pm2[r][k], c[k], acc);
-            mn[r] = fminf(mn[r], acc);
+            for (int v = 0; v < V; v++) a[v] = tgt[j * V + v];
+            KeyMin<D, V>(a, pm2, mn);
           }
         }
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
           if (mn[r] < best[r]) {
             best[r] = mn[r];
-            win[r] = c0 + sb;
+            win[r] = static_cast<int32_t>(c0 + sb);
           }
         }
       }
@@ -432,7 +456,7 @@ using namespace maxsim_chamfer;
 extern "C" __global__ void __launch_bounds__(256) chamfer_center(const ChamferParams p) { Center(p); }
 extern "C" __global__ void __launch_bounds__(256) chamfer_prep(const ChamferParams p) { Prep(p); }
 #define CHAMFER_NEAREST(D)                                                                                \
-  extern "C" __global__ void __launch_bounds__(kChamferThreads) chamfer_nearest_d##D(const ChamferParams p) { \
+  extern "C" __global__ void __launch_bounds__(ChamferThreads(D), ChamferBlocksPerSm(D)) chamfer_nearest_d##D(const ChamferParams p) { \
     Nearest<D>(p);                                                                                        \
   }
 CHAMFER_NEAREST(1)

@@ -29,7 +29,7 @@ static unsigned G(int64_t b) { return static_cast<unsigned>(std::min<int64_t>(b,
 static int splits_seen = 0;
 
 void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool both, std::mt19937& rng, float offset, bool dup,
-             int64_t min_blocks = 1) {
+             int64_t slots = 1) {
   const int64_t B = np.size();
   std::vector<int64_t> po(B + 1, 0), qo(B + 1, 0);
   for (int64_t b = 0; b < B; b++) { po[b + 1] = po[b] + np[b]; qo[b + 1] = qo[b] + nq[b]; }
@@ -63,7 +63,7 @@ void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool
   Launch(chamfer_center, G(B), 256, p);
   Launch(chamfer_prep, G(Blocks(tp + tq, 256)), 256, p);
   // the engine's plan (chamfer_plan.h), with small slices so that these small clouds get split too
-  const maxsim_cuda::ChamferPlan plan = maxsim_cuda::PlanChamfer(po, qo, both, min_blocks, 40);
+  const maxsim_cuda::ChamferPlan plan = maxsim_cuda::PlanChamfer(po, qo, both, slots, 40);
   p.num_tiles = plan.tiles.size() / 6;
   p.num_splits = plan.splits;
   p.tiles = plan.tiles.data();
@@ -75,7 +75,7 @@ void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool
   if (plan.splits > 1) { p.part_key = part_key.data(); p.part_idx = part_idx.data(); }
   else { p.part_key = p.dist_pq; p.part_idx = p.idx_pq; }
   void (*near[9])(const ChamferParams) = {nullptr, chamfer_nearest_d1, chamfer_nearest_d2, chamfer_nearest_d3, chamfer_nearest_d4, chamfer_nearest_d5, chamfer_nearest_d6, chamfer_nearest_d7, chamfer_nearest_d8};
-  if (p.num_tiles > 0) Launch(near[d], G(p.num_tiles), kChamferThreads, p);
+  if (p.num_tiles > 0) Launch(near[d], G(p.num_tiles), ChamferThreads(d), p);
   Launch(chamfer_finalize, G(Blocks(both ? tp + tq : tp, 256)), 256, p);
   if (plan.splits > 1) splits_seen++;
   for (int64_t i = 0; i < tp; i++) {

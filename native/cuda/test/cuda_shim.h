@@ -20,6 +20,7 @@ inline std::vector<uint32_t> g_shfl;
 
 #define __global__
 #define __device__
+#define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
