@@ -147,6 +147,10 @@ __device__ void Nearest(const ChamferParams& p) {
   constexpr int S = D + 1;
   constexpr int V = (S + 3) / 4;  // float4s per staged target
   __shared__ float4 tgt[kChunk * V];
+  // Per source, the best key so far and where its sub-chunk starts (a local target index): touched
+  // once per sub-chunk, so they live in shared memory and leave the registers to the hot loop.
+  __shared__ float best[kRows][kChamferThreads];
+  __shared__ int32_t win[kRows][kChamferThreads];
   const float inf = __int_as_float(0x7f800000);
   for (int64_t tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
     const int64_t* t = p.tiles + tile * 6;
@@ -160,15 +164,13 @@ __device__ void Nearest(const ChamferParams& p) {
     const float* tcen = fwd ? p.q_cen : p.p_cen;
     const int64_t row0 = (fwd ? 0 : p.tp) + so;  // the sources' first row
     float pm2[kRows][D];
-    float best[kRows];
-    int32_t win[kRows];  // where the winning sub-chunk starts (a local target index)
 #pragma unroll
     for (int r = 0; r < kRows; r++) {
       const int64_t i = begin + threadIdx.x + r * kChamferThreads;
 #pragma unroll
       for (int k = 0; k < D; k++) pm2[r][k] = i < n ? -2.0f * scen[(so + i) * S + k] : 0.0f;
-      best[r] = inf;
-      win[r] = -1;
+      best[r][threadIdx.x] = inf;
+      win[r][threadIdx.x] = -1;
     }
     for (int64_t c0 = tb; c0 < te; c0 += kChunk) {
       const int cn = static_cast<int>(te - c0 < kChunk ? te - c0 : kChunk);
@@ -209,9 +211,9 @@ __device__ void Nearest(const ChamferParams& p) {
         }
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
-          if (mn[r] < best[r]) {
-            best[r] = mn[r];
-            win[r] = static_cast<int32_t>(c0 + sb);
+          if (mn[r] < best[r][threadIdx.x]) {
+            best[r][threadIdx.x] = mn[r];
+            win[r][threadIdx.x] = static_cast<int32_t>(c0 + sb);
           }
         }
       }
@@ -221,21 +223,23 @@ __device__ void Nearest(const ChamferParams& p) {
       const int64_t i = begin + threadIdx.x + r * kChamferThreads;
       if (i >= n) continue;
       int32_t arg = 0;  // no key below +inf: the strict-< scan keeps its initial index
-      if (win[r] >= 0) {
-        const int64_t end = win[r] + kSub < te ? win[r] + kSub : te;
-        for (int64_t j = win[r]; j < end; j++) {
+      const int32_t w = win[r][threadIdx.x];
+      const float key = best[r][threadIdx.x];
+      if (w >= 0) {
+        const int64_t end = w + kSub < te ? w + kSub : te;
+        for (int64_t j = w; j < end; j++) {
           const float* row = tcen + (to + j) * S;
           float acc = row[D];
 #pragma unroll
           for (int k = 0; k < D; k++) acc = fmaf(pm2[r][k], row[k], acc);
-          if (acc == best[r]) {
+          if (acc == key) {
             arg = static_cast<int32_t>(j);
             break;
           }
         }
       }
       const int64_t slot = split * p.rows + row0 + i;
-      p.part_key[slot] = best[r];
+      p.part_key[slot] = key;
       p.part_idx[slot] = arg;
     }
   }
