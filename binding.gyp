@@ -23,6 +23,7 @@
         "native/binding/cuda_stream_binding.cc",
         "native/cuda/stream_scan.cc",
         "native/cuda/device_select.cc",
+        "native/cuda/train_engine.cc",
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",
