@@ -237,6 +237,33 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
       assert.throws(run, (e: unknown) => e instanceof Error && !/plan/.test(e.message));
     }
   });
+
+  test('with a GPU: plans the problem or the device cannot run are refused by the native check', {
+    skip: cuda.status().available ? false : 'no CUDA device',
+  }, () => {
+    const f32q = denseBatch(new Float32Array(2 * 3 * 16).fill(0.25), { count: 2, length: 3, dim: 16 });
+    const f32d = denseBatch(new Float32Array(3 * 4 * 16).fill(0.5), { count: 3, length: 4, dim: 16 });
+    assert.throws(
+      () => cuda.trainForward(0, f32q, f32d, { pairs: 'all', stride: 3, plan: goodForward }),
+      /plan\.kernel.*float32 queries/,
+    );
+    const simt = { ...goodForward, kernel: 'simt', smem: 0 };
+    assert.throws(() => forward({ ...simt, grid: 7 }), /plan\.grid/); // more CTAs than the 6 pairs
+    const long = denseBatch(new Float32Array(32768 * 16), { count: 1, length: 32768, dim: 16 });
+    assert.throws(
+      () => cuda.trainForward(0, f32q, long, { pairs: 'all', stride: 3, plan: { ...simt, grid: 2 } }),
+      /plan\.argmax16/,
+    );
+    assert.throws(
+      () =>
+        cuda.trainBackward(0, f32q, long, new Int32Array(6), new Float64Array(2), {
+          pairs: 'all',
+          stride: 3,
+          plan: goodBackward,
+        }),
+      /plan\.argmax16/,
+    );
+  });
 });
 
 describe('selection placement (an explicit internal option, not an environment variable)', () => {
