@@ -24,6 +24,7 @@
         "native/cuda/stream_scan.cc",
         "native/cuda/chamfer.cc",
         "native/cuda/device_select.cc",
+        "native/cuda/train_engine.cc",
         "native/cuda/driver.cc",
         "native/cuda/runtime.cc",
         "native/cpu/engine.cc",

@@ -1,11 +1,12 @@
 // Batch top-K on a device corpus with the selection on the device (maxsim_select.cu) against the host
-// heaps (MAXSIM_HOST_SELECT=1, which the addon reads at each call), in one process, interleaved:
+// heaps (setSelectPlacement('host') from maxsim/internal, read by each job), in one process, interleaved:
 // 1,000 queries of 32 tokens over 100,000 documents of 32 tokens, d = 128, top-10, int8 and float16.
 // The host path reads the whole [1,000 x 100,000] score matrix back (400 MB) and keeps a heap per row
 // on one thread; the device path reads back 10 entries per query. Wall-clock medians of 5 rounds;
 // the kernels alone (device events) for comparison.
 // Run on a GPU host: node dist/bench/topk-gpu.js
 import { cuda } from '../src/backends/cuda.js';
+import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { denseBatch, encodeFloats } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
@@ -29,12 +30,11 @@ const queries = denseBatch(randomUnitTokens(rng, QUERIES * 32, 128), {
   dtype: 'float32',
 });
 const selectOn = (where: 'device' | 'host', run: () => Promise<unknown>) => async () => {
-  if (where === 'host') process.env.MAXSIM_HOST_SELECT = '1';
-  else delete process.env.MAXSIM_HOST_SELECT;
+  setSelectPlacement(where === 'host' ? 'host' : 'auto');
   try {
     return await run();
   } finally {
-    delete process.env.MAXSIM_HOST_SELECT;
+    setSelectPlacement('auto');
   }
 };
 const cases: Record<string, () => Promise<unknown>> = {
@@ -54,9 +54,9 @@ for (const [name, corpus] of [
   console.log(`${name.padEnd(30)} ${ms.toFixed(2)} ms (${b.variant}, device events)`);
 }
 const device = await i8.topK(queries, 10);
-process.env.MAXSIM_HOST_SELECT = '1';
+setSelectPlacement('host');
 const host = await i8.topK(queries, 10);
-delete process.env.MAXSIM_HOST_SELECT;
+setSelectPlacement('auto');
 console.log(`device selection equals host selection: ${JSON.stringify(device) === JSON.stringify(host)}`);
 i8.dispose();
 f16.dispose();

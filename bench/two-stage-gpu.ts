@@ -2,12 +2,13 @@
 // rescoring of the candidates through a view of the float16 corpus) against the int8 scan alone and
 // the exact float16 top-10 (both selected on the device), one query of 32 tokens over 100,000
 // documents of 128 tokens, d = 128 (issue 5's target: within 1.2x of the int8 scan); and the first
-// two again with every selection on the host heaps (MAXSIM_HOST_SELECT=1, read by the addon at each
-// call). Wall-clock medians of 20 rounds after a second of warm-up calls, interleaved; then the
-// kernels alone (device events), so the fixed cost per call is the difference.
+// two again with every selection on the host heaps (setSelectPlacement('host'), read by each job).
+// Wall-clock medians of 20 rounds after a second of warm-up calls, interleaved; then the kernels
+// alone (device events), so the fixed cost per call is the difference.
 // Run on a GPU host: node dist/bench/two-stage-gpu.js (MAXSIM_JOB_PHASES=1 also prints, per native
 // job, the wall time of its phases with a synchronize at each boundary)
 import { cuda } from '../src/backends/cuda.js';
+import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { twoStageTopKAll } from '../src/ops/two-stage.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
@@ -26,11 +27,11 @@ for (let at = 0; at < DOCS; at += 10_000) {
 const i8 = await f16.quantize('int8');
 const q = tokenMatrix(randomUnitTokens(rng, 32, 128), 32, 128);
 const onHost = (run: () => Promise<unknown>) => async () => {
-  process.env.MAXSIM_HOST_SELECT = '1';
+  setSelectPlacement('host');
   try {
     return await run();
   } finally {
-    delete process.env.MAXSIM_HOST_SELECT;
+    setSelectPlacement('auto');
   }
 };
 const cases: Record<string, () => Promise<unknown>> = {

@@ -11,6 +11,7 @@ import {
   contrastiveLoss,
   contrastiveStep,
   maxsimTrain,
+  maxsimTrainTuned,
   type TrainDDPath,
   type TrainPairs,
 } from '../src/ops/train.js';
@@ -294,28 +295,28 @@ describe('MaxSim training semantics', () => {
       return e instanceof InvalidArgumentError && e.argument === 'dDPath' && /'auto'/.test(e.message);
     });
     await assert.rejects(
-      maxsimTrain(queries, docs, { cudaTuning: { argmaxBits: 8 as 16 } }),
+      maxsimTrainTuned(queries, docs, { cudaTuning: { argmaxBits: 8 as 16 } }),
       (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.argmaxBits',
     );
     for (const docBlock of [-1, 1.5, Number.NaN]) {
       await assert.rejects(
-        maxsimTrain(queries, docs, { cudaTuning: { docBlock } }),
+        maxsimTrainTuned(queries, docs, { cudaTuning: { docBlock } }),
         (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.docBlock',
       );
     }
     await assert.rejects(
-      maxsimTrain(queries, docs, { cudaTuning: { queryBlock: -2 } }),
+      maxsimTrainTuned(queries, docs, { cudaTuning: { queryBlock: -2 } }),
       (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.queryBlock',
     );
     for (const csrChunk of [-1, 1, 31, 40.5, Number.NaN, 2 ** 31]) {
       await assert.rejects(
-        maxsimTrain(queries, docs, { cudaTuning: { csrChunk } }),
+        maxsimTrainTuned(queries, docs, { cudaTuning: { csrChunk } }),
         (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'cudaTuning.csrChunk',
       );
     }
     // 'auto' and the tuning knobs are accepted (and ignored) by the CPU engine: same gradients
     const plain = await maxsimTrain(queries, docs);
-    const tuned = await maxsimTrain(queries, docs, {
+    const tuned = await maxsimTrainTuned(queries, docs, {
       dDPath: 'auto',
       cudaTuning: { argmaxBits: 32, docBlock: 1, queryBlock: 1, csrChunk: 32 },
     });

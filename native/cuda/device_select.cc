@@ -2,7 +2,7 @@
 #include "device_select.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -44,10 +44,16 @@ T* Ptr(cu::CUdeviceptr p) {
 
 }  // namespace
 
+namespace {
+std::atomic<SelectPlacement> g_placement{SelectPlacement::kAuto};
+}  // namespace
+
+void SetSelectPlacement(SelectPlacement placement) { g_placement.store(placement, std::memory_order_relaxed); }
+
+SelectPlacement GetSelectPlacement() { return g_placement.load(std::memory_order_relaxed); }
+
 bool DeviceSelectTakes(Runtime& rt, int64_t rows, int64_t cols, int64_t keep) {
-  // MAXSIM_HOST_SELECT=1 (benchmarks only): every selection on the host, for A/B runs (read at each
-  // call, so that one process can switch between jobs)
-  if (std::getenv("MAXSIM_HOST_SELECT") != nullptr) return false;
+  if (GetSelectPlacement() == SelectPlacement::kHost) return false;
   if (rows <= 0 || keep <= 0 || keep > kDeviceSelectMaxKeep || keep > cols) return false;
   // grid.x of the first level, and one read-back of the kept entries (columns, scores, flags)
   const SelectKernels k = KernelsFor(keep);

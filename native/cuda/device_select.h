@@ -26,8 +26,15 @@ struct DeviceSelection {
 // <= 64) or 8192 scores, at most a quarter of the score matrix. A larger keep is selected on the host.
 constexpr int64_t kDeviceSelectMaxKeep = 256;
 
+// Where the jobs select: kAuto (default) on the device wherever DeviceSelectTakes a shape, kHost
+// every selection on the host heaps (benchmarks' A/B runs, set explicitly through maxsim/internal).
+// Process-wide, read at each selection, so that one process can switch between jobs.
+enum class SelectPlacement { kAuto, kHost };
+void SetSelectPlacement(SelectPlacement placement);
+SelectPlacement GetSelectPlacement();
+
 // Whether SelectOnDevice takes this shape on this runtime (kernels loaded, keep in range, grid and
-// read-back sizes within limits, MAXSIM_HOST_SELECT unset).
+// read-back sizes within limits, placement kAuto).
 bool DeviceSelectTakes(Runtime& rt, int64_t rows, int64_t cols, int64_t keep);
 
 // Enqueues the selection (the caller reads the outputs back, which synchronizes).

@@ -4,7 +4,7 @@
 // waits for), plus the kernels' CUDA-event times from one profiled pass.
 import { type CudaDevice, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
-import { contrastiveStep, maxsimTrain, type TrainDDPath } from '../ops/train.js';
+import { contrastiveStep, maxsimTrain, maxsimTrainTuned, type TrainDDPath } from '../ops/train.js';
 import { denseBatch, encodeFloats, type FloatDType, type TokenBatch } from '../tensor.js';
 
 export interface TrainStepShape {
@@ -116,7 +116,7 @@ export async function measureTrainStep(
     let forwardProfileMs: Record<string, number> | undefined;
     let backwardProfileMs: Record<string, number> | undefined;
     if (gpu) {
-      const fwd = await maxsimTrain(queries, docs, { ...common, cudaTuning: { profile: true } });
+      const fwd = await maxsimTrainTuned(queries, docs, { ...common, cudaTuning: { profile: true } });
       forwardProfileMs = fwd.profileMs;
       const grads = await fwd.backward(grad);
       backwardProfileMs = grads.profileMs;
@@ -229,7 +229,7 @@ export async function measureContention(
       }
       fwd.dispose();
       wall[dDPath] = median(times);
-      const prof = await maxsimTrain(queries, docs, {
+      const prof = await maxsimTrainTuned(queries, docs, {
         dDPath,
         device: options.device,
         cudaTuning: { profile: true },

@@ -17,6 +17,16 @@ import {
   isDeviceCorpus,
   type NativeTokenSet,
 } from '../backends/cuda.js';
+import {
+  CSR_CHUNK_MIN,
+  planBackward,
+  planForward,
+  type TrainBackwardPlan,
+  type TrainForwardPlan,
+  type TrainKernelInfo,
+  type TrainPlanTuning,
+  type TrainShape,
+} from '../backends/cuda-train-plan.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
 import { checkCompatible, encodeFloats, type FloatDType, type TokenBatch } from '../tensor.js';
@@ -35,23 +45,19 @@ export type TrainBackend = 'cpu' | 'cuda' | 'auto';
 export type TrainDDPath = 'csr' | 'atomic' | 'auto';
 
 /**
- * Internal knobs of the CUDA passes, for tests and benchmarks; none changes the gradients' values
- * except csrChunk (see below).
+ * Internal knobs of the CUDA passes, for tests and benchmarks (maxsimTrainTuned, from
+ * maxsim/internal; not among the public options); they feed the plan (src/backends/cuda-train-plan.ts)
+ * and none changes the gradients' values except csrChunk (see below).
  * argmaxBits: device storage of the argmax (0 automatic: int16 when every document is shorter than
  * 32768 tokens); docBlock / queryBlock: documents per CSR block and queries per CSR cell (0 automatic);
  * forwardGrid: at most this many forward CTAs, each striding over pairs (0 automatic); csrChunk:
- * sources per chunk of a split dD row (0 automatic = 512, else >= 32; rows with more sources are
- * summed by one warp per chunk; it sets the fp64 association of long rows, so unlike the others it may
- * change the last bit of their gradients); profile: the passes report profileMs (host phases: wall
- * time; kernels: CUDA event time).
+ * sources per chunk of a split dD row (0 automatic = CSR_CHUNK, else >= CSR_CHUNK_MIN; rows with more
+ * sources are summed by one warp per chunk; it sets the fp64 association of long rows, so unlike the
+ * others it may change the last bit of their gradients); profile: the passes report profileMs (host
+ * phases: wall time; kernels: CUDA event time).
  * @internal
  */
-export interface TrainCudaTuning {
-  argmaxBits?: 0 | 16 | 32;
-  docBlock?: number;
-  queryBlock?: number;
-  forwardGrid?: number;
-  csrChunk?: number;
+export interface TrainCudaTuning extends TrainPlanTuning {
   profile?: boolean;
 }
 /**
@@ -93,7 +99,10 @@ export interface MaxsimTrainOptions {
   dDPath?: TrainDDPath;
   /** Forward kernel for backend 'cuda' (default 'auto'). */
   trainKernel?: TrainKernel;
-  /** @internal see TrainCudaTuning */
+}
+
+/** @internal maxsimTrainTuned's options: the public ones and the CUDA passes' knobs. */
+export interface TunedTrainOptions extends MaxsimTrainOptions {
   cudaTuning?: TrainCudaTuning;
 }
 
@@ -235,13 +244,17 @@ function addon(): TrainAddon {
   return (loadNative() as unknown as { train: TrainAddon }).train;
 }
 
-/** The CUDA training entry points on the addon's `cuda` object (native/binding/cuda_train_binding.cc). */
+/**
+ * The CUDA training entry points on the addon's `cuda` object (native/binding/cuda_train_binding.cc):
+ * each pass runs the plan chosen here (src/backends/cuda-train-plan.ts).
+ */
 interface CudaTrainAddon {
+  trainKernelInfo: TrainKernelInfo;
   trainForward(
     device: number,
     queries: TokenBatch,
     docs: TokenBatch,
-    options: { pairs: TrainPairs; stride: number; kernel: TrainKernel } & TrainCudaTuning,
+    options: { pairs: TrainPairs; stride: number; plan: TrainForwardPlan; profile?: boolean },
   ): Promise<{
     scores: Float32Array;
     argmax: Int32Array;
@@ -253,7 +266,7 @@ interface CudaTrainAddon {
     device: number,
     queries: TokenBatch | NativeTokenSet,
     docs: TokenBatch | NativeTokenSet,
-    options: { pairs: TrainPairs; stride: number; kernel: TrainKernel; keep: true } & TrainCudaTuning,
+    options: { pairs: TrainPairs; stride: number; plan: TrainForwardPlan; keep: true; profile?: boolean },
   ): Promise<{ scores: Float32Array; state: NativeTrainState; profileMs?: Record<string, number> }>;
   trainBackward(
     device: number,
@@ -261,13 +274,18 @@ interface CudaTrainAddon {
     docs: TokenBatch,
     argmax: Int32Array,
     gradScores: Float64Array,
-    options: { pairs: TrainPairs; stride: number; dDPath: TrainDDPath } & TrainCudaTuning,
+    options: { pairs: TrainPairs; stride: number; plan: TrainBackwardPlan; profile?: boolean },
   ): Promise<MaxsimGradients>;
   trainBackwardState(
     device: number,
     state: NativeTrainState,
     gradScores: Float64Array,
-    options: { retain: boolean; dDPath: TrainDDPath; outputDtype: GradientDtype } & TrainCudaTuning,
+    options: {
+      retain: boolean;
+      outputDtype: GradientDtype;
+      plan: TrainBackwardPlan;
+      profile?: boolean;
+    },
   ): Promise<{
     dQ: NativeTokenSet;
     dD: NativeTokenSet;
@@ -283,7 +301,11 @@ type NativeTrainState = { readonly __trainState: unique symbol };
 
 function cudaAddon(): CudaTrainAddon {
   const cuda = (loadNative() as unknown as { cuda: Partial<CudaTrainAddon> }).cuda;
-  if (typeof cuda.trainForward !== 'function' || typeof cuda.trainBackward !== 'function') {
+  if (
+    typeof cuda.trainForward !== 'function' ||
+    typeof cuda.trainBackward !== 'function' ||
+    typeof cuda.trainKernelInfo !== 'object'
+  ) {
     throw new BackendUnavailableError(
       'CUDA backend unavailable for training: the native addon has no CUDA training entry points (it predates them); run `npm rebuild maxsim`',
     );
@@ -298,8 +320,11 @@ function checkBackend(backend: unknown): boolean {
   throw new InvalidArgumentError('backend', "'auto', 'cpu' or 'cuda'", JSON.stringify(backend));
 }
 
-/** The CUDA device index to train on; BackendUnavailableError with the reason when CUDA cannot run. */
-function checkCudaDevice(device: unknown): number {
+/**
+ * The CUDA device index to train on and its compute capability (major); BackendUnavailableError with
+ * the reason when CUDA cannot run.
+ */
+function checkCudaDevice(device: unknown): { index: number; ccMajor: number } {
   const status = cudaStatus();
   if (!status.available) {
     throw new BackendUnavailableError(
@@ -311,7 +336,7 @@ function checkCudaDevice(device: unknown): number {
   if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= count) {
     throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(device));
   }
-  return index;
+  return { index, ccMajor: status.devices?.[index]?.computeCapability[0] ?? 0 };
 }
 
 function checkDDPath(path: unknown): TrainDDPath {
@@ -341,9 +366,13 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
   const chunk = t.csrChunk;
   if (
     chunk !== undefined &&
-    !(Number.isInteger(chunk) && (chunk === 0 || (chunk >= 32 && chunk <= 2147483647)))
+    !(Number.isInteger(chunk) && (chunk === 0 || (chunk >= CSR_CHUNK_MIN && chunk <= 2147483647)))
   ) {
-    throw new InvalidArgumentError('cudaTuning.csrChunk', '0 (automatic) or an integer >= 32', String(chunk));
+    throw new InvalidArgumentError(
+      'cudaTuning.csrChunk',
+      `0 (automatic) or an integer >= ${CSR_CHUNK_MIN}`,
+      String(chunk),
+    );
   }
   return {
     argmaxBits: t.argmaxBits,
@@ -403,6 +432,32 @@ function longestQuery(queries: TokenBatch): number {
   return m;
 }
 
+/** The longest item's tokens, from the lengths (as the addon reads a batch). */
+function longestItem(batch: TokenBatch): number {
+  let m = 0;
+  for (let i = 0; i < batch.count; i++) m = Math.max(m, batch.lengths[i]);
+  return m;
+}
+
+/** The shape the CUDA passes are planned for. */
+function trainShape(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  pairs: TrainPairs,
+  stride: number,
+): TrainShape {
+  return {
+    queryDtype: queries.dtype,
+    docDtype: docs.dtype,
+    dim: queries.dim,
+    queries: queries.count,
+    docs: docs.count,
+    pairs,
+    stride,
+    maxDocLength: isDeviceCorpus(docs) ? docs.maxLength : longestItem(docs),
+  } as TrainShape;
+}
+
 /**
  * Forward pass for training: scores plus the saved argmax, and the matching backward pass. With a
  * DeviceCorpus among the inputs it runs on that corpus's GPU and stays there (DeviceTrainResult).
@@ -427,9 +482,46 @@ export async function maxsimTrain(
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions = {},
 ): Promise<MaxsimTrainResult<GradientArray> | DeviceTrainResult> {
+  return train(queries, docs, options, undefined);
+}
+
+/**
+ * maxsimTrain with the CUDA passes' internal knobs (options.cudaTuning): for tests and benchmarks
+ * (maxsim/internal).
+ * @internal
+ */
+export async function maxsimTrainTuned(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options?: TunedTrainOptions & { outputDtype?: 'float32' },
+): Promise<MaxsimTrainResult>;
+export async function maxsimTrainTuned(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: TunedTrainOptions,
+): Promise<MaxsimTrainResult<GradientArray>>;
+export async function maxsimTrainTuned(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options?: TunedTrainOptions,
+): Promise<DeviceTrainResult>;
+export async function maxsimTrainTuned(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options: TunedTrainOptions = {},
+): Promise<MaxsimTrainResult<GradientArray> | DeviceTrainResult> {
+  return train(queries, docs, options, options.cudaTuning);
+}
+
+async function train(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options: MaxsimTrainOptions,
+  cudaTuning: unknown,
+): Promise<MaxsimTrainResult<GradientArray> | DeviceTrainResult> {
   const signal = checkSignal(options.signal);
   throwIfAborted(signal);
-  if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) return deviceTrain(queries, docs, options);
+  if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) return deviceTrain(queries, docs, options, cudaTuning);
   checkCompatible(queries, docs, 'queries', 'docs');
   checkFloatBatch('queries', queries);
   checkFloatBatch('docs', docs);
@@ -437,15 +529,30 @@ export async function maxsimTrain(
   checkDisjoint('docs', docs);
   const onGpu = checkBackend(options.backend);
   const threads = checkThreads(options.threads);
-  const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(queries, docs, options);
-  const device = onGpu ? checkCudaDevice(options.device) : 0;
+  const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(
+    queries,
+    docs,
+    options,
+    cudaTuning,
+  );
   const native: TrainNativeOptions = { pairs, stride: longestQuery(queries), threads };
+  // backend 'cuda': the device and the plans of both passes, decided before any work (no closure
+  // here may capture the batches: dispose() must let them go)
+  const gpu = onGpu
+    ? cudaPlans(options.device, trainShape(queries, docs, pairs, native.stride), kernel, dDPath, tuning)
+    : undefined;
+  const profile = tuning.profile ? { profile: true } : {};
   // the native passes cannot stop early: an abort rejects at once and drops their result
   const forward: { scores: Float32Array; argmax: Int32Array; profileMs?: Record<string, number> } =
     await untilAborted(
       signal,
-      onGpu
-        ? cudaAddon().trainForward(device, queries, docs, { pairs, stride: native.stride, kernel, ...tuning })
+      gpu
+        ? gpu.cuda.trainForward(gpu.device, queries, docs, {
+            pairs,
+            stride: native.stride,
+            plan: gpu.forward,
+            ...profile,
+          })
         : addon().forwardAsync(queries, docs, native),
     );
   const { scores, profileMs } = forward;
@@ -494,12 +601,12 @@ export async function maxsimTrain(
       const g = Float64Array.from(gradScores);
       const grads = await untilAborted(
         signal,
-        onGpu
-          ? cudaAddon().trainBackward(device, q, d, argmax, g, {
+        gpu
+          ? gpu.cuda.trainBackward(gpu.device, q, d, argmax, g, {
               pairs,
               stride: native.stride,
-              dDPath,
-              ...tuning,
+              plan: gpu.backward,
+              ...profile,
             })
           : addon().backwardAsync(q, d, argmax, g, native),
       );
@@ -512,6 +619,24 @@ export async function maxsimTrain(
     },
   };
   return result;
+}
+
+/** The device, the addon and the plans of both passes of a host-array training call on the GPU. */
+function cudaPlans(
+  device: unknown,
+  shape: TrainShape,
+  kernel: TrainKernel,
+  dDPath: TrainDDPath,
+  tuning: TrainCudaTuning,
+) {
+  const { index, ccMajor } = checkCudaDevice(device);
+  const cuda = cudaAddon();
+  return {
+    device: index,
+    cuda,
+    forward: planForward(shape, kernel, tuning, ccMajor, cuda.trainKernelInfo),
+    backward: planBackward(dDPath, tuning, shape.maxDocLength),
+  };
 }
 
 /** An upstream gradient: one float per score. */
@@ -529,6 +654,7 @@ function checkTrainOptions(
   queries: { count: number },
   docs: { count: number },
   options: MaxsimTrainOptions,
+  cudaTuning: unknown,
 ): {
   dDPath: TrainDDPath;
   kernel: TrainKernel;
@@ -538,7 +664,7 @@ function checkTrainOptions(
 } {
   const dDPath = checkDDPath(options.dDPath);
   const kernel = checkTrainKernel(options.trainKernel);
-  const tuning = checkTuning(options.cudaTuning);
+  const tuning = checkTuning(cudaTuning);
   const pairs = options.pairs ?? 'all';
   if (pairs !== 'all' && pairs !== 'diagonal') {
     throw new InvalidArgumentError('pairs', "'all' or 'diagonal'", JSON.stringify(pairs));
@@ -581,6 +707,7 @@ async function deviceTrain(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions,
+  cudaTuning: unknown,
 ): Promise<DeviceTrainResult> {
   const like = (isDeviceCorpus(queries) ? queries : docs) as DeviceCorpus;
   checkDeviceSide('queries', queries);
@@ -612,17 +739,25 @@ async function deviceTrain(
       `${device} (the device of the inputs) or undefined`,
       String(options.device),
     );
-  checkCudaDevice(device);
-  const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(queries, docs, options);
+  const { ccMajor } = checkCudaDevice(device);
+  const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(
+    queries,
+    docs,
+    options,
+    cudaTuning,
+  );
   const stride = isDeviceCorpus(queries) ? queries.maxLength : longestQuery(queries);
   const native = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
   const addon = cudaAddon();
+  const shape = trainShape(queries, docs, pairs, stride);
+  const backwardPlan = planBackward(dDPath, tuning, shape.maxDocLength);
+  const profile = tuning.profile ? { profile: true } : {};
   const fwd = await addon.trainForward(device, native(queries), native(docs), {
     pairs,
     stride,
-    kernel,
+    plan: planForward(shape, kernel, tuning, ccMajor, addon.trainKernelInfo),
     keep: true,
-    ...tuning,
+    ...profile,
   });
   const { scores, state } = fwd;
   let released = false;
@@ -656,9 +791,9 @@ async function deviceTrain(
       // The native call drops the handle's reference when not retaining; the job keeps the state alive.
       const job = addon.trainBackwardState(device, state, Float64Array.from(gradScores), {
         retain,
-        dDPath,
         outputDtype,
-        ...tuning,
+        plan: backwardPlan,
+        ...profile,
       });
       if (!retain) released = true;
       const r = await job;

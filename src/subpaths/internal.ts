@@ -3,7 +3,17 @@
 
 export { type CpuInfo, type CpuIsa, type CpuOptions, cpuInfo } from '../backends/cpu.js';
 export { isDeviceCorpus } from '../backends/cuda.js';
+export { type SelectPlacement, setSelectPlacement } from '../backends/cuda-select-placement.js';
 export { balancedCuts, isShardedCorpus } from '../backends/cuda-sharded.js';
+export {
+  AUTO_ATOMIC_DISTINCT,
+  CSR_CHUNK,
+  planBackward,
+  planForward,
+  type TrainBackwardPlan,
+  type TrainForwardPlan,
+  type TrainKernelInfo,
+} from '../backends/cuda-train-plan.js';
 export { cudaUnavailableReason } from '../backends/select.js';
 export type { ChamferIsa, PointClouds } from '../ops/chamfer.js';
 export { rankRows } from '../ops/maxsim.js';
@@ -16,6 +26,7 @@ export {
   type RoundTripError,
   roundTripError,
 } from '../ops/quantize.js';
+export { maxsimTrainTuned, type TrainCudaTuning, type TunedTrainOptions } from '../ops/train.js';
 export {
   batchItem,
   bf16BitsToFloat,

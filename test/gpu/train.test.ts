@@ -18,6 +18,7 @@ import {
   contrastiveStep,
   type MaxsimTrainResult,
   maxsimTrain,
+  maxsimTrainTuned,
   type TrainCudaTuning,
   type TrainDDPath,
   type TrainKernel,
@@ -592,7 +593,12 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     const check = async (queries: TokenBatch, docs: TokenBatch, pairs: TrainPairs, context: string) => {
       // one document block and one query block: the CSR of the first version
       const whole = { docBlock: docs.count, queryBlock: queries.count };
-      const base = await maxsimTrain(queries, docs, { pairs, backend: 'cuda', device, cudaTuning: whole });
+      const base = await maxsimTrainTuned(queries, docs, {
+        pairs,
+        backend: 'cuda',
+        device,
+        cudaTuning: whole,
+      });
       const g = Float64Array.from(randomFloats(base.scores.length, rand));
       g[0] = 0; // a pair without gradient is skipped by every walk
       const ref = await base.backward(g);
@@ -601,7 +607,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
       assertGradClose(ref.dQ, expected.dQ, `${context} dQ vs reference`);
       assertGradClose(ref.dD, expected.dD, `${context} dD vs reference`);
       for (const cudaTuning of tunings) {
-        const t = await maxsimTrain(queries, docs, { pairs, backend: 'cuda', device, cudaTuning });
+        const t = await maxsimTrainTuned(queries, docs, { pairs, backend: 'cuda', device, cudaTuning });
         assert.deepEqual(t.argmax, base.argmax, `${context} ${JSON.stringify(cudaTuning)}: argmax`);
         const got = await t.backward(g);
         const tag = `${context} ${JSON.stringify(cudaTuning)}`;
@@ -632,7 +638,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     const docs = randomRagged([100, 0, 7, 300], 16, 'float16', rand);
     const g = Float64Array.from(randomFloats(16, rand));
     const run = async (argmaxBits: 16 | 32, dDPath: TrainDDPath) => {
-      const t = await maxsimTrain(queries, docs, {
+      const t = await maxsimTrainTuned(queries, docs, {
         backend: 'cuda',
         device,
         dDPath,
@@ -668,8 +674,11 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
       'some argmax entries must be past 32767',
     );
     await assert.rejects(
-      maxsimTrain(q, longDocs, { backend: 'cuda', device, cudaTuning: { argmaxBits: 16 } }),
-      /argmaxBits 16/,
+      maxsimTrainTuned(q, longDocs, { backend: 'cuda', device, cudaTuning: { argmaxBits: 16 } }),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError &&
+        e.argument === 'cudaTuning.argmaxBits' &&
+        /16 with a document of 33000/.test(e.message),
     );
   });
 
@@ -683,7 +692,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
         const d = pairs === 'all' ? docs : randomRagged([5, 70, 0, 64, 2, 129], 64, dtype, rand);
         const base = await maxsimTrain(queries, d, { pairs, backend: 'cuda', device });
         for (const forwardGrid of [1, 2, 5]) {
-          const t = await maxsimTrain(queries, d, {
+          const t = await maxsimTrainTuned(queries, d, {
             pairs,
             backend: 'cuda',
             device,
@@ -703,7 +712,11 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     const docs = randomRagged([50, 0, 100, 7], 32, 'float16', rand);
     const g = Float64Array.from(randomFloats(12, rand));
     const plain = await maxsimTrain(queries, docs, { backend: 'cuda', device });
-    const prof = await maxsimTrain(queries, docs, { backend: 'cuda', device, cudaTuning: { profile: true } });
+    const prof = await maxsimTrainTuned(queries, docs, {
+      backend: 'cuda',
+      device,
+      cudaTuning: { profile: true },
+    });
     assert.equal(plain.profileMs, undefined);
     assert.deepEqual(Object.keys(prof.profileMs ?? {}).sort(), [
       'download',
@@ -786,7 +799,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
       let unsplit: Float32Array | undefined;
       for (const csrChunk of [2 ** 30, 32, 33, 100, 0]) {
         const cudaTuning: TrainCudaTuning = { csrChunk };
-        const t = await maxsimTrain(queries, docs, { pairs, backend: 'cuda', device, cudaTuning });
+        const t = await maxsimTrainTuned(queries, docs, { pairs, backend: 'cuda', device, cudaTuning });
         g ??= Float64Array.from(randomFloats(t.scores.length, rand));
         const grads = await t.backward(g);
         assert.equal(grads.dDPath, 'csr');
@@ -800,7 +813,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
         const again = await t.backward(g);
         assert.ok(bitsEqual(again.dD, grads.dD), `${tag}: dD differs on repeat`);
         // the blocking never moves a chunk boundary (chunks start at each row's first source)
-        const blocked = await maxsimTrain(queries, docs, {
+        const blocked = await maxsimTrainTuned(queries, docs, {
           pairs,
           backend: 'cuda',
           device,
@@ -822,7 +835,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     const atomic = await t.backward(g);
     assert.equal(atomic.dDPath, 'atomic');
     const split = await (
-      await maxsimTrain(c.queries, c.docs, { backend: 'cuda', device, cudaTuning: { csrChunk: 32 } })
+      await maxsimTrainTuned(c.queries, c.docs, { backend: 'cuda', device, cudaTuning: { csrChunk: 32 } })
     ).backward(g);
     const expected = referenceBackward(c.queries, c.docs, t.argmax, t.argmaxStride, g, 'all');
     assertGradClose(split.dD, expected.dD, 'split csr vs reference');

@@ -17,7 +17,7 @@
 // every buffer 16-byte aligned: the backward's dim % 4 == 0 paths and scan_down use vector accesses):
 //   maxsim_train_fwd_mma_{f16,bf16}  (queries and documents both of that type; dim % 8 == 0,
 //       8 <= dim <= 128; sm_80+) block (128,1,1), grid (min(num_pairs, 2^20),1,1), dynamic smem
-//       kMmaSmem = 52224 bytes (above the default 48 KiB: the limit must be raised). One CTA per pair
+//       MAXSIM_TRAIN_FWD_MMA_SMEM bytes (maxsim_train_params.h; above 48 KiB: the limit is raised). One CTA per pair
 //       (blocks stride over pairs); same outputs as maxsim_train_fwd_* below. Token arrays 16-byte aligned.
 //   maxsim_train_fwd_{f32,f16,bf16}  (element type of the documents; queries: params.query_dtype)
 //       block (128,1,1), grid (min(num_pairs, 2^20),1,1): blocks stride over pairs. Per pair: warps
@@ -178,7 +178,9 @@ constexpr int kStage = kTN * kRS;
 constexpr int kNKS = kKD / 16;
 constexpr int kCPR = kKD / 8;  // 16-byte chunks per row
 constexpr int kMmaSmem = kStages * kStage * 2;  // 52224 bytes (dynamic)
-static_assert(kMmaSmem == 52224, "update the binding's dynamic smem for maxsim_train_fwd_mma_*");
+static_assert(kMmaSmem == MAXSIM_TRAIN_FWD_MMA_SMEM && kMmaThreads == MAXSIM_TRAIN_FWD_THREADS &&
+                  kKD == MAXSIM_TRAIN_MMA_MAX_DIM,
+              "maxsim_train_params.h states the mma forward's launch: keep it equal to the kernel");
 
 template <typename T>
 __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
@@ -429,6 +431,8 @@ constexpr int kScalarUnroll = 2;   // fallback rows in flight per lane (divides 
 constexpr int kDqWarps = 8;        // query tokens per dQ block
 constexpr int kScanThreads = 1024;
 constexpr int kScanTile = 4 * kScanThreads;  // counts per scan block (4 consecutive per thread)
+static_assert(kChunk == MAXSIM_TRAIN_PARTIAL_COLS && kScanTile == MAXSIM_TRAIN_SCAN_TILE,
+              "maxsim_train_params.h states the dD passes' column slice and scan tile: keep them equal");
 
 // Fallback: adds the sources held by lanes [0, n) (n uniform, <= 32), in lane order: off = element
 // offset of the source row (-1: skip), g = its weight. Rows have element type T; acc[m] is column

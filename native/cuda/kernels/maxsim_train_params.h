@@ -9,6 +9,20 @@
 #pragma once
 #include <stdint.h>
 
+// Launch constants the kernels are written for, stated once: the training engine (native/cuda/
+// train_engine.cc) checks plans against them and the addon hands them to the TypeScript planner
+// (cuda.trainKernelInfo, src/backends/cuda-train-plan.ts); maxsim_train.cu static_asserts its own.
+// maxsim_train_fwd_mma_*: block size, dynamic shared memory (3 stages of 64 rows x (128 + 8) halves,
+// above the default 48 KiB), and where it applies: dim a multiple of 8 up to 128, sm_80 or newer.
+#define MAXSIM_TRAIN_FWD_THREADS 128
+#define MAXSIM_TRAIN_FWD_MMA_SMEM 52224
+#define MAXSIM_TRAIN_MMA_DIM_MULTIPLE 8
+#define MAXSIM_TRAIN_MMA_MAX_DIM 128
+#define MAXSIM_TRAIN_MMA_MIN_CC 8
+// Columns per pass of the split-row dD passes (kChunk) and counts per scan block (kScanTile).
+#define MAXSIM_TRAIN_PARTIAL_COLS 128
+#define MAXSIM_TRAIN_SCAN_TILE 4096
+
 // Element types, as the token sets use them (DType in native/binding/token_set.h).
 enum : int32_t { kTrainF32 = 0, kTrainF16 = 1, kTrainBF16 = 2 };
 

@@ -1,0 +1,139 @@
+// MaxSim training on the GPU (kernels: kernels/maxsim_train.cu): the argmax forward and the backward
+// pass over plain structs, run on the device's worker thread. No Node-API here: the binding
+// (native/binding/cuda_train_binding.cc) unpacks the arguments into a Problem and a plan, runs a job
+// and wraps the results.
+//
+// TypeScript decides the plan (src/backends/cuda-train-plan.ts): the forward kernel, its shared
+// memory and grid, the argmax width, the dD method and the CSR budget. This side checks that a plan
+// is one the kernels can run (CheckForwardPlan / CheckBackwardPlan) and executes it; the launch
+// constants the plan must match come from kernels/maxsim_train_params.h, which the kernels share.
+//
+// Device memory beyond the inputs and their fp32 gradients:
+//   forward:  scores [P] f32, argmax [P * stride] int16 or int32, best[] one stride-long f32 stripe per
+//             CTA (grid x stride: the plan's grid bounds it).
+//   backward: argmax as above, gradScores [P] f64, and the CSR of ONE document block at a time:
+//             counts + offsets [cells] u32 (cells <= plan.cell_cap), sources u32 (<= plan.source_cap
+//             entries), and for split rows fp64 partials (2 * sources / csr_chunk + 1) x 128, a chunk
+//             -> row map and per-row chunk offsets (u32).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../binding/token_set.h"
+#include "kernels/maxsim_train_params.h"
+#include "runtime.h"
+
+namespace maxsim_cuda::train {
+
+// Each side (queries, docs) is a host batch, uploaded by every job, or a device-resident set (q_dev /
+// d_dev): then q / d hold its metadata only (no data, no starts) and the lengths, which the planning
+// of the CSR blocks reads, come from the device on the worker thread (q_len / d_len, see Materialize).
+struct Problem {
+  TokenSet q, d;
+  std::shared_ptr<DeviceTokens> q_dev, d_dev;
+  std::vector<int32_t> q_len, d_len;
+  int32_t pairs = 0;  // 0 all, 1 diagonal
+  int64_t stride = 0;
+  int64_t num_pairs = 0;
+  // Points the device-resident sides' lengths at q_len / d_len (after a copy or a move).
+  void Rebind() {
+    if (q_dev) q.lengths = q_len.data();
+    if (d_dev) d.lengths = d_len.data();
+  }
+};
+
+// The forward as TypeScript planned it.
+enum class FwdKernel { kSimt, kMma };
+struct ForwardPlan {
+  FwdKernel kernel = FwdKernel::kSimt;
+  uint32_t threads = 0;  // block size: MAXSIM_TRAIN_FWD_THREADS
+  uint32_t smem = 0;     // dynamic shared memory: MAXSIM_TRAIN_FWD_MMA_SMEM for mma, 0 for simt
+  int64_t grid = 0;      // CTAs, each striding over pairs: 1 .. min(num_pairs, kMaxGrid) (0 without pairs)
+  bool argmax16 = true;  // argmax stored as int16 (every document shorter than 32768 tokens)
+};
+
+// The backward as TypeScript planned it.
+enum class DDPath { kCsr, kAtomic, kAuto };
+struct BackwardPlan {
+  DDPath dd = DDPath::kCsr;
+  // 'auto': the atomic scatter when the first CSR block's rows with sources are at least this
+  // fraction of its sources (measured on the device), the CSR otherwise.
+  double auto_atomic_distinct = 0;
+  int64_t csr_chunk = 0;    // sources per chunk of a split dD row (> 0)
+  int64_t doc_block = 0;    // documents per CSR block at most (0: no bound beyond the caps)
+  int64_t query_block = 0;  // queries per CSR cell (0: from walk_warps and cell_cap)
+  int64_t walk_warps = 0;   // warps the count / place kernels should have per block (query_block 0)
+  int64_t source_cap = 0;   // CSR sources per document block (a single document may exceed it)
+  int64_t cell_cap = 0;     // CSR cells per document block
+  bool argmax16 = true;     // host argmax arrays: uploaded as int16 (ignored for a device state)
+};
+
+// The grid limit of every 1-D launch here: blocks stride over the work beyond it.
+constexpr int64_t kMaxGrid = int64_t(1) << 20;
+
+// Throws std::invalid_argument naming the plan field when a plan is malformed (checks that need no
+// problem and no device), or, with a problem and the device's compute capability, when the kernels
+// cannot run it on that problem.
+void CheckForwardPlan(const ForwardPlan& plan);
+void CheckForwardPlan(const ForwardPlan& plan, const Problem& a, int cc_major);
+void CheckBackwardPlan(const BackwardPlan& plan);
+void CheckBackwardPlan(const BackwardPlan& plan, const Problem& a);
+
+// What a device-resident forward keeps on the device for its backward: both operands and the argmax.
+// Its memory goes back to the allocator, on the worker thread, when the last holder lets go.
+struct TrainState {
+  Runtime* rt = nullptr;
+  Problem a;  // both sides device-resident (q_dev / d_dev), lengths on the host
+  bool argmax16 = true;
+  cu::CUdeviceptr argmax = 0;
+  TrainState() = default;
+  TrainState(const TrainState&) = delete;
+  TrainState& operator=(const TrainState&) = delete;
+  ~TrainState();
+};
+
+// Milliseconds per phase (host phases: wall time; kernels: CUDA events), when profiling.
+using Phases = std::vector<std::pair<std::string, double>>;
+
+struct ForwardJob {
+  Problem a;
+  ForwardPlan plan;
+  bool keep = false;          // device-resident: the argmax and the operands stay on the device (state)
+  bool profile = false;
+  float* scores_out = nullptr;   // [num_pairs]
+  int32_t* argmax_out = nullptr; // [num_pairs * stride] (not with keep)
+  // out
+  std::shared_ptr<TrainState> state;  // with keep
+  Phases phases;
+};
+
+struct BackwardJob {
+  Problem a;  // host batches, or the state's problem (a copy) for a device-resident backward
+  BackwardPlan plan;
+  bool profile = false;
+  // Host: the argmax [num_pairs * stride] (checked while it is uploaded) and the gradient outputs
+  // (zero-filled, in the batches' own layouts).
+  const int32_t* argmax_in = nullptr;
+  float* dq_out = nullptr;
+  float* dd_out = nullptr;
+  const double* grad_in = nullptr;  // [num_pairs]
+  // Device-resident: the forward's state; dQ / dD become device sets, float32 or (input_dtype) each
+  // in its input's dtype.
+  std::shared_ptr<TrainState> state;
+  bool input_dtype = false;
+  // out
+  std::shared_ptr<DeviceTokens> dq_set, dd_set;
+  bool ran_atomic = false;
+  Phases phases;
+};
+
+// Worker thread.
+void RunForward(Runtime* rt, ForwardJob& job);
+void RunBackward(Runtime* rt, BackwardJob& job);
+// The saved argmax of a state, widened to int32 into out [num_pairs * stride].
+void DownloadStateArgmax(Runtime* rt, const TrainState& state, int32_t* out);
+
+}  // namespace maxsim_cuda::train

@@ -1,0 +1,188 @@
+// The plan of the CUDA training passes, decided here once per call and passed down: which forward
+// kernel runs with which shared memory and grid, how the argmax is stored, how dD is built and how
+// the CSR is cut into blocks. The native engine (native/cuda/train_engine.cc) checks that a plan is
+// one its kernels can run and executes it; it decides nothing.
+//
+// The launch constants a plan must match (the forward's block size and dynamic shared memory, where
+// the tensor-core forward applies, the grid limit) are stated once, in
+// native/cuda/kernels/maxsim_train_params.h, and reach this file through the addon
+// (cuda.trainKernelInfo). The policy numbers below (scratch budgets, the dD heuristic's threshold,
+// the CSR chunk) are stated here only.
+//
+// Device memory beyond the inputs and their fp32 gradients:
+//   forward:  scores [P] f32, argmax [P * stride] int16 (int32 when a document has >= 32768 tokens),
+//             best[] one stride-long f32 stripe per CTA (<= FWD_SCRATCH_BYTES, not per pair).
+//   backward: argmax as above, gradScores [P] f64, and the CSR of ONE document block at a time:
+//             counts + offsets [cells] u32 (cells <= CELL_CAP), sources u32 (<= SOURCE_CAP entries),
+//             and for split rows fp64 partials (2 * sources / csrChunk + 1) x 128 (<= 64 MB at the
+//             default chunk), a chunk -> row map and per-row chunk offsets (u32).
+// ColPali shape B = 256 (P = 65,536, stride 1,024): argmax 134 MB + CSR <= 32 + 32 + 64 MB.
+
+import { InvalidArgumentError } from '../errors.js';
+import type { DType } from '../tensor.js';
+
+/** The launch constants of native/cuda/kernels/maxsim_train_params.h, as the addon reports them. */
+export interface TrainKernelInfo {
+  readonly fwdThreads: number;
+  readonly fwdMmaSmem: number;
+  readonly mmaDimMultiple: number;
+  readonly mmaMaxDim: number;
+  readonly mmaMinCc: number;
+  readonly maxGrid: number;
+}
+
+/** 'auto' picks the tensor-core forward where it applies; 'mma' and 'simt' force one. */
+export type TrainKernelChoice = 'auto' | 'mma' | 'simt';
+export type TrainDDChoice = 'csr' | 'atomic' | 'auto';
+
+/** The internal knobs a plan takes (see TrainCudaTuning in src/ops/train.ts). */
+export interface TrainPlanTuning {
+  argmaxBits?: 0 | 16 | 32;
+  docBlock?: number;
+  queryBlock?: number;
+  forwardGrid?: number;
+  csrChunk?: number;
+}
+
+export interface TrainForwardPlan {
+  kernel: 'mma' | 'simt';
+  threads: number;
+  /** Dynamic shared memory, bytes (the mma forward's, 0 for simt). */
+  smem: number;
+  /** CTAs, each striding over pairs (0 without pairs). */
+  grid: number;
+  /** argmax entries stored as int16 on the device (every document shorter than 32768 tokens). */
+  argmax16: boolean;
+}
+
+export interface TrainBackwardPlan {
+  dD: TrainDDChoice;
+  /** dD 'auto': the atomic scatter when the first CSR block's rows with sources / its sources >= this. */
+  autoAtomicDistinct: number;
+  csrChunk: number;
+  docBlock: number;
+  queryBlock: number;
+  walkWarps: number;
+  sourceCap: number;
+  cellCap: number;
+  argmax16: boolean;
+}
+
+/** The forward's best[] stripes take at most this (at least 1024 CTAs, ~8 per SM, so the GPU stays full). */
+export const FWD_SCRATCH_BYTES = 64 * 2 ** 20;
+const FWD_MIN_GRID = 1024;
+/**
+ * Rows of dD with more than csrChunk sources (hot document tokens) are split: chunks of csrChunk
+ * sources, one warp each, fp64 partial sums added in chunk order. Chunks of a block <= 2 * sources /
+ * chunk, so partials <= 2 * SOURCE_CAP / CSR_CHUNK * 128 * 8 bytes = 64 MB. Tests may lower the chunk
+ * to CSR_CHUNK_MIN (scratch <= 1 GB at the source cap).
+ */
+export const CSR_CHUNK = 512;
+export const CSR_CHUNK_MIN = 32;
+/** CSR budget per document block: sources (u32 argmax slot indices, 64 MB) and cells (u32 counts and offsets, 32 MB each). */
+export const SOURCE_CAP = 2 ** 24;
+export const CELL_CAP = 2 ** 23;
+/** Warps the count / place kernels should have per block: (documents in the block) x (query blocks). */
+export const WALK_WARPS = 8192;
+/**
+ * dD 'auto' runs the atomic scatter when the rows with sources are at least this fraction of the
+ * sources (about 2 or fewer sources per touched row: little to reduce, so the CSR's passes are pure
+ * overhead). A first guess, to be calibrated on the H200 with bench/train-contention.ts.
+ */
+export const AUTO_ATOMIC_DISTINCT = 0.5;
+/** argmax entries fit int16 (-1 .. 32766) when every document is shorter than this. */
+const ARGMAX16_DOC_LIMIT = 2 ** 15;
+
+export interface TrainShape {
+  queryDtype: DType;
+  docDtype: DType;
+  dim: number;
+  queries: number;
+  docs: number;
+  pairs: 'all' | 'diagonal';
+  /** argmax slots per pair (>= the longest query). */
+  stride: number;
+  /** The longest document, tokens. */
+  maxDocLength: number;
+}
+
+/** Whether the tensor-core forward applies: fp16 / bf16 on both sides, one dtype, dim and device within its range. */
+export function mmaForwardApplies(shape: TrainShape, ccMajor: number, info: TrainKernelInfo): boolean {
+  const half = shape.docDtype === 'float16' || shape.docDtype === 'bfloat16';
+  return (
+    half &&
+    shape.queryDtype === shape.docDtype &&
+    shape.dim % info.mmaDimMultiple === 0 &&
+    shape.dim >= info.mmaDimMultiple &&
+    shape.dim <= info.mmaMaxDim &&
+    ccMajor >= info.mmaMinCc
+  );
+}
+
+/** int16 argmax entries unless a document is too long for them or argmaxBits says 32. */
+export function planArgmax16(maxDocLength: number, argmaxBits: 0 | 16 | 32 | undefined): boolean {
+  const fits = maxDocLength < ARGMAX16_DOC_LIMIT;
+  if (argmaxBits === 32) return false;
+  if (argmaxBits === 16 && !fits) {
+    throw new InvalidArgumentError(
+      'cudaTuning.argmaxBits',
+      `0 or 32 (int16 entries need documents shorter than ${ARGMAX16_DOC_LIMIT} tokens)`,
+      `16 with a document of ${maxDocLength} tokens`,
+    );
+  }
+  return fits;
+}
+
+export function numPairs(shape: TrainShape): number {
+  return shape.pairs === 'all' ? shape.queries * shape.docs : shape.queries;
+}
+
+export function planForward(
+  shape: TrainShape,
+  kernel: TrainKernelChoice,
+  tuning: TrainPlanTuning,
+  ccMajor: number,
+  info: TrainKernelInfo,
+): TrainForwardPlan {
+  const applies = mmaForwardApplies(shape, ccMajor, info);
+  if (kernel === 'mma' && !applies) {
+    throw new InvalidArgumentError(
+      'trainKernel',
+      `'auto' or 'simt' (trainKernel 'mma' needs float16 or bfloat16 queries and docs of one dtype, dim a multiple of ${info.mmaDimMultiple} up to ${info.mmaMaxDim}, compute capability >= ${info.mmaMinCc}.0)`,
+      `'mma' with ${shape.queryDtype} queries, ${shape.docDtype} docs, dim ${shape.dim}, compute capability ${ccMajor}`,
+    );
+  }
+  const mma = kernel !== 'simt' && applies;
+  const pairs = numPairs(shape);
+  const perCta = Math.max(shape.stride, 1) * 4; // one float per argmax slot
+  let grid = 0;
+  if (pairs > 0) {
+    grid = Math.min(pairs, info.maxGrid, Math.max(FWD_MIN_GRID, Math.floor(FWD_SCRATCH_BYTES / perCta)));
+    if (tuning.forwardGrid) grid = Math.min(grid, tuning.forwardGrid);
+  }
+  return {
+    kernel: mma ? 'mma' : 'simt',
+    threads: info.fwdThreads,
+    smem: mma ? info.fwdMmaSmem : 0,
+    grid,
+    argmax16: planArgmax16(shape.maxDocLength, tuning.argmaxBits),
+  };
+}
+
+export function planBackward(
+  dD: TrainDDChoice,
+  tuning: TrainPlanTuning,
+  maxDocLength: number,
+): TrainBackwardPlan {
+  return {
+    dD,
+    autoAtomicDistinct: AUTO_ATOMIC_DISTINCT,
+    csrChunk: tuning.csrChunk || CSR_CHUNK,
+    docBlock: tuning.docBlock ?? 0,
+    queryBlock: tuning.queryBlock ?? 0,
+    walkWarps: WALK_WARPS,
+    sourceCap: SOURCE_CAP,
+    cellCap: CELL_CAP,
+    argmax16: planArgmax16(maxDocLength, tuning.argmaxBits),
+  };
+}

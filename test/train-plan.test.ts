@@ -1,0 +1,278 @@
+// The CUDA training plan (src/backends/cuda-train-plan.ts): what TypeScript chooses for given shapes,
+// and the native side's refusal of a malformed plan (cuda_train_binding.cc / train_engine.cc), which
+// happens before any device is touched, so both run without a GPU. The launch constants come from the
+// addon (cuda.trainKernelInfo, stated once in native/cuda/kernels/maxsim_train_params.h).
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
+import {
+  AUTO_ATOMIC_DISTINCT,
+  CELL_CAP,
+  CSR_CHUNK,
+  FWD_SCRATCH_BYTES,
+  planBackward,
+  planForward,
+  SOURCE_CAP,
+  type TrainBackwardPlan,
+  type TrainForwardPlan,
+  type TrainKernelInfo,
+  type TrainShape,
+  WALK_WARPS,
+} from '../src/backends/cuda-train-plan.js';
+import { InvalidArgumentError } from '../src/errors.js';
+import { loadNative } from '../src/native.js';
+import { denseBatch, encodeFloats, type TokenBatch } from '../src/tensor.js';
+
+type CudaTrainEntries = {
+  trainKernelInfo: TrainKernelInfo;
+  trainForward(device: number, q: TokenBatch, d: TokenBatch, options: object): Promise<unknown>;
+  trainBackward(
+    device: number,
+    q: TokenBatch,
+    d: TokenBatch,
+    argmax: Int32Array,
+    grad: Float64Array,
+    options: object,
+  ): Promise<unknown>;
+  trainBackwardState(device: number, state: unknown, grad: Float64Array, options: object): Promise<unknown>;
+  status(): { available: boolean };
+};
+const cuda = (loadNative() as unknown as { cuda: CudaTrainEntries }).cuda;
+const info = cuda.trainKernelInfo;
+
+const shape = (over: Partial<TrainShape> = {}): TrainShape => ({
+  queryDtype: 'float16',
+  docDtype: 'float16',
+  dim: 128,
+  queries: 3,
+  docs: 4,
+  pairs: 'all',
+  stride: 32,
+  maxDocLength: 300,
+  ...over,
+});
+
+describe('CUDA training plan (TypeScript decides)', () => {
+  test('the addon reports the launch constants the plan must match', () => {
+    for (const key of [
+      'fwdThreads',
+      'fwdMmaSmem',
+      'mmaDimMultiple',
+      'mmaMaxDim',
+      'mmaMinCc',
+      'maxGrid',
+    ] as const) {
+      assert.ok(Number.isInteger(info[key]) && info[key] > 0, `trainKernelInfo.${key} = ${info[key]}`);
+    }
+    assert.ok(info.fwdMmaSmem > 48 * 1024, 'the mma forward needs more than the default 48 KiB');
+    assert.ok(Object.isFrozen(info));
+  });
+
+  test('forward kernel: the tensor-core forward exactly where it applies', () => {
+    const mma = planForward(shape(), 'auto', {}, 9, info);
+    assert.deepEqual(mma, {
+      kernel: 'mma',
+      threads: info.fwdThreads,
+      smem: info.fwdMmaSmem,
+      grid: 12,
+      argmax16: true,
+    });
+    assert.equal(
+      planForward(shape({ queryDtype: 'bfloat16', docDtype: 'bfloat16' }), 'auto', {}, 8, info).kernel,
+      'mma',
+    );
+    assert.equal(planForward(shape({ dim: info.mmaDimMultiple }), 'auto', {}, 9, info).kernel, 'mma');
+    const simtShapes: [string, TrainShape, number][] = [
+      ['float32', shape({ queryDtype: 'float32', docDtype: 'float32' }), 9],
+      ['mixed dtypes', shape({ queryDtype: 'bfloat16', docDtype: 'float16' }), 9],
+      ['float32 queries', shape({ queryDtype: 'float32' }), 9],
+      ['dim past the max', shape({ dim: info.mmaMaxDim + info.mmaDimMultiple }), 9],
+      ['dim not a multiple', shape({ dim: info.mmaDimMultiple + 4 }), 9],
+      ['dim below the multiple', shape({ dim: 4 }), 9],
+      ['old device', shape(), info.mmaMinCc - 1],
+    ];
+    for (const [name, s, cc] of simtShapes) {
+      const p = planForward(s, 'auto', {}, cc, info);
+      assert.equal(p.kernel, 'simt', name);
+      assert.equal(p.smem, 0, `${name}: the CUDA-core forward takes no dynamic shared memory`);
+      assert.equal(p.threads, info.fwdThreads);
+      assert.throws(
+        () => planForward(s, 'mma', {}, cc, info),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError && e.argument === 'trainKernel' && /'mma' with/.test(e.message),
+        name,
+      );
+    }
+    assert.equal(planForward(shape(), 'simt', {}, 9, info).kernel, 'simt');
+    assert.equal(planForward(shape(), 'mma', {}, 9, info).kernel, 'mma');
+  });
+
+  test('forward grid: the pairs, capped by the scratch budget (at least 1024 CTAs), the grid limit and forwardGrid', () => {
+    const grid = (s: Partial<TrainShape>, forwardGrid?: number) =>
+      planForward(shape(s), 'auto', { forwardGrid }, 9, info).grid;
+    assert.equal(grid({ queries: 0 }), 0);
+    assert.equal(grid({ docs: 0 }), 0);
+    assert.equal(grid({ queries: 5, docs: 5, pairs: 'diagonal' }), 5);
+    assert.equal(grid({ queries: 256, docs: 256, stride: 1024 }), FWD_SCRATCH_BYTES / (1024 * 4));
+    assert.equal(grid({ queries: 256, docs: 256, stride: 100_000 }), 1024);
+    assert.equal(grid({ queries: 256, docs: 256, stride: 0 }), 256 * 256);
+    assert.equal(grid({ queries: 4096, docs: 4096, stride: 1 }), info.maxGrid);
+    assert.equal(grid({ queries: 256, docs: 256 }, 5), 5);
+    assert.equal(grid({ queries: 2, docs: 2 }, 5), 4);
+    assert.equal(grid({ queries: 2, docs: 2 }, 0), 4, 'forwardGrid 0 is automatic');
+  });
+
+  test('argmax width: int16 while every document is shorter than 32768 tokens, else int32; argmaxBits forces', () => {
+    const bits = (maxDocLength: number, argmaxBits?: 0 | 16 | 32) =>
+      planForward(shape({ maxDocLength }), 'auto', { argmaxBits }, 9, info).argmax16;
+    assert.equal(bits(0), true);
+    assert.equal(bits(32767), true);
+    assert.equal(bits(32768), false);
+    assert.equal(bits(100, 32), false);
+    assert.equal(bits(100, 16), true);
+    assert.equal(bits(100, 0), true);
+    assert.equal(bits(40_000, 32), false);
+    assert.throws(
+      () => bits(40_000, 16),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError &&
+        e.argument === 'cudaTuning.argmaxBits' &&
+        /16 with a document of 40000 tokens/.test(e.message),
+    );
+    assert.equal(planBackward('csr', {}, 32768).argmax16, false);
+    assert.equal(planBackward('csr', { argmaxBits: 32 }, 10).argmax16, false);
+  });
+
+  test('backward: dD method, CSR chunking and budget', () => {
+    assert.deepEqual(planBackward('csr', {}, 50), {
+      dD: 'csr',
+      autoAtomicDistinct: AUTO_ATOMIC_DISTINCT,
+      csrChunk: CSR_CHUNK,
+      docBlock: 0,
+      queryBlock: 0,
+      walkWarps: WALK_WARPS,
+      sourceCap: SOURCE_CAP,
+      cellCap: CELL_CAP,
+      argmax16: true,
+    });
+    const p = planBackward('auto', { csrChunk: 33, docBlock: 2, queryBlock: 3 }, 50);
+    assert.equal(p.dD, 'auto');
+    assert.equal(p.csrChunk, 33);
+    assert.equal(p.docBlock, 2);
+    assert.equal(p.queryBlock, 3);
+    assert.equal(planBackward('atomic', { csrChunk: 0 }, 50).csrChunk, CSR_CHUNK);
+    // the split rows' fp64 partials stay within 64 MB at the default chunk and the source cap
+    assert.ok(((2 * SOURCE_CAP) / CSR_CHUNK + 1) * 128 * 8 <= 64 * 2 ** 20 + 1024);
+  });
+});
+
+describe('CUDA training plan: the native side refuses a malformed plan before touching a device', () => {
+  const q = denseBatch(encodeFloats(new Float32Array(2 * 3 * 16).fill(0.25), 'float16'), {
+    count: 2,
+    length: 3,
+    dim: 16,
+    dtype: 'float16',
+  });
+  const d = denseBatch(encodeFloats(new Float32Array(3 * 4 * 16).fill(0.5), 'float16'), {
+    count: 3,
+    length: 4,
+    dim: 16,
+    dtype: 'float16',
+  });
+  const shapeOf = shape({ dim: 16, queries: 2, docs: 3, stride: 3, maxDocLength: 4 });
+  const goodForward = planForward(shapeOf, 'auto', {}, 9, info);
+  const goodBackward = planBackward('csr', {}, 4);
+  const forward = (plan: unknown) => cuda.trainForward(0, q, d, { pairs: 'all', stride: 3, plan });
+  const backward = (plan: unknown) =>
+    cuda.trainBackward(0, q, d, new Int32Array(18), new Float64Array(6), { pairs: 'all', stride: 3, plan });
+  const state = (plan: unknown) => cuda.trainBackwardState(0, {}, new Float64Array(6), { plan });
+
+  test('bad forward plans name the field', () => {
+    const bad: [Partial<TrainForwardPlan> | Record<string, unknown> | undefined, RegExp][] = [
+      [undefined, /options\.plan/],
+      [{ ...goodForward, kernel: 'wgmma' as 'mma' }, /plan\.kernel/],
+      [{ ...goodForward, smem: info.fwdMmaSmem - 1024 }, /plan\.smem/],
+      [{ ...goodForward, kernel: 'simt' }, /plan\.smem/], // the mma forward's smem on the CUDA-core one
+      [{ ...goodForward, kernel: 'simt', smem: 0, threads: info.fwdThreads * 2 }, /plan\.threads/],
+      [{ ...goodForward, grid: -1 }, /plan\.grid/],
+      [{ ...goodForward, grid: 1.5 }, /plan\.grid/],
+      [{ ...goodForward, grid: info.maxGrid + 1 }, /plan\.grid/],
+      [{ ...goodForward, argmax16: 1 as unknown as boolean }, /plan\.argmax16/],
+    ];
+    for (const [plan, re] of bad) {
+      assert.throws(() => forward(plan), re, JSON.stringify(plan));
+    }
+  });
+
+  test('bad backward plans name the field (both backward entry points)', () => {
+    const bad: [Partial<TrainBackwardPlan> | Record<string, unknown> | undefined, RegExp][] = [
+      [undefined, /options\.plan/],
+      [{ ...goodBackward, dD: 'sorted' as 'csr' }, /plan\.dD/],
+      [{ ...goodBackward, csrChunk: 0 }, /plan\.csrChunk/],
+      [{ ...goodBackward, autoAtomicDistinct: Number.NaN }, /plan\.autoAtomicDistinct/],
+      [{ ...goodBackward, autoAtomicDistinct: -1 }, /plan\.autoAtomicDistinct/],
+      [{ ...goodBackward, docBlock: -1 }, /plan\.docBlock/],
+      [{ ...goodBackward, queryBlock: 0.5 }, /plan\.queryBlock/],
+      [{ ...goodBackward, walkWarps: 0 }, /plan\.walkWarps/],
+      [{ ...goodBackward, sourceCap: 2 ** 32 }, /plan\.sourceCap/],
+      [{ ...goodBackward, cellCap: 0 }, /plan\.cellCap/],
+      [{ ...goodBackward, argmax16: undefined }, /plan\.argmax16/],
+    ];
+    for (const [plan, re] of bad) {
+      assert.throws(() => backward(plan), re, `trainBackward ${JSON.stringify(plan)}`);
+      assert.throws(() => state(plan), re, `trainBackwardState ${JSON.stringify(plan)}`);
+    }
+  });
+
+  test("the planner's own plans pass the native check", async () => {
+    if (cuda.status().available) {
+      // a GPU: the passes run (their results are checked by test/gpu/train.test.ts)
+      const f = (await forward(goodForward)) as { scores: Float32Array; argmax: Int32Array };
+      assert.equal(f.scores.length, 6);
+      await backward(goodBackward);
+      return;
+    }
+    // no GPU: the call gets past the plan and fails on the device instead
+    for (const run of [() => forward(goodForward), () => backward(goodBackward)]) {
+      assert.throws(run, (e: unknown) => e instanceof Error && !/plan/.test(e.message));
+    }
+  });
+
+  test('with a GPU: plans the problem or the device cannot run are refused by the native check', {
+    skip: cuda.status().available ? false : 'no CUDA device',
+  }, () => {
+    const f32q = denseBatch(new Float32Array(2 * 3 * 16).fill(0.25), { count: 2, length: 3, dim: 16 });
+    const f32d = denseBatch(new Float32Array(3 * 4 * 16).fill(0.5), { count: 3, length: 4, dim: 16 });
+    assert.throws(
+      () => cuda.trainForward(0, f32q, f32d, { pairs: 'all', stride: 3, plan: goodForward }),
+      /plan\.kernel.*float32 queries/,
+    );
+    const simt = { ...goodForward, kernel: 'simt', smem: 0 };
+    assert.throws(() => forward({ ...simt, grid: 7 }), /plan\.grid/); // more CTAs than the 6 pairs
+    const long = denseBatch(new Float32Array(32768 * 16), { count: 1, length: 32768, dim: 16 });
+    assert.throws(
+      () => cuda.trainForward(0, f32q, long, { pairs: 'all', stride: 3, plan: { ...simt, grid: 2 } }),
+      /plan\.argmax16/,
+    );
+    assert.throws(
+      () =>
+        cuda.trainBackward(0, f32q, long, new Int32Array(6), new Float64Array(2), {
+          pairs: 'all',
+          stride: 3,
+          plan: goodBackward,
+        }),
+      /plan\.argmax16/,
+    );
+  });
+});
+
+describe('selection placement (an explicit internal option, not an environment variable)', () => {
+  test('takes auto or host, refuses anything else', () => {
+    assert.throws(
+      () => setSelectPlacement('device' as 'auto'),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'placement',
+    );
+    setSelectPlacement('host');
+    setSelectPlacement('auto');
+  });
+});
