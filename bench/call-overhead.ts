@@ -32,6 +32,11 @@ async function wall(run: () => Promise<unknown>, n = 2000): Promise<number> {
   return median(t) * 1000;
 }
 
+// Where the fixed cost goes: a job that round-trips to the worker thread and the driver without a
+// kernel (memory(): cuMemGetInfo), against the calls below.
+const roundTrip = await wall(() => gpu.memory());
+console.log(`round trip (memory(): JS -> worker -> driver -> JS) ${roundTrip.toFixed(1)} us`);
+
 for (const [name, corpus] of [
   ['float16', docs],
   ['int8', i8],
