@@ -399,14 +399,14 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       const data = new Float32Array(rows * cols);
       // a NaN in every other row on odd shapes: those rows go through the host heap
       for (let r = 0; r < rows; r++) data.set(awkwardRow(rand, cols, i % 2 === 1 && r % 2 === 0), r * cols);
-      const got = await native.deviceTopK(dev, data, cols, k);
+      const got = await native.internal.deviceTopK(dev, data, cols, k);
       const want = Array.from({ length: rows }, (_, r) => topKOfRow(data, k, r * cols, cols));
       const context = `${rows} x ${cols}, k ${k}`;
       assert.deepStrictEqual(hitsOfHeaps(got, rows), want, context);
       const n = Math.min(k, cols);
       assert.equal(got.onDevice, n >= 1 && n <= 256, `${context}: selected on the device`);
     }
-    assert.throws(() => native.deviceTopK(dev, new Float32Array(10), 3, 1), /cols/);
+    assert.throws(() => native.internal.deviceTopK(dev, new Float32Array(10), 3, 1), /cols/);
   });
 
   test('the fused two-stage job past one selection chunk, with the whole corpus rescored, past the device keep limit', async () => {
