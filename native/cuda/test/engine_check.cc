@@ -146,7 +146,8 @@ Batch RandomBatch(std::mt19937_64& rng, DType dtype, int64_t dim, int64_t count,
 }
 
 // The float64 scores [nq, nd] and a bound on the float32 kernel's error for each: every dot product
-// of dim terms errs by at most dim * u * sum|q_k d_k| and the sum over query tokens by lq * u * |sum|.
+// of dim terms errs by at most dim * u * sum|q_k d_k| (so does the max over document tokens), and the
+// sum over query tokens by lq * u * sum|max_i|.
 struct Reference {
   std::vector<double> score, bound;
 };
@@ -159,7 +160,7 @@ Reference ReferenceScores(const Batch& q, const Batch& d) {
   for (int64_t i = 0; i < nq; i++) {
     for (int64_t j = 0; j < nd; j++) {
       const int lq = q.lengths[i], ld = d.lengths[j];
-      double total = 0, err = 0;
+      double total = 0, err = 0, magnitude = 0;
       if (ld == 0) total = -INFINITY;  // a document without tokens scores -Infinity (src/backends/reference.ts)
       for (int s = 0; s < lq && ld > 0; s++) {
         const double* qv = q.value.data() + (static_cast<int64_t>(q.starts[i]) + s) * dim;
@@ -175,10 +176,11 @@ Reference ReferenceScores(const Batch& q, const Batch& d) {
           best_abs = std::max(best_abs, abs);
         }
         total += best;
+        magnitude += std::fabs(best);
         err += dim * u * best_abs * 1.01;
       }
       r.score[i * nd + j] = total;
-      r.bound[i * nd + j] = err + lq * u * std::fabs(std::isinf(total) ? 0 : total) * 2 + 1e-6;
+      r.bound[i * nd + j] = err + lq * u * magnitude * 1.01 + 1e-6;
     }
   }
   return r;
