@@ -8,6 +8,7 @@ import { type DeviceCorpus, hitsOfHeaps, nativeCuda } from '../../src/backends/c
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopKAll } from '../../src/ops/two-stage.js';
+import { setJobPhases } from '../../src/subpaths/internal.js';
 import {
   encodeFloats,
   type FloatDType,
@@ -451,5 +452,31 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       docsInt8.dispose();
       docs.dispose();
     }
+  });
+
+  test('setJobPhases (maxsim/internal): the same hits with each phase timed, and the phases printed', async () => {
+    const rand = rng(runSeed + 210);
+    const dev = await gpu();
+    const docs = await dev.upload(randomRagged(lengthsWithEmpty(rand, 400, 9, 50), 64, 'float16', rand));
+    const docsInt8 = await docs.quantize('int8');
+    const queries = randomRagged([20, 7, 32], 64, 'float32', rand);
+    const printed: string[] = [];
+    const error = console.error;
+    try {
+      const plainTopK = await docs.topK(queries, 10);
+      const plainTwoStage = await twoStageTopKAll(queries, docs, docsInt8, 10);
+      setJobPhases(true);
+      console.error = (line: unknown) => printed.push(String(line));
+      assert.deepStrictEqual(await docs.topK(queries, 10), plainTopK);
+      assert.deepStrictEqual(await twoStageTopKAll(queries, docs, docsInt8, 10), plainTwoStage);
+    } finally {
+      console.error = error;
+      setJobPhases(false);
+      docsInt8.dispose();
+      docs.dispose();
+    }
+    assert.equal(printed.length, 2, printed.join('\n'));
+    assert.match(printed[0], /^topK phases ms: queries [0-9.]+ scan [0-9.]+ select [0-9.]+$/);
+    assert.match(printed[1], /^twoStage phases ms: queries [0-9.]+ scan [0-9.]+ scanSelect [0-9.]+ /);
   });
 });
