@@ -5,6 +5,7 @@
 // Run on a GPU host: node dist/bench/call-overhead.js
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { benchKernel } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
 
 const rng = new Rng(5);
@@ -41,7 +42,7 @@ for (const [name, corpus] of [
   ['float16', docs],
   ['int8', i8],
 ] as const) {
-  const kernel = median((await gpu.bench(query, corpus, { warmup: 20, iters: 200 })).ms) * 1000;
+  const kernel = median((await benchKernel(gpu, query, corpus, { warmup: 20, iters: 200 })).ms) * 1000;
   const topk = await wall(() => corpus.topK(query, 10));
   const score = await wall(() => corpus.score(query));
   console.log(

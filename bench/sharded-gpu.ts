@@ -5,6 +5,7 @@
 // Run on a GPU host: node dist/bench/sharded-gpu.js [shape ...]   (default: the three shapes below)
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { benchKernel } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
@@ -88,8 +89,10 @@ for (const shape of shapes) {
       `  top-10: one ${t('one GPU, top-10').toFixed(3)} ms, all ${t('all GPUs, top-10').toFixed(3)} ms: ${(t('one GPU, top-10') / t('all GPUs, top-10')).toFixed(2)}x`,
   );
   const median = (x: number[]) => [...x].sort((p, q) => p - q)[x.length >> 1];
-  const kOne = median((await one.bench(queries, single, { iters: 30 })).ms);
-  const kAll = await Promise.all(all.devices.map((dev, i) => dev.bench(queries, shares[i], { iters: 30 })));
+  const kOne = median((await benchKernel(one, queries, single, { iters: 30 })).ms);
+  const kAll = await Promise.all(
+    all.devices.map((dev, i) => benchKernel(dev, queries, shares[i], { iters: 30 })),
+  );
   const kPar = Math.max(...kAll.map((r) => median(r.ms)));
   console.log(
     `  kernels: one GPU ${kOne.toFixed(3)} ms, ${spread} GPUs at once ${kAll.map((r) => median(r.ms).toFixed(3)).join(' / ')} ms: ${(kOne / kPar).toFixed(2)}x`,

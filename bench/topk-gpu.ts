@@ -8,6 +8,7 @@
 import { cuda } from '../src/backends/cuda.js';
 import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { benchKernel } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
@@ -49,7 +50,7 @@ for (const [name, corpus] of [
   ['int8 kernel', i8],
   ['fp16 kernel', f16],
 ] as const) {
-  const b = await gpu.bench(queries, corpus, { warmup: 2, iters: 5 });
+  const b = await benchKernel(gpu, queries, corpus, { warmup: 2, iters: 5 });
   const ms = [...b.ms].sort((x, y) => x - y)[b.ms.length >> 1];
   console.log(`${name.padEnd(30)} ${ms.toFixed(2)} ms (${b.variant}, device events)`);
 }

@@ -2,19 +2,21 @@
 // rescoring of the candidates through a view of the float16 corpus) against the int8 scan alone and
 // the exact float16 top-10 (both selected on the device), one query of 32 tokens over 100,000
 // documents of 128 tokens, d = 128 (issue 5's target: within 1.2x of the int8 scan); and the first
-// two again with every selection on the host heaps (setSelectPlacement('host'), read by each job).
-// Wall-clock medians of 20 rounds after a second of warm-up calls, interleaved; then the kernels
-// alone (device events), so the fixed cost per call is the difference.
-// Run on a GPU host: node dist/bench/two-stage-gpu.js (MAXSIM_JOB_PHASES=1 also prints, per native
-// job, the wall time of its phases with a synchronize at each boundary)
+// two again with every selection on the host heaps (setSelectPlacement('host'), maxsim/internal,
+// read by each job). Wall-clock medians of 20 rounds after a second of warm-up calls, interleaved; then the
+// kernels alone (device events), so the fixed cost per call is the difference.
+// Run on a GPU host: node dist/bench/two-stage-gpu.js [--phases] (--phases also prints, per native
+// job, the wall time of its phases with a synchronize at each boundary: setJobPhases, maxsim/internal)
 import { cuda } from '../src/backends/cuda.js';
 import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { twoStageTopKAll } from '../src/ops/two-stage.js';
+import { benchKernel, setJobPhases } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
 const DOCS = 100_000;
+setJobPhases(process.argv.includes('--phases'));
 const rng = new Rng(17);
 const gpu = await cuda();
 const f16 = await gpu.alloc({ dtype: 'float16', dim: 128, tokens: DOCS * 128, items: DOCS });
@@ -55,7 +57,7 @@ for (const [name, corpus] of [
   ['int8 kernel', i8],
   ['fp16 kernel', f16],
 ] as const) {
-  const b = await gpu.bench(q, corpus, { warmup: 3, warmupMs: 1000, iters: 20 });
+  const b = await benchKernel(gpu, q, corpus, { warmup: 3, warmupMs: 1000, iters: 20 });
   const ms = [...b.ms].sort((x, y) => x - y)[b.ms.length >> 1];
   console.log(`${name.padEnd(34)} ${ms.toFixed(3)} ms (${b.variant}, device events)`);
 }

@@ -192,7 +192,45 @@ function buildKernels() {
   console.log(`maxsim: built ${sources.length} CUDA kernel fatbin(s) into build/kernels`);
 }
 
+// The CUDA engine without Node (native/cuda/engine.h) and its check program: every object of the
+// engine compiled and linked into build/check/engine_check (the driver is opened at run time, so no
+// CUDA library is needed to build it). Run it on a GPU host after the kernels are built:
+//   node scripts/build-native.mjs cuda-check && build/check/engine_check [seed]
+function buildCudaCheck() {
+  const cuda = join(root, 'native', 'cuda');
+  const engine = [
+    'driver',
+    'device',
+    'allocator',
+    'modules',
+    'staging',
+    'worker',
+    'runtime',
+    'device_select',
+    'engine_sets',
+    'engine_score',
+    'engine_topk',
+  ].map((f) => join(cuda, `${f}.cc`));
+  const outDir = join(root, 'build', 'check');
+  mkdirSync(outDir, { recursive: true });
+  const out = join(outDir, 'engine_check');
+  const cxx = process.env.CXX || 'c++';
+  const args = ['-std=c++17', '-O2', '-Wall', '-pthread', join(cuda, 'test', 'engine_check.cc'), ...engine];
+  const status = run(cxx, [...args, '-ldl', '-o', out]);
+  if (status !== 0) {
+    console.error('maxsim: building the CUDA engine check failed (see the compiler output above).');
+    process.exit(status);
+  }
+  console.log(
+    `maxsim: built ${relative(root, out)} (run it on a GPU host; it reads the fatbins of build/kernels)`,
+  );
+}
+
 const only = process.argv[2];
+if (only === 'cuda-check') {
+  buildCudaCheck();
+  process.exit(0);
+}
 if (only === undefined) {
   const why = prebuiltReady();
   if (why === undefined) {

@@ -113,13 +113,13 @@ describe('top-k', () => {
       const data = new Float32Array(rows * cols);
       for (let r = 0; r < rows; r++) data.set(awkwardRow(rand, cols, trial % 2 === 0), r * cols);
       const k = Math.floor(rand() * (cols + 5));
-      const got = hitsOfHeaps(host.hostTopK(data, cols, k), rows);
+      const got = hitsOfHeaps(host.internal.hostTopK(data, cols, k), rows);
       const want = Array.from({ length: rows }, (_, r) => topKOfRow(data, k, r * cols, cols));
       assert.deepStrictEqual(got, want, `trial ${trial}: ${rows} x ${cols}, k ${k}`);
     }
-    assert.deepStrictEqual(hitsOfHeaps(host.hostTopK(new Float32Array(0), 0, 3), 0), []);
-    assert.throws(() => host.hostTopK(new Float32Array(10), 3, 1), /cols/);
-    assert.throws(() => host.hostTopK(new Float32Array(10), 5, -1), /k/);
+    assert.deepStrictEqual(hitsOfHeaps(host.internal.hostTopK(new Float32Array(0), 0, 3), 0), []);
+    assert.throws(() => host.internal.hostTopK(new Float32Array(10), 3, 1), /cols/);
+    assert.throws(() => host.internal.hostTopK(new Float32Array(10), 5, -1), /k/);
   });
 
   test('topK and topKAll rank the MaxSim scores, ties to the lower index', async () => {

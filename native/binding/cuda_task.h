@@ -6,6 +6,7 @@
 #include <napi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +42,21 @@ class CudaTask {
   std::string prefix_;
   Kind kind_ = kNone;
   std::string message_, code_;
+};
+
+// A task whose work is one engine call: `run` on the worker thread (capturing the parsed arguments),
+// `wrap` on the JS thread to turn its result into a JS value. Set both before submitting.
+template <typename R>
+class JobTask : public CudaTask {
+ public:
+  explicit JobTask(Napi::Env env, std::string error_prefix = "") : CudaTask(env, std::move(error_prefix)) {}
+  std::function<R()> run;
+  std::function<Napi::Value(Napi::Env, R&)> wrap;
+  void Run() override { result_ = run(); }
+  Napi::Value Result(Napi::Env env) override { return wrap(env, result_); }
+
+ private:
+  R result_{};
 };
 
 // The completion channel of one binding in one environment. Lives as long as the environment; tasks

@@ -1,6 +1,7 @@
 // Unpacks a JS TokenBatch ({ data, dtype, dim, count, starts, lengths, scales? }, see src/tensor.ts)
-// into a plain struct the engines read. TypeScript validates first; this re-checks every span
-// against the buffer so that no input, however built, can make native code read out of bounds.
+// into the Node-free TokenSet the engines read (native/common/tokens.h). TypeScript validates first;
+// this re-checks every span against the buffer so that no input, however built, can make native code
+// read out of bounds.
 //
 // A parsed set is pinned for the life of the job that holds it (issue 21): the spans (starts, lengths)
 // are copied before they are checked, so JS writes to them after the call cannot change what was
@@ -19,20 +20,7 @@
 #include <utility>
 #include <vector>
 
-enum class DType : int { Float32 = 0, Float16 = 1, BFloat16 = 2, Int8 = 3 };
-
-inline int DTypeSize(DType t) { return t == DType::Float32 ? 4 : t == DType::Int8 ? 1 : 2; }
-
-// The dtype's name as the TypeScript side spells it.
-inline const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int8: return "int8";
-  }
-  return "?";
-}
+#include "../common/tokens.h"
 
 // The bytes of a JS typed array, kept alive by a share in its BackingStore: a detached (transferred)
 // or collected ArrayBuffer leaves this memory valid until the last share goes. SharedArrayBuffer-backed
@@ -57,26 +45,12 @@ inline PinnedBytes PinTypedArray(Napi::TypedArray array) {
   return p;
 }
 
-// What a parsed set owns: private copies of its spans and shares in the memory of data and scales.
+// What a parsed set owns (TokenSet::owner): private copies of its spans and shares in the memory of
+// data and scales.
 struct TokenSetOwner {
   std::vector<double> starts;
   std::vector<int32_t> lengths;
   PinnedBytes data, scales;
-};
-
-struct TokenSet {
-  const void* data = nullptr;   // first element of the packed tokens
-  int64_t elements = 0;         // elements available in data
-  DType dtype = DType::Float32;
-  int64_t dim = 0;
-  int64_t count = 0;            // items
-  const double* starts = nullptr;   // [count] first token (float64-exact integer)
-  const int32_t* lengths = nullptr; // [count]
-  const float* scales = nullptr;    // int8 only: per token
-  int64_t max_length = 0;
-  // Host sets parsed from JS: the copies and pins the pointers above point into (shared by copies
-  // of this struct, so a job that holds a TokenSet holds its inputs).
-  std::shared_ptr<const TokenSetOwner> owner;
 };
 
 // Thrown (as a JS TypeError/RangeError) when the object is not a well-formed token set.

@@ -156,13 +156,6 @@ export interface NativeCuda {
     docs: NativeTokenSet,
     launch: NativeLaunch,
   ): Promise<Float32Array>;
-  bench(
-    device: NativeDevice,
-    queries: TokenBatch | NativeTokenSet,
-    docs: NativeTokenSet,
-    launch: NativeLaunch,
-    options: { warmup?: number; warmupMs?: number; iters?: number; rotate?: NativeTokenSet[] },
-  ): Promise<BenchResult>;
   /** The k best documents per query, selected on the device's worker thread (no score matrix to JS). */
   topK(
     device: NativeDevice,
@@ -170,6 +163,7 @@ export interface NativeCuda {
     docs: NativeTokenSet,
     launch: NativeLaunch,
     k: number,
+    options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
   /**
    * Two-stage top-K in one job: scan scanDocs, keep `candidates` per query, rescore them against a view
@@ -185,7 +179,28 @@ export interface NativeCuda {
     exactDocs: NativeTokenSet,
     exactLaunch: NativeLaunch,
     spec: { k: number; candidates: number; count: number },
+    options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
+  /** Entries for benchmarks and tests only (reached through maxsim/internal). */
+  internal: NativeCudaInternal;
+}
+
+/** Benchmark-only switches of a top-K job (never set by product code; see setJobPhases). */
+export interface NativeJobOptions {
+  /** Synchronize at each phase boundary and return each phase's wall time in NativeHeaps.phases. */
+  phases?: boolean;
+}
+
+/** The addon's benchmark and test entries (cuda.internal). */
+export interface NativeCudaInternal {
+  /** Kernel timing with device events (CUDA engine, BenchLaunches). */
+  bench(
+    device: NativeDevice,
+    queries: TokenBatch | NativeTokenSet,
+    docs: NativeTokenSet,
+    launch: NativeLaunch,
+    options: { warmup?: number; warmupMs?: number; iters?: number; rotate?: NativeTokenSet[] },
+  ): Promise<BenchResult>;
   /** The native heaps of the rows of a host matrix [rows * cols] (synchronous; for tests). */
   hostTopK(scores: Float32Array, cols: number, k: number): NativeHeaps;
   /**
@@ -208,6 +223,28 @@ export interface NativeHeaps {
   n: number;
   scores: Float32Array;
   indices: Int32Array;
+  /** With NativeJobOptions.phases: "<phase> <ms> ..." for each phase of the job. */
+  phases?: string;
+}
+
+// Benchmark-only switches, set from bench code through maxsim/internal (never from the environment).
+const benchSwitches = { jobPhases: false };
+
+/**
+ * @internal Benchmarks only: whether the top-K jobs time their phases (each phase synchronizes, which
+ * changes the timing, never the result) and print them to stderr ("topK phases ms: queries 0.1 ...").
+ */
+export function setJobPhases(on: boolean): void {
+  benchSwitches.jobPhases = on === true;
+}
+
+function jobOptions(): NativeJobOptions | undefined {
+  return benchSwitches.jobPhases ? { phases: true } : undefined;
+}
+
+function reportPhases(job: string, h: NativeHeaps): NativeHeaps {
+  if (h.phases) console.error(`${job} phases ms: ${h.phases}`);
+  return h;
 }
 
 /** The ranked hits of every row of native heaps. */
@@ -380,16 +417,6 @@ export interface CudaDevice {
     corpus: DeviceCorpus,
     options?: ScoreOptions,
   ): { variant: Variant; launch: Launch };
-  /**
-   * Times `iters` launches with device events after `warmup` untimed ones and about `warmupMs` of
-   * untimed device time (on the H200 a heavy kernel's clock depends on how long the load has run:
-   * bench/NOTES.md, 'The power cap'); `rotate` cycles doc sets.
-   */
-  bench(
-    queries: TokenMatrix | TokenBatch,
-    corpus: DeviceCorpus,
-    options?: ScoreOptions & { warmup?: number; warmupMs?: number; iters?: number; rotate?: DeviceCorpus[] },
-  ): Promise<BenchResult & { variant: string; launch: Launch }>;
   /** Disposes every corpus of this device still alive; the device cannot be used afterwards. */
   dispose(): void;
 }
@@ -559,7 +586,8 @@ class Corpus implements DeviceCorpus {
     if (!exact) {
       if (q.count === 0 || this.count === 0 || k === 0) return empty();
       const { launch } = this.device.planFor(q, this, options);
-      return hitsOfHeaps(await nativeCuda().topK(this.device.handle, q, this.native, launch, k), q.count);
+      const h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, jobOptions());
+      return hitsOfHeaps(reportPhases('topK', h), q.count);
     }
     exact.check();
     const qe = jobQueries(batch, exact.dtype, exact.dim);
@@ -582,8 +610,9 @@ class Corpus implements DeviceCorpus {
       exact.native,
       rescoring,
       spec,
+      jobOptions(),
     );
-    return hitsOfHeaps(h, q.count);
+    return hitsOfHeaps(reportPhases('twoStage', h), q.count);
   }
 
   async append(batch: TokenBatch): Promise<void> {
@@ -751,15 +780,10 @@ class Device implements CudaDevice {
     return this.planFor(jobQueries(asQueryBatch(queries), corpus.dtype, corpus.dim), corpus, options);
   }
 
-  async bench(
+  async benchLaunches(
     queries: TokenMatrix | TokenBatch,
     corpus: DeviceCorpus,
-    options: ScoreOptions & {
-      warmup?: number;
-      warmupMs?: number;
-      iters?: number;
-      rotate?: DeviceCorpus[];
-    } = {},
+    options: BenchOptions = {},
   ): Promise<BenchResult & { variant: string; launch: Launch }> {
     this.check();
     const q = toDtype(asQueryBatch(queries), corpus.dtype, corpus.dim);
@@ -770,7 +794,7 @@ class Device implements CudaDevice {
     // the document-scale kernels only when every set of the rotation has document scales
     const documentScales = [corpus, ...rotate].every((c) => c.documentScales);
     const { variant, launch } = this.planFor(q, { ...shapeOf(widest), documentScales }, options);
-    const r = await nativeCuda().bench(this.handle, q, corpus.native, launch, {
+    const r = await nativeCuda().internal.bench(this.handle, q, corpus.native, launch, {
       warmup: options.warmup,
       warmupMs: options.warmupMs,
       iters: options.iters,
@@ -785,6 +809,31 @@ class Device implements CudaDevice {
     for (const r of this.corpora) r.deref()?.dispose();
     this.corpora.clear();
   }
+}
+
+/** Options of benchKernel: the scoring options plus the timing loop's. */
+export type BenchOptions = ScoreOptions & {
+  warmup?: number;
+  warmupMs?: number;
+  iters?: number;
+  rotate?: DeviceCorpus[];
+};
+
+/**
+ * @internal Benchmarks only (maxsim/internal): times `iters` launches of the kernel the dispatcher
+ * picks for queries x corpus with device events, after `warmup` untimed ones and about `warmupMs` of
+ * untimed device time (on the H200 a heavy kernel's clock depends on how long the load has run:
+ * bench/NOTES.md, 'The power cap'); `rotate` cycles doc sets.
+ */
+export function benchKernel(
+  device: CudaDevice,
+  queries: TokenMatrix | TokenBatch,
+  corpus: DeviceCorpus,
+  options: BenchOptions = {},
+): Promise<BenchResult & { variant: string; launch: Launch }> {
+  if (!(device instanceof Device))
+    throw new InvalidArgumentError('device', 'a CudaDevice from cuda()', describe(device));
+  return device.benchLaunches(queries, corpus, options);
 }
 
 /** Whether x is a corpus on a CUDA device (from CudaDevice.upload / alloc, or made from one). */

@@ -12,6 +12,7 @@
 // device corpus until it holds B documents. Every document's data is known, so any sampled document,
 // the last ones past 2^31 elements included, can be checked against the reference.
 import {
+  benchKernel,
   type CudaDevice,
   cuda,
   type DeviceCorpus,
@@ -297,7 +298,7 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
         const scores = (await c.score(q, { variant })).data;
         const maxRelErr = sampleError(scores, ref, sampleQueries, picks, shape.b);
         options.onProgress?.(`timing ${c.dtype}`);
-        const r = await gpu.bench(q, c, {
+        const r = await benchKernel(gpu, q, c, {
           variant,
           warmup: options.warmup,
           warmupMs: options.warmupMs,

@@ -2,7 +2,13 @@
 // sets and their choice, bit conversions, batch helpers. Not covered by semver in 0.x.
 
 export { type CpuInfo, type CpuIsa, type CpuOptions, cpuInfo } from '../backends/cpu.js';
-export { isDeviceCorpus } from '../backends/cuda.js';
+export {
+  type BenchOptions,
+  type BenchResult,
+  benchKernel,
+  isDeviceCorpus,
+  setJobPhases,
+} from '../backends/cuda.js';
 export { type SelectPlacement, setSelectPlacement } from '../backends/cuda-select-placement.js';
 export { balancedCuts, isShardedCorpus } from '../backends/cuda-sharded.js';
 export {

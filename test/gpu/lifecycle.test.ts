@@ -3,7 +3,7 @@
 // appending to a preallocated corpus. Without a GPU every test skips with the reason.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { nativeCuda } from '../../src/backends/cuda.js';
+import { benchKernel, nativeCuda } from '../../src/backends/cuda.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { quantize } from '../../src/ops/quantize.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
@@ -220,7 +220,7 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
       ),
     );
     try {
-      const r = await dev.bench(randomRagged([32], 128, 'float16', rand), docs, {
+      const r = await benchKernel(dev, randomRagged([32], 128, 'float16', rand), docs, {
         warmup: 2,
         iters: 5,
         rotate: [other],

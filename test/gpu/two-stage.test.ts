@@ -8,6 +8,7 @@ import { type DeviceCorpus, hitsOfHeaps, nativeCuda } from '../../src/backends/c
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopKAll } from '../../src/ops/two-stage.js';
+import { setJobPhases } from '../../src/subpaths/internal.js';
 import {
   encodeFloats,
   type FloatDType,
@@ -399,14 +400,14 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       const data = new Float32Array(rows * cols);
       // a NaN in every other row on odd shapes: those rows go through the host heap
       for (let r = 0; r < rows; r++) data.set(awkwardRow(rand, cols, i % 2 === 1 && r % 2 === 0), r * cols);
-      const got = await native.deviceTopK(dev, data, cols, k);
+      const got = await native.internal.deviceTopK(dev, data, cols, k);
       const want = Array.from({ length: rows }, (_, r) => topKOfRow(data, k, r * cols, cols));
       const context = `${rows} x ${cols}, k ${k}`;
       assert.deepStrictEqual(hitsOfHeaps(got, rows), want, context);
       const n = Math.min(k, cols);
       assert.equal(got.onDevice, n >= 1 && n <= 256, `${context}: selected on the device`);
     }
-    assert.throws(() => native.deviceTopK(dev, new Float32Array(10), 3, 1), /cols/);
+    assert.throws(() => native.internal.deviceTopK(dev, new Float32Array(10), 3, 1), /cols/);
   });
 
   test('the fused two-stage job past one selection chunk, with the whole corpus rescored, past the device keep limit', async () => {
@@ -451,5 +452,31 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       docsInt8.dispose();
       docs.dispose();
     }
+  });
+
+  test('setJobPhases (maxsim/internal): the same hits with each phase timed, and the phases printed', async () => {
+    const rand = rng(runSeed + 210);
+    const dev = await gpu();
+    const docs = await dev.upload(randomRagged(lengthsWithEmpty(rand, 400, 9, 50), 64, 'float16', rand));
+    const docsInt8 = await docs.quantize('int8');
+    const queries = randomRagged([20, 7, 32], 64, 'float32', rand);
+    const printed: string[] = [];
+    const error = console.error;
+    try {
+      const plainTopK = await docs.topK(queries, 10);
+      const plainTwoStage = await twoStageTopKAll(queries, docs, docsInt8, 10);
+      setJobPhases(true);
+      console.error = (line: unknown) => printed.push(String(line));
+      assert.deepStrictEqual(await docs.topK(queries, 10), plainTopK);
+      assert.deepStrictEqual(await twoStageTopKAll(queries, docs, docsInt8, 10), plainTwoStage);
+    } finally {
+      console.error = error;
+      setJobPhases(false);
+      docsInt8.dispose();
+      docs.dispose();
+    }
+    assert.equal(printed.length, 2, printed.join('\n'));
+    assert.match(printed[0], /^topK phases ms: queries [0-9.]+ scan [0-9.]+ select [0-9.]+$/);
+    assert.match(printed[1], /^twoStage phases ms: queries [0-9.]+ scan [0-9.]+ scanSelect [0-9.]+ /);
   });
 });

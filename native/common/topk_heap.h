@@ -8,7 +8,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace maxsim_binding {
+namespace maxsim_common {
 
 // A min-heap of at most `cap` (score, index) pairs over caller storage; the root is the worst kept.
 // Indices must be pushed in ascending order: then a pair beats the root exactly when its score is
@@ -101,4 +101,4 @@ class TopKHeap {
   int64_t size_ = 0;
 };
 
-}  // namespace maxsim_binding
+}  // namespace maxsim_common

@@ -1,0 +1,162 @@
+// The CUDA scoring engine in plain C++ (no Node): the jobs the addon's cuda object runs, as functions
+// over POD structs and a Runtime (runtime.h). Every job runs on the runtime's worker thread (inside a
+// Runtime::Post job), calls EnsureReady() and leaves the stream idle when it returns, however it
+// returns. Errors: std::invalid_argument for bad arguments, CudaError for the driver.
+// The bindings (native/binding/cuda_binding.cc) only unpack JS arguments into these structs and wrap
+// the results; native/cuda/test/engine_check.cc drives the same functions without Node.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime.h"
+#include "tokens.h"
+
+namespace maxsim_cuda {
+
+// ---- token sets (engine_sets.cc) ----
+
+// A new device set holding the items of a host set (packed). Synchronizes.
+std::shared_ptr<DeviceTokens> UploadSet(Runtime& rt, const TokenSet& host);
+// A new 8-bit token set quantized on the device from a float set, one float32 scale per token:
+// int8 (per-token symmetric, bitwise the host quantize() of src/ops/quantize.ts) or, with e4m3,
+// fp8 e4m3 codes (max|x| -> 448). Throws std::invalid_argument for an 8-bit source or for a token
+// holding +-Inf. Synchronizes.
+// per_document: one scale per item, the largest of its tokens' (every token of an item shares it)
+std::shared_ptr<DeviceTokens> Quantize8(Runtime& rt, const DeviceTokens& src, bool e4m3, bool per_document = false);
+// A view of some items of `src` (indices into its items, any order, repeats allowed): new starts /
+// lengths, the same token memory, gathered from src's host spans (downloaded only for a set without
+// them). Throws std::invalid_argument for an index out of range. Leaves the span uploads in flight
+// (stream order); the job synchronizes.
+std::shared_ptr<DeviceTokens> Select(Runtime& rt, const std::shared_ptr<DeviceTokens>& src, const std::vector<int64_t>& indices);
+// A view of `n` items of src whose starts / lengths a kernel writes (device_select.h): no host
+// spans, the parent's longest item as max_length (kernels do not read it; planning went by it).
+std::shared_ptr<DeviceTokens> ViewShell(Runtime& rt, const std::shared_ptr<DeviceTokens>& src, int64_t n);
+// A float16 / bfloat16 copy of a float32 set made by Append (same items; spans from its host mirror).
+// Enqueued only: the job synchronizes.
+std::shared_ptr<DeviceTokens> CastSet(Runtime& rt, const DeviceTokens& src, DType to);
+
+// A device set's items back on the host (not a view): packed tokens, starts / lengths, int8 scales.
+struct HostCopy {
+  DType dtype = DType::Float32;
+  bool e4m3 = false;
+  int64_t dim = 0;
+  std::vector<uint8_t> data;  // [tokens * dim * DTypeSize(dtype)]
+  std::vector<int64_t> starts;
+  std::vector<int32_t> lengths;
+  std::vector<float> scales;  // int8 / fp8 only: per token
+};
+HostCopy DownloadSet(Runtime& rt, const DeviceTokens& t);
+
+// Synchronizes when the job's scope ends, whatever way it ends: jobs that leave copies in flight
+// (Append without synchronize, Select) still leave the stream idle (runtime.h).
+class IdleAtExit {
+ public:
+  explicit IdleAtExit(Runtime& rt) : rt_(rt) {}
+  ~IdleAtExit() {
+    try {
+      rt_.Synchronize();
+    } catch (...) {  // the job's own error (if any) is the one to report
+    }
+  }
+  IdleAtExit(const IdleAtExit&) = delete;
+  IdleAtExit& operator=(const IdleAtExit&) = delete;
+
+ private:
+  Runtime& rt_;
+};
+
+// ---- scoring jobs (engine_score.cc, engine_topk.cc) ----
+
+// The queries of a job: a device token set, or a host batch the job uploads itself.
+struct QuerySource {
+  std::shared_ptr<DeviceTokens> device;
+  TokenSet host;
+  bool is_host = false;
+  DType dtype = DType::Float32;
+  bool e4m3 = false;
+  int64_t dim = 0;
+  int64_t count = 0;  // as of the call (device sets: the caller's snapshot)
+  // Host float32 queries for a float16 / bfloat16 corpus, converted on the device, and host float
+  // queries for an int8 corpus, quantized there (dtype is the corpus's then; ConvertHostQueriesFor).
+  bool cast_from_f32 = false;
+  bool quantize_int8 = false;
+};
+QuerySource DeviceQueries(std::shared_ptr<DeviceTokens> set);
+QuerySource HostQueries(TokenSet host);
+
+// Host queries are converted on the device by the job, sparing the host a pass over every value:
+// float32 ones against float16 / bfloat16 documents (CastSet: the host encodeFloats' bits), float
+// ones against int8 documents (Quantize8: per token, the host quantize()'s bytes). Against fp8
+// documents ResolveQueries quantizes float queries anyway. docs_dtype / docs_e4m3: the documents'.
+void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3);
+
+// The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread). Host
+// queries are uploaded without a synchronize of their own: the caller holds an IdleAtExit.
+std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const DeviceTokens& docs);
+
+// The [queries, docs] score matrix (row-major), through one launch plan from the dispatcher.
+std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch);
+
+// Kernel timing (benchmarks only): `iters` launches timed with device events, after `warmup` untimed
+// ones and then untimed ones for about `warmup_ms` of device time. docs[1..] are cycled through with
+// docs[0] so that consecutive launches do not hit a warm L2. On the H200 a heavy kernel's clock
+// depends on how long the load has run (the power controller: bench/NOTES.md, 'The power cap'), so a
+// second of warm-up measures the sustained regime, a few launches the burst one.
+struct BenchSpec {
+  int64_t warmup = 3, iters = 10;
+  double warmup_ms = 0;
+};
+struct BenchResult {
+  std::vector<float> ms;
+  uint64_t peak_bytes = 0;
+};
+BenchResult BenchLaunches(Runtime& rt, QuerySource& queries, const std::vector<std::shared_ptr<DeviceTokens>>& docs,
+                          const LaunchSpec& launch, const BenchSpec& spec);
+
+// Top-K heaps: row r's heap (n entries, the layout topKOfRow of src/ops/topk.ts builds) at
+// [r * n, (r + 1) * n) of scores / indices; TypeScript ranks it with sortedHits().
+struct Heaps {
+  int64_t n = 0;
+  std::vector<float> scores;
+  std::vector<int32_t> indices;
+  bool on_device = false;  // SelectMatrix: whether the device selection took the shape
+  // With JobOptions::time_phases: "<phase> <ms> ..." (each phase's wall time, synchronized at its end)
+  std::string phases;
+};
+
+// Benchmark-only switches of a job, passed explicitly (never read from the environment).
+struct JobOptions {
+  // Synchronize at each phase boundary and report the wall time of every phase in Heaps::phases, to
+  // find where a job's fixed cost goes (changes the job's timing, never its result).
+  bool time_phases = false;
+};
+
+// The k best documents per query: the scores stay on the device, selected there where the device
+// selection takes the shape (device_select.h), else read back in chunks into the host heaps.
+Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch, int64_t k,
+           const JobOptions& options = {});
+
+// Two-stage top-K in one job: scan every document of scan_docs, keep the `candidates` best per query,
+// score the queries against a view of exact_docs holding the candidates, and keep the k best
+// candidates of each query by that exact score. Both launches come from the TypeScript dispatcher (the
+// exact one planned for min(count, rows * candidates) documents). Candidates are visited in ascending
+// document index, so exact ties go to the lower index, as everywhere.
+struct TwoStageJob {
+  QuerySource scan_queries, exact_queries;
+  std::shared_ptr<DeviceTokens> scan_docs, exact_docs;
+  LaunchSpec scan_launch, exact_launch;
+  int64_t k = 0, candidates = 0, count = 0;
+};
+Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options = {});
+
+// The rows of a host matrix [rows * cols] uploaded and selected as TopK selects a device score matrix
+// (tests and benchmarks): Heaps::on_device says which way it went.
+Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k);
+
+// The heaps of the rows of a host matrix [rows * cols], on the calling thread, by the code the jobs
+// use (so the CPU tests can check it against topKOfRow without a GPU).
+Heaps HostTopK(const float* matrix, int64_t rows, int64_t cols, int64_t k);
+
+}  // namespace maxsim_cuda

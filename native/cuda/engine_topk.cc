@@ -1,0 +1,283 @@
+// Top-K jobs of the CUDA engine (engine.h): topK, twoStage and the selection of a score matrix. The
+// scores stay on the worker thread, which selects them on the device (device_select.h) or reads them
+// back into pinned memory and keeps a heap per query (common/topk_heap.h).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "../common/topk_heap.h"
+#include "device_select.h"
+#include "engine.h"
+
+namespace maxsim_cuda {
+namespace {
+
+using maxsim_common::TopKHeap;
+
+// Visits the [rows, cols] float matrix at `scores` in read-back chunks: fn(row, first column, column
+// count, values), columns of each row in ascending order.
+template <typename Fn>
+void ForEachChunk(Runtime& rt, cu::CUdeviceptr scores, int64_t rows, int64_t cols, Fn fn) {
+  const int64_t total = rows * cols;
+  const int64_t chunk = static_cast<int64_t>(Runtime::kReadBackBytes / sizeof(float));
+  for (int64_t at = 0; at < total; at += chunk) {
+    const int64_t len = std::min(chunk, total - at);
+    const auto* p = static_cast<const float*>(rt.ReadBack(scores + static_cast<uint64_t>(at) * sizeof(float), len * sizeof(float)));
+    for (int64_t e = at; e < at + len;) {
+      const int64_t r = e / cols, c = e % cols;
+      const int64_t take = std::min(cols - c, at + len - e);
+      fn(r, c, take, p + (e - at));
+      e += take;
+    }
+  }
+}
+
+// The top-n heap of every row of a device score matrix into scores / indices [rows * n].
+void SelectRows(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores, int32_t* indices) {
+  std::vector<TopKHeap> heaps;
+  heaps.reserve(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; r++) heaps.emplace_back(scores + r * n, indices + r * n, n);
+  ForEachChunk(rt, matrix, rows, cols, [&](int64_t r, int64_t c, int64_t len, const float* p) { heaps[r].Scan(p, len, c); });
+}
+
+// The device selection's read-back block: [rows * keep] scores, [rows * keep] int32 columns, [rows]
+// int32 NaN flags, read back in one copy.
+struct KeptEntries {
+  KeptEntries(Runtime& rt, int64_t rows, int64_t keep)
+      : rows(rows), keep(keep), block(rt.allocator(), static_cast<uint64_t>(rows * keep * 8 + rows * 4)) {}
+  cu::CUdeviceptr scores() const { return block.get(); }
+  cu::CUdeviceptr columns() const { return block.get() + static_cast<uint64_t>(rows * keep) * 4; }
+  cu::CUdeviceptr nan_rows() const { return block.get() + static_cast<uint64_t>(rows * keep) * 8; }
+  // The selection of `keep` per row of the [rows, cols] matrix at `matrix`, into this block.
+  DeviceSelection SelectionOf(cu::CUdeviceptr matrix, int64_t cols) const {
+    DeviceSelection s;
+    s.scores = matrix;
+    s.rows = rows;
+    s.cols = cols;
+    s.keep = keep;
+    s.columns = columns();
+    s.nan_rows = nan_rows();
+    return s;
+  }
+  // Reads the block back (synchronizes): host scores / columns / flags.
+  void Fetch(Runtime& rt) {
+    const auto* p = static_cast<const uint8_t*>(rt.ReadBack(block.get(), static_cast<uint64_t>(rows * keep * 8 + rows * 4)));
+    host_scores.resize(static_cast<size_t>(rows * keep));
+    host_columns.resize(host_scores.size());
+    host_nan.resize(static_cast<size_t>(rows));
+    std::memcpy(host_scores.data(), p, host_scores.size() * 4);
+    std::memcpy(host_columns.data(), p + rows * keep * 4, host_columns.size() * 4);
+    std::memcpy(host_nan.data(), p + rows * keep * 8, host_nan.size() * 4);
+  }
+  bool AnyNaN() const { return std::any_of(host_nan.begin(), host_nan.end(), [](int32_t f) { return f != 0; }); }
+  int64_t rows, keep;
+  ScopedBlock block;
+  std::vector<float> host_scores;
+  std::vector<int32_t> host_columns, host_nan;
+};
+
+// SelectRows with the selection on the device where it takes the shape: only the n kept entries of
+// each row come back (in ascending column order, which sortedHits ranks as it ranks a heap). A row
+// holding a NaN score goes through the host heap instead, from the matrix still on the device, so
+// every row gets the host's result. Returns false, having done nothing, where the device selection
+// does not take the shape.
+bool SelectRowsOnDevice(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores,
+                        int32_t* indices) {
+  if (!DeviceSelectTakes(rt, rows, cols, n)) return false;
+  KeptEntries kept(rt, rows, n);
+  DeviceSelection s = kept.SelectionOf(matrix, cols);
+  s.picked_scores = kept.scores();
+  SelectOnDevice(rt, s);
+  kept.Fetch(rt);
+  std::memcpy(scores, kept.host_scores.data(), kept.host_scores.size() * 4);
+  std::memcpy(indices, kept.host_columns.data(), kept.host_columns.size() * 4);
+  for (int64_t r = 0; r < rows; r++) {
+    if (kept.host_nan[r] != 0) {
+      SelectRows(rt, matrix + static_cast<uint64_t>(r * cols) * sizeof(float), 1, cols, n, scores + r * n, indices + r * n);
+    }
+  }
+  return true;
+}
+
+// JobOptions::time_phases: synchronizes at each phase boundary and appends the phase's wall time to
+// `line` (a no-op otherwise).
+class JobPhases {
+ public:
+  JobPhases(Runtime& rt, bool on, std::string* line) : rt_(rt), on_(on), line_(line) {}
+  void Mark(const char* phase) {
+    if (!on_) return;
+    rt_.Synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    *line_ += std::string(line_->empty() ? "" : " ") + phase + " " +
+              std::to_string(std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  Runtime& rt_;
+  bool on_;
+  std::string* line_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// Sizes h for `rows` heaps of n = min(k, cols).
+void Shape(Heaps& h, int64_t rows, int64_t k, int64_t cols) {
+  h.n = std::min(k, cols);
+  h.scores.resize(static_cast<size_t>(rows * h.n));
+  h.indices.resize(h.scores.size());
+}
+
+// Stage 2 of TwoStage with the candidates selected on the device: nothing comes back between the
+// stages; the GPU also writes the view's spans (each query's candidates in turn, or the whole of
+// exact_docs when that is no more), and only each query's own exact scores come back. False when a
+// scan row held a NaN (nothing kept).
+bool StagesOnDevice(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep,
+                    JobPhases& phases, Heaps& h) {
+  const int64_t count = job.count;
+  const bool whole = rows * keep >= count;  // the launch was planned for min(count, rows * keep) documents
+  const int64_t v = whole ? count : rows * keep;
+  std::shared_ptr<DeviceTokens> view = whole ? job.exact_docs : ViewShell(rt, job.exact_docs, v);
+  KeptEntries kept(rt, rows, keep);
+  DeviceSelection s = kept.SelectionOf(scan, count);
+  if (!whole) {
+    s.spans_of = job.exact_docs.get();
+    s.view_starts = view->starts;
+    s.view_lengths = view->lengths;
+  }
+  SelectOnDevice(rt, s);
+  phases.Mark("scanSelect");
+  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * v) * sizeof(float));
+  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * v));
+  rt.Launch(qe, *view, job.exact_launch, out.get());
+  phases.Mark("exact");
+  // row r's own candidates: columns r * keep + j of the view, or their document indices of exactDocs
+  GatherRowScores(rt, out.get(), v, whole ? kept.columns() : 0, rows, keep, kept.scores());
+  kept.Fetch(rt);
+  if (kept.AnyNaN()) return false;
+  for (int64_t r = 0; r < rows; r++) {
+    TopKHeap heap(h.scores.data() + r * h.n, h.indices.data() + r * h.n, h.n);
+    for (int64_t j = 0; j < keep; j++) heap.Push(kept.host_scores[r * keep + j], kept.host_columns[r * keep + j]);
+  }
+  phases.Mark("exactSelect");
+  return true;
+}
+
+// Stage 2 of TwoStage with the candidates selected by the host heaps (the device selection does not
+// take the shape, or a scan row held a NaN): the view holds the union of the candidates, its spans
+// from the host mirror, and the union is rescored.
+void StagesOnHost(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep,
+                  JobPhases& phases, Heaps& h) {
+  const int64_t count = job.count, n = h.n;
+  std::vector<float> cand_scores(static_cast<size_t>(rows * keep));  // the heap order does not matter here
+  std::vector<int32_t> cand(cand_scores.size());
+  SelectRows(rt, scan, rows, count, keep, cand_scores.data(), cand.data());
+  phases.Mark("scanSelect");
+  for (int64_t r = 0; r < rows; r++) std::sort(cand.begin() + r * keep, cand.begin() + (r + 1) * keep);
+  std::vector<int32_t> all(cand);
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  const int64_t u = static_cast<int64_t>(all.size());
+  std::vector<int64_t> column(cand.size());  // each candidate's column in the union
+  for (size_t j = 0; j < cand.size(); j++) column[j] = std::lower_bound(all.begin(), all.end(), cand[j]) - all.begin();
+
+  std::shared_ptr<DeviceTokens> view = Select(rt, job.exact_docs, std::vector<int64_t>(all.begin(), all.end()));
+  phases.Mark("view");
+  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * u) * sizeof(float));
+  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * u));
+  rt.Launch(qe, *view, job.exact_launch, out.get());
+  phases.Mark("exact");
+  std::vector<TopKHeap> heaps;
+  heaps.reserve(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; r++) heaps.emplace_back(h.scores.data() + r * n, h.indices.data() + r * n, n);
+  std::vector<int64_t> next(static_cast<size_t>(rows), 0);  // per row: its first candidate not pushed yet
+  ForEachChunk(rt, out.get(), rows, u, [&](int64_t r, int64_t c, int64_t len, const float* p) {
+    const int64_t* col = column.data() + r * keep;
+    int64_t& j = next[r];
+    for (; j < keep && col[j] < c + len; j++) heaps[r].Push(p[col[j] - c], cand[r * keep + j]);
+  });
+  phases.Mark("exactSelect");
+}
+
+}  // namespace
+
+Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch, int64_t k,
+           const JobOptions& options) {
+  rt.EnsureReady();
+  IdleAtExit idle(rt);
+  rt.ValidateLaunch(launch);
+  Heaps h;
+  JobPhases phases(rt, options.time_phases, &h.phases);
+  std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs);
+  phases.Mark("queries");
+  const int64_t rows = q->count, cols = docs.count;
+  Shape(h, rows, k, cols);
+  if (rows == 0 || h.n == 0) return h;
+  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * cols) * sizeof(float));
+  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * cols));
+  rt.Launch(*q, docs, launch, out.get());
+  phases.Mark("scan");
+  if (!SelectRowsOnDevice(rt, out.get(), rows, cols, h.n, h.scores.data(), h.indices.data()))
+    SelectRows(rt, out.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
+  phases.Mark("select");
+  return h;
+}
+
+Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options) {
+  rt.EnsureReady();
+  IdleAtExit idle(rt);
+  rt.ValidateLaunch(job.scan_launch);
+  rt.ValidateLaunch(job.exact_launch);
+  const int64_t count = job.count;
+  if (job.scan_docs->count != count || job.exact_docs->count != count) {
+    throw std::invalid_argument("Expected " + std::to_string(count) +
+                                " documents in scanDocs and exactDocs (the count the launches were planned for) but received " +
+                                std::to_string(job.scan_docs->count) + " and " + std::to_string(job.exact_docs->count));
+  }
+  Heaps h;
+  JobPhases phases(rt, options.time_phases, &h.phases);
+  std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, job.scan_queries, *job.scan_docs);
+  // Both query sets go up before the scan, so the exact ones are not on the path after it.
+  std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt, job.exact_queries, *job.exact_docs);
+  phases.Mark("queries");
+  const int64_t rows = q->count;
+  const int64_t keep = std::min(job.candidates, count);
+  Shape(h, rows, job.k, keep);
+  if (rows == 0 || h.n == 0) return h;
+  if (qe->count != rows) {
+    throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
+                                std::to_string(qe->count));
+  }
+
+  // Stage 1: the scan.
+  ScopedBlock scan(rt.allocator(), static_cast<uint64_t>(rows * count) * sizeof(float));
+  rt.FillNaN(scan.get(), static_cast<uint64_t>(rows * count));
+  rt.Launch(*q, *job.scan_docs, job.scan_launch, scan.get());
+  phases.Mark("scan");
+  if (DeviceSelectTakes(rt, rows, count, keep) && StagesOnDevice(rt, job, *qe, scan.get(), rows, keep, phases, h)) return h;
+  StagesOnHost(rt, job, *qe, scan.get(), rows, keep, phases, h);
+  return h;
+}
+
+Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k) {
+  rt.EnsureReady();
+  IdleAtExit idle(rt);
+  Heaps h;
+  Shape(h, rows, k, cols);
+  if (rows == 0 || h.n == 0) return h;
+  ScopedBlock m(rt.allocator(), matrix.size() * sizeof(float));
+  rt.Upload(m.get(), matrix.data(), matrix.size() * sizeof(float));
+  h.on_device = SelectRowsOnDevice(rt, m.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
+  if (!h.on_device) SelectRows(rt, m.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
+  return h;
+}
+
+Heaps HostTopK(const float* matrix, int64_t rows, int64_t cols, int64_t k) {
+  Heaps h;
+  Shape(h, rows, k, cols);
+  for (int64_t r = 0; r < rows; r++) TopKHeap(h.scores.data() + r * h.n, h.indices.data() + r * h.n, h.n).Scan(matrix + r * cols, cols, 0);
+  return h;
+}
+
+}  // namespace maxsim_cuda

@@ -1,0 +1,385 @@
+// A standalone check of the CUDA engine (native/cuda/engine.h) without Node, on the GPU: fresh random
+// ragged inputs (empty queries and documents among them) through score, topK and twoStage, against
+// a float64 reference and against each other, for float32, float16 and bfloat16 (the SIMT kernels,
+// whose launch is the dispatcher's perPair one: grid [docs, queries], block 128), with host and
+// device queries, float32 host queries cast on the GPU, a select() view and a download round trip.
+// Build and run on a GPU host, from the repository root (the fatbins come from build/kernels):
+//   node scripts/build-native.mjs cuda-check && build/check/engine_check [seed]
+// Exit status 0 when every check passes; 1 on a wrong result; 2 when no usable GPU or kernels.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../engine.h"
+
+using maxsim_cuda::DeviceTokens;
+using maxsim_cuda::Heaps;
+using maxsim_cuda::LaunchSpec;
+using maxsim_cuda::QuerySource;
+using maxsim_cuda::Runtime;
+
+namespace {
+
+int failures = 0;
+int checks = 0;
+
+void Fail(const std::string& what) {
+  if (failures < 20) std::fprintf(stderr, "FAIL %s\n", what.c_str());
+  failures++;
+}
+
+// Runs f on the runtime's worker thread (where every job runs) and waits for its result.
+template <typename F>
+auto OnWorker(Runtime* rt, F f) -> decltype(f()) {
+  using R = decltype(f());
+  std::promise<R> done;
+  rt->Post([&] {
+    try {
+      done.set_value(f());
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  return done.get_future().get();
+}
+
+uint16_t ToBf16(float x) {  // round to nearest even (finite inputs)
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+uint16_t ToF16(float x) {  // |x| <= 1 here; results below 2^-14 flush to signed zero
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t sign = (u >> 16) & 0x8000;
+  const int exp = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
+  if (exp <= 0) return static_cast<uint16_t>(sign);
+  uint32_t man = u & 0x7fffff;
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (man >> 13);
+  const uint32_t rest = man & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+  return static_cast<uint16_t>(sign | h);
+}
+
+double FromBits(uint16_t h, DType t) {
+  if (t == DType::BFloat16) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const int exp = (h >> 10) & 0x1f;
+  const double man = h & 0x3ff;
+  const double v = exp == 0 ? man * std::ldexp(1.0, -24) : (1 + man / 1024) * std::ldexp(1.0, exp - 15);
+  return (h & 0x8000) ? -v : v;
+}
+
+// A host batch of random tokens in [-1, 1]: the encoded elements and the exact values they hold.
+struct Batch {
+  DType dtype = DType::Float32;
+  int64_t dim = 0;
+  std::vector<float> f32;
+  std::vector<uint16_t> bits;
+  std::vector<double> value;  // [tokens * dim], what the elements hold
+  std::vector<double> starts;
+  std::vector<int32_t> lengths;
+
+  TokenSet View() const {
+    TokenSet t;
+    t.dtype = dtype;
+    t.dim = dim;
+    t.count = static_cast<int64_t>(lengths.size());
+    t.data = dtype == DType::Float32 ? static_cast<const void*>(f32.data()) : static_cast<const void*>(bits.data());
+    t.elements = static_cast<int64_t>(value.size());
+    t.starts = starts.data();
+    t.lengths = lengths.data();
+    for (int32_t l : lengths) t.max_length = std::max<int64_t>(t.max_length, l);
+    return t;
+  }
+  // The same values as float32 elements (exact: every half is a float).
+  Batch AsFloat32() const {
+    Batch b = *this;
+    b.dtype = DType::Float32;
+    b.bits.clear();
+    b.f32.assign(value.begin(), value.end());
+    return b;
+  }
+};
+
+// `count` items of random lengths in [min_len, max_len], with a gap of unused tokens between some
+// items (so starts are not simply packed).
+Batch RandomBatch(std::mt19937_64& rng, DType dtype, int64_t dim, int64_t count, int min_len, int max_len) {
+  Batch b;
+  b.dtype = dtype;
+  b.dim = dim;
+  std::uniform_int_distribution<int> len(min_len, max_len), gap(0, 2);
+  std::uniform_real_distribution<float> val(-1.f, 1.f);
+  int64_t at = 0;
+  for (int64_t i = 0; i < count; i++) {
+    at += gap(rng) == 0 ? 1 : 0;
+    b.starts.push_back(static_cast<double>(at));
+    b.lengths.push_back(len(rng));
+    at += b.lengths.back();
+  }
+  const int64_t n = at * dim;
+  for (int64_t e = 0; e < n; e++) {
+    const float x = val(rng);
+    if (dtype == DType::Float32) {
+      b.f32.push_back(x);
+      b.value.push_back(x);
+    } else {
+      const uint16_t h = dtype == DType::BFloat16 ? ToBf16(x) : ToF16(x);
+      b.bits.push_back(h);
+      b.value.push_back(FromBits(h, dtype));
+    }
+  }
+  return b;
+}
+
+// The float64 scores [nq, nd] and a bound on the float32 kernel's error for each: every dot product
+// of dim terms errs by at most dim * u * sum|q_k d_k| (so does the max over document tokens), and the
+// sum over query tokens by lq * u * sum|max_i|.
+struct Reference {
+  std::vector<double> score, bound;
+};
+Reference ReferenceScores(const Batch& q, const Batch& d) {
+  const int64_t nq = static_cast<int64_t>(q.lengths.size()), nd = static_cast<int64_t>(d.lengths.size()), dim = q.dim;
+  const double u = std::ldexp(1.0, -24);
+  Reference r;
+  r.score.resize(static_cast<size_t>(nq * nd));
+  r.bound.resize(r.score.size());
+  for (int64_t i = 0; i < nq; i++) {
+    for (int64_t j = 0; j < nd; j++) {
+      const int lq = q.lengths[i], ld = d.lengths[j];
+      double total = 0, err = 0, magnitude = 0;
+      if (ld == 0) total = -INFINITY;  // a document without tokens scores -Infinity (src/backends/reference.ts)
+      for (int s = 0; s < lq && ld > 0; s++) {
+        const double* qv = q.value.data() + (static_cast<int64_t>(q.starts[i]) + s) * dim;
+        double best = -INFINITY, best_abs = 0;
+        for (int t = 0; t < ld; t++) {
+          const double* dv = d.value.data() + (static_cast<int64_t>(d.starts[j]) + t) * dim;
+          double dot = 0, abs = 0;
+          for (int64_t k = 0; k < dim; k++) {
+            dot += qv[k] * dv[k];
+            abs += std::fabs(qv[k] * dv[k]);
+          }
+          best = std::max(best, dot);
+          best_abs = std::max(best_abs, abs);
+        }
+        total += best;
+        magnitude += std::fabs(best);
+        err += dim * u * best_abs * 1.01;
+      }
+      r.score[i * nd + j] = total;
+      r.bound[i * nd + j] = err + lq * u * magnitude * 1.01 + 1e-6;
+    }
+  }
+  return r;
+}
+
+const char* Suffix(DType t) { return t == DType::Float32 ? "f32" : t == DType::Float16 ? "f16" : "bf16"; }
+
+// The dispatcher's launch of the SIMT variant (src/backends/cuda-dispatch.ts, launchFor, perPair).
+LaunchSpec SimtLaunch(DType t, int64_t nq, int64_t nd) {
+  LaunchSpec s;
+  s.kernel = std::string("maxsim_simt_") + Suffix(t);
+  s.grid[0] = static_cast<unsigned>(std::max<int64_t>(1, nd));
+  s.grid[1] = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(nq, 65535)));
+  s.block[0] = 128;
+  if (nq > 65535) s.query_tile = 65535;
+  return s;
+}
+
+// Each row's heap as (score, index) pairs ranked: score descending, ties to the lower index.
+std::vector<std::pair<float, int32_t>> Ranked(const Heaps& h, int64_t row) {
+  std::vector<std::pair<float, int32_t>> v;
+  for (int64_t j = 0; j < h.n; j++) v.emplace_back(h.scores[row * h.n + j], h.indices[row * h.n + j]);
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  return v;
+}
+
+void CheckScores(const std::string& what, const std::vector<float>& got, const Reference& ref) {
+  checks++;
+  if (got.size() != ref.score.size()) return Fail(what + ": " + std::to_string(got.size()) + " scores, expected " + std::to_string(ref.score.size()));
+  for (size_t e = 0; e < got.size(); e++) {
+    const double want = ref.score[e];
+    const bool ok = std::isinf(want) ? (std::isinf(got[e]) && got[e] < 0) : std::fabs(got[e] - want) <= ref.bound[e];
+    if (!ok) return Fail(what + ": score " + std::to_string(e) + " = " + std::to_string(got[e]) + ", reference " + std::to_string(want) + " +- " + std::to_string(ref.bound[e]));
+  }
+}
+
+// A top-K result against the selection of the same job's score matrix by the host heaps (the order
+// every path must give: the device selection, the host heaps and the two stages), and its scores
+// against the reference.
+void CheckTopK(const std::string& what, const Heaps& got, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k,
+               const Reference& ref) {
+  checks++;
+  const Heaps want = maxsim_cuda::HostTopK(matrix.data(), rows, cols, k);
+  if (got.n != want.n) return Fail(what + ": n " + std::to_string(got.n) + ", expected " + std::to_string(want.n));
+  for (int64_t r = 0; r < rows; r++) {
+    const auto a = Ranked(got, r), b = Ranked(want, r);
+    for (size_t j = 0; j < a.size(); j++) {
+      if (a[j].second != b[j].second || std::memcmp(&a[j].first, &b[j].first, 4) != 0) {
+        return Fail(what + ": row " + std::to_string(r) + " rank " + std::to_string(j) + " got (" + std::to_string(a[j].first) + ", " +
+                    std::to_string(a[j].second) + "), the score matrix's selection (" + std::to_string(b[j].first) + ", " +
+                    std::to_string(b[j].second) + ")");
+      }
+      const size_t e = static_cast<size_t>(r * cols + a[j].second);
+      if (!std::isinf(ref.score[e]) && std::fabs(a[j].first - ref.score[e]) > ref.bound[e]) {
+        return Fail(what + ": row " + std::to_string(r) + " hit " + std::to_string(a[j].second) + " scores " + std::to_string(a[j].first) +
+                    ", reference " + std::to_string(ref.score[e]));
+      }
+    }
+    // nothing left out scores clearly above the last kept (by the reference)
+    if (!a.empty()) {
+      const size_t last = static_cast<size_t>(r * cols + a.back().second);
+      for (int64_t c = 0; c < cols; c++) {
+        const size_t e = static_cast<size_t>(r * cols + c);
+        const bool kept = std::any_of(a.begin(), a.end(), [&](const auto& p) { return p.second == c; });
+        if (!kept && ref.score[e] > ref.score[last] + ref.bound[e] + ref.bound[last]) {
+          return Fail(what + ": row " + std::to_string(r) + " left out document " + std::to_string(c) + " (reference " +
+                      std::to_string(ref.score[e]) + ") above its last hit (" + std::to_string(ref.score[last]) + ")");
+        }
+      }
+    }
+  }
+}
+
+void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t nq, int64_t nd, int max_q, int max_d) {
+  const std::string shape = std::string(Suffix(dtype)) + " dim " + std::to_string(dim) + ", " + std::to_string(nq) + " x " + std::to_string(nd);
+  const Batch q = RandomBatch(rng, dtype, dim, nq, 0, max_q);
+  const Batch d = RandomBatch(rng, dtype, dim, nd, 0, max_d);
+  const Reference ref = ReferenceScores(q, d);
+  const LaunchSpec launch = SimtLaunch(dtype, nq, nd);
+  std::shared_ptr<DeviceTokens> docs = OnWorker(rt, [&] { return maxsim_cuda::UploadSet(*rt, d.View()); });
+
+  // score: host queries (uploaded by the job) and device queries
+  QuerySource hq = maxsim_cuda::HostQueries(q.View());
+  const std::vector<float> scores = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, hq, *docs, launch); });
+  CheckScores("score " + shape + " (host queries)", scores, ref);
+  std::shared_ptr<DeviceTokens> dq = OnWorker(rt, [&] { return maxsim_cuda::UploadSet(*rt, q.View()); });
+  QuerySource dqs = maxsim_cuda::DeviceQueries(dq);
+  CheckScores("score " + shape + " (device queries)", OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, dqs, *docs, launch); }), ref);
+  if (dtype != DType::Float32) {
+    // float32 host queries holding the same values, cast on the GPU (CastSet): the same scores
+    const Batch keep = q.AsFloat32();  // the host batch must outlive the job
+    QuerySource fq = maxsim_cuda::HostQueries(keep.View());
+    maxsim_cuda::ConvertHostQueriesFor(fq, dtype, false);
+    const std::vector<float> cast = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, fq, *docs, launch); });
+    checks++;
+    if (cast != scores) Fail("score " + shape + ": float32 queries cast on the GPU differ from " + Suffix(dtype) + " queries");
+  }
+
+  // topK: k within the device selection's range, past it (host heaps), and past the column count
+  for (int64_t k : {int64_t(1), int64_t(7), std::min<int64_t>(nd, 100), int64_t(300), nd + 3}) {
+    QuerySource src = maxsim_cuda::DeviceQueries(dq);
+    const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, src, *docs, launch, k); });
+    CheckTopK("topK " + shape + ", k " + std::to_string(k), h, scores, nq, nd, k, ref);
+    // two stages over the same set: the candidates rescored by the same kernel give the same hits
+    for (int64_t candidates : {k, k + 5}) {
+      maxsim_cuda::TwoStageJob job;
+      job.scan_queries = maxsim_cuda::DeviceQueries(dq);
+      job.exact_queries = maxsim_cuda::DeviceQueries(dq);
+      job.scan_docs = job.exact_docs = docs;
+      job.scan_launch = launch;
+      job.exact_launch = SimtLaunch(dtype, nq, std::min(nd, nq * std::min(candidates, nd)));
+      job.k = k;
+      job.candidates = candidates;
+      job.count = nd;
+      const Heaps t = OnWorker(rt, [&] { return maxsim_cuda::TwoStage(*rt, job); });
+      CheckTopK("twoStage " + shape + ", k " + std::to_string(k) + ", candidates " + std::to_string(candidates), t, scores, nq, nd,
+                std::min(k, candidates), ref);
+    }
+  }
+  // the matrix selection on its own (deviceTopK): the device path and the host path agree
+  {
+    const int64_t k = std::min<int64_t>(nd, 16);
+    const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::SelectMatrix(*rt, scores, nq, nd, k); });
+    CheckTopK("selectMatrix " + shape, h, scores, nq, nd, k, ref);
+  }
+
+  // select: a view of every other document in reverse scores as those columns
+  if (nd > 1) {
+    std::vector<int64_t> pick;
+    for (int64_t j = nd - 1; j >= 0; j -= 2) pick.push_back(j);
+    std::shared_ptr<DeviceTokens> view = OnWorker(rt, [&] {
+      auto v = maxsim_cuda::Select(*rt, docs, pick);
+      rt->Synchronize();
+      return v;
+    });
+    QuerySource src = maxsim_cuda::DeviceQueries(dq);
+    const int64_t nv = static_cast<int64_t>(pick.size());
+    const std::vector<float> vs = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, src, *view, SimtLaunch(dtype, nq, nv)); });
+    checks++;
+    for (int64_t i = 0; i < nq && vs.size() == static_cast<size_t>(nq * nv); i++) {
+      for (int64_t j = 0; j < nv; j++) {
+        const float a = vs[i * nv + j], b = scores[i * nd + pick[j]];
+        if (std::memcmp(&a, &b, 4) != 0) {
+          Fail("select " + shape + ": view column " + std::to_string(j) + " differs from document " + std::to_string(pick[j]));
+          i = nq;
+          break;
+        }
+      }
+    }
+  }
+
+  // download: the packed tokens and spans come back as uploaded
+  const maxsim_cuda::HostCopy back = OnWorker(rt, [&] { return maxsim_cuda::DownloadSet(*rt, *docs); });
+  checks++;
+  const size_t es = static_cast<size_t>(DTypeSize(dtype));
+  const auto* raw = static_cast<const uint8_t*>(d.View().data);
+  for (int64_t j = 0, at = 0; j < nd; j++) {
+    const size_t bytes = static_cast<size_t>(d.lengths[j] * dim) * es;
+    if (back.starts[j] != at || back.lengths[j] != d.lengths[j] ||
+        std::memcmp(back.data.data() + static_cast<size_t>(at * dim) * es, raw + static_cast<size_t>(d.starts[j] * dim) * es, bytes) != 0) {
+      Fail("download " + shape + ": item " + std::to_string(j) + " differs");
+      break;
+    }
+    at += d.lengths[j];
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const uint64_t seed = argc > 1 ? std::stoull(argv[1]) : std::random_device{}();
+  std::printf("engine_check: seed %llu\n", static_cast<unsigned long long>(seed));
+  Runtime* rt = nullptr;
+  try {
+    rt = Runtime::Get(0);
+    OnWorker(rt, [&] {
+      rt->EnsureReady();
+      for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
+        const std::string k = std::string("maxsim_simt_") + Suffix(t);
+        if (!rt->HasKernel(k)) throw maxsim_cuda::CudaError("kernel " + k + " is not in the loaded modules", "CUDA_ERROR_NOT_FOUND");
+      }
+      return 0;
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "engine_check: no usable GPU or kernels: %s\n", e.what());
+    return 2;
+  }
+  std::printf("engine_check: device 0, %s (sm_%d%d)\n", rt->props().name.c_str(), rt->props().cc_major, rt->props().cc_minor);
+  std::mt19937_64 rng(seed);
+  try {
+    for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
+      Round(rt, rng, t, 128, 3, 40, 33, 70);     // typical
+      Round(rt, rng, t, 1, 1, 1, 1, 1);          // tiny
+      Round(rt, rng, t, 37, 5, 300, 9, 20);      // awkward dim, more documents than the device selection's keep
+      Round(rt, rng, t, 96, 2, 700, 4, 3);       // many short documents, some empty
+    }
+  } catch (const std::exception& e) {
+    Fail(std::string("exception: ") + e.what());
+  }
+  std::printf("engine_check: %d checks, %d failures\n", checks, failures);
+  return failures == 0 ? 0 : 1;
+}
