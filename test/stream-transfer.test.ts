@@ -45,12 +45,22 @@ describe('chooseTransfer', () => {
       const want = explicitPin ? 'pinned' : corpusBytes <= budget ? 'pinned-ahead' : 'direct';
       assert.equal(c.mode, want, `${corpusBytes} bytes, budget ${budget}, pin ${explicitPin}`);
       assert.ok(c.reason.length > 0);
-      if (!explicitPin) assert.match(c.reason, corpusBytes <= budget ? /fit the host-memory budget/ : /exceed/);
+      if (!explicitPin)
+        assert.match(c.reason, corpusBytes <= budget ? /fit the host-memory budget/ : /exceed/);
     }
     // the boundary: equal fits, one byte over does not; a zero budget pins nothing
-    assert.equal(chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 5, budget: 5 }).mode, 'pinned-ahead');
-    assert.equal(chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 6, budget: 5 }).mode, 'direct');
-    assert.equal(chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 1, budget: 0 }).mode, 'direct');
+    assert.equal(
+      chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 5, budget: 5 }).mode,
+      'pinned-ahead',
+    );
+    assert.equal(
+      chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 6, budget: 5 }).mode,
+      'direct',
+    );
+    assert.equal(
+      chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 1, budget: 0 }).mode,
+      'direct',
+    );
     // the reason names both sizes
     const r = chooseTransfer({ requested: 'auto', explicitPin: false, corpusBytes: 26e9, budget: 60e9 });
     assert.match(r.reason, /26\.00 GB.*60\.00 GB/);
@@ -149,7 +159,11 @@ describe('transfer options: validation', () => {
     const run = (...args: string[]) =>
       spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 120_000 });
     const qf = path.join(tmp, 'q.npy');
-    writeNpy(qf, { dtype: 'float32', shape: [2, 4, dim], data: randomRagged([4, 4], dim, 'float32', rand).data as Float32Array });
+    writeNpy(qf, {
+      dtype: 'float32',
+      shape: [2, 4, dim],
+      data: randomRagged([4, 4], dim, 'float32', rand).data as Float32Array,
+    });
     const base = ['search', '--queries', qf, '--corpus', dir, '--top-k', '2'];
     // 1: a refused combination; 2: a usage error (commander: a value outside the choices)
     const refused = (args: string[], pattern: RegExp, code = 1) => {
@@ -162,7 +176,10 @@ describe('transfer options: validation', () => {
     refused([...base, '--pin', '--transfer', 'copy'], /--pin.*--transfer copy/);
     refused([...base, '--transfer', 'fast'], /--transfer/, 2);
     refused([...base, '--transfer', 'pin', '--backend', 'cpu'], /--transfer.*--backend cpu/);
-    refused([...base, '--host-memory-budget', '100', '--backend', 'cpu'], /--host-memory-budget.*--backend cpu/);
+    refused(
+      [...base, '--host-memory-budget', '100', '--backend', 'cpu'],
+      /--host-memory-budget.*--backend cpu/,
+    );
     refused([...base, '--host-memory-budget', '-1'], /--host-memory-budget/, 2);
     const docs = path.join(tmp, 'docs.npy');
     writeNpy(docs, { dtype: 'float32', shape: [2, 3, dim], data: new Float32Array(6 * dim) });

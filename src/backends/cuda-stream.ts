@@ -256,7 +256,7 @@ export function chooseTransfer(input: {
   budget: number;
 }): { mode: TransferMode; reason: string } {
   const { requested, explicitPin, corpusBytes, budget } = input;
-  const ignored = explicitPin ? " (the corpus.pin() pin is not used)" : '';
+  const ignored = explicitPin ? ' (the corpus.pin() pin is not used)' : '';
   switch (requested) {
     case 'copy':
     case 'register':
@@ -364,7 +364,8 @@ export async function cudaStreamSearch(
     unpinCorpusFiles(pins.ahead);
     pins.ahead = undefined;
   }
-  const own = (pins.ahead ? pinnedBytesOf(pins.ahead) : 0) + (pins.explicit ? pinnedBytesOf(pins.explicit) : 0);
+  const own =
+    (pins.ahead ? pinnedBytesOf(pins.ahead) : 0) + (pins.explicit ? pinnedBytesOf(pins.explicit) : 0);
   const hostMemoryBudget = options.hostMemoryBudget ?? defaultHostMemoryBudget(pinnedByProcess() - own);
   const choice = chooseTransfer({
     requested,
@@ -382,7 +383,8 @@ export async function cudaStreamSearch(
   } catch (e) {
     // page-locking refused (a locked-memory limit, an odd file system): auto reads with O_DIRECT instead
     const message = e instanceof Error ? e.message : String(e);
-    if (requested !== 'auto' || choice.mode !== 'pinned-ahead' || !message.includes('cuMemHostRegister')) throw e;
+    if (requested !== 'auto' || choice.mode !== 'pinned-ahead' || !message.includes('cuMemHostRegister'))
+      throw e;
     if (pins.ahead) unpinCorpusFiles(pins.ahead);
     pins.ahead = undefined;
     const fallback = { mode: 'direct' as const, reason: `pinning ahead failed (${message})` };

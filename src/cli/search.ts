@@ -1,8 +1,8 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
+import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-stream.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-stream.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { rankRows } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity, warnIfInt8Slower } from '../ops/quantize.js';
@@ -112,7 +112,11 @@ export function searchCommand(): Command {
             ? '--transfer'
             : undefined;
       if (corpusOnly)
-        throw new InvalidArgumentError(corpusOnly, 'used with --corpus (it concerns the streamed scan)', '--docs');
+        throw new InvalidArgumentError(
+          corpusOnly,
+          'used with --corpus (it concerns the streamed scan)',
+          '--docs',
+        );
       if (opts.ids !== undefined)
         throw new InvalidArgumentError('--ids', 'used with --corpus (ids name corpus documents)', '--docs');
       if (opts.docs === undefined)
@@ -175,7 +179,11 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     );
   const transfer = opts.transfer ?? 'auto';
   if (opts.pin === false && transfer !== 'auto' && transfer !== 'copy')
-    throw new InvalidArgumentError('--no-pin', '--transfer copy or auto with it (--no-pin copies)', `--transfer ${transfer}`);
+    throw new InvalidArgumentError(
+      '--no-pin',
+      '--transfer copy or auto with it (--no-pin copies)',
+      `--transfer ${transfer}`,
+    );
   if (opts.pin === true && transfer !== 'auto' && transfer !== 'pin')
     throw new InvalidArgumentError('--pin', '--transfer pin or auto with it', `--transfer ${transfer}`);
   if (opts.backend === 'cpu' && (transfer !== 'auto' || opts.hostMemoryBudget !== undefined))

@@ -122,7 +122,12 @@ describe('CUDA corpus search', { skip }, () => {
     // three segments; one of ~48 MiB, so pinned-ahead blocks straddle its 32 MiB registration chunks
     const parts = [
       randomRagged(lengthsOf(rand, 150, 200), dim, 'float32', rand),
-      randomRagged(Array.from({ length: 190 }, (_, i) => (i % 17 === 3 ? 0 : 1000 + (i % 50))), dim, 'float32', rand),
+      randomRagged(
+        Array.from({ length: 190 }, (_, i) => (i % 17 === 3 ? 0 : 1000 + (i % 50))),
+        dim,
+        'float32',
+        rand,
+      ),
       randomRagged(lengthsOf(rand, 90, 300), dim, 'float32', rand),
     ];
     const dir = build(parts, 'float16');
@@ -137,7 +142,11 @@ describe('CUDA corpus search', { skip }, () => {
       { options: { transfer: 'register' }, modes: ['register'], reason: /'register'/ },
       // a file system that refuses O_DIRECT reads through the page cache and says so
       { options: { transfer: 'direct' }, modes: ['direct', 'copy'], reason: /'direct'/ },
-      { options: { hostMemoryBudget: 0 }, modes: ['direct', 'copy'], reason: /exceed the host-memory budget/ },
+      {
+        options: { hostMemoryBudget: 0 },
+        modes: ['direct', 'copy'],
+        reason: /exceed the host-memory budget/,
+      },
       { options: { transfer: 'pin' }, modes: ['pinned-ahead'], reason: /'pin' asked for/ },
       { options: {}, modes: ['pinned-ahead'], reason: /fit the host-memory budget/ },
     ];
@@ -173,7 +182,10 @@ describe('CUDA corpus search', { skip }, () => {
         // corpus.pin(): auto uses it, copy does not
         await corpus.pin();
         await check({ options: {}, modes: ['pinned'], reason: /pinned whole/ }, 'after pin()');
-        await check({ options: { transfer: 'copy' }, modes: ['copy'], reason: /not used/ }, 'copy after pin()');
+        await check(
+          { options: { transfer: 'copy' }, modes: ['copy'], reason: /not used/ },
+          'copy after pin()',
+        );
         corpus.unpin();
         assert.equal(corpus.pinnedBytes, 0);
       }
