@@ -86,6 +86,7 @@ struct Files {
 // One pipeline slot: pinned host staging and device buffers for the largest block.
 struct Slot {
   void* host_tokens = nullptr;
+  uint64_t staging_bytes = 0;      // direct I/O: host_tokens is anonymous memory registered, this long
   int64_t* host_starts = nullptr;
   int32_t* host_lengths = nullptr;
   float* host_scores = nullptr;
@@ -132,6 +133,11 @@ struct Pipeline {
       if (copy_stream) d.cuStreamSynchronize(copy_stream);
       d.cuStreamSynchronize(rt.stream());
       for (auto& s : slots) {
+        if (s.staging_bytes) {
+          d.cuMemHostUnregister(s.host_tokens);
+          munmap(s.host_tokens, s.staging_bytes);
+          s.host_tokens = nullptr;
+        }
         for (void* p : {s.host_tokens, static_cast<void*>(s.host_starts), static_cast<void*>(s.host_lengths),
                         static_cast<void*>(s.host_scores), static_cast<void*>(s.host_token_scales),
                         static_cast<void*>(s.tail)}) {
@@ -155,6 +161,18 @@ void* PinnedAlloc(uint64_t bytes) {
   return p;
 }
 
+// Page-locked staging for O_DIRECT reads: anonymous pages registered with the driver. (Memory from
+// cuMemHostAlloc is mapped by the driver, and the kernel may refuse to DMA a file into it, EFAULT.)
+void* RegisteredAlloc(uint64_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("cannot map " + std::to_string(bytes) + " bytes of staging: " + std::strerror(errno));
+  madvise(p, bytes, MADV_HUGEPAGE);  // fewer pages to lock where transparent huge pages are on (else a no-op)
+  const cu::CUresult rc = Api().cuMemHostRegister(p, bytes, 0);
+  if (rc != 0) munmap(p, bytes);
+  Check(rc, "cuMemHostRegister");
+  return p;
+}
+
 // Reads bytes [offset, offset + n) of fd into dst; an error message (naming the file) or "".
 std::string ReadRange(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t n) {
   uint64_t done = 0;
@@ -171,8 +189,8 @@ std::string ReadRange(int fd, const std::string& path, uint8_t* dst, uint64_t of
 }
 
 // O_DIRECT read of `len` bytes at `offset` (both aligned) into dst (aligned), of which the first `need`
-// matter: a read may stop at the end of the file past `need`. A file system that refuses an O_DIRECT
-// read part-way (EINVAL) gets the rest read through the page cache.
+// matter: a read may stop at the end of the file past `need`. An O_DIRECT read refused part-way
+// (EINVAL: the file system; EFAULT: the buffer) gets the rest read through the page cache.
 std::string ReadDirect(int direct_fd, int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len,
                        uint64_t need) {
   uint64_t done = 0;
@@ -180,7 +198,7 @@ std::string ReadDirect(int direct_fd, int fd, const std::string& path, uint8_t* 
     const ssize_t r = pread(direct_fd, dst + done, len - done, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
-      if (errno == EINVAL) return ReadRange(fd, path, dst + done, offset + done, need - done);
+      if (errno == EINVAL || errno == EFAULT) return ReadRange(fd, path, dst + done, offset + done, need - done);
       return "reading " + path + " failed: " + std::strerror(errno);
     }
     if (r == 0) return path + " is truncated: bytes up to " + std::to_string(offset + need) + " were expected";
@@ -230,7 +248,12 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
       static_cast<uint64_t>(spec.capacity_tokens) * row_bytes + (spec.direct_io ? 2 * kDirectAlign : 0);
   const uint64_t score_count = static_cast<uint64_t>(std::max<int64_t>(nq, 1)) * static_cast<uint64_t>(spec.capacity_docs);
   for (auto& s : pipe.slots) {
-    if (!direct) s.host_tokens = PinnedAlloc(slot_token_bytes);
+    if (!direct && direct_io) {
+      s.host_tokens = RegisteredAlloc(slot_token_bytes);
+      s.staging_bytes = slot_token_bytes;
+    } else if (!direct) {
+      s.host_tokens = PinnedAlloc(slot_token_bytes);
+    }
     if (spec.register_pages && !pinned) s.tail = static_cast<uint8_t*>(PinnedAlloc(4096));
     s.host_starts = static_cast<int64_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int64_t)));
     s.host_lengths = static_cast<int32_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int32_t)));

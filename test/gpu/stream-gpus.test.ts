@@ -55,7 +55,10 @@ describe(`CUDA corpus search on several GPUs (${devices.join(',')})`, { skip }, 
       topK: 11,
       backend: 'cuda',
       blockBytes: 256 * 1024,
+      transfer: 'copy', // auto would use the pin
     });
+    assert.equal(pinned.stats.transfer!.mode, 'pinned');
+    assert.equal(copied.stats.transfer!.mode, 'copy');
     assert.deepEqual(pairs(pinned.hits), pairs(copied.hits), 'pinned on every GPU');
     corpus.unpin();
     // pinned ahead by the scans of every GPU at once (they register the chunks they reach, once)
