@@ -247,7 +247,9 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   const uint64_t slot_token_bytes =
       static_cast<uint64_t>(spec.capacity_tokens) * row_bytes + (spec.direct_io ? 2 * kDirectAlign : 0);
   const uint64_t score_count = static_cast<uint64_t>(std::max<int64_t>(nq, 1)) * static_cast<uint64_t>(spec.capacity_docs);
-  for (auto& s : pipe.slots) {
+  // One slot's buffers. Slot 0 is made before the readers start, the others while they read the first
+  // block, so the first block does not wait for every slot's pinned staging.
+  auto make_slot = [&](Slot& s) {
     if (!direct && direct_io) {
       s.host_tokens = RegisteredAlloc(slot_token_bytes);
       s.staging_bytes = slot_token_bytes;
@@ -265,8 +267,9 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     Check(d.cuEventCreate(&s.scored, cu::CU_EVENT_DEFAULT), "cuEventCreate");
     result.pinned_bytes += (direct ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4 +
                            (s.host_token_scales ? spec.capacity_tokens * 4 : 0);
-  }
-  pipe.readable_below = depth;
+  };
+  make_slot(pipe.slots[0]);
+  pipe.readable_below = 1;
   if (direct_io && !spec.files.empty()) {
     // A file system may accept O_DIRECT at open and refuse the reads (EINVAL): try one page first.
     const ssize_t r = pread(files.direct_fds[0], pipe.slots[0].host_tokens, kDirectAlign, 0);
@@ -384,6 +387,15 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
         if (!err.empty()) return;
       }
     });
+  }
+
+  for (int i = 1; i < depth; i++) {
+    make_slot(pipe.slots[i]);
+    {
+      std::lock_guard<std::mutex> lock(pipe.mutex);
+      pipe.readable_below = i + 1;
+    }
+    pipe.cv.notify_all();
   }
 
   const int64_t k = std::min<int64_t>(spec.k, [&] {

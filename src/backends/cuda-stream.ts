@@ -1,5 +1,7 @@
-// The CUDA side of an out-of-core corpus search: plans the blocks, the slot sizes and the kernel,
-// then hands the scan to the native pipeline (native/cuda/stream_scan.cc) and reports progress.
+// The CUDA side of an out-of-core corpus search: chooses how blocks reach the GPU (chooseTransfer:
+// the files pinned whole or ahead of the scan, O_DIRECT or page-cache reads into pinned buffers),
+// plans the blocks, the slot sizes and the kernel, then hands the scan to the native pipeline
+// (native/cuda/stream_scan.cc) and reports progress.
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -71,8 +73,9 @@ const DEFAULT_DEPTH: Record<TransferMode, number> = {
   copy: 3,
   register: 6,
   pinned: 3,
-  // readers register chunks ahead of the scan: a deeper pipeline keeps the registration ahead
-  'pinned-ahead': 6,
+  // warm, the same as pinned; cold, the readers register the chunks of each block in parallel
+  'pinned-ahead': 3,
+  // more reads in flight (a smaller GPU budget falls back to 3)
   direct: 4,
 };
 /** Largest block: big enough that per-block overheads vanish (~5 ms of copy at 50 GB/s). */
@@ -405,7 +408,7 @@ async function streamSearch(
   const info = file.info;
   // int8 corpora: queries arrive quantized (int8 with scales); float corpora take queries in their dtype
   const dtype = info.dtype;
-  const DEPTH = options.pipelineDepth ?? DEFAULT_DEPTH[choice.mode];
+  let DEPTH = options.pipelineDepth ?? DEFAULT_DEPTH[choice.mode];
   if (!Number.isInteger(DEPTH) || DEPTH < 1 || DEPTH > 8)
     throw new InvalidArgumentError('pipelineDepth', 'an integer in [1, 8]', String(options.pipelineDepth));
   const indices = streamDevices(options);
@@ -444,10 +447,13 @@ async function streamSearch(
   const GRANULE = 2 * 1024 * 1024;
   const queryBytes =
     q.data.length * (dtypeSize(dtype) + (dtype === 'int8' ? 4 / info.dim : 0)) + q.count * 12 + 4 * GRANULE;
-  const perSlot = Math.floor((budget - queryBytes) / DEPTH) - 5 * GRANULE;
   const perDocBytes = 12 + 4 * Math.max(1, q.count);
-  let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
   const longest = info.maxLength * storedTokenBytes(dtype, info.dim);
+  const slotFor = (depth: number) => Math.floor((budget - queryBytes) / depth) - 5 * GRANULE;
+  // a default depth above 3 gives way to 3 where the GPU budget cannot hold that many slots
+  if (options.pipelineDepth === undefined && DEPTH > 3 && slotFor(DEPTH) < longest + perDocBytes) DEPTH = 3;
+  const perSlot = slotFor(DEPTH);
+  let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
   if (blockBytes < longest) blockBytes = longest;
   const maxDocs = Math.max(1, Math.floor((perSlot - blockBytes) / perDocBytes));
   if (perSlot < longest + perDocBytes)

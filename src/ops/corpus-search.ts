@@ -89,7 +89,7 @@ export interface CorpusSearchOptions {
    * MemAvailable in /proc/meminfo, less what this process has already pinned for other corpora).
    */
   hostMemoryBudget?: number;
-  /** CUDA: blocks in flight (default 3 for copy and pinned, 4 direct, 6 register and pinned ahead; 1..8). */
+  /** CUDA: blocks in flight (default 3; 4 direct, 6 register, where the GPU budget allows; 1..8). */
   pipelineDepth?: number;
   /** CUDA: reader threads (default: cores - 2, at most 12; direct: cores, 4..16). */
   readers?: number;
