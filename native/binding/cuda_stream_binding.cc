@@ -121,6 +121,7 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   spec.k = GetInteger(env, plan.Get("k"), "plan.k", 0, int64_t(1) << 31);
   spec.register_pages = plan.Get("registerPages").ToBoolean().Value();
   spec.direct_io = plan.Get("directIo").ToBoolean().Value();
+  spec.direct_io_unless_cached = plan.Get("directIoUnlessCached").ToBoolean().Value();
   Napi::Value pin = plan.Get("pinned");
   if (!pin.IsUndefined() && !pin.IsNull()) {
     if (!pin.IsExternal()) throw ArgError(env, "plan.pinned", "a handle from cuda.pinFiles()", Describe(pin));

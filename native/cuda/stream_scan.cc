@@ -45,6 +45,36 @@ struct Files {
     }
     return "";
   }
+  // The fraction of the files' pages in the page cache, from `samples` pages spread evenly over their
+  // bytes (mincore on a read-only mapping; a file that cannot be mapped counts as not cached).
+  double CachedFraction(int samples) const {
+    const long page = sysconf(_SC_PAGESIZE);
+    std::vector<uint64_t> sizes;
+    uint64_t total = 0;
+    for (int fd : fds) {
+      struct stat st;
+      sizes.push_back(fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0);
+      total += sizes.back();
+    }
+    if (total == 0) return 0;
+    int hits = 0, seen = 0;
+    uint64_t base = 0;
+    for (size_t f = 0; f < fds.size(); f++) {
+      const uint64_t n = sizes[f];
+      void* map = n ? mmap(nullptr, n, PROT_READ, MAP_SHARED, fds[f], 0) : MAP_FAILED;
+      for (int i = 0; i < samples; i++) {
+        const uint64_t at = static_cast<uint64_t>((static_cast<double>(i) + 0.5) * static_cast<double>(total) / samples);
+        if (at < base || at >= base + n) continue;
+        seen++;
+        unsigned char v = 0;
+        const uint64_t off = (at - base) & ~static_cast<uint64_t>(page - 1);
+        if (map != MAP_FAILED && mincore(static_cast<uint8_t*>(map) + off, 1, &v) == 0 && (v & 1)) hits++;
+      }
+      if (map != MAP_FAILED) munmap(map, n);
+      base += n;
+    }
+    return seen ? static_cast<double>(hits) / seen : 0;
+  }
   void CloseDirect() {
     for (int fd : direct_fds) close(fd);
     direct_fds.clear();
@@ -234,6 +264,15 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   const bool direct = spec.register_pages || pinned;  // the copy engine reads the page cache itself
   if (spec.register_pages && !pinned) files.MapAll(spec.files);
   bool direct_io = spec.direct_io && !direct;
+  if (direct_io && spec.direct_io_unless_cached) {
+    // O_DIRECT reads the disk: files the page cache holds are read faster from there
+    const double cached = files.CachedFraction(2048);
+    if (cached >= 0.5) {
+      direct_io = false;
+      result.transfer_note = "the files are " + std::to_string(static_cast<int>(cached * 100)) +
+                             "% in the page cache (O_DIRECT would read them from the disk)";
+    }
+  }
   if (direct_io) {
     result.transfer_note = files.OpenDirect(spec.files);
     direct_io = result.transfer_note.empty();

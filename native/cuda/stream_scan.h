@@ -81,6 +81,8 @@ struct StreamScanSpec {
   // true (copy mode only): read with O_DIRECT into the pinned slots (one host-memory pass); where the
   // file system refuses it, the scan reads through the page cache and says why in `transfer_note`.
   bool direct_io = false;
+  // with direct_io: read through the page cache after all when it holds most of the files (sampled)
+  bool direct_io_unless_cached = false;
   int64_t k = 10;
   LaunchSpec launch;
   // Written as blocks finish (documents done, bytes done); read by the JS thread for progress.

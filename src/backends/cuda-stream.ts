@@ -113,6 +113,7 @@ interface StreamAddon {
       k: number;
       registerPages: boolean;
       directIo: boolean;
+      directIoUnlessCached: boolean;
       pinned?: unknown;
     },
     launch: Launch,
@@ -248,8 +249,8 @@ const gbText = (b: number) => `${(b / 1e9).toFixed(2)} GB`;
  * The transfer of a search: an explicit choice is obeyed ('copy' and 'register' even over a
  * corpus.pin() pin); 'auto' uses corpus.pin()'s pin when there is one, else pins the files ahead of
  * the scan when they fit the host-memory budget (the pages stay locked for the next search), else
- * reads with O_DIRECT into pinned buffers (the scan falls back to page-cache reads, saying why, where
- * the file system refuses O_DIRECT).
+ * reads with O_DIRECT into pinned buffers (the scan reads through the page cache instead, saying why,
+ * where the file system refuses O_DIRECT or, under 'auto', where the page cache holds most of the files).
  */
 export function chooseTransfer(input: {
   requested: TransferOption;
@@ -525,6 +526,8 @@ async function streamSearch(
             k,
             registerPages: choice.mode === 'register',
             directIo: choice.mode === 'direct',
+            // auto: files mostly in the page cache are read from there (O_DIRECT would go to the disk)
+            directIoUnlessCached: (options.transfer ?? 'auto') === 'auto',
             // the pin is registered for every GPU of the host (portable)
             pinned: pinned?.handle,
           },
