@@ -78,6 +78,9 @@ class StreamScanTask : public CudaTask {
     o.Set("pinnedBytes", Napi::Number::New(env, static_cast<double>(result_.pinned_bytes)));
     o.Set("firstBlockSeconds", Napi::Number::New(env, result_.first_block_seconds));
     o.Set("seconds", Napi::Number::New(env, result_.seconds));
+    o.Set("transferMode", Napi::String::New(env, result_.transfer_mode));
+    o.Set("transferNote", Napi::String::New(env, result_.transfer_note));
+    o.Set("registeredBytes", Napi::Number::New(env, static_cast<double>(result_.registered_bytes)));
     return o;
   }
 
@@ -117,6 +120,8 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   spec.readers = static_cast<int>(GetInteger(env, plan.Get("readers"), "plan.readers", 1, 64));
   spec.k = GetInteger(env, plan.Get("k"), "plan.k", 0, int64_t(1) << 31);
   spec.register_pages = plan.Get("registerPages").ToBoolean().Value();
+  spec.direct_io = plan.Get("directIo").ToBoolean().Value();
+  spec.direct_io_unless_cached = plan.Get("directIoUnlessCached").ToBoolean().Value();
   Napi::Value pin = plan.Get("pinned");
   if (!pin.IsUndefined() && !pin.IsNull()) {
     if (!pin.IsExternal()) throw ArgError(env, "plan.pinned", "a handle from cuda.pinFiles()", Describe(pin));
@@ -250,11 +255,11 @@ Napi::Value MeasureHostToDevice(const Napi::CallbackInfo& info) {
 
 class PinFilesTask : public CudaTask {
  public:
-  PinFilesTask(Napi::Env env, Runtime* rt, std::vector<std::string> paths)
-      : CudaTask(env, "pinning the corpus failed: "), rt_(rt), paths_(std::move(paths)) {}
+  PinFilesTask(Napi::Env env, Runtime* rt, std::vector<std::string> paths, uint64_t chunk)
+      : CudaTask(env, "pinning the corpus failed: "), rt_(rt), paths_(std::move(paths)), chunk_(chunk) {}
   void Run() override {
     rt_->EnsureReady();
-    pin_ = maxsim_cuda::PinFiles(*rt_, paths_);
+    pin_ = maxsim_cuda::PinFiles(*rt_, paths_, chunk_);
   }
   Napi::Value Result(Napi::Env env) override {
     auto* holder = new PinHolder{pin_};
@@ -265,10 +270,12 @@ class PinFilesTask : public CudaTask {
  private:
   Runtime* rt_;
   std::vector<std::string> paths_;
+  uint64_t chunk_;
   std::shared_ptr<maxsim_cuda::PinnedFiles> pin_;
 };
 
-// pinFiles(device, files) -> Promise<handle>: maps and page-locks the files whole.
+// pinFiles(device, files, chunkBytes?) -> Promise<handle>: maps and page-locks the files whole; with
+// chunkBytes (a multiple of 4096), maps them only, and scans register them chunk by chunk (pin-ahead).
 Napi::Value PinFilesFn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto* channel = static_cast<TaskChannel*>(info.Data());
@@ -280,7 +287,19 @@ Napi::Value PinFilesFn(const Napi::CallbackInfo& info) {
     if (!f.IsString()) throw ArgError(env, "files[" + std::to_string(i) + "]", "a file path", Describe(f));
     paths.push_back(f.As<Napi::String>().Utf8Value());
   }
-  return channel->Submit(env, rt, std::make_unique<PinFilesTask>(env, rt, std::move(paths)));
+  uint64_t chunk = 0;
+  if (info.Length() > 2 && !info[2].IsUndefined()) {
+    chunk = static_cast<uint64_t>(GetInteger(env, info[2], "chunkBytes", 4096, int64_t(1) << 40));
+    if (chunk % 4096 != 0) throw ArgError(env, "chunkBytes", "a multiple of 4096", std::to_string(chunk));
+  }
+  return channel->Submit(env, rt, std::make_unique<PinFilesTask>(env, rt, std::move(paths), chunk));
+}
+
+// pinnedBytes(handle) -> the bytes the pin holds page-locked now (0 once released).
+Napi::Value PinnedBytesFn(const Napi::CallbackInfo& info) {
+  if (!info[0].IsExternal()) throw ArgError(info.Env(), "handle", "a handle from cuda.pinFiles()", Describe(info[0]));
+  const auto& pin = info[0].As<Napi::External<PinHolder>>().Data()->pin;
+  return Napi::Number::New(info.Env(), pin ? static_cast<double>(pin->registered.load()) : 0.0);
 }
 
 // unpinFiles(handle): drops the pin now (the pages unlock once no scan uses them).
@@ -299,5 +318,6 @@ void InitCudaStream(Napi::Env env, Napi::Object exports) {
   cuda.As<Napi::Object>().Set("streamScan", Napi::Function::New(env, StreamScan, "streamScan", channel));
   cuda.As<Napi::Object>().Set("pinFiles", Napi::Function::New(env, PinFilesFn, "pinFiles", channel));
   cuda.As<Napi::Object>().Set("unpinFiles", Napi::Function::New(env, UnpinFiles, "unpinFiles"));
+  cuda.As<Napi::Object>().Set("pinnedBytes", Napi::Function::New(env, PinnedBytesFn, "pinnedBytes"));
   cuda.As<Napi::Object>().Set("measureHostToDevice", Napi::Function::New(env, MeasureHostToDevice, "measureHostToDevice", channel));
 }

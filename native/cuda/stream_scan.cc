@@ -23,10 +23,62 @@ using Clock = std::chrono::steady_clock;
 
 int64_t ElementBytes(DType t) { return t == DType::Float32 ? 4 : t == DType::Int8 ? 1 : 2; }
 
+// O_DIRECT needs file offsets, lengths and buffers aligned to the device's logical block size; 4 KiB
+// covers every common one (the slots are page-aligned, cuMemHostAlloc).
+constexpr uint64_t kDirectAlign = 4096;
+
 // The files of a scan, opened once and closed at the end.
 struct Files {
   std::vector<int> fds;
   std::vector<std::pair<void*, size_t>> maps;  // register mode: each file mapped whole, read-only
+  std::vector<int> direct_fds;                 // direct I/O: each file opened again with O_DIRECT
+  // Opens every file with O_DIRECT; on refusal closes what it opened and returns why ("" on success).
+  std::string OpenDirect(const std::vector<std::string>& paths) {
+    for (const auto& p : paths) {
+      const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (fd < 0) {
+        const std::string why = std::strerror(errno);
+        CloseDirect();
+        return "O_DIRECT open of " + p + " refused (" + why + ")";
+      }
+      direct_fds.push_back(fd);
+    }
+    return "";
+  }
+  // The fraction of the files' pages in the page cache, from `samples` pages spread evenly over their
+  // bytes (mincore on a read-only mapping; a file that cannot be mapped counts as not cached).
+  double CachedFraction(int samples) const {
+    const long page = sysconf(_SC_PAGESIZE);
+    std::vector<uint64_t> sizes;
+    uint64_t total = 0;
+    for (int fd : fds) {
+      struct stat st;
+      sizes.push_back(fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0);
+      total += sizes.back();
+    }
+    if (total == 0) return 0;
+    int hits = 0, seen = 0;
+    uint64_t base = 0;
+    for (size_t f = 0; f < fds.size(); f++) {
+      const uint64_t n = sizes[f];
+      void* map = n ? mmap(nullptr, n, PROT_READ, MAP_SHARED, fds[f], 0) : MAP_FAILED;
+      for (int i = 0; i < samples; i++) {
+        const uint64_t at = static_cast<uint64_t>((static_cast<double>(i) + 0.5) * static_cast<double>(total) / samples);
+        if (at < base || at >= base + n) continue;
+        seen++;
+        unsigned char v = 0;
+        const uint64_t off = (at - base) & ~static_cast<uint64_t>(page - 1);
+        if (map != MAP_FAILED && mincore(static_cast<uint8_t*>(map) + off, 1, &v) == 0 && (v & 1)) hits++;
+      }
+      if (map != MAP_FAILED) munmap(map, n);
+      base += n;
+    }
+    return seen ? static_cast<double>(hits) / seen : 0;
+  }
+  void CloseDirect() {
+    for (int fd : direct_fds) close(fd);
+    direct_fds.clear();
+  }
   // Maps every file (register mode).
   void MapAll(const std::vector<std::string>& paths) {
     for (size_t i = 0; i < fds.size(); i++) {
@@ -54,6 +106,7 @@ struct Files {
       if (m.first) munmap(m.first, m.second);
     }
     maps.clear();
+    CloseDirect();
     for (int fd : fds) close(fd);
     fds.clear();
   }
@@ -63,6 +116,7 @@ struct Files {
 // One pipeline slot: pinned host staging and device buffers for the largest block.
 struct Slot {
   void* host_tokens = nullptr;
+  uint64_t staging_bytes = 0;      // direct I/O: host_tokens is anonymous memory registered, this long
   int64_t* host_starts = nullptr;
   int32_t* host_lengths = nullptr;
   float* host_scores = nullptr;
@@ -109,6 +163,11 @@ struct Pipeline {
       if (copy_stream) d.cuStreamSynchronize(copy_stream);
       d.cuStreamSynchronize(rt.stream());
       for (auto& s : slots) {
+        if (s.staging_bytes) {
+          d.cuMemHostUnregister(s.host_tokens);
+          munmap(s.host_tokens, s.staging_bytes);
+          s.host_tokens = nullptr;
+        }
         for (void* p : {s.host_tokens, static_cast<void*>(s.host_starts), static_cast<void*>(s.host_lengths),
                         static_cast<void*>(s.host_scores), static_cast<void*>(s.host_token_scales),
                         static_cast<void*>(s.tail)}) {
@@ -132,6 +191,18 @@ void* PinnedAlloc(uint64_t bytes) {
   return p;
 }
 
+// Page-locked staging for O_DIRECT reads: anonymous pages registered with the driver. (Memory from
+// cuMemHostAlloc is mapped by the driver, and the kernel may refuse to DMA a file into it, EFAULT.)
+void* RegisteredAlloc(uint64_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("cannot map " + std::to_string(bytes) + " bytes of staging: " + std::strerror(errno));
+  madvise(p, bytes, MADV_HUGEPAGE);  // fewer pages to lock where transparent huge pages are on (else a no-op)
+  const cu::CUresult rc = Api().cuMemHostRegister(p, bytes, 0);
+  if (rc != 0) munmap(p, bytes);
+  Check(rc, "cuMemHostRegister");
+  return p;
+}
+
 // Reads bytes [offset, offset + n) of fd into dst; an error message (naming the file) or "".
 std::string ReadRange(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t n) {
   uint64_t done = 0;
@@ -142,6 +213,25 @@ std::string ReadRange(int fd, const std::string& path, uint8_t* dst, uint64_t of
       return "reading " + path + " failed: " + std::strerror(errno);
     }
     if (r == 0) return path + " is truncated: bytes up to " + std::to_string(offset + n) + " were expected";
+    done += static_cast<uint64_t>(r);
+  }
+  return "";
+}
+
+// O_DIRECT read of `len` bytes at `offset` (both aligned) into dst (aligned), of which the first `need`
+// matter: a read may stop at the end of the file past `need`. An O_DIRECT read refused part-way
+// (EINVAL: the file system; EFAULT: the buffer) gets the rest read through the page cache.
+std::string ReadDirect(int direct_fd, int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len,
+                       uint64_t need) {
+  uint64_t done = 0;
+  while (done < need) {
+    const ssize_t r = pread(direct_fd, dst + done, len - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL || errno == EFAULT) return ReadRange(fd, path, dst + done, offset + done, need - done);
+      return "reading " + path + " failed: " + std::strerror(errno);
+    }
+    if (r == 0) return path + " is truncated: bytes up to " + std::to_string(offset + need) + " were expected";
     done += static_cast<uint64_t>(r);
   }
   return "";
@@ -170,16 +260,41 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
 
   Files files(spec.files);
   const bool pinned = spec.pinned != nullptr;
+  const bool ahead = pinned && spec.pinned->chunk > 0;  // register the chunks as the blocks need them
   const bool direct = spec.register_pages || pinned;  // the copy engine reads the page cache itself
   if (spec.register_pages && !pinned) files.MapAll(spec.files);
+  bool direct_io = spec.direct_io && !direct;
+  if (direct_io && spec.direct_io_unless_cached) {
+    // O_DIRECT reads the disk: files the page cache holds are read faster from there
+    const double cached = files.CachedFraction(2048);
+    if (cached >= 0.5) {
+      direct_io = false;
+      result.transfer_note = "the files are " + std::to_string(static_cast<int>(cached * 100)) +
+                             "% in the page cache (O_DIRECT would read them from the disk)";
+    }
+  }
+  if (direct_io) {
+    result.transfer_note = files.OpenDirect(spec.files);
+    direct_io = result.transfer_note.empty();
+  }
+  std::atomic<uint64_t> registered_now{0};
   Pipeline pipe(rt);
   Check(d.cuStreamCreate(&pipe.copy_stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   pipe.slots.resize(depth);
   pipe.parts_done.assign(depth, 0);
-  const uint64_t slot_token_bytes = static_cast<uint64_t>(spec.capacity_tokens) * row_bytes;
+  // direct I/O reads whole aligned pages around the block: up to one page of slack at each end
+  const uint64_t slot_token_bytes =
+      static_cast<uint64_t>(spec.capacity_tokens) * row_bytes + (spec.direct_io ? 2 * kDirectAlign : 0);
   const uint64_t score_count = static_cast<uint64_t>(std::max<int64_t>(nq, 1)) * static_cast<uint64_t>(spec.capacity_docs);
-  for (auto& s : pipe.slots) {
-    if (!direct) s.host_tokens = PinnedAlloc(slot_token_bytes);
+  // One slot's buffers. Slot 0 is made before the readers start, the others while they read the first
+  // block, so the first block does not wait for every slot's pinned staging.
+  auto make_slot = [&](Slot& s) {
+    if (!direct && direct_io) {
+      s.host_tokens = RegisteredAlloc(slot_token_bytes);
+      s.staging_bytes = slot_token_bytes;
+    } else if (!direct) {
+      s.host_tokens = PinnedAlloc(slot_token_bytes);
+    }
     if (spec.register_pages && !pinned) s.tail = static_cast<uint8_t*>(PinnedAlloc(4096));
     s.host_starts = static_cast<int64_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int64_t)));
     s.host_lengths = static_cast<int32_t*>(PinnedAlloc(spec.capacity_docs * sizeof(int32_t)));
@@ -191,8 +306,20 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     Check(d.cuEventCreate(&s.scored, cu::CU_EVENT_DEFAULT), "cuEventCreate");
     result.pinned_bytes += (direct ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4 +
                            (s.host_token_scales ? spec.capacity_tokens * 4 : 0);
+  };
+  make_slot(pipe.slots[0]);
+  pipe.readable_below = 1;
+  if (direct_io && !spec.files.empty()) {
+    // A file system may accept O_DIRECT at open and refuse the reads (EINVAL): try one page first.
+    const ssize_t r = pread(files.direct_fds[0], pipe.slots[0].host_tokens, kDirectAlign, 0);
+    if (r < 0) {
+      result.transfer_note = "O_DIRECT reads of " + spec.files[0] + " refused (" + std::strerror(errno) + ")";
+      files.CloseDirect();
+      direct_io = false;
+    }
   }
-  pipe.readable_below = depth;
+  if (!result.transfer_note.empty()) result.transfer_note += "; read through the page cache instead";
+  result.transfer_mode = ahead ? "pinned-ahead" : pinned ? "pinned" : spec.register_pages ? "register" : direct_io ? "direct" : "copy";
 
   // Reader r reads slice r of every block, in block order, as soon as the block's slot is free.
   for (int r = 0; r < nreaders; r++) {
@@ -208,11 +335,22 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
         Slot& slot = pipe.slots[b % depth];
         std::string err;
         if (pinned) {
-          if (b % nreaders == r) {
-            const auto& m = spec.pinned->maps[blk.file];
-            if (blk.tokens_offset + total > m.second) {
-              err = spec.files[blk.file] + " is truncated: bytes up to " + std::to_string(blk.tokens_offset + total) + " were expected";
+          const auto& m = spec.pinned->maps[blk.file];
+          const uint64_t end = blk.tokens_offset + total;
+          if (end > m.second) {
+            if (b % nreaders == r) {
+              err = spec.files[blk.file] + " is truncated: bytes up to " + std::to_string(end) + " were expected";
             }
+          } else if (ahead && total > 0) {
+            // the block's chunks not yet registered, shared among the readers (every nreaders-th)
+            const uint64_t c0 = blk.tokens_offset / spec.pinned->chunk, c1 = (end - 1) / spec.pinned->chunk;
+            for (uint64_t c = c0 + r; c <= c1 && err.empty(); c += nreaders) {
+              uint64_t added = 0;
+              err = spec.pinned->Ensure(rt, blk.file, c, &added);
+              registered_now += added;
+            }
+          }
+          if (b % nreaders == r) {
             slot.tokens = static_cast<const uint8_t*>(m.first) + blk.tokens_offset;
             slot.direct_bytes = total;
           }
@@ -239,6 +377,22 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
                 err = ReadRange(files.fds[blk.file], spec.files[blk.file], slot.tail, tail_from, end - tail_from);
               }
             }
+          }
+        } else if (direct_io) {
+          // The block's bytes widened to whole aligned pages, in aligned slices per reader; the copy
+          // starts at the block's offset inside the first page.
+          const uint64_t a0 = blk.tokens_offset & ~(kDirectAlign - 1);
+          const uint64_t need = total > 0 ? blk.tokens_offset + total - a0 : 0;
+          const uint64_t span = (need + kDirectAlign - 1) & ~(kDirectAlign - 1);
+          const uint64_t per = (span / nreaders + kDirectAlign - 1) & ~(kDirectAlign - 1);
+          const uint64_t from = std::min(span, per * r), to = std::min(span, per * (r + 1));
+          if (r == 0) {
+            slot.tokens = static_cast<const uint8_t*>(slot.host_tokens) + (blk.tokens_offset - a0);
+            slot.direct_bytes = total;
+          }
+          if (to > from && from < need) {
+            err = ReadDirect(files.direct_fds[blk.file], files.fds[blk.file], spec.files[blk.file],
+                             static_cast<uint8_t*>(slot.host_tokens) + from, a0 + from, to - from, std::min(to, need) - from);
           }
         } else {
           // 4 KiB-aligned slices, so each pread covers whole pages of the page cache
@@ -272,6 +426,15 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
         if (!err.empty()) return;
       }
     });
+  }
+
+  for (int i = 1; i < depth; i++) {
+    make_slot(pipe.slots[i]);
+    {
+      std::lock_guard<std::mutex> lock(pipe.mutex);
+      pipe.readable_below = i + 1;
+    }
+    pipe.cv.notify_all();
   }
 
   const int64_t k = std::min<int64_t>(spec.k, [&] {
@@ -334,7 +497,14 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     }
     DeviceTokens& dev = *s.device;
     const uint64_t token_bytes = static_cast<uint64_t>(blk.tokens) * row_bytes;
-    if (s.direct_bytes > 0) Check(d.cuMemcpyHtoDAsync(dev.data, s.tokens, s.direct_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
+    // Pinned ahead, a copy never spans two registrations (each chunk is its own): one per chunk.
+    const uint64_t piece = ahead ? spec.pinned->chunk : 0;
+    for (uint64_t at = 0; at < s.direct_bytes;) {
+      uint64_t n = s.direct_bytes - at;
+      if (piece) n = std::min(n, piece - (blk.tokens_offset + at) % piece);
+      Check(d.cuMemcpyHtoDAsync(dev.data + at, s.tokens + at, n, pipe.copy_stream), "cuMemcpyHtoDAsync");
+      at += n;
+    }
     if (token_bytes > s.direct_bytes) {
       Check(d.cuMemcpyHtoDAsync(dev.data + s.direct_bytes, s.tail, token_bytes - s.direct_bytes, pipe.copy_stream), "cuMemcpyHtoDAsync");
     }
@@ -370,6 +540,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     }
   }
   result.bytes = static_cast<uint64_t>(bytes_done);
+  result.registered_bytes = registered_now;
   const uint64_t peak = rt.allocator().stats().peak;
   result.device_peak = peak > in_use_before ? peak - in_use_before : 0;
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -378,14 +549,24 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
 
 PinnedFiles::~PinnedFiles() {
   if (maps.empty()) return;
+  // the registrations: each file whole, or each registered chunk
+  std::vector<void*> regs;
+  for (size_t f = 0; f < maps.size(); f++) {
+    if (!maps[f].first) continue;
+    if (chunk == 0) {
+      regs.push_back(maps[f].first);
+      continue;
+    }
+    for (size_t c = 0; c < state[f].size(); c++) {
+      if (state[f][c] == 2) regs.push_back(static_cast<uint8_t*>(maps[f].first) + c * chunk);
+    }
+  }
   Runtime* rt = runtime;
   auto m = maps;
-  rt->Post([m] {
+  rt->Post([m, regs] {
     try {
       const Driver& d = Api();
-      for (const auto& x : m) {
-        if (x.first) d.cuMemHostUnregister(x.first);
-      }
+      for (void* p : regs) d.cuMemHostUnregister(p);
     } catch (...) {
     }
     for (const auto& x : m) {
@@ -394,23 +575,53 @@ PinnedFiles::~PinnedFiles() {
   });
 }
 
-std::shared_ptr<PinnedFiles> PinFiles(Runtime& rt, const std::vector<std::string>& paths) {
+std::string PinnedFiles::Ensure(Runtime& rt, int file, uint64_t c, uint64_t* added) {
+  auto& st = state[file];
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return st[c] != 1; });  // another reader (or scan) is registering it
+    if (st[c] == 2) return "";
+    st[c] = 1;
+  }
+  const uint64_t from = c * chunk, to = std::min<uint64_t>(maps[file].second, from + chunk);
+  const Driver& d = Api();
+  cu::CUresult rc = d.cuCtxSetCurrent(rt.context());
+  if (rc == 0) {
+    rc = d.cuMemHostRegister(static_cast<uint8_t*>(maps[file].first) + from, to - from,
+                             cu::CU_MEMHOSTREGISTER_READ_ONLY | cu::CU_MEMHOSTREGISTER_PORTABLE);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    st[c] = rc == 0 ? 2 : 0;  // a failure leaves it unregistered (a later scan may try again)
+  }
+  cv.notify_all();
+  if (rc != 0) return "cuMemHostRegister of " + paths[file] + " failed: " + DescribeResult(rc);
+  registered += to - from;
+  *added += to - from;
+  return "";
+}
+
+std::shared_ptr<PinnedFiles> PinFiles(Runtime& rt, const std::vector<std::string>& paths, uint64_t chunk_bytes) {
   const Driver& d = Api();
   auto pin = std::make_shared<PinnedFiles>();
   pin->runtime = &rt;
   pin->paths = paths;
+  pin->chunk = chunk_bytes;
   Files files(paths);
   files.MapAll(paths);
-  // The mappings move to the pin; each is registered whole (failures release what was done).
+  // The mappings move to the pin; each is registered whole unless pinned ahead (failures release
+  // what was done).
   for (size_t i = 0; i < files.maps.size(); i++) {
     auto& m = files.maps[i];
-    if (m.first) {
+    if (m.first && chunk_bytes == 0) {
       // portable: pinned for every context, so scans on all GPUs of the host DMA from the one pin
       const cu::CUresult rc =
           d.cuMemHostRegister(m.first, m.second, cu::CU_MEMHOSTREGISTER_READ_ONLY | cu::CU_MEMHOSTREGISTER_PORTABLE);
       if (rc != 0) throw std::runtime_error("cuMemHostRegister of " + paths[i] + " failed: " + DescribeResult(rc));
+      pin->registered += m.second;
     }
     pin->maps.push_back(m);
+    pin->state.emplace_back(chunk_bytes ? (m.second + chunk_bytes - 1) / chunk_bytes : 0, uint8_t(0));
     pin->bytes += m.second;
     m = {nullptr, 0};
   }

@@ -1,6 +1,9 @@
-// The CUDA side of an out-of-core corpus search: plans the blocks, the slot sizes and the kernel,
-// then hands the scan to the native pipeline (native/cuda/stream_scan.cc) and reports progress.
+// The CUDA side of an out-of-core corpus search: chooses how blocks reach the GPU (chooseTransfer:
+// the files pinned whole or ahead of the scan, O_DIRECT or page-cache reads into pinned buffers),
+// plans the blocks, the slot sizes and the kernel, then hands the scan to the native pipeline
+// (native/cuda/stream_scan.cc) and reports progress.
 
+import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { type CorpusBlock, type CorpusFile, storedTokenBytes } from '../io/corpus.js';
@@ -25,8 +28,56 @@ import {
 } from './cuda-dispatch.js';
 import { balancedCuts } from './cuda-sharded.js';
 
+/**
+ * How a search asks blocks to reach the GPU: 'auto' (default) picks one of the others (see
+ * chooseTransfer); 'pin' page-locks the corpus files chunk by chunk ahead of the scan and keeps them
+ * locked; 'direct' reads with O_DIRECT into pinned buffers; 'copy' preads through the page cache into
+ * pinned buffers; 'register' page-locks each block for its copy only.
+ */
+export type TransferOption = 'auto' | 'pin' | 'direct' | 'copy' | 'register';
+export const TRANSFER_OPTIONS: readonly TransferOption[] = ['auto', 'pin', 'direct', 'copy', 'register'];
+/**
+ * What a scan did: 'pinned' (the files pinned whole by corpus.pin()), 'pinned-ahead' (registered chunk
+ * by chunk as the scan reached them, kept), 'direct' (O_DIRECT into pinned buffers), 'copy', 'register'.
+ */
+export type TransferMode = 'pinned' | 'pinned-ahead' | 'direct' | 'copy' | 'register';
+
+/** The transfer a CUDA search used, and why (ScanStats.transfer). */
+export interface TransferStats {
+  /** The option asked for. */
+  requested: TransferOption;
+  mode: TransferMode;
+  /** Why this mode, in words (a fallback says what was refused). */
+  reason: string;
+  /** The host-memory budget the choice was made against, bytes. */
+  hostMemoryBudget: number;
+  /** The corpus's segment files, bytes. */
+  corpusBytes: number;
+  /** Bytes of this corpus page-locked after the search (kept for the next one). */
+  pinnedBytes: number;
+  /** Bytes this search page-locked (pin-ahead: 0 once every chunk is). */
+  registeredBytes: number;
+  /** Seconds spent before the scan on the transfer (mapping the files to pin ahead; else 0). */
+  setupSeconds: number;
+  depth: number;
+  readers: number;
+}
+
+/** The default host-memory budget is this fraction of MemAvailable, less what is already pinned. */
+export const HOST_MEMORY_FRACTION = 0.5;
+/** Pin-ahead registers the files in chunks of this size (a copy never spans two). */
+export const PIN_CHUNK_BYTES = 32 * 1024 * 1024;
+
 /** Pipeline depth: reading block b+1, copying block b and scoring block b-1 overlap. */
-const DEFAULT_DEPTH = { copy: 3, register: 6 };
+const DEFAULT_DEPTH: Record<TransferMode, number> = {
+  copy: 3,
+  register: 6,
+  pinned: 3,
+  // warm, the same as pinned; cold, the readers register the chunks of each block in parallel
+  'pinned-ahead': 3,
+  // more reads in flight (a smaller GPU budget falls back to 3)
+  direct: 4,
+};
 /** Largest block: big enough that per-block overheads vanish (~5 ms of copy at 50 GB/s). */
 const MAX_BLOCK_BYTES = 256 * 1024 * 1024;
 const DEFAULT_BUDGET_CAP = 8 * 1024 ** 3;
@@ -41,6 +92,9 @@ interface NativeStreamResult {
   pinnedBytes: number;
   firstBlockSeconds: number;
   seconds: number;
+  transferMode: TransferMode;
+  transferNote: string;
+  registeredBytes: number;
 }
 
 interface StreamAddon {
@@ -58,38 +112,85 @@ interface StreamAddon {
       readers: number;
       k: number;
       registerPages: boolean;
+      directIo: boolean;
+      directIoUnlessCached: boolean;
       pinned?: unknown;
     },
     launch: Launch,
     progress: Float64Array,
     cancel?: Int32Array,
   ): Promise<NativeStreamResult>;
-  pinFiles(device: number, files: string[]): Promise<unknown>;
+  pinFiles(device: number, files: string[], chunkBytes?: number): Promise<unknown>;
   unpinFiles(handle: unknown): void;
+  pinnedBytes(handle: unknown): number;
 }
 
-/** Segment files page-locked whole for one device (see pinCorpusFiles). */
+/** Segment files page-locked for one device (see pinCorpusFiles). */
 export interface CorpusPin {
   readonly device: number;
+  /** The files' bytes. */
   readonly bytes: number;
   readonly handle: unknown;
+  /** The segment files, in order. */
+  readonly files: readonly string[];
+  /** true: registered chunk by chunk by the scans (pin-ahead); false: whole at once. */
+  readonly ahead: boolean;
+}
+
+/** The pins a corpus holds: corpus.pin()'s, and the one 'auto' / 'pin' searches fill and keep. */
+export interface CorpusPins {
+  explicit?: CorpusPin;
+  ahead?: CorpusPin;
+  /** The ahead pin being made (concurrent searches share it). */
+  pending?: Promise<CorpusPin>;
+}
+
+// Every pin of this process, so that the default budget leaves out what is already locked. Weak: a
+// corpus dropped without close() still lets its pin be collected (the native side then unpins).
+const livePins = new Set<WeakRef<CorpusPin>>();
+
+/** Bytes a pin holds page-locked now. */
+export function pinnedBytesOf(pin: CorpusPin): number {
+  return (nativeCuda() as unknown as StreamAddon).pinnedBytes(pin.handle);
+}
+
+/** Bytes page-locked by every live corpus pin of this process. */
+export function pinnedByProcess(): number {
+  let n = 0;
+  for (const ref of livePins) {
+    const p = ref.deref();
+    if (p) n += pinnedBytesOf(p);
+    else livePins.delete(ref);
+  }
+  return n;
 }
 
 /**
  * Maps and page-locks every segment file of a corpus, so later GPU searches copy blocks straight
  * from the page cache by DMA: no CPU copy, no per-block registration. Costs host memory (the pages
- * stay resident) and the time to lock them once.
+ * stay resident) and the time to lock them once. `ahead`: maps them only; the scans register each
+ * chunk just before its first block needs it, and the chunks stay registered.
  */
-export async function pinCorpusFiles(file: CorpusFile, device = 0): Promise<CorpusPin> {
+export async function pinCorpusFiles(
+  file: CorpusFile,
+  device = 0,
+  options: { ahead?: boolean } = {},
+): Promise<CorpusPin> {
   await cuda({ device });
+  const files = file.segments.map((s) => s.file);
+  const ahead = options.ahead ?? false;
   const handle = await (nativeCuda() as unknown as StreamAddon).pinFiles(
     device,
-    file.segments.map((s) => s.file),
+    files,
+    ahead ? PIN_CHUNK_BYTES : undefined,
   );
-  return { device, bytes: file.info.bytes, handle };
+  const pin = { device, bytes: file.info.bytes, handle, files, ahead };
+  livePins.add(new WeakRef(pin));
+  return pin;
 }
 
 export function unpinCorpusFiles(pin: CorpusPin): void {
+  for (const ref of livePins) if (ref.deref() === pin) livePins.delete(ref);
   (nativeCuda() as unknown as StreamAddon).unpinFiles(pin.handle);
 }
 
@@ -97,6 +198,90 @@ function readersFor(): number {
   // pread from the page cache runs at several GB/s per thread; a handful of threads feed the bus.
   const cores = os.availableParallelism();
   return Math.max(2, Math.min(12, cores - 2));
+}
+
+// O_DIRECT reads wait on the device, not on a CPU copy: more of them in flight, up to 16.
+function directReadersFor(): number {
+  return Math.max(4, Math.min(16, os.availableParallelism()));
+}
+
+/** MemAvailable of /proc/meminfo text, bytes (undefined when absent). */
+export function parseMemAvailable(meminfo: string): number | undefined {
+  const m = /^MemAvailable:\s+(\d+)\s*kB/m.exec(meminfo);
+  return m ? Number(m[1]) * 1024 : undefined;
+}
+
+/**
+ * The default host-memory budget for pinning a corpus: HOST_MEMORY_FRACTION (half) of MemAvailable
+ * (os.freemem() where /proc/meminfo is missing), less `pinnedElsewhere` (bytes already page-locked
+ * by this process for other corpora), never below 0.
+ */
+export function defaultHostMemoryBudget(pinnedElsewhere: number, meminfo?: string): number {
+  let text = meminfo;
+  if (text === undefined) {
+    try {
+      text = fs.readFileSync('/proc/meminfo', 'utf8');
+    } catch {
+      text = '';
+    }
+  }
+  const available = parseMemAvailable(text) ?? os.freemem();
+  return Math.max(0, Math.floor(available * HOST_MEMORY_FRACTION) - pinnedElsewhere);
+}
+
+/** Checks the transfer options of a search (any backend, before anything runs). */
+export function checkTransferOptions(options: { transfer?: unknown; hostMemoryBudget?: unknown }): void {
+  const t = options.transfer;
+  if (t !== undefined && !TRANSFER_OPTIONS.includes(t as TransferOption))
+    throw new InvalidArgumentError(
+      'transfer',
+      TRANSFER_OPTIONS.map((x) => `'${x}'`).join(', '),
+      JSON.stringify(t),
+    );
+  const b = options.hostMemoryBudget;
+  if (b !== undefined && !(typeof b === 'number' && Number.isSafeInteger(b) && b >= 0))
+    throw new InvalidArgumentError('hostMemoryBudget', 'a non-negative integer number of bytes', String(b));
+}
+
+const gbText = (b: number) => `${(b / 1e9).toFixed(2)} GB`;
+
+/**
+ * The transfer of a search: an explicit choice is obeyed ('copy' and 'register' even over a
+ * corpus.pin() pin); 'auto' uses corpus.pin()'s pin when there is one, else pins the files ahead of
+ * the scan when they fit the host-memory budget (the pages stay locked for the next search), else
+ * reads with O_DIRECT into pinned buffers (the scan reads through the page cache instead, saying why,
+ * where the file system refuses O_DIRECT or, under 'auto', where the page cache holds most of the files).
+ */
+export function chooseTransfer(input: {
+  requested: TransferOption;
+  /** corpus.pin() holds the files */
+  explicitPin: boolean;
+  corpusBytes: number;
+  budget: number;
+}): { mode: TransferMode; reason: string } {
+  const { requested, explicitPin, corpusBytes, budget } = input;
+  const ignored = explicitPin ? ' (the corpus.pin() pin is not used)' : '';
+  switch (requested) {
+    case 'copy':
+    case 'register':
+    case 'direct':
+      return { mode: requested, reason: `transfer '${requested}' asked for${ignored}` };
+    case 'pin':
+      return explicitPin
+        ? { mode: 'pinned', reason: 'the files are pinned whole (corpus.pin() / --pin)' }
+        : { mode: 'pinned-ahead', reason: "transfer 'pin' asked for" };
+    case 'auto':
+      if (explicitPin) return { mode: 'pinned', reason: 'the files are pinned whole (corpus.pin() / --pin)' };
+      if (corpusBytes <= budget)
+        return {
+          mode: 'pinned-ahead',
+          reason: `the corpus files (${gbText(corpusBytes)}) fit the host-memory budget (${gbText(budget)})`,
+        };
+      return {
+        mode: 'direct',
+        reason: `the corpus files (${gbText(corpusBytes)}) exceed the host-memory budget (${gbText(budget)})`,
+      };
+  }
 }
 
 /** Numbers per block in the native plan (see native/binding/cuda_stream_binding.cc). */
@@ -172,21 +357,66 @@ export async function cudaStreamSearch(
   queries: TokenBatch,
   k: number,
   options: CorpusSearchOptions,
-  pin?: CorpusPin,
+  pins: CorpusPins,
   cancel?: Int32Array,
+): Promise<{ hits: Hit[][]; stats: ScanStats }> {
+  checkTransferOptions(options);
+  const requested = options.transfer ?? 'auto';
+  const files = file.segments.map((s) => s.file);
+  // a pin of other files (the corpus changed) serves nothing
+  if (pins.ahead && pins.ahead.files.join('\0') !== files.join('\0')) {
+    unpinCorpusFiles(pins.ahead);
+    pins.ahead = undefined;
+  }
+  const own =
+    (pins.ahead ? pinnedBytesOf(pins.ahead) : 0) + (pins.explicit ? pinnedBytesOf(pins.explicit) : 0);
+  const hostMemoryBudget = options.hostMemoryBudget ?? defaultHostMemoryBudget(pinnedByProcess() - own);
+  const choice = chooseTransfer({
+    requested,
+    explicitPin: pins.explicit !== undefined,
+    corpusBytes: file.info.bytes,
+    budget: hostMemoryBudget,
+  });
+  // auto, and the corpus no longer fits: what earlier searches pinned ahead goes back
+  if (requested === 'auto' && choice.mode !== 'pinned-ahead' && pins.ahead) {
+    unpinCorpusFiles(pins.ahead);
+    pins.ahead = undefined;
+  }
+  try {
+    return await streamSearch(file, queries, k, options, pins, cancel, choice, hostMemoryBudget);
+  } catch (e) {
+    // page-locking refused (a locked-memory limit, an odd file system): auto reads with O_DIRECT instead
+    const message = e instanceof Error ? e.message : String(e);
+    if (requested !== 'auto' || choice.mode !== 'pinned-ahead' || !message.includes('cuMemHostRegister'))
+      throw e;
+    if (pins.ahead) unpinCorpusFiles(pins.ahead);
+    pins.ahead = undefined;
+    const fallback = { mode: 'direct' as const, reason: `pinning ahead failed (${message})` };
+    return streamSearch(file, queries, k, options, pins, cancel, fallback, hostMemoryBudget);
+  }
+}
+
+async function streamSearch(
+  file: CorpusFile,
+  queries: TokenBatch,
+  k: number,
+  options: CorpusSearchOptions,
+  pins: CorpusPins,
+  cancel: Int32Array | undefined,
+  choice: { mode: TransferMode; reason: string },
+  hostMemoryBudget: number,
 ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
   const info = file.info;
   // int8 corpora: queries arrive quantized (int8 with scales); float corpora take queries in their dtype
   const dtype = info.dtype;
-  const transfer = options.transfer ?? 'copy';
-  if (transfer !== 'copy' && transfer !== 'register')
-    throw new InvalidArgumentError('transfer', "'copy' or 'register'", JSON.stringify(transfer));
-  const DEPTH = options.pipelineDepth ?? DEFAULT_DEPTH[transfer];
+  let DEPTH = options.pipelineDepth ?? DEFAULT_DEPTH[choice.mode];
   if (!Number.isInteger(DEPTH) || DEPTH < 1 || DEPTH > 8)
     throw new InvalidArgumentError('pipelineDepth', 'an integer in [1, 8]', String(options.pipelineDepth));
   const indices = streamDevices(options);
   // reader threads feed host memory, which the GPUs share: split them
-  const readers = options.readers ?? Math.max(2, Math.floor(readersFor() / indices.length));
+  const readers =
+    options.readers ??
+    Math.max(2, Math.floor((choice.mode === 'direct' ? directReadersFor() : readersFor()) / indices.length));
   if (!Number.isInteger(readers) || readers < 1 || readers > 64)
     throw new InvalidArgumentError('readers', 'an integer in [1, 64]', String(options.readers));
   const devices = await Promise.all(indices.map((device) => cuda({ device })));
@@ -218,10 +448,13 @@ export async function cudaStreamSearch(
   const GRANULE = 2 * 1024 * 1024;
   const queryBytes =
     q.data.length * (dtypeSize(dtype) + (dtype === 'int8' ? 4 / info.dim : 0)) + q.count * 12 + 4 * GRANULE;
-  const perSlot = Math.floor((budget - queryBytes) / DEPTH) - 5 * GRANULE;
   const perDocBytes = 12 + 4 * Math.max(1, q.count);
-  let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
   const longest = info.maxLength * storedTokenBytes(dtype, info.dim);
+  const slotFor = (depth: number) => Math.floor((budget - queryBytes) / depth) - 5 * GRANULE;
+  // a default depth above 3 gives way to 3 where the GPU budget cannot hold that many slots
+  if (options.pipelineDepth === undefined && DEPTH > 3 && slotFor(DEPTH) < longest + perDocBytes) DEPTH = 3;
+  const perSlot = slotFor(DEPTH);
+  let blockBytes = Math.min(options.blockBytes ?? MAX_BLOCK_BYTES, Math.floor(perSlot * 0.9));
   if (blockBytes < longest) blockBytes = longest;
   const maxDocs = Math.max(1, Math.floor((perSlot - blockBytes) / perDocBytes));
   if (perSlot < longest + perDocBytes)
@@ -259,8 +492,19 @@ export async function cudaStreamSearch(
       totalBytes: info.tokenBytes,
       elapsedMs: performance.now() - started,
     });
-  const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;
   const addon = nativeCuda() as unknown as StreamAddon;
+  // Pinned ahead: the files are only mapped here; the scans' readers register the chunks.
+  const setupStart = performance.now();
+  if (choice.mode === 'pinned-ahead' && !pins.ahead) {
+    pins.pending ??= pinCorpusFiles(file, indices[0], { ahead: true }).finally(() => {
+      pins.pending = undefined;
+    });
+    pins.ahead = await pins.pending;
+  }
+  const setupSeconds = (performance.now() - setupStart) / 1000;
+  const pinned =
+    choice.mode === 'pinned' ? pins.explicit : choice.mode === 'pinned-ahead' ? pins.ahead : undefined;
+  const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;
   let settled: PromiseSettledResult<NativeStreamResult | undefined>[];
   try {
     settled = await Promise.allSettled(
@@ -280,9 +524,12 @@ export async function cudaStreamSearch(
             depth: DEPTH,
             readers,
             k,
-            registerPages: transfer === 'register',
+            registerPages: choice.mode === 'register',
+            directIo: choice.mode === 'direct',
+            // auto: files mostly in the page cache are read from there (O_DIRECT would go to the disk)
+            directIoUnlessCached: (options.transfer ?? 'auto') === 'auto',
             // the pin is registered for every GPU of the host (portable)
-            pinned: pin?.handle,
+            pinned: pinned?.handle,
           },
           launch,
           progress[i],
@@ -329,6 +576,19 @@ export async function cudaStreamSearch(
       devicePeakBytes: Math.max(0, ...results.map((r) => r.devicePeakBytes)),
       variant: variant.name,
       devices: indices,
+      transfer: {
+        requested: options.transfer ?? 'auto',
+        // what the scans did (a refused O_DIRECT reads through the page cache: 'copy', with the note)
+        mode: results[0]?.transferMode ?? choice.mode,
+        reason: [choice.reason, ...new Set(results.map((r) => r.transferNote).filter(Boolean))].join('; '),
+        hostMemoryBudget,
+        corpusBytes: info.bytes,
+        pinnedBytes: pinned ? pinnedBytesOf(pinned) : 0,
+        registeredBytes: results.reduce((s, r) => s + r.registeredBytes, 0),
+        setupSeconds,
+        depth: DEPTH,
+        readers,
+      },
     },
   };
 }

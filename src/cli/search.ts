@@ -1,5 +1,6 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
+import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-stream.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { openCorpus } from '../ops/corpus-search.js';
@@ -32,6 +33,9 @@ interface SearchCommandOptions extends InputOptions {
   gpuMemory?: number;
   gpus?: 'all' | number[];
   pin?: boolean;
+  transfer?: TransferOption;
+  hostMemoryBudget?: number;
+  stats?: boolean;
   verifyCorpus: boolean;
   backend: BackendChoice;
   threads?: number;
@@ -62,8 +66,24 @@ export function searchCommand(): Command {
     )
     .option(
       '--pin',
-      'with --corpus on CUDA: page-lock the corpus files first, so blocks reach the GPU by DMA alone',
+      'with --corpus on CUDA: page-lock the corpus files whole first, so blocks reach the GPU by DMA alone',
     )
+    .option('--no-pin', 'with --corpus on CUDA: never page-lock the files (--transfer copy)')
+    .addOption(
+      new Option(
+        '--transfer <mode>',
+        'with --corpus on CUDA: how blocks reach the GPU; auto pins the files ahead of the scan when ' +
+          'they fit --host-memory-budget, else reads with O_DIRECT',
+      )
+        .choices(TRANSFER_OPTIONS)
+        .default('auto'),
+    )
+    .option(
+      '--host-memory-budget <MiB>',
+      'with --corpus on CUDA, --transfer auto: host memory the files may keep page-locked (default: half of MemAvailable less what is pinned)',
+      integerOption(0),
+    )
+    .option('--stats', 'with --corpus: print what the scan did (transfer mode and why, GB/s) on stderr')
     .option(
       '--no-verify-corpus',
       'with --corpus on the CPU: skip the CRC check of the chunks read (trusted, already verified corpora)',
@@ -84,6 +104,19 @@ export function searchCommand(): Command {
     .action(async (opts: SearchCommandOptions) => {
       checkScalesUse(opts.scales, opts.prefilter === 'int8' || formatOf(opts.dtype) !== 'float');
       if (opts.corpus !== undefined) return searchCorpus(opts);
+      const corpusOnly = opts.stats
+        ? '--stats'
+        : opts.hostMemoryBudget !== undefined
+          ? '--host-memory-budget'
+          : (opts.transfer ?? 'auto') !== 'auto'
+            ? '--transfer'
+            : undefined;
+      if (corpusOnly)
+        throw new InvalidArgumentError(
+          corpusOnly,
+          'used with --corpus (it concerns the streamed scan)',
+          '--docs',
+        );
       if (opts.ids !== undefined)
         throw new InvalidArgumentError('--ids', 'used with --corpus (ids name corpus documents)', '--docs');
       if (opts.docs === undefined)
@@ -144,6 +177,21 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
       "--backend cuda or auto (pinning feeds the GPU's copy engine)",
       '--backend cpu',
     );
+  const transfer = opts.transfer ?? 'auto';
+  if (opts.pin === false && transfer !== 'auto' && transfer !== 'copy')
+    throw new InvalidArgumentError(
+      '--no-pin',
+      '--transfer copy or auto with it (--no-pin copies)',
+      `--transfer ${transfer}`,
+    );
+  if (opts.pin === true && transfer !== 'auto' && transfer !== 'pin')
+    throw new InvalidArgumentError('--pin', '--transfer pin or auto with it', `--transfer ${transfer}`);
+  if (opts.backend === 'cpu' && (transfer !== 'auto' || opts.hostMemoryBudget !== undefined))
+    throw new InvalidArgumentError(
+      transfer !== 'auto' ? '--transfer' : '--host-memory-budget',
+      '--backend cuda or auto (it decides how blocks reach the GPU)',
+      '--backend cpu',
+    );
   const corpus = openCorpus(opts.corpus!);
   // a corpus scores in the format it was built with: an int8 / fp8 --dtype that it does not hold would
   // be ignored, so it is refused (f32, the default, means as stored)
@@ -166,19 +214,22 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
   const bar = new Progress('search', corpus.info.documents);
   const interrupt = interruptSignal();
   let results: Awaited<ReturnType<typeof corpus.search>>;
+  let stats: Awaited<ReturnType<typeof corpus.searchWithStats>>['stats'];
   try {
-    results = await corpus.search(queries, {
+    ({ hits: results, stats } = await corpus.searchWithStats(queries, {
       topK: opts.topK,
       backend: opts.backend,
       threads: opts.threads,
       gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
       devices: opts.gpus,
+      transfer: opts.pin === false ? 'copy' : transfer,
+      hostMemoryBudget: opts.hostMemoryBudget === undefined ? undefined : opts.hostMemoryBudget * 1024 * 1024,
       verify: opts.verifyCorpus,
       ids: opts.ids === undefined ? undefined : readIdList(opts.ids),
       onProgress: (p) => bar.update(p.documents),
       // Ctrl-C: the scan stops at its next block (main() exits 130 with one line)
       signal: interrupt.signal,
-    });
+    }));
   } catch (e) {
     bar.abandon();
     throw e;
@@ -186,6 +237,11 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     interrupt.dispose();
   }
   bar.finish();
+  // stderr: stdout stays one JSON line per query
+  if (opts.stats)
+    console.error(
+      `stats: ${JSON.stringify({ ...stats, GBps: stats.seconds > 0 ? +(stats.bytes / stats.seconds / 1e9).toFixed(2) : null })}`,
+    );
   const lines = results.map((hits, query) =>
     JSON.stringify({
       query,

@@ -3,18 +3,23 @@
 // reads the corpus once), and a running top-K per query is merged block after block.
 //
 // CPU: blocks are memory-mapped (native file.mapFile) and scored in place from the page cache.
-// CUDA: the native stream scan (native/cuda/stream_scan.cc) reads blocks into pinned buffers on
-// reader threads, copies them on one stream while the previous block is scored on another, and
-// keeps GPU memory flat whatever the corpus size. Results are identical to scoring the whole corpus
+// CUDA: the native stream scan (native/cuda/stream_scan.cc) brings blocks to pinned host memory (the
+// files pinned ahead of the scan when they fit a host-memory budget, else O_DIRECT or page-cache reads
+// into pinned buffers; see chooseTransfer), copies them on one stream while the previous block is
+// scored on another, and keeps GPU memory flat whatever the corpus size. Results are identical to scoring the whole corpus
 // in memory: same kernels, same tie rule (lower document index first).
 
 import { constants as bufferConstants } from 'node:buffer';
 import { checkSignal, throwIfAborted, withCancelFlag } from '../abort.js';
 import { cpuMaxsim } from '../backends/cpu.js';
 import {
-  type CorpusPin,
+  type CorpusPins,
+  checkTransferOptions,
   cudaStreamSearch,
   pinCorpusFiles,
+  pinnedBytesOf,
+  type TransferOption,
+  type TransferStats,
   unpinCorpusFiles,
 } from '../backends/cuda-stream.js';
 import { type BackendChoice, resolveBackend } from '../backends/select.js';
@@ -71,13 +76,22 @@ export interface CorpusSearchOptions {
   /** CUDA: device memory the search may use, in bytes (default: 3/4 of the free memory, at most 8 GiB). */
   gpuMemory?: number;
   /**
-   * CUDA: how blocks reach the GPU. 'copy' (default): reader threads pread them into pinned buffers;
-   * 'register': their page-cache pages are page-locked in place and copied by DMA (no CPU copy).
+   * CUDA: how blocks reach the GPU. 'auto' (default): the corpus.pin() pin if any; else the files
+   * page-locked chunk by chunk ahead of the scan when they fit `hostMemoryBudget` (kept locked for the
+   * next search); else O_DIRECT reads into pinned buffers (page-cache reads where the file system
+   * refuses O_DIRECT). 'pin': pinned ahead whatever the budget; 'direct': O_DIRECT reads; 'copy':
+   * reader threads pread through the page cache into pinned buffers (even over a pin); 'register':
+   * each block's pages page-locked for its copy only. stats.transfer says what was done and why.
    */
-  transfer?: 'copy' | 'register';
-  /** CUDA: blocks in flight (default 3 for copy, 6 for register; 1..8). */
+  transfer?: TransferOption;
+  /**
+   * CUDA, transfer 'auto': host bytes the corpus files may keep page-locked (default: half of
+   * MemAvailable in /proc/meminfo, less what this process has already pinned for other corpora).
+   */
+  hostMemoryBudget?: number;
+  /** CUDA: blocks in flight (default 3; 4 direct, 6 register, where the GPU budget allows; 1..8). */
   pipelineDepth?: number;
-  /** CUDA: reader threads (default: cores - 2, at most 12). */
+  /** CUDA: reader threads (default: cores - 2, at most 12; direct: cores, 4..16). */
   readers?: number;
   /** Token bytes per block (default: 64 MiB on the CPU; on CUDA derived from gpuMemory). */
   blockBytes?: number;
@@ -126,6 +140,8 @@ export interface ScanStats {
   variant?: string;
   /** CUDA: the GPUs that scanned. */
   devices?: number[];
+  /** CUDA streamed: how blocks reached the GPU and why. */
+  transfer?: TransferStats;
 }
 
 const CPU_BLOCK_BYTES = 64 * 1024 * 1024;
@@ -262,7 +278,8 @@ export class Corpus {
 
   constructor(readonly file: CorpusFile) {}
 
-  private pinned: CorpusPin | undefined;
+  // corpus.pin()'s pin and the one CUDA searches pin ahead (transfer 'auto' / 'pin')
+  private readonly pins: CorpusPins = {};
 
   /** Drops the cached mappings (they are unmapped once garbage-collected) and any GPU pin. */
   close(): void {
@@ -277,18 +294,21 @@ export class Corpus {
    */
   async pin(options: { device?: number } = {}): Promise<void> {
     this.unpin();
-    this.pinned = await pinCorpusFiles(this.file, options.device ?? 0);
+    this.pins.explicit = await pinCorpusFiles(this.file, options.device ?? 0);
   }
 
-  /** Releases the pin (pages unlock once no search uses them). */
+  /** Releases the pins, pin()'s and what searches pinned ahead (pages unlock once no search uses them). */
   unpin(): void {
-    if (this.pinned) unpinCorpusFiles(this.pinned);
-    this.pinned = undefined;
+    if (this.pins.explicit) unpinCorpusFiles(this.pins.explicit);
+    if (this.pins.ahead) unpinCorpusFiles(this.pins.ahead);
+    this.pins.explicit = undefined;
+    this.pins.ahead = undefined;
   }
 
-  /** Bytes page-locked by pin(), or 0. */
+  /** Bytes page-locked by pin() or pinned ahead by searches, or 0. */
   get pinnedBytes(): number {
-    return this.pinned?.bytes ?? 0;
+    const { explicit, ahead } = this.pins;
+    return (explicit ? pinnedBytesOf(explicit) : 0) + (ahead ? pinnedBytesOf(ahead) : 0);
   }
 
   get info(): CorpusInfo {
@@ -347,6 +367,7 @@ export class Corpus {
         'a positive integer number of bytes',
         String(options.blockBytes),
       );
+    checkTransferOptions(options);
     const backend = resolveBackend(options.backend);
     const subset =
       options.ids === undefined
@@ -381,7 +402,7 @@ export class Corpus {
       q,
       Math.min(k + extra, this.info.documents),
       options,
-      this.pinned,
+      this.pins,
       cancel,
     );
     if (!mask || extra === 0) return result;

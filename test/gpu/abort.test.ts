@@ -41,6 +41,8 @@ describe('CUDA cancellation', { skip }, () => {
     const configs = [
       { transfer: 'copy' as const },
       { transfer: 'register' as const },
+      { transfer: 'direct' as const },
+      { transfer: 'pin' as const },
       ...(n > 1 ? [{ devices: 'all' as const }] : []),
     ];
     for (const config of configs) {

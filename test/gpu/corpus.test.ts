@@ -85,7 +85,7 @@ describe('CUDA corpus search', { skip }, () => {
     const mem = await dev.upload(all);
     try {
       for (const blockBytes of [1, 129 * 900, 1 << 30]) {
-        for (const transfer of ['copy', 'register'] as const) {
+        for (const transfer of ['copy', 'register', 'direct', 'pin', 'auto'] as const) {
           const { hits, stats } = await corpus.searchWithStats(queries, {
             topK: 6,
             backend: 'cuda',
@@ -113,6 +113,85 @@ describe('CUDA corpus search', { skip }, () => {
       }
     } finally {
       mem.dispose();
+    }
+  });
+
+  test('every transfer mode gives the in-memory hits; stats.transfer says which and why', async () => {
+    const rand = rng(runSeed + 105);
+    const dim = 128;
+    // three segments; one of ~48 MiB, so pinned-ahead blocks straddle its 32 MiB registration chunks
+    const parts = [
+      randomRagged(lengthsOf(rand, 150, 200), dim, 'float32', rand),
+      randomRagged(
+        Array.from({ length: 190 }, (_, i) => (i % 17 === 3 ? 0 : 1000 + (i % 50))),
+        dim,
+        'float32',
+        rand,
+      ),
+      randomRagged(lengthsOf(rand, 90, 300), dim, 'float32', rand),
+    ];
+    const dir = build(parts, 'float16');
+    const corpus = openCorpus(dir);
+    const queries = randomRagged([32, 7, 1, 20], dim, 'float32', rand);
+    const dev = await gpu();
+    const all = corpus.readDocuments(Array.from({ length: corpus.info.documents }, (_, i) => i));
+    const mem = await dev.upload(all);
+    type Case = { options: Record<string, unknown>; modes: string[]; reason: RegExp };
+    const cases: Case[] = [
+      { options: { transfer: 'copy' }, modes: ['copy'], reason: /'copy' asked for/ },
+      { options: { transfer: 'register' }, modes: ['register'], reason: /'register'/ },
+      // a file system that refuses O_DIRECT reads through the page cache and says so
+      { options: { transfer: 'direct' }, modes: ['direct', 'copy'], reason: /'direct'/ },
+      {
+        options: { hostMemoryBudget: 0 },
+        modes: ['direct', 'copy'],
+        reason: /exceed the host-memory budget/,
+      },
+      { options: { transfer: 'pin' }, modes: ['pinned-ahead'], reason: /'pin' asked for/ },
+      { options: {}, modes: ['pinned-ahead'], reason: /fit the host-memory budget/ },
+    ];
+    try {
+      for (const blockBytes of [1, 24 * 1024 * 1024 + 4096 * 3 + 256, 1 << 30]) {
+        const check = async (c: Case, what: string) => {
+          const { hits, stats } = await corpus.searchWithStats(queries, {
+            topK: 13,
+            backend: 'cuda',
+            blockBytes,
+            ...c.options,
+          });
+          const t = stats.transfer!;
+          const label = `${what}, blockBytes ${blockBytes}: ${JSON.stringify(t)}`;
+          // the same kernel as in memory (the variant is planned for the largest block)
+          const ref = pairs(rankRows(await mem.score(queries, { variant: stats.variant }), 13));
+          assert.deepEqual(pairs(hits), ref, label);
+          assert.ok(c.modes.includes(t.mode), label);
+          assert.match(t.reason, c.reason, label);
+          if (t.mode === 'copy' && c.modes.includes('direct')) assert.match(t.reason, /O_DIRECT/, label);
+          assert.equal(t.corpusBytes, corpus.info.bytes);
+          return stats;
+        };
+        for (const c of cases) await check(c, JSON.stringify(c.options));
+        // pinned ahead: kept for the next search, which registers nothing new
+        const again = await check(cases[cases.length - 1], 'auto again');
+        assert.equal(again.transfer!.registeredBytes, 0);
+        assert.ok(corpus.pinnedBytes > 0 && corpus.pinnedBytes <= corpus.info.bytes);
+        assert.equal(again.transfer!.pinnedBytes, corpus.pinnedBytes);
+        // auto over a budget the files no longer fit gives the pages back
+        await check(cases[3], 'auto, budget 0, after a pin-ahead');
+        assert.equal(corpus.pinnedBytes, 0);
+        // corpus.pin(): auto uses it, copy does not
+        await corpus.pin();
+        await check({ options: {}, modes: ['pinned'], reason: /pinned whole/ }, 'after pin()');
+        await check(
+          { options: { transfer: 'copy' }, modes: ['copy'], reason: /not used/ },
+          'copy after pin()',
+        );
+        corpus.unpin();
+        assert.equal(corpus.pinnedBytes, 0);
+      }
+    } finally {
+      mem.dispose();
+      corpus.close();
     }
   });
 

@@ -55,8 +55,25 @@ describe(`CUDA corpus search on several GPUs (${devices.join(',')})`, { skip }, 
       topK: 11,
       backend: 'cuda',
       blockBytes: 256 * 1024,
+      transfer: 'copy', // auto would use the pin
     });
+    assert.equal(pinned.stats.transfer!.mode, 'pinned');
+    assert.equal(copied.stats.transfer!.mode, 'copy');
     assert.deepEqual(pairs(pinned.hits), pairs(copied.hits), 'pinned on every GPU');
+    corpus.unpin();
+    // pinned ahead by the scans of every GPU at once (they register the chunks they reach, once)
+    for (let round = 0; round < 2; round++) {
+      const ahead = await corpus.searchWithStats(queries, {
+        topK: 11,
+        backend: 'cuda',
+        blockBytes: 256 * 1024,
+        devices,
+        transfer: 'pin',
+      });
+      assert.equal(ahead.stats.transfer!.mode, 'pinned-ahead');
+      if (round === 1) assert.equal(ahead.stats.transfer!.registeredBytes, 0);
+      assert.deepEqual(pairs(ahead.hits), pairs(copied.hits), `pinned ahead on every GPU, round ${round}`);
+    }
     corpus.unpin();
     await assert.rejects(corpus.search(queries, { backend: 'cuda', devices: [count] }), /devices\[0\]/);
     await assert.rejects(corpus.search(queries, { backend: 'cuda', devices: [] }), /devices/);
