@@ -4,11 +4,17 @@
 // per pass and the event-loop delay (from the server's /metrics), and the batched / unbatched ratio.
 //
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
-//        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 256]
-//        [--max-wait-ms 2] [--threads T] [--soak S] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
+//        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 128]
+//        [--max-wait-ms auto|MS] [--passes-in-flight N] [--threads T] [--soak S [--sample-every S]]
+//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
 // The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
 // --soak S: the batched server alone under full load for S seconds, its RSS, JS heap and GPU memory
-// sampled about 30 times (is memory flat?).
+// (the backend's memory info, through /metrics) sampled every --sample-every seconds (default S / 30):
+// is memory flat?
+// --rerank: POST /v1/rerank by ids (one query of --query-len tokens x --candidates documents of the
+// resident corpus, base64 float16) on one server, against the kernel time for those documents (the
+// same documents uploaded to the device once / mapped on the CPU, scored in-process before the server
+// starts); the target is HTTP p50 <= 1.5 x kernel + 1 ms. ColPali shape: --doc-len 1024 --connections 1.
 // Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
 // --backend cuda --docs 100000 --doc-len 128 --connections 256.
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -17,9 +23,13 @@ import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { cuda } from '../src/backends/cuda.js';
+import { type BackendChoice, resolveBackend } from '../src/backends/select.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { CorpusWriter } from '../src/io/corpus.js';
-import { encodeFloats } from '../src/tensor.js';
+import { openCorpus } from '../src/ops/corpus-search.js';
+import { maxsim } from '../src/ops/maxsim.js';
+import { decodeToFloat32, encodeFloats, tokenMatrix } from '../src/tensor.js';
 
 interface Args {
   docs: number;
@@ -33,9 +43,13 @@ interface Args {
   amount?: number;
   threads?: number;
   soak?: number;
+  sampleEvery?: number;
+  rerank: boolean;
+  candidates: number;
+  passesInFlight?: number;
   backend: string;
   maxBatch: number;
-  maxWaitMs: number;
+  maxWaitMs: number | 'auto';
   corpus?: string;
   dtype: 'float16' | 'bfloat16' | 'float32';
   json: boolean;
@@ -52,8 +66,10 @@ function parseArgs(argv: string[]): Args {
     duration: 5,
     rounds: 3,
     backend: 'cpu',
-    maxBatch: 256,
-    maxWaitMs: 2,
+    maxBatch: 128,
+    maxWaitMs: 'auto',
+    rerank: false,
+    candidates: 1000,
     dtype: 'float16',
     json: false,
   };
@@ -69,12 +85,16 @@ function parseArgs(argv: string[]): Args {
     '--amount': 'amount',
     '--threads': 'threads',
     '--soak': 'soak',
+    '--sample-every': 'sampleEvery',
+    '--candidates': 'candidates',
+    '--passes-in-flight': 'passesInFlight',
     '--max-batch': 'maxBatch',
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     const value = argv[i + 1];
     if (flag === '--json') a.json = true;
+    else if (flag === '--rerank') a.rerank = true;
     else if (flag in ints) {
       const n = Number(value);
       if (!Number.isInteger(n) || n < 1)
@@ -82,8 +102,9 @@ function parseArgs(argv: string[]): Args {
       (a as unknown as Record<string, number>)[ints[flag]] = n;
       i++;
     } else if (flag === '--max-wait-ms') {
-      a.maxWaitMs = Number(value);
-      if (!(a.maxWaitMs >= 0)) throw new Error(`--max-wait-ms: expected a number >= 0, received ${value}`);
+      a.maxWaitMs = value === 'auto' ? 'auto' : Number(value);
+      if (!(a.maxWaitMs === 'auto' || a.maxWaitMs >= 0))
+        throw new Error(`--max-wait-ms: expected auto or a number >= 0, received ${value}`);
       i++;
     } else if (flag === '--backend') {
       if (!['cpu', 'cuda', 'auto'].includes(value))
@@ -101,6 +122,8 @@ function parseArgs(argv: string[]): Args {
     } else throw new Error(`unknown argument ${flag}`);
   }
   if ((a.soak ?? 0) > 1800) throw new Error('--soak: at most 1800 s');
+  if (a.rerank && a.candidates > a.docs)
+    throw new Error(`--candidates: at most --docs (${a.docs}), received ${a.candidates}`);
   if (a.duration * a.rounds * 2 > 1800) throw new Error('--duration x --rounds x 2: at most 1800 s');
   return a;
 }
@@ -155,6 +178,7 @@ function startServer(
     '--max-queue',
     String(Math.max(1024, 4 * a.connections)),
     ...(a.threads ? ['--threads', String(a.threads)] : []),
+    ...(a.passesInFlight ? ['--passes-in-flight', String(a.passesInFlight)] : []),
   ];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'] });
   return new Promise((resolve, reject) => {
@@ -280,10 +304,13 @@ async function soak(a: Args, corpus: string, requests: object[]) {
       requests,
       timeout: 60,
     });
-    const every = Math.max(1, a.soak! / 30) * 1000;
+    const every = (a.sampleEvery ?? Math.max(1, a.soak! / 30)) * 1000;
     const started = performance.now();
     const mib = (x: number) => (Number.isFinite(x) ? (x / 2 ** 20).toFixed(1) : '-');
-    console.log('seconds   rss MiB   heap MiB   gpu in use MiB   served');
+    const gpu = (text: string, kind: string) =>
+      Number(new RegExp(`^maxsim_gpu_memory_bytes\\{kind="${kind}"\\} (\\S+)`, 'm').exec(text)?.[1]);
+    console.log('seconds   rss MiB   heap MiB   gpu in use MiB   gpu cached MiB   served');
+    const curve: { t: number; rss: number; gpu: number }[] = [];
     let done = false;
     void load.then(() => {
       done = true;
@@ -293,8 +320,11 @@ async function soak(a: Args, corpus: string, requests: object[]) {
       const served = [
         ...text.matchAll(/^maxsim_http_requests_total\{route="\/v1\/search"[^}]*status="200"\} (\S+)/gm),
       ].reduce((x, m) => x + Number(m[1]), 0);
+      const t = (performance.now() - started) / 1000;
+      const rss = gauge(text, 'maxsim_process_resident_memory_bytes');
+      curve.push({ t, rss, gpu: gpu(text, 'in_use') });
       console.log(
-        `${((performance.now() - started) / 1000).toFixed(0).padStart(7)}  ${mib(gauge(text, 'maxsim_process_resident_memory_bytes')).padStart(8)}  ${mib(gauge(text, 'maxsim_nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(Number(/^maxsim_gpu_memory_bytes\{kind="in_use"\} (\S+)/m.exec(text)?.[1])).padStart(15)}  ${String(served).padStart(7)}`,
+        `${t.toFixed(0).padStart(7)}  ${mib(rss).padStart(8)}  ${mib(gauge(text, 'maxsim_nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(gpu(text, 'in_use')).padStart(15)}  ${mib(gpu(text, 'cached')).padStart(15)}  ${String(served).padStart(7)}`,
       );
       await new Promise((r) => setTimeout(r, every));
     }
@@ -302,9 +332,146 @@ async function soak(a: Args, corpus: string, requests: object[]) {
     console.log(
       `soak: ${(r['2xx'] / r.duration).toFixed(1)} requests/s, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors + r.timeouts}`,
     );
+    // flat? the second half of the curve against the first (warm-up and first allocations excluded)
+    const half = curve.filter((c) => c.t >= (curve[curve.length - 1]?.t ?? 0) / 2);
+    const span = (xs: number[]) => {
+      const ok = xs.filter(Number.isFinite);
+      return ok.length ? `${mib(Math.min(...ok))}-${mib(Math.max(...ok))} MiB` : '-';
+    };
+    if (half.length > 1) {
+      const minutes = (half[half.length - 1].t - half[0].t) / 60;
+      const drift = (half[half.length - 1].rss - half[0].rss) / 2 ** 20 / Math.max(minutes, 1e-9);
+      console.log(
+        `second half (${half.length} samples from ${half[0].t.toFixed(0)} s): RSS ${span(half.map((c) => c.rss))} (${drift >= 0 ? '+' : ''}${drift.toFixed(2)} MiB/min end to end), GPU in use ${span(half.map((c) => c.gpu))}`,
+      );
+    }
   } finally {
     const code = await stopServer(server.child);
     if (code !== 0) console.error(`bench/serve: the server exited with ${code} after SIGTERM`);
+  }
+}
+
+/** Median and min of `runs` timed calls of `f` after `warmup` untimed ones, ms. */
+async function timeIt(f: () => Promise<unknown>, runs: number, warmup = 3): Promise<{ median: number; min: number }> {
+  for (let i = 0; i < warmup; i++) await f();
+  const t: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    await f();
+    t.push(performance.now() - t0);
+  }
+  return { median: median(t), min: Math.min(...t) };
+}
+
+/**
+ * Rerank by ids: the kernel time for the candidates of each body (in this process, before the server
+ * starts: on CUDA the documents uploaded once and scored on the device, as the server scores a view of
+ * its resident corpus; on the CPU the mapped documents), then the HTTP latency of the same bodies.
+ */
+async function rerankBench(a: Args, corpus: string) {
+  const rng = new Rng(5);
+  const bodies: { query: Float32Array; indices: number[]; body: string }[] = [];
+  for (let b = 0; b < 8; b++) {
+    const query = randomUnitTokens(rng, a.queryLen, a.dim);
+    const bits = encodeFloats(query, 'float16') as Uint16Array;
+    // distinct random documents, as a first stage would propose them
+    const picked = new Set<number>();
+    while (picked.size < a.candidates) picked.add(rng.int(a.docs));
+    const indices = [...picked];
+    bodies.push({
+      query: decodeToFloat32(bits, 'float16', a.dim), // what the server scores
+      indices,
+      body: JSON.stringify({
+        query: {
+          b64: Buffer.from(bits.buffer, bits.byteOffset, bits.byteLength).toString('base64'),
+          dtype: 'float16',
+          shape: [a.queryLen, a.dim],
+        },
+        candidates: indices.map(String),
+        top_n: a.topK,
+      }),
+    });
+  }
+  const c = openCorpus(corpus);
+  const kernel: number[] = [];
+  const kernelMin: number[] = [];
+  try {
+    const backend = resolveBackend(a.backend as BackendChoice);
+    const device = backend === 'cuda' ? await cuda() : undefined;
+    try {
+      for (const b of bodies) {
+        const q = tokenMatrix(b.query, a.queryLen, a.dim);
+        const docs = c.readDocuments(b.indices);
+        if (device) {
+          const onDevice = await device.upload(docs);
+          try {
+            const t = await timeIt(() => onDevice.score(q), 20);
+            kernel.push(t.median);
+            kernelMin.push(t.min);
+          } finally {
+            onDevice.dispose();
+          }
+        } else {
+          const t = await timeIt(() => maxsim(q, docs, { backend: 'cpu', threads: a.threads }), 10);
+          kernel.push(t.median);
+          kernelMin.push(t.min);
+        }
+      }
+    } finally {
+      device?.dispose();
+    }
+  } finally {
+    c.close();
+  }
+  const server: Server = { ...(await startServer(a, corpus, a.maxBatch)), maxBatch: a.maxBatch };
+  const requests = bodies.map((b) => ({ method: 'POST', path: '/v1/rerank', body: b.body }));
+  let r: Cannon;
+  let passMs: number;
+  try {
+    await warm(server, a, requests);
+    const before = await (await fetch(`${server.url}/metrics`)).text();
+    r = await autocannon({
+      url: server.url,
+      connections: a.connections,
+      duration: a.duration * a.rounds,
+      ...(a.amount ? { amount: a.amount } : {}),
+      headers: HEADERS,
+      requests,
+      timeout: 60,
+    });
+    const after = await (await fetch(`${server.url}/metrics`)).text();
+    const t0 = histogram(before, 'maxsim_pass_duration_seconds');
+    const t1 = histogram(after, 'maxsim_pass_duration_seconds');
+    passMs = ((t1.sum - t0.sum) / (t1.count - t0.count)) * 1000;
+  } finally {
+    const code = await stopServer(server.child);
+    if (code !== 0) console.error(`bench/serve: the server exited with ${code} after SIGTERM`);
+  }
+  const k = median(kernel);
+  const target = 1.5 * k + 1;
+  const result = {
+    kernelMs: k,
+    kernelMinMs: Math.min(...kernelMin),
+    passMs,
+    requestsPerSecond: r['2xx'] / r.duration,
+    p50Ms: r.latency.p50,
+    p99Ms: r.latency.p99,
+    non2xx: r.non2xx,
+    errors: r.errors + r.timeouts,
+    targetMs: target,
+    met: r.latency.p50 <= target,
+  };
+  if (a.json) console.log(JSON.stringify({ mode: 'rerank', ...result }));
+  else {
+    console.log(
+      `maxsim serve rerank: 1 query of ${a.queryLen} tokens x ${a.candidates} candidates by id of ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, ${a.backend}, ${a.connections} connection(s), ${a.duration * a.rounds} s`,
+    );
+    console.log(
+      `kernel (in-process, those documents): median ${k.toFixed(2)} ms (min ${result.kernelMinMs.toFixed(2)}); server pass ${passMs.toFixed(2)} ms; HTTP p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, ${result.requestsPerSecond.toFixed(1)} requests/s, non-2xx ${r.non2xx}, errors ${result.errors}`,
+    );
+    console.log(
+      `target p50 <= 1.5 x kernel + 1 ms = ${target.toFixed(2)} ms: ${result.met ? 'met' : 'not met'} (autocannon reports whole milliseconds)`,
+    );
   }
 }
 
@@ -333,6 +500,10 @@ try {
   const requests = bodies.map((body) => ({ method: 'POST', path: '/v1/search', body }));
   if (a.soak) {
     await soak(a, corpus, requests);
+    process.exit(0);
+  }
+  if (a.rerank) {
+    await rerankBench(a, corpus);
     process.exit(0);
   }
   // both servers stay up; the rounds alternate between them (ABBA), so a change in the machine's
