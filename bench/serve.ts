@@ -352,7 +352,11 @@ async function soak(a: Args, corpus: string, requests: object[]) {
 }
 
 /** Median and min of `runs` timed calls of `f` after `warmup` untimed ones, ms. */
-async function timeIt(f: () => Promise<unknown>, runs: number, warmup = 3): Promise<{ median: number; min: number }> {
+async function timeIt(
+  f: () => Promise<unknown>,
+  runs: number,
+  warmup = 3,
+): Promise<{ median: number; min: number }> {
   for (let i = 0; i < warmup; i++) await f();
   const t: number[] = [];
   for (let i = 0; i < runs; i++) {

@@ -7,7 +7,7 @@
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import type { NpyArray } from '../io/array.js';
 import { parseNpy } from '../io/npy.js';
-import { f16BitsToFloat, type FloatDType } from '../tensor.js';
+import { type FloatDType, f16BitsToFloat } from '../tensor.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
 export interface PackedTokens {
@@ -141,7 +141,9 @@ function floatsOf(bytes: Uint8Array, dtype: FloatDType): Float32Array | Uint16Ar
     b.set(bytes);
   }
   const n = b.length / size;
-  return dtype === 'float32' ? new Float32Array(b.buffer, b.byteOffset, n) : new Uint16Array(b.buffer, b.byteOffset, n);
+  return dtype === 'float32'
+    ? new Float32Array(b.buffer, b.byteOffset, n)
+    : new Uint16Array(b.buffer, b.byteOffset, n);
 }
 
 function readB64(t: B64Tensor, field: string, arity: Arity, dim?: number): EncodedTokens {
