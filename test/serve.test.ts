@@ -291,7 +291,9 @@ describe('maxsim serve', () => {
       if (enc === 'nested') return { queries: items, top_k: 1 + (i % 10) };
       const L = Math.max(...items.map((t) => t.length));
       const dense = new Float32Array(items.length * L * DIM);
-      items.forEach((t, n) => dense.set(t.flat(), n * L * DIM));
+      items.forEach((t, n) => {
+        dense.set(t.flat(), n * L * DIM);
+      });
       const bytes = enc === 'float32' ? dense : encodeFloats(dense, enc);
       return {
         queries: {
@@ -608,7 +610,9 @@ describe('the batcher', () => {
       const answers = await Promise.all(
         Array.from({ length: 30 }, (_, i) => b.search(job(i), 1, '', 10_000)),
       );
-      answers.forEach((a, i) => assert.equal(a.hits[0][0].index, i));
+      answers.forEach((a, i) => {
+        assert.equal(a.hits[0][0].index, i);
+      });
       assert.deepEqual(
         t.passes.flat(),
         Array.from({ length: 30 }, (_, i) => i),
