@@ -223,6 +223,12 @@ interface RunResult {
   /** The server's event-loop delay during the run, p99 and max (prom-client's monitor, reset per scrape). */
   loopP99Ms: number;
   loopMaxMs: number;
+  /**
+   * The server process's CPU time (user + system, all its threads) per answered request, ms: what a
+   * request costs whatever else the machine runs (the shared development VM's load swings the
+   * requests/s several-fold between rounds; this figure much less).
+   */
+  cpuMsPerRequest: number;
 }
 
 interface Server {
@@ -274,6 +280,10 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
     queriesPerPass: (b1.sum - b0.sum) / passes,
     msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
     passes,
+    cpuMsPerRequest:
+      ((gauge(after, 'maxsim_process_cpu_seconds_total') - gauge(before, 'maxsim_process_cpu_seconds_total')) /
+        r['2xx']) *
+      1000,
     loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
     loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
   };
@@ -289,7 +299,7 @@ function median(xs: number[]): number {
 }
 
 function row(label: string, r: RunResult): string {
-  return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}  ${r.loopP99Ms.toFixed(1).padStart(7)}  ${r.loopMaxMs.toFixed(1).padStart(7)}`;
+  return `${label.padEnd(10)} ${String(r.maxBatch).padStart(9)}  ${r.requestsPerSecond.toFixed(1).padStart(7)}  ${r.p50Ms.toFixed(1).padStart(7)}  ${r.p99Ms.toFixed(1).padStart(7)}  ${r.queriesPerPass.toFixed(1).padStart(12)}  ${r.msPerPass.toFixed(2).padStart(8)}  ${String(r.non2xx).padStart(7)}  ${String(r.errors).padStart(6)}  ${r.loopP99Ms.toFixed(1).padStart(7)}  ${r.loopMaxMs.toFixed(1).padStart(7)}  ${r.cpuMsPerRequest.toFixed(2).padStart(10)}`;
 }
 
 async function soak(a: Args, corpus: string, requests: object[]) {
@@ -512,6 +522,7 @@ try {
   }
   // both servers stay up; the rounds alternate between them (ABBA), so a change in the machine's
   // load hits both alike
+  const loadBefore = os.loadavg()[0];
   const servers: Server[] = [];
   for (const maxBatch of [a.maxBatch, 1])
     servers.push({ ...(await startServer(a, corpus, maxBatch)), maxBatch });
@@ -531,6 +542,9 @@ try {
   }
   const ratios = results[0].map((r, i) => r.requestsPerSecond / results[1][i].requestsPerSecond);
   const ratio = median(ratios);
+  // unbatched CPU time per request / batched: the throughput ratio of a CPU-bound server on a quiet machine
+  const cpuRatios = results[0].map((r, i) => results[1][i].cpuMsPerRequest / r.cpuMsPerRequest);
+  const cpuRatio = median(cpuRatios);
   const setup = {
     docs: a.docs,
     docLen: a.docLen,
@@ -543,21 +557,29 @@ try {
     backend: a.backend,
     dtype: a.corpus ? 'given' : a.dtype,
     maxWaitMs: a.maxWaitMs,
+    passesInFlight: a.passesInFlight ?? 'default',
     threads: a.threads ?? 'all',
     cpus: os.cpus().length,
+    loadBefore: loadBefore,
+    loadAfter: os.loadavg()[0],
   };
   if (a.json)
-    console.log(JSON.stringify({ setup, batched: results[0], unbatched: results[1], ratios, ratio }));
+    console.log(
+      JSON.stringify({ setup, batched: results[0], unbatched: results[1], ratios, ratio, cpuRatios, cpuRatio }),
+    );
   else {
     console.log(
       `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections, ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
     );
     console.log(
-      'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max',
+      'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max  cpu ms/req',
     );
     for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
     console.log(
       `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
+    );
+    console.log(
+      `unbatched / batched server CPU time per request by round: ${cpuRatios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${cpuRatio.toFixed(2)}x (load average ${loadBefore.toFixed(1)} before, ${os.loadavg()[0].toFixed(1)} after, ${os.cpus().length} cores)`,
     );
   }
 } finally {
