@@ -639,6 +639,15 @@ describe('the batcher', () => {
     await b.drain();
   });
 
+  test('other work (rerank, score) does not wait for company', async () => {
+    const { run } = tracer(1);
+    const b = new Batcher(run, { maxBatch: 64, maxWaitMs: 300, maxQueue: 100 });
+    const started = performance.now();
+    assert.equal(await b.solo(async () => 7, 10_000), 7);
+    assert.ok(performance.now() - started < 250, 'the solo pass waited for company');
+    await b.drain();
+  });
+
   test("the 'auto' wait is a tenth of the pass time, 1-50 ms", async () => {
     assert.equal(autoWaitMs(0.0001), 1);
     assert.equal(autoWaitMs(0.2), 20);

@@ -191,8 +191,8 @@ export class Batcher {
     if (this.queue.length === 0 || this.inFlight >= this.depthLimit) return;
     const now = performance.now();
     let at: number;
-    if (this.queued >= this.options.maxBatch)
-      at = now; // a full batch goes now
+    // a full batch goes now; so does other work (rerank, score): it never has company to wait for
+    if (this.queued >= this.options.maxBatch || this.queue[0].kind === 'solo') at = now;
     else if (this.inFlight === 0) {
       // the wait for company counts from when the lane is free: clients answered by the pass that just
       // ended get the wait to come back and join the next one, instead of splitting into two halves
