@@ -96,8 +96,8 @@ export class Batcher {
   private queued = 0;
   /** Passes handed to the backend and not yet answered. */
   private inFlight = 0;
-  /** When the oldest pass in flight started (the one the next would follow). */
-  private startedAt: number[] = [];
+  /** When the backend is expected to finish the passes in flight (performance.now() ms). */
+  private busyUntil = 0;
   private closing = false;
   private timer: NodeJS.Timeout | undefined;
   private timerAt = 0;
@@ -199,21 +199,22 @@ export class Batcher {
       // that alternate, each pass half as large as it could be
       at = Math.max(this.queue[0].enqueued, this.laneFreeAt) + this.waitMs;
     } else {
-      // pipelined: hand the next pass over when the running one has about a quarter left, so it
+      // pipelined: hand the next pass over when the backend has about a quarter of a pass left, so it
       // gathers as long as it can and the backend still never waits for it
-      at = Math.max(this.startedAt[0] + 750 * this.passSeconds, this.queue[0].enqueued + this.waitMs);
+      at = Math.max(this.busyUntil - 250 * this.passSeconds, this.queue[0].enqueued + this.waitMs);
     }
     if (at <= now) {
       this.clearTimer();
       void this.pass();
       return;
     }
-    if (this.timer && this.timerAt <= at) return;
+    if (this.timer && this.timerAt === at) return;
     this.clearTimer();
     this.timerAt = at;
+    // on firing, decide again: a pass that ended meanwhile may have moved the hand-over time
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.pass();
+      this.schedule();
     }, at - now);
   }
 
@@ -259,7 +260,8 @@ export class Batcher {
     }
     this.inFlight++;
     const started = performance.now();
-    this.startedAt.push(started);
+    // the backend takes it after the passes ahead of it
+    this.busyUntil = Math.max(started, this.busyUntil) + 1000 * this.passSeconds;
     try {
       if (jobs[0].kind === 'solo') {
         const job = jobs[0];
@@ -278,8 +280,9 @@ export class Batcher {
       // their start and the previous pass's end
       const own = (ended - Math.max(started, this.laneFreeAt)) / 1000;
       this.passSeconds = 0.7 * this.passSeconds + 0.3 * own;
-      this.startedAt.splice(this.startedAt.indexOf(started), 1);
       this.inFlight--;
+      // the next pass in flight (if any) starts on the backend now
+      this.busyUntil = ended + (this.inFlight > 0 ? 1000 * this.passSeconds : 0);
       this.laneFreeAt = ended;
       const queries = jobs.reduce((a, j) => a + j.size, 0);
       this.onPass?.({ queries, requests: jobs.length, seconds });
