@@ -395,7 +395,10 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         m ? 'the API key is not valid' : 'this endpoint needs an API key: Authorization: Bearer <key>',
       );
   };
-  const readAuth = options.authReads ? authorize : () => {};
+  // reads: a preHandler only where reads need the key (a hook is a promise per request)
+  const readHook = options.authReads
+    ? { preHandler: async (request: FastifyRequest) => authorize(request) }
+    : {};
 
   app.setErrorHandler((error, request, reply) => {
     const h = toHttpError(error, request);
@@ -411,24 +414,28 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       error: { code: 'not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` },
     }),
   );
-  app.addHook('onSend', async (request, reply, payload) => {
+  // callback hooks, not async ones: a promise less per request and hook
+  app.addHook('onSend', (request, reply, payload, done) => {
     reply.header('x-request-id', request.id);
     const batch = (request as unknown as { batchSize: number }).batchSize;
     if (batch > 0) reply.header('x-maxsim-batch', String(batch)); // queries in the pass that answered
     // shutting down: no keep-alive, so the connections of the requests in flight end with them
     if (closing) reply.header('connection', 'close');
-    return payload;
+    done(null, payload);
   });
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
     requests.inc({ route, method: request.method, status: String(status) });
     latency.observe({ route }, reply.elapsedTime / 1000);
     const batch = (request as unknown as { batchSize: number }).batchSize;
-    request.log.info(
-      { method: request.method, route, status, ms: Math.round(reply.elapsedTime * 1000) / 1000, batch },
-      'request',
-    );
+    // (pino's isLevelEnabled; a logger without it logs)
+    if ((request.log as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled?.('info') !== false)
+      request.log.info(
+        { method: request.method, route, status, ms: Math.round(reply.elapsedTime * 1000) / 1000, batch },
+        'request',
+      );
+    done();
   });
 
   await app.register(swagger, {
@@ -463,7 +470,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         querystring: SearchQuery,
         response: { 200: SearchResponse, ...errors },
       },
-      preHandler: async (request) => readAuth(request),
+      ...readHook,
     },
     async (request) => {
       let queries: EncodedTokens;
@@ -523,7 +530,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         body: RerankBody,
         response: { 200: RerankResponse, ...errors },
       },
-      preHandler: async (request) => readAuth(request),
+      ...readHook,
     },
     async (request) => {
       const body = request.body;
@@ -569,7 +576,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         body: ScoreBody,
         response: { 200: ScoreResponse, ...errors },
       },
-      preHandler: async (request) => readAuth(request),
+      ...readHook,
     },
     async (request) => {
       const body = request.body;
@@ -668,38 +675,34 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     },
   );
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  app.get(
-    '/v1/info',
-    { schema: { response: { 200: InfoResponse } }, preHandler: async (request) => readAuth(request) },
-    async () => {
-      const i = resident.info;
-      return {
-        version,
-        backend,
-        mode: resident.mode,
-        kernels: { cpu: cpuInfo().isa, ...(resident.deviceName ? { gpu: resident.deviceName } : {}) },
-        corpus: {
-          path: i.path,
-          dtype: i.dtype,
-          dim: i.dim,
-          documents: i.documents,
-          live: i.live,
-          deleted: i.deleted,
-          tokens: i.tokens,
-          segments: i.segments,
-          generation: i.generation,
-          ids: i.hasIds,
-        },
-        batching: {
-          max_batch: maxBatch,
-          max_wait_ms: maxWaitMs,
-          wait_ms: batcher.waitMs,
-          max_queue: maxQueue,
-          passes_in_flight: batcher.passesInFlight,
-        },
-      };
-    },
-  );
+  app.get('/v1/info', { schema: { response: { 200: InfoResponse } }, ...readHook }, async () => {
+    const i = resident.info;
+    return {
+      version,
+      backend,
+      mode: resident.mode,
+      kernels: { cpu: cpuInfo().isa, ...(resident.deviceName ? { gpu: resident.deviceName } : {}) },
+      corpus: {
+        path: i.path,
+        dtype: i.dtype,
+        dim: i.dim,
+        documents: i.documents,
+        live: i.live,
+        deleted: i.deleted,
+        tokens: i.tokens,
+        segments: i.segments,
+        generation: i.generation,
+        ids: i.hasIds,
+      },
+      batching: {
+        max_batch: maxBatch,
+        max_wait_ms: maxWaitMs,
+        wait_ms: batcher.waitMs,
+        max_queue: maxQueue,
+        passes_in_flight: batcher.passesInFlight,
+      },
+    };
+  });
 
   await app.ready();
   let closed: Promise<void> | undefined;
