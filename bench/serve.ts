@@ -19,6 +19,7 @@
 // --backend cuda --docs 100000 --doc-len 128 --connections 256.
 import { type ChildProcess, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as http from 'node:http';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -281,7 +282,8 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
     msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
     passes,
     cpuMsPerRequest:
-      ((gauge(after, 'maxsim_process_cpu_seconds_total') - gauge(before, 'maxsim_process_cpu_seconds_total')) /
+      ((gauge(after, 'maxsim_process_cpu_seconds_total') -
+        gauge(before, 'maxsim_process_cpu_seconds_total')) /
         r['2xx']) *
       1000,
     loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
@@ -378,6 +380,61 @@ async function timeIt(
 }
 
 /**
+ * `connections` clients, each posting the bodies in turn to /v1/rerank over one keep-alive connection
+ * for `seconds` (or `amount` requests in all), timing each request from send to last byte.
+ */
+async function closedLoop(
+  url: string,
+  bodies: string[],
+  connections: number,
+  seconds: number,
+  amount?: number,
+): Promise<{ latencies: number[]; seconds: number; non2xx: number; errors: number }> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
+  const target = new URL('/v1/rerank', url);
+  const latencies: number[] = [];
+  let non2xx = 0;
+  let errors = 0;
+  let sent = 0;
+  const started = performance.now();
+  const end = started + seconds * 1000;
+  const one = (body: string) =>
+    new Promise<number>((resolve, reject) => {
+      const req = http.request(
+        target,
+        {
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          res.on('data', () => {});
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+  await Promise.all(
+    Array.from({ length: connections }, async (_, c) => {
+      for (let i = c; performance.now() < end && (amount === undefined || sent < amount); i++) {
+        sent++;
+        const t0 = performance.now();
+        try {
+          const status = await one(bodies[i % bodies.length]);
+          if (status >= 200 && status < 300) latencies.push(performance.now() - t0);
+          else non2xx++;
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
+  agent.destroy();
+  return { latencies, seconds: (performance.now() - started) / 1000, non2xx, errors };
+}
+
+/**
  * Rerank by ids: the kernel time for the candidates of each body (in this process, before the server
  * starts: on CUDA the documents uploaded once and scored on the device, as the server scores a view of
  * its resident corpus; on the CPU the mapped documents), then the HTTP latency of the same bodies.
@@ -438,21 +495,25 @@ async function rerankBench(a: Args, corpus: string) {
     c.close();
   }
   const server: Server = { ...(await startServer(a, corpus, a.maxBatch)), maxBatch: a.maxBatch };
-  const requests = bodies.map((b) => ({ method: 'POST', path: '/v1/rerank', body: b.body }));
-  let r: Cannon;
+  let r: { latencies: number[]; seconds: number; non2xx: number; errors: number };
   let passMs: number;
   try {
-    await warm(server, a, requests);
+    // warm (JIT, page cache), then the timed run: microsecond timings (autocannon's are whole ms,
+    // coarse next to a target of about a millisecond)
+    await closedLoop(
+      server.url,
+      bodies.map((b) => b.body),
+      1,
+      2,
+    );
     const before = await (await fetch(`${server.url}/metrics`)).text();
-    r = await autocannon({
-      url: server.url,
-      connections: a.connections,
-      duration: a.duration * a.rounds,
-      ...(a.amount ? { amount: a.amount } : {}),
-      headers: HEADERS,
-      requests,
-      timeout: 60,
-    });
+    r = await closedLoop(
+      server.url,
+      bodies.map((b) => b.body),
+      a.connections,
+      a.duration * a.rounds,
+      a.amount,
+    );
     const after = await (await fetch(`${server.url}/metrics`)).text();
     const t0 = histogram(before, 'maxsim_pass_duration_seconds');
     const t1 = histogram(after, 'maxsim_pass_duration_seconds');
@@ -461,19 +522,21 @@ async function rerankBench(a: Args, corpus: string) {
     const code = await stopServer(server.child);
     if (code !== 0) console.error(`bench/serve: the server exited with ${code} after SIGTERM`);
   }
+  const sorted = [...r.latencies].sort((x, y) => x - y);
+  const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? Number.NaN;
   const k = median(kernel);
   const target = 1.5 * k + 1;
   const result = {
     kernelMs: k,
     kernelMinMs: Math.min(...kernelMin),
     passMs,
-    requestsPerSecond: r['2xx'] / r.duration,
-    p50Ms: r.latency.p50,
-    p99Ms: r.latency.p99,
+    requestsPerSecond: r.latencies.length / r.seconds,
+    p50Ms: pct(0.5),
+    p99Ms: pct(0.99),
     non2xx: r.non2xx,
-    errors: r.errors + r.timeouts,
+    errors: r.errors,
     targetMs: target,
-    met: r.latency.p50 <= target,
+    met: pct(0.5) <= target,
   };
   if (a.json) console.log(JSON.stringify({ mode: 'rerank', ...result }));
   else {
@@ -481,10 +544,10 @@ async function rerankBench(a: Args, corpus: string) {
       `maxsim serve rerank: 1 query of ${a.queryLen} tokens x ${a.candidates} candidates by id of ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, ${a.backend}, ${a.connections} connection(s), ${a.duration * a.rounds} s`,
     );
     console.log(
-      `kernel (in-process, those documents): median ${k.toFixed(2)} ms (min ${result.kernelMinMs.toFixed(2)}); server pass ${passMs.toFixed(2)} ms; HTTP p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, ${result.requestsPerSecond.toFixed(1)} requests/s, non-2xx ${r.non2xx}, errors ${result.errors}`,
+      `kernel (in-process, those documents): median ${k.toFixed(2)} ms (min ${result.kernelMinMs.toFixed(2)}); server pass ${passMs.toFixed(2)} ms; HTTP p50 ${result.p50Ms.toFixed(2)} ms, p99 ${result.p99Ms.toFixed(2)} ms, ${result.requestsPerSecond.toFixed(1)} requests/s, non-2xx ${r.non2xx}, errors ${result.errors}`,
     );
     console.log(
-      `target p50 <= 1.5 x kernel + 1 ms = ${target.toFixed(2)} ms: ${result.met ? 'met' : 'not met'} (autocannon reports whole milliseconds)`,
+      `target p50 <= 1.5 x kernel + 1 ms = ${target.toFixed(2)} ms: ${result.met ? 'met' : 'not met'}`,
     );
   }
 }
@@ -565,7 +628,15 @@ try {
   };
   if (a.json)
     console.log(
-      JSON.stringify({ setup, batched: results[0], unbatched: results[1], ratios, ratio, cpuRatios, cpuRatio }),
+      JSON.stringify({
+        setup,
+        batched: results[0],
+        unbatched: results[1],
+        ratios,
+        ratio,
+        cpuRatios,
+        cpuRatio,
+      }),
     );
   else {
     console.log(
