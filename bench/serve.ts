@@ -6,7 +6,7 @@
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 128]
 //        [--max-wait-ms auto|MS] [--passes-in-flight N] [--threads T] [--soak S [--sample-every S]]
-//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32] [--corpus DIR] [--json]
+//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR] [--json]
 // The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
 // --soak S: the batched server alone under full load for S seconds, its RSS, JS heap and GPU memory
 // (the backend's memory info, through /metrics) sampled every --sample-every seconds (default S / 30):
@@ -30,7 +30,7 @@ import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { CorpusWriter } from '../src/io/corpus.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim } from '../src/ops/maxsim.js';
-import { decodeToFloat32, encodeFloats, tokenMatrix } from '../src/tensor.js';
+import { decodeToFloat32, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
 
 interface Args {
   docs: number;
@@ -52,7 +52,7 @@ interface Args {
   maxBatch: number;
   maxWaitMs: number | 'auto';
   corpus?: string;
-  dtype: 'float16' | 'bfloat16' | 'float32';
+  dtype: 'float16' | 'bfloat16' | 'float32' | 'int8';
   json: boolean;
 }
 
@@ -113,8 +113,8 @@ function parseArgs(argv: string[]): Args {
       a.backend = value;
       i++;
     } else if (flag === '--dtype') {
-      if (!['float16', 'bfloat16', 'float32'].includes(value))
-        throw new Error(`--dtype: float16, bfloat16 or float32, received ${value}`);
+      if (!['float16', 'bfloat16', 'float32', 'int8'].includes(value))
+        throw new Error(`--dtype: float16, bfloat16, float32 or int8, received ${value}`);
       a.dtype = value as Args['dtype'];
       i++;
     } else if (flag === '--corpus') {
@@ -149,8 +149,17 @@ function buildCorpus(a: Args, dir: string) {
   const chunk = Math.max(1, Math.floor((1 << 22) / (a.docLen * a.dim)));
   for (let at = 0; at < a.docs; at += chunk) {
     const n = Math.min(chunk, a.docs - at);
-    const data = encodeFloats(randomUnitTokens(rng, n * a.docLen, a.dim), a.dtype);
-    w.addEncoded({ data, lengths: new Int32Array(n).fill(a.docLen) });
+    const floats = randomUnitTokens(rng, n * a.docLen, a.dim);
+    // int8: quantized per token by the writer (the CPU's AMX / VNNI int8 kernels score it)
+    if (a.dtype === 'int8')
+      w.add(
+        raggedBatch(
+          floats,
+          Array.from({ length: n + 1 }, (_, i) => i * a.docLen),
+          { dim: a.dim },
+        ),
+      );
+    else w.addEncoded({ data: encodeFloats(floats, a.dtype), lengths: new Int32Array(n).fill(a.docLen) });
   }
   w.commit();
 }
