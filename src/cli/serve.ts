@@ -75,7 +75,7 @@ export function serveCommand(): Command {
     )
     .option(
       '--passes-in-flight <n>',
-      'passes handed to the backend at once (default 2 on CUDA: the next gathers while one runs; 1 on the CPU)',
+      'passes handed to the backend at once (default 2 on a GPU-resident corpus: the next gathers while one runs; else 1)',
       integerOption(1),
     )
     .option(

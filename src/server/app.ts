@@ -68,7 +68,7 @@ export interface ServerOptions extends ResidentOptions {
   maxBatch?: number;
   /** Longest wait for company before a pass starts, ms, or 'auto' (default): a tenth of the pass time, 1-50 ms. */
   maxWaitMs?: number | 'auto';
-  /** Passes handed to the backend at once: default 2 on CUDA (pipelined), 1 on the CPU. */
+  /** Passes handed to the backend at once: default 2 on a GPU-resident corpus (pipelined), else 1. */
   passesInFlight?: number;
   /** Queries queued at most before requests get 429 (default 16 x maxBatch, at least 1024). */
   maxQueue?: number;
@@ -327,9 +327,10 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       maxBatch,
       maxWaitMs,
       maxQueue,
-      // the GPU runs passes one after the other on its worker thread: the next is handed over early;
-      // the CPU pool is the JS thread's neighbour on few cores, one pass at a time
-      passesInFlight: options.passesInFlight ?? (backend === 'cuda' ? 2 : 1),
+      // a resident corpus's GPU runs passes one after the other on its worker thread: the next is
+      // handed over early; a streamed scan holds staging buffers per search, and the CPU pool is the
+      // JS thread's neighbour on few cores: one pass at a time there
+      passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
     },
     (p) => {
       batchSizes.observe(p.queries);
