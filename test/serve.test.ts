@@ -16,6 +16,7 @@ import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import type { MaxsimServer } from '../src/server/app.js';
+import { autoWaitMs, Batcher, type SearchRun } from '../src/server/batcher.js';
 import { createServer } from '../src/server/index.js';
 import {
   bf16BitsToFloat,
@@ -278,6 +279,49 @@ describe('maxsim serve', () => {
     assert.ok(largest > 2, `no pass gathered several requests (largest ${largest})`);
   });
 
+  test('pipelined passes (two in flight, short passes) answer like one at a time, for every body encoding', async () => {
+    const alone = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0 });
+    const piped = await start({ corpus: dir, maxBatch: 8, passesInFlight: 2 });
+    // the same queries in float32 / float16 / bfloat16 base64 (ragged with lengths) and nested JSON:
+    // every request decoded straight into the pass's buffer must score as it does alone
+    const encodings = ['nested', 'float32', 'float16', 'bfloat16'] as const;
+    const bodies = Array.from({ length: 48 }, (_, i) => {
+      const items = [randomTokens(1 + (i % 7)), ...(i % 4 === 0 ? [randomTokens(3)] : [])];
+      const enc = encodings[i % encodings.length];
+      if (enc === 'nested') return { queries: items, top_k: 1 + (i % 10) };
+      const L = Math.max(...items.map((t) => t.length));
+      const dense = new Float32Array(items.length * L * DIM);
+      items.forEach((t, n) => {
+        dense.set(t.flat(), n * L * DIM);
+      });
+      const bytes = enc === 'float32' ? dense : encodeFloats(dense, enc);
+      return {
+        queries: {
+          b64: b64Of(bytes),
+          dtype: enc,
+          shape: [items.length, L, DIM],
+          lengths: items.map((t) => t.length),
+        },
+        top_k: 1 + (i % 10),
+      };
+    });
+    const info = await call(`${piped.url}/v1/info`, 'GET');
+    assert.equal(info.json.batching.passes_in_flight, 2);
+    assert.equal(info.json.batching.max_wait_ms, 'auto');
+    const batched = await Promise.all(bodies.map((b) => post(`${piped.url}/v1/search`, b)));
+    let largest = 0;
+    for (let i = 0; i < bodies.length; i++) {
+      const single = await post(`${alone.url}/v1/search`, bodies[i]);
+      assert.equal(single.status, 200, single.text);
+      assert.equal(batched[i].status, 200, batched[i].text);
+      assert.deepEqual(batched[i].json, single.json, `request ${i} (${encodings[i % encodings.length]})`);
+      const batch = Number(batched[i].headers.get('x-maxsim-batch'));
+      assert.ok(batch <= 8, `a pass of ${batch} queries (max-batch 8)`);
+      largest = Math.max(largest, batch);
+    }
+    assert.ok(largest > 2, `no pass gathered several requests (largest ${largest})`);
+  });
+
   test('every malformed request gets its 4xx and the server keeps serving', async () => {
     const q = queries[1];
     const cases: [string, () => Promise<Reply>, number, string | RegExp | undefined][] = [
@@ -327,6 +371,32 @@ describe('maxsim serve', () => {
         () =>
           post(`${url}/v1/search`, {
             queries: { b64: b64Of(new Float32Array(DIM).fill(Number.NaN)), shape: [1, 1, DIM] },
+          }),
+        400,
+        'queries',
+      ],
+      [
+        'float16 infinity in base64',
+        () =>
+          post(`${url}/v1/search`, {
+            queries: {
+              b64: b64Of(new Uint16Array(2 * DIM).fill(0x3c00).fill(0x7c00, DIM + 3)),
+              dtype: 'float16',
+              shape: [1, 2, DIM],
+            },
+          }),
+        400,
+        'queries',
+      ],
+      [
+        'bfloat16 NaN in base64',
+        () =>
+          post(`${url}/v1/search`, {
+            queries: {
+              b64: b64Of(new Uint16Array(DIM).fill(0x3f80).fill(0xffc1, 5, 6)),
+              dtype: 'bfloat16',
+              shape: [1, 1, DIM],
+            },
           }),
         400,
         'queries',
@@ -413,6 +483,9 @@ describe('maxsim serve', () => {
         assert.match(r.json.error.message, /Expected .* for .* but received/, `${name}: ${r.text}`);
       if (status === 401) assert.equal(r.headers.get('www-authenticate'), 'Bearer');
       if (name === 'unknown id') assert.deepEqual(r.json.error.missing, ['nope', 'doc999999']);
+      if (name === 'float16 infinity in base64')
+        assert.match(r.json.error.message, new RegExp(`Infinity\\) at element ${DIM + 3}`), r.text);
+      if (name === 'bfloat16 NaN in base64') assert.match(r.json.error.message, /NaN\) at element 5/, r.text);
     }
     // too large: a server with a small body limit
     const small = await start({ corpus: dir, bodyLimit: 64 * 1024 });
@@ -499,6 +572,92 @@ describe('maxsim serve', () => {
     assert.equal(entries[0].batch, 1);
     assert.equal(typeof entries[0].ms, 'number');
     assert.equal(entries[1].status, 400);
+  });
+});
+
+describe('the batcher', () => {
+  const D = 4;
+  /** A search run that answers each query with its own first value as index, taking `ms` per pass. */
+  function tracer(ms: number) {
+    const t = { passes: [] as number[][], running: 0, most: 0 };
+    const run: SearchRun = async (q) => {
+      t.running++;
+      t.most = Math.max(t.most, t.running);
+      const rows = Array.from({ length: q.offsets.length - 1 }, (_, r) => q.data[q.offsets[r] * q.dim]);
+      t.passes.push(rows);
+      await new Promise((r) => setTimeout(r, ms));
+      t.running--;
+      return rows.map((index) => [{ index, score: 0, id: String(index) }]);
+    };
+    return { t, run };
+  }
+  const job = (n: number) => ({
+    dtype: 'float32' as const,
+    values: Float32Array.from({ length: D }, (_, j) => (j === 0 ? n : 0)),
+    offsets: [0, 1],
+    dim: D,
+  });
+
+  test('first come first served, at most max-batch per pass and passes-in-flight at once; each request gets its own row', async () => {
+    for (const inFlight of [1, 2]) {
+      const { t, run } = tracer(15);
+      const b = new Batcher(run, {
+        maxBatch: 4,
+        maxWaitMs: 'auto',
+        maxQueue: 1000,
+        passesInFlight: inFlight,
+      });
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => b.search(job(i), 1, '', 10_000)),
+      );
+      answers.forEach((a, i) => {
+        assert.equal(a.hits[0][0].index, i);
+      });
+      assert.deepEqual(
+        t.passes.flat(),
+        Array.from({ length: 30 }, (_, i) => i),
+        'arrival order',
+      );
+      for (const p of t.passes) assert.ok(p.length <= 4, `a pass of ${p.length}`);
+      assert.equal(t.most, inFlight);
+      await b.drain();
+    }
+  });
+
+  test('pipelined: the next pass is handed over while one runs, not after it', async () => {
+    const { t, run } = tracer(60);
+    const b = new Batcher(run, { maxBatch: 4, maxWaitMs: 1, maxQueue: 100, passesInFlight: 2 });
+    const first = Array.from({ length: 4 }, (_, i) => b.search(job(i), 1, '', 10_000));
+    await new Promise((r) => setTimeout(r, 5));
+    const late = b.search(job(9), 1, '', 10_000);
+    const started = performance.now();
+    assert.equal((await late).hits[0][0].index, 9);
+    // alone after the first pass it would end >= 55 ms from here; overlapped it ends with it or soon after
+    assert.ok(t.most === 2, 'the second pass did not overlap the first');
+    assert.ok(performance.now() - started < 200);
+    await Promise.all(first);
+    await b.drain();
+  });
+
+  test('other work (rerank, score) does not wait for company', async () => {
+    const { run } = tracer(1);
+    const b = new Batcher(run, { maxBatch: 64, maxWaitMs: 300, maxQueue: 100 });
+    const started = performance.now();
+    assert.equal(await b.solo(async () => 7, 10_000), 7);
+    assert.ok(performance.now() - started < 250, 'the solo pass waited for company');
+    await b.drain();
+  });
+
+  test("the 'auto' wait is a tenth of the pass time, 1-50 ms", async () => {
+    assert.equal(autoWaitMs(0.0001), 1);
+    assert.equal(autoWaitMs(0.2), 20);
+    assert.equal(autoWaitMs(3), 50);
+    const { run } = tracer(40);
+    const b = new Batcher(run, { maxBatch: 1, maxWaitMs: 'auto', maxQueue: 100 });
+    assert.equal(b.waitMs, 1);
+    for (let i = 0; i < 6; i++) await b.search(job(i), 1, '', 10_000);
+    assert.ok(b.waitMs >= 3.5 && b.waitMs <= 50, `wait ${b.waitMs} ms after passes of 40 ms`);
+    await b.drain();
   });
 });
 

@@ -16,8 +16,9 @@ interface ServeOptions {
   gpuMemory?: number;
   gpus?: 'all' | number[];
   maxBatch: number;
-  maxWaitMs: number;
+  maxWaitMs: number | 'auto';
   maxQueue?: number;
+  passesInFlight?: number;
   apiKeyFile?: string;
   authReads?: boolean;
   bodyLimit: number;
@@ -65,8 +66,18 @@ export function serveCommand(): Command {
       "CUDA: 'all' or device indices (0,1): each segment is sharded over these GPUs (or streamed by all of them)",
       parseGpus,
     )
-    .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 256)
-    .option('--max-wait-ms <ms>', 'longest wait for company before a pass starts', numberOption(0), 2)
+    .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 128)
+    .option(
+      '--max-wait-ms <ms>',
+      "longest wait for company before a pass starts ('auto': a tenth of the pass time, 1-50 ms)",
+      (v: string) => (v === 'auto' ? ('auto' as const) : numberOption(0)(v)),
+      'auto' as const,
+    )
+    .option(
+      '--passes-in-flight <n>',
+      'passes handed to the backend at once (default 2 on a GPU-resident corpus: the next gathers while one runs; else 1)',
+      integerOption(1),
+    )
     .option(
       '--max-queue <n>',
       'queries queued at most before 429 (default 16 x max-batch, at least 1024)',
@@ -96,6 +107,7 @@ export function serveCommand(): Command {
         maxBatch: opts.maxBatch,
         maxWaitMs: opts.maxWaitMs,
         maxQueue: opts.maxQueue,
+        passesInFlight: opts.passesInFlight,
         apiKey: opts.apiKeyFile === undefined ? undefined : readKey(opts.apiKeyFile),
         authReads: opts.authReads,
         bodyLimit: opts.bodyLimit * 1024 * 1024,

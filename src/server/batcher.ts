@@ -1,13 +1,19 @@
 // The cross-request batcher. Searches queue; a pass takes up to maxBatch queries (from as many
-// requests as fit, waiting at most maxWaitMs for the first one's company), scores them in one call,
-// and hands every request its own rows, cut to its own top_k (the pass ranks by the largest: the
-// order is total, score then index, so a shorter list is a prefix). Other work (rerank, score) runs
-// as a pass of its own in the same lane, so one pass at a time owns the cores or the GPU, and the
-// queue bound and deadlines hold for everything.
+// requests as fit, first come first served, waiting a little for the first one's company), scores
+// them in one call, and hands every request its own rows, cut to its own top_k (the pass ranks by the
+// largest: the order is total, score then index, so a shorter list is a prefix). Other work (rerank,
+// score) runs as a pass of its own in the same lane, so the queue bound and deadlines hold for
+// everything.
+//
+// Pipelining (passesInFlight 2, the GPU default): while a pass runs, the next one gathers and is
+// handed to the backend shortly before the running one is expected to end, so the device's queue is
+// never empty while the JS thread answers one pass and decodes the next; the backend runs the passes
+// one after the other (one worker thread per GPU; the CPU pool takes one job at a time), so passes
+// never share the cores or the device, they only overlap their host work with each other's scoring.
 
 import { MaxsimError } from '../errors.js';
 import type { CorpusHit } from '../ops/corpus-search.js';
-import { concatPacked, itemCount, type PackedTokens } from './codecs.js';
+import { concatEncoded, type EncodedTokens, itemCount, type PackedTokens } from './codecs.js';
 
 /** The queue is full: HTTP 429 with Retry-After. */
 export class QueueFullError extends MaxsimError {
@@ -37,12 +43,23 @@ export class ClosingError extends MaxsimError {
 }
 
 export interface BatcherOptions {
-  /** Queries per pass (default 256). 1 turns batching off. */
+  /** Queries per pass. 1 turns batching off. */
   maxBatch: number;
-  /** Longest a request waits for others before its pass starts, ms (default 2). */
-  maxWaitMs: number;
-  /** Queries queued at most; beyond it a request is refused with 429 (default 16 * maxBatch). */
+  /**
+   * Longest a pass waits for company once the lane is free, ms. 'auto': a tenth of the recent pass
+   * time, between 1 and 50 ms (clients answered by the pass that just ended get that long to come
+   * back and join the next one).
+   */
+  maxWaitMs: number | 'auto';
+  /** Queries queued at most; beyond it a request is refused with 429. */
   maxQueue: number;
+  /** Passes handed to the backend at once (default 1; 2 pipelines them). */
+  passesInFlight?: number;
+}
+
+/** The 'auto' wait: a tenth of the recent pass time, clamped to [1, 50] ms. */
+export function autoWaitMs(passSeconds: number): number {
+  return Math.min(50, Math.max(1, passSeconds * 100));
 }
 
 export interface PassInfo {
@@ -62,7 +79,7 @@ interface BaseJob {
 }
 interface SearchJob extends BaseJob {
   kind: 'search';
-  queries: PackedTokens;
+  queries: EncodedTokens;
   k: number;
   key: string;
   resolve(v: { hits: CorpusHit[][]; batch: number }): void;
@@ -77,18 +94,35 @@ type Job = SearchJob | SoloJob;
 export class Batcher {
   private queue: Job[] = [];
   private queued = 0;
-  private running = false;
+  /** Passes handed to the backend and not yet answered. */
+  private inFlight = 0;
+  /** When the backend is expected to finish the passes in flight (performance.now() ms). */
+  private busyUntil = 0;
   private closing = false;
   private timer: NodeJS.Timeout | undefined;
-  private lastPassSeconds = 0.01;
+  private timerAt = 0;
+  /** Moving average of the pass time, s (the schedule and Retry-After use it). */
+  private passSeconds = 0.01;
   private laneFreeAt = 0;
   private idle: (() => void)[] = [];
+  private readonly depthLimit: number;
 
   constructor(
     private readonly searchRun: SearchRun,
     readonly options: BatcherOptions,
     private readonly onPass?: (p: PassInfo) => void,
-  ) {}
+  ) {
+    this.depthLimit = Math.max(1, Math.floor(options.passesInFlight ?? 1));
+  }
+
+  get passesInFlight(): number {
+    return this.depthLimit;
+  }
+
+  /** The wait for company in force now, ms. */
+  get waitMs(): number {
+    return this.options.maxWaitMs === 'auto' ? autoWaitMs(this.passSeconds) : this.options.maxWaitMs;
+  }
 
   /** Queries waiting (not counting the pass running). */
   get depth(): number {
@@ -97,7 +131,7 @@ export class Batcher {
 
   /** Queues a search of `queries` for `k` hits; resolves with its rows and the size of its pass. */
   search(
-    queries: PackedTokens,
+    queries: EncodedTokens,
     k: number,
     key: string,
     deadlineMs: number,
@@ -123,7 +157,7 @@ export class Batcher {
     if (this.queued > 0 && this.queued + job.size > this.options.maxQueue) {
       // roughly the time the passes ahead take
       const passes = Math.ceil(this.queued / this.options.maxBatch);
-      const retry = Math.max(1, Math.ceil(passes * this.lastPassSeconds));
+      const retry = Math.max(1, Math.ceil(passes * this.passSeconds));
       return job.reject(new QueueFullError(retry, this.queued, this.options.maxQueue));
     }
     job.enqueued = performance.now();
@@ -154,26 +188,39 @@ export class Batcher {
   }
 
   private schedule() {
-    if (this.running || this.queue.length === 0) return;
-    if (this.timer) {
-      if (this.queued < this.options.maxBatch) return;
-      clearTimeout(this.timer); // a full batch goes now
-      this.timer = undefined;
+    if (this.queue.length === 0 || this.inFlight >= this.depthLimit) return;
+    const now = performance.now();
+    let at: number;
+    // a full batch goes now; so does other work (rerank, score): it never has company to wait for
+    if (this.queued >= this.options.maxBatch || this.queue[0].kind === 'solo') at = now;
+    else if (this.inFlight === 0) {
+      // the wait for company counts from when the lane is free: clients answered by the pass that just
+      // ended get the wait to come back and join the next one, instead of splitting into two halves
+      // that alternate, each pass half as large as it could be
+      at = Math.max(this.queue[0].enqueued, this.laneFreeAt) + this.waitMs;
+    } else {
+      // pipelined: hand the next pass over when the backend has about a quarter of a pass left, so it
+      // gathers as long as it can and the backend still never waits for it
+      at = Math.max(this.busyUntil - 250 * this.passSeconds, this.queue[0].enqueued + this.waitMs);
     }
-    // the wait for company counts from when the lane is free: clients answered by the pass that just
-    // ended get maxWaitMs to come back and join the next one, instead of splitting into two halves that
-    // alternate, each pass half as large as it could be
-    const since = Math.max(this.queue[0].enqueued, this.laneFreeAt);
-    const wait =
-      this.queued >= this.options.maxBatch ? 0 : since + this.options.maxWaitMs - performance.now();
-    if (wait <= 0) {
+    if (at <= now) {
+      this.clearTimer();
       void this.pass();
       return;
     }
+    if (this.timer && this.timerAt === at) return;
+    this.clearTimer();
+    this.timerAt = at;
+    // on firing, decide again: a pass that ended meanwhile may have moved the hand-over time
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.pass();
-    }, wait);
+      this.schedule();
+    }, at - now);
+  }
+
+  private clearTimer() {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
   }
 
   /** The jobs of the next pass: the first live job, and (searches) the live searches of its key that fit. */
@@ -205,12 +252,17 @@ export class Batcher {
   }
 
   private async pass() {
-    if (this.running) return;
-    this.running = true;
+    if (this.inFlight >= this.depthLimit) return;
+    const jobs = this.take();
+    if (jobs.length === 0) {
+      if (this.inFlight === 0 && this.queue.length === 0) for (const wake of this.idle.splice(0)) wake();
+      return;
+    }
+    this.inFlight++;
+    const started = performance.now();
+    // the backend takes it after the passes ahead of it
+    this.busyUntil = Math.max(started, this.busyUntil) + 1000 * this.passSeconds;
     try {
-      const jobs = this.take();
-      if (jobs.length === 0) return;
-      const started = performance.now();
       if (jobs[0].kind === 'solo') {
         const job = jobs[0];
         try {
@@ -221,15 +273,21 @@ export class Batcher {
       } else {
         await this.searchPass(jobs as SearchJob[]);
       }
-      const seconds = (performance.now() - started) / 1000;
-      this.lastPassSeconds = seconds;
+    } finally {
+      const ended = performance.now();
+      const seconds = (ended - started) / 1000;
+      // pipelined passes queue behind each other in the backend: their own time is from the later of
+      // their start and the previous pass's end
+      const own = (ended - Math.max(started, this.laneFreeAt)) / 1000;
+      this.passSeconds = 0.7 * this.passSeconds + 0.3 * own;
+      this.inFlight--;
+      // the next pass in flight (if any) starts on the backend now
+      this.busyUntil = ended + (this.inFlight > 0 ? 1000 * this.passSeconds : 0);
+      this.laneFreeAt = ended;
       const queries = jobs.reduce((a, j) => a + j.size, 0);
       this.onPass?.({ queries, requests: jobs.length, seconds });
-    } finally {
-      this.running = false;
-      this.laneFreeAt = performance.now();
       if (this.queue.length > 0) this.schedule();
-      else for (const wake of this.idle.splice(0)) wake();
+      else if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
     }
   }
 
@@ -237,13 +295,11 @@ export class Batcher {
     const k = Math.max(...jobs.map((j) => j.k));
     const batch = jobs.reduce((a, j) => a + j.size, 0);
     try {
-      const queries =
-        jobs.length === 1
-          ? jobs[0].queries
-          : concatPacked(
-              jobs.map((j) => j.queries),
-              jobs[0].queries.dim,
-            );
+      // every request's tokens decoded straight into the pass's one float32 buffer
+      const queries: PackedTokens = concatEncoded(
+        jobs.map((j) => j.queries),
+        jobs[0].queries.dim,
+      );
       const hits = await this.searchRun(queries, k, jobs[0].key);
       let at = 0;
       for (const job of jobs) {
@@ -259,7 +315,7 @@ export class Batcher {
   /** Refuses new work and resolves once the queue is empty and no pass runs. */
   drain(): Promise<void> {
     this.closing = true;
-    if (!this.running && this.queue.length === 0) return Promise.resolve();
+    if (this.inFlight === 0 && this.queue.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.idle.push(resolve));
   }
 }

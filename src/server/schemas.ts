@@ -162,5 +162,12 @@ export const InfoResponse = Type.Object({
     generation: Type.Integer(),
     ids: Type.Boolean(),
   }),
-  batching: Type.Object({ max_batch: Type.Integer(), max_wait_ms: Type.Number(), max_queue: Type.Integer() }),
+  batching: Type.Object({
+    max_batch: Type.Integer(),
+    max_wait_ms: Type.Union([Type.Number(), Type.Literal('auto')]),
+    /** the wait for company in force now, ms */
+    wait_ms: Type.Number(),
+    max_queue: Type.Integer(),
+    passes_in_flight: Type.Integer(),
+  }),
 });

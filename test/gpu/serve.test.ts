@@ -10,6 +10,7 @@ import { after, describe, test } from 'node:test';
 import { CorpusWriter } from '../../src/io/corpus.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
+import { encodeFloats } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { skip, status } from './helpers.js';
 
@@ -132,6 +133,31 @@ describe('maxsim serve on CUDA', { skip }, () => {
       `# GPU: ${identical} of ${many.length} batched answers byte-identical to unbatched; largest pass ${Math.max(...batched.map((b) => b.batch))}`,
     );
     assert.ok(Math.max(...batched.map((b) => b.batch)) > 1);
+
+    // pipelined: passes of at most 8, two in flight (the CUDA default), float16 base64 bodies decoded
+    // straight into each pass's buffer; answers as one at a time
+    const piped = await start({ corpus: dir, backend: 'cuda', maxBatch: 8 });
+    // biome-ignore lint/suspicious/noExplicitAny: a JSON answer
+    const pipedInfo: any = await (await fetch(`${piped.url}/v1/info`)).json();
+    assert.equal(pipedInfo.batching.passes_in_flight, 2);
+    const f16 = many.map((b) => {
+      const bits = encodeFloats(Float32Array.from(b.queries[0].flat()), 'float16');
+      return {
+        queries: {
+          b64: Buffer.from(bits.buffer, bits.byteOffset, bits.byteLength).toString('base64'),
+          dtype: 'float16',
+          shape: [1, b.queries[0].length, DIM],
+        },
+        top_k: b.top_k,
+      };
+    });
+    const pipedAnswers = await Promise.all(f16.map((b) => post(`${piped.url}/v1/search`, b)));
+    for (let i = 0; i < f16.length; i++) {
+      assert.equal(pipedAnswers[i].status, 200, JSON.stringify(pipedAnswers[i].json));
+      assert.ok(pipedAnswers[i].batch <= 8, `a pass of ${pipedAnswers[i].batch}`);
+      const single = await post(`${alone.url}/v1/search`, f16[i]);
+      assertClose(pipedAnswers[i].json.results, single.json.results, `pipelined request ${i}`);
+    }
 
     // rerank by ids: scored on device views of the candidates
     const cands = ['s0-3', 's1-7', 's0-1499', 's1-0', 's0-42'];
