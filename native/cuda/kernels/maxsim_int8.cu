@@ -50,7 +50,7 @@
 
 #define MAXSIM_INT8_MMA_ENTRY(NAME, G, NGRP, TN, S, KD, KSPLIT, CTAS)                            \
   extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
-    maxsim::mma8_body<maxsim::S8, G, NGRP, TN, S, KD, KSPLIT>(p);                                \
+    maxsim::mma_body<maxsim::S8, G, NGRP, TN, S, KD, KSPLIT>(p);                                \
   }
 
 // smem bytes = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128)
