@@ -513,17 +513,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
                 imax[m][1] = max(imax[m][1], max(ok0 ? acc[m][4 * i + 2] : INT_MIN, ok1 ? acc[m][4 * i + 3] : INT_MIN));
               }
             } else {
-#pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                const int col = i * 8 + (lane & 3) * 2;
-                const bool ok0 = col < rem, ok1 = col + 1 < rem;
-                const float v0 = ok0 ? value(m, 4 * i) : -INFINITY;
-                const float v1 = ok1 ? value(m, 4 * i + 1) : -INFINITY;
-                const float v2 = ok0 ? value(m, 4 * i + 2) : -INFINITY;
-                const float v3 = ok1 ? value(m, 4 * i + 3) : -INFINITY;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
-              }
+              fold_masked<MB, NACC, false>(rmax, m, rem, lane, value);
             }
           }
           // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
@@ -561,21 +551,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
         }
         // one barrier per (document, pass); the combine of maxsim_wgmma.cu (fixed order)
         named_bar(1, NCONS * 128);
-        if (cw == 0 && lane < SPP) {
-          const int w = lane;
-          const int s2 = pass * SPP + w;
-          if (s2 < nslices) {
-            const int c2 = s2 % cpq;
-            if (c2 == cpq - 1 || w == SPP - 1) {
-              const float* pp = part + (dp & 1) * SPP;
-              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
-              const int w0 = max(0, w - c2);
-              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
-              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
-              *dst = r;
-            }
-          }
-        }
+        if (cw == 0 && lane < SPP) combine_pass<SPP>(p, part, dp, pass, nslices, cpq, lane, doc, num_docs);
         ++dp;
       }
     }

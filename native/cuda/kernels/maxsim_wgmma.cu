@@ -180,8 +180,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
     for (int m = 0; m < MB; ++m)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) acc[m][i] = 0.f;
-    int dp = 0;  // (document, pass) counter: parity selects the part[] half
     int t = 0;   // ring tile counter (all groups' tiles: the stage is t % S)
+    int dp = 0;  // (document, pass) counter: parity selects the part[] half
     uint32_t full_phase = 0;  // bit s: parity of this group's next wait on full_bar[grp][s]
     // Pass-outer order: the A fragments of a pass are loaded once per CTA (not once per document);
     // documents are re-streamed once per pass. Per-(query, doc) sums that span passes are carried in
@@ -248,13 +248,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           // all 8 K steps unconditionally (zero-filled past dim): a runtime guard here splits the
           // HGMMA chain into basic blocks and ptxas then serializes every wgmma (seen in SASS, 3x slower)
           const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
-#pragma unroll
-          for (int m = 0; m < MB; ++m) {
-#pragma unroll
-            for (int ks = 0; ks < 8; ++ks)
-              WgmmaOp<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((((ks >> 2) * HALF) + (ks & 3) * 32) >> 4), ks > 0);
-            wgmma_commit();
-          }
+          // k step ks: K half ks / 4, 32 bytes per k16 step within it
+          wgmma_tile<E, TN, MB, 8>(acc, a, desc0, [](int ks) { return ((ks >> 2) * HALF) + (ks & 3) * 32; });
           const int rem = len - tile * TN;
           auto value = [&](int m, int j) { return acc[m][j]; };
           float before[MB][2];  // the row maxima before this tile, for the exact redo below
@@ -263,25 +258,12 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
 #pragma unroll
           for (int m = 0; m < MB; ++m) {
             // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
-            static_assert(MB == 1 || MB == 2, "MB");
-            if (m == MB - 1) wgmma_wait<0>();
-            else wgmma_wait<1>();
-#pragma unroll
-            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
-            if (m == MB - 1) {
-              __syncwarp();
-              if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
-            }
+            wgmma_mblock_done<MB, NACC>(acc, m, lane, smem_u32(&empty_bar[s]));
             if (rem >= TN) {
               // one VIMNMX3 per two values on their bit patterns (max3_bits), checked below
               fold_full_bits<MB, NACC>(rmax, m, value);
             } else {
-#pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                const int col = i * 8 + (lane & 3) * 2;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(col < rem ? acc[m][4 * i] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 1] : -INFINITY));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(col < rem ? acc[m][4 * i + 2] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 3] : -INFINITY));
-              }
+              fold_masked<MB, NACC, true>(rmax, m, rem, lane, value);
             }
           }
           // a negative (or NaN) row maximum left the bit-pattern max inexact: redo the tile with fmaxf
@@ -312,21 +294,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
         // scores array if the query began in an earlier pass). Same order as a sequential sum:
         // deterministic.
         named_bar(1 + grp, GW * 32);
-        if (gw == 0 && lane < SPP) {
-          const int w = lane;
-          const int s2 = pass * SPP + w;
-          if (s2 < nslices) {
-            const int c2 = s2 % cpq;
-            if (c2 == cpq - 1 || w == SPP - 1) {
-              const float* pp = part[grp] + (dp & 1) * SPP;
-              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
-              const int w0 = max(0, w - c2);
-              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
-              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
-              *dst = r;
-            }
-          }
-        }
+        if (gw == 0 && lane < SPP) combine_pass<SPP>(p, part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
         ++dp;
       }
     }
