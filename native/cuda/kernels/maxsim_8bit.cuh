@@ -1,85 +1,19 @@
 // maxsim_8bit.cuh: the 8-bit MaxSim kernel bodies shared by maxsim_int8.cu (int8 x int8, exact int32
 // dots) and maxsim_fp8.cu (e4m3 x e4m3, fp32 accumulation), and the device quantizer. The math, the
 // structure and the launch contract are described in maxsim_int8.cu; the element type is a policy
-// (S8 / E4M3 below): how fragments multiply, what the accumulator starts at, how it becomes fp32.
+// (S8 / E4M3 in maxsim_policy.cuh): how fragments multiply, what the accumulator starts at, how it
+// becomes fp32. The mma.sync body is the one of every element type (maxsim_mma.cuh); here are the
+// SIMT fallback, the quantizer and the warp-specialized wgmma body.
 #pragma once
 #include <cuda_fp8.h>
 
 #include <climits>
 
 #include "maxsim_mma.cuh"
+#include "maxsim_simt.cuh"
 #include "maxsim_sm90.cuh"
 
 namespace maxsim {
-
-// e4m3 byte -> float32 (exact)
-__device__ __forceinline__ float e4m3_to_f32(uint8_t x) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
-}
-
-// ---- SIMT fallback: any dim, one CTA per (document, query); int8: exact int32 dots, fp8: fp32 ----
-constexpr int kI8SimtThreads = 128;
-constexpr int kI8SimtQT = 4;  // query tokens per pass
-
-template <class E>
-__device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
-  const int b = blockIdx.x;
-  const int q = p.query_tile_offset + blockIdx.y;
-  if (b >= p.num_docs || q >= p.num_queries) return;
-  const int tid = threadIdx.x;
-  const int64_t dim = p.dim;
-  const int ld = p.doc_lengths[b];
-  const int lq = p.query_lengths[q];
-  const int64_t dstart = p.doc_starts[b], qstart = p.query_starts[q];
-  const uint8_t* __restrict__ D = static_cast<const uint8_t*>(p.docs) + dstart * dim;
-  const uint8_t* __restrict__ Q = static_cast<const uint8_t*>(p.queries) + qstart * dim;
-  float* out = p.scores + (int64_t)q * p.num_docs + b;
-  if (ld <= 0) {
-    if (tid == 0) *out = -INFINITY;
-    return;
-  }
-  __shared__ float red[kI8SimtThreads / 32][kI8SimtQT];
-  float total = 0.f;  // thread 0 only
-  for (int i0 = 0; i0 < lq; i0 += kI8SimtQT) {
-    float m[kI8SimtQT];
-#pragma unroll
-    for (int t = 0; t < kI8SimtQT; ++t) m[t] = -INFINITY;
-    const uint8_t* qrow[kI8SimtQT];
-#pragma unroll
-    for (int t = 0; t < kI8SimtQT; ++t) qrow[t] = Q + (int64_t)min(i0 + t, lq - 1) * dim;
-    for (int j = tid; j < ld; j += kI8SimtThreads) {
-      const uint8_t* drow = D + (int64_t)j * dim;
-      float dot[kI8SimtQT];
-      if constexpr (E::kFp8) {
-#pragma unroll
-        for (int t = 0; t < kI8SimtQT; ++t) dot[t] = 0.f;
-        for (int64_t k = 0; k < dim; ++k) {
-          const float x = e4m3_to_f32(drow[k]);
-#pragma unroll
-          for (int t = 0; t < kI8SimtQT; ++t) dot[t] = fmaf(e4m3_to_f32(qrow[t][k]), x, dot[t]);
-        }
-      } else {
-        int acc[kI8SimtQT];
-#pragma unroll
-        for (int t = 0; t < kI8SimtQT; ++t) acc[t] = 0;
-        for (int64_t k = 0; k < dim; ++k) {
-          const int x = static_cast<int8_t>(drow[k]);
-#pragma unroll
-          for (int t = 0; t < kI8SimtQT; ++t) acc[t] += int(static_cast<int8_t>(qrow[t][k])) * x;
-        }
-#pragma unroll
-        for (int t = 0; t < kI8SimtQT; ++t) dot[t] = __int2float_rn(acc[t]);
-      }
-      const float sd = p.doc_scales[dstart + j];
-#pragma unroll
-      for (int t = 0; t < kI8SimtQT; ++t) m[t] = fmaxf(m[t], dot[t] * sd);
-    }
-    // the query token's scale applies after the max
-    simt_block_rows<kI8SimtQT, kI8SimtThreads>(m, red, i0, lq, total,
-                                               [&](int row) { return p.query_scales[qstart + row]; });
-  }
-  if (tid == 0) *out = total;
-}
 
 // ---- device quantizer: one warp per token ----
 

@@ -74,24 +74,6 @@ __device__ __forceinline__ void combine_group(const MaxsimParams& p, float* part
   }
 }
 
-// wgmma: the warp's sum over the 16 rows of an m-block (rows row0 + lane / 4 and + 8; r: their
-// per-thread maxima); weight(h, v) is row h's term.
-template <class Weight>
-__device__ __forceinline__ float slice_sum16(const float (&r)[2], int row0, int qlen, int lane, Weight&& weight) {
-  float r0 = r[0], r1 = r[1];
-  r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
-  r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
-  r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
-  r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
-  const int rowa = row0 + (lane >> 2);
-  float partial = 0.f;
-  if ((lane & 3) == 0) {
-    if (rowa < qlen) partial += weight(0, r0);
-    if (rowa + 8 < qlen) partial += weight(1, r1);
-  }
-  return warp_sum(partial);
-}
-
 // wgmma: after the group's barrier, lane w (< SPP) of its first warp ends a segment (a query, or the
 // pass) and adds that query's slices of the pass in slice order, continuing the sum carried in the
 // scores array when the query began in an earlier pass. part: the group's [2][SPP] partials, the half

@@ -10,6 +10,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "maxsim_sm90.cuh"
 
 namespace maxsim {
@@ -80,6 +82,11 @@ struct E4M3 {
   }
 };
 #undef MAXSIM_MMA_SYNC
+
+// e4m3 byte -> float32 (exact)
+__device__ __forceinline__ float e4m3_to_f32(uint8_t x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
+}
 
 // The mma.sync op of a 16-bit storage type (the training kernels name it by type).
 template <typename T> struct MmaOp;

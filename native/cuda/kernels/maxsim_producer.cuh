@@ -1,5 +1,5 @@
 // The producer side of the tensor-core kernels: how document tiles reach shared memory. The walks over
-// a CTA's documents (DocWindow for the wgmma kernels, DocCursor / TileCursor for the mma.sync groups),
+// a CTA's documents (DocWindow for the wgmma kernels, DocCursor for the mma.sync groups),
 // and the cp.async copies of token rows and of the 8-bit kernels' scales. The TMA box loads and the
 // mbarrier handshake are in maxsim_sm90.cuh.
 #pragma once

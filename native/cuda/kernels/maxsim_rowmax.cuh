@@ -54,15 +54,6 @@ __device__ __forceinline__ void redo_inexact_rows(float (&rmax)[MB][2], const fl
   }
 }
 
-// A full wgmma tile of m-block m with fmaxf (value(m, j): accumulator j as a float; NV per thread).
-template <int MB, int NV, class Value>
-__device__ __forceinline__ void fold_full(float (&rmax)[MB][2], int m, Value&& value) {
-#pragma unroll
-  for (int i = 0; i < NV / 4; ++i) {
-    rmax[m][0] = fmaxf(rmax[m][0], fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
-    rmax[m][1] = fmaxf(rmax[m][1], fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
-  }
-}
 // The last, partial wgmma tile of a document: columns at or past rem are -inf. (ROW_BY_ROW: each row's
 // maximum before the next row's values are formed, the 16-bit kernels' order; otherwise all four
 // values first. Same result; both orders are kept so that the machine code is as it was.)
