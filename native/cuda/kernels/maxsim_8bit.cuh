@@ -9,6 +9,7 @@
 
 #include <climits>
 
+#include "maxsim_epilogue.cuh"
 #include "maxsim_mma.cuh"
 #include "maxsim_simt.cuh"
 #include "maxsim_sm90.cuh"
@@ -325,14 +326,10 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
       int qlen[MB], row0[MB];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
-        const int slice = pass * SPP + m * NCW + cw;
-        const bool svalid = slice < nslices;
-        const int qi = svalid ? slice / cpq : 0;
-        const int chunk = svalid ? slice % cpq : 0;
-        const int q = p.query_tile_offset + qi;
-        qlen[m] = svalid ? p.query_lengths[q] : 0;
-        row0[m] = chunk * 16;
-        const int64_t qstart = svalid ? p.query_starts[q] : 0;
+        const QuerySlice<16> sl(p, pass * SPP + m * NCW + cw, nslices, cpq);
+        qlen[m] = sl.qlen;
+        row0[m] = sl.row0;
+        const int64_t qstart = sl.start;
         const uint8_t* qbase = queries + qstart * (int64_t)dim;
         // A fragment (per warp, 16 rows x 32 bytes per k step): reg r = row g + 8*(r&1), bytes
         // 4*t + 16*(r>>1) .. +3, as mma.m16n8k32

@@ -24,24 +24,19 @@ namespace maxsim {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 
 // fp16 / bf16: 16-bit elements, fp32 accumulation, products through mma.m16n8k16.
-struct F16 {
+template <typename T>
+struct Float16Policy {
   template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
-  using Elem = __half;
+  using Elem = T;
   using Acc = float;
   static constexpr bool kFp8 = false;
   static __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    MAXSIM_MMA_SYNC("m16n8k16.row.col.f32.f16.f16.f32", "f");
+    if constexpr (std::is_same_v<T, __half>) MAXSIM_MMA_SYNC("m16n8k16.row.col.f32.f16.f16.f32", "f");
+    else MAXSIM_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32", "f");
   }
 };
-struct BF16 {
-  template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
-  using Elem = __nv_bfloat16;
-  using Acc = float;
-  static constexpr bool kFp8 = false;
-  static __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    MAXSIM_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32", "f");
-  }
-};
+using F16 = Float16Policy<__half>;
+using BF16 = Float16Policy<__nv_bfloat16>;
 
 // int8: exact int32 accumulation. The accumulator's start value and its conversion to float32: with
 // BIAS it starts at the bits of 1.5 * 2^23, so after the MMAs it is the float 1.5 * 2^23 + acc (exact

@@ -191,14 +191,10 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
       int qlen[MB], row0[MB];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
-        const int slice = pass * SPP + m * GW + gw;
-        const bool svalid = slice < nslices;
-        const int qi = svalid ? slice / cpq : 0;
-        const int chunk = svalid ? slice % cpq : 0;
-        const int q = p.query_tile_offset + qi;
-        qlen[m] = svalid ? p.query_lengths[q] : 0;
-        row0[m] = chunk * 16;
-        const T* qbase = queries + (svalid ? p.query_starts[q] : 0) * (int64_t)dim;
+        const QuerySlice<16> sl(p, pass * SPP + m * GW + gw, nslices, cpq);
+        qlen[m] = sl.qlen;
+        row0[m] = sl.row0;
+        const T* qbase = queries + sl.start * (int64_t)dim;
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
