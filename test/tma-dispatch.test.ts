@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import {
   type DeviceCaps,
   dispatchTable,
+  expandVariantEntries,
   launchFor,
   type Problem,
   parseVariants,
@@ -142,7 +143,9 @@ test('the 8-bit rules take the TMA twins where the driver encodes tensor maps', 
 });
 
 test('variants.json: a malformed tmaBox is refused with the variant named', () => {
-  const base = JSON.parse(readFileSync(variantsPath, 'utf8')) as Array<Record<string, unknown>>;
+  const base = expandVariantEntries(JSON.parse(readFileSync(variantsPath, 'utf8'))) as Array<
+    Record<string, unknown>
+  >;
   const tma = base.find((e) => e.name === 'maxsim_wgmma_tma_pp_m2n64_f16');
   assert.ok(tma);
   for (const box of [[64], [0, 64], [64, 512], 'x']) {
@@ -209,7 +212,9 @@ test('8-bit corpora with one scale per document take the document-scale twins fi
 });
 
 test('variants.json: "scales" is "document" on an 8-bit variant, or absent', () => {
-  const table = JSON.parse(readFileSync(variantsPath, 'utf8')) as Array<Record<string, unknown>>;
+  const table = expandVariantEntries(JSON.parse(readFileSync(variantsPath, 'utf8'))) as Array<
+    Record<string, unknown>
+  >;
   const ds = table.filter((e) => e.scales !== undefined);
   assert.equal(ds.length, 4, 'int8 and fp8, w2m2n64 and w2m2n128');
   for (const e of ds) {

@@ -28,7 +28,10 @@ export interface VariantEntry {
   /** Kernel entry point in the fatbin. */
   name: string;
   family: Family;
-  /** Element type of the tokens it reads (queries and documents alike; int8 / fp8 with per-token scales). */
+  /**
+   * Element type of the tokens it reads (queries and documents alike; int8 / fp8 with per-token scales).
+   * In the file a list stands for one variant per type, named with `{dt}` (expandVariantEntries).
+   */
   dtype: DeviceDType;
   /** Fatbin file (build/kernels/) holding the kernel. */
   module: string;
@@ -154,8 +157,53 @@ const isObject = (x: unknown): x is Record<string, unknown> =>
 const isCC = (x: unknown): x is [number, number] =>
   Array.isArray(x) && x.length === 2 && x.every((n) => isInt(n, 0));
 
-/** Validates the parsed variants.json; throws a FormatError naming the variant and field. */
-export function parseVariants(json: unknown, source = 'variants.json'): Variant[] {
+/** The suffix of each element type in kernel and module names (the `{dt}` of a variants.json entry). */
+export const DTYPE_SUFFIX: Record<DeviceDType, string> = {
+  float32: 'f32',
+  float16: 'f16',
+  bfloat16: 'bf16',
+  int8: 'int8',
+  fp8: 'fp8',
+};
+
+/**
+ * variants.json states a kernel family once for all the element types it is built for: an entry whose
+ * `dtype` is a list stands for one variant per element type, `{dt}` in its name and module replaced by
+ * the type's suffix (DTYPE_SUFFIX), every other field shared. This returns the table with one entry per
+ * kernel entry point (entries with one dtype unchanged), in the order of the file.
+ */
+export function expandVariantEntries(json: unknown, source = 'variants.json'): unknown {
+  if (!Array.isArray(json)) return json;
+  return json.flatMap((e: unknown) => {
+    if (!isObject(e) || !Array.isArray(e.dtype)) return [e];
+    const name = typeof e.name === 'string' ? e.name : '';
+    const dtypes = e.dtype as unknown[];
+    const known = Object.keys(DTYPE_SUFFIX);
+    if (dtypes.length === 0 || !dtypes.every((d) => typeof d === 'string' && known.includes(d)))
+      throw new FormatError(
+        source,
+        `variant ${name}: dtype must be one of ${known.join(', ')} or a non-empty list of them (got ${JSON.stringify(e.dtype)})`,
+      );
+    if (!name.includes('{dt}'))
+      throw new FormatError(source, `variant ${name}: a name with {dt} when dtype is a list`);
+    return dtypes.map((d) => {
+      const sfx = DTYPE_SUFFIX[d as DeviceDType];
+      return {
+        ...e,
+        name: name.replaceAll('{dt}', sfx),
+        dtype: d,
+        ...(typeof e.module === 'string' && { module: e.module.replaceAll('{dt}', sfx) }),
+      };
+    });
+  });
+}
+
+/**
+ * Validates the parsed variants.json (entries with a dtype list are expanded first:
+ * expandVariantEntries); throws a FormatError naming the variant and field.
+ */
+export function parseVariants(raw: unknown, source = 'variants.json'): Variant[] {
+  const json = expandVariantEntries(raw, source);
   if (!Array.isArray(json) || json.length === 0)
     throw new FormatError(source, 'expected a non-empty array of variants');
   const variants = json.map((e: unknown, i): Variant => {

@@ -1,420 +1,20 @@
 // maxsim_8bit.cuh: the 8-bit MaxSim kernel bodies shared by maxsim_int8.cu (int8 x int8, exact int32
 // dots) and maxsim_fp8.cu (e4m3 x e4m3, fp32 accumulation), and the device quantizer. The math, the
 // structure and the launch contract are described in maxsim_int8.cu; the element type is a policy
-// (S8 / E4M3 below): how fragments multiply, what the accumulator starts at, how it becomes fp32.
+// (S8 / E4M3 in maxsim_policy.cuh): how fragments multiply, what the accumulator starts at, how it
+// becomes fp32. The mma.sync body is the one of every element type (maxsim_mma.cuh); here are the
+// SIMT fallback, the quantizer and the warp-specialized wgmma body.
 #pragma once
 #include <cuda_fp8.h>
 
 #include <climits>
 
-#include "maxsim_common.cuh"
+#include "maxsim_epilogue.cuh"
+#include "maxsim_mma.cuh"
+#include "maxsim_simt.cuh"
 #include "maxsim_sm90.cuh"
 
 namespace maxsim {
-
-// 4-byte cp.async (for the document scales, which are only 4-byte aligned); src_bytes in {0, 4}.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-// ---- the two 8-bit element types: how they multiply, accumulate and convert ----
-
-// int8: exact int32 accumulation. The accumulator's start value and its conversion to float32: with
-// BIAS it starts at the bits of 1.5 * 2^23, so after the MMAs it is the float 1.5 * 2^23 + acc (exact
-// for |acc| < 2^22): one FADD instead of the quarter-rate I2F. Otherwise a correctly rounded I2F.
-struct S8 {
-  using Acc = int;
-  static constexpr bool kFp8 = false;
-  // the wgmma fold's row max on bit patterns (max3_bits): slower for int8, whose I2FP feeds it (ColPali
-  // 3.11 vs 2.80 ms, fewer instructions but more stalls; bench/NOTES.md, 'Row-max fold'), faster for fp8
-  static constexpr bool kRowMaxBits = false;
-  static constexpr int kAccBias = 0x4B400000;
-  template <bool BIAS> static __device__ __forceinline__ int init() { return BIAS ? kAccBias : 0; }
-  template <bool BIAS> static __device__ __forceinline__ float to_f32(int x) {
-    if constexpr (BIAS) return __int_as_float(x) - 12582912.0f;
-    else return __int2float_rn(x);
-  }
-  static __device__ __forceinline__ void mma(int* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-// fp8 e4m3: products exact, accumulated by the tensor core in fp32 (sm_89+; this file's sm_80 cubin
-// traps, and the fp8 mma variants are declared for compute capability 9.0 only).
-struct E4M3 {
-  using Acc = float;
-  static constexpr bool kFp8 = true;
-  static constexpr bool kRowMaxBits = true;
-  template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
-  template <bool BIAS> static __device__ __forceinline__ float to_f32(float x) { return x; }
-  static __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-  }
-};
-
-// e4m3 byte -> float32 (exact)
-__device__ __forceinline__ float e4m3_to_f32(uint8_t x) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
-}
-
-template <int G, int NGRP, int TN, int S, int KD>
-struct Cfg8 {
-  static constexpr int RS = KD + 16;        // smem row stride (bytes): 16 B pad -> conflict-free ldmatrix
-  static constexpr int TILE = TN * RS;      // token bytes of one stage
-  static constexpr int STAGE = TILE + TN * 4;  // + the TN document scales
-  static constexpr int NKS = KD / 32;       // k32 steps per stage
-  static constexpr int NT = TN / 8;
-  static constexpr int CPR = KD / 16;       // 16-byte chunks per row
-  static constexpr int GT = G * 32;
-  static constexpr int RSTEP = GT / CPR;    // producer: rows between one thread's copies
-  static constexpr int NIT = TN * CPR / GT;  // producer: copies per thread and stage
-  static_assert(GT % CPR == 0 && (TN * CPR) % GT == 0, "copies split evenly over the group");
-  static constexpr int SMEM_GROUP = S * STAGE + 128;  // + partial-sum slots
-  static_assert(STAGE % 16 == 0, "stage alignment");
-  static_assert(2 * G * 4 <= 128, "partial slots");
-  static constexpr int SMEM = NGRP * SMEM_GROUP;
-};
-
-template <class E, int G, int NGRP, int TN, int S, int KD, bool KSPLIT>
-__device__ __forceinline__ void mma8_body(const MaxsimParams& p) {
-  using C = Cfg8<G, NGRP, TN, S, KD>;
-  using Acc = typename E::Acc;
-  static_assert(TN % 16 == 0, "TN must be a multiple of 16");
-  static_assert(KD % 32 == 0, "KD must be a multiple of 32");
-  constexpr bool BIAS = !E::kFp8 && !KSPLIT;  // int8, dim <= KD = 128: |acc| <= 127^2 * 128 < 2^22
-  static_assert(KSPLIT || KD <= 256, "bias conversion needs dim <= 256");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int grp = warp / G, wig = warp % G;
-  const int gtid = wig * 32 + lane;
-  unsigned char* stages = smem_raw + grp * C::SMEM_GROUP;
-  float* part = reinterpret_cast<float*>(stages + S * C::STAGE);
-  const uint32_t stages_s = smem_u32(stages);
-
-  const int total_groups = gridDim.x * NGRP;
-  const int gid = blockIdx.x * NGRP + grp;
-  const int dim = p.dim;
-  const int nkc = (dim + KD - 1) / KD;
-  const int nq = p.num_queries - p.query_tile_offset;
-  const int cpq = max(1, (p.max_query_length + 31) >> 5);
-  const int nslices = nq * cpq;
-  const int npass = (nslices + G - 1) / G;
-  const int num_docs = p.num_docs;
-  if (nq <= 0) return;
-  if (!KSPLIT && dim > KD) return;  // contract violation: the dispatcher must pick the ks variant
-  const uint8_t* __restrict__ docs = static_cast<const uint8_t*>(p.docs);
-  const uint8_t* __restrict__ queries = static_cast<const uint8_t*>(p.queries);
-  const float* __restrict__ dscales = p.doc_scales;
-  const float* __restrict__ qscales = p.query_scales;
-
-  // ---------------- producer: flat iterator over (doc, pass, tile, kchunk) ----------------
-  DocCursor pcur(p, gid, total_groups);
-  int ppass = 0, ptile = 0, pkc = 0, pnt = 0;
-  auto pload_doc = [&]() {
-    pcur.next();
-    pnt = (pcur.len + TN - 1) / TN;
-  };
-  pload_doc();
-  // Each thread copies one 16-byte chunk (pc) of rows pr, pr + RSTEP, ... of a stage (copy_chunk_rows).
-  const int pr = gtid / C::CPR, pc = gtid % C::CPR;
-  const int64_t rstep_bytes = (int64_t)C::RSTEP * dim;
-  auto issue = [&](int slot) {
-    if (pcur.doc < num_docs) {
-      const uint32_t sbase = stages_s + slot * C::STAGE;
-      const int kbase = pkc * KD;
-      const int krem = dim - kbase;                                   // > 0
-      const int need = min(C::CPR, ((min(krem, KD) + 31) >> 5) * 2);  // chunks to fill (32-padded)
-      const int tok0 = ptile * TN;
-      if (pc < need) {
-        const int k = kbase + pc * 16;
-        const bool kok = k < dim;
-        const int rows_left = pcur.len - (tok0 + pr);  // copy `it` holds row tok0 + pr + RSTEP * it
-        const uint8_t* src = docs + (pcur.start + tok0 + pr) * (int64_t)dim + k;
-        const uint32_t dst = sbase + pr * C::RS + pc * 16;
-        copy_chunk_rows<C::NIT, C::RSTEP, C::RSTEP * C::RS>(dst, src, rstep_bytes, rows_left, kok, docs);
-      }
-      // the tile's document scales (every k chunk carries them: the fold reads the last one)
-#pragma unroll
-      for (int it = 0; it < (TN + C::GT - 1) / C::GT; ++it) {
-        const int r = it * C::GT + gtid;
-        if (r < TN) {
-          const bool ok = tok0 + r < pcur.len;
-          cp_async4(sbase + C::TILE + r * 4, ok ? dscales + pcur.start + tok0 + r : dscales, ok ? 4 : 0);
-        }
-      }
-      if (++pkc == nkc) {
-        pkc = 0;
-        if (++ptile == pnt) {
-          ptile = 0;
-          if (++ppass == npass) {
-            ppass = 0;
-            pload_doc();
-          }
-        }
-      }
-    }
-    cp_async_commit();
-  };
-  auto group_sync = [&]() {
-    if (G == 1) __syncwarp();
-    else named_bar(1 + grp, C::GT);
-  };
-
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue(s);
-
-  uint32_t a[2][C::NKS][4];
-  float qs[2][2];  // scales of this thread's 4 query rows (rows past the query: 0, dropped anyway)
-  int cur_slice = -1;
-  int cstage = 0;
-  float run = 0.f;
-
-  for (int doc = gid; doc < num_docs; doc += total_groups) {
-    const int len = p.doc_lengths[doc];
-    if (len <= 0) {
-      for (int ql = gtid; ql < nq; ql += C::GT)
-        p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
-      continue;
-    }
-    const int ntiles = (len + TN - 1) / TN;
-    for (int pass = 0; pass < npass; ++pass) {
-      const int slice = pass * G + wig;
-      const bool svalid = slice < nslices;
-      const int qi = svalid ? slice / cpq : 0;
-      const int chunk = svalid ? slice % cpq : 0;
-      const int q = p.query_tile_offset + qi;
-      const int qlen = svalid ? p.query_lengths[q] : 0;
-      const int row0 = chunk * 32;
-      const int64_t qstart = svalid ? p.query_starts[q] : 0;
-      const uint8_t* qbase = queries + qstart * (int64_t)dim;
-      // A fragment of m16n8k32 (s8 / e4m3): reg r holds row g + 8*(r&1), k = 4*t + 16*(r>>1) .. +3
-      auto load_a = [&](int kc) {
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int ks = 0; ks < C::NKS; ++ks)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const int row = row0 + mt * 16 + (lane >> 2) + (r & 1) * 8;
-              const int k = kc * KD + ks * 32 + (lane & 3) * 4 + (r >> 1) * 16;
-              uint32_t v = 0;
-              if (row < qlen && k < dim)
-                v = *reinterpret_cast<const uint32_t*>(qbase + (int64_t)row * dim + k);
-              a[mt][ks][r] = v;
-            }
-      };
-      auto load_qs = [&]() {
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
-            qs[mt][h] = row < qlen ? qscales[qstart + row] : 0.f;
-          }
-      };
-      if (slice != cur_slice) {
-        if (!KSPLIT) load_a(0);
-        load_qs();
-        cur_slice = slice;
-      }
-      float rmax[2][2];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) rmax[mt][0] = rmax[mt][1] = -INFINITY;
-
-      for (int tile = 0; tile < ntiles; ++tile) {
-        const int rem = len - tile * TN;  // valid columns in this tile (mask when < TN)
-        // fold a finished block (2 m16 x 2 n8, tile columns c0..c0+15): scale by sd_j, then max
-        auto fold = [&](Acc (&acc)[2][2][4], const float* sc, int c0) {
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const int col = c0 + nt * 8 + (lane & 3) * 2;
-            const float2 s = *reinterpret_cast<const float2*>(sc + col);
-            const bool ok0 = rem >= TN || col < rem, ok1 = rem >= TN || col + 1 < rem;
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              const float v0 = ok0 ? E::template to_f32<BIAS>(acc[mt][nt][0]) * s.x : -INFINITY;
-              const float v1 = ok1 ? E::template to_f32<BIAS>(acc[mt][nt][1]) * s.y : -INFINITY;
-              const float v2 = ok0 ? E::template to_f32<BIAS>(acc[mt][nt][2]) * s.x : -INFINITY;
-              const float v3 = ok1 ? E::template to_f32<BIAS>(acc[mt][nt][3]) * s.y : -INFINITY;
-              rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(v0, v1));
-              rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(v2, v3));
-            }
-          }
-        };
-        auto zero = [&](Acc (&acc)[2][2][4]) {
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[mt][nt][r] = E::template init<BIAS>();
-        };
-        // one n16 block of the tile over the k32 steps of one stage; B via ldmatrix.x4 (b16 view):
-        // matrices (n 0-7, k 0-15), (n 0-7, k 16-31), (n 8-15, k 0-15), (n 8-15, k 16-31) of the block
-        auto mma_n16 = [&](Acc (&acc)[2][2][4], uint32_t sb, int np, int nks_run) {
-#pragma unroll
-          for (int ks = 0; ks < C::NKS; ++ks) {
-            if (ks < nks_run) {
-              const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-              const int k = ks * 32 + ((lane >> 3) & 1) * 16;
-              uint32_t b0, b1, b2, b3;
-              ldmatrix_x4(sb + n * C::RS + k, b0, b1, b2, b3);
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-                E::mma(acc[mt][0], a[mt][ks], b0, b1);
-                E::mma(acc[mt][1], a[mt][ks], b2, b3);
-              }
-            }
-          }
-        };
-        if constexpr (!KSPLIT) {
-          cp_async_wait<S - 2>();
-          group_sync();
-          issue((cstage + S - 1) % S);
-          const int nks_run = min(C::NKS, (dim + 31) >> 5);
-          const uint32_t sb = stages_s + cstage * C::STAGE;
-          const float* sc = reinterpret_cast<const float*>(stages + cstage * C::STAGE + C::TILE);
-#pragma unroll
-          for (int np = 0; np < C::NT / 2; ++np) {
-            Acc acc[2][2][4];
-            zero(acc);
-            mma_n16(acc, sb, np, nks_run);
-            fold(acc, sc, np * 16);
-          }
-          cstage = (cstage + 1 == S) ? 0 : cstage + 1;
-        } else {
-          static_assert(!KSPLIT || TN == 16, "K-split path keeps one n16 block of accumulators");
-          Acc acc[2][2][4];
-          zero(acc);
-          const float* sc = nullptr;
-          for (int kc = 0; kc < nkc; ++kc) {
-            cp_async_wait<S - 2>();
-            group_sync();
-            issue((cstage + S - 1) % S);
-            load_a(kc);
-            const int nks_run = min(C::NKS, (dim - kc * KD + 31) >> 5);
-            mma_n16(acc, stages_s + cstage * C::STAGE, 0, nks_run);
-            // the scales of this stage stay valid until the next group_sync (the next issue targets it)
-            sc = reinterpret_cast<const float*>(stages + cstage * C::STAGE + C::TILE);
-            cstage = (cstage + 1 == S) ? 0 : cstage + 1;
-          }
-          fold(acc, sc, 0);
-        }
-      }
-      // ---- end of (doc, pass): row max over the quad, times the query scale, fixed-order sum ----
-      float partial = 0.f;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float v = rmax[mt][h];
-          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-          const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
-          partial += ((lane & 3) == 0 && row < qlen) ? qs[mt][h] * v : 0.f;
-        }
-      partial = warp_sum(partial);
-      if (G == 1) {
-        if (lane == 0 && svalid) {
-          run = (chunk == 0) ? partial : run + partial;
-          if (chunk == cpq - 1) p.scores[(int64_t)q * num_docs + doc] = run;
-        }
-      } else {
-        if (lane == 0) part[(pass & 1) * G + wig] = partial;
-        group_sync();
-        if (gtid == 0) {
-          for (int w = 0; w < G; ++w) {
-            const int s2 = pass * G + w;
-            if (s2 >= nslices) break;
-            const int c2 = s2 % cpq;
-            const float pv = part[(pass & 1) * G + w];
-            run = (c2 == 0) ? pv : run + pv;
-            if (c2 == cpq - 1)
-              p.scores[(int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc] = run;
-          }
-        }
-      }
-    }
-  }
-  cp_async_wait<0>();
-}
-
-// ---- SIMT fallback: any dim, one CTA per (document, query); int8: exact int32 dots, fp8: fp32 ----
-constexpr int kI8SimtThreads = 128;
-constexpr int kI8SimtQT = 4;  // query tokens per pass
-
-template <class E>
-__device__ __forceinline__ void simt8_body(const MaxsimParams& p) {
-  const int b = blockIdx.x;
-  const int q = p.query_tile_offset + blockIdx.y;
-  if (b >= p.num_docs || q >= p.num_queries) return;
-  const int tid = threadIdx.x;
-  const int64_t dim = p.dim;
-  const int ld = p.doc_lengths[b];
-  const int lq = p.query_lengths[q];
-  const int64_t dstart = p.doc_starts[b], qstart = p.query_starts[q];
-  const uint8_t* __restrict__ D = static_cast<const uint8_t*>(p.docs) + dstart * dim;
-  const uint8_t* __restrict__ Q = static_cast<const uint8_t*>(p.queries) + qstart * dim;
-  float* out = p.scores + (int64_t)q * p.num_docs + b;
-  if (ld <= 0) {
-    if (tid == 0) *out = -INFINITY;
-    return;
-  }
-  __shared__ float red[kI8SimtThreads / 32][kI8SimtQT];
-  float total = 0.f;  // thread 0 only
-  for (int i0 = 0; i0 < lq; i0 += kI8SimtQT) {
-    float m[kI8SimtQT];
-#pragma unroll
-    for (int t = 0; t < kI8SimtQT; ++t) m[t] = -INFINITY;
-    const uint8_t* qrow[kI8SimtQT];
-#pragma unroll
-    for (int t = 0; t < kI8SimtQT; ++t) qrow[t] = Q + (int64_t)min(i0 + t, lq - 1) * dim;
-    for (int j = tid; j < ld; j += kI8SimtThreads) {
-      const uint8_t* drow = D + (int64_t)j * dim;
-      float dot[kI8SimtQT];
-      if constexpr (E::kFp8) {
-#pragma unroll
-        for (int t = 0; t < kI8SimtQT; ++t) dot[t] = 0.f;
-        for (int64_t k = 0; k < dim; ++k) {
-          const float x = e4m3_to_f32(drow[k]);
-#pragma unroll
-          for (int t = 0; t < kI8SimtQT; ++t) dot[t] = fmaf(e4m3_to_f32(qrow[t][k]), x, dot[t]);
-        }
-      } else {
-        int acc[kI8SimtQT];
-#pragma unroll
-        for (int t = 0; t < kI8SimtQT; ++t) acc[t] = 0;
-        for (int64_t k = 0; k < dim; ++k) {
-          const int x = static_cast<int8_t>(drow[k]);
-#pragma unroll
-          for (int t = 0; t < kI8SimtQT; ++t) acc[t] += int(static_cast<int8_t>(qrow[t][k])) * x;
-        }
-#pragma unroll
-        for (int t = 0; t < kI8SimtQT; ++t) dot[t] = __int2float_rn(acc[t]);
-      }
-      const float sd = p.doc_scales[dstart + j];
-#pragma unroll
-      for (int t = 0; t < kI8SimtQT; ++t) m[t] = fmaxf(m[t], dot[t] * sd);
-    }
-    // the query token's scale applies after the max
-    simt_block_rows<kI8SimtQT, kI8SimtThreads>(m, red, i0, lq, total,
-                                               [&](int row) { return p.query_scales[qstart + row]; });
-  }
-  if (tid == 0) *out = total;
-}
 
 // ---- device quantizer: one warp per token ----
 
@@ -574,52 +174,6 @@ __device__ __forceinline__ void requantize_documents_body(const QuantizeParams& 
 // sm_80 cubin traps), dim % 16 == 0 and dim <= 128 (returns without writing otherwise).
 // =============================================================================================
 
-#if MAXSIM_HAS_WGMMA
-// wgmma m64nNk32, A from registers, B K-major from smem (generated; int8: s32 accumulate, no scale
-// immediates; e4m3: f32 accumulate, scale-a = scale-b = 1)
-template <class E, int N> struct Wgmma8;
-template <> struct Wgmma8<S8, 64> {
-  static __device__ __forceinline__ void run(int* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma8<E4M3, 64> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma8<S8, 128> {
-  static __device__ __forceinline__ void run(int* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma8<E4M3, 128> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-#endif
-
 // TMA: the documents come through a 2-D tensor map (box [128 bytes, TN rows], 128-byte swizzle); one
 // producer lane arms "full" with the box's bytes and issues it, and the producer warp's 32 lanes copy
 // the tile's scales with 4-byte cp.async. (A 1-D tensor map of the scales raised an illegal instruction
@@ -772,14 +326,10 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
       int qlen[MB], row0[MB];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
-        const int slice = pass * SPP + m * NCW + cw;
-        const bool svalid = slice < nslices;
-        const int qi = svalid ? slice / cpq : 0;
-        const int chunk = svalid ? slice % cpq : 0;
-        const int q = p.query_tile_offset + qi;
-        qlen[m] = svalid ? p.query_lengths[q] : 0;
-        row0[m] = chunk * 16;
-        const int64_t qstart = svalid ? p.query_starts[q] : 0;
+        const QuerySlice<16> sl(p, pass * SPP + m * NCW + cw, nslices, cpq);
+        qlen[m] = sl.qlen;
+        row0[m] = sl.row0;
+        const int64_t qstart = sl.start;
         const uint8_t* qbase = queries + qstart * (int64_t)dim;
         // A fragment (per warp, 16 rows x 32 bytes per k step): reg r = row g + 8*(r&1), bytes
         // 4*t + 16*(r>>1) .. +3, as mma.m16n8k32
@@ -841,7 +391,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
           for (int m = 0; m < MB; ++m) {
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks)
-              Wgmma8<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((ks * 32) >> 4), ks > 0);
+              WgmmaOp<E, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((ks * 32) >> 4), ks > 0);
             wgmma_commit();
           }
           const int rem = len - tile * TN;
@@ -894,17 +444,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
                 imax[m][1] = max(imax[m][1], max(ok0 ? acc[m][4 * i + 2] : INT_MIN, ok1 ? acc[m][4 * i + 3] : INT_MIN));
               }
             } else {
-#pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                const int col = i * 8 + (lane & 3) * 2;
-                const bool ok0 = col < rem, ok1 = col + 1 < rem;
-                const float v0 = ok0 ? value(m, 4 * i) : -INFINITY;
-                const float v1 = ok1 ? value(m, 4 * i + 1) : -INFINITY;
-                const float v2 = ok0 ? value(m, 4 * i + 2) : -INFINITY;
-                const float v3 = ok1 ? value(m, 4 * i + 3) : -INFINITY;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
-              }
+              fold_masked<MB, NACC, false>(rmax, m, rem, lane, value);
             }
           }
           // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
@@ -942,21 +482,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
         }
         // one barrier per (document, pass); the combine of maxsim_wgmma.cu (fixed order)
         named_bar(1, NCONS * 128);
-        if (cw == 0 && lane < SPP) {
-          const int w = lane;
-          const int s2 = pass * SPP + w;
-          if (s2 < nslices) {
-            const int c2 = s2 % cpq;
-            if (c2 == cpq - 1 || w == SPP - 1) {
-              const float* pp = part + (dp & 1) * SPP;
-              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
-              const int w0 = max(0, w - c2);
-              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
-              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
-              *dst = r;
-            }
-          }
-        }
+        if (cw == 0 && lane < SPP) combine_pass<SPP>(p, part, dp, pass, nslices, cpq, lane, doc, num_docs);
         ++dp;
       }
     }

@@ -13,7 +13,7 @@
 
 #define MAXSIM_FP8_MMA_ENTRY(NAME, G, NGRP, TN, S, KD, KSPLIT, CTAS)                             \
   extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
-    maxsim::mma8_body<maxsim::E4M3, G, NGRP, TN, S, KD, KSPLIT>(p);                              \
+    maxsim::mma_body<maxsim::E4M3, G, NGRP, TN, S, KD, KSPLIT>(p);                              \
   }
 
 // smem bytes = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128)
@@ -24,7 +24,7 @@ MAXSIM_FP8_MMA_ENTRY(maxsim_fp8_mma_g8,   8, 1,  128, 3, 128, false, 2)  // 5696
 MAXSIM_FP8_MMA_ENTRY(maxsim_fp8_mma_ks,   4, 2,   16, 4, 128, true,  1)  // 19200 (1: no spills)
 
 extern "C" __global__ void __launch_bounds__(128) maxsim_fp8_simt(const MaxsimParams p) {
-  maxsim::simt8_body<maxsim::E4M3>(p);
+  maxsim::simt_body<maxsim::E4M3>(p);
 }
 
 // the quantizers: per token, and the two document-scale launches (maxsim_8bit.cuh)

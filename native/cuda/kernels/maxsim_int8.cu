@@ -50,7 +50,7 @@
 
 #define MAXSIM_INT8_MMA_ENTRY(NAME, G, NGRP, TN, S, KD, KSPLIT, CTAS)                            \
   extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
-    maxsim::mma8_body<maxsim::S8, G, NGRP, TN, S, KD, KSPLIT>(p);                                \
+    maxsim::mma_body<maxsim::S8, G, NGRP, TN, S, KD, KSPLIT>(p);                                \
   }
 
 // smem bytes = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128)
@@ -61,7 +61,7 @@ MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g8,   8, 1,  128, 3, 128, false, 2)  // 56
 MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_ks,   4, 2,   16, 4, 128, true,  2)  // 19200
 
 extern "C" __global__ void __launch_bounds__(128) maxsim_int8_simt(const MaxsimParams p) {
-  maxsim::simt8_body<maxsim::S8>(p);
+  maxsim::simt_body<maxsim::S8>(p);
 }
 
 // the quantizers: per token, and the two document-scale launches (maxsim_8bit.cuh)

@@ -40,75 +40,14 @@
 //   semantics   : zero-length document -> -INFINITY; zero-length query -> 0.
 //   params      : max_query_length MUST be >= every query length of the launch (the query slicing
 //                 uses it; tokens past it would be ignored). max_doc_length is not read.
-#include "maxsim_common.cuh"
-#include "maxsim_sm90.cuh"
+#include "maxsim_epilogue.cuh"
+#include "maxsim_mainloop.cuh"
+#include "maxsim_producer.cuh"
+#include "maxsim_rowmax.cuh"
 
 namespace maxsim {
 
 #if MAXSIM_HAS_WGMMA
-// ---- generated wgmma wrappers (m64nNk16, A from registers, B K-major from smem) ----
-template <typename T, int N> struct Wgmma;
-template <> struct Wgmma<__half, 64> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 64> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma<__half, 128> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 128> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma<__half, 256> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 256> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, uint64_t desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-  }
-};
-
 // The producer's walk, shared by the TMA and cp.async producers: for each pass, each non-empty
 // document of this CTA (under PP the consumer groups take turns), each tile: wait until its stage is
 // free, then copy(stage, group, start, len, tile). Called by whole warps (DocWindow).
@@ -148,9 +87,10 @@ __device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_doc
 // TMA: the documents come through a tensor map (one elected producer lane issues two box loads per
 // tile, the two 64-element K halves, and arms the "full" barrier with the tile's bytes) instead of
 // 16-byte cp.async by every producer thread. map is null otherwise.
-template <typename T, int NCONS, int MB, int TN, int S, bool PP, bool TMA = false>
+template <class E, int NCONS, int MB, int TN, int S, bool PP, bool TMA = false>
 __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* map = nullptr) {
 #if MAXSIM_HAS_WGMMA
+  using T = typename E::Elem;
   constexpr int HALF = TN * 128;    // bytes of one 64-element K half of the tile
   constexpr int STAGE = 2 * HALF;   // bytes per stage (TN tokens x 128 dims x 2 B)
   constexpr int NCW = NCONS * 4;    // consumer warps
@@ -240,8 +180,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
     for (int m = 0; m < MB; ++m)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) acc[m][i] = 0.f;
-    int dp = 0;  // (document, pass) counter: parity selects the part[] half
     int t = 0;   // ring tile counter (all groups' tiles: the stage is t % S)
+    int dp = 0;  // (document, pass) counter: parity selects the part[] half
     uint32_t full_phase = 0;  // bit s: parity of this group's next wait on full_bar[grp][s]
     // Pass-outer order: the A fragments of a pass are loaded once per CTA (not once per document);
     // documents are re-streamed once per pass. Per-(query, doc) sums that span passes are carried in
@@ -251,14 +191,10 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
       int qlen[MB], row0[MB];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
-        const int slice = pass * SPP + m * GW + gw;
-        const bool svalid = slice < nslices;
-        const int qi = svalid ? slice / cpq : 0;
-        const int chunk = svalid ? slice % cpq : 0;
-        const int q = p.query_tile_offset + qi;
-        qlen[m] = svalid ? p.query_lengths[q] : 0;
-        row0[m] = chunk * 16;
-        const T* qbase = queries + (svalid ? p.query_starts[q] : 0) * (int64_t)dim;
+        const QuerySlice<16> sl(p, pass * SPP + m * GW + gw, nslices, cpq);
+        qlen[m] = sl.qlen;
+        row0[m] = sl.row0;
+        const T* qbase = queries + sl.start * (int64_t)dim;
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
@@ -308,13 +244,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           // all 8 K steps unconditionally (zero-filled past dim): a runtime guard here splits the
           // HGMMA chain into basic blocks and ptxas then serializes every wgmma (seen in SASS, 3x slower)
           const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
-#pragma unroll
-          for (int m = 0; m < MB; ++m) {
-#pragma unroll
-            for (int ks = 0; ks < 8; ++ks)
-              Wgmma<T, TN>::run(acc[m], a[m][ks], desc0 + (uint64_t)((((ks >> 2) * HALF) + (ks & 3) * 32) >> 4), ks > 0);
-            wgmma_commit();
-          }
+          // k step ks: K half ks / 4, 32 bytes per k16 step within it
+          wgmma_tile<E, TN, MB, 8>(acc, a, desc0, [](int ks) { return ((ks >> 2) * HALF) + (ks & 3) * 32; });
           const int rem = len - tile * TN;
           auto value = [&](int m, int j) { return acc[m][j]; };
           float before[MB][2];  // the row maxima before this tile, for the exact redo below
@@ -323,25 +254,12 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
 #pragma unroll
           for (int m = 0; m < MB; ++m) {
             // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
-            static_assert(MB == 1 || MB == 2, "MB");
-            if (m == MB - 1) wgmma_wait<0>();
-            else wgmma_wait<1>();
-#pragma unroll
-            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
-            if (m == MB - 1) {
-              __syncwarp();
-              if (lane == 0) mbar_arrive(smem_u32(&empty_bar[s]));
-            }
+            wgmma_mblock_done<MB, NACC>(acc, m, lane, smem_u32(&empty_bar[s]));
             if (rem >= TN) {
               // one VIMNMX3 per two values on their bit patterns (max3_bits), checked below
               fold_full_bits<MB, NACC>(rmax, m, value);
             } else {
-#pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                const int col = i * 8 + (lane & 3) * 2;
-                rmax[m][0] = fmaxf(rmax[m][0], fmaxf(col < rem ? acc[m][4 * i] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 1] : -INFINITY));
-                rmax[m][1] = fmaxf(rmax[m][1], fmaxf(col < rem ? acc[m][4 * i + 2] : -INFINITY, col + 1 < rem ? acc[m][4 * i + 3] : -INFINITY));
-              }
+              fold_masked<MB, NACC, true>(rmax, m, rem, lane, value);
             }
           }
           // a negative (or NaN) row maximum left the bit-pattern max inexact: redo the tile with fmaxf
@@ -372,21 +290,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
         // scores array if the query began in an earlier pass). Same order as a sequential sum:
         // deterministic.
         named_bar(1 + grp, GW * 32);
-        if (gw == 0 && lane < SPP) {
-          const int w = lane;
-          const int s2 = pass * SPP + w;
-          if (s2 < nslices) {
-            const int c2 = s2 % cpq;
-            if (c2 == cpq - 1 || w == SPP - 1) {
-              const float* pp = part[grp] + (dp & 1) * SPP;
-              float* dst = p.scores + (int64_t)(p.query_tile_offset + s2 / cpq) * num_docs + doc;
-              const int w0 = max(0, w - c2);
-              float r = (w - c2 >= 0) ? pp[w0] : *dst + pp[w0];
-              for (int j = w0 + 1; j <= w; ++j) r += pp[j];
-              *dst = r;
-            }
-          }
-        }
+        if (gw == 0 && lane < SPP) combine_pass<SPP>(p, part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
         ++dp;
       }
     }
@@ -400,41 +304,41 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
 
 }  // namespace maxsim
 
-#define MAXSIM_WGMMA_ENTRY(NAME, T, NCONS, MB, TN, S, PP)                                          \
+#define MAXSIM_WGMMA_ENTRY(NAME, E, NCONS, MB, TN, S, PP)                                          \
   extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
-    maxsim::wgmma_body<T, NCONS, MB, TN, S, PP>(p);                                               \
+    maxsim::wgmma_body<maxsim::E, NCONS, MB, TN, S, PP>(p);                                               \
   }
 // TMA variants: the documents' tensor map is the second parameter (variants.json "tmaBox": [64, TN])
-#define MAXSIM_WGMMA_TMA_ENTRY(NAME, T, NCONS, MB, TN, S, PP)                                           \
+#define MAXSIM_WGMMA_TMA_ENTRY(NAME, E, NCONS, MB, TN, S, PP)                                           \
   extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                    \
       NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                     \
-    maxsim::wgmma_body<T, NCONS, MB, TN, S, PP, true>(p, &docs_map);                                    \
+    maxsim::wgmma_body<maxsim::E, NCONS, MB, TN, S, PP, true>(p, &docs_map);                                    \
   }
 
 // smem bytes = S * TN * 256 + 1024;  block = 128 * (NCONS + 1); query rows per pass = 64 * NCONS * MB
 // (PP: 64 * MB, every consumer warpgroup holding all of them)
 //                 name                        type           NCONS MB TN  S  PP      smem bytes  block
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_f16,      __half,        2,   1, 128, 4, false)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_bf16,     __nv_bfloat16, 2,   1, 128, 4, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_f16,     __half,        2,   1,  64, 8, false)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_bf16,    __nv_bfloat16, 2,   1,  64, 8, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_f16,     __half,        4,   1,  64, 8, false)  // 132096      640
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_bf16,    __nv_bfloat16, 4,   1,  64, 8, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_f16,   __half,        2,   2,  64, 8, false)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_bf16,  __nv_bfloat16, 2,   2,  64, 8, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_f16,  __half,        2,   1,  64, 12, true)  // 197632      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_bf16, __nv_bfloat16, 2,   1,  64, 12, true)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  __half,        2,   2,  64, 12, true)  // 197632      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, __nv_bfloat16, 2,   2,  64, 12, true)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_f16,  __half,        2,   2, 128, 6, false)  // 197632      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_bf16, __nv_bfloat16, 2,   2, 128, 6, false)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_f16,      __half,        2, 1, 128,  4, false)  // 132096  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_bf16,     __nv_bfloat16, 2, 1, 128,  4, false)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_f16,   __half,        2, 2,  64,  8, false)  // 132096  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_bf16,  __nv_bfloat16, 2, 2,  64,  8, false)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_f16,  __half,        2, 1,  64, 12, true)   // 197632  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_bf16, __nv_bfloat16, 2, 1,  64, 12, true)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_f16,  __half,        2, 2,  64, 12, true)   // 197632  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_bf16, __nv_bfloat16, 2, 2,  64, 12, true)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_f16,  __half,        2, 2, 128,  6, false)  // 197632  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_bf16, __nv_bfloat16, 2, 2, 128,  6, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_f16,      F16,           2,   1, 128, 4, false)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_bf16,     BF16,          2,   1, 128, 4, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_f16,     F16,           2,   1,  64, 8, false)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_bf16,    BF16,          2,   1,  64, 8, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_f16,     F16,           4,   1,  64, 8, false)  // 132096      640
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_bf16,    BF16,          4,   1,  64, 8, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_f16,   F16,           2,   2,  64, 8, false)  // 132096      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_bf16,  BF16,          2,   2,  64, 8, false)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_f16,  F16,           2,   1,  64, 12, true)  // 197632      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_bf16, BF16,          2,   1,  64, 12, true)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  F16,           2,   2,  64, 12, true)  // 197632      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, BF16,          2,   2,  64, 12, true)
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_f16,  F16,           2,   2, 128, 6, false)  // 197632      384
+MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_bf16, BF16,          2,   2, 128, 6, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_f16,      F16,           2, 1, 128,  4, false)  // 132096  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_bf16,     BF16,          2, 1, 128,  4, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_f16,   F16,           2, 2,  64,  8, false)  // 132096  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_bf16,  BF16,          2, 2,  64,  8, false)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_f16,  F16,           2, 1,  64, 12, true)   // 197632  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_bf16, BF16,          2, 1,  64, 12, true)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_f16,  F16,           2, 2,  64, 12, true)   // 197632  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_bf16, BF16,          2, 2,  64, 12, true)
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_f16,  F16,           2, 2, 128,  6, false)  // 197632  384
+MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_bf16, BF16,          2, 2, 128,  6, false)

@@ -1,0 +1,128 @@
+// The row-max fold of the tensor-core kernels: a tile of dots (accumulators in the MMA fragment
+// layout) into each query row's running max over the document's tokens. Columns past the document are
+// -inf, never multiplied. The full-tile folds take no column test; the wgmma folds may take the max on
+// the floats' bit patterns (checked, and redone with fmaxf where inexact).
+#pragma once
+#include "maxsim_common.cuh"
+
+namespace maxsim {
+
+// ---- a row max through the floats' bit patterns -------------------------------------------
+// Read as signed ints, floats in [+0, +inf] order as their values do, and every float with the sign
+// bit set (negatives, -0, -NaN) is a negative int. So max(m, max(bits(a), bits(b))), which ptxas
+// emits as one VIMNMX3 on sm_90 (two fmaxf are two FMNMX; a three-input float max needs sm_100),
+// equals the fmaxf of the three whenever the result is a float in [+0, +inf]. Otherwise (every
+// candidate negative, or a +NaN won) the caller redoes the fold with fmaxf (bench/NOTES.md, 'Row-max fold').
+__device__ __forceinline__ int max3_bits(int m, float a, float b) {
+  return max(m, max(__float_as_int(a), __float_as_int(b)));
+}
+__device__ __forceinline__ bool max_bits_inexact(float r) { return __float_as_uint(r) > 0x7F800000u; }
+
+// The wgmma consumers' fold of a full tile into the row maxima rmax[m][h] of m-block m (h: the
+// thread's rows g and g + 8): value(m, j) is accumulator j of the m-block, NV per thread, in the
+// fragment's order (j % 4 < 2: row g, else row g + 8). fold_full_bits takes the max on bit patterns;
+// redo_inexact_rows then refolds the tile with fmaxf from the maxima before it (`before`) in any warp
+// where a row came out inexact. The accumulators must still hold the tile.
+template <int MB, int NV, class Value>
+__device__ __forceinline__ void fold_full_bits(float (&rmax)[MB][2], int m, Value&& value) {
+  int r0 = __float_as_int(rmax[m][0]), r1 = __float_as_int(rmax[m][1]);
+#pragma unroll
+  for (int i = 0; i < NV / 4; ++i) {
+    r0 = max3_bits(r0, value(m, 4 * i), value(m, 4 * i + 1));
+    r1 = max3_bits(r1, value(m, 4 * i + 2), value(m, 4 * i + 3));
+  }
+  rmax[m][0] = __int_as_float(r0);
+  rmax[m][1] = __int_as_float(r1);
+}
+template <int MB, int NV, class Value>
+__device__ __forceinline__ void redo_inexact_rows(float (&rmax)[MB][2], const float (&before)[MB][2], Value&& value) {
+  bool redo = false;
+#pragma unroll
+  for (int m = 0; m < MB; ++m) redo |= max_bits_inexact(rmax[m][0]) | max_bits_inexact(rmax[m][1]);
+  if (__any_sync(0xffffffffu, redo)) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      float f0 = before[m][0], f1 = before[m][1];
+#pragma unroll
+      for (int i = 0; i < NV / 4; ++i) {
+        f0 = fmaxf(f0, fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
+        f1 = fmaxf(f1, fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
+      }
+      rmax[m][0] = f0;
+      rmax[m][1] = f1;
+    }
+  }
+}
+
+// The last, partial wgmma tile of a document: columns at or past rem are -inf. (ROW_BY_ROW: each row's
+// maximum before the next row's values are formed, the 16-bit kernels' order; otherwise all four
+// values first. Same result; both orders are kept so that the machine code is as it was.)
+template <int MB, int NV, bool ROW_BY_ROW, class Value>
+__device__ __forceinline__ void fold_masked(float (&rmax)[MB][2], int m, int rem, int lane, Value&& value) {
+#pragma unroll
+  for (int i = 0; i < NV / 4; ++i) {
+    const int col = i * 8 + (lane & 3) * 2;
+    if constexpr (ROW_BY_ROW) {
+      rmax[m][0] = fmaxf(rmax[m][0], fmaxf(col < rem ? value(m, 4 * i) : -INFINITY, col + 1 < rem ? value(m, 4 * i + 1) : -INFINITY));
+      rmax[m][1] = fmaxf(rmax[m][1], fmaxf(col < rem ? value(m, 4 * i + 2) : -INFINITY, col + 1 < rem ? value(m, 4 * i + 3) : -INFINITY));
+    } else {
+      const bool ok0 = col < rem, ok1 = col + 1 < rem;
+      const float v0 = ok0 ? value(m, 4 * i) : -INFINITY;
+      const float v1 = ok1 ? value(m, 4 * i + 1) : -INFINITY;
+      const float v2 = ok0 ? value(m, 4 * i + 2) : -INFINITY;
+      const float v3 = ok1 ? value(m, 4 * i + 3) : -INFINITY;
+      rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
+      rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
+    }
+  }
+}
+
+// ---- the mma.sync folds: one finished block of 2 m16 x 2 n8 (tile columns c0 .. c0 + 15) --------
+// 16-bit: the dots as they are; full tiles without the column test.
+template <int TN>
+__device__ __forceinline__ void fold_n16(float (&rmax)[2][2], const float (&acc)[2][2][4], int c0, int rem, int lane) {
+  if (rem >= TN) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(acc[mt][nt][0], acc[mt][nt][1]));
+        rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(acc[mt][nt][2], acc[mt][nt][3]));
+      }
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int col = c0 + nt * 8 + (lane & 3) * 2;
+        const float v0 = col < rem ? acc[mt][nt][0] : -INFINITY;
+        const float v1 = col + 1 < rem ? acc[mt][nt][1] : -INFINITY;
+        const float v2 = col < rem ? acc[mt][nt][2] : -INFINITY;
+        const float v3 = col + 1 < rem ? acc[mt][nt][3] : -INFINITY;
+        rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(v0, v1));
+        rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(v2, v3));
+      }
+  }
+}
+// 8-bit: each dot as fp32 times its document token's scale (sc: the stage's TN scales), then the max.
+template <class E, bool BIAS, int TN>
+__device__ __forceinline__ void fold_n16_scaled(float (&rmax)[2][2], const typename E::Acc (&acc)[2][2][4],
+                                                const float* sc, int c0, int rem, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int col = c0 + nt * 8 + (lane & 3) * 2;
+    const float2 s = *reinterpret_cast<const float2*>(sc + col);
+    const bool ok0 = rem >= TN || col < rem, ok1 = rem >= TN || col + 1 < rem;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const float v0 = ok0 ? E::template to_f32<BIAS>(acc[mt][nt][0]) * s.x : -INFINITY;
+      const float v1 = ok1 ? E::template to_f32<BIAS>(acc[mt][nt][1]) * s.y : -INFINITY;
+      const float v2 = ok0 ? E::template to_f32<BIAS>(acc[mt][nt][2]) * s.x : -INFINITY;
+      const float v3 = ok1 ? E::template to_f32<BIAS>(acc[mt][nt][3]) * s.y : -INFINITY;
+      rmax[mt][0] = fmaxf(rmax[mt][0], fmaxf(v0, v1));
+      rmax[mt][1] = fmaxf(rmax[mt][1], fmaxf(v2, v3));
+    }
+  }
+}
+
+}  // namespace maxsim
