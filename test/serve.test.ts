@@ -655,8 +655,10 @@ describe('the batcher', () => {
     const { run } = tracer(40);
     const b = new Batcher(run, { maxBatch: 1, maxWaitMs: 'auto', maxQueue: 100 });
     assert.equal(b.waitMs, 1);
-    for (let i = 0; i < 6; i++) await b.search(job(i), 1, '', 10_000);
-    assert.ok(b.waitMs >= 3.5 && b.waitMs <= 50, `wait ${b.waitMs} ms after passes of 40 ms`);
+    // a moving average from 10 ms: after 10 passes of 40 ms (or more, on a loaded machine) the wait
+    // is within a few tenths of a millisecond of 4 ms, or above it
+    for (let i = 0; i < 10; i++) await b.search(job(i), 1, '', 10_000);
+    assert.ok(b.waitMs >= 3 && b.waitMs <= 50, `wait ${b.waitMs} ms after passes of 40 ms`);
     await b.drain();
   });
 });
