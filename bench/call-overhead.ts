@@ -5,6 +5,7 @@
 // Run on a GPU host: node dist/bench/call-overhead.js
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { setJobPhases } from '../src/subpaths/internal.js';
 import { benchKernel } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
 
@@ -49,5 +50,10 @@ for (const [name, corpus] of [
     `${name.padEnd(8)} kernel ${kernel.toFixed(1)} us | topK(10) ${topk.toFixed(1)} us (+${(topk - kernel).toFixed(1)}) | score ${score.toFixed(1)} us (+${(score - kernel).toFixed(1)})`,
   );
 }
+// The phases of a few topK jobs (each phase ends with a synchronize, so they add up to more than
+// the call): where the time above the kernel goes inside the job.
+setJobPhases(true);
+for (let i = 0; i < 3; i++) await docs.topK(query, 10);
+setJobPhases(false);
 i8.dispose();
 docs.dispose();
