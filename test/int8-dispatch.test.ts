@@ -120,25 +120,28 @@ describe('CUDA dispatcher: int8', () => {
 
   for (const t of ['int8', 'fp8'] as const) {
     test(`variants.json agrees with maxsim_${t}.cu's entry points (block, CTAs per SM, shared memory)`, () => {
-      const src = readFileSync(join(dirname(variantsPath), `maxsim_${t}.cu`), 'utf8');
+      // maxsim_${t}.cu instantiates the family's one table (MAXSIM_8BIT_KERNELS in maxsim_8bit.cuh)
+      const fam = readFileSync(join(dirname(variantsPath), `maxsim_${t}.cu`), 'utf8');
+      const inst = /^MAXSIM_8BIT_KERNELS\(maxsim_(\w+),\s*\w+,\s*(\d+)\)/m.exec(fam);
+      assert.ok(inst && inst[1] === t, `maxsim_${t}.cu instantiates MAXSIM_8BIT_KERNELS(maxsim_${t}, ...)`);
+      const ksCtas = Number(inst[2]);
+      const src = readFileSync(join(dirname(variantsPath), 'maxsim_8bit.cuh'), 'utf8');
       const entries = [
         ...src.matchAll(
-          new RegExp(
-            `^MAXSIM_${t.toUpperCase()}_MMA_ENTRY\\((\\w+),\\s*(\\d+),\\s*(\\d+),\\s*(\\d+),\\s*(\\d+),\\s*(\\d+),\\s*(true|false),\\s*(\\d+)\\)`,
-            'gm',
-          ),
+          /^\s*MAXSIM_8BIT_MMA_ENTRY\(PREFIX##_(\w+),\s*E,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*(\d+|KS_CTAS)\)/gm,
         ),
       ];
       assert.equal(entries.length, 4, 'four mma entry points');
       const table = dispatchTable().variants;
       for (const m of entries) {
-        const [name, g, ngrp, tn, s, kd] = [m[1], ...m.slice(2, 7).map(Number)];
+        const [name, g, ngrp, tn, s, kd] = [`maxsim_${t}_${m[1]}`, ...m.slice(2, 7).map(Number)];
+        const ctas = m[8] === 'KS_CTAS' ? ksCtas : Number(m[8]);
         const v = table.find((x) => x.name === name);
         assert.ok(v, `${name} is in variants.json`);
         assert.equal(v.dtype, t);
         assert.equal(v.module, `maxsim_${t}.fatbin`);
         assert.deepEqual(v.block, [32 * g * ngrp, 1, 1], `${name}: block`);
-        assert.deepEqual(v.grid, { kind: 'persistent', ctasPerSm: Number(m[8]) }, `${name}: grid`);
+        assert.deepEqual(v.grid, { kind: 'persistent', ctasPerSm: ctas }, `${name}: grid`);
         // NGRP * (S * (TN * (KD + 16) + TN * 4) + 128), the header comment's formula
         assert.equal(v.smem, ngrp * (s * (tn * (kd + 16) + tn * 4) + 128), `${name}: smemBytes`);
         assert.equal(v.requires.dimMultipleOf, 16, `${name}: 16-byte rows`);
@@ -147,15 +150,12 @@ describe('CUDA dispatcher: int8', () => {
       // the wgmma entry points: block 128 * (NCONS + 1), 1 CTA per SM, smem S * TN * 132 + 1024
       const wg = [
         ...src.matchAll(
-          new RegExp(
-            `^MAXSIM_${t.toUpperCase()}_WGMMA_ENTRY\\((\\w+),\\s*(\\d+),\\s*(\\d+),\\s*(\\d+),\\s*(\\d+)\\)`,
-            'gm',
-          ),
+          /^\s*MAXSIM_8BIT_WGMMA_ENTRY\(PREFIX##_(\w+),\s*E,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)/gm,
         ),
       ];
       assert.equal(wg.length, 4, 'four wgmma entry points');
       for (const m of wg) {
-        const [name, ncons, , tn, s] = [m[1], ...m.slice(2, 6).map(Number)];
+        const [name, ncons, , tn, s] = [`maxsim_${t}_${m[1]}`, ...m.slice(2, 6).map(Number)];
         const v = table.find((x) => x.name === name);
         assert.ok(v, `${name} is in variants.json`);
         assert.equal(v.family, 'wgmma');
@@ -188,7 +188,7 @@ describe('CUDA dispatcher: int8', () => {
       // H200: the memory-bound variant's CTAs fit one SM together (228 KiB, 1 KiB reserved per CTA)
       const g1 = table.find((x) => x.name === `maxsim_${t}_mma_g1`);
       assert.ok(g1 && g1.grid.kind === 'persistent' && g1.grid.ctasPerSm * (g1.smem + 1024) <= 233_472);
-      assert.ok(src.includes(`extern "C" __global__ void __launch_bounds__(128) maxsim_${t}_simt(`));
+      assert.ok(src.includes('extern "C" __global__ void __launch_bounds__(128) PREFIX##_simt('));
     });
   }
 });

@@ -51,11 +51,15 @@ test('TMA variants: box [64, TN] as in the kernel source, passed on in the launc
     assert.deepEqual(launchFor(v, p, h200).tmaBox, [64, Number(tn)]);
   }
   // the 8-bit twins (maxsim_int8.cu, maxsim_fp8.cu): 128-byte rows, smem S * TN * 132 + 1024
-  const entries8 = ['maxsim_int8.cu', 'maxsim_fp8.cu'].flatMap((file) => [
-    ...readFileSync(join(dirname(variantsPath), file), 'utf8').matchAll(
-      /^MAXSIM_(?:INT8|FP8)_WGMMA_TMA(?:_DS)?_ENTRY\((\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)/gm,
-    ),
-  ]);
+  // (one table for both, MAXSIM_8BIT_KERNELS in maxsim_8bit.cuh, instantiated with PREFIX maxsim_int8 / maxsim_fp8)
+  const table8 = readFileSync(join(dirname(variantsPath), 'maxsim_8bit.cuh'), 'utf8');
+  const entries8 = ['int8', 'fp8'].flatMap((t) =>
+    [
+      ...table8.matchAll(
+        /^\s*MAXSIM_8BIT_WGMMA_TMA_ENTRY\(PREFIX##_(\w+),\s*E,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(?:true|false)\)/gm,
+      ),
+    ].map((m) => [m[0], `maxsim_${t}_${m[1]}`, m[2], m[3], m[4], m[5]]),
+  );
   assert.ok(entries8.length >= 2, 'the 8-bit sources declare TMA entry points');
   for (const [, name, ncons, , tn, stages] of entries8) {
     const v = table.find((x) => x.name === name);

@@ -48,49 +48,5 @@
 //              [query_tile_offset, num_queries), scores[q * num_docs + b].
 #include "maxsim_8bit.cuh"
 
-#define MAXSIM_INT8_MMA_ENTRY(NAME, G, NGRP, TN, S, KD, KSPLIT, CTAS)                            \
-  extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
-    maxsim::mma_body<maxsim::S8, G, NGRP, TN, S, KD, KSPLIT>(p);                                \
-  }
-
-// smem bytes = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128)
-//                     name                 G NGRP  TN  S   KD  KSPLIT CTAS/SM   smem bytes
-MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g1,   1, 4,   32, 4, 128, false, 3)  // 76288
-MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g4,   4, 2,   64, 4, 128, false, 2)  // 76032
-MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_g8,   8, 1,  128, 3, 128, false, 2)  // 56960
-MAXSIM_INT8_MMA_ENTRY(maxsim_int8_mma_ks,   4, 2,   16, 4, 128, true,  2)  // 19200
-
-extern "C" __global__ void __launch_bounds__(128) maxsim_int8_simt(const MaxsimParams p) {
-  maxsim::simt_body<maxsim::S8>(p);
-}
-
-// the quantizers: per token, and the two document-scale launches (maxsim_8bit.cuh)
-MAXSIM_8BIT_QUANTIZE_ENTRIES(maxsim_int8, S8)
-
-// wgmma (sm_90a; structure in maxsim_8bit.cuh). smem bytes = S * TN * 132 + 1024, block = 128 * (NCONS + 1)
-#define MAXSIM_INT8_WGMMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
-    maxsim::wgmma8_body<maxsim::S8, NCONS, MB, TN, S>(p);                                         \
-  }
-//                         name                          NCONS MB  TN  S     smem bytes  block
-MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_n128,      2,    1, 128, 4)  // 68608       384
-MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n64,   2,    2,  64, 8)  // 68608       384
-MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w2m2n128,  2,    2, 128, 6)  // 102400      384
-MAXSIM_INT8_WGMMA_ENTRY(maxsim_int8_wgmma_w3m2n64,   3,    2,  64, 8)  // 68608       512
-// TMA twins: the documents through a tensor map (the kernel's second parameter; variants.json
-// "tmaBox": [128, TN]); their scales by cp.async
-#define MAXSIM_INT8_WGMMA_TMA_ENTRY(NAME, NCONS, MB, TN, S)                                           \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                  \
-      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                   \
-    maxsim::wgmma8_body<maxsim::S8, NCONS, MB, TN, S, true>(p, &docs_map);                         \
-  }
-MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w2m2n64,   2, 2,  64, 8)  // 68608   384
-MAXSIM_INT8_WGMMA_TMA_ENTRY(maxsim_int8_wgmma_tma_w2m2n128,  2, 2, 128, 6)  // 102400  384
-// document-scale twins (DSCALE in maxsim_8bit.cuh): for corpora with one scale per document
-#define MAXSIM_INT8_WGMMA_TMA_DS_ENTRY(NAME, NCONS, MB, TN, S)                                        \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                  \
-      NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                   \
-    maxsim::wgmma8_body<maxsim::S8, NCONS, MB, TN, S, true, true>(p, &docs_map);                 \
-  }
-MAXSIM_INT8_WGMMA_TMA_DS_ENTRY(maxsim_int8_wgmma_tma_ds_w2m2n64,   2, 2,  64, 8)  // 68608   384
-MAXSIM_INT8_WGMMA_TMA_DS_ENTRY(maxsim_int8_wgmma_tma_ds_w2m2n128,  2, 2, 128, 6)  // 102400  384
+// every kernel of the family, from the one table in maxsim_8bit.cuh (MAXSIM_8BIT_KERNELS)
+MAXSIM_8BIT_KERNELS(maxsim_int8, S8, 2)

@@ -156,6 +156,8 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) load_a16<C::NKS, C::EPW>(a[mt], qbase, sl.row0 + mt * 16, sl.qlen, kc * KD, dim, lane);
       };
+      // A new slice: its A fragments (the K-split variants load them per K chunk instead) and, 8-bit,
+      // its rows' query scales (kept for the K-split variant too, hence its own test of the slice).
       if (!SCALED && !KSPLIT && slice != cur_slice) {
         load_a(0);
         cur_slice = slice;
