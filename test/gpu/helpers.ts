@@ -145,7 +145,7 @@ function signBatch(tokens: Sign[][], d: number, dtype: FloatDType, rand: () => n
  * components of one sign (alternating, or all positive, or one negative token); document tokens are
  * all positive, all negative or zero, in runs laid out by signRuns. The wgmma folds take full tiles'
  * maxima on the values' bit patterns and redo a tile with fmaxf when a row's maximum is negative
- * (max3_bits in maxsim_common.cuh); random signs almost never leave a row of a full tile negative, so
+ * (max3_bits in maxsim_rowmax.cuh); random signs almost never leave a row of a full tile negative, so
  * that redo needs inputs like these.
  */
 export function signRunInputs(
