@@ -814,7 +814,7 @@ export function decodeToFloat32(
 
 let f16Values: Float32Array | undefined;
 /** f16BitsToFloat of every float16 bit pattern (built once, 256 KiB). */
-function f16Table(): Float32Array {
+export function f16Table(): Float32Array {
   if (!f16Values) {
     f16Values = new Float32Array(65536);
     for (let h = 0; h < 65536; h++) f16Values[h] = f16BitsToFloat(h);

@@ -7,7 +7,7 @@
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import type { NpyArray } from '../io/array.js';
 import { parseNpy } from '../io/npy.js';
-import { type FloatDType, f16BitsToFloat } from '../tensor.js';
+import { type FloatDType, f16BitsToFloat, f16Table } from '../tensor.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
 export interface PackedTokens {
@@ -268,16 +268,6 @@ function valueAt(values: Float32Array | Uint16Array, dtype: FloatDType, i: numbe
   if (dtype === 'float32') return values[i];
   if (dtype === 'float16') return f16BitsToFloat(values[i]);
   return new Float32Array(new Uint32Array([values[i] << 16]).buffer)[0];
-}
-
-let f16Values: Float32Array | undefined;
-/** Every float16 bit pattern as float32 (all exact; 256 KiB, built once). */
-function f16Table(): Float32Array {
-  if (!f16Values) {
-    f16Values = new Float32Array(65536);
-    for (let h = 0; h < 65536; h++) f16Values[h] = f16BitsToFloat(h);
-  }
-  return f16Values;
 }
 
 function f16Into(bits: Uint16Array, out: Float32Array, at: number) {
