@@ -97,6 +97,22 @@ using Task = CudaTask;
 // ---------------------------------------------------------------------------------------------
 // status()
 
+// What status() and info() both report of a device (total memory: the props' or the driver's now).
+Napi::Object PropsObject(Napi::Env env, const maxsim_cuda::DeviceProps& p, uint64_t total_memory) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("index", p.index);
+  o.Set("name", p.name);
+  Napi::Array cc = Napi::Array::New(env, 2);
+  cc.Set(0u, p.cc_major);
+  cc.Set(1u, p.cc_minor);
+  o.Set("computeCapability", cc);
+  o.Set("sms", p.sms);
+  o.Set("totalMemory", static_cast<double>(total_memory));
+  o.Set("l2Bytes", p.l2_bytes);
+  o.Set("smemOptin", p.smem_optin);
+  return o;
+}
+
 Napi::Value Status(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
@@ -115,17 +131,7 @@ Napi::Value Status(const Napi::CallbackInfo& info) {
     Napi::Array devices = Napi::Array::New(env, d->device_count);
     for (int i = 0; i < d->device_count; i++) {
       const maxsim_cuda::DeviceProps p = maxsim_cuda::QueryDeviceProps(i);
-      Napi::Object dev = Napi::Object::New(env);
-      dev.Set("index", p.index);
-      dev.Set("name", p.name);
-      Napi::Array cc = Napi::Array::New(env, 2);
-      cc.Set(0u, p.cc_major);
-      cc.Set(1u, p.cc_minor);
-      dev.Set("computeCapability", cc);
-      dev.Set("sms", p.sms);
-      dev.Set("totalMemory", static_cast<double>(p.total_memory));
-      dev.Set("l2Bytes", p.l2_bytes);
-      dev.Set("smemOptin", p.smem_optin);
+      Napi::Object dev = PropsObject(env, p, p.total_memory);
       // the other GPUs whose memory this one can read and write directly (NVLink or PCIe peer access)
       Napi::Array peers = Napi::Array::New(env);
       for (int j = 0; j < d->device_count && d->cuDeviceCanAccessPeer; j++) {
@@ -173,18 +179,8 @@ class InfoTask : public Task {
   }
   Napi::Value Result(Napi::Env env) override {
     const maxsim_cuda::DeviceProps& p = rt_->props();
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("index", p.index);
-    o.Set("name", p.name);
-    Napi::Array cc = Napi::Array::New(env, 2);
-    cc.Set(0u, p.cc_major);
-    cc.Set(1u, p.cc_minor);
-    o.Set("computeCapability", cc);
-    o.Set("sms", p.sms);
-    o.Set("totalMemory", static_cast<double>(memory_.total));
+    Napi::Object o = PropsObject(env, p, memory_.total);
     o.Set("freeMemory", static_cast<double>(memory_.free));
-    o.Set("l2Bytes", p.l2_bytes);
-    o.Set("smemOptin", p.smem_optin);
     o.Set("maxThreadsPerBlock", p.max_threads_per_block);
     Napi::Array names = Napi::Array::New(env, kernels_.size());
     for (size_t i = 0; i < kernels_.size(); i++) names.Set(static_cast<uint32_t>(i), kernels_[i]);

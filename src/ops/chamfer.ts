@@ -94,7 +94,10 @@ export interface ChamferTrainResult extends ChamferResult {
   /**
    * Gradients given d loss / d distances: one value per pair ('mean' / 'sum'), or one per point
    * ('none': the P points' then the Q points', compact order). The argmin of the forward pass is held
-   * fixed (the subgradient of the min). Deterministic: bitwise identical for any thread count.
+   * fixed (the subgradient of the min). Deterministic: bitwise identical for any thread count. On
+   * CUDA the points and the argmin stay on the device from the forward pass until this result is
+   * collected, and the backward uses those points; keep P and Q unchanged in between (the CPU
+   * engine reads them again).
    */
   backward(grad: Float32Array | Float64Array | readonly number[]): Promise<ChamferGradients>;
 }
