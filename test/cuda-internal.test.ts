@@ -10,11 +10,11 @@ import { benchKernel } from '../src/subpaths/internal.js';
 import { randomRagged, rng, runSeed } from './helpers.js';
 
 describe('CUDA internal surface', () => {
-  test('the addon keeps bench, hostTopK and deviceTopK under cuda.internal only', {
+  test('the addon keeps bench, hostTopK, deviceTopK and selectLimitBreach under cuda.internal only', {
     skip: nativeUnavailableReason() ?? false,
   }, () => {
     const cuda = nativeCuda() as unknown as Record<string, unknown>;
-    for (const name of ['bench', 'hostTopK', 'deviceTopK']) {
+    for (const name of ['bench', 'hostTopK', 'deviceTopK', 'selectLimitBreach']) {
       assert.equal(name in cuda, false, `cuda.${name} is not a product entry`);
       assert.equal(
         typeof (cuda.internal as Record<string, unknown>)[name],

@@ -334,6 +334,14 @@ maxsim_cuda::JobOptions ParseJobOptions(Napi::Env env, const Napi::Value& v, con
   return o;
 }
 
+// Where a selection runs, as the TypeScript plan chose it (src/backends/cuda-select-plan.ts).
+maxsim_cuda::SelectWhere ParseSelect(Napi::Env env, const Napi::Value& v, const std::string& name) {
+  const std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : std::string();
+  if (s != "device" && s != "host") throw ArgError(env, name, "'device' or 'host'", Describe(v));
+  return s == "device" ? maxsim_cuda::SelectWhere::kDevice : maxsim_cuda::SelectWhere::kHost;
+}
+
+// topK(device, queries, docs, launch, k, select, options?)
 Napi::Value TopK(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Runtime* rt = UnwrapDevice(env, info[0]);
@@ -342,14 +350,17 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
   std::shared_ptr<DeviceTokens> docs = ParsePair(env, rt, info, 1, task.get(), q);
   LaunchSpec launch = ParseLaunch(env, info[3], docs->dtype, docs->e4m3);
   const int64_t k = GetInteger(env, info[4], "k", 0, 2147483647);
-  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[5], "options");
-  task->run = [rt, q, docs, launch, k, options]() mutable { return maxsim_cuda::TopK(*rt, q, *docs, launch, k, options); };
+  const maxsim_cuda::SelectWhere select = ParseSelect(env, info[5], "select");
+  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[6], "options");
+  task->run = [rt, q, docs, launch, k, select, options]() mutable {
+    return maxsim_cuda::TopK(*rt, q, *docs, launch, k, select, options);
+  };
   task->wrap = WrapHeaps;
   return Submit(env, rt, std::move(task));
 }
 
 // twoStage(device, scanQueries, scanDocs, scanLaunch, exactQueries, exactDocs, exactLaunch,
-// { k, candidates, count, phases? })
+// { k, candidates, count, select }, options?)
 Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Runtime* rt = UnwrapDevice(env, info[0]);
@@ -363,11 +374,12 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
     throw ArgError(env, "exactQueries", std::to_string(job.scan_queries.count) + " queries (as scanQueries)",
                    std::to_string(job.exact_queries.count));
   }
-  if (!info[7].IsObject()) throw ArgError(env, "spec", "an object { k, candidates, count }", Describe(info[7]));
+  if (!info[7].IsObject()) throw ArgError(env, "spec", "an object { k, candidates, count, select }", Describe(info[7]));
   Napi::Object spec = info[7].As<Napi::Object>();
   job.k = GetInteger(env, spec.Get("k"), "spec.k", 0, 2147483647);
   job.candidates = GetInteger(env, spec.Get("candidates"), "spec.candidates", 0, 2147483647);
   job.count = GetInteger(env, spec.Get("count"), "spec.count", 0, 2147483647);
+  job.select = ParseSelect(env, spec.Get("select"), "spec.select");
   const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[8], "options");
   task->run = [rt, job, options]() mutable { return maxsim_cuda::TwoStage(*rt, job, options); };
   task->wrap = WrapHeaps;
@@ -447,16 +459,17 @@ HostMatrix ParseHostMatrix(Napi::Env env, const Napi::Value& scores, const Napi:
   return m;
 }
 
-// internal.deviceTopK(device, scores, cols, k): engine.h, SelectMatrix; heaps plus onDevice.
+// internal.deviceTopK(device, scores, cols, k, select): engine.h, SelectMatrix; heaps plus onDevice.
 Napi::Value DeviceTopK(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Runtime* rt = UnwrapDevice(env, info[0]);
   HostMatrix m = ParseHostMatrix(env, info[1], info[2]);
   const int64_t k = GetInteger(env, info[3], "k", 0, 2147483647);
+  const maxsim_cuda::SelectWhere select = ParseSelect(env, info[4], "select");
   std::vector<float> matrix(m.a.Data(), m.a.Data() + m.a.ElementLength());
   auto task = std::make_unique<Job<maxsim_cuda::Heaps>>(env);
-  task->run = [rt, matrix = std::move(matrix), rows = m.rows, cols = m.cols, k] {
-    return maxsim_cuda::SelectMatrix(*rt, matrix, rows, cols, k);
+  task->run = [rt, matrix = std::move(matrix), rows = m.rows, cols = m.cols, k, select] {
+    return maxsim_cuda::SelectMatrix(*rt, matrix, rows, cols, k, select);
   };
   task->wrap = [](Napi::Env env, maxsim_cuda::Heaps& h) -> Napi::Value {
     Napi::Object o = WrapHeaps(env, h).As<Napi::Object>();
@@ -475,6 +488,36 @@ Napi::Value HostTopK(const Napi::CallbackInfo& info) {
   return WrapHeaps(env, h);
 }
 
+// internal.selectLimitBreach(rows, cols, keep): why a 'device' selection of this shape is refused, or
+// '' (device_select.h, DeviceSelectLimitBreach; no GPU needed, so the CPU tests check the TS plan by it).
+Napi::Value SelectLimitBreach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const int64_t rows = GetInteger(env, info[0], "rows", 0, 2147483647);  // as the jobs' counts
+  const int64_t cols = GetInteger(env, info[1], "cols", 0, 2147483647);
+  const int64_t keep = GetInteger(env, info[2], "keep", 0, 2147483647);
+  return Napi::String::New(env, maxsim_cuda::DeviceSelectLimitBreach(rows, cols, keep));
+}
+
+// The device selection's limits, from their one definition (device_select.h), for the TypeScript plan
+// that chooses where each selection runs: { readBackBytes, maxBlocks, entries: [{ maxKeep, chunk,
+// kernel }] } (entries by ascending maxKeep; kernel: the entry point a runtime must have loaded).
+Napi::Object SelectKernelInfo(Napi::Env env) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("readBackBytes", Napi::Number::New(env, static_cast<double>(Runtime::kReadBackBytes)));
+  o.Set("maxBlocks", Napi::Number::New(env, static_cast<double>(maxsim_cuda::kDeviceSelectMaxBlocks)));
+  Napi::Array entries = Napi::Array::New(env, maxsim_cuda::kSelectEntryCount);
+  for (int i = 0; i < maxsim_cuda::kSelectEntryCount; i++) {
+    const maxsim_cuda::SelectEntryPoints& e = maxsim_cuda::kSelectEntries[i];
+    Napi::Object x = Napi::Object::New(env);
+    x.Set("maxKeep", Napi::Number::New(env, static_cast<double>(e.max_keep)));
+    x.Set("chunk", Napi::Number::New(env, static_cast<double>(e.chunk)));
+    x.Set("kernel", Napi::String::New(env, e.finish_scores));
+    entries.Set(static_cast<uint32_t>(i), x);
+  }
+  o.Set("entries", entries);
+  return o;
+}
+
 }  // namespace
 
 void InitCuda(Napi::Env env, Napi::Object exports) {
@@ -489,10 +532,12 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("topK", Napi::Function::New(env, TopK, "topK"));
   cuda.Set("twoStage", Napi::Function::New(env, TwoStage, "twoStage"));
+  cuda.Set("selectKernelInfo", SelectKernelInfo(env));
   Napi::Object internal = Napi::Object::New(env);  // benchmarks and tests only
   internal.Set("bench", Napi::Function::New(env, Bench, "bench"));
   internal.Set("hostTopK", Napi::Function::New(env, HostTopK, "hostTopK"));
   internal.Set("deviceTopK", Napi::Function::New(env, DeviceTopK, "deviceTopK"));
+  internal.Set("selectLimitBreach", Napi::Function::New(env, SelectLimitBreach, "selectLimitBreach"));
   cuda.Set("internal", internal);
   exports.Set("cuda", cuda);
 }

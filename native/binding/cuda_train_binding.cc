@@ -11,7 +11,6 @@
 #include <string>
 #include <utility>
 
-#include "../cuda/device_select.h"
 #include "../cuda/runtime.h"
 #include "../cuda/train_engine.h"
 #include "cuda_task.h"
@@ -424,18 +423,6 @@ Napi::Value TrainRelease(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// setSelectPlacement('auto' | 'host'): where the top-K / two-stage jobs select (device_select.h);
-// 'host' (benchmarks, through maxsim/internal) sends every selection to the host heaps.
-// (Registered here for now: it belongs beside the top-K entry points in cuda_binding.cc.)
-Napi::Value SetSelectPlacement(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Napi::Value v = info[0];
-  const std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : std::string();
-  if (s != "auto" && s != "host") throw ArgError(env, "placement", "'auto' or 'host'", Describe(v));
-  maxsim_cuda::SetSelectPlacement(s == "host" ? maxsim_cuda::SelectPlacement::kHost : maxsim_cuda::SelectPlacement::kAuto);
-  return env.Undefined();
-}
-
 Napi::Object KernelInfo(Napi::Env env) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("fwdThreads", Napi::Number::New(env, MAXSIM_TRAIN_FWD_THREADS));
@@ -461,5 +448,4 @@ void InitCudaTrain(Napi::Env env, Napi::Object exports) {
   o.Set("trainArgmax", Napi::Function::New(env, TrainArgmax, "trainArgmax", channel));
   o.Set("trainRelease", Napi::Function::New(env, TrainRelease, "trainRelease"));
   o.Set("trainKernelInfo", KernelInfo(env));
-  o.Set("setSelectPlacement", Napi::Function::New(env, SetSelectPlacement, "setSelectPlacement"));
 }

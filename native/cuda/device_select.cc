@@ -2,7 +2,6 @@
 #include "device_select.h"
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -12,22 +11,6 @@
 namespace maxsim_cuda {
 
 namespace {
-
-// The entry points for a keep: R = 64 (E = 2) up to 64, R = 256 (E = 8) beyond; a block takes 1024 E.
-struct SelectKernels {
-  int64_t chunk;
-  const char *chunks_scores, *chunks_keys, *finish_scores, *finish_keys;
-};
-
-SelectKernels KernelsFor(int64_t keep) {
-  static_assert(kDeviceSelectMaxKeep <= 256, "the widest entry points keep R = 256");
-  if (keep <= 64) {
-    return {2048, "maxsim_select_chunks_scores_r64", "maxsim_select_chunks_keys_r64", "maxsim_select_finish_scores_r64",
-            "maxsim_select_finish_keys_r64"};
-  }
-  return {8192, "maxsim_select_chunks_scores_r256", "maxsim_select_chunks_keys_r256", "maxsim_select_finish_scores_r256",
-          "maxsim_select_finish_keys_r256"};
-}
 
 LaunchSpec SelectLaunch(const char* kernel, int64_t blocks) {
   LaunchSpec spec;
@@ -44,30 +27,41 @@ T* Ptr(cu::CUdeviceptr p) {
 
 }  // namespace
 
-namespace {
-std::atomic<SelectPlacement> g_placement{SelectPlacement::kAuto};
-}  // namespace
+static_assert(kDeviceSelectMaxKeep <= 256, "the widest entry points keep R = 256 (kSelectEntries)");
 
-void SetSelectPlacement(SelectPlacement placement) { g_placement.store(placement, std::memory_order_relaxed); }
+const SelectEntryPoints& SelectEntriesFor(int64_t keep) {
+  for (const SelectEntryPoints& e : kSelectEntries) {
+    if (keep <= e.max_keep) return e;
+  }
+  return kSelectEntries[kSelectEntryCount - 1];
+}
 
-SelectPlacement GetSelectPlacement() { return g_placement.load(std::memory_order_relaxed); }
+std::string DeviceSelectLimitBreach(int64_t rows, int64_t cols, int64_t keep) {
+  const std::string shape = std::to_string(rows) + " rows of " + std::to_string(cols) + " columns, keep " + std::to_string(keep);
+  if (rows <= 0 || keep <= 0 || keep > cols) return shape + ": keep must be in 1 .. columns and rows at least 1";
+  if (keep > kDeviceSelectMaxKeep) return shape + ": keep is past the device selection's " + std::to_string(kDeviceSelectMaxKeep);
+  const SelectEntryPoints& e = SelectEntriesFor(keep);
+  if (rows * ((cols + e.chunk - 1) / e.chunk) > kDeviceSelectMaxBlocks) return shape + ": the first level's grid is past its limit";
+  // one read-back of the kept entries: scores and columns, and a NaN flag per row
+  if (rows * keep * 8 + rows * 4 > static_cast<int64_t>(Runtime::kReadBackBytes)) {
+    return shape + ": the kept entries are past one read-back (" + std::to_string(Runtime::kReadBackBytes) + " bytes)";
+  }
+  return "";
+}
 
-bool DeviceSelectTakes(Runtime& rt, int64_t rows, int64_t cols, int64_t keep) {
-  if (GetSelectPlacement() == SelectPlacement::kHost) return false;
-  if (rows <= 0 || keep <= 0 || keep > kDeviceSelectMaxKeep || keep > cols) return false;
-  // grid.x of the first level, and one read-back of the kept entries (columns, scores, flags)
-  const SelectKernels k = KernelsFor(keep);
-  if (rows * ((cols + k.chunk - 1) / k.chunk) > 2147483647LL) return false;
-  if (rows * keep * 8 + rows * 4 > static_cast<int64_t>(Runtime::kReadBackBytes)) return false;
-  return rt.HasKernel(k.finish_scores);
+void CheckDeviceSelect(Runtime& rt, const std::string& argument, int64_t rows, int64_t cols, int64_t keep) {
+  std::string why = DeviceSelectLimitBreach(rows, cols, keep);
+  if (why.empty() && !rt.HasKernel(SelectEntriesFor(keep).finish_scores)) {
+    why = std::string("the runtime has not loaded ") + SelectEntriesFor(keep).finish_scores;
+  }
+  if (!why.empty()) {
+    throw std::invalid_argument("Expected 'host' for " + argument + " (" + why + ") but received 'device'");
+  }
 }
 
 void SelectOnDevice(Runtime& rt, const DeviceSelection& s) {
-  if (!DeviceSelectTakes(rt, s.rows, s.cols, s.keep)) {
-    throw std::invalid_argument("Expected a shape the device selection takes but received " + std::to_string(s.rows) +
-                                " rows of " + std::to_string(s.cols) + ", keep " + std::to_string(s.keep));
-  }
-  const SelectKernels k = KernelsFor(s.keep);
+  CheckDeviceSelect(rt, "the selection", s.rows, s.cols, s.keep);
+  const SelectEntryPoints& k = SelectEntriesFor(s.keep);
   // Levels: each keeps the best `keep` of every chunk until one chunk per row is left (each level
   // divides the entries by chunk / keep >= 32).
   std::unique_ptr<ScopedBlock> keys;  // the last level's output

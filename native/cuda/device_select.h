@@ -5,6 +5,7 @@
 // holds a NaN score is flagged rather than ranked; the job selects such rows on the host instead.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "runtime.h"
 
@@ -22,22 +23,42 @@ struct DeviceSelection {
   cu::CUdeviceptr view_starts = 0, view_lengths = 0;
 };
 
-// The largest keep the device selection takes: its scratch keys take keep * 8 bytes per 2048 (keep
-// <= 64) or 8192 scores, at most a quarter of the score matrix. A larger keep is selected on the host.
-constexpr int64_t kDeviceSelectMaxKeep = 256;
+// The entry points of the device selection for a keep of at most max_keep (R = 64, E = 2, up to 64;
+// R = 256, E = 8, beyond; a block takes 1024 E), each level reducing `chunk` entries of a row to keep.
+struct SelectEntryPoints {
+  int64_t max_keep, chunk;
+  const char *chunks_scores, *chunks_keys, *finish_scores, *finish_keys;
+};
+// Ascending max_keep; the last one's is the largest keep the device selection takes (its scratch keys
+// take keep * 8 bytes per chunk, at most a quarter of the score matrix). The one definition of the
+// limits: the addon hands them to the TypeScript plan (cuda.selectKernelInfo,
+// src/backends/cuda-select-plan.ts), which chooses where each selection runs.
+constexpr int kSelectEntryCount = 2;
+inline constexpr SelectEntryPoints kSelectEntries[kSelectEntryCount] = {
+    {64, 2048, "maxsim_select_chunks_scores_r64", "maxsim_select_chunks_keys_r64", "maxsim_select_finish_scores_r64",
+     "maxsim_select_finish_keys_r64"},
+    {256, 8192, "maxsim_select_chunks_scores_r256", "maxsim_select_chunks_keys_r256", "maxsim_select_finish_scores_r256",
+     "maxsim_select_finish_keys_r256"},
+};
+constexpr int64_t kDeviceSelectMaxKeep = kSelectEntries[kSelectEntryCount - 1].max_keep;
+// The first level's blocks (grid.x): rows * ceil(cols / chunk) at most this.
+constexpr int64_t kDeviceSelectMaxBlocks = 2147483647;
+// The entry points for a keep in 1 .. kDeviceSelectMaxKeep.
+const SelectEntryPoints& SelectEntriesFor(int64_t keep);
 
-// Where the jobs select: kAuto (default) on the device wherever DeviceSelectTakes a shape, kHost
-// every selection on the host heaps (benchmarks' A/B runs, set explicitly through maxsim/internal).
-// Process-wide, read at each selection, so that one process can switch between jobs.
-enum class SelectPlacement { kAuto, kHost };
-void SetSelectPlacement(SelectPlacement placement);
-SelectPlacement GetSelectPlacement();
+// Where a job selects, chosen per selection by the TypeScript plan and passed down with the job.
+enum class SelectWhere { kHost, kDevice };
 
-// Whether SelectOnDevice takes this shape on this runtime (kernels loaded, keep in range, grid and
-// read-back sizes within limits, placement kAuto).
-bool DeviceSelectTakes(Runtime& rt, int64_t rows, int64_t cols, int64_t keep);
+// Why the device selection cannot keep `keep` of each row of a [rows, cols] matrix (keep in range,
+// first-level grid and one read-back of the kept entries within limits), or "" when it can. No GPU.
+std::string DeviceSelectLimitBreach(int64_t rows, int64_t cols, int64_t keep);
 
-// Enqueues the selection (the caller reads the outputs back, which synchronizes).
+// Throws std::invalid_argument naming `argument` (expected 'host' for this shape, received 'device')
+// when the shape breaches the limits or the runtime has not loaded the entry points.
+void CheckDeviceSelect(Runtime& rt, const std::string& argument, int64_t rows, int64_t cols, int64_t keep);
+
+// Enqueues the selection (the caller reads the outputs back, which synchronizes); the shape must pass
+// CheckDeviceSelect.
 void SelectOnDevice(Runtime& rt, const DeviceSelection& s);
 
 // Enqueues out[r * keep + j] = matrix[r * matrix_cols + c] with c = columns[r * keep + j], or r * keep

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device_select.h"
 #include "runtime.h"
 #include "tokens.h"
 
@@ -121,7 +122,7 @@ struct Heaps {
   int64_t n = 0;
   std::vector<float> scores;
   std::vector<int32_t> indices;
-  bool on_device = false;  // SelectMatrix: whether the device selection took the shape
+  bool on_device = false;  // SelectMatrix: whether it selected on the device
   // With JobOptions::time_phases: "<phase> <ms> ..." (each phase's wall time, synchronized at its end)
   std::string phases;
 };
@@ -133,10 +134,11 @@ struct JobOptions {
   bool time_phases = false;
 };
 
-// The k best documents per query: the scores stay on the device, selected there where the device
-// selection takes the shape (device_select.h), else read back in chunks into the host heaps.
+// The k best documents per query: the scores stay on the device, selected there (device_select.h)
+// where the plan chose kDevice (refused outside the device selection's limits, naming `select`), else
+// read back in chunks into the host heaps.
 Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch, int64_t k,
-           const JobOptions& options = {});
+           SelectWhere select, const JobOptions& options = {});
 
 // Two-stage top-K in one job: scan every document of scan_docs, keep the `candidates` best per query,
 // score the queries against a view of exact_docs holding the candidates, and keep the k best
@@ -148,12 +150,16 @@ struct TwoStageJob {
   std::shared_ptr<DeviceTokens> scan_docs, exact_docs;
   LaunchSpec scan_launch, exact_launch;
   int64_t k = 0, candidates = 0, count = 0;
+  // Where the scan's candidates are selected (kDevice: refused outside the device selection's limits,
+  // naming spec.select). The exact stage follows: on the device, its scores of each query's own
+  // candidates are gathered there; on the host, the union is rescored and read back in chunks.
+  SelectWhere select = SelectWhere::kHost;
 };
 Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options = {});
 
 // The rows of a host matrix [rows * cols] uploaded and selected as TopK selects a device score matrix
-// (tests and benchmarks): Heaps::on_device says which way it went.
-Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k);
+// (tests and benchmarks), where `select` says.
+Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k, SelectWhere select);
 
 // The heaps of the rows of a host matrix [rows * cols], on the calling thread, by the code the jobs
 // use (so the CPU tests can check it against topKOfRow without a GPU).

@@ -1,6 +1,7 @@
 // Top-K jobs of the CUDA engine (engine.h): topK, twoStage and the selection of a score matrix. The
 // scores stay on the worker thread, which selects them on the device (device_select.h) or reads them
-// back into pinned memory and keeps a heap per query (common/topk_heap.h).
+// back into pinned memory and keeps a heap per query (common/topk_heap.h), wherever the job's plan
+// (src/backends/cuda-select-plan.ts) chose.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -78,14 +79,12 @@ struct KeptEntries {
   std::vector<int32_t> host_columns, host_nan;
 };
 
-// SelectRows with the selection on the device where it takes the shape: only the n kept entries of
-// each row come back (in ascending column order, which sortedHits ranks as it ranks a heap). A row
-// holding a NaN score goes through the host heap instead, from the matrix still on the device, so
-// every row gets the host's result. Returns false, having done nothing, where the device selection
-// does not take the shape.
-bool SelectRowsOnDevice(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores,
+// SelectRows with the selection on the device: only the n kept entries of each row come back (in
+// ascending column order, which sortedHits ranks as it ranks a heap). A row holding a NaN score goes
+// through the host heap instead, from the matrix still on the device, so every row gets the host's
+// result. The caller has checked the shape (CheckDeviceSelect).
+void SelectRowsOnDevice(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores,
                         int32_t* indices) {
-  if (!DeviceSelectTakes(rt, rows, cols, n)) return false;
   KeptEntries kept(rt, rows, n);
   DeviceSelection s = kept.SelectionOf(matrix, cols);
   s.picked_scores = kept.scores();
@@ -98,7 +97,18 @@ bool SelectRowsOnDevice(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64
       SelectRows(rt, matrix + static_cast<uint64_t>(r * cols) * sizeof(float), 1, cols, n, scores + r * n, indices + r * n);
     }
   }
-  return true;
+}
+
+// The rows' top-n heaps, selected where the plan chose (a 'device' choice outside the device
+// selection's limits is refused, naming `argument`).
+void SelectRowsWhere(Runtime& rt, SelectWhere where, const char* argument, cu::CUdeviceptr matrix, int64_t rows, int64_t cols,
+                     int64_t n, float* scores, int32_t* indices) {
+  if (where == SelectWhere::kDevice) {
+    CheckDeviceSelect(rt, argument, rows, cols, n);
+    SelectRowsOnDevice(rt, matrix, rows, cols, n, scores, indices);
+  } else {
+    SelectRows(rt, matrix, rows, cols, n, scores, indices);
+  }
 }
 
 // JobOptions::time_phases: synchronizes at each phase boundary and appends the phase's wall time to
@@ -164,8 +174,8 @@ bool StagesOnDevice(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::C
   return true;
 }
 
-// Stage 2 of TwoStage with the candidates selected by the host heaps (the device selection does not
-// take the shape, or a scan row held a NaN): the view holds the union of the candidates, its spans
+// Stage 2 of TwoStage with the candidates selected by the host heaps (the plan chose the host, or a
+// scan row held a NaN): the view holds the union of the candidates, its spans
 // from the host mirror, and the union is rescored.
 void StagesOnHost(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep,
                   JobPhases& phases, Heaps& h) {
@@ -203,7 +213,7 @@ void StagesOnHost(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::CUd
 }  // namespace
 
 Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch, int64_t k,
-           const JobOptions& options) {
+           SelectWhere select, const JobOptions& options) {
   rt.EnsureReady();
   IdleAtExit idle(rt);
   rt.ValidateLaunch(launch);
@@ -218,8 +228,7 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
   rt.FillNaN(out.get(), static_cast<uint64_t>(rows * cols));
   rt.Launch(*q, docs, launch, out.get());
   phases.Mark("scan");
-  if (!SelectRowsOnDevice(rt, out.get(), rows, cols, h.n, h.scores.data(), h.indices.data()))
-    SelectRows(rt, out.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
+  SelectRowsWhere(rt, select, "select", out.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
   phases.Mark("select");
   return h;
 }
@@ -255,12 +264,15 @@ Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options) {
   rt.FillNaN(scan.get(), static_cast<uint64_t>(rows * count));
   rt.Launch(*q, *job.scan_docs, job.scan_launch, scan.get());
   phases.Mark("scan");
-  if (DeviceSelectTakes(rt, rows, count, keep) && StagesOnDevice(rt, job, *qe, scan.get(), rows, keep, phases, h)) return h;
+  if (job.select == SelectWhere::kDevice) {
+    CheckDeviceSelect(rt, "spec.select", rows, count, keep);
+    if (StagesOnDevice(rt, job, *qe, scan.get(), rows, keep, phases, h)) return h;
+  }
   StagesOnHost(rt, job, *qe, scan.get(), rows, keep, phases, h);
   return h;
 }
 
-Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k) {
+Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, int64_t cols, int64_t k, SelectWhere select) {
   rt.EnsureReady();
   IdleAtExit idle(rt);
   Heaps h;
@@ -268,8 +280,8 @@ Heaps SelectMatrix(Runtime& rt, const std::vector<float>& matrix, int64_t rows, 
   if (rows == 0 || h.n == 0) return h;
   ScopedBlock m(rt.allocator(), matrix.size() * sizeof(float));
   rt.Upload(m.get(), matrix.data(), matrix.size() * sizeof(float));
-  h.on_device = SelectRowsOnDevice(rt, m.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
-  if (!h.on_device) SelectRows(rt, m.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
+  SelectRowsWhere(rt, select, "select", m.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
+  h.on_device = select == SelectWhere::kDevice;
   return h;
 }
 

@@ -1,23 +1,23 @@
-// Where the CUDA top-K and two-stage jobs select their best columns (native/cuda/device_select.h):
-// 'auto' (default) on the device wherever the device selection takes the shape, 'host' every
-// selection on the host heaps. For the benchmarks' A/B runs only (maxsim/internal): process-wide,
-// read by each job when it selects, so one process can switch between jobs.
+// Where the CUDA top-K and two-stage jobs may select their best columns (src/backends/cuda-select-plan.ts):
+// 'auto' (default) lets the plan choose the device wherever the device selection takes the shape,
+// 'host' makes it choose the host heaps for every selection. For the benchmarks' A/B runs only
+// (maxsim/internal): process-wide, read by each job's plan when it is made, so one process can switch
+// between jobs.
 
-import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { loadNative } from '../native.js';
+import { InvalidArgumentError } from '../errors.js';
 
 export type SelectPlacement = 'auto' | 'host';
 
-export function setSelectPlacement(placement: SelectPlacement): void {
-  if (placement !== 'auto' && placement !== 'host') {
-    throw new InvalidArgumentError('placement', "'auto' or 'host'", JSON.stringify(placement));
+let placement: SelectPlacement = 'auto';
+
+export function setSelectPlacement(value: SelectPlacement): void {
+  if (value !== 'auto' && value !== 'host') {
+    throw new InvalidArgumentError('placement', "'auto' or 'host'", JSON.stringify(value));
   }
-  const cuda = (loadNative() as unknown as { cuda?: { setSelectPlacement?: (p: SelectPlacement) => void } })
-    .cuda;
-  if (typeof cuda?.setSelectPlacement !== 'function') {
-    throw new BackendUnavailableError(
-      'the native addon has no setSelectPlacement (it predates it); run `npm rebuild maxsim`',
-    );
-  }
-  cuda.setSelectPlacement(placement);
+  placement = value;
+}
+
+/** The placement the next job's plan goes by. */
+export function selectPlacement(): SelectPlacement {
+  return placement;
 }

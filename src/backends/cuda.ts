@@ -33,6 +33,7 @@ import {
   selectVariant,
   type Variant,
 } from './cuda-dispatch.js';
+import { planSelect, type SelectKernelInfo, type SelectShape, type SelectWhere } from './cuda-select-plan.js';
 import { type CudaDeviceGroup, openDeviceGroup } from './cuda-sharded.js';
 
 // ---- the addon's `cuda` object ----------------------------------------------------------------
@@ -156,19 +157,25 @@ export interface NativeCuda {
     docs: NativeTokenSet,
     launch: NativeLaunch,
   ): Promise<Float32Array>;
-  /** The k best documents per query, selected on the device's worker thread (no score matrix to JS). */
+  /**
+   * The k best documents per query, selected on the device's worker thread (no score matrix to JS),
+   * on the GPU or the host heaps as `select` says (planSelect; 'device' outside the device selection's
+   * limits is refused).
+   */
   topK(
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
     launch: NativeLaunch,
     k: number,
+    select: SelectWhere,
     options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
   /**
    * Two-stage top-K in one job: scan scanDocs, keep `candidates` per query, rescore them against a view
    * of exactDocs (exactLaunch planned for min(count, queries x candidates) documents), keep k.
    * `count`: the documents both sets held when the launches were planned (checked by the job).
+   * `select`: where the scan's candidates are selected (planSelect); the exact stage follows.
    */
   twoStage(
     device: NativeDevice,
@@ -178,9 +185,11 @@ export interface NativeCuda {
     exactQueries: TokenBatch | NativeTokenSet,
     exactDocs: NativeTokenSet,
     exactLaunch: NativeLaunch,
-    spec: { k: number; candidates: number; count: number },
+    spec: { k: number; candidates: number; count: number; select: SelectWhere },
     options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
+  /** The device selection's limits (native/cuda/device_select.h), for planSelect. */
+  readonly selectKernelInfo: SelectKernelInfo;
   /** Entries for benchmarks and tests only (reached through maxsim/internal). */
   internal: NativeCudaInternal;
 }
@@ -204,15 +213,18 @@ export interface NativeCudaInternal {
   /** The native heaps of the rows of a host matrix [rows * cols] (synchronous; for tests). */
   hostTopK(scores: Float32Array, cols: number, k: number): NativeHeaps;
   /**
-   * The rows of a host matrix [rows * cols] uploaded and selected as topK selects a device score matrix
-   * (on the GPU where the device selection takes the shape; for tests and benchmarks).
+   * The rows of a host matrix [rows * cols] uploaded and selected as topK selects a device score matrix,
+   * where `select` says (for tests and benchmarks).
    */
   deviceTopK(
     device: NativeDevice,
     scores: Float32Array,
     cols: number,
     k: number,
+    select: SelectWhere,
   ): Promise<NativeHeaps & { onDevice: boolean }>;
+  /** Why the engine refuses a 'device' selection of this shape, or '' (no GPU needed; for tests). */
+  selectLimitBreach(rows: number, cols: number, keep: number): string;
 }
 
 /**
@@ -586,7 +598,12 @@ class Corpus implements DeviceCorpus {
     if (!exact) {
       if (q.count === 0 || this.count === 0 || k === 0) return empty();
       const { launch } = this.device.planFor(q, this, options);
-      const h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, jobOptions());
+      const select = this.device.selectFor({
+        rows: q.count,
+        cols: this.count,
+        keep: Math.min(k, this.count),
+      });
+      const h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
       return hitsOfHeaps(reportPhases('topK', h), q.count);
     }
     exact.check();
@@ -599,7 +616,8 @@ class Corpus implements DeviceCorpus {
     // than exact's longest; their total length is unknown here, so the rules go by the longest
     const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
     const rescoring = this.device.planFor(qe, shape, {}).launch;
-    const spec = { k, candidates: keep, count: this.count };
+    const select = this.device.selectFor({ rows: q.count, cols: this.count, keep });
+    const spec = { k, candidates: keep, count: this.count, select };
     const native = nativeCuda();
     const h = await native.twoStage(
       this.device.handle,
@@ -759,6 +777,16 @@ class Device implements CudaDevice {
   emptyCache(): Promise<CudaMemory> {
     this.check();
     return nativeCuda().emptyCache(this.handle);
+  }
+
+  /** Where a selection of a job on this device runs (cuda-select-plan.ts). */
+  selectFor(shape: SelectShape): SelectWhere {
+    const limits = nativeCuda().selectKernelInfo;
+    if (typeof limits !== 'object' || limits === null)
+      throw new BackendUnavailableError(
+        'the native addon reports no selection limits (cuda.selectKernelInfo; it predates them); run `npm rebuild maxsim`',
+      );
+    return planSelect(shape, limits, this.kernels);
   }
 
   planFor(q: TokenBatch, corpus: CorpusShape, options: ScoreOptions): { variant: Variant; launch: Launch } {

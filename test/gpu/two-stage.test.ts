@@ -5,10 +5,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type DeviceCorpus, hitsOfHeaps, nativeCuda } from '../../src/backends/cuda.js';
+import { planSelect } from '../../src/backends/cuda-select-plan.js';
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopKAll } from '../../src/ops/two-stage.js';
-import { setJobPhases } from '../../src/subpaths/internal.js';
+import { setJobPhases, setSelectPlacement } from '../../src/subpaths/internal.js';
 import {
   encodeFloats,
   type FloatDType,
@@ -400,14 +401,28 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       const data = new Float32Array(rows * cols);
       // a NaN in every other row on odd shapes: those rows go through the host heap
       for (let r = 0; r < rows; r++) data.set(awkwardRow(rand, cols, i % 2 === 1 && r % 2 === 0), r * cols);
-      const got = await native.internal.deviceTopK(dev, data, cols, k);
-      const want = Array.from({ length: rows }, (_, r) => topKOfRow(data, k, r * cols, cols));
-      const context = `${rows} x ${cols}, k ${k}`;
-      assert.deepStrictEqual(hitsOfHeaps(got, rows), want, context);
       const n = Math.min(k, cols);
-      assert.equal(got.onDevice, n >= 1 && n <= 256, `${context}: selected on the device`);
+      // the plan the jobs go by (cuda-select-plan.ts), then the host heaps for the same rows
+      const where = planSelect({ rows, cols, keep: n }, native.selectKernelInfo);
+      const context = `${rows} x ${cols}, k ${k}`;
+      assert.equal(where, n >= 1 && n <= 256 ? 'device' : 'host', `${context}: planned on the device`);
+      const want = Array.from({ length: rows }, (_, r) => topKOfRow(data, k, r * cols, cols));
+      for (const select of new Set([where, 'host' as const])) {
+        const got = await native.internal.deviceTopK(dev, data, cols, k, select);
+        assert.deepStrictEqual(hitsOfHeaps(got, rows), want, `${context}, ${select}`);
+        assert.equal(got.onDevice, select === 'device', `${context}: selected on the device`);
+      }
     }
-    assert.throws(() => native.internal.deviceTopK(dev, new Float32Array(10), 3, 1), /cols/);
+    assert.throws(() => native.internal.deviceTopK(dev, new Float32Array(10), 3, 1, 'host'), /cols/);
+    assert.throws(
+      () => native.internal.deviceTopK(dev, new Float32Array(10), 5, 1, 'gpu' as never),
+      /select/,
+    );
+    // a 'device' choice past the limits (keep 257) is refused by the job, naming the argument
+    await assert.rejects(
+      native.internal.deviceTopK(dev, new Float32Array(300), 300, 257, 'device'),
+      /select/,
+    );
   });
 
   test('the fused two-stage job past one selection chunk, with the whole corpus rescored, past the device keep limit', async () => {
@@ -447,6 +462,16 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
         const context = `k ${k}, c ${c}`;
         const fused = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
         assert.deepStrictEqual(fused, await unfusedTwoStage(queries, docs, docsInt8, k, c), context);
+        // every selection planned on the host (setSelectPlacement): the same hits, for topK too
+        const planned = await docs.topK(queries, k);
+        setSelectPlacement('host');
+        try {
+          const host = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
+          assert.deepStrictEqual(host, fused, `${context}, host selection`);
+          assert.deepStrictEqual(await docs.topK(queries, k), planned, `${context}: topK, host selection`);
+        } finally {
+          setSelectPlacement('auto');
+        }
       }
     } finally {
       docsInt8.dispose();

@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -279,11 +280,33 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
     if (cast != scores) Fail("score " + shape + ": float32 queries cast on the GPU differ from " + Suffix(dtype) + " queries");
   }
 
-  // topK: k within the device selection's range, past it (host heaps), and past the column count
+  // topK: k within the device selection's range, past it (host heaps), and past the column count; each
+  // selection on the host and, where its limits take the shape, on the device (TypeScript's plan chooses
+  // in the product; a 'device' choice past the limits is refused)
+  using maxsim_cuda::SelectWhere;
+  const auto wheres = [](int64_t rows, int64_t cols, int64_t keep) {
+    std::vector<SelectWhere> w{SelectWhere::kHost};
+    if (maxsim_cuda::DeviceSelectLimitBreach(rows, cols, keep).empty()) w.push_back(SelectWhere::kDevice);
+    return w;
+  };
+  const auto name = [](SelectWhere w) { return std::string(w == SelectWhere::kDevice ? ", device" : ", host"); };
   for (int64_t k : {int64_t(1), int64_t(7), std::min<int64_t>(nd, 100), int64_t(300), nd + 3}) {
-    QuerySource src = maxsim_cuda::DeviceQueries(dq);
-    const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, src, *docs, launch, k); });
-    CheckTopK("topK " + shape + ", k " + std::to_string(k), h, scores, nq, nd, k, ref);
+    for (SelectWhere w : wheres(nq, nd, std::min(k, nd))) {
+      QuerySource src = maxsim_cuda::DeviceQueries(dq);
+      const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, src, *docs, launch, k, w); });
+      CheckTopK("topK " + shape + ", k " + std::to_string(k) + name(w), h, scores, nq, nd, k, ref);
+    }
+    if (!maxsim_cuda::DeviceSelectLimitBreach(nq, nd, std::min(k, nd)).empty()) {
+      QuerySource src = maxsim_cuda::DeviceQueries(dq);
+      bool refused = false;
+      try {
+        OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, src, *docs, launch, k, SelectWhere::kDevice); });
+      } catch (const std::invalid_argument& e) {
+        refused = std::string(e.what()).find("select") != std::string::npos;
+      }
+      checks++;
+      if (!refused) Fail("topK " + shape + ", k " + std::to_string(k) + ": a device selection past its limits was not refused");
+    }
     // two stages over the same set: the candidates rescored by the same kernel give the same hits
     for (int64_t candidates : {k, k + 5}) {
       maxsim_cuda::TwoStageJob job;
@@ -295,16 +318,21 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
       job.k = k;
       job.candidates = candidates;
       job.count = nd;
-      const Heaps t = OnWorker(rt, [&] { return maxsim_cuda::TwoStage(*rt, job); });
-      CheckTopK("twoStage " + shape + ", k " + std::to_string(k) + ", candidates " + std::to_string(candidates), t, scores, nq, nd,
-                std::min(k, candidates), ref);
+      for (SelectWhere w : wheres(nq, nd, std::min(candidates, nd))) {
+        job.select = w;
+        const Heaps t = OnWorker(rt, [&] { return maxsim_cuda::TwoStage(*rt, job); });
+        CheckTopK("twoStage " + shape + ", k " + std::to_string(k) + ", candidates " + std::to_string(candidates) + name(w), t, scores,
+                  nq, nd, std::min(k, candidates), ref);
+      }
     }
   }
   // the matrix selection on its own (deviceTopK): the device path and the host path agree
   {
     const int64_t k = std::min<int64_t>(nd, 16);
-    const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::SelectMatrix(*rt, scores, nq, nd, k); });
-    CheckTopK("selectMatrix " + shape, h, scores, nq, nd, k, ref);
+    for (SelectWhere w : wheres(nq, nd, k)) {
+      const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::SelectMatrix(*rt, scores, nq, nd, k, w); });
+      CheckTopK("selectMatrix " + shape + name(w), h, scores, nq, nd, k, ref);
+    }
   }
 
   // select: a view of every other document in reverse scores as those columns
