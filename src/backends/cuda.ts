@@ -598,11 +598,9 @@ class Corpus implements DeviceCorpus {
     if (!exact) {
       if (q.count === 0 || this.count === 0 || k === 0) return empty();
       const { launch } = this.device.planFor(q, this, options);
-      const select = this.device.selectFor({
-        rows: q.count,
-        cols: this.count,
-        keep: Math.min(k, this.count),
-      });
+      // planned on k itself, not min(k, count): an append in flight may grow the corpus before the job
+      // runs, and the job keeps min(k, its count), which a plan for k (<= count now) still covers
+      const select = this.device.selectFor({ rows: q.count, cols: this.count, keep: k });
       const h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
       return hitsOfHeaps(reportPhases('topK', h), q.count);
     }
