@@ -5,8 +5,7 @@
 // Run on a GPU host: node dist/bench/call-overhead.js
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { setJobPhases } from '../src/subpaths/internal.js';
-import { benchKernel } from '../src/subpaths/internal.js';
+import { benchKernel, setJobPhases } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
 
 const rng = new Rng(5);
