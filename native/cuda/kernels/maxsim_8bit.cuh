@@ -504,15 +504,15 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
 // [128, TN]) and document-scale twins PREFIX_wgmma_tma_ds_* (DSCALE above) where the row says so.
 // The numbers and the smem formulas: maxsim_registry.h.
 #define MAXSIM_8BIT_MMA_ENTRY(NAME, E, G, NGRP, TN, S, KD, KSPLIT, CTAS)                          \
-  extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_MMA_BLOCK(G, NGRP), CTAS) NAME(const MaxsimParams p) { \
     maxsim::mma_body<maxsim::E, G, NGRP, TN, S, KD, KSPLIT>(p);                                  \
   }
 #define MAXSIM_8BIT_WGMMA_ENTRY(NAME, E, NCONS, MB, TN, S)                                        \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1) NAME(const MaxsimParams p) { \
     maxsim::wgmma8_body<maxsim::E, NCONS, MB, TN, S>(p);                                          \
   }
 #define MAXSIM_8BIT_WGMMA_TMA_ENTRY(NAME, E, NCONS, MB, TN, S, DSCALE)                            \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                              \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1)                              \
       NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {               \
     maxsim::wgmma8_body<maxsim::E, NCONS, MB, TN, S, true, DSCALE>(p, &docs_map);                 \
   }

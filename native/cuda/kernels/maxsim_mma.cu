@@ -38,7 +38,7 @@
 #include "maxsim_registry.h"
 
 #define MAXSIM_MMA_ENTRY(NAME, E, G, NGRP, TN, S, KD, KSPLIT, CTAS)                              \
-  extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_MMA_BLOCK(G, NGRP), CTAS) NAME(const MaxsimParams p) { \
     maxsim::mma_body<maxsim::E, G, NGRP, TN, S, KD, KSPLIT>(p);                                          \
   }
 // one registry row (MAXSIM_MMA_VARIANTS in maxsim_registry.h, with the numbers) -> the f16 and bf16 entry points

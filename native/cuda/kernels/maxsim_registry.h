@@ -6,7 +6,7 @@
 //     prints variants.json, the table the TypeScript dispatcher reads (src/backends/cuda-dispatch.ts).
 // The committed variants.json is that program's output; scripts/build-native.mjs regenerates it and
 // refuses to build kernels against a stale copy (`node scripts/build-native.mjs variants` rewrites
-// it), and test/registry.test.ts checks it too.
+// it), and test/variants-registry.test.ts checks it too.
 //
 // Only macros: nothing here is compiled unless expanded, so the cubins depend on the rows alone. The
 // kernel sources expand each list once per kind of entry point (plain, then TMA twins, ...), in row
@@ -17,8 +17,9 @@
 #define MAXSIM_REGISTRY_H
 
 // ---- shared memory and block, as functions of the template parameters --------------------------
-// fp16/bf16 mma.sync (maxsim_mma.cuh): NGRP groups of G warps, S-stage ring of TN x (KD + 8) halves
-#define MAXSIM_MMA16_BLOCK(G, NGRP) (32 * (G) * (NGRP))
+// mma.sync (maxsim_mma.cuh), all element types: NGRP groups of G warps
+#define MAXSIM_MMA_BLOCK(G, NGRP) (32 * (G) * (NGRP))
+// fp16/bf16 mma.sync: S-stage ring of TN x (KD + 8) halves
 #define MAXSIM_MMA16_SMEM(NGRP, TN, S, KD) ((NGRP) * ((S) * (TN) * ((KD) + 8) * 2 + 128))
 // fp16/bf16 wgmma (maxsim_wgmma.cu): 1 producer + NCONS consumer warpgroups; S stages of TN x 128
 // halves (256 bytes a token) plus 1024 bytes of alignment slack
@@ -90,13 +91,22 @@
   X(P, E, w3m2n64, 3, 2, 64, 8, false, false)
 
 // ---- what the dispatcher reads beside the numbers (variants_gen.cc) -------------------------------
-// Per element type of the 8-bit family: the compute capability of its mma.sync variants (fp8's
-// e4m3 mma needs sm_89+; declared for 9.0, the cubins being sm_80 and sm_90a) and the largest dim of
-// its any-dim kernels (int8: exact int32 dots up to 131072; 0: no limit).
-#define MAXSIM_INT8_MMA_ARCH_EXACT false
-#define MAXSIM_INT8_MAX_DIM 131072
-#define MAXSIM_FP8_MMA_ARCH_EXACT true
-#define MAXSIM_FP8_MAX_DIM 0
+// Per family: F(FAMILY, MODULE, ARCH_EXACT, ARCH_MAJOR, DIM_MULTIPLE_OF, DIM_MIN, DIM_MAX). The compute
+// capability is ARCH_MAJOR.0 or newer, or exactly that with ARCH_EXACT (arch-specific sm_90a cubins);
+// dim rules: 0 means no such rule; the rows without K-split take dim <= KD (128), the K-split ones
+// up to DIM_MAX.
+#define MAXSIM_SIMT16_FAMILY(F) F("simt", "maxsim_simt.fatbin", false, 8, 0, 1, 0)
+#define MAXSIM_MMA16_FAMILY(F) F("mma", "maxsim_mma.fatbin", false, 8, 8, 8, 0)
+#define MAXSIM_WGMMA16_FAMILY(F) F("wgmma", "maxsim_wgmma.fatbin", true, 9, 8, 8, MAXSIM_WGMMA_MAX_DIM)
+// The 8-bit types, one module each: T(DTYPE, MODULE, MMA_ARCH_EXACT, MMA_ARCH_MAJOR, MAX_DIM,
+// KS_CTAS). fp8's e4m3 mma.sync needs sm_89+ and is declared for 9.0 (the cubins are sm_80 and
+// sm_90a); MAX_DIM bounds the any-dim kernels (SIMT, K-split): int8 dots are exact in int32 up to
+// 131072, 0 is no limit. SIMT rows take dim >= 1 on sm_80+, mma rows dim % 16 == 0 and >= 16, wgmma
+// rows also dim <= 128 and compute capability 9.0 exactly.
+#define MAXSIM_INT8_TYPE(T) T("int8", "maxsim_int8.fatbin", false, 8, 131072, MAXSIM_INT8_KS_CTAS)
+#define MAXSIM_FP8_TYPE(T) T("fp8", "maxsim_fp8.fatbin", true, 9, 0, MAXSIM_FP8_KS_CTAS)
+#define MAXSIM_8BIT_DIM_MULTIPLE_OF 16
+#define MAXSIM_WGMMA_MAX_DIM 128
 
 // When each variant is the right choice, for people (the rules are code: selectVariant). R(name,
 // text); a name with {dt} covers every element type of its row. The TMA and document-scale twins

@@ -306,12 +306,12 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
 }  // namespace maxsim
 
 #define MAXSIM_WGMMA_ENTRY(NAME, E, NCONS, MB, TN, S, PP)                                          \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1) NAME(const MaxsimParams p) { \
     maxsim::wgmma_body<maxsim::E, NCONS, MB, TN, S, PP>(p);                                               \
   }
 // TMA variants: the documents' tensor map is the second parameter (variants.json "tmaBox": [64, TN])
 #define MAXSIM_WGMMA_TMA_ENTRY(NAME, E, NCONS, MB, TN, S, PP)                                           \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                    \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1)                                    \
       NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                     \
     maxsim::wgmma_body<maxsim::E, NCONS, MB, TN, S, PP, true>(p, &docs_map);                                    \
   }

@@ -78,7 +78,7 @@ void addF16Pair(Variant v, const std::string& pattern) {
   }
 }
 
-Variant base(const char* family, const char* module, bool exact, int major) {
+Variant base(const char* family, const std::string& module, bool exact, int major) {
   Variant v{};
   v.family = family;
   v.module = module;
@@ -87,12 +87,21 @@ Variant base(const char* family, const char* module, bool exact, int major) {
   return v;
 }
 
+// a variant of a fp16 / bf16 family (MAXSIM_*16_FAMILY), its dim rules with them
+#define MAXSIM_FAMILY_BASE(FAMILY, MODULE, EXACT, MAJOR, MULT, MIN, MAX) \
+  [] {                                                                  \
+    Variant v = base(FAMILY, MODULE, EXACT, MAJOR);                     \
+    v.dimMultipleOf = MULT;                                             \
+    v.dimMin = MIN;                                                     \
+    v.dimMax = MAX;                                                     \
+    return v;                                                           \
+  }()
+
 // ---- fp16 / bf16 (and fp32 SIMT) --------------------------------------------------------------
 
 void addSimt16() {
-  Variant v = base("simt", "maxsim_simt.fatbin", false, 8);
+  Variant v = MAXSIM_SIMT16_FAMILY(MAXSIM_FAMILY_BASE);
   v.name = "maxsim_simt_{dt}";
-  v.dimMin = 1;
   v.block = MAXSIM_SIMT_BLOCK;
   v.regime = text(v.name);
 #define MAXSIM_SIMT_TYPE(SFX, T, DTYPE) v.dtypes.push_back(#DTYPE);
@@ -104,11 +113,9 @@ void addSimt16() {
 void addMma16() {
 #define MAXSIM_MMA_GEN(SFX, G, NGRP, TN, S, KD, KSPLIT, CTAS) \
   {                                                           \
-    Variant v = base("mma", "maxsim_mma.fatbin", false, 8);   \
-    v.dimMultipleOf = 8;                                      \
-    v.dimMin = 8;                                             \
-    v.dimMax = KSPLIT ? 0 : KD;                               \
-    v.block = MAXSIM_MMA16_BLOCK(G, NGRP);                    \
+    Variant v = MAXSIM_MMA16_FAMILY(MAXSIM_FAMILY_BASE);      \
+    if (!KSPLIT) v.dimMax = KD;                               \
+    v.block = MAXSIM_MMA_BLOCK(G, NGRP);                      \
     v.ctasPerSm = CTAS;                                       \
     v.smem = MAXSIM_MMA16_SMEM(NGRP, TN, S, KD);              \
     addF16Pair(v, "maxsim_mma_" #SFX "_{dt}");                \
@@ -118,10 +125,7 @@ void addMma16() {
 }
 
 Variant wgmma16(int ncons, int tn, int s) {
-  Variant v = base("wgmma", "maxsim_wgmma.fatbin", true, 9);
-  v.dimMultipleOf = 8;
-  v.dimMin = 8;
-  v.dimMax = 128;
+  Variant v = MAXSIM_WGMMA16_FAMILY(MAXSIM_FAMILY_BASE);
   v.block = MAXSIM_WGMMA_BLOCK(ncons);
   v.ctasPerSm = 1;
   v.smem = MAXSIM_WGMMA16_SMEM(tn, s);
@@ -152,31 +156,34 @@ void addWgmma16() {
 
 struct Type8 {
   const char* t;  // int8 / fp8: the dtype and the name's prefix
+  const char* module;
   bool mmaArchExact;
+  int mmaArchMajor;
   int maxDim;
   int ksCtas;
 };
+#define MAXSIM_TYPE8(DTYPE, MODULE, EXACT, MAJOR, MAX_DIM, KS_CTAS) Type8{DTYPE, MODULE, EXACT, MAJOR, MAX_DIM, KS_CTAS}
 
 void addSimtMma8(const Type8& t) {
   const std::string prefix = std::string("maxsim_") + t.t;
-  const std::string module = prefix + ".fatbin";
-  Variant simt = base("simt", module.c_str(), false, 8);
+  // the SIMT fallback: the fp16 family's arch and dim >= 1, up to the type's limit
+  Variant simt = MAXSIM_SIMT16_FAMILY(MAXSIM_FAMILY_BASE);
+  simt.module = t.module;
   simt.name = prefix + "_simt";
   simt.dtypes = {t.t};
-  simt.dimMin = 1;
   simt.dimMax = t.maxDim;
   simt.block = MAXSIM_SIMT_BLOCK;
   simt.regime = text(simt.name);
   table.push_back(simt);
 #define MAXSIM_8BIT_MMA_GEN(P, E, SFX, G, NGRP, TN, S, KD, KSPLIT, CTAS)                   \
   {                                                                                        \
-    Variant v = base("mma", module.c_str(), t.mmaArchExact, t.mmaArchExact ? 9 : 8);       \
+    Variant v = base("mma", t.module, t.mmaArchExact, t.mmaArchMajor);                     \
     v.name = prefix + "_mma_" #SFX;                                                        \
     v.dtypes = {t.t};                                                                      \
-    v.dimMultipleOf = 16;                                                                  \
-    v.dimMin = 16;                                                                         \
+    v.dimMultipleOf = MAXSIM_8BIT_DIM_MULTIPLE_OF;                                         \
+    v.dimMin = MAXSIM_8BIT_DIM_MULTIPLE_OF;                                                \
     v.dimMax = KSPLIT ? t.maxDim : KD;                                                     \
-    v.block = MAXSIM_MMA16_BLOCK(G, NGRP);                                                 \
+    v.block = MAXSIM_MMA_BLOCK(G, NGRP);                                                   \
     v.ctasPerSm = CTAS;                                                                    \
     v.smem = MAXSIM_MMA8_SMEM(NGRP, TN, S, KD);                                            \
     v.regime = text(v.name);                                                               \
@@ -187,12 +194,14 @@ void addSimtMma8(const Type8& t) {
 }
 
 Variant wgmma8(const Type8& t, const std::string& name, int ncons, int tn, int s) {
-  Variant v = base("wgmma", (std::string("maxsim_") + t.t + ".fatbin").c_str(), true, 9);
+  // the arch of the fp16 / bf16 wgmma family (sm_90a cubins)
+  Variant v = MAXSIM_WGMMA16_FAMILY(MAXSIM_FAMILY_BASE);
+  v.module = t.module;
   v.name = name;
   v.dtypes = {t.t};
-  v.dimMultipleOf = 16;
-  v.dimMin = 16;
-  v.dimMax = 128;
+  v.dimMultipleOf = MAXSIM_8BIT_DIM_MULTIPLE_OF;
+  v.dimMin = MAXSIM_8BIT_DIM_MULTIPLE_OF;
+  v.dimMax = MAXSIM_WGMMA_MAX_DIM;
   v.block = MAXSIM_WGMMA_BLOCK(ncons);
   v.ctasPerSm = 1;
   v.smem = MAXSIM_WGMMA8_SMEM(tn, s);
@@ -264,8 +273,8 @@ void print(const Variant& v, bool last) {
 }  // namespace
 
 int main() {
-  const Type8 int8{"int8", MAXSIM_INT8_MMA_ARCH_EXACT, MAXSIM_INT8_MAX_DIM, MAXSIM_INT8_KS_CTAS};
-  const Type8 fp8{"fp8", MAXSIM_FP8_MMA_ARCH_EXACT, MAXSIM_FP8_MAX_DIM, MAXSIM_FP8_KS_CTAS};
+  const Type8 int8 = MAXSIM_INT8_TYPE(MAXSIM_TYPE8);
+  const Type8 fp8 = MAXSIM_FP8_TYPE(MAXSIM_TYPE8);
   addSimt16();
   addMma16();
   addWgmma16();
