@@ -138,6 +138,57 @@ function findNvcc() {
   return undefined;
 }
 
+// variants.json (the scoring kernels' launch contracts, read by src/backends/cuda-dispatch.ts) is the
+// output of native/cuda/kernels/variants_gen.cc, which expands the rows of maxsim_registry.h that the
+// kernel sources instantiate. The generated table is committed (the dispatcher reads it from the
+// package, built with or without nvcc, prebuilt or not); every build regenerates it and stops if the
+// committed copy differs, and `node scripts/build-native.mjs variants` rewrites that copy
+// (`variants --print` prints the generated table instead).
+const variantsFile = join(root, 'native', 'cuda', 'kernels', 'variants.json');
+
+function generateVariants() {
+  const kernelDir = join(root, 'native', 'cuda', 'kernels');
+  const outDir = join(root, 'build');
+  mkdirSync(outDir, { recursive: true });
+  const exe = join(outDir, 'variants_gen');
+  const cxx = process.env.CXX || 'c++';
+  const status = run(cxx, [
+    '-std=c++17',
+    '-O1',
+    '-I',
+    kernelDir,
+    join(kernelDir, 'variants_gen.cc'),
+    '-o',
+    exe,
+  ]);
+  if (status !== 0) {
+    console.error(
+      'maxsim: building native/cuda/kernels/variants_gen.cc failed (see the compiler output above).',
+    );
+    process.exit(status);
+  }
+  const r = spawnSync(exe, [], { encoding: 'utf8' });
+  if (r.error) throw r.error;
+  if (r.status !== 0) {
+    console.error(`maxsim: variants_gen failed: ${r.stderr.trim()}`);
+    process.exit(r.status ?? 1);
+  }
+  return r.stdout;
+}
+
+function checkVariants() {
+  const generated = generateVariants();
+  const committed = existsSync(variantsFile) ? readFileSync(variantsFile, 'utf8') : '';
+  if (generated !== committed) {
+    console.error(
+      `maxsim: ${relative(root, variantsFile)} is not what native/cuda/kernels/maxsim_registry.h makes; ` +
+        'run `node scripts/build-native.mjs variants` and commit the result.',
+    );
+    process.exit(1);
+  }
+  console.log(`maxsim: ${relative(root, variantsFile)} matches maxsim_registry.h`);
+}
+
 // Cubins for sm_80 (mma.sync) and sm_90a (wgmma/TMA), plus compute_90a PTX so newer GPUs can JIT.
 const GENCODE = [
   '-gencode=arch=compute_80,code=sm_80',
@@ -227,6 +278,12 @@ function buildCudaCheck() {
 }
 
 const only = process.argv[2];
+if (only === 'variants') {
+  const generated = generateVariants();
+  if (process.argv[3] === '--print') process.stdout.write(generated);
+  else writeFileSync(variantsFile, generated);
+  process.exit(0);
+}
 if (only === 'cuda-check') {
   buildCudaCheck();
   process.exit(0);
@@ -240,7 +297,10 @@ if (only === undefined) {
   console.log(`maxsim: building the native addon from source: ${why}`);
 }
 if (only !== 'kernels') buildAddon();
-if (only !== 'addon') buildKernels();
+if (only !== 'addon') {
+  checkVariants();
+  buildKernels();
+}
 if (only === undefined)
   writeFileSync(
     stampFile,

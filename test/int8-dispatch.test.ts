@@ -1,5 +1,5 @@
 // The CUDA dispatcher's int8 / fp8 rules and the 8-bit launch contracts of variants.json, checked
-// against the kernel sources (native/cuda/kernels/maxsim_int8.cu, maxsim_fp8.cu). Pure TypeScript:
+// against the registry rows the kernel sources instantiate (native/cuda/kernels/maxsim_registry.h). Pure TypeScript:
 // runs without a GPU.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -119,22 +119,29 @@ describe('CUDA dispatcher: int8', () => {
   });
 
   for (const t of ['int8', 'fp8'] as const) {
-    test(`variants.json agrees with maxsim_${t}.cu's entry points (block, CTAs per SM, shared memory)`, () => {
-      // maxsim_${t}.cu instantiates the family's one table (MAXSIM_8BIT_KERNELS in maxsim_8bit.cuh)
+    test(`variants.json agrees with the 8-bit registry rows maxsim_${t}.cu instantiates (block, CTAs per SM, shared memory)`, () => {
+      // maxsim_${t}.cu instantiates the family's rows (MAXSIM_8BIT_KERNELS in maxsim_8bit.cuh expands
+      // MAXSIM_8BIT_*_VARIANTS of maxsim_registry.h); variants.json is generated from the same rows,
+      // and this restates the formulas of the header comments to check the generator's arithmetic
       const fam = readFileSync(join(dirname(variantsPath), `maxsim_${t}.cu`), 'utf8');
-      const inst = /^MAXSIM_8BIT_KERNELS\(maxsim_(\w+),\s*\w+,\s*(\d+)\)/m.exec(fam);
-      assert.ok(inst && inst[1] === t, `maxsim_${t}.cu instantiates MAXSIM_8BIT_KERNELS(maxsim_${t}, ...)`);
-      const ksCtas = Number(inst[2]);
-      const src = readFileSync(join(dirname(variantsPath), 'maxsim_8bit.cuh'), 'utf8');
+      const inst = /^MAXSIM_8BIT_KERNELS\(maxsim_(\w+),\s*\w+,\s*MAXSIM_(\w+)_KS_CTAS\)/m.exec(fam);
+      assert.ok(
+        inst && inst[1] === t && inst[2] === t.toUpperCase(),
+        `maxsim_${t}.cu instantiates MAXSIM_8BIT_KERNELS(maxsim_${t}, ..., MAXSIM_${t.toUpperCase()}_KS_CTAS)`,
+      );
+      const src = readFileSync(join(dirname(variantsPath), 'maxsim_registry.h'), 'utf8');
+      const ks = new RegExp(`^#define MAXSIM_${t.toUpperCase()}_KS_CTAS (\\d+)$`, 'm').exec(src);
+      assert.ok(ks, `maxsim_registry.h defines MAXSIM_${t.toUpperCase()}_KS_CTAS`);
+      const ksCtas = Number(ks[1]);
       const entries = [
         ...src.matchAll(
-          /^\s*MAXSIM_8BIT_MMA_ENTRY\(PREFIX##_(\w+),\s*E,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*(\d+|KS_CTAS)\)/gm,
+          /^\s*X\(P, E, (\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*(\d+|KS_CTAS)\)/gm,
         ),
       ];
-      assert.equal(entries.length, 4, 'four mma entry points');
+      assert.equal(entries.length, 4, 'four mma rows');
       const table = dispatchTable().variants;
       for (const m of entries) {
-        const [name, g, ngrp, tn, s, kd] = [`maxsim_${t}_${m[1]}`, ...m.slice(2, 7).map(Number)];
+        const [name, g, ngrp, tn, s, kd] = [`maxsim_${t}_mma_${m[1]}`, ...m.slice(2, 7).map(Number)];
         const ctas = m[8] === 'KS_CTAS' ? ksCtas : Number(m[8]);
         const v = table.find((x) => x.name === name);
         assert.ok(v, `${name} is in variants.json`);
@@ -147,15 +154,15 @@ describe('CUDA dispatcher: int8', () => {
         assert.equal(v.requires.dimMultipleOf, 16, `${name}: 16-byte rows`);
         if (m[7] === 'false') assert.equal(v.requires.maxDim, kd, `${name}: dim <= KD`);
       }
-      // the wgmma entry points: block 128 * (NCONS + 1), 1 CTA per SM, smem S * TN * 132 + 1024
+      // the wgmma rows: block 128 * (NCONS + 1), 1 CTA per SM, smem S * TN * 132 + 1024
       const wg = [
         ...src.matchAll(
-          /^\s*MAXSIM_8BIT_WGMMA_ENTRY\(PREFIX##_(\w+),\s*E,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)/gm,
+          /^\s*X\(P, E, (\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*(true|false)\)/gm,
         ),
       ];
-      assert.equal(wg.length, 4, 'four wgmma entry points');
+      assert.equal(wg.length, 4, 'four wgmma rows');
       for (const m of wg) {
-        const [name, ncons, , tn, s] = [`maxsim_${t}_${m[1]}`, ...m.slice(2, 6).map(Number)];
+        const [name, ncons, , tn, s] = [`maxsim_${t}_wgmma_${m[1]}`, ...m.slice(2, 6).map(Number)];
         const v = table.find((x) => x.name === name);
         assert.ok(v, `${name} is in variants.json`);
         assert.equal(v.family, 'wgmma');
@@ -188,7 +195,13 @@ describe('CUDA dispatcher: int8', () => {
       // H200: the memory-bound variant's CTAs fit one SM together (228 KiB, 1 KiB reserved per CTA)
       const g1 = table.find((x) => x.name === `maxsim_${t}_mma_g1`);
       assert.ok(g1 && g1.grid.kind === 'persistent' && g1.grid.ctasPerSm * (g1.smem + 1024) <= 233_472);
-      assert.ok(src.includes('extern "C" __global__ void __launch_bounds__(128) PREFIX##_simt('));
+      // the SIMT fallback: the registry's block, which maxsim_8bit.cuh launches with
+      const cuh = readFileSync(join(dirname(variantsPath), 'maxsim_8bit.cuh'), 'utf8');
+      assert.ok(
+        cuh.includes('extern "C" __global__ void __launch_bounds__(MAXSIM_SIMT_BLOCK) PREFIX##_simt('),
+      );
+      assert.ok(src.includes('#define MAXSIM_SIMT_BLOCK 128'));
+      assert.deepEqual(table.find((x) => x.name === `maxsim_${t}_simt`)?.block, [128, 1, 1]);
     });
   }
 });

@@ -1,5 +1,5 @@
-// The TMA wgmma variants' launch contract: variants.json's "tmaBox" against the kernel source
-// (native/cuda/kernels/maxsim_wgmma.cu), the launch the dispatcher hands the runtime, the rules that
+// The TMA wgmma variants' launch contract: variants.json's "tmaBox" against the registry rows the
+// kernel sources instantiate (native/cuda/kernels/maxsim_registry.h), the launch the dispatcher hands the runtime, the rules that
 // prefer them where the driver encodes tensor maps, and the table's validation. Pure TypeScript: runs
 // without a GPU.
 import assert from 'node:assert/strict';
@@ -26,13 +26,16 @@ const base: Problem = {
   numDocs: 100_000,
   dtype: 'float16',
 };
-const src = readFileSync(join(dirname(variantsPath), 'maxsim_wgmma.cu'), 'utf8');
+const src = readFileSync(join(dirname(variantsPath), 'maxsim_registry.h'), 'utf8');
 
-test('TMA variants: box [64, TN] as in the kernel source, passed on in the launch', () => {
+test('TMA variants: box [64, TN] as in the registry rows, passed on in the launch', () => {
+  // rows X(SFX, NCONS, MB, TN, S, PP, TMA) of MAXSIM_WGMMA_VARIANTS; TMA true: maxsim_wgmma_tma_SFX_{f16,bf16}
   const entries = [
-    ...src.matchAll(/^MAXSIM_WGMMA_TMA_ENTRY\((\w+),\s*\w+,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),/gm),
-  ];
-  assert.ok(entries.length >= 4, 'the source declares TMA entry points');
+    ...src.matchAll(/^\s*X\((\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(?:true|false),\s*true\)/gm),
+  ].flatMap((m) =>
+    ['f16', 'bf16'].map((dt) => [m[0], `maxsim_wgmma_tma_${m[1]}_${dt}`, m[2], m[3], m[4], m[5]]),
+  );
+  assert.ok(entries.length >= 4, 'the registry declares TMA entry points');
   const table = dispatchTable().variants;
   for (const [, name, ncons, , tn, stages] of entries) {
     const v = table.find((x) => x.name === name);
@@ -50,15 +53,20 @@ test('TMA variants: box [64, TN] as in the kernel source, passed on in the launc
     };
     assert.deepEqual(launchFor(v, p, h200).tmaBox, [64, Number(tn)]);
   }
-  // the 8-bit twins (maxsim_int8.cu, maxsim_fp8.cu): 128-byte rows, smem S * TN * 132 + 1024
-  // (one table for both, MAXSIM_8BIT_KERNELS in maxsim_8bit.cuh, instantiated with PREFIX maxsim_int8 / maxsim_fp8)
-  const table8 = readFileSync(join(dirname(variantsPath), 'maxsim_8bit.cuh'), 'utf8');
+  // the 8-bit twins (maxsim_int8.cu, maxsim_fp8.cu): 128-byte rows, smem S * TN * 132 + 1024 (one
+  // table for both, MAXSIM_8BIT_WGMMA_VARIANTS: rows X(P, E, SFX, NCONS, MB, TN, S, TMA, DS); TMA true:
+  // PREFIX_wgmma_tma_SFX, DS true: PREFIX_wgmma_tma_ds_SFX)
+  const rows8 = [
+    ...src.matchAll(
+      /^\s*X\(P, E, (\w+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*(true|false)\)/gm,
+    ),
+  ];
   const entries8 = ['int8', 'fp8'].flatMap((t) =>
-    [
-      ...table8.matchAll(
-        /^\s*MAXSIM_8BIT_WGMMA_TMA_ENTRY\(PREFIX##_(\w+),\s*E,\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(?:true|false)\)/gm,
-      ),
-    ].map((m) => [m[0], `maxsim_${t}_${m[1]}`, m[2], m[3], m[4], m[5]]),
+    rows8.flatMap((m) =>
+      [m[6] === 'true' && 'tma_', m[7] === 'true' && 'tma_ds_']
+        .filter((k) => k !== false)
+        .map((k) => [m[0], `maxsim_${t}_wgmma_${k}${m[1]}`, m[2], m[3], m[4], m[5]]),
+    ),
   );
   assert.ok(entries8.length >= 2, 'the 8-bit sources declare TMA entry points');
   for (const [, name, ncons, , tn, stages] of entries8) {

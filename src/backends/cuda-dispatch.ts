@@ -1,7 +1,8 @@
 // Picks the CUDA kernel variant for a problem and computes its launch (grid, block, shared memory).
 //
 // The launch contracts are data: native/cuda/kernels/variants.json, one entry per kernel entry point
-// (see VariantEntry), validated once when first read. The selection rules are plain code, below in
+// (see VariantEntry), validated once when first read. The file is generated from the kernel registry
+// (native/cuda/kernels/maxsim_registry.h, the rows the kernel sources instantiate) by variants_gen.cc. The selection rules are plain code, below in
 // selectVariant: TypeScript decides, the native code launches what it is given.
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';

@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "maxsim_epilogue.cuh"
+#include "maxsim_registry.h"
 #include "maxsim_mma.cuh"
 #include "maxsim_simt.cuh"
 #include "maxsim_sm90.cuh"
@@ -496,42 +497,39 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
 }  // namespace maxsim
 
 // ---- the 8-bit family's kernels: one table for int8 (maxsim_int8.cu) and fp8 (maxsim_fp8.cu) ----
-// MAXSIM_8BIT_KERNELS(PREFIX, E, KS_CTAS) defines PREFIX_mma_{g1,g4,g8,ks} (sm_80+; KS_CTAS: CTAs per
-// SM of the K-split variant), PREFIX_simt, the quantizers, PREFIX_wgmma_{n128,w2m2n64,w2m2n128,w3m2n64}
-// (sm_90a) and their TMA twins PREFIX_wgmma_tma_* (the documents' tensor map the second parameter;
-// variants.json "tmaBox": [128, TN]) and document-scale twins PREFIX_wgmma_tma_ds_* (DSCALE above).
-// mma smem bytes = NGRP * (S * (TN * (KD + 16) + TN * 4) + 128); wgmma smem bytes = S * TN * 132 + 1024,
-// block = 128 * (NCONS + 1).
+// MAXSIM_8BIT_KERNELS(PREFIX, E, KS_CTAS) defines PREFIX_mma_<row> (sm_80+) from the rows of
+// MAXSIM_8BIT_MMA_VARIANTS (KS_CTAS: CTAs per SM of the K-split variant), PREFIX_simt, the quantizers,
+// and PREFIX_wgmma_<row> (sm_90a) from MAXSIM_8BIT_WGMMA_VARIANTS with their TMA twins
+// PREFIX_wgmma_tma_* (the documents' tensor map the second parameter; variants.json "tmaBox":
+// [128, TN]) and document-scale twins PREFIX_wgmma_tma_ds_* (DSCALE above) where the row says so.
+// The numbers and the smem formulas: maxsim_registry.h.
 #define MAXSIM_8BIT_MMA_ENTRY(NAME, E, G, NGRP, TN, S, KD, KSPLIT, CTAS)                          \
-  extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_MMA_BLOCK(G, NGRP), CTAS) NAME(const MaxsimParams p) { \
     maxsim::mma_body<maxsim::E, G, NGRP, TN, S, KD, KSPLIT>(p);                                  \
   }
 #define MAXSIM_8BIT_WGMMA_ENTRY(NAME, E, NCONS, MB, TN, S)                                        \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1) NAME(const MaxsimParams p) { \
     maxsim::wgmma8_body<maxsim::E, NCONS, MB, TN, S>(p);                                          \
   }
 #define MAXSIM_8BIT_WGMMA_TMA_ENTRY(NAME, E, NCONS, MB, TN, S, DSCALE)                            \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                              \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1)                              \
       NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {               \
     maxsim::wgmma8_body<maxsim::E, NCONS, MB, TN, S, true, DSCALE>(p, &docs_map);                 \
   }
+#define MAXSIM_8BIT_MMA_ROW(PREFIX, E, SFX, G, NGRP, TN, S, KD, KSPLIT, CTAS) \
+  MAXSIM_8BIT_MMA_ENTRY(PREFIX##_mma_##SFX, E, G, NGRP, TN, S, KD, KSPLIT, CTAS)
+#define MAXSIM_8BIT_WGMMA_ROW(PREFIX, E, SFX, NCONS, MB, TN, S, TMA, DS) \
+  MAXSIM_8BIT_WGMMA_ENTRY(PREFIX##_wgmma_##SFX, E, NCONS, MB, TN, S)
+#define MAXSIM_8BIT_WGMMA_TMA_ROW(PREFIX, E, SFX, NCONS, MB, TN, S, TMA, DS) \
+  MAXSIM_IF_##TMA(MAXSIM_8BIT_WGMMA_TMA_ENTRY(PREFIX##_wgmma_tma_##SFX, E, NCONS, MB, TN, S, false))
+#define MAXSIM_8BIT_WGMMA_DS_ROW(PREFIX, E, SFX, NCONS, MB, TN, S, TMA, DS) \
+  MAXSIM_IF_##DS(MAXSIM_8BIT_WGMMA_TMA_ENTRY(PREFIX##_wgmma_tma_ds_##SFX, E, NCONS, MB, TN, S, true))
 #define MAXSIM_8BIT_KERNELS(PREFIX, E, KS_CTAS)                                                  \
-  /*                    name                       G NGRP  TN  S   KD  KSPLIT CTAS/SM   smem */ \
-  MAXSIM_8BIT_MMA_ENTRY(PREFIX##_mma_g1,   E,      1, 4,   32, 4, 128, false, 3)       /* 76288 */ \
-  MAXSIM_8BIT_MMA_ENTRY(PREFIX##_mma_g4,   E,      4, 2,   64, 4, 128, false, 2)       /* 76032 */ \
-  MAXSIM_8BIT_MMA_ENTRY(PREFIX##_mma_g8,   E,      8, 1,  128, 3, 128, false, 2)       /* 56960 */ \
-  MAXSIM_8BIT_MMA_ENTRY(PREFIX##_mma_ks,   E,      4, 2,   16, 4, 128, true,  KS_CTAS) /* 19200 */ \
-  extern "C" __global__ void __launch_bounds__(128) PREFIX##_simt(const MaxsimParams p) {        \
+  MAXSIM_8BIT_MMA_VARIANTS(MAXSIM_8BIT_MMA_ROW, PREFIX, E, KS_CTAS)                              \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_SIMT_BLOCK) PREFIX##_simt(const MaxsimParams p) { \
     maxsim::simt_body<maxsim::E>(p);                                                             \
   }                                                                                              \
   MAXSIM_8BIT_QUANTIZE_ENTRIES(PREFIX, E)                                                        \
-  /*                      name                            NCONS MB  TN  S        smem  block */  \
-  MAXSIM_8BIT_WGMMA_ENTRY(PREFIX##_wgmma_n128,      E,     2,   1, 128, 4) /* 68608   384 */     \
-  MAXSIM_8BIT_WGMMA_ENTRY(PREFIX##_wgmma_w2m2n64,   E,     2,   2,  64, 8) /* 68608   384 */     \
-  MAXSIM_8BIT_WGMMA_ENTRY(PREFIX##_wgmma_w2m2n128,  E,     2,   2, 128, 6) /* 102400  384 */     \
-  MAXSIM_8BIT_WGMMA_ENTRY(PREFIX##_wgmma_w3m2n64,   E,     3,   2,  64, 8) /* 68608   512 */     \
-  /*                          name                                NCONS MB TN  S  DSCALE */      \
-  MAXSIM_8BIT_WGMMA_TMA_ENTRY(PREFIX##_wgmma_tma_w2m2n64,     E,  2,   2,  64, 8, false)         \
-  MAXSIM_8BIT_WGMMA_TMA_ENTRY(PREFIX##_wgmma_tma_w2m2n128,    E,  2,   2, 128, 6, false)         \
-  MAXSIM_8BIT_WGMMA_TMA_ENTRY(PREFIX##_wgmma_tma_ds_w2m2n64,  E,  2,   2,  64, 8, true)          \
-  MAXSIM_8BIT_WGMMA_TMA_ENTRY(PREFIX##_wgmma_tma_ds_w2m2n128, E,  2,   2, 128, 6, true)
+  MAXSIM_8BIT_WGMMA_VARIANTS(MAXSIM_8BIT_WGMMA_ROW, PREFIX, E)                                   \
+  MAXSIM_8BIT_WGMMA_VARIANTS(MAXSIM_8BIT_WGMMA_TMA_ROW, PREFIX, E)                               \
+  MAXSIM_8BIT_WGMMA_VARIANTS(MAXSIM_8BIT_WGMMA_DS_ROW, PREFIX, E)

@@ -12,5 +12,4 @@
 #include "maxsim_8bit.cuh"
 
 // every kernel of the family, from the one table in maxsim_8bit.cuh (MAXSIM_8BIT_KERNELS)
-// the K-split mma variant at 1 CTA per SM: at 2 it spills
-MAXSIM_8BIT_KERNELS(maxsim_fp8, E4M3, 1)
+MAXSIM_8BIT_KERNELS(maxsim_fp8, E4M3, MAXSIM_FP8_KS_CTAS)

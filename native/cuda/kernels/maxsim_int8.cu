@@ -11,7 +11,7 @@
 // they hold the float 1.5 * 2^23 + acc bit for bit (exact for |acc| < 2^22, i.e. dim <= 256), and one
 // FADD recovers acc. The sum over query tokens runs in a fixed order: bitwise deterministic.
 //
-// Kernels (one family; numbers in variants.json):
+// Kernels (one family; numbers in maxsim_registry.h):
 //   maxsim_int8_mma_{g1,g4,g8,ks}  mma.sync.m16n8k32 s8 x s8 -> s32 (sm_80+). Same structure as
 //       maxsim_mma.cu: a group of G warps shares a cp.async ring of document tiles (TN tokens x KD
 //       bytes, plus the TN document scales); each warp holds the A fragments of one 32-row query slice
@@ -49,4 +49,4 @@
 #include "maxsim_8bit.cuh"
 
 // every kernel of the family, from the one table in maxsim_8bit.cuh (MAXSIM_8BIT_KERNELS)
-MAXSIM_8BIT_KERNELS(maxsim_int8, S8, 2)
+MAXSIM_8BIT_KERNELS(maxsim_int8, S8, MAXSIM_INT8_KS_CTAS)

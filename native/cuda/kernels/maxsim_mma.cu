@@ -18,7 +18,7 @@
 // across document boundaries, so short documents keep the pipeline full. Work is proportional to
 // real tokens (ragged documents are not padded). All token offsets are 64-bit.
 //
-// LAUNCH CONTRACT (every entry point below; see variants.json for the numbers):
+// LAUNCH CONTRACT (every entry point below; the numbers: maxsim_registry.h):
 //   block       = (32 * G * NGRP, 1, 1)
 //   grid        = (num_sms * CTAS, 1, 1)       (persistent; any grid >= 1 is correct)
 //   dynamic smem= NGRP * (S * TN * (KD + 8) * 2 + 128) bytes; the host must raise
@@ -35,21 +35,14 @@
 #define MAXSIM_CP_ASYNC_L2_PREFETCH ".L2::128B"
 #include "maxsim_mma.cuh"
 
+#include "maxsim_registry.h"
+
 #define MAXSIM_MMA_ENTRY(NAME, E, G, NGRP, TN, S, KD, KSPLIT, CTAS)                              \
-  extern "C" __global__ void __launch_bounds__(32 * G * NGRP, CTAS) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_MMA_BLOCK(G, NGRP), CTAS) NAME(const MaxsimParams p) { \
     maxsim::mma_body<maxsim::E, G, NGRP, TN, S, KD, KSPLIT>(p);                                          \
   }
-
-// smem bytes = NGRP * (S * TN * (KD + 8) * 2 + 128)
-//               name                   type           G NGRP TN  S  KD  KSPLIT CTAS/SM   smem bytes
-MAXSIM_MMA_ENTRY(maxsim_mma_g1_f16,     F16,           1, 4, 16, 3, 128, false, 4)  // 52736
-MAXSIM_MMA_ENTRY(maxsim_mma_g1_bf16,    BF16,          1, 4, 16, 3, 128, false, 4)
-// 32-token tiles at 2 CTAs/SM: needs 2 x 105 KB per SM (sm_90, sm_100); H200 1,32,128: 0.760 vs 0.790 ms
-MAXSIM_MMA_ENTRY(maxsim_mma_g1t32_f16,  F16,           1, 4, 32, 3, 128, false, 2)  // 104960
-MAXSIM_MMA_ENTRY(maxsim_mma_g1t32_bf16, BF16,          1, 4, 32, 3, 128, false, 2)
-MAXSIM_MMA_ENTRY(maxsim_mma_g4_f16,     F16,           4, 2, 32, 4, 128, false, 2)  // 69888
-MAXSIM_MMA_ENTRY(maxsim_mma_g4_bf16,    BF16,          4, 2, 32, 4, 128, false, 2)
-MAXSIM_MMA_ENTRY(maxsim_mma_g8_f16,     F16,           8, 1, 64, 3, 128, false, 2)  // 52352
-MAXSIM_MMA_ENTRY(maxsim_mma_g8_bf16,    BF16,          8, 1, 64, 3, 128, false, 2)
-MAXSIM_MMA_ENTRY(maxsim_mma_ks_f16,     F16,           4, 2, 16, 4, 128, true,  2)  // 35072
-MAXSIM_MMA_ENTRY(maxsim_mma_ks_bf16,    BF16,          4, 2, 16, 4, 128, true,  2)
+// one registry row (MAXSIM_MMA_VARIANTS in maxsim_registry.h, with the numbers) -> the f16 and bf16 entry points
+#define MAXSIM_MMA_ROW(SFX, G, NGRP, TN, S, KD, KSPLIT, CTAS)                 \
+  MAXSIM_MMA_ENTRY(maxsim_mma_##SFX##_f16, F16, G, NGRP, TN, S, KD, KSPLIT, CTAS) \
+  MAXSIM_MMA_ENTRY(maxsim_mma_##SFX##_bf16, BF16, G, NGRP, TN, S, KD, KSPLIT, CTAS)
+MAXSIM_MMA_VARIANTS(MAXSIM_MMA_ROW)

@@ -13,12 +13,11 @@
 //                 query -> 0. Deterministic: fixed reduction order, no atomics.
 #include "maxsim_simt.cuh"
 
-extern "C" __global__ void __launch_bounds__(128) maxsim_simt_f32(const MaxsimParams p) {
-  maxsim::simt_body<float>(p);
-}
-extern "C" __global__ void __launch_bounds__(128) maxsim_simt_f16(const MaxsimParams p) {
-  maxsim::simt_body<__half>(p);
-}
-extern "C" __global__ void __launch_bounds__(128) maxsim_simt_bf16(const MaxsimParams p) {
-  maxsim::simt_body<__nv_bfloat16>(p);
-}
+#include "maxsim_registry.h"
+
+// one entry point per row of MAXSIM_SIMT_VARIANTS (maxsim_registry.h)
+#define MAXSIM_SIMT_ROW(SFX, T, DTYPE)                                                                  \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_SIMT_BLOCK) maxsim_simt_##SFX(const MaxsimParams p) { \
+    maxsim::simt_body<T>(p);                                                                      \
+  }
+MAXSIM_SIMT_VARIANTS(MAXSIM_SIMT_ROW)

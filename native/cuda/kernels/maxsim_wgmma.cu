@@ -27,7 +27,7 @@
 // no tile. The K loop always runs all 8 k16 steps (dim < 128 is zero-filled): a runtime guard there
 // splits the HGMMA chain and ptxas serializes every wgmma (seen in SASS, ~3x slower).
 //
-// LAUNCH CONTRACT (see variants.json)
+// LAUNCH CONTRACT (the numbers: maxsim_registry.h, and variants.json made from it)
 //   block       = (128 * (NCONS + 1), 1, 1)            [384, or 640 for w4n64]
 //   grid        = (num_sms, 1, 1)                       (persistent, 1 CTA per SM; any grid >= 1 is correct)
 //   dynamic smem= S * TN * 256 + 1024 bytes (1024 = alignment slack); host raises
@@ -43,6 +43,7 @@
 #include "maxsim_epilogue.cuh"
 #include "maxsim_mainloop.cuh"
 #include "maxsim_producer.cuh"
+#include "maxsim_registry.h"
 #include "maxsim_rowmax.cuh"
 
 namespace maxsim {
@@ -305,40 +306,23 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
 }  // namespace maxsim
 
 #define MAXSIM_WGMMA_ENTRY(NAME, E, NCONS, MB, TN, S, PP)                                          \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1) NAME(const MaxsimParams p) { \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1) NAME(const MaxsimParams p) { \
     maxsim::wgmma_body<maxsim::E, NCONS, MB, TN, S, PP>(p);                                               \
   }
 // TMA variants: the documents' tensor map is the second parameter (variants.json "tmaBox": [64, TN])
 #define MAXSIM_WGMMA_TMA_ENTRY(NAME, E, NCONS, MB, TN, S, PP)                                           \
-  extern "C" __global__ void __launch_bounds__(128 * (NCONS + 1), 1)                                    \
+  extern "C" __global__ void __launch_bounds__(MAXSIM_WGMMA_BLOCK(NCONS), 1)                                    \
       NAME(const MaxsimParams p, const __grid_constant__ maxsim::TmaMap docs_map) {                     \
     maxsim::wgmma_body<maxsim::E, NCONS, MB, TN, S, PP, true>(p, &docs_map);                                    \
   }
 
-// smem bytes = S * TN * 256 + 1024;  block = 128 * (NCONS + 1); query rows per pass = 64 * NCONS * MB
-// (PP: 64 * MB, every consumer warpgroup holding all of them)
-//                 name                        type           NCONS MB TN  S  PP      smem bytes  block
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_f16,      F16,           2,   1, 128, 4, false)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_n128_bf16,     BF16,          2,   1, 128, 4, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_f16,     F16,           2,   1,  64, 8, false)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2n64_bf16,    BF16,          2,   1,  64, 8, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_f16,     F16,           4,   1,  64, 8, false)  // 132096      640
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w4n64_bf16,    BF16,          4,   1,  64, 8, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_f16,   F16,           2,   2,  64, 8, false)  // 132096      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n64_bf16,  BF16,          2,   2,  64, 8, false)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_f16,  F16,           2,   1,  64, 12, true)  // 197632      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m1n64_bf16, BF16,          2,   1,  64, 12, true)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_f16,  F16,           2,   2,  64, 12, true)  // 197632      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_pp_m2n64_bf16, BF16,          2,   2,  64, 12, true)
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_f16,  F16,           2,   2, 128, 6, false)  // 197632      384
-MAXSIM_WGMMA_ENTRY(maxsim_wgmma_w2m2n128_bf16, BF16,          2,   2, 128, 6, false)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_f16,      F16,           2, 1, 128,  4, false)  // 132096  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_n128_bf16,     BF16,          2, 1, 128,  4, false)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_f16,   F16,           2, 2,  64,  8, false)  // 132096  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n64_bf16,  BF16,          2, 2,  64,  8, false)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_f16,  F16,           2, 1,  64, 12, true)   // 197632  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m1n64_bf16, BF16,          2, 1,  64, 12, true)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_f16,  F16,           2, 2,  64, 12, true)   // 197632  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_pp_m2n64_bf16, BF16,          2, 2,  64, 12, true)
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_f16,  F16,           2, 2, 128,  6, false)  // 197632  384
-MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_w2m2n128_bf16, BF16,          2, 2, 128,  6, false)
+// one registry row (MAXSIM_WGMMA_VARIANTS in maxsim_registry.h, with the numbers and the smem formula)
+// -> the f16 and bf16 entry points; then, for the rows that say so, their TMA twins
+#define MAXSIM_WGMMA_ROW(SFX, NCONS, MB, TN, S, PP, TMA)                  \
+  MAXSIM_WGMMA_ENTRY(maxsim_wgmma_##SFX##_f16, F16, NCONS, MB, TN, S, PP) \
+  MAXSIM_WGMMA_ENTRY(maxsim_wgmma_##SFX##_bf16, BF16, NCONS, MB, TN, S, PP)
+#define MAXSIM_WGMMA_TMA_ROW(SFX, NCONS, MB, TN, S, PP, TMA)                                     \
+  MAXSIM_IF_##TMA(MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_##SFX##_f16, F16, NCONS, MB, TN, S, PP) \
+                      MAXSIM_WGMMA_TMA_ENTRY(maxsim_wgmma_tma_##SFX##_bf16, BF16, NCONS, MB, TN, S, PP))
+MAXSIM_WGMMA_VARIANTS(MAXSIM_WGMMA_ROW)
+MAXSIM_WGMMA_VARIANTS(MAXSIM_WGMMA_TMA_ROW)
