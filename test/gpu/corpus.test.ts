@@ -265,10 +265,7 @@ describe('CUDA corpus search', { skip }, () => {
     // rank; two documents whose scores are that close may trade places (seen: ranks 4 and 5)
     for (let q = 0; q < 2; q++) {
       const byIndex = (a: number, b: number) => a - b;
-      assert.deepEqual(
-        hits[q].map((h) => h.index).sort(byIndex),
-        cpu[q].map((h) => h.index).sort(byIndex),
-      );
+      assert.deepEqual(hits[q].map((h) => h.index).sort(byIndex), cpu[q].map((h) => h.index).sort(byIndex));
       for (const [i, h] of hits[q].entries()) {
         assert.ok(Math.abs(h.score - cpu[q][i].score) < 1e-3 * Math.abs(h.score) + 1e-3);
       }
