@@ -46,19 +46,20 @@ struct ChamferParams {
   int32_t pad0;
 };
 
-// chamfer_nearest_d<D>: kChamferTile sources per tile, ChamferRows(D) per thread in registers (fewer
-// for wide points, whose coordinates take more registers), so ChamferThreads(D) threads per block;
-// ChamferBlocksPerSm(D) blocks resident per SM (the kernels' __launch_bounds__ minimum, which caps
-// their registers at 64): the host sizes its plan in whole waves of them.
+// chamfer_nearest_d<D>: kChamferTile sources per tile, ChamferRows(D) per thread in registers, so
+// ChamferThreads(D) threads per block; ChamferBlocksPerSm(D) blocks resident per SM (the kernels'
+// __launch_bounds__ minimum, which caps their registers: 48 up to d = 4, 64 above), the host sizing
+// its plan in whole waves of them. Measured on the H200 against 8 rows x 128 threads at 64 registers
+// and 4 rows at 40 registers (bench/NOTES.md, 'Chamfer distance').
 #ifdef __CUDACC__
 #define MAXSIM_CHAMFER_HD __host__ __device__
 #else
 #define MAXSIM_CHAMFER_HD
 #endif
 constexpr int64_t kChamferTile = 1024;
-MAXSIM_CHAMFER_HD constexpr int ChamferRows(int dim) { return dim <= 4 ? 8 : 4; }
+MAXSIM_CHAMFER_HD constexpr int ChamferRows(int /*dim*/) { return 4; }
 MAXSIM_CHAMFER_HD constexpr int ChamferThreads(int dim) { return static_cast<int>(kChamferTile) / ChamferRows(dim); }
-MAXSIM_CHAMFER_HD constexpr int ChamferBlocksPerSm(int dim) { return 1024 / ChamferThreads(dim); }
+MAXSIM_CHAMFER_HD constexpr int ChamferBlocksPerSm(int dim) { return dim <= 4 ? 5 : 4; }
 
 // nvcc and g++ must agree on the layout the driver copies (23 pointers, 5 int64, 4 int32).
 static_assert(sizeof(ChamferParams) == 240, "ChamferParams layout changed: update both sides");
