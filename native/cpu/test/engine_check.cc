@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "../../common/half_bits.h"
 #include "../engine.h"
 
 using maxsim_cpu::DocType;
@@ -39,16 +40,7 @@ uint16_t ToF16(float x) {  // inputs here are in [-1, 1]: normal or zero halves 
 double Decode(const void* data, DocType t, int64_t i) {
   if (t == DocType::Float32) return static_cast<const float*>(data)[i];
   const uint16_t h = static_cast<const uint16_t*>(data)[i];
-  if (t == DocType::BFloat16) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  const int exp = (h >> 10) & 0x1f;
-  const double man = h & 0x3ff;
-  const double v = exp == 0 ? man * std::ldexp(1.0, -24) : (1 + man / 1024) * std::ldexp(1.0, exp - 15);
-  return (h & 0x8000) ? -v : v;
+  return t == DocType::BFloat16 ? Bf16BitsValue(h) : F16BitsValue(h);
 }
 
 struct Set {

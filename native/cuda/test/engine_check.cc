@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/half_bits.h"
 #include "../engine.h"
 
 using maxsim_cuda::DeviceTokens;
@@ -71,18 +72,7 @@ uint16_t ToF16(float x) {  // |x| <= 1 here; results below 2^-14 flush to signed
   return static_cast<uint16_t>(sign | h);
 }
 
-double FromBits(uint16_t h, DType t) {
-  if (t == DType::BFloat16) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  const int exp = (h >> 10) & 0x1f;
-  const double man = h & 0x3ff;
-  const double v = exp == 0 ? man * std::ldexp(1.0, -24) : (1 + man / 1024) * std::ldexp(1.0, exp - 15);
-  return (h & 0x8000) ? -v : v;
-}
+double FromBits(uint16_t h, DType t) { return t == DType::BFloat16 ? Bf16BitsValue(h) : F16BitsValue(h); }
 
 // A host batch of random tokens in [-1, 1]: the encoded elements and the exact values they hold.
 struct Batch {
