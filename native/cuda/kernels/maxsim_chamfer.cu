@@ -134,7 +134,7 @@ __device__ __forceinline__ void KeyMin(const float4 (&a)[V], const float (&pm2)[
 
 // One tile: up to kChamferTile sources of one pair and direction (kRows per thread, in registers)
 // against one slice [t[3], t[4]) of the target cloud, staged through shared memory kChunk targets
-// at a time (each padded to whole float4s: one or two vector loads per target, shared by kRows keys).
+// at a time (each padded to whole float4s: one to three vector loads per target, shared by kRows keys).
 // The hot loop keeps only a running minimum per sub-chunk of kSub targets (D FMAs and one min per
 // pair); a sub-chunk that beats the best so far records where it starts, and once the slice is done
 // the winning sub-chunk is searched again for the first target whose key equals the minimum. That is
