@@ -40,6 +40,11 @@ type CudaTrainEntries = {
 const cuda = (loadNative() as unknown as { cuda: CudaTrainEntries }).cuda;
 const info = cuda.trainKernelInfo;
 
+/** Devices of compute capability cc (132 SMs, an H100 / H200's count). */
+const gpu = (cc: number) => ({ ccMajor: cc, sms: 132 });
+const sm90 = gpu(9);
+const sm80 = gpu(8);
+
 const shape = (over: Partial<TrainShape> = {}): TrainShape => ({
   queryDtype: 'float16',
   docDtype: 'float16',
@@ -57,6 +62,10 @@ describe('CUDA training plan (TypeScript decides)', () => {
     for (const key of [
       'fwdThreads',
       'fwdMmaSmem',
+      'fwdWgmmaThreads',
+      'fwdWgmmaSmem',
+      'wgmmaSlabRows',
+      'wgmmaCc',
       'mmaDimMultiple',
       'mmaMaxDim',
       'mmaMinCc',
@@ -65,23 +74,28 @@ describe('CUDA training plan (TypeScript decides)', () => {
       assert.ok(Number.isInteger(info[key]) && info[key] > 0, `trainKernelInfo.${key} = ${info[key]}`);
     }
     assert.ok(info.fwdMmaSmem > 48 * 1024, 'the mma forward needs more than the default 48 KiB');
+    assert.equal(info.wgmmaSlabRows % 16, 0, 'slabs are whole 16-row query slices');
     assert.ok(Object.isFrozen(info));
   });
 
   test('forward kernel: the tensor-core forward exactly where it applies', () => {
-    const mma = planForward(shape(), 'auto', {}, 9, info);
+    const mma = planForward(shape(), 'auto', {}, sm80, info);
     assert.deepEqual(mma, {
       kernel: 'mma',
       threads: info.fwdThreads,
       smem: info.fwdMmaSmem,
       grid: 12,
       argmax16: true,
+      queryChunk: 0,
+      docGroups: 0,
     });
     assert.equal(
-      planForward(shape({ queryDtype: 'bfloat16', docDtype: 'bfloat16' }), 'auto', {}, 8, info).kernel,
+      planForward(shape({ queryDtype: 'bfloat16', docDtype: 'bfloat16' }), 'auto', {}, sm80, info).kernel,
       'mma',
     );
-    assert.equal(planForward(shape({ dim: info.mmaDimMultiple }), 'auto', {}, 9, info).kernel, 'mma');
+    assert.equal(planForward(shape({ dim: info.mmaDimMultiple }), 'auto', {}, sm80, info).kernel, 'mma');
+    assert.equal(planForward(shape({ pairs: 'diagonal', docs: 3 }), 'auto', {}, sm90, info).kernel, 'mma');
+    assert.equal(planForward(shape(), 'mma', {}, sm90, info).kernel, 'mma');
     const simtShapes: [string, TrainShape, number][] = [
       ['float32', shape({ queryDtype: 'float32', docDtype: 'float32' }), 9],
       ['mixed dtypes', shape({ queryDtype: 'bfloat16', docDtype: 'float16' }), 9],
@@ -92,24 +106,75 @@ describe('CUDA training plan (TypeScript decides)', () => {
       ['old device', shape(), info.mmaMinCc - 1],
     ];
     for (const [name, s, cc] of simtShapes) {
-      const p = planForward(s, 'auto', {}, cc, info);
+      const p = planForward(s, 'auto', {}, gpu(cc), info);
       assert.equal(p.kernel, 'simt', name);
       assert.equal(p.smem, 0, `${name}: the CUDA-core forward takes no dynamic shared memory`);
       assert.equal(p.threads, info.fwdThreads);
       assert.throws(
-        () => planForward(s, 'mma', {}, cc, info),
+        () => planForward(s, 'mma', {}, gpu(cc), info),
         (e: unknown) =>
           e instanceof InvalidArgumentError && e.argument === 'trainKernel' && /'mma' with/.test(e.message),
         name,
       );
+      assert.throws(
+        () => planForward(s, 'wgmma', {}, gpu(cc), info),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError && e.argument === 'trainKernel' && /'wgmma' with/.test(e.message),
+        name,
+      );
     }
-    assert.equal(planForward(shape(), 'simt', {}, 9, info).kernel, 'simt');
-    assert.equal(planForward(shape(), 'mma', {}, 9, info).kernel, 'mma');
+    assert.equal(planForward(shape(), 'simt', {}, sm90, info).kernel, 'simt');
+    assert.equal(planForward(shape(), 'mma', {}, sm80, info).kernel, 'mma');
+  });
+
+  test('forward kernel: wgmma for all pairs on compute capability 9.x, chunked by the scratch budget', () => {
+    // ColPali B = 128: one launch, 512 slabs of 256 rows, one document group, one CTA per SM
+    const b128 = planForward(shape({ queries: 128, docs: 128, stride: 1024 }), 'auto', {}, sm90, info);
+    assert.deepEqual(b128, {
+      kernel: 'wgmma',
+      threads: info.fwdWgmmaThreads,
+      smem: info.fwdWgmmaSmem,
+      grid: 132,
+      argmax16: true,
+      queryChunk: 128,
+      docGroups: 1,
+    });
+    // B = 256: a query's slots take 1 MB, so 64 queries per launch; their 256 slabs get 2 groups
+    const b256 = planForward(shape({ queries: 256, docs: 256, stride: 1024 }), 'auto', {}, sm90, info);
+    assert.equal(b256.queryChunk, FWD_SCRATCH_BYTES / (256 * 1024 * 4));
+    assert.equal(b256.docGroups, 2);
+    assert.equal(b256.grid, 132);
+    assert.ok(b256.queryChunk * 256 * 1024 * 4 <= FWD_SCRATCH_BYTES);
+    // few slabs: documents dealt into groups so that every SM has items, never more groups than documents
+    const small = planForward(shape(), 'auto', {}, sm90, info);
+    assert.equal(small.kernel, 'wgmma');
+    assert.equal(small.docGroups, 4);
+    assert.equal(small.grid, 4);
+    const few = planForward(shape({ queries: 8, docs: 10_000, stride: 32 }), 'auto', {}, sm90, info);
+    assert.equal(few.docGroups, 528);
+    assert.equal(few.grid, 132);
+    assert.equal(planForward(shape(), 'auto', { forwardGrid: 3 }, sm90, info).grid, 3);
+    // where it does not apply: 'auto' falls back, 'wgmma' is refused
+    const refused: [string, TrainShape, { ccMajor: number; sms: number }][] = [
+      ['diagonal', shape({ pairs: 'diagonal', docs: 3 }), sm90],
+      ['sm_80', shape(), sm80],
+      ['sm_100', shape(), gpu(10)],
+      ['a query past the scratch', shape({ docs: 100_000, stride: 1024 }), sm90],
+    ];
+    for (const [name, s, dev] of refused) {
+      assert.notEqual(planForward(s, 'auto', {}, dev, info).kernel, 'wgmma', name);
+      assert.throws(
+        () => planForward(s, 'wgmma', {}, dev, info),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError && e.argument === 'trainKernel' && /'wgmma' with/.test(e.message),
+        name,
+      );
+    }
   });
 
   test('forward grid: the pairs, capped by the scratch budget (at least 1024 CTAs), the grid limit and forwardGrid', () => {
     const grid = (s: Partial<TrainShape>, forwardGrid?: number) =>
-      planForward(shape(s), 'auto', { forwardGrid }, 9, info).grid;
+      planForward(shape(s), 'auto', { forwardGrid }, sm80, info).grid;
     assert.equal(grid({ queries: 0 }), 0);
     assert.equal(grid({ docs: 0 }), 0);
     assert.equal(grid({ queries: 5, docs: 5, pairs: 'diagonal' }), 5);
@@ -124,7 +189,7 @@ describe('CUDA training plan (TypeScript decides)', () => {
 
   test('argmax width: int16 while every document is shorter than 32768 tokens, else int32; argmaxBits forces', () => {
     const bits = (maxDocLength: number, argmaxBits?: 0 | 16 | 32) =>
-      planForward(shape({ maxDocLength }), 'auto', { argmaxBits }, 9, info).argmax16;
+      planForward(shape({ maxDocLength }), 'auto', { argmaxBits }, sm90, info).argmax16;
     assert.equal(bits(0), true);
     assert.equal(bits(32767), true);
     assert.equal(bits(32768), false);
@@ -180,7 +245,8 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
     dtype: 'float16',
   });
   const shapeOf = shape({ dim: 16, queries: 2, docs: 3, stride: 3, maxDocLength: 4 });
-  const goodForward = planForward(shapeOf, 'auto', {}, 9, info);
+  const goodForward = planForward(shapeOf, 'auto', {}, sm80, info);
+  const goodWgmma = planForward(shapeOf, 'auto', {}, sm90, info);
   const goodBackward = planBackward('csr', {}, 4);
   const forward = (plan: unknown) => cuda.trainForward(0, q, d, { pairs: 'all', stride: 3, plan });
   const backward = (plan: unknown) =>
@@ -190,7 +256,14 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
   test('bad forward plans name the field', () => {
     const bad: [Partial<TrainForwardPlan> | Record<string, unknown> | undefined, RegExp][] = [
       [undefined, /options\.plan/],
-      [{ ...goodForward, kernel: 'wgmma' as 'mma' }, /plan\.kernel/],
+      [{ ...goodForward, kernel: 'tensor' as 'mma' }, /plan\.kernel/],
+      [{ ...goodForward, queryChunk: 2 }, /plan\.queryChunk/],
+      [{ ...goodForward, docGroups: 1 }, /plan\.docGroups/],
+      [{ ...goodWgmma, queryChunk: 0 }, /plan\.queryChunk/],
+      [{ ...goodWgmma, docGroups: 0 }, /plan\.docGroups/],
+      [{ ...goodWgmma, smem: info.fwdMmaSmem }, /plan\.smem/],
+      [{ ...goodWgmma, threads: info.fwdThreads }, /plan\.threads/],
+      [{ ...goodWgmma, queryChunk: undefined }, /plan\.queryChunk/],
       [{ ...goodForward, smem: info.fwdMmaSmem - 1024 }, /plan\.smem/],
       [{ ...goodForward, kernel: 'simt' }, /plan\.smem/], // the mma forward's smem on the CUDA-core one
       [{ ...goodForward, kernel: 'simt', smem: 0, threads: info.fwdThreads * 2 }, /plan\.threads/],
@@ -229,11 +302,15 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
       // a GPU: the passes run (their results are checked by test/gpu/train.test.ts)
       const f = (await forward(goodForward)) as { scores: Float32Array; argmax: Int32Array };
       assert.equal(f.scores.length, 6);
+      const w = (await forward(goodWgmma).catch((e: Error) => e)) as { scores?: Float32Array } | Error;
+      // on compute capability 9.x the wgmma plan runs with the same scores; elsewhere the device check refuses it
+      if (w instanceof Error) assert.match(w.message, /plan\.kernel|'wgmma'/);
+      else assert.deepEqual(w.scores, f.scores);
       await backward(goodBackward);
       return;
     }
     // no GPU: the call gets past the plan and fails on the device instead
-    for (const run of [() => forward(goodForward), () => backward(goodBackward)]) {
+    for (const run of [() => forward(goodForward), () => forward(goodWgmma), () => backward(goodBackward)]) {
       assert.throws(run, (e: unknown) => e instanceof Error && !/plan/.test(e.message));
     }
   });

@@ -137,21 +137,26 @@ bool OptionalTrue(const Napi::Object& opts, const char* key) {
 
 constexpr int64_t kInt32Max = 2147483647;
 
-// options.plan of trainForward: { kernel: 'mma' | 'simt', threads, smem, grid, argmax16 }.
+// options.plan of trainForward: { kernel: 'wgmma' | 'mma' | 'simt', threads, smem, grid, argmax16,
+// queryChunk, docGroups }.
 ForwardPlan ParseForwardPlan(Napi::Env env, const Napi::Object& opts) {
   Napi::Object o = PlanObject(env, opts);
   ForwardPlan plan;
   Napi::Value k = o.Get("kernel");
   const std::string kernel = k.IsString() ? k.As<Napi::String>().Utf8Value() : std::string();
-  if (kernel == "mma") {
+  if (kernel == "wgmma") {
+    plan.kernel = FwdKernel::kWgmma;
+  } else if (kernel == "mma") {
     plan.kernel = FwdKernel::kMma;
   } else if (kernel != "simt") {
-    throw ArgError(env, "plan.kernel", "'mma' or 'simt'", Describe(k));
+    throw ArgError(env, "plan.kernel", "'wgmma', 'mma' or 'simt'", Describe(k));
   }
   plan.threads = static_cast<uint32_t>(GetInteger(env, o.Get("threads"), "plan.threads", 1, 1024));
   plan.smem = static_cast<uint32_t>(GetInteger(env, o.Get("smem"), "plan.smem", 0, kInt32Max));
   plan.grid = GetInteger(env, o.Get("grid"), "plan.grid", 0, kInt32Max);
   plan.argmax16 = GetBool(env, o, "argmax16", "plan.argmax16");
+  plan.query_chunk = GetInteger(env, o.Get("queryChunk"), "plan.queryChunk", 0, kInt32Max);
+  plan.doc_groups = GetInteger(env, o.Get("docGroups"), "plan.docGroups", 0, kInt32Max);
   CheckPlan(env, [&] { maxsim_cuda::train::CheckForwardPlan(plan); });
   return plan;
 }
@@ -427,6 +432,10 @@ Napi::Object KernelInfo(Napi::Env env) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("fwdThreads", Napi::Number::New(env, MAXSIM_TRAIN_FWD_THREADS));
   o.Set("fwdMmaSmem", Napi::Number::New(env, MAXSIM_TRAIN_FWD_MMA_SMEM));
+  o.Set("fwdWgmmaThreads", Napi::Number::New(env, MAXSIM_TRAIN_FWD_WGMMA_THREADS));
+  o.Set("fwdWgmmaSmem", Napi::Number::New(env, MAXSIM_TRAIN_FWD_WGMMA_SMEM));
+  o.Set("wgmmaSlabRows", Napi::Number::New(env, MAXSIM_TRAIN_FWD_WGMMA_SLAB_ROWS));
+  o.Set("wgmmaCc", Napi::Number::New(env, MAXSIM_TRAIN_WGMMA_CC));
   o.Set("mmaDimMultiple", Napi::Number::New(env, MAXSIM_TRAIN_MMA_DIM_MULTIPLE));
   o.Set("mmaMaxDim", Napi::Number::New(env, MAXSIM_TRAIN_MMA_MAX_DIM));
   o.Set("mmaMinCc", Napi::Number::New(env, MAXSIM_TRAIN_MMA_MIN_CC));

@@ -468,25 +468,47 @@ std::string Int(int64_t v) { return std::to_string(v); }
 // Plans
 
 void CheckForwardPlan(const ForwardPlan& plan) {
-  if (plan.threads != MAXSIM_TRAIN_FWD_THREADS) {
-    PlanError("threads", Int(MAXSIM_TRAIN_FWD_THREADS) + " (the forward kernels' block size)", Int(plan.threads));
+  const bool wg = plan.kernel == FwdKernel::kWgmma;
+  const uint32_t threads = wg ? MAXSIM_TRAIN_FWD_WGMMA_THREADS : MAXSIM_TRAIN_FWD_THREADS;
+  if (plan.threads != threads) {
+    PlanError("threads", Int(threads) + " (the forward kernel's block size)", Int(plan.threads));
   }
-  const uint32_t smem = plan.kernel == FwdKernel::kMma ? MAXSIM_TRAIN_FWD_MMA_SMEM : 0;
+  const uint32_t smem = wg ? MAXSIM_TRAIN_FWD_WGMMA_SMEM : plan.kernel == FwdKernel::kMma ? MAXSIM_TRAIN_FWD_MMA_SMEM : 0;
   if (plan.smem != smem) {
     PlanError("smem", Int(smem) + std::string(" (the dynamic shared memory of the ") +
-                          (plan.kernel == FwdKernel::kMma ? "tensor-core" : "CUDA-core") + " forward)",
+                          (wg ? "wgmma" : plan.kernel == FwdKernel::kMma ? "tensor-core" : "CUDA-core") + " forward)",
               Int(plan.smem));
   }
   if (plan.grid < 0 || plan.grid > kMaxGrid) PlanError("grid", "an integer in [0, " + Int(kMaxGrid) + "]", Int(plan.grid));
+  if (wg ? plan.query_chunk < 1 : plan.query_chunk != 0) {
+    PlanError("queryChunk", wg ? "an integer >= 1 for 'wgmma'" : "0 (only 'wgmma' takes query chunks)", Int(plan.query_chunk));
+  }
+  if (wg ? (plan.doc_groups < 1 || plan.doc_groups > std::numeric_limits<int32_t>::max()) : plan.doc_groups != 0) {
+    PlanError("docGroups", wg ? "an integer in [1, 2^31) for 'wgmma'" : "0 (only 'wgmma' deals documents into groups)",
+              Int(plan.doc_groups));
+  }
 }
 
 void CheckForwardPlan(const ForwardPlan& plan, const Problem& a, int cc_major) {
   CheckForwardPlan(plan);
-  if (a.num_pairs > 0 ? (plan.grid < 1 || plan.grid > a.num_pairs) : plan.grid != 0) {
-    PlanError("grid", a.num_pairs > 0 ? "an integer in [1, " + Int(a.num_pairs) + "] (the pairs)" : "0 (no pairs)",
+  const bool wg = plan.kernel == FwdKernel::kWgmma;
+  if (a.num_pairs > 0 ? (plan.grid < 1 || (!wg && plan.grid > a.num_pairs)) : plan.grid != 0) {
+    PlanError("grid", a.num_pairs > 0 ? "an integer in [1, " + Int(wg ? kMaxGrid : a.num_pairs) + "]" : "0 (no pairs)",
               Int(plan.grid));
   }
-  if (plan.kernel == FwdKernel::kMma) {
+  if (wg) {
+    if (cc_major != MAXSIM_TRAIN_WGMMA_CC || a.pairs != 0) {
+      PlanError("kernel", "'wgmma' only for all pairs on compute capability " + Int(MAXSIM_TRAIN_WGMMA_CC) + ".x",
+                std::string(a.pairs != 0 ? "diagonal pairs" : "all pairs") + " on compute capability " + Int(cc_major));
+    }
+    // the kernel indexes query slices as int: a launch's chunk * ceil(stride / 16) < 2^31
+    const int64_t slices = std::min<int64_t>(plan.query_chunk, a.q.count) * std::max<int64_t>(1, CeilDiv(a.stride, 16));
+    if (slices > std::numeric_limits<int32_t>::max()) {
+      PlanError("queryChunk", "at most " + Int(std::numeric_limits<int32_t>::max() / std::max<int64_t>(1, CeilDiv(a.stride, 16))) +
+                                  " queries of this stride per launch", Int(plan.query_chunk));
+    }
+  }
+  if (plan.kernel == FwdKernel::kMma || wg) {
     const bool half = a.d.dtype == DType::Float16 || a.d.dtype == DType::BFloat16;
     const bool applies = half && a.q.dtype == a.d.dtype && a.q.dim % MAXSIM_TRAIN_MMA_DIM_MULTIPLE == 0 &&
                          a.q.dim >= MAXSIM_TRAIN_MMA_DIM_MULTIPLE && a.q.dim <= MAXSIM_TRAIN_MMA_MAX_DIM &&
@@ -495,7 +517,7 @@ void CheckForwardPlan(const ForwardPlan& plan, const Problem& a, int cc_major) {
       PlanError("kernel",
                 "float16 or bfloat16 queries and docs of one dtype, dim a multiple of " +
                     Int(MAXSIM_TRAIN_MMA_DIM_MULTIPLE) + " up to " + Int(MAXSIM_TRAIN_MMA_MAX_DIM) +
-                    " and compute capability >= " + Int(MAXSIM_TRAIN_MMA_MIN_CC) + " for 'mma'",
+                    " and compute capability >= " + Int(MAXSIM_TRAIN_MMA_MIN_CC) + " for 'mma' and 'wgmma'",
                 std::string(DTypeName(a.q.dtype)) + " queries, " + DTypeName(a.d.dtype) + " docs, dim " + Int(a.q.dim) +
                     ", compute capability " + Int(cc_major));
     }
@@ -563,9 +585,12 @@ void RunForward(Runtime* rt, ForwardJob& job) {
   const Problem& a = job.keep ? job.state->a : job.a;
   if (a.num_pairs == 0) return;
   const int64_t grid = plan.grid;
+  const bool wg = plan.kernel == FwdKernel::kWgmma;
+  // best[]: one stride-long stripe per CTA (simt, mma), or a slot per pair of one query chunk (wgmma)
+  const uint64_t chunk_pairs = wg ? static_cast<uint64_t>(std::min<int64_t>(plan.query_chunk, a.q.count)) * a.d.count : 0;
+  const uint64_t best_floats = (wg ? chunk_pairs : static_cast<uint64_t>(grid)) * static_cast<uint64_t>(a.stride);
   ScopedBlock scores(rt->allocator(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
-  ScopedBlock best(rt->allocator(),
-                   std::max<uint64_t>(static_cast<uint64_t>(grid) * static_cast<uint64_t>(a.stride), 1) * sizeof(float));
+  ScopedBlock best(rt->allocator(), std::max<uint64_t>(best_floats, 1) * sizeof(float));
   MaxsimTrainParams p = BaseParams(a, *q, *d);
   p.scores = DevPtr<float>(scores.get());
   p.best = DevPtr<float>(best.get());
@@ -574,8 +599,28 @@ void RunForward(Runtime* rt, ForwardJob& job) {
   if (timer.on()) rt->Synchronize();
   timer.Host("upload");
   timer.Mark();
-  const std::string name = plan.kernel == FwdKernel::kMma ? "maxsim_train_fwd_mma_" : "maxsim_train_fwd_";
-  Launch1D(rt, name + KernelSuffix(a.d.dtype), grid, plan.threads, p, plan.smem);
+  if (wg) {
+    // Launches over query chunks: each sees queries [q0, q0 + n) as its own (offset tables, scores
+    // and argmax), reusing best[]; maxsim_train_fwd_sum then finishes the chunk's pairs.
+    const std::string name = std::string("maxsim_train_fwd_wgmma_") + KernelSuffix(a.d.dtype);
+    const uint64_t entry = argmax16 ? sizeof(int16_t) : sizeof(int32_t);
+    for (int64_t q0 = 0; q0 < a.q.count; q0 += plan.query_chunk) {
+      const int64_t n = std::min<int64_t>(plan.query_chunk, a.q.count - q0);
+      MaxsimTrainParams c = p;
+      c.query_starts = DevPtr<const int64_t>(q->starts + static_cast<uint64_t>(q0) * sizeof(int64_t));
+      c.query_lengths = DevPtr<const int32_t>(q->lengths + static_cast<uint64_t>(q0) * sizeof(int32_t));
+      c.num_queries = static_cast<int32_t>(n);
+      c.num_pairs = n * a.d.count;
+      c.scores = DevPtr<float>(scores.get() + static_cast<uint64_t>(q0 * a.d.count) * sizeof(float));
+      c.argmax = DevPtr<void>(argmax + static_cast<uint64_t>(q0 * a.d.count) * static_cast<uint64_t>(a.stride) * entry);
+      c.doc_groups = static_cast<int32_t>(plan.doc_groups);
+      Launch1D(rt, name, grid, plan.threads, c, plan.smem);
+      Launch1D(rt, "maxsim_train_fwd_sum", CeilDiv(c.num_pairs, 4), 128, c);
+    }
+  } else {
+    const std::string name = plan.kernel == FwdKernel::kMma ? "maxsim_train_fwd_mma_" : "maxsim_train_fwd_";
+    Launch1D(rt, name + KernelSuffix(a.d.dtype), grid, plan.threads, p, plan.smem);
+  }
   timer.Device("forwardKernel");
   if (timer.on()) rt->Synchronize();
   timer.Host("forwardWait");

@@ -46,13 +46,19 @@ struct Problem {
 };
 
 // The forward as TypeScript planned it.
-enum class FwdKernel { kSimt, kMma };
+enum class FwdKernel { kSimt, kMma, kWgmma };
 struct ForwardPlan {
   FwdKernel kernel = FwdKernel::kSimt;
-  uint32_t threads = 0;  // block size: MAXSIM_TRAIN_FWD_THREADS
-  uint32_t smem = 0;     // dynamic shared memory: MAXSIM_TRAIN_FWD_MMA_SMEM for mma, 0 for simt
-  int64_t grid = 0;      // CTAs, each striding over pairs: 1 .. min(num_pairs, kMaxGrid) (0 without pairs)
+  uint32_t threads = 0;  // block size: MAXSIM_TRAIN_FWD_THREADS (MAXSIM_TRAIN_FWD_WGMMA_THREADS for wgmma)
+  uint32_t smem = 0;     // dynamic shared memory: MAXSIM_TRAIN_FWD_{MMA,WGMMA}_SMEM, 0 for simt
+  // CTAs: simt / mma stride over pairs, 1 .. min(num_pairs, kMaxGrid); wgmma: persistent, striding
+  // over (slab, document group) items, 1 .. kMaxGrid. 0 without pairs.
+  int64_t grid = 0;
   bool argmax16 = true;  // argmax stored as int16 (every document shorter than 32768 tokens)
+  // wgmma only (0 otherwise): queries per launch (best[] holds their pairs' slots) and the document
+  // groups each slab's documents are dealt into (group g: documents g, g + groups, ...).
+  int64_t query_chunk = 0;
+  int64_t doc_groups = 0;
 };
 
 // The backward as TypeScript planned it.

@@ -11,7 +11,8 @@
 //
 // Device memory beyond the inputs and their fp32 gradients:
 //   forward:  scores [P] f32, argmax [P * stride] int16 (int32 when a document has >= 32768 tokens),
-//             best[] one stride-long f32 stripe per CTA (<= FWD_SCRATCH_BYTES, not per pair).
+//             best[] one stride-long f32 stripe per CTA (mma, simt) or one f32 per slot of the pairs
+//             of one query chunk (wgmma), <= FWD_SCRATCH_BYTES either way, not per pair.
 //   backward: argmax as above, gradScores [P] f64, and the CSR of ONE document block at a time:
 //             counts + offsets [cells] u32 (cells <= CELL_CAP), sources u32 (<= SOURCE_CAP entries),
 //             and for split rows fp64 partials (2 * sources / csrChunk + 1) x 128 (<= 64 MB at the
@@ -25,14 +26,30 @@ import type { DType } from '../tensor.js';
 export interface TrainKernelInfo {
   readonly fwdThreads: number;
   readonly fwdMmaSmem: number;
+  readonly fwdWgmmaThreads: number;
+  readonly fwdWgmmaSmem: number;
+  /** Query rows one wgmma CTA holds at a time (a slab). */
+  readonly wgmmaSlabRows: number;
+  /** The compute capability (major) the wgmma forward runs on, and only it (sm_90a cubins). */
+  readonly wgmmaCc: number;
   readonly mmaDimMultiple: number;
   readonly mmaMaxDim: number;
   readonly mmaMinCc: number;
   readonly maxGrid: number;
 }
 
-/** 'auto' picks the tensor-core forward where it applies; 'mma' and 'simt' force one. */
-export type TrainKernelChoice = 'auto' | 'mma' | 'simt';
+/**
+ * 'auto' picks the Hopper wgmma forward for all pairs on compute capability 9.x, the mma.sync forward
+ * where tensor cores apply otherwise, the CUDA-core one elsewhere; the others force one.
+ */
+export type TrainKernelChoice = 'auto' | 'wgmma' | 'mma' | 'simt';
+
+/** The device a plan is made for. */
+export interface TrainDevice {
+  ccMajor: number;
+  /** Streaming multiprocessors (the wgmma forward runs one CTA per SM). */
+  sms: number;
+}
 export type TrainDDChoice = 'csr' | 'atomic' | 'auto';
 
 /** The internal knobs a plan takes (see TrainCudaTuning in src/ops/train.ts). */
@@ -45,14 +62,18 @@ export interface TrainPlanTuning {
 }
 
 export interface TrainForwardPlan {
-  kernel: 'mma' | 'simt';
+  kernel: 'wgmma' | 'mma' | 'simt';
   threads: number;
-  /** Dynamic shared memory, bytes (the mma forward's, 0 for simt). */
+  /** Dynamic shared memory, bytes (the tensor-core forwards', 0 for simt). */
   smem: number;
-  /** CTAs, each striding over pairs (0 without pairs). */
+  /** CTAs: each striding over pairs (mma, simt) or over (slab, document group) items (wgmma); 0 without pairs. */
   grid: number;
   /** argmax entries stored as int16 on the device (every document shorter than 32768 tokens). */
   argmax16: boolean;
+  /** wgmma: queries per launch (best[] holds their pairs' slots); 0 for the others. */
+  queryChunk: number;
+  /** wgmma: the groups each slab's documents are dealt into, so that every SM has work; 0 for the others. */
+  docGroups: number;
 }
 
 export interface TrainBackwardPlan {
@@ -137,23 +158,68 @@ export function numPairs(shape: TrainShape): number {
   return shape.pairs === 'all' ? shape.queries * shape.docs : shape.queries;
 }
 
+/** Whether the wgmma forward applies: where mma does, all pairs, on its compute capability, one query's slots within the scratch budget. */
+export function wgmmaForwardApplies(shape: TrainShape, device: TrainDevice, info: TrainKernelInfo): boolean {
+  return (
+    mmaForwardApplies(shape, device.ccMajor, info) &&
+    device.ccMajor === info.wgmmaCc &&
+    shape.pairs === 'all' &&
+    shape.docs * Math.max(shape.stride, 1) * 4 <= FWD_SCRATCH_BYTES
+  );
+}
+
 export function planForward(
   shape: TrainShape,
   kernel: TrainKernelChoice,
   tuning: TrainPlanTuning,
-  ccMajor: number,
+  device: TrainDevice,
   info: TrainKernelInfo,
 ): TrainForwardPlan {
+  const { ccMajor } = device;
   const applies = mmaForwardApplies(shape, ccMajor, info);
+  const needs = `float16 or bfloat16 queries and docs of one dtype, dim a multiple of ${info.mmaDimMultiple} up to ${info.mmaMaxDim}`;
+  const have = `${shape.queryDtype} queries, ${shape.docDtype} docs, dim ${shape.dim}, compute capability ${ccMajor}`;
   if (kernel === 'mma' && !applies) {
     throw new InvalidArgumentError(
       'trainKernel',
-      `'auto' or 'simt' (trainKernel 'mma' needs float16 or bfloat16 queries and docs of one dtype, dim a multiple of ${info.mmaDimMultiple} up to ${info.mmaMaxDim}, compute capability >= ${info.mmaMinCc}.0)`,
-      `'mma' with ${shape.queryDtype} queries, ${shape.docDtype} docs, dim ${shape.dim}, compute capability ${ccMajor}`,
+      `'auto' or 'simt' (trainKernel 'mma' needs ${needs}, compute capability >= ${info.mmaMinCc}.0)`,
+      `'mma' with ${have}`,
     );
   }
-  const mma = kernel !== 'simt' && applies;
+  const wgApplies = wgmmaForwardApplies(shape, device, info);
+  if (kernel === 'wgmma' && !wgApplies) {
+    throw new InvalidArgumentError(
+      'trainKernel',
+      `'auto', 'mma' or 'simt' (trainKernel 'wgmma' needs ${needs}, pairs 'all', compute capability ${info.wgmmaCc}.x and one query's ${shape.docs} x ${shape.stride} slots within ${FWD_SCRATCH_BYTES / 2 ** 20} MB)`,
+      `'wgmma' with ${have}, pairs '${shape.pairs}'`,
+    );
+  }
   const pairs = numPairs(shape);
+  const argmax16 = planArgmax16(shape.maxDocLength, tuning.argmaxBits);
+  if ((kernel === 'auto' || kernel === 'wgmma') && wgApplies && pairs > 0) {
+    // best[] holds one float per slot of a chunk's pairs; a slab is wgmmaSlabRows query rows (queries
+    // cut into 16-row chunks); with fewer slabs than about four per SM the documents are dealt into
+    // groups so that every SM has items (each item reloads its slab's query rows: few groups).
+    const perQuery = shape.docs * Math.max(shape.stride, 1) * 4;
+    const queryChunk = Math.min(shape.queries, Math.max(1, Math.floor(FWD_SCRATCH_BYTES / perQuery)));
+    const slabs = Math.ceil(
+      (queryChunk * Math.max(1, Math.ceil(shape.stride / 16))) / (info.wgmmaSlabRows / 16),
+    );
+    const sms = Math.max(1, device.sms);
+    const docGroups = Math.max(1, Math.min(shape.docs, Math.floor((4 * sms) / slabs)));
+    let grid = Math.min(sms, slabs * docGroups);
+    if (tuning.forwardGrid) grid = Math.min(grid, tuning.forwardGrid);
+    return {
+      kernel: 'wgmma',
+      threads: info.fwdWgmmaThreads,
+      smem: info.fwdWgmmaSmem,
+      grid,
+      argmax16,
+      queryChunk,
+      docGroups,
+    };
+  }
+  const mma = kernel !== 'simt' && applies;
   const perCta = Math.max(shape.stride, 1) * 4; // one float per argmax slot
   let grid = 0;
   if (pairs > 0) {
@@ -165,7 +231,9 @@ export function planForward(
     threads: info.fwdThreads,
     smem: mma ? info.fwdMmaSmem : 0,
     grid,
-    argmax16: planArgmax16(shape.maxDocLength, tuning.argmaxBits),
+    argmax16,
+    queryChunk: 0,
+    docGroups: 0,
   };
 }
 

@@ -4,7 +4,13 @@
 // waits for), plus the kernels' CUDA-event times from one profiled pass.
 import { type CudaDevice, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
-import { contrastiveStep, maxsimTrain, maxsimTrainTuned, type TrainDDPath } from '../ops/train.js';
+import {
+  contrastiveStep,
+  maxsimTrain,
+  maxsimTrainTuned,
+  type TrainDDPath,
+  type TrainKernel,
+} from '../ops/train.js';
 import { denseBatch, encodeFloats, type FloatDType, type TokenBatch } from '../tensor.js';
 
 export interface TrainStepShape {
@@ -24,6 +30,8 @@ export interface TrainStepRow {
   dtype: FloatDType;
   dDPath: TrainDDPath;
   dDPathUsed?: string;
+  /** The forward kernel asked for (CUDA). */
+  trainKernel?: string;
   repeats: number;
   forwardMs: number;
   backwardMs: number;
@@ -71,6 +79,8 @@ export async function measureTrainStep(
     backend: 'cpu' | 'cuda';
     inputs: 'host' | 'device';
     dDPath: TrainDDPath;
+    /** CUDA: the forward kernel (default 'auto'). */
+    trainKernel?: TrainKernel;
     repeats: number;
     device?: number;
     onProgress?: (done: number, total: number) => void;
@@ -87,7 +97,8 @@ export async function measureTrainStep(
     if (onDevice && !gpu) throw new Error("inputs 'device' needs the CUDA backend");
     const queries = onDevice && gpu ? await gpu.upload(hostQueries) : hostQueries;
     const docs = onDevice && gpu ? await gpu.upload(hostDocs) : hostDocs;
-    const common = { backend: options.backend, dDPath: options.dDPath, device: options.device };
+    const trainKernel = options.trainKernel ?? 'auto';
+    const common = { backend: options.backend, dDPath: options.dDPath, device: options.device, trainKernel };
     const grad = new Float32Array(b * b).fill(1 / b);
     const total = options.repeats + 1;
     drop(await (await maxsimTrain(queries, docs, common)).backward(grad)); // warm-up
@@ -135,6 +146,7 @@ export async function measureTrainStep(
       dtype,
       dDPath: options.dDPath,
       dDPathUsed: used,
+      trainKernel,
       repeats: options.repeats,
       forwardMs,
       backwardMs,

@@ -10,7 +10,7 @@ import {
   type TrainStepRow,
 } from '../bench/train.js';
 import { InvalidArgumentError } from '../errors.js';
-import type { TrainDDPath } from '../ops/train.js';
+import type { TrainDDPath, TrainKernel } from '../ops/train.js';
 import type { FloatDType } from '../tensor.js';
 import { type BenchShape, fixed, formatShape, parseShape, printTable } from './common.js';
 import { Progress } from './progress.js';
@@ -28,6 +28,7 @@ export interface TrainBenchOptions {
   json?: boolean;
   torch: boolean;
   ddPath?: TrainDDPath;
+  trainKernel?: TrainKernel;
   inputs?: 'host' | 'device';
   contention?: string[] | false;
   trainChild?: string;
@@ -60,22 +61,22 @@ function settings(opts: TrainBenchOptions) {
   const inputs = opts.inputs ?? (opts.backend === 'cuda' ? 'device' : 'host');
   if (inputs === 'device' && opts.backend !== 'cuda')
     throw new InvalidArgumentError('--inputs', "'host' on the CPU", "'device'");
-  return { dtype, inputs, dDPath: opts.ddPath ?? 'csr' } as const;
+  return { dtype, inputs, dDPath: opts.ddPath ?? 'csr', trainKernel: opts.trainKernel ?? 'auto' } as const;
 }
 
 /** The hidden child of one shape: prints its TrainStepRow as one JSON line. */
 async function trainChild(opts: TrainBenchOptions): Promise<void> {
   const s = checkTrainShape(parseShape(opts.trainChild ?? ''));
-  const { dtype, inputs, dDPath } = settings(opts);
+  const { dtype, inputs, dDPath, trainKernel } = settings(opts);
   const row = await measureTrainStep(
     { batch: s.b, queryLength: s.lq, docLength: s.ld, dim: s.d, dtype },
-    { backend: opts.backend, inputs, dDPath, repeats: opts.repeats, device: opts.device },
+    { backend: opts.backend, inputs, dDPath, trainKernel, repeats: opts.repeats, device: opts.device },
   );
   console.log(JSON.stringify(row));
 }
 
 function runChild(shape: BenchShape, opts: TrainBenchOptions): TrainStepRow {
-  const { dtype, inputs, dDPath } = settings(opts);
+  const { dtype, inputs, dDPath, trainKernel } = settings(opts);
   const args = [
     ...process.execArgv,
     process.argv[1],
@@ -91,6 +92,8 @@ function runChild(shape: BenchShape, opts: TrainBenchOptions): TrainStepRow {
     inputs,
     '--dd-path',
     dDPath,
+    '--train-kernel',
+    trainKernel,
     '--repeats',
     String(opts.repeats),
     '--device',

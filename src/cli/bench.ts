@@ -83,6 +83,7 @@ interface BenchOptions {
   fill?: number;
   train?: boolean;
   ddPath?: 'csr' | 'atomic' | 'auto';
+  trainKernel?: 'auto' | 'wgmma' | 'mma' | 'simt';
   inputs?: 'host' | 'device';
   contention?: string[] | false;
   trainChild?: string;
@@ -209,6 +210,11 @@ export function benchCommand(): Command {
       new Option('--dd-path <method>', 'with --train: the dD method')
         .choices(['csr', 'atomic', 'auto'])
         .default('csr'),
+    )
+    .addOption(
+      new Option('--train-kernel <kernel>', 'with --train on CUDA: the forward kernel')
+        .choices(['auto', 'wgmma', 'mma', 'simt'])
+        .default('auto'),
     )
     .addOption(
       new Option(

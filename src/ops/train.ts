@@ -22,6 +22,7 @@ import {
   planBackward,
   planForward,
   type TrainBackwardPlan,
+  type TrainDevice,
   type TrainForwardPlan,
   type TrainKernelInfo,
   type TrainPlanTuning,
@@ -61,14 +62,15 @@ export interface TrainCudaTuning extends TrainPlanTuning {
   profile?: boolean;
 }
 /**
- * Forward kernel for backend 'cuda': 'auto' (default) runs the tensor-core kernel (mma.sync, fp32
- * accumulate) where it applies (float16 / bfloat16 queries and documents of one dtype, dim % 8 == 0,
- * dim <= 128, compute capability >= 8.0) and the CUDA-core kernel (bitwise equal to the CPU engine)
- * otherwise; 'mma' and 'simt' force one ('mma' where it does not apply is refused). Tensor-core dot
- * products round differently from the CPU's sequential fp32 sums: scores agree to fp32 rounding and the
- * argmax may differ at near-ties only.
+ * Forward kernel for backend 'cuda': 'auto' (default) runs a tensor-core kernel where one applies
+ * (float16 / bfloat16 queries and documents of one dtype, dim % 8 == 0, dim <= 128): the Hopper
+ * wgmma kernel for all pairs on compute capability 9.x, the mma.sync kernel otherwise (8.0 or newer),
+ * and the CUDA-core kernel (bitwise equal to the CPU engine) elsewhere; 'wgmma', 'mma' and 'simt'
+ * force one (where it does not apply it is refused). The two tensor-core kernels give the same
+ * scores and argmax; their dot products round differently from the CPU's sequential fp32 sums, so
+ * scores agree with the CPU to fp32 rounding and the argmax may differ at near-ties only.
  */
-export type TrainKernel = 'auto' | 'mma' | 'simt';
+export type TrainKernel = 'auto' | 'wgmma' | 'mma' | 'simt';
 
 /**
  * Gradient dtype: 'float32' (default) or 'input': each gradient in its input's dtype (float16 and
@@ -162,6 +164,8 @@ export interface ContrastiveOptions {
   device?: number;
   /** dD method for backend 'cuda' (default 'csr'). */
   dDPath?: TrainDDPath;
+  /** Forward kernel for backend 'cuda' (default 'auto'). */
+  trainKernel?: TrainKernel;
   /** Gradient dtype (default 'float32'). */
   outputDtype?: GradientDtype;
 }
@@ -324,7 +328,7 @@ function checkBackend(backend: unknown): boolean {
  * The CUDA device index to train on and its compute capability (major); BackendUnavailableError with
  * the reason when CUDA cannot run.
  */
-function checkCudaDevice(device: unknown): { index: number; ccMajor: number } {
+function checkCudaDevice(device: unknown): { index: number; gpu: TrainDevice } {
   const status = cudaStatus();
   if (!status.available) {
     throw new BackendUnavailableError(
@@ -336,7 +340,9 @@ function checkCudaDevice(device: unknown): { index: number; ccMajor: number } {
   if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= count) {
     throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(device));
   }
-  return { index, ccMajor: status.devices?.[index]?.computeCapability[0] ?? 0 };
+  const info = status.devices?.[index];
+  const ccMajor = info?.computeCapability[0] ?? 0;
+  return { index, gpu: { ccMajor, sms: info?.sms ?? 0 } };
 }
 
 function checkDDPath(path: unknown): TrainDDPath {
@@ -386,8 +392,8 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
 
 function checkTrainKernel(kernel: unknown): TrainKernel {
   if (kernel === undefined) return 'auto';
-  if (kernel === 'auto' || kernel === 'mma' || kernel === 'simt') return kernel;
-  throw new InvalidArgumentError('trainKernel', "'auto', 'mma' or 'simt'", JSON.stringify(kernel));
+  if (kernel === 'auto' || kernel === 'wgmma' || kernel === 'mma' || kernel === 'simt') return kernel;
+  throw new InvalidArgumentError('trainKernel', "'auto', 'wgmma', 'mma' or 'simt'", JSON.stringify(kernel));
 }
 
 function checkOutputDtype(dtype: unknown): GradientDtype {
@@ -629,12 +635,12 @@ function cudaPlans(
   dDPath: TrainDDPath,
   tuning: TrainCudaTuning,
 ) {
-  const { index, ccMajor } = checkCudaDevice(device);
+  const { index, gpu } = checkCudaDevice(device);
   const cuda = cudaAddon();
   return {
     device: index,
     cuda,
-    forward: planForward(shape, kernel, tuning, ccMajor, cuda.trainKernelInfo),
+    forward: planForward(shape, kernel, tuning, gpu, cuda.trainKernelInfo),
     backward: planBackward(dDPath, tuning, shape.maxDocLength),
   };
 }
@@ -739,7 +745,7 @@ async function deviceTrain(
       `${device} (the device of the inputs) or undefined`,
       String(options.device),
     );
-  const { ccMajor } = checkCudaDevice(device);
+  const { gpu } = checkCudaDevice(device);
   const { dDPath, kernel, tuning, pairs, outputDtype } = checkTrainOptions(
     queries,
     docs,
@@ -755,7 +761,7 @@ async function deviceTrain(
   const fwd = await addon.trainForward(device, native(queries), native(docs), {
     pairs,
     stride,
-    plan: planForward(shape, kernel, tuning, ccMajor, addon.trainKernelInfo),
+    plan: planForward(shape, kernel, tuning, gpu, addon.trainKernelInfo),
     keep: true,
     ...profile,
   });
@@ -921,6 +927,7 @@ export async function contrastiveStep(
       backend: options.backend,
       device: options.device,
       dDPath: options.dDPath,
+      trainKernel: options.trainKernel,
       outputDtype: options.outputDtype,
       signal: options.signal,
     });
@@ -942,6 +949,7 @@ export async function contrastiveStep(
     threads: options.threads,
     device: options.device,
     dDPath: options.dDPath,
+    trainKernel: options.trainKernel,
     outputDtype: options.outputDtype,
     signal: options.signal,
   });

@@ -11,6 +11,7 @@
 // CSR by contention; profiling reports every phase. Without a GPU every test skips with the reason.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { cudaStatus } from '../../src/backends/cuda.js';
 import { decodeBatch64 } from '../../src/backends/reference.js';
 import { referenceBackward, referenceMaxsimTrain } from '../../src/backends/reference-train.js';
 import { InvalidArgumentError } from '../../src/errors.js';
@@ -45,6 +46,9 @@ import {
 import { bitsEqual, skip } from './helpers.js';
 
 const device = Number(process.env.MAXSIM_TEST_DEVICE ?? 0);
+/** The tensor-core forwards of this device: the wgmma one exists on compute capability 9.x only. */
+const tensorKernels = (): ('mma' | 'wgmma')[] =>
+  cudaStatus().devices?.[device]?.computeCapability[0] === 9 ? ['mma', 'wgmma'] : ['mma'];
 const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
 
 function gpuTrain(
@@ -465,9 +469,10 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
         // the 64-token tile; empty items of both kinds
         const queries = randomRagged([1, 15, 16, 17, 31, 0, 33, 130, 200], d, dtype, rand);
         const docs = randomRagged([1, 63, 64, 0, 65, 130, 7, 200], d, dtype, rand);
-        for (const kernel of ['mma', 'simt'] as const) {
+        for (const kernel of [...tensorKernels(), 'simt'] as const) {
           const ctx = `${dtype} d=${d} ${kernel}`;
           await compareWithCpu(queries, docs, 'all', `${ctx} all`, kernel);
+          if (kernel === 'wgmma') continue; // all pairs only
           const diag = randomRagged([3, 0, 40, 129], d, dtype, rand);
           const diagDocs = randomRagged([70, 5, 0, 64], d, dtype, rand);
           await compareWithCpu(diag, diagDocs, 'diagonal', `${ctx} diagonal`, kernel);
@@ -506,7 +511,7 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
       const f32 = raggedBatch(data, offsets, { dim: d });
       const docs = { ...f32, dtype, data: encodeFloats(f32.data as Float32Array, dtype) } as TokenBatch;
       const cpu = await maxsimTrain(queries, docs, { pairs: 'all', backend: 'cpu' });
-      for (const kernel of ['mma', 'simt'] as const) {
+      for (const kernel of [...tensorKernels(), 'simt'] as const) {
         const gpu = await gpuTrain(queries, docs, 'all', 'csr', kernel);
         const stride = gpu.argmaxStride;
         for (let e = 0; e < gpu.argmax.length; e++) {
@@ -537,12 +542,55 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     });
   }
 
+  test('the wgmma forward (sm_90) equals the mma.sync forward bit for bit: scores, argmax, gradients', async (t) => {
+    if (cudaStatus().devices?.[device]?.computeCapability[0] !== 9) {
+      t.skip('the wgmma forward runs on compute capability 9.x only');
+      return;
+    }
+    const rand = rng(runSeed + 12);
+    const range = (n: number, f: (i: number) => number) => Array.from({ length: n }, (_, i) => f(i));
+    const cases: [string, number[], number[], number][] = [
+      // slabs spanning several queries, partial tiles, empty items of both kinds
+      ['ragged', [1, 15, 16, 17, 31, 0, 33, 130, 200, 257], [1, 127, 128, 0, 129, 300, 7, 1030], 128],
+      ['d = 40', [40, 0, 77], [64, 200, 0, 3], 40],
+      ['d = 8', [3, 19], [5, 130], 8],
+      // a query's slots take 1 MB: two launches of 64 queries, best[] reused
+      ['query chunks', range(80, (i) => 1000 + (i % 25)), range(256, (i) => 100 + ((i * 37) % 300)), 128],
+      // few slabs and many documents: documents dealt into groups
+      ['document groups', [32, 20], range(3000, (i) => 1 + ((i * 13) % 150)), 64],
+    ];
+    for (const dtype of ['float16', 'bfloat16'] as const) {
+      for (const [name, ql, dl, d] of cases) {
+        const ctx = `${dtype} ${name}`;
+        const queries = randomRagged(ql, d, dtype, rand);
+        const docs = randomRagged(dl, d, dtype, rand);
+        const w = await gpuTrain(queries, docs, 'all', 'csr', 'wgmma');
+        const m = await gpuTrain(queries, docs, 'all', 'csr', 'mma');
+        assert.ok(bitsEqual(w.scores, m.scores), `${ctx}: scores`);
+        assert.equal(w.argmaxStride, m.argmaxStride);
+        assert.deepEqual(w.argmax, m.argmax, `${ctx}: argmax`);
+        const g = Float64Array.from(randomFloats(w.scores.length, rand));
+        const gw = await w.backward(g);
+        const gm = await m.backward(g);
+        assert.ok(bitsEqual(gw.dQ, gm.dQ), `${ctx}: dQ`);
+        assert.ok(bitsEqual(gw.dD, gm.dD), `${ctx}: dD`);
+      }
+    }
+    // where it does not apply, a forced wgmma is refused naming the option
+    const q16 = randomRagged([2, 3], 16, 'float16', rand);
+    await assert.rejects(
+      maxsimTrain(q16, q16, { pairs: 'diagonal', backend: 'cuda', device, trainKernel: 'wgmma' }),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError && e.argument === 'trainKernel' && /pairs 'all'/.test(e.message),
+    );
+  });
+
   test('trainKernel: bad values and a forced tensor-core forward where it does not apply are refused', async () => {
     const rand = rng(runSeed + 10);
     const q32 = randomRagged([2, 3], 16, 'float32', rand);
     const d32 = randomRagged([2, 3, 4], 16, 'float32', rand);
     await assert.rejects(
-      maxsimTrain(q32, d32, { backend: 'cuda', device, trainKernel: 'wgmma' as TrainKernel }),
+      maxsimTrain(q32, d32, { backend: 'cuda', device, trainKernel: 'tensor' as TrainKernel }),
       (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'trainKernel',
     );
     await assert.rejects(

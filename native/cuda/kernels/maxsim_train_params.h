@@ -19,6 +19,13 @@
 #define MAXSIM_TRAIN_MMA_DIM_MULTIPLE 8
 #define MAXSIM_TRAIN_MMA_MAX_DIM 128
 #define MAXSIM_TRAIN_MMA_MIN_CC 8
+// maxsim_train_fwd_wgmma_* (all pairs, sm_90 only, same dims as mma): one producer and two consumer
+// warpgroups, six stages of 128 rows x 128 dims (+ 1 KiB alignment slack); a slab is the query rows
+// one CTA holds at a time (best[] holds a float per argmax slot of the pairs of one launch).
+#define MAXSIM_TRAIN_FWD_WGMMA_THREADS 384
+#define MAXSIM_TRAIN_FWD_WGMMA_SMEM 197632
+#define MAXSIM_TRAIN_FWD_WGMMA_SLAB_ROWS 256
+#define MAXSIM_TRAIN_WGMMA_CC 9
 // Columns per pass of the split-row dD passes (kChunk) and counts per scan block (kScanTile).
 #define MAXSIM_TRAIN_PARTIAL_COLS 128
 #define MAXSIM_TRAIN_SCAN_TILE 4096
@@ -72,7 +79,7 @@ struct MaxsimTrainParams {
   int32_t doc_end;
   int32_t qblocks;               // query blocks of the CSR cells (1 for diagonal)
   int32_t qblock_size;           // queries per query block
-  int32_t pad_;
+  int32_t doc_groups;            // fwd_wgmma: a slab's documents are dealt into this many groups (>= 1)
 };
 
 // nvcc and g++ must agree on the layout the driver copies (20 pointers, 9 int64, 12 int32).
