@@ -88,6 +88,7 @@ describe('CUDA training plan (TypeScript decides)', () => {
       argmax16: true,
       queryChunk: 0,
       docGroups: 0,
+      tma: false,
     });
     assert.equal(
       planForward(shape({ queryDtype: 'bfloat16', docDtype: 'bfloat16' }), 'auto', {}, sm80, info).kernel,
@@ -138,7 +139,13 @@ describe('CUDA training plan (TypeScript decides)', () => {
       argmax16: true,
       queryChunk: 128,
       docGroups: 1,
+      tma: true,
     });
+    assert.equal(
+      planForward(shape({ queries: 128, docs: 128, stride: 1024 }), 'auto', { forwardTma: false }, sm90, info)
+        .tma,
+      false,
+    );
     // B = 256: a query's slots take 1 MB, so 64 queries per launch; their 256 slabs get 2 groups
     const b256 = planForward(shape({ queries: 256, docs: 256, stride: 1024 }), 'auto', {}, sm90, info);
     assert.equal(b256.queryChunk, FWD_SCRATCH_BYTES / (256 * 1024 * 4));
@@ -264,6 +271,8 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
       [{ ...goodWgmma, smem: info.fwdMmaSmem }, /plan\.smem/],
       [{ ...goodWgmma, threads: info.fwdThreads }, /plan\.threads/],
       [{ ...goodWgmma, queryChunk: undefined }, /plan\.queryChunk/],
+      [{ ...goodForward, tma: true }, /plan\.tma/],
+      [{ ...goodWgmma, tma: undefined }, /plan\.tma/],
       [{ ...goodForward, smem: info.fwdMmaSmem - 1024 }, /plan\.smem/],
       [{ ...goodForward, kernel: 'simt' }, /plan\.smem/], // the mma forward's smem on the CUDA-core one
       [{ ...goodForward, kernel: 'simt', smem: 0, threads: info.fwdThreads * 2 }, /plan\.threads/],

@@ -138,7 +138,7 @@ bool OptionalTrue(const Napi::Object& opts, const char* key) {
 constexpr int64_t kInt32Max = 2147483647;
 
 // options.plan of trainForward: { kernel: 'wgmma' | 'mma' | 'simt', threads, smem, grid, argmax16,
-// queryChunk, docGroups }.
+// queryChunk, docGroups, tma }.
 ForwardPlan ParseForwardPlan(Napi::Env env, const Napi::Object& opts) {
   Napi::Object o = PlanObject(env, opts);
   ForwardPlan plan;
@@ -157,6 +157,7 @@ ForwardPlan ParseForwardPlan(Napi::Env env, const Napi::Object& opts) {
   plan.argmax16 = GetBool(env, o, "argmax16", "plan.argmax16");
   plan.query_chunk = GetInteger(env, o.Get("queryChunk"), "plan.queryChunk", 0, kInt32Max);
   plan.doc_groups = GetInteger(env, o.Get("docGroups"), "plan.docGroups", 0, kInt32Max);
+  plan.tma = GetBool(env, o, "tma", "plan.tma");
   CheckPlan(env, [&] { maxsim_cuda::train::CheckForwardPlan(plan); });
   return plan;
 }

@@ -355,11 +355,14 @@ void Runtime::Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes) {
   w.Finish();
 }
 
-void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params) {
+void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params, const cu::CUtensorMap* map) {
   ValidateLaunch(spec);
+  if ((map != nullptr) != (spec.tma_box[0] > 0)) {
+    throw std::invalid_argument("Expected a tensor map exactly when launch.tmaBox is set for kernel " + spec.kernel);
+  }
   KernelFunction& f = modules_.Function(spec.kernel);
-  // One by-value argument: the driver copies the kernel's declared parameter size from params.
-  void* args[] = {const_cast<void*>(params)};
+  // By-value arguments: the driver copies each parameter's declared size from these addresses.
+  void* args[] = {const_cast<void*>(params), const_cast<cu::CUtensorMap*>(map)};
   const std::string call = "cuLaunchKernel(" + spec.kernel + ")";
   Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1], spec.block[2],
                              spec.smem, stream_, args, nullptr),

@@ -97,11 +97,12 @@ class Runtime {
   // Copies host bytes to the device through the pinned staging buffers (the host memory may change
   // once this returns; the copies complete in stream order).
   void Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes);
-  // Enqueues one launch of spec.kernel (spec.grid / block / smem; query_tile is ignored) whose only
+  // Enqueues one launch of spec.kernel (spec.grid / block / smem; query_tile is ignored) whose
   // argument is the by-value struct at `params` (the driver copies the kernel's declared parameter
-  // size at the call, so it must be that struct). Validates the launch first (std::invalid_argument
-  // for a bad one); the caller synchronizes.
-  void LaunchWithParams(const LaunchSpec& spec, const void* params);
+  // size at the call, so it must be that struct), followed by the tensor map `map` for a kernel that
+  // takes one (spec.tma_box set; map null otherwise). Validates the launch first
+  // (std::invalid_argument for a bad one); the caller synchronizes.
+  void LaunchWithParams(const LaunchSpec& spec, const void* params, const cu::CUtensorMap* map = nullptr);
   // Whether a loaded module holds this kernel (an optional family, e.g. an older build without it).
   bool HasKernel(const std::string& name) { return modules_.HasKernel(name); }
   void Synchronize();

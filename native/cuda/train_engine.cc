@@ -107,15 +107,20 @@ MaxsimTrainParams BaseParams(const Problem& a, const DeviceTokens& q, const Devi
   return p;
 }
 
+// map: the documents' tensor map for a kernel that takes one (the wgmma forward's TMA twin).
 void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned threads, const MaxsimTrainParams& p,
-              unsigned smem = 0) {
+              unsigned smem = 0, const cu::CUtensorMap* map = nullptr) {
   if (blocks <= 0) return;
   LaunchSpec spec;
   spec.kernel = kernel;
   spec.grid[0] = static_cast<unsigned>(std::min(blocks, kMaxGrid));
   spec.block[0] = threads;
   spec.smem = smem;
-  rt->LaunchWithParams(spec, &p);
+  if (map) {
+    spec.tma_box[0] = 64;
+    spec.tma_box[1] = MAXSIM_TRAIN_FWD_WGMMA_TILE;
+  }
+  rt->LaunchWithParams(spec, &p, map);
 }
 
 void ZeroWords(Runtime* rt, cu::CUdeviceptr ptr, uint64_t words) {
@@ -487,6 +492,7 @@ void CheckForwardPlan(const ForwardPlan& plan) {
     PlanError("docGroups", wg ? "an integer in [1, 2^31) for 'wgmma'" : "0 (only 'wgmma' deals documents into groups)",
               Int(plan.doc_groups));
   }
+  if (plan.tma && !wg) PlanError("tma", "false (only 'wgmma' reads documents through a tensor map)", "true");
 }
 
 void CheckForwardPlan(const ForwardPlan& plan, const Problem& a, int cc_major) {
@@ -602,7 +608,11 @@ void RunForward(Runtime* rt, ForwardJob& job) {
   if (wg) {
     // Launches over query chunks: each sees queries [q0, q0 + n) as its own (offset tables, scores
     // and argmax), reusing best[]; maxsim_train_fwd_sum then finishes the chunk's pairs.
-    const std::string name = std::string("maxsim_train_fwd_wgmma_") + KernelSuffix(a.d.dtype);
+    const std::string name = std::string(plan.tma ? "maxsim_train_fwd_wgmma_tma_" : "maxsim_train_fwd_wgmma_") +
+                             KernelSuffix(a.d.dtype);
+    const unsigned box[2] = {64, MAXSIM_TRAIN_FWD_WGMMA_TILE};
+    cu::CUtensorMap map{};
+    if (plan.tma) map = rt->TokensTensorMap(*d, box);
     const uint64_t entry = argmax16 ? sizeof(int16_t) : sizeof(int32_t);
     for (int64_t q0 = 0; q0 < a.q.count; q0 += plan.query_chunk) {
       const int64_t n = std::min<int64_t>(plan.query_chunk, a.q.count - q0);
@@ -614,7 +624,7 @@ void RunForward(Runtime* rt, ForwardJob& job) {
       c.scores = DevPtr<float>(scores.get() + static_cast<uint64_t>(q0 * a.d.count) * sizeof(float));
       c.argmax = DevPtr<void>(argmax + static_cast<uint64_t>(q0 * a.d.count) * static_cast<uint64_t>(a.stride) * entry);
       c.doc_groups = static_cast<int32_t>(plan.doc_groups);
-      Launch1D(rt, name, grid, plan.threads, c, plan.smem);
+      Launch1D(rt, name, grid, plan.threads, c, plan.smem, plan.tma ? &map : nullptr);
       Launch1D(rt, "maxsim_train_fwd_sum", CeilDiv(c.num_pairs, 4), 128, c);
     }
   } else {

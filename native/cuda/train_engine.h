@@ -59,6 +59,7 @@ struct ForwardPlan {
   // groups each slab's documents are dealt into (group g: documents g, g + groups, ...).
   int64_t query_chunk = 0;
   int64_t doc_groups = 0;
+  bool tma = false;  // wgmma only: documents through a TMA tensor map (else cp.async)
 };
 
 // The backward as TypeScript planned it.

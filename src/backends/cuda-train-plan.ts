@@ -55,6 +55,8 @@ export type TrainDDChoice = 'csr' | 'atomic' | 'auto';
 /** The internal knobs a plan takes (see TrainCudaTuning in src/ops/train.ts). */
 export interface TrainPlanTuning {
   argmaxBits?: 0 | 16 | 32;
+  /** wgmma forward: false reads the documents with cp.async instead of TMA (for A/B measurements). */
+  forwardTma?: boolean;
   docBlock?: number;
   queryBlock?: number;
   forwardGrid?: number;
@@ -74,6 +76,8 @@ export interface TrainForwardPlan {
   queryChunk: number;
   /** wgmma: the groups each slab's documents are dealt into, so that every SM has work; 0 for the others. */
   docGroups: number;
+  /** wgmma: the documents come through a TMA tensor map (else cp.async); false for the others. */
+  tma: boolean;
 }
 
 export interface TrainBackwardPlan {
@@ -217,6 +221,7 @@ export function planForward(
       argmax16,
       queryChunk,
       docGroups,
+      tma: tuning.forwardTma !== false,
     };
   }
   const mma = kernel !== 'simt' && applies;
@@ -234,6 +239,7 @@ export function planForward(
     argmax16,
     queryChunk: 0,
     docGroups: 0,
+    tma: false,
   };
 }
 

@@ -51,7 +51,8 @@ export type TrainDDPath = 'csr' | 'atomic' | 'auto';
  * and none changes the gradients' values except csrChunk (see below).
  * argmaxBits: device storage of the argmax (0 automatic: int16 when every document is shorter than
  * 32768 tokens); docBlock / queryBlock: documents per CSR block and queries per CSR cell (0 automatic);
- * forwardGrid: at most this many forward CTAs, each striding over pairs (0 automatic); csrChunk:
+ * forwardGrid: at most this many forward CTAs (0 automatic); forwardTma: false makes the wgmma forward
+ * read documents with cp.async instead of TMA (A/B measurements); csrChunk:
  * sources per chunk of a split dD row (0 automatic = CSR_CHUNK, else >= CSR_CHUNK_MIN; rows with more
  * sources are summed by one warp per chunk; it sets the fp64 association of long rows, so unlike the
  * others it may change the last bit of their gradients); profile: the passes report profileMs (host
@@ -357,8 +358,10 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
     throw new InvalidArgumentError('cudaTuning', 'an object', String(tuning));
   }
   const t = tuning as TrainCudaTuning;
-  if (t.profile !== undefined && typeof t.profile !== 'boolean') {
-    throw new InvalidArgumentError('cudaTuning.profile', 'a boolean', String(t.profile));
+  for (const key of ['profile', 'forwardTma'] as const) {
+    if (t[key] !== undefined && typeof t[key] !== 'boolean') {
+      throw new InvalidArgumentError(`cudaTuning.${key}`, 'a boolean', String(t[key]));
+    }
   }
   if (t.argmaxBits !== undefined && t.argmaxBits !== 0 && t.argmaxBits !== 16 && t.argmaxBits !== 32) {
     throw new InvalidArgumentError('cudaTuning.argmaxBits', '0, 16 or 32', String(t.argmaxBits));
@@ -385,6 +388,7 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
     docBlock: t.docBlock,
     queryBlock: t.queryBlock,
     forwardGrid: t.forwardGrid,
+    forwardTma: t.forwardTma,
     csrChunk: t.csrChunk,
     profile: t.profile,
   };

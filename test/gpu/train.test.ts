@@ -569,6 +569,17 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
         assert.ok(bitsEqual(w.scores, m.scores), `${ctx}: scores`);
         assert.equal(w.argmaxStride, m.argmaxStride);
         assert.deepEqual(w.argmax, m.argmax, `${ctx}: argmax`);
+        // the cp.async twin of the (default) TMA producer
+        const c = await maxsimTrainTuned(queries, docs, {
+          pairs: 'all',
+          backend: 'cuda',
+          device,
+          trainKernel: 'wgmma',
+          cudaTuning: { forwardTma: false },
+        });
+        assert.ok(bitsEqual(c.scores, m.scores), `${ctx}: cp.async scores`);
+        assert.deepEqual(c.argmax, m.argmax, `${ctx}: cp.async argmax`);
+        c.dispose();
         const g = Float64Array.from(randomFloats(w.scores.length, rand));
         const gw = await w.backward(g);
         const gm = await m.backward(g);

@@ -436,7 +436,7 @@ constexpr int kWgStages = 6;
 constexpr int kWgThreads = 128 * (kWgCons + 1);
 constexpr int kWgSmem = kWgStages * kWgTN * 256 + 1024;  // + 1024: alignment slack for the swizzle
 static_assert(kWgThreads == MAXSIM_TRAIN_FWD_WGMMA_THREADS && kWgSmem == MAXSIM_TRAIN_FWD_WGMMA_SMEM &&
-                  kWgCons * 4 * kWgMB * 16 == MAXSIM_TRAIN_FWD_WGMMA_SLAB_ROWS,
+                  kWgCons * 4 * kWgMB * 16 == MAXSIM_TRAIN_FWD_WGMMA_SLAB_ROWS && kWgTN == MAXSIM_TRAIN_FWD_WGMMA_TILE,
               "maxsim_train_params.h states the wgmma forward's launch: keep it equal to the kernel");
 
 // Lengths and starts of documents first, first + step, ... (a document group), read 32 at a time by
@@ -472,27 +472,66 @@ struct DocGroup {
 // One row of an m-block's tile (h: the thread's row g or g + 8): NV / 2 values at accumulators
 // 4 i + 2 h + e, tile columns 8 i + 2 (lane % 4) + e (padding columns already -inf: mask_tail).
 // Updates the thread's (bv, bt) for the row.
+// Reductions as trees over register arrays (fixed indices after unrolling: no local memory).
+template <int N>
+__device__ __forceinline__ int tree_max3(const int (&x)[N]) {
+  if constexpr (N == 1) {
+    return x[0];
+  } else {
+    constexpr int M = (N + 2) / 3;
+    int y[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+      const int a = x[3 * k];
+      const int b = 3 * k + 1 < N ? x[3 * k + 1] : a;
+      const int c = 3 * k + 2 < N ? x[3 * k + 2] : a;
+      y[k] = max(a, max(b, c));  // one VIMNMX3
+    }
+    return tree_max3<M>(y);
+  }
+}
+template <int N>
+__device__ __forceinline__ uint32_t tree_or(const uint32_t (&x)[N]) {
+  if constexpr (N == 1) {
+    return x[0];
+  } else {
+    constexpr int M = (N + 2) / 3;
+    uint32_t y[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+      const uint32_t a = x[3 * k];
+      const uint32_t b = 3 * k + 1 < N ? x[3 * k + 1] : 0u;
+      const uint32_t c = 3 * k + 2 < N ? x[3 * k + 2] : 0u;
+      y[k] = a | b | c;  // one LOP3
+    }
+    return tree_or<M>(y);
+  }
+}
+
 template <int NV>
 __device__ __forceinline__ void fold_argmax_row(const float* acc, int h, int lane, int col0, float& bv, int32_t& bt) {
-  auto v = [&](int i, int e) { return acc[4 * i + 2 * h + e]; };
-  int r = max(__float_as_int(v(0, 0)), __float_as_int(v(0, 1)));
+  constexpr int N = NV / 2;  // values of the row in this thread: j = 2 i + e
+  static_assert(N <= 32, "one bit per value in a 32-bit mask");
+  auto v = [&](int j) { return acc[4 * (j >> 1) + 2 * h + (j & 1)]; };
+  // The tile maximum on the bit patterns, as a tree (short dependency chains: the fold runs while
+  // the other consumer warpgroup's wgmma does and should end before it).
+  int bits[N];
 #pragma unroll
-  for (int i = 1; i < NV / 4; ++i) r = maxsim::max3_bits(r, v(i, 0), v(i, 1));
-  float tm = __int_as_float(r);
+  for (int j = 0; j < N; ++j) bits[j] = __float_as_int(v(j));
+  float tm = __int_as_float(tree_max3(bits));
   if (maxsim::max_bits_inexact(tm)) {  // every value negative, or a NaN won the integer max
-    tm = v(0, 0);
+    tm = v(0);
 #pragma unroll
-    for (int i = 0; i < NV / 4; ++i) tm = fmaxf(tm, fmaxf(v(i, 0), v(i, 1)));
+    for (int j = 1; j < N; ++j) tm = fmaxf(tm, v(j));
   }
   if (tm > bv) {  // strict: an earlier tile keeps its ties; NaN and -inf never enter
-    int c = 0;
+    // the lowest j holding tm: the lowest set bit of the mask of equal values
+    uint32_t m[N];
 #pragma unroll
-    for (int i = NV / 4 - 1; i >= 0; --i) {
-      if (v(i, 1) == tm) c = 8 * i + 1;
-      if (v(i, 0) == tm) c = 8 * i;
-    }
+    for (int j = 0; j < N; ++j) m[j] = v(j) == tm ? 1u << j : 0u;
+    const int j = __ffs(static_cast<int>(tree_or(m))) - 1;
     bv = tm;
-    bt = col0 + 2 * (lane & 3) + c;
+    bt = col0 + 2 * (lane & 3) + 8 * (j >> 1) + (j & 1);
   }
 }
 // The last, partial tile of a document: the accumulators of columns at or past rem become -inf in
@@ -507,8 +546,11 @@ __device__ __forceinline__ void mask_tail(float* acc, int rem, int lane) {
 }
 #endif
 
-template <class E>
-__device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P) {
+// TMA: the documents come through a tensor map (box [64, TN], 128-byte swizzle; one elected producer
+// lane issues the two K-half loads of a tile and arms the stage's barrier with its bytes) instead of
+// 16-byte cp.async by every producer thread.
+template <class E, bool TMA>
+__device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P, const maxsim::TmaMap* map) {
 #if MAXSIM_HAS_WGMMA
   using namespace maxsim;
   using T = typename E::Elem;
@@ -525,7 +567,7 @@ __device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P) {
   const uint32_t sbase = (smem_u32(smem_dyn) + 1023u) & ~1023u;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 128);  // one copy-completion arrive per producer thread
+      mbar_init(smem_u32(&full_bar[s]), TMA ? 1 : 128);  // TMA: the armed arrive; else one per producer thread
       mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
     }
   }
@@ -548,24 +590,39 @@ __device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P) {
     const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ prow) << 4);
     const int64_t row_step = 8 * static_cast<int64_t>(dim);
     int t = 0;
-    for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
-      DocGroup win(P, static_cast<int>(item % groups), groups);
-      for (int i = 0; i < win.count; ++i) {
-        int64_t start;
-        const int len = win.at(P, i, &start);
-        if (len <= 0) continue;
-        const int ntiles = (len + TN - 1) / TN;
-        for (int tile = 0; tile < ntiles; ++tile, ++t) {
-          const int s = t % S;
-          if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-          const int row0 = tile * TN + prow;
-          const T* src = docs + (start + row0) * static_cast<int64_t>(dim) + pchunk * 8;
-          copy_chunk_rows<TN / 8, 8, 8 * 128>(sbase + s * STAGE + pdst, src, row_step, len - row0, kok, docs);
-          cp_async_mbar_arrive(smem_u32(&full_bar[s]));
+    if (!TMA || warp == 0) {  // TMA: one warp walks the documents, its lane 0 issues
+      for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
+        DocGroup win(P, static_cast<int>(item % groups), groups);
+        for (int i = 0; i < win.count; ++i) {
+          int64_t start;
+          const int len = win.at(P, i, &start);
+          if (len <= 0) continue;
+          const int ntiles = (len + TN - 1) / TN;
+          for (int tile = 0; tile < ntiles; ++tile, ++t) {
+            const int s = t % S;
+            if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
+            const uint32_t fb = smem_u32(&full_bar[s]);
+            if constexpr (TMA) {
+              // rows past the document are the next one's (masked by the consumers) or past the set
+              // (zeros); dims past dim are zeros. Rows < 2^31: the engine checks.
+              if (lane == 0) {
+                const int row = static_cast<int>(start) + tile * TN;
+                mbar_arrive_expect_tx(fb, STAGE);
+                tma_load_2d(sbase + s * STAGE, map, 0, row, fb);
+                tma_load_2d(sbase + s * STAGE + HALF, map, 64, row, fb);
+              }
+              __syncwarp();
+            } else {
+              const int row0 = tile * TN + prow;
+              const T* src = docs + (start + row0) * static_cast<int64_t>(dim) + pchunk * 8;
+              copy_chunk_rows<TN / 8, 8, 8 * 128>(sbase + s * STAGE + pdst, src, row_step, len - row0, kok, docs);
+              cp_async_mbar_arrive(fb);
+            }
+          }
         }
       }
     }
-    cp_async_wait<0>();
+    if constexpr (!TMA) cp_async_wait<0>();
   } else {
     // ---- consumer warpgroups
     setmaxnreg_inc<RegSplit<kWgCons>::consumer>();
@@ -613,7 +670,9 @@ __device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P) {
           const int s = t % S;
           mbar_wait(smem_u32(&full_bar[s]), (full_phase >> s) & 1);
           full_phase ^= 1u << s;
-          fence_proxy_async();  // cp.async wrote through the generic proxy; wgmma reads through the async one
+          // cp.async writes through the generic proxy, wgmma reads through the async one (TMA writes
+          // through the async proxy already)
+          if constexpr (!TMA) fence_proxy_async();
           const uint32_t st = sbase + s * STAGE;
 #pragma unroll
           for (int m = 0; m < MB; ++m)
@@ -1459,10 +1518,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) maxsim_train_dq_f32(const M
   maxsim_train::dq_body<float>(p);
 }
 extern "C" __global__ void __launch_bounds__(maxsim_train::kWgThreads, 1) maxsim_train_fwd_wgmma_f16(const MaxsimTrainParams p) {
-  maxsim_train::fwd_wgmma_body<maxsim::F16>(p);
+  maxsim_train::fwd_wgmma_body<maxsim::F16, false>(p, nullptr);
 }
 extern "C" __global__ void __launch_bounds__(maxsim_train::kWgThreads, 1) maxsim_train_fwd_wgmma_bf16(const MaxsimTrainParams p) {
-  maxsim_train::fwd_wgmma_body<maxsim::BF16>(p);
+  maxsim_train::fwd_wgmma_body<maxsim::BF16, false>(p, nullptr);
+}
+// the documents' tensor map (box [64, MAXSIM_TRAIN_FWD_WGMMA_TILE]) is the second parameter
+extern "C" __global__ void __launch_bounds__(maxsim_train::kWgThreads, 1)
+    maxsim_train_fwd_wgmma_tma_f16(const MaxsimTrainParams p, const __grid_constant__ maxsim::TmaMap docs_map) {
+  maxsim_train::fwd_wgmma_body<maxsim::F16, true>(p, &docs_map);
+}
+extern "C" __global__ void __launch_bounds__(maxsim_train::kWgThreads, 1)
+    maxsim_train_fwd_wgmma_tma_bf16(const MaxsimTrainParams p, const __grid_constant__ maxsim::TmaMap docs_map) {
+  maxsim_train::fwd_wgmma_body<maxsim::BF16, true>(p, &docs_map);
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_fwd_sum(const MaxsimTrainParams p) {
   maxsim_train::fwd_sum_body(p);

@@ -25,6 +25,8 @@
 #define MAXSIM_TRAIN_FWD_WGMMA_THREADS 384
 #define MAXSIM_TRAIN_FWD_WGMMA_SMEM 197632
 #define MAXSIM_TRAIN_FWD_WGMMA_SLAB_ROWS 256
+// its TMA twin (maxsim_train_fwd_wgmma_tma_*) reads tiles of this many document tokens (box [64, rows])
+#define MAXSIM_TRAIN_FWD_WGMMA_TILE 128
 #define MAXSIM_TRAIN_WGMMA_CC 9
 // Columns per pass of the split-row dD passes (kChunk) and counts per scan block (kScanTile).
 #define MAXSIM_TRAIN_PARTIAL_COLS 128
