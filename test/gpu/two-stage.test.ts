@@ -501,7 +501,11 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       docs.dispose();
     }
     assert.equal(printed.length, 2, printed.join('\n'));
-    assert.match(printed[0], /^topK phases ms: queries [0-9.]+ scan [0-9.]+ select [0-9.]+$/);
+    // the device selection reports its kernel and the read-back apart, the host heaps as one phase
+    assert.match(
+      printed[0],
+      /^topK phases ms: queries [0-9.]+ fill [0-9.]+ scan [0-9.]+ (select|selectKernel [0-9.]+ readBack) [0-9.]+$/,
+    );
     assert.match(printed[1], /^twoStage phases ms: queries [0-9.]+ scan [0-9.]+ scanSelect [0-9.]+ /);
   });
 });
