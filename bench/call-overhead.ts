@@ -12,7 +12,7 @@
 // Run on a GPU host: node dist/bench/call-overhead.js
 import { cuda, type JobTimes, onJobTimes } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { benchKernel, setJobPhases } from '../src/subpaths/internal.js';
+import { benchKernel, setJobPhases, setSelectPlacement } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
 
 const rng = new Rng(5);
@@ -114,6 +114,16 @@ for (const [name, corpus] of [
     console.log(
       `         topK(10), float16 query (no conversion) ${f1(topk16)} us (+${f1(topk16 - kernel)})`,
     );
+  }
+  // the selection on the worker's heaps (the whole 1,000-score row read back) instead of the device
+  // selection the plan picks for this shape: whether tiny shapes should select on the host
+  setSelectPlacement('host');
+  try {
+    const topkHost = await wall(() => corpus.topK(query, 10));
+    console.log(`         topK(10), host selection ${f1(topkHost)} us (+${f1(topkHost - kernel)})`);
+    console.log(`  topK  phases us, host selection: ${await phases(() => corpus.topK(query, 10), 200)}`);
+  } finally {
+    setSelectPlacement('auto');
   }
   console.log(`  topK  handoff us: ${await handoff(() => corpus.topK(query, 10))}`);
   console.log(`  score handoff us: ${await handoff(() => corpus.score(query))}`);
