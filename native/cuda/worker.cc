@@ -33,8 +33,10 @@ void Worker::Post(std::function<void()> job) {
 }
 
 void Worker::Loop() {
+  // with fewer than 4 hardware threads the poll would take the JS thread's core: sleep at once
+  const bool spin = std::thread::hardware_concurrency() >= 4;
   for (;;) {
-    if (queued_.load(std::memory_order_acquire) == 0) {
+    if (spin && queued_.load(std::memory_order_acquire) == 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicroseconds);
       while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
         for (int i = 0; i < 32; i++) CpuRelax();

@@ -14,7 +14,8 @@ class Worker {
  public:
   // After a job, the thread polls the queue this long before it sleeps on the condition variable:
   // a caller that submits its next job within it (a server's next request, a loop of small calls)
-  // skips the futex wake-up of a sleeping thread. It costs at most this much of one core per job.
+  // skips the futex wake-up of a sleeping thread. It costs at most this much of one core per job
+  // (none on a machine of fewer than 4 hardware threads, where it would compete with the JS thread).
   static constexpr int kSpinMicroseconds = 100;
 
   // Queues a job (thread-safe; never blocks on the GPU). The job must not throw.
