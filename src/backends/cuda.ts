@@ -783,8 +783,12 @@ class Corpus implements DeviceCorpus {
     const { launch } = this.device.planCached(q, this, options);
     const options_ = jobOptions();
     if (!options_) return nativeCuda().score(this.device.handle, q, this.native, launch);
-    const scores = await nativeCuda().score(this.device.handle, q, this.native, launch, options_);
-    return reportPhases('score', scores);
+    const scores = reportPhases(
+      'score',
+      await nativeCuda().score(this.device.handle, q, this.native, launch, options_),
+    );
+    Reflect.deleteProperty(scores, 'handoff'); // reported; the caller gets the plain array
+    return scores;
   }
 }
 

@@ -4,7 +4,13 @@
 // Skipped with the reason where no GPU runs.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { type DeviceCorpus, hitsOfHeaps, nativeCuda } from '../../src/backends/cuda.js';
+import {
+  type DeviceCorpus,
+  hitsOfHeaps,
+  type JobTimes,
+  nativeCuda,
+  onJobTimes,
+} from '../../src/backends/cuda.js';
 import { planSelect } from '../../src/backends/cuda-select-plan.js';
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
@@ -476,6 +482,40 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
     } finally {
       docsInt8.dispose();
       docs.dispose();
+    }
+  });
+
+  test('onJobTimes: score, topK and twoStage jobs report their handoff (in, run, out), the results unchanged', async () => {
+    const rand = rng(runSeed + 211);
+    const dev = await gpu();
+    const docs = await dev.upload(randomRagged(lengthsWithEmpty(rand, 300, 9, 50), 64, 'float16', rand));
+    const docsInt8 = await docs.quantize('int8');
+    const queries = randomRagged([20, 7, 32], 64, 'float32', rand);
+    const seen: Array<[string, JobTimes]> = [];
+    const calls = async () => [
+      await docs.score(queries),
+      await docs.topK(queries, 10),
+      await twoStageTopKAll(queries, docs, docsInt8, 10),
+    ];
+    try {
+      const plain = await calls();
+      onJobTimes((job, times) => seen.push([job, times]));
+      assert.deepStrictEqual(await calls(), plain);
+    } finally {
+      onJobTimes(undefined);
+      docsInt8.dispose();
+      docs.dispose();
+    }
+    assert.deepStrictEqual(
+      seen.map(([job]) => job),
+      ['score', 'topK', 'twoStage'],
+    );
+    for (const [job, times] of seen) {
+      for (const part of ['inUs', 'runUs', 'outUs'] as const) {
+        const us = times.handoff?.[part];
+        assert.ok(typeof us === 'number' && us >= 0 && us < 60e6, `${job} ${part}: ${us}`);
+      }
+      assert.equal(times.phases, undefined, `${job}: no phases unless setJobPhases`);
     }
   });
 
