@@ -48,7 +48,7 @@ cu::CUdeviceptr JobScratch::Take(uint64_t bytes) {
 }
 
 void JobScratch::Defer(cu::CUdeviceptr flag, uint64_t ok, std::string (*message)(uint64_t)) {
-  if (used_slots_ == Staging::kFlagSlots) {  // never in today's jobs (at most 3 flags): judge it now
+  if (used_slots_ == Staging::kFlagSlots) {  // never in today's jobs (at most 2 flags): judge it now
     uint64_t value = ok;
     rt_.Download(&value, flag, sizeof(value));
     if (value != ok) throw std::invalid_argument(message(value));

@@ -221,8 +221,8 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
   rt.ValidateLaunch(launch);
   Heaps h;
   JobPhases phases(rt, options.time_phases, &h.phases);
-  // One synchronize per job: the read-back's (or this one, for a job with nothing to select); the
-  // queries' deferred checks are judged after it.
+  // The job waits on the GPU once, at the read-back (or below, for a job with nothing to select);
+  // the queries' deferred checks are judged after it.
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   phases.Mark("queries");
   const int64_t rows = q->count, cols = docs.count;
