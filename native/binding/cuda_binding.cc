@@ -240,7 +240,7 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// score(device, queries, docs, launch), topK(device, queries, docs, launch, k, options?),
+// score(device, queries, docs, launch, options?), topK(device, queries, docs, launch, k, select, options?),
 // twoStage(...), and internal.bench(...): queries are a device token set or a host batch the job
 // uploads itself.
 
@@ -292,6 +292,22 @@ std::shared_ptr<DeviceTokens> ParsePair(Napi::Env env, Runtime* rt, const Napi::
   return ParseDocs(env, rt, info[at + 1], q, dname, qname);
 }
 
+// The benchmark-only switches of a job ({ phases?: boolean, handoff?: boolean }, from
+// maxsim/internal), when given; `handoff` asks the task for its handoff times (cuda_task.h).
+maxsim_cuda::JobOptions ParseJobOptions(Napi::Env env, const Napi::Value& v, const std::string& name, Task* task) {
+  maxsim_cuda::JobOptions o;
+  if (v.IsUndefined()) return o;
+  if (!v.IsObject()) throw ArgError(env, name, "an object { phases?, handoff? }", Describe(v));
+  const auto flag = [&](const char* key) {
+    Napi::Value f = v.As<Napi::Object>().Get(key);
+    if (!f.IsUndefined() && !f.IsBoolean()) throw ArgError(env, name + "." + key, "a boolean", Describe(f));
+    return f.IsBoolean() && f.As<Napi::Boolean>().Value();
+  };
+  o.time_phases = flag("phases");
+  task->report_handoff = flag("handoff");
+  return o;
+}
+
 Napi::Value Score(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Runtime* rt = UnwrapDevice(env, info[0]);
@@ -299,11 +315,12 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
   QuerySource q;
   std::shared_ptr<DeviceTokens> docs = ParsePair(env, rt, info, 1, task.get(), q);
   LaunchSpec launch = ParseLaunch(env, info[3], docs->dtype, docs->e4m3);
+  ParseJobOptions(env, info[4], "options", task.get());  // handoff only: a score job has no phases
   task->run = [rt, q, docs, launch]() mutable { return maxsim_cuda::Score(*rt, q, *docs, launch); };
   task->wrap = [](Napi::Env env, std::vector<float>& scores) -> Napi::Value {
     Napi::Float32Array a = Napi::Float32Array::New(env, scores.size());
     if (!scores.empty()) std::memcpy(a.Data(), scores.data(), scores.size() * sizeof(float));
-    return a;
+    return a;  // `handoff`, when asked for, is set on the array
   };
   return Submit(env, rt, std::move(task));
 }
@@ -320,17 +337,6 @@ Napi::Value WrapHeaps(Napi::Env env, maxsim_cuda::Heaps& h) {
   o.Set("scores", s);
   o.Set("indices", i);
   if (!h.phases.empty()) o.Set("phases", h.phases);
-  return o;
-}
-
-// The benchmark-only switches of a job ({ phases?: boolean }, from maxsim/internal), when given.
-maxsim_cuda::JobOptions ParseJobOptions(Napi::Env env, const Napi::Value& v, const std::string& name) {
-  maxsim_cuda::JobOptions o;
-  if (v.IsUndefined()) return o;
-  if (!v.IsObject()) throw ArgError(env, name, "an object { phases? }", Describe(v));
-  Napi::Value phases = v.As<Napi::Object>().Get("phases");
-  if (!phases.IsUndefined() && !phases.IsBoolean()) throw ArgError(env, name + ".phases", "a boolean", Describe(phases));
-  o.time_phases = phases.IsBoolean() && phases.As<Napi::Boolean>().Value();
   return o;
 }
 
@@ -351,7 +357,7 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
   LaunchSpec launch = ParseLaunch(env, info[3], docs->dtype, docs->e4m3);
   const int64_t k = GetInteger(env, info[4], "k", 0, 2147483647);
   const maxsim_cuda::SelectWhere select = ParseSelect(env, info[5], "select");
-  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[6], "options");
+  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[6], "options", task.get());
   task->run = [rt, q, docs, launch, k, select, options]() mutable {
     return maxsim_cuda::TopK(*rt, q, *docs, launch, k, select, options);
   };
@@ -380,7 +386,7 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   job.candidates = GetInteger(env, spec.Get("candidates"), "spec.candidates", 0, 2147483647);
   job.count = GetInteger(env, spec.Get("count"), "spec.count", 0, 2147483647);
   job.select = ParseSelect(env, spec.Get("select"), "spec.select");
-  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[8], "options");
+  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[8], "options", task.get());
   task->run = [rt, job, options]() mutable { return maxsim_cuda::TwoStage(*rt, job, options); };
   task->wrap = WrapHeaps;
   return Submit(env, rt, std::move(task));

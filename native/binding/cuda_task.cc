@@ -27,7 +27,16 @@ void CudaTask::RunCatching() {
 void CudaTask::Settle(Napi::Env env) {
   try {
     if (kind_ == kNone) {
-      deferred_.Resolve(Result(env));
+      Napi::Value v = Result(env);
+      if (report_handoff && v.IsObject()) {
+        const auto us = [](std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+        Napi::Object h = Napi::Object::New(env);
+        h.Set("inUs", us(started - submitted));
+        h.Set("runUs", us(finished - started));
+        h.Set("outUs", us(std::chrono::steady_clock::now() - finished));
+        v.As<Napi::Object>().Set("handoff", h);
+      }
+      deferred_.Resolve(v);
       return;
     }
     Napi::Error err = kind_ == kArgument ? Napi::Error(Napi::RangeError::New(env, message_))
@@ -87,8 +96,11 @@ Napi::Value TaskChannel::Submit(Napi::Env env, Runtime* rt, std::unique_ptr<Cuda
   Napi::Promise promise = task->Promise();
   std::shared_ptr<Shared> shared = shared_;
   CudaTask* raw = task.release();
+  raw->submitted = std::chrono::steady_clock::now();
   rt->Post([raw, shared] {
+    raw->started = std::chrono::steady_clock::now();
     raw->RunCatching();
+    raw->finished = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(shared->mutex);
     if (shared->alive) shared->tsfn.NonBlockingCall(raw);
   });

@@ -5,6 +5,7 @@
 #pragma once
 #include <napi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,11 @@ class CudaTask {
   void RunCatching();
   // JS thread: resolves with Result() or rejects (RangeError for bad arguments, `code` = CUDA name).
   void Settle(Napi::Env env);
+
+  // Benchmarks: the resolved object gets `handoff` { inUs, runUs, outUs }: submit -> worker start,
+  // the run on the worker, worker end -> this task's completion callback on the JS thread.
+  bool report_handoff = false;
+  std::chrono::steady_clock::time_point submitted, started, finished;
 
  private:
   enum Kind { kNone, kCuda, kArgument, kOther };

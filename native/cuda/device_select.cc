@@ -37,14 +37,17 @@ const SelectEntryPoints& SelectEntriesFor(int64_t keep) {
 }
 
 std::string DeviceSelectLimitBreach(int64_t rows, int64_t cols, int64_t keep) {
-  const std::string shape = std::to_string(rows) + " rows of " + std::to_string(cols) + " columns, keep " + std::to_string(keep);
-  if (rows <= 0 || keep <= 0 || keep > cols) return shape + ": keep must be in 1 .. columns and rows at least 1";
-  if (keep > kDeviceSelectMaxKeep) return shape + ": keep is past the device selection's " + std::to_string(kDeviceSelectMaxKeep);
+  // the shape's words only for a refusal: every job asks twice, and a taken shape costs no strings
+  const auto shape = [&] {
+    return std::to_string(rows) + " rows of " + std::to_string(cols) + " columns, keep " + std::to_string(keep);
+  };
+  if (rows <= 0 || keep <= 0 || keep > cols) return shape() + ": keep must be in 1 .. columns and rows at least 1";
+  if (keep > kDeviceSelectMaxKeep) return shape() + ": keep is past the device selection's " + std::to_string(kDeviceSelectMaxKeep);
   const SelectEntryPoints& e = SelectEntriesFor(keep);
-  if (rows * ((cols + e.chunk - 1) / e.chunk) > kDeviceSelectMaxBlocks) return shape + ": the first level's grid is past its limit";
+  if (rows * ((cols + e.chunk - 1) / e.chunk) > kDeviceSelectMaxBlocks) return shape() + ": the first level's grid is past its limit";
   // one read-back of the kept entries: scores and columns, and a NaN flag per row
   if (rows * keep * 8 + rows * 4 > static_cast<int64_t>(Runtime::kReadBackBytes)) {
-    return shape + ": the kept entries are past one read-back (" + std::to_string(Runtime::kReadBackBytes) + " bytes)";
+    return shape() + ": the kept entries are past one read-back (" + std::to_string(Runtime::kReadBackBytes) + " bytes)";
   }
   return "";
 }

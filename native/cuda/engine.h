@@ -34,9 +34,6 @@ std::shared_ptr<DeviceTokens> Select(Runtime& rt, const std::shared_ptr<DeviceTo
 // A view of `n` items of src whose starts / lengths a kernel writes (device_select.h): no host
 // spans, the parent's longest item as max_length (kernels do not read it; planning went by it).
 std::shared_ptr<DeviceTokens> ViewShell(Runtime& rt, const std::shared_ptr<DeviceTokens>& src, int64_t n);
-// A float16 / bfloat16 copy of a float32 set made by Append (same items; spans from its host mirror).
-// Enqueued only: the job synchronizes.
-std::shared_ptr<DeviceTokens> CastSet(Runtime& rt, const DeviceTokens& src, DType to);
 
 // A device set's items back on the host (not a view): packed tokens, starts / lengths, int8 scales.
 struct HostCopy {
@@ -68,6 +65,42 @@ class IdleAtExit {
   Runtime& rt_;
 };
 
+// The scratch of one job (worker thread): device blocks from the runtime's caching allocator (no
+// driver allocation once warm) that go back when the job ends, and deferred checks: an 8-byte device
+// flag copied into the runtime's pinned flag slots in stream order and judged after the job's next
+// synchronize, so that a check (a quantize's non-finite token) costs no synchronize of its own.
+// Declare it after the job's IdleAtExit: its blocks go back before the stream idles, which stream
+// order makes safe (everything that uses them is on the one stream).
+class JobScratch {
+ public:
+  explicit JobScratch(Runtime& rt) : rt_(rt) {}
+  cu::CUdeviceptr Take(uint64_t bytes);
+  // Enqueues the copy of the uint64 at `flag`; after a synchronize, CheckDeferred() throws
+  // `message(value)` when the value is not `ok`.
+  void Defer(cu::CUdeviceptr flag, uint64_t ok, std::string (*message)(uint64_t));
+  // Judges the deferred flags; the stream must have synchronized since the last Defer.
+  void CheckDeferred();
+  // The job's host queries once on the device: a second QuerySource over the same host batch
+  // (twoStage's scan and exact queries, the same JS batch) reuses the first upload.
+  std::shared_ptr<DeviceTokens> uploaded;
+  TokenSet uploaded_from;  // the host batch it came from (token memory by address, spans by value)
+
+ private:
+  struct Pending {
+    int slot;
+    uint64_t ok;
+    std::string (*message)(uint64_t);
+  };
+  Runtime& rt_;
+  std::vector<std::unique_ptr<ScopedBlock>> blocks_;
+  std::vector<Pending> pending_;
+  int used_slots_ = 0;
+};
+
+// Quantize8 of a job's queries (per token) into `scratch`, its non-finite check deferred there
+// (engine_sets.cc): no allocation of its own, no synchronize.
+std::shared_ptr<DeviceTokens> QuantizeQueries8(Runtime& rt, const DeviceTokens& src, bool e4m3, JobScratch& scratch);
+
 // ---- scoring jobs (engine_score.cc, engine_topk.cc) ----
 
 // The queries of a job: a device token set, or a host batch the job uploads itself.
@@ -94,8 +127,11 @@ QuerySource HostQueries(TokenSet host);
 void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3);
 
 // The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread). Host
-// queries are uploaded without a synchronize of their own: the caller holds an IdleAtExit.
-std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const DeviceTokens& docs);
+// queries go up in one copy (tokens, scales, starts, lengths packed in one scratch block through
+// pinned staging), are converted in the stream without a synchronize, and a quantize's non-finite
+// check is deferred to the job's next synchronize (scratch.CheckDeferred()). The returned set and
+// its conversions live in `scratch`: the caller holds an IdleAtExit and the scratch.
+std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const DeviceTokens& docs, JobScratch& scratch);
 
 // The [queries, docs] score matrix (row-major), through one launch plan from the dispatcher.
 std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch);

@@ -1,4 +1,4 @@
-// Token-set operations of the CUDA engine (engine.h): upload, download, quantize, cast, select.
+// Token-set operations of the CUDA engine (engine.h): upload, download, quantize, select.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -105,7 +105,16 @@ std::shared_ptr<DeviceTokens> Select(Runtime& rt, const std::shared_ptr<DeviceTo
   return v;
 }
 
-std::shared_ptr<DeviceTokens> Quantize8(Runtime& rt, const DeviceTokens& src, bool e4m3, bool per_document) {
+namespace {
+
+std::string NonFiniteToken(uint64_t token) {
+  return "Expected finite values to quantize but received a non-finite value at token " + std::to_string(token);
+}
+
+// Enqueues the quantize of src into dst (tokens, scales and the item table, which the kernel copies)
+// and the reset of `bad` (two words: the first non-finite token, ~0 for none). dst has room for src.
+void EnqueueQuantize8(Runtime& rt, const DeviceTokens& src, const DeviceTokens& dst, bool e4m3, bool per_document,
+                      cu::CUdeviceptr bad) {
   const char* suffix = src.dtype == DType::Float32    ? "f32"
                        : src.dtype == DType::Float16  ? "f16"
                        : src.dtype == DType::BFloat16 ? "bf16"
@@ -115,21 +124,17 @@ std::shared_ptr<DeviceTokens> Quantize8(Runtime& rt, const DeviceTokens& src, bo
                                 std::string(src.e4m3 ? "fp8" : DTypeName(src.dtype)));
   }
   const std::string kernel = std::string(e4m3 ? "maxsim_fp8_quantize_" : "maxsim_int8_quantize_") + suffix;
-  // Tight: the tokens and items in use (appended sets are packed, so tokens [0, src.tokens) are all real).
-  std::shared_ptr<DeviceTokens> dst = rt.AllocTokens(DType::Int8, src.dim, src.tokens, src.count);
-  dst->e4m3 = e4m3;
-  ScopedBlock bad(rt.allocator(), sizeof(unsigned long long));
-  Check(Api().cuMemsetD32Async(bad.get(), 0xffffffffu, 2, rt.stream()), "cuMemsetD32Async");
+  Check(Api().cuMemsetD32Async(bad, 0xffffffffu, 2, rt.stream()), "cuMemsetD32Async");
   QuantizeParams p;
   std::memset(&p, 0, sizeof(p));
   p.src = reinterpret_cast<const void*>(static_cast<uintptr_t>(src.data));
   p.src_starts = reinterpret_cast<const int64_t*>(static_cast<uintptr_t>(src.starts));
   p.src_lengths = reinterpret_cast<const int32_t*>(static_cast<uintptr_t>(src.lengths));
-  p.dst = reinterpret_cast<int8_t*>(static_cast<uintptr_t>(dst->data));
-  p.dst_scales = reinterpret_cast<float*>(static_cast<uintptr_t>(dst->scales));
-  p.dst_starts = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(dst->starts));
-  p.dst_lengths = reinterpret_cast<int32_t*>(static_cast<uintptr_t>(dst->lengths));
-  p.bad_token = reinterpret_cast<unsigned long long*>(static_cast<uintptr_t>(bad.get()));
+  p.dst = reinterpret_cast<int8_t*>(static_cast<uintptr_t>(dst.data));
+  p.dst_scales = reinterpret_cast<float*>(static_cast<uintptr_t>(dst.scales));
+  p.dst_starts = reinterpret_cast<int64_t*>(static_cast<uintptr_t>(dst.starts));
+  p.dst_lengths = reinterpret_cast<int32_t*>(static_cast<uintptr_t>(dst.lengths));
+  p.bad_token = reinterpret_cast<unsigned long long*>(static_cast<uintptr_t>(bad));
   p.tokens = src.tokens;
   p.count = static_cast<int32_t>(src.count);
   p.dim = static_cast<int32_t>(src.dim);
@@ -152,15 +157,27 @@ std::shared_ptr<DeviceTokens> Quantize8(Runtime& rt, const DeviceTokens& src, bo
       rt.LaunchWithParams(spec, &p);
     }
   }
+}
+
+// dst's counts after a quantize of src.
+void TakeCounts(DeviceTokens& dst, const DeviceTokens& src) {
+  dst.tokens = src.tokens;
+  dst.count = src.count;
+  dst.max_length = src.max_length;
+}
+
+}  // namespace
+
+std::shared_ptr<DeviceTokens> Quantize8(Runtime& rt, const DeviceTokens& src, bool e4m3, bool per_document) {
+  // Tight: the tokens and items in use (appended sets are packed, so tokens [0, src.tokens) are all real).
+  std::shared_ptr<DeviceTokens> dst = rt.AllocTokens(DType::Int8, src.dim, src.tokens, src.count);
+  dst->e4m3 = e4m3;
+  ScopedBlock bad(rt.allocator(), sizeof(unsigned long long));
+  EnqueueQuantize8(rt, src, *dst, e4m3, per_document, bad.get());
   unsigned long long first_bad = ~0ull;
   rt.Download(&first_bad, bad.get(), sizeof(first_bad));  // synchronizes
-  if (first_bad != ~0ull) {
-    throw std::invalid_argument("Expected finite values to quantize but received a non-finite value at token " +
-                                std::to_string(first_bad));
-  }
-  dst->tokens = src.tokens;
-  dst->count = src.count;
-  dst->max_length = src.max_length;
+  if (first_bad != ~0ull) throw std::invalid_argument(NonFiniteToken(first_bad));
+  TakeCounts(*dst, src);
   if (src.HostSpans()) {  // the kernel copies the item table unchanged
     dst->host_starts = src.host_starts;
     dst->host_lengths = src.host_lengths;
@@ -168,25 +185,29 @@ std::shared_ptr<DeviceTokens> Quantize8(Runtime& rt, const DeviceTokens& src, bo
   return dst;
 }
 
-std::shared_ptr<DeviceTokens> CastSet(Runtime& rt, const DeviceTokens& src, DType to) {
-  if (src.dtype != DType::Float32 || src.e4m3 || src.parent || !src.HostSpans()) {
-    throw std::invalid_argument("Expected a float32 token set made by upload() or append() to cast");
-  }
-  auto t = rt.AllocTokens(to, src.dim, src.tokens, src.count);
-  rt.CastFromF32(src.data, t->data, to, static_cast<uint64_t>(src.tokens) * static_cast<uint64_t>(src.dim));
-  if (src.count > 0) {
-    StagedWriter w(rt.staging(), rt.stream(), t->starts);
-    w.Write(src.host_starts.data(), src.host_starts.size() * sizeof(int64_t));
-    w.Retarget(t->lengths);
-    w.Write(src.host_lengths.data(), src.host_lengths.size() * sizeof(int32_t));
-    w.Finish();
-  }
-  t->tokens = src.tokens;
-  t->count = src.count;
-  t->max_length = src.max_length;
-  t->host_starts = src.host_starts;
-  t->host_lengths = src.host_lengths;
-  return t;
+std::shared_ptr<DeviceTokens> QuantizeQueries8(Runtime& rt, const DeviceTokens& src, bool e4m3, JobScratch& scratch) {
+  auto dst = std::make_shared<DeviceTokens>();  // no runtime: the scratch owns its memory
+  dst->dtype = DType::Int8;
+  dst->e4m3 = e4m3;
+  dst->dim = src.dim;
+  dst->capacity_tokens = src.tokens;
+  dst->capacity_items = src.count;
+  const uint64_t tokens = static_cast<uint64_t>(std::max<int64_t>(src.tokens, 1));
+  const uint64_t items = static_cast<uint64_t>(std::max<int64_t>(src.count, 1));
+  // one block: codes, scales, starts, lengths, the flag (each part 256-byte aligned)
+  const auto up = [](uint64_t b) { return (b + 255) / 256 * 256; };
+  const uint64_t codes = up(tokens * static_cast<uint64_t>(src.dim)), scales = up(tokens * 4), starts = up(items * 8),
+                 lengths = up(items * 4);
+  const cu::CUdeviceptr base = scratch.Take(codes + scales + starts + lengths + 8);
+  dst->data = base;
+  dst->scales = base + codes;
+  dst->starts = dst->scales + scales;
+  dst->lengths = dst->starts + starts;
+  const cu::CUdeviceptr bad = dst->lengths + lengths;
+  EnqueueQuantize8(rt, src, *dst, e4m3, /*per_document=*/false, bad);
+  scratch.Defer(bad, ~0ull, NonFiniteToken);
+  TakeCounts(*dst, src);
+  return dst;
 }
 
 }  // namespace maxsim_cuda

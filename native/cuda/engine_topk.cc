@@ -79,38 +79,6 @@ struct KeptEntries {
   std::vector<int32_t> host_columns, host_nan;
 };
 
-// SelectRows with the selection on the device: only the n kept entries of each row come back (in
-// ascending column order, which sortedHits ranks as it ranks a heap). A row holding a NaN score goes
-// through the host heap instead, from the matrix still on the device, so every row gets the host's
-// result. The caller has checked the shape (CheckDeviceSelect).
-void SelectRowsOnDevice(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores,
-                        int32_t* indices) {
-  KeptEntries kept(rt, rows, n);
-  DeviceSelection s = kept.SelectionOf(matrix, cols);
-  s.picked_scores = kept.scores();
-  SelectOnDevice(rt, s);
-  kept.Fetch(rt);
-  std::memcpy(scores, kept.host_scores.data(), kept.host_scores.size() * 4);
-  std::memcpy(indices, kept.host_columns.data(), kept.host_columns.size() * 4);
-  for (int64_t r = 0; r < rows; r++) {
-    if (kept.host_nan[r] != 0) {
-      SelectRows(rt, matrix + static_cast<uint64_t>(r * cols) * sizeof(float), 1, cols, n, scores + r * n, indices + r * n);
-    }
-  }
-}
-
-// The rows' top-n heaps, selected where the plan chose (a 'device' choice outside the device
-// selection's limits is refused, naming `argument`).
-void SelectRowsWhere(Runtime& rt, SelectWhere where, const char* argument, cu::CUdeviceptr matrix, int64_t rows, int64_t cols,
-                     int64_t n, float* scores, int32_t* indices) {
-  if (where == SelectWhere::kDevice) {
-    CheckDeviceSelect(rt, argument, rows, cols, n);
-    SelectRowsOnDevice(rt, matrix, rows, cols, n, scores, indices);
-  } else {
-    SelectRows(rt, matrix, rows, cols, n, scores, indices);
-  }
-}
-
 // JobOptions::time_phases: synchronizes at each phase boundary and appends the phase's wall time to
 // `line` (a no-op otherwise).
 class JobPhases {
@@ -131,6 +99,39 @@ class JobPhases {
   std::string* line_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
+
+// SelectRows with the selection on the device: only the n kept entries of each row come back (in
+// ascending column order, which sortedHits ranks as it ranks a heap). A row holding a NaN score goes
+// through the host heap instead, from the matrix still on the device, so every row gets the host's
+// result. The caller has checked the shape (CheckDeviceSelect).
+void SelectRowsOnDevice(Runtime& rt, cu::CUdeviceptr matrix, int64_t rows, int64_t cols, int64_t n, float* scores,
+                        int32_t* indices, JobPhases* phases) {
+  KeptEntries kept(rt, rows, n);
+  DeviceSelection s = kept.SelectionOf(matrix, cols);
+  s.picked_scores = kept.scores();
+  SelectOnDevice(rt, s);
+  if (phases) phases->Mark("selectKernel");
+  kept.Fetch(rt);
+  std::memcpy(scores, kept.host_scores.data(), kept.host_scores.size() * 4);
+  std::memcpy(indices, kept.host_columns.data(), kept.host_columns.size() * 4);
+  for (int64_t r = 0; r < rows; r++) {
+    if (kept.host_nan[r] != 0) {
+      SelectRows(rt, matrix + static_cast<uint64_t>(r * cols) * sizeof(float), 1, cols, n, scores + r * n, indices + r * n);
+    }
+  }
+}
+
+// The rows' top-n heaps, selected where the plan chose (a 'device' choice outside the device
+// selection's limits is refused, naming `argument`).
+void SelectRowsWhere(Runtime& rt, SelectWhere where, const char* argument, cu::CUdeviceptr matrix, int64_t rows, int64_t cols,
+                     int64_t n, float* scores, int32_t* indices, JobPhases* phases = nullptr) {
+  if (where == SelectWhere::kDevice) {
+    CheckDeviceSelect(rt, argument, rows, cols, n);
+    SelectRowsOnDevice(rt, matrix, rows, cols, n, scores, indices, phases);
+  } else {
+    SelectRows(rt, matrix, rows, cols, n, scores, indices);
+  }
+}
 
 // Sizes h for `rows` heaps of n = min(k, cols).
 void Shape(Heaps& h, int64_t rows, int64_t k, int64_t cols) {
@@ -216,20 +217,29 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
            SelectWhere select, const JobOptions& options) {
   rt.EnsureReady();
   IdleAtExit idle(rt);
+  JobScratch scratch(rt);
   rt.ValidateLaunch(launch);
   Heaps h;
   JobPhases phases(rt, options.time_phases, &h.phases);
-  std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs);
+  // The job waits on the GPU once, at the read-back (or below, for a job with nothing to select);
+  // the queries' deferred checks are judged after it.
+  std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   phases.Mark("queries");
   const int64_t rows = q->count, cols = docs.count;
   Shape(h, rows, k, cols);
-  if (rows == 0 || h.n == 0) return h;
-  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * cols) * sizeof(float));
-  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * cols));
-  rt.Launch(*q, docs, launch, out.get());
+  if (rows == 0 || h.n == 0) {
+    rt.Synchronize();
+    scratch.CheckDeferred();
+    return h;
+  }
+  const cu::CUdeviceptr out = scratch.Take(static_cast<uint64_t>(rows * cols) * sizeof(float));
+  rt.FillNaN(out, static_cast<uint64_t>(rows * cols));
+  phases.Mark("fill");
+  rt.Launch(*q, docs, launch, out);
   phases.Mark("scan");
-  SelectRowsWhere(rt, select, "select", out.get(), rows, cols, h.n, h.scores.data(), h.indices.data());
-  phases.Mark("select");
+  SelectRowsWhere(rt, select, "select", out, rows, cols, h.n, h.scores.data(), h.indices.data(), &phases);
+  scratch.CheckDeferred();
+  phases.Mark(select == SelectWhere::kDevice ? "readBack" : "select");
   return h;
 }
 
@@ -244,16 +254,21 @@ Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options) {
                                 " documents in scanDocs and exactDocs (the count the launches were planned for) but received " +
                                 std::to_string(job.scan_docs->count) + " and " + std::to_string(job.exact_docs->count));
   }
+  JobScratch scratch(rt);
   Heaps h;
   JobPhases phases(rt, options.time_phases, &h.phases);
-  std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, job.scan_queries, *job.scan_docs);
+  std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, job.scan_queries, *job.scan_docs, scratch);
   // Both query sets go up before the scan, so the exact ones are not on the path after it.
-  std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt, job.exact_queries, *job.exact_docs);
+  std::shared_ptr<DeviceTokens> qe = ResolveQueries(rt, job.exact_queries, *job.exact_docs, scratch);
   phases.Mark("queries");
   const int64_t rows = q->count;
   const int64_t keep = std::min(job.candidates, count);
   Shape(h, rows, job.k, keep);
-  if (rows == 0 || h.n == 0) return h;
+  if (rows == 0 || h.n == 0) {
+    rt.Synchronize();
+    scratch.CheckDeferred();
+    return h;
+  }
   if (qe->count != rows) {
     throw std::invalid_argument("Expected " + std::to_string(rows) + " exact queries (as scan queries) but received " +
                                 std::to_string(qe->count));
@@ -266,9 +281,13 @@ Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options) {
   phases.Mark("scan");
   if (job.select == SelectWhere::kDevice) {
     CheckDeviceSelect(rt, "spec.select", rows, count, keep);
-    if (StagesOnDevice(rt, job, *qe, scan.get(), rows, keep, phases, h)) return h;
+    if (StagesOnDevice(rt, job, *qe, scan.get(), rows, keep, phases, h)) {
+      scratch.CheckDeferred();  // both stages end with a read-back (synchronized)
+      return h;
+    }
   }
   StagesOnHost(rt, job, *qe, scan.get(), rows, keep, phases, h);
+  scratch.CheckDeferred();
   return h;
 }
 

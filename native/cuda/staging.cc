@@ -11,4 +11,13 @@ void* Staging::Buffer(int which) {
   return buffers[which];
 }
 
+uint64_t* Staging::Flags() {
+  if (!flags) {
+    void* p = nullptr;
+    Check(Api().cuMemHostAlloc(&p, kFlagSlots * sizeof(uint64_t), cu::CU_MEMHOSTALLOC_DEFAULT), "cuMemHostAlloc");
+    flags = static_cast<uint64_t*>(p);
+  }
+  return flags;
+}
+
 }  // namespace maxsim_cuda

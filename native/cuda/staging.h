@@ -23,6 +23,12 @@ struct Staging {
   // Runtime::ReadBack's buffer, grown on demand
   void* readback = nullptr;
   uint64_t readback_bytes = 0;
+  // Pinned 8-byte slots that a job's flags (a quantize's first non-finite token) are copied into
+  // with the job's other work, so that they are read after the job's last synchronize instead of
+  // after one of their own (engine.h, JobScratch).
+  static constexpr int kFlagSlots = 64;
+  uint64_t* Flags();
+  uint64_t* flags = nullptr;
 };
 
 // Streams bytes into device memory through the two pinned staging buffers: while the GPU copies one

@@ -17,6 +17,7 @@ import {
   isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
+  OVERFLOW_AT,
   raggedBatchView,
   type ScoreMatrix,
   type TokenBatch,
@@ -156,7 +157,8 @@ export interface NativeCuda {
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
     launch: NativeLaunch,
-  ): Promise<Float32Array>;
+    options?: NativeJobOptions,
+  ): Promise<Float32Array & { handoff?: JobHandoff }>;
   /**
    * The k best documents per query, selected on the device's worker thread (no score matrix to JS),
    * on the GPU or the host heaps as `select` says (planSelect; 'device' outside the device selection's
@@ -194,10 +196,31 @@ export interface NativeCuda {
   internal: NativeCudaInternal;
 }
 
-/** Benchmark-only switches of a top-K job (never set by product code; see setJobPhases). */
+/** Benchmark-only switches of a job (never set by product code; see setJobPhases, onJobTimes). */
 export interface NativeJobOptions {
-  /** Synchronize at each phase boundary and return each phase's wall time in NativeHeaps.phases. */
+  /** Top-K jobs: synchronize at each phase boundary and return each phase's wall time in NativeHeaps.phases. */
   phases?: boolean;
+  /** Return the job's handoff times (JobHandoff) on its result. */
+  handoff?: boolean;
+}
+
+/**
+ * Where a job's wall time went outside the GPU work, in microseconds (native/binding/cuda_task.h):
+ * inUs from the submit on the JS thread to the start on the device's worker thread, runUs the run
+ * there (host work, launches, copies and the waits on the GPU), outUs from the end of the run to the
+ * completion callback on the JS thread (the thread-safe function's wake-up of the event loop).
+ */
+export interface JobHandoff {
+  inUs: number;
+  runUs: number;
+  outUs: number;
+}
+
+/** What a benchmark learns of one job (onJobTimes). */
+export interface JobTimes {
+  handoff?: JobHandoff;
+  /** With setJobPhases(true): "<phase> <ms> ...". */
+  phases?: string;
 }
 
 /** The addon's benchmark and test entries (cuda.internal). */
@@ -237,10 +260,14 @@ export interface NativeHeaps {
   indices: Int32Array;
   /** With NativeJobOptions.phases: "<phase> <ms> ..." for each phase of the job. */
   phases?: string;
+  /** With NativeJobOptions.handoff. */
+  handoff?: JobHandoff;
 }
 
 // Benchmark-only switches, set from bench code through maxsim/internal (never from the environment).
-const benchSwitches = { jobPhases: false };
+const benchSwitches: { jobPhases: boolean; sink?: (job: string, times: JobTimes) => void } = {
+  jobPhases: false,
+};
 
 /**
  * @internal Benchmarks only: whether the top-K jobs time their phases (each phase synchronizes, which
@@ -250,12 +277,22 @@ export function setJobPhases(on: boolean): void {
   benchSwitches.jobPhases = on === true;
 }
 
-function jobOptions(): NativeJobOptions | undefined {
-  return benchSwitches.jobPhases ? { phases: true } : undefined;
+/**
+ * @internal Benchmarks only: `sink` receives the handoff times (and, with setJobPhases, the phases) of
+ * every score, topK and twoStage job until it is replaced or removed (undefined).
+ */
+export function onJobTimes(sink: ((job: string, times: JobTimes) => void) | undefined): void {
+  benchSwitches.sink = typeof sink === 'function' ? sink : undefined;
 }
 
-function reportPhases(job: string, h: NativeHeaps): NativeHeaps {
+function jobOptions(): NativeJobOptions | undefined {
+  if (!benchSwitches.jobPhases && !benchSwitches.sink) return undefined;
+  return { phases: benchSwitches.jobPhases, handoff: benchSwitches.sink !== undefined };
+}
+
+function reportPhases<T extends { phases?: string; handoff?: JobHandoff }>(job: string, h: T): T {
   if (h.phases) console.error(`${job} phases ms: ${h.phases}`);
+  benchSwitches.sink?.(job, { handoff: h.handoff, phases: h.phases });
   return h;
 }
 
@@ -488,12 +525,43 @@ function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBa
   if (batch.dim === dim) {
     if (dtype === 'int8') return batch;
     if (batch.dtype === 'float32' && (dtype === 'float16' || dtype === 'bfloat16')) {
-      // converted on the GPU: the values encodeFloats refuses are refused here, before the job
-      checkEncodable(batch.data, dtype, { name: 'queries.data', dim });
+      // converted on the GPU: the values encodeFloats refuses are refused here, before the job (the
+      // full check, which finds and names the value, only when the quick screen finds one)
+      if (!withinMagnitude(batch.data, OVERFLOW_AT[dtype]))
+        checkEncodable(batch.data, dtype, { name: 'queries.data', dim });
       return batch;
     }
   }
   return toDtype(batch, dtype, dim);
+}
+
+/**
+ * Whether every value of `data` is below `limit` in magnitude (a quick screen for checkEncodable:
+ * +-Infinity and NaN fail it, and checkEncodable then decides). Four lanes, so the loop
+ * is not one chain of dependent compares (2.5x the plain loop's speed on 4096 values).
+ */
+function withinMagnitude(data: TokenBatch['data'], limit: number): boolean {
+  if (!(data instanceof Float32Array)) return false;
+  let a0 = 0;
+  let a1 = 0;
+  let a2 = 0;
+  let a3 = 0;
+  const n = data.length - (data.length % 4);
+  for (let i = 0; i < n; i += 4) {
+    const x0 = Math.abs(data[i]);
+    const x1 = Math.abs(data[i + 1]);
+    const x2 = Math.abs(data[i + 2]);
+    const x3 = Math.abs(data[i + 3]);
+    a0 = Math.max(a0, x0);
+    a1 = Math.max(a1, x1);
+    a2 = Math.max(a2, x2);
+    a3 = Math.max(a3, x3);
+  }
+  for (let i = n; i < data.length; i++) {
+    const x = Math.abs(data[i]);
+    a0 = Math.max(a0, x);
+  }
+  return a0 < limit && a1 < limit && a2 < limit && a3 < limit;
 }
 
 /** What the dispatcher reads of a corpus. */
@@ -597,7 +665,7 @@ class Corpus implements DeviceCorpus {
     const empty = () => Array.from({ length: q.count }, (): Hit[] => []);
     if (!exact) {
       if (q.count === 0 || this.count === 0 || k === 0) return empty();
-      const { launch } = this.device.planFor(q, this, options);
+      const { launch } = this.device.planCached(q, this, options);
       // planned on k itself, not min(k, count): an append in flight may grow the corpus before the job
       // runs, and the job keeps min(k, its count), which a plan for k (<= count now) still covers
       const select = this.device.selectFor({ rows: q.count, cols: this.count, keep: k });
@@ -608,12 +676,12 @@ class Corpus implements DeviceCorpus {
     const qe = jobQueries(batch, exact.dtype, exact.dim);
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
-    const scan = this.device.planFor(q, this, options).launch;
+    const scan = this.device.planCached(q, this, options).launch;
     // the view of the candidates holds this many documents (each query's in turn, or the whole float
     // corpus when that is no more; the union, at most as many, where the host selects), none longer
     // than exact's longest; their total length is unknown here, so the rules go by the longest
     const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
-    const rescoring = this.device.planFor(qe, shape, {}).launch;
+    const rescoring = this.device.planCached(qe, shape, {}).launch;
     const select = this.device.selectFor({ rows: q.count, cols: this.count, keep });
     const spec = { k, candidates: keep, count: this.count, select };
     const native = nativeCuda();
@@ -712,8 +780,15 @@ class Corpus implements DeviceCorpus {
     this.check();
     const q = jobQueries(batch, this.dtype, this.dim);
     if (q.count === 0 || this.count === 0) return new Float32Array(q.count * this.count);
-    const { launch } = this.device.planFor(q, this, options);
-    return nativeCuda().score(this.device.handle, q, this.native, launch);
+    const { launch } = this.device.planCached(q, this, options);
+    const options_ = jobOptions();
+    if (!options_) return nativeCuda().score(this.device.handle, q, this.native, launch);
+    const scores = reportPhases(
+      'score',
+      await nativeCuda().score(this.device.handle, q, this.native, launch, options_),
+    );
+    Reflect.deleteProperty(scores, 'handoff'); // reported; the caller gets the plain array
+    return scores;
   }
 }
 
@@ -785,6 +860,29 @@ class Device implements CudaDevice {
         'the native addon reports no selection limits (cuda.selectKernelInfo; it predates them); run `npm rebuild maxsim`',
       );
     return planSelect(shape, limits, this.kernels);
+  }
+
+  // planCached's plans by shape: a plan is a pure function of the problem (the device's caps, table
+  // and kernels are fixed), so a repeated shape, which is what a server sees, skips the rules.
+  private readonly plans = new Map<string, { variant: Variant; launch: Launch }>();
+
+  /**
+   * planFor, cached by the problem's shape (for the jobs, which only read the launch: the cached
+   * objects are never handed to the caller of plan()).
+   */
+  planCached(
+    q: TokenBatch,
+    corpus: CorpusShape,
+    options: ScoreOptions,
+  ): { variant: Variant; launch: Launch } {
+    const key = `${q.count} ${maxLength(q)} ${corpus.maxLength} ${corpus.dim} ${corpus.count} ${corpus.tokens} ${corpus.dtype} ${corpus.documentScales === true} ${options.variant}`;
+    let plan = this.plans.get(key);
+    if (!plan) {
+      plan = this.planFor(q, corpus, options);
+      if (this.plans.size >= 256) this.plans.clear(); // shapes vary without bound (corpora grow): keep few
+      this.plans.set(key, plan);
+    }
+    return plan;
   }
 
   planFor(q: TokenBatch, corpus: CorpusShape, options: ScoreOptions): { variant: Variant; launch: Launch } {

@@ -276,6 +276,39 @@ describe(`CUDA int8 MaxSim vs float64 reference on dequantized values (seed ${ru
     }
   });
 
+  test('float queries holding an infinite value against an int8 or fp8 corpus: score, topK and twoStage reject naming the token (checked at the end of the job), and the next calls are right', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 38);
+    const d = 32;
+    const fcorpus = await dev.upload(floatRagged([5, 0, 12, 40, 9], d, 'float16', rand));
+    const i8 = await fcorpus.quantize('int8');
+    const f8 = await fcorpus.quantize('fp8');
+    try {
+      const good = floatRagged([3, 6], d, 'float32', rand);
+      const bad = { ...good, data: Float32Array.from(good.data as Float32Array) };
+      bad.data[7 * d + 2] = Number.POSITIVE_INFINITY; // item 1, its token 4: token 7 of the packed queries
+      const rescore = { rescore: { docs: fcorpus, candidates: 4 } };
+      for (const corpus of [i8, f8]) {
+        const want = [
+          await corpus.score(good),
+          await corpus.topK(good, 3),
+          await corpus.topK(good, 3, rescore),
+        ];
+        await assert.rejects(corpus.score(bad), /non-finite value at token 7/);
+        await assert.rejects(corpus.topK(bad, 3), /non-finite value at token 7/);
+        await assert.rejects(corpus.topK(bad, 3, rescore), /non-finite value at token 7/);
+        assert.deepStrictEqual(
+          [await corpus.score(good), await corpus.topK(good, 3), await corpus.topK(good, 3, rescore)],
+          want,
+        );
+      }
+    } finally {
+      f8.dispose();
+      i8.dispose();
+      fcorpus.dispose();
+    }
+  });
+
   test('float queries meet an int8 corpus quantized on the host; int8 queries need an int8 corpus', async () => {
     const dev = await gpu();
     const rand = rng(runSeed + 37);

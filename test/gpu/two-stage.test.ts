@@ -4,7 +4,13 @@
 // Skipped with the reason where no GPU runs.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { type DeviceCorpus, hitsOfHeaps, nativeCuda } from '../../src/backends/cuda.js';
+import {
+  type DeviceCorpus,
+  hitsOfHeaps,
+  type JobTimes,
+  nativeCuda,
+  onJobTimes,
+} from '../../src/backends/cuda.js';
 import { planSelect } from '../../src/backends/cuda-select-plan.js';
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
@@ -479,6 +485,40 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
     }
   });
 
+  test('onJobTimes: score, topK and twoStage jobs report their handoff (in, run, out), the results unchanged', async () => {
+    const rand = rng(runSeed + 211);
+    const dev = await gpu();
+    const docs = await dev.upload(randomRagged(lengthsWithEmpty(rand, 300, 9, 50), 64, 'float16', rand));
+    const docsInt8 = await docs.quantize('int8');
+    const queries = randomRagged([20, 7, 32], 64, 'float32', rand);
+    const seen: Array<[string, JobTimes]> = [];
+    const calls = async () => [
+      await docs.score(queries),
+      await docs.topK(queries, 10),
+      await twoStageTopKAll(queries, docs, docsInt8, 10),
+    ];
+    try {
+      const plain = await calls();
+      onJobTimes((job, times) => seen.push([job, times]));
+      assert.deepStrictEqual(await calls(), plain);
+    } finally {
+      onJobTimes(undefined);
+      docsInt8.dispose();
+      docs.dispose();
+    }
+    assert.deepStrictEqual(
+      seen.map(([job]) => job),
+      ['score', 'topK', 'twoStage'],
+    );
+    for (const [job, times] of seen) {
+      for (const part of ['inUs', 'runUs', 'outUs'] as const) {
+        const us = times.handoff?.[part];
+        assert.ok(typeof us === 'number' && us >= 0 && us < 60e6, `${job} ${part}: ${us}`);
+      }
+      assert.equal(times.phases, undefined, `${job}: no phases unless setJobPhases`);
+    }
+  });
+
   test('setJobPhases (maxsim/internal): the same hits with each phase timed, and the phases printed', async () => {
     const rand = rng(runSeed + 210);
     const dev = await gpu();
@@ -501,7 +541,11 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       docs.dispose();
     }
     assert.equal(printed.length, 2, printed.join('\n'));
-    assert.match(printed[0], /^topK phases ms: queries [0-9.]+ scan [0-9.]+ select [0-9.]+$/);
+    // the device selection reports its kernel and the read-back apart, the host heaps as one phase
+    assert.match(
+      printed[0],
+      /^topK phases ms: queries [0-9.]+ fill [0-9.]+ scan [0-9.]+ (select|selectKernel [0-9.]+ readBack) [0-9.]+$/,
+    );
     assert.match(printed[1], /^twoStage phases ms: queries [0-9.]+ scan [0-9.]+ scanSelect [0-9.]+ /);
   });
 });
