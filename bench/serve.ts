@@ -219,6 +219,27 @@ function histogram(text: string, name: string): { sum: number; count: number } {
   return { sum, count };
 }
 
+/** Sum and count of a Prometheus histogram's series with label phase="<phase>". */
+function phaseHistogram(text: string, name: string, phase: string): { sum: number; count: number } {
+  const get = (suffix: string) =>
+    Number(new RegExp(`^${name}_${suffix}\\{phase="${phase}"\\} (\\S+)`, 'm').exec(text)?.[1] ?? 0);
+  return { sum: get('sum'), count: get('count') };
+}
+
+const PASS_PHASES = ['gather', 'wait', 'backend', 'merge', 'split', 'answer'] as const;
+const REQUEST_PHASES = ['parse', 'decode', 'queue', 'encode'] as const;
+
+/** Mean ms per pass (or request) of each phase between two scrapes of /metrics. */
+function phaseMeans(before: string, after: string, name: string, phases: readonly string[]) {
+  const out: Record<string, number> = {};
+  for (const phase of phases) {
+    const b = phaseHistogram(before, name, phase);
+    const e = phaseHistogram(after, name, phase);
+    out[phase] = e.count > b.count ? ((e.sum - b.sum) / (e.count - b.count)) * 1000 : Number.NaN;
+  }
+  return out;
+}
+
 interface RunResult {
   maxBatch: number;
   requestsPerSecond: number;
@@ -239,6 +260,12 @@ interface RunResult {
    * requests/s several-fold between rounds; this figure much less).
    */
   cpuMsPerRequest: number;
+  /** Mean ms per search pass of each phase (see PassPhases in src/server/batcher.ts). */
+  passPhasesMs: Record<string, number>;
+  /** Mean ms per search request of each phase. */
+  requestPhasesMs: Record<string, number>;
+  /** Share of the run the server's JS thread was busy (1: saturated). */
+  eventLoopUtilization: number;
 }
 
 interface Server {
@@ -273,6 +300,7 @@ async function warm(server: Server, a: Args, requests: object[]) {
 async function measure(server: Server, a: Args, requests: object[]): Promise<RunResult> {
   const { url } = server;
   const before = await (await fetch(`${url}/metrics`)).text();
+  // (this scrape also restarts the server's event-loop utilisation window)
   const r = await autocannon({
     url,
     connections: a.connections,
@@ -304,6 +332,9 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
         gauge(before, 'maxsim_process_cpu_seconds_total')) /
         r['2xx']) *
       1000,
+    passPhasesMs: phaseMeans(before, after, 'maxsim_pass_phase_seconds', PASS_PHASES),
+    requestPhasesMs: phaseMeans(before, after, 'maxsim_request_phase_seconds', REQUEST_PHASES),
+    eventLoopUtilization: gauge(after, 'maxsim_event_loop_utilization'),
     loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
     loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
   };
@@ -664,6 +695,18 @@ try {
       'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max  cpu ms/req',
     );
     for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
+    console.log(
+      'where the time goes (mean ms per search pass: gather wait backend merge split answer | per request: parse decode queue encode | JS thread busy)',
+    );
+    const ms = (m: Record<string, number>, keys: readonly string[]) =>
+      keys.map((key) => (Number.isFinite(m[key]) ? m[key].toFixed(3) : '-').padStart(8)).join('');
+    for (let r = 0; r < a.rounds; r++)
+      for (const i of [0, 1]) {
+        const x = results[i][r];
+        console.log(
+          `${String(r + 1).padEnd(10)} ${String(x.maxBatch).padStart(9)} ${ms(x.passPhasesMs, PASS_PHASES)} | ${ms(x.requestPhasesMs, REQUEST_PHASES)} | ${(100 * x.eventLoopUtilization).toFixed(0).padStart(3)}%`,
+        );
+      }
     console.log(
       `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
     );

@@ -16,10 +16,12 @@ import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import type { MaxsimServer } from '../src/server/app.js';
-import { autoWaitMs, Batcher, type SearchRun } from '../src/server/batcher.js';
+import { autoWaitMs, Batcher, type PassInfo, type SearchRun } from '../src/server/batcher.js';
+import type { EncodedTokens } from '../src/server/codecs.js';
 import { createServer } from '../src/server/index.js';
 import {
   bf16BitsToFloat,
+  decodeToFloat32,
   encodeFloats,
   f16BitsToFloat,
   raggedBatch,
@@ -546,8 +548,24 @@ describe('maxsim serve', () => {
       'maxsim_batch_queries_bucket',
       'maxsim_queue_depth',
       'maxsim_process_resident_memory_bytes',
+      'maxsim_event_loop_utilization',
     ])
       assert.ok(metrics.includes(name), name);
+    // where a search's time went: every phase of the passes and requests that ran, non-negative
+    for (const [name, phases] of [
+      ['maxsim_pass_phase_seconds', ['gather', 'wait', 'backend', 'merge', 'split', 'answer']],
+      ['maxsim_request_phase_seconds', ['parse', 'decode', 'queue', 'encode']],
+    ] as const)
+      for (const phase of phases) {
+        const count = Number(
+          new RegExp(`^${name}_count\\{phase="${phase}"\\} (\\S+)`, 'm').exec(metrics)?.[1],
+        );
+        const sum = Number(new RegExp(`^${name}_sum\\{phase="${phase}"\\} (\\S+)`, 'm').exec(metrics)?.[1]);
+        assert.ok(count > 0, `${name} ${phase}: count ${count}`);
+        assert.ok(sum >= 0 && Number.isFinite(sum), `${name} ${phase}: sum ${sum}`);
+      }
+    const elu = Number(/^maxsim_event_loop_utilization (\S+)/m.exec(metrics)?.[1]);
+    assert.ok(elu >= 0 && elu <= 1, `event loop utilization ${elu}`);
     const api = (await call(`${url}/openapi.json`, 'GET')).json;
     assert.match(api.openapi, /^3\./);
     for (const p of ['/v1/search', '/v1/rerank', '/v1/score', '/v1/documents', '/v1/info'])
@@ -583,7 +601,7 @@ describe('the batcher', () => {
     const run: SearchRun = async (q) => {
       t.running++;
       t.most = Math.max(t.most, t.running);
-      const rows = Array.from({ length: q.offsets.length - 1 }, (_, r) => q.data[q.offsets[r] * q.dim]);
+      const rows = Array.from({ length: q.offsets.length - 1 }, (_, r) => q.values[q.offsets[r] * q.dim]);
       t.passes.push(rows);
       await new Promise((r) => setTimeout(r, ms));
       t.running--;
@@ -621,6 +639,58 @@ describe('the batcher', () => {
       for (const p of t.passes) assert.ok(p.length <= 4, `a pass of ${p.length}`);
       assert.equal(t.most, inFlight);
       await b.drain();
+    }
+  });
+
+  test('keepBits: a pass of float16 requests gets their bits as they are, a mixed pass float32; phases reported', async () => {
+    const seen: EncodedTokens[] = [];
+    const run: SearchRun = async (q, _k, _key, timing) => {
+      seen.push(q);
+      timing.merge = 0.001;
+      return Array.from({ length: q.offsets.length - 1 }, (_, r) => [{ index: r, score: 0, id: String(r) }]);
+    };
+    const infos: PassInfo[] = [];
+    const b = new Batcher(
+      run,
+      { maxBatch: 64, maxWaitMs: 5, maxQueue: 100, keepBits: (key) => (key === '' ? 'float16' : undefined) },
+      (p) => infos.push(p),
+    );
+    const r = rng(runSeed + 1);
+    const f16 = (tokens: number) => {
+      const values = encodeFloats(
+        Float32Array.from({ length: tokens * D }, () => r() * 2 - 1),
+        'float16',
+      ) as Uint16Array;
+      return { dtype: 'float16' as const, values, offsets: [0, tokens], dim: D };
+    };
+    const parts = [f16(3), f16(1), f16(5)];
+    await Promise.all(parts.map((p) => b.search(p, 1, '', 10_000)));
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0].dtype, 'float16');
+    assert.deepEqual(seen[0].offsets, [0, 3, 4, 9]);
+    assert.deepEqual(
+      [...seen[0].values],
+      parts.flatMap((p) => [...p.values]),
+    );
+    // with a float32 request among them, or a key the backend takes float32 for: decoded, same values
+    const mixed = [f16(2), { ...job(7), offsets: [0, 1] }];
+    await Promise.all(mixed.map((p) => b.search(p, 1, '', 10_000)));
+    await b.search(f16(2), 1, 'int8', 10_000);
+    assert.equal(seen[1].dtype, 'float32');
+    assert.deepEqual(
+      [...seen[1].values],
+      [...decodeToFloat32(mixed[0].values as Uint16Array, 'float16', D), ...mixed[1].values],
+    );
+    assert.equal(seen[2].dtype, 'float32');
+    await b.drain();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(infos.length, 3);
+    for (const info of infos) {
+      assert.ok(info.phases, 'search passes report their phases');
+      for (const [phase, seconds] of Object.entries(info.phases))
+        assert.ok(seconds >= 0 && Number.isFinite(seconds), `${phase}: ${seconds}`);
+      assert.equal(info.phases.merge, 0.001);
+      assert.equal(info.queued.length, info.requests);
     }
   });
 

@@ -13,8 +13,10 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import * as prom from 'prom-client';
+import type { Static } from 'typebox';
 import { cpuInfo } from '../backends/cpu.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
+import type { CorpusHit } from '../ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../ops/maxsim.js';
 import { topKOfRow } from '../ops/topk.js';
 import { raggedBatch, type TokenBatch, tokenMatrix } from '../tensor.js';
@@ -223,6 +225,24 @@ function jsonScore(s: number): number | null {
   return Number.isFinite(s) ? s : null;
 }
 
+/** `{"results": [[{id, index, score}, ...], ...]}` as JSON.stringify writes it, built directly. */
+export function searchJson(hits: readonly (readonly CorpusHit[])[]): string {
+  let out = '{"results":[';
+  for (let r = 0; r < hits.length; r++) {
+    if (r > 0) out += ',';
+    out += '[';
+    const row = hits[r];
+    for (let i = 0; i < row.length; i++) {
+      const h = row[i];
+      if (i > 0) out += ',';
+      // ids are arbitrary strings: JSON.stringify escapes them; a non-finite score is null
+      out += `{"id":${JSON.stringify(h.id)},"index":${h.index},"score":${Number.isFinite(h.score) ? h.score : 'null'}}`;
+    }
+    out += ']';
+  }
+  return `${out}]}`;
+}
+
 function digest(s: string): Buffer {
   return createHash('sha256').update(s, 'utf8').digest();
 }
@@ -230,6 +250,11 @@ function digest(s: string): Buffer {
 /** Packed float32 items as a batch for the kernels (values were checked when decoded). */
 function asBatch(p: PackedTokens): TokenBatch {
   return raggedBatch(p.data, p.offsets, { dim: p.dim, checkFinite: false });
+}
+
+/** A pass's queries (float32, or float16 / bfloat16 bits) as a batch for the kernels. */
+function encodedBatch(p: EncodedTokens): TokenBatch {
+  return raggedBatch(p.values, p.offsets, { dim: p.dim, dtype: p.dtype, checkFinite: false });
 }
 
 function decodeDocuments(
@@ -321,8 +346,37 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
     registers: [registry],
   });
+  // where the time goes, for the lead reading a GPU run: the host work of a pass around its kernel,
+  // and of a request around its pass (means from _sum / _count; bench/serve.ts prints them)
+  const phaseBuckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+  const passPhase = new prom.Histogram({
+    name: 'maxsim_pass_phase_seconds',
+    help: 'time of a search pass by phase: gather (decode into the batch), wait (queued behind the pass ahead), backend (the search call, kernel included), merge (its JS part: segments merged, ids), split (rows per request), answer (handlers, serialisation, writes)',
+    labelNames: ['phase'] as const,
+    buckets: phaseBuckets,
+    registers: [registry],
+  });
+  const requestPhase = new prom.Histogram({
+    name: 'maxsim_request_phase_seconds',
+    help: 'time of a search request by phase: parse (body read, JSON parse, validation), decode (embeddings checked), queue (waiting for its pass), encode (the JSON answer built)',
+    labelNames: ['phase'] as const,
+    buckets: phaseBuckets,
+    registers: [registry],
+  });
+  let elu = performance.eventLoopUtilization();
+  new prom.Gauge({
+    name: 'maxsim_event_loop_utilization',
+    help: 'share of the time the JS thread was busy since the previous scrape (1: saturated)',
+    registers: [registry],
+    collect() {
+      const now = performance.eventLoopUtilization();
+      this.set(performance.eventLoopUtilization(now, elu).utilization);
+      elu = now;
+    },
+  });
   const batcher = new Batcher(
-    (queries, k, key) => resident.search(asBatch(queries), k, key === 'int8' ? 'int8' : undefined),
+    (queries, k, key, timing) =>
+      resident.search(encodedBatch(queries), k, key === 'int8' ? 'int8' : undefined, timing),
     {
       maxBatch,
       maxWaitMs,
@@ -331,10 +385,23 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       // handed over early; a streamed scan holds staging buffers per search, and the CPU pool is the
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
+      // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
+      // same bits as float32 queries rounded there); the int8 prefilter, the CPU and a streamed scan
+      // get float32
+      keepBits: (key) =>
+        resident.mode === 'resident' &&
+        key === '' &&
+        (resident.info.dtype === 'float16' || resident.info.dtype === 'bfloat16')
+          ? resident.info.dtype
+          : undefined,
     },
     (p) => {
       batchSizes.observe(p.queries);
       passSeconds.observe(p.seconds);
+      if (p.phases) {
+        for (const [phase, seconds] of Object.entries(p.phases)) passPhase.observe({ phase }, seconds);
+        for (const q of p.queued) requestPhase.observe({ phase: 'queue' }, q);
+      }
     },
   );
   new prom.Gauge({
@@ -473,11 +540,13 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       },
       ...readHook,
     },
-    async (request) => {
+    async (request, reply) => {
       let queries: EncodedTokens;
       let k: number;
       let prefilter: 'int8' | undefined;
       let ids: string[] | undefined;
+      const parsed = performance.now();
+      requestPhase.observe({ phase: 'parse' }, reply.elapsedTime / 1000);
       const raw = request.body as unknown;
       if (Buffer.isBuffer(raw)) {
         queries = readNpy(raw, 'body', 'many', dim());
@@ -514,11 +583,16 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         setBatch(request, n);
         return { results: rows };
       }
+      requestPhase.observe({ phase: 'decode' }, (performance.now() - parsed) / 1000);
       const { hits, batch } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
       setBatch(request, batch);
-      return {
-        results: hits.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: jsonScore(h.score) }))),
-      };
+      const t0 = performance.now();
+      // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
+      // a string with a JSON content type is sent as it is
+      const json = searchJson(hits);
+      requestPhase.observe({ phase: 'encode' }, (performance.now() - t0) / 1000);
+      reply.type('application/json; charset=utf-8');
+      return json as unknown as Static<typeof SearchResponse>;
     },
   );
 
