@@ -6,8 +6,11 @@
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 128]
 //        [--max-wait-ms auto|MS] [--passes-in-flight N] [--threads T] [--soak S [--sample-every S]]
-//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR] [--json]
-// The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
+//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR]
+//        [--corpus-dir DIR] [--json]
+// The corpus (rows drawn from 65,536 random unit tokens, float16) is built in a temporary directory
+// unless --corpus names one; --corpus-dir DIR builds it there and keeps it, and a later run with the
+// same --docs / --doc-len / --dim / --dtype reuses it.
 // --soak S: the batched server alone under full load for S seconds, its RSS, JS heap and GPU memory
 // (the backend's memory info, through /metrics) sampled every --sample-every seconds (default S / 30):
 // is memory flat?
@@ -52,6 +55,8 @@ interface Args {
   maxBatch: number;
   maxWaitMs: number | 'auto';
   corpus?: string;
+  /** Where the generated corpus is kept (reused by a later run with the same arguments). */
+  corpusDir?: string;
   dtype: 'float16' | 'bfloat16' | 'float32' | 'int8';
   json: boolean;
 }
@@ -120,6 +125,9 @@ function parseArgs(argv: string[]): Args {
     } else if (flag === '--corpus') {
       a.corpus = value;
       i++;
+    } else if (flag === '--corpus-dir') {
+      a.corpusDir = value;
+      i++;
     } else throw new Error(`unknown argument ${flag}`);
   }
   if ((a.soak ?? 0) > 1800) throw new Error('--soak: at most 1800 s');
@@ -143,15 +151,41 @@ const autocannon = createRequire(import.meta.url)('autocannon') as AutocannonFn;
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
+/** Whether `dir` holds the corpus these arguments build (a previous run's --corpus-dir). */
+function builtAlready(a: Args, dir: string): boolean {
+  if (!fs.existsSync(dir)) return false;
+  try {
+    const c = openCorpus(dir);
+    try {
+      const i = c.info;
+      return (
+        i.documents === a.docs &&
+        i.dim === a.dim &&
+        i.dtype === a.dtype &&
+        i.deleted === 0 &&
+        i.tokens === a.docs * a.docLen
+      );
+    } finally {
+      c.close();
+    }
+  } catch {
+    return false;
+  }
+}
+
+/** Distinct random unit tokens the float corpora's documents draw their rows from. */
+const POOL_TOKENS = 1 << 16;
+
 function buildCorpus(a: Args, dir: string) {
   const rng = new Rng(11);
   const w = CorpusWriter.create(dir, { dim: a.dim, dtype: a.dtype });
-  const chunk = Math.max(1, Math.floor((1 << 22) / (a.docLen * a.dim)));
-  for (let at = 0; at < a.docs; at += chunk) {
-    const n = Math.min(chunk, a.docs - at);
-    const floats = randomUnitTokens(rng, n * a.docLen, a.dim);
-    // int8: quantized per token by the writer (the CPU's AMX / VNNI int8 kernels score it)
-    if (a.dtype === 'int8')
+  // chunks of ~16 MiB of rows, written with one call each
+  const chunk = Math.max(1, Math.floor((1 << 23) / (a.docLen * a.dim)));
+  if (a.dtype === 'int8') {
+    // quantized per token by the writer (the CPU's AMX / VNNI int8 kernels score it); CPU-sized corpora
+    for (let at = 0; at < a.docs; at += chunk) {
+      const n = Math.min(chunk, a.docs - at);
+      const floats = randomUnitTokens(rng, n * a.docLen, a.dim);
       w.add(
         raggedBatch(
           floats,
@@ -159,7 +193,32 @@ function buildCorpus(a: Args, dir: string) {
           { dim: a.dim },
         ),
       );
-    else w.addEncoded({ data: encodeFloats(floats, a.dtype), lengths: new Int32Array(n).fill(a.docLen) });
+    }
+    w.commit();
+    return;
+  }
+  // Float corpora: every row a copy of one of 65,536 random unit tokens (drawing 1.6 G normal values for
+  // 100,000 x 128 x 128 took 37-50 s of the GPU host's time on every run; copying rows takes ~1 s). The
+  // kernels' work does not depend on the values; documents still differ (128 of 65,536 rows each), so
+  // the top-k is a real ranking.
+  const floats = randomUnitTokens(rng, POOL_TOKENS, a.dim);
+  const encoded = a.dtype === 'float32' ? floats : encodeFloats(floats, a.dtype);
+  const pool = Buffer.from(encoded.buffer, encoded.byteOffset, encoded.byteLength);
+  const rowBytes = pool.length / POOL_TOKENS;
+  // its own ArrayBuffer (offset 0: aligned for the typed views below)
+  const bytes = Buffer.allocUnsafeSlow(chunk * a.docLen * rowBytes);
+  for (let at = 0; at < a.docs; at += chunk) {
+    const n = Math.min(chunk, a.docs - at);
+    const rows = n * a.docLen;
+    for (let r = 0; r < rows; r++) {
+      const t = rng.int(POOL_TOKENS);
+      pool.copy(bytes, r * rowBytes, t * rowBytes, (t + 1) * rowBytes);
+    }
+    const data =
+      a.dtype === 'float32'
+        ? new Float32Array(bytes.buffer, bytes.byteOffset, rows * a.dim)
+        : new Uint16Array(bytes.buffer, bytes.byteOffset, rows * a.dim);
+    w.addEncoded({ data, lengths: new Int32Array(n).fill(a.docLen) });
   }
   w.commit();
 }
@@ -606,12 +665,17 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-bench-serve-'));
 try {
   let corpus = a.corpus;
   if (!corpus) {
-    corpus = path.join(tmp, 'docs.msx');
-    const t = performance.now();
-    buildCorpus(a, corpus);
-    console.error(
-      `bench/serve: built ${a.docs} documents x ${a.docLen} tokens, d = ${a.dim}, ${a.dtype} in ${((performance.now() - t) / 1000).toFixed(1)} s`,
-    );
+    corpus = a.corpusDir ?? path.join(tmp, 'docs.msx');
+    if (a.corpusDir && builtAlready(a, a.corpusDir))
+      console.error(`bench/serve: reusing the corpus in ${a.corpusDir}`);
+    else {
+      if (a.corpusDir) fs.rmSync(a.corpusDir, { recursive: true, force: true });
+      const t = performance.now();
+      buildCorpus(a, corpus);
+      console.error(
+        `bench/serve: built ${a.docs} documents x ${a.docLen} tokens, d = ${a.dim}, ${a.dtype} in ${((performance.now() - t) / 1000).toFixed(1)} s`,
+      );
+    }
   }
   // 64 distinct queries of queryLen tokens as base64 float16 bodies, cycled by every connection
   const rng = new Rng(7);

@@ -334,6 +334,9 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [registry],
   });
+  // label children by key (routes x methods x statuses: a few dozen at most)
+  const requestCounters = new Map<string, prom.Counter.Internal>();
+  const latencyOf = new Map<string, prom.Histogram.Internal<'route'>>();
   const batchSizes = new prom.Histogram({
     name: 'maxsim_batch_queries',
     help: 'queries scored per pass',
@@ -363,6 +366,17 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     buckets: phaseBuckets,
     registers: [registry],
   });
+  // label children resolved once: a labelled observe hashes its labels on every call
+  const passPhaseOf = Object.fromEntries(
+    ['gather', 'wait', 'backend', 'merge', 'split', 'answer'].map((phase) => [
+      phase,
+      passPhase.labels({ phase }),
+    ]),
+  );
+  const parsePhase = requestPhase.labels({ phase: 'parse' });
+  const decodePhase = requestPhase.labels({ phase: 'decode' });
+  const queuePhase = requestPhase.labels({ phase: 'queue' });
+  const encodePhase = requestPhase.labels({ phase: 'encode' });
   let elu = performance.eventLoopUtilization();
   new prom.Gauge({
     name: 'maxsim_event_loop_utilization',
@@ -399,8 +413,8 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       batchSizes.observe(p.queries);
       passSeconds.observe(p.seconds);
       if (p.phases) {
-        for (const [phase, seconds] of Object.entries(p.phases)) passPhase.observe({ phase }, seconds);
-        for (const q of p.queued) requestPhase.observe({ phase: 'queue' }, q);
+        for (const [phase, seconds] of Object.entries(p.phases)) passPhaseOf[phase].observe(seconds);
+        for (const q of p.queued) queuePhase.observe(q);
       }
     },
   );
@@ -494,8 +508,19 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
-    requests.inc({ route, method: request.method, status: String(status) });
-    latency.observe({ route }, reply.elapsedTime / 1000);
+    const key = `${route} ${request.method} ${status}`;
+    let counter = requestCounters.get(key);
+    if (!counter) {
+      counter = requests.labels({ route, method: request.method, status: String(status) });
+      requestCounters.set(key, counter);
+    }
+    counter.inc();
+    let histogram = latencyOf.get(route);
+    if (!histogram) {
+      histogram = latency.labels({ route });
+      latencyOf.set(route, histogram);
+    }
+    histogram.observe(reply.elapsedTime / 1000);
     const batch = (request as unknown as { batchSize: number }).batchSize;
     // (pino's isLevelEnabled; a logger without it logs)
     if ((request.log as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled?.('info') !== false)
@@ -546,7 +571,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       let prefilter: 'int8' | undefined;
       let ids: string[] | undefined;
       const parsed = performance.now();
-      requestPhase.observe({ phase: 'parse' }, reply.elapsedTime / 1000);
+      parsePhase.observe(reply.elapsedTime / 1000);
       const raw = request.body as unknown;
       if (Buffer.isBuffer(raw)) {
         queries = readNpy(raw, 'body', 'many', dim());
@@ -583,14 +608,14 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         setBatch(request, n);
         return { results: rows };
       }
-      requestPhase.observe({ phase: 'decode' }, (performance.now() - parsed) / 1000);
+      decodePhase.observe((performance.now() - parsed) / 1000);
       const { hits, batch } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
       setBatch(request, batch);
       const t0 = performance.now();
       // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
       // a string with a JSON content type is sent as it is
       const json = searchJson(hits);
-      requestPhase.observe({ phase: 'encode' }, (performance.now() - t0) / 1000);
+      encodePhase.observe((performance.now() - t0) / 1000);
       reply.type('application/json; charset=utf-8');
       return json as unknown as Static<typeof SearchResponse>;
     },
