@@ -66,8 +66,13 @@ function spin(ms: number) {
 }
 
 const a = parseArgs(process.argv.slice(2));
+const latencies: number[] = [];
+const started = performance.now();
+const warmUntil = started + 1000;
+const end = warmUntil + a.duration * 1000;
 // the backend: one pass at a time, in the order handed over
 let freeAt = 0;
+let busy = 0;
 const passes: number[] = [];
 const batcher = new Batcher(
   (q) => {
@@ -76,6 +81,7 @@ const batcher = new Batcher(
     const now = performance.now();
     const start = Math.max(now, freeAt);
     freeAt = start + a.host + a.fixed + a.perQuery * n;
+    if (start >= warmUntil && freeAt <= end) busy += freeAt - start;
     return new Promise((resolve) =>
       setTimeout(
         () => resolve(Array.from({ length: n }, () => [{ index: 0, score: 0, id: '0' }])),
@@ -86,10 +92,6 @@ const batcher = new Batcher(
   { maxBatch: a.maxBatch, maxWaitMs: a.wait, maxQueue: 1 << 20, passesInFlight: a.inFlight },
 );
 const query: EncodedTokens = { dtype: 'float32', values: new Float32Array(4), offsets: [0, 1], dim: 4 };
-const latencies: number[] = [];
-const started = performance.now();
-const warmUntil = started + 1000;
-const end = warmUntil + a.duration * 1000;
 let timedFrom = 0;
 async function client() {
   while (performance.now() < end) {
@@ -106,11 +108,13 @@ async function client() {
 setTimeout(() => {
   timedFrom = passes.length;
 }, warmUntil - started);
+const elu0 = performance.eventLoopUtilization();
 await Promise.all(Array.from({ length: a.clients }, client));
+const elu = performance.eventLoopUtilization(elu0);
 await batcher.drain();
 latencies.sort((x, y) => x - y);
 const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))];
 const timed = passes.slice(timedFrom);
 console.log(
-  `clients ${a.clients} max-batch ${a.maxBatch} in-flight ${a.inFlight} wait ${a.wait} backend ${a.host} + ${a.fixed} + ${a.perQuery} x q ms, JS ${a.jsIn} + ${a.jsOut} ms per request: ${(latencies.length / a.duration).toFixed(0)} requests/s, p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms, max ${latencies[latencies.length - 1].toFixed(1)} ms, ${(timed.reduce((x, y) => x + y, 0) / timed.length).toFixed(1)} queries per pass`,
+  `clients ${a.clients} max-batch ${a.maxBatch} in-flight ${a.inFlight} wait ${a.wait} backend ${a.host} + ${a.fixed} + ${a.perQuery} x q ms, JS ${a.jsIn} + ${a.jsOut} ms per request: ${(latencies.length / a.duration).toFixed(0)} requests/s, p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms, max ${latencies[latencies.length - 1].toFixed(1)} ms, ${(timed.reduce((x, y) => x + y, 0) / timed.length).toFixed(1)} queries per pass, backend busy ${((100 * busy) / (a.duration * 1000)).toFixed(0)}%, JS thread busy ${(100 * elu.utilization).toFixed(0)}%`,
 );

@@ -763,7 +763,7 @@ try {
       'where the time goes (mean ms per search pass: gather wait backend merge split answer | per request: parse decode queue encode | JS thread busy)',
     );
     const ms = (m: Record<string, number>, keys: readonly string[]) =>
-      keys.map((key) => (Number.isFinite(m[key]) ? m[key].toFixed(3) : '-').padStart(8)).join('');
+      keys.map((key) => (Number.isFinite(m[key]) ? m[key].toFixed(3) : '-').padStart(9)).join('');
     for (let r = 0; r < a.rounds; r++)
       for (const i of [0, 1]) {
         const x = results[i][r];

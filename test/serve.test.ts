@@ -417,6 +417,42 @@ describe('maxsim serve', () => {
         400,
         'body',
       ],
+      // the poisoning check runs where such a key can be (plain JSON.parse elsewhere)
+      [
+        'a __proto__ key',
+        () =>
+          post(`${url}/v1/search`, `{"queries": [${JSON.stringify(q)}], "__proto__": {"x": 1}}`, {
+            'content-type': 'application/json',
+          }),
+        400,
+        'body',
+      ],
+      [
+        'a __proto__ key spelled with escapes',
+        () =>
+          post(`${url}/v1/search`, `{"queries": [${JSON.stringify(q)}], "\\u005f_proto__": {"x": 1}}`, {
+            'content-type': 'application/json',
+          }),
+        400,
+        'body',
+      ],
+      [
+        'a constructor.prototype key',
+        () =>
+          post(
+            `${url}/v1/search`,
+            `{"queries": [${JSON.stringify(q)}], "constructor": {"prototype": {"x": 1}}}`,
+            { 'content-type': 'application/json' },
+          ),
+        400,
+        'body',
+      ],
+      [
+        'an empty JSON body',
+        () => post(`${url}/v1/search`, '', { 'content-type': 'application/json' }),
+        400,
+        'body',
+      ],
       [
         'bad .npy',
         () => post(`${url}/v1/search`, new Uint8Array([1, 2, 3]), { 'content-type': 'application/x-npy' }),

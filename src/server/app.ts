@@ -21,7 +21,7 @@ import { maxsim, maxsimAll } from '../ops/maxsim.js';
 import { topKOfRow } from '../ops/topk.js';
 import { raggedBatch, type TokenBatch, tokenMatrix } from '../tensor.js';
 import { version } from '../version.js';
-import { Batcher, ClosingError, DeadlineError, QueueFullError } from './batcher.js';
+import { Batcher, ClosingError, DeadlineError, type PassToken, QueueFullError } from './batcher.js';
 import {
   concatPacked,
   decodeEmbeddings,
@@ -354,7 +354,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   const phaseBuckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
   const passPhase = new prom.Histogram({
     name: 'maxsim_pass_phase_seconds',
-    help: 'time of a search pass by phase: gather (decode into the batch), wait (queued behind the pass ahead), backend (the search call, kernel included), merge (its JS part: segments merged, ids), split (rows per request), answer (handlers, serialisation, writes)',
+    help: 'time of a search pass by phase: gather (decode into the batch), wait (queued behind the pass ahead), backend (the search call, kernel included), merge (its JS part: segments merged, ids), split (rows per request), answer (its requests answered: handlers and serialisation, up to the last one handed to the socket)',
     labelNames: ['phase'] as const,
     buckets: phaseBuckets,
     registers: [registry],
@@ -460,8 +460,33 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     return503OnClosing: true,
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.decorateRequest('batchSize', 0);
+  app.decorateRequest('pass', undefined);
   // JSON and .npy only: a text body is a 415, not a string that fails validation
   app.removeContentTypeParser('text/plain');
+  // JSON: Fastify's parser scans every body with two regexes for a __proto__ / constructor key (a few
+  // % of the JS thread on 11 KB search bodies); that scan now runs only where such a key can be (the
+  // words, or a \u escape that could spell them), else plain JSON.parse; failures take its path too,
+  // so the errors are Fastify's
+  const secureJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body as string;
+    if (
+      text.length > 0 &&
+      !text.includes('__proto__') &&
+      !text.includes('constructor') &&
+      !text.includes('\\u')
+    ) {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        return secureJson(request, text, done);
+      }
+      return done(null, parsed);
+    }
+    return secureJson(request, text, done);
+  });
   for (const type of ['application/octet-stream', 'application/x-npy'])
     app.addContentTypeParser(type, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
@@ -498,6 +523,11 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   );
   // callback hooks, not async ones: a promise less per request and hook
   app.addHook('onSend', (request, reply, payload, done) => {
+    // the last answer of a search pass serialised: the pass's answering time (its requests' handlers
+    // and serialisation run one after the other once the pass resolves them)
+    const pass = (request as unknown as { pass?: PassToken }).pass;
+    if (pass && --pass.pending === 0)
+      passPhaseOf.answer.observe((performance.now() - pass.resolvedAt) / 1000);
     reply.header('x-request-id', request.id);
     const batch = (request as unknown as { batchSize: number }).batchSize;
     if (batch > 0) reply.header('x-maxsim-batch', String(batch)); // queries in the pass that answered
@@ -609,8 +639,9 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         return { results: rows };
       }
       decodePhase.observe((performance.now() - parsed) / 1000);
-      const { hits, batch } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
+      const { hits, batch, pass } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
       setBatch(request, batch);
+      (request as unknown as { pass?: PassToken }).pass = pass;
       const t0 = performance.now();
       // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
       // a string with a JSON content type is sent as it is

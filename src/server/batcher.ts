@@ -75,8 +75,8 @@ export function autoWaitMs(passSeconds: number): number {
  * of which the run reports `merge` (hits -> ids, segments merged, on the JS thread) and the rest is
  * the native call (kernel, copies, the worker's round trip, the event loop's delay in taking the
  * answer); `wait` is the time handed over but queued behind the pass ahead; `split` cuts the rows
- * per request and resolves them; `answer` runs the requests' handlers, serialisation and writes
- * (measured to the next turn of the event loop).
+ * per request and resolves them. (The answers' own work, handlers and serialisation, is measured by
+ * whoever answers: see PassToken.)
  */
 export interface PassPhases {
   gather: number;
@@ -84,7 +84,16 @@ export interface PassPhases {
   backend: number;
   merge: number;
   split: number;
-  answer: number;
+}
+
+/**
+ * Handed to every request of a search pass with its rows: when the rows were resolved, and how many
+ * of the pass's requests have not yet finished their answer (the server counts them down and times
+ * the pass's answering, which runs in the microtasks that follow the resolves).
+ */
+export interface PassToken {
+  resolvedAt: number;
+  pending: number;
 }
 
 export interface PassInfo {
@@ -123,7 +132,7 @@ interface SearchJob extends BaseJob {
   queries: EncodedTokens;
   k: number;
   key: string;
-  resolve(v: { hits: CorpusHit[][]; batch: number }): void;
+  resolve(v: { hits: CorpusHit[][]; batch: number; pass: PassToken }): void;
 }
 interface SoloJob extends BaseJob {
   kind: 'solo';
@@ -178,7 +187,7 @@ export class Batcher {
     k: number,
     key: string,
     deadlineMs: number,
-  ): Promise<{ hits: CorpusHit[][]; batch: number }> {
+  ): Promise<{ hits: CorpusHit[][]; batch: number; pass: PassToken }> {
     return new Promise((resolve, reject) => {
       this.enqueue(
         { kind: 'search', queries, k, key, size: itemCount(queries), resolve, reject } as SearchJob,
@@ -306,7 +315,7 @@ export class Batcher {
     const queued = jobs.map((j) => (started - j.enqueued) / 1000);
     // the backend takes it after the passes ahead of it
     this.busyUntil = Math.max(started, this.busyUntil) + 1000 * this.passSeconds;
-    let measured: { phases: PassPhases; answered: Promise<void> } | undefined;
+    let phases: PassPhases | undefined;
     try {
       if (jobs[0].kind === 'solo') {
         const job = jobs[0];
@@ -316,7 +325,7 @@ export class Batcher {
           job.reject(e);
         }
       } else {
-        measured = await this.searchPass(jobs as SearchJob[]);
+        phases = await this.searchPass(jobs as SearchJob[]);
       }
     } finally {
       const ended = performance.now();
@@ -330,17 +339,13 @@ export class Batcher {
       this.busyUntil = ended + (this.inFlight > 0 ? 1000 * this.passSeconds : 0);
       this.laneFreeAt = ended;
       const queries = jobs.reduce((a, j) => a + j.size, 0);
-      const info: PassInfo = { queries, requests: jobs.length, seconds, phases: measured?.phases, queued };
-      if (measured) void measured.answered.then(() => this.onPass?.(info));
-      else this.onPass?.(info);
+      this.onPass?.({ queries, requests: jobs.length, seconds, phases, queued });
       if (this.queue.length > 0) this.schedule();
       else if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
     }
   }
 
-  private async searchPass(
-    jobs: SearchJob[],
-  ): Promise<{ phases: PassPhases; answered: Promise<void> } | undefined> {
+  private async searchPass(jobs: SearchJob[]): Promise<PassPhases | undefined> {
     const k = Math.max(...jobs.map((j) => j.k));
     const batch = jobs.reduce((a, j) => a + j.size, 0);
     try {
@@ -364,29 +369,24 @@ export class Batcher {
       const from = Math.max(t1, this.lastAnswerAt);
       this.lastAnswerAt = t2;
       let at = 0;
+      // (a request whose deadline passed is answered already: not counted)
+      const pass: PassToken = {
+        resolvedAt: performance.now(),
+        pending: jobs.filter((j) => !j.settled).length,
+      };
       for (const job of jobs) {
         const rows = hits.slice(at, at + job.size).map((row) => row.slice(0, job.k));
         at += job.size;
-        job.resolve({ hits: rows, batch });
+        job.resolve({ hits: rows, batch, pass });
       }
       const t3 = performance.now();
-      const phases: PassPhases = {
+      return {
         gather: (t1 - t0) / 1000,
         wait: (from - t1) / 1000,
         backend: (t2 - from) / 1000,
         merge: timing.merge,
         split: (t3 - t2) / 1000,
-        answer: 0,
       };
-      // the handlers run in the microtasks that follow; the next turn of the loop is after them
-      // (measured without holding up the pass's end, which schedules the next one)
-      const answered = new Promise<void>((resolve) =>
-        setImmediate(() => {
-          phases.answer = (performance.now() - t3) / 1000;
-          resolve();
-        }),
-      );
-      return { phases, answered };
     } catch (e) {
       for (const job of jobs) job.reject(e);
       return undefined;
