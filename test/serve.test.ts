@@ -15,7 +15,7 @@ import { encodeNpy, writeNpy } from '../src/io/npy.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
-import type { MaxsimServer } from '../src/server/app.js';
+import { type MaxsimServer, searchJson } from '../src/server/app.js';
 import { autoWaitMs, Batcher, type PassInfo, type SearchRun } from '../src/server/batcher.js';
 import type { EncodedTokens } from '../src/server/codecs.js';
 import { createServer } from '../src/server/index.js';
@@ -626,6 +626,46 @@ describe('maxsim serve', () => {
     assert.equal(entries[0].batch, 1);
     assert.equal(typeof entries[0].ms, 'number');
     assert.equal(entries[1].status, 400);
+  });
+});
+
+describe('search answers as one JSON string', () => {
+  test('searchJson writes what JSON.stringify writes: odd ids, non-finite scores as null, empty rows', () => {
+    const r = rng(runSeed + 2);
+    const ids = [
+      'plain',
+      'quote"d',
+      'back\\slash',
+      'line\nbreak',
+      'tab\t',
+      '\u0001ctl',
+      'é ü 中文',
+      '😀',
+      '</script>',
+      '',
+    ];
+    for (let trial = 0; trial < 20; trial++) {
+      const hits = Array.from({ length: Math.floor(r() * 4) }, () =>
+        Array.from({ length: Math.floor(r() * 5) }, () => {
+          const pick = r();
+          const score =
+            pick < 0.1
+              ? Number.NaN
+              : pick < 0.15
+                ? -Infinity
+                : pick < 0.2
+                  ? -0
+                  : (r() - 0.5) * 10 ** Math.floor(r() * 40 - 20);
+          return { id: ids[Math.floor(r() * ids.length)], index: Math.floor(r() * 1e9), score };
+        }),
+      );
+      const want = JSON.stringify({
+        results: hits.map((row) =>
+          row.map((h) => ({ id: h.id, index: h.index, score: Number.isFinite(h.score) ? h.score : null })),
+        ),
+      });
+      assert.equal(searchJson(hits), want);
+    }
   });
 });
 
