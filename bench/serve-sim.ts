@@ -8,6 +8,7 @@
 //
 // Run: node dist/bench/serve-sim.js [--clients 256] [--max-batch 128] [--in-flight 2] [--wait auto|MS]
 //        [--fixed 1] [--per-query 0.195] [--host 2] [--js-in 0.1] [--js-out 0.03] [--duration 5]
+//        [--lead 0.25 (the hand-over, as a share of the pass before the running one ends)]
 import { Batcher } from '../src/server/batcher.js';
 import type { EncodedTokens } from '../src/server/codecs.js';
 
@@ -22,6 +23,7 @@ interface Args {
   jsIn: number;
   jsOut: number;
   duration: number;
+  lead: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -36,6 +38,7 @@ function parseArgs(argv: string[]): Args {
     jsIn: 0.1,
     jsOut: 0.03,
     duration: 5,
+    lead: 0.25,
   };
   const keys: Record<string, keyof Args> = {
     '--clients': 'clients',
@@ -47,6 +50,7 @@ function parseArgs(argv: string[]): Args {
     '--js-in': 'jsIn',
     '--js-out': 'jsOut',
     '--duration': 'duration',
+    '--lead': 'lead',
   };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
@@ -89,7 +93,13 @@ const batcher = new Batcher(
       ),
     );
   },
-  { maxBatch: a.maxBatch, maxWaitMs: a.wait, maxQueue: 1 << 20, passesInFlight: a.inFlight },
+  {
+    maxBatch: a.maxBatch,
+    maxWaitMs: a.wait,
+    maxQueue: 1 << 20,
+    passesInFlight: a.inFlight,
+    handOverLead: a.lead,
+  },
 );
 const query: EncodedTokens = { dtype: 'float32', values: new Float32Array(4), offsets: [0, 1], dim: 4 };
 let timedFrom = 0;
@@ -116,5 +126,5 @@ latencies.sort((x, y) => x - y);
 const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))];
 const timed = passes.slice(timedFrom);
 console.log(
-  `clients ${a.clients} max-batch ${a.maxBatch} in-flight ${a.inFlight} wait ${a.wait} backend ${a.host} + ${a.fixed} + ${a.perQuery} x q ms, JS ${a.jsIn} + ${a.jsOut} ms per request: ${(latencies.length / a.duration).toFixed(0)} requests/s, p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms, max ${latencies[latencies.length - 1].toFixed(1)} ms, ${(timed.reduce((x, y) => x + y, 0) / timed.length).toFixed(1)} queries per pass, backend busy ${((100 * busy) / (a.duration * 1000)).toFixed(0)}%, JS thread busy ${(100 * elu.utilization).toFixed(0)}%`,
+  `clients ${a.clients} max-batch ${a.maxBatch} in-flight ${a.inFlight} lead ${a.lead} wait ${a.wait} backend ${a.host} + ${a.fixed} + ${a.perQuery} x q ms, JS ${a.jsIn} + ${a.jsOut} ms per request: ${(latencies.length / a.duration).toFixed(0)} requests/s, p50 ${pct(0.5).toFixed(1)} ms, p99 ${pct(0.99).toFixed(1)} ms, max ${latencies[latencies.length - 1].toFixed(1)} ms, ${(timed.reduce((x, y) => x + y, 0) / timed.length).toFixed(1)} queries per pass, backend busy ${((100 * busy) / (a.duration * 1000)).toFixed(0)}%, JS thread busy ${(100 * elu.utilization).toFixed(0)}%`,
 );

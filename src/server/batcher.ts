@@ -61,6 +61,11 @@ export interface BatcherOptions {
    * and rounding of float32 values). Otherwise (and by default) a pass is float32.
    */
   keepBits?: (key: string) => 'float16' | 'bfloat16' | undefined;
+  /**
+   * Pipelined: how long before the running pass's expected end the next is handed over, as a share of
+   * the pass time (default 0.25). @internal bench/serve-sim.ts varies it.
+   */
+  handOverLead?: number;
 }
 
 /** The 'auto' wait: a tenth of the recent pass time, clamped to [1, 50] ms. */
@@ -253,7 +258,10 @@ export class Batcher {
     } else {
       // pipelined: hand the next pass over when the backend has about a quarter of a pass left, so it
       // gathers as long as it can and the backend still never waits for it
-      at = Math.max(this.busyUntil - 250 * this.passSeconds, this.queue[0].enqueued + this.waitMs);
+      at = Math.max(
+        this.busyUntil - 1000 * (this.options.handOverLead ?? 0.25) * this.passSeconds,
+        this.queue[0].enqueued + this.waitMs,
+      );
     }
     if (at <= now) {
       this.clearTimer();
