@@ -285,6 +285,44 @@ function phaseHistogram(text: string, name: string, phase: string): { sum: numbe
   return { sum: get('sum'), count: get('count') };
 }
 
+/** The search route's latency buckets (cumulative counts by upper bound) of a /metrics text. */
+function searchBuckets(text: string): { le: number; count: number }[] {
+  const out: { le: number; count: number }[] = [];
+  for (const m of text.matchAll(
+    /^maxsim_http_request_duration_seconds_bucket\{le="([^"]+)",route="\/v1\/search"\} (\S+)/gm,
+  ))
+    out.push({ le: m[1] === '+Inf' ? Number.POSITIVE_INFINITY : Number(m[1]), count: Number(m[2]) });
+  return out.sort((x, y) => x.le - y.le);
+}
+
+/**
+ * The server's own view of the search latency between two scrapes (onRequest to the response's end):
+ * the q-quantile interpolated in its histogram's buckets (as Prometheus' histogram_quantile), ms, and
+ * the share of requests over 100 ms (the p99 target). Tells the server's tail from the client's.
+ */
+function serverLatency(before: string, after: string, q: number): { quantileMs: number; over100: number } {
+  const b = new Map(searchBuckets(before).map((x) => [x.le, x.count]));
+  const rows = searchBuckets(after).map((x) => ({ le: x.le, count: x.count - (b.get(x.le) ?? 0) }));
+  const total = rows[rows.length - 1]?.count ?? 0;
+  if (total === 0) return { quantileMs: Number.NaN, over100: Number.NaN };
+  const within100 = rows.find((x) => x.le === 0.1)?.count ?? Number.NaN;
+  const rank = q * total;
+  let lower = 0;
+  let below = 0;
+  let quantile = Number.NaN;
+  for (const x of rows) {
+    if (x.count >= rank) {
+      quantile = Number.isFinite(x.le)
+        ? lower + ((x.le - lower) * (rank - below)) / (x.count - below || 1)
+        : lower;
+      break;
+    }
+    lower = x.le;
+    below = x.count;
+  }
+  return { quantileMs: quantile * 1000, over100: 1 - within100 / total };
+}
+
 const PASS_PHASES = ['gather', 'wait', 'backend', 'merge', 'split', 'answer'] as const;
 const REQUEST_PHASES = ['parse', 'decode', 'queue', 'encode'] as const;
 
@@ -325,6 +363,10 @@ interface RunResult {
   requestPhasesMs: Record<string, number>;
   /** Share of the run the server's JS thread was busy (1: saturated). */
   eventLoopUtilization: number;
+  /** The server's own p99 of the search latency (its histogram, interpolated), ms. */
+  serverP99Ms: number;
+  /** Share of searches the server took over 100 ms for. */
+  serverOver100: number;
 }
 
 interface Server {
@@ -394,6 +436,8 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
     passPhasesMs: phaseMeans(before, after, 'maxsim_pass_phase_seconds', PASS_PHASES),
     requestPhasesMs: phaseMeans(before, after, 'maxsim_request_phase_seconds', REQUEST_PHASES),
     eventLoopUtilization: gauge(after, 'maxsim_event_loop_utilization'),
+    serverP99Ms: serverLatency(before, after, 0.99).quantileMs,
+    serverOver100: serverLatency(before, after, 0.99).over100,
     loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
     loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
   };
@@ -760,7 +804,7 @@ try {
     );
     for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
     console.log(
-      'where the time goes (mean ms per search pass: gather wait backend merge split answer | per request: parse decode queue encode | JS thread busy)',
+      'where the time goes (mean ms per search pass: gather wait backend merge split answer | per request: parse decode queue encode | JS thread busy | server-side p99 ms, share over 100 ms)',
     );
     const ms = (m: Record<string, number>, keys: readonly string[]) =>
       keys.map((key) => (Number.isFinite(m[key]) ? m[key].toFixed(3) : '-').padStart(9)).join('');
@@ -768,7 +812,7 @@ try {
       for (const i of [0, 1]) {
         const x = results[i][r];
         console.log(
-          `${String(r + 1).padEnd(10)} ${String(x.maxBatch).padStart(9)} ${ms(x.passPhasesMs, PASS_PHASES)} | ${ms(x.requestPhasesMs, REQUEST_PHASES)} | ${(100 * x.eventLoopUtilization).toFixed(0).padStart(3)}%`,
+          `${String(r + 1).padEnd(10)} ${String(x.maxBatch).padStart(9)} ${ms(x.passPhasesMs, PASS_PHASES)} | ${ms(x.requestPhasesMs, REQUEST_PHASES)} | ${(100 * x.eventLoopUtilization).toFixed(0).padStart(3)}% | ${x.serverP99Ms.toFixed(1).padStart(7)} ${(100 * x.serverOver100).toFixed(2).padStart(6)}%`,
         );
       }
     console.log(
