@@ -794,6 +794,28 @@ describe('the batcher', () => {
     await b.drain();
   });
 
+  test("the wait for company ends once the last pass's clients are back (and not before)", async () => {
+    const { t, run } = tracer(5);
+    const b = new Batcher(run, { maxBatch: 64, maxWaitMs: 300, maxQueue: 100 });
+    // 6 closed-loop clients, 3 passes each: the first pass waits for company (nothing to go by);
+    // later ones go once all 6 are back, not 300 ms later
+    const client = async (c: number) => {
+      for (let i = 0; i < 3; i++) await b.search(job(c), 1, '', 10_000);
+    };
+    const started = performance.now();
+    await Promise.all(Array.from({ length: 6 }, (_, c) => client(c)));
+    const total = performance.now() - started;
+    assert.deepEqual(
+      t.passes.map((p) => p.length),
+      [6, 6, 6],
+      'every pass holds all six clients',
+    );
+    // the first pass waited its 300 ms; the other two did not (a loaded machine adds some)
+    assert.ok(total >= 300, `${total} ms`);
+    assert.ok(total < 300 + 250, `${total} ms: a later pass waited for company its clients had brought`);
+    await b.drain();
+  });
+
   test("the 'auto' wait is a tenth of the pass time, 1-50 ms", async () => {
     assert.equal(autoWaitMs(0.0001), 1);
     assert.equal(autoWaitMs(0.2), 20);

@@ -159,6 +159,8 @@ export class Batcher {
   /** Moving average of the pass time, s (the schedule and Retry-After use it). */
   private passSeconds = 0.01;
   private laneFreeAt = 0;
+  /** Queries of the search pass that ended last (0 before the first). */
+  private lastPassQueries = 0;
   /** When the backend last answered a search pass (performance.now() ms). */
   private lastAnswerAt = 0;
   private idle: (() => void)[] = [];
@@ -253,8 +255,15 @@ export class Batcher {
     else if (this.inFlight === 0) {
       // the wait for company counts from when the lane is free: clients answered by the pass that just
       // ended get the wait to come back and join the next one, instead of splitting into two halves
-      // that alternate, each pass half as large as it could be
-      at = Math.max(this.queue[0].enqueued, this.laneFreeAt) + this.waitMs;
+      // that alternate, each pass half as large as it could be. Once as many queries wait as that
+      // pass had, within the wait after it, its clients are back: waiting longer would only idle the
+      // backend (on the CPU, a tenth of every pass). (Not after a quiet spell: a burst then waits
+      // for company as before, not going in passes the size of the last small one.)
+      const back =
+        this.lastPassQueries > 0 &&
+        this.queued >= this.lastPassQueries &&
+        now - this.laneFreeAt <= this.waitMs;
+      at = back ? now : Math.max(this.queue[0].enqueued, this.laneFreeAt) + this.waitMs;
     } else {
       // pipelined: hand the next pass over when the backend has about a quarter of a pass left, so it
       // gathers as long as it can and the backend still never waits for it
@@ -347,6 +356,7 @@ export class Batcher {
       this.busyUntil = ended + (this.inFlight > 0 ? 1000 * this.passSeconds : 0);
       this.laneFreeAt = ended;
       const queries = jobs.reduce((a, j) => a + j.size, 0);
+      if (jobs[0].kind === 'search') this.lastPassQueries = queries;
       this.onPass?.({ queries, requests: jobs.length, seconds, phases, queued });
       if (this.queue.length > 0) this.schedule();
       else if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
