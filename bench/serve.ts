@@ -6,8 +6,11 @@
 // Run: node dist/bench/serve.js [--docs 4000] [--doc-len 64] [--dim 128] [--query-len 32] [--top-k 10]
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 128]
 //        [--max-wait-ms auto|MS] [--passes-in-flight N] [--threads T] [--soak S [--sample-every S]]
-//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR] [--json]
-// The corpus (random unit tokens, float16) is built in a temporary directory unless --corpus names one.
+//        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR]
+//        [--corpus-dir DIR] [--json]
+// The corpus (rows drawn from 65,536 random unit tokens, float16) is built in a temporary directory
+// unless --corpus names one; --corpus-dir DIR builds it there and keeps it, and a later run with the
+// same --docs / --doc-len / --dim / --dtype reuses it.
 // --soak S: the batched server alone under full load for S seconds, its RSS, JS heap and GPU memory
 // (the backend's memory info, through /metrics) sampled every --sample-every seconds (default S / 30):
 // is memory flat?
@@ -52,6 +55,8 @@ interface Args {
   maxBatch: number;
   maxWaitMs: number | 'auto';
   corpus?: string;
+  /** Where the generated corpus is kept (reused by a later run with the same arguments). */
+  corpusDir?: string;
   dtype: 'float16' | 'bfloat16' | 'float32' | 'int8';
   json: boolean;
 }
@@ -120,6 +125,9 @@ function parseArgs(argv: string[]): Args {
     } else if (flag === '--corpus') {
       a.corpus = value;
       i++;
+    } else if (flag === '--corpus-dir') {
+      a.corpusDir = value;
+      i++;
     } else throw new Error(`unknown argument ${flag}`);
   }
   if ((a.soak ?? 0) > 1800) throw new Error('--soak: at most 1800 s');
@@ -143,15 +151,41 @@ const autocannon = createRequire(import.meta.url)('autocannon') as AutocannonFn;
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
+/** Whether `dir` holds the corpus these arguments build (a previous run's --corpus-dir). */
+function builtAlready(a: Args, dir: string): boolean {
+  if (!fs.existsSync(dir)) return false;
+  try {
+    const c = openCorpus(dir);
+    try {
+      const i = c.info;
+      return (
+        i.documents === a.docs &&
+        i.dim === a.dim &&
+        i.dtype === a.dtype &&
+        i.deleted === 0 &&
+        i.tokens === a.docs * a.docLen
+      );
+    } finally {
+      c.close();
+    }
+  } catch {
+    return false;
+  }
+}
+
+/** Distinct random unit tokens the float corpora's documents draw their rows from. */
+const POOL_TOKENS = 1 << 16;
+
 function buildCorpus(a: Args, dir: string) {
   const rng = new Rng(11);
   const w = CorpusWriter.create(dir, { dim: a.dim, dtype: a.dtype });
-  const chunk = Math.max(1, Math.floor((1 << 22) / (a.docLen * a.dim)));
-  for (let at = 0; at < a.docs; at += chunk) {
-    const n = Math.min(chunk, a.docs - at);
-    const floats = randomUnitTokens(rng, n * a.docLen, a.dim);
-    // int8: quantized per token by the writer (the CPU's AMX / VNNI int8 kernels score it)
-    if (a.dtype === 'int8')
+  // chunks of ~16 MiB of rows, written with one call each
+  const chunk = Math.max(1, Math.floor((1 << 23) / (a.docLen * a.dim)));
+  if (a.dtype === 'int8') {
+    // quantized per token by the writer (the CPU's AMX / VNNI int8 kernels score it); CPU-sized corpora
+    for (let at = 0; at < a.docs; at += chunk) {
+      const n = Math.min(chunk, a.docs - at);
+      const floats = randomUnitTokens(rng, n * a.docLen, a.dim);
       w.add(
         raggedBatch(
           floats,
@@ -159,7 +193,32 @@ function buildCorpus(a: Args, dir: string) {
           { dim: a.dim },
         ),
       );
-    else w.addEncoded({ data: encodeFloats(floats, a.dtype), lengths: new Int32Array(n).fill(a.docLen) });
+    }
+    w.commit();
+    return;
+  }
+  // Float corpora: every row a copy of one of 65,536 random unit tokens (drawing 1.6 G normal values for
+  // 100,000 x 128 x 128 took 37-50 s of the GPU host's time on every run; copying rows takes ~1 s). The
+  // kernels' work does not depend on the values; documents still differ (128 of 65,536 rows each), so
+  // the top-k is a real ranking.
+  const floats = randomUnitTokens(rng, POOL_TOKENS, a.dim);
+  const encoded = a.dtype === 'float32' ? floats : encodeFloats(floats, a.dtype);
+  const pool = Buffer.from(encoded.buffer, encoded.byteOffset, encoded.byteLength);
+  const rowBytes = pool.length / POOL_TOKENS;
+  // its own ArrayBuffer (offset 0: aligned for the typed views below)
+  const bytes = Buffer.allocUnsafeSlow(chunk * a.docLen * rowBytes);
+  for (let at = 0; at < a.docs; at += chunk) {
+    const n = Math.min(chunk, a.docs - at);
+    const rows = n * a.docLen;
+    for (let r = 0; r < rows; r++) {
+      const t = rng.int(POOL_TOKENS);
+      pool.copy(bytes, r * rowBytes, t * rowBytes, (t + 1) * rowBytes);
+    }
+    const data =
+      a.dtype === 'float32'
+        ? new Float32Array(bytes.buffer, bytes.byteOffset, rows * a.dim)
+        : new Uint16Array(bytes.buffer, bytes.byteOffset, rows * a.dim);
+    w.addEncoded({ data, lengths: new Int32Array(n).fill(a.docLen) });
   }
   w.commit();
 }
@@ -219,6 +278,65 @@ function histogram(text: string, name: string): { sum: number; count: number } {
   return { sum, count };
 }
 
+/** Sum and count of a Prometheus histogram's series with label phase="<phase>". */
+function phaseHistogram(text: string, name: string, phase: string): { sum: number; count: number } {
+  const get = (suffix: string) =>
+    Number(new RegExp(`^${name}_${suffix}\\{phase="${phase}"\\} (\\S+)`, 'm').exec(text)?.[1] ?? 0);
+  return { sum: get('sum'), count: get('count') };
+}
+
+/** The search route's latency buckets (cumulative counts by upper bound) of a /metrics text. */
+function searchBuckets(text: string): { le: number; count: number }[] {
+  const out: { le: number; count: number }[] = [];
+  for (const m of text.matchAll(
+    /^maxsim_http_request_duration_seconds_bucket\{le="([^"]+)",route="\/v1\/search"\} (\S+)/gm,
+  ))
+    out.push({ le: m[1] === '+Inf' ? Number.POSITIVE_INFINITY : Number(m[1]), count: Number(m[2]) });
+  return out.sort((x, y) => x.le - y.le);
+}
+
+/**
+ * The server's own view of the search latency between two scrapes (onRequest to the response's end):
+ * the q-quantile interpolated in its histogram's buckets (as Prometheus' histogram_quantile), ms, and
+ * the share of requests over 100 ms (the p99 target). Tells the server's tail from the client's.
+ */
+function serverLatency(before: string, after: string, q: number): { quantileMs: number; over100: number } {
+  const b = new Map(searchBuckets(before).map((x) => [x.le, x.count]));
+  const rows = searchBuckets(after).map((x) => ({ le: x.le, count: x.count - (b.get(x.le) ?? 0) }));
+  const total = rows[rows.length - 1]?.count ?? 0;
+  if (total === 0) return { quantileMs: Number.NaN, over100: Number.NaN };
+  const within100 = rows.find((x) => x.le === 0.1)?.count ?? Number.NaN;
+  const rank = q * total;
+  let lower = 0;
+  let below = 0;
+  let quantile = Number.NaN;
+  for (const x of rows) {
+    if (x.count >= rank) {
+      quantile = Number.isFinite(x.le)
+        ? lower + ((x.le - lower) * (rank - below)) / (x.count - below || 1)
+        : lower;
+      break;
+    }
+    lower = x.le;
+    below = x.count;
+  }
+  return { quantileMs: quantile * 1000, over100: 1 - within100 / total };
+}
+
+const PASS_PHASES = ['gather', 'wait', 'backend', 'merge', 'split', 'answer'] as const;
+const REQUEST_PHASES = ['parse', 'decode', 'queue', 'encode'] as const;
+
+/** Mean ms per pass (or request) of each phase between two scrapes of /metrics. */
+function phaseMeans(before: string, after: string, name: string, phases: readonly string[]) {
+  const out: Record<string, number> = {};
+  for (const phase of phases) {
+    const b = phaseHistogram(before, name, phase);
+    const e = phaseHistogram(after, name, phase);
+    out[phase] = e.count > b.count ? ((e.sum - b.sum) / (e.count - b.count)) * 1000 : Number.NaN;
+  }
+  return out;
+}
+
 interface RunResult {
   maxBatch: number;
   requestsPerSecond: number;
@@ -239,6 +357,16 @@ interface RunResult {
    * requests/s several-fold between rounds; this figure much less).
    */
   cpuMsPerRequest: number;
+  /** Mean ms per search pass of each phase (see PassPhases in src/server/batcher.ts). */
+  passPhasesMs: Record<string, number>;
+  /** Mean ms per search request of each phase. */
+  requestPhasesMs: Record<string, number>;
+  /** Share of the run the server's JS thread was busy (1: saturated). */
+  eventLoopUtilization: number;
+  /** The server's own p99 of the search latency (its histogram, interpolated), ms. */
+  serverP99Ms: number;
+  /** Share of searches the server took over 100 ms for. */
+  serverOver100: number;
 }
 
 interface Server {
@@ -273,6 +401,7 @@ async function warm(server: Server, a: Args, requests: object[]) {
 async function measure(server: Server, a: Args, requests: object[]): Promise<RunResult> {
   const { url } = server;
   const before = await (await fetch(`${url}/metrics`)).text();
+  // (this scrape also restarts the server's event-loop utilisation window)
   const r = await autocannon({
     url,
     connections: a.connections,
@@ -304,6 +433,11 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
         gauge(before, 'maxsim_process_cpu_seconds_total')) /
         r['2xx']) *
       1000,
+    passPhasesMs: phaseMeans(before, after, 'maxsim_pass_phase_seconds', PASS_PHASES),
+    requestPhasesMs: phaseMeans(before, after, 'maxsim_request_phase_seconds', REQUEST_PHASES),
+    eventLoopUtilization: gauge(after, 'maxsim_event_loop_utilization'),
+    serverP99Ms: serverLatency(before, after, 0.99).quantileMs,
+    serverOver100: serverLatency(before, after, 0.99).over100,
     loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
     loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
   };
@@ -575,12 +709,17 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-bench-serve-'));
 try {
   let corpus = a.corpus;
   if (!corpus) {
-    corpus = path.join(tmp, 'docs.msx');
-    const t = performance.now();
-    buildCorpus(a, corpus);
-    console.error(
-      `bench/serve: built ${a.docs} documents x ${a.docLen} tokens, d = ${a.dim}, ${a.dtype} in ${((performance.now() - t) / 1000).toFixed(1)} s`,
-    );
+    corpus = a.corpusDir ?? path.join(tmp, 'docs.msx');
+    if (a.corpusDir && builtAlready(a, a.corpusDir))
+      console.error(`bench/serve: reusing the corpus in ${a.corpusDir}`);
+    else {
+      if (a.corpusDir) fs.rmSync(a.corpusDir, { recursive: true, force: true });
+      const t = performance.now();
+      buildCorpus(a, corpus);
+      console.error(
+        `bench/serve: built ${a.docs} documents x ${a.docLen} tokens, d = ${a.dim}, ${a.dtype} in ${((performance.now() - t) / 1000).toFixed(1)} s`,
+      );
+    }
   }
   // 64 distinct queries of queryLen tokens as base64 float16 bodies, cycled by every connection
   const rng = new Rng(7);
@@ -664,6 +803,18 @@ try {
       'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max  cpu ms/req',
     );
     for (let r = 0; r < a.rounds; r++) for (const i of [0, 1]) console.log(row(String(r + 1), results[i][r]));
+    console.log(
+      'where the time goes (mean ms per search pass: gather wait backend merge split answer | per request: parse decode queue encode | JS thread busy | server-side p99 ms, share over 100 ms)',
+    );
+    const ms = (m: Record<string, number>, keys: readonly string[]) =>
+      keys.map((key) => (Number.isFinite(m[key]) ? m[key].toFixed(3) : '-').padStart(9)).join('');
+    for (let r = 0; r < a.rounds; r++)
+      for (const i of [0, 1]) {
+        const x = results[i][r];
+        console.log(
+          `${String(r + 1).padEnd(10)} ${String(x.maxBatch).padStart(9)} ${ms(x.passPhasesMs, PASS_PHASES)} | ${ms(x.requestPhasesMs, REQUEST_PHASES)} | ${(100 * x.eventLoopUtilization).toFixed(0).padStart(3)}% | ${x.serverP99Ms.toFixed(1).padStart(7)} ${(100 * x.serverOver100).toFixed(2).padStart(6)}%`,
+        );
+      }
     console.log(
       `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
     );

@@ -15,11 +15,13 @@ import { encodeNpy, writeNpy } from '../src/io/npy.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
-import type { MaxsimServer } from '../src/server/app.js';
-import { autoWaitMs, Batcher, type SearchRun } from '../src/server/batcher.js';
+import { type MaxsimServer, searchJson } from '../src/server/app.js';
+import { autoWaitMs, Batcher, type PassInfo, type SearchRun } from '../src/server/batcher.js';
+import type { EncodedTokens } from '../src/server/codecs.js';
 import { createServer } from '../src/server/index.js';
 import {
   bf16BitsToFloat,
+  decodeToFloat32,
   encodeFloats,
   f16BitsToFloat,
   raggedBatch,
@@ -415,6 +417,42 @@ describe('maxsim serve', () => {
         400,
         'body',
       ],
+      // the poisoning check runs where such a key can be (plain JSON.parse elsewhere)
+      [
+        'a __proto__ key',
+        () =>
+          post(`${url}/v1/search`, `{"queries": [${JSON.stringify(q)}], "__proto__": {"x": 1}}`, {
+            'content-type': 'application/json',
+          }),
+        400,
+        'body',
+      ],
+      [
+        'a __proto__ key spelled with escapes',
+        () =>
+          post(`${url}/v1/search`, `{"queries": [${JSON.stringify(q)}], "\\u005f_proto__": {"x": 1}}`, {
+            'content-type': 'application/json',
+          }),
+        400,
+        'body',
+      ],
+      [
+        'a constructor.prototype key',
+        () =>
+          post(
+            `${url}/v1/search`,
+            `{"queries": [${JSON.stringify(q)}], "constructor": {"prototype": {"x": 1}}}`,
+            { 'content-type': 'application/json' },
+          ),
+        400,
+        'body',
+      ],
+      [
+        'an empty JSON body',
+        () => post(`${url}/v1/search`, '', { 'content-type': 'application/json' }),
+        400,
+        'body',
+      ],
       [
         'bad .npy',
         () => post(`${url}/v1/search`, new Uint8Array([1, 2, 3]), { 'content-type': 'application/x-npy' }),
@@ -546,8 +584,24 @@ describe('maxsim serve', () => {
       'maxsim_batch_queries_bucket',
       'maxsim_queue_depth',
       'maxsim_process_resident_memory_bytes',
+      'maxsim_event_loop_utilization',
     ])
       assert.ok(metrics.includes(name), name);
+    // where a search's time went: every phase of the passes and requests that ran, non-negative
+    for (const [name, phases] of [
+      ['maxsim_pass_phase_seconds', ['gather', 'wait', 'backend', 'merge', 'split', 'answer']],
+      ['maxsim_request_phase_seconds', ['parse', 'decode', 'queue', 'encode']],
+    ] as const)
+      for (const phase of phases) {
+        const count = Number(
+          new RegExp(`^${name}_count\\{phase="${phase}"\\} (\\S+)`, 'm').exec(metrics)?.[1],
+        );
+        const sum = Number(new RegExp(`^${name}_sum\\{phase="${phase}"\\} (\\S+)`, 'm').exec(metrics)?.[1]);
+        assert.ok(count > 0, `${name} ${phase}: count ${count}`);
+        assert.ok(sum >= 0 && Number.isFinite(sum), `${name} ${phase}: sum ${sum}`);
+      }
+    const elu = Number(/^maxsim_event_loop_utilization (\S+)/m.exec(metrics)?.[1]);
+    assert.ok(elu >= 0 && elu <= 1, `event loop utilization ${elu}`);
     const api = (await call(`${url}/openapi.json`, 'GET')).json;
     assert.match(api.openapi, /^3\./);
     for (const p of ['/v1/search', '/v1/rerank', '/v1/score', '/v1/documents', '/v1/info'])
@@ -575,6 +629,46 @@ describe('maxsim serve', () => {
   });
 });
 
+describe('search answers as one JSON string', () => {
+  test('searchJson writes what JSON.stringify writes: odd ids, non-finite scores as null, empty rows', () => {
+    const r = rng(runSeed + 2);
+    const ids = [
+      'plain',
+      'quote"d',
+      'back\\slash',
+      'line\nbreak',
+      'tab\t',
+      '\u0001ctl',
+      'é ü 中文',
+      '😀',
+      '</script>',
+      '',
+    ];
+    for (let trial = 0; trial < 20; trial++) {
+      const hits = Array.from({ length: Math.floor(r() * 4) }, () =>
+        Array.from({ length: Math.floor(r() * 5) }, () => {
+          const pick = r();
+          const score =
+            pick < 0.1
+              ? Number.NaN
+              : pick < 0.15
+                ? -Infinity
+                : pick < 0.2
+                  ? -0
+                  : (r() - 0.5) * 10 ** Math.floor(r() * 40 - 20);
+          return { id: ids[Math.floor(r() * ids.length)], index: Math.floor(r() * 1e9), score };
+        }),
+      );
+      const want = JSON.stringify({
+        results: hits.map((row) =>
+          row.map((h) => ({ id: h.id, index: h.index, score: Number.isFinite(h.score) ? h.score : null })),
+        ),
+      });
+      assert.equal(searchJson(hits), want);
+    }
+  });
+});
+
 describe('the batcher', () => {
   const D = 4;
   /** A search run that answers each query with its own first value as index, taking `ms` per pass. */
@@ -583,7 +677,7 @@ describe('the batcher', () => {
     const run: SearchRun = async (q) => {
       t.running++;
       t.most = Math.max(t.most, t.running);
-      const rows = Array.from({ length: q.offsets.length - 1 }, (_, r) => q.data[q.offsets[r] * q.dim]);
+      const rows = Array.from({ length: q.offsets.length - 1 }, (_, r) => q.values[q.offsets[r] * q.dim]);
       t.passes.push(rows);
       await new Promise((r) => setTimeout(r, ms));
       t.running--;
@@ -624,6 +718,58 @@ describe('the batcher', () => {
     }
   });
 
+  test('keepBits: a pass of float16 requests gets their bits as they are, a mixed pass float32; phases reported', async () => {
+    const seen: EncodedTokens[] = [];
+    const run: SearchRun = async (q, _k, _key, timing) => {
+      seen.push(q);
+      timing.merge = 0.001;
+      return Array.from({ length: q.offsets.length - 1 }, (_, r) => [{ index: r, score: 0, id: String(r) }]);
+    };
+    const infos: PassInfo[] = [];
+    const b = new Batcher(
+      run,
+      { maxBatch: 64, maxWaitMs: 5, maxQueue: 100, keepBits: (key) => (key === '' ? 'float16' : undefined) },
+      (p) => infos.push(p),
+    );
+    const r = rng(runSeed + 1);
+    const f16 = (tokens: number) => {
+      const values = encodeFloats(
+        Float32Array.from({ length: tokens * D }, () => r() * 2 - 1),
+        'float16',
+      ) as Uint16Array;
+      return { dtype: 'float16' as const, values, offsets: [0, tokens], dim: D };
+    };
+    const parts = [f16(3), f16(1), f16(5)];
+    await Promise.all(parts.map((p) => b.search(p, 1, '', 10_000)));
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0].dtype, 'float16');
+    assert.deepEqual(seen[0].offsets, [0, 3, 4, 9]);
+    assert.deepEqual(
+      [...seen[0].values],
+      parts.flatMap((p) => [...p.values]),
+    );
+    // with a float32 request among them, or a key the backend takes float32 for: decoded, same values
+    const mixed = [f16(2), { ...job(7), offsets: [0, 1] }];
+    await Promise.all(mixed.map((p) => b.search(p, 1, '', 10_000)));
+    await b.search(f16(2), 1, 'int8', 10_000);
+    assert.equal(seen[1].dtype, 'float32');
+    assert.deepEqual(
+      [...seen[1].values],
+      [...decodeToFloat32(mixed[0].values as Uint16Array, 'float16', D), ...mixed[1].values],
+    );
+    assert.equal(seen[2].dtype, 'float32');
+    await b.drain();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(infos.length, 3);
+    for (const info of infos) {
+      assert.ok(info.phases, 'search passes report their phases');
+      for (const [phase, seconds] of Object.entries(info.phases))
+        assert.ok(seconds >= 0 && Number.isFinite(seconds), `${phase}: ${seconds}`);
+      assert.equal(info.phases.merge, 0.001);
+      assert.equal(info.queued.length, info.requests);
+    }
+  });
+
   test('pipelined: the next pass is handed over while one runs, not after it', async () => {
     const { t, run } = tracer(60);
     const b = new Batcher(run, { maxBatch: 4, maxWaitMs: 1, maxQueue: 100, passesInFlight: 2 });
@@ -645,6 +791,28 @@ describe('the batcher', () => {
     const started = performance.now();
     assert.equal(await b.solo(async () => 7, 10_000), 7);
     assert.ok(performance.now() - started < 250, 'the solo pass waited for company');
+    await b.drain();
+  });
+
+  test("the wait for company ends once the last pass's clients are back (and not before)", async () => {
+    const { t, run } = tracer(5);
+    const b = new Batcher(run, { maxBatch: 64, maxWaitMs: 300, maxQueue: 100 });
+    // 6 closed-loop clients, 3 passes each: the first pass waits for company (nothing to go by);
+    // later ones go once all 6 are back, not 300 ms later
+    const client = async (c: number) => {
+      for (let i = 0; i < 3; i++) await b.search(job(c), 1, '', 10_000);
+    };
+    const started = performance.now();
+    await Promise.all(Array.from({ length: 6 }, (_, c) => client(c)));
+    const total = performance.now() - started;
+    assert.deepEqual(
+      t.passes.map((p) => p.length),
+      [6, 6, 6],
+      'every pass holds all six clients',
+    );
+    // the first pass waited its 300 ms; the other two did not (a loaded machine adds some)
+    assert.ok(total >= 300, `${total} ms`);
+    assert.ok(total < 300 + 250, `${total} ms: a later pass waited for company its clients had brought`);
     await b.drain();
   });
 

@@ -13,13 +13,15 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import * as prom from 'prom-client';
+import type { Static } from 'typebox';
 import { cpuInfo } from '../backends/cpu.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
+import type { CorpusHit } from '../ops/corpus-search.js';
 import { maxsim, maxsimAll } from '../ops/maxsim.js';
 import { topKOfRow } from '../ops/topk.js';
 import { raggedBatch, type TokenBatch, tokenMatrix } from '../tensor.js';
 import { version } from '../version.js';
-import { Batcher, ClosingError, DeadlineError, QueueFullError } from './batcher.js';
+import { Batcher, ClosingError, DeadlineError, type PassToken, QueueFullError } from './batcher.js';
 import {
   concatPacked,
   decodeEmbeddings,
@@ -223,6 +225,24 @@ function jsonScore(s: number): number | null {
   return Number.isFinite(s) ? s : null;
 }
 
+/** `{"results": [[{id, index, score}, ...], ...]}` as JSON.stringify writes it, built directly. */
+export function searchJson(hits: readonly (readonly CorpusHit[])[]): string {
+  let out = '{"results":[';
+  for (let r = 0; r < hits.length; r++) {
+    if (r > 0) out += ',';
+    out += '[';
+    const row = hits[r];
+    for (let i = 0; i < row.length; i++) {
+      const h = row[i];
+      if (i > 0) out += ',';
+      // ids are arbitrary strings: JSON.stringify escapes them; a non-finite score is null
+      out += `{"id":${JSON.stringify(h.id)},"index":${h.index},"score":${Number.isFinite(h.score) ? h.score : 'null'}}`;
+    }
+    out += ']';
+  }
+  return `${out}]}`;
+}
+
 function digest(s: string): Buffer {
   return createHash('sha256').update(s, 'utf8').digest();
 }
@@ -230,6 +250,11 @@ function digest(s: string): Buffer {
 /** Packed float32 items as a batch for the kernels (values were checked when decoded). */
 function asBatch(p: PackedTokens): TokenBatch {
   return raggedBatch(p.data, p.offsets, { dim: p.dim, checkFinite: false });
+}
+
+/** A pass's queries (float32, or float16 / bfloat16 bits) as a batch for the kernels. */
+function encodedBatch(p: EncodedTokens): TokenBatch {
+  return raggedBatch(p.values, p.offsets, { dim: p.dim, dtype: p.dtype, checkFinite: false });
 }
 
 function decodeDocuments(
@@ -309,6 +334,9 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [registry],
   });
+  // label children by key (routes x methods x statuses: a few dozen at most)
+  const requestCounters = new Map<string, prom.Counter.Internal>();
+  const latencyOf = new Map<string, prom.Histogram.Internal<'route'>>();
   const batchSizes = new prom.Histogram({
     name: 'maxsim_batch_queries',
     help: 'queries scored per pass',
@@ -321,8 +349,48 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
     registers: [registry],
   });
+  // where the time goes, for the lead reading a GPU run: the host work of a pass around its kernel,
+  // and of a request around its pass (means from _sum / _count; bench/serve.ts prints them)
+  const phaseBuckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+  const passPhase = new prom.Histogram({
+    name: 'maxsim_pass_phase_seconds',
+    help: 'time of a search pass by phase: gather (decode into the batch), wait (queued behind the pass ahead), backend (the search call, kernel included), merge (its JS part: segments merged, ids), split (rows per request), answer (its requests answered: handlers and serialisation, up to the last one handed to the socket)',
+    labelNames: ['phase'] as const,
+    buckets: phaseBuckets,
+    registers: [registry],
+  });
+  const requestPhase = new prom.Histogram({
+    name: 'maxsim_request_phase_seconds',
+    help: 'time of a search request by phase: parse (body read, JSON parse, validation), decode (embeddings checked), queue (waiting for its pass), encode (the JSON answer built)',
+    labelNames: ['phase'] as const,
+    buckets: phaseBuckets,
+    registers: [registry],
+  });
+  // label children resolved once: a labelled observe hashes its labels on every call
+  const passPhaseOf = Object.fromEntries(
+    ['gather', 'wait', 'backend', 'merge', 'split', 'answer'].map((phase) => [
+      phase,
+      passPhase.labels({ phase }),
+    ]),
+  );
+  const parsePhase = requestPhase.labels({ phase: 'parse' });
+  const decodePhase = requestPhase.labels({ phase: 'decode' });
+  const queuePhase = requestPhase.labels({ phase: 'queue' });
+  const encodePhase = requestPhase.labels({ phase: 'encode' });
+  let elu = performance.eventLoopUtilization();
+  new prom.Gauge({
+    name: 'maxsim_event_loop_utilization',
+    help: 'share of the time the JS thread was busy since the previous scrape (1: saturated)',
+    registers: [registry],
+    collect() {
+      const now = performance.eventLoopUtilization();
+      this.set(performance.eventLoopUtilization(now, elu).utilization);
+      elu = now;
+    },
+  });
   const batcher = new Batcher(
-    (queries, k, key) => resident.search(asBatch(queries), k, key === 'int8' ? 'int8' : undefined),
+    (queries, k, key, timing) =>
+      resident.search(encodedBatch(queries), k, key === 'int8' ? 'int8' : undefined, timing),
     {
       maxBatch,
       maxWaitMs,
@@ -331,10 +399,23 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       // handed over early; a streamed scan holds staging buffers per search, and the CPU pool is the
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
+      // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
+      // same bits as float32 queries rounded there); the int8 prefilter, the CPU and a streamed scan
+      // get float32
+      keepBits: (key) =>
+        resident.mode === 'resident' &&
+        key === '' &&
+        (resident.info.dtype === 'float16' || resident.info.dtype === 'bfloat16')
+          ? resident.info.dtype
+          : undefined,
     },
     (p) => {
       batchSizes.observe(p.queries);
       passSeconds.observe(p.seconds);
+      if (p.phases) {
+        for (const [phase, seconds] of Object.entries(p.phases)) passPhaseOf[phase].observe(seconds);
+        for (const q of p.queued) queuePhase.observe(q);
+      }
     },
   );
   new prom.Gauge({
@@ -379,8 +460,33 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     return503OnClosing: true,
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.decorateRequest('batchSize', 0);
+  app.decorateRequest('pass', undefined);
   // JSON and .npy only: a text body is a 415, not a string that fails validation
   app.removeContentTypeParser('text/plain');
+  // JSON: Fastify's parser scans every body with two regexes for a __proto__ / constructor key (a few
+  // % of the JS thread on 11 KB search bodies); that scan now runs only where such a key can be (the
+  // words, or a \u escape that could spell them), else plain JSON.parse; failures take its path too,
+  // so the errors are Fastify's
+  const secureJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body as string;
+    if (
+      text.length > 0 &&
+      !text.includes('__proto__') &&
+      !text.includes('constructor') &&
+      !text.includes('\\u')
+    ) {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        return secureJson(request, text, done);
+      }
+      return done(null, parsed);
+    }
+    return secureJson(request, text, done);
+  });
   for (const type of ['application/octet-stream', 'application/x-npy'])
     app.addContentTypeParser(type, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
 
@@ -417,6 +523,11 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   );
   // callback hooks, not async ones: a promise less per request and hook
   app.addHook('onSend', (request, reply, payload, done) => {
+    // the last answer of a search pass serialised: the pass's answering time (its requests' handlers
+    // and serialisation run one after the other once the pass resolves them)
+    const pass = (request as unknown as { pass?: PassToken }).pass;
+    if (pass && --pass.pending === 0)
+      passPhaseOf.answer.observe((performance.now() - pass.resolvedAt) / 1000);
     reply.header('x-request-id', request.id);
     const batch = (request as unknown as { batchSize: number }).batchSize;
     if (batch > 0) reply.header('x-maxsim-batch', String(batch)); // queries in the pass that answered
@@ -427,8 +538,19 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? 'unmatched';
     const status = reply.statusCode;
-    requests.inc({ route, method: request.method, status: String(status) });
-    latency.observe({ route }, reply.elapsedTime / 1000);
+    const key = `${route} ${request.method} ${status}`;
+    let counter = requestCounters.get(key);
+    if (!counter) {
+      counter = requests.labels({ route, method: request.method, status: String(status) });
+      requestCounters.set(key, counter);
+    }
+    counter.inc();
+    let histogram = latencyOf.get(route);
+    if (!histogram) {
+      histogram = latency.labels({ route });
+      latencyOf.set(route, histogram);
+    }
+    histogram.observe(reply.elapsedTime / 1000);
     const batch = (request as unknown as { batchSize: number }).batchSize;
     // (pino's isLevelEnabled; a logger without it logs)
     if ((request.log as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled?.('info') !== false)
@@ -473,11 +595,13 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
       },
       ...readHook,
     },
-    async (request) => {
+    async (request, reply) => {
       let queries: EncodedTokens;
       let k: number;
       let prefilter: 'int8' | undefined;
       let ids: string[] | undefined;
+      const parsed = performance.now();
+      parsePhase.observe(reply.elapsedTime / 1000);
       const raw = request.body as unknown;
       if (Buffer.isBuffer(raw)) {
         queries = readNpy(raw, 'body', 'many', dim());
@@ -514,11 +638,17 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
         setBatch(request, n);
         return { results: rows };
       }
-      const { hits, batch } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
+      decodePhase.observe((performance.now() - parsed) / 1000);
+      const { hits, batch, pass } = await batcher.search(queries, k, prefilter ?? '', timeoutMs);
       setBatch(request, batch);
-      return {
-        results: hits.map((row) => row.map((h) => ({ id: h.id, index: h.index, score: jsonScore(h.score) }))),
-      };
+      (request as unknown as { pass?: PassToken }).pass = pass;
+      const t0 = performance.now();
+      // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
+      // a string with a JSON content type is sent as it is
+      const json = searchJson(hits);
+      encodePhase.observe((performance.now() - t0) / 1000);
+      reply.type('application/json; charset=utf-8');
+      return json as unknown as Static<typeof SearchResponse>;
     },
   );
 

@@ -13,7 +13,7 @@
 
 import { MaxsimError } from '../errors.js';
 import type { CorpusHit } from '../ops/corpus-search.js';
-import { concatEncoded, type EncodedTokens, itemCount, type PackedTokens } from './codecs.js';
+import { concatBits, concatEncoded, type EncodedTokens, itemCount } from './codecs.js';
 
 /** The queue is full: HTTP 429 with Retry-After. */
 export class QueueFullError extends MaxsimError {
@@ -55,6 +55,17 @@ export interface BatcherOptions {
   maxQueue: number;
   /** Passes handed to the backend at once (default 1; 2 pipelines them). */
   passesInFlight?: number;
+  /**
+   * The 16-bit dtype the backend takes as it is for searches of `key` (a GPU corpus of that dtype):
+   * a pass whose requests all sent it copies their bits, no float32 decode (nor the backend's check
+   * and rounding of float32 values). Otherwise (and by default) a pass is float32.
+   */
+  keepBits?: (key: string) => 'float16' | 'bfloat16' | undefined;
+  /**
+   * Pipelined: how long before the running pass's expected end the next is handed over, as a share of
+   * the pass time (default 0.25). @internal bench/serve-sim.ts varies it.
+   */
+  handOverLead?: number;
 }
 
 /** The 'auto' wait: a tenth of the recent pass time, clamped to [1, 50] ms. */
@@ -62,13 +73,57 @@ export function autoWaitMs(passSeconds: number): number {
   return Math.min(50, Math.max(1, passSeconds * 100));
 }
 
+/**
+ * Where a search pass's time went, seconds (the host work around the kernel made visible): `gather`
+ * decodes the requests' tokens into the pass's buffer; `backend` is the search call from when the
+ * backend could start it (the later of the hand-over and the end of the pass ahead) to its answer,
+ * of which the run reports `merge` (hits -> ids, segments merged, on the JS thread) and the rest is
+ * the native call (kernel, copies, the worker's round trip, the event loop's delay in taking the
+ * answer); `wait` is the time handed over but queued behind the pass ahead; `split` cuts the rows
+ * per request and resolves them. (The answers' own work, handlers and serialisation, is measured by
+ * whoever answers: see PassToken.)
+ */
+export interface PassPhases {
+  gather: number;
+  wait: number;
+  backend: number;
+  merge: number;
+  split: number;
+}
+
+/**
+ * Handed to every request of a search pass with its rows: when the rows were resolved, and how many
+ * of the pass's requests have not yet finished their answer (the server counts them down and times
+ * the pass's answering, which runs in the microtasks that follow the resolves).
+ */
+export interface PassToken {
+  resolvedAt: number;
+  pending: number;
+}
+
 export interface PassInfo {
   queries: number;
   requests: number;
+  /** From the hand-over to the answer (includes `phases.wait` when pipelined). */
   seconds: number;
+  /** Search passes only. */
+  phases?: PassPhases;
+  /** Per request of the pass: from its arrival in the queue to the pass's start, seconds. */
+  queued: number[];
 }
 
-export type SearchRun = (queries: PackedTokens, k: number, key: string) => Promise<CorpusHit[][]>;
+/** What a search run reports of its own time, seconds (filled in by the run). */
+export interface SearchTiming {
+  merge: number;
+}
+
+/** A pass's queries: float32, or float16 / bfloat16 bits where BatcherOptions.keepBits allows. */
+export type SearchRun = (
+  queries: EncodedTokens,
+  k: number,
+  key: string,
+  timing: SearchTiming,
+) => Promise<CorpusHit[][]>;
 
 interface BaseJob {
   size: number;
@@ -82,7 +137,7 @@ interface SearchJob extends BaseJob {
   queries: EncodedTokens;
   k: number;
   key: string;
-  resolve(v: { hits: CorpusHit[][]; batch: number }): void;
+  resolve(v: { hits: CorpusHit[][]; batch: number; pass: PassToken }): void;
 }
 interface SoloJob extends BaseJob {
   kind: 'solo';
@@ -104,6 +159,10 @@ export class Batcher {
   /** Moving average of the pass time, s (the schedule and Retry-After use it). */
   private passSeconds = 0.01;
   private laneFreeAt = 0;
+  /** Queries of the search pass that ended last (0 before the first). */
+  private lastPassQueries = 0;
+  /** When the backend last answered a search pass (performance.now() ms). */
+  private lastAnswerAt = 0;
   private idle: (() => void)[] = [];
   private readonly depthLimit: number;
 
@@ -135,7 +194,7 @@ export class Batcher {
     k: number,
     key: string,
     deadlineMs: number,
-  ): Promise<{ hits: CorpusHit[][]; batch: number }> {
+  ): Promise<{ hits: CorpusHit[][]; batch: number; pass: PassToken }> {
     return new Promise((resolve, reject) => {
       this.enqueue(
         { kind: 'search', queries, k, key, size: itemCount(queries), resolve, reject } as SearchJob,
@@ -196,12 +255,22 @@ export class Batcher {
     else if (this.inFlight === 0) {
       // the wait for company counts from when the lane is free: clients answered by the pass that just
       // ended get the wait to come back and join the next one, instead of splitting into two halves
-      // that alternate, each pass half as large as it could be
-      at = Math.max(this.queue[0].enqueued, this.laneFreeAt) + this.waitMs;
+      // that alternate, each pass half as large as it could be. Once as many queries wait as that
+      // pass had, within the wait after it, its clients are back: waiting longer would only idle the
+      // backend (on the CPU, a tenth of every pass). (Not after a quiet spell: a burst then waits
+      // for company as before, not going in passes the size of the last small one.)
+      const back =
+        this.lastPassQueries > 0 &&
+        this.queued >= this.lastPassQueries &&
+        now - this.laneFreeAt <= this.waitMs;
+      at = back ? now : Math.max(this.queue[0].enqueued, this.laneFreeAt) + this.waitMs;
     } else {
       // pipelined: hand the next pass over when the backend has about a quarter of a pass left, so it
       // gathers as long as it can and the backend still never waits for it
-      at = Math.max(this.busyUntil - 250 * this.passSeconds, this.queue[0].enqueued + this.waitMs);
+      at = Math.max(
+        this.busyUntil - 1000 * (this.options.handOverLead ?? 0.25) * this.passSeconds,
+        this.queue[0].enqueued + this.waitMs,
+      );
     }
     if (at <= now) {
       this.clearTimer();
@@ -260,8 +329,10 @@ export class Batcher {
     }
     this.inFlight++;
     const started = performance.now();
+    const queued = jobs.map((j) => (started - j.enqueued) / 1000);
     // the backend takes it after the passes ahead of it
     this.busyUntil = Math.max(started, this.busyUntil) + 1000 * this.passSeconds;
+    let phases: PassPhases | undefined;
     try {
       if (jobs[0].kind === 'solo') {
         const job = jobs[0];
@@ -271,7 +342,7 @@ export class Batcher {
           job.reject(e);
         }
       } else {
-        await this.searchPass(jobs as SearchJob[]);
+        phases = await this.searchPass(jobs as SearchJob[]);
       }
     } finally {
       const ended = performance.now();
@@ -285,30 +356,58 @@ export class Batcher {
       this.busyUntil = ended + (this.inFlight > 0 ? 1000 * this.passSeconds : 0);
       this.laneFreeAt = ended;
       const queries = jobs.reduce((a, j) => a + j.size, 0);
-      this.onPass?.({ queries, requests: jobs.length, seconds });
+      if (jobs[0].kind === 'search') this.lastPassQueries = queries;
+      this.onPass?.({ queries, requests: jobs.length, seconds, phases, queued });
       if (this.queue.length > 0) this.schedule();
       else if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
     }
   }
 
-  private async searchPass(jobs: SearchJob[]) {
+  private async searchPass(jobs: SearchJob[]): Promise<PassPhases | undefined> {
     const k = Math.max(...jobs.map((j) => j.k));
     const batch = jobs.reduce((a, j) => a + j.size, 0);
     try {
-      // every request's tokens decoded straight into the pass's one float32 buffer
-      const queries: PackedTokens = concatEncoded(
-        jobs.map((j) => j.queries),
-        jobs[0].queries.dim,
-      );
-      const hits = await this.searchRun(queries, k, jobs[0].key);
+      const t0 = performance.now();
+      const parts = jobs.map((j) => j.queries);
+      const dim = parts[0].dim;
+      const keep = this.options.keepBits?.(jobs[0].key);
+      let queries: EncodedTokens;
+      if (keep !== undefined && parts.every((p) => p.dtype === keep)) queries = concatBits(parts, dim);
+      else {
+        // every request's tokens decoded straight into the pass's one float32 buffer
+        const packed = concatEncoded(parts, dim);
+        queries = { dtype: 'float32', values: packed.data, offsets: packed.offsets, dim };
+      }
+      const t1 = performance.now();
+      const timing: SearchTiming = { merge: 0 };
+      const hits = await this.searchRun(queries, k, jobs[0].key, timing);
+      const t2 = performance.now();
+      // the backend answers in order: a pass handed over while another ran started when that one's
+      // answer came
+      const from = Math.max(t1, this.lastAnswerAt);
+      this.lastAnswerAt = t2;
       let at = 0;
+      // (a request whose deadline passed is answered already: not counted)
+      const pass: PassToken = {
+        resolvedAt: performance.now(),
+        pending: jobs.filter((j) => !j.settled).length,
+      };
       for (const job of jobs) {
         const rows = hits.slice(at, at + job.size).map((row) => row.slice(0, job.k));
         at += job.size;
-        job.resolve({ hits: rows, batch });
+        job.resolve({ hits: rows, batch, pass });
       }
+      const t3 = performance.now();
+      return {
+        gather: (t1 - t0) / 1000,
+        wait: (from - t1) / 1000,
+        backend: (t2 - from) / 1000,
+        merge: timing.merge,
+        split: (t3 - t2) / 1000,
+      };
     } catch (e) {
       for (const job of jobs) job.reject(e);
+      return undefined;
     }
   }
 

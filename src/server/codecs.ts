@@ -314,6 +314,32 @@ export function concatEncoded(parts: readonly EncodedTokens[], dim: number): Pac
   return { data, offsets, dim };
 }
 
+/**
+ * Several sets of float16 (or bfloat16) items concatenated as they are, bits copied (no decode): for a
+ * backend that takes those bits, e.g. a GPU corpus of the same dtype (float32 queries would be rounded
+ * to exactly these bits there, to-nearest-even, so the scores are the same).
+ */
+export function concatBits(parts: readonly EncodedTokens[], dim: number): EncodedTokens {
+  const dtype = parts[0].dtype;
+  let tokens = 0;
+  for (const p of parts) {
+    if (p.dtype !== dtype || dtype === 'float32')
+      throw new Error(`concatBits: every part ${dtype} bits, not ${p.dtype}`);
+    tokens += p.offsets[p.offsets.length - 1];
+  }
+  const values = new Uint16Array(tokens * dim);
+  const offsets = new Array<number>(1);
+  offsets[0] = 0;
+  let at = 0;
+  for (const p of parts) {
+    const n = p.offsets[p.offsets.length - 1];
+    values.set((p.values as Uint16Array).subarray(0, n * dim), at * dim);
+    for (let i = 1; i < p.offsets.length; i++) offsets.push(at + p.offsets[i]);
+    at += n;
+  }
+  return { dtype, values, offsets, dim };
+}
+
 /** Several packed float32 sets concatenated. */
 export function concatPacked(parts: readonly PackedTokens[], dim: number): PackedTokens {
   return concatEncoded(

@@ -221,8 +221,16 @@ export class ResidentCorpus {
     }
   }
 
-  /** Top-k over the whole corpus for every query of a float32 batch. */
-  search(queries: TokenBatch, k: number, prefilter?: 'int8'): Promise<CorpusHit[][]> {
+  /**
+   * Top-k over the whole corpus for every query of a float32 batch. `timing.merge` gets the seconds
+   * spent on this thread merging segments and naming hits (GPU-resident; elsewhere the scan does it).
+   */
+  search(
+    queries: TokenBatch,
+    k: number,
+    prefilter?: 'int8',
+    timing?: { merge: number },
+  ): Promise<CorpusHit[][]> {
     return this.using(async (s) => {
       if (prefilter !== undefined && this.mode !== 'resident')
         throw new InvalidArgumentError(
@@ -246,6 +254,7 @@ export class ResidentCorpus {
           gpuMemory: this.options.gpuMemory,
         });
       let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
+      let merge = 0;
       const file = s.corpus.file;
       for (const seg of s.segments) {
         // deleted documents of the segment: ask for that many more, then drop them (exact)
@@ -261,6 +270,7 @@ export class ResidentCorpus {
             rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * kk },
           });
         } else hits = await seg.docs.topK(queries, kk);
+        const t0 = performance.now();
         merged = merged.map((row, i) =>
           mergeHits(
             row,
@@ -271,8 +281,12 @@ export class ResidentCorpus {
             k,
           ),
         );
+        merge += performance.now() - t0;
       }
-      return merged.map((row) => row.map((h) => ({ ...h, id: s.corpus.id(h.index) })));
+      const t0 = performance.now();
+      const named = merged.map((row) => row.map((h) => ({ ...h, id: s.corpus.id(h.index) })));
+      if (timing) timing.merge = (merge + performance.now() - t0) / 1000;
+      return named;
     });
   }
 

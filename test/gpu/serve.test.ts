@@ -10,7 +10,7 @@ import { after, describe, test } from 'node:test';
 import { CorpusWriter } from '../../src/io/corpus.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
-import { encodeFloats } from '../../src/tensor.js';
+import { decodeToFloat32, encodeFloats } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { skip, status } from './helpers.js';
 
@@ -157,6 +157,15 @@ describe('maxsim serve on CUDA', { skip }, () => {
       assert.ok(pipedAnswers[i].batch <= 8, `a pass of ${pipedAnswers[i].batch}`);
       const single = await post(`${alone.url}/v1/search`, f16[i]);
       assertClose(pipedAnswers[i].json.results, single.json.results, `pipelined request ${i}`);
+      // a float16 corpus takes float16 queries' bits as they are; the same values sent as float32 are
+      // rounded to those bits on the GPU: one query alone, the same plan, the same answer exactly
+      const bits = encodeFloats(Float32Array.from(many[i].queries[0].flat()), 'float16') as Uint16Array;
+      const values = Array.from(decodeToFloat32(bits, 'float16', DIM));
+      const rows = Array.from({ length: values.length / DIM }, (_, t) =>
+        values.slice(t * DIM, (t + 1) * DIM),
+      );
+      const asFloat32 = await post(`${alone.url}/v1/search`, { queries: [rows], top_k: many[i].top_k });
+      assert.deepEqual(single.json, asFloat32.json, `float16 bits vs float32 values, request ${i}`);
     }
 
     // rerank by ids: scored on device views of the candidates
