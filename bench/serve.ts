@@ -7,7 +7,7 @@
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 128]
 //        [--max-wait-ms auto|MS] [--passes-in-flight N] [--threads T] [--soak S [--sample-every S]]
 //        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR]
-//        [--corpus-dir DIR] [--json]
+//        [--corpus-dir DIR] [--client-workers N] [--json]
 // The corpus (rows drawn from 65,536 random unit tokens, float16) is built in a temporary directory
 // unless --corpus names one; --corpus-dir DIR builds it there and keeps it, and a later run with the
 // same --docs / --doc-len / --dim / --dtype reuses it.
@@ -18,6 +18,9 @@
 // resident corpus, base64 float16) on one server, against the kernel time for those documents (the
 // same documents uploaded to the device once / mapped on the CPU, scored in-process before the server
 // starts); the target is HTTP p50 <= 1.5 x kernel + 1 ms. ColPali shape: --doc-len 1024 --connections 1.
+// --client-workers N: autocannon's worker threads (default 4 on machines of 8+ cores, else 1): one
+// client thread at ~4,000 requests/s of base64 bodies queues its own requests, which its latencies
+// then include (the server's own p99 is printed beside them).
 // Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
 // --backend cuda --docs 100000 --doc-len 128 --connections 256.
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -57,6 +60,7 @@ interface Args {
   corpus?: string;
   /** Where the generated corpus is kept (reused by a later run with the same arguments). */
   corpusDir?: string;
+  clientWorkers: number;
   dtype: 'float16' | 'bfloat16' | 'float32' | 'int8';
   json: boolean;
 }
@@ -76,6 +80,7 @@ function parseArgs(argv: string[]): Args {
     maxWaitMs: 'auto',
     rerank: false,
     candidates: 1000,
+    clientWorkers: os.cpus().length >= 8 ? 4 : 1,
     dtype: 'float16',
     json: false,
   };
@@ -95,6 +100,7 @@ function parseArgs(argv: string[]): Args {
     '--candidates': 'candidates',
     '--passes-in-flight': 'passesInFlight',
     '--max-batch': 'maxBatch',
+    '--client-workers': 'clientWorkers',
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
@@ -405,6 +411,7 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
   const r = await autocannon({
     url,
     connections: a.connections,
+    ...(a.clientWorkers > 1 ? { workers: a.clientWorkers } : {}),
     duration: a.duration,
     ...(a.amount ? { amount: a.amount } : {}),
     headers: HEADERS,
@@ -463,6 +470,7 @@ async function soak(a: Args, corpus: string, requests: object[]) {
     const load = autocannon({
       url: server.url,
       connections: a.connections,
+      ...(a.clientWorkers > 1 ? { workers: a.clientWorkers } : {}),
       duration: a.soak,
       headers: HEADERS,
       requests,
@@ -797,7 +805,7 @@ try {
     );
   else {
     console.log(
-      `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections, ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
+      `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections (${a.clientWorkers} client thread${a.clientWorkers > 1 ? 's' : ''}), ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
     );
     console.log(
       'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max  cpu ms/req',
