@@ -35,6 +35,7 @@
         "native/cuda/worker.cc",
         "native/cuda/engine_sets.cc",
         "native/cuda/engine_score.cc",
+        "native/cuda/query_convert.cc",
         "native/cuda/engine_topk.cc",
         "native/cpu/engine.cc",
         "native/cpu/engine_int8.cc",

@@ -261,6 +261,7 @@ function buildCudaCheck() {
     'engine_sets',
     'engine_score',
     'engine_topk',
+    'query_convert',
   ].map((f) => join(cuda, `${f}.cc`));
   const outDir = join(root, 'build', 'check');
   mkdirSync(outDir, { recursive: true });

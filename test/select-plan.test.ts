@@ -8,7 +8,13 @@ import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { nativeCuda } from '../src/backends/cuda.js';
 import { selectPlacement, setSelectPlacement } from '../src/backends/cuda-select-placement.js';
-import { planSelect, type SelectKernelInfo, type SelectWhere } from '../src/backends/cuda-select-plan.js';
+import {
+  HOST_SELECT_MAX_SCORES,
+  planSelect,
+  type SelectKernelInfo,
+  type SelectWhere,
+  smallSelection,
+} from '../src/backends/cuda-select-plan.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { nativeUnavailableReason } from '../src/native.js';
 
@@ -149,6 +155,14 @@ describe('selection plan (cuda-select-plan.ts)', () => {
     assert.equal(breach(2, 300, 256), '');
     assert.throws(() => breach(-1, 3, 1), /rows/);
     assert.throws(() => breach(1, 3, 1.5), /keep/);
+  });
+
+  test('small selections (the whole matrix within 16 KB) are for the host heaps', () => {
+    assert.equal(HOST_SELECT_MAX_SCORES * 4, 16 * 1024);
+    assert.equal(smallSelection({ rows: 1, cols: 1000, keep: 10 }), true);
+    assert.equal(smallSelection({ rows: 4, cols: 1024, keep: 10 }), true);
+    assert.equal(smallSelection({ rows: 4, cols: 1025, keep: 10 }), false);
+    assert.equal(smallSelection({ rows: 1, cols: 100_000, keep: 10 }), false);
   });
 
   test("setSelectPlacement('host') makes the plan choose the host for every selection", () => {

@@ -5,8 +5,10 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine.h"
+#include "query_convert.h"
 
 namespace maxsim_cuda {
 
@@ -80,9 +82,24 @@ constexpr uint64_t RoundUp256(uint64_t b) { return (b + 255) / 256 * 256; }
 // out in one scratch block and written through one pinned staging buffer, so that the driver sees one
 // host-to-device copy per 16 MiB (Staging::kBytes) instead of one per part. No synchronize: the bytes
 // are in pinned memory when this returns (the JS arrays are free), the copy completes in stream order.
-std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, JobScratch& scratch) {
+// Whether a float32 host batch is small and finite enough to convert on the host (query_convert.h).
+bool HostConvertible(const TokenSet& h) {
+  if (h.dtype != DType::Float32) return false;
+  uint64_t values = 0;
+  for (int64_t i = 0; i < h.count; i++) values += static_cast<uint64_t>(h.lengths[i]) * static_cast<uint64_t>(h.dim);
+  if (values > kHostConvertMaxValues) return false;
+  for (int64_t i = 0; i < h.count; i++) {
+    const float* row = static_cast<const float*>(h.data) + static_cast<uint64_t>(h.starts[i]) * h.dim;
+    if (!AllFinite(row, static_cast<uint64_t>(h.lengths[i]) * static_cast<uint64_t>(h.dim))) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, JobScratch& scratch, DType as) {
   static const uint8_t kZeros[256] = {};
-  const uint64_t row = static_cast<uint64_t>(host.dim) * DTypeSize(host.dtype);
+  // as != host.dtype: float32 tokens converted to `as` on the way (HostConvertible)
+  const bool convert = as != host.dtype;
+  const uint64_t row = static_cast<uint64_t>(host.dim) * DTypeSize(as);
   int64_t tokens = 0;
   int32_t max_length = 0;
   for (int64_t i = 0; i < host.count; i++) {
@@ -98,7 +115,7 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
                  start_bytes = RoundUp256(n1 * sizeof(int64_t));
   const cu::CUdeviceptr base = scratch.Take(data_bytes + scale_bytes + start_bytes + n1 * sizeof(int32_t));
   auto t = std::make_shared<DeviceTokens>();  // no runtime: the scratch owns its memory
-  t->dtype = host.dtype;
+  t->dtype = as;
   t->dim = host.dim;
   t->capacity_tokens = t->tokens = tokens;
   t->capacity_items = t->count = host.count;
@@ -118,9 +135,18 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
     }
   };
   const auto* src = static_cast<const uint8_t*>(host.data);
+  std::vector<uint16_t> converted;
   for (int64_t i = 0; i < host.count; i++) {
     const uint64_t bytes = static_cast<uint64_t>(host.lengths[i]) * row;
-    w.Write(src + static_cast<uint64_t>(static_cast<int64_t>(host.starts[i])) * row, bytes);
+    if (convert) {
+      const uint64_t values = static_cast<uint64_t>(host.lengths[i]) * static_cast<uint64_t>(host.dim);
+      converted.resize(values);
+      ConvertF32(static_cast<const float*>(host.data) + static_cast<uint64_t>(host.starts[i]) * host.dim, converted.data(),
+                 values, as);
+      w.Write(converted.data(), bytes);
+    } else {
+      w.Write(src + static_cast<uint64_t>(static_cast<int64_t>(host.starts[i])) * row, bytes);
+    }
     written += bytes;
   }
   if (int8) {
@@ -170,15 +196,17 @@ std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const 
     // into its own copy of the spans, sharing the JS arrays' memory): the same bytes, one device copy
     const TokenSet& h = q.host;
     const TokenSet& u = scratch.uploaded_from;
-    const bool same = scratch.uploaded && u.data == h.data && u.scales == h.scales && u.count == h.count && u.dtype == h.dtype &&
-                      u.dim == h.dim && std::equal(h.starts, h.starts + h.count, u.starts) &&
-                      std::equal(h.lengths, h.lengths + h.count, u.lengths);
+    // a small batch for a float16 / bfloat16 corpus is converted on the host while it is packed
+    const DType as = q.cast_from_f32 && HostConvertible(h) ? q.dtype : h.dtype;
+    const bool same = scratch.uploaded && scratch.uploaded->dtype == as && u.data == h.data && u.scales == h.scales &&
+                      u.count == h.count && u.dtype == h.dtype && u.dim == h.dim &&
+                      std::equal(h.starts, h.starts + h.count, u.starts) && std::equal(h.lengths, h.lengths + h.count, u.lengths);
     if (!same) {
-      scratch.uploaded = UploadQueries(rt, h, scratch);
+      scratch.uploaded = UploadQueries(rt, h, scratch, as);
       scratch.uploaded_from = h;
     }
     t = scratch.uploaded;
-    if (q.cast_from_f32) t = CastQueries(rt, *t, q.dtype, scratch);
+    if (q.cast_from_f32 && t->dtype == DType::Float32) t = CastQueries(rt, *t, q.dtype, scratch);
     if (q.quantize_int8) t = QuantizeQueries8(rt, *t, /*e4m3=*/false, scratch);
   }
   return docs.e4m3 ? QuantizeQueries8(rt, *t, true, scratch) : t;

@@ -36,6 +36,19 @@ export interface SelectShape {
 }
 
 /**
+ * Score matrices of at most this many entries (16 KB) come back whole for the host heaps: one small
+ * read-back costs less than the selection kernel's launch and its own read-back (H200, topK(10) of 1
+ * query over 1,000 documents: 71.5 us end to end against 82.6 with the device selection,
+ * `node dist/bench/call-overhead.js`).
+ */
+export const HOST_SELECT_MAX_SCORES = 4096;
+
+/** Whether a selection is small enough that the host heaps are the faster place for it. */
+export function smallSelection(shape: SelectShape): boolean {
+  return shape.rows * shape.cols <= HOST_SELECT_MAX_SCORES;
+}
+
+/**
  * Where a selection of this shape runs: 'device' when the device selection takes it (keep in range,
  * grid and one read-back of the kept entries within the limits, its kernel loaded: `kernels` is the
  * device's loaded entry points, empty when the driver cannot list them, then taken as loaded), and

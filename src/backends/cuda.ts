@@ -34,7 +34,13 @@ import {
   selectVariant,
   type Variant,
 } from './cuda-dispatch.js';
-import { planSelect, type SelectKernelInfo, type SelectShape, type SelectWhere } from './cuda-select-plan.js';
+import {
+  planSelect,
+  type SelectKernelInfo,
+  type SelectShape,
+  type SelectWhere,
+  smallSelection,
+} from './cuda-select-plan.js';
 import { type CudaDeviceGroup, openDeviceGroup } from './cuda-sharded.js';
 
 // ---- the addon's `cuda` object ----------------------------------------------------------------
@@ -852,8 +858,9 @@ class Device implements CudaDevice {
     return nativeCuda().emptyCache(this.handle);
   }
 
-  /** Where a selection of a job on this device runs (cuda-select-plan.ts). */
+  /** Where a selection of a job on this device runs (cuda-select-plan.ts): small ones on the host. */
   selectFor(shape: SelectShape): SelectWhere {
+    if (smallSelection(shape)) return 'host';
     const limits = nativeCuda().selectKernelInfo;
     if (typeof limits !== 'object' || limits === null)
       throw new BackendUnavailableError(

@@ -21,6 +21,8 @@
 
 #include "../../common/half_bits.h"
 #include "../engine.h"
+#include "../query_convert.h"
+#include "../allocator.h"
 
 using maxsim_cuda::DeviceTokens;
 using maxsim_cuda::Heaps;
@@ -366,6 +368,55 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
   }
 }
 
+// The host conversion of small float32 query batches (query_convert.h) against the cast kernel it
+// replaces: the same bits for every finite value, normal, subnormal and overflowing, at the halfway
+// points of both formats, and for random values of every magnitude.
+void CheckConvert(Runtime* rt, std::mt19937_64& rng) {
+  std::vector<float> v;
+  auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  for (uint32_t h = 0; h < 0x7C00u; h++) {  // every finite float16 and the midpoints next to it
+    const double x = F16BitsValue(static_cast<uint16_t>(h)), y = F16BitsValue(static_cast<uint16_t>(h + 1));
+    for (const double z : {x, (x + y) / 2}) {
+      v.push_back(static_cast<float>(z));
+      v.push_back(-static_cast<float>(z));
+      v.push_back(std::nextafter(static_cast<float>(z), 0.f));
+      v.push_back(std::nextafter(static_cast<float>(z), 1e30f));
+    }
+  }
+  for (uint32_t e = 0; e < 255; e++)  // bfloat16 midpoints at every exponent, and their neighbours
+    for (const uint32_t m : {0x8000u, 0x18000u, 0x7F8000u, 0x7FFFu, 0x8001u}) v.push_back(bits((e << 23) | m));
+  std::uniform_int_distribution<uint32_t> any(0, 0xFFFFFFFFu);
+  while (v.size() < (1u << 20)) {
+    const uint32_t u = any(rng);
+    if ((u & 0x7F800000u) != 0x7F800000u) v.push_back(bits(u));
+  }
+  const uint64_t n = v.size();
+  for (DType to : {DType::Float16, DType::BFloat16}) {
+    checks++;
+    std::vector<uint16_t> host(n), device(n);
+    maxsim_cuda::ConvertF32(v.data(), host.data(), n, to);
+    OnWorker(rt, [&] {
+      maxsim_cuda::ScopedBlock src(rt->allocator(), n * 4), dst(rt->allocator(), n * 2);
+      rt->Upload(src.get(), v.data(), n * 4);
+      rt->CastFromF32(src.get(), dst.get(), to, n);
+      rt->Download(device.data(), dst.get(), n * 2);
+      return 0;
+    });
+    for (uint64_t i = 0; i < n; i++) {
+      if (host[i] != device[i]) {
+        char msg[160];
+        std::snprintf(msg, sizeof msg, "host conversion to %s of %a: 0x%04x, cast kernel 0x%04x", Suffix(to), v[i], host[i], device[i]);
+        Fail(msg);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -389,6 +440,7 @@ int main(int argc, char** argv) {
   std::printf("engine_check: device 0, %s (sm_%d%d)\n", rt->props().name.c_str(), rt->props().cc_major, rt->props().cc_minor);
   std::mt19937_64 rng(seed);
   try {
+    CheckConvert(rt, rng);
     for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
       Round(rt, rng, t, 128, 3, 40, 33, 70);     // typical
       Round(rt, rng, t, 1, 1, 1, 1, 1);          // tiny

@@ -1,0 +1,83 @@
+#include "query_convert.h"
+
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace maxsim_cuda {
+
+namespace {
+
+inline uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// float16, round to nearest even (finite input): normal, subnormal and overflow-to-infinity cases.
+uint16_t F16Scalar(float f) {
+  const uint32_t u = Bits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a >= 0x477FF000u) return sign | 0x7C00u;  // rounds to 65520 or more: infinity
+  if (a < 0x38800000u) {                        // below 2^-14: a float16 subnormal (or zero)
+    if (a < 0x33000000u) return sign;           // below half the smallest subnormal (2^-25): zero
+    const uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14 .. 24: m >> shift is the subnormal's mantissa
+    const uint32_t r = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return sign | static_cast<uint16_t>(r + (rest > half || (rest == half && (r & 1))));
+  }
+  // normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even
+  const uint32_t v = a - 0x38000000u;
+  return sign | static_cast<uint16_t>((v + 0x0FFFu + ((v >> 13) & 1u)) >> 13);
+}
+
+inline uint16_t Bf16Scalar(float f) {
+  const uint32_t u = Bits(f);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2,f16c"))) void F16Avx2(const float* src, uint16_t* dst, uint64_t n) {
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; i++) dst[i] = F16Scalar(src[i]);
+}
+__attribute__((target("avx2"))) void Bf16Avx2(const float* src, uint16_t* dst, uint64_t n) {
+  for (uint64_t i = 0; i < n; i++) dst[i] = Bf16Scalar(src[i]);  // integer lanes: vectorized
+}
+bool HasAvx2F16c() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
+
+}  // namespace
+
+bool AllFinite(const float* src, uint64_t n) {
+  uint32_t bad = 0;
+  for (uint64_t i = 0; i < n; i++) bad |= static_cast<uint32_t>((Bits(src[i]) & 0x7F800000u) == 0x7F800000u);
+  return bad == 0;
+}
+
+void ConvertF32(const float* src, uint16_t* dst, uint64_t n, DType to) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (HasAvx2F16c()) {
+    if (to == DType::Float16) F16Avx2(src, dst, n);
+    else Bf16Avx2(src, dst, n);
+    return;
+  }
+#endif
+  if (to == DType::Float16) {
+    for (uint64_t i = 0; i < n; i++) dst[i] = F16Scalar(src[i]);
+  } else {
+    for (uint64_t i = 0; i < n; i++) dst[i] = Bf16Scalar(src[i]);
+  }
+}
+
+}  // namespace maxsim_cuda
