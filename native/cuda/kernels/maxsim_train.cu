@@ -157,6 +157,36 @@ __device__ __forceinline__ void fwd_body(const MaxsimTrainParams& P) {
   }
 }
 
+// ---- shared by the argmax forwards ------------------------------------------------------------
+
+// The quad's (value, index) candidates of one accumulator row (lanes 4r .. 4r + 3 hold row r's
+// columns) merged by "larger value, on equal values the lower index": a total order on the
+// candidates, so every lane ends with the row's maximum at its lowest index.
+__device__ __forceinline__ void quad_argmax(float& v, int32_t& t) {
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    const float ov = __shfl_xor_sync(kFull, v, o);
+    const int32_t ot = __shfl_xor_sync(kFull, t, o);
+    if (ov > v || (ov == v && ot < t)) {
+      v = ov;
+      t = ot;
+    }
+  }
+}
+
+// A pair's score from its slot maxima best[0, lq): the same fp64 sum in token order as fwd_body
+// (0.0 + best[0] + best[1] + ...), with the loads spread over the warp: lane j holds best[s0 + j] and
+// every lane adds them in order (uniform). Called by a whole warp; lane 0 writes.
+__device__ __forceinline__ void write_score(const MaxsimTrainParams& P, int64_t p, const float* best, int lq, int lane) {
+  double sum = 0.0;
+  for (int s0 = 0; s0 < lq; s0 += 32) {
+    const float v = s0 + lane < lq ? best[s0 + lane] : 0.f;
+    const int n = min(32, lq - s0);
+    for (int j = 0; j < n; ++j) sum = __dadd_rn(sum, static_cast<double>(__shfl_sync(kFull, v, j)));
+  }
+  if (lane == 0) P.scores[p] = __double2float_rn(sum);
+}
+
 // ---- forward with argmax on tensor cores (mma.sync m16n8k16, fp16 / bf16, fp32 accumulate) -------
 //
 // One CTA (kMmaWarps warps) per pair, blocks striding over pairs. Each warp owns 32-row slices of the
@@ -371,22 +401,13 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
         }
         cstage = (cstage + 1 == kStages) ? 0 : cstage + 1;
       }
-      // ---- quad merge (lanes 4r..4r+3 hold row r's columns): larger value, equal -> lower index
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float v = bv[mt][h];
           int32_t t = bt[mt][h];
-#pragma unroll
-          for (int o = 1; o <= 2; o <<= 1) {
-            const float ov = __shfl_xor_sync(kFull, v, o);
-            const int32_t ot = __shfl_xor_sync(kFull, t, o);
-            if (ov > v || (ov == v && ot < t)) {
-              v = ov;
-              t = ot;
-            }
-          }
+          quad_argmax(v, t);
           const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
           if ((lane & 3) == 0 && row < lq) {
             store_am(P, am + row, t);
@@ -395,17 +416,7 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
         }
     }
     __syncthreads();  // best[0, lq) written by the quads of every warp, read by warp 0 below
-    if (warp == 0) {
-      // The same fp64 sum in token order as fwd_body (0.0 + best[0] + best[1] + ...), with the loads
-      // spread over the warp: lane j holds best[s0 + j] and every lane adds them in order (uniform).
-      double sum = 0.0;
-      for (int s0 = 0; s0 < lq; s0 += 32) {
-        const float v = s0 + lane < lq ? best[s0 + lane] : 0.f;
-        const int n = min(32, lq - s0);
-        for (int j = 0; j < n; ++j) sum = __dadd_rn(sum, static_cast<double>(__shfl_sync(kFull, v, j)));
-      }
-      if (lane == 0) P.scores[p] = __double2float_rn(sum);
-    }
+    if (warp == 0) write_score(P, p, best, lq, lane);
   }
   maxsim::cp_async_wait<0>();
 }
@@ -690,22 +701,13 @@ __device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P, const
             for (int h = 0; h < 2; ++h) fold_argmax_row<NACC>(acc[m], h, lane, tile * TN, bv[m][h], bt[m][h]);
           }
         }
-        // quad merge (lanes 4r .. 4r + 3 hold row r's columns): larger value, equal -> lower index
 #pragma unroll
         for (int m = 0; m < MB; ++m)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             float v = bv[m][h];
             int32_t tk = bt[m][h];
-#pragma unroll
-            for (int o = 1; o <= 2; o <<= 1) {
-              const float ov = __shfl_xor_sync(kFull, v, o);
-              const int32_t ot = __shfl_xor_sync(kFull, tk, o);
-              if (ov > v || (ov == v && ot < tk)) {
-                v = ov;
-                tk = ot;
-              }
-            }
+            quad_argmax(v, tk);
             const int row = row0[m] + h * 8 + (lane >> 2);
             if ((lane & 3) == 0 && row < qlen[m]) {
               const int64_t slot = (static_cast<int64_t>(qi[m]) * num_docs + doc) * P.stride + row;
@@ -721,8 +723,8 @@ __device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P, const
 #endif
 }
 
-// After fwd_wgmma_body: per pair (one warp each), the fp64 token-order sum of best[] (the same
-// operations as fwd_mma_body's warp 0) and the slots the forward did not write.
+// After fwd_wgmma_body: per pair (one warp each), the fp64 token-order sum of best[] (write_score,
+// as fwd_mma_body's warp 0) and the slots the forward did not write.
 __device__ __forceinline__ void fwd_sum_body(const MaxsimTrainParams& P) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * 4 + warp; p < P.num_pairs; p += static_cast<int64_t>(gridDim.x) * 4) {
@@ -735,14 +737,7 @@ __device__ __forceinline__ void fwd_sum_body(const MaxsimTrainParams& P) {
       if (lane == 0) P.scores[p] = -INFINITY;
       continue;
     }
-    const float* best = P.best + am;
-    double sum = 0.0;
-    for (int s0 = 0; s0 < lq; s0 += 32) {
-      const float v = s0 + lane < lq ? best[s0 + lane] : 0.f;
-      const int n = min(32, lq - s0);
-      for (int j = 0; j < n; ++j) sum = __dadd_rn(sum, static_cast<double>(__shfl_sync(kFull, v, j)));
-    }
-    if (lane == 0) P.scores[p] = __double2float_rn(sum);
+    write_score(P, p, P.best + am, lq, lane);
   }
 }
 
