@@ -1,8 +1,8 @@
-// The training forward kernels side by side at ColPali shape (all pairs B x B, Lq = Ld = 1024,
+// The training forward kernels side by side (all pairs B x B, ColPali's Lq = Ld = 1024 unless given,
 // d = 128, float16, inputs on the device), interleaved rounds, kernel time by CUDA events (the
 // profiled pass's forwardKernel), medians after one warm-up round: the wgmma forward with its TMA
 // producer (the default on sm_90), its cp.async twin, and the mma.sync forward (sm_80's).
-// Run on a GPU host: node dist/bench/train-forward.js [B = 128] [rounds = 7]
+// Run on a GPU host: node dist/bench/train-forward.js [B = 128] [rounds = 7] [Lq = 1024] [Ld = 1024]
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import type { TrainKernel } from '../src/ops/train.js';
@@ -11,19 +11,20 @@ import { denseBatch, encodeFloats } from '../src/tensor.js';
 
 const B = Number(process.argv[2] ?? 128);
 const rounds = Number(process.argv[3] ?? 7);
-const L = 1024;
+const Lq = Number(process.argv[4] ?? 1024);
+const Ld = Number(process.argv[5] ?? 1024);
 const D = 128;
 const rng = new Rng(7);
-const batch = () =>
-  denseBatch(encodeFloats(randomUnitTokens(rng, B * L, D), 'float16'), {
+const batch = (length: number) =>
+  denseBatch(encodeFloats(randomUnitTokens(rng, B * length, D), 'float16'), {
     count: B,
-    length: L,
+    length,
     dim: D,
     dtype: 'float16',
   });
 const gpu = await cuda();
-const queries = await gpu.upload(batch());
-const docs = await gpu.upload(batch());
+const queries = await gpu.upload(batch(Lq));
+const docs = await gpu.upload(batch(Ld));
 const arms: [string, TrainKernel, boolean][] = [
   ['wgmma (TMA)', 'wgmma', true],
   ['wgmma (cp.async)', 'wgmma', false],
@@ -42,11 +43,11 @@ for (let r = 0; r <= rounds; r++) {
   }
 }
 const median = (x: number[]) => [...x].sort((a, b) => a - b)[x.length >> 1];
-const flops = 2 * B * B * L * L * D;
+const flops = 2 * B * B * Lq * Ld * D;
 for (const [name, t] of times) {
   const ms = median(t);
   console.log(
-    `B=${B} ${name}: forward kernel ${ms.toFixed(3)} ms, ${(flops / (ms / 1e3) / 1e12).toFixed(0)} TFLOP/s (rounds: ${t.map((x) => x.toFixed(2)).join(' ')})`,
+    `B=${B} Lq=${Lq} Ld=${Ld} ${name}: forward kernel ${ms.toFixed(3)} ms, ${(flops / (ms / 1e3) / 1e12).toFixed(0)} TFLOP/s (rounds: ${t.map((x) => x.toFixed(2)).join(' ')})`,
   );
 }
 gpu.dispose();

@@ -107,6 +107,9 @@ MaxsimTrainParams BaseParams(const Problem& a, const DeviceTokens& q, const Devi
   return p;
 }
 
+// The wgmma forward's TMA box: a 64-element K half of MAXSIM_TRAIN_FWD_WGMMA_TILE document tokens.
+constexpr unsigned kWgmmaTmaBox[2] = {64, MAXSIM_TRAIN_FWD_WGMMA_TILE};
+
 // map: the documents' tensor map for a kernel that takes one (the wgmma forward's TMA twin).
 void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned threads, const MaxsimTrainParams& p,
               unsigned smem = 0, const cu::CUtensorMap* map = nullptr) {
@@ -117,8 +120,8 @@ void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned t
   spec.block[0] = threads;
   spec.smem = smem;
   if (map) {
-    spec.tma_box[0] = 64;
-    spec.tma_box[1] = MAXSIM_TRAIN_FWD_WGMMA_TILE;
+    spec.tma_box[0] = kWgmmaTmaBox[0];
+    spec.tma_box[1] = kWgmmaTmaBox[1];
   }
   rt->LaunchWithParams(spec, &p, map);
 }
@@ -610,9 +613,8 @@ void RunForward(Runtime* rt, ForwardJob& job) {
     // and argmax), reusing best[]; maxsim_train_fwd_sum then finishes the chunk's pairs.
     const std::string name = std::string(plan.tma ? "maxsim_train_fwd_wgmma_tma_" : "maxsim_train_fwd_wgmma_") +
                              KernelSuffix(a.d.dtype);
-    const unsigned box[2] = {64, MAXSIM_TRAIN_FWD_WGMMA_TILE};
     cu::CUtensorMap map{};
-    if (plan.tma) map = rt->TokensTensorMap(*d, box);
+    if (plan.tma) map = rt->TokensTensorMap(*d, kWgmmaTmaBox);
     const uint64_t entry = argmax16 ? sizeof(int16_t) : sizeof(int32_t);
     for (int64_t q0 = 0; q0 < a.q.count; q0 += plan.query_chunk) {
       const int64_t n = std::min<int64_t>(plan.query_chunk, a.q.count - q0);
