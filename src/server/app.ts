@@ -349,7 +349,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
     registers: [registry],
   });
-  // where the time goes, for the lead reading a GPU run: the host work of a pass around its kernel,
+  // where the time goes (a GPU run is read from these): the host work of a pass around its kernel,
   // and of a request around its pass (means from _sum / _count; bench/serve.ts prints them)
   const phaseBuckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
   const passPhase = new prom.Histogram({
