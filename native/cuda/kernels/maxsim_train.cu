@@ -480,9 +480,6 @@ struct DocGroup {
 };
 
 #if MAXSIM_HAS_WGMMA
-// One row of an m-block's tile (h: the thread's row g or g + 8): NV / 2 values at accumulators
-// 4 i + 2 h + e, tile columns 8 i + 2 (lane % 4) + e (padding columns already -inf: mask_tail).
-// Updates the thread's (bv, bt) for the row.
 // Reductions as trees over register arrays (fixed indices after unrolling: no local memory).
 template <int N>
 __device__ __forceinline__ int tree_max3(const int (&x)[N]) {
@@ -519,6 +516,9 @@ __device__ __forceinline__ uint32_t tree_or(const uint32_t (&x)[N]) {
   }
 }
 
+// One row of an m-block's tile (h: the thread's row g or g + 8): NV / 2 values at accumulators
+// 4 i + 2 h + e, tile columns 8 i + 2 (lane % 4) + e (padding columns already -inf: mask_tail).
+// Updates the thread's (bv, bt) for the row.
 template <int NV>
 __device__ __forceinline__ void fold_argmax_row(const float* acc, int h, int lane, int col0, float& bv, int32_t& bt) {
   constexpr int N = NV / 2;  // values of the row in this thread: j = 2 i + e
