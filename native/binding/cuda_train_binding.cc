@@ -163,7 +163,7 @@ ForwardPlan ParseForwardPlan(Napi::Env env, const Napi::Object& opts) {
 }
 
 // options.plan of the backward entry points: { dD: 'csr' | 'atomic' | 'auto', autoAtomicDistinct,
-// csrChunk, docBlock, queryBlock, walkWarps, sourceCap, cellCap, argmax16 }.
+// csrChunk, docBlock, queryBlock, walkWarps, blockWalk, sourceCap, cellCap, argmax16 }.
 BackwardPlan ParseBackwardPlan(Napi::Env env, const Napi::Object& opts) {
   Napi::Object o = PlanObject(env, opts);
   BackwardPlan plan;
@@ -183,6 +183,7 @@ BackwardPlan ParseBackwardPlan(Napi::Env env, const Napi::Object& opts) {
   plan.doc_block = GetInteger(env, o.Get("docBlock"), "plan.docBlock", 0, kInt32Max);
   plan.query_block = GetInteger(env, o.Get("queryBlock"), "plan.queryBlock", 0, kInt32Max);
   plan.walk_warps = GetInteger(env, o.Get("walkWarps"), "plan.walkWarps", 1, kInt32Max);
+  plan.block_walk = GetBool(env, o, "blockWalk", "plan.blockWalk");
   plan.source_cap = GetInteger(env, o.Get("sourceCap"), "plan.sourceCap", 1, 4294967295LL);
   plan.cell_cap = GetInteger(env, o.Get("cellCap"), "plan.cellCap", 1, 4294967294LL);
   plan.argmax16 = GetBool(env, o, "argmax16", "plan.argmax16");

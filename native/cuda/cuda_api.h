@@ -55,6 +55,7 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned int CU_EVENT_DEFAULT = 0x0;
+constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned int CU_MEMHOSTALLOC_DEFAULT = 0x0;
 constexpr unsigned int CU_MEMHOSTREGISTER_PORTABLE = 0x01;
 constexpr unsigned int CU_MEMHOSTREGISTER_READ_ONLY = 0x08;

@@ -355,7 +355,8 @@ void Runtime::Upload(cu::CUdeviceptr dst, const void* src, uint64_t bytes) {
   w.Finish();
 }
 
-void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params, const cu::CUtensorMap* map) {
+void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params, const cu::CUtensorMap* map,
+                               cu::CUstream on) {
   ValidateLaunch(spec);
   if ((map != nullptr) != (spec.tma_box[0] > 0)) {
     throw std::invalid_argument("Expected a tensor map exactly when launch.tmaBox is set for kernel " + spec.kernel);
@@ -365,8 +366,29 @@ void Runtime::LaunchWithParams(const LaunchSpec& spec, const void* params, const
   void* args[] = {const_cast<void*>(params), const_cast<cu::CUtensorMap*>(map)};
   const std::string call = "cuLaunchKernel(" + spec.kernel + ")";
   Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1], spec.block[2],
-                             spec.smem, stream_, args, nullptr),
+                             spec.smem, on ? on : stream_, args, nullptr),
         call.c_str());
+}
+
+cu::CUstream Runtime::side_stream() {
+  if (!side_) {
+    const auto& d = Api();
+    Check(d.cuStreamCreate(&side_, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    Check(d.cuEventCreate(&fork_, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    Check(d.cuEventCreate(&join_, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  return side_;
+}
+
+void Runtime::Fork() {
+  cu::CUstream side = side_stream();
+  Check(Api().cuEventRecord(fork_, stream_), "cuEventRecord");
+  Check(Api().cuStreamWaitEvent(side, fork_, 0), "cuStreamWaitEvent");
+}
+
+void Runtime::Join() {
+  Check(Api().cuEventRecord(join_, side_stream()), "cuEventRecord");
+  Check(Api().cuStreamWaitEvent(stream_, join_, 0), "cuStreamWaitEvent");
 }
 
 void Runtime::Synchronize() { Check(Api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }

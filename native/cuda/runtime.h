@@ -101,8 +101,17 @@ class Runtime {
   // argument is the by-value struct at `params` (the driver copies the kernel's declared parameter
   // size at the call, so it must be that struct), followed by the tensor map `map` for a kernel that
   // takes one (spec.tma_box set; map null otherwise). Validates the launch first
-  // (std::invalid_argument for a bad one); the caller synchronizes.
-  void LaunchWithParams(const LaunchSpec& spec, const void* params, const cu::CUtensorMap* map = nullptr);
+  // (std::invalid_argument for a bad one); the caller synchronizes. On the runtime's stream, or on
+  // `on` (e.g. side_stream()).
+  void LaunchWithParams(const LaunchSpec& spec, const void* params, const cu::CUtensorMap* map = nullptr,
+                        cu::CUstream on = nullptr);
+  // A second stream for work that may overlap the stream's (created on first use). A job that uses it
+  // joins it back into stream() before it ends (Fork / Join), so "the stream is idle" still means the
+  // job is done.
+  cu::CUstream side_stream();
+  // side_stream() waits for what stream() has enqueued so far / stream() waits for side_stream().
+  void Fork();
+  void Join();
   // Whether a loaded module holds this kernel (an optional family, e.g. an older build without it).
   bool HasKernel(const std::string& name) { return modules_.HasKernel(name); }
   void Synchronize();
@@ -120,6 +129,8 @@ class Runtime {
   std::string setup_error_, setup_code_;
   cu::CUcontext context_ = nullptr;
   cu::CUstream stream_ = nullptr;
+  cu::CUstream side_ = nullptr;
+  cu::CUevent fork_ = nullptr, join_ = nullptr;
   Allocator allocator_;
   Staging staging_;
   Modules modules_;

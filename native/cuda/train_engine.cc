@@ -112,7 +112,7 @@ constexpr unsigned kWgmmaTmaBox[2] = {64, MAXSIM_TRAIN_FWD_WGMMA_TILE};
 
 // map: the documents' tensor map for a kernel that takes one (the wgmma forward's TMA twin).
 void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned threads, const MaxsimTrainParams& p,
-              unsigned smem = 0, const cu::CUtensorMap* map = nullptr) {
+              unsigned smem = 0, const cu::CUtensorMap* map = nullptr, cu::CUstream on = nullptr) {
   if (blocks <= 0) return;
   LaunchSpec spec;
   spec.kernel = kernel;
@@ -123,7 +123,7 @@ void Launch1D(Runtime* rt, const std::string& kernel, int64_t blocks, unsigned t
     spec.tma_box[0] = kWgmmaTmaBox[0];
     spec.tma_box[1] = kWgmmaTmaBox[1];
   }
-  rt->LaunchWithParams(spec, &p, map);
+  rt->LaunchWithParams(spec, &p, map, on);
 }
 
 void ZeroWords(Runtime* rt, cu::CUdeviceptr ptr, uint64_t words) {
@@ -201,26 +201,35 @@ class PhaseTimer {
     phases_.emplace_back(name, std::chrono::duration<double, std::milli>(now - last_).count());
     last_ = now;
   }
-  // Device: records an event; Device(name) after Mark() charges the time between them to `name`.
-  void Mark() {
-    if (!on_) return;
+  // Device: records an event (returns its mark); Device(name) charges the time since the previous
+  // event, or since the mark `from`, to `name`.
+  size_t Mark() {
+    if (!on_) return 0;
     cu::CUevent e = nullptr;
     Check(Api().cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
     events_.push_back(e);
     Check(Api().cuEventRecord(e, rt_->stream()), "cuEventRecord");
+    return events_.size() - 1;
   }
-  void Device(const char* name) {
+  void Device(const char* name, size_t from = SIZE_MAX) {
     if (!on_) return;
     Mark();
-    pending_.emplace_back(name, events_.size() - 2);
+    pending_.push_back({name, from == SIZE_MAX ? events_.size() - 2 : from, events_.size() - 1});
   }
-  // After the stream has passed every mark: resolves the device phases.
+  // After the stream has passed every mark: resolves the device phases (a name charged several
+  // times, e.g. once per CSR block, reports the sum).
   Phases Finish() {
     Phases out = phases_;
-    for (const auto& [name, k] : pending_) {
+    for (const Pending& e : pending_) {
+      const std::string& name = e.name;
       float ms = 0.f;
-      Check(Api().cuEventElapsedTime(&ms, events_[k], events_[k + 1]), "cuEventElapsedTime");
-      out.emplace_back(name, static_cast<double>(ms));
+      Check(Api().cuEventElapsedTime(&ms, events_[e.start], events_[e.end]), "cuEventElapsedTime");
+      auto same = std::find_if(out.begin(), out.end(), [&](const auto& x) { return x.first == name; });
+      if (same != out.end()) {
+        same->second += static_cast<double>(ms);
+      } else {
+        out.emplace_back(name, static_cast<double>(ms));
+      }
     }
     return out;
   }
@@ -230,7 +239,11 @@ class PhaseTimer {
   bool on_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   std::vector<cu::CUevent> events_;
-  std::vector<std::pair<std::string, size_t>> pending_;
+  struct Pending {
+    std::string name;
+    size_t start, end;  // events_ indices
+  };
+  std::vector<Pending> pending_;
   Phases phases_;
 };
 
@@ -241,12 +254,16 @@ struct DocBlock {
   int32_t doc_begin = 0, doc_end = 0;
   int64_t row_begin = 0, row_end = 0;
   int64_t bound = 0;  // most sources the block can have
+  int32_t longest = 0;  // its longest document
+  bool by_block = false;  // count and place with one CTA per (document, query block)
   int32_t qblocks = 1, qblock_size = 1;
   int64_t cells() const { return (row_end - row_begin) * qblocks; }
 };
 
 // Splits the documents into consecutive blocks whose sources fit plan.source_cap (a single document
-// may exceed it: a block holds at least one) and picks each block's query blocks.
+// may exceed it: a block holds at least one) and picks each block's walk and query blocks: the
+// block-wide walk (one CTA of MAXSIM_TRAIN_WALK_WARPS warps per unit) where the plan allows it and the
+// block's documents fit its shared memory, else one warp per unit; about plan.walk_warps warps either way.
 std::vector<DocBlock> PlanDocBlocks(const Problem& a, const BackwardPlan& plan) {
   const int64_t max_docs = plan.doc_block, query_block = plan.query_block;
   int64_t tq = 0;  // sources of one document, at most: every query token (all pairs)
@@ -259,10 +276,12 @@ std::vector<DocBlock> PlanDocBlocks(const Problem& a, const BackwardPlan& plan) 
     cur.row_end = row;
     const int64_t docs_in = cur.doc_end - cur.doc_begin;
     const int64_t rows = std::max<int64_t>(cur.row_end - cur.row_begin, 1);
+    cur.by_block = plan.block_walk && cur.longest <= MAXSIM_TRAIN_WALK_MAX_LENGTH;
+    const int64_t unit_warps = cur.by_block ? MAXSIM_TRAIN_WALK_WARPS : 1;
     if (a.pairs == 0 && a.q.count > 0) {
-      int64_t qb = query_block > 0
-                       ? CeilDiv(a.q.count, query_block)
-                       : std::min<int64_t>(a.q.count, CeilDiv(plan.walk_warps, std::max<int64_t>(docs_in, 1)));
+      int64_t qb = query_block > 0 ? CeilDiv(a.q.count, query_block)
+                                   : std::min<int64_t>(a.q.count, CeilDiv(CeilDiv(plan.walk_warps, unit_warps),
+                                                                          std::max<int64_t>(docs_in, 1)));
       if (query_block == 0) qb = std::min(qb, std::max<int64_t>(1, plan.cell_cap / rows));
       qb = std::max<int64_t>(qb, 1);
       cur.qblock_size = static_cast<int32_t>(CeilDiv(a.q.count, qb));
@@ -288,6 +307,7 @@ std::vector<DocBlock> PlanDocBlocks(const Problem& a, const BackwardPlan& plan) 
       cur.row_begin = row;
     }
     cur.bound += bound;
+    cur.longest = std::max<int32_t>(cur.longest, static_cast<int32_t>(std::max<int64_t>(ld, 0)));
     row += std::max<int64_t>(ld, 0);
   }
   close(static_cast<int32_t>(a.d.count));
@@ -377,7 +397,7 @@ void UploadArgmax(Runtime* rt, const Problem& a, const int32_t* argmax_in, bool 
 
 // The deterministic dD: document block after document block, count -> scan -> place -> gather.
 // Returns false without touching dD when the plan's path is 'auto' and the first block's contention is low.
-bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrainParams p) {
+bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrainParams p, PhaseTimer& timer) {
   constexpr int64_t kPartialCols = MAXSIM_TRAIN_PARTIAL_COLS;
   constexpr int64_t kScanTile = MAXSIM_TRAIN_SCAN_TILE;
   const int64_t csr_chunk = plan.csr_chunk;
@@ -422,10 +442,21 @@ bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrain
     p.qblock_size = b.qblock_size;
     p.cells = b.cells();
     if (b.row_end == b.row_begin) continue;  // only empty documents: no rows to write
-    const int64_t walk_blocks = CeilDiv(static_cast<int64_t>(b.doc_end - b.doc_begin) * b.qblocks, 4);
+    timer.Mark();
+    const int64_t units = static_cast<int64_t>(b.doc_end - b.doc_begin) * b.qblocks;
     const int64_t tiles = CeilDiv(p.cells, kScanTile);
-    ZeroWords(rt, counts.get(), static_cast<uint64_t>(p.cells));
-    Launch1D(rt, "maxsim_train_dd_count", walk_blocks, 128, p);
+    // The block-wide walk: histograms of the longest document per warp (place) or one (count).
+    const unsigned hist_bytes = static_cast<unsigned>(b.longest) * sizeof(uint32_t);
+    auto walk = [&](bool place) {
+      if (b.by_block) {
+        Launch1D(rt, place ? "maxsim_train_dd_place_block" : "maxsim_train_dd_count_block", units,
+                 32 * MAXSIM_TRAIN_WALK_WARPS, p, place ? MAXSIM_TRAIN_WALK_WARPS * hist_bytes : hist_bytes);
+      } else {
+        Launch1D(rt, place ? "maxsim_train_dd_place" : "maxsim_train_dd_count", CeilDiv(units, 4), 128, p);
+      }
+    };
+    if (!b.by_block) ZeroWords(rt, counts.get(), static_cast<uint64_t>(p.cells));  // the block walk writes every cell
+    walk(false);
     Launch1D(rt, "maxsim_train_dd_scan_reduce", tiles, 1024, p);
     Launch1D(rt, "maxsim_train_dd_scan_top", 1, 1024, p);
     Launch1D(rt, "maxsim_train_dd_scan_down", tiles, 1024, p);
@@ -441,7 +472,9 @@ bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrain
         return false;
       }
     }
-    Launch1D(rt, "maxsim_train_dd_place", walk_blocks, 128, p);
+    walk(true);
+    timer.Device("dDBuild");  // count, scan, place (and the 'auto' measurement)
+    timer.Mark();
     const int64_t rows = b.row_end - b.row_begin;
     Launch1D(rt, gather, CeilDiv(rows, 4), 128, p);  // rows of at most csr_chunk sources
     // Split rows: chunks per row (into counts, free after place) -> chunk_off (the scan kernels on
@@ -462,6 +495,7 @@ bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrain
       Launch1D(rt, gather_split, CeilDiv(chunk_bound, 4), 128, p);
       Launch1D(rt, "maxsim_train_dd_combine", CeilDiv(rows, 4), 128, p);
     }
+    timer.Device("dDGather");
   }
   // The CSR blocks go back to the allocator when this scope ends: finish using them first.
   rt->Synchronize();
@@ -708,23 +742,49 @@ void RunBackward(Runtime* rt, BackwardJob& job) {
   p.dq = DevPtr<float>(dq);
   p.dd = DevPtr<float>(dd);
 
-  // dQ: one warp per query token, 8 tokens of one query per block; every real row is written.
+  // dQ: one warp per query token, 8 tokens of one query per block; every real row is written. On the
+  // side stream, overlapping dD (its CSR build is latency-bound): the outputs are disjoint and both
+  // only read the operands, the argmax and the score gradients. Not when profiling (phases in turn).
+  const bool overlap = !timer.on() && q->tokens > 0 && d->tokens > 0;
+  // Joins the side stream back on every way out (an exception included), so that work enqueued on
+  // the stream later (and the allocator's reuse of this job's blocks) waits for dQ.
+  struct Joiner {
+    Runtime* rt;
+    bool pending = false;
+    void Join() {
+      if (pending) rt->Join();
+      pending = false;
+    }
+    ~Joiner() {
+      try {
+        Join();
+      } catch (...) {  // a failing driver: the job's own error is the one reported
+      }
+    }
+  } joiner{rt};
   timer.Mark();
   if (q->tokens > 0) {
-    Launch1D(rt, std::string("maxsim_train_dq_") + KernelSuffix(a.d.dtype), a.q.count * CeilDiv(a.stride, 8), 256, p);
+    if (overlap) {
+      rt->Fork();
+      joiner.pending = true;
+    }
+    Launch1D(rt, std::string("maxsim_train_dq_") + KernelSuffix(a.d.dtype), a.q.count * CeilDiv(a.stride, 8), 256, p,
+             0, nullptr, overlap ? rt->side_stream() : nullptr);
   }
   timer.Device("dQ");
+  const size_t dd_from = timer.Mark();
 
   if (d->tokens > 0) {
     bool atomic = job.plan.dd == DDPath::kAtomic;
-    if (!atomic) atomic = !RunCsr(rt, a, job.plan, p);  // false: 'auto' chose the atomic scatter before writing dD
+    if (!atomic) atomic = !RunCsr(rt, a, job.plan, p, timer);  // false: 'auto' chose the atomic scatter before writing dD
     if (atomic) {
       job.ran_atomic = true;
       ZeroWords(rt, dd, dd_elems);
       Launch1D(rt, "maxsim_train_dd_atomic", CeilDiv(static_cast<int64_t>(slots), 4), 128, p);
     }
   }
-  timer.Device("dD");
+  joiner.Join();  // before anything reads dq
+  timer.Device("dD", dd_from);
   if (timer.on()) rt->Synchronize();
   timer.Host("kernelsWait");
   if (state) {

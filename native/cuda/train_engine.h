@@ -73,6 +73,7 @@ struct BackwardPlan {
   int64_t doc_block = 0;    // documents per CSR block at most (0: no bound beyond the caps)
   int64_t query_block = 0;  // queries per CSR cell (0: from walk_warps and cell_cap)
   int64_t walk_warps = 0;   // warps the count / place kernels should have per block (query_block 0)
+  bool block_walk = true;   // count / place with one CTA per unit where documents fit (else one warp)
   int64_t source_cap = 0;   // CSR sources per document block (a single document may exceed it)
   int64_t cell_cap = 0;     // CSR cells per document block
   bool argmax16 = true;     // host argmax arrays: uploaded as int16 (ignored for a device state)

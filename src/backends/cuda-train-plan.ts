@@ -61,6 +61,8 @@ export interface TrainPlanTuning {
   queryBlock?: number;
   forwardGrid?: number;
   csrChunk?: number;
+  /** false: the dD CSR's count and placement run one warp per unit even where the block-wide walk applies (A/B). */
+  csrBlockWalk?: boolean;
 }
 
 export interface TrainForwardPlan {
@@ -88,6 +90,8 @@ export interface TrainBackwardPlan {
   docBlock: number;
   queryBlock: number;
   walkWarps: number;
+  /** Count and place the CSR with one CTA per (document, query block) where documents fit its shared memory. */
+  blockWalk: boolean;
   sourceCap: number;
   cellCap: number;
   argmax16: boolean;
@@ -255,6 +259,7 @@ export function planBackward(
     docBlock: tuning.docBlock ?? 0,
     queryBlock: tuning.queryBlock ?? 0,
     walkWarps: WALK_WARPS,
+    blockWalk: tuning.csrBlockWalk ?? true,
     sourceCap: SOURCE_CAP,
     cellCap: CELL_CAP,
     argmax16: planArgmax16(maxDocLength, tuning.argmaxBits),

@@ -55,8 +55,9 @@ export type TrainDDPath = 'csr' | 'atomic' | 'auto';
  * read documents with cp.async instead of TMA (A/B measurements); csrChunk:
  * sources per chunk of a split dD row (0 automatic = CSR_CHUNK, else >= CSR_CHUNK_MIN; rows with more
  * sources are summed by one warp per chunk; it sets the fp64 association of long rows, so unlike the
- * others it may change the last bit of their gradients); profile: the passes report profileMs (host
- * phases: wall time; kernels: CUDA event time).
+ * others it may change the last bit of their gradients); csrBlockWalk: false counts and places the
+ * CSR with one warp per (document, query block) instead of one CTA (A/B measurements; the same CSR);
+ * profile: the passes report profileMs (host phases: wall time; kernels: CUDA event time).
  * @internal
  */
 export interface TrainCudaTuning extends TrainPlanTuning {
@@ -358,7 +359,7 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
     throw new InvalidArgumentError('cudaTuning', 'an object', String(tuning));
   }
   const t = tuning as TrainCudaTuning;
-  for (const key of ['profile', 'forwardTma'] as const) {
+  for (const key of ['profile', 'forwardTma', 'csrBlockWalk'] as const) {
     if (t[key] !== undefined && typeof t[key] !== 'boolean') {
       throw new InvalidArgumentError(`cudaTuning.${key}`, 'a boolean', String(t[key]));
     }
@@ -390,6 +391,7 @@ function checkTuning(tuning: unknown): TrainCudaTuning {
     forwardGrid: t.forwardGrid,
     forwardTma: t.forwardTma,
     csrChunk: t.csrChunk,
+    csrBlockWalk: t.csrBlockWalk,
     profile: t.profile,
   };
 }

@@ -648,6 +648,9 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
       { docBlock: 4, queryBlock: 3 },
       { queryBlock: 2 },
       { docBlock: 2, queryBlock: 1 },
+      // the warp-per-unit count and placement against the block-wide one (the default)
+      { csrBlockWalk: false },
+      { csrBlockWalk: false, docBlock: 3, queryBlock: 2 },
     ];
     const check = async (queries: TokenBatch, docs: TokenBatch, pairs: TrainPairs, context: string) => {
       // one document block and one query block: the CSR of the first version
@@ -689,6 +692,14 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     // rows with hundreds of sources spread over several query blocks
     const c = contention(rand, 37, 40, 7, 50, 32);
     await check(c.queries, c.docs, 'all', 'contention');
+    // documents at and past the block walk's limit (MAXSIM_TRAIN_WALK_MAX_LENGTH = 6144): the first
+    // takes the warp walk, the last the block walk with the largest histograms (196,608 bytes)
+    await check(
+      randomRagged([9, 1, 30], 8, 'float16', rand),
+      randomRagged([6145, 30, 0, 6144], 8, 'float16', rand),
+      'all',
+      'documents at the block walk limit',
+    );
   });
 
   test('int16 and int32 argmax storage give identical results; long documents use int32', async () => {
@@ -791,6 +802,8 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     const phases = b.profileMs ?? {};
     assert.deepEqual(Object.keys(phases).sort(), [
       'dD',
+      'dDBuild',
+      'dDGather',
       'dQ',
       'download',
       'kernelsWait',
@@ -799,6 +812,8 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     ]);
     for (const [name, ms] of Object.entries(phases))
       assert.ok(Number.isFinite(ms) && ms >= 0, `${name}: ${ms}`);
+    // the CSR's parts (summed over its document blocks) lie within the whole dD
+    assert.ok(phases.dDBuild + phases.dDGather <= phases.dD * 1.01 + 0.01, JSON.stringify(phases));
     assert.ok(bitsEqual(a.dQ, b.dQ) && bitsEqual(a.dD, b.dD), 'profiled gradients differ');
   });
 

@@ -36,6 +36,11 @@
 //       (offsets[cells] = total), counts = offsets (the cursor). block_sums holds ceil(cells / 4096).
 //   maxsim_train_dd_stats  block (256,1,1), any grid: stats[0] += rows of the block with sources.
 //   maxsim_train_dd_place  as dd_count: the owner warp writes each source at its cell's cursor, in order.
+//   maxsim_train_dd_count_block / _place_block  (documents of at most MAXSIM_TRAIN_WALK_MAX_LENGTH
+//       tokens) block (32 * MAXSIM_TRAIN_WALK_WARPS,1,1), grid (min((doc_end - doc_begin) * qblocks, 2^20),1,1),
+//       dynamic smem 4 * longest document bytes (count) or MAXSIM_TRAIN_WALK_WARPS times that (place):
+//       one CTA per (document, query block); count writes every cell of its unit (no zeroing needed),
+//       place is dd_place's CSR, bit for bit.
 //   maxsim_train_dd_gather_{f32,f16,bf16} (element type of the queries) block (128,1,1), grid
 //       (min(ceil(rows / 4), 2^20),1,1): one warp per row of the block; writes every row of the block
 //       with at most params.chunk sources (zero without sources).
@@ -1065,6 +1070,128 @@ __device__ __forceinline__ void walk_sources(const MaxsimTrainParams& P) {
   }
 }
 
+// The same count and placement with one CTA per (document, query block) unit instead of one warp,
+// for documents of at most MAXSIM_TRAIN_WALK_MAX_LENGTH tokens (the histograms live in shared
+// memory). The unit's argmax slots in (query, query token) order, padded to the stride, are cut into
+// kWalkWarps consecutive runs, one per warp. Count mode: a shared histogram of the unit's tokens,
+// then each cell's count written once (no global atomics; counts need no zeroing). Place mode: each
+// warp counts its run into its own histogram; per token, the warps' cursors are the cell's offset
+// plus the counts of the lower warps; then each warp walks its run again and places its sources at
+// its private cursors (a lane's rank among the lanes of its round with the same token orders them).
+// Each cell's segment is thus in ascending slot order: the same CSR, bit for bit, as walk_sources.
+constexpr int kWalkWarps = MAXSIM_TRAIN_WALK_WARPS;
+constexpr int kWalkThreads = 32 * kWalkWarps;
+
+// Document token of slot f (flat, padded) of the unit's queries [i_begin, ...) against document j,
+// or -1 when it has no source (past the query, zero score gradient, or out of [0, ld)); *slot is its
+// argmax slot index. The three loads are independent (every slot f < n is in bounds), so a batch of
+// them is in flight together; the tests come after.
+__device__ __forceinline__ int32_t unit_source(const MaxsimTrainParams& P, int64_t i_begin, int64_t j, int ld,
+                                                 uint32_t f, uint32_t* slot) {
+  const uint32_t stride = static_cast<uint32_t>(P.stride);
+  const uint32_t q = f / stride;
+  const uint32_t s = f - q * stride;
+  const int64_t i = i_begin + q;
+  const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
+  const int64_t idx = p * P.stride + s;
+  const int32_t lq = P.query_lengths[i];
+  const double g = P.grad_scores[p];
+  const int32_t t = load_am(P, idx);
+  *slot = static_cast<uint32_t>(idx);
+  return static_cast<int32_t>(s) < lq && g != 0.0 && t >= 0 && t < ld ? t : -1;
+}
+
+constexpr int kWalkAhead = 4;  // rounds of 32 slots whose loads a warp issues before using them
+
+// The lanes holding the same key as this lane (keys in [0, 2^bits); a lane with key -1 is in no
+// lane's set): one ballot per key bit. __match_any_sync gives the same set but costs time in
+// proportion to the distinct keys of the warp (measured: the placement took 4x the count with it).
+__device__ __forceinline__ unsigned same_key_lanes(int32_t key, int bits) {
+  unsigned peers = __ballot_sync(kFull, key >= 0);
+  for (int b = 0; b < bits; ++b) {
+    const bool one = (key >> b) & 1;
+    const unsigned ones = __ballot_sync(kFull, one);
+    peers &= one ? ones : ~ones;
+  }
+  return peers;
+}
+
+template <bool kPlace>
+__device__ __forceinline__ void walk_block(const MaxsimTrainParams& P) {
+  extern __shared__ uint32_t hist[];  // [kPlace ? kWalkWarps : 1][longest document of the block]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t qblocks = P.qblocks;
+  const int64_t units = static_cast<int64_t>(P.doc_end - P.doc_begin) * qblocks;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t j = P.doc_begin + u / qblocks;
+    const int64_t qb = u - (j - P.doc_begin) * qblocks;
+    const int ld = P.doc_lengths[j];
+    if (ld <= 0) continue;  // uniform over the block
+    const int64_t row0 = P.doc_starts[j] - P.row_begin;
+    const int64_t i_begin = P.pairs == 0 ? qb * P.qblock_size : j;
+    const int64_t i_end = P.pairs == 0 ? min(static_cast<int64_t>(P.num_queries), i_begin + P.qblock_size) : j + 1;
+    const uint32_t n = static_cast<uint32_t>((i_end - i_begin) * P.stride);  // < 2^32: the host bounds sources
+    const int hists = kPlace ? kWalkWarps : 1;
+    for (int k = threadIdx.x; k < hists * ld; k += kWalkThreads) hist[k] = 0u;
+    __syncthreads();
+    // Count mode: every thread strides the whole unit into one histogram. Place mode: warp w's run
+    // [f0, f1) into its own histogram.
+    const uint32_t per = (n + kWalkWarps - 1) / kWalkWarps;
+    const uint32_t f0 = kPlace ? min(n, per * warp) : 0u, f1 = kPlace ? min(n, f0 + per) : n;
+    const uint32_t first = kPlace ? f0 + lane : threadIdx.x, step = kPlace ? 32u : kWalkThreads;
+    uint32_t* mine = hist + (kPlace ? warp * ld : 0);
+    for (uint32_t f = first; f < f1; f += kWalkAhead * step) {
+      int32_t t[kWalkAhead];
+      uint32_t slot;
+#pragma unroll
+      for (int a = 0; a < kWalkAhead; ++a) t[a] = f + a * step < f1 ? unit_source(P, i_begin, j, ld, f + a * step, &slot) : -1;
+#pragma unroll
+      for (int a = 0; a < kWalkAhead; ++a) {
+        if (t[a] >= 0) atomicAdd(mine + t[a], 1u);
+      }
+    }
+    __syncthreads();
+    if (!kPlace) {
+      for (int t = threadIdx.x; t < ld; t += kWalkThreads) P.counts[(row0 + t) * qblocks + qb] = hist[t];
+    } else {
+      for (int t = threadIdx.x; t < ld; t += kWalkThreads) {  // warp cursors, in warp order
+        uint32_t at = P.offsets[(row0 + t) * qblocks + qb];
+#pragma unroll
+        for (int w = 0; w < kWalkWarps; ++w) {
+          const uint32_t c = hist[w * ld + t];
+          hist[w * ld + t] = at;
+          at += c;
+        }
+      }
+      __syncthreads();
+      const int bits = ld > 1 ? 32 - __clz(ld - 1) : 0;  // document tokens are < 2^bits
+      for (uint32_t r0 = f0; r0 < f1; r0 += kWalkAhead * 32) {  // uniform trip counts: all lanes reach the ballots
+        int32_t t[kWalkAhead];
+        uint32_t slot[kWalkAhead];
+#pragma unroll
+        for (int a = 0; a < kWalkAhead; ++a) {
+          const uint32_t f = r0 + 32 * a + lane;
+          t[a] = f < f1 ? unit_source(P, i_begin, j, ld, f, &slot[a]) : -1;
+        }
+#pragma unroll
+        for (int a = 0; a < kWalkAhead; ++a) {  // rounds in slot order
+          const unsigned peers = same_key_lanes(t[a], bits);
+          const unsigned lower = peers & ((1u << lane) - 1u);
+          uint32_t base = 0u;
+          if (t[a] >= 0) base = mine[t[a]];
+          __syncwarp();  // every lane has read its cursor before the group's lowest lane moves it
+          if (t[a] >= 0) {
+            P.sources[base + __popc(lower)] = slot[a];
+            if (lower == 0) mine[t[a]] = base + __popc(peers);
+          }
+          __syncwarp();
+        }
+      }
+    }
+    __syncthreads();  // the histograms are free for the next unit
+  }
+}
+
 // Exclusive scan of v over a block of kScanThreads threads (integers: exact); *total = block sum.
 __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* total) {
   __shared__ uint32_t warp_sums[kScanThreads / 32];
@@ -1538,6 +1665,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) maxsim_train_dq_bf16(const 
 }
 extern "C" __global__ void __launch_bounds__(128) maxsim_train_dd_count(const MaxsimTrainParams p) {
   maxsim_train::walk_sources<false>(p);
+}
+extern "C" __global__ void __launch_bounds__(maxsim_train::kWalkThreads) maxsim_train_dd_count_block(const MaxsimTrainParams p) {
+  maxsim_train::walk_block<false>(p);
+}
+extern "C" __global__ void __launch_bounds__(maxsim_train::kWalkThreads) maxsim_train_dd_place_block(const MaxsimTrainParams p) {
+  maxsim_train::walk_block<true>(p);
 }
 extern "C" __global__ void __launch_bounds__(1024) maxsim_train_dd_scan_reduce(const MaxsimTrainParams p) {
   maxsim_train::scan_reduce_body(p);
