@@ -932,7 +932,11 @@ export function contrastiveLoss(
 
 /** contrastiveLoss's error for a positive document without tokens (score -Infinity). */
 function emptyPositive(i: number, label: number): InvalidArgumentError {
-  return new InvalidArgumentError(`labels[${i}]`, 'a positive document with tokens', `empty document ${label}`);
+  return new InvalidArgumentError(
+    `labels[${i}]`,
+    'a positive document with tokens',
+    `empty document ${label}`,
+  );
 }
 
 /** contrastiveLoss's check of the positives alone: the first row whose positive is empty throws. */
