@@ -112,6 +112,24 @@ export function ulpCompare(a: Float32Array, b: Float32Array): { maxUlp: number; 
   return { maxUlp, equal };
 }
 
+/**
+ * Whether a contrastive loss computed on the GPU is within 1e-12 relative of contrastiveLoss's, plus a
+ * few float64 ulps of the logits' magnitude: CUDA's exp / log and V8's may round an argument apart by
+ * an ulp, which can flip the last bit of a row's lse = max + log(sum), and lse - s[label] / tau then
+ * cancels (a row whose positive wins by far has a loss near 0 beside logits in the hundreds).
+ */
+export function lossClose(
+  got: number,
+  want: number,
+  scores: Float32Array,
+  cols: number,
+  tau: number,
+): boolean {
+  let m = 0;
+  for (const s of scores) if (Number.isFinite(s)) m = Math.max(m, Math.abs(s));
+  return Math.abs(got - want) <= 1e-12 * Math.abs(want) + 8 * 2 ** -52 * (m / tau + Math.log(cols) + 1);
+}
+
 type Sign = 'P' | 'N' | 'Z';
 /** Runs of [count, sign] per document: tiles wholly negative, positive, zero or mixed, on and off the 64- and 128-token edges. */
 const signRuns: [number, Sign][][] = [
