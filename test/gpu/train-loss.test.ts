@@ -191,7 +191,7 @@ describe(`CUDA contrastive loss of device-resident steps (seed ${runSeed})`, { s
     const cuda = (loadNative() as unknown as { cuda: Record<string, (...args: unknown[]) => unknown> }).cuda;
     const info = cudaStatus().devices?.[device];
     assert.ok(info);
-    const shape = {
+    const shape: TrainShape = {
       queryDtype: 'bfloat16',
       docDtype: 'bfloat16',
       dim: 32,
@@ -200,7 +200,7 @@ describe(`CUDA contrastive loss of device-resident steps (seed ${runSeed})`, { s
       pairs: 'all',
       stride: dq.maxLength,
       maxDocLength: dd.maxLength,
-    } as TrainShape;
+    };
     const kernelInfo = cuda.trainKernelInfo as unknown as Parameters<typeof planForward>[4];
     const plan = planForward(
       shape,
