@@ -22,6 +22,7 @@ using maxsim_cuda::DeviceTokens;
 using maxsim_cuda::Runtime;
 using maxsim_cuda::train::BackwardJob;
 using maxsim_cuda::train::BackwardPlan;
+using maxsim_cuda::train::ContrastiveLoss;
 using maxsim_cuda::train::DDPath;
 using maxsim_cuda::train::ForwardJob;
 using maxsim_cuda::train::ForwardPlan;
@@ -295,10 +296,12 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
 // ---------------------------------------------------------------------------------------------
 // trainBackward(device, queries, docs, argmax, gradScores, { pairs, stride, plan, profile? })
 //   -> Promise<{ dQ, dD, dDPath }> (dDPath: the path that ran, 'auto' resolved).
-// trainBackwardState(device, state, gradScores, { plan, retain?, outputDtype?, profile? })
-//   -> Promise<{ dQ, dD, dDPath }>: device token sets with the items of the queries and docs, float32
-//   or (outputDtype 'input') each in its input's dtype. Without retain the state is released now (a
-//   second backward fails with a clear error) and its memory returns once this job is done.
+// trainBackwardState(device, state, gradScores, { plan, retain?, outputDtype?, profile?, contrastive? })
+//   -> Promise<{ dQ, dD, dDPath, loss? }>: device token sets with the items of the queries and docs,
+//   float32 or (outputDtype 'input') each in its input's dtype. Without retain the state is released
+//   now (a second backward fails with a clear error) and its memory returns once this job is done.
+//   With contrastive: { temperature, labels? } and gradScores null, the job makes gradScores on the
+//   device from the in-batch contrastive loss of the state's scores (pairs 'all') and returns the loss.
 
 class BackwardTask : public TrainTask {
  public:
@@ -313,6 +316,7 @@ class BackwardTask : public TrainTask {
       o.Set("dD", maxsim_binding::WrapDeviceSet(env, std::move(job.dd_set)));
     }
     o.Set("dDPath", Napi::String::New(env, job.ran_atomic ? "atomic" : "csr"));
+    if (job.contrastive) o.Set("loss", Napi::Number::New(env, job.contrastive->loss));
     if (job.profile) o.Set("profileMs", PhasesToJs(env, job.phases));
     return o;
   }
@@ -365,6 +369,32 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   return channel->Submit(env, rt, std::move(task));
 }
 
+// options.contrastive of trainBackwardState: { temperature, labels? } (labels: an Int32Array of one
+// document index per query, copied now), checked against the state's problem.
+ContrastiveLoss ParseContrastive(Napi::Env env, const Napi::Value& v, const Problem& a) {
+  if (!v.IsObject()) throw ArgError(env, "options.contrastive", "an object { temperature, labels? }", Describe(v));
+  Napi::Object o = v.As<Napi::Object>();
+  ContrastiveLoss c;
+  Napi::Value tau = o.Get("temperature");
+  if (!tau.IsNumber()) throw ArgError(env, "temperature", "a finite number > 0", Describe(tau));
+  c.tau = tau.As<Napi::Number>().DoubleValue();
+  Napi::Value labels = o.Get("labels");
+  if (!labels.IsUndefined()) {
+    if (!labels.IsTypedArray() || labels.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw ArgError(env, "labels", "an Int32Array of " + std::to_string(a.q.count) + " entries (one per query)",
+                     Describe(labels));
+    }
+    Napi::Int32Array l = labels.As<Napi::Int32Array>();
+    c.labels.assign(l.Data(), l.Data() + l.ElementLength());
+    if (c.labels.empty()) {  // empty would mean the diagonal: refuse it as the wrong length
+      throw ArgError(env, "labels", "an Int32Array of " + std::to_string(a.q.count) + " entries (one per query)",
+                     "0 entries");
+    }
+  }
+  CheckPlan(env, [&] { maxsim_cuda::train::CheckContrastive(c, a); });
+  return c;
+}
+
 Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto* channel = static_cast<TaskChannel*>(info.Data());
@@ -378,8 +408,12 @@ Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
   job.a = state->a;
   job.a.Rebind();
   const int64_t pairs = job.a.num_pairs;
-  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-      static_cast<int64_t>(info[2].As<Napi::Float64Array>().ElementLength()) != pairs) {
+  Napi::Value contrastive = opts.Get("contrastive");
+  if (!contrastive.IsUndefined()) {
+    if (!info[2].IsNull()) throw ArgError(env, "gradScores", "null with options.contrastive", Describe(info[2]));
+    job.contrastive = ParseContrastive(env, contrastive, job.a);
+  } else if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+             static_cast<int64_t>(info[2].As<Napi::Float64Array>().ElementLength()) != pairs) {
     throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(pairs) + " entries", Describe(info[2]));
   }
   job.plan = plan;  // plan.argmax16 is not used: the state's argmax is as the forward stored it
@@ -390,8 +424,10 @@ Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
     if (s != "float32" && s != "input") throw ArgError(env, "outputDtype", "'float32' or 'input'", "'" + s + "'");
     job.input_dtype = s == "input";
   }
-  task->Keep(info[2]);
-  job.grad_in = info[2].As<Napi::Float64Array>().Data();
+  if (!job.contrastive) {
+    task->Keep(info[2]);
+    job.grad_in = info[2].As<Napi::Float64Array>().Data();
+  }
   job.state = state;
   if (!OptionalTrue(opts, "retain")) UnwrapState(env, info[1], "state")->state.reset();
   task->result = Napi::Persistent(Napi::Object::New(env));

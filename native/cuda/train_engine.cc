@@ -8,6 +8,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "kernels/maxsim_loss_params.h"
+
 namespace maxsim_cuda::train {
 
 namespace {
@@ -504,6 +506,63 @@ bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrain
 
 std::string Int(int64_t v) { return std::to_string(v); }
 
+// gradScores from the contrastive loss of the state's scores, written into `grad` ([rows, cols] f64),
+// and the loss into c.loss. Reads the loss and the empty-positive flag back (one small synchronous
+// copy) so that a bad step fails before the backward kernels are enqueued.
+void RunContrastiveLoss(Runtime* rt, const TrainState* state, ContrastiveLoss& c, cu::CUdeviceptr grad) {
+  if (!state) throw std::invalid_argument("Expected a device-resident training state for the contrastive loss but received none");
+  const Problem& a = state->a;
+  CheckContrastive(c, a);
+  const int64_t rows = a.q.count, cols = a.d.count;
+  if (!state->scores) throw std::invalid_argument("Expected the forward's scores kept in the training state but received none");
+  std::unique_ptr<ScopedBlock> labels;
+  if (!c.labels.empty()) {
+    labels = std::make_unique<ScopedBlock>(rt->allocator(), static_cast<uint64_t>(rows) * sizeof(int32_t));
+    rt->Upload(labels->get(), c.labels.data(), static_cast<uint64_t>(rows) * sizeof(int32_t));
+  }
+  ScopedBlock row_loss(rt->allocator(), static_cast<uint64_t>(rows) * sizeof(double));
+  // out: the loss (f64), then the lowest row with an empty positive (int32, INT32_MAX for none)
+  ScopedBlock out(rt->allocator(), 2 * sizeof(double));
+  Check(Api().cuMemsetD32Async(out.get() + sizeof(double), static_cast<unsigned>(std::numeric_limits<int32_t>::max()), 1,
+                               rt->stream()),
+        "cuMemsetD32Async");
+  MaxsimLossParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.scores = DevPtr<const float>(state->scores);
+  p.labels = labels ? DevPtr<const int32_t>(labels->get()) : nullptr;
+  p.grad = DevPtr<double>(grad);
+  p.row_loss = DevPtr<double>(row_loss.get());
+  p.loss = DevPtr<double>(out.get());
+  p.bad_row = DevPtr<int32_t>(out.get() + sizeof(double));
+  p.rows = rows;
+  p.cols = cols;
+  p.tau = c.tau;
+  LaunchSpec spec;
+  spec.kernel = "maxsim_loss_rows";
+  spec.grid[0] = static_cast<unsigned>(std::min(rows, kMaxGrid));
+  spec.block[0] = MAXSIM_LOSS_THREADS;
+  rt->LaunchWithParams(spec, &p);
+  spec.kernel = "maxsim_loss_total";
+  spec.grid[0] = 1;
+  spec.block[0] = 1;
+  rt->LaunchWithParams(spec, &p);
+  struct {
+    double loss;
+    int32_t bad_row;
+    int32_t pad;
+  } back{};
+  static_assert(sizeof(back) == 2 * sizeof(double), "the read-back block");
+  rt->Download(&back, out.get(), sizeof(back));  // synchronizes: the scratch above may be freed after
+  if (back.bad_row != std::numeric_limits<int32_t>::max()) {
+    const int64_t i = back.bad_row;
+    const int64_t label = c.labels.empty() ? i : c.labels[static_cast<size_t>(i)];
+    // contrastiveLoss's InvalidArgumentError, word for word
+    throw std::invalid_argument("Expected a positive document with tokens for labels[" + Int(i) +
+                                "] but received empty document " + Int(label));
+  }
+  c.loss = back.loss;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -593,10 +652,45 @@ void CheckBackwardPlan(const BackwardPlan& plan, const Problem& a) {
   }
 }
 
+void CheckContrastive(const ContrastiveLoss& c, const Problem& a) {
+  if (a.pairs != 0) {
+    throw std::invalid_argument("Expected a training state of pairs 'all' for the contrastive loss but received one of pairs 'diagonal'");
+  }
+  const int64_t rows = a.q.count, cols = a.d.count;
+  if (!(c.tau > 0 && std::isfinite(c.tau))) {
+    throw std::invalid_argument("Expected a finite number > 0 for temperature but received " + std::to_string(c.tau));
+  }
+  if (rows < 1) throw std::invalid_argument("Expected at least 1 query for queries.count but received " + Int(rows));
+  if (rows > std::numeric_limits<int32_t>::max() - 1) {
+    throw std::invalid_argument("Expected fewer than 2^31 - 1 queries for the contrastive loss but received " + Int(rows));
+  }
+  if (c.labels.empty()) {
+    if (rows > cols) {
+      throw std::invalid_argument("Expected at least " + Int(rows) +
+                                  " documents (query i's positive is document i without labels) for docs.count but received " +
+                                  Int(cols));
+    }
+    return;
+  }
+  if (static_cast<int64_t>(c.labels.size()) != rows) {
+    throw std::invalid_argument("Expected an Int32Array of " + Int(rows) + " entries (one per query) for labels but received " +
+                                Int(static_cast<int64_t>(c.labels.size())) + " entries");
+  }
+  for (size_t i = 0; i < c.labels.size(); i++) {
+    if (c.labels[i] < 0 || c.labels[i] >= cols) {
+      throw std::invalid_argument("Expected a document index in [0, " + Int(cols) + ") for labels[" + Int(static_cast<int64_t>(i)) +
+                                  "] but received " + Int(c.labels[i]));
+    }
+  }
+}
+
 TrainState::~TrainState() {
-  if (!argmax) return;
+  if (!argmax && !scores) return;
   Runtime* r = rt;
-  r->Post([r, p = argmax] { r->allocator().Free(p); });
+  r->Post([r, p = argmax, s = scores] {
+    if (p) r->allocator().Free(p);
+    if (s) r->allocator().Free(s);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -632,10 +726,18 @@ void RunForward(Runtime* rt, ForwardJob& job) {
   // best[]: one stride-long stripe per CTA (simt, mma), or a slot per pair of one query chunk (wgmma)
   const uint64_t chunk_pairs = wg ? static_cast<uint64_t>(std::min<int64_t>(plan.query_chunk, a.q.count)) * a.d.count : 0;
   const uint64_t best_floats = (wg ? chunk_pairs : static_cast<uint64_t>(grid)) * static_cast<uint64_t>(a.stride);
-  ScopedBlock scores(rt->allocator(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
+  // A kept state keeps the scores on the device too (the contrastive loss of the step reads them).
+  const uint64_t score_bytes = static_cast<uint64_t>(a.num_pairs) * sizeof(float);
+  std::unique_ptr<ScopedBlock> scores_scoped;
+  if (job.keep) {
+    job.state->scores = rt->allocator().Alloc(score_bytes);
+  } else {
+    scores_scoped = std::make_unique<ScopedBlock>(rt->allocator(), score_bytes);
+  }
+  const cu::CUdeviceptr scores = job.keep ? job.state->scores : scores_scoped->get();
   ScopedBlock best(rt->allocator(), std::max<uint64_t>(best_floats, 1) * sizeof(float));
   MaxsimTrainParams p = BaseParams(a, *q, *d);
-  p.scores = DevPtr<float>(scores.get());
+  p.scores = DevPtr<float>(scores);
   p.best = DevPtr<float>(best.get());
   p.argmax = DevPtr<void>(argmax);
   p.argmax16 = argmax16 ? 1 : 0;
@@ -657,7 +759,7 @@ void RunForward(Runtime* rt, ForwardJob& job) {
       c.query_lengths = DevPtr<const int32_t>(q->lengths + static_cast<uint64_t>(q0) * sizeof(int32_t));
       c.num_queries = static_cast<int32_t>(n);
       c.num_pairs = n * a.d.count;
-      c.scores = DevPtr<float>(scores.get() + static_cast<uint64_t>(q0 * a.d.count) * sizeof(float));
+      c.scores = DevPtr<float>(scores + static_cast<uint64_t>(q0 * a.d.count) * sizeof(float));
       c.argmax = DevPtr<void>(argmax + static_cast<uint64_t>(q0 * a.d.count) * static_cast<uint64_t>(a.stride) * entry);
       c.doc_groups = static_cast<int32_t>(plan.doc_groups);
       Launch1D(rt, name, grid, plan.threads, c, plan.smem, plan.tma ? &map : nullptr);
@@ -670,7 +772,7 @@ void RunForward(Runtime* rt, ForwardJob& job) {
   timer.Device("forwardKernel");
   if (timer.on()) rt->Synchronize();
   timer.Host("forwardWait");
-  rt->Download(job.scores_out, scores.get(), static_cast<uint64_t>(a.num_pairs) * sizeof(float));
+  rt->Download(job.scores_out, scores, score_bytes);
   if (!job.keep) DownloadArgmax(rt, argmax, slots, argmax16, job.argmax_out);
   timer.Host("download");
   if (timer.on()) job.phases = timer.Finish();
@@ -698,7 +800,13 @@ void RunBackward(Runtime* rt, BackwardJob& job) {
     UploadArgmax(rt, a, job.argmax_in, argmax16, argmax);
   }
   ScopedBlock grad(rt->allocator(), std::max<uint64_t>(static_cast<uint64_t>(a.num_pairs), 1) * sizeof(double));
-  if (a.num_pairs > 0) rt->Upload(grad.get(), job.grad_in, static_cast<uint64_t>(a.num_pairs) * sizeof(double));
+  if (job.contrastive) {
+    timer.Mark();
+    RunContrastiveLoss(rt, state.get(), *job.contrastive, grad.get());
+    timer.Device("loss");
+  } else if (a.num_pairs > 0) {
+    rt->Upload(grad.get(), job.grad_in, static_cast<uint64_t>(a.num_pairs) * sizeof(double));
+  }
   if (timer.on()) rt->Synchronize();
   timer.Host("uploadArgmax");
   // Tokens of the problem's items: a device set appended to after the forward holds more, which

@@ -15,9 +15,12 @@
 //             counts + offsets [cells] u32 (cells <= plan.cell_cap), sources u32 (<= plan.source_cap
 //             entries), and for split rows fp64 partials (2 * sources / csr_chunk + 1) x 128, a chunk
 //             -> row map and per-row chunk offsets (u32).
+//   a kept state also holds the forward's scores [P] f32; a backward with the contrastive loss adds
+//             row losses [queries] f64 and the labels [queries] int32.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,13 +93,15 @@ void CheckForwardPlan(const ForwardPlan& plan, const Problem& a, int cc_major);
 void CheckBackwardPlan(const BackwardPlan& plan);
 void CheckBackwardPlan(const BackwardPlan& plan, const Problem& a);
 
-// What a device-resident forward keeps on the device for its backward: both operands and the argmax.
-// Its memory goes back to the allocator, on the worker thread, when the last holder lets go.
+// What a device-resident forward keeps on the device for its backward: both operands, the argmax and
+// the scores (the contrastive loss reads them there). Its memory goes back to the allocator, on the
+// worker thread, when the last holder lets go.
 struct TrainState {
   Runtime* rt = nullptr;
   Problem a;  // both sides device-resident (q_dev / d_dev), lengths on the host
   bool argmax16 = true;
   cu::CUdeviceptr argmax = 0;
+  cu::CUdeviceptr scores = 0;  // [num_pairs] f32, as downloaded (0 without pairs)
   TrainState() = default;
   TrainState(const TrainState&) = delete;
   TrainState& operator=(const TrainState&) = delete;
@@ -118,6 +123,17 @@ struct ForwardJob {
   Phases phases;
 };
 
+// A device-resident backward's gradScores made on the device: the in-batch contrastive loss of the
+// state's scores (all pairs, [queries, docs]; kernels/maxsim_loss.cu), the arithmetic of the JS
+// contrastiveLoss (src/ops/train.ts). CheckContrastive is the binding's check before the job.
+struct ContrastiveLoss {
+  double tau = 1;                // temperature: finite, > 0
+  std::vector<int32_t> labels;   // one positive document per query, or empty: query i's is document i
+  double loss = 0;               // out: mean over the queries of lse_i - s[i, label_i] / tau
+};
+// Throws std::invalid_argument naming the argument when `c` does not fit the state's problem.
+void CheckContrastive(const ContrastiveLoss& c, const Problem& a);
+
 struct BackwardJob {
   Problem a;  // host batches, or the state's problem (a copy) for a device-resident backward
   BackwardPlan plan;
@@ -128,6 +144,10 @@ struct BackwardJob {
   float* dq_out = nullptr;
   float* dd_out = nullptr;
   const double* grad_in = nullptr;  // [num_pairs]
+  // Device-resident only, instead of grad_in: gradScores from the contrastive loss of the state's
+  // scores, computed in this job (its loss comes back here). An empty positive document fails the job
+  // before the backward kernels run.
+  std::optional<ContrastiveLoss> contrastive;
   // Device-resident: the forward's state; dQ / dD become device sets, float32 or (input_dtype) each
   // in its input's dtype.
   std::shared_ptr<TrainState> state;

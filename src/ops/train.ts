@@ -282,20 +282,26 @@ interface CudaTrainAddon {
     gradScores: Float64Array,
     options: { pairs: TrainPairs; stride: number; plan: TrainBackwardPlan; profile?: boolean },
   ): Promise<MaxsimGradients>;
+  /**
+   * gradScores null with `contrastive`: the job computes gradScores on the device from the in-batch
+   * contrastive loss of the state's scores (native/cuda/kernels/maxsim_loss.cu) and returns the loss.
+   */
   trainBackwardState(
     device: number,
     state: NativeTrainState,
-    gradScores: Float64Array,
+    gradScores: Float64Array | null,
     options: {
       retain: boolean;
       outputDtype: GradientDtype;
       plan: TrainBackwardPlan;
       profile?: boolean;
+      contrastive?: { temperature: number; labels?: Int32Array };
     },
   ): Promise<{
     dQ: NativeTokenSet;
     dD: NativeTokenSet;
     dDPath: 'csr' | 'atomic';
+    loss?: number;
     profileMs?: Record<string, number>;
   }>;
   trainArgmax(device: number, state: NativeTrainState): Promise<Int32Array>;
@@ -304,6 +310,17 @@ interface CudaTrainAddon {
 
 /** What a device-resident forward keeps on the device (an opaque native handle). */
 type NativeTrainState = { readonly __trainState: unique symbol };
+
+/**
+ * The backward of a device-resident forward whose gradScores are the contrastive loss of its own
+ * scores, computed on the device in the backward's job (no scores -> JS -> gradScores round trip);
+ * releases the state. Kept beside the results (not a method of them: the public type is unchanged).
+ */
+type ContrastiveBackward = (
+  tau: number,
+  labels: Int32Array | undefined,
+) => Promise<DeviceGradients & { loss: number }>;
+const contrastiveBackwards = new WeakMap<DeviceTrainResult, ContrastiveBackward>();
 
 function cudaAddon(): CudaTrainAddon {
   const cuda = (loadNative() as unknown as { cuda: Partial<CudaTrainAddon> }).cuda;
@@ -781,6 +798,28 @@ async function deviceTrain(
         'one released by an earlier backward() without { retain: true } or by dispose()',
       );
   };
+  // The native call drops the handle's reference when not retaining; the job keeps the state alive.
+  const runBackward = (
+    gradScores: Float64Array | null,
+    retain: boolean,
+    contrastive?: { temperature: number; labels?: Int32Array },
+  ) => {
+    const job = addon.trainBackwardState(device, state, gradScores, {
+      retain,
+      outputDtype,
+      plan: backwardPlan,
+      ...profile,
+      ...(contrastive ? { contrastive } : {}),
+    });
+    if (!retain) released = true;
+    return job;
+  };
+  const deviceGradients = (r: Awaited<ReturnType<typeof runBackward>>): DeviceGradients => ({
+    dQ: adoptOnDeviceOf(like, r.dQ),
+    dD: adoptOnDeviceOf(like, r.dD),
+    dDPath: r.dDPath,
+    ...(r.profileMs ? { profileMs: r.profileMs } : {}),
+  });
   const result: DeviceTrainResult = {
     scores,
     rows: queries.count,
@@ -800,21 +839,8 @@ async function deviceTrain(
       checkGradScores(gradScores, scores.length);
       const retain = backwardOptions.retain ?? false;
       if (typeof retain !== 'boolean') throw new InvalidArgumentError('retain', 'a boolean', String(retain));
-      // The native call drops the handle's reference when not retaining; the job keeps the state alive.
-      const job = addon.trainBackwardState(device, state, Float64Array.from(gradScores), {
-        retain,
-        outputDtype,
-        plan: backwardPlan,
-        ...profile,
-      });
-      if (!retain) released = true;
-      const r = await job;
-      return {
-        dQ: adoptOnDeviceOf(like, r.dQ),
-        dD: adoptOnDeviceOf(like, r.dD),
-        dDPath: r.dDPath,
-        ...(r.profileMs ? { profileMs: r.profileMs } : {}),
-      };
+      const r = await runBackward(Float64Array.from(gradScores), retain);
+      return deviceGradients(r);
     },
     dispose() {
       if (released) return;
@@ -822,6 +848,11 @@ async function deviceTrain(
       addon.trainRelease(state);
     },
   };
+  contrastiveBackwards.set(result, async (tau, labels) => {
+    checkLive();
+    const r = await runBackward(null, false, { temperature: tau, ...(labels ? { labels } : {}) });
+    return { ...deviceGradients(r), loss: r.loss as number };
+  });
   return result;
 }
 
@@ -875,30 +906,47 @@ export function contrastiveLoss(
 ): { loss: number; gradScores: Float64Array } {
   const { tau, labels } = checkLossOptions(rows, cols, options);
   const grad = new Float64Array(rows * cols);
+  // The device-resident step computes the same values on the GPU (kernels/maxsim_loss.cu) with these
+  // operations in this order: change one and change it there. x holds a row's s / tau (divided once
+  // per score; the values are the same as dividing at each use).
+  const x = new Float64Array(cols);
+  const scale = 1 / (tau * rows);
   let total = 0;
-  for (let i = 0; i < rows; i++) {
+  for (let i = 0, row = 0; i < rows; i++, row += cols) {
     const label = labels ? labels[i] : i;
-    const row = i * cols;
-    if (scores[row + label] === Number.NEGATIVE_INFINITY) {
-      throw new InvalidArgumentError(
-        `labels[${i}]`,
-        'a positive document with tokens',
-        `empty document ${label}`,
-      );
-    }
+    if (scores[row + label] === Number.NEGATIVE_INFINITY) throw emptyPositive(i, label);
     let max = Number.NEGATIVE_INFINITY;
-    for (let j = 0; j < cols; j++) max = Math.max(max, scores[row + j] / tau);
-    let sum = 0;
-    for (let j = 0; j < cols; j++) sum += Math.exp(scores[row + j] / tau - max);
-    const logSumExp = max + Math.log(sum);
-    total += logSumExp - scores[row + label] / tau;
-    const scale = 1 / (tau * rows);
     for (let j = 0; j < cols; j++) {
-      const p = Math.exp(scores[row + j] / tau - logSumExp);
-      grad[row + j] = (p - (j === label ? 1 : 0)) * scale;
+      const v = scores[row + j] / tau;
+      x[j] = v;
+      max = Math.max(max, v);
     }
+    let sum = 0;
+    for (let j = 0; j < cols; j++) sum += Math.exp(x[j] - max);
+    const logSumExp = max + Math.log(sum);
+    total += logSumExp - x[label];
+    // p - 0 is p: only the label's entry subtracts
+    for (let j = 0; j < cols; j++) grad[row + j] = Math.exp(x[j] - logSumExp) * scale;
+    grad[row + label] = (Math.exp(x[label] - logSumExp) - 1) * scale;
   }
   return { loss: total / rows, gradScores: grad };
+}
+
+/** contrastiveLoss's error for a positive document without tokens (score -Infinity). */
+function emptyPositive(i: number, label: number): InvalidArgumentError {
+  return new InvalidArgumentError(
+    `labels[${i}]`,
+    'a positive document with tokens',
+    `empty document ${label}`,
+  );
+}
+
+/** contrastiveLoss's check of the positives alone: the first row whose positive is empty throws. */
+function checkPositives(scores: Float32Array, rows: number, cols: number, labels: Int32Array | undefined) {
+  for (let i = 0; i < rows; i++) {
+    const label = labels ? labels[i] : i;
+    if (scores[i * cols + label] === Number.NEGATIVE_INFINITY) throw emptyPositive(i, label);
+  }
 }
 
 /**
@@ -927,7 +975,7 @@ export async function contrastiveStep(
   options: ContrastiveOptions = {},
 ): Promise<ContrastiveStepResult<GradientArray> | DeviceContrastiveStepResult> {
   if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) {
-    checkLossOptions(queries.count, docs.count, options);
+    const { tau, labels } = checkLossOptions(queries.count, docs.count, options);
     const forward = await maxsimTrain(queries, docs, {
       pairs: 'all',
       backend: options.backend,
@@ -938,10 +986,17 @@ export async function contrastiveStep(
       signal: options.signal,
     });
     try {
-      const { loss, gradScores } = contrastiveLoss(forward.scores, forward.rows, forward.cols, options);
+      // The loss and gradScores are made on the GPU in the backward's job from the scores the forward
+      // left there; an empty positive is refused here first, with contrastiveLoss's error.
+      checkPositives(forward.scores, forward.rows, forward.cols, labels);
       options.signal?.throwIfAborted();
-      const grads = await forward.backward(gradScores);
-      options.signal?.throwIfAborted();
+      const backward = contrastiveBackwards.get(forward) as ContrastiveBackward;
+      const { loss, ...grads } = await backward(tau, labels);
+      if (options.signal?.aborted) {
+        grads.dQ.dispose();
+        grads.dD.dispose();
+        options.signal.throwIfAborted();
+      }
       return { loss, scores: forward.scores, ...grads };
     } finally {
       forward.dispose();

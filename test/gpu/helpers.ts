@@ -90,6 +90,46 @@ export function bitsEqual(a: Float32Array, b: Float32Array): boolean {
   return true;
 }
 
+/** Float32 bits as integers in the order of the values (-0 and +0 both 0): their difference counts ulps. */
+function orderedBits(x: Float32Array): Int32Array {
+  const bits = new Int32Array(x.buffer, x.byteOffset, x.length);
+  return Int32Array.from(bits, (b) => (b >= 0 ? b : -2147483648 - b));
+}
+
+/** The largest distance between a[i] and b[i] in float32 ulps, and how many entries are bitwise equal. */
+export function ulpCompare(a: Float32Array, b: Float32Array): { maxUlp: number; equal: number } {
+  if (a.length !== b.length) throw new Error(`ulpCompare: lengths ${a.length} and ${b.length}`);
+  const x = orderedBits(a);
+  const y = orderedBits(b);
+  const ab = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const bb = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  let maxUlp = 0;
+  let equal = 0;
+  for (let i = 0; i < x.length; i++) {
+    maxUlp = Math.max(maxUlp, Math.abs(x[i] - y[i]));
+    if (ab[i] === bb[i]) equal++;
+  }
+  return { maxUlp, equal };
+}
+
+/**
+ * Whether a contrastive loss computed on the GPU is within 1e-12 relative of contrastiveLoss's, plus a
+ * few float64 ulps of the logits' magnitude: CUDA's exp / log and V8's may round an argument apart by
+ * an ulp, which can flip the last bit of a row's lse = max + log(sum), and lse - s[label] / tau then
+ * cancels (a row whose positive wins by far has a loss near 0 beside logits in the hundreds).
+ */
+export function lossClose(
+  got: number,
+  want: number,
+  scores: Float32Array,
+  cols: number,
+  tau: number,
+): boolean {
+  let m = 0;
+  for (const s of scores) if (Number.isFinite(s)) m = Math.max(m, Math.abs(s));
+  return Math.abs(got - want) <= 1e-12 * Math.abs(want) + 8 * 2 ** -52 * (m / tau + Math.log(cols) + 1);
+}
+
 type Sign = 'P' | 'N' | 'Z';
 /** Runs of [count, sign] per document: tiles wholly negative, positive, zero or mixed, on and off the 64- and 128-token edges. */
 const signRuns: [number, Sign][][] = [
