@@ -447,12 +447,12 @@ bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrain
     timer.Mark();
     const int64_t units = static_cast<int64_t>(b.doc_end - b.doc_begin) * b.qblocks;
     const int64_t tiles = CeilDiv(p.cells, kScanTile);
-    // The block-wide walk: histograms of the longest document per warp (place) or one (count).
-    const unsigned hist_bytes = static_cast<unsigned>(b.longest) * sizeof(uint32_t);
+    // The block-wide walk: a word per token of the longest document (count), 2 per warp (place).
+    const unsigned words = static_cast<unsigned>(b.longest) * sizeof(uint32_t);
     auto walk = [&](bool place) {
       if (b.by_block) {
         Launch1D(rt, place ? "maxsim_train_dd_place_block" : "maxsim_train_dd_count_block", units,
-                 32 * MAXSIM_TRAIN_WALK_WARPS, p, place ? MAXSIM_TRAIN_WALK_WARPS * hist_bytes : hist_bytes);
+                 32 * MAXSIM_TRAIN_WALK_WARPS, p, place ? 2 * MAXSIM_TRAIN_WALK_WARPS * words : words);
       } else {
         Launch1D(rt, place ? "maxsim_train_dd_place" : "maxsim_train_dd_count", CeilDiv(units, 4), 128, p);
       }

@@ -692,11 +692,11 @@ describe(`CUDA MaxSim training vs the CPU engine (seed ${runSeed})`, { skip }, (
     // rows with hundreds of sources spread over several query blocks
     const c = contention(rand, 37, 40, 7, 50, 32);
     await check(c.queries, c.docs, 'all', 'contention');
-    // documents at and past the block walk's limit (MAXSIM_TRAIN_WALK_MAX_LENGTH = 6144): the first
-    // takes the warp walk, the last the block walk with the largest histograms (196,608 bytes)
+    // documents at and past the block walk's limit (MAXSIM_TRAIN_WALK_MAX_LENGTH = 3072): the first
+    // takes the warp walk, the last the block walk with the most shared memory (196,608 bytes)
     await check(
       randomRagged([9, 1, 30], 8, 'float16', rand),
-      randomRagged([6145, 30, 0, 6144], 8, 'float16', rand),
+      randomRagged([3073, 30, 0, 3072], 8, 'float16', rand),
       'all',
       'documents at the block walk limit',
     );

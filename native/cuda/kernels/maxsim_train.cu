@@ -38,7 +38,7 @@
 //   maxsim_train_dd_place  as dd_count: the owner warp writes each source at its cell's cursor, in order.
 //   maxsim_train_dd_count_block / _place_block  (documents of at most MAXSIM_TRAIN_WALK_MAX_LENGTH
 //       tokens) block (32 * MAXSIM_TRAIN_WALK_WARPS,1,1), grid (min((doc_end - doc_begin) * qblocks, 2^20),1,1),
-//       dynamic smem 4 * longest document bytes (count) or MAXSIM_TRAIN_WALK_WARPS times that (place):
+//       dynamic smem 4 * longest document bytes (count) or 2 * MAXSIM_TRAIN_WALK_WARPS times that (place):
 //       one CTA per (document, query block); count writes every cell of its unit (no zeroing needed),
 //       place is dd_place's CSR, bit for bit.
 //   maxsim_train_dd_gather_{f32,f16,bf16} (element type of the queries) block (128,1,1), grid
@@ -1071,54 +1071,58 @@ __device__ __forceinline__ void walk_sources(const MaxsimTrainParams& P) {
 }
 
 // The same count and placement with one CTA per (document, query block) unit instead of one warp,
-// for documents of at most MAXSIM_TRAIN_WALK_MAX_LENGTH tokens (the histograms live in shared
+// for documents of at most MAXSIM_TRAIN_WALK_MAX_LENGTH tokens (the per-token state lives in shared
 // memory). The unit's argmax slots in (query, query token) order, padded to the stride, are cut into
-// kWalkWarps consecutive runs, one per warp. Count mode: a shared histogram of the unit's tokens,
-// then each cell's count written once (no global atomics; counts need no zeroing). Place mode: each
-// warp counts its run into its own histogram; per token, the warps' cursors are the cell's offset
-// plus the counts of the lower warps; then each warp walks its run again and places its sources at
-// its private cursors (a lane's rank among the lanes of its round with the same token orders them).
-// Each cell's segment is thus in ascending slot order: the same CSR, bit for bit, as walk_sources.
+// kWalkWarps consecutive runs, one per warp; a warp walks its run query by query, 32 real query
+// tokens per round. Count mode: a shared histogram of the unit's tokens, then each cell's count
+// written once (no global atomics; counts need no zeroing). Place mode: each warp counts its run into
+// its own histogram; per token, the warps' cursors are the cell's offset plus the counts of the lower
+// warps; then each warp walks its run again and places a round's sources at its private cursors, a
+// lane after the lower lanes of its round with the same token (the lanes sharing a token are found
+// with one shared-memory atomicOr of lane bits per token). Each cell's segment is thus in ascending
+// slot order: the same CSR, bit for bit, as walk_sources.
 constexpr int kWalkWarps = MAXSIM_TRAIN_WALK_WARPS;
 constexpr int kWalkThreads = 32 * kWalkWarps;
-
-// Document token of slot f (flat, padded) of the unit's queries [i_begin, ...) against document j,
-// or -1 when it has no source (past the query, zero score gradient, or out of [0, ld)); *slot is its
-// argmax slot index. The three loads are independent (every slot f < n is in bounds), so a batch of
-// them is in flight together; the tests come after.
-__device__ __forceinline__ int32_t unit_source(const MaxsimTrainParams& P, int64_t i_begin, int64_t j, int ld,
-                                                 uint32_t f, uint32_t* slot) {
-  const uint32_t stride = static_cast<uint32_t>(P.stride);
-  const uint32_t q = f / stride;
-  const uint32_t s = f - q * stride;
-  const int64_t i = i_begin + q;
-  const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
-  const int64_t idx = p * P.stride + s;
-  const int32_t lq = P.query_lengths[i];
-  const double g = P.grad_scores[p];
-  const int32_t t = load_am(P, idx);
-  *slot = static_cast<uint32_t>(idx);
-  return static_cast<int32_t>(s) < lq && g != 0.0 && t >= 0 && t < ld ? t : -1;
-}
-
 constexpr int kWalkAhead = 4;  // rounds of 32 slots whose loads a warp issues before using them
 
-// The lanes holding the same key as this lane (keys in [0, 2^bits); a lane with key -1 is in no
-// lane's set): one ballot per key bit. __match_any_sync gives the same set but costs time in
-// proportion to the distinct keys of the warp (measured: the placement took 4x the count with it).
-__device__ __forceinline__ unsigned same_key_lanes(int32_t key, int bits) {
-  unsigned peers = __ballot_sync(kFull, key >= 0);
-  for (int b = 0; b < bits; ++b) {
-    const bool one = (key >> b) & 1;
-    const unsigned ones = __ballot_sync(kFull, one);
-    peers &= one ? ones : ~ones;
+// Walks the run [f0, f1) of the unit's padded slots (queries from i_begin, document j of ld tokens):
+// for every round of up to 32 real query tokens of one query with a nonzero score gradient, in slot
+// order, the whole warp calls visit(t, slot) (t: the lane's document token, or -1 when the lane has no
+// source; slot: its argmax slot index).
+template <class Visit>
+__device__ __forceinline__ void walk_run(const MaxsimTrainParams& P, int64_t i_begin, int64_t j, int ld, uint32_t f0,
+                                         uint32_t f1, Visit&& visit) {
+  if (f0 >= f1) return;
+  const int lane = threadIdx.x & 31;
+  const uint32_t stride = static_cast<uint32_t>(P.stride);
+  const uint32_t q0 = f0 / stride, q1 = (f1 - 1) / stride;
+  for (uint32_t q = q0; q <= q1; ++q) {  // uniform
+    const int64_t i = i_begin + q;
+    const int64_t p = P.pairs == 0 ? i * P.num_docs + j : i;
+    if (P.grad_scores[p] == 0.0) continue;
+    const uint32_t lo = q == q0 ? f0 - q * stride : 0u;
+    const uint32_t hi = min(static_cast<uint32_t>(max(P.query_lengths[i], 0)), q == q1 ? f1 - q * stride : stride);
+    const uint32_t base = static_cast<uint32_t>(p * P.stride);  // slots are < 2^32 (u32 sources)
+    for (uint32_t s = lo; s < hi; s += 32 * kWalkAhead) {
+      int32_t t[kWalkAhead];
+#pragma unroll
+      for (int a = 0; a < kWalkAhead; ++a) {  // the loads first, all in flight together
+        const uint32_t x = s + 32 * a + lane;
+        const int32_t v = x < hi ? load_am(P, static_cast<int64_t>(base) + x) : -1;
+        t[a] = v >= 0 && v < ld ? v : -1;
+      }
+#pragma unroll
+      for (int a = 0; a < kWalkAhead; ++a) {
+        if (s + 32 * a < hi) visit(t[a], base + s + 32 * a + lane);  // uniform: the round exists
+      }
+    }
   }
-  return peers;
 }
 
 template <bool kPlace>
 __device__ __forceinline__ void walk_block(const MaxsimTrainParams& P) {
-  extern __shared__ uint32_t hist[];  // [kPlace ? kWalkWarps : 1][longest document of the block]
+  // count: [longest document] histogram; place: [kWalkWarps][longest] cursors, then as many lane masks
+  extern __shared__ uint32_t words[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t qblocks = P.qblocks;
   const int64_t units = static_cast<int64_t>(P.doc_end - P.doc_begin) * qblocks;
@@ -1131,64 +1135,52 @@ __device__ __forceinline__ void walk_block(const MaxsimTrainParams& P) {
     const int64_t i_begin = P.pairs == 0 ? qb * P.qblock_size : j;
     const int64_t i_end = P.pairs == 0 ? min(static_cast<int64_t>(P.num_queries), i_begin + P.qblock_size) : j + 1;
     const uint32_t n = static_cast<uint32_t>((i_end - i_begin) * P.stride);  // < 2^32: the host bounds sources
-    const int hists = kPlace ? kWalkWarps : 1;
-    for (int k = threadIdx.x; k < hists * ld; k += kWalkThreads) hist[k] = 0u;
-    __syncthreads();
-    // Count mode: every thread strides the whole unit into one histogram. Place mode: warp w's run
-    // [f0, f1) into its own histogram.
     const uint32_t per = (n + kWalkWarps - 1) / kWalkWarps;
-    const uint32_t f0 = kPlace ? min(n, per * warp) : 0u, f1 = kPlace ? min(n, f0 + per) : n;
-    const uint32_t first = kPlace ? f0 + lane : threadIdx.x, step = kPlace ? 32u : kWalkThreads;
-    uint32_t* mine = hist + (kPlace ? warp * ld : 0);
-    for (uint32_t f = first; f < f1; f += kWalkAhead * step) {
-      int32_t t[kWalkAhead];
-      uint32_t slot;
-#pragma unroll
-      for (int a = 0; a < kWalkAhead; ++a) t[a] = f + a * step < f1 ? unit_source(P, i_begin, j, ld, f + a * step, &slot) : -1;
-#pragma unroll
-      for (int a = 0; a < kWalkAhead; ++a) {
-        if (t[a] >= 0) atomicAdd(mine + t[a], 1u);
-      }
-    }
+    const uint32_t f0 = min(n, per * warp), f1 = min(n, f0 + per);
+    const int used = kPlace ? 2 * kWalkWarps * ld : ld;
+    for (int k = threadIdx.x; k < used; k += kWalkThreads) words[k] = 0u;
+    __syncthreads();
+    uint32_t* hist = words + (kPlace ? warp * ld : 0);  // this warp's (place) or the block's (count)
+    walk_run(P, i_begin, j, ld, f0, f1, [&](int32_t t, uint32_t) {
+      if (t >= 0) atomicAdd(hist + t, 1u);
+    });
     __syncthreads();
     if (!kPlace) {
-      for (int t = threadIdx.x; t < ld; t += kWalkThreads) P.counts[(row0 + t) * qblocks + qb] = hist[t];
+      for (int t = threadIdx.x; t < ld; t += kWalkThreads) P.counts[(row0 + t) * qblocks + qb] = words[t];
     } else {
       for (int t = threadIdx.x; t < ld; t += kWalkThreads) {  // warp cursors, in warp order
         uint32_t at = P.offsets[(row0 + t) * qblocks + qb];
 #pragma unroll
         for (int w = 0; w < kWalkWarps; ++w) {
-          const uint32_t c = hist[w * ld + t];
-          hist[w * ld + t] = at;
+          const uint32_t c = words[w * ld + t];
+          words[w * ld + t] = at;
           at += c;
         }
       }
       __syncthreads();
-      const int bits = ld > 1 ? 32 - __clz(ld - 1) : 0;  // document tokens are < 2^bits
-      for (uint32_t r0 = f0; r0 < f1; r0 += kWalkAhead * 32) {  // uniform trip counts: all lanes reach the ballots
-        int32_t t[kWalkAhead];
-        uint32_t slot[kWalkAhead];
-#pragma unroll
-        for (int a = 0; a < kWalkAhead; ++a) {
-          const uint32_t f = r0 + 32 * a + lane;
-          t[a] = f < f1 ? unit_source(P, i_begin, j, ld, f, &slot[a]) : -1;
+      uint32_t* cursor = hist;
+      uint32_t* mask = words + (kWalkWarps + warp) * ld;  // zero between rounds
+      walk_run(P, i_begin, j, ld, f0, f1, [&](int32_t t, uint32_t slot) {
+        if (t >= 0) atomicOr(mask + t, 1u << lane);
+        __syncwarp();
+        uint32_t peers = 0u, at = 0u;
+        if (t >= 0) {
+          peers = mask[t];
+          at = cursor[t];
         }
-#pragma unroll
-        for (int a = 0; a < kWalkAhead; ++a) {  // rounds in slot order
-          const unsigned peers = same_key_lanes(t[a], bits);
-          const unsigned lower = peers & ((1u << lane) - 1u);
-          uint32_t base = 0u;
-          if (t[a] >= 0) base = mine[t[a]];
-          __syncwarp();  // every lane has read its cursor before the group's lowest lane moves it
-          if (t[a] >= 0) {
-            P.sources[base + __popc(lower)] = slot[a];
-            if (lower == 0) mine[t[a]] = base + __popc(peers);
+        __syncwarp();  // every lane has read before the group's lowest lane moves the cursor
+        if (t >= 0) {
+          const uint32_t lower = peers & ((1u << lane) - 1u);
+          P.sources[at + __popc(lower)] = slot;
+          if (lower == 0u) {
+            cursor[t] = at + __popc(peers);
+            mask[t] = 0u;
           }
-          __syncwarp();
         }
-      }
+        __syncwarp();
+      });
     }
-    __syncthreads();  // the histograms are free for the next unit
+    __syncthreads();  // the shared words are free for the next unit
   }
 }
 

@@ -28,10 +28,10 @@
 // its TMA twin (maxsim_train_fwd_wgmma_tma_*) reads tiles of this many document tokens (box [64, rows])
 #define MAXSIM_TRAIN_FWD_WGMMA_TILE 128
 #define MAXSIM_TRAIN_WGMMA_CC 9
-// maxsim_train_dd_{count,place}_block: warps per CTA, and the longest document they take (their
-// dynamic shared memory is WARPS histograms of the block's longest document, 4 bytes per token).
+// maxsim_train_dd_{count,place}_block: warps per CTA, and the longest document they take (the
+// placement's dynamic shared memory is 2 * WARPS words per token of the block's longest document).
 #define MAXSIM_TRAIN_WALK_WARPS 8
-#define MAXSIM_TRAIN_WALK_MAX_LENGTH 6144
+#define MAXSIM_TRAIN_WALK_MAX_LENGTH 3072
 // Columns per pass of the split-row dD passes (kChunk) and counts per scan block (kScanTile).
 #define MAXSIM_TRAIN_PARTIAL_COLS 128
 #define MAXSIM_TRAIN_SCAN_TILE 4096
