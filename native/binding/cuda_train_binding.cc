@@ -296,12 +296,10 @@ Napi::Value TrainForward(const Napi::CallbackInfo& info) {
 // ---------------------------------------------------------------------------------------------
 // trainBackward(device, queries, docs, argmax, gradScores, { pairs, stride, plan, profile? })
 //   -> Promise<{ dQ, dD, dDPath }> (dDPath: the path that ran, 'auto' resolved).
-// trainBackwardState(device, state, gradScores, { plan, retain?, outputDtype?, profile?, contrastive? })
+// trainBackwardState(device, state, gradScores, { plan, retain?, outputDtype?, profile? })
 //   -> Promise<{ dQ, dD, dDPath, loss? }>: device token sets with the items of the queries and docs,
 //   float32 or (outputDtype 'input') each in its input's dtype. Without retain the state is released
 //   now (a second backward fails with a clear error) and its memory returns once this job is done.
-//   With contrastive: { temperature, labels? } and gradScores null, the job makes gradScores on the
-//   device from the in-batch contrastive loss of the state's scores (pairs 'all') and returns the loss.
 
 class BackwardTask : public TrainTask {
  public:
@@ -316,7 +314,6 @@ class BackwardTask : public TrainTask {
       o.Set("dD", maxsim_binding::WrapDeviceSet(env, std::move(job.dd_set)));
     }
     o.Set("dDPath", Napi::String::New(env, job.ran_atomic ? "atomic" : "csr"));
-    if (job.contrastive) o.Set("loss", Napi::Number::New(env, job.contrastive->loss));
     if (job.profile) o.Set("profileMs", PhasesToJs(env, job.phases));
     return o;
   }
@@ -369,7 +366,7 @@ Napi::Value TrainBackward(const Napi::CallbackInfo& info) {
   return channel->Submit(env, rt, std::move(task));
 }
 
-// options.contrastive of trainBackwardState: { temperature, labels? } (labels: an Int32Array of one
+// backwardOptions.contrastive of trainStep: { temperature, labels? } (labels: an Int32Array of one
 // document index per query, copied now), checked against the state's problem.
 ContrastiveLoss ParseContrastive(Napi::Env env, const Napi::Value& v, const Problem& a) {
   if (!v.IsObject()) throw ArgError(env, "options.contrastive", "an object { temperature, labels? }", Describe(v));
@@ -395,6 +392,15 @@ ContrastiveLoss ParseContrastive(Napi::Env env, const Napi::Value& v, const Prob
   return c;
 }
 
+// options.outputDtype of the device-resident backward: 'float32' (default) or 'input' (true).
+bool InputDtype(Napi::Env env, const Napi::Object& opts) {
+  Napi::Value out = opts.Get("outputDtype");
+  if (out.IsUndefined()) return false;
+  const std::string s = out.IsString() ? out.As<Napi::String>().Utf8Value() : std::string("?");
+  if (s != "float32" && s != "input") throw ArgError(env, "outputDtype", "'float32' or 'input'", "'" + s + "'");
+  return s == "input";
+}
+
 Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto* channel = static_cast<TaskChannel*>(info.Data());
@@ -408,29 +414,89 @@ Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
   job.a = state->a;
   job.a.Rebind();
   const int64_t pairs = job.a.num_pairs;
-  Napi::Value contrastive = opts.Get("contrastive");
-  if (!contrastive.IsUndefined()) {
-    if (!info[2].IsNull()) throw ArgError(env, "gradScores", "null with options.contrastive", Describe(info[2]));
-    job.contrastive = ParseContrastive(env, contrastive, job.a);
-  } else if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
              static_cast<int64_t>(info[2].As<Napi::Float64Array>().ElementLength()) != pairs) {
     throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(pairs) + " entries", Describe(info[2]));
   }
   job.plan = plan;  // plan.argmax16 is not used: the state's argmax is as the forward stored it
   job.profile = OptionalTrue(opts, "profile");
-  Napi::Value out = opts.Get("outputDtype");
-  if (!out.IsUndefined()) {
-    const std::string s = out.IsString() ? out.As<Napi::String>().Utf8Value() : std::string("?");
-    if (s != "float32" && s != "input") throw ArgError(env, "outputDtype", "'float32' or 'input'", "'" + s + "'");
-    job.input_dtype = s == "input";
-  }
-  if (!job.contrastive) {
-    task->Keep(info[2]);
-    job.grad_in = info[2].As<Napi::Float64Array>().Data();
-  }
+  job.input_dtype = InputDtype(env, opts);
+  task->Keep(info[2]);
+  job.grad_in = info[2].As<Napi::Float64Array>().Data();
   job.state = state;
   if (!OptionalTrue(opts, "retain")) UnwrapState(env, info[1], "state")->state.reset();
   task->result = Napi::Persistent(Napi::Object::New(env));
+  return channel->Submit(env, rt, std::move(task));
+}
+
+// trainStep(device, queries, docs, forwardOptions, backwardOptions) -> Promise<{ scores, loss, dQ,
+//   dD, dDPath, profileMs? }> or Promise<{ scores, emptyPositive }>: a contrastive step of
+//   device-resident inputs as one job (RunStep). forwardOptions as trainForward's (keep implied),
+//   backwardOptions as trainBackwardState's plus contrastive: { temperature, labels? }. emptyPositive: the first query whose
+//   positive document has no tokens (the job stops before the backward; the caller raises the error).
+class StepTask : public TrainTask {
+ public:
+  StepTask(Napi::Env env, Runtime* rt) : TrainTask(env, "CUDA training failed: "), rt_(rt) {}
+  maxsim_cuda::train::StepJob job;
+  Napi::ObjectReference result;
+  void Run() override { maxsim_cuda::train::RunStep(rt_, job); }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = result.Value();
+    if (job.empty_positive >= 0) {
+      o.Set("emptyPositive", Napi::Number::New(env, static_cast<double>(job.empty_positive)));
+      return o;
+    }
+    BackwardJob& b = job.backward;
+    o.Set("dQ", maxsim_binding::WrapDeviceSet(env, std::move(b.dq_set)));
+    o.Set("dD", maxsim_binding::WrapDeviceSet(env, std::move(b.dd_set)));
+    o.Set("dDPath", Napi::String::New(env, b.ran_atomic ? "atomic" : "csr"));
+    o.Set("loss", Napi::Number::New(env, b.contrastive->loss));
+    if (job.forward.profile || b.profile) {  // the forward's phases as "forward.<phase>"
+      maxsim_cuda::train::Phases all;
+      for (const auto& [name, ms] : job.forward.phases) all.emplace_back("forward." + name, ms);
+      all.insert(all.end(), b.phases.begin(), b.phases.end());
+      o.Set("profileMs", PhasesToJs(env, all));
+    }
+    return o;
+  }
+
+ private:
+  Runtime* rt_;
+};
+
+Napi::Value TrainStep(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto* channel = static_cast<TaskChannel*>(info.Data());
+  if (!info[3].IsObject()) throw ArgError(env, "forwardOptions", "an object { pairs, stride, plan }", Describe(info[3]));
+  if (!info[4].IsObject()) throw ArgError(env, "backwardOptions", "an object { plan, contrastive }", Describe(info[4]));
+  Napi::Object fopts = info[3].As<Napi::Object>(), bopts = info[4].As<Napi::Object>();
+  const ForwardPlan fplan = ParseForwardPlan(env, fopts);
+  const BackwardPlan bplan = ParseBackwardPlan(env, bopts);
+  Runtime* rt = ParseDevice(env, info[0]);
+  auto task = std::make_unique<StepTask>(env, rt);
+  maxsim_cuda::train::StepJob& job = task->job;
+  job.forward.a = ParseProblem(info, 1, 3, task.get(), rt);
+  const Problem& a = job.forward.a;
+  if (!a.q_dev && !a.d_dev) {
+    throw ArgError(env, "queries", "device-resident queries or docs (host batches train through trainForward)",
+                   "host batches");
+  }
+  CheckPlan(env, [&] {
+    maxsim_cuda::train::CheckForwardPlan(fplan, a, rt->props().cc_major);
+    maxsim_cuda::train::CheckBackwardPlan(bplan, a);
+  });
+  job.forward.plan = fplan;
+  job.forward.keep = true;
+  job.forward.profile = OptionalTrue(fopts, "profile");
+  job.backward.plan = bplan;
+  job.backward.profile = OptionalTrue(bopts, "profile");
+  job.backward.input_dtype = InputDtype(env, bopts);
+  job.backward.contrastive = ParseContrastive(env, bopts.Get("contrastive"), a);
+  Napi::Float32Array scores = Napi::Float32Array::New(env, static_cast<size_t>(a.num_pairs));
+  job.forward.scores_out = scores.Data();
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("scores", scores);
+  task->result = Napi::Persistent(result);
   return channel->Submit(env, rt, std::move(task));
 }
 
@@ -492,6 +558,7 @@ void InitCudaTrain(Napi::Env env, Napi::Object exports) {
   o.Set("trainForward", Napi::Function::New(env, TrainForward, "trainForward", channel));
   o.Set("trainBackward", Napi::Function::New(env, TrainBackward, "trainBackward", channel));
   o.Set("trainBackwardState", Napi::Function::New(env, TrainBackwardState, "trainBackwardState", channel));
+  o.Set("trainStep", Napi::Function::New(env, TrainStep, "trainStep", channel));
   o.Set("trainArgmax", Napi::Function::New(env, TrainArgmax, "trainArgmax", channel));
   o.Set("trainRelease", Napi::Function::New(env, TrainRelease, "trainRelease"));
   o.Set("trainKernelInfo", KernelInfo(env));

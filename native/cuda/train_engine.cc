@@ -556,9 +556,7 @@ void RunContrastiveLoss(Runtime* rt, const TrainState* state, ContrastiveLoss& c
   if (back.bad_row != std::numeric_limits<int32_t>::max()) {
     const int64_t i = back.bad_row;
     const int64_t label = c.labels.empty() ? i : c.labels[static_cast<size_t>(i)];
-    // contrastiveLoss's InvalidArgumentError, word for word
-    throw std::invalid_argument("Expected a positive document with tokens for labels[" + Int(i) +
-                                "] but received empty document " + Int(label));
+    throw EmptyPositiveError(i, label);
   }
   c.loss = back.loss;
 }
@@ -908,6 +906,27 @@ void RunBackward(Runtime* rt, BackwardJob& job) {
     timer.Host("download");
   }
   if (timer.on()) job.phases = timer.Finish();
+}
+
+// contrastiveLoss's InvalidArgumentError, word for word
+EmptyPositiveError::EmptyPositiveError(int64_t row, int64_t label)
+    : std::invalid_argument("Expected a positive document with tokens for labels[" + Int(row) +
+                            "] but received empty document " + Int(label)),
+      row(row) {}
+
+void RunStep(Runtime* rt, StepJob& job) {
+  job.forward.keep = true;
+  RunForward(rt, job.forward);
+  BackwardJob& b = job.backward;
+  b.state = std::move(job.forward.state);
+  b.a = b.state->a;
+  b.a.Rebind();
+  try {
+    RunBackward(rt, b);
+  } catch (const EmptyPositiveError& e) {
+    job.empty_positive = e.row;
+  }
+  b.state.reset();  // the argmax and the scores go back to the allocator (posted)
 }
 
 void DownloadStateArgmax(Runtime* rt, const TrainState& state, int32_t* out) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -158,9 +159,25 @@ struct BackwardJob {
   Phases phases;
 };
 
+// The error of a contrastive loss whose positive document for query `row` has no tokens.
+struct EmptyPositiveError : std::invalid_argument {
+  EmptyPositiveError(int64_t row, int64_t label);
+  int64_t row;
+};
+
+// One contrastive training step of device-resident inputs as one job (no trip through JS between
+// the passes): the forward (forward.keep; its state is dropped at the end), the loss of its scores
+// on the device, the backward (backward.contrastive set; its problem and state are the forward's).
+struct StepJob {
+  ForwardJob forward;
+  BackwardJob backward;
+  int64_t empty_positive = -1;  // out: the first query whose positive document is empty (then no gradients)
+};
+
 // Worker thread.
 void RunForward(Runtime* rt, ForwardJob& job);
 void RunBackward(Runtime* rt, BackwardJob& job);
+void RunStep(Runtime* rt, StepJob& job);
 // The saved argmax of a state, widened to int32 into out [num_pairs * stride].
 void DownloadStateArgmax(Runtime* rt, const TrainState& state, int32_t* out);
 

@@ -282,45 +282,47 @@ interface CudaTrainAddon {
     gradScores: Float64Array,
     options: { pairs: TrainPairs; stride: number; plan: TrainBackwardPlan; profile?: boolean },
   ): Promise<MaxsimGradients>;
-  /**
-   * gradScores null with `contrastive`: the job computes gradScores on the device from the in-batch
-   * contrastive loss of the state's scores (native/cuda/kernels/maxsim_loss.cu) and returns the loss.
-   */
   trainBackwardState(
     device: number,
     state: NativeTrainState,
-    gradScores: Float64Array | null,
-    options: {
-      retain: boolean;
-      outputDtype: GradientDtype;
-      plan: TrainBackwardPlan;
-      profile?: boolean;
-      contrastive?: { temperature: number; labels?: Int32Array };
-    },
+    gradScores: Float64Array,
+    options: { retain: boolean; outputDtype: GradientDtype; plan: TrainBackwardPlan; profile?: boolean },
   ): Promise<{
     dQ: NativeTokenSet;
     dD: NativeTokenSet;
     dDPath: 'csr' | 'atomic';
-    loss?: number;
     profileMs?: Record<string, number>;
   }>;
+  /** contrastiveStep of device-resident inputs as one job (forward, loss on the device, backward). */
+  trainStep(
+    device: number,
+    queries: TokenBatch | NativeTokenSet,
+    docs: TokenBatch | NativeTokenSet,
+    forwardOptions: { pairs: 'all'; stride: number; plan: TrainForwardPlan; profile?: boolean },
+    backwardOptions: {
+      plan: TrainBackwardPlan;
+      outputDtype: GradientDtype;
+      profile?: boolean;
+      contrastive: { temperature: number; labels?: Int32Array };
+    },
+  ): Promise<
+    | { scores: Float32Array; emptyPositive: number; loss?: undefined }
+    | {
+        scores: Float32Array;
+        emptyPositive?: undefined;
+        loss: number;
+        dQ: NativeTokenSet;
+        dD: NativeTokenSet;
+        dDPath: 'csr' | 'atomic';
+        profileMs?: Record<string, number>;
+      }
+  >;
   trainArgmax(device: number, state: NativeTrainState): Promise<Int32Array>;
   trainRelease(state: NativeTrainState): void;
 }
 
 /** What a device-resident forward keeps on the device (an opaque native handle). */
 type NativeTrainState = { readonly __trainState: unique symbol };
-
-/**
- * The backward of a device-resident forward whose gradScores are the contrastive loss of its own
- * scores, computed on the device in the backward's job (no scores -> JS -> gradScores round trip);
- * releases the state. Kept beside the results (not a method of them: the public type is unchanged).
- */
-type ContrastiveBackward = (
-  tau: number,
-  labels: Int32Array | undefined,
-) => Promise<DeviceGradients & { loss: number }>;
-const contrastiveBackwards = new WeakMap<DeviceTrainResult, ContrastiveBackward>();
 
 function cudaAddon(): CudaTrainAddon {
   const cuda = (loadNative() as unknown as { cuda: Partial<CudaTrainAddon> }).cuda;
@@ -343,11 +345,19 @@ function checkBackend(backend: unknown): boolean {
   throw new InvalidArgumentError('backend', "'auto', 'cpu' or 'cuda'", JSON.stringify(backend));
 }
 
+/** The devices checkCudaDevice has accepted, by index. */
+const trainDevices = new Map<number, TrainDevice>();
+
 /**
  * The CUDA device index to train on and its compute capability (major); BackendUnavailableError with
  * the reason when CUDA cannot run.
  */
 function checkCudaDevice(device: unknown): { index: number; gpu: TrainDevice } {
+  // A device that trained once stays usable: skip status() (it queries every device and lists the
+  // kernel files: ~0.2 ms, a step's worth of overhead at B = 128).
+  const asked = device === undefined ? 0 : device;
+  const known = typeof asked === 'number' ? trainDevices.get(asked) : undefined;
+  if (known) return { index: asked as number, gpu: known };
   const status = cudaStatus();
   if (!status.available) {
     throw new BackendUnavailableError(
@@ -360,8 +370,9 @@ function checkCudaDevice(device: unknown): { index: number; gpu: TrainDevice } {
     throw new InvalidArgumentError('device', `a CUDA device index in [0, ${count})`, String(device));
   }
   const info = status.devices?.[index];
-  const ccMajor = info?.computeCapability[0] ?? 0;
-  return { index, gpu: { ccMajor, sms: info?.sms ?? 0 } };
+  const gpu = { ccMajor: info?.computeCapability[0] ?? 0, sms: info?.sms ?? 0 };
+  trainDevices.set(index, gpu);
+  return { index, gpu };
 }
 
 function checkDDPath(path: unknown): TrainDDPath {
@@ -732,12 +743,13 @@ function checkDeviceSide(name: string, side: TokenBatch | DeviceCorpus) {
 
 // maxsimTrain with a DeviceCorpus among the inputs (a host batch beside it is uploaded once and kept
 // with the state): forward on the GPU, argmax and operands kept there, gradients as device corpora.
-async function deviceTrain(
+/** What both device-resident entry points (deviceTrain, contrastiveStep) check and plan first. */
+function deviceSetup(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions,
   cudaTuning: unknown,
-): Promise<DeviceTrainResult> {
+) {
   const like = (isDeviceCorpus(queries) ? queries : docs) as DeviceCorpus;
   checkDeviceSide('queries', queries);
   checkDeviceSide('docs', docs);
@@ -776,15 +788,39 @@ async function deviceTrain(
     cudaTuning,
   );
   const stride = isDeviceCorpus(queries) ? queries.maxLength : longestQuery(queries);
-  const native = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
   const addon = cudaAddon();
   const shape = trainShape(queries, docs, pairs, stride);
-  const backwardPlan = planBackward(dDPath, tuning, shape.maxDocLength);
-  const profile = tuning.profile ? { profile: true } : {};
-  const fwd = await addon.trainForward(device, native(queries), native(docs), {
+  return {
+    like,
+    device,
+    addon,
     pairs,
     stride,
-    plan: planForward(shape, kernel, tuning, gpu, addon.trainKernelInfo),
+    outputDtype,
+    forwardPlan: planForward(shape, kernel, tuning, gpu, addon.trainKernelInfo),
+    backwardPlan: planBackward(dDPath, tuning, shape.maxDocLength),
+    profile: tuning.profile ? { profile: true } : {},
+  };
+}
+
+const nativeSide = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
+
+async function deviceTrain(
+  queries: TokenBatch | DeviceCorpus,
+  docs: TokenBatch | DeviceCorpus,
+  options: MaxsimTrainOptions,
+  cudaTuning: unknown,
+): Promise<DeviceTrainResult> {
+  const { like, device, addon, pairs, stride, outputDtype, forwardPlan, backwardPlan, profile } = deviceSetup(
+    queries,
+    docs,
+    options,
+    cudaTuning,
+  );
+  const fwd = await addon.trainForward(device, nativeSide(queries), nativeSide(docs), {
+    pairs,
+    stride,
+    plan: forwardPlan,
     keep: true,
     ...profile,
   });
@@ -798,28 +834,6 @@ async function deviceTrain(
         'one released by an earlier backward() without { retain: true } or by dispose()',
       );
   };
-  // The native call drops the handle's reference when not retaining; the job keeps the state alive.
-  const runBackward = (
-    gradScores: Float64Array | null,
-    retain: boolean,
-    contrastive?: { temperature: number; labels?: Int32Array },
-  ) => {
-    const job = addon.trainBackwardState(device, state, gradScores, {
-      retain,
-      outputDtype,
-      plan: backwardPlan,
-      ...profile,
-      ...(contrastive ? { contrastive } : {}),
-    });
-    if (!retain) released = true;
-    return job;
-  };
-  const deviceGradients = (r: Awaited<ReturnType<typeof runBackward>>): DeviceGradients => ({
-    dQ: adoptOnDeviceOf(like, r.dQ),
-    dD: adoptOnDeviceOf(like, r.dD),
-    dDPath: r.dDPath,
-    ...(r.profileMs ? { profileMs: r.profileMs } : {}),
-  });
   const result: DeviceTrainResult = {
     scores,
     rows: queries.count,
@@ -839,8 +853,15 @@ async function deviceTrain(
       checkGradScores(gradScores, scores.length);
       const retain = backwardOptions.retain ?? false;
       if (typeof retain !== 'boolean') throw new InvalidArgumentError('retain', 'a boolean', String(retain));
-      const r = await runBackward(Float64Array.from(gradScores), retain);
-      return deviceGradients(r);
+      // The native call drops the handle's reference when not retaining; the job keeps the state alive.
+      const job = addon.trainBackwardState(device, state, Float64Array.from(gradScores), {
+        retain,
+        outputDtype,
+        plan: backwardPlan,
+        ...profile,
+      });
+      if (!retain) released = true;
+      return deviceGradients(like, await job);
     },
     dispose() {
       if (released) return;
@@ -848,12 +869,20 @@ async function deviceTrain(
       addon.trainRelease(state);
     },
   };
-  contrastiveBackwards.set(result, async (tau, labels) => {
-    checkLive();
-    const r = await runBackward(null, false, { temperature: tau, ...(labels ? { labels } : {}) });
-    return { ...deviceGradients(r), loss: r.loss as number };
-  });
   return result;
+}
+
+/** The device sets of a backward job adopted as corpora on the inputs' device. */
+function deviceGradients(
+  like: DeviceCorpus,
+  r: { dQ: NativeTokenSet; dD: NativeTokenSet; dDPath: 'csr' | 'atomic'; profileMs?: Record<string, number> },
+): DeviceGradients {
+  return {
+    dQ: adoptOnDeviceOf(like, r.dQ),
+    dD: adoptOnDeviceOf(like, r.dD),
+    dDPath: r.dDPath,
+    ...(r.profileMs ? { profileMs: r.profileMs } : {}),
+  };
 }
 
 /** Validates temperature and labels against a [rows, cols] score matrix before any work is done. */
@@ -941,14 +970,6 @@ function emptyPositive(i: number, label: number): InvalidArgumentError {
   );
 }
 
-/** contrastiveLoss's check of the positives alone: the first row whose positive is empty throws. */
-function checkPositives(scores: Float32Array, rows: number, cols: number, labels: Int32Array | undefined) {
-  for (let i = 0; i < rows; i++) {
-    const label = labels ? labels[i] : i;
-    if (scores[i * cols + label] === Number.NEGATIVE_INFINITY) throw emptyPositive(i, label);
-  }
-}
-
 /**
  * One in-batch contrastive step: scores of every query against every document, loss, gradients.
  * With a DeviceCorpus among the inputs, everything but the [Nq, B] loss runs on its GPU and the
@@ -976,31 +997,43 @@ export async function contrastiveStep(
 ): Promise<ContrastiveStepResult<GradientArray> | DeviceContrastiveStepResult> {
   if (isDeviceCorpus(queries) || isDeviceCorpus(docs)) {
     const { tau, labels } = checkLossOptions(queries.count, docs.count, options);
-    const forward = await maxsimTrain(queries, docs, {
-      pairs: 'all',
-      backend: options.backend,
-      device: options.device,
-      dDPath: options.dDPath,
-      trainKernel: options.trainKernel,
-      outputDtype: options.outputDtype,
-      signal: options.signal,
-    });
-    try {
-      // The loss and gradScores are made on the GPU in the backward's job from the scores the forward
-      // left there; an empty positive is refused here first, with contrastiveLoss's error.
-      checkPositives(forward.scores, forward.rows, forward.cols, labels);
-      options.signal?.throwIfAborted();
-      const backward = contrastiveBackwards.get(forward) as ContrastiveBackward;
-      const { loss, ...grads } = await backward(tau, labels);
-      if (options.signal?.aborted) {
-        grads.dQ.dispose();
-        grads.dD.dispose();
-        options.signal.throwIfAborted();
-      }
-      return { loss, scores: forward.scores, ...grads };
-    } finally {
-      forward.dispose();
+    const signal = checkSignal(options.signal);
+    throwIfAborted(signal);
+    const setup = deviceSetup(
+      queries,
+      docs,
+      {
+        pairs: 'all',
+        backend: options.backend,
+        device: options.device,
+        dDPath: options.dDPath,
+        trainKernel: options.trainKernel,
+        outputDtype: options.outputDtype,
+      },
+      undefined,
+    );
+    // One job: the forward, the loss of its scores and gradScores on the device, the backward (no
+    // scores -> JS -> gradScores round trip, no second handoff). It cannot stop early.
+    const r = await setup.addon.trainStep(
+      setup.device,
+      nativeSide(queries),
+      nativeSide(docs),
+      { pairs: 'all', stride: setup.stride, plan: setup.forwardPlan },
+      {
+        plan: setup.backwardPlan,
+        outputDtype: setup.outputDtype,
+        contrastive: { temperature: tau, ...(labels ? { labels } : {}) },
+      },
+    );
+    if (r.emptyPositive !== undefined)
+      throw emptyPositive(r.emptyPositive, labels ? labels[r.emptyPositive] : r.emptyPositive);
+    const grads = deviceGradients(setup.like, r);
+    if (signal?.aborted) {
+      grads.dQ.dispose();
+      grads.dD.dispose();
+      throwIfAborted(signal);
     }
+    return { loss: r.loss, scores: r.scores, ...grads };
   }
   checkCompatible(queries, docs, 'queries', 'docs');
   checkLossOptions(queries.count, docs.count, options);

@@ -113,6 +113,40 @@ export function ulpCompare(a: Float32Array, b: Float32Array): { maxUlp: number; 
 }
 
 /**
+ * The largest |a_i - b_i| beyond 1 float32 ulp of b_i plus `abs` (0 when every element is within):
+ * for gradients whose float64 sources may move by an absolute amount (see gradSlack).
+ */
+export function excessOver(a: Float32Array, b: Float32Array, abs: number): number {
+  if (a.length !== b.length) throw new Error(`excessOver: lengths ${a.length} and ${b.length}`);
+  let worst = 0;
+  for (let i = 0; i < a.length; i++) {
+    const ulp = b[i] === 0 ? 2 ** -149 : 2 ** (Math.floor(Math.log2(Math.abs(b[i]))) - 23);
+    worst = Math.max(worst, Math.abs(a[i] - b[i]) - ulp - abs);
+  }
+  return worst;
+}
+
+/**
+ * How far dQ / dD may move when the gradScores of a contrastive loss move by an ulp of exp / log: a
+ * row's lse moves by at most 8 float64 ulps of its magnitude (E, as in lossClose), so each
+ * p = exp(s / tau - lse) moves by at most p E and each gradScore by p E / (tau rows); a gradient
+ * element sums at most rows * stride of them times |x| <= maxAbs, and the p of a row add up to 1.
+ * Absolute, not relative: the label's entry p - 1 cancels, and so can a gradient element.
+ */
+export function gradSlack(
+  scores: Float32Array,
+  cols: number,
+  tau: number,
+  stride: number,
+  maxAbs: number,
+): number {
+  let m = 0;
+  for (const s of scores) if (Number.isFinite(s)) m = Math.max(m, Math.abs(s));
+  const e = 8 * 2 ** -52 * (m / tau + Math.log(cols) + 1);
+  return (2 * e * stride * maxAbs) / tau;
+}
+
+/**
  * Whether a contrastive loss computed on the GPU is within 1e-12 relative of contrastiveLoss's, plus a
  * few float64 ulps of the logits' magnitude: CUDA's exp / log and V8's may round an argument apart by
  * an ulp, which can flip the last bit of a row's lse = max + log(sum), and lse - s[label] / tau then

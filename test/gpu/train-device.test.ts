@@ -11,7 +11,7 @@ import { InvalidArgumentError } from '../../src/errors.js';
 import { contrastiveStep, maxsimTrain, type TrainPairs } from '../../src/ops/train.js';
 import { encodeFloats, type FloatDType, type TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
-import { bitsEqual, gpu, lossClose, skip, ulpCompare } from './helpers.js';
+import { bitsEqual, excessOver, gpu, gradSlack, lossClose, skip } from './helpers.js';
 
 const device = Number(process.env.MAXSIM_TEST_DEVICE ?? 0);
 
@@ -127,14 +127,15 @@ describe(`CUDA device-resident training (seed ${runSeed})`, { skip }, () => {
     const dev = await contrastiveStep(dq, dd, options);
     // The device step computes the loss on the GPU (kernels/maxsim_loss.cu): CUDA's exp / log and V8's
     // may round an argument differently, so the loss is close (lossClose) and the gradients within an
-    // ulp (train-loss.test.ts compares them with the host loss across shapes).
+    // ulp plus gradSlack (train-loss.test.ts compares them with the host loss across shapes).
     assert.ok(
       lossClose(dev.loss, host.loss, host.scores, docs.count, 0.2),
       `loss ${dev.loss} vs ${host.loss}`,
     );
     assert.ok(bitsEqual(dev.scores, host.scores));
-    assert.ok(ulpCompare(await deviceRows(dev.dQ), packRows(host.dQ, queries)).maxUlp <= 1, 'dQ');
-    assert.ok(ulpCompare(await deviceRows(dev.dD), packRows(host.dD, docs)).maxUlp <= 1, 'dD');
+    const slack = gradSlack(host.scores, docs.count, 0.2, 30, 1); // stride 30, values in [-1, 1]
+    assert.ok(excessOver(await deviceRows(dev.dQ), packRows(host.dQ, queries), slack) <= 0, 'dQ');
+    assert.ok(excessOver(await deviceRows(dev.dD), packRows(host.dD, docs), slack) <= 0, 'dD');
     for (const c of [dev.dQ, dev.dD, dq, dd]) c.dispose();
   });
 

@@ -810,7 +810,8 @@ struct __align__(16) Src {
   double g;
 };
 
-// 4 consecutive elements of a row with one aligned load (at(m): element m as fp32, exact). kRows:
+// 4 consecutive elements of a row with one aligned load (at(m) / at64(m): element m as fp32 / fp64,
+// exact). kRows:
 // rows in flight per lane (64 bytes of loads either way; 8 float4 rows would not fit in 64 registers).
 template <typename T> struct Vec4;
 template <> struct Vec4<float> {
@@ -821,6 +822,7 @@ template <> struct Vec4<float> {
   static __device__ __forceinline__ float at(const Raw& r, int m) {
     return m == 0 ? r.x : m == 1 ? r.y : m == 2 ? r.z : r.w;
   }
+  static __device__ __forceinline__ double at64(const Raw& r, int m) { return static_cast<double>(at(r, m)); }
 };
 template <> struct Vec4<__half> {
   using Raw = uint2;  // little endian: element m is the 16 bits at 16 * (m & 1) of word m >> 1
@@ -830,6 +832,14 @@ template <> struct Vec4<__half> {
   static __device__ __forceinline__ float at(const Raw& r, int m) {
     const uint32_t w = m < 2 ? r.x : r.y;
     return __half2float(__ushort_as_half(static_cast<unsigned short>((m & 1) ? w >> 16 : w & 0xffffu)));
+  }
+  // Straight to fp64 (exact, like the float in between): one conversion instead of two.
+  static __device__ __forceinline__ double at64(const Raw& r, int m) {
+    const uint32_t w = m < 2 ? r.x : r.y;
+    const unsigned short h = static_cast<unsigned short>((m & 1) ? w >> 16 : w & 0xffffu);
+    double x;
+    asm("cvt.f64.f16 %0, %1;" : "=d"(x) : "h"(h));
+    return x;
   }
 };
 template <> struct Vec4<__nv_bfloat16> {
@@ -843,6 +853,7 @@ template <> struct Vec4<__nv_bfloat16> {
     const uint32_t w = m < 2 ? r.x : r.y;
     return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>((m & 1) ? w >> 16 : w & 0xffffu)));
   }
+  static __device__ __forceinline__ double at64(const Raw& r, int m) { return static_cast<double>(at(r, m)); }
 };
 
 // The lane's 4 fp64 sums, each rounded to nearest float, as one 16-byte store (dst 16-byte aligned).
@@ -851,28 +862,38 @@ __device__ __forceinline__ void store_rounded4(float* dst, const double (&acc)[k
                                                 __double2float_rn(acc[2]), __double2float_rn(acc[3]));
 }
 
-// Fast path: adds the staged sources src[0, n) (n uniform), in order, to the lane's columns col + m.
-// active = col < dim (then all 4 are: dim % 4 == 0); inactive lanes add zeros and are never stored.
+// Fast path: adds the staged sources src[first, first + kRows) or, when kTail, src[first, n) (n
+// uniform), in order, to the lane's columns col + m. active = col < dim (then all 4 are: dim % 4 ==
+// 0); inactive lanes add zeros and are never stored.
+template <typename T, bool kTail>
+__device__ __forceinline__ void accumulate_rows(const Src* src, int first, int n, int col, bool active,
+                                                double (&acc)[kVec]) {
+  constexpr int kRows = Vec4<T>::kRows;
+  typename Vec4<T>::Raw x[kRows];
+#pragma unroll
+  for (int u = 0; u < kRows; ++u) {
+    x[u] = Vec4<T>::zero();
+    if (active && (!kTail || first + u < n)) x[u] = Vec4<T>::load(static_cast<const T*>(src[first + u].row) + col);
+  }
+#pragma unroll
+  for (int u = 0; u < kRows; ++u) {
+    if (!kTail || first + u < n) {  // uniform over the warp
+      const double w = src[first + u].g;
+#pragma unroll
+      for (int m = 0; m < kVec; ++m) acc[m] = __dadd_rn(acc[m], __dmul_rn(w, Vec4<T>::at64(x[u], m)));
+    }
+  }
+}
+
+// Adds the staged sources src[0, n) in order: whole groups of kRows without per-row tests, then the
+// rest (the same operations in the same order either way).
 template <typename T>
 __device__ __forceinline__ void accumulate_vec(const Src* src, int n, int col, bool active, double (&acc)[kVec]) {
   constexpr int kRows = Vec4<T>::kRows;
+  int c = 0;
 #pragma unroll 1
-  for (int c = 0; c < n; c += kRows) {
-    typename Vec4<T>::Raw x[kRows];
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      x[u] = Vec4<T>::zero();
-      if (active && c + u < n) x[u] = Vec4<T>::load(static_cast<const T*>(src[c + u].row) + col);
-    }
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      if (c + u < n) {  // uniform over the warp
-        const double w = src[c + u].g;
-#pragma unroll
-        for (int m = 0; m < kVec; ++m) acc[m] = __dadd_rn(acc[m], __dmul_rn(w, static_cast<double>(Vec4<T>::at(x[u], m))));
-      }
-    }
-  }
+  for (; c + kRows <= n; c += kRows) accumulate_rows<T, false>(src, c, n, col, active, acc);
+  if (c < n) accumulate_rows<T, true>(src, c, n, col, active, acc);
 }
 
 // dQ[i, s] = sum over documents j ascending of g[i, j] * D[j, argmax(i, j, s)] (pairs with g = 0, empty
