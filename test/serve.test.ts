@@ -263,11 +263,14 @@ describe('maxsim serve', () => {
 
   test('batched answers equal unbatched ones, with different top_k in one pass', async () => {
     const alone = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0 });
+    // a fixed 100 ms wait: the 40 requests gather into passes even on a loaded machine (the default
+    // 'auto' wait follows the recent pass time and may not wait at all)
+    const gather = await start({ corpus: dir, maxBatch: 64, maxWaitMs: 100 });
     const many = Array.from({ length: 40 }, (_, i) => ({
       queries: [randomTokens(1 + (i % 9)), ...(i % 3 === 0 ? [randomTokens(4)] : [])],
       top_k: 1 + (i % 12),
     }));
-    const batched = await Promise.all(many.map((b) => post(`${url}/v1/search`, b)));
+    const batched = await Promise.all(many.map((b) => post(`${gather.url}/v1/search`, b)));
     const single: Reply[] = [];
     for (const b of many) single.push(await post(`${alone.url}/v1/search`, b));
     let largest = 0;
