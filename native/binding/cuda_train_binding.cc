@@ -430,9 +430,10 @@ Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
 }
 
 // trainStep(device, queries, docs, forwardOptions, backwardOptions) -> Promise<{ scores, loss, dQ,
-//   dD, dDPath, profileMs? }> or Promise<{ scores, emptyPositive }>: a contrastive step of
-//   device-resident inputs as one job (RunStep). forwardOptions as trainForward's (keep implied),
-//   backwardOptions as trainBackwardState's plus contrastive: { temperature, labels? }. emptyPositive: the first query whose
+//   dD, dDPath }> or Promise<{ scores, emptyPositive }>: a contrastive step of device-resident inputs
+//   as one job (RunStep). forwardOptions as trainForward's ({ pairs, stride, plan }; keep implied, no
+//   profile), backwardOptions as trainBackwardState's ({ plan, outputDtype? }) plus contrastive:
+//   { temperature, labels? }. emptyPositive: the first query whose
 //   positive document has no tokens (the job stops before the backward; the caller raises the error).
 class StepTask : public TrainTask {
  public:
@@ -451,12 +452,6 @@ class StepTask : public TrainTask {
     o.Set("dD", maxsim_binding::WrapDeviceSet(env, std::move(b.dd_set)));
     o.Set("dDPath", Napi::String::New(env, b.ran_atomic ? "atomic" : "csr"));
     o.Set("loss", Napi::Number::New(env, b.contrastive->loss));
-    if (job.forward.profile || b.profile) {  // the forward's phases as "forward.<phase>"
-      maxsim_cuda::train::Phases all;
-      for (const auto& [name, ms] : job.forward.phases) all.emplace_back("forward." + name, ms);
-      all.insert(all.end(), b.phases.begin(), b.phases.end());
-      o.Set("profileMs", PhasesToJs(env, all));
-    }
     return o;
   }
 
@@ -487,9 +482,7 @@ Napi::Value TrainStep(const Napi::CallbackInfo& info) {
   });
   job.forward.plan = fplan;
   job.forward.keep = true;
-  job.forward.profile = OptionalTrue(fopts, "profile");
   job.backward.plan = bplan;
-  job.backward.profile = OptionalTrue(bopts, "profile");
   job.backward.input_dtype = InputDtype(env, bopts);
   job.backward.contrastive = ParseContrastive(env, bopts.Get("contrastive"), a);
   Napi::Float32Array scores = Napi::Float32Array::New(env, static_cast<size_t>(a.num_pairs));

@@ -298,11 +298,10 @@ interface CudaTrainAddon {
     device: number,
     queries: TokenBatch | NativeTokenSet,
     docs: TokenBatch | NativeTokenSet,
-    forwardOptions: { pairs: 'all'; stride: number; plan: TrainForwardPlan; profile?: boolean },
+    forwardOptions: { pairs: 'all'; stride: number; plan: TrainForwardPlan },
     backwardOptions: {
       plan: TrainBackwardPlan;
       outputDtype: GradientDtype;
-      profile?: boolean;
       contrastive: { temperature: number; labels?: Int32Array };
     },
   ): Promise<
@@ -314,7 +313,6 @@ interface CudaTrainAddon {
         dQ: NativeTokenSet;
         dD: NativeTokenSet;
         dDPath: 'csr' | 'atomic';
-        profileMs?: Record<string, number>;
       }
   >;
   trainArgmax(device: number, state: NativeTrainState): Promise<Int32Array>;

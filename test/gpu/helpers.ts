@@ -140,10 +140,14 @@ export function gradSlack(
   stride: number,
   maxAbs: number,
 ): number {
+  return (2 * lseSlack(scores, cols, tau) * stride * maxAbs) / tau;
+}
+
+/** 8 float64 ulps of the largest |lse| a row of these logits can have. */
+function lseSlack(scores: Float32Array, cols: number, tau: number): number {
   let m = 0;
   for (const s of scores) if (Number.isFinite(s)) m = Math.max(m, Math.abs(s));
-  const e = 8 * 2 ** -52 * (m / tau + Math.log(cols) + 1);
-  return (2 * e * stride * maxAbs) / tau;
+  return 8 * 2 ** -52 * (m / tau + Math.log(cols) + 1);
 }
 
 /**
@@ -159,9 +163,7 @@ export function lossClose(
   cols: number,
   tau: number,
 ): boolean {
-  let m = 0;
-  for (const s of scores) if (Number.isFinite(s)) m = Math.max(m, Math.abs(s));
-  return Math.abs(got - want) <= 1e-12 * Math.abs(want) + 8 * 2 ** -52 * (m / tau + Math.log(cols) + 1);
+  return Math.abs(got - want) <= 1e-12 * Math.abs(want) + lseSlack(scores, cols, tau);
 }
 
 type Sign = 'P' | 'N' | 'Z';
