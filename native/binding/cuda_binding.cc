@@ -538,6 +538,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("topK", Napi::Function::New(env, TopK, "topK"));
   cuda.Set("twoStage", Napi::Function::New(env, TwoStage, "twoStage"));
+  cuda.Set("launchHandle", Napi::Function::New(env, maxsim_binding::LaunchHandle, "launchHandle"));
   cuda.Set("selectKernelInfo", SelectKernelInfo(env));
   Napi::Object internal = Napi::Object::New(env);  // benchmarks and tests only
   internal.Set("bench", Napi::Function::New(env, Bench, "bench"));

@@ -84,6 +84,15 @@ class JobScratch {
   // (twoStage's scan and exact queries, the same JS batch) reuses the first upload.
   std::shared_ptr<DeviceTokens> uploaded;
   TokenSet uploaded_from;  // the host batch it came from (token memory by address, spans by value)
+  // The NaN fill of a small score matrix carried by the query upload (one copy, no memset launch):
+  // set fold_fill to the matrix's floats before ResolveQueries; a host upload of at most
+  // kFoldedFillBytes of them appends the NaNs to its block, and NaNMatrix(floats) then returns it.
+  static constexpr uint64_t kFoldedFillBytes = 16 << 10;
+  uint64_t fold_fill = 0;
+  cu::CUdeviceptr folded = 0;
+  // A device matrix of `floats` NaNs for a job's scores: the folded block when the upload carried
+  // one of that size, else a scratch block filled in stream order (Runtime::FillNaN).
+  cu::CUdeviceptr NaNMatrix(uint64_t floats);
 
  private:
   struct Pending {
@@ -113,7 +122,9 @@ struct QuerySource {
   int64_t dim = 0;
   int64_t count = 0;  // as of the call (device sets: the caller's snapshot)
   // Host float32 queries for a float16 / bfloat16 corpus, converted on the device, and host float
-  // queries for an int8 corpus, quantized there (dtype is the corpus's then; ConvertHostQueriesFor).
+  // queries for an int8 corpus, quantized there (dtype is the corpus's then; ConvertHostQueriesFor);
+  // small finite float32 batches are converted or quantized on the worker while they are packed
+  // (query_convert.h), with the same bytes.
   bool cast_from_f32 = false;
   bool quantize_int8 = false;
 };
@@ -127,6 +138,8 @@ QuerySource HostQueries(TokenSet host);
 void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3);
 
 // The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread). Host
+// float32 queries for a float16 / bfloat16 corpus are refused (std::invalid_argument, before any
+// copy) when a finite value would become +-Infinity, the values encodeFloats refuses. Host
 // queries go up in one copy (tokens, scales, starts, lengths packed in one scratch block through
 // pinned staging), are converted in the stream without a synchronize, and a quantize's non-finite
 // check is deferred to the job's next synchronize (scratch.CheckDeferred()). The returned set and

@@ -223,6 +223,7 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
   JobPhases phases(rt, options.time_phases, &h.phases);
   // The job waits on the GPU once, at the read-back (or below, for a job with nothing to select);
   // the queries' deferred checks are judged after it.
+  scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   phases.Mark("queries");
   const int64_t rows = q->count, cols = docs.count;
@@ -232,8 +233,7 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
     scratch.CheckDeferred();
     return h;
   }
-  const cu::CUdeviceptr out = scratch.Take(static_cast<uint64_t>(rows * cols) * sizeof(float));
-  rt.FillNaN(out, static_cast<uint64_t>(rows * cols));
+  const cu::CUdeviceptr out = scratch.NaNMatrix(static_cast<uint64_t>(rows * cols));
   phases.Mark("fill");
   rt.Launch(*q, docs, launch, out);
   phases.Mark("scan");

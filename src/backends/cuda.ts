@@ -132,6 +132,9 @@ export interface NativeLaunch {
   dtype?: DeviceDType;
 }
 
+/** A launch parsed once by the addon (cuda.launchHandle), accepted wherever a NativeLaunch is. */
+export type NativeLaunchHandle = { readonly __launchHandle: unique symbol };
+
 export interface NativeCuda {
   status(): CudaStatus;
   open(device: number): NativeDevice;
@@ -162,7 +165,7 @@ export interface NativeCuda {
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
-    launch: NativeLaunch,
+    launch: NativeLaunch | NativeLaunchHandle,
     options?: NativeJobOptions,
   ): Promise<Float32Array & { handoff?: JobHandoff }>;
   /**
@@ -174,7 +177,7 @@ export interface NativeCuda {
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
-    launch: NativeLaunch,
+    launch: NativeLaunch | NativeLaunchHandle,
     k: number,
     select: SelectWhere,
     options?: NativeJobOptions,
@@ -189,13 +192,18 @@ export interface NativeCuda {
     device: NativeDevice,
     scanQueries: TokenBatch | NativeTokenSet,
     scanDocs: NativeTokenSet,
-    scanLaunch: NativeLaunch,
+    scanLaunch: NativeLaunch | NativeLaunchHandle,
     exactQueries: TokenBatch | NativeTokenSet,
     exactDocs: NativeTokenSet,
-    exactLaunch: NativeLaunch,
+    exactLaunch: NativeLaunch | NativeLaunchHandle,
     spec: { k: number; candidates: number; count: number; select: SelectWhere },
     options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
+  /**
+   * The launch parsed once, for a plan used again and again (a job then reads none of its
+   * properties); absent from addons that predate it.
+   */
+  launchHandle?(launch: NativeLaunch): NativeLaunchHandle;
   /** The device selection's limits (native/cuda/device_select.h), for planSelect. */
   readonly selectKernelInfo: SelectKernelInfo;
   /** Entries for benchmarks and tests only (reached through maxsim/internal). */
@@ -527,18 +535,34 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
  * of quantize()) and float32 ones against a float16 / bfloat16 corpus (the round-to-nearest-even bits
  * of encodeFloats) go as they are; others as toDtype makes them.
  */
-function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch {
+function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number, rangeOnWorker = false): TokenBatch {
   if (batch.dim === dim) {
     if (dtype === 'int8') return batch;
     if (batch.dtype === 'float32' && (dtype === 'float16' || dtype === 'bfloat16')) {
-      // converted on the GPU: the values encodeFloats refuses are refused here, before the job (the
-      // full check, which finds and names the value, only when the quick screen finds one)
-      if (!withinMagnitude(batch.data, OVERFLOW_AT[dtype]))
+      // converted by the job: the values encodeFloats refuses are refused here (the full check, which
+      // finds and names the value, only when the quick screen finds one), or with rangeOnWorker by the
+      // job's worker before any copy (the caller passes its refusal to rethrowRange)
+      if (!rangeOnWorker && !withinMagnitude(batch.data, OVERFLOW_AT[dtype]))
         checkEncodable(batch.data, dtype, { name: 'queries.data', dim });
       return batch;
     }
   }
   return toDtype(batch, dtype, dim);
+}
+
+// The worker's refusal of float32 queries holding a value that would become +-Infinity in the corpus
+// dtype (native/cuda/engine.h, ResolveQueries): "... within the <dtype> range ...".
+const WORKER_RANGE = /^Expected finite values within the (float16|bfloat16) range \(larger ones/;
+
+/**
+ * Rethrows a job's error; the worker's range refusal of `batch` (jobQueries with rangeOnWorker)
+ * becomes encodeFloats' error, which counts and names the values, as when JS checked them first.
+ */
+function rethrowRange(e: unknown, batch: TokenBatch): never {
+  const m = e instanceof Error ? WORKER_RANGE.exec(e.message) : null;
+  if (m && batch.dtype === 'float32')
+    checkEncodable(batch.data, m[1] as 'float16' | 'bfloat16', { name: 'queries.data', dim: batch.dim });
+  throw e;
 }
 
 /**
@@ -568,6 +592,13 @@ function withinMagnitude(data: TokenBatch['data'], limit: number): boolean {
     a0 = Math.max(a0, x);
   }
   return a0 < limit && a1 < limit && a2 < limit && a3 < limit;
+}
+
+/** A plan of Device.planCached: the launch, and what the jobs pass for it (parsed once). */
+interface CachedPlan {
+  variant: Variant;
+  launch: Launch;
+  handle: NativeLaunch | NativeLaunchHandle;
 }
 
 /** What the dispatcher reads of a corpus. */
@@ -664,44 +695,54 @@ class Corpus implements DeviceCorpus {
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
     this.check();
-    const q = jobQueries(batch, this.dtype, this.dim);
+    const q = jobQueries(batch, this.dtype, this.dim, true);
     const rescore = options.rescore;
     const exact = rescore === undefined ? undefined : rescoreCorpus(rescore, this);
     // the selection runs on the GPU (NaN rows and k > 256 on the worker's heaps): k hits per query come back
     const empty = () => Array.from({ length: q.count }, (): Hit[] => []);
     if (!exact) {
       if (q.count === 0 || this.count === 0 || k === 0) return empty();
-      const { launch } = this.device.planCached(q, this, options);
+      const launch = this.device.planCached(q, this, options).handle;
       // planned on k itself, not min(k, count): an append in flight may grow the corpus before the job
       // runs, and the job keeps min(k, its count), which a plan for k (<= count now) still covers
       const select = this.device.selectFor({ rows: q.count, cols: this.count, keep: k });
-      const h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
+      let h: NativeHeaps;
+      try {
+        h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
+      } catch (e) {
+        rethrowRange(e, batch);
+      }
       return hitsOfHeaps(reportPhases('topK', h), q.count);
     }
     exact.check();
-    const qe = jobQueries(batch, exact.dtype, exact.dim);
+    const qe = jobQueries(batch, exact.dtype, exact.dim, true);
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
-    const scan = this.device.planCached(q, this, options).launch;
+    const scan = this.device.planCached(q, this, options).handle;
     // the view of the candidates holds this many documents (each query's in turn, or the whole float
     // corpus when that is no more; the union, at most as many, where the host selects), none longer
     // than exact's longest; their total length is unknown here, so the rules go by the longest
     const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
-    const rescoring = this.device.planCached(qe, shape, {}).launch;
+    const rescoring = this.device.planCached(qe, shape, {}).handle;
     const select = this.device.selectFor({ rows: q.count, cols: this.count, keep });
     const spec = { k, candidates: keep, count: this.count, select };
     const native = nativeCuda();
-    const h = await native.twoStage(
-      this.device.handle,
-      q,
-      this.native,
-      scan,
-      qe,
-      exact.native,
-      rescoring,
-      spec,
-      jobOptions(),
-    );
+    let h: NativeHeaps;
+    try {
+      h = await native.twoStage(
+        this.device.handle,
+        q,
+        this.native,
+        scan,
+        qe,
+        exact.native,
+        rescoring,
+        spec,
+        jobOptions(),
+      );
+    } catch (e) {
+      rethrowRange(e, batch);
+    }
     return hitsOfHeaps(reportPhases('twoStage', h), q.count);
   }
 
@@ -784,15 +825,18 @@ class Corpus implements DeviceCorpus {
 
   private async scoreAll(batch: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
     this.check();
-    const q = jobQueries(batch, this.dtype, this.dim);
+    const q = jobQueries(batch, this.dtype, this.dim, true);
     if (q.count === 0 || this.count === 0) return new Float32Array(q.count * this.count);
-    const { launch } = this.device.planCached(q, this, options);
+    const launch = this.device.planCached(q, this, options).handle;
     const options_ = jobOptions();
-    if (!options_) return nativeCuda().score(this.device.handle, q, this.native, launch);
-    const scores = reportPhases(
-      'score',
-      await nativeCuda().score(this.device.handle, q, this.native, launch, options_),
-    );
+    let scores: Float32Array & { handoff?: JobHandoff };
+    try {
+      scores = await nativeCuda().score(this.device.handle, q, this.native, launch, options_);
+    } catch (e) {
+      rethrowRange(e, batch);
+    }
+    if (!options_) return scores;
+    reportPhases('score', scores);
     Reflect.deleteProperty(scores, 'handoff'); // reported; the caller gets the plain array
     return scores;
   }
@@ -871,21 +915,18 @@ class Device implements CudaDevice {
 
   // planCached's plans by shape: a plan is a pure function of the problem (the device's caps, table
   // and kernels are fixed), so a repeated shape, which is what a server sees, skips the rules.
-  private readonly plans = new Map<string, { variant: Variant; launch: Launch }>();
+  private readonly plans = new Map<string, CachedPlan>();
 
   /**
    * planFor, cached by the problem's shape (for the jobs, which only read the launch: the cached
-   * objects are never handed to the caller of plan()).
+   * objects are never handed to the caller of plan()), with the launch parsed once by the addon.
    */
-  planCached(
-    q: TokenBatch,
-    corpus: CorpusShape,
-    options: ScoreOptions,
-  ): { variant: Variant; launch: Launch } {
+  planCached(q: TokenBatch, corpus: CorpusShape, options: ScoreOptions): CachedPlan {
     const key = `${q.count} ${maxLength(q)} ${corpus.maxLength} ${corpus.dim} ${corpus.count} ${corpus.tokens} ${corpus.dtype} ${corpus.documentScales === true} ${options.variant}`;
     let plan = this.plans.get(key);
     if (!plan) {
-      plan = this.planFor(q, corpus, options);
+      const p = this.planFor(q, corpus, options);
+      plan = { ...p, handle: nativeCuda().launchHandle?.(p.launch as NativeLaunch) ?? p.launch };
       if (this.plans.size >= 256) this.plans.clear(); // shapes vary without bound (corpora grow): keep few
       this.plans.set(key, plan);
     }
