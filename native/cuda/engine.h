@@ -53,16 +53,21 @@ class IdleAtExit {
  public:
   explicit IdleAtExit(Runtime& rt) : rt_(rt) {}
   ~IdleAtExit() {
+    if (idle_) return;
     try {
       rt_.Synchronize();
     } catch (...) {  // the job's own error (if any) is the one to report
     }
   }
+  // The job's last stream work was a synchronize (its read-back) and nothing was enqueued since:
+  // the stream is idle already, so the exit skips its synchronize. Call it just before returning.
+  void Idle() { idle_ = true; }
   IdleAtExit(const IdleAtExit&) = delete;
   IdleAtExit& operator=(const IdleAtExit&) = delete;
 
  private:
   Runtime& rt_;
+  bool idle_ = false;
 };
 
 // The scratch of one job (worker thread): device blocks from the runtime's caching allocator (no
@@ -112,6 +117,24 @@ std::shared_ptr<DeviceTokens> QuantizeQueries8(Runtime& rt, const DeviceTokens& 
 
 // ---- scoring jobs (engine_score.cc, engine_topk.cc) ----
 
+// Benchmark-only switches of a job, passed explicitly (never read from the environment).
+struct JobOptions {
+  // Synchronize at each phase boundary and report the wall time of every phase in Heaps::phases, to
+  // find where a job's fixed cost goes (changes the job's timing, never its result).
+  bool time_phases = false;
+  // Small score matrices selected on the host (and score jobs') are written by the kernel straight
+  // into pinned host memory (Staging::Scores: no fill launch, no read-back copy) when true; false
+  // keeps them on the device (for comparing the two; the results are the same bits).
+  bool mapped_scores = true;
+};
+
+// Whether a job scores into Staging::Scores: mapped_scores on, a matrix of at most kScoresBytes,
+// and queries whose 16-row slices hold at most kMappedQueryTokens rows in all (the wgmma kernels
+// carry sums that span query passes in the score array, which would be re-read across the bus from
+// host memory; so few rows take one pass).
+constexpr int64_t kMappedQueryTokens = 64;
+bool UseMappedScores(const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length);
+
 // The queries of a job: a device token set, or a host batch the job uploads itself.
 struct QuerySource {
   std::shared_ptr<DeviceTokens> device;
@@ -131,6 +154,14 @@ struct QuerySource {
 QuerySource DeviceQueries(std::shared_ptr<DeviceTokens> set);
 QuerySource HostQueries(TokenSet host);
 
+// The longest item of a job's queries (host: from the batch's lengths; device: the set's).
+int64_t MaxQueryLength(const QuerySource& q);
+// Staging::Scores filled with `floats` NaNs on the host (Runtime::FillNaN's), for a kernel to write
+// into; stream idle (the previous job synchronized), so no copy still targets it.
+float* MappedNaNScores(Runtime& rt, uint64_t floats);
+// A host pointer of pinned memory as the kernels' device pointer (unified addressing: the same).
+inline cu::CUdeviceptr MappedPtr(const float* p) { return static_cast<cu::CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
 // Host queries are converted on the device by the job, sparing the host a pass over every value:
 // float32 ones against float16 / bfloat16 documents (CastSet: the host encodeFloats' bits), float
 // ones against int8 documents (Quantize8: per token, the host quantize()'s bytes). Against fp8
@@ -147,7 +178,8 @@ void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3);
 std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const DeviceTokens& docs, JobScratch& scratch);
 
 // The [queries, docs] score matrix (row-major), through one launch plan from the dispatcher.
-std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch);
+std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch,
+                         const JobOptions& options = {});
 
 // Kernel timing (benchmarks only): `iters` launches timed with device events, after `warmup` untimed
 // ones and then untimed ones for about `warmup_ms` of device time. docs[1..] are cycled through with
@@ -176,12 +208,6 @@ struct Heaps {
   std::string phases;
 };
 
-// Benchmark-only switches of a job, passed explicitly (never read from the environment).
-struct JobOptions {
-  // Synchronize at each phase boundary and report the wall time of every phase in Heaps::phases, to
-  // find where a job's fixed cost goes (changes the job's timing, never its result).
-  bool time_phases = false;
-};
 
 // The k best documents per query: the scores stay on the device, selected there (device_select.h)
 // where the plan chose kDevice (refused outside the device selection's limits, naming `select`), else

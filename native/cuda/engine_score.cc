@@ -2,6 +2,7 @@
 // job shares.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -30,6 +31,26 @@ QuerySource HostQueries(TokenSet host) {
   q.dim = host.dim;
   q.host = std::move(host);
   return q;
+}
+
+bool UseMappedScores(const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length) {
+  const int64_t n = rows * cols;
+  return options.mapped_scores && n > 0 && static_cast<uint64_t>(n) * sizeof(float) <= Staging::kScoresBytes &&
+         rows * ((max_query_length + 15) / 16 * 16) <= kMappedQueryTokens;
+}
+
+int64_t MaxQueryLength(const QuerySource& q) {
+  if (!q.is_host) return q.device ? q.device->max_length : 0;
+  int32_t m = 0;
+  for (int64_t i = 0; i < q.host.count; i++) m = std::max(m, q.host.lengths[i]);
+  return m;
+}
+
+float* MappedNaNScores(Runtime& rt, uint64_t floats) {
+  float* m = rt.staging().Scores();
+  const uint32_t nan = 0x7fc00000u;  // Runtime::FillNaN's quiet NaN
+  for (uint64_t i = 0; i < floats; i++) std::memcpy(m + i, &nan, sizeof(nan));
+  return m;
 }
 
 void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3) {
@@ -279,16 +300,25 @@ std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const 
   return docs.e4m3 ? QuantizeQueries8(rt, *t, true, scratch) : t;
 }
 
-std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch) {
+std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch,
+                         const JobOptions& options) {
   rt.EnsureReady();
   IdleAtExit idle(rt);
   JobScratch scratch(rt);
   rt.ValidateLaunch(launch);
-  scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
+  // a host batch's shape is known before its upload: no folded fill when the scores go to host memory
+  if (!queries.is_host || !UseMappedScores(options, queries.count, docs.count, MaxQueryLength(queries))) {
+    scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
+  }
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   const uint64_t n = static_cast<uint64_t>(q->count) * static_cast<uint64_t>(docs.count);
   std::vector<float> scores(n);
-  if (n > 0) {
+  if (UseMappedScores(options, q->count, docs.count, q->max_length)) {
+    const float* m = MappedNaNScores(rt, n);
+    rt.Launch(*q, docs, launch, MappedPtr(m));
+    rt.Synchronize();
+    std::memcpy(scores.data(), m, n * sizeof(float));
+  } else if (n > 0) {
     const cu::CUdeviceptr out = scratch.NaNMatrix(n);
     rt.Launch(*q, docs, launch, out);
     rt.Download(scores.data(), out, n * sizeof(float));  // synchronizes
@@ -296,6 +326,7 @@ std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& 
     rt.Synchronize();
   }
   scratch.CheckDeferred();
+  idle.Idle();
   return scores;
 }
 

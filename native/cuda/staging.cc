@@ -20,4 +20,13 @@ uint64_t* Staging::Flags() {
   return flags;
 }
 
+float* Staging::Scores() {
+  if (!scores) {
+    void* p = nullptr;
+    Check(Api().cuMemHostAlloc(&p, kScoresBytes, cu::CU_MEMHOSTALLOC_DEFAULT), "cuMemHostAlloc");
+    scores = static_cast<float*>(p);
+  }
+  return scores;
+}
+
 }  // namespace maxsim_cuda

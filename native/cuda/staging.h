@@ -29,6 +29,12 @@ struct Staging {
   static constexpr int kFlagSlots = 64;
   uint64_t* Flags();
   uint64_t* flags = nullptr;
+  // A pinned buffer that a kernel writes a small score matrix into directly, so that it needs no
+  // read-back copy: pinned host memory is mapped into the device's address space at the same address
+  // (unified addressing, which every 64-bit platform CUDA supports does). One job at a time uses it.
+  static constexpr uint64_t kScoresBytes = 16 << 10;
+  float* Scores();
+  float* scores = nullptr;
 };
 
 // Streams bytes into device memory through the two pinned staging buffers: while the GPU copies one

@@ -16,7 +16,6 @@ import {
   type Hit,
   isTokenBatch,
   isTokenMatrix,
-  matrixAsBatch,
   OVERFLOW_AT,
   raggedBatchView,
   type ScoreMatrix,
@@ -216,6 +215,11 @@ export interface NativeJobOptions {
   phases?: boolean;
   /** Return the job's handoff times (JobHandoff) on its result. */
   handoff?: boolean;
+  /**
+   * false: small score matrices stay in device memory and are read back, instead of the kernel
+   * writing them into pinned host memory (the default; the same bits either way).
+   */
+  mapped?: boolean;
 }
 
 /**
@@ -279,8 +283,13 @@ export interface NativeHeaps {
 }
 
 // Benchmark-only switches, set from bench code through maxsim/internal (never from the environment).
-const benchSwitches: { jobPhases: boolean; sink?: (job: string, times: JobTimes) => void } = {
+const benchSwitches: {
+  jobPhases: boolean;
+  mapped: boolean;
+  sink?: (job: string, times: JobTimes) => void;
+} = {
   jobPhases: false,
+  mapped: true,
 };
 
 /**
@@ -299,9 +308,22 @@ export function onJobTimes(sink: ((job: string, times: JobTimes) => void) | unde
   benchSwitches.sink = typeof sink === 'function' ? sink : undefined;
 }
 
+/**
+ * @internal Benchmarks only: whether small score matrices (score jobs, topK with host selection) are
+ * written by the kernel into pinned host memory (true, the default) or kept on the device and read
+ * back (false), to compare the two; the results are the same bits.
+ */
+export function setMappedScores(on: boolean): void {
+  benchSwitches.mapped = on !== false;
+}
+
 function jobOptions(): NativeJobOptions | undefined {
-  if (!benchSwitches.jobPhases && !benchSwitches.sink) return undefined;
-  return { phases: benchSwitches.jobPhases, handoff: benchSwitches.sink !== undefined };
+  if (!benchSwitches.jobPhases && !benchSwitches.sink && benchSwitches.mapped) return undefined;
+  return {
+    phases: benchSwitches.jobPhases,
+    handoff: benchSwitches.sink !== undefined,
+    ...(benchSwitches.mapped ? {} : { mapped: false }),
+  };
 }
 
 function reportPhases<T extends { phases?: string; handoff?: JobHandoff }>(job: string, h: T): T {
@@ -490,8 +512,33 @@ function describe(x: unknown): string {
   return typeof x === 'number' || typeof x === 'string' ? JSON.stringify(x) : typeof x;
 }
 
+// The spans of a one-query batch, shared by the calls (read-only: the jobs and plans only read
+// them), so that a TokenMatrix query allocates no typed arrays: starts [0], lengths [length].
+const MATRIX_STARTS = new Float64Array([0]);
+const matrixLengths = new Map<number, Int32Array>();
+
 function asQueryBatch(queries: TokenMatrix | TokenBatch, name = 'queries'): TokenBatch {
-  if (isTokenMatrix(queries)) return matrixAsBatch(queries);
+  if (isTokenMatrix(queries)) {
+    let lengths = matrixLengths.get(queries.length);
+    if (!lengths) {
+      if (matrixLengths.size >= 64) matrixLengths.clear();
+      lengths = new Int32Array([queries.length]);
+      matrixLengths.set(queries.length, lengths);
+    }
+    // matrixAsBatch's batch, with the shared spans
+    return {
+      kind: 'batch',
+      layout: 'dense',
+      dtype: queries.dtype,
+      data: queries.data,
+      dim: queries.dim,
+      count: 1,
+      maxLength: queries.length,
+      starts: MATRIX_STARTS,
+      lengths,
+      scales: queries.scales,
+    };
+  }
   if (isTokenBatch(queries)) return queries;
   throw new InvalidArgumentError(name, 'a TokenMatrix or TokenBatch', describe(queries));
 }
@@ -646,22 +693,23 @@ function maxLength(batch: TokenBatch): number {
 }
 
 class Corpus implements DeviceCorpus {
+  // A token set's dim and dtype never change (an append must match them): read once, not through
+  // the native getters on every call.
+  readonly dim: number;
+  readonly dtype: DeviceDType;
   constructor(
     private readonly device: Device,
     readonly native: NativeTokenSet,
     private docScales = false,
-  ) {}
+  ) {
+    this.dim = native.dim;
+    this.dtype = native.dtype;
+  }
   get documentScales() {
     return this.docScales;
   }
   get count() {
     return this.native.count;
-  }
-  get dim() {
-    return this.native.dim;
-  }
-  get dtype() {
-    return this.native.dtype;
   }
   get tokens() {
     return this.native.tokens;
