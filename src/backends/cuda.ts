@@ -599,7 +599,7 @@ function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number, rangeOnW
 
 // The worker's refusal of float32 queries holding a value that would become +-Infinity in the corpus
 // dtype (native/cuda/engine.h, ResolveQueries): "... within the <dtype> range ...".
-const WORKER_RANGE = /^Expected finite values within the (float16|bfloat16) range \(larger ones/;
+const WORKER_RANGE = /Expected finite values within the (float16|bfloat16) range \(larger ones/;
 
 /**
  * Rethrows a job's error; the worker's range refusal of `batch` (jobQueries with rangeOnWorker)

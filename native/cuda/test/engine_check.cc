@@ -259,6 +259,17 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
   QuerySource hq = maxsim_cuda::HostQueries(q.View());
   const std::vector<float> scores = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, hq, *docs, launch); });
   CheckScores("score " + shape + " (host queries)", scores, ref);
+  {
+    // small matrices are written into pinned host memory by default (UseMappedScores): the device path's bits
+    maxsim_cuda::JobOptions o;
+    o.mapped_scores = false;
+    QuerySource hd = maxsim_cuda::HostQueries(q.View());
+    const std::vector<float> kept = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, hd, *docs, launch, o); });
+    checks++;
+    if (kept.size() != scores.size() || std::memcmp(kept.data(), scores.data(), scores.size() * sizeof(float)) != 0) {
+      Fail("score " + shape + ": scores kept on the device differ from those written to host memory");
+    }
+  }
   std::shared_ptr<DeviceTokens> dq = OnWorker(rt, [&] { return maxsim_cuda::UploadSet(*rt, q.View()); });
   QuerySource dqs = maxsim_cuda::DeviceQueries(dq);
   CheckScores("score " + shape + " (device queries)", OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, dqs, *docs, launch); }), ref);
@@ -287,6 +298,15 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
       QuerySource src = maxsim_cuda::DeviceQueries(dq);
       const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, src, *docs, launch, k, w); });
       CheckTopK("topK " + shape + ", k " + std::to_string(k) + name(w), h, scores, nq, nd, k, ref);
+      // host queries, with small score matrices in pinned host memory (the default) and on the device
+      for (const bool mapped : {true, false}) {
+        maxsim_cuda::JobOptions o;
+        o.mapped_scores = mapped;
+        QuerySource hs = maxsim_cuda::HostQueries(q.View());
+        const Heaps hh = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, hs, *docs, launch, k, w, o); });
+        CheckTopK("topK " + shape + ", k " + std::to_string(k) + name(w) + ", host queries" + (mapped ? "" : ", device scores"), hh,
+                  scores, nq, nd, k, ref);
+      }
     }
     if (!maxsim_cuda::DeviceSelectLimitBreach(nq, nd, std::min(k, nd)).empty()) {
       QuerySource src = maxsim_cuda::DeviceQueries(dq);
@@ -508,6 +528,7 @@ int main(int argc, char** argv) {
     for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
       Round(rt, rng, t, 128, 3, 40, 33, 70);     // typical
       Round(rt, rng, t, 1, 1, 1, 1, 1);          // tiny
+      Round(rt, rng, t, 128, 2, 900, 30, 40);    // two short queries: scores in pinned host memory
       Round(rt, rng, t, 37, 5, 300, 9, 20);      // awkward dim, more documents than the device selection's keep
       Round(rt, rng, t, 96, 2, 700, 4, 3);       // many short documents, some empty
     }
