@@ -749,11 +749,12 @@ class Corpus implements DeviceCorpus {
     // the selection runs on the GPU (NaN rows and k > 256 on the worker's heaps): k hits per query come back
     const empty = () => Array.from({ length: q.count }, (): Hit[] => []);
     if (!exact) {
-      if (q.count === 0 || this.count === 0 || k === 0) return empty();
+      const count = this.count; // one read of the native getter
+      if (q.count === 0 || count === 0 || k === 0) return empty();
       const launch = this.device.planCached(q, this, options).handle;
       // planned on k itself, not min(k, count): an append in flight may grow the corpus before the job
       // runs, and the job keeps min(k, its count), which a plan for k (<= count now) still covers
-      const select = this.device.selectFor({ rows: q.count, cols: this.count, keep: k });
+      const select = this.device.selectFor({ rows: q.count, cols: count, keep: k });
       let h: NativeHeaps;
       try {
         h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
