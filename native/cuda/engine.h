@@ -95,6 +95,8 @@ class JobScratch {
   static constexpr uint64_t kFoldedFillBytes = 16 << 10;
   uint64_t fold_fill = 0;
   cu::CUdeviceptr folded = 0;
+  // Whether the job's one small upload through Staging::JobUpload happened (a second one stages).
+  bool job_upload_used = false;
   // A device matrix of `floats` NaNs for a job's scores: the folded block when the upload carried
   // one of that size, else a scratch block filled in stream order (Runtime::FillNaN).
   cu::CUdeviceptr NaNMatrix(uint64_t floats);

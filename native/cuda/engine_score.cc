@@ -169,7 +169,8 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
   const uint64_t fill_floats =
       scratch.folded == 0 && scratch.fold_fill * sizeof(float) <= JobScratch::kFoldedFillBytes ? scratch.fold_fill : 0;
   const uint64_t length_bytes = fill_floats > 0 ? RoundUp256(n1 * sizeof(int32_t)) : n1 * sizeof(int32_t);
-  const cu::CUdeviceptr base = scratch.Take(data_bytes + scale_bytes + start_bytes + length_bytes + fill_floats * sizeof(float));
+  const uint64_t total = data_bytes + scale_bytes + start_bytes + length_bytes + fill_floats * sizeof(float);
+  const cu::CUdeviceptr base = scratch.Take(total);
   auto t = std::make_shared<DeviceTokens>();  // no runtime: the scratch owns its memory
   t->dtype = as;
   t->dim = host.dim;
@@ -180,65 +181,74 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
   t->scales = int8 ? base + data_bytes : 0;
   t->starts = base + data_bytes + scale_bytes;
   t->lengths = t->starts + start_bytes;
-  // one contiguous stream of bytes (the gaps zero-filled), so the writer sends it as one copy
+  // one contiguous stream of bytes (the gaps zero-filled), so that it goes up as one copy: packed
+  // straight into the job's own pinned buffer when it fits (Staging::JobUpload, no event fences), else
+  // through the staging buffers
+  uint8_t* direct = nullptr;
+  if (!scratch.job_upload_used && total <= Staging::kJobUploadBytes) {
+    direct = rt.staging().JobUpload();
+    scratch.job_upload_used = true;
+  }
   StagedWriter w(rt.staging(), rt.stream(), base);
   uint64_t written = 0;
+  const auto put = [&](const void* p, uint64_t bytes) {
+    if (direct) std::memcpy(direct + written, p, bytes);
+    else w.Write(p, bytes);
+    written += bytes;
+  };
   const auto pad_to = [&](uint64_t offset) {
-    for (; written < offset;) {
-      const uint64_t take = std::min<uint64_t>(offset - written, sizeof(kZeros));
-      w.Write(kZeros, take);
-      written += take;
-    }
+    while (written < offset) put(kZeros, std::min<uint64_t>(offset - written, sizeof(kZeros)));
+  };
+  // converted tokens: into the pinned buffer itself, or a scratch vector staged from there
+  std::vector<uint8_t> converted;
+  const auto out_for = [&](uint64_t bytes) -> uint8_t* {
+    if (direct) return direct + written;
+    converted.resize(bytes);
+    return converted.data();
+  };
+  const auto commit = [&](const uint8_t* p, uint64_t bytes) {
+    if (direct) written += bytes;
+    else put(p, bytes);
   };
   const auto* src = static_cast<const uint8_t*>(host.data);
-  std::vector<uint16_t> converted;
-  std::vector<int8_t> codes;
   std::vector<float> scales(quantize ? static_cast<size_t>(tokens) : 0);  // packed order
   int64_t packed = 0;
   for (int64_t i = 0; i < host.count; i++) {
     const uint64_t bytes = static_cast<uint64_t>(host.lengths[i]) * row;
     const float* f32 = convert ? static_cast<const float*>(host.data) + static_cast<uint64_t>(host.starts[i]) * host.dim : nullptr;
     if (quantize) {
-      codes.resize(bytes);
+      auto* codes = reinterpret_cast<int8_t*>(out_for(bytes));
       for (int32_t j = 0; j < host.lengths[i]; j++) {
-        scales[static_cast<size_t>(packed++)] =
-            QuantizeTokenInt8(f32 + static_cast<uint64_t>(j) * host.dim, codes.data() + static_cast<uint64_t>(j) * host.dim,
-                              static_cast<uint64_t>(host.dim));
+        scales[static_cast<size_t>(packed++)] = QuantizeTokenInt8(f32 + static_cast<uint64_t>(j) * host.dim,
+                                                                  codes + static_cast<uint64_t>(j) * host.dim, static_cast<uint64_t>(host.dim));
       }
-      w.Write(codes.data(), bytes);
+      commit(reinterpret_cast<const uint8_t*>(codes), bytes);
     } else if (convert) {
-      const uint64_t values = static_cast<uint64_t>(host.lengths[i]) * static_cast<uint64_t>(host.dim);
-      converted.resize(values);
-      ConvertF32(f32, converted.data(), values, as);
-      w.Write(converted.data(), bytes);
+      uint8_t* half = out_for(bytes);  // 2-byte aligned: written is a multiple of the row here
+      ConvertF32(f32, reinterpret_cast<uint16_t*>(half), static_cast<uint64_t>(host.lengths[i]) * static_cast<uint64_t>(host.dim), as);
+      commit(half, bytes);
     } else {
-      w.Write(src + static_cast<uint64_t>(static_cast<int64_t>(host.starts[i])) * row, bytes);
+      put(src + static_cast<uint64_t>(static_cast<int64_t>(host.starts[i])) * row, bytes);
     }
-    written += bytes;
   }
   if (int8) {
     pad_to(data_bytes);
     if (quantize) {
-      w.Write(scales.data(), scales.size() * sizeof(float));
-      written += scales.size() * sizeof(float);
+      put(scales.data(), scales.size() * sizeof(float));
     } else {
       for (int64_t i = 0; i < host.count; i++) {
-        const uint64_t bytes = static_cast<uint64_t>(host.lengths[i]) * sizeof(float);
-        w.Write(host.scales + static_cast<int64_t>(host.starts[i]), bytes);
-        written += bytes;
+        put(host.scales + static_cast<int64_t>(host.starts[i]), static_cast<uint64_t>(host.lengths[i]) * sizeof(float));
       }
     }
   }
   pad_to(t->starts - base);
   int64_t at = 0;
   for (int64_t i = 0; i < host.count; i++) {
-    w.Write(&at, sizeof(at));
+    put(&at, sizeof(at));
     at += host.lengths[i];
   }
-  written += static_cast<uint64_t>(host.count) * sizeof(int64_t);
   pad_to(t->lengths - base);
-  w.Write(host.lengths, static_cast<uint64_t>(host.count) * sizeof(int32_t));
-  written += static_cast<uint64_t>(host.count) * sizeof(int32_t);
+  put(host.lengths, static_cast<uint64_t>(host.count) * sizeof(int32_t));
   if (fill_floats > 0) {
     // the quiet NaN of Runtime::FillNaN, so a score a kernel skipped shows as it would after a memset
     static const uint32_t kNaNs[64] = {
@@ -249,12 +259,17 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
     pad_to(t->lengths - base + length_bytes);
     for (uint64_t left = fill_floats; left > 0;) {
       const uint64_t take = std::min<uint64_t>(left, 64);
-      w.Write(kNaNs, take * sizeof(float));
+      put(kNaNs, take * sizeof(float));
       left -= take;
     }
     scratch.folded = t->lengths + length_bytes;
   }
-  w.Finish();
+  if (direct) {
+    // the previous job that used the buffer synchronized before it ended, so its copy is complete
+    if (written > 0) Check(Api().cuMemcpyHtoDAsync(base, direct, written, rt.stream()), "cuMemcpyHtoDAsync");
+  } else {
+    w.Finish();
+  }
   return t;
 }
 

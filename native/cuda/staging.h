@@ -35,6 +35,12 @@ struct Staging {
   static constexpr uint64_t kScoresBytes = 16 << 10;
   float* Scores();
   float* scores = nullptr;
+  // A pinned buffer for one small host-to-device copy per job (its query upload, engine_score.cc):
+  // every job leaves the stream idle when it ends, so the copy an earlier job made from it has
+  // completed, and no event fences it (the staging buffers' events are for copies within a job).
+  static constexpr uint64_t kJobUploadBytes = 64 << 10;
+  uint8_t* JobUpload();
+  uint8_t* job_upload = nullptr;
 };
 
 // Streams bytes into device memory through the two pinned staging buffers: while the GPU copies one
