@@ -130,12 +130,13 @@ struct JobOptions {
   bool mapped_scores = true;
 };
 
-// Whether a job scores into Staging::Scores: mapped_scores on, a matrix of at most kScoresBytes,
+// Whether a job scores into Staging::Scores: mapped_scores on, a device that maps pinned host memory
+// at its host address (unified addressing), a matrix of at most kScoresBytes,
 // and queries whose 16-row slices hold at most kMappedQueryTokens rows in all (the wgmma kernels
 // carry sums that span query passes in the score array, which would be re-read across the bus from
 // host memory; so few rows take one pass).
 constexpr int64_t kMappedQueryTokens = 64;
-bool UseMappedScores(const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length);
+bool UseMappedScores(Runtime& rt, const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length);
 
 // The queries of a job: a device token set, or a host batch the job uploads itself.
 struct QuerySource {

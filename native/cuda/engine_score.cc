@@ -33,10 +33,30 @@ QuerySource HostQueries(TokenSet host) {
   return q;
 }
 
-bool UseMappedScores(const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length) {
+namespace {
+
+// Whether kernels on this device can write pinned host memory at its host address (mapped host
+// memory under unified addressing), queried once per runtime.
+bool HostMappable(Runtime& rt) {
+  int& known = rt.staging().host_mappable;
+  if (known < 0) {
+    constexpr int kCanMapHostMemory = 19, kUnifiedAddressing = 41;  // CU_DEVICE_ATTRIBUTE_*
+    const Driver& d = Api();
+    cu::CUdevice dev = 0;
+    int can = 0, uva = 0;
+    known = d.cuDeviceGet(&dev, rt.props().index) == cu::CUDA_SUCCESS &&
+            d.cuDeviceGetAttribute(&can, kCanMapHostMemory, dev) == cu::CUDA_SUCCESS &&
+            d.cuDeviceGetAttribute(&uva, kUnifiedAddressing, dev) == cu::CUDA_SUCCESS && can == 1 && uva == 1;
+  }
+  return known == 1;
+}
+
+}  // namespace
+
+bool UseMappedScores(Runtime& rt, const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length) {
   const int64_t n = rows * cols;
   return options.mapped_scores && n > 0 && static_cast<uint64_t>(n) * sizeof(float) <= Staging::kScoresBytes &&
-         rows * ((max_query_length + 15) / 16 * 16) <= kMappedQueryTokens;
+         rows * ((max_query_length + 15) / 16 * 16) <= kMappedQueryTokens && HostMappable(rt);
 }
 
 int64_t MaxQueryLength(const QuerySource& q) {
@@ -322,13 +342,13 @@ std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& 
   JobScratch scratch(rt);
   rt.ValidateLaunch(launch);
   // a host batch's shape is known before its upload: no folded fill when the scores go to host memory
-  if (!queries.is_host || !UseMappedScores(options, queries.count, docs.count, MaxQueryLength(queries))) {
+  if (!queries.is_host || !UseMappedScores(rt, options, queries.count, docs.count, MaxQueryLength(queries))) {
     scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
   }
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   const uint64_t n = static_cast<uint64_t>(q->count) * static_cast<uint64_t>(docs.count);
   std::vector<float> scores(n);
-  if (UseMappedScores(options, q->count, docs.count, q->max_length)) {
+  if (UseMappedScores(rt, options, q->count, docs.count, q->max_length)) {
     const float* m = MappedNaNScores(rt, n);
     rt.Launch(*q, docs, launch, MappedPtr(m));
     rt.Synchronize();

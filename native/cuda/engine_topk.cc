@@ -226,7 +226,7 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
   // a small matrix selected on the host is written by the kernel straight into pinned host memory
   // (UseMappedScores); a host batch's shape is known before its upload, so its fill is not folded then
   const bool host_select = select == SelectWhere::kHost;
-  if (!queries.is_host || !host_select || !UseMappedScores(options, queries.count, docs.count, MaxQueryLength(queries))) {
+  if (!queries.is_host || !host_select || !UseMappedScores(rt, options, queries.count, docs.count, MaxQueryLength(queries))) {
     scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
   }
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
@@ -239,7 +239,7 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
     idle.Idle();
     return h;
   }
-  if (host_select && UseMappedScores(options, rows, cols, q->max_length)) {
+  if (host_select && UseMappedScores(rt, options, rows, cols, q->max_length)) {
     const float* m = MappedNaNScores(rt, static_cast<uint64_t>(rows * cols));
     phases.Mark("fill");
     rt.Launch(*q, docs, launch, MappedPtr(m));

@@ -35,6 +35,7 @@ struct Staging {
   static constexpr uint64_t kScoresBytes = 16 << 10;
   float* Scores();
   float* scores = nullptr;
+  int host_mappable = -1;  // whether the device can (engine_score.cc, HostMappable); -1: not asked yet
   // A pinned buffer for one small host-to-device copy per job (its query upload, engine_score.cc):
   // every job leaves the stream idle when it ends, so the copy an earlier job made from it has
   // completed, and no event fences it (the staging buffers' events are for copies within a job).
