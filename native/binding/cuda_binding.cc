@@ -292,19 +292,21 @@ std::shared_ptr<DeviceTokens> ParsePair(Napi::Env env, Runtime* rt, const Napi::
   return ParseDocs(env, rt, info[at + 1], q, dname, qname);
 }
 
-// The benchmark-only switches of a job ({ phases?: boolean, handoff?: boolean }, from
-// maxsim/internal), when given; `handoff` asks the task for its handoff times (cuda_task.h).
+// The benchmark-only switches of a job ({ phases?: boolean, handoff?: boolean, mapped?: boolean },
+// from maxsim/internal), when given; `handoff` asks the task for its handoff times (cuda_task.h),
+// `mapped: false` keeps small score matrices on the device (JobOptions::mapped_scores).
 maxsim_cuda::JobOptions ParseJobOptions(Napi::Env env, const Napi::Value& v, const std::string& name, Task* task) {
   maxsim_cuda::JobOptions o;
   if (v.IsUndefined()) return o;
-  if (!v.IsObject()) throw ArgError(env, name, "an object { phases?, handoff? }", Describe(v));
-  const auto flag = [&](const char* key) {
+  if (!v.IsObject()) throw ArgError(env, name, "an object { phases?, handoff?, mapped? }", Describe(v));
+  const auto flag = [&](const char* key, bool otherwise) {
     Napi::Value f = v.As<Napi::Object>().Get(key);
     if (!f.IsUndefined() && !f.IsBoolean()) throw ArgError(env, name + "." + key, "a boolean", Describe(f));
-    return f.IsBoolean() && f.As<Napi::Boolean>().Value();
+    return f.IsBoolean() ? f.As<Napi::Boolean>().Value() : otherwise;
   };
-  o.time_phases = flag("phases");
-  task->report_handoff = flag("handoff");
+  o.time_phases = flag("phases", false);
+  task->report_handoff = flag("handoff", false);
+  o.mapped_scores = flag("mapped", true);
   return o;
 }
 
@@ -315,8 +317,9 @@ Napi::Value Score(const Napi::CallbackInfo& info) {
   QuerySource q;
   std::shared_ptr<DeviceTokens> docs = ParsePair(env, rt, info, 1, task.get(), q);
   LaunchSpec launch = ParseLaunch(env, info[3], docs->dtype, docs->e4m3);
-  ParseJobOptions(env, info[4], "options", task.get());  // handoff only: a score job has no phases
-  task->run = [rt, q, docs, launch]() mutable { return maxsim_cuda::Score(*rt, q, *docs, launch); };
+  // a score job has no phases: handoff and mapped only
+  const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[4], "options", task.get());
+  task->run = [rt, q, docs, launch, options]() mutable { return maxsim_cuda::Score(*rt, q, *docs, launch, options); };
   task->wrap = [](Napi::Env env, std::vector<float>& scores) -> Napi::Value {
     Napi::Float32Array a = Napi::Float32Array::New(env, scores.size());
     if (!scores.empty()) std::memcpy(a.Data(), scores.data(), scores.size() * sizeof(float));
@@ -538,6 +541,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("topK", Napi::Function::New(env, TopK, "topK"));
   cuda.Set("twoStage", Napi::Function::New(env, TwoStage, "twoStage"));
+  cuda.Set("launchHandle", Napi::Function::New(env, maxsim_binding::LaunchHandle, "launchHandle"));
   cuda.Set("selectKernelInfo", SelectKernelInfo(env));
   Napi::Object internal = Napi::Object::New(env);  // benchmarks and tests only
   internal.Set("bench", Napi::Function::New(env, Bench, "bench"));

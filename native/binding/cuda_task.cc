@@ -1,6 +1,7 @@
 #include "cuda_task.h"
 
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 
 namespace maxsim_binding {
@@ -167,15 +168,26 @@ void GetTriple(Napi::Env env, Napi::Object launch, const char* key, unsigned out
 
 const char* SetDTypeName(DType t, bool e4m3) { return e4m3 ? "fp8" : DTypeName(t); }
 
-LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3) {
+namespace {
+
+// A launch parsed once (LaunchHandle): the spec and the element type its kernel reads, when given.
+struct ParsedLaunch {
+  LaunchSpec spec;
+  bool has_dtype = false;
+  DType want = DType::Float32;
+  bool want_e4m3 = false;
+};
+
+constexpr napi_type_tag kLaunchTag = {0x6d617873696d4c61ull, 0x756e636848616e64ull};
+
+ParsedLaunch ParseLaunchObject(Napi::Env env, const Napi::Value& v) {
   if (!v.IsObject()) throw ArgError(env, "launch", "an object { kernel, grid, block, smem }", Describe(v));
   Napi::Object o = v.As<Napi::Object>();
-  LaunchSpec s;
+  ParsedLaunch p;
+  LaunchSpec& s = p.spec;
   Napi::Value kernel = o.Get("kernel");
-  if (!kernel.IsString() || kernel.As<Napi::String>().Utf8Value().empty()) {
-    throw ArgError(env, "launch.kernel", "a kernel name", Describe(kernel));
-  }
-  s.kernel = kernel.As<Napi::String>().Utf8Value();
+  if (kernel.IsString()) s.kernel = kernel.As<Napi::String>().Utf8Value();
+  if (s.kernel.empty()) throw ArgError(env, "launch.kernel", "a kernel name", Describe(kernel));
   GetTriple(env, o, "grid", s.grid);
   GetTriple(env, o, "block", s.block);
   s.smem = static_cast<unsigned>(GetInteger(env, o.Get("smem"), "launch.smem", 0, 1 << 30));
@@ -191,15 +203,45 @@ LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bo
   if (!tile.IsUndefined()) s.query_tile = GetInteger(env, tile, "launch.queryTile", 1, 2147483647);
   Napi::Value dt = o.Get("dtype");
   if (!dt.IsUndefined()) {
-    const bool want_e4m3 = dt.IsString() && dt.As<Napi::String>().Utf8Value() == "fp8";
-    const DType want = want_e4m3 ? DType::Int8 : ParseDType(env, "launch", dt);
-    if (want != docs_dtype || want_e4m3 != docs_e4m3) {
-      throw ArgError(env, "docs.dtype",
-                     std::string("'") + SetDTypeName(want, want_e4m3) + "' (the element type of kernel " + s.kernel + ")",
-                     std::string("'") + SetDTypeName(docs_dtype, docs_e4m3) + "'");
-    }
+    p.has_dtype = true;
+    p.want_e4m3 = dt.IsString() && dt.As<Napi::String>().Utf8Value() == "fp8";
+    p.want = p.want_e4m3 ? DType::Int8 : ParseDType(env, "launch", dt);
   }
-  return s;
+  return p;
+}
+
+void CheckLaunchDType(Napi::Env env, const ParsedLaunch& p, DType docs_dtype, bool docs_e4m3) {
+  if (p.has_dtype && (p.want != docs_dtype || p.want_e4m3 != docs_e4m3)) {
+    throw ArgError(env, "docs.dtype",
+                   std::string("'") + SetDTypeName(p.want, p.want_e4m3) + "' (the element type of kernel " + p.spec.kernel + ")",
+                   std::string("'") + SetDTypeName(docs_dtype, docs_e4m3) + "'");
+  }
+}
+
+}  // namespace
+
+LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3) {
+  if (v.IsExternal()) {
+    bool tagged = false;
+    if (napi_check_object_type_tag(env, v, &kLaunchTag, &tagged) != napi_ok || !tagged) {
+      throw ArgError(env, "launch", "an object { kernel, grid, block, smem } or a handle from launchHandle()", "another external");
+    }
+    const ParsedLaunch& p = *v.As<Napi::External<ParsedLaunch>>().Data();
+    CheckLaunchDType(env, p, docs_dtype, docs_e4m3);
+    return p.spec;
+  }
+  const ParsedLaunch p = ParseLaunchObject(env, v);
+  CheckLaunchDType(env, p, docs_dtype, docs_e4m3);
+  return p.spec;
+}
+
+Napi::Value LaunchHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto parsed = std::make_unique<ParsedLaunch>(ParseLaunchObject(env, info[0]));
+  Napi::External<ParsedLaunch> e =
+      Napi::External<ParsedLaunch>::New(env, parsed.release(), [](Napi::Env, ParsedLaunch* p) { delete p; });
+  if (napi_type_tag_object(env, e, &kLaunchTag) != napi_ok) throw Napi::Error::New(env, "napi_type_tag_object failed");
+  return e;
 }
 
 }  // namespace maxsim_binding

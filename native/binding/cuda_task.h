@@ -91,7 +91,11 @@ maxsim_cuda::Runtime* ParseDevice(Napi::Env env, const Napi::Value& v);
 const char* SetDTypeName(DType t, bool e4m3);
 // Parses a launch as the dispatcher plans it: { kernel, grid, block, smem, queryTile?, tmaBox?,
 // dtype? }; `dtype` (when given) is the element type the kernel reads and must match the docs.
+// `v` may also be a handle from LaunchHandle (the launch parsed once; the dtype still checked).
 maxsim_cuda::LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3);
+// cuda.launchHandle(launch): the launch parsed once, for a plan that is used again and again
+// (src/backends/cuda.ts caches plans by shape), so that a job reads no launch properties.
+Napi::Value LaunchHandle(const Napi::CallbackInfo& info);
 
 // ---- device token sets (the CudaTokenSet handles of cuda_binding.cc), for the other bindings ----
 struct DeviceSetArg {

@@ -53,16 +53,21 @@ class IdleAtExit {
  public:
   explicit IdleAtExit(Runtime& rt) : rt_(rt) {}
   ~IdleAtExit() {
+    if (idle_) return;
     try {
       rt_.Synchronize();
     } catch (...) {  // the job's own error (if any) is the one to report
     }
   }
+  // The job's last stream work was a synchronize (its read-back) and nothing was enqueued since:
+  // the stream is idle already, so the exit skips its synchronize. Call it just before returning.
+  void Idle() { idle_ = true; }
   IdleAtExit(const IdleAtExit&) = delete;
   IdleAtExit& operator=(const IdleAtExit&) = delete;
 
  private:
   Runtime& rt_;
+  bool idle_ = false;
 };
 
 // The scratch of one job (worker thread): device blocks from the runtime's caching allocator (no
@@ -84,6 +89,17 @@ class JobScratch {
   // (twoStage's scan and exact queries, the same JS batch) reuses the first upload.
   std::shared_ptr<DeviceTokens> uploaded;
   TokenSet uploaded_from;  // the host batch it came from (token memory by address, spans by value)
+  // The NaN fill of a small score matrix carried by the query upload (one copy, no memset launch):
+  // set fold_fill to the matrix's floats before ResolveQueries; a host upload of at most
+  // kFoldedFillBytes of them appends the NaNs to its block, and NaNMatrix(floats) then returns it.
+  static constexpr uint64_t kFoldedFillBytes = 16 << 10;
+  uint64_t fold_fill = 0;
+  cu::CUdeviceptr folded = 0;
+  // Whether the job's one small upload through Staging::JobUpload happened (a second one stages).
+  bool job_upload_used = false;
+  // A device matrix of `floats` NaNs for a job's scores: the folded block when the upload carried
+  // one of that size, else a scratch block filled in stream order (Runtime::FillNaN).
+  cu::CUdeviceptr NaNMatrix(uint64_t floats);
 
  private:
   struct Pending {
@@ -103,6 +119,25 @@ std::shared_ptr<DeviceTokens> QuantizeQueries8(Runtime& rt, const DeviceTokens& 
 
 // ---- scoring jobs (engine_score.cc, engine_topk.cc) ----
 
+// Benchmark-only switches of a job, passed explicitly (never read from the environment).
+struct JobOptions {
+  // Synchronize at each phase boundary and report the wall time of every phase in Heaps::phases, to
+  // find where a job's fixed cost goes (changes the job's timing, never its result).
+  bool time_phases = false;
+  // Small score matrices selected on the host (and score jobs') are written by the kernel straight
+  // into pinned host memory (Staging::Scores: no fill launch, no read-back copy) when true; false
+  // keeps them on the device (for comparing the two; the results are the same bits).
+  bool mapped_scores = true;
+};
+
+// Whether a job scores into Staging::Scores: mapped_scores on, a device that maps pinned host memory
+// at its host address (unified addressing), a matrix of at most kScoresBytes,
+// and queries whose 16-row slices hold at most kMappedQueryTokens rows in all (the wgmma kernels
+// carry sums that span query passes in the score array, which would be re-read across the bus from
+// host memory; so few rows take one pass).
+constexpr int64_t kMappedQueryTokens = 64;
+bool UseMappedScores(Runtime& rt, const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length);
+
 // The queries of a job: a device token set, or a host batch the job uploads itself.
 struct QuerySource {
   std::shared_ptr<DeviceTokens> device;
@@ -113,12 +148,22 @@ struct QuerySource {
   int64_t dim = 0;
   int64_t count = 0;  // as of the call (device sets: the caller's snapshot)
   // Host float32 queries for a float16 / bfloat16 corpus, converted on the device, and host float
-  // queries for an int8 corpus, quantized there (dtype is the corpus's then; ConvertHostQueriesFor).
+  // queries for an int8 corpus, quantized there (dtype is the corpus's then; ConvertHostQueriesFor);
+  // small finite float32 batches are converted or quantized on the worker while they are packed
+  // (query_convert.h), with the same bytes.
   bool cast_from_f32 = false;
   bool quantize_int8 = false;
 };
 QuerySource DeviceQueries(std::shared_ptr<DeviceTokens> set);
 QuerySource HostQueries(TokenSet host);
+
+// The longest item of a job's queries (host: from the batch's lengths; device: the set's).
+int64_t MaxQueryLength(const QuerySource& q);
+// Staging::Scores filled with `floats` NaNs on the host (Runtime::FillNaN's), for a kernel to write
+// into; stream idle (the previous job synchronized), so no copy still targets it.
+float* MappedNaNScores(Runtime& rt, uint64_t floats);
+// A host pointer of pinned memory as the kernels' device pointer (unified addressing: the same).
+inline cu::CUdeviceptr MappedPtr(const float* p) { return static_cast<cu::CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
 
 // Host queries are converted on the device by the job, sparing the host a pass over every value:
 // float32 ones against float16 / bfloat16 documents (CastSet: the host encodeFloats' bits), float
@@ -127,6 +172,8 @@ QuerySource HostQueries(TokenSet host);
 void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3);
 
 // The queries on the device; against fp8 documents, quantized to e4m3 there (worker thread). Host
+// float32 queries for a float16 / bfloat16 corpus are refused (std::invalid_argument, before any
+// copy) when a finite value would become +-Infinity, the values encodeFloats refuses. Host
 // queries go up in one copy (tokens, scales, starts, lengths packed in one scratch block through
 // pinned staging), are converted in the stream without a synchronize, and a quantize's non-finite
 // check is deferred to the job's next synchronize (scratch.CheckDeferred()). The returned set and
@@ -134,7 +181,8 @@ void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3);
 std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const DeviceTokens& docs, JobScratch& scratch);
 
 // The [queries, docs] score matrix (row-major), through one launch plan from the dispatcher.
-std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch);
+std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch,
+                         const JobOptions& options = {});
 
 // Kernel timing (benchmarks only): `iters` launches timed with device events, after `warmup` untimed
 // ones and then untimed ones for about `warmup_ms` of device time. docs[1..] are cycled through with
@@ -163,12 +211,6 @@ struct Heaps {
   std::string phases;
 };
 
-// Benchmark-only switches of a job, passed explicitly (never read from the environment).
-struct JobOptions {
-  // Synchronize at each phase boundary and report the wall time of every phase in Heaps::phases, to
-  // find where a job's fixed cost goes (changes the job's timing, never its result).
-  bool time_phases = false;
-};
 
 // The k best documents per query: the scores stay on the device, selected there (device_select.h)
 // where the plan chose kDevice (refused outside the device selection's limits, naming `select`), else

@@ -2,6 +2,7 @@
 // job shares.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -30,6 +31,46 @@ QuerySource HostQueries(TokenSet host) {
   q.dim = host.dim;
   q.host = std::move(host);
   return q;
+}
+
+namespace {
+
+// Whether kernels on this device can write pinned host memory at its host address (mapped host
+// memory under unified addressing), queried once per runtime.
+bool HostMappable(Runtime& rt) {
+  int& known = rt.staging().host_mappable;
+  if (known < 0) {
+    constexpr int kCanMapHostMemory = 19, kUnifiedAddressing = 41;  // CU_DEVICE_ATTRIBUTE_*
+    const Driver& d = Api();
+    cu::CUdevice dev = 0;
+    int can = 0, uva = 0;
+    known = d.cuDeviceGet(&dev, rt.props().index) == cu::CUDA_SUCCESS &&
+            d.cuDeviceGetAttribute(&can, kCanMapHostMemory, dev) == cu::CUDA_SUCCESS &&
+            d.cuDeviceGetAttribute(&uva, kUnifiedAddressing, dev) == cu::CUDA_SUCCESS && can == 1 && uva == 1;
+  }
+  return known == 1;
+}
+
+}  // namespace
+
+bool UseMappedScores(Runtime& rt, const JobOptions& options, int64_t rows, int64_t cols, int64_t max_query_length) {
+  const int64_t n = rows * cols;
+  return options.mapped_scores && n > 0 && static_cast<uint64_t>(n) * sizeof(float) <= Staging::kScoresBytes &&
+         rows * ((max_query_length + 15) / 16 * 16) <= kMappedQueryTokens && HostMappable(rt);
+}
+
+int64_t MaxQueryLength(const QuerySource& q) {
+  if (!q.is_host) return q.device ? q.device->max_length : 0;
+  int32_t m = 0;
+  for (int64_t i = 0; i < q.host.count; i++) m = std::max(m, q.host.lengths[i]);
+  return m;
+}
+
+float* MappedNaNScores(Runtime& rt, uint64_t floats) {
+  float* m = rt.staging().Scores();
+  const uint32_t nan = 0x7fc00000u;  // Runtime::FillNaN's quiet NaN
+  for (uint64_t i = 0; i < floats; i++) std::memcpy(m + i, &nan, sizeof(nan));
+  return m;
 }
 
 void ConvertHostQueriesFor(QuerySource& q, DType docs_dtype, bool docs_e4m3) {
@@ -62,6 +103,17 @@ void JobScratch::Defer(cu::CUdeviceptr flag, uint64_t ok, std::string (*message)
   pending_.push_back({slot, ok, message});
 }
 
+cu::CUdeviceptr JobScratch::NaNMatrix(uint64_t floats) {
+  if (folded != 0 && floats == fold_fill) {
+    const cu::CUdeviceptr p = folded;
+    folded = 0;  // one matrix per upload
+    return p;
+  }
+  const cu::CUdeviceptr p = Take(floats * sizeof(float));
+  rt_.FillNaN(p, floats);
+  return p;
+}
+
 void JobScratch::CheckDeferred() {
   const uint64_t* flags = rt_.staging().flags;
   for (const Pending& p : pending_) {
@@ -78,27 +130,48 @@ namespace {
 
 constexpr uint64_t RoundUp256(uint64_t b) { return (b + 255) / 256 * 256; }
 
+// The dtype a host batch goes up in: its own, or (a small finite float32 batch that the job would
+// convert on the device) the converted one, made on the worker while packing (query_convert.h):
+// float16 / bfloat16 for cast_from_f32, int8 for quantize_int8. For cast_from_f32 it refuses, before
+// any copy, a finite value that would become +-Infinity (the values encodeFloats refuses; the
+// TypeScript caller then names them as encodeFloats does).
+DType HostTarget(const QuerySource& q) {
+  const TokenSet& h = q.host;
+  if (h.dtype != DType::Float32 || !(q.cast_from_f32 || q.quantize_int8)) return h.dtype;
+  uint64_t values = 0;
+  for (int64_t i = 0; i < h.count; i++) values += static_cast<uint64_t>(h.lengths[i]) * static_cast<uint64_t>(h.dim);
+  const bool small = values <= kHostConvertMaxValues;
+  if (!small && !q.cast_from_f32) return h.dtype;  // nothing to look at: the device quantizes
+  const uint32_t over = q.cast_from_f32 ? OverflowBits(q.dtype) : 0;
+  bool finite = true;
+  for (int64_t i = 0; i < h.count; i++) {
+    const uint64_t n = static_cast<uint64_t>(h.lengths[i]) * static_cast<uint64_t>(h.dim);
+    const float* row = static_cast<const float*>(h.data) + static_cast<uint64_t>(h.starts[i]) * h.dim;
+    const F32Scan r = ScanF32(row, n, over);
+    finite = finite && r.finite;
+    if (r.first_over >= 0) {
+      const float x = row[r.first_over];
+      throw std::invalid_argument(std::string("Expected finite values within the ") + DTypeName(q.dtype) +
+                                  " range (larger ones would become +-Infinity) for queries.data but received " +
+                                  std::to_string(x) + " in item " + std::to_string(i) + ", token " +
+                                  std::to_string(r.first_over / h.dim) + ", component " + std::to_string(r.first_over % h.dim));
+    }
+  }
+  if (!small || !finite) return h.dtype;  // the device converts (a NaN or an infinity keeps its path)
+  return q.cast_from_f32 ? q.dtype : DType::Int8;
+}
+
 // Host queries on the device in one copy: tokens (items packed), int8 scales, starts and lengths laid
 // out in one scratch block and written through one pinned staging buffer, so that the driver sees one
 // host-to-device copy per 16 MiB (Staging::kBytes) instead of one per part. No synchronize: the bytes
 // are in pinned memory when this returns (the JS arrays are free), the copy completes in stream order.
-// Whether a float32 host batch is small and finite enough to convert on the host (query_convert.h).
-bool HostConvertible(const TokenSet& h) {
-  if (h.dtype != DType::Float32) return false;
-  uint64_t values = 0;
-  for (int64_t i = 0; i < h.count; i++) values += static_cast<uint64_t>(h.lengths[i]) * static_cast<uint64_t>(h.dim);
-  if (values > kHostConvertMaxValues) return false;
-  for (int64_t i = 0; i < h.count; i++) {
-    const float* row = static_cast<const float*>(h.data) + static_cast<uint64_t>(h.starts[i]) * h.dim;
-    if (!AllFinite(row, static_cast<uint64_t>(h.lengths[i]) * static_cast<uint64_t>(h.dim))) return false;
-  }
-  return true;
-}
-
+// as != host.dtype: float32 tokens converted (float16 / bfloat16) or quantized (int8, per-token
+// scales) on the way (HostTarget). With scratch.fold_fill set and small enough, the block ends with
+// that many NaN floats for the job's score matrix (scratch.folded).
 std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, JobScratch& scratch, DType as) {
   static const uint8_t kZeros[256] = {};
-  // as != host.dtype: float32 tokens converted to `as` on the way (HostConvertible)
   const bool convert = as != host.dtype;
+  const bool quantize = convert && as == DType::Int8;
   const uint64_t row = static_cast<uint64_t>(host.dim) * DTypeSize(as);
   int64_t tokens = 0;
   int32_t max_length = 0;
@@ -109,11 +182,15 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
   if (host.dtype == DType::Int8 && !host.scales) {
     throw std::invalid_argument("Expected per-token scales for the int8 queries but received none");
   }
-  const bool int8 = host.dtype == DType::Int8;
+  const bool int8 = as == DType::Int8;
   const uint64_t t1 = static_cast<uint64_t>(std::max<int64_t>(tokens, 1)), n1 = static_cast<uint64_t>(std::max<int64_t>(host.count, 1));
   const uint64_t data_bytes = RoundUp256(t1 * row), scale_bytes = int8 ? RoundUp256(t1 * sizeof(float)) : 0,
                  start_bytes = RoundUp256(n1 * sizeof(int64_t));
-  const cu::CUdeviceptr base = scratch.Take(data_bytes + scale_bytes + start_bytes + n1 * sizeof(int32_t));
+  const uint64_t fill_floats =
+      scratch.folded == 0 && scratch.fold_fill * sizeof(float) <= JobScratch::kFoldedFillBytes ? scratch.fold_fill : 0;
+  const uint64_t length_bytes = fill_floats > 0 ? RoundUp256(n1 * sizeof(int32_t)) : n1 * sizeof(int32_t);
+  const uint64_t total = data_bytes + scale_bytes + start_bytes + length_bytes + fill_floats * sizeof(float);
+  const cu::CUdeviceptr base = scratch.Take(total);
   auto t = std::make_shared<DeviceTokens>();  // no runtime: the scratch owns its memory
   t->dtype = as;
   t->dim = host.dim;
@@ -124,49 +201,95 @@ std::shared_ptr<DeviceTokens> UploadQueries(Runtime& rt, const TokenSet& host, J
   t->scales = int8 ? base + data_bytes : 0;
   t->starts = base + data_bytes + scale_bytes;
   t->lengths = t->starts + start_bytes;
-  // one contiguous stream of bytes (the gaps zero-filled), so the writer sends it as one copy
+  // one contiguous stream of bytes (the gaps zero-filled), so that it goes up as one copy: packed
+  // straight into the job's own pinned buffer when it fits (Staging::JobUpload, no event fences), else
+  // through the staging buffers
+  uint8_t* direct = nullptr;
+  if (!scratch.job_upload_used && total <= Staging::kJobUploadBytes) {
+    direct = rt.staging().JobUpload();
+    scratch.job_upload_used = true;
+  }
   StagedWriter w(rt.staging(), rt.stream(), base);
   uint64_t written = 0;
+  const auto put = [&](const void* p, uint64_t bytes) {
+    if (direct) std::memcpy(direct + written, p, bytes);
+    else w.Write(p, bytes);
+    written += bytes;
+  };
   const auto pad_to = [&](uint64_t offset) {
-    for (; written < offset;) {
-      const uint64_t take = std::min<uint64_t>(offset - written, sizeof(kZeros));
-      w.Write(kZeros, take);
-      written += take;
-    }
+    while (written < offset) put(kZeros, std::min<uint64_t>(offset - written, sizeof(kZeros)));
+  };
+  // converted tokens: into the pinned buffer itself, or a scratch vector staged from there
+  std::vector<uint8_t> converted;
+  const auto out_for = [&](uint64_t bytes) -> uint8_t* {
+    if (direct) return direct + written;
+    converted.resize(bytes);
+    return converted.data();
+  };
+  const auto commit = [&](const uint8_t* p, uint64_t bytes) {
+    if (direct) written += bytes;
+    else put(p, bytes);
   };
   const auto* src = static_cast<const uint8_t*>(host.data);
-  std::vector<uint16_t> converted;
+  std::vector<float> scales(quantize ? static_cast<size_t>(tokens) : 0);  // packed order
+  int64_t packed = 0;
   for (int64_t i = 0; i < host.count; i++) {
     const uint64_t bytes = static_cast<uint64_t>(host.lengths[i]) * row;
-    if (convert) {
-      const uint64_t values = static_cast<uint64_t>(host.lengths[i]) * static_cast<uint64_t>(host.dim);
-      converted.resize(values);
-      ConvertF32(static_cast<const float*>(host.data) + static_cast<uint64_t>(host.starts[i]) * host.dim, converted.data(),
-                 values, as);
-      w.Write(converted.data(), bytes);
+    const float* f32 = convert ? static_cast<const float*>(host.data) + static_cast<uint64_t>(host.starts[i]) * host.dim : nullptr;
+    if (quantize) {
+      auto* codes = reinterpret_cast<int8_t*>(out_for(bytes));
+      for (int32_t j = 0; j < host.lengths[i]; j++) {
+        scales[static_cast<size_t>(packed++)] = QuantizeTokenInt8(f32 + static_cast<uint64_t>(j) * host.dim,
+                                                                  codes + static_cast<uint64_t>(j) * host.dim, static_cast<uint64_t>(host.dim));
+      }
+      commit(reinterpret_cast<const uint8_t*>(codes), bytes);
+    } else if (convert) {
+      uint8_t* half = out_for(bytes);  // 2-byte aligned: written is a multiple of the row here
+      ConvertF32(f32, reinterpret_cast<uint16_t*>(half), static_cast<uint64_t>(host.lengths[i]) * static_cast<uint64_t>(host.dim), as);
+      commit(half, bytes);
     } else {
-      w.Write(src + static_cast<uint64_t>(static_cast<int64_t>(host.starts[i])) * row, bytes);
+      put(src + static_cast<uint64_t>(static_cast<int64_t>(host.starts[i])) * row, bytes);
     }
-    written += bytes;
   }
   if (int8) {
     pad_to(data_bytes);
-    for (int64_t i = 0; i < host.count; i++) {
-      const uint64_t bytes = static_cast<uint64_t>(host.lengths[i]) * sizeof(float);
-      w.Write(host.scales + static_cast<int64_t>(host.starts[i]), bytes);
-      written += bytes;
+    if (quantize) {
+      put(scales.data(), scales.size() * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < host.count; i++) {
+        put(host.scales + static_cast<int64_t>(host.starts[i]), static_cast<uint64_t>(host.lengths[i]) * sizeof(float));
+      }
     }
   }
   pad_to(t->starts - base);
   int64_t at = 0;
   for (int64_t i = 0; i < host.count; i++) {
-    w.Write(&at, sizeof(at));
+    put(&at, sizeof(at));
     at += host.lengths[i];
   }
-  written += static_cast<uint64_t>(host.count) * sizeof(int64_t);
   pad_to(t->lengths - base);
-  w.Write(host.lengths, static_cast<uint64_t>(host.count) * sizeof(int32_t));
-  w.Finish();
+  put(host.lengths, static_cast<uint64_t>(host.count) * sizeof(int32_t));
+  if (fill_floats > 0) {
+    // the quiet NaN of Runtime::FillNaN, so a score a kernel skipped shows as it would after a memset
+    static const uint32_t kNaNs[64] = {
+#define MAXSIM_NAN8 0x7fc00000u, 0x7fc00000u, 0x7fc00000u, 0x7fc00000u, 0x7fc00000u, 0x7fc00000u, 0x7fc00000u, 0x7fc00000u
+        MAXSIM_NAN8, MAXSIM_NAN8, MAXSIM_NAN8, MAXSIM_NAN8, MAXSIM_NAN8, MAXSIM_NAN8, MAXSIM_NAN8, MAXSIM_NAN8,
+#undef MAXSIM_NAN8
+    };
+    pad_to(t->lengths - base + length_bytes);
+    for (uint64_t left = fill_floats; left > 0;) {
+      const uint64_t take = std::min<uint64_t>(left, 64);
+      put(kNaNs, take * sizeof(float));
+      left -= take;
+    }
+    scratch.folded = t->lengths + length_bytes;
+  }
+  if (direct) {
+    // the previous job that used the buffer synchronized before it ended, so its copy is complete
+    if (written > 0) Check(Api().cuMemcpyHtoDAsync(base, direct, written, rt.stream()), "cuMemcpyHtoDAsync");
+  } else {
+    w.Finish();
+  }
   return t;
 }
 
@@ -196,8 +319,8 @@ std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const 
     // into its own copy of the spans, sharing the JS arrays' memory): the same bytes, one device copy
     const TokenSet& h = q.host;
     const TokenSet& u = scratch.uploaded_from;
-    // a small batch for a float16 / bfloat16 corpus is converted on the host while it is packed
-    const DType as = q.cast_from_f32 && HostConvertible(h) ? q.dtype : h.dtype;
+    // a small batch for a float16 / bfloat16 / int8 corpus is converted on the host while it is packed
+    const DType as = HostTarget(q);
     const bool same = scratch.uploaded && scratch.uploaded->dtype == as && u.data == h.data && u.scales == h.scales &&
                       u.count == h.count && u.dtype == h.dtype && u.dim == h.dim &&
                       std::equal(h.starts, h.starts + h.count, u.starts) && std::equal(h.lengths, h.lengths + h.count, u.lengths);
@@ -207,28 +330,38 @@ std::shared_ptr<DeviceTokens> ResolveQueries(Runtime& rt, QuerySource& q, const 
     }
     t = scratch.uploaded;
     if (q.cast_from_f32 && t->dtype == DType::Float32) t = CastQueries(rt, *t, q.dtype, scratch);
-    if (q.quantize_int8) t = QuantizeQueries8(rt, *t, /*e4m3=*/false, scratch);
+    if (q.quantize_int8 && t->dtype != DType::Int8) t = QuantizeQueries8(rt, *t, /*e4m3=*/false, scratch);
   }
   return docs.e4m3 ? QuantizeQueries8(rt, *t, true, scratch) : t;
 }
 
-std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch) {
+std::vector<float> Score(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const LaunchSpec& launch,
+                         const JobOptions& options) {
   rt.EnsureReady();
   IdleAtExit idle(rt);
   JobScratch scratch(rt);
   rt.ValidateLaunch(launch);
+  // a host batch's shape is known before its upload: no folded fill when the scores go to host memory
+  if (!queries.is_host || !UseMappedScores(rt, options, queries.count, docs.count, MaxQueryLength(queries))) {
+    scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
+  }
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   const uint64_t n = static_cast<uint64_t>(q->count) * static_cast<uint64_t>(docs.count);
   std::vector<float> scores(n);
-  if (n > 0) {
-    const cu::CUdeviceptr out = scratch.Take(n * sizeof(float));
-    rt.FillNaN(out, n);
+  if (UseMappedScores(rt, options, q->count, docs.count, q->max_length)) {
+    const float* m = MappedNaNScores(rt, n);
+    rt.Launch(*q, docs, launch, MappedPtr(m));
+    rt.Synchronize();
+    std::memcpy(scores.data(), m, n * sizeof(float));
+  } else if (n > 0) {
+    const cu::CUdeviceptr out = scratch.NaNMatrix(n);
     rt.Launch(*q, docs, launch, out);
     rt.Download(scores.data(), out, n * sizeof(float));  // synchronizes
   } else {
     rt.Synchronize();
   }
   scratch.CheckDeferred();
+  idle.Idle();
   return scores;
 }
 

@@ -223,6 +223,12 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
   JobPhases phases(rt, options.time_phases, &h.phases);
   // The job waits on the GPU once, at the read-back (or below, for a job with nothing to select);
   // the queries' deferred checks are judged after it.
+  // a small matrix selected on the host is written by the kernel straight into pinned host memory
+  // (UseMappedScores); a host batch's shape is known before its upload, so its fill is not folded then
+  const bool host_select = select == SelectWhere::kHost;
+  if (!queries.is_host || !host_select || !UseMappedScores(rt, options, queries.count, docs.count, MaxQueryLength(queries))) {
+    scratch.fold_fill = static_cast<uint64_t>(queries.count) * static_cast<uint64_t>(docs.count);
+  }
   std::shared_ptr<DeviceTokens> q = ResolveQueries(rt, queries, docs, scratch);
   phases.Mark("queries");
   const int64_t rows = q->count, cols = docs.count;
@@ -230,16 +236,32 @@ Heaps TopK(Runtime& rt, QuerySource& queries, const DeviceTokens& docs, const La
   if (rows == 0 || h.n == 0) {
     rt.Synchronize();
     scratch.CheckDeferred();
+    idle.Idle();
     return h;
   }
-  const cu::CUdeviceptr out = scratch.Take(static_cast<uint64_t>(rows * cols) * sizeof(float));
-  rt.FillNaN(out, static_cast<uint64_t>(rows * cols));
+  if (host_select && UseMappedScores(rt, options, rows, cols, q->max_length)) {
+    const float* m = MappedNaNScores(rt, static_cast<uint64_t>(rows * cols));
+    phases.Mark("fill");
+    rt.Launch(*q, docs, launch, MappedPtr(m));
+    rt.Synchronize();
+    phases.Mark("scan");
+    scratch.CheckDeferred();
+    // the heaps of SelectRows, over the same values in the same order
+    for (int64_t r = 0; r < rows; r++) {
+      TopKHeap(h.scores.data() + r * h.n, h.indices.data() + r * h.n, h.n).Scan(m + r * cols, cols, 0);
+    }
+    phases.Mark("select");
+    idle.Idle();
+    return h;
+  }
+  const cu::CUdeviceptr out = scratch.NaNMatrix(static_cast<uint64_t>(rows * cols));
   phases.Mark("fill");
   rt.Launch(*q, docs, launch, out);
   phases.Mark("scan");
   SelectRowsWhere(rt, select, "select", out, rows, cols, h.n, h.scores.data(), h.indices.data(), &phases);
   scratch.CheckDeferred();
   phases.Mark(select == SelectWhere::kDevice ? "readBack" : "select");
+  idle.Idle();  // the read-back synchronized; nothing was enqueued after it
   return h;
 }
 

@@ -1,5 +1,6 @@
 #include "query_convert.h"
 
+#include <cmath>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,10 +60,48 @@ bool HasAvx2F16c() {
 
 }  // namespace
 
-bool AllFinite(const float* src, uint64_t n) {
-  uint32_t bad = 0;
-  for (uint64_t i = 0; i < n; i++) bad |= static_cast<uint32_t>((Bits(src[i]) & 0x7F800000u) == 0x7F800000u);
-  return bad == 0;
+uint32_t OverflowBits(DType to) { return to == DType::BFloat16 ? 0x7F7F8000u : 0x477FF000u; }
+
+F32Scan ScanF32(const float* src, uint64_t n, uint32_t over_bits) {
+  F32Scan r;
+  const uint32_t over = over_bits == 0 ? 0x7F800000u : over_bits;  // 0: an empty range [inf, inf)
+  uint32_t bad = 0, beyond = 0;
+  for (uint64_t i = 0; i < n; i++) {  // branch-free: vectorized
+    const uint32_t a = Bits(src[i]) & 0x7FFFFFFFu;
+    bad |= static_cast<uint32_t>(a >= 0x7F800000u);
+    beyond |= static_cast<uint32_t>(a >= over && a < 0x7F800000u);
+  }
+  r.finite = bad == 0;
+  if (beyond) {
+    for (uint64_t i = 0; i < n; i++) {
+      const uint32_t a = Bits(src[i]) & 0x7FFFFFFFu;
+      if (a >= over && a < 0x7F800000u) {
+        r.first_over = static_cast<int64_t>(i);
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+float QuantizeTokenInt8(const float* x, int8_t* y, uint64_t dim) {
+  float m = 0.f;
+  for (uint64_t k = 0; k < dim; k++) {
+    const float a = std::fabs(x[k]);
+    m = a > m ? a : m;
+  }
+  if (m == 0.f) {
+    std::memset(y, 0, dim);
+    return 0.f;
+  }
+  const float scale = static_cast<float>(static_cast<double>(m) / 127.0);
+  const double ds = scale;
+  for (uint64_t k = 0; k < dim; k++) {
+    // the default rounding mode: to nearest, ties to even (the device's rint)
+    const double v = std::nearbyint(static_cast<double>(x[k]) / ds);
+    y[k] = static_cast<int8_t>(v > 127.0 ? 127.0 : v < -127.0 ? -127.0 : v);
+  }
+  return scale;
 }
 
 void ConvertF32(const float* src, uint16_t* dst, uint64_t n, DType to) {

@@ -275,13 +275,49 @@ cu::CUtensorMap Runtime::TokensTensorMap(const DeviceTokens& t, const unsigned b
   return map;
 }
 
+namespace {
+
+// The last few documents' tensor maps of this (worker) thread: a map is a pure function of the key
+// (address, rows, dim, dtype, box), so a corpus scored again and again is encoded once.
+struct TensorMapCache {
+  struct Entry {
+    int device = -1;
+    cu::CUdeviceptr data = 0;
+    int64_t tokens = 0, dim = 0;
+    DType dtype = DType::Float32;
+    unsigned box[2] = {0, 0};
+    cu::CUtensorMap map;
+  };
+  Entry entries[4];
+  int next = 0;
+};
+
+}  // namespace
+
 void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchSpec& spec, cu::CUdeviceptr scores) {
   if (q.count == 0 || d.count == 0) return;
   KernelFunction& f = modules_.Function(spec.kernel);
   // TMA variants take the documents' tensor map as a second (by-value, 64-byte aligned) parameter
   cu::CUtensorMap docs_map{};
   const bool tma = spec.tma_box[0] > 0;
-  if (tma) docs_map = TokensTensorMap(d, spec.tma_box);
+  if (tma) {
+    thread_local TensorMapCache cache;
+    TensorMapCache::Entry* hit = nullptr;
+    for (TensorMapCache::Entry& e : cache.entries) {
+      if (e.device == props_.index && e.data == d.data && e.tokens == d.tokens && e.dim == d.dim && e.dtype == d.dtype &&
+          e.box[0] == spec.tma_box[0] && e.box[1] == spec.tma_box[1]) {
+        hit = &e;
+        break;
+      }
+    }
+    if (!hit) {
+      const cu::CUtensorMap map = TokensTensorMap(d, spec.tma_box);  // throws before the entry changes
+      hit = &cache.entries[cache.next];
+      cache.next = (cache.next + 1) % 4;
+      *hit = TensorMapCache::Entry{props_.index, d.data, d.tokens, d.dim, d.dtype, {spec.tma_box[0], spec.tma_box[1]}, map};
+    }
+    docs_map = hit->map;
+  }
   MaxsimParams p;
   std::memset(&p, 0, sizeof(p));
   p.queries = reinterpret_cast<const void*>(static_cast<uintptr_t>(q.data));
@@ -298,7 +334,6 @@ void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchS
   p.query_scales = reinterpret_cast<const float*>(static_cast<uintptr_t>(q.scales));
   p.doc_scales = reinterpret_cast<const float*>(static_cast<uintptr_t>(d.scales));
   const int64_t tile = spec.query_tile > 0 ? spec.query_tile : q.count;
-  const std::string call = "cuLaunchKernel(" + spec.kernel + ")";
   for (int64_t off = 0; off < q.count; off += tile) {
     // One tile of queries per launch: [query_tile_offset, num_queries); scores stay indexed by the
     // global query (row stride num_docs), so tiles write disjoint rows of the same matrix.
@@ -306,9 +341,9 @@ void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchS
     p.num_queries = static_cast<int32_t>(std::min(off + tile, q.count));
     // by value: the driver copies each parameter's declared size from these addresses
     void* args[] = {&p, &docs_map};
-    Check(Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1],
-                               spec.block[2], spec.smem, stream_, args, nullptr),
-          call.c_str());
+    const cu::CUresult r = Api().cuLaunchKernel(f.fn, spec.grid[0], spec.grid[1], spec.grid[2], spec.block[0], spec.block[1],
+                                                spec.block[2], spec.smem, stream_, args, nullptr);
+    if (r != cu::CUDA_SUCCESS) Check(r, ("cuLaunchKernel(" + spec.kernel + ")").c_str());  // the name only on failure
   }
 }
 

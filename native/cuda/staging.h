@@ -29,6 +29,19 @@ struct Staging {
   static constexpr int kFlagSlots = 64;
   uint64_t* Flags();
   uint64_t* flags = nullptr;
+  // A pinned buffer that a kernel writes a small score matrix into directly, so that it needs no
+  // read-back copy: pinned host memory is mapped into the device's address space at the same address
+  // (unified addressing, which every 64-bit platform CUDA supports does). One job at a time uses it.
+  static constexpr uint64_t kScoresBytes = 16 << 10;
+  float* Scores();
+  float* scores = nullptr;
+  int host_mappable = -1;  // whether the device can (engine_score.cc, HostMappable); -1: not asked yet
+  // A pinned buffer for one small host-to-device copy per job (its query upload, engine_score.cc):
+  // every job leaves the stream idle when it ends, so the copy an earlier job made from it has
+  // completed, and no event fences it (the staging buffers' events are for copies within a job).
+  static constexpr uint64_t kJobUploadBytes = 64 << 10;
+  uint8_t* JobUpload();
+  uint8_t* job_upload = nullptr;
 };
 
 // Streams bytes into device memory through the two pinned staging buffers: while the GPU copies one

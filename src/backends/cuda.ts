@@ -16,7 +16,6 @@ import {
   type Hit,
   isTokenBatch,
   isTokenMatrix,
-  matrixAsBatch,
   OVERFLOW_AT,
   raggedBatchView,
   type ScoreMatrix,
@@ -132,6 +131,9 @@ export interface NativeLaunch {
   dtype?: DeviceDType;
 }
 
+/** A launch parsed once by the addon (cuda.launchHandle), accepted wherever a NativeLaunch is. */
+export type NativeLaunchHandle = { readonly __launchHandle: unique symbol };
+
 export interface NativeCuda {
   status(): CudaStatus;
   open(device: number): NativeDevice;
@@ -162,7 +164,7 @@ export interface NativeCuda {
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
-    launch: NativeLaunch,
+    launch: NativeLaunch | NativeLaunchHandle,
     options?: NativeJobOptions,
   ): Promise<Float32Array & { handoff?: JobHandoff }>;
   /**
@@ -174,7 +176,7 @@ export interface NativeCuda {
     device: NativeDevice,
     queries: TokenBatch | NativeTokenSet,
     docs: NativeTokenSet,
-    launch: NativeLaunch,
+    launch: NativeLaunch | NativeLaunchHandle,
     k: number,
     select: SelectWhere,
     options?: NativeJobOptions,
@@ -189,13 +191,18 @@ export interface NativeCuda {
     device: NativeDevice,
     scanQueries: TokenBatch | NativeTokenSet,
     scanDocs: NativeTokenSet,
-    scanLaunch: NativeLaunch,
+    scanLaunch: NativeLaunch | NativeLaunchHandle,
     exactQueries: TokenBatch | NativeTokenSet,
     exactDocs: NativeTokenSet,
-    exactLaunch: NativeLaunch,
+    exactLaunch: NativeLaunch | NativeLaunchHandle,
     spec: { k: number; candidates: number; count: number; select: SelectWhere },
     options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
+  /**
+   * The launch parsed once, for a plan used again and again (a job then reads none of its
+   * properties); absent from addons that predate it.
+   */
+  launchHandle?(launch: NativeLaunch): NativeLaunchHandle;
   /** The device selection's limits (native/cuda/device_select.h), for planSelect. */
   readonly selectKernelInfo: SelectKernelInfo;
   /** Entries for benchmarks and tests only (reached through maxsim/internal). */
@@ -208,6 +215,11 @@ export interface NativeJobOptions {
   phases?: boolean;
   /** Return the job's handoff times (JobHandoff) on its result. */
   handoff?: boolean;
+  /**
+   * false: small score matrices stay in device memory and are read back, instead of the kernel
+   * writing them into pinned host memory (the default; the same bits either way).
+   */
+  mapped?: boolean;
 }
 
 /**
@@ -271,8 +283,13 @@ export interface NativeHeaps {
 }
 
 // Benchmark-only switches, set from bench code through maxsim/internal (never from the environment).
-const benchSwitches: { jobPhases: boolean; sink?: (job: string, times: JobTimes) => void } = {
+const benchSwitches: {
+  jobPhases: boolean;
+  mapped: boolean;
+  sink?: (job: string, times: JobTimes) => void;
+} = {
   jobPhases: false,
+  mapped: true,
 };
 
 /**
@@ -291,9 +308,22 @@ export function onJobTimes(sink: ((job: string, times: JobTimes) => void) | unde
   benchSwitches.sink = typeof sink === 'function' ? sink : undefined;
 }
 
+/**
+ * @internal Benchmarks only: whether small score matrices (score jobs, topK with host selection) are
+ * written by the kernel into pinned host memory (true, the default) or kept on the device and read
+ * back (false), to compare the two; the results are the same bits.
+ */
+export function setMappedScores(on: boolean): void {
+  benchSwitches.mapped = on !== false;
+}
+
 function jobOptions(): NativeJobOptions | undefined {
-  if (!benchSwitches.jobPhases && !benchSwitches.sink) return undefined;
-  return { phases: benchSwitches.jobPhases, handoff: benchSwitches.sink !== undefined };
+  if (!benchSwitches.jobPhases && !benchSwitches.sink && benchSwitches.mapped) return undefined;
+  return {
+    phases: benchSwitches.jobPhases,
+    handoff: benchSwitches.sink !== undefined,
+    ...(benchSwitches.mapped ? {} : { mapped: false }),
+  };
 }
 
 function reportPhases<T extends { phases?: string; handoff?: JobHandoff }>(job: string, h: T): T {
@@ -482,8 +512,33 @@ function describe(x: unknown): string {
   return typeof x === 'number' || typeof x === 'string' ? JSON.stringify(x) : typeof x;
 }
 
+// The spans of a one-query batch, shared by the calls (read-only: the jobs and plans only read
+// them), so that a TokenMatrix query allocates no typed arrays: starts [0], lengths [length].
+const MATRIX_STARTS = new Float64Array([0]);
+const matrixLengths = new Map<number, Int32Array>();
+
 function asQueryBatch(queries: TokenMatrix | TokenBatch, name = 'queries'): TokenBatch {
-  if (isTokenMatrix(queries)) return matrixAsBatch(queries);
+  if (isTokenMatrix(queries)) {
+    let lengths = matrixLengths.get(queries.length);
+    if (!lengths) {
+      if (matrixLengths.size >= 64) matrixLengths.clear();
+      lengths = new Int32Array([queries.length]);
+      matrixLengths.set(queries.length, lengths);
+    }
+    // matrixAsBatch's batch, with the shared spans
+    return {
+      kind: 'batch',
+      layout: 'dense',
+      dtype: queries.dtype,
+      data: queries.data,
+      dim: queries.dim,
+      count: 1,
+      maxLength: queries.length,
+      starts: MATRIX_STARTS,
+      lengths,
+      scales: queries.scales,
+    };
+  }
   if (isTokenBatch(queries)) return queries;
   throw new InvalidArgumentError(name, 'a TokenMatrix or TokenBatch', describe(queries));
 }
@@ -527,18 +582,34 @@ function toDtype(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch
  * of quantize()) and float32 ones against a float16 / bfloat16 corpus (the round-to-nearest-even bits
  * of encodeFloats) go as they are; others as toDtype makes them.
  */
-function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number): TokenBatch {
+function jobQueries(batch: TokenBatch, dtype: DeviceDType, dim: number, rangeOnWorker = false): TokenBatch {
   if (batch.dim === dim) {
     if (dtype === 'int8') return batch;
     if (batch.dtype === 'float32' && (dtype === 'float16' || dtype === 'bfloat16')) {
-      // converted on the GPU: the values encodeFloats refuses are refused here, before the job (the
-      // full check, which finds and names the value, only when the quick screen finds one)
-      if (!withinMagnitude(batch.data, OVERFLOW_AT[dtype]))
+      // converted by the job: the values encodeFloats refuses are refused here (the full check, which
+      // finds and names the value, only when the quick screen finds one), or with rangeOnWorker by the
+      // job's worker before any copy (the caller passes its refusal to rethrowRange)
+      if (!rangeOnWorker && !withinMagnitude(batch.data, OVERFLOW_AT[dtype]))
         checkEncodable(batch.data, dtype, { name: 'queries.data', dim });
       return batch;
     }
   }
   return toDtype(batch, dtype, dim);
+}
+
+// The worker's refusal of float32 queries holding a value that would become +-Infinity in the corpus
+// dtype (native/cuda/engine.h, ResolveQueries): "... within the <dtype> range ...".
+const WORKER_RANGE = /Expected finite values within the (float16|bfloat16) range \(larger ones/;
+
+/**
+ * Rethrows a job's error; the worker's range refusal of `batch` (jobQueries with rangeOnWorker)
+ * becomes encodeFloats' error, which counts and names the values, as when JS checked them first.
+ */
+function rethrowRange(e: unknown, batch: TokenBatch): never {
+  const m = e instanceof Error ? WORKER_RANGE.exec(e.message) : null;
+  if (m && batch.dtype === 'float32')
+    checkEncodable(batch.data, m[1] as 'float16' | 'bfloat16', { name: 'queries.data', dim: batch.dim });
+  throw e;
 }
 
 /**
@@ -568,6 +639,13 @@ function withinMagnitude(data: TokenBatch['data'], limit: number): boolean {
     a0 = Math.max(a0, x);
   }
   return a0 < limit && a1 < limit && a2 < limit && a3 < limit;
+}
+
+/** A plan of Device.planCached: the launch, and what the jobs pass for it (parsed once). */
+interface CachedPlan {
+  variant: Variant;
+  launch: Launch;
+  handle: NativeLaunch | NativeLaunchHandle;
 }
 
 /** What the dispatcher reads of a corpus. */
@@ -615,22 +693,23 @@ function maxLength(batch: TokenBatch): number {
 }
 
 class Corpus implements DeviceCorpus {
+  // A token set's dim and dtype never change (an append must match them): read once, not through
+  // the native getters on every call.
+  readonly dim: number;
+  readonly dtype: DeviceDType;
   constructor(
     private readonly device: Device,
     readonly native: NativeTokenSet,
     private docScales = false,
-  ) {}
+  ) {
+    this.dim = native.dim;
+    this.dtype = native.dtype;
+  }
   get documentScales() {
     return this.docScales;
   }
   get count() {
     return this.native.count;
-  }
-  get dim() {
-    return this.native.dim;
-  }
-  get dtype() {
-    return this.native.dtype;
   }
   get tokens() {
     return this.native.tokens;
@@ -664,44 +743,55 @@ class Corpus implements DeviceCorpus {
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
     this.check();
-    const q = jobQueries(batch, this.dtype, this.dim);
+    const q = jobQueries(batch, this.dtype, this.dim, true);
     const rescore = options.rescore;
     const exact = rescore === undefined ? undefined : rescoreCorpus(rescore, this);
     // the selection runs on the GPU (NaN rows and k > 256 on the worker's heaps): k hits per query come back
     const empty = () => Array.from({ length: q.count }, (): Hit[] => []);
     if (!exact) {
-      if (q.count === 0 || this.count === 0 || k === 0) return empty();
-      const { launch } = this.device.planCached(q, this, options);
+      const count = this.count; // one read of the native getter
+      if (q.count === 0 || count === 0 || k === 0) return empty();
+      const launch = this.device.planCached(q, this, options).handle;
       // planned on k itself, not min(k, count): an append in flight may grow the corpus before the job
       // runs, and the job keeps min(k, its count), which a plan for k (<= count now) still covers
-      const select = this.device.selectFor({ rows: q.count, cols: this.count, keep: k });
-      const h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
+      const select = this.device.selectFor({ rows: q.count, cols: count, keep: k });
+      let h: NativeHeaps;
+      try {
+        h = await nativeCuda().topK(this.device.handle, q, this.native, launch, k, select, jobOptions());
+      } catch (e) {
+        rethrowRange(e, batch);
+      }
       return hitsOfHeaps(reportPhases('topK', h), q.count);
     }
     exact.check();
-    const qe = jobQueries(batch, exact.dtype, exact.dim);
+    const qe = jobQueries(batch, exact.dtype, exact.dim, true);
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
-    const scan = this.device.planCached(q, this, options).launch;
+    const scan = this.device.planCached(q, this, options).handle;
     // the view of the candidates holds this many documents (each query's in turn, or the whole float
     // corpus when that is no more; the union, at most as many, where the host selects), none longer
     // than exact's longest; their total length is unknown here, so the rules go by the longest
     const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
-    const rescoring = this.device.planCached(qe, shape, {}).launch;
+    const rescoring = this.device.planCached(qe, shape, {}).handle;
     const select = this.device.selectFor({ rows: q.count, cols: this.count, keep });
     const spec = { k, candidates: keep, count: this.count, select };
     const native = nativeCuda();
-    const h = await native.twoStage(
-      this.device.handle,
-      q,
-      this.native,
-      scan,
-      qe,
-      exact.native,
-      rescoring,
-      spec,
-      jobOptions(),
-    );
+    let h: NativeHeaps;
+    try {
+      h = await native.twoStage(
+        this.device.handle,
+        q,
+        this.native,
+        scan,
+        qe,
+        exact.native,
+        rescoring,
+        spec,
+        jobOptions(),
+      );
+    } catch (e) {
+      rethrowRange(e, batch);
+    }
     return hitsOfHeaps(reportPhases('twoStage', h), q.count);
   }
 
@@ -784,15 +874,18 @@ class Corpus implements DeviceCorpus {
 
   private async scoreAll(batch: TokenBatch, options: ScoreOptions): Promise<Float32Array> {
     this.check();
-    const q = jobQueries(batch, this.dtype, this.dim);
+    const q = jobQueries(batch, this.dtype, this.dim, true);
     if (q.count === 0 || this.count === 0) return new Float32Array(q.count * this.count);
-    const { launch } = this.device.planCached(q, this, options);
+    const launch = this.device.planCached(q, this, options).handle;
     const options_ = jobOptions();
-    if (!options_) return nativeCuda().score(this.device.handle, q, this.native, launch);
-    const scores = reportPhases(
-      'score',
-      await nativeCuda().score(this.device.handle, q, this.native, launch, options_),
-    );
+    let scores: Float32Array & { handoff?: JobHandoff };
+    try {
+      scores = await nativeCuda().score(this.device.handle, q, this.native, launch, options_);
+    } catch (e) {
+      rethrowRange(e, batch);
+    }
+    if (!options_) return scores;
+    reportPhases('score', scores);
     Reflect.deleteProperty(scores, 'handoff'); // reported; the caller gets the plain array
     return scores;
   }
@@ -871,21 +964,18 @@ class Device implements CudaDevice {
 
   // planCached's plans by shape: a plan is a pure function of the problem (the device's caps, table
   // and kernels are fixed), so a repeated shape, which is what a server sees, skips the rules.
-  private readonly plans = new Map<string, { variant: Variant; launch: Launch }>();
+  private readonly plans = new Map<string, CachedPlan>();
 
   /**
    * planFor, cached by the problem's shape (for the jobs, which only read the launch: the cached
-   * objects are never handed to the caller of plan()).
+   * objects are never handed to the caller of plan()), with the launch parsed once by the addon.
    */
-  planCached(
-    q: TokenBatch,
-    corpus: CorpusShape,
-    options: ScoreOptions,
-  ): { variant: Variant; launch: Launch } {
+  planCached(q: TokenBatch, corpus: CorpusShape, options: ScoreOptions): CachedPlan {
     const key = `${q.count} ${maxLength(q)} ${corpus.maxLength} ${corpus.dim} ${corpus.count} ${corpus.tokens} ${corpus.dtype} ${corpus.documentScales === true} ${options.variant}`;
     let plan = this.plans.get(key);
     if (!plan) {
-      plan = this.planFor(q, corpus, options);
+      const p = this.planFor(q, corpus, options);
+      plan = { ...p, handle: nativeCuda().launchHandle?.(p.launch as NativeLaunch) ?? p.launch };
       if (this.plans.size >= 256) this.plans.clear(); // shapes vary without bound (corpora grow): keep few
       this.plans.set(key, plan);
     }

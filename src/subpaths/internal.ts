@@ -8,6 +8,7 @@ export {
   benchKernel,
   isDeviceCorpus,
   setJobPhases,
+  setMappedScores,
 } from '../backends/cuda.js';
 export { type SelectPlacement, setSelectPlacement } from '../backends/cuda-select-placement.js';
 export { balancedCuts, isShardedCorpus } from '../backends/cuda-sharded.js';

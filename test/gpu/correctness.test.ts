@@ -226,7 +226,14 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
           const over = { ...q32, data: Float32Array.from(q32.data as Float32Array) };
           over.data[6] = 7e4;
           await assert.rejects(corpus.score(over), /float16 range.*70000/);
+          await assert.rejects(corpus.topK(over, 3), /float16 range.*70000/);
           assert.throws(() => encodeFloats(over.data, dtype), /float16 range.*70000/);
+        } else {
+          // the job's worker refuses it before any copy; the error is encodeFloats', naming the value
+          const over = { ...q32, data: Float32Array.from(q32.data as Float32Array) };
+          over.data[64 * 9 + 5] = -3.4e38;
+          await assert.rejects(corpus.score(over), /bfloat16 range.*at token 9, component 5/);
+          await assert.rejects(corpus.topK(over, 3), /bfloat16 range.*at token 9, component 5/);
         }
         assert.deepStrictEqual(await corpus.score(q32), await corpus.score(host), `${dtype} score`);
         assert.deepStrictEqual(await corpus.topK(q32, 7), await corpus.topK(host, 7), `${dtype} topK`);
@@ -236,7 +243,14 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
         finite.data[6] = 0.75; // a moderate value, so the int8 scales stay those of the random tokens
         const finite16 = { ...finite, dtype, data: encodeFloats(finite.data, dtype) };
         try {
-          for (const q of [finite, finite16]) {
+          // a batch past the worker's quantize (65,536 values: the GPU quantizes it) beside the small ones
+          const big = randomRagged(
+            Array.from({ length: 40 }, (_, i) => 20 + (i % 13)),
+            64,
+            'float32',
+            rand,
+          );
+          for (const q of [finite, finite16, big]) {
             const hostInt8 = quantize(q, 'int8');
             const context = `${q.dtype} queries, int8 corpus`;
             assert.deepStrictEqual(await i8.score(q), await i8.score(hostInt8), `${context} score`);
@@ -277,6 +291,43 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       }
     } finally {
       corpus.dispose();
+    }
+  });
+
+  test('small score matrices written by the kernel into pinned host memory: the bits of the device-memory path', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 45);
+    const { encodeFloats } = await import('../../src/tensor.js');
+    const { setMappedScores } = await import('../../src/subpaths/internal.js');
+    // 1,000 documents of 0..40 tokens (some empty), d = 128
+    const lengths = Array.from({ length: 1000 }, (_, i) => (i * 7919) % 41);
+    const f32 = randomRagged(lengths, 128, 'float32', rand);
+    for (const dtype of ['float32', 'float16', 'bfloat16'] as const) {
+      const docs =
+        dtype === 'float32' ? f32 : { ...f32, dtype, data: encodeFloats(f32.data as Float32Array, dtype) };
+      const corpus = await dev.upload(docs);
+      const i8 = dtype === 'float16' ? await corpus.quantize('int8') : undefined;
+      try {
+        // one or two short queries take the pinned path; 80 query rows, or 5 x 1,000 scores, do not
+        for (const ql of [[32], [1], [32, 5], [0, 3], [80], [32, 32, 32, 32, 32]]) {
+          const q = randomRagged(ql, 128, 'float32', rand);
+          for (const c of i8 ? [corpus, i8] : [corpus]) {
+            const run = async () => [await c.score(q), await c.topK(q, 10), await c.topK(q, 1000)];
+            const mapped = await run();
+            setMappedScores(false);
+            let device: unknown;
+            try {
+              device = await run();
+            } finally {
+              setMappedScores(true);
+            }
+            assert.deepStrictEqual(mapped, device, `${c.dtype} corpus, queries of ${ql.join(', ')} tokens`);
+          }
+        }
+      } finally {
+        i8?.dispose();
+        corpus.dispose();
+      }
     }
   });
 });

@@ -259,6 +259,17 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
   QuerySource hq = maxsim_cuda::HostQueries(q.View());
   const std::vector<float> scores = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, hq, *docs, launch); });
   CheckScores("score " + shape + " (host queries)", scores, ref);
+  {
+    // small matrices are written into pinned host memory by default (UseMappedScores): the device path's bits
+    maxsim_cuda::JobOptions o;
+    o.mapped_scores = false;
+    QuerySource hd = maxsim_cuda::HostQueries(q.View());
+    const std::vector<float> kept = OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, hd, *docs, launch, o); });
+    checks++;
+    if (kept.size() != scores.size() || std::memcmp(kept.data(), scores.data(), scores.size() * sizeof(float)) != 0) {
+      Fail("score " + shape + ": scores kept on the device differ from those written to host memory");
+    }
+  }
   std::shared_ptr<DeviceTokens> dq = OnWorker(rt, [&] { return maxsim_cuda::UploadSet(*rt, q.View()); });
   QuerySource dqs = maxsim_cuda::DeviceQueries(dq);
   CheckScores("score " + shape + " (device queries)", OnWorker(rt, [&] { return maxsim_cuda::Score(*rt, dqs, *docs, launch); }), ref);
@@ -287,6 +298,15 @@ void Round(Runtime* rt, std::mt19937_64& rng, DType dtype, int64_t dim, int64_t 
       QuerySource src = maxsim_cuda::DeviceQueries(dq);
       const Heaps h = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, src, *docs, launch, k, w); });
       CheckTopK("topK " + shape + ", k " + std::to_string(k) + name(w), h, scores, nq, nd, k, ref);
+      // host queries, with small score matrices in pinned host memory (the default) and on the device
+      for (const bool mapped : {true, false}) {
+        maxsim_cuda::JobOptions o;
+        o.mapped_scores = mapped;
+        QuerySource hs = maxsim_cuda::HostQueries(q.View());
+        const Heaps hh = OnWorker(rt, [&] { return maxsim_cuda::TopK(*rt, hs, *docs, launch, k, w, o); });
+        CheckTopK("topK " + shape + ", k " + std::to_string(k) + name(w) + ", host queries" + (mapped ? "" : ", device scores"), hh,
+                  scores, nq, nd, k, ref);
+      }
     }
     if (!maxsim_cuda::DeviceSelectLimitBreach(nq, nd, std::min(k, nd)).empty()) {
       QuerySource src = maxsim_cuda::DeviceQueries(dq);
@@ -417,6 +437,69 @@ void CheckConvert(Runtime* rt, std::mt19937_64& rng) {
   }
 }
 
+// The worker's int8 quantize of small float32 query batches (query_convert.h, QuantizeTokenInt8)
+// against the device quantizer it replaces (Quantize8, per token): the same codes and scales for
+// random tokens of every magnitude, exact halfway quotients (ties to even), a token of zeros and
+// one-value tokens, at awkward dims.
+void CheckQuantizeInt8(Runtime* rt, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (const int64_t dim : {1, 7, 37, 128, 300}) {
+    const int64_t tokens = 1500;
+    std::vector<float> v(static_cast<size_t>(tokens * dim));
+    for (int64_t t = 0; t < tokens; t++) {
+      float* x = v.data() + t * dim;
+      const double mag = std::ldexp(1.0, exponent(rng));
+      for (int64_t k = 0; k < dim; k++) x[k] = static_cast<float>(unit(rng) * mag);
+      if (t == 0) std::fill(x, x + dim, 0.f);  // zeros: scale 0
+      if (t == 1) {                            // max 127 -> scale 1: halfway quotients round to even
+        const float ties[] = {127.f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 126.5f, -126.5f};
+        for (int64_t k = 0; k < dim; k++) x[k] = ties[k % 8];
+      }
+      if (t == 2) {  // one non-zero value
+        std::fill(x, x + dim, 0.f);
+        x[dim - 1] = -3e-39f;  // subnormal
+      }
+    }
+    std::vector<int8_t> host(v.size());
+    std::vector<float> host_scales(static_cast<size_t>(tokens));
+    for (int64_t t = 0; t < tokens; t++) {
+      host_scales[t] = maxsim_cuda::QuantizeTokenInt8(v.data() + t * dim, host.data() + t * dim, static_cast<uint64_t>(dim));
+    }
+    const double starts[] = {0, 700};
+    const int32_t lengths[] = {700, static_cast<int32_t>(tokens - 700)};
+    TokenSet set;
+    set.data = v.data();
+    set.elements = static_cast<int64_t>(v.size());
+    set.dtype = DType::Float32;
+    set.dim = dim;
+    set.count = 2;
+    set.starts = starts;
+    set.lengths = lengths;
+    set.max_length = 800;
+    const maxsim_cuda::HostCopy device = OnWorker(rt, [&] {
+      std::shared_ptr<DeviceTokens> f = maxsim_cuda::UploadSet(*rt, set);
+      std::shared_ptr<DeviceTokens> q = maxsim_cuda::Quantize8(*rt, *f, /*e4m3=*/false);
+      return maxsim_cuda::DownloadSet(*rt, *q);
+    });
+    checks++;
+    if (device.data.size() != host.size() || device.scales.size() != host_scales.size()) {
+      Fail("int8 quantize dim " + std::to_string(dim) + ": the device set has another size");
+      continue;
+    }
+    for (int64_t t = 0; t < tokens; t++) {
+      if (std::memcmp(&device.scales[t], &host_scales[t], 4) != 0 ||
+          std::memcmp(device.data.data() + t * dim, host.data() + t * dim, static_cast<size_t>(dim)) != 0) {
+        char msg[200];
+        std::snprintf(msg, sizeof msg, "int8 quantize dim %lld token %lld: host scale %a, device %a (or codes differ)",
+                      static_cast<long long>(dim), static_cast<long long>(t), host_scales[t], device.scales[t]);
+        Fail(msg);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -441,9 +524,11 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   try {
     CheckConvert(rt, rng);
+    CheckQuantizeInt8(rt, rng);
     for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
       Round(rt, rng, t, 128, 3, 40, 33, 70);     // typical
       Round(rt, rng, t, 1, 1, 1, 1, 1);          // tiny
+      Round(rt, rng, t, 128, 2, 900, 30, 40);    // two short queries: scores in pinned host memory
       Round(rt, rng, t, 37, 5, 300, 9, 20);      // awkward dim, more documents than the device selection's keep
       Round(rt, rng, t, 96, 2, 700, 4, 3);       // many short documents, some empty
     }
