@@ -413,9 +413,10 @@ Napi::Value TrainBackwardState(const Napi::CallbackInfo& info) {
   BackwardJob& job = task->job;
   job.a = state->a;
   job.a.Rebind();
+  CheckPlan(env, [&] { maxsim_cuda::train::CheckBackwardPlan(plan, job.a); });
   const int64_t pairs = job.a.num_pairs;
   if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
-             static_cast<int64_t>(info[2].As<Napi::Float64Array>().ElementLength()) != pairs) {
+      static_cast<int64_t>(info[2].As<Napi::Float64Array>().ElementLength()) != pairs) {
     throw ArgError(env, "gradScores", "a Float64Array of " + std::to_string(pairs) + " entries", Describe(info[2]));
   }
   job.plan = plan;  // plan.argmax16 is not used: the state's argmax is as the forward stored it

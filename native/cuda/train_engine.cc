@@ -644,6 +644,12 @@ void CheckBackwardPlan(const BackwardPlan& plan) {
 
 void CheckBackwardPlan(const BackwardPlan& plan, const Problem& a) {
   CheckBackwardPlan(plan);
+  // The CSR lists argmax slots as u32 (half the bytes of its largest buffer)
+  const int64_t slots = a.num_pairs * a.stride;
+  if (plan.dd != DDPath::kAtomic && slots > int64_t(std::numeric_limits<uint32_t>::max())) {
+    PlanError("dD", "'atomic' (dDPath) when pairs x the longest query exceed 2^32 - 1 argmax slots",
+              "'" + std::string(plan.dd == DDPath::kAuto ? "auto" : "csr") + "' with " + Int(slots) + " slots");
+  }
   if (plan.argmax16 && a.d.max_length > std::numeric_limits<int16_t>::max()) {
     PlanError("argmax16", "false for documents of " + Int(int64_t(std::numeric_limits<int16_t>::max()) + 1) +
                               " tokens or more", "true with a document of " + Int(a.d.max_length));

@@ -1123,18 +1123,18 @@ __device__ __forceinline__ void walk_run(const MaxsimTrainParams& P, int64_t i_b
     if (P.grad_scores[p] == 0.0) continue;
     const uint32_t lo = q == q0 ? f0 - q * stride : 0u;
     const uint32_t hi = min(static_cast<uint32_t>(max(P.query_lengths[i], 0)), q == q1 ? f1 - q * stride : stride);
-    const uint32_t base = static_cast<uint32_t>(p * P.stride);  // slots are < 2^32 (u32 sources)
+    const int64_t base = p * P.stride;  // the slots' indices are < 2^32 (the host checks): u32 sources
     for (uint32_t s = lo; s < hi; s += 32 * kWalkAhead) {
       int32_t t[kWalkAhead];
 #pragma unroll
       for (int a = 0; a < kWalkAhead; ++a) {  // the loads first, all in flight together
         const uint32_t x = s + 32 * a + lane;
-        const int32_t v = x < hi ? load_am(P, static_cast<int64_t>(base) + x) : -1;
+        const int32_t v = x < hi ? load_am(P, base + x) : -1;
         t[a] = v >= 0 && v < ld ? v : -1;
       }
 #pragma unroll
-      for (int a = 0; a < kWalkAhead; ++a) {
-        if (s + 32 * a < hi) visit(t[a], base + s + 32 * a + lane);  // uniform: the round exists
+      for (int a = 0; a < kWalkAhead; ++a) {  // uniform: the round exists
+        if (s + 32 * a < hi) visit(t[a], static_cast<uint32_t>(base + s + 32 * a + lane));
       }
     }
   }
