@@ -146,8 +146,8 @@ struct BackwardJob {
   float* dd_out = nullptr;
   const double* grad_in = nullptr;  // [num_pairs]
   // Device-resident only, instead of grad_in: gradScores from the contrastive loss of the state's
-  // scores, computed in this job (its loss comes back here). An empty positive document fails the job
-  // before the backward kernels run.
+  // scores, computed in this job (its loss comes back here). An empty positive document throws
+  // EmptyPositiveError before the backward kernels run (RunStep reports it as empty_positive).
   std::optional<ContrastiveLoss> contrastive;
   // Device-resident: the forward's state; dQ / dD become device sets, float32 or (input_dtype) each
   // in its input's dtype.
