@@ -52,7 +52,10 @@ for (let r = 0; r < rounds + 1; r++) {
     g.dQ.dispose();
     g.dD.dispose();
     if (r === 0) continue; // warm-up
-    for (const [k, v] of Object.entries({ ...g.profileMs, wall })) (phases[walk][k] ??= []).push(v);
+    for (const [k, v] of Object.entries({ ...g.profileMs, wall })) {
+      phases[walk][k] ??= [];
+      phases[walk][k].push(v);
+    }
   }
 }
 const keys = ['dQ', 'dDBuild', 'dDGather', 'dD', 'wall'];
