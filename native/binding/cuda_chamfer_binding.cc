@@ -106,14 +106,14 @@ SessionRef UnwrapSession(Napi::Env env, const Napi::Value& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// chamferForward(device, P, Q, { bidirectional })
+// chamferForward(device, P, Q, { bidirectional, prune })
 //   -> Promise<{ indexPQ, distPQ, indexQP?, distQP?, kernelMs, session }>
 
 class ForwardTask : public maxsim_binding::CudaTask {
  public:
   ForwardTask(Napi::Env env, Runtime* rt) : CudaTask(env, "CUDA chamfer failed: "), rt_(rt) {}
   Clouds c;
-  bool both = true;
+  bool both = true, prune = true;
   int32_t *ipq = nullptr, *iqp = nullptr;
   float *dpq = nullptr, *dqp = nullptr;
   SessionRef session;
@@ -123,7 +123,7 @@ class ForwardTask : public maxsim_binding::CudaTask {
   void Run() override {
     rt_->EnsureReady();
     session = std::make_shared<ChamferSession>(*rt_, c.view());
-    kernel_ms = session->Forward(both, ipq, dpq, iqp, dqp).kernel_ms;
+    kernel_ms = session->Forward(both, ipq, dpq, iqp, dqp, prune).kernel_ms;
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = result.Value();
@@ -145,6 +145,8 @@ Napi::Value ChamferForward(const Napi::CallbackInfo& info) {
   if (info[3].IsObject()) {
     Napi::Value v = info[3].As<Napi::Object>().Get("bidirectional");
     if (v.IsBoolean()) task->both = v.As<Napi::Boolean>().Value();
+    Napi::Value pr = info[3].As<Napi::Object>().Get("prune");
+    if (pr.IsBoolean()) task->prune = pr.As<Napi::Boolean>().Value();
   }
   Napi::Object result = Napi::Object::New(env);
   Napi::Int32Array ipq = Napi::Int32Array::New(env, static_cast<size_t>(task->c.tp()));

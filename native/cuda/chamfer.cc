@@ -94,15 +94,28 @@ ChamferSession::~ChamferSession() {
   });
 }
 
-ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp) {
+ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp, bool prune) {
   ChamferTiming timing;
   has_argmin_ = false;
   if (pairs_ == 0) return timing;
   const uint64_t T = static_cast<uint64_t>(tp_ + tq_);
   if (!cen_) {
     cen_ = rt_.allocator().Alloc(std::max<uint64_t>(T * (dim_ + 1) * sizeof(float), 16));
-    centers_ = rt_.allocator().Alloc(std::max<uint64_t>(pairs_ * dim_ * sizeof(float), 16));
+    // centres [B, d], extents [B], pair_x2 [B], bounds [B, 2, d]
+    centers_ = rt_.allocator().Alloc(std::max<uint64_t>(pairs_ * (3 * dim_ + 2) * sizeof(float), 16));
   }
+  const ChamferPlan plan = PlanChamfer(p_off_, q_off_, dim_, both);
+  const int64_t cells = plan.cells();
+  // One upload for the plan's tables; the cell sort's CSR and the boxes in blocks of their own
+  auto tables = Block(rt_, (plan.clouds.size() + plan.units.size()) * sizeof(int64_t));
+  rt_.Upload(tables->get(), plan.clouds.data(), plan.clouds.size() * sizeof(int64_t));
+  rt_.Upload(tables->get() + plan.clouds.size() * sizeof(int64_t), plan.units.data(), plan.units.size() * sizeof(int64_t));
+  auto perm = Block(rt_, T * sizeof(uint32_t));
+  auto boxes = Block(rt_, static_cast<uint64_t>(plan.chunks() + plan.groups()) * 2 * dim_ * sizeof(float));
+  auto counts = Block(rt_, static_cast<uint64_t>(cells) * 4);
+  auto offsets = Block(rt_, static_cast<uint64_t>(cells + 1) * 4);
+  auto sums = Block(rt_, static_cast<uint64_t>(Blocks(cells, 1024)) * 4);
+
   ChamferParams p{};
   p.p_raw = DevPtr<const float>(raw_);
   p.q_raw = p.p_raw + tp_ * dim_;
@@ -111,6 +124,13 @@ ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq
   p.p_off = DevPtr<const int64_t>(off_);
   p.q_off = p.p_off + pairs_ + 1;
   p.centers = DevPtr<float>(centers_);
+  p.extent = p.centers + pairs_ * dim_;
+  p.pair_x2 = reinterpret_cast<uint32_t*>(p.extent + pairs_);
+  p.bounds = p.pair_x2 + pairs_;
+  p.clouds = DevPtr<const int64_t>(tables->get());
+  p.units = p.clouds + plan.clouds.size();
+  p.perm = DevPtr<uint32_t>(perm->get());
+  p.boxes = DevPtr<float>(boxes->get());
   p.idx_pq = DevPtr<int32_t>(idx_);
   p.idx_qp = p.idx_pq + tp_;
   p.dist_pq = DevPtr<float>(dist_);
@@ -118,32 +138,40 @@ ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq
   p.num_pairs = pairs_;
   p.tp = tp_;
   p.tq = tq_;
-  p.rows = tp_ + tq_;
+  p.num_units = static_cast<int64_t>(plan.units.size() / 3);
+  p.num_chunks = plan.chunks();
   p.dim = static_cast<int32_t>(dim_);
   p.bidirectional = both ? 1 : 0;
+  p.prune = prune ? 1 : 0;
+  // The cell sort's view: a CSR over cells whose entries are the rows, in perm
+  ChamferParams sort = p;
+  sort.rows = cells;
+  sort.counts = DevPtr<uint32_t>(counts->get());
+  sort.offsets = DevPtr<uint32_t>(offsets->get());
+  sort.block_sums = DevPtr<uint32_t>(sums->get());
+  sort.sources = p.perm;
+  p.rows = tp_ + tq_;
+  p.offsets = sort.offsets;  // the nearest-neighbour kernel seeds its search from the cells' offsets
 
   const int d = static_cast<int>(dim_);
-  const ChamferPlan plan = PlanChamfer(p_off_, q_off_, both, static_cast<int64_t>(rt_.props().sms) * ChamferBlocksPerSm(d));
-  p.num_tiles = static_cast<int64_t>(plan.tiles.size() / 6);
-  p.num_splits = plan.splits;
-  auto tiles = Block(rt_, plan.tiles.size() * sizeof(int64_t));
-  rt_.Upload(tiles->get(), plan.tiles.data(), plan.tiles.size() * sizeof(int64_t));
-  p.tiles = DevPtr<const int64_t>(tiles->get());
-  std::unique_ptr<ScopedBlock> part_key, part_idx;
-  if (plan.splits > 1) {
-    part_key = Block(rt_, plan.splits * T * sizeof(float));
-    part_idx = Block(rt_, plan.splits * T * sizeof(int32_t));
-    p.part_key = DevPtr<float>(part_key->get());
-    p.part_idx = DevPtr<int32_t>(part_idx->get());
-  } else {  // one slice: the kernel's partial results are the outputs, finalized in place
-    p.part_key = p.dist_pq;
-    p.part_idx = p.idx_pq;
-  }
-
+  const int64_t warps_per_block = ChamferThreads(d) / 32;
   PassTimer timer(rt_);
-  Launch(rt_, "chamfer_center", pairs_, 256, p);
+  const cu::CUdeviceptr bounds = reinterpret_cast<uintptr_t>(p.bounds);
+  const uint64_t keys = static_cast<uint64_t>(pairs_ * dim_);
+  Check(Api().cuMemsetD32Async(bounds, 0xffffffffu, keys, rt_.stream()), "cuMemsetD32Async");  // lo keys: the top
+  Zero(rt_, bounds + keys * 4, keys);                                                             // hi keys: the bottom
+  Launch(rt_, "chamfer_bounds", Blocks(tp_ + tq_, kChamferBoundsRun * 8), 256, p);  // 8 warps a block
+  Launch(rt_, "chamfer_center", Blocks(pairs_, 256), 256, p);
+  Zero(rt_, counts->get(), static_cast<uint64_t>(cells));
+  Launch(rt_, "chamfer_cell_count", Blocks(tp_ + tq_, 256), 256, sort);
+  Launch(rt_, "chamfer_scan_local", Blocks(cells, 1024), 1024, sort);
+  Launch(rt_, "chamfer_scan_sums", 1, 1024, sort);
+  Launch(rt_, "chamfer_scan_add", Blocks(cells, 1024), 1024, sort);
+  Launch(rt_, "chamfer_cell_place", Blocks(tp_ + tq_, 256), 256, sort);
+  Launch(rt_, "chamfer_csr_sort", Blocks(cells, 256), 256, sort);
   Launch(rt_, "chamfer_prep", Blocks(tp_ + tq_, 256), 256, p);
-  Launch(rt_, "chamfer_nearest_d" + std::to_string(dim_), p.num_tiles, ChamferThreads(d), p);
+  Launch(rt_, "chamfer_boxes", Blocks(plan.groups(), 256 / 32), 256, p);
+  Launch(rt_, "chamfer_nearest_d" + std::to_string(dim_), Blocks(p.num_units, warps_per_block), ChamferThreads(d), p);
   Launch(rt_, "chamfer_finalize", Blocks(both ? tp_ + tq_ : tp_, 256), 256, p);
   timing.kernel_ms = timer.Stop();
   rt_.Download(idx_pq, idx_, static_cast<uint64_t>(tp_) * 4);

@@ -3,8 +3,9 @@
 // ways) and the backward pass through the saved argmin, both on the device.
 //
 // Device memory of a session beyond the raw inputs (fp32 [T, d], T = tp + tq points): centred rows
-// [T, d + 1] f32, the argmin and distances [T] (the slices' partial results [splits, T] more when the
-// plan splits the target clouds); the backward adds the CSR (counts, offsets, sources: [T] u32), the
+// [T, d + 1] f32 (in sorted order), the argmin and distances [T]; the forward pass adds the sort
+// (permutation [T] u32, a CSR over about T / 2 cells or fewer) and the boxes (2d f32 per 32 points);
+// the backward adds the CSR (counts, offsets, sources: [T] u32), the
 // weights [T] f64 and the gradients [T, d] f32, released when it returns.
 #pragma once
 #include <cstdint>
@@ -49,8 +50,9 @@ class ChamferSession {
   bool bidirectional() const { return both_; }
 
   // Nearest neighbours P -> Q (and Q -> P when `both`) into the host arrays (compact order; [tp] and
-  // [tq]); the argmin stays on the device for Backward.
-  ChamferTiming Forward(bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp);
+  // [tq]); the argmin stays on the device for Backward. `prune` false visits every target (the same
+  // results, the brute-force cost: for comparison).
+  ChamferTiming Forward(bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp, bool prune = true);
   // Gradients [tp + tq, dim] (compact, P's rows then Q's) for per-source weights w [tp] or [tp + tq]
   // (d loss / d dist, P's sources then Q's; the Q -> P ones only after a bidirectional Forward), through
   // the CSR inverse of the argmin (deterministic) or float atomics.

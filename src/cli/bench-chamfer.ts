@@ -62,6 +62,12 @@ export interface ChamferBenchOptions {
   isa?: string;
   json?: boolean;
   torch: boolean;
+  /**
+   * The clouds: 'cube' (default: uniform in [-1, 1]^d), 'sphere' (uniform on the unit sphere's surface,
+   * a scanned shape), 'apart' (Q's cloud shifted 3 along the first axis: no neighbour close, the
+   * pruned search's worst case).
+   */
+  cloud?: 'cube' | 'sphere' | 'apart';
 }
 
 /** The clock the OS reports (os.cpus(), else /proc/cpuinfo's 'cpu MHz'); 0 when unknown. */
@@ -142,9 +148,19 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   const run = cuda ? { backend: 'cuda' as const } : { threads: opts.threads, isa };
   const shapes = opts.shape ?? DEFAULT_CHAMFER_SHAPES;
   const rng = new Rng(1);
-  const cloud = (b: number, n: number, d: number) => {
+  const kind = opts.cloud ?? 'cube';
+  const cloud = (b: number, n: number, d: number, shift: number) => {
     const data = new Float32Array(b * n * d);
     for (let i = 0; i < data.length; i++) data[i] = rng.float() * 2 - 1;
+    if (kind === 'sphere') {
+      for (let i = 0; i < b * n; i++) {
+        let s = 0;
+        for (let k = 0; k < d; k++) s += data[i * d + k] ** 2;
+        const r = Math.sqrt(s) || 1;
+        for (let k = 0; k < d; k++) data[i * d + k] /= r;
+      }
+    }
+    for (let i = 0; i < b * n; i++) data[i * d] += shift;
     return raggedBatch(
       data,
       Float64Array.from({ length: b + 1 }, (_, i) => i * n),
@@ -154,25 +170,28 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   const rows = [];
   for (const shape of shapes) {
     const progress = new Progress(`bench chamfer ${formatChamferShape(shape)}`, opts.warmup + opts.repeats);
-    const P = cloud(shape.b, shape.n, shape.d);
-    const Q = cloud(shape.b, shape.m, shape.d);
+    const P = cloud(shape.b, shape.n, shape.d, 0);
+    const Q = cloud(shape.b, shape.m, shape.d, kind === 'apart' ? 3 : 0);
     const grad = new Float64Array(shape.b).fill(1);
     const fwd: number[] = [];
     const bwd: number[] = [];
     const fwdDevice: number[] = [];
     const bwdDevice: number[] = [];
+    const allDevice: number[] = []; // CUDA: the forward visiting every target (prune: false)
     for (let i = 0; i < opts.warmup + opts.repeats; i++) {
       const t0 = process.hrtime.bigint();
       const t = await chamferTrain(P, Q, run);
       const t1 = process.hrtime.bigint();
       const g = await t.backward(grad);
       const t2 = process.hrtime.bigint();
+      const all = cuda ? await chamferTrain(P, Q, { ...run, prune: false }) : undefined;
       if (i >= opts.warmup) {
         fwd.push(Number(t1 - t0) / 1e6);
         bwd.push(Number(t2 - t1) / 1e6);
         if (t.deviceMs !== undefined && g.deviceMs !== undefined) {
           fwdDevice.push(t.deviceMs);
           bwdDevice.push(g.deviceMs);
+          if (all?.deviceMs !== undefined) allDevice.push(all.deviceMs);
         }
       }
       progress.update(i + 1);
@@ -193,6 +212,8 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
       repeats: opts.repeats,
       forwardMs: ms,
       forwardMinMs: Math.min(...(device ? fwdDevice : fwd)),
+      forwardAllTargetsMs: allDevice.length > 0 ? median(allDevice) : undefined,
+      cloud: kind,
       backwardMs: device ? median(bwdDevice) : median(bwd),
       timing: device ? 'device (CUDA events)' : 'wall',
       forwardWallMs: median(fwd),
@@ -235,6 +256,9 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
     console.log(
       'forward / backward: device time of the kernels (CUDA events, like the baseline); wall: host arrays in and out',
     );
+    console.log(
+      `clouds: ${kind}; forward: the pruned search; every target: the same forward visiting every target (prune: false)`,
+    );
   }
   printTable(
     [
@@ -242,6 +266,7 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
       'isa',
       'threads',
       'forward ms',
+      'every target ms',
       'backward ms',
       'wall fwd+bwd ms',
       'GFLOP/s',
@@ -254,6 +279,7 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
       o.isa,
       String(o.threads),
       fixed(o.forwardMs, 3),
+      o.forwardAllTargetsMs === undefined ? '-' : fixed(o.forwardAllTargetsMs, 3),
       fixed(o.backwardMs, 3),
       fixed(o.forwardWallMs + o.backwardWallMs, 2),
       fixed(o.gflops, 1),

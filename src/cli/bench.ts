@@ -92,6 +92,7 @@ interface BenchOptions {
 /** The options as parsed: --shape holds B,N,M,d shapes with --op chamfer. */
 type RawBenchOptions = Omit<BenchOptions, 'shape'> & {
   op: 'maxsim' | 'chamfer';
+  cloud?: 'cube' | 'sphere' | 'apart';
   shape?: (BenchShape | ChamferShape)[];
 };
 
@@ -228,6 +229,14 @@ export function benchCommand(): Command {
       collect(parseContention),
     )
     .option('--no-contention', 'with --train: skip the contention rows')
+    .addOption(
+      new Option(
+        '--cloud <kind>',
+        "--op chamfer: the clouds, 'cube' (uniform), 'sphere' (a surface) or 'apart'",
+      )
+        .choices(['cube', 'sphere', 'apart'])
+        .default('cube'),
+    )
     .addOption(new Option('--train-child <shape>').hideHelp())
     .action(async (raw: RawBenchOptions) => {
       const chamferShapes = raw.shape?.filter((s): s is ChamferShape => 'kind' in s);

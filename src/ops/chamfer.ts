@@ -42,6 +42,11 @@ export interface NearestOptions {
   threads?: number;
   /** CPU kernel set override, for tests and benchmarks. */
   isa?: ChamferIsa;
+  /**
+   * backend 'cuda': skip the runs of targets that provably hold no nearer point (default true). The
+   * results are the same either way; false visits every target (the brute-force cost, for comparison).
+   */
+  prune?: boolean;
 }
 
 export interface NearestResult {
@@ -134,7 +139,7 @@ interface CudaChamferAddon {
     device: number,
     P: TokenBatch,
     Q: TokenBatch,
-    options: { bidirectional: boolean },
+    options: { bidirectional: boolean; prune: boolean },
   ): Promise<
     Awaited<ReturnType<ChamferAddon['forwardAsync']>> & { kernelMs: number; session: CudaChamferSession }
   >;
@@ -174,7 +179,15 @@ async function forwardNative(
 ): Promise<
   Awaited<ReturnType<ChamferAddon['forwardAsync']>> & { kernelMs?: number; session?: CudaChamferSession }
 > {
-  if (onCuda(options)) return cudaAddon().chamferForward(options.device ?? 0, p, q, { bidirectional });
+  if (options.prune !== undefined && typeof options.prune !== 'boolean') {
+    throw new InvalidArgumentError('prune', 'true or false', JSON.stringify(options.prune));
+  }
+  if (onCuda(options)) {
+    return cudaAddon().chamferForward(options.device ?? 0, p, q, {
+      bidirectional,
+      prune: options.prune ?? true,
+    });
+  }
   return addon().forwardAsync(p, q, { ...nativeOptions(options), bidirectional });
 }
 

@@ -2,7 +2,8 @@
 // CPU's FMA kernel sets (AVX-512 / AVX2: the same fmaf sequence on the same centred rows), gradients
 // of the CSR backward bitwise the CPU's, the atomic backward within fp32 rounding of them, repeat runs
 // bitwise identical; ragged batches with empty and single-point clouds, every d in 1..8, duplicates,
-// a 1e4 offset and a large pair. Without a GPU every test skips with the reason.
+// a 1e4 offset, a large pair, and the pruned search's hard cases (lattice ties, surfaces, distant
+// clouds, NaN and infinite coordinates). Without a GPU every test skips with the reason.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { chamferIsas, chamferTrain, nearest } from '../../src/ops/chamfer.js';
@@ -125,6 +126,54 @@ describe(`CUDA Chamfer vs the CPU engine (seed ${runSeed})`, { skip }, () => {
       'batch',
     );
     await compare(clouds([60000], 3, rand), clouds([50000], 3, rand), 'large');
+  });
+
+  test('the pruned search: lattice ties across chunks, surfaces, distant clouds, NaN and infinite points', async () => {
+    const rand = rng(runSeed ^ 0x94);
+    const build = (sizes: number[], d: number, point: (out: Float32Array, at: number) => void) => {
+      const offsets = [0];
+      for (const n of sizes) offsets.push(offsets[offsets.length - 1] + n);
+      const data = new Float32Array(offsets[offsets.length - 1] * d);
+      for (let i = 0; i < data.length / d; i++) point(data, i * d);
+      return raggedBatch(data, offsets, { dim: d, checkFinite: false });
+    };
+    // integer and half-integer coordinates: many exact ties, between points of different chunks
+    const grid = (step: number) => (o: Float32Array, at: number) => {
+      for (let k = 0; k < 3; k++) o[at + k] = Math.floor((rand() * 24) / step) * step;
+    };
+    await compare(build([30000, 700], 3, grid(0.5)), build([25000, 900], 3, grid(1)), 'lattice');
+    const sphere = (shift: number) => (o: Float32Array, at: number) => {
+      let s = 0;
+      for (let k = 0; k < 3; k++) {
+        o[at + k] = rand() * 2 - 1;
+        s += o[at + k] ** 2;
+      }
+      for (let k = 0; k < 3; k++) o[at + k] = o[at + k] / Math.sqrt(s || 1) + (k === 0 ? shift : 0);
+    };
+    await compare(build([40000], 3, sphere(0)), build([30000], 3, sphere(0)), 'sphere');
+    await compare(build([5000, 3000], 3, sphere(0)), build([4000, 2000], 3, sphere(3)), 'apart');
+    // NaN and infinite coordinates: a NaN key never wins; an infinite point turns the pruning off
+    const odd = (bad: number) => (o: Float32Array, at: number) => {
+      for (let k = 0; k < 3; k++) o[at + k] = rand() * 2 - 1;
+      if (rand() < 0.01) o[at + Math.floor(rand() * 3)] = bad;
+    };
+    const P = build([6000, 2000], 3, odd(Number.NaN));
+    const Q = build([5000, 2500], 3, odd(Number.NaN));
+    const Qinf = build([5000, 2500], 3, odd(Number.POSITIVE_INFINITY));
+    for (const [q, name] of [
+      [Q, 'NaN'],
+      [Qinf, 'infinite'],
+    ] as const) {
+      const cpu = await nearest(P, q, { backend: 'cpu', isa: fmaIsa });
+      for (const prune of [true, false]) {
+        const gpu = await nearest(P, q, { backend: 'cuda', prune });
+        if (fmaIsa) assert.deepEqual(gpu.index, cpu.index, `${name} points, prune ${prune}: argmin`);
+        if (fmaIsa)
+          assert.ok(bitsEqual(gpu.distance, cpu.distance), `${name} points, prune ${prune}: distances`);
+      }
+    }
+    // the option's own check
+    await assert.rejects(nearest(P, Q, { backend: 'cuda', prune: 'yes' as unknown as boolean }), /prune/);
   });
 
   test('repeat runs are bitwise identical', async () => {

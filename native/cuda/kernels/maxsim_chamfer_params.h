@@ -2,64 +2,71 @@
 // Shared by the kernels (nvcc) and by the binding that launches them (g++): fixed-width plain types only.
 //
 // Points are compact on the device: pair by pair, point by point (p_off / q_off [B+1] are the running
-// sums of the cloud sizes). Gradient rows: P's points are rows [0, tp), Q's are rows [tp, tp + tq);
-// sources: P's point i is source i (its choice lands on a Q row), Q's point j is source tp + j.
+// sums of the cloud sizes). Rows: P's point i is row i, Q's point j is row tp + j (gradient rows and
+// sources alike). The forward pass sorts every cloud along a Morton curve of its cells (a permutation
+// within the cloud's own rows, so a cloud keeps its range of positions) and searches in that order.
 #pragma once
 #include <stdint.h>
 
 struct ChamferParams {
   const float* p_raw;       // [tp, dim] the input coordinates
   const float* q_raw;       // [tq, dim]
-  float* p_cen;             // [tp, dim + 1] centred coordinates and |x - c|^2
-  float* q_cen;             // [tq, dim + 1]
+  float* p_cen;             // [tp, dim + 1] centred coordinates and |x - c|^2, in sorted order
+  float* q_cen;             // [tq, dim + 1] (p_cen + tp * (dim + 1): one array of the tp + tq rows)
   const int64_t* p_off;     // [num_pairs + 1]
   const int64_t* q_off;     // [num_pairs + 1]
+  uint32_t* bounds;         // [2, num_pairs, dim]: the bounding boxes (lo keys, then hi keys; chamfer_bounds)
   float* centers;           // [num_pairs, dim]
-  // [num_tiles, 6]: direction (0: P -> Q, 1: Q -> P), pair, first source, target range [begin, end),
-  // split (which slice of the target cloud: the partial results' slot)
-  const int64_t* tiles;
+  float* extent;            // [num_pairs] half the longest side of the pair's bounding box (the cell grid)
+  uint32_t* pair_x2;        // [num_pairs] bits of the largest centred |x|^2 of the pair (the key's error bound)
+  // [2 num_pairs, 4]: per cloud (P's clouds, then Q's, pair order): first cell, cell bits per axis,
+  // first chunk (kChamferChunk sorted points), first group (kChamferGroup sorted points)
+  const int64_t* clouds;
+  uint32_t* perm;           // [tp + tq] sorted position -> row
+  float* boxes;             // [num_chunks + groups, 2, dim]: bounding boxes (lo, hi) of chunks, then groups
+  const int64_t* units;     // [num_units, 3]: direction (0: P -> Q, 1: Q -> P), pair, first sorted source
   int32_t* idx_pq;          // [tp] nearest Q point of each P point (local index; -1: empty cloud)
   float* dist_pq;           // [tp]
   int32_t* idx_qp;          // [tq]
   float* dist_qp;           // [tq]
-  // [num_splits, rows]: per split of the target cloud and source row (P's point i: row i; Q's point
-  // j: row tp + j), the smallest search key and its target; with one split these are dist / idx
-  float* part_key;
-  int32_t* part_idx;
   const double* w_p;        // [tp] d loss / d dist_pq
   const double* w_q;        // [tq] d loss / d dist_qp (null: forward direction only)
   float* dp;                // [tp, dim]
   float* dq;                // [tq, dim]
-  uint32_t* counts;         // [rows]: sources per row, then the placement cursor
-  uint32_t* offsets;        // [rows + 1]: exclusive scan of counts
+  // A CSR of `rows` rows: the backward's (rows: gradient rows, sources: sources) and the cell sort's
+  // (rows: cells, sources: perm)
+  uint32_t* counts;         // [rows]: entries per row, then the placement cursor
+  uint32_t* offsets;        // [rows + 1]: exclusive scan of counts (chamfer_nearest_d*: the cells')
   uint32_t* block_sums;     // [ceil(rows / 1024)] scan scratch
-  uint32_t* sources;        // [sources]: per row, ascending after chamfer_csr_sort
-  void* pad_ptr;
+  uint32_t* sources;        // [entries]: per row, ascending after chamfer_csr_sort
   int64_t num_pairs;
   int64_t tp;
   int64_t tq;
-  int64_t num_tiles;
-  int64_t rows;             // tp + tq
+  int64_t num_units;
+  int64_t rows;             // tp + tq (the cell sort's scan: the number of cells)
+  int64_t num_chunks;       // chunk boxes before the group boxes in `boxes`
   int32_t dim;              // 1..8
   int32_t bidirectional;    // 1: the Q -> P direction exists (idx_qp, w_q)
-  int32_t num_splits;       // slices of every target cloud (tiles' split field < num_splits)
+  int32_t prune;            // 1: skip chunks that provably hold no nearer target; 0: visit every target
   int32_t pad0;
 };
 
-// chamfer_nearest_d<D>: kChamferTile sources per tile, ChamferRows(D) per thread in registers, so
-// ChamferThreads(D) threads per block; ChamferBlocksPerSm(D) blocks resident per SM (the kernels'
-// __launch_bounds__ minimum, which caps their registers: 48 up to d = 4, 64 above), the host sizing
-// its plan in whole waves of them. Measured on the H200 against 8 rows x 128 threads at 64 registers
-// and 4 rows at 40 registers (bench/NOTES.md, 'Chamfer distance').
+// chamfer_nearest_d<D>: each warp searches for kChamferUnit sorted sources of one cloud (ChamferRows
+// per lane, in registers), kChamferChunk targets at a time; ChamferThreads(D) threads per block,
+// ChamferBlocksPerSm(D) blocks resident per SM (the kernels' __launch_bounds__ minimum, which caps
+// their registers).
 #ifdef __CUDACC__
 #define MAXSIM_CHAMFER_HD __host__ __device__
 #else
 #define MAXSIM_CHAMFER_HD
 #endif
-constexpr int64_t kChamferTile = 1024;
+constexpr int64_t kChamferChunk = 32;    // targets per bounding box, per running minimum, per load
+constexpr int64_t kChamferGroup = 1024;  // targets per coarse bounding box (32 chunks: one per lane)
+constexpr int64_t kChamferBoundsRun = 512;   // rows per warp in chamfer_bounds
 MAXSIM_CHAMFER_HD constexpr int ChamferRows(int /*dim*/) { return 4; }
-MAXSIM_CHAMFER_HD constexpr int ChamferThreads(int dim) { return static_cast<int>(kChamferTile) / ChamferRows(dim); }
-MAXSIM_CHAMFER_HD constexpr int ChamferBlocksPerSm(int dim) { return dim <= 4 ? 5 : 4; }
+constexpr int64_t kChamferUnit = 32 * 4;  // sources per warp: 32 lanes x ChamferRows
+MAXSIM_CHAMFER_HD constexpr int ChamferThreads(int /*dim*/) { return 128; }
+MAXSIM_CHAMFER_HD constexpr int ChamferBlocksPerSm(int dim) { return dim <= 4 ? 8 : 6; }
 
-// nvcc and g++ must agree on the layout the driver copies (23 pointers, 5 int64, 4 int32).
-static_assert(sizeof(ChamferParams) == 240, "ChamferParams layout changed: update both sides");
+// nvcc and g++ must agree on the layout the driver copies (26 pointers, 6 int64, 4 int32).
+static_assert(sizeof(ChamferParams) == 272, "ChamferParams layout changed: update both sides");
