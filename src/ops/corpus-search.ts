@@ -124,6 +124,8 @@ export interface SearchResult {
 
 export interface ScanStats {
   backend: 'cpu' | 'cuda';
+  /** The MANIFEST generation the search ran on (every hit, id and score is from it). */
+  generation?: number;
   blocks: number;
   bytes: number;
   documents: number;
@@ -455,7 +457,7 @@ export class Corpus {
     const hits = result.hits.map((row) =>
       row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) })),
     );
-    return { hits, stats: result.stats };
+    return { hits, stats: { ...result.stats, generation: file.info.generation } };
   }
 
   // The stream scan knows nothing of deletions: ask for k + deleted, drop the deleted, cut to k.
