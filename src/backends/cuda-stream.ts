@@ -179,9 +179,10 @@ export async function pinCorpusFiles(
   await cuda({ device });
   const files = file.segments.map((s) => s.file);
   const ahead = options.ahead ?? false;
+  // read through the snapshot's paths (they stay valid after a writer removes the files)
   const handle = await (nativeCuda() as unknown as StreamAddon).pinFiles(
     device,
-    files,
+    file.segments.map((s) => s.path),
     ahead ? PIN_CHUNK_BYTES : undefined,
   );
   const pin = { device, bytes: file.info.bytes, handle, files, ahead };
@@ -515,7 +516,7 @@ async function streamSearch(
           indices[i],
           q,
           {
-            files: file.segments.map((s) => s.file),
+            files: file.segments.map((s) => s.path),
             blocks: plan.blockFields,
             starts: plan.starts,
             lengths: plan.lengths,

@@ -124,6 +124,8 @@ export interface SearchResult {
 
 export interface ScanStats {
   backend: 'cpu' | 'cuda';
+  /** The MANIFEST generation the search ran on (every hit, id and score is from it). */
+  generation?: number;
   blocks: number;
   bytes: number;
   documents: number;
@@ -270,23 +272,64 @@ function snapshotQueries(q: TokenBatch): TokenBatch {
   return { ...q, layout: 'ragged', data, starts, lengths, maxLength, ...(scales ? { scales } : {}) };
 }
 
-/** An on-disk corpus opened for search. */
+/**
+ * An on-disk corpus opened for search. It follows its directory: each search, get() and
+ * readDocuments() first checks (one stat and a 16-byte read) whether a newer MANIFEST generation was
+ * published, by this process or any other, and if so switches to it; a search then runs on that one
+ * snapshot to its end (ids, scores and deletions all from it), whatever is published meanwhile, and
+ * the files of older snapshots stay readable until the searches using them end. `follow: false`
+ * keeps the snapshot it was opened on.
+ */
 export class Corpus {
-  // Block mappings kept for the life of the corpus: a repeated search touches mapped pages without
-  // faulting them in again. They cost address space and page tables only (the pages are the page cache's).
+  // Block mappings kept while their segment is in the corpus: a repeated search touches mapped pages
+  // without faulting them in again. They cost address space and page tables only (the pages are the
+  // page cache's).
   private readonly mapped = new Map<string, TokenBatch>();
+  private current: CorpusFile;
+  private readonly follow: boolean;
 
-  constructor(readonly file: CorpusFile) {}
+  constructor(file: CorpusFile, options: { follow?: boolean } = {}) {
+    this.current = file;
+    this.follow = options.follow ?? true;
+  }
 
   // corpus.pin()'s pin and the one CUDA searches pin ahead (transfer 'auto' / 'pin')
   private readonly pins: CorpusPins = {};
 
-  /** Drops the cached mappings (they are unmapped once garbage-collected) and any GPU pin. */
+  /** The snapshot the corpus answers from (see refresh()). */
+  get file(): CorpusFile {
+    return this.current;
+  }
+
+  /**
+   * Switches to the newest published generation when it is newer than the current one (and the
+   * corpus follows its directory); returns the snapshot answered from now on.
+   */
+  refresh(): CorpusFile {
+    if (!this.follow) return this.current;
+    const next = this.current.refresh();
+    if (next === this.current) return next;
+    const old = this.current;
+    this.current = next;
+    old.close();
+    // mappings of segments the new snapshot no longer names go (searches using them hold their own)
+    const live = new Set(next.segments.map((s) => s.file));
+    for (const key of this.mapped.keys())
+      if (!live.has(key.slice(0, key.lastIndexOf('@')))) this.mapped.delete(key);
+    return next;
+  }
+
+  // The snapshot one operation runs on, from start to end: close() it after.
+  private pinned(): CorpusFile {
+    return this.refresh().retain();
+  }
+
+  /** Drops the cached mappings (they are unmapped once garbage-collected) and any GPU pin; closes the snapshot. */
   close(): void {
     this.mapped.clear();
     this.unpin();
+    this.current.close();
   }
-
   /**
    * Page-locks the corpus files for GPU searches (the pin serves every GPU of the host; `device`,
    * default 0, registers it): later CUDA searches copy blocks from the page cache by DMA, with no CPU
@@ -322,12 +365,22 @@ export class Corpus {
 
   /** Re-reads every byte and checks the checksums (throws FormatError naming the damage). */
   verify(onProgress?: (p: VerifyProgress) => void): void {
-    this.file.verify(onProgress);
+    const file = this.pinned();
+    try {
+      file.verify(onProgress);
+    } finally {
+      file.close();
+    }
   }
 
   /** Reads documents by index (a packed batch in the corpus dtype). */
   readDocuments(indices: ArrayLike<number>): TokenBatch {
-    return this.file.readDocuments(indices);
+    const file = this.pinned();
+    try {
+      return file.readDocuments(indices);
+    } finally {
+      file.close();
+    }
   }
 
   /**
@@ -335,7 +388,12 @@ export class Corpus {
    * corpus dtype in request order; unknown or deleted ids are an InvalidArgumentError listing a few.
    */
   get(ids: readonly string[]): TokenBatch {
-    return this.file.getDocuments(ids);
+    const file = this.pinned();
+    try {
+      return file.getDocuments(ids);
+    } finally {
+      file.close();
+    }
   }
 
   /** The best `topK` documents of the corpus for each query, best first. */
@@ -350,12 +408,26 @@ export class Corpus {
   ): Promise<SearchResult> {
     const signal = checkSignal(options.signal);
     throwIfAborted(signal);
+    const file = this.pinned();
+    try {
+      return await this.searchOn(file, queries, options, signal);
+    } finally {
+      file.close();
+    }
+  }
+
+  private async searchOn(
+    file: CorpusFile,
+    queries: TokenMatrix | TokenBatch,
+    options: CorpusSearchOptions,
+    signal: AbortSignal | undefined,
+  ): Promise<SearchResult> {
     const k = checkK(options.topK ?? 10);
-    const q = snapshotQueries(queriesFor(this.info.dtype, asQueries(queries)));
-    if (q.dim !== this.info.dim)
+    const q = snapshotQueries(queriesFor(file.info.dtype, asQueries(queries)));
+    if (q.dim !== file.info.dim)
       throw new InvalidArgumentError(
         'queries.dim',
-        `${this.info.dim} (the dimension of the corpus)`,
+        `${file.info.dim} (the dimension of the corpus)`,
         String(q.dim),
       );
     if (
@@ -372,35 +444,36 @@ export class Corpus {
     const subset =
       options.ids === undefined
         ? undefined
-        : [...new Set(this.file.indicesOf(options.ids, 'ids'))].sort((a, b) => a - b);
+        : [...new Set(file.indicesOf(options.ids, 'ids'))].sort((a, b) => a - b);
     const result = await withCancelFlag(signal, (cancel) =>
       subset
         ? backend === 'cuda'
-          ? this.searchSubsetInMemory(q, k, subset, options)
-          : this.searchCpu(q, k, options, cancel, subset)
+          ? this.searchSubsetInMemory(file, q, k, subset, options)
+          : this.searchCpu(file, q, k, options, cancel, subset)
         : backend === 'cuda'
-          ? this.searchCuda(q, k, options, cancel)
-          : this.searchCpu(q, k, options, cancel),
+          ? this.searchCuda(file, q, k, options, cancel)
+          : this.searchCpu(file, q, k, options, cancel),
     );
     const hits = result.hits.map((row) =>
-      row.map((h) => ({ index: h.index, score: h.score, id: this.file.id(h.index) })),
+      row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) })),
     );
-    return { hits, stats: result.stats };
+    return { hits, stats: { ...result.stats, generation: file.info.generation } };
   }
 
   // The stream scan knows nothing of deletions: ask for k + deleted, drop the deleted, cut to k.
   private async searchCuda(
+    file: CorpusFile,
     q: TokenBatch,
     k: number,
     options: CorpusSearchOptions,
     cancel: Int32Array | undefined,
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
-    const mask = this.file.deletedMask;
-    const extra = this.info.deleted;
+    const mask = file.deletedMask;
+    const extra = file.info.deleted;
     const result = await cudaStreamSearch(
-      this.file,
+      file,
       q,
-      Math.min(k + extra, this.info.documents),
+      Math.min(k + extra, file.info.documents),
       options,
       this.pins,
       cancel,
@@ -414,6 +487,7 @@ export class Corpus {
 
   // CUDA with a list of ids: the documents are read (a copy) and scored in memory on the GPU.
   private async searchSubsetInMemory(
+    file: CorpusFile,
     q: TokenBatch,
     k: number,
     subset: number[],
@@ -425,7 +499,7 @@ export class Corpus {
         hits: Array.from({ length: q.count }, () => []),
         stats: { backend: 'cuda', blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
       };
-    const docs = this.file.readDocuments(subset);
+    const docs = file.readDocuments(subset);
     const hits = (
       await topKAll(q, docs, Math.min(k, subset.length), {
         backend: 'cuda',
@@ -447,6 +521,7 @@ export class Corpus {
   }
 
   private async searchCpu(
+    file: CorpusFile,
     q: TokenBatch,
     k: number,
     options: CorpusSearchOptions,
@@ -454,15 +529,15 @@ export class Corpus {
     subset?: number[],
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
-    const info = this.info;
+    const info = file.info;
     // a block is mapped as one ArrayBuffer: never larger than this Node makes (Node 20: 4 GiB); only a
     // single document beyond that is refused (by mapFile, naming the segment)
-    const blocks = this.file.planBlocks(
+    const blocks = file.planBlocks(
       Math.min(options.blockBytes ?? CPU_BLOCK_BYTES, bufferConstants.MAX_LENGTH),
     );
     let cursor = 0; // subset: the first selected document not yet scored
     const subsetBytes = subset
-      ? subset.reduce((a, i) => a + this.file.lengths[i], 0) * storedTokenBytes(info.dtype, info.dim)
+      ? subset.reduce((a, i) => a + file.lengths[i], 0) * storedTokenBytes(info.dtype, info.dim)
       : 0;
     let running: Hit[][] = Array.from({ length: q.count }, () => []);
     let documents = 0;
@@ -488,10 +563,10 @@ export class Corpus {
       }
       if (verify) {
         const t0 = performance.now();
-        verifiedBytes += this.file.verifyBlock(block, mapped);
+        verifiedBytes += file.verifyBlock(block, mapped);
         verifyMs += performance.now() - t0;
       }
-      let docs = this.mapBlock(block);
+      let docs = this.mapBlock(file, block);
       if (selected)
         docs = subBatch(
           docs,
@@ -505,11 +580,11 @@ export class Corpus {
         ? blockTopK(scores, q.count, selected.length, k, 0).map((row) =>
             row.map((h) => ({ index: selected[h.index], score: h.score })),
           )
-        : blockTopK(scores, q.count, block.documents, k, block.firstDocument, this.file.deletedMask);
+        : blockTopK(scores, q.count, block.documents, k, block.firstDocument, file.deletedMask);
       running = running.map((r, i) => mergeHits(r, blockHits[i], k));
       documents += selected ? selected.length : block.documents;
       bytes += selected
-        ? selected.reduce((a, i) => a + this.file.lengths[i], 0) * tokenBytes
+        ? selected.reduce((a, i) => a + file.lengths[i], 0) * tokenBytes
         : block.tokens * tokenBytes;
       if (firstBlockSeconds === 0) firstBlockSeconds = (performance.now() - started) / 1000;
       options.onProgress?.({
@@ -536,13 +611,15 @@ export class Corpus {
   }
 
   // A block as a ragged batch over the mapped file (no copy).
-  private mapBlock(block: CorpusBlock): TokenBatch {
-    const key = `${block.segment}:${block.firstToken}:${block.tokens}:${block.documents}`;
+  private mapBlock(file: CorpusFile, block: CorpusBlock): TokenBatch {
+    // by segment file (a snapshot's segment numbers shift when a compaction rewrote the corpus)
+    const seg = file.segments[block.segment];
+    const key = `${seg.file}@${seg.header.tokensSection.bytes}:${block.firstToken}:${block.tokens}:${block.documents}`;
     const cached = this.mapped.get(key);
     if (cached) return cached;
-    const info = this.info;
-    const ranges = this.file.blockRanges(block);
-    const { starts, lengths } = this.file.blockSpans(block);
+    const info = file.info;
+    const ranges = file.blockRanges(block);
+    const { starts, lengths } = file.blockSpans(block);
     const map = fileAddon().mapFile;
     const data = typedView(
       info.dtype,
@@ -583,7 +660,10 @@ function subBatch(docs: TokenBatch, local: number[]): TokenBatch {
   return { ...docs, count: local.length, starts, lengths, maxLength };
 }
 
-/** Opens an on-disk corpus for search (checks its manifest, headers, offsets and ids). */
-export function openCorpus(path: string): Corpus {
-  return new Corpus(CorpusFile.open(path));
+/**
+ * Opens an on-disk corpus for search (checks its manifest, headers, offsets and ids). It follows its
+ * directory (see Corpus) unless `follow: false`.
+ */
+export function openCorpus(path: string, options: { follow?: boolean } = {}): Corpus {
+  return new Corpus(CorpusFile.open(path), options);
 }

@@ -1,7 +1,11 @@
 // The corpus a server holds: an on-disk corpus (memory-mapped on the CPU; uploaded segment by segment
-// to the GPU when it fits there, else streamed), as an immutable snapshot. An append writes and
-// publishes a new segment through CorpusWriter, opens the corpus again and only then swaps the
-// snapshot: a search runs on the snapshot it started with, so it sees a segment whole or not at all.
+// to the GPU when it fits there, else streamed), as immutable snapshots. The server follows the
+// directory: before each request it checks (one stat and a 16-byte read) whether a newer MANIFEST
+// generation was published, by itself or any other process, and if so builds the next snapshot
+// (reusing the files and ids both name) and swaps it in. A request runs on the one snapshot it
+// started with, ids resolved and documents scored on it, so it sees a write whole or not at all; the
+// files of older snapshots stay open until their last request ends. Writes (appends, deletes) run in
+// a worker thread, and the answer comes from the MANIFEST that the write published.
 
 import { constants as bufferConstants } from 'node:buffer';
 import { Worker } from 'node:worker_threads';
@@ -9,14 +13,14 @@ import { type CudaMemory, cuda } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import {
+  type CorpusFile,
   type CorpusInfo,
-  CorpusLockedError,
-  deleteDocuments,
   duplicateIds,
+  manifestStamp,
   typedView,
 } from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
-import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
+import { Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
 import {
@@ -27,7 +31,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import type { AppendJob } from './append-worker.js';
+import type { WriteAnswer, WriteJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
 
 /** An id (or index) the corpus does not hold: HTTP 404. */
@@ -137,7 +141,6 @@ interface Snapshot {
   corpus: Corpus;
   /** CPU: each segment's documents as a batch over its mapped token rows, made on first use. */
   mapped: Map<number, TokenBatch>;
-  idIndex: Map<string, number> | undefined;
   segments: DeviceSegment[];
   users: number;
   retired: boolean;
@@ -162,7 +165,14 @@ const MISSING_SHOWN = 5;
 export class ResidentCorpus {
   private current: Snapshot;
   private writes: Promise<unknown> = Promise.resolve();
+  private switching: Promise<void> | undefined;
+  private lastFollowError: Error | undefined;
   private closed = false;
+  // resolveIds() answers: the snapshot and ids behind them, so scoring resolves on its own snapshot
+  private readonly resolved = new WeakMap<
+    readonly number[],
+    { ids: readonly string[]; field: string; file: CorpusFile }
+  >();
 
   private constructor(
     readonly dir: string,
@@ -177,7 +187,9 @@ export class ResidentCorpus {
 
   static async open(options: ResidentOptions): Promise<ResidentCorpus> {
     const backend = resolveBackend(options.backend ?? 'auto');
-    const corpus = openCorpus(options.corpus);
+    // a fixed snapshot per Corpus: the server decides when to switch (see follow())
+    const corpus = openCorpus(options.corpus, { follow: false });
+    await corpus.file.indexIds();
     if (backend === 'cpu') {
       if (options.pin)
         throw new InvalidArgumentError('pin', "backend 'cuda' or 'auto' (pinning feeds the GPU)", "'cpu'");
@@ -205,12 +217,72 @@ export class ResidentCorpus {
     return this.gpu?.name;
   }
 
+  /**
+   * The corpus as the current snapshot holds it (`live` and `deleted` count its documents). A newer
+   * generation on disk is noticed here too and swapped in for the next request.
+   */
   get info(): CorpusInfo {
+    void this.follow();
     return this.current.corpus.info;
   }
 
-  /** Runs `work` on the current snapshot; the snapshot stays usable until it returns. */
+  /** Why the last attempt to follow a newer generation failed (the server kept the snapshot it had). */
+  get followError(): Error | undefined {
+    return this.lastFollowError;
+  }
+
+  /**
+   * Swaps in the newest published generation when it is newer than the current snapshot: one stat
+   * and a 16-byte read when it is not. One swap at a time; callers wait for one in progress.
+   */
+  follow(): Promise<void> {
+    if (this.switching) return this.switching;
+    if (this.closed || manifestStamp(this.dir) === this.current.corpus.file.stamp) return Promise.resolve();
+    this.switching = this.swap()
+      .then(
+        () => {
+          this.lastFollowError = undefined;
+        },
+        (e: Error) => {
+          // kept serving the snapshot it has (never half a new one); the next request tries again
+          this.lastFollowError = e;
+        },
+      )
+      .finally(() => {
+        this.switching = undefined;
+      });
+    return this.switching;
+  }
+
+  // Follows until the current snapshot is at least `generation` (a swap begun before a write published
+  // may bring an older one).
+  private async followTo(generation: number): Promise<void> {
+    for (let i = 0; i < 4 && this.current.corpus.info.generation < generation; i++) await this.follow();
+  }
+
+  private async swap(): Promise<void> {
+    const before = this.current;
+    const file = before.corpus.file.refresh();
+    if (file === before.corpus.file) return;
+    const corpus = new Corpus(file, { follow: false });
+    try {
+      // the ids of a rewritten corpus (a compaction) are indexed a slice at a time between requests
+      await file.indexIds();
+      if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
+      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
+      if (this.closed) throw new MaxsimError('the server is shutting down');
+      this.current = snapshotOf(corpus, segments);
+    } catch (e) {
+      corpus.close();
+      throw e;
+    }
+    before.retired = true;
+    if (before.users === 0) closeSnapshot(before);
+  }
+
+  /** Runs `work` on the newest snapshot; the snapshot stays usable until it returns. */
   private async using<T>(work: (s: Snapshot) => Promise<T>): Promise<T> {
+    await this.follow();
     const s = this.current;
     s.users++;
     try {
@@ -284,29 +356,37 @@ export class ResidentCorpus {
         merge += performance.now() - t0;
       }
       const t0 = performance.now();
-      const named = merged.map((row) => row.map((h) => ({ ...h, id: s.corpus.id(h.index) })));
+      const named = merged.map((row) => row.map((h) => ({ ...h, id: file.id(h.index) })));
       if (timing) timing.merge = (merge + performance.now() - t0) / 1000;
       return named;
     });
   }
 
-  /** Global indices of ids (an id is its index as a string in a corpus without ids). */
+  /**
+   * Global indices of ids (an id is its index as a string in a corpus without ids) in the current
+   * snapshot; unknown or deleted ids are a NotFoundError. Scoring these indices later
+   * (scoreDocuments / scoreDocumentsAll) resolves the same ids again if the snapshot changed
+   * meanwhile, so the scores always belong to the ids.
+   */
   resolveIds(ids: readonly string[], field: string): number[] {
-    const s = this.current;
-    const n = s.corpus.info.documents;
-    const missing: string[] = [];
-    let total = 0;
-    const out = ids.map((id) => {
-      const index = s.idIndex ? s.idIndex.get(id) : /^(0|[1-9]\d*)$/.test(id) ? Number(id) : undefined;
-      if (index === undefined || index >= n || s.corpus.file.isDeleted(index)) {
-        total++;
-        if (missing.length < MISSING_SHOWN) missing.push(id);
-        return -1;
-      }
-      return index;
-    });
-    if (total > 0) throw new NotFoundError(field, missing, total);
+    const out = resolveOn(this.current, ids, field);
+    this.resolved.set(out, { ids: [...ids], field, file: this.current.corpus.file });
     return out;
+  }
+
+  /**
+   * Every query against documents of the corpus by id, resolved and scored on one snapshot:
+   * [queries.count * ids.length] scores, and the indices the ids had there.
+   */
+  scoreIds(
+    queries: TokenBatch,
+    ids: readonly string[],
+    field: string,
+  ): Promise<{ indices: number[]; scores: Float32Array; info: CorpusInfo }> {
+    return this.using(async (s) => {
+      const indices = resolveOn(s, ids, field);
+      return { indices, scores: await this.scoreOn(s, queries, indices), info: s.corpus.info };
+    });
   }
 
   /** One query against documents of the corpus by index: [indices.length] scores. */
@@ -316,7 +396,17 @@ export class ResidentCorpus {
 
   /** Every query against documents of the corpus by index: [queries.count * indices.length] scores. */
   scoreDocumentsAll(queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
+    const from = this.resolved.get(indices);
     return this.using(async (s) => {
+      // indices from resolveIds() on an older snapshot: the same ids, resolved on this one
+      const at = from && s.corpus.file !== from.file ? resolveOn(s, from.ids, from.field) : indices;
+      return this.scoreOn(s, queries, at);
+    });
+  }
+
+  // The scores of documents by index on snapshot `s` (pinned by the caller).
+  private async scoreOn(s: Snapshot, queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
+    {
       const n = indices.length;
       if (n === 0 || queries.count === 0) return new Float32Array(queries.count * n);
       if (this.mode !== 'resident') {
@@ -352,12 +442,14 @@ export class ResidentCorpus {
         }
       }
       return out;
-    });
+    }
   }
 
   /**
-   * Appends documents as one new segment (crash-safe, published atomically), then makes them visible:
-   * later searches see all of them, earlier ones none. Appends run one at a time.
+   * Appends documents as one new segment (crash-safe, published atomically; written in a worker
+   * thread), then makes them visible: later searches see all of them, earlier ones none. Appends and
+   * deletes run one at a time; `first` and `info` come from the MANIFEST the append published (another
+   * writer may have added documents since this server last looked).
    */
   append(
     docs: PackedTokens,
@@ -365,6 +457,7 @@ export class ResidentCorpus {
   ): Promise<{ first: number; added: number; info: CorpusInfo }> {
     const run = async () => {
       if (this.closed) throw new MaxsimError('the server is shutting down');
+      await this.follow();
       const before = this.current;
       const info = before.corpus.info;
       if (info.hasIds !== (ids !== undefined))
@@ -374,12 +467,13 @@ export class ResidentCorpus {
           ids === undefined ? 'none' : 'ids',
         );
       if (ids) {
-        // the writer's rule (CorpusWriter refuses the same), checked here first to answer 409
+        // the writer's rule, checked here first to answer 409 without a write (the writer checks
+        // again under the lock, against what another process may have added since)
         const seen = new Map<string, number>();
         const message = duplicateIds(
           ids,
           (id) => {
-            const at = before.idIndex?.get(id);
+            const at = before.corpus.file.indexOf(id);
             if (at !== undefined) return `already in the corpus (document ${at})`;
             const i = seen.get(id);
             return i === undefined ? undefined : `repeats ids[${i}] of this request`;
@@ -390,14 +484,17 @@ export class ResidentCorpus {
         );
         if (message) throw new ConflictError(message);
       }
-      await writeSegment({ dir: this.dir, data: docs.data, offsets: docs.offsets, dim: docs.dim, ids });
-      const corpus = openCorpus(this.dir);
-      if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
-      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
-      this.current = snapshotOf(corpus, segments);
-      before.retired = true;
-      if (before.users === 0) closeSnapshot(before);
-      return { first: info.documents, added: docs.offsets.length - 1, info: corpus.info };
+      const added = docs.offsets.length - 1;
+      const done = await runWrite({
+        op: 'append',
+        dir: this.dir,
+        data: docs.data,
+        offsets: docs.offsets,
+        dim: docs.dim,
+        ids,
+      });
+      await this.followTo(done.info.generation);
+      return { first: done.info.documents - added, added, info: done.info };
     };
     const result = this.writes.then(run, run);
     this.writes = result.catch(() => undefined);
@@ -405,31 +502,25 @@ export class ResidentCorpus {
   }
 
   /**
-   * Deletes documents by id (tombstones published atomically, see deleteDocuments), then makes that
-   * visible: later searches and lookups skip them, earlier ones see them all. Runs in the queue of
-   * appends; unknown or deleted ids are a NotFoundError and nothing is written.
+   * Deletes documents by id (tombstones published atomically, see deleteDocuments; in a worker
+   * thread), then makes that visible: later searches and lookups skip them, earlier ones see them all.
+   * Ids are looked up in the corpus as the write finds it under the lock: unknown or already deleted
+   * ones are a NotFoundError and nothing is written, unless `ignoreMissing` (then they are `absent`).
    */
-  delete(ids: readonly string[]): Promise<{ deleted: number; info: CorpusInfo }> {
+  delete(
+    ids: readonly string[],
+    options: { ignoreMissing?: boolean } = {},
+  ): Promise<{ deleted: number; absent: string[]; info: CorpusInfo }> {
     const run = async () => {
       if (this.closed) throw new MaxsimError('the server is shutting down');
-      const before = this.current;
-      this.resolveIds(ids, 'ids');
-      let result: { deleted: number[] };
-      try {
-        result = deleteDocuments(this.dir, ids);
-      } catch (e) {
-        if (e instanceof CorpusLockedError) throw new CorpusBusyError(e.message);
-        throw e;
-      }
-      const corpus = openCorpus(this.dir);
-      if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
-      // the segments are unchanged (unless another process compacted the corpus): GPU-resident ones
-      // stay; the new snapshot carries the tombstones
-      const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
-      this.current = snapshotOf(corpus, segments);
-      before.retired = true;
-      if (before.users === 0) closeSnapshot(before);
-      return { deleted: result.deleted.length, info: corpus.info };
+      const done = await runWrite({
+        op: 'delete',
+        dir: this.dir,
+        ids: [...ids],
+        ignoreMissing: options.ignoreMissing === true,
+      });
+      await this.followTo(done.info.generation);
+      return { deleted: done.deleted?.length ?? 0, absent: done.absent ?? [], info: done.info };
     };
     const result = this.writes.then(run, run);
     this.writes = result.catch(() => undefined);
@@ -463,6 +554,7 @@ export class ResidentCorpus {
   async close(): Promise<void> {
     if (this.closed) return;
     await this.writes;
+    await this.switching;
     this.closed = true;
     this.current.corpus.close();
     this.gpu?.dispose();
@@ -470,46 +562,53 @@ export class ResidentCorpus {
 }
 
 function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
-  let idIndex: Map<string, number> | undefined;
-  if (corpus.info.hasIds) {
-    idIndex = new Map();
-    for (let i = 0; i < corpus.info.documents; i++)
-      if (!corpus.file.isDeleted(i)) idIndex.set(corpus.id(i), i);
-  }
-  return { corpus, idIndex, segments, mapped: new Map(), users: 0, retired: false };
+  return { corpus, segments, mapped: new Map(), users: 0, retired: false };
 }
 
-/** Runs CorpusWriter.append / add / commit in a worker thread; its errors come back with their class. */
-function writeSegment(job: AppendJob): Promise<void> {
+/** Global indices of ids in snapshot `s`; unknown or deleted ones: a NotFoundError listing a few. */
+function resolveOn(s: Snapshot, ids: readonly string[], field: string): number[] {
+  const missing: string[] = [];
+  let total = 0;
+  const out = ids.map((id) => {
+    const index = s.corpus.file.indexOf(id);
+    if (index === undefined) {
+      total++;
+      if (missing.length < MISSING_SHOWN) missing.push(id);
+      return -1;
+    }
+    return index;
+  });
+  if (total > 0) throw new NotFoundError(field, missing, total);
+  return out;
+}
+
+/** Runs one write (append or delete) in a worker thread; its errors come back as the server's classes. */
+function runWrite(job: WriteJob): Promise<Extract<WriteAnswer, { ok: true }>> {
+  const what = job.op === 'append' ? 'the append' : 'the delete';
   return new Promise((resolve, reject) => {
     const worker = new Worker(new URL('./append-worker.js', import.meta.url), { workerData: job });
     let answered = false;
-    worker.once(
-      'message',
-      (m: {
-        ok: boolean;
-        name?: string;
-        message?: string;
-        argument?: string;
-        expected?: string;
-        received?: string;
-      }) => {
-        answered = true;
-        if (m.ok) return resolve();
-        if (m.name === 'InvalidArgumentError')
-          return reject(new InvalidArgumentError(m.argument!, m.expected!, m.received!));
-        // another writer (a CLI append, another server) holds the corpus: the client may retry
-        if (m.name === 'CorpusLockedError')
-          return reject(new CorpusBusyError(m.message ?? 'the corpus is locked'));
-        reject(new MaxsimError(m.message ?? 'the append failed'));
-      },
-    );
+    worker.once('message', (m: WriteAnswer) => {
+      answered = true;
+      if (m.ok) return resolve(m);
+      // checked under the lock against the corpus as it is: 409 / 404 even when another process wrote
+      if (m.kind === 'duplicate') return reject(new ConflictError(m.received ?? m.message));
+      if (m.kind === 'missing') {
+        const missing = m.missing ?? [];
+        return reject(new NotFoundError('ids', missing.slice(0, MISSING_SHOWN), missing.length));
+      }
+      if (m.name === 'InvalidArgumentError')
+        return reject(new InvalidArgumentError(m.argument!, m.expected!, m.received!));
+      // another writer (a CLI append, another server) holds the corpus: the client may retry
+      if (m.name === 'CorpusLockedError') return reject(new CorpusBusyError(m.message));
+      reject(new MaxsimError(m.message || `${what} failed`));
+    });
     worker.once('error', (e) => {
       answered = true;
-      reject(new MaxsimError(`the append failed: ${e.message}`));
+      reject(new MaxsimError(`${what} failed: ${e.message}`));
     });
     worker.once('exit', (code) => {
-      if (!answered) reject(new MaxsimError(`the append worker exited with code ${code}`));
+      if (!answered) reject(new MaxsimError(`the write worker exited with code ${code}`));
     });
   });
 }

@@ -242,8 +242,10 @@ export function verifySegmentData(
   header: SegmentHeader,
   sums: Uint32Array,
   onBytes?: (n: number) => void,
+  /** An open descriptor of the segment (kept open), else it is opened by name. */
+  openFd?: number,
 ) {
-  const fd = fs.openSync(file, 'r');
+  const fd = openFd ?? fs.openSync(file, 'r');
   try {
     const t = header.tokensSection;
     const chunk = new Uint8Array(Math.min(header.chunkBytes, t.bytes));
@@ -265,7 +267,7 @@ export function verifySegmentData(
       onBytes?.(scales.length);
     }
   } finally {
-    fs.closeSync(fd);
+    if (openFd === undefined) fs.closeSync(fd);
   }
 }
 

@@ -27,16 +27,18 @@
 import type { DType } from '../../tensor.js';
 
 export type CorpusDType = DType;
-export { type DeleteResult, deleteDocuments } from './delete.js';
+export { type DeleteOptions, type DeleteResult, deleteDocuments } from './delete.js';
 export { setCorpusFaultHook } from './files.js';
 export { CHECKSUM_CHUNK, checksum, type SegmentHeader, storedTokenBytes, typedView } from './format.js';
 export { CorpusLockedError, type LockOptions } from './lock.js';
 export type { CorpusInfo } from './manifest.js';
+export { manifestStamp } from './manifest.js';
 export {
   type CorpusBlock,
   CorpusFile,
   type CorpusSegment,
   forgetVerifiedChunks,
+  MissingIdsError,
   openCorpusFile,
   type VerifyProgress,
 } from './reader.js';
@@ -47,4 +49,4 @@ export {
   type EncodedDocuments,
   type WriterOptions,
 } from './writer.js';
-export { duplicateIds } from './writer-checks.js';
+export { DuplicateIdError, duplicateIds } from './writer-checks.js';

@@ -59,6 +59,31 @@ export function encodeManifest(m: Manifest): string {
 /** The MANIFEST's file, at most this large (a million segments fit in about 150 MB). */
 export const MANIFEST_MAX_BYTES = 256 * 1024 * 1024;
 
+/**
+ * What tells one published MANIFEST from the next, cheaply: its inode, size and change time and its
+ * last 16 bytes (the CRC line, which differs whenever the content does). A writer publishes by
+ * renaming a new file over the MANIFEST, so a new generation always changes the stamp. An unreadable
+ * MANIFEST gives a stamp of its error (never equal to a readable one's).
+ */
+export function manifestStamp(dir: string): string {
+  let fd: number;
+  try {
+    fd = fs.openSync(path.join(dir, MANIFEST), fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+  } catch (e) {
+    return `error ${(e as NodeJS.ErrnoException).code ?? e}`;
+  }
+  try {
+    const st = fs.fstatSync(fd, { bigint: true });
+    const tail = Buffer.alloc(16);
+    const n = st.isFile() && st.size >= 16n ? fs.readSync(fd, tail, 0, 16, Number(st.size - 16n)) : 0;
+    return `${st.dev}:${st.ino}:${st.size}:${st.ctimeNs}:${st.mtimeNs}:${tail.toString('hex', 0, n)}`;
+  } catch (e) {
+    return `error ${(e as NodeJS.ErrnoException).code ?? e}`;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 export function readManifest(dir: string): Manifest {
   const file = path.join(dir, MANIFEST);
   let text: string;

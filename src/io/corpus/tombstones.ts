@@ -42,11 +42,17 @@ export function encodeDeletions(indices: readonly number[]): Uint8Array {
 }
 
 /** Reads the tombstone file the MANIFEST names: a mask over the documents, checked end to end. */
-export function readDeletions(dir: string, d: ManifestDeletions, documents: number): Uint8Array {
+export function readDeletions(
+  dir: string,
+  d: ManifestDeletions,
+  documents: number,
+  /** An open descriptor of the file (read from its start), else it is opened by name. */
+  fd?: number,
+): Uint8Array {
   const file = path.join(dir, d.file);
   let bytes: Uint8Array;
   try {
-    bytes = fs.readFileSync(file);
+    bytes = fd === undefined ? fs.readFileSync(file) : readWhole(fd, d.bytes);
   } catch (e) {
     throw new FormatError(
       file,
@@ -81,4 +87,12 @@ export function readDeletions(dir: string, d: ManifestDeletions, documents: numb
     last = x;
   }
   return mask;
+}
+
+// A file through its descriptor: up to `expect` bytes and one more (so a longer file shows as longer).
+function readWhole(fd: number, expect: number): Uint8Array {
+  const bytes = new Uint8Array(expect + 1);
+  let n = 0;
+  for (let r = 1; r > 0 && n < bytes.length; n += r) r = fs.readSync(fd, bytes, n, bytes.length - n, n);
+  return bytes.subarray(0, n);
 }

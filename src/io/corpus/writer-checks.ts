@@ -11,6 +11,13 @@ import {
   type TokenBatch,
 } from '../../tensor.js';
 
+/** New ids that the corpus (or the same batch) holds already: HTTP 409 where a server answers. */
+export class DuplicateIdError extends InvalidArgumentError {
+  constructor(message: string) {
+    super('ids', 'unique document ids', message);
+  }
+}
+
 /**
  * Checks the ids of `count` new documents: given exactly when the corpus has ids, strings without
  * newlines, new to the corpus (`existing`) and to this writer (`taken`, which gains them).

@@ -17,7 +17,7 @@ import {
   type TokenData,
 } from '../../tensor.js';
 import { MAX_DOCUMENTS } from '../budget.js';
-import { type DeleteResult, deleteDocuments } from './delete.js';
+import { type DeleteOptions, type DeleteResult, deleteDocuments } from './delete.js';
 import { checkNewDirectory, prepareNewDirectory, removeEmptyDirectory } from './directory.js';
 import { bytesOf, removeFile, step, syncDir, writeAll } from './files.js';
 import {
@@ -220,7 +220,7 @@ export class CorpusWriter {
   }
 
   /** Deletes documents by id under the writer lock (see deleteDocuments). */
-  static delete(dir: string, ids: readonly string[], options: LockOptions = {}): DeleteResult {
+  static delete(dir: string, ids: readonly string[], options: DeleteOptions = {}): DeleteResult {
     return deleteDocuments(dir, ids, options);
   }
 
@@ -238,10 +238,12 @@ export class CorpusWriter {
     readManifest(dir);
     const lock = CorpusLock.acquire(dir, options);
     let w: CorpusWriter | undefined;
+    let old: CorpusFile | undefined;
     try {
       const m = readManifest(dir);
       removeLeftovers(dir, m);
-      const old = CorpusFile.open(dir);
+      old = CorpusFile.open(dir);
+      const from = old;
       const base: Manifest = {
         ...m,
         documents: 0,
@@ -262,19 +264,19 @@ export class CorpusWriter {
         )
         .sort();
       const live: number[] = [];
-      for (let i = 0; i < old.info.documents; i++) if (!old.isDeleted(i)) live.push(i);
+      for (let i = 0; i < from.info.documents; i++) if (!from.isDeleted(i)) live.push(i);
       const rowBytes = storedTokenBytes(m.dtype, m.dim);
       for (let a = 0; a < live.length; ) {
         // copy in runs of about 32 MiB: memory stays flat whatever the corpus size
         let b = a;
         let bytes = 0;
-        while (b < live.length && (b === a || bytes + old.lengths[live[b]] * rowBytes <= 32 << 20))
-          bytes += old.lengths[live[b++]] * rowBytes;
+        while (b < live.length && (b === a || bytes + from.lengths[live[b]] * rowBytes <= 32 << 20))
+          bytes += from.lengths[live[b++]] * rowBytes;
         const run = live.slice(a, b);
-        const docs = old.readDocuments(run);
+        const docs = from.readDocuments(run);
         w.addEncoded(
           { data: docs.data, lengths: docs.lengths, scales: docs.scales },
-          m.ids ? run.map((i) => old.id(i)) : undefined,
+          m.ids ? run.map((i) => from.id(i)) : undefined,
         );
         a = b;
         options.onProgress?.(a, live.length);
@@ -284,6 +286,8 @@ export class CorpusWriter {
       if (w) w.abort();
       else lock.release();
       throw e;
+    } finally {
+      old?.close();
     }
   }
 
@@ -508,6 +512,8 @@ export class CorpusWriter {
       }
     }
     this.fd = this.scalesFd = undefined;
+    this.existing?.close();
+    this.existing = undefined;
     try {
       fs.rmSync(this.scalesFile, { force: true });
       if (removeSegment) fs.rmSync(this.tmpFile, { force: true });
