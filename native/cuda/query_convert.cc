@@ -1,5 +1,7 @@
 #include "query_convert.h"
 
+#include "../cpu/cpu_features.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -53,7 +55,7 @@ __attribute__((target("avx2"))) void Bf16Avx2(const float* src, uint16_t* dst, u
   for (uint64_t i = 0; i < n; i++) dst[i] = Bf16Scalar(src[i]);  // integer lanes: vectorized
 }
 bool HasAvx2F16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = maxsim_cpu::CpuHas(maxsim_cpu::Feature::Avx2) && maxsim_cpu::CpuHas(maxsim_cpu::Feature::F16c);
   return has;
 }
 #endif
