@@ -260,3 +260,27 @@ describe('wasm engine', () => {
     }
   });
 });
+
+describe('maxsim/browser in Node', () => {
+  test('the subpath resolves through the exports map and scores on the wasm engine', async () => {
+    const m = await import('maxsim/browser');
+    for (const n of [
+      'init',
+      'maxsim',
+      'maxsimAll',
+      'maxsimSync',
+      'topK',
+      'topKAll',
+      'corpusFromBuffers',
+      'tokenMatrix',
+      'raggedBatch',
+    ])
+      assert.equal(typeof (m as Record<string, unknown>)[n], 'function', n);
+    await m.init(fs.readFileSync(wasmPath));
+    const rand = rng(runSeed + 9);
+    const d = randomRagged([4, 0, 9], 8, 'float32', rand);
+    const q = randomRagged([3], 8, 'float32', rand);
+    const qm = m.tokenMatrix(q.data, 3, 8);
+    assertScoresClose(await m.maxsim(qm, d), referenceMaxsim(q, d), scoreErrorBounds(q, d), 'maxsim/browser');
+  });
+});
