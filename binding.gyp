@@ -37,6 +37,7 @@
         "native/cuda/engine_score.cc",
         "native/cuda/query_convert.cc",
         "native/cuda/engine_topk.cc",
+        "native/cpu/cpu_features.cc",
         "native/cpu/engine.cc",
         "native/cpu/engine_int8.cc",
         "native/cpu/kernels_int8_portable.cc",
@@ -51,7 +52,7 @@
         "native/cpu/kernels_neon.cc"
       ],
       "conditions": [
-        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx2", "maxsim_cpu_int8_avx512vnni", "maxsim_cpu_int8_avxvnni", "maxsim_cpu_int8_avx2"] }],
+        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx512bf16", "maxsim_cpu_avx2", "maxsim_cpu_int8_avx512vnni", "maxsim_cpu_int8_avxvnni", "maxsim_cpu_int8_avx2"] }],
         ["target_arch!='x64'", { "sources": ["native/cpu/kernels_x86_absent.cc"] }]
       ],
       "libraries": ["-ldl", "-lpthread"]
@@ -64,6 +65,12 @@
           "target_name": "maxsim_cpu_avx512",
           "type": "static_library",
           "sources": ["native/cpu/kernels_avx512.cc", "native/cpu/chamfer_avx512.cc"],
+          "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"]
+        },
+        {
+          "target_name": "maxsim_cpu_avx512bf16",
+          "type": "static_library",
+          "sources": ["native/cpu/kernels_avx512bf16.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma", "-mf16c"]
         },
         {

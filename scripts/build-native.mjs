@@ -37,20 +37,29 @@ function listFiles(dir) {
     });
 }
 
-/** One hash over everything that goes into build/: the native sources, binding.gyp and this script. */
-function sourceHash() {
+/** One hash over these files' paths and bytes. */
+function hashFiles(files, extra = '') {
   const h = createHash('sha256');
-  const files = [
-    ...listFiles(join(root, 'native')),
-    join(root, 'binding.gyp'),
-    fileURLToPath(import.meta.url),
-  ];
+  h.update(extra);
   for (const f of files) {
     h.update(relative(root, f));
     h.update('\0');
     h.update(readFileSync(f));
   }
   return h.digest('hex');
+}
+
+/**
+ * One hash over everything that goes into build/: the native sources, binding.gyp and this script
+ * (native/wasm is not in the addon: scripts/build-wasm.mjs builds it into its own file).
+ */
+function sourceHash() {
+  const wasmDir = join(root, 'native', 'wasm');
+  return hashFiles([
+    ...listFiles(join(root, 'native')).filter((f) => !f.startsWith(wasmDir)),
+    join(root, 'binding.gyp'),
+    fileURLToPath(import.meta.url),
+  ]);
 }
 
 /**
@@ -198,14 +207,28 @@ const GENCODE = [
 
 function buildKernels() {
   const outDir = join(root, 'build', 'kernels');
-  rmSync(outDir, { recursive: true, force: true });
-  mkdirSync(outDir, { recursive: true });
   const kernelDir = join(root, 'native', 'cuda', 'kernels');
   const sources = existsSync(kernelDir)
     ? readdirSync(kernelDir)
         .filter((f) => f.endsWith('.cu'))
         .sort()
     : [];
+  // nvcc takes minutes: fatbins built from exactly these kernel sources and flags are kept.
+  const kernelsStamp = join(outDir, 'SOURCES.sha256');
+  const kernelsHash = hashFiles(listFiles(kernelDir), JSON.stringify(GENCODE));
+  const fatbins = sources.map((src) => join(outDir, src.replace(/\.cu$/, '.fatbin')));
+  if (
+    process.env.MAXSIM_SKIP_CUDA !== '1' &&
+    sources.length > 0 &&
+    existsSync(kernelsStamp) &&
+    readFileSync(kernelsStamp, 'utf8').trim() === kernelsHash &&
+    fatbins.every((f) => existsSync(f))
+  ) {
+    console.log(`maxsim: the ${sources.length} CUDA kernel fatbin(s) in build/kernels are up to date`);
+    return;
+  }
+  rmSync(outDir, { recursive: true, force: true });
+  mkdirSync(outDir, { recursive: true });
   const unavailable = (reason) => {
     writeFileSync(join(outDir, 'UNAVAILABLE.txt'), `${reason}\n`);
     console.log(`maxsim: CUDA kernels not built: ${reason}`);
@@ -240,6 +263,7 @@ function buildKernels() {
       process.exit(status);
     }
   }
+  writeFileSync(kernelsStamp, `${kernelsHash}\n`);
   console.log(`maxsim: built ${sources.length} CUDA kernel fatbin(s) into build/kernels`);
 }
 
@@ -262,7 +286,9 @@ function buildCudaCheck() {
     'engine_score',
     'engine_topk',
     'query_convert',
-  ].map((f) => join(cuda, `${f}.cc`));
+  ]
+    .map((f) => join(cuda, `${f}.cc`))
+    .concat(join(root, 'native', 'cpu', 'cpu_features.cc'));
   const outDir = join(root, 'build', 'check');
   mkdirSync(outDir, { recursive: true });
   const out = join(outDir, 'engine_check');

@@ -21,6 +21,10 @@ export interface NativeAddon {
 let cached: { addon?: NativeAddon; error?: string } | undefined;
 
 function tryLoad(): { addon?: NativeAddon; error?: string } {
+  // A switch to run as where no addon exists (tests of the wasm fallback; a locked-down host).
+  if (process.env.MAXSIM_NATIVE === 'off') {
+    return { error: 'the native addon is switched off (MAXSIM_NATIVE=off)' };
+  }
   if (!existsSync(addonPath)) {
     return {
       error: `the native addon is not built (${addonPath} is missing); run \`npm rebuild maxsim\` (or \`npm ci\` in a checkout), which needs a C++17 compiler, make and python3`,

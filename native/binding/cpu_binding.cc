@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "../cpu/cpu_features.h"
 #include "../cpu/engine.h"
 #include "../cpu/thread_pool.h"
 #include "cpu_spans.h"
@@ -80,11 +81,33 @@ Napi::Value CpuInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// The admission table (cpu_features.cc): every kernel set of this build's architecture, the
+// binding.gyp target it is compiled in, the features it needs, and whether this CPU admits it.
+Napi::Value CpuAdmission(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const auto& table = maxsim_cpu::AdmissionTable();
+  Napi::Array out = Napi::Array::New(env, table.size());
+  for (size_t i = 0; i < table.size(); i++) {
+    const maxsim_cpu::Admission& a = table[i];
+    Napi::Object row = Napi::Object::New(env);
+    row.Set("family", a.family);
+    row.Set("set", a.set);
+    row.Set("target", a.target);
+    Napi::Array needs = Napi::Array::New(env, a.needs.size());
+    for (size_t j = 0; j < a.needs.size(); j++) needs.Set(static_cast<uint32_t>(j), maxsim_cpu::FeatureName(a.needs[j]));
+    row.Set("needs", needs);
+    row.Set("admitted", maxsim_cpu::Admitted(a.family, a.set));
+    out.Set(static_cast<uint32_t>(i), row);
+  }
+  return out;
+}
+
 }  // namespace
 
 void InitCpu(Napi::Env env, Napi::Object exports) {
   Napi::Object cpu = Napi::Object::New(env);
   cpu.Set("info", Napi::Function::New(env, CpuInfo, "info"));
+  cpu.Set("admission", Napi::Function::New(env, CpuAdmission, "admission"));
   cpu.Set("maxsimSync", Napi::Function::New(env, MaxsimSync, "maxsimSync"));
   cpu.Set("maxsimAsync", Napi::Function::New(env, MaxsimAsync, "maxsimAsync"));
   exports.Set("cpu", cpu);

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../cpu/cpu_features.h"
+
 namespace maxsim_crc {
 
 inline const uint32_t* ByteTable() {
@@ -67,7 +69,8 @@ __attribute__((target("pclmul,sse4.1"))) inline uint32_t FoldedUpdate(uint32_t c
 inline uint32_t Crc32(uint32_t crc, const uint8_t* p, size_t n) {
   uint32_t c = ~crc;
 #if defined(__x86_64__)
-  static const bool pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+  static const bool pclmul =
+      maxsim_cpu::CpuHas(maxsim_cpu::Feature::Pclmul) && maxsim_cpu::CpuHas(maxsim_cpu::Feature::Sse41);
   if (pclmul && n >= 64) return ~FoldedUpdate(c, p, n);
 #endif
   return ~TableUpdate(c, p, n);

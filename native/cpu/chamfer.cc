@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu_features.h"
 #include "engine.h"
 #include "thread_pool.h"
 
@@ -64,14 +65,9 @@ struct Item {
 
 std::vector<const ChamferKernels*> UsableChamferKernels() {
   std::vector<const ChamferKernels*> out;
-  bool avx512 = false, avx2 = false;
-  for (const IsaKernels* k : UsableIsas()) {
-    const std::string name = k->name;
-    if (name == "avx512") avx512 = true;
-    if (name == "avx2") avx2 = true;
+  for (const ChamferKernels* k : {ChamferAvx512(), ChamferAvx2()}) {
+    if (k && Admitted("chamfer", k->name)) out.push_back(k);
   }
-  if (avx512 && ChamferAvx512()) out.push_back(ChamferAvx512());
-  if (avx2 && ChamferAvx2()) out.push_back(ChamferAvx2());
   out.push_back(ChamferPortable());
   return out;
 }

@@ -7,32 +7,13 @@
 #include <memory>
 #include <new>
 
+#include "cpu_features.h"
 #include "kernels_impl.h"
 #include "thread_pool.h"
 
 namespace maxsim_cpu {
 
 namespace {
-
-bool CpuSupports(const char* feature) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (std::strcmp(feature, "avx512f") == 0) return __builtin_cpu_supports("avx512f");
-  if (std::strcmp(feature, "avx512bf16") == 0) return __builtin_cpu_supports("avx512bf16");
-  if (std::strcmp(feature, "avx2") == 0) return __builtin_cpu_supports("avx2");
-  if (std::strcmp(feature, "fma") == 0) return __builtin_cpu_supports("fma");
-  if (std::strcmp(feature, "f16c") == 0) {
-    // libgcc has no "f16c" name before GCC 13: read CPUID leaf 1, ECX bit 29.
-    unsigned int eax, ebx, ecx, edx;
-    __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
-    return (ecx >> 29) & 1u;
-  }
-  return false;
-#else
-  (void)feature;
-  return false;
-#endif
-}
 
 float ToFloat(const void* data, DocType t, int64_t i) {
   switch (t) {
@@ -64,28 +45,16 @@ class AlignedFloats {
 
 }  // namespace
 
-bool CpuHasAvx512Bf16() { return CpuSupports("avx512f") && CpuSupports("avx512bf16"); }
+bool CpuHasAvx512Bf16() { return CpuHas(Feature::Avx512f) && CpuHas(Feature::Avx512bf16); }
 
-std::string CpuFeatures() {
-  std::string s;
-  for (const char* f : {"avx512f", "avx512bf16", "avx2", "fma", "f16c"}) {
-    if (CpuSupports(f)) s += std::string(s.empty() ? "" : " ") + f;
-  }
-  if (AmxKernels()) s += " amx-bf16";  // CPUID and the OS permission both granted
-#if defined(__aarch64__)
-  s = "neon";
-#endif
-  return s;
-}
+std::string CpuFeatures() { return CpuFeatureList(); }
 
 std::vector<const IsaKernels*> UsableIsas() {
+  // Best first; each set only where cpu_features.cc admits it (every feature it is compiled with).
   std::vector<const IsaKernels*> out;
-  const bool avx512 = Avx512Kernels() && CpuSupports("avx512f") && CpuSupports("f16c");
-  if (avx512 && AmxKernels()) out.push_back(AmxKernels());  // AmxKernels() checks CPUID and OS permission
-  if (avx512) out.push_back(Avx512Kernels());
-  if (avx512 && Avx512Bf16Kernels() && CpuSupports("avx512bf16")) out.push_back(Avx512Bf16Kernels());
-  if (Avx2Kernels() && CpuSupports("avx2") && CpuSupports("fma") && CpuSupports("f16c")) out.push_back(Avx2Kernels());
-  if (NeonKernels()) out.push_back(NeonKernels());
+  for (const IsaKernels* k : {AmxKernels(), Avx512Kernels(), Avx512Bf16Kernels(), Avx2Kernels(), NeonKernels()}) {
+    if (k && Admitted("fp", k->name)) out.push_back(k);
+  }
   out.push_back(PortableKernels());
   return out;
 }

@@ -1,4 +1,4 @@
-// The int8 CPU engine: picks the kernel set (CPUID), packs the queries the way it reads them, splits
+// The int8 CPU engine: picks the kernel set (cpu_features.cc admits them), packs the queries the way it reads them, splits
 // documents over the pool.
 #include "engine_int8.h"
 
@@ -7,49 +7,13 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_features.h"
 #include "engine.h"
 #include "thread_pool.h"
 
 namespace maxsim_cpu {
 
 namespace {
-
-#if defined(__x86_64__) || defined(__i386__)
-void Cpuid(unsigned leaf, unsigned subleaf, unsigned* eax, unsigned* ebx, unsigned* ecx, unsigned* edx) {
-  __asm__ volatile("cpuid" : "=a"(*eax), "=b"(*ebx), "=c"(*ecx), "=d"(*edx) : "a"(leaf), "c"(subleaf));
-}
-
-// AVX512_VNNI with the AVX512F/BW/VL the kernel's loads and masks use (libgcc also checks that the
-// OS saves the zmm state).
-bool CpuHasAvx512Vnni() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-}
-
-// AVX-VNNI is CPUID leaf 7 subleaf 1, EAX bit 4 (not every libgcc names it); AVX2 implies the OS
-// saves the ymm state.
-bool CpuHasAvxVnni() {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2")) return false;
-  unsigned a, b, c, d;
-  Cpuid(0, 0, &a, &b, &c, &d);
-  if (a < 7) return false;
-  Cpuid(7, 0, &a, &b, &c, &d);
-  if (a < 1) return false;  // no subleaf 1
-  Cpuid(7, 1, &a, &b, &c, &d);
-  return (a >> 4) & 1u;
-}
-
-bool CpuHasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-#else
-bool CpuHasAvx512Vnni() { return false; }
-bool CpuHasAvxVnni() { return false; }
-bool CpuHasAvx2() { return false; }
-#endif
 
 // Every query packed as the kernel set reads it (engine_int8.h, Int8Pack), as raw bytes.
 std::vector<int16_t> PackQueries(const Int8Spans& q, const Int8KernelSet& set, const std::vector<int64_t>& offset,
@@ -85,10 +49,9 @@ std::vector<const Int8KernelSet*> UsableInt8Sets() {
   // Fastest first, as measured on Sapphire Rapids at 1,32,128,128,20000 (bench/NOTES.md): AMX tiles
   // (d % 64 == 0), then 512-bit VNNI, 256-bit VNNI, AVX2 VPMADDWD, portable.
   std::vector<const Int8KernelSet*> out;
-  if (AmxInt8Kernels()) out.push_back(AmxInt8Kernels());  // checks CPUID and the OS permission itself
-  if (Avx512VnniInt8Kernels() && CpuHasAvx512Vnni()) out.push_back(Avx512VnniInt8Kernels());
-  if (AvxVnniInt8Kernels() && CpuHasAvxVnni()) out.push_back(AvxVnniInt8Kernels());
-  if (Avx2Int8Kernels() && CpuHasAvx2()) out.push_back(Avx2Int8Kernels());
+  for (const Int8KernelSet* s : {AmxInt8Kernels(), Avx512VnniInt8Kernels(), AvxVnniInt8Kernels(), Avx2Int8Kernels()}) {
+    if (s && Admitted("int8", s->name)) out.push_back(s);
+  }
   out.push_back(PortableInt8Kernels());
   return out;
 }

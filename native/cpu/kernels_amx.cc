@@ -17,8 +17,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "amx_permission.h"
-
 namespace {
 
 using maxsim_cpu::Scratch;
@@ -31,14 +29,6 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-bool CpuHasAmxBf16() {
-  unsigned int eax, ebx, ecx, edx;
-  __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
-  const bool amx_bf16 = (edx >> 22) & 1u;
-  const bool amx_tile = (edx >> 24) & 1u;
-  return amx_bf16 && amx_tile;
-}
 
 // C rows [0, valid) folded into the running max of one lane block.
 inline __m512 MaxRows(const float* c, int valid, __m512 m) {
@@ -142,8 +132,7 @@ const maxsim_cpu::IsaKernels kAmx{"amx", 16, 32, &AmxScoreRange};
 }  // namespace
 
 const maxsim_cpu::IsaKernels* maxsim_cpu::AmxKernels() {
-  static const bool usable = CpuHasAmxBf16() && RequestAmxPermission();
-  return usable ? &kAmx : nullptr;
+  return &kAmx;  // admitted by cpu_features.cc (CPUID, XCR0 and the Linux tile permission)
 }
 #else
 const maxsim_cpu::IsaKernels* maxsim_cpu::AmxKernels() { return nullptr; }

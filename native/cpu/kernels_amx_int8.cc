@@ -18,8 +18,6 @@
 #include <cstring>
 #include <vector>
 
-#include "amx_permission.h"
-
 namespace {
 
 using maxsim_cpu::Int8Job;
@@ -32,14 +30,6 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-bool CpuHasAmxInt8() {
-  unsigned int eax, ebx, ecx, edx;
-  __asm__ volatile("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
-  const bool amx_tile = (edx >> 24) & 1u;
-  const bool amx_int8 = (edx >> 25) & 1u;
-  return amx_tile && amx_int8;
-}
 
 // C rows [0, valid) as fp32 times their document token's scale, folded into the running max.
 inline __m512 MaxScaledRows(const int32_t* c, const float* dscale, int valid, __m512 m) {
@@ -152,8 +142,7 @@ const maxsim_cpu::Int8KernelSet kAmxInt8{"amx", 16, 4, maxsim_cpu::Int8Pack::Int
 }  // namespace
 
 const maxsim_cpu::Int8KernelSet* maxsim_cpu::AmxInt8Kernels() {
-  static const bool usable = CpuHasAmxInt8() && RequestAmxPermission();
-  return usable ? &kAmxInt8 : nullptr;
+  return &kAmxInt8;  // admitted by cpu_features.cc (CPUID, XCR0 and the Linux tile permission)
 }
 #else
 const maxsim_cpu::Int8KernelSet* maxsim_cpu::AmxInt8Kernels() { return nullptr; }

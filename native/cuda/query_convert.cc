@@ -1,5 +1,7 @@
 #include "query_convert.h"
 
+#include "../cpu/cpu_features.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -94,7 +96,7 @@ bool HasAvx2() {
   return has;
 }
 bool HasAvx2F16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = maxsim_cpu::CpuHas(maxsim_cpu::Feature::Avx2) && maxsim_cpu::CpuHas(maxsim_cpu::Feature::F16c);
   return has;
 }
 #endif

@@ -25,8 +25,23 @@ export interface CpuOptions {
   isa?: CpuIsa;
 }
 
+/** One row of the CPU admission table (native/cpu/cpu_features.cc). */
+export interface CpuAdmission {
+  /** 'fp' (float kernels), 'int8' or 'chamfer'. */
+  family: string;
+  /** The kernel set's name, as `isa` takes it. */
+  set: string;
+  /** The binding.gyp target it is compiled in ('maxsim_native': baseline flags). */
+  target: string;
+  /** Features (GCC -m names) the CPU and OS must have before the set may run. */
+  needs: string[];
+  /** This CPU has every one of them (MAXSIM_CPU_DISABLE counts as absent). */
+  admitted: boolean;
+}
+
 interface CpuAddon {
   info(): CpuInfo;
+  admission(): CpuAdmission[];
   maxsimSync(queries: TokenBatch, docs: TokenBatch, options: CpuOptions): Float32Array;
   maxsimAsync(
     queries: TokenBatch,
@@ -46,6 +61,11 @@ export function cpuUnavailableReason(): string | undefined {
 
 export function cpuInfo(): CpuInfo {
   return addon().info();
+}
+
+/** Every kernel set of this build's architecture, what it needs and whether this CPU admits it. */
+export function cpuAdmission(): CpuAdmission[] {
+  return addon().admission();
 }
 
 function checkOptions(options: CpuOptions): CpuOptions {

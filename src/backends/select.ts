@@ -1,8 +1,11 @@
-// Which backend runs a call: 'cpu', 'cuda', or 'auto' (CUDA when a usable GPU is present, else CPU).
+// Which backend runs a call: 'cpu', 'cuda', 'wasm', or 'auto' (CUDA when a usable GPU is present,
+// else the native CPU engine, else, for the operations the wasm engine has, WebAssembly).
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
 
-export type BackendName = 'cpu' | 'cuda';
+export type BackendName = 'cpu' | 'cuda' | 'wasm';
+/** The backends of the native addon (every operation has them). */
+export type NativeBackend = 'cpu' | 'cuda';
 export type BackendChoice = BackendName | 'auto';
 
 interface CudaStatusLike {
@@ -22,10 +25,29 @@ export function cudaUnavailableReason(): string | undefined {
   }
 }
 
-export function resolveBackend(choice: BackendChoice | undefined): BackendName {
+export interface ResolveOptions {
+  /** The operation runs on the wasm engine too (in-memory scoring and top-K). */
+  wasm?: boolean;
+}
+
+const WASM_OPS = 'maxsim, maxsimAll, topK, topKAll and their Sync variants';
+
+export function resolveBackend(choice: BackendChoice | undefined): NativeBackend;
+export function resolveBackend(choice: BackendChoice | undefined, options: ResolveOptions): BackendName;
+export function resolveBackend(choice: BackendChoice | undefined, options: ResolveOptions = {}): BackendName {
   const c = choice ?? 'auto';
-  if (c !== 'auto' && c !== 'cpu' && c !== 'cuda') {
-    throw new InvalidArgumentError('backend', "'auto', 'cpu' or 'cuda'", JSON.stringify(c));
+  if (c !== 'auto' && c !== 'cpu' && c !== 'cuda' && c !== 'wasm') {
+    throw new InvalidArgumentError('backend', "'auto', 'cpu', 'cuda' or 'wasm'", JSON.stringify(c));
+  }
+  if (c === 'wasm') {
+    if (!options.wasm) {
+      throw new InvalidArgumentError(
+        'backend',
+        `'auto', 'cpu' or 'cuda' here (the wasm engine runs ${WASM_OPS})`,
+        "'wasm'",
+      );
+    }
+    return 'wasm';
   }
   if (c === 'cpu') return 'cpu';
   const reason = cudaUnavailableReason();
@@ -33,5 +55,8 @@ export function resolveBackend(choice: BackendChoice | undefined): BackendName {
     if (reason) throw new BackendUnavailableError(`CUDA backend unavailable: ${reason}`);
     return 'cuda';
   }
-  return reason ? 'cpu' : 'cuda';
+  if (!reason) return 'cuda';
+  // No addon at all: the wasm engine where the operation has one; else 'cpu' (whose use then
+  // raises the addon's reason).
+  return options.wasm && nativeUnavailableReason() ? 'wasm' : 'cpu';
 }

@@ -1,7 +1,7 @@
 // `maxsim bench`: time MaxSim on random L2-normalized inputs, one shape at a time (median of repeats).
 import { Command, Option } from 'commander';
 import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
-import { type BackendName, resolveBackend } from '../backends/select.js';
+import { type NativeBackend, resolveBackend } from '../backends/select.js';
 import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
 import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
@@ -64,7 +64,7 @@ const DEFAULT_CUDA_SHAPES = [
 const SEED = 1;
 
 interface BenchOptions {
-  backend: BackendName;
+  backend: NativeBackend;
   shape?: BenchShape[];
   dtype?: FloatDType | 'int8' | 'fp8';
   scales?: ScaleGranularity;

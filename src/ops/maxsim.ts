@@ -6,6 +6,7 @@ import { checkSignal, throwIfAborted, untilAborted, withCancelFlag } from '../ab
 import { type CpuIsa, cpuMaxsim, cpuMaxsimSync } from '../backends/cpu.js';
 import { cudaScoreHost } from '../backends/cuda-host.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
+import { wasmEngine } from '../backends/wasm.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
   checkCompatible,
@@ -22,7 +23,10 @@ import { cpuMaxsimInt8, cpuMaxsimInt8Sync, type Int8Isa } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
 export interface ScoreOptions {
-  /** 'auto' (default): CUDA when a usable GPU is present, else CPU. */
+  /**
+   * 'auto' (default): CUDA when a usable GPU is present, else the native CPU engine, else (no addon
+   * for this platform) 'wasm', the WebAssembly SIMD engine (one thread, on the calling thread).
+   */
   backend?: BackendChoice;
   /** CPU worker threads (default all cores). */
   threads?: number;
@@ -62,9 +66,13 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
   options = optionsObject(options, 'backend, threads, isa, device, variant, signal, all optional');
   const signal = checkSignal(options.signal);
   // int8 x int8 runs on both engines (CUDA: the int8 tensor-core kernels); 'auto' as for floats
-  const backend: BackendName = resolveBackend(options.backend);
+  const backend: BackendName = resolveBackend(options.backend, { wasm: true });
   throwIfAborted(signal);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
+  if (backend === 'wasm') {
+    checkWasmOptions(options);
+    return wasmEngine().score(q, docs, { signal });
+  }
   return withCancelFlag(signal, (cancel) => {
     // a CUDA job cannot stop early: the promise rejects at once and the job's result is dropped
     if (backend === 'cuda')
@@ -78,17 +86,33 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
   });
 }
 
+// The wasm engine has one kernel set and one thread: an isa is refused rather than ignored.
+function checkWasmOptions(options: ScoreOptions): void {
+  if (options.isa !== undefined) {
+    throw new InvalidArgumentError(
+      'isa',
+      'no isa with the wasm backend (it has one kernel set, SIMD128)',
+      `'${options.isa}'`,
+    );
+  }
+}
+
 function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOptions): Float32Array {
   options = optionsObject(options, 'backend, threads, isa, signal, all optional');
   throwIfAborted(checkSignal(options.signal));
   if (options.backend === 'cuda') {
     throw new InvalidArgumentError(
       'backend',
-      "'cpu' or 'auto' for a synchronous call (CUDA work is asynchronous: use maxsim())",
+      "'cpu', 'wasm' or 'auto' for a synchronous call (CUDA work is asynchronous: use maxsim())",
       "'cuda'",
     );
   }
+  const useWasm =
+    options.backend === 'wasm' ||
+    ((options.backend ?? 'auto') === 'auto' && resolveBackend('auto', { wasm: true }) === 'wasm');
+  if (useWasm) checkWasmOptions(options);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
+  if (useWasm) return wasmEngine().scoreSync(q, docs);
   if (q.dtype === 'int8') return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
   return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
 }

@@ -2,7 +2,7 @@
 // double-precision reference on random ragged inputs of awkward shapes, all three float dtypes.
 // Used where Node cannot run, e.g. the NEON kernels under qemu-aarch64:
 //   aarch64-linux-gnu-g++ -std=c++17 -O2 -static -pthread native/cpu/test/engine_check.cc \
-//     native/cpu/engine.cc native/cpu/thread_pool.cc native/cpu/kernels_neon.cc \
+//     native/cpu/engine.cc native/cpu/cpu_features.cc native/cpu/thread_pool.cc native/cpu/kernels_neon.cc \
 //     native/cpu/kernels_portable.cc native/cpu/kernels_x86_absent.cc -o engine_check
 //   qemu-aarch64-static ./engine_check
 // Exit status 0 when every score is within the fp32 error bound.

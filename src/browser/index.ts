@@ -1,0 +1,250 @@
+// maxsim/browser: the in-memory API on the WebAssembly engine, for browsers, workers and edge
+// runtimes (ESM, no Node built-ins). Call init() once (it fetches native/wasm/maxsim.wasm next to
+// the package, or takes the bytes you give it), then score, rank, or load a corpus from ArrayBuffers.
+import { InvalidArgumentError } from '../errors.js';
+import { checkK, topKOfRow } from '../ops/topk.js';
+import {
+  checkCompatible,
+  type DType,
+  type Hit,
+  isTokenBatch,
+  isTokenMatrix,
+  matrixAsBatch,
+  raggedBatchView,
+  type ScoreMatrix,
+  type TokenBatch,
+  type TokenMatrix,
+} from '../tensor.js';
+import { type ResidentDocs, WasmEngine } from '../wasm/engine.js';
+
+export { BackendUnavailableError, InvalidArgumentError, MaxsimError } from '../errors.js';
+export {
+  type DType,
+  decodeToFloat32,
+  denseBatch,
+  encodeFloats,
+  type FloatDType,
+  type Hit,
+  raggedBatch,
+  raggedBatchView,
+  type ScoreMatrix,
+  type TokenBatch,
+  type TokenMatrix,
+  tokenMatrix,
+} from '../tensor.js';
+
+/** Where the module comes from: its bytes, a fetch Response, or a URL (default: next to this package). */
+export type WasmSource = ArrayBuffer | ArrayBufferView | Response | URL | string;
+
+let engine: WasmEngine | undefined;
+let loading: Promise<void> | undefined;
+
+async function bytesOf(source: WasmSource): Promise<ArrayBuffer | ArrayBufferView> {
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) return source;
+  const response = source instanceof Response ? source : await fetch(source);
+  if (!response.ok)
+    throw new InvalidArgumentError(
+      'source',
+      'a reachable maxsim.wasm',
+      `HTTP ${response.status} for ${response.url}`,
+    );
+  return response.arrayBuffer();
+}
+
+/** Loads and instantiates the wasm engine (once; later calls wait for the first). */
+export function init(source?: WasmSource): Promise<void> {
+  loading ??= (async () => {
+    // dist/src/browser/index.js -> the package's native/wasm/maxsim.wasm
+    const bytes = await bytesOf(source ?? new URL('../../../native/wasm/maxsim.wasm', import.meta.url));
+    engine = await WasmEngine.fromBytes(bytes);
+  })().catch((e) => {
+    loading = undefined;
+    throw e;
+  });
+  return loading;
+}
+
+function ready(): WasmEngine {
+  if (!engine) throw new InvalidArgumentError('init', 'await init() before scoring', 'no engine loaded yet');
+  return engine;
+}
+
+export interface BrowserScoreOptions {
+  /** Cancels between slices of documents; the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+function asQueries(x: TokenMatrix | TokenBatch, docs: TokenBatch, name: string): TokenBatch {
+  checkCompatible(x, docs, name, 'docs');
+  if ((x.dtype === 'int8') !== (docs.dtype === 'int8')) {
+    throw new InvalidArgumentError(
+      `${name}.dtype`,
+      `int8 on both sides or float on both sides (docs are ${docs.dtype})`,
+      `'${x.dtype}'`,
+    );
+  }
+  return isTokenMatrix(x) ? matrixAsBatch(x) : x;
+}
+
+function requireMatrix(q: unknown): asserts q is TokenMatrix {
+  if (!isTokenMatrix(q))
+    throw new InvalidArgumentError(
+      'query',
+      'a TokenMatrix (maxsimAll for a batch)',
+      isTokenBatch(q) ? 'a TokenBatch' : typeof q,
+    );
+}
+function requireBatch(q: unknown): asserts q is TokenBatch {
+  if (!isTokenBatch(q))
+    throw new InvalidArgumentError(
+      'queries',
+      'a TokenBatch (maxsim for one query)',
+      isTokenMatrix(q) ? 'a TokenMatrix' : typeof q,
+    );
+}
+
+/** One query against every document: Float32Array [B]. Yields to the page between slices. */
+export async function maxsim(
+  query: TokenMatrix,
+  docs: TokenBatch,
+  options: BrowserScoreOptions = {},
+): Promise<Float32Array> {
+  requireMatrix(query);
+  return ready().score(asQueries(query, docs, 'query'), docs, { signal: options.signal });
+}
+
+/** maxsim without yielding (blocks the thread: keep batches small on a page's main thread). */
+export function maxsimSync(query: TokenMatrix, docs: TokenBatch): Float32Array {
+  requireMatrix(query);
+  return ready().scoreSync(asQueries(query, docs, 'query'), docs);
+}
+
+/** Every query against every document. */
+export async function maxsimAll(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options: BrowserScoreOptions = {},
+): Promise<ScoreMatrix> {
+  requireBatch(queries);
+  const data = await ready().score(asQueries(queries, docs, 'queries'), docs, { signal: options.signal });
+  return { data, rows: queries.count, cols: docs.count };
+}
+
+export function maxsimAllSync(queries: TokenBatch, docs: TokenBatch): ScoreMatrix {
+  requireBatch(queries);
+  return {
+    data: ready().scoreSync(asQueries(queries, docs, 'queries'), docs),
+    rows: queries.count,
+    cols: docs.count,
+  };
+}
+
+/** The k best documents, best first (ties: lower index first). */
+export async function topK(
+  query: TokenMatrix,
+  docs: TokenBatch,
+  k: number,
+  options: BrowserScoreOptions = {},
+): Promise<Hit[]> {
+  checkK(k);
+  return topKOfRow(await maxsim(query, docs, options), k);
+}
+
+export async function topKAll(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  k: number,
+  options: BrowserScoreOptions = {},
+): Promise<Hit[][]> {
+  checkK(k);
+  const s = await maxsimAll(queries, docs, options);
+  return Array.from({ length: s.rows }, (_, r) => topKOfRow(s.data, k, r * s.cols, s.cols));
+}
+
+export interface CorpusBuffers {
+  /** Packed tokens [T, dim]: float32 values, float16 / bfloat16 bits, or int8 values. */
+  data: ArrayBuffer | ArrayBufferView;
+  /** B + 1 token offsets: document i is tokens [offsets[i], offsets[i+1]). */
+  offsets: ArrayLike<number>;
+  dim: number;
+  dtype?: DType;
+  /** int8 only: one float32 scale per token. */
+  scales?: ArrayBuffer | Float32Array;
+  /** Optional ids, one per document, returned with the hits. */
+  ids?: readonly string[];
+}
+
+export interface CorpusHit extends Hit {
+  id?: string;
+}
+
+/** Documents copied into the engine's memory once, searched many times. */
+export class BrowserCorpus {
+  readonly count: number;
+  readonly dim: number;
+  readonly dtype: DType;
+  readonly #docs: TokenBatch;
+  readonly #ids: readonly string[] | undefined;
+  #resident: ResidentDocs | undefined;
+
+  constructor(buffers: CorpusBuffers) {
+    const dtype = buffers.dtype ?? 'float32';
+    const raw = buffers.data instanceof ArrayBuffer ? buffers.data : buffers.data.buffer;
+    const offset = buffers.data instanceof ArrayBuffer ? 0 : buffers.data.byteOffset;
+    const bytes = buffers.data instanceof ArrayBuffer ? raw.byteLength : buffers.data.byteLength;
+    const size = dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
+    if (bytes % size !== 0)
+      throw new InvalidArgumentError('data', `a multiple of ${size} bytes for ${dtype}`, `${bytes} bytes`);
+    const view =
+      dtype === 'float32'
+        ? new Float32Array(raw, offset, bytes / 4)
+        : dtype === 'int8'
+          ? new Int8Array(raw, offset, bytes)
+          : new Uint16Array(raw, offset, bytes / 2);
+    const scales = buffers.scales instanceof ArrayBuffer ? new Float32Array(buffers.scales) : buffers.scales;
+    this.#docs = raggedBatchView(view, buffers.offsets, { dim: buffers.dim, dtype, scales });
+    if (buffers.ids && buffers.ids.length !== this.#docs.count) {
+      throw new InvalidArgumentError(
+        'ids',
+        `${this.#docs.count} ids (one per document)`,
+        `${buffers.ids.length}`,
+      );
+    }
+    this.#ids = buffers.ids;
+    this.count = this.#docs.count;
+    this.dim = buffers.dim;
+    this.dtype = dtype;
+    this.#resident = ready().resident(this.#docs);
+  }
+
+  #live(): ResidentDocs {
+    if (!this.#resident) throw new InvalidArgumentError('corpus', 'a corpus not yet freed', 'a freed corpus');
+    return this.#resident;
+  }
+
+  /** Scores of one query against every document. */
+  async score(query: TokenMatrix, options: BrowserScoreOptions = {}): Promise<Float32Array> {
+    requireMatrix(query);
+    const r = this.#live();
+    return ready().score(asQueries(query, this.#docs, 'query'), this.#docs, { signal: options.signal }, r);
+  }
+
+  /** The k best documents for one query, with ids when the corpus has them. */
+  async search(query: TokenMatrix, k: number, options: BrowserScoreOptions = {}): Promise<CorpusHit[]> {
+    checkK(k);
+    const hits: CorpusHit[] = topKOfRow(await this.score(query, options), k);
+    if (this.#ids) for (const h of hits) h.id = this.#ids[h.index];
+    return hits;
+  }
+
+  /** Gives the engine memory back (last loaded, first freed: see WasmEngine.resident). */
+  free(): void {
+    this.#resident?.free();
+    this.#resident = undefined;
+  }
+}
+
+/** A corpus from ArrayBuffers (after init()). */
+export function corpusFromBuffers(buffers: CorpusBuffers): BrowserCorpus {
+  return new BrowserCorpus(buffers);
+}
