@@ -230,6 +230,7 @@ export class ResidentCorpus {
     k: number,
     prefilter?: 'int8',
     timing?: { merge: number },
+    signal?: AbortSignal,
   ): Promise<CorpusHit[][]> {
     return this.using(async (s) => {
       if (prefilter !== undefined && this.mode !== 'resident')
@@ -252,6 +253,7 @@ export class ResidentCorpus {
           device: this.options.device,
           devices: this.options.devices,
           gpuMemory: this.options.gpuMemory,
+          signal,
         });
       let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
       let merge = 0;
@@ -310,12 +312,20 @@ export class ResidentCorpus {
   }
 
   /** One query against documents of the corpus by index: [indices.length] scores. */
-  scoreDocuments(query: TokenMatrix, indices: readonly number[]): Promise<Float32Array> {
-    return this.scoreDocumentsAll(matrixAsBatch(query), indices);
+  scoreDocuments(
+    query: TokenMatrix,
+    indices: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Float32Array> {
+    return this.scoreDocumentsAll(matrixAsBatch(query), indices, signal);
   }
 
   /** Every query against documents of the corpus by index: [queries.count * indices.length] scores. */
-  scoreDocumentsAll(queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
+  scoreDocumentsAll(
+    queries: TokenBatch,
+    indices: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Float32Array> {
     return this.using(async (s) => {
       const n = indices.length;
       if (n === 0 || queries.count === 0) return new Float32Array(queries.count * n);
@@ -334,6 +344,7 @@ export class ResidentCorpus {
             backend: this.backend,
             threads: this.options.threads,
             device: this.options.device,
+            signal,
           });
           scatter(out, n, m.data, at, queries.count);
         }
