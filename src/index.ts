@@ -103,6 +103,7 @@ export {
   type DType,
   decodeToFloat32,
   denseBatch,
+  denseBatchView,
   encodeFloats,
   type FloatDType,
   type Hit,
@@ -115,6 +116,7 @@ export {
   type TokenData,
   type TokenMatrix,
   tokenMatrix,
+  tokenMatrixView,
   type ValidationOptions,
 } from './tensor.js';
 export { version } from './version.js';

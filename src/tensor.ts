@@ -8,6 +8,7 @@
 // Every batch normalizes to `spans`: per item, the first token index and the token count. That is
 // the one shape the native engines consume, so dense, padded and ragged inputs share one code path.
 
+import { checkEmptyItems } from './admission.js';
 import { InvalidArgumentError } from './errors.js';
 
 export type FloatDType = 'float32' | 'float16' | 'bfloat16';
@@ -249,25 +250,54 @@ function checkFiniteData(name: string, data: TokenData, dtype: DType, count: num
   }
 }
 
-/** One item: `length` tokens of dimension `dim`, row-major. */
+/**
+ * One item: `length` tokens of dimension `dim`, row-major; `data` holds exactly length x dim elements
+ * (a longer buffer is a view: `tokenMatrixView`).
+ */
 export function tokenMatrix(
   data: TokenInput,
   length: number,
   dim: number,
   options: DtypeOptions = {},
 ): TokenMatrix {
+  return matrixOf(data, length, dim, options, false);
+}
+
+/** One item over the first length x dim elements of a larger buffer (the rest is never read). */
+export function tokenMatrixView(
+  data: TokenInput,
+  length: number,
+  dim: number,
+  options: DtypeOptions = {},
+): TokenMatrix {
+  return matrixOf(data, length, dim, options, true);
+}
+
+/** The buffer's length against the shape: exact, or at least (a view). */
+function checkLength(have: number, need: number, shape: string, view: boolean) {
+  if (view ? have >= need : have === need) return;
+  throw new InvalidArgumentError(
+    'data',
+    view
+      ? `at least ${need} elements (${shape})`
+      : `exactly ${need} elements (${shape}; a larger buffer is a view: use the ...View constructor)`,
+    `${have}`,
+  );
+}
+
+function matrixOf(
+  data: TokenInput,
+  length: number,
+  dim: number,
+  options: DtypeOptions,
+  view: boolean,
+): TokenMatrix {
   expectOptions(options, 'dtype, scales, checkFinite, all optional');
   const n = normalizeData('data', data, options.dtype);
   expectInteger('length', length, 0);
   expectDim(dim);
   const need = length * dim;
-  if (n.data.length < need) {
-    throw new InvalidArgumentError(
-      'data',
-      `at least ${need} elements (length ${length} x dim ${dim})`,
-      `${n.data.length}`,
-    );
-  }
+  checkLength(n.data.length, need, `length ${length} x dim ${dim}`, view);
   const checkFinite = options.checkFinite ?? true;
   checkScales('matrix', n.dtype, options.scales, length, checkFinite);
   if (checkFinite) checkFiniteData('data', n.data, n.dtype, need, dim);
@@ -284,21 +314,29 @@ export interface DenseBatchOptions extends DtypeOptions {
   lengths?: ArrayLike<number>;
 }
 
-/** Dense batch [B, L, d] with optional per-item lengths. */
+/**
+ * Dense batch [B, L, d] with optional per-item lengths; `data` holds exactly B x L x d elements (a
+ * longer buffer is a view: `denseBatchView`).
+ */
 export function denseBatch(data: TokenInput, options: DenseBatchOptions): TokenBatch {
+  return dense(data, options, false);
+}
+
+/** A dense batch over the first B x L x d elements of a larger buffer (the rest is never read). */
+export function denseBatchView(data: TokenInput, options: DenseBatchOptions): TokenBatch {
+  return dense(data, options, true);
+}
+
+function dense(data: TokenInput, options: DenseBatchOptions, view: boolean): TokenBatch {
   expectOptions(options, 'with count, length and dim, e.g. { count: 8, length: 32, dim: 128 }');
   const n = normalizeData('data', data, options.dtype);
   const count = expectInteger('count', options.count, 0, 2 ** 31 - 1);
   const length = expectInteger('length', options.length, 0, 2 ** 31 - 1);
   const dim = expectDim(options.dim);
   const need = count * length * dim;
-  if (n.data.length < need) {
-    throw new InvalidArgumentError(
-      'data',
-      `at least ${need} elements (count ${count} x length ${length} x dim ${dim})`,
-      `${n.data.length}`,
-    );
-  }
+  checkLength(n.data.length, need, `count ${count} x length ${length} x dim ${dim}`, view);
+  // items without data are not bounded by the buffer: bounded here, before the per-item arrays
+  checkEmptyItems(count, need, 'count');
   const starts = new Float64Array(count);
   const lengths = new Int32Array(count);
   if (options.lengths !== undefined) {

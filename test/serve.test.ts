@@ -557,7 +557,7 @@ describe('maxsim serve', () => {
     assert.equal((await call(`${slow.url}/healthz`, 'GET')).status, 200);
   });
 
-  test('with authReads, reads need the key too; health and metrics stay open', async () => {
+  test('with authReads, reads need the key too (metrics, openapi and info included); health stays open', async () => {
     const locked = await start({ corpus: dir, apiKey: KEY, authReads: true });
     const body = { queries: [queries[0]], top_k: 2 };
     expectError(await post(`${locked.url}/v1/search`, body), 401);
@@ -568,7 +568,14 @@ describe('maxsim serve', () => {
       200,
     );
     assert.equal((await call(`${locked.url}/healthz`, 'GET')).status, 200);
-    assert.equal((await call(`${locked.url}/metrics`, 'GET')).status, 200);
+    assert.equal((await call(`${locked.url}/readyz`, 'GET')).status, 200);
+    for (const p of ['/metrics', '/openapi.json', '/v1/info']) {
+      expectError(await call(`${locked.url}${p}`, 'GET'), 401);
+      assert.equal(
+        (await call(`${locked.url}${p}`, 'GET', undefined, { authorization: `Bearer ${KEY}` })).status,
+        200,
+      );
+    }
   });
 
   test('healthz, readyz, info, metrics, openapi', async () => {
@@ -586,10 +593,16 @@ describe('maxsim serve', () => {
       'maxsim_http_request_duration_seconds_bucket',
       'maxsim_batch_queries_bucket',
       'maxsim_queue_depth',
-      'maxsim_process_resident_memory_bytes',
+      'process_resident_memory_bytes',
+      'nodejs_eventloop_lag_seconds',
       'maxsim_event_loop_utilization',
+      `maxsim_build_info{version="${JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version}"} 1`,
+      'maxsim_corpus_deleted_documents',
     ])
       assert.ok(metrics.includes(name), name);
+    // the runtime's metrics keep their standard names (stock dashboards read them)
+    assert.doesNotMatch(metrics, /^maxsim_(process|nodejs)_/m);
+    assert.equal(Number(/^maxsim_corpus_documents (\S+)/m.exec(metrics)?.[1]), info.corpus.live);
     // where a search's time went: every phase of the passes and requests that ran, non-negative
     for (const [name, phases] of [
       ['maxsim_pass_phase_seconds', ['gather', 'wait', 'backend', 'merge', 'split', 'answer']],
@@ -633,7 +646,7 @@ describe('maxsim serve', () => {
 });
 
 describe('search answers as one JSON string', () => {
-  test('searchJson writes what JSON.stringify writes: odd ids, non-finite scores as null, empty rows', () => {
+  test('searchJson writes what JSON.stringify writes: odd ids, -Infinity (no tokens) as null, empty rows; an overflowed score is an error', () => {
     const r = rng(runSeed + 2);
     const ids = [
       'plain',
@@ -652,13 +665,7 @@ describe('search answers as one JSON string', () => {
         Array.from({ length: Math.floor(r() * 5) }, () => {
           const pick = r();
           const score =
-            pick < 0.1
-              ? Number.NaN
-              : pick < 0.15
-                ? -Infinity
-                : pick < 0.2
-                  ? -0
-                  : (r() - 0.5) * 10 ** Math.floor(r() * 40 - 20);
+            pick < 0.15 ? -Infinity : pick < 0.2 ? -0 : (r() - 0.5) * 10 ** Math.floor(r() * 40 - 20);
           return { id: ids[Math.floor(r() * ids.length)], index: Math.floor(r() * 1e9), score };
         }),
       );
@@ -669,6 +676,9 @@ describe('search answers as one JSON string', () => {
       });
       assert.equal(searchJson(hits), want);
     }
+    // NaN and +Infinity are scores that overflowed float32, never a null
+    for (const bad of [Number.NaN, Infinity])
+      assert.throws(() => searchJson([[{ id: 'a', index: 0, score: bad }]]), /overflowed float32/);
   });
 });
 

@@ -7,12 +7,14 @@ import {
   bf16BitsToFloat,
   decodeToFloat32,
   denseBatch,
+  denseBatchView,
   f16BitsToFloat,
   floatToBf16Bits,
   floatToF16Bits,
   raggedBatch,
   raggedBatchView,
   tokenMatrix,
+  tokenMatrixView,
   totalTokens,
 } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
@@ -67,7 +69,7 @@ describe('token batches', () => {
       /lengths/,
       /2 entries/,
     );
-    throwsArg(() => denseBatch(data, { count: 4, length: 3, dim: 4 }), /data/, /at least 48 elements/);
+    throwsArg(() => denseBatch(data, { count: 4, length: 3, dim: 4 }), /data/, /exactly 48 elements/);
     throwsArg(() => tokenMatrix(data, 3, 0), /dim/, /integer in \[1, 2\^20\]/);
     throwsArg(() => tokenMatrix(new Uint16Array(4), 1, 4), /data\.dtype/, /float16' or 'bfloat16/);
     throwsArg(() => tokenMatrix(new Int32Array(2), 1, 2), /data/, /Float32Array/);
@@ -200,5 +202,32 @@ describe('float16 and bfloat16 conversion', () => {
     assert.equal(f16BitsToFloat(floatToF16Bits(2 ** -24)), 2 ** -24); // smallest subnormal
     assert.equal(f16BitsToFloat(floatToF16Bits(70000)), Number.POSITIVE_INFINITY);
     assert.equal(bf16BitsToFloat(floatToBf16Bits(1 + 2 ** -8)), 1); // tie to even
+  });
+});
+
+describe('exact lengths and views (issue 32 item 7)', () => {
+  test('tokenMatrix / denseBatch refuse a longer buffer (it silently scored query 0 only); the views take it', () => {
+    const data = new Float32Array(8 * 32 * 4).map((_, i) => (i % 7) - 3);
+    throwsArg(() => tokenMatrix(data, 32, 4), /data/, /exactly 128 elements.*View/);
+    throwsArg(() => tokenMatrix(data.subarray(0, 127), 32, 4), /data/, /exactly 128 elements/);
+    throwsArg(() => denseBatch(data, { count: 2, length: 32, dim: 4 }), /data/, /exactly 256 elements/);
+    const m = tokenMatrixView(data, 32, 4);
+    assert.equal(m.length, 32);
+    assert.deepEqual(Array.from(m.data.subarray(0, 128)), Array.from(data.subarray(0, 128)));
+    throwsArg(() => tokenMatrixView(data, 300, 4), /data/, /at least 1200 elements/);
+    const b = denseBatchView(data, { count: 2, length: 32, dim: 4 });
+    assert.equal(b.count, 2);
+    assert.equal(tokenMatrix(data.subarray(0, 128), 32, 4).length, 32);
+  });
+
+  test('a header-sized claim of empty items is refused before anything is allocated', () => {
+    const t0 = performance.now();
+    throwsArg(
+      () => denseBatch(new Float32Array(0), { count: 100_000_000, length: 0, dim: 16 }),
+      /count/,
+      /at most 65536 items/,
+    );
+    assert.ok(performance.now() - t0 < 100, 'refused fast');
+    assert.equal(denseBatch(new Float32Array(0), { count: 65_536, length: 0, dim: 16 }).count, 65_536);
   });
 });

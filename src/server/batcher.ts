@@ -13,7 +13,7 @@
 
 import { MaxsimError } from '../errors.js';
 import type { CorpusHit } from '../ops/corpus-search.js';
-import { concatBits, concatEncoded, type EncodedTokens, itemCount } from './codecs.js';
+import { concatBits, concatEncoded, type EncodedTokens, itemCount, sliceItems } from './codecs.js';
 
 /** The queue is full: HTTP 429 with Retry-After. */
 export class QueueFullError extends MaxsimError {
@@ -117,19 +117,28 @@ export interface SearchTiming {
   merge: number;
 }
 
-/** A pass's queries: float32, or float16 / bfloat16 bits where BatcherOptions.keepBits allows. */
+/**
+ * A pass's queries: float32, or float16 / bfloat16 bits where BatcherOptions.keepBits allows.
+ * `signal` aborts once every request of the pass has passed its deadline (the CPU scan stops at its
+ * next chunk; nobody waits for the answer).
+ */
 export type SearchRun = (
   queries: EncodedTokens,
   k: number,
   key: string,
   timing: SearchTiming,
+  signal: AbortSignal,
 ) => Promise<CorpusHit[][]>;
 
 interface BaseJob {
   size: number;
   enqueued: number;
+  /** When its deadline passes (performance.now() ms; Infinity: none). */
+  deadline: number;
   settled: boolean;
   timer?: NodeJS.Timeout;
+  /** Set by the pass that runs it: called once it settles (the pass aborts when all its jobs have). */
+  onSettle?: () => void;
   reject(e: unknown): void;
 }
 interface SearchJob extends BaseJob {
@@ -141,7 +150,7 @@ interface SearchJob extends BaseJob {
 }
 interface SoloJob extends BaseJob {
   kind: 'solo';
-  run: () => Promise<unknown>;
+  run: (signal: AbortSignal) => Promise<unknown>;
   resolve(v: unknown): void;
 }
 type Job = SearchJob | SoloJob;
@@ -165,6 +174,8 @@ export class Batcher {
   private lastAnswerAt = 0;
   private idle: (() => void)[] = [];
   private readonly depthLimit: number;
+  /** The passes running now: when each started and the latest deadline of its requests. */
+  private readonly running = new Set<{ started: number; deadline: number }>();
 
   constructor(
     private readonly searchRun: SearchRun,
@@ -188,44 +199,108 @@ export class Batcher {
     return this.queued;
   }
 
-  /** Queues a search of `queries` for `k` hits; resolves with its rows and the size of its pass. */
-  search(
+  /**
+   * How long the lane has been busy past the deadline of every request of a running pass, ms (0:
+   * not overdue). /readyz reports such a lane: its work no longer answers anyone.
+   */
+  overdueMs(now = performance.now()): number {
+    let worst = 0;
+    for (const p of this.running) worst = Math.max(worst, now - p.deadline);
+    return worst;
+  }
+
+  /**
+   * Queues a search of `queries` for `k` hits; resolves with its rows and the size of its pass. A
+   * request of more than maxBatch queries goes as several passes (its parts queued together, so it
+   * fits the queue whole or is refused whole); its rows come back in order.
+   */
+  async search(
     queries: EncodedTokens,
     k: number,
     key: string,
     deadlineMs: number,
   ): Promise<{ hits: CorpusHit[][]; batch: number; pass: PassToken }> {
-    return new Promise((resolve, reject) => {
-      this.enqueue(
-        { kind: 'search', queries, k, key, size: itemCount(queries), resolve, reject } as SearchJob,
-        deadlineMs,
+    const n = itemCount(queries);
+    if (n <= this.options.maxBatch)
+      return new Promise((resolve, reject) => {
+        this.enqueue(
+          [{ kind: 'search', queries, k, key, size: n, resolve, reject } as SearchJob],
+          deadlineMs,
+        );
+      });
+    const parts: Promise<{ hits: CorpusHit[][]; batch: number; pass: PassToken }>[] = [];
+    const jobs: SearchJob[] = [];
+    for (let at = 0; at < n; at += this.options.maxBatch) {
+      const part = sliceItems(queries, at, Math.min(n, at + this.options.maxBatch));
+      parts.push(
+        new Promise((resolve, reject) => {
+          jobs.push({
+            kind: 'search',
+            queries: part,
+            k,
+            key,
+            size: itemCount(part),
+            resolve,
+            reject,
+          } as SearchJob);
+        }),
       );
-    });
+    }
+    this.enqueue(jobs, deadlineMs);
+    try {
+      const answers = await Promise.all(parts);
+      return {
+        hits: answers.flatMap((a) => a.hits),
+        batch: Math.max(...answers.map((a) => a.batch)),
+        pass: answers[answers.length - 1].pass,
+      };
+    } catch (e) {
+      // one part failed: the others are dropped from their passes
+      for (const job of jobs) job.reject(e);
+      throw e;
+    }
   }
 
-  /** Queues other work as a pass of its own. */
-  solo<T>(run: () => Promise<T>, deadlineMs: number): Promise<T> {
+  /** Queues other work as a pass of its own; `run` gets a signal that aborts at the deadline. */
+  solo<T>(run: (signal: AbortSignal) => Promise<T>, deadlineMs: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.enqueue({ kind: 'solo', run, size: 1, resolve, reject } as SoloJob, deadlineMs);
+      this.enqueue([{ kind: 'solo', run, size: 1, resolve, reject } as SoloJob], deadlineMs);
     });
   }
 
-  private enqueue(partial: Omit<Job, 'enqueued' | 'settled'>, deadlineMs: number) {
-    const job = partial as Job;
-    if (this.closing) return job.reject(new ClosingError('the server is shutting down'));
-    if (this.queued > 0 && this.queued + job.size > this.options.maxQueue) {
+  private enqueue(partials: Omit<Job, 'enqueued' | 'settled' | 'deadline'>[], deadlineMs: number) {
+    const jobs = partials as Job[];
+    const size = jobs.reduce((a, j) => a + j.size, 0);
+    if (this.closing) {
+      for (const job of jobs) job.reject(new ClosingError('the server is shutting down'));
+      return;
+    }
+    if (this.queued > 0 && this.queued + size > this.options.maxQueue) {
       // roughly the time the passes ahead take
       const passes = Math.ceil(this.queued / this.options.maxBatch);
       const retry = Math.max(1, Math.ceil(passes * this.passSeconds));
-      return job.reject(new QueueFullError(retry, this.queued, this.options.maxQueue));
+      for (const job of jobs) job.reject(new QueueFullError(retry, this.queued, this.options.maxQueue));
+      return;
     }
-    job.enqueued = performance.now();
+    const now = performance.now();
+    const timed = deadlineMs > 0 && Number.isFinite(deadlineMs);
+    for (const job of jobs) this.arm(job, now, timed ? deadlineMs : undefined);
+    this.queue.push(...jobs);
+    this.queued += size;
+    this.schedule();
+  }
+
+  /** Wraps a job's resolve / reject so it settles once, and starts its deadline. */
+  private arm(job: Job, now: number, deadlineMs: number | undefined) {
+    job.enqueued = now;
     job.settled = false;
+    job.deadline = deadlineMs === undefined ? Number.POSITIVE_INFINITY : now + deadlineMs;
     const resolve = job.resolve as (v: unknown) => void;
     const reject = job.reject;
     const settle = () => {
       job.settled = true;
       if (job.timer) clearTimeout(job.timer);
+      job.onSettle?.();
     };
     job.resolve = (v: unknown) => {
       if (job.settled) return;
@@ -237,13 +312,10 @@ export class Batcher {
       settle();
       reject(e);
     };
-    if (deadlineMs > 0 && Number.isFinite(deadlineMs)) {
+    if (deadlineMs !== undefined) {
       job.timer = setTimeout(() => job.reject(new DeadlineError(deadlineMs)), deadlineMs);
       job.timer.unref();
     }
-    this.queue.push(job);
-    this.queued += job.size;
-    this.schedule();
   }
 
   private schedule() {
@@ -298,7 +370,11 @@ export class Batcher {
     let queries = 0;
     let key: string | undefined;
     const rest: Job[] = [];
+    const now = performance.now();
     for (const job of this.queue) {
+      // a request past its deadline (its timer may not have fired yet) is dropped before the pass
+      if (!job.settled && job.deadline <= now)
+        job.reject(new DeadlineError(Math.round(job.deadline - job.enqueued)));
       if (job.settled) {
         this.queued -= job.size;
         continue;
@@ -330,6 +406,15 @@ export class Batcher {
     this.inFlight++;
     const started = performance.now();
     const queued = jobs.map((j) => (started - j.enqueued) / 1000);
+    // the pass's work stops once none of its requests waits for it any more
+    const abort = new AbortController();
+    for (const job of jobs)
+      job.onSettle = () => {
+        if (!abort.signal.aborted && jobs.every((j) => j.settled))
+          abort.abort(new DeadlineError(Math.round(job.deadline - job.enqueued)));
+      };
+    const running = { started, deadline: Math.max(...jobs.map((j) => j.deadline)) };
+    this.running.add(running);
     // the backend takes it after the passes ahead of it
     this.busyUntil = Math.max(started, this.busyUntil) + 1000 * this.passSeconds;
     let phases: PassPhases | undefined;
@@ -337,14 +422,16 @@ export class Batcher {
       if (jobs[0].kind === 'solo') {
         const job = jobs[0];
         try {
-          job.resolve(await job.run());
+          job.resolve(await job.run(abort.signal));
         } catch (e) {
           job.reject(e);
         }
       } else {
-        phases = await this.searchPass(jobs as SearchJob[]);
+        phases = await this.searchPass(jobs as SearchJob[], abort.signal);
       }
     } finally {
+      this.running.delete(running);
+      for (const job of jobs) job.onSettle = undefined;
       const ended = performance.now();
       const seconds = (ended - started) / 1000;
       // pipelined passes queue behind each other in the backend: their own time is from the later of
@@ -363,7 +450,7 @@ export class Batcher {
     }
   }
 
-  private async searchPass(jobs: SearchJob[]): Promise<PassPhases | undefined> {
+  private async searchPass(jobs: SearchJob[], signal: AbortSignal): Promise<PassPhases | undefined> {
     const k = Math.max(...jobs.map((j) => j.k));
     const batch = jobs.reduce((a, j) => a + j.size, 0);
     try {
@@ -380,7 +467,7 @@ export class Batcher {
       }
       const t1 = performance.now();
       const timing: SearchTiming = { merge: 0 };
-      const hits = await this.searchRun(queries, k, jobs[0].key, timing);
+      const hits = await this.searchRun(queries, k, jobs[0].key, timing, signal);
       const t2 = performance.now();
       // the backend answers in order: a pass handed over while another ran started when that one's
       // answer came

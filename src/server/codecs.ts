@@ -4,9 +4,10 @@
 // the pass straight into its one query buffer (no float32 copy per request). Every query is scored in
 // float32 whatever it sent, so it scores the same alone or gathered with others into one pass.
 
+import { checkEmptyItems, ItemLimitError } from '../admission.js';
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import type { NpyArray } from '../io/array.js';
-import { parseNpy } from '../io/npy.js';
+import { parseNpy, parseNpyHeader } from '../io/npy.js';
 import { type FloatDType, f16BitsToFloat, f16Table } from '../tensor.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
@@ -47,19 +48,43 @@ function describe(x: unknown): string {
   return typeof x;
 }
 
-/** How many items an embedding field holds: 'one' is [L, d] (a query), 'many' is [n, L, d]. */
+/**
+ * How many items an embedding field holds: 'one' is [L, d] (a query); 'many' is [n, L, d], or one
+ * item as [L, d] (nested JSON [tokens][dim], a base64 or .npy shape [L, d]).
+ */
 export type Arity = 'one' | 'many';
 
+/**
+ * Items a field may hold (default: no limit beyond MAX_EMPTY_ITEMS for inputs without data), checked
+ * from its shape before anything is allocated per item; `why` says what sets the limit.
+ */
+export interface ItemLimit {
+  items: number;
+  why: string;
+}
+
 /** Decodes an embedding field of a JSON body. `dim`, when known, is checked here (so the field is named). */
-export function decodeEmbeddings(value: unknown, field: string, arity: Arity, dim?: number): PackedTokens {
-  return toFloat32(readEmbeddings(value, field, arity, dim));
+export function decodeEmbeddings(
+  value: unknown,
+  field: string,
+  arity: Arity,
+  dim?: number,
+  limit?: ItemLimit,
+): PackedTokens {
+  return toFloat32(readEmbeddings(value, field, arity, dim, limit));
 }
 
 /** Reads and checks an embedding field of a JSON body, leaving float16 / bfloat16 undecoded. */
-export function readEmbeddings(value: unknown, field: string, arity: Arity, dim?: number): EncodedTokens {
-  if (Array.isArray(value)) return decodeNested(value, field, arity, dim);
+export function readEmbeddings(
+  value: unknown,
+  field: string,
+  arity: Arity,
+  dim?: number,
+  limit?: ItemLimit,
+): EncodedTokens {
+  if (Array.isArray(value)) return decodeNested(value, field, arity, dim, limit);
   if (typeof value === 'object' && value !== null && 'b64' in value)
-    return readB64(value as B64Tensor, field, arity, dim);
+    return readB64(value as B64Tensor, field, arity, dim, limit);
   throw new InvalidArgumentError(
     field,
     arity === 'one'
@@ -79,22 +104,42 @@ function checkRow(row: unknown, field: string, dim: number, out: number[]) {
     );
   for (let j = 0; j < dim; j++) {
     const x = row[j];
-    // JSON has no NaN, but 1e999 parses to Infinity
-    if (typeof x !== 'number' || !Number.isFinite(x))
-      throw new InvalidArgumentError(`${field}[${j}]`, 'a finite number', describe(x));
+    // checked as the float32 it becomes: JSON has no NaN, but 1e999 parses to Infinity and 1e39 (or
+    // 3.5e38) is a finite float64 that rounds to Infinity in float32
+    if (typeof x !== 'number' || !Number.isFinite(Math.fround(x)))
+      throw new InvalidArgumentError(
+        `${field}[${j}]`,
+        'a finite float32 number (|x| < 3.4028235e38)',
+        describe(x),
+      );
     out.push(x);
   }
 }
 
-function decodeNested(value: unknown[], field: string, arity: Arity, dim?: number): EncodedTokens {
-  const items = arity === 'one' ? [value] : value;
+/** [tokens][dim] numbers (one item) rather than [items][tokens][dim]: the first token row holds numbers. */
+function isOneItem(value: unknown[]): boolean {
+  const first = value[0];
+  return Array.isArray(first) && first.length > 0 && typeof first[0] === 'number';
+}
+
+function decodeNested(
+  value: unknown[],
+  field: string,
+  arity: Arity,
+  dim?: number,
+  limit?: ItemLimit,
+): EncodedTokens {
+  const one = arity === 'one' || isOneItem(value);
+  const items = one ? [value] : value;
+  if (limit && items.length > limit.items)
+    throw new ItemLimitError(field, items.length, limit.items, limit.why);
   const values: number[] = [];
   const offsets = [0];
   let d = dim;
   let tokens = 0;
   for (let i = 0; i < items.length; i++) {
     const item = items[i];
-    const itemField = arity === 'one' ? field : `${field}[${i}]`;
+    const itemField = one ? field : `${field}[${i}]`;
     if (!Array.isArray(item))
       throw new InvalidArgumentError(itemField, 'an array of token vectors', describe(item));
     for (let t = 0; t < item.length; t++) {
@@ -115,10 +160,11 @@ function decodeNested(value: unknown[], field: string, arity: Arity, dim?: numbe
 }
 
 function checkShape(shape: unknown, field: string, arity: Arity): number[] {
-  const rank = arity === 'one' ? 2 : 3;
-  const what = arity === 'one' ? '[L, d]' : '[n, L, d]';
-  if (!Array.isArray(shape) || shape.length !== rank)
-    throw new InvalidArgumentError(`${field}.shape`, `${what} (${rank} integers)`, describe(shape));
+  const ranks = arity === 'one' ? [2] : [2, 3];
+  const what = arity === 'one' ? '[L, d] (2 integers)' : '[n, L, d] (3 integers) or [L, d] for one item';
+  if (!Array.isArray(shape) || !ranks.includes(shape.length))
+    throw new InvalidArgumentError(`${field}.shape`, what, describe(shape));
+  const rank = shape.length;
   shape.forEach((s, i) => {
     if (!Number.isSafeInteger(s) || s < 0 || (i === rank - 1 && s < 1))
       throw new InvalidArgumentError(
@@ -146,13 +192,29 @@ function floatsOf(bytes: Uint8Array, dtype: FloatDType): Float32Array | Uint16Ar
     : new Uint16Array(b.buffer, b.byteOffset, n);
 }
 
-function readB64(t: B64Tensor, field: string, arity: Arity, dim?: number): EncodedTokens {
+/**
+ * The admission check of a dense shape, before its bytes are decoded: items within the limit, and
+ * an empty tensor (a zero-length axis) claiming at most MAX_EMPTY_ITEMS items.
+ */
+function admitShape(shape: readonly number[], field: string, limit?: ItemLimit) {
+  const items = shape.length === 3 ? shape[0] : 1;
+  if (limit && items > limit.items)
+    throw new ItemLimitError(`${field}.shape[0]`, items, limit.items, limit.why);
+  checkEmptyItems(items, shapeElements(shape), `${field}.shape`);
+}
+
+function shapeElements(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+function readB64(t: B64Tensor, field: string, arity: Arity, dim?: number, limit?: ItemLimit): EncodedTokens {
   if (typeof t.b64 !== 'string')
     throw new InvalidArgumentError(`${field}.b64`, 'a base64 string', describe(t.b64));
   const dtype = t.dtype ?? 'float32';
   if (!(dtype in DTYPE_BYTES))
     throw new InvalidArgumentError(`${field}.dtype`, "'float32', 'float16' or 'bfloat16'", describe(t.dtype));
   const shape = checkShape(t.shape, field, arity);
+  admitShape(shape, field, limit);
   // Buffer's decoder skips what is not base64; the string is canonical standard base64 exactly when
   // the bytes encode back to it (native both ways: a regex over large bodies cost the server ~9%)
   const bytes = Buffer.from(t.b64, 'base64');
@@ -162,8 +224,7 @@ function readB64(t: B64Tensor, field: string, arity: Arity, dim?: number): Encod
       'standard base64 (A-Z a-z 0-9 + /, padded with =)',
       `invalid base64 (${t.b64.length} characters)`,
     );
-  const elements = shape.reduce((a, b) => a * b, 1);
-  const need = elements * DTYPE_BYTES[dtype];
+  const need = shapeElements(shape) * DTYPE_BYTES[dtype];
   if (bytes.length !== need)
     throw new InvalidArgumentError(
       `${field}.b64`,
@@ -174,14 +235,30 @@ function readB64(t: B64Tensor, field: string, arity: Arity, dim?: number): Encod
 }
 
 /** Decodes a .npy body ([L, d] for 'one'; [n, L, d], or [L, d] as one item, for 'many'). */
-export function decodeNpy(bytes: Uint8Array, field: string, arity: Arity, dim?: number): PackedTokens {
-  return toFloat32(readNpy(bytes, field, arity, dim));
+export function decodeNpy(
+  bytes: Uint8Array,
+  field: string,
+  arity: Arity,
+  dim?: number,
+  limit?: ItemLimit,
+): PackedTokens {
+  return toFloat32(readNpy(bytes, field, arity, dim, limit));
 }
 
 /** Reads and checks a .npy body, leaving float16 undecoded. */
-export function readNpy(bytes: Uint8Array, field: string, arity: Arity, dim?: number): EncodedTokens {
+export function readNpy(
+  bytes: Uint8Array,
+  field: string,
+  arity: Arity,
+  dim?: number,
+  limit?: ItemLimit,
+): EncodedTokens {
   let arr: NpyArray;
   try {
+    // the header first: its shape is admitted before the data is looked at
+    const header = parseNpyHeader(bytes, field);
+    const shape = checkShape(header.shape, field, arity);
+    admitShape(shape, field, limit);
     arr = parseNpy(bytes, field);
   } catch (e) {
     if (e instanceof FormatError) throw new InvalidArgumentError(field, 'a valid .npy array', e.message);
@@ -190,8 +267,7 @@ export function readNpy(bytes: Uint8Array, field: string, arity: Arity, dim?: nu
   const dtype = arr.dtype as FloatDType;
   if (!(dtype in DTYPE_BYTES))
     throw new InvalidArgumentError(`${field}.dtype`, "'<f4' or '<f2' (float32 or float16)", arr.dtype);
-  const shape = arity === 'many' && arr.shape.length === 2 ? [1, ...arr.shape] : arr.shape;
-  checkShape(shape, field, arity);
+  const shape = arr.shape;
   return packDense(arr.data as Float32Array | Uint16Array, dtype, shape, undefined, field, dim);
 }
 
@@ -230,13 +306,17 @@ function packDense(
   }
   if (!Array.isArray(lengths) || lengths.length !== n)
     throw new InvalidArgumentError(`${field}.lengths`, `${n} integers (one per item)`, describe(lengths));
-  const offsets = [0];
-  const total = lengths.reduce((a, l) => a + (Number.isInteger(l) ? l : 0), 0) * d;
-  const packed = dtype === 'float32' ? new Float32Array(total) : new Uint16Array(total);
-  let at = 0;
+  // every length checked before the packed buffer is sized from them
+  let total = 0;
   lengths.forEach((l, i) => {
     if (!Number.isInteger(l) || l < 0 || l > L)
       throw new InvalidArgumentError(`${field}.lengths[${i}]`, `an integer in [0, ${L}]`, describe(l));
+    total += l;
+  });
+  const offsets = [0];
+  const packed = dtype === 'float32' ? new Float32Array(total * d) : new Uint16Array(total * d);
+  let at = 0;
+  lengths.forEach((l, i) => {
     packed.set(values.subarray(i * L * d, (i * L + l) * d) as never, at * d);
     at += l;
     offsets.push(at);
@@ -346,6 +426,14 @@ export function concatPacked(parts: readonly PackedTokens[], dim: number): Packe
     parts.map((p) => ({ dtype: 'float32', values: p.data, offsets: p.offsets, dim: p.dim })),
     dim,
   );
+}
+
+/** Items [from, to) of an encoded set (a view of its values; offsets rebased to 0). */
+export function sliceItems(p: EncodedTokens, from: number, to: number): EncodedTokens {
+  const base = p.offsets[from];
+  const offsets = p.offsets.slice(from, to + 1).map((o) => o - base);
+  const values = p.values.subarray(base * p.dim, p.offsets[to] * p.dim);
+  return { dtype: p.dtype, values, offsets, dim: p.dim };
 }
 
 /** Number of items of a packed set. */

@@ -302,6 +302,7 @@ export class ResidentCorpus {
     k: number,
     prefilter?: 'int8',
     timing?: { merge: number },
+    signal?: AbortSignal,
   ): Promise<CorpusHit[][]> {
     return this.using(async (s) => {
       if (prefilter !== undefined && this.mode !== 'resident')
@@ -324,6 +325,7 @@ export class ResidentCorpus {
           device: this.options.device,
           devices: this.options.devices,
           gpuMemory: this.options.gpuMemory,
+          signal,
         });
       let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
       let merge = 0;
@@ -390,22 +392,35 @@ export class ResidentCorpus {
   }
 
   /** One query against documents of the corpus by index: [indices.length] scores. */
-  scoreDocuments(query: TokenMatrix, indices: readonly number[]): Promise<Float32Array> {
-    return this.scoreDocumentsAll(matrixAsBatch(query), indices);
+  scoreDocuments(
+    query: TokenMatrix,
+    indices: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Float32Array> {
+    return this.scoreDocumentsAll(matrixAsBatch(query), indices, signal);
   }
 
   /** Every query against documents of the corpus by index: [queries.count * indices.length] scores. */
-  scoreDocumentsAll(queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
+  scoreDocumentsAll(
+    queries: TokenBatch,
+    indices: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Float32Array> {
     const from = this.resolved.get(indices);
     return this.using(async (s) => {
       // indices from resolveIds() on an older snapshot: the same ids, resolved on this one
       const at = from && s.corpus.file !== from.file ? resolveOn(s, from.ids, from.field) : indices;
-      return this.scoreOn(s, queries, at);
+      return this.scoreOn(s, queries, at, signal);
     });
   }
 
   // The scores of documents by index on snapshot `s` (pinned by the caller).
-  private async scoreOn(s: Snapshot, queries: TokenBatch, indices: readonly number[]): Promise<Float32Array> {
+  private async scoreOn(
+    s: Snapshot,
+    queries: TokenBatch,
+    indices: readonly number[],
+    signal?: AbortSignal,
+  ): Promise<Float32Array> {
     {
       const n = indices.length;
       if (n === 0 || queries.count === 0) return new Float32Array(queries.count * n);
@@ -424,6 +439,7 @@ export class ResidentCorpus {
             backend: this.backend,
             threads: this.options.threads,
             device: this.options.device,
+            signal,
           });
           scatter(out, n, m.data, at, queries.count);
         }

@@ -35,15 +35,22 @@ export const Embeddings = Type.Union([
   B64Tensor,
 ]);
 
-export const InlineDocument = Type.Object({
-  id: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
-  embeddings: Type.Optional(Embedding),
-  embeddings_b64: Type.Optional(
-    Type.String({ description: 'shorthand for embeddings: {b64, dtype, shape}' }),
-  ),
-  dtype: Type.Optional(FloatDType),
-  shape: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }))),
-});
+const strict = { additionalProperties: false } as const;
+
+export const InlineDocument = Type.Object(
+  {
+    id: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 1024, description: 'well-formed Unicode (no lone surrogates)' }),
+    ),
+    embeddings: Type.Optional(Embedding),
+    embeddings_b64: Type.Optional(
+      Type.String({ description: 'shorthand for embeddings: {b64, dtype, shape}' }),
+    ),
+    dtype: Type.Optional(FloatDType),
+    shape: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }))),
+  },
+  strict,
+);
 export type InlineDocument = Static<typeof InlineDocument>;
 
 const TopK = Type.Integer({ minimum: 0, maximum: 10000, default: 10, description: 'hits per query' });
@@ -52,37 +59,47 @@ const Prefilter = Type.Literal('int8', {
     'scan an int8 copy on the GPU, rescore 4 x top_k candidates exactly (GPU-resident corpus only)',
 });
 
-export const SearchBody = Type.Object({
-  queries: Embeddings,
-  top_k: Type.Optional(TopK),
-  prefilter: Type.Optional(Prefilter),
-  ids: Type.Optional(
-    Type.Array(Type.String(), {
-      maxItems: 100000,
-      description: 'search only these documents (ids of the corpus)',
-    }),
-  ),
-});
+export const SearchBody = Type.Object(
+  {
+    queries: Embeddings,
+    top_k: Type.Optional(TopK),
+    prefilter: Type.Optional(Prefilter),
+    ids: Type.Optional(
+      Type.Array(Type.String(), {
+        maxItems: 100000,
+        description: 'search only these documents (ids of the corpus)',
+      }),
+    ),
+  },
+  strict,
+);
 export type SearchBody = Static<typeof SearchBody>;
 
-export const SearchQuery = Type.Object({
-  top_k: Type.Optional(TopK),
-  prefilter: Type.Optional(Prefilter),
-});
+/** The query string of a .npy search (strings there: no type coercion anywhere, so top_k is parsed). */
+export const SearchQuery = Type.Object(
+  {
+    top_k: Type.Optional(Type.String({ pattern: '^[0-9]{1,5}$', description: 'hits per query (0-10000)' })),
+    prefilter: Type.Optional(Prefilter),
+  },
+  strict,
+);
 export type SearchQuery = Static<typeof SearchQuery>;
 
 const Score = Type.Union([Type.Number(), Type.Null()], { description: 'null for a document without tokens' });
 const Hit = Type.Object({ id: Type.String(), index: Type.Integer(), score: Score });
 export const SearchResponse = Type.Object({ results: Type.Array(Type.Array(Hit)) });
 
-export const RerankBody = Type.Object({
-  query: Embedding,
-  candidates: Type.Optional(
-    Type.Array(Type.String(), { maxItems: 100000, description: 'ids of the corpus' }),
-  ),
-  documents: Type.Optional(Type.Array(InlineDocument, { maxItems: 100000 })),
-  top_n: Type.Optional(Type.Integer({ minimum: 0 })),
-});
+export const RerankBody = Type.Object(
+  {
+    query: Embedding,
+    candidates: Type.Optional(
+      Type.Array(Type.String(), { maxItems: 100000, description: 'ids of the corpus' }),
+    ),
+    documents: Type.Optional(Type.Array(InlineDocument, { maxItems: 100000 })),
+    top_n: Type.Optional(Type.Integer({ minimum: 0 })),
+  },
+  strict,
+);
 export type RerankBody = Static<typeof RerankBody>;
 
 export const RerankResponse = Type.Object({
@@ -95,21 +112,30 @@ export const RerankResponse = Type.Object({
   ),
 });
 
-export const ScoreBody = Type.Object({
-  queries: Embeddings,
-  documents: Type.Union([Type.Array(Type.Union([InlineDocument, Type.Array(Type.Unknown())])), B64Tensor], {
-    description: 'a list of documents, or [n][tokens][dim] numbers, or a base64 tensor [n, L, d]',
-  }),
-});
+export const ScoreBody = Type.Object(
+  {
+    queries: Embeddings,
+    documents: Type.Union(
+      [Type.Array(Type.Union([InlineDocument, Type.Array(Type.Unknown())]), { maxItems: 100000 }), B64Tensor],
+      {
+        description: 'a list of documents, or [n][tokens][dim] numbers, or a base64 tensor [n, L, d]',
+      },
+    ),
+  },
+  strict,
+);
 export type ScoreBody = Static<typeof ScoreBody>;
 
 export const ScoreResponse = Type.Object({
   scores: Type.Array(Type.Array(Score), { description: '[queries][documents]' }),
 });
 
-export const DocumentsBody = Type.Object({
-  documents: Type.Array(InlineDocument, { minItems: 1, maxItems: 1000000 }),
-});
+export const DocumentsBody = Type.Object(
+  {
+    documents: Type.Array(InlineDocument, { minItems: 1, maxItems: 1000000 }),
+  },
+  strict,
+);
 export type DocumentsBody = Static<typeof DocumentsBody>;
 
 export const DocumentsResponse = Type.Object({
@@ -119,13 +145,16 @@ export const DocumentsResponse = Type.Object({
   generation: Type.Integer(),
 });
 
-export const DeleteDocumentsBody = Type.Object({
-  ids: Type.Array(Type.String(), {
-    minItems: 1,
-    maxItems: 1000000,
-    description: 'ids of live documents (indices as decimal strings for a corpus without ids)',
-  }),
-});
+export const DeleteDocumentsBody = Type.Object(
+  {
+    ids: Type.Array(Type.String(), {
+      minItems: 1,
+      maxItems: 1000000,
+      description: 'ids of live documents (indices as decimal strings for a corpus without ids)',
+    }),
+  },
+  strict,
+);
 export type DeleteDocumentsBody = Static<typeof DeleteDocumentsBody>;
 
 export const DeleteDocumentsResponse = Type.Object({
@@ -169,5 +198,7 @@ export const InfoResponse = Type.Object({
     wait_ms: Type.Number(),
     max_queue: Type.Integer(),
     passes_in_flight: Type.Integer(),
+    /** work one request may ask for (query tokens x document tokens x dim); null: no limit */
+    max_work: Type.Union([Type.Number(), Type.Null()]),
   }),
 });

@@ -1,0 +1,67 @@
+// What every route gets: the corpus, the batcher, the limits in force and the metrics.
+
+import type { BackendName } from '../backends/select.js';
+import { InvalidArgumentError } from '../errors.js';
+import type { Batcher } from './batcher.js';
+import type { ServerMetrics } from './metrics.js';
+import type { ResidentCorpus } from './resident.js';
+
+export interface Limits {
+  maxBatch: number;
+  maxWaitMs: number | 'auto';
+  maxQueue: number;
+  /** Work of one request (query tokens x document tokens x dim, plus its scores): 413 beyond. */
+  maxWork: number;
+  timeoutMs: number;
+}
+
+export interface RouteContext {
+  readonly resident: ResidentCorpus;
+  readonly backend: BackendName;
+  readonly threads: number | undefined;
+  readonly batcher: Batcher;
+  readonly limits: Limits;
+  readonly metrics: ServerMetrics;
+  /** The dimension of the corpus now. */
+  dim(): number;
+  /** True once close() began. */
+  closing(): boolean;
+}
+
+/** Queries of the request as a batch in this server's batch / queue units. */
+export function setBatch(request: unknown, n: number) {
+  (request as { batchSize: number }).batchSize = n;
+}
+
+/**
+ * Ids are well-formed UTF-16 (no lone surrogate: it cannot be stored as UTF-8, and two different
+ * ones would both become U+FFFD on disk); `field` names the list in errors.
+ */
+export function checkIds(ids: readonly string[], field: string): void {
+  for (let i = 0; i < ids.length; i++) {
+    const bad = loneSurrogate(ids[i]);
+    if (bad >= 0)
+      throw new InvalidArgumentError(
+        `${field}[${i}]`,
+        'a well-formed Unicode string (no lone surrogate code unit)',
+        `a lone surrogate U+${ids[i].charCodeAt(bad).toString(16).toUpperCase()} at position ${bad}`,
+      );
+  }
+}
+
+/** Index of the first lone surrogate of `s`, or -1. */
+export function loneSurrogate(s: string): number {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0xd800 || c > 0xdfff) continue;
+    if (c <= 0xdbff && i + 1 < s.length) {
+      const n = s.charCodeAt(i + 1);
+      if (n >= 0xdc00 && n <= 0xdfff) {
+        i++;
+        continue;
+      }
+    }
+    return i;
+  }
+  return -1;
+}

@@ -1,0 +1,257 @@
+// The service's one error shape, `{"error": {code, message, field?, expected?, received?, missing?}}`,
+// for every error: ours, schema validation, Fastify's own (body, content type, length) and the HTTP
+// parser's (bad header bytes, 408, 431, two Content-Length), which never reach a route.
+
+import * as http from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
+import { ItemLimitError, WorkLimitError } from '../admission.js';
+import { InvalidArgumentError, MaxsimError } from '../errors.js';
+import { ClosingError, DeadlineError, QueueFullError } from './batcher.js';
+import { ConflictError, CorpusBusyError, NotFoundError } from './resident.js';
+
+/** The API key is missing or wrong: HTTP 401. */
+export class AuthError extends MaxsimError {
+  override name = 'AuthError';
+}
+
+/** A score beyond float32 (the inputs' products overflowed): HTTP 422, never a null score. */
+export class ScoreOverflowError extends MaxsimError {
+  override name = 'ScoreOverflowError';
+}
+
+export interface HttpError {
+  status: number;
+  code: string;
+  message: string;
+  field?: string;
+  expected?: string;
+  received?: string;
+  missing?: string[];
+  headers?: Record<string, string>;
+}
+
+function describeValue(x: unknown): string {
+  if (x === undefined) return 'nothing';
+  if (Array.isArray(x)) return `an array of ${x.length}`;
+  if (typeof x === 'string') return x.length > 40 ? `a string of ${x.length} characters` : JSON.stringify(x);
+  if (x === null || typeof x !== 'object') return String(x);
+  return 'an object';
+}
+
+function valueAt(root: unknown, pointer: string): unknown {
+  let at = root;
+  for (const part of pointer.split('/').slice(1)) {
+    if (at === null || typeof at !== 'object') return undefined;
+    at = (at as Record<string, unknown>)[part.replace(/~1/g, '/').replace(/~0/g, '~')];
+  }
+  return at;
+}
+
+// '/documents/0/id' -> 'documents[0].id'
+function fieldOf(pointer: string): string {
+  return pointer
+    .split('/')
+    .slice(1)
+    .map((p, i) => (/^\d+$/.test(p) ? `[${p}]` : i === 0 ? p : `.${p}`))
+    .join('');
+}
+
+interface AjvIssue {
+  instancePath: string;
+  keyword?: string;
+  message?: string;
+  params?: Record<string, unknown>;
+}
+
+/** What a schema complaint expected, in words ('one of "float32", "float16"', not 'equal to constant'). */
+function expectedOf(v: AjvIssue, siblings: readonly AjvIssue[]): string {
+  if (v.params?.missingProperty !== undefined) return 'a value (it is required)';
+  if (v.keyword === 'additionalProperties')
+    return `no field ${JSON.stringify(v.params?.additionalProperty)} (unknown fields are refused)`;
+  if (v.keyword === 'const' || v.keyword === 'enum') {
+    // a union of literals reports one 'const' per branch at the same path
+    const allowed = siblings
+      .filter((s) => s.instancePath === v.instancePath && (s.keyword === 'const' || s.keyword === 'enum'))
+      .flatMap((s) =>
+        s.keyword === 'enum' ? (s.params?.allowedValues as unknown[]) : [s.params?.allowedValue],
+      )
+      .map((a) => JSON.stringify(a));
+    return allowed.length === 1 ? allowed[0] : `one of ${[...new Set(allowed)].join(', ')}`;
+  }
+  return (v.message ?? 'a valid value').replace(/^must (be )?/, '');
+}
+
+function validationError(e: { validation: AjvIssue[]; validationContext?: string }, request: FastifyRequest) {
+  // the deepest complaint says the most (a union reports its branches after the reason); an unknown
+  // field is the most specific of all
+  const sorted = [...e.validation].sort((a, b) => b.instancePath.length - a.instancePath.length);
+  const v = sorted.find((x) => x.keyword === 'additionalProperties') ?? sorted[0];
+  const extra = v.keyword === 'additionalProperties' ? (v.params?.additionalProperty as string) : undefined;
+  const missing = v.params?.missingProperty as string | undefined;
+  const pointer = missing || extra ? `${v.instancePath}/${missing ?? extra}` : v.instancePath;
+  const source = e.validationContext === 'querystring' ? request.query : request.body;
+  const field = fieldOf(pointer) || e.validationContext || 'body';
+  const expected = expectedOf(v, e.validation);
+  const received = describeValue(valueAt(source, pointer));
+  return {
+    status: 400,
+    code: 'invalid_argument',
+    message: `Expected ${expected} for ${field} but received ${received}`,
+    field,
+    expected,
+    received,
+  };
+}
+
+/** Storage errors of a write: the corpus is intact, the disk is full or read-only. */
+function storageError(error: unknown): HttpError | undefined {
+  let e: unknown = error;
+  for (let depth = 0; depth < 4 && e; depth++) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOSPC' || code === 'EDQUOT')
+      return {
+        status: 507,
+        code: 'disk_full',
+        message: 'the corpus disk is full: nothing was written (the corpus is unchanged)',
+      };
+    if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM')
+      return {
+        status: 503,
+        code: 'read_only',
+        message: 'the corpus directory is not writable: nothing was written (the corpus is unchanged)',
+      };
+    e = (e as { cause?: unknown }).cause;
+  }
+  const m = /\b(ENOSPC|EDQUOT|EROFS)\b/.exec((error as Error)?.message ?? '');
+  if (m) return storageError({ code: m[1] });
+  return undefined;
+}
+
+const FASTIFY_CODES: Record<string, string> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: 'body_too_large',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_content_length',
+};
+
+export function toHttpError(error: unknown, request: FastifyRequest): HttpError {
+  const e = error as FastifyError & { validation?: AjvIssue[] };
+  if (e?.validation && e.validation.length > 0)
+    return validationError(e as { validation: AjvIssue[]; validationContext?: string }, request);
+  if (error instanceof WorkLimitError || error instanceof ItemLimitError)
+    return {
+      status: 413,
+      code: error instanceof WorkLimitError ? 'too_much_work' : 'too_many_items',
+      message: error.message,
+      field: error.argument,
+      expected: error.expected,
+      received: error.received,
+    };
+  if (error instanceof InvalidArgumentError)
+    return {
+      status: 400,
+      code: 'invalid_argument',
+      message: error.message,
+      field: error.argument,
+      expected: error.expected,
+      received: error.received,
+    };
+  if (error instanceof NotFoundError)
+    return {
+      status: 404,
+      code: 'unknown_id',
+      message: error.message,
+      field: error.field,
+      missing: error.missing,
+    };
+  if (error instanceof ConflictError) return { status: 409, code: 'conflict', message: error.message };
+  if (error instanceof AuthError)
+    return {
+      status: 401,
+      code: 'unauthorized',
+      message: error.message,
+      headers: { 'www-authenticate': 'Bearer' },
+    };
+  if (error instanceof QueueFullError)
+    return {
+      status: 429,
+      code: 'overloaded',
+      message: error.message,
+      headers: { 'retry-after': String(error.retryAfterSeconds) },
+    };
+  if (error instanceof DeadlineError)
+    return { status: 504, code: 'deadline_exceeded', message: error.message };
+  if (error instanceof ClosingError) return { status: 503, code: 'shutting_down', message: error.message };
+  if (error instanceof CorpusBusyError)
+    return { status: 503, code: 'corpus_locked', message: error.message, headers: { 'retry-after': '1' } };
+  if (error instanceof ScoreOverflowError)
+    return { status: 422, code: 'score_overflow', message: error.message };
+  const storage = storageError(error);
+  if (storage) return storage;
+  const status = typeof e?.statusCode === 'number' ? e.statusCode : 500;
+  if (e?.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || e?.code === 'FST_ERR_CTP_EMPTY_JSON_BODY') {
+    const received = e.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'an empty body' : 'invalid JSON';
+    return {
+      status: 400,
+      code: 'invalid_json',
+      message: `Expected a JSON document for body but received ${received}`,
+      field: 'body',
+      expected: 'a JSON document',
+      received,
+    };
+  }
+  if (status >= 400 && status < 500)
+    return { status, code: FASTIFY_CODES[e.code] ?? 'bad_request', message: e.message };
+  return {
+    status: 500,
+    code: 'internal',
+    message: error instanceof MaxsimError ? error.message : 'internal error',
+  };
+}
+
+/** The error handler and the 404 handler: every answer in the one shape. */
+export function registerErrorHandlers(app: FastifyInstance) {
+  app.setErrorHandler((error, request, reply) => {
+    const h = toHttpError(error, request);
+    if (h.status >= 500 && h.status !== 503 && h.status !== 504 && h.status !== 507)
+      request.log.error({ err: error }, 'request failed');
+    const { status, headers, ...body } = h;
+    reply.code(status);
+    if (headers) reply.headers(headers);
+    return reply.send({ error: body });
+  });
+  app.setNotFoundHandler((request, reply) =>
+    reply.code(404).send({
+      error: {
+        code: 'not_found',
+        message: `no route ${request.method} ${request.url.split('?')[0].slice(0, 200)}`,
+      },
+    }),
+  );
+}
+
+/**
+ * The HTTP parser's errors (they never reach a route): answered in the same shape, then the socket is
+ * closed, as Node does by default.
+ */
+export function clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket) {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  let status = 400;
+  let code = 'bad_request';
+  let message = `the request could not be parsed (${err.code ?? 'a malformed request'})`;
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    status = 408;
+    code = 'request_timeout';
+    message = 'the request was not received in time';
+  } else if (err.code === 'HPE_HEADER_OVERFLOW') {
+    status = 431;
+    code = 'headers_too_large';
+    message = 'the request headers are larger than the server accepts';
+  }
+  const body = JSON.stringify({ error: { code, message } });
+  if (socket.writable)
+    socket.write(
+      `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`,
+    );
+  socket.destroy(err);
+}

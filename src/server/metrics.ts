@@ -1,0 +1,192 @@
+// Prometheus metrics of one server (a registry of its own: several servers may live in one process).
+// The runtime's default metrics keep their standard names (process_*, nodejs_*) so stock dashboards
+// read them; ours carry the maxsim_ prefix.
+
+import type { FastifyInstance } from 'fastify';
+import * as prom from 'prom-client';
+import { version } from '../version.js';
+import type { PassInfo, PassToken } from './batcher.js';
+import type { ResidentCorpus } from './resident.js';
+
+const PASS_PHASES = ['gather', 'wait', 'backend', 'merge', 'split', 'answer'] as const;
+
+export interface ServerMetrics {
+  readonly registry: prom.Registry;
+  /** Time of a search request by phase (the search route observes them). */
+  readonly request: Record<'parse' | 'decode' | 'queue' | 'encode', prom.Histogram.Internal<'phase'>>;
+  /** What the batcher reports of each pass. */
+  onPass(p: PassInfo): void;
+  /** Gauges read from the batcher at scrape time. */
+  watchQueue(depth: () => number): void;
+  /** The onSend / onResponse hooks: request counts, latency, the pass's answering time, one log line. */
+  register(app: FastifyInstance, closing: () => boolean): void;
+}
+
+export function createMetrics(resident: ResidentCorpus): ServerMetrics {
+  const registry = new prom.Registry();
+  prom.collectDefaultMetrics({ register: registry });
+  new prom.Gauge({
+    name: 'maxsim_build_info',
+    help: 'the maxsim version serving (always 1)',
+    labelNames: ['version'] as const,
+    registers: [registry],
+  }).set({ version }, 1);
+  const requests = new prom.Counter({
+    name: 'maxsim_http_requests_total',
+    help: 'HTTP requests by route, method and status',
+    labelNames: ['route', 'method', 'status'] as const,
+    registers: [registry],
+  });
+  const latency = new prom.Histogram({
+    name: 'maxsim_http_request_duration_seconds',
+    help: 'HTTP request latency by route',
+    labelNames: ['route'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [registry],
+  });
+  // label children by key (routes x methods x statuses: a few dozen at most)
+  const requestCounters = new Map<string, prom.Counter.Internal>();
+  const latencyOf = new Map<string, prom.Histogram.Internal<'route'>>();
+  const batchSizes = new prom.Histogram({
+    name: 'maxsim_batch_queries',
+    help: 'queries scored per pass',
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+    registers: [registry],
+  });
+  const passSeconds = new prom.Histogram({
+    name: 'maxsim_pass_duration_seconds',
+    help: 'time of one scoring pass',
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
+    registers: [registry],
+  });
+  // where the time goes (a GPU run is read from these): the host work of a pass around its kernel,
+  // and of a request around its pass (means from _sum / _count; bench/serve.ts prints them)
+  const phaseBuckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+  const passPhase = new prom.Histogram({
+    name: 'maxsim_pass_phase_seconds',
+    help: 'time of a search pass by phase: gather (decode into the batch), wait (queued behind the pass ahead), backend (the search call, kernel included), merge (its JS part: segments merged, ids), split (rows per request), answer (its requests answered: handlers and serialisation, up to the last one handed to the socket)',
+    labelNames: ['phase'] as const,
+    buckets: phaseBuckets,
+    registers: [registry],
+  });
+  const requestPhase = new prom.Histogram({
+    name: 'maxsim_request_phase_seconds',
+    help: 'time of a search request by phase: parse (body read, JSON parse, validation), decode (embeddings checked), queue (waiting for its pass), encode (the JSON answer built)',
+    labelNames: ['phase'] as const,
+    buckets: phaseBuckets,
+    registers: [registry],
+  });
+  // label children resolved once: a labelled observe hashes its labels on every call
+  const passPhaseOf = Object.fromEntries(PASS_PHASES.map((phase) => [phase, passPhase.labels({ phase })]));
+  const request = {
+    parse: requestPhase.labels({ phase: 'parse' }),
+    decode: requestPhase.labels({ phase: 'decode' }),
+    queue: requestPhase.labels({ phase: 'queue' }),
+    encode: requestPhase.labels({ phase: 'encode' }),
+  };
+  let elu = performance.eventLoopUtilization();
+  new prom.Gauge({
+    name: 'maxsim_event_loop_utilization',
+    help: 'share of the time the JS thread was busy since the previous scrape (1: saturated)',
+    registers: [registry],
+    collect() {
+      const now = performance.eventLoopUtilization();
+      this.set(performance.eventLoopUtilization(now, elu).utilization);
+      elu = now;
+    },
+  });
+  new prom.Gauge({
+    name: 'maxsim_corpus_documents',
+    help: 'documents searches see (live: stored minus deleted)',
+    registers: [registry],
+    collect() {
+      this.set(resident.info.live);
+    },
+  });
+  new prom.Gauge({
+    name: 'maxsim_corpus_deleted_documents',
+    help: 'deleted documents not yet compacted away',
+    registers: [registry],
+    collect() {
+      this.set(resident.info.deleted);
+    },
+  });
+  if (resident.backend === 'cuda')
+    new prom.Gauge({
+      name: 'maxsim_gpu_memory_bytes',
+      help: 'GPU memory: in use by maxsim, cached by its allocator, free on the device',
+      labelNames: ['kind'] as const,
+      registers: [registry],
+      async collect() {
+        const m = await resident.memory().catch(() => undefined);
+        if (!m) return;
+        this.set({ kind: 'in_use' }, m.inUse);
+        this.set({ kind: 'cached' }, m.cached);
+        this.set({ kind: 'free' }, m.free);
+      },
+    });
+
+  return {
+    registry,
+    request,
+    onPass(p) {
+      batchSizes.observe(p.queries);
+      passSeconds.observe(p.seconds);
+      if (p.phases) {
+        for (const [phase, seconds] of Object.entries(p.phases)) passPhaseOf[phase].observe(seconds);
+        for (const q of p.queued) request.queue.observe(q);
+      }
+    },
+    watchQueue(depth) {
+      new prom.Gauge({
+        name: 'maxsim_queue_depth',
+        help: 'queries waiting for a pass',
+        registers: [registry],
+        collect() {
+          this.set(depth());
+        },
+      });
+    },
+    register(app, closing) {
+      // callback hooks, not async ones: a promise less per request and hook
+      app.addHook('onSend', (req, reply, payload, done) => {
+        // the last answer of a search pass serialised: the pass's answering time (its requests'
+        // handlers and serialisation run one after the other once the pass resolves them)
+        const pass = (req as unknown as { pass?: PassToken }).pass;
+        if (pass && --pass.pending === 0)
+          passPhaseOf.answer.observe((performance.now() - pass.resolvedAt) / 1000);
+        reply.header('x-request-id', req.id);
+        const batch = (req as unknown as { batchSize: number }).batchSize;
+        if (batch > 0) reply.header('x-maxsim-batch', String(batch)); // queries in the pass that answered
+        // shutting down: no keep-alive, so the connections of the requests in flight end with them
+        if (closing()) reply.header('connection', 'close');
+        done(null, payload);
+      });
+      app.addHook('onResponse', (req, reply, done) => {
+        const route = req.routeOptions.url ?? 'unmatched';
+        const status = reply.statusCode;
+        const key = `${route} ${req.method} ${status}`;
+        let counter = requestCounters.get(key);
+        if (!counter) {
+          counter = requests.labels({ route, method: req.method, status: String(status) });
+          requestCounters.set(key, counter);
+        }
+        counter.inc();
+        let histogram = latencyOf.get(route);
+        if (!histogram) {
+          histogram = latency.labels({ route });
+          latencyOf.set(route, histogram);
+        }
+        histogram.observe(reply.elapsedTime / 1000);
+        const batch = (req as unknown as { batchSize: number }).batchSize;
+        // (pino's isLevelEnabled; a logger without it logs)
+        if ((req.log as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled?.('info') !== false)
+          req.log.info(
+            { method: req.method, route, status, ms: Math.round(reply.elapsedTime * 1000) / 1000, batch },
+            'request',
+          );
+        done();
+      });
+    },
+  };
+}

@@ -1,0 +1,155 @@
+// POST /v1/search: top-k documents of the resident corpus per query, through the batcher (a request of
+// more than --max-batch queries goes as several passes); with `ids`, those documents only, scored
+// exactly as a pass of its own.
+
+import type { FastifyInstance } from 'fastify';
+import type { Static } from 'typebox';
+import { checkWork, workOf } from '../../admission.js';
+import { InvalidArgumentError } from '../../errors.js';
+import { asBatch, jsonScore, ranked, searchJson, tokensOf } from '../answers.js';
+import type { PassToken } from '../batcher.js';
+import { type EncodedTokens, itemCount, readEmbeddings, readNpy, toFloat32 } from '../codecs.js';
+import { checkIds, type RouteContext, setBatch } from '../context.js';
+import { ErrorResponse, SearchBody, SearchQuery, SearchResponse } from '../schemas.js';
+
+export const MAX_TOP_K = 10_000;
+
+/** top_k from the query string (a string there: no type coercion anywhere). */
+function topKOf(text: string | undefined): number {
+  if (text === undefined) return 10;
+  const k = Number(text);
+  if (!/^(0|[1-9]\d*)$/.test(text) || k > MAX_TOP_K)
+    throw new InvalidArgumentError(
+      'top_k',
+      `an integer in [0, ${MAX_TOP_K}]`,
+      JSON.stringify(text.slice(0, 40)),
+    );
+  return k;
+}
+
+interface SearchRequest {
+  queries: EncodedTokens;
+  k: number;
+  prefilter?: 'int8';
+  ids?: string[];
+}
+
+function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof SearchQuery>): SearchRequest {
+  // a request's queries count against the queue: one larger than the queue can never be admitted
+  const limit = { items: ctx.limits.maxQueue, why: 'queries of one request: the queue bound, --max-queue' };
+  if (Buffer.isBuffer(raw))
+    return {
+      queries: readNpy(raw, 'body', 'many', ctx.dim(), limit),
+      k: topKOf(query.top_k),
+      prefilter: query.prefilter,
+    };
+  if (raw === undefined || raw === null || typeof raw !== 'object')
+    throw new InvalidArgumentError(
+      'body',
+      'a JSON body {queries, top_k?} (application/json) or a .npy body (application/x-npy)',
+      raw === undefined ? 'an empty body' : typeof raw,
+    );
+  if (query.top_k !== undefined || query.prefilter !== undefined)
+    throw new InvalidArgumentError(
+      query.top_k !== undefined ? 'top_k' : 'prefilter',
+      'top_k and prefilter in the JSON body (the query string is for .npy bodies)',
+      'the query string',
+    );
+  const body = raw as Static<typeof SearchBody>;
+  return {
+    queries: readEmbeddings(body.queries, 'queries', 'many', ctx.dim(), limit),
+    k: body.top_k ?? 10,
+    prefilter: body.prefilter,
+    ids: body.ids,
+  };
+}
+
+/** Scores the queries against the documents named by `ids` (a pass of its own, bounded by maxWork). */
+async function searchIds(ctx: RouteContext, r: SearchRequest, ids: string[]) {
+  if (r.prefilter !== undefined)
+    throw new InvalidArgumentError(
+      'prefilter',
+      'no prefilter with ids (they are scored exactly)',
+      r.prefilter,
+    );
+  checkIds(ids, 'ids');
+  const n = itemCount(r.queries);
+  const info = ctx.resident.info;
+  // the documents' tokens from the corpus's mean (their exact count is known only to the snapshot)
+  const docTokens = (ids.length * info.tokens) / Math.max(1, info.documents);
+  checkWork(
+    workOf(tokensOf(r.queries), n, docTokens, ids.length, info.dim),
+    ctx.limits.maxWork,
+    'ids',
+    "the server's --max-work",
+  );
+  const indices = ctx.resident.resolveIds(ids, 'ids');
+  const q = asBatch(toFloat32(r.queries));
+  return ctx.batcher.solo(async (signal) => {
+    const scores = await ctx.resident.scoreDocumentsAll(q, indices, signal);
+    return Array.from({ length: n }, (_, row) =>
+      ranked(scores.subarray(row * indices.length, (row + 1) * indices.length), r.k).map((h) => ({
+        id: ids[h.index],
+        index: indices[h.index],
+        score: jsonScore(h.score),
+      })),
+    );
+  }, ctx.limits.timeoutMs);
+}
+
+export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
+  const errors = {
+    400: ErrorResponse,
+    404: ErrorResponse,
+    413: ErrorResponse,
+    429: ErrorResponse,
+    504: ErrorResponse,
+  };
+  app.post(
+    '/v1/search',
+    {
+      config: { access: 'read' },
+      schema: {
+        description:
+          'Top-k documents of the resident corpus for each query. JSON, or a .npy body (application/x-npy or application/octet-stream, [L, d] or [n, L, d]) with top_k in the query string. A request of more queries than a pass takes is scored as several passes.',
+        body: {
+          content: {
+            'application/json': { schema: SearchBody },
+            'application/octet-stream': { schema: {} },
+            'application/x-npy': { schema: {} },
+          },
+        },
+        querystring: SearchQuery,
+        response: { 200: SearchResponse, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const parsed = performance.now();
+      ctx.metrics.request.parse.observe(reply.elapsedTime / 1000);
+      const r = readRequest(ctx, request.body, request.query as Static<typeof SearchQuery>);
+      const n = itemCount(r.queries);
+      if (n === 0) return { results: [] };
+      if (r.ids !== undefined) {
+        const rows = await searchIds(ctx, r, r.ids);
+        setBatch(request, n);
+        return { results: rows };
+      }
+      ctx.metrics.request.decode.observe((performance.now() - parsed) / 1000);
+      const { hits, batch, pass } = await ctx.batcher.search(
+        r.queries,
+        r.k,
+        r.prefilter ?? '',
+        ctx.limits.timeoutMs,
+      );
+      setBatch(request, batch);
+      (request as unknown as { pass?: PassToken }).pass = pass;
+      const t0 = performance.now();
+      // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
+      // a string with a JSON content type is sent as it is
+      const json = searchJson(hits);
+      ctx.metrics.request.encode.observe((performance.now() - t0) / 1000);
+      reply.type('application/json; charset=utf-8');
+      return json as unknown as Static<typeof SearchResponse>;
+    },
+  );
+}
