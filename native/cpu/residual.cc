@@ -134,7 +134,7 @@ void ResidualAssign(const ResidualKernels& kern, const float* x, int64_t n, cons
   std::vector<float> pack, bias;
   PackCentroids(centroids, nc, d, kern.lanes, l2, &pack, &bias);
   const int64_t kp = RoundUp(nc, kern.lanes);
-  constexpr int64_t kRows = 96;
+  constexpr int64_t kRows = 256;
   ForEach((n + kRows - 1) / kRows, threads, [&](int, int64_t item) {
     const int64_t r0 = item * kRows;
     const int64_t m = std::min(kRows, n - r0);

@@ -23,6 +23,7 @@ struct RAvx2 {
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static I iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static I loadi(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I seti(int32_t x) { return _mm256_set1_epi32(x); }
   static I addi(I a, I b) { return _mm256_add_epi32(a, b); }
   static void storei(int32_t* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }

@@ -23,6 +23,7 @@ struct RAvx512 {
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static I loadi(const int32_t* p) { return _mm512_loadu_si512(p); }
   static I seti(int32_t x) { return _mm512_set1_epi32(x); }
   static I addi(I a, I b) { return _mm512_add_epi32(a, b); }
   static void storei(int32_t* p, I v) { _mm512_storeu_si512(p, v); }

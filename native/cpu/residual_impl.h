@@ -2,7 +2,7 @@
 // ISA by residual_<isa>.cc (each compiled with its own -m flags, inside an anonymous namespace).
 //
 // Traits V: type T (W float lanes), I (W int32 lanes), load, set1, zero, neg_inf, fma, max, add,
-// store, iota() (lane indices), addi, seti, best(bv, bi, v, j) (lanes where v > bv take v and j),
+// store, loadi, iota() (lane indices), addi, seti, best(bv, bi, v, j) (lanes where v > bv take v and j),
 // storei, hmax, gather(base, idx32*) (base[idx[lane]]), keep_lanes(v, lo, hi) (-inf outside [lo, hi)),
 // decode2(p, sub, tab) / decode4(p, sub, tab): the weights of tokens [sub * W, sub * W + W) of a
 // 16-token block for one dimension (p: its code word, tab: its 16-entry table).
@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "residual.h"
 
@@ -28,21 +30,21 @@ using maxsim_cpu::ResidualQuery;
 
 // --- assignment: lanes over centroids, NR rows broadcast ---------------------------------------
 
+// NR rows against centroid lane blocks [b_begin, b_end), folded into the rows' running best
+// (values and centroid ids per lane, in memory: bv / bi hold NR vectors each).
 template <class V, int MR, int NR>
-inline void AssignRowsTile(const float* x, const float* cpack, const float* bias, int64_t kp, int64_t d,
-                           int32_t* id, float* score) {
+inline void AssignTile(const float* x, const float* cpack, const float* bias, int64_t b_begin, int64_t b_end,
+                       int64_t d, float* bv, int32_t* bi) {
   using T = typename V::T;
   using I = typename V::I;
   T best[NR];
   I bidx[NR];
 #pragma GCC unroll 16
   for (int n = 0; n < NR; n++) {
-    best[n] = V::neg_inf();
-    bidx[n] = V::seti(0);
+    best[n] = V::load(bv + n * V::W);
+    bidx[n] = V::loadi(bi + n * V::W);
   }
-  const int64_t nblocks = kp / V::W;
   const int64_t stride = d * V::W;
-  int64_t b = 0;
   auto fold = [&](auto mr_tag, int64_t b0) {
     constexpr int M = decltype(mr_tag)::value;
     T acc[M][NR];
@@ -69,28 +71,44 @@ inline void AssignRowsTile(const float* x, const float* cpack, const float* bias
       for (int n = 0; n < NR; n++) V::best(best[n], bidx[n], V::add(acc[m][n], bb), j);
     }
   };
-  for (; b + MR <= nblocks; b += MR) fold(std::integral_constant<int, MR>{}, b);
-  for (; b < nblocks; b++) fold(std::integral_constant<int, 1>{}, b);
+  int64_t b = b_begin;
+  for (; b + MR <= b_end; b += MR) fold(std::integral_constant<int, MR>{}, b);
+  for (; b < b_end; b++) fold(std::integral_constant<int, 1>{}, b);
+#pragma GCC unroll 16
   for (int n = 0; n < NR; n++) {
-    float bv[V::W];
-    int32_t bi[V::W];
-    V::store(bv, best[n]);
-    V::storei(bi, bidx[n]);
-    int w = 0;
-    for (int l = 1; l < V::W; l++)
-      if (bv[l] > bv[w] || (bv[l] == bv[w] && bi[l] < bi[w])) w = l;
-    id[n] = bi[w];
-    if (score) score[n] = bv[w];
+    V::store(bv + n * V::W, best[n]);
+    V::storei(bi + n * V::W, bidx[n]);
   }
 }
 
+// Rows against every centroid, a cache-sized group of centroid blocks at a time (the group stays in
+// L2 while all rows pass over it), each row's best kept per lane in memory between groups.
+// Centroid ids increase along each lane and a lane takes only a strictly greater value, so every lane
+// holds the lowest id of its maximum and the final pick over lanes gives ties to the lowest id.
 template <class V, int MR, int NR>
 void AssignImpl(const float* x, int64_t n, const float* cpack, const float* bias, int64_t kp, int64_t d,
                 int32_t* id, float* score) {
-  int64_t r = 0;
-  for (; r + NR <= n; r += NR)
-    AssignRowsTile<V, MR, NR>(x + r * d, cpack, bias, kp, d, id + r, score ? score + r : nullptr);
-  for (; r < n; r++) AssignRowsTile<V, MR, 1>(x + r * d, cpack, bias, kp, d, id + r, score ? score + r : nullptr);
+  std::vector<float> bv(static_cast<size_t>(n * V::W), -INFINITY);
+  std::vector<int32_t> bi(static_cast<size_t>(n * V::W), 0);
+  const int64_t nblocks = kp / V::W;
+  const int64_t group = std::max<int64_t>(MR, (65536 / (d * V::W * 4)) / MR * MR);
+  for (int64_t g = 0; g < nblocks; g += group) {
+    const int64_t g_end = std::min(nblocks, g + group);
+    int64_t r = 0;
+    for (; r + NR <= n; r += NR)
+      AssignTile<V, MR, NR>(x + r * d, cpack, bias, g, g_end, d, bv.data() + r * V::W, bi.data() + r * V::W);
+    for (; r < n; r++)
+      AssignTile<V, MR, 1>(x + r * d, cpack, bias, g, g_end, d, bv.data() + r * V::W, bi.data() + r * V::W);
+  }
+  for (int64_t r = 0; r < n; r++) {
+    const float* v = bv.data() + r * V::W;
+    const int32_t* j = bi.data() + r * V::W;
+    int w = 0;
+    for (int l = 1; l < V::W; l++)
+      if (v[l] > v[w] || (v[l] == v[w] && j[l] < j[w])) w = l;
+    id[r] = j[w];
+    if (score) score[r] = v[w];
+  }
 }
 
 // --- query x centroid dots: lanes over query tokens, NR centroids broadcast ---------------------

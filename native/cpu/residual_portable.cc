@@ -43,6 +43,11 @@ struct RPortable {
     for (int i = 0; i < 8; i++) r.v[i] = i;
     return r;
   }
+  static I loadi(const int32_t* p) {
+    I r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+  }
   static I seti(int32_t x) {
     I r;
     for (int i = 0; i < 8; i++) r.v[i] = x;

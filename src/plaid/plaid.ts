@@ -69,7 +69,7 @@ export interface IndexSearchOptions extends KernelOptions {
   candidates?: number;
   /** Centroid pruning: centroids whose best query-token score is below it are left out of the bags. */
   threshold?: number;
-  /** Residual-scored documents re-scored exactly when tokens are kept (default max(k, 2 k)). */
+  /** Residual-scored documents re-scored exactly when tokens are kept (default: defaultSearch). */
   rescore?: number;
 }
 
@@ -97,8 +97,8 @@ export function defaultCentroids(tokens: number): number {
 }
 
 /** The search defaults for k hits (bench/plaid.ts measured them; docs/index.md has the curve). */
-export function defaultSearch(k: number): { nprobe: number; candidates: number } {
-  return { nprobe: k <= 10 ? 4 : 8, candidates: Math.max(256, 16 * k) };
+export function defaultSearch(k: number): { nprobe: number; candidates: number; rescore: number } {
+  return { nprobe: k <= 10 ? 8 : 16, candidates: Math.max(512, 16 * k), rescore: Math.max(64, 2 * k) };
 }
 
 function checkBits(v: unknown): 2 | 4 {
@@ -157,7 +157,7 @@ export class PlaidIndex {
     const def = defaultSearch(k);
     const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
     const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
-    const rescore = expectInteger('options.rescore', options.rescore ?? 2 * k, k);
+    const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
     const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
     if (typeof threshold !== 'number' || Number.isNaN(threshold))
       throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
