@@ -11,7 +11,7 @@ import { bucketOf, codeAt, decodeTokens, tablesOf } from '../src/plaid/codec.js'
 import { type NativeIndex, residualAddon } from '../src/plaid/native.js';
 import { buildIndex, buildLists, defaultCentroids } from '../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../src/plaid/synthetic.js';
-import { raggedBatch, tokenMatrix } from '../src/tensor.js';
+import { decodeToFloat32, denseBatch, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
 
 const addon = residualAddon();
@@ -170,6 +170,32 @@ describe('plaid codec', () => {
     assert.deepEqual(a.native.codes, b.native.codes);
     assert.deepEqual(a.native.cids, b.native.cids);
     assert.notDeepEqual(a.native.centroids, c.native.centroids);
+  });
+
+  test('float16, bfloat16 and dense padded documents encode as their float32 values', async () => {
+    const d = 24;
+    const { c, batch } = corpus(60, [1, 20], d, runSeed + 5);
+    const ix = await buildIndex(batch, { centroids: 16, iterations: 2, seed: 2 });
+    const n = ix.native;
+    for (const dtype of ['float16', 'bfloat16'] as const) {
+      const bitsArr = encodeFloats(c.data, dtype) as Uint16Array;
+      const half = raggedBatch(bitsArr, c.offsets, { dim: d, dtype });
+      const asFloat = raggedBatch(decodeToFloat32(bitsArr, dtype, d), c.offsets, { dim: d });
+      const a = await addon.encode(half, n.centroids, ix.buckets.cutoffs, n.tables, 2, {});
+      const b = await addon.encode(asFloat, n.centroids, ix.buckets.cutoffs, n.tables, 2, {});
+      assert.deepEqual(a.cids, b.cids, dtype);
+      assert.deepEqual(a.codes, b.codes, dtype);
+    }
+    // the same documents in a dense batch with padding slots: the padding is never read
+    const L = 20;
+    const lengths = Array.from({ length: 60 }, (_, b) => c.offsets[b + 1] - c.offsets[b]);
+    const dense = new Float32Array(60 * L * d).fill(Number.NaN);
+    for (let b = 0; b < 60; b++)
+      dense.set(c.data.subarray(c.offsets[b] * d, c.offsets[b + 1] * d), b * L * d);
+    const db = denseBatch(dense, { count: 60, length: L, dim: d, lengths, checkFinite: false });
+    const e = await addon.encode(db, n.centroids, ix.buckets.cutoffs, n.tables, 2, {});
+    assert.deepEqual(e.cids, n.cids);
+    assert.deepEqual(e.codes, n.codes);
   });
 
   test('defaultCentroids follows 2^floor(log2(16 sqrt(T)))', () => {
