@@ -5,9 +5,8 @@
 // of nprobe x candidates, with the exact float32 and int8 full scans timed in the same run.
 //
 // Run: node dist/bench/plaid.js [--docs 100000] [--length 64] [--dim 128] [--topics 2000]
-//        [--queries 20] [--lq 32] [--centroids K] [--bits 2] [--sample N] [--grid 4x256,8x512,...]
-//        [--rescore R] [--threshold T]
-
+//        [--queries 20] [--lq 32] [--centroids K] [--bits 2,4] [--sample N]
+//        [--grid def,NPROBExCANDIDATES[xRESCORE],...] [--threshold T]
 import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
@@ -24,11 +23,10 @@ const DIM = Number(arg('dim', '128'));
 const TOPICS = Number(arg('topics', '2000'));
 const NQ = Number(arg('queries', '20'));
 const LQ = Number(arg('lq', '32'));
-const BITS = Number(arg('bits', '2')) as 2 | 4;
+const BITS = arg('bits', '2').split(',').map(Number) as (2 | 4)[];
 const K = arg('centroids', '');
 const SAMPLE = arg('sample', '');
-const GRID = arg('grid', 'def,1x256,2x256,4x256,4x1024,8x512,8x2048,16x1024,16x4096');
-const RESCORE = arg('rescore', '');
+const GRID = arg('grid', 'def,4x512x64,4x512x256,8x1024x64,8x1024x256,8x2048x256,16x2048x512,8x4096x256');
 const THRESHOLD = Number(arg('threshold', '-Infinity'));
 
 function pct(xs: number[], p: number): number {
@@ -41,23 +39,12 @@ function topIds(scores: Float32Array, k: number): number[] {
     .slice(0, k);
 }
 
-let t = performance.now();
+const t = performance.now();
 const c = syntheticCorpus({ docs: DOCS, length: LEN, dim: DIM, topics: TOPICS, seed: 1 });
 const docs = raggedBatch(c.data, c.offsets, { dim: DIM });
 console.log(
   `corpus: ${DOCS} docs x ${LEN} tokens x d = ${DIM}, ${TOPICS} topics, generated in ${((performance.now() - t) / 1000).toFixed(1)} s`,
 );
-t = performance.now();
-const index = await buildIndex(docs, {
-  bits: BITS,
-  centroids: K ? Number(K) : undefined,
-  sample: SAMPLE ? Number(SAMPLE) : undefined,
-});
-const bs = index.buildStats;
-console.log(
-  `build: ${((performance.now() - t) / 1000).toFixed(1)} s (k-means + buckets ${(bs.msKmeans / 1000).toFixed(1)} s, encode ${(bs.msEncode / 1000).toFixed(1)} s, lists ${(bs.msLists / 1000).toFixed(1)} s); K = ${bs.centroids}, sample ${bs.sample}, ${BITS}-bit: ${bs.bytesPerToken.toFixed(2)} bytes/token (fp16: ${2 * DIM}); relative squared error ${(bs.meanSquaredError / bs.meanSquaredNorm).toFixed(4)}`,
-);
-
 const qs = syntheticQueries(c, NQ, LQ, DIM, 2);
 const queries: TokenMatrix[] = [];
 for (let i = 0; i < NQ; i++)
@@ -84,37 +71,62 @@ console.log(
   `full scan: float32 p50 ${pct(fullMs, 0.5).toFixed(0)} ms, int8 p50 ${pct(int8Ms, 0.5).toFixed(0)} ms per query (${LQ} query tokens)`,
 );
 
-console.log(
-  'k nprobe candidates rescore | recall@k | p50 ms p90 ms | x int8 | generated scored | ms: centroids lists interaction residual rescore',
-);
-for (const g of GRID.split(',')) {
-  for (const k of [10, 100]) {
-    const def = defaultSearch(k);
-    const [nprobe, candidates] = g === 'def' ? [def.nprobe, def.candidates] : g.split('x').map(Number);
-    const rescore = RESCORE ? Number(RESCORE) : undefined;
-    const lat: number[] = [];
-    let found = 0;
-    const stage = [0, 0, 0, 0, 0];
-    let generated = 0;
-    let scored = 0;
-    // warm-up
-    await index.search(queries[0], { k, nprobe, candidates, rescore, threshold: THRESHOLD });
-    for (let i = 0; i < NQ; i++) {
-      const t0 = performance.now();
-      const r = await index.search(queries[i], { k, nprobe, candidates, rescore, threshold: THRESHOLD });
-      lat.push(performance.now() - t0);
-      const truth = new Set(exact[i].slice(0, k));
-      for (const h of r.hits) if (truth.has(h.index)) found++;
-      const m = r.stats.ms;
-      [m.centroids, m.candidates, m.interaction, m.residual, m.rescore].forEach((v, j) => {
-        stage[j] += v / NQ;
+for (const BITS_NOW of BITS) {
+  const tb = performance.now();
+  const index = await buildIndex(docs, {
+    bits: BITS_NOW,
+    centroids: K ? Number(K) : undefined,
+    sample: SAMPLE ? Number(SAMPLE) : undefined,
+  });
+  const bs = index.buildStats;
+  console.log(
+    `build: ${((performance.now() - tb) / 1000).toFixed(1)} s (k-means + buckets ${(bs.msKmeans / 1000).toFixed(1)} s, encode ${(bs.msEncode / 1000).toFixed(1)} s, lists ${(bs.msLists / 1000).toFixed(1)} s); K = ${bs.centroids}, sample ${bs.sample}, ${BITS_NOW}-bit: ${bs.bytesPerToken.toFixed(2)} bytes/token (fp16: ${2 * DIM}); relative squared error ${(bs.meanSquaredError / bs.meanSquaredNorm).toFixed(4)}`,
+  );
+
+  console.log(
+    'k nprobe candidates rescore | recall@k | p50 ms p90 ms | x int8 | generated scored | ms: centroids lists interaction residual rescore',
+  );
+  for (const g of GRID.split(',')) {
+    for (const k of [10, 100]) {
+      const def = defaultSearch(k);
+      const [nprobe, candidates, rescore] =
+        g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
+      const lat: number[] = [];
+      let found = 0;
+      const stage = [0, 0, 0, 0, 0];
+      let generated = 0;
+      let scored = 0;
+      // warm-up
+      await index.search(queries[0], {
+        k,
+        nprobe,
+        candidates,
+        rescore: Math.max(k, rescore),
+        threshold: THRESHOLD,
       });
-      generated += r.stats.generated / NQ;
-      scored += r.stats.scored / NQ;
+      for (let i = 0; i < NQ; i++) {
+        const t0 = performance.now();
+        const r = await index.search(queries[i], {
+          k,
+          nprobe,
+          candidates,
+          rescore: Math.max(k, rescore),
+          threshold: THRESHOLD,
+        });
+        lat.push(performance.now() - t0);
+        const truth = new Set(exact[i].slice(0, k));
+        for (const h of r.hits) if (truth.has(h.index)) found++;
+        const m = r.stats.ms;
+        [m.centroids, m.candidates, m.interaction, m.residual, m.rescore].forEach((v, j) => {
+          stage[j] += v / NQ;
+        });
+        generated += r.stats.generated / NQ;
+        scored += r.stats.scored / NQ;
+      }
+      const p50 = pct(lat, 0.5);
+      console.log(
+        `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')}`,
+      );
     }
-    const p50 = pct(lat, 0.5);
-    console.log(
-      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${rescore ?? 'def'} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')}`,
-    );
   }
 }
