@@ -48,6 +48,9 @@
         "native/cpu/chamfer.cc",
         "native/cpu/chamfer_portable.cc",
         "native/binding/chamfer_binding.cc",
+        "native/cpu/residual.cc",
+        "native/cpu/residual_portable.cc",
+        "native/binding/residual_binding.cc",
         "native/cpu/kernels_portable.cc",
         "native/cpu/kernels_neon.cc"
       ],
@@ -64,7 +67,7 @@
         {
           "target_name": "maxsim_cpu_avx512",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx512.cc", "native/cpu/chamfer_avx512.cc"],
+          "sources": ["native/cpu/kernels_avx512.cc", "native/cpu/chamfer_avx512.cc", "native/cpu/residual_avx512.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"]
         },
         {
@@ -88,7 +91,7 @@
         {
           "target_name": "maxsim_cpu_avx2",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc"],
+          "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc", "native/cpu/residual_avx2.cc"],
           "cflags_cc": ["-mavx2", "-mfma", "-mf16c"]
         },
         {

@@ -11,6 +11,7 @@ void InitTrain(Napi::Env env, Napi::Object exports);
 void InitFile(Napi::Env env, Napi::Object exports);
 void InitChamfer(Napi::Env env, Napi::Object exports);
 void InitCudaStream(Napi::Env env, Napi::Object exports);
+void InitResidual(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
@@ -22,6 +23,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitTrain(env, exports);
   InitFile(env, exports);  // exports.file.mapFile: corpus files scored from the page cache
   InitChamfer(env, exports);  // exports.chamfer: nearest neighbours and Chamfer distance on the CPU
+  InitResidual(env, exports);  // exports.residual: the compressed index's codec and search stages
   exports.Set("abiVersion", 1);
   return exports;
 }

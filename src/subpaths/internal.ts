@@ -34,6 +34,24 @@ export {
   roundTripError,
 } from '../ops/quantize.js';
 export { maxsimTrainTuned, type TrainCudaTuning, type TunedTrainOptions } from '../ops/train.js';
+// The compressed PLAID-class index, in memory until it joins the corpus format (docs/index.md).
+export {
+  type BuildIndexOptions,
+  type BuildStats,
+  buildIndex,
+  defaultCentroids,
+  defaultSearch,
+  type IndexSearchOptions,
+  type IndexSearchResult,
+  type IndexSearchStats,
+  PlaidIndex,
+} from '../plaid/plaid.js';
+export {
+  type SyntheticCorpus,
+  type SyntheticOptions,
+  syntheticCorpus,
+  syntheticQueries,
+} from '../plaid/synthetic.js';
 export {
   batchItem,
   bf16BitsToFloat,

@@ -1,0 +1,320 @@
+// The residual codec and search stages over the per-ISA kernels (residual.h): packing, threading on
+// the engine's pool, the encode's bucketing, and the candidate pipeline of one query.
+#include "residual.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "../common/half_bits.h"
+#include "engine.h"
+#include "thread_pool.h"
+
+namespace maxsim_cpu {
+
+namespace {
+
+// Calls fn(worker, item) for items [0, count) handed out one at a time over the pool.
+template <class Fn>
+void ForEach(int64_t count, int threads, const Fn& fn) {
+  if (count <= 0) return;
+  ThreadPool& pool = GlobalPool();
+  const int64_t wanted = threads > 0 ? threads : pool.size();
+  const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, pool.size(), count})));
+  std::atomic<int64_t> next{0};
+  pool.Run(workers, [&](int w) {
+    for (;;) {
+      const int64_t item = next.fetch_add(1);
+      if (item >= count) break;
+      fn(w, item);
+    }
+  });
+}
+
+int Workers(int threads) {
+  const int n = GlobalPool().size();
+  return threads > 0 ? std::min(threads, n) : n;
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Centroids in lane blocks [kp / lanes][d][lanes] (zero past nc) and their bias (-inf past nc).
+void PackCentroids(const float* c, int64_t nc, int64_t d, int lanes, bool l2, std::vector<float>* pack,
+                   std::vector<float>* bias) {
+  const int64_t kp = RoundUp(nc, lanes);
+  pack->assign(static_cast<size_t>(kp * d), 0.0f);
+  bias->assign(static_cast<size_t>(kp), -INFINITY);
+  for (int64_t j = 0; j < nc; j++) {
+    double sq = 0.0;
+    for (int64_t k = 0; k < d; k++) {
+      const float v = c[j * d + k];
+      (*pack)[(j / lanes) * d * lanes + k * lanes + j % lanes] = v;
+      sq += static_cast<double>(v) * v;
+    }
+    (*bias)[j] = l2 ? static_cast<float>(-0.5 * sq) : 0.0f;
+  }
+}
+
+// Row `t` of a token set's data as float32 into dst.
+void LoadRow(const TokenSet& s, int64_t t, float* dst) {
+  const int64_t d = s.dim;
+  if (s.dtype == DType::Float32) {
+    std::memcpy(dst, static_cast<const float*>(s.data) + t * d, static_cast<size_t>(d) * 4);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(s.data) + t * d;
+    for (int64_t k = 0; k < d; k++)
+      dst[k] = static_cast<float>(s.dtype == DType::Float16 ? F16BitsValue(p[k]) : Bf16BitsValue(p[k]));
+  }
+}
+
+// The query transposed and zero-padded to lqp lanes, packed in lane blocks for the dots kernel.
+void PackQuery(const float* q, int64_t lq, int64_t d, int64_t lqp, int lanes, std::vector<float>* qpack,
+               std::vector<float>* qt) {
+  qpack->assign(static_cast<size_t>(lqp * d), 0.0f);
+  qt->assign(static_cast<size_t>(std::max<int64_t>(1, lq * d)), 0.0f);
+  for (int64_t i = 0; i < lq; i++)
+    for (int64_t k = 0; k < d; k++) {
+      const float v = q[i * d + k];
+      (*qpack)[(i / lanes) * d * lanes + k * lanes + i % lanes] = v;
+      (*qt)[k * lq + i] = v;
+    }
+}
+
+// qct [k][lqp] by the dots kernel over the pool, and qc [lq][k] (its transpose).
+void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qpack, int64_t lq,
+                    int64_t lqp, int threads, std::vector<float>* qct, std::vector<float>* qc) {
+  qct->assign(static_cast<size_t>(ix.k * lqp), 0.0f);
+  constexpr int64_t kChunk = 256;
+  ForEach((ix.k + kChunk - 1) / kChunk, threads, [&](int, int64_t item) {
+    const int64_t c0 = item * kChunk;
+    kern.dots(qpack.data(), lqp, ix.centroids, c0, std::min(ix.k, c0 + kChunk), ix.d, qct->data());
+  });
+  qc->assign(static_cast<size_t>(std::max<int64_t>(1, lq * ix.k)), 0.0f);
+  for (int64_t c = 0; c < ix.k; c++)
+    for (int64_t i = 0; i < lq; i++) (*qc)[i * ix.k + c] = (*qct)[c * lqp + i];
+}
+
+bool Better(float sa, int32_t ia, float sb, int32_t ib) { return sa > sb || (sa == sb && ia < ib); }
+
+}  // namespace
+
+std::vector<const ResidualKernels*> UsableResidualKernels() {
+  std::vector<const ResidualKernels*> out;
+  bool avx512 = false, avx2 = false;
+  for (const IsaKernels* k : UsableIsas()) {
+    const std::string name = k->name;
+    if (name == "avx512") avx512 = true;
+    if (name == "avx2") avx2 = true;
+  }
+  if (avx512 && ResidualAvx512()) out.push_back(ResidualAvx512());
+  if (avx2 && ResidualAvx2()) out.push_back(ResidualAvx2());
+  out.push_back(ResidualPortable());
+  return out;
+}
+
+const ResidualKernels* SelectResidualKernels(const std::string& requested, std::string* error) {
+  const auto usable = UsableResidualKernels();
+  if (requested.empty() || requested == "auto") return usable.front();
+  for (const ResidualKernels* k : usable)
+    if (requested == k->name) return k;
+  std::string names;
+  for (const ResidualKernels* k : usable) names += std::string(names.empty() ? "'" : ", '") + k->name + "'";
+  *error = "Expected one of " + names + " (usable here) for isa but received '" + requested + "'";
+  return nullptr;
+}
+
+void ResidualAssign(const ResidualKernels& kern, const float* x, int64_t n, const float* centroids, int64_t nc,
+                    int64_t d, bool l2, int32_t* ids, float* scores, int threads) {
+  std::vector<float> pack, bias;
+  PackCentroids(centroids, nc, d, kern.lanes, l2, &pack, &bias);
+  const int64_t kp = RoundUp(nc, kern.lanes);
+  constexpr int64_t kRows = 256;
+  ForEach((n + kRows - 1) / kRows, threads, [&](int, int64_t item) {
+    const int64_t r0 = item * kRows;
+    const int64_t m = std::min(kRows, n - r0);
+    kern.assign(x + r0 * d, m, pack.data(), bias.data(), kp, d, ids + r0, scores ? scores + r0 : nullptr);
+  });
+}
+
+void ResidualEncode(const ResidualKernels& kern, const TokenSet& docs, const float* centroids, int64_t nc,
+                    const float* cutoffs, const float* weights, int bits, int32_t* cids, uint8_t* codes,
+                    double* sq_error, int threads) {
+  const int64_t d = docs.dim;
+  const int64_t ncut = (1 << bits) - 1;
+  std::vector<double> first(static_cast<size_t>(docs.count + 1), 0.0);  // stream offset of each document
+  for (int64_t b = 0; b < docs.count; b++) first[b + 1] = first[b] + docs.lengths[b];
+  const int64_t total = static_cast<int64_t>(first[docs.count]);
+  std::vector<float> pack, bias;
+  PackCentroids(centroids, nc, d, kern.lanes, true, &pack, &bias);
+  const int64_t kp = RoundUp(nc, kern.lanes);
+  constexpr int64_t kChunk = 64 * kResidualBlock;  // whole blocks, so every code word has one owner
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  std::vector<double> err(static_cast<size_t>(Workers(threads)), 0.0);
+  const int64_t block_bytes = d * 2 * bits;
+  ForEach(chunks, threads, [&](int w, int64_t item) {
+    const int64_t t0 = item * kChunk;
+    const int64_t n = std::min(kChunk, total - t0);
+    std::vector<float> rows(static_cast<size_t>(n * d));
+    // The document holding stream token t0, then a walk forward through the chunk.
+    int64_t doc = std::upper_bound(first.begin(), first.end(), static_cast<double>(t0)) - first.begin() - 1;
+    for (int64_t t = 0; t < n; t++) {
+      while (static_cast<double>(t0 + t) >= first[doc + 1]) doc++;
+      const int64_t src = static_cast<int64_t>(docs.starts[doc]) + (t0 + t - static_cast<int64_t>(first[doc]));
+      LoadRow(docs, src, rows.data() + t * d);
+    }
+    kern.assign(rows.data(), n, pack.data(), bias.data(), kp, d, cids + t0, nullptr);
+    double e = 0.0;
+    for (int64_t t = 0; t < n; t++) {
+      const int64_t g = t0 + t;
+      const float* c = centroids + static_cast<int64_t>(cids[g]) * d;
+      uint8_t* block = codes + (g / kResidualBlock) * block_bytes;
+      const int lane = static_cast<int>(g % kResidualBlock);
+      for (int64_t k = 0; k < d; k++) {
+        const float r = rows[t * d + k] - c[k];
+        const float* cut = cutoffs + k * ncut;
+        int code = 0;
+        while (code < ncut && cut[code] < r) code++;
+        const int bit = lane * bits;
+        block[k * 2 * bits + bit / 8] |= static_cast<uint8_t>(code << (bit % 8));
+        const double diff = static_cast<double>(rows[t * d + k]) - (static_cast<double>(c[k]) + weights[k * kResidualTable + code]);
+        e += diff * diff;
+      }
+    }
+    err[w] += e;
+  });
+  if (sq_error) {
+    double s = 0.0;
+    for (double e : err) s += e;
+    *sq_error = s;
+  }
+}
+
+void ResidualScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                       const int32_t* docs, int64_t n, float* out, int threads) {
+  const int64_t lqp = std::max<int64_t>(16, RoundUp(lq, 16));
+  std::vector<float> qpack, qt, qct, qc;
+  PackQuery(query, lq, ix.d, lqp, kern.lanes, &qpack, &qt);
+  QueryCentroids(kern, ix, qpack, lq, lqp, threads, &qct, &qc);
+  const ResidualQuery rq{qt.data(), qc.data(), lq, ix.k, ix.d};
+  constexpr int64_t kDocs = 16;
+  ForEach((n + kDocs - 1) / kDocs, threads, [&](int, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(n, item * kDocs + kDocs); i++) {
+      const int64_t s = static_cast<int64_t>(ix.doc_offsets[docs[i]]);
+      const int64_t e = static_cast<int64_t>(ix.doc_offsets[docs[i] + 1]);
+      out[i] = kern.residual_doc(rq, ix.codes, s, e - s);
+    }
+  });
+}
+
+void CentroidScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                       const uint8_t* keep, const int32_t* docs, int64_t n, float* out, int threads) {
+  const int64_t lqp = std::max<int64_t>(16, RoundUp(lq, 16));
+  std::vector<float> qpack, qt, qct, qc;
+  PackQuery(query, lq, ix.d, lqp, kern.lanes, &qpack, &qt);
+  QueryCentroids(kern, ix, qpack, lq, lqp, threads, &qct, &qc);
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(threads)), std::vector<float>(lqp));
+  constexpr int64_t kDocs = 256;
+  ForEach((n + kDocs - 1) / kDocs, threads, [&](int w, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(n, item * kDocs + kDocs); i++) {
+      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[docs[i]]);
+      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[docs[i] + 1]);
+      out[i] = kern.centroid_doc(qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep, scratch[w].data());
+    }
+  });
+}
+
+void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                    const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
+                    ResidualSearchStats* st) {
+  using Clock = std::chrono::steady_clock;
+  auto t = Clock::now();
+  const int64_t lqp = std::max<int64_t>(16, RoundUp(lq, 16));
+  std::vector<float> qpack, qt, qct, qc;
+  PackQuery(query, lq, ix.d, lqp, kern.lanes, &qpack, &qt);
+  QueryCentroids(kern, ix, qpack, lq, lqp, p.threads, &qct, &qc);
+  // Probe: each query token's nprobe best centroids (ties to the lower id); pruning: the centroids
+  // whose best query-token score reaches the threshold.
+  std::vector<uint8_t> probed(static_cast<size_t>(ix.k), 0), keep(static_cast<size_t>(ix.k), 0);
+  const int64_t np = std::min(p.nprobe, ix.k);
+  std::vector<int32_t> order(static_cast<size_t>(ix.k));
+  for (int64_t i = 0; i < lq && np > 0; i++) {
+    const float* row = qc.data() + i * ix.k;
+    for (int64_t c = 0; c < ix.k; c++) order[c] = static_cast<int32_t>(c);
+    std::nth_element(order.begin(), order.begin() + (np - 1), order.end(),
+                     [row](int32_t a, int32_t b) { return Better(row[a], a, row[b], b); });
+    for (int64_t j = 0; j < np; j++) probed[order[j]] = 1;
+  }
+  for (int64_t c = 0; c < ix.k; c++) {
+    float best = -INFINITY;
+    for (int64_t i = 0; i < lq; i++) best = std::max(best, qct[c * lqp + i]);
+    keep[c] = best >= p.threshold ? 1 : 0;
+    st->kept_centroids += keep[c];
+    st->probed += probed[c];
+  }
+  st->ms_centroids = MsSince(t);
+  t = Clock::now();
+  // Candidates: the union of the probed centroids' inverted lists, in ascending document order.
+  std::vector<uint8_t> mark(static_cast<size_t>(ix.docs), 0);
+  for (int64_t c = 0; c < ix.k; c++) {
+    if (!probed[c]) continue;
+    for (int64_t j = static_cast<int64_t>(ix.ivf_offsets[c]); j < static_cast<int64_t>(ix.ivf_offsets[c + 1]); j++)
+      mark[ix.ivf[j]] = 1;
+  }
+  std::vector<int32_t> cand;
+  for (int64_t b = 0; b < ix.docs; b++)
+    if (mark[b]) cand.push_back(static_cast<int32_t>(b));
+  st->generated = static_cast<int64_t>(cand.size());
+  st->ms_candidates = MsSince(t);
+  t = Clock::now();
+  // Centroid interaction with pruning, then the best `candidates` documents.
+  std::vector<float> ci(cand.size());
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(p.threads)), std::vector<float>(lqp));
+  constexpr int64_t kDocs = 256;
+  const int64_t nc = static_cast<int64_t>(cand.size());
+  ForEach((nc + kDocs - 1) / kDocs, p.threads, [&](int w, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(nc, item * kDocs + kDocs); i++) {
+      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[cand[i]]);
+      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[cand[i] + 1]);
+      ci[i] = kern.centroid_doc(qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep.data(), scratch[w].data());
+    }
+  });
+  std::vector<int64_t> pick(cand.size());
+  for (int64_t i = 0; i < nc; i++) pick[i] = i;
+  const int64_t keep_n = std::min(nc, std::max<int64_t>(0, p.candidates));
+  auto by_ci = [&](int64_t a, int64_t b) { return Better(ci[a], cand[a], ci[b], cand[b]); };
+  if (keep_n < nc) std::nth_element(pick.begin(), pick.begin() + keep_n, pick.end(), by_ci);
+  pick.resize(static_cast<size_t>(keep_n));
+  st->ms_interaction = MsSince(t);
+  t = Clock::now();
+  // The fused residual MaxSim of the survivors.
+  const ResidualQuery rq{qt.data(), qc.data(), lq, ix.k, ix.d};
+  std::vector<float> rs(static_cast<size_t>(keep_n));
+  constexpr int64_t kResDocs = 8;
+  ForEach((keep_n + kResDocs - 1) / kResDocs, p.threads, [&](int, int64_t item) {
+    for (int64_t i = item * kResDocs; i < std::min(keep_n, item * kResDocs + kResDocs); i++) {
+      const int32_t doc = cand[pick[i]];
+      const int64_t s = static_cast<int64_t>(ix.doc_offsets[doc]);
+      rs[i] = kern.residual_doc(rq, ix.codes, s, static_cast<int64_t>(ix.doc_offsets[doc + 1]) - s);
+    }
+  });
+  std::vector<int64_t> ord(static_cast<size_t>(keep_n));
+  for (int64_t i = 0; i < keep_n; i++) ord[i] = i;
+  std::sort(ord.begin(), ord.end(),
+            [&](int64_t a, int64_t b) { return Better(rs[a], cand[pick[a]], rs[b], cand[pick[b]]); });
+  ids->resize(static_cast<size_t>(keep_n));
+  scores->resize(static_cast<size_t>(keep_n));
+  for (int64_t i = 0; i < keep_n; i++) {
+    (*ids)[i] = cand[pick[ord[i]]];
+    (*scores)[i] = rs[ord[i]];
+  }
+  st->scored = keep_n;
+  st->ms_residual = MsSince(t);
+}
+
+}  // namespace maxsim_cpu

@@ -1,0 +1,128 @@
+// The residual codec and the PLAID-style search stages on the CPU, in plain C++ (no Node-API): the
+// assignment of tokens to their nearest centroid, the b-bit residual encode, query x centroid dots,
+// centroid interaction over documents as bags of centroid ids, and the fused decompress-and-MaxSim.
+//
+// Residual codes (ISA-independent layout): the index's token stream (documents back to back) is cut
+// into blocks of kResidualBlock = 16 tokens. A block stores, dimension by dimension, the 16 tokens'
+// b-bit codes as one little-endian word of 16 * b bits (token t at bits [t * b, (t + 1) * b)), so a
+// block is d * 2b bytes and one dimension of 16 tokens is one 32-bit (b = 2) or 64-bit (b = 4) load.
+// A token decodes as centroid[cid] + weight[k][code_k] for every dimension k. The kernels never
+// decode a vector to memory: with qc[i][c] = q_i . centroid_c known from the probe stage,
+//   q_i . decoded_j = qc[i][cid_j] + sum_k q_ik * weight[k][code_jk],
+// and the second term is computed with the codes of W tokens expanded to weights in a vector register
+// (a lane permute of the dimension's 16-entry table) and multiplied into W lanes of tokens at once.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../common/tokens.h"
+
+namespace maxsim_cpu {
+
+constexpr int kResidualBlock = 16;
+
+// Per dimension 16 floats: entry e is the reconstruction weight of code e & (2^b - 1) (the 2-bit
+// table repeats its 4 weights, so any lane permute of 8 or 16 entries reads the right one).
+constexpr int kResidualTable = 16;
+
+struct ResidualQuery {
+  const float* qt = nullptr;  // [d][lq]: query tokens transposed
+  const float* qc = nullptr;  // [lq][k]: q_i . centroid_c
+  int64_t lq = 0;
+  int64_t k = 0;
+  int64_t d = 0;
+};
+
+struct ResidualCodes {
+  const int32_t* cids = nullptr;  // [tokens rounded up to 16]: centroid of each token (0 past the end)
+  const uint8_t* codes = nullptr; // blocks of 16 tokens, d * 2 * bits bytes each
+  const float* tables = nullptr;  // [d][16]
+  int bits = 2;
+  int64_t d = 0;
+};
+
+struct ResidualKernels {
+  const char* name;
+  int lanes;
+  // Nearest centroid by max(x . c + bias[c]) (ties: lowest c) for n rows of x ([n][d] floats).
+  // cpack: centroids packed in lane blocks [kp / lanes][d][lanes]; bias [kp] (-inf past k).
+  void (*assign)(const float* x, int64_t n, const float* cpack, const float* bias, int64_t kp, int64_t d,
+                 int32_t* id, float* score);
+  // qct[c][i] = q_i . centroid_c for c in [c_begin, c_end): qpack holds lqp / lanes lane blocks of
+  // the query ([block][d][lanes]); centroids row-major [k][d]; qct rows of lqp floats.
+  void (*dots)(const float* qpack, int64_t lqp, const float* centroids, int64_t c_begin, int64_t c_end, int64_t d,
+               float* qct);
+  // sum_i max_j q_i . decoded_j over document tokens [start, start + len) of the token stream
+  // (-inf for len == 0, 0 for lq == 0).
+  float (*residual_doc)(const ResidualQuery& q, const ResidualCodes& c, int64_t start, int64_t len);
+  // sum_i max_{c in bag, keep[c]} qct[c][i] over i < lq, an empty max counting 0. qct rows of lqp
+  // (a multiple of 16) floats; keep null: every centroid kept. scratch: lqp floats.
+  float (*centroid_doc)(const float* qct, int64_t lqp, int64_t lq, const int32_t* bag, int64_t n,
+                        const uint8_t* keep, float* scratch);
+};
+
+const ResidualKernels* ResidualAvx512();
+const ResidualKernels* ResidualAvx2();
+const ResidualKernels* ResidualPortable();
+std::vector<const ResidualKernels*> UsableResidualKernels();
+// `requested` empty or "auto": the best usable; null and *error set when unknown or unusable.
+const ResidualKernels* SelectResidualKernels(const std::string& requested, std::string* error);
+
+// Assignment of n contiguous float32 rows to the nearest centroid (L2: bias = -|c|^2 / 2) or the
+// largest dot product (l2 false). ids[n]; scores[n] (nullable): the maximized value.
+void ResidualAssign(const ResidualKernels& k, const float* x, int64_t n, const float* centroids, int64_t nc,
+                    int64_t d, bool l2, int32_t* ids, float* scores, int threads);
+
+// Encodes the tokens of `docs` (documents in order, back to back) against the centroids: cids
+// [tokens rounded up to 16] and codes (blocks, see above; the bytes of the padding tokens are 0).
+// cutoffs [d][2^b - 1] ascending: code = the number of cutoffs below the residual component.
+// sq_error (nullable): sum over tokens of |x - decoded|^2, in double.
+void ResidualEncode(const ResidualKernels& k, const TokenSet& docs, const float* centroids, int64_t nc,
+                    const float* cutoffs, const float* weights, int bits, int32_t* cids, uint8_t* codes,
+                    double* sq_error, int threads);
+
+// The search index as the stages read it (all arrays borrowed).
+struct ResidualIndex {
+  const float* centroids = nullptr;  // [k][d]
+  int64_t k = 0;
+  int64_t d = 0;
+  ResidualCodes codes;
+  const double* doc_offsets = nullptr;  // [docs + 1]: first token of each document in the stream
+  int64_t docs = 0;
+  const double* bag_offsets = nullptr;  // [docs + 1] into bags
+  const int32_t* bags = nullptr;        // each document's distinct centroid ids, ascending
+  const double* ivf_offsets = nullptr;  // [k + 1] into ivf
+  const int32_t* ivf = nullptr;         // each centroid's documents, ascending
+};
+
+struct ResidualSearchParams {
+  int64_t nprobe = 4;        // centroids probed per query token
+  int64_t candidates = 256;  // documents kept by centroid interaction, scored by the residual kernel
+  float threshold = -INFINITY;  // centroid pruning: centroids whose best query-token score is below
+  int threads = 0;
+};
+
+struct ResidualSearchStats {
+  int64_t probed = 0;     // distinct centroids probed
+  int64_t generated = 0;  // documents reached through the inverted lists
+  int64_t kept_centroids = 0;  // centroids above the pruning threshold
+  int64_t scored = 0;     // documents scored by the residual kernel
+  double ms_centroids = 0, ms_candidates = 0, ms_interaction = 0, ms_residual = 0;
+};
+
+// One query ([lq][d] float32): the `scored` best documents by centroid interaction, scored by the
+// fused residual MaxSim; ids and scores sorted by score (descending, ties to the lower id).
+void ResidualSearch(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
+                    const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
+                    ResidualSearchStats* stats);
+
+// Scores listed documents by the fused residual kernel (for tests and benchmarks): qc is computed here.
+void ResidualScoreDocs(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
+                       const int32_t* docs, int64_t n, float* out, int threads);
+// Centroid interaction of listed documents (keep nullable).
+void CentroidScoreDocs(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
+                       const uint8_t* keep, const int32_t* docs, int64_t n, float* out, int threads);
+
+}  // namespace maxsim_cpu

@@ -1,0 +1,78 @@
+// Typed face of the residual codec and index search stages (native/cpu/residual.h via
+// native/binding/residual_binding.cc, exports.residual).
+import { loadNative } from '../native.js';
+import type { TokenBatch } from '../tensor.js';
+
+/** CPU kernel sets of the residual engine. */
+export type ResidualIsa = 'avx512' | 'avx2' | 'portable';
+
+export interface KernelOptions {
+  threads?: number;
+  isa?: ResidualIsa;
+}
+
+/** The arrays the native stages read (see native/cpu/residual.h for the layouts). */
+export interface NativeIndex {
+  k: number;
+  d: number;
+  docs: number;
+  bits: 2 | 4;
+  centroids: Float32Array;
+  tables: Float32Array;
+  cids: Int32Array;
+  codes: Uint8Array;
+  docOffsets: Float64Array;
+  bagOffsets: Float64Array;
+  bags: Int32Array;
+  ivfOffsets: Float64Array;
+  ivf: Int32Array;
+}
+
+export interface NativeSearchStats {
+  probed: number;
+  generated: number;
+  keptCentroids: number;
+  scored: number;
+  msCentroids: number;
+  msCandidates: number;
+  msInteraction: number;
+  msResidual: number;
+  isa: ResidualIsa;
+}
+
+interface ResidualAddon {
+  isas(): ResidualIsa[];
+  assign(
+    x: Float32Array,
+    centroids: Float32Array,
+    d: number,
+    l2: boolean,
+    o: KernelOptions,
+  ): Promise<{ ids: Int32Array; scores: Float32Array }>;
+  encode(
+    docs: TokenBatch,
+    centroids: Float32Array,
+    cutoffs: Float32Array,
+    tables: Float32Array,
+    bits: number,
+    o: KernelOptions,
+  ): Promise<{ cids: Int32Array; codes: Uint8Array; sqError: Float64Array }>;
+  checkIndex(index: NativeIndex): void;
+  search(
+    index: NativeIndex,
+    query: Float32Array,
+    o: KernelOptions & { nprobe: number; candidates: number; threshold?: number },
+  ): Promise<{ ids: Int32Array; scores: Float32Array; stats: NativeSearchStats }>;
+  scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;
+  centroidDocs(
+    index: NativeIndex,
+    query: Float32Array,
+    docs: Int32Array,
+    keep: Uint8Array | null,
+    o: KernelOptions,
+  ): Float32Array;
+}
+
+export function residualAddon(): ResidualAddon {
+  return (loadNative() as unknown as { residual: ResidualAddon }).residual;
+}
