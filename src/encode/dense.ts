@@ -111,25 +111,27 @@ export function projectRows(
   normalize: boolean,
 ): void {
   const dim = layers.length > 0 ? layers[layers.length - 1].outFeatures : width;
-  const src = new Float32Array(width);
+  // one scratch row per layer, reused for every token
+  const scratch = layers.map((l) => new Float32Array(l.outFeatures));
   for (let r = 0; r < rows.length; r++) {
-    src.set(hidden.subarray(base + rows[r] * width, base + (rows[r] + 1) * width));
-    let x = src;
-    for (const layer of layers) {
-      const y = new Float32Array(layer.outFeatures);
-      const { weight, inFeatures } = layer;
-      for (let o = 0; o < layer.outFeatures; o++) {
+    let x = hidden;
+    let xAt = base + rows[r] * width;
+    for (let li = 0; li < layers.length; li++) {
+      const { weight, bias, inFeatures, outFeatures } = layers[li];
+      const y = scratch[li];
+      for (let o = 0; o < outFeatures; o++) {
         let acc = 0;
         const w = o * inFeatures;
-        for (let k = 0; k < inFeatures; k++) acc += weight[w + k] * x[k];
-        y[o] = acc + (layer.bias ? layer.bias[o] : 0);
+        for (let k = 0; k < inFeatures; k++) acc += weight[w + k] * x[xAt + k];
+        y[o] = bias === undefined ? acc : acc + bias[o];
       }
       x = y;
+      xAt = 0;
     }
-    const at = (outRow + r) * dim;
     let norm = 0;
-    for (let k = 0; k < dim; k++) norm += x[k] * x[k];
+    for (let k = 0; k < dim; k++) norm += x[xAt + k] * x[xAt + k];
     const scale = normalize ? 1 / Math.max(Math.sqrt(norm), 1e-12) : 1;
-    for (let k = 0; k < dim; k++) out[at + k] = x[k] * scale;
+    const at = (outRow + r) * dim;
+    for (let k = 0; k < dim; k++) out[at + k] = x[xAt + k] * scale;
   }
 }
