@@ -9,6 +9,7 @@ import { chamferCommand } from './chamfer.js';
 import { INTERRUPTED_EXIT_CODE } from './common.js';
 import { corpusCommand } from './corpus.js';
 import { demoCommand } from './demo.js';
+import { encodeCommand } from './encode.js';
 import { fidelityCommand } from './fidelity.js';
 import { infoCommand } from './info.js';
 import { Progress } from './progress.js';
@@ -52,6 +53,7 @@ function buildProgram(): Command {
     benchCommand(),
     verifyCommand(),
     fidelityCommand(),
+    encodeCommand(),
   ]) {
     // addCommand (unlike .command()) does not inherit exitOverride and the error output.
     program.addCommand(command.copyInheritedSettings(program));
