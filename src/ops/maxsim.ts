@@ -18,6 +18,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import { refuseCenteredQueries, uncenterScores } from './center.js';
 import { cpuMaxsimInt8, cpuMaxsimInt8Sync, type Int8Isa } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
@@ -55,6 +56,7 @@ function checkDtypes(qName: string, queries: TokenMatrix | TokenBatch, docs: Tok
 function prepare(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName: string): TokenBatch {
   checkCompatible(queries, docs, qName, 'docs');
   checkDtypes(qName, queries, docs);
+  refuseCenteredQueries(queries, qName);
   return isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
 }
 
@@ -72,8 +74,12 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
         signal,
         cudaScoreHost(q, docs, { device: options.device, variant: options.variant }),
       );
+    // centered documents (src/ops/center.ts): the engine scores the residuals, the shift is added here
+    // (the CUDA corpus adds it itself)
     if (q.dtype === 'int8')
-      return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa }, cancel);
+      return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa }, cancel).then((s) =>
+        uncenterScores(q, docs, s),
+      );
     return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined }, cancel);
   });
 }
@@ -89,7 +95,12 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
     );
   }
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
-  if (q.dtype === 'int8') return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
+  if (q.dtype === 'int8')
+    return uncenterScores(
+      q,
+      docs,
+      cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa }),
+    );
   return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
 }
 
