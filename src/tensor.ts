@@ -36,6 +36,11 @@ export interface TokenMatrix {
   readonly dim: number;
   /** int8 only: one float32 scale per token; value = data * scale. */
   readonly scales?: Float32Array;
+  /**
+   * int8 documents quantized with `center` (src/ops/center.ts): the [dim] vector subtracted from every
+   * token before quantizing; value = data * scale + mean. Scoring adds each query's shift back.
+   */
+  readonly mean?: Float32Array;
 }
 
 export interface TokenBatch {
@@ -54,6 +59,8 @@ export interface TokenBatch {
   readonly lengths: Int32Array;
   /** int8 only: one float32 scale per token of `data`. */
   readonly scales?: Float32Array;
+  /** int8 documents quantized with `center`: value = data * scale + mean (see TokenMatrix.mean). */
+  readonly mean?: Float32Array;
 }
 
 export interface ValidationOptions {
@@ -556,6 +563,7 @@ export function matrixAsBatch(m: TokenMatrix): TokenBatch {
     starts: new Float64Array([0]),
     lengths: new Int32Array([m.length]),
     scales: m.scales,
+    ...(m.mean ? { mean: m.mean } : {}),
   };
 }
 
@@ -566,7 +574,8 @@ export function batchItem(batch: TokenBatch, index: number): TokenMatrix {
   const l = batch.lengths[index];
   const data = batch.data.subarray(s * batch.dim, (s + l) * batch.dim) as TokenData;
   const scales = batch.scales?.subarray(s, s + l);
-  return { kind: 'matrix', dtype: batch.dtype, data, length: l, dim: batch.dim, scales };
+  const item = { kind: 'matrix', dtype: batch.dtype, data, length: l, dim: batch.dim, scales } as const;
+  return batch.mean ? { ...item, mean: batch.mean } : item;
 }
 
 /** The items `indices` of a batch, in that order, as a ragged batch over the same buffer (zero-copy). */

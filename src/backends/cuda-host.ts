@@ -21,18 +21,18 @@ export async function cudaScoreHost(
 
 /**
  * Every query against every document in fp8 e4m3: the documents are uploaded, quantized to e4m3 on
- * the GPU (one float32 scale per token, or per document with scales: 'document'), and scored with
- * float queries (quantized per token by the kernel call).
+ * the GPU (one float32 scale per token, or per document with scales: 'document'; less their mean
+ * with center), and scored with float queries (quantized per token by the kernel call).
  */
 export async function cudaScoreFp8Host(
   queries: TokenBatch,
   docs: TokenBatch,
-  options: { device?: number; scales?: ScaleGranularity } = {},
+  options: { device?: number; scales?: ScaleGranularity; center?: boolean } = {},
 ): Promise<ScoreMatrix> {
   const gpu = await cuda({ device: options.device });
   const f = await gpu.upload(docs);
   try {
-    const e4m3 = await f.quantize('fp8', { scales: options.scales });
+    const e4m3 = await f.quantize('fp8', { scales: options.scales, center: options.center ?? false });
     try {
       return await e4m3.score(queries);
     } finally {

@@ -4,6 +4,7 @@
 // global document order, and top-K lists merge under the one order every top-K follows (descending
 // score, ties to the lower global index). Each shard's documents keep increasing global positions, so
 // a shard's own ties-to-the-lower-index order agrees with the global one and the merge is exact.
+
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import type { QuantizeOptions } from '../ops/quantize.js';
 import { better, checkK } from '../ops/topk.js';
@@ -26,6 +27,7 @@ import {
   type QuantizeMode8,
   type ScoreOptions,
 } from './cuda.js';
+import { combinedTokenMean } from './cuda-center.js';
 import type { DeviceDType } from './cuda-dispatch.js';
 
 export interface ShardedTopKOptions extends ScoreOptions {
@@ -440,7 +442,12 @@ class Sharded implements ShardedCorpus {
   async quantize(mode: QuantizeMode8, options: QuantizeOptions = {}): Promise<ShardedCorpus> {
     // a shard without documents has nothing to quantize: the quantized corpus leaves it out
     const live = this.parts.filter((p) => p.positions.length > 0);
-    const made = await this.all(live, (p) => p.corpus.quantize(mode, options));
+    // centered: on the mean of every shard's tokens, so that each score is the one-GPU corpus's
+    const center =
+      options?.center === true && this.dtype !== 'int8' && this.dtype !== 'fp8'
+        ? await combinedTokenMean(live.map((p) => p.corpus))
+        : options?.center;
+    const made = await this.all(live, (p) => p.corpus.quantize(mode, { ...options, center }));
     return new Sharded(
       live.map((p, i) => ({ dev: p.dev, corpus: made[i], positions: p.positions })),
       false,

@@ -6,6 +6,7 @@
 // garbage collector when a corpus is dropped without it.
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
+import { checkCenter, checkMean, refuseCenteredQueries } from '../ops/center.js';
 import { checkScaleGranularity, hasDocumentScales, type QuantizeOptions, quantize } from '../ops/quantize.js';
 import { sortedHits } from '../ops/topk.js';
 import {
@@ -22,6 +23,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import { quantizeCentered, shiftHits, shiftScores } from './cuda-center.js';
 import {
   type DeviceCaps,
   type DeviceDType,
@@ -449,6 +451,13 @@ export interface DeviceCorpus {
    * faster at many query rows). Kept through select() and through appends of such batches.
    */
   readonly documentScales: boolean;
+  /**
+   * int8 / fp8 corpora quantized with `center` (or uploaded from a centered batch): the mean mu
+   * subtracted from every token before quantizing. score() and topK() add each query's shift
+   * sum_i <q_i, mu> back (float64, from the queries as passed), so scores approximate the uncentered
+   * ones; a topK with `rescore` returns the float corpus's exact scores. Kept through select().
+   */
+  readonly mean: Float32Array | undefined;
   /** Tokens on the device (padding is not uploaded). */
   readonly tokens: number;
   /** Longest document. */
@@ -470,7 +479,10 @@ export interface DeviceCorpus {
    * x / scale with scale = max|x| / 448 (round to nearest even, saturating); queries against an fp8
    * corpus are quantized per token on the GPU. `{ scales: 'document' }`: one scale per document, the
    * largest of its tokens' (int8: what the host quantize gives with that option); the default for
-   * fp8, whose ranking fidelity it keeps; int8 defaults to `'token'`. This corpus is left as it is.
+   * fp8, whose ranking fidelity it keeps; int8 defaults to `'token'`. `{ center: true }` (default
+   * false, CENTER_DEFAULT): quantize the documents less their token mean (or a given Float32Array
+   * mean), kept as `mean` (docs/eight-bit.md); it takes one download of this corpus and one upload.
+   * This corpus is left as it is.
    */
   quantize(mode: QuantizeMode8, options?: QuantizeOptions): Promise<DeviceCorpus>;
   /** The documents copied back to the host: a ragged batch (int8: with scales), or fp8 codes. */
@@ -692,6 +704,43 @@ function maxLength(batch: TokenBatch): number {
   return m;
 }
 
+/**
+ * Whether DeviceCorpus.quantize centers by default: not yet. Centering ranks better on anisotropic
+ * corpora and the same on isotropic ones (docs/eight-bit.md), but here it runs on the host (one
+ * download and upload of the corpus, a JS quantizer), which the device quantizer's callers (the
+ * server, the benchmarks) should not pay unasked; it becomes the default with a device-side mean.
+ */
+export const CENTER_DEFAULT = false;
+
+/** The mean of a centered int8 batch being uploaded (float batches have none). */
+function batchMean(batch: TokenBatch): Float32Array | undefined {
+  if (batch.mean === undefined) return undefined;
+  if (batch.dtype !== 'int8')
+    throw new InvalidArgumentError(
+      'batch.mean',
+      `no mean for a ${batch.dtype} batch (int8 documents only)`,
+      'a mean',
+    );
+  return Float32Array.from(checkMean(batch.mean, batch.dim, 'batch.mean'));
+}
+
+/** An append to a corpus must be centered on the corpus's mean, or neither may be centered. */
+function checkSameMean(batch: TokenBatch, mean: Float32Array | undefined): void {
+  const got = batch.mean;
+  const same =
+    got === undefined
+      ? mean === undefined
+      : mean !== undefined && got.length === mean.length && got.every((v, k) => v === mean[k]);
+  if (!same)
+    throw new InvalidArgumentError(
+      'batch.mean',
+      mean === undefined
+        ? 'no mean (this corpus is not centered)'
+        : "the corpus's mean (quantize with { center: corpus.mean })",
+      got === undefined ? 'none' : 'a different mean',
+    );
+}
+
 class Corpus implements DeviceCorpus {
   // A token set's dim and dtype never change (an append must match them): read once, not through
   // the native getters on every call.
@@ -701,6 +750,7 @@ class Corpus implements DeviceCorpus {
     private readonly device: Device,
     readonly native: NativeTokenSet,
     private docScales = false,
+    readonly mean: Float32Array | undefined = undefined,
   ) {
     this.dim = native.dim;
     this.dtype = native.dtype;
@@ -731,7 +781,9 @@ class Corpus implements DeviceCorpus {
     options: ScoreOptions = {},
   ): Promise<Float32Array | ScoreMatrix> {
     const batch = asQueryBatch(queries);
+    refuseCenteredQueries(batch, 'queries');
     const data = await this.scoreAll(batch, options);
+    if (this.mean) shiftScores(batch, this.mean, data);
     // cols from the result: an append that completed before this call may have grown the corpus
     return isTokenMatrix(queries)
       ? data
@@ -742,6 +794,7 @@ class Corpus implements DeviceCorpus {
     if (!Number.isInteger(k) || k < 0)
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
+    refuseCenteredQueries(batch, 'queries');
     this.check();
     const q = jobQueries(batch, this.dtype, this.dim, true);
     const rescore = options.rescore;
@@ -761,7 +814,8 @@ class Corpus implements DeviceCorpus {
       } catch (e) {
         rethrowRange(e, batch);
       }
-      return hitsOfHeaps(reportPhases('topK', h), q.count);
+      const hits = hitsOfHeaps(reportPhases('topK', h), q.count);
+      return this.mean ? shiftHits(batch, this.mean, hits) : hits;
     }
     exact.check();
     const qe = jobQueries(batch, exact.dtype, exact.dim, true);
@@ -798,6 +852,7 @@ class Corpus implements DeviceCorpus {
   async append(batch: TokenBatch): Promise<void> {
     this.check();
     if (!isTokenBatch(batch)) throw new InvalidArgumentError('batch', 'a TokenBatch', describe(batch));
+    checkSameMean(batch, this.mean);
     // lowered before the copy is queued: a scoring call planned from now on sees the new documents
     if (!hasDocumentScales(batch)) this.docScales = false;
     await nativeCuda().append(this.native, batch);
@@ -817,7 +872,14 @@ class Corpus implements DeviceCorpus {
         "'float32', 'float16' or 'bfloat16' (a float corpus to quantize)",
         `'${this.dtype}'`,
       );
-    return this.device.adopt(await nativeCuda().quantize(this.native, mode, scales), scales === 'document');
+    const center = checkCenter(options?.center ?? CENTER_DEFAULT, this.dim);
+    if (center === false)
+      return this.device.adopt(await nativeCuda().quantize(this.native, mode, scales), scales === 'document');
+    const made = await quantizeCentered(this, mode, scales, center, {
+      upload: (batch) => nativeCuda().upload(this.device.handle, batch),
+      quantize: (set, m, s) => nativeCuda().quantize(set, m, s),
+    });
+    return this.device.adopt(made.native, scales === 'document', made.mean);
   }
 
   async download(): Promise<TokenBatch | Fp8Tokens> {
@@ -849,7 +911,7 @@ class Corpus implements DeviceCorpus {
     if (indices === null || typeof indices !== 'object' || typeof indices.length !== 'number')
       throw new InvalidArgumentError('indices', 'an array of document indices', describe(indices));
     const view = await nativeCuda().select(this.native, Float64Array.from(indices));
-    return this.device.adopt(view, this.docScales);
+    return this.device.adopt(view, this.docScales, this.mean);
   }
 
   dispose(): void {
@@ -917,12 +979,12 @@ class Device implements CudaDevice {
   }
 
   /** A corpus for a token set this device made (tracked, so dispose() of the device frees it). */
-  adopt(native: NativeTokenSet, documentScales = false): Corpus {
-    return this.track(native, documentScales);
+  adopt(native: NativeTokenSet, documentScales = false, mean?: Float32Array): Corpus {
+    return this.track(native, documentScales, mean);
   }
 
-  private track(native: NativeTokenSet, documentScales = false): Corpus {
-    const c = new Corpus(this, native, documentScales);
+  private track(native: NativeTokenSet, documentScales = false, mean?: Float32Array): Corpus {
+    const c = new Corpus(this, native, documentScales, mean);
     for (const r of this.corpora) if (!r.deref() || r.deref()?.disposed) this.corpora.delete(r);
     this.corpora.add(new WeakRef(c));
     return c;
@@ -932,7 +994,8 @@ class Device implements CudaDevice {
     this.check();
     if (!isTokenBatch(batch))
       throw new InvalidArgumentError('batch', 'a TokenBatch (denseBatch or raggedBatch)', describe(batch));
-    return this.track(await nativeCuda().upload(this.handle, batch), hasDocumentScales(batch));
+    const mean = batchMean(batch);
+    return this.track(await nativeCuda().upload(this.handle, batch), hasDocumentScales(batch), mean);
   }
 
   async alloc(spec: { dtype: DType; dim: number; tokens: number; items: number }): Promise<DeviceCorpus> {

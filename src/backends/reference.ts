@@ -2,14 +2,18 @@
 // kernels against these; nothing on a hot path calls them.
 import { elementReader, type Hit, matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 
-/** All tokens of a batch as float64 values (int8 multiplied by its per-token scale). */
+/**
+ * All tokens of a batch as float64 values (int8 multiplied by its per-token scale, plus the mean a
+ * centered quantization subtracted).
+ */
 export function decodeBatch64(batch: TokenBatch): Float64Array {
   const read = elementReader(batch.dtype);
   const out = new Float64Array(batch.data.length);
   const d = batch.dim;
+  const mean = batch.mean;
   for (let i = 0; i < out.length; i++) {
     const v = read(batch.data, i);
-    out[i] = batch.scales ? v * batch.scales[Math.floor(i / d)] : v;
+    out[i] = (batch.scales ? v * batch.scales[Math.floor(i / d)] : v) + (mean ? mean[i % d] : 0);
   }
   return out;
 }

@@ -3,7 +3,8 @@
 // corpus has it), and how often the two-stage top-10 equals the exact top-10. int8 runs on the CPU;
 // fp8 e4m3 exists only on the GPU and is reported when one is usable. Both formats are also measured
 // with one scale per document (quantize(..., { scales: 'document' }); queries keep per-token scales),
-// the format of the GPU's document-scale kernels.
+// the format of the GPU's document-scale kernels. Every format is measured plain and centered (the
+// documents less their token mean, src/ops/center.ts), whose scores add each query's shift back.
 
 import { cuda } from '../backends/cuda.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
@@ -50,6 +51,14 @@ export interface FidelityReport {
   /** fp8 e4m3 (scored on the GPU); `unavailable` says why when it could not run. */
   fp8: FormatFidelity | { unavailable: string };
   /** The documents with one scale per document (queries per token). */
+  documentScales: { int8: FormatFidelity; fp8: FormatFidelity | { unavailable: string } };
+  /** The same four formats with the documents centered (quantize(..., { center: true })). */
+  centered: CenteredFidelity;
+}
+
+export interface CenteredFidelity {
+  int8: FormatFidelity;
+  fp8: FormatFidelity | { unavailable: string };
   documentScales: { int8: FormatFidelity; fp8: FormatFidelity | { unavailable: string } };
 }
 
@@ -106,12 +115,13 @@ async function fp8Scores(
   queries: TokenBatch,
   docs: TokenBatch,
   scales: ScaleGranularity,
+  center: boolean,
 ): Promise<ScoreMatrix | string> {
   const why = cudaUnavailableReason();
   if (why) return `needs a GPU (${why})`;
   const gpu = await cuda();
   if (gpu.info.computeCapability[0] < 9) return 'fp8 e4m3 tensor cores need compute capability 9.0';
-  return cudaScoreFp8Host(queries, docs, { scales });
+  return cudaScoreFp8Host(queries, docs, { scales, center });
 }
 
 const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((hits) => hits.map((h) => h.index));
@@ -154,8 +164,9 @@ async function fp8Fidelity(
   exact: ScoreMatrix,
   scales: ScaleGranularity,
   relevant?: number[][],
+  center = false,
 ): Promise<FormatFidelity | { unavailable: string }> {
-  const fp8 = await fp8Scores(queries, docs, scales);
+  const fp8 = await fp8Scores(queries, docs, scales, center);
   return typeof fp8 === 'string' ? { unavailable: fp8 } : formatFidelity(exact, fp8, relevant);
 }
 
@@ -182,6 +193,10 @@ export async function fidelity(
 ): Promise<FidelityReport> {
   const docsInt8 = quantize(docs, 'int8');
   const docsInt8PerDoc = quantize(docs, 'int8', { scales: 'document' });
+  const centered = {
+    token: quantize(docs, 'int8', { center: true }),
+    document: quantize(docs, 'int8', { scales: 'document', center: true }),
+  };
   const batch = run.batch ?? 16;
   const start = Date.now();
   const parts: Array<{ report: FidelityReport; relevantCount: number }> = [];
@@ -194,6 +209,7 @@ export async function fidelity(
       docs,
       docsInt8,
       docsInt8PerDoc,
+      centered,
       rel,
     );
     parts.push({ report, relevantCount: rel ? rel.reduce((a, r) => a + r.length, 0) : 0 });
@@ -300,6 +316,14 @@ function mergeReports(
       int8: of((r) => r.documentScales.int8) as FormatFidelity,
       fp8: of((r) => r.documentScales.fp8),
     },
+    centered: {
+      int8: of((r) => r.centered.int8) as FormatFidelity,
+      fp8: of((r) => r.centered.fp8),
+      documentScales: {
+        int8: of((r) => r.centered.documentScales.int8) as FormatFidelity,
+        fp8: of((r) => r.centered.documentScales.fp8),
+      },
+    },
   };
 }
 
@@ -310,6 +334,7 @@ async function fidelityOfBatch(
   docs: TokenBatch,
   docsInt8: TokenBatch,
   docsInt8PerDoc: TokenBatch,
+  centered: { token: TokenBatch; document: TokenBatch },
   relevant?: number[][],
 ): Promise<FidelityReport> {
   const queriesInt8 = quantize(queries, 'int8');
@@ -322,6 +347,8 @@ async function fidelityOfBatch(
   ).map((h) => h.map((x) => x.index));
   const int8 = formatFidelity(exact, approx, relevant);
   const approxPerDoc = await maxsimAll(queriesInt8, docsInt8PerDoc, { backend: 'cpu' });
+  const approxCentered = await maxsimAll(queriesInt8, centered.token, { backend: 'cpu' });
+  const approxCenteredPerDoc = await maxsimAll(queriesInt8, centered.document, { backend: 'cpu' });
   return {
     name,
     queries: queries.count,
@@ -347,6 +374,14 @@ async function fidelityOfBatch(
     documentScales: {
       int8: formatFidelity(exact, approxPerDoc, relevant),
       fp8: await fp8Fidelity(queries, docs, exact, 'document', relevant),
+    },
+    centered: {
+      int8: formatFidelity(exact, approxCentered, relevant),
+      fp8: await fp8Fidelity(queries, docs, exact, 'token', relevant, true),
+      documentScales: {
+        int8: formatFidelity(exact, approxCenteredPerDoc, relevant),
+        fp8: await fp8Fidelity(queries, docs, exact, 'document', relevant, true),
+      },
     },
   };
 }

@@ -7,6 +7,8 @@ import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../ba
 import type { BenchShape } from '../bench/cuda.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
+import type { NpyArray } from '../io/npy.js';
+import { checkMean } from '../ops/center.js';
 import { maxsimAll } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity, warnIfInt8Slower } from '../ops/quantize.js';
 import {
@@ -88,6 +90,8 @@ export interface InputOptions {
   docLengths?: string;
   /** int8 inputs: one float32 scale per token row. */
   docScales?: string;
+  /** centered int8 documents (maxsim quantize --center): the float32 [d] mean subtracted. */
+  docMean?: string;
   queryScales?: string;
   /** Real tokens per query [Nq] of [Nq, L, d] queries. */
   queryLengths?: string;
@@ -105,17 +109,34 @@ function cliLoad(spec: string, argument: string, bf16: boolean | undefined) {
   });
 }
 
-/** Documents from --docs (+ --doc-offsets / --doc-lengths / --doc-scales). */
+/** Documents from --docs (+ --doc-offsets / --doc-lengths / --doc-scales / --doc-mean). */
 export function loadDocs(opts: {
   docs: string;
   docOffsets?: string;
   docLengths?: string;
   docScales?: string;
+  docMean?: string;
   bf16?: boolean;
   checkFinite: boolean;
 }): TokenBatch {
   const load = (spec: string | undefined, argument: string) =>
     spec === undefined ? undefined : loadArray(spec, { argument });
+  const docs = loadDocsArrays(opts, load);
+  if (opts.docMean === undefined) return docs;
+  if (docs.dtype !== 'int8')
+    throw new InvalidArgumentError(
+      '--doc-mean',
+      'int8 documents (centered by maxsim quantize --center)',
+      `${docs.dtype} documents`,
+    );
+  const mean = load(opts.docMean, '--doc-mean') as NpyArray;
+  return { ...docs, mean: checkMean(mean.data, docs.dim, '--doc-mean') };
+}
+
+function loadDocsArrays(
+  opts: Parameters<typeof loadDocs>[0],
+  load: (spec: string | undefined, argument: string) => NpyArray | undefined,
+): TokenBatch {
   return arrayToDocs(
     cliLoad(opts.docs, '--docs', opts.bf16),
     {
@@ -203,6 +224,10 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
       'token counts [B]: of packed documents, or real lengths of dense [B, L, d] ones',
     )
     .option('--doc-scales <spec>', 'int8 documents: one float32 scale per token row (value = int8 x scale)')
+    .option(
+      '--doc-mean <spec>',
+      'centered int8 documents (maxsim quantize --center): the float32 [d] mean (value = int8 x scale + mean)',
+    )
     .option('--query-scales <spec>', 'int8 queries: one float32 scale per token row')
     .option(
       '--query-lengths <spec>',

@@ -1,9 +1,12 @@
 // `maxsim quantize`: documents to an int8 file (I8 tokens + F32 per-token scales + I64 offsets in one
 // .safetensors), readable by every command with --docs F:embeddings --doc-scales F:scales
 // --doc-offsets F:offsets, and the round-trip error of the quantization. With --scales document every
-// token of a document stores the document's scale (the same file format).
+// token of a document stores the document's scale (the same file format). With --center the documents
+// are quantized less their token mean, written as `mean` (F32 [d]; read back with --doc-mean F:mean),
+// which scoring adds back (docs/eight-bit.md).
 import { Command, Option } from 'commander';
 import { batchToArrays } from '../io/load.js';
+import type { NpyArray } from '../io/npy.js';
 import { writeSafetensors } from '../io/safetensors.js';
 import { quantize, roundTripError, type ScaleGranularity } from '../ops/quantize.js';
 import { fixed, loadDocs } from './common.js';
@@ -14,6 +17,7 @@ interface QuantizeOptions {
   docLengths?: string;
   out: string;
   scales: ScaleGranularity;
+  center?: boolean;
   checkFinite: boolean;
   json?: boolean;
 }
@@ -39,28 +43,36 @@ export function quantizeCommand(): Command {
         .choices(['token', 'document'])
         .default('token'),
     )
+    .option(
+      '--center',
+      "subtract the token mean first (written as mean, F32 [d]): better rankings where tokens share a common direction, as ColBERT models' do (docs/eight-bit.md)",
+    )
     .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
     .option('--json', 'print the summary as JSON')
     .action((opts: QuantizeOptions) => {
       const docs = loadDocs(opts);
-      const q = quantize(docs, 'int8', { scales: opts.scales });
+      const q = quantize(docs, 'int8', { scales: opts.scales, center: opts.center === true });
       const arrays = batchToArrays(q);
-      writeSafetensors(
-        opts.out,
-        { embeddings: arrays.embeddings, scales: arrays.scales!, offsets: arrays.offsets },
-        {
-          format: 'maxsim-int8',
-          quantization:
-            opts.scales === 'document'
-              ? "symmetric int8 with one scale per document (max|x| / 127 over the document's tokens), stored per token"
-              : 'per-token symmetric int8, scale = max|x| / 127',
-        },
-      );
+      const tensors: Record<string, NpyArray> = {
+        embeddings: arrays.embeddings,
+        scales: arrays.scales!,
+        offsets: arrays.offsets,
+      };
+      if (q.mean) tensors.mean = { dtype: 'float32', shape: [q.dim], data: q.mean };
+      writeSafetensors(opts.out, tensors, {
+        format: 'maxsim-int8',
+        quantization:
+          (opts.scales === 'document'
+            ? "symmetric int8 with one scale per document (max|x| / 127 over the document's tokens), stored per token"
+            : 'per-token symmetric int8, scale = max|x| / 127') +
+          (q.mean ? ' of x - mean (value = int8 x scale + mean)' : ''),
+      });
       const err = roundTripError(docs, q);
       const summary = {
         out: opts.out,
         documents: docs.count,
         scales: opts.scales,
+        centered: q.mean !== undefined,
         tokens: arrays.scales!.shape[0],
         dim: docs.dim,
         ...err,

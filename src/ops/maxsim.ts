@@ -19,6 +19,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import { refuseCenteredQueries, uncenterScores } from './center.js';
 import { cpuMaxsimInt8, cpuMaxsimInt8Sync, type Int8Isa } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
@@ -59,6 +60,7 @@ function checkDtypes(qName: string, queries: TokenMatrix | TokenBatch, docs: Tok
 function prepare(queries: TokenMatrix | TokenBatch, docs: TokenBatch, qName: string): TokenBatch {
   checkCompatible(queries, docs, qName, 'docs');
   checkDtypes(qName, queries, docs);
+  refuseCenteredQueries(queries, qName);
   return isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
 }
 
@@ -71,7 +73,8 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
   if (backend === 'wasm') {
     checkWasmOptions(options);
-    return wasmEngine().score(q, docs, { signal });
+    const scores = await wasmEngine().score(q, docs, { signal });
+    return q.dtype === 'int8' ? uncenterScores(q, docs, scores) : scores;
   }
   return withCancelFlag(signal, (cancel) => {
     // a CUDA job cannot stop early: the promise rejects at once and the job's result is dropped
@@ -80,8 +83,12 @@ async function scoreAllPairs(q: TokenBatch, docs: TokenBatch, options: ScoreOpti
         signal,
         cudaScoreHost(q, docs, { device: options.device, variant: options.variant }),
       );
+    // centered documents (src/ops/center.ts): the engine scores the residuals, the shift is added here
+    // (the CUDA corpus adds it itself)
     if (q.dtype === 'int8')
-      return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa }, cancel);
+      return cpuMaxsimInt8(q, docs, { threads: options.threads, isa: options.isa }, cancel).then((s) =>
+        uncenterScores(q, docs, s),
+      );
     return cpuMaxsim(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined }, cancel);
   });
 }
@@ -112,8 +119,16 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
     ((options.backend ?? 'auto') === 'auto' && resolveBackend('auto', { wasm: true }) === 'wasm');
   if (useWasm) checkWasmOptions(options);
   if (q.count === 0 || docs.count === 0) return new Float32Array(q.count * docs.count);
-  if (useWasm) return wasmEngine().scoreSync(q, docs);
-  if (q.dtype === 'int8') return cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa });
+  if (useWasm) {
+    const scores = wasmEngine().scoreSync(q, docs);
+    return q.dtype === 'int8' ? uncenterScores(q, docs, scores) : scores;
+  }
+  if (q.dtype === 'int8')
+    return uncenterScores(
+      q,
+      docs,
+      cpuMaxsimInt8Sync(q, docs, { threads: options.threads, isa: options.isa }),
+    );
   return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
 }
 

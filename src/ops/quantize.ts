@@ -6,6 +6,8 @@
 // Document scales ({ scales: 'document' }): every token of an item takes the item's scale (its
 // largest |x| / 127), still stored once per token. Fidelity drops a little (bench/NOTES.md, 'Quantization fidelity')
 // and the GPU's document-scale kernels take such corpora (bench/NOTES.md, 'Document scales').
+// Centered ({ center: true }, documents only): the tokens' mean mu is subtracted first and kept as
+// `mean`; scoring adds each query's shift back (src/ops/center.ts, docs/eight-bit.md).
 
 import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -17,6 +19,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import { type CenterOption, checkCenter, checkMean, tokenMean } from './center.js';
 
 export type QuantizeMode = 'int8';
 
@@ -25,6 +28,14 @@ export type ScaleGranularity = 'token' | 'document';
 
 export interface QuantizeOptions {
   scales?: ScaleGranularity;
+  /**
+   * Documents only: subtract a mean vector mu from every token before quantizing, and keep it as the
+   * result's `mean` (scores add each query's shift sum_i <q_i, mu> back). true: the mean of the
+   * items' tokens (float64, rounded to float32); a Float32Array: that mean (a corpus's, so that parts
+   * quantized apart share it); false (the default): none. Queries must not be centered (scoring
+   * refuses them); for documents, centering is what docs/eight-bit.md recommends.
+   */
+  center?: CenterOption;
 }
 
 /** Validates options.scales (default 'token'). */
@@ -93,6 +104,7 @@ export function quantize(
   const granularity = checkScaleGranularity(options?.scales);
   if (!isTokenBatch(x) && !isTokenMatrix(x))
     throw new InvalidArgumentError('batch', 'a TokenBatch or TokenMatrix', describeKind(x));
+  const center = checkCenter(options?.center, x.dim);
   if (x.dtype === 'int8')
     throw new InvalidArgumentError(
       'batch.dtype',
@@ -105,6 +117,14 @@ export function quantize(
   const data = new Int8Array(tokens * d);
   const scales = new Float32Array(tokens);
   const { starts, lengths } = spansOf(x);
+  const items = x.kind === 'matrix' ? { starts: [0], lengths: [x.length] } : x;
+  // the mean of the items' tokens; the residuals x - mu are formed in double, token by token
+  const mean =
+    center === false
+      ? undefined
+      : center === true
+        ? tokenMean(values, d, items.starts, items.lengths)
+        : center;
   // every real token's scale first, then (document scales) each item's largest, then the values once
   for (let b = 0; b < lengths.length; b++) {
     const end = starts[b] + lengths[b];
@@ -112,8 +132,12 @@ export function quantize(
       const o = t * d;
       let m = 0;
       for (let k = 0; k < d; k++) {
-        const a = Math.abs(values[o + k]);
+        const a = Math.abs(mean ? values[o + k] - mean[k] : values[o + k]);
         if (a > m) m = a;
+        else if (Number.isNaN(a)) {
+          m = a; // NaN: no comparison would keep it
+          break;
+        }
       }
       if (!Number.isFinite(m))
         throw new InvalidArgumentError(
@@ -126,7 +150,6 @@ export function quantize(
   }
   if (granularity === 'document') {
     // Math.fround(m / 127) is monotone in m, so an item's largest token scale is its largest |x|'s
-    const items = x.kind === 'matrix' ? { starts: [0], lengths: [x.length] } : x;
     checkDisjointItems(items.starts, items.lengths);
     for (let b = 0; b < items.lengths.length; b++) {
       const s0 = items.starts[b];
@@ -138,8 +161,10 @@ export function quantize(
   }
   for (let b = 0; b < lengths.length; b++)
     for (let t = starts[b]; t < starts[b] + lengths[b]; t++)
-      if (scales[t] > 0) quantizeToken(values, data, t * d, d, scales[t]);
-  if (x.kind === 'matrix') return { kind: 'matrix', dtype: 'int8', data, length: x.length, dim: d, scales };
+      if (scales[t] > 0) quantizeToken(values, data, t * d, d, scales[t], mean);
+  const withMean = mean ? { mean } : {};
+  if (x.kind === 'matrix')
+    return { kind: 'matrix', dtype: 'int8', data, length: x.length, dim: d, scales, ...withMean };
   return {
     kind: 'batch',
     layout: x.layout,
@@ -151,6 +176,7 @@ export function quantize(
     starts: Float64Array.from(x.starts),
     lengths: Int32Array.from(x.lengths),
     scales,
+    ...withMean,
   };
 }
 
@@ -159,8 +185,22 @@ export function quantize(
 // faster than calling it per value (the rounding of 1,000 queries x 32 tokens: ~85 -> ~20 ms here).
 const ROUND_HALF_EVEN = 6755399441055744;
 
-/** Token [o, o + d) of values quantized with scale (> 0) into data. */
-function quantizeToken(values: Float32Array, data: Int8Array, o: number, d: number, scale: number): void {
+/** Token [o, o + d) of values (less mean, when given) quantized with scale (> 0) into data. */
+function quantizeToken(
+  values: Float32Array,
+  data: Int8Array,
+  o: number,
+  d: number,
+  scale: number,
+  mean: Float32Array | undefined,
+): void {
+  if (mean) {
+    for (let k = 0; k < d; k++) {
+      const q = (values[o + k] - mean[k]) / scale + ROUND_HALF_EVEN - ROUND_HALF_EVEN;
+      data[o + k] = Math.min(127, Math.max(-127, q));
+    }
+    return;
+  }
   for (let k = 0; k < d; k++) {
     const q = values[o + k] / scale + ROUND_HALF_EVEN - ROUND_HALF_EVEN;
     data[o + k] = Math.min(127, Math.max(-127, q));
@@ -198,7 +238,7 @@ export function hasDocumentScales(x: TokenBatch): boolean {
   return true;
 }
 
-/** int8 tokens back to float32 values (q * scale), same layout. */
+/** int8 tokens back to float32 values (q * scale, plus the mean of a centered batch), same layout. */
 export function dequantize(x: TokenMatrix): TokenMatrix;
 export function dequantize(x: TokenBatch): TokenBatch;
 export function dequantize(x: TokenBatch | TokenMatrix): TokenBatch | TokenMatrix;
@@ -208,6 +248,11 @@ export function dequantize(x: TokenBatch | TokenMatrix): TokenBatch | TokenMatri
   if (x.dtype !== 'int8' || !(x.scales instanceof Float32Array))
     throw new InvalidArgumentError('batch.dtype', "'int8' with per-token scales", `'${x.dtype}'`);
   const data = decodeToFloat32(x.data, 'int8', x.dim, x.scales);
+  if (x.mean !== undefined) {
+    const mean = checkMean(x.mean, x.dim, 'batch.mean');
+    for (let i = 0; i < data.length; i++)
+      data[i] = x.data[i] * x.scales[Math.floor(i / x.dim)] + mean[i % x.dim];
+  }
   if (x.kind === 'matrix') return { kind: 'matrix', dtype: 'float32', data, length: x.length, dim: x.dim };
   return {
     kind: 'batch',
@@ -250,6 +295,7 @@ export function roundTripError(
   const x = decodeToFloat32(original.data, original.dtype, d);
   const q = quantized.data;
   const scales = quantized.scales as Float32Array;
+  const mu = quantized.mean === undefined ? undefined : checkMean(quantized.mean, d, 'quantized.mean');
   const { starts, lengths } = spansOf(original);
   let maxAbs = 0;
   let maxRel = 0;
@@ -258,10 +304,11 @@ export function roundTripError(
     for (let t = starts[b]; t < end; t++) {
       let m = 0;
       let e = 0;
-      // In double: q * scale is exact there, so this is the quantization error alone.
+      // In double: q * scale is exact there (and x - mu nearly so), so this is the quantization error.
       for (let k = t * d; k < (t + 1) * d; k++) {
         m = Math.max(m, Math.abs(x[k]));
-        e = Math.max(e, Math.abs(x[k] - q[k] * scales[t]));
+        const back = mu ? x[k] - mu[k - t * d] : x[k];
+        e = Math.max(e, Math.abs(back - q[k] * scales[t]));
       }
       maxAbs = Math.max(maxAbs, e);
       if (m > 0) maxRel = Math.max(maxRel, e / m);
