@@ -128,6 +128,36 @@ test('every fenced block is ts, sh or python (or text for output and usage lines
   assert.deepEqual(other, []);
 });
 
+// GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens
+function anchorsOf(file: string): Set<string> {
+  const text = fs.readFileSync(file, 'utf8').replace(/^```[\s\S]*?^```/gm, '');
+  return new Set(
+    [...text.matchAll(/^#+\s+(.*)$/gm)].map((m) =>
+      m[1]
+        .trim()
+        .toLowerCase()
+        .replace(/[^\w\- ]/g, '')
+        .replace(/ /g, '-'),
+    ),
+  );
+}
+
+test('every relative link of the pages names a file that exists, and a heading of it', () => {
+  const broken: string[] = [];
+  for (const page of pages) {
+    const text = fs.readFileSync(path.join(packageRoot, page), 'utf8').replace(/^```[\s\S]*?^```/gm, '');
+    for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/.test(m[1])) continue;
+      const [file, anchor] = m[1].split('#');
+      const target = file ? path.join(packageRoot, path.dirname(page), file) : path.join(packageRoot, page);
+      if (!fs.existsSync(target)) broken.push(`${page}: ${m[1]} (no such file)`);
+      else if (anchor && target.endsWith('.md') && !anchorsOf(target).has(anchor))
+        broken.push(`${page}: ${m[1]} (no such heading)`);
+    }
+  }
+  assert.deepEqual(broken, []);
+});
+
 test('TypeScript blocks type-check against the published types', () => {
   for (const page of pages)
     for (const b of blocksOf.get(page) ?? [])
