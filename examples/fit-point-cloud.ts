@@ -5,8 +5,9 @@
 //
 // Run: npm run build && npm run chamfer:example [-- --steps 200 --points 4000 --backend cpu|cuda]
 // (CUDA when a usable GPU is present, else the CPU)
-import { Rng } from '../src/demo/random.js';
-import { type BackendName, chamferTrain, cudaStatus, raggedBatch } from '../src/index.js';
+
+import { type BackendName, chamferTrain, cudaStatus, raggedBatch } from 'maxsim';
+import { Rng } from 'maxsim/internal';
 
 function argValue(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);

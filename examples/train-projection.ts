@@ -12,8 +12,7 @@
 //
 // Run: npm run build && npm run train:example [-- --backend cpu|cuda|auto]
 // (about 25 s on 2 CPU cores; default auto: CUDA when present)
-import { demoCorpus } from '../src/demo/corpus.js';
-import { Rng } from '../src/demo/random.js';
+
 import {
   type CudaDevice,
   contrastiveStep,
@@ -22,7 +21,8 @@ import {
   raggedBatch,
   type TokenBatch,
   topKAll,
-} from '../src/index.js';
+} from 'maxsim';
+import { demoCorpus, Rng } from 'maxsim/internal';
 
 const IN_DIM = 128;
 const OUT_DIM = 64;

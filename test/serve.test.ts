@@ -1,6 +1,6 @@
 // `maxsim serve` over real HTTP on ephemeral loopback ports: every endpoint, results against the library
 // and the CLI, batched against unbatched, every kind of bad request, appends racing searches, SIGTERM of
-// a spawned server, and the README's client snippets.
+// a spawned server (the client snippets of docs/service.md run against a server in test/readme.test.ts).
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -31,7 +31,6 @@ import {
 import { rng, runSeed } from './helpers.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
-const README = fileURLToPath(new URL('../../README.md', import.meta.url));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-serve-'));
 const DIM = 16;
 const DOCS = 300;
@@ -1067,70 +1066,7 @@ describe('maxsim serve process', () => {
       assert.match(lines[0], message);
     }
   });
-
-  test("the README's TypeScript and Python clients run against a server", { timeout: 30_000 }, async () => {
-    const dir = path.join(tmp, 'readme.msx');
-    buildCorpus(dir);
-    const { url } = await start({ corpus: dir });
-    const text = fs.readFileSync(README, 'utf8');
-    const section = text.slice(
-      text.indexOf('## maxsim serve'),
-      text.indexOf('\n## ', text.indexOf('## maxsim serve') + 3),
-    );
-    const tsCode = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
-    const pyCode = /```python\n([\s\S]*?)```/.exec(section)?.[1];
-    assert.ok(tsCode && pyCode, 'the README section has a ts and a python snippet');
-    const js = ts.transpileModule(tsCode, {
-      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
-    }).outputText;
-    const file = path.join(tmp, 'client.mjs');
-    fs.writeFileSync(file, js);
-    // spawned, not spawnSync: the server answers on this process's event loop
-    const run = await runChild(process.execPath, [file], url);
-    assert.equal(run.status, 0, run.stderr);
-    const out = JSON.parse(run.stdout.trim().split('\n').pop()!);
-    assert.equal(out.search.length, 5);
-    assert.deepEqual(
-      out.rerank.map((h: { id: string }) => h.id),
-      out.search.map((h: { id: string }) => h.id),
-    );
-    const py = spawnSync('python3', ['-c', 'import requests, numpy'], { encoding: 'utf8' });
-    if (py.status !== 0) {
-      test.skip?.('python3 with requests and numpy is not installed');
-      console.log(`# skipped the Python snippet: ${py.error?.message ?? py.stderr.trim().split('\n').pop()}`);
-      return;
-    }
-    const pr = await runChild('python3', ['-c', pyCode], url);
-    assert.equal(pr.status, 0, pr.stderr);
-    assert.equal(JSON.parse(pr.stdout.trim()).search.length, 5);
-  });
 });
-
-function runChild(
-  command: string,
-  args: string[],
-  url: string,
-): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(command, args, {
-      env: { ...process.env, MAXSIM_URL: url },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => {
-      stdout += String(d);
-    });
-    child.stderr.on('data', (d) => {
-      stderr += String(d);
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-    child.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
-}
 
 function listeningUrl(child: ChildProcess): Promise<string> {
   return new Promise((resolve, reject) => {

@@ -1,5 +1,5 @@
 // 'maxsim/internal': what the CLI, the benchmarks and the tests use beside the public API: kernel
-// sets and their choice, bit conversions, batch helpers. Not covered by semver in 0.x.
+// sets and their choice, bit conversions, batch helpers, the demo corpus. Not covered by semver in 0.x.
 
 export { type CpuInfo, type CpuIsa, type CpuOptions, cpuInfo } from '../backends/cpu.js';
 export {
@@ -22,6 +22,9 @@ export {
   type TrainKernelInfo,
 } from '../backends/cuda-train-plan.js';
 export { cudaUnavailableReason } from '../backends/select.js';
+// the demo corpus and its seeded generator, for the examples and the benchmarks
+export { type DemoCorpus, type DemoCorpusOptions, demoCorpus } from '../demo/corpus.js';
+export { Rng } from '../demo/random.js';
 export type { ChamferIsa, PointClouds } from '../ops/chamfer.js';
 export { rankRows } from '../ops/maxsim.js';
 export {

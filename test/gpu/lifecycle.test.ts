@@ -49,7 +49,7 @@ describe(`CUDA device memory and errors (seed ${runSeed})`, { skip }, () => {
   test('a corpus dropped without dispose is freed by its finalizer', async (t) => {
     const gc = (globalThis as { gc?: () => void }).gc;
     if (!gc) {
-      t.skip('needs node --expose-gc (scripts/gpu-check.sh passes it)');
+      t.skip('needs node --expose-gc (scripts/gpu.sh check passes it)');
       return;
     }
     const dev = await gpu();
