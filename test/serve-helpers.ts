@@ -3,7 +3,7 @@
 // contract.
 import assert from 'node:assert/strict';
 import * as net from 'node:net';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../src/server/app.js';
 import { createServer } from '../src/server/index.js';
 import { raggedBatch } from '../src/tensor.js';
