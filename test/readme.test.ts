@@ -5,8 +5,8 @@
 // makes it, or reads the files an earlier block of the same page wrote. Each page runs in order in a
 // working directory of its own, with PORT set to a free port for pages that start `maxsim serve`.
 // A line `<!-- doc-test: skip REASON -->` or `<!-- doc-test: gpu -->` just above a fence marks a block
-// that never runs here (the reason is printed) or runs only where CUDA is usable. `text` blocks are
-// output or usage lines, not code; a fence of any other language fails the test.
+// that never runs here (the reason is printed) or runs only where CUDA is usable. `text` and `json`
+// blocks are output, usage lines or data, not code; a fence of any other language fails the test.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -23,8 +23,8 @@ interface Block {
   directive?: { kind: 'skip' | 'gpu'; reason: string };
 }
 
-const RUNNERS = ['ts', 'sh', 'python'];
-const NOT_CODE = ['text'];
+const RUNNERS = ['ts', 'sh', 'bash', 'python'];
+const NOT_CODE = ['text', 'json'];
 
 export function docBlocks(text: string): Block[] {
   const lines = text.split('\n');
@@ -119,7 +119,7 @@ function freePort(): number {
   return Number(r.stdout.trim());
 }
 
-test('every fenced block is ts, sh or python (or text for output and usage lines)', () => {
+test('every fenced block is ts, sh, bash or python (or text / json for output and data)', () => {
   const other = pages.flatMap((p) =>
     (blocksOf.get(p) ?? [])
       .filter((b) => !RUNNERS.includes(b.lang) && !NOT_CODE.includes(b.lang))
@@ -212,7 +212,7 @@ for (const page of pages) {
         } else if (b.lang === 'python') {
           r = spawnSync('python3', ['-c', b.code], opts);
         } else {
-          r = spawnSync('sh', ['-ec', b.code], opts);
+          r = spawnSync(b.lang === 'bash' ? 'bash' : 'sh', ['-ec', b.code], opts);
         }
         assert.equal(r.status, 0, `${where} failed:\n${r.stdout}\n${r.stderr}`);
       });
