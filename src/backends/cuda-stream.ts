@@ -180,11 +180,15 @@ export async function pinCorpusFiles(
   const files = file.segments.map((s) => s.file);
   const ahead = options.ahead ?? false;
   // read through the snapshot's paths (they stay valid after a writer removes the files)
-  const handle = await (nativeCuda() as unknown as StreamAddon).pinFiles(
-    device,
-    file.segments.map((s) => s.path),
-    ahead ? PIN_CHUNK_BYTES : undefined,
-  );
+  const handle = await (nativeCuda() as unknown as StreamAddon)
+    .pinFiles(
+      device,
+      file.segments.map((s) => s.path),
+      ahead ? PIN_CHUNK_BYTES : undefined,
+    )
+    .catch((e: unknown) => {
+      throw namedAfterSegments(e, file);
+    });
   const pin = { device, bytes: file.info.bytes, handle, files, ahead };
   livePins.add(new WeakRef(pin));
   return pin;
@@ -545,7 +549,7 @@ async function streamSearch(
   options.signal?.throwIfAborted();
   const bad = settled.findIndex((s) => s.status === 'rejected');
   if (bad >= 0) {
-    const e = (settled[bad] as PromiseRejectedResult).reason;
+    const e = namedAfterSegments((settled[bad] as PromiseRejectedResult).reason, file);
     if (indices.length === 1) throw e;
     const d = devices[bad].info;
     throw new BackendUnavailableError(
@@ -592,4 +596,13 @@ async function streamSearch(
       },
     },
   };
+}
+
+// The scan reads the snapshot's files through their /proc/self/fd paths; a message names the segment.
+function namedAfterSegments(e: unknown, file: CorpusFile): unknown {
+  if (!(e instanceof Error)) return e;
+  let message = e.message;
+  for (const s of file.segments) if (s.path !== s.file) message = message.split(s.path).join(s.file);
+  if (message !== e.message) e.message = message;
+  return e;
 }
