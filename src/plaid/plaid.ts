@@ -98,7 +98,9 @@ export function defaultCentroids(tokens: number): number {
 
 /** The search defaults for k hits (bench/plaid.ts measured them; docs/index.md has the curve). */
 export function defaultSearch(k: number): { nprobe: number; candidates: number; rescore: number } {
-  return { nprobe: k <= 10 ? 8 : 16, candidates: Math.max(512, 16 * k), rescore: Math.max(64, 2 * k) };
+  // 100K documents x 64 tokens, K = 2048, 2-bit: k = 10 at (8, 1024, 256) gave recall@10 0.970,
+  // k = 100 at (16, 2048, 512) recall@100 0.963 (bench/results/plaid-cpu.md)
+  return { nprobe: k <= 10 ? 8 : 16, candidates: Math.max(1024, 20 * k), rescore: Math.max(256, 5 * k) };
 }
 
 function checkBits(v: unknown): 2 | 4 {
