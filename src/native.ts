@@ -1,7 +1,7 @@
 // Loads the native addon once, lazily. Importing this module never throws: a missing or broken build
 // surfaces only when a native backend is used, as a BackendUnavailableError that names the fix.
 import { constants as bufferConstants } from 'node:buffer';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,7 +9,52 @@ import { BackendUnavailableError } from './errors.js';
 
 /** Package root: this file is src/native.ts, compiled to dist/src/native.js. */
 export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+/** A source build (a checkout, or the explicit opt-in `node scripts/build-native.mjs`). */
 export const addonPath = join(packageRoot, 'build', 'Release', 'maxsim_native.node');
+
+/** glibc or musl (an addon linked against one does not load on the other). */
+function libc(): 'gnu' | 'musl' | '' {
+  if (process.platform !== 'linux') return '';
+  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)
+    ?.header;
+  return header?.glibcVersionRuntime ? 'gnu' : 'musl';
+}
+
+/** The prebuilt addon package for this platform, e.g. @maxsim/linux-x64-gnu. */
+export function platformPackage(): string {
+  return `@maxsim/${[process.platform, process.arch, libc()].filter(Boolean).join('-')}`;
+}
+
+const requireHere = createRequire(import.meta.url);
+
+/** The directory of an installed package, or undefined. */
+function packageDir(name: string): string | undefined {
+  try {
+    return dirname(requireHere.resolve(`${name}/package.json`));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Where the addon is: the source build if there is one, else the platform package. */
+export function findAddon(): { path?: string; tried: string[] } {
+  const tried = [addonPath];
+  if (existsSync(addonPath)) return { path: addonPath, tried };
+  const dir = packageDir(platformPackage());
+  const p = dir && join(dir, 'maxsim_native.node');
+  if (p) tried.push(p);
+  return { path: p && existsSync(p) ? p : undefined, tried };
+}
+
+/** The CUDA fatbins: build/kernels of a source build, else the @maxsim/cuda-kernels package. */
+export function kernelDir(): string | undefined {
+  const has = (d: string) => existsSync(d) && readdirSync(d).some((f) => f.endsWith('.fatbin'));
+  const local = join(packageRoot, 'build', 'kernels');
+  if (has(local)) return local;
+  const dir = packageDir('@maxsim/cuda-kernels');
+  const k = dir && join(dir, 'kernels');
+  return k && has(k) ? k : undefined;
+}
 
 // The addon's surface, typed loosely here; each backend module gives it a precise face.
 export interface NativeAddon {
@@ -25,17 +70,23 @@ function tryLoad(): { addon?: NativeAddon; error?: string } {
   if (process.env.MAXSIM_NATIVE === 'off') {
     return { error: 'the native addon is switched off (MAXSIM_NATIVE=off)' };
   }
-  if (!existsSync(addonPath)) {
+  const found = findAddon();
+  if (!found.path) {
     return {
-      error: `the native addon is not built (${addonPath} is missing); run \`npm rebuild maxsim\` (or \`npm ci\` in a checkout), which needs a C++17 compiler, make and python3`,
+      error: `no native addon for ${platformPackage().slice('@maxsim/'.length)}: the optional package ${platformPackage()} is not installed (reinstall without --omit=optional / --no-optional), or build from source with \`node node_modules/maxsim/scripts/build-native.mjs\` (needs a C++17 compiler, make and python3); the wasm backend runs without it`,
     };
   }
+  const addonFile = found.path;
+  // The addon finds its fatbins through MAXSIM_KERNEL_DIR when they are not next to it.
+  if (!process.env.MAXSIM_KERNEL_DIR) {
+    const k = kernelDir();
+    if (k && k !== join(dirname(addonFile), '..', 'kernels')) process.env.MAXSIM_KERNEL_DIR = k;
+  }
   try {
-    const require = createRequire(import.meta.url);
-    const addon = require(addonPath) as NativeAddon;
+    const addon = requireHere(addonFile) as NativeAddon;
     if (addon.abiVersion !== 1) {
       return {
-        error: `the native addon at ${addonPath} is from another version; run \`npm rebuild maxsim\``,
+        error: `the native addon at ${addonFile} is from another version; reinstall maxsim`,
       };
     }
     // mapFile refuses ranges larger than this Node's largest ArrayBuffer (more would abort the process)
@@ -45,7 +96,9 @@ function tryLoad(): { addon?: NativeAddon; error?: string } {
     return { addon };
   } catch (e) {
     const msg = e instanceof Error ? e.message : String(e);
-    return { error: `the native addon failed to load (${msg.split('\n')[0]}); run \`npm rebuild maxsim\`` };
+    return {
+      error: `the native addon ${addonFile} failed to load (${msg.split('\n')[0]}); reinstall maxsim`,
+    };
   }
 }
 

@@ -143,6 +143,15 @@ describe('CPU kernel admission', { skip: reason }, () => {
     for (const s of info.isas) assert.ok(admitted('fp').includes(s), `${s} is admitted`);
     assert.equal(info.isa, info.isas[0]);
     for (const s of cpuInt8Isas()) assert.ok(admitted('int8').includes(s), `int8 ${s} is admitted`);
+    // and the other way: an admitted set that is compiled in is usable (a name typo drops it)
+    const avxVnniCompiled =
+      spawnSync(process.env.CXX || 'c++', ['-mavxvnni', '-x', 'c++', '-fsyntax-only', '/dev/null']).status ===
+      0;
+    for (const s of admitted('int8')) {
+      if (s === 'avx-vnni' && !avxVnniCompiled) continue;
+      assert.ok((cpuInt8Isas() as string[]).includes(s), `admitted int8 ${s} is usable`);
+    }
+    for (const s of admitted('fp')) assert.ok((info.isas as string[]).includes(s), `admitted ${s} is usable`);
     assert.equal(info.isas.at(-1), 'portable');
   });
 

@@ -76,4 +76,66 @@ describe('install from the packed tarball', () => {
     assert.match(rebuilt.stdout, /building the native addon from source: the native sources differ/);
     assert.notEqual(rebuilt.status, 0, 'a build with no compiler cannot succeed');
   });
+
+  test('a library install (scripts off) pulls no server stack, scores, and names what `serve` needs', {
+    timeout: 300_000,
+  }, () => {
+    const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+    const pack = spawnSync(npm, ['pack', '--ignore-scripts', '--json', '--pack-destination', tmp], {
+      cwd: packageRoot,
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    assert.equal(pack.status, 0, pack.stderr);
+    const [info] = JSON.parse(pack.stdout) as [{ filename: string }];
+    const project = path.join(tmp, 'project');
+    fs.mkdirSync(project, { recursive: true });
+    fs.writeFileSync(path.join(project, 'package.json'), '{"name":"p","version":"1.0.0","type":"module"}');
+    const t0 = performance.now();
+    const inst = spawnSync(
+      npm,
+      [
+        'install',
+        '--ignore-scripts',
+        '--no-audit',
+        '--no-fund',
+        '--prefer-offline',
+        path.join(tmp, info.filename),
+      ],
+      { cwd: project, encoding: 'utf8', timeout: 240_000, env: noCompiler },
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    assert.equal(inst.status, 0, `${inst.stdout}\n${inst.stderr}`);
+    const modules = path.join(project, 'node_modules');
+    for (const p of ['fastify', '@fastify/swagger', 'prom-client', 'typebox'])
+      assert.ok(!fs.existsSync(path.join(modules, p)), `${p} is not installed with the library`);
+    const packages = fs.readdirSync(modules).filter((n) => !n.startsWith('.'));
+    const du = (p: string): number =>
+      fs.statSync(p).isDirectory()
+        ? fs.readdirSync(p).reduce((t, n) => t + du(path.join(p, n)), 0)
+        : fs.statSync(p).size;
+    const mb = (du(modules) / 2 ** 20).toFixed(1);
+    console.log(
+      `# library install: ${seconds.toFixed(1)} s, ${mb} MiB unpacked, ${packages.length} top-level packages (${packages.join(', ')})`,
+    );
+    const script = `
+      const m = await import('maxsim');
+      const q = m.tokenMatrix(new Float32Array([1, 0, 0, 1]), 2, 2);
+      const d = m.raggedBatch(new Float32Array([1, 0, 0.5, 0.5]), [0, 1, 2], { dim: 2 });
+      const s = Array.from(m.maxsimSync(q, d));
+      let serve = '';
+      try { await m.createServer({ corpus: '/nonexistent' }); } catch (e) { serve = e.message; }
+      console.log(JSON.stringify({ s, serve }));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: project,
+      encoding: 'utf8',
+    });
+    assert.equal(r.status, 0, r.stderr);
+    const out = JSON.parse(r.stdout) as { s: number[]; serve: string };
+    assert.deepEqual(out.s, [1, 1]);
+    assert.match(
+      out.serve,
+      /needs \S+ and the rest of the server stack.*npm install fastify@\S+ @fastify\/swagger@/,
+    );
+  });
 });

@@ -126,9 +126,9 @@ std::vector<Admission> BuildTable() {
   t.push_back({"chamfer", "avx2", "maxsim_cpu_avx2", {F::Avx2, F::Fma, F::F16c}});
   t.push_back({"int8", "amx", "maxsim_cpu_amx_int8",
                {F::Avx512f, F::Avx512bw, F::Avx512vl, F::Avx512dq, F::AmxTile, F::AmxInt8}});
-  t.push_back({"int8", "avx512vnni", "maxsim_cpu_int8_avx512vnni",
+  t.push_back({"int8", "avx512-vnni", "maxsim_cpu_int8_avx512vnni",
                {F::Avx512f, F::Avx512bw, F::Avx512vl, F::Avx512vnni}});
-  t.push_back({"int8", "avxvnni", "maxsim_cpu_int8_avxvnni", {F::Avx2, F::Avxvnni}});
+  t.push_back({"int8", "avx-vnni", "maxsim_cpu_int8_avxvnni", {F::Avx2, F::Avxvnni}});
   t.push_back({"int8", "avx2", "maxsim_cpu_int8_avx2", {F::Avx2}});
 #elif defined(__aarch64__)
   t.push_back({"fp", "neon", "maxsim_native", {F::Neon}});

@@ -41,6 +41,12 @@ let loading: Promise<void> | undefined;
 
 async function bytesOf(source: WasmSource): Promise<ArrayBuffer | ArrayBufferView> {
   if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) return source;
+  // file: URLs (Node, Deno) have no fetch; the module name is a variable so bundlers leave it alone
+  if (source instanceof URL && source.protocol === 'file:') {
+    const fsModule = 'node:fs/promises';
+    const fs = (await import(fsModule)) as { readFile(u: URL): Promise<Uint8Array> };
+    return fs.readFile(source);
+  }
   const response = source instanceof Response ? source : await fetch(source);
   if (!response.ok)
     throw new InvalidArgumentError(

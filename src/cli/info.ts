@@ -2,6 +2,7 @@
 import { Command } from 'commander';
 import type { CudaStatus } from '../backends/cuda.js';
 import { info } from '../info.js';
+import { version } from '../version.js';
 
 /** The CUDA lines of `maxsim info` (driver, devices, kernels). */
 export function describeCuda(status: CudaStatus): string[] {
@@ -23,6 +24,10 @@ export function describeCuda(status: CudaStatus): string[] {
   }
   if (status.kernelDir !== undefined) {
     lines.push(`kernels ${status.kernelDir}: ${(status.kernelFiles ?? []).join(', ') || 'none found'}`);
+  }
+  // A GPU without kernels: an install from the registry leaves the 19 MB of fatbins out by default.
+  if ((status.devices?.length ?? 0) > 0 && (status.kernelFiles ?? []).length === 0) {
+    lines.push(`kernels missing: add them with \`npm install @maxsim/cuda-kernels@${version}\``);
   }
   return lines;
 }

@@ -1,0 +1,185 @@
+#!/usr/bin/env node
+// `npm run pack:all`: every package of a release from one checkout, into packs/:
+//   maxsim-<v>.tgz                  the library: dist, the wasm engine, no addon, no fatbins, no
+//                                   install script; the platform packages as optionalDependencies
+//   maxsim-linux-x64-gnu-<v>.tgz    build/Release/maxsim_native.node (os/cpu/libc fields)
+//   maxsim-linux-arm64-gnu-<v>.tgz  the addon cross-compiled with Debian's aarch64-linux-gnu-g++
+//   maxsim-cuda-kernels-<v>.tgz     build/kernels/*.fatbin (installed on demand: maxsim info says so)
+// musl targets need a musl C++ toolchain (Debian's musl-tools has no C++ library) and are reported
+// as not built. Run `node scripts/build-native.mjs` first (the x64 addon and the fatbins).
+import { spawnSync } from 'node:child_process';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const out = join(root, 'packs');
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+const version = pkg.version;
+const only = process.argv.slice(2);
+
+const TARGETS = {
+  'linux-x64-gnu': { os: 'linux', cpu: 'x64', libc: 'glibc', cross: undefined },
+  'linux-arm64-gnu': { os: 'linux', cpu: 'arm64', libc: 'glibc', cross: 'aarch64-linux-gnu' },
+  'linux-x64-musl': { os: 'linux', cpu: 'x64', libc: 'musl', cross: 'musl' },
+  'linux-arm64-musl': { os: 'linux', cpu: 'arm64', libc: 'musl', cross: 'musl' },
+};
+
+function run(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { stdio: 'inherit', ...opts });
+  if (r.error) throw r.error;
+  return r.status ?? 1;
+}
+
+function npmPack(dir) {
+  const r = spawnSync('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', out], {
+    cwd: dir,
+    encoding: 'utf8',
+  });
+  if (r.status !== 0) throw new Error(`npm pack in ${dir} failed: ${r.stderr}`);
+  return JSON.parse(r.stdout)[0].filename;
+}
+
+function nodeGyp() {
+  const p = join(
+    dirname(process.execPath),
+    '..',
+    'lib',
+    'node_modules',
+    'npm',
+    'node_modules',
+    'node-gyp',
+    'bin',
+    'node-gyp.js',
+  );
+  return existsSync(p) ? p : join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
+}
+
+/** Cross-compiles the addon for arm64 in a copy of the sources; returns the .node path or a reason. */
+function crossBuild(triple) {
+  const cxx = `${triple}-g++`;
+  if (spawnSync(cxx, ['--version']).status !== 0)
+    return { why: `${cxx} not found (apt-get install g++-${triple})` };
+  const src = mkdtempSync(join(tmpdir(), 'maxsim-cross-'));
+  cpSync(join(root, 'binding.gyp'), join(src, 'binding.gyp'));
+  cpSync(join(root, 'native'), join(src, 'native'), { recursive: true });
+  cpSync(join(root, 'node_modules', 'node-addon-api'), join(src, 'node_modules', 'node-addon-api'), {
+    recursive: true,
+  });
+  const env = { ...process.env, CXX: cxx, CC: `${triple}-gcc`, LINK: cxx, AR: `${triple}-ar` };
+  const prefix = resolve(dirname(process.execPath), '..');
+  const gyp = [nodeGyp(), '--arch=arm64', `--nodedir=${prefix}`];
+  if (
+    run(process.execPath, [gyp[0], 'configure', ...gyp.slice(1)], { cwd: src, env }) !== 0 ||
+    run(process.execPath, [gyp[0], 'build', '--jobs', 'max', ...gyp.slice(1)], { cwd: src, env }) !== 0
+  ) {
+    return { why: 'the cross build failed (output above)' };
+  }
+  return { path: join(src, 'build', 'Release', 'maxsim_native.node'), cleanup: src };
+}
+
+function platformPackage(tag, target, addon) {
+  const dir = join(out, `maxsim-${tag}`);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  cpSync(addon, join(dir, 'maxsim_native.node'));
+  cpSync(join(root, 'LICENSE'), join(dir, 'LICENSE'));
+  const manifest = {
+    name: `@maxsim/${tag}`,
+    version,
+    description: `maxsim's native addon for ${tag} (loaded by the maxsim package; not used directly)`,
+    license: pkg.license,
+    repository: pkg.repository,
+    os: [target.os],
+    cpu: [target.cpu],
+    ...(target.libc ? { libc: [target.libc] } : {}),
+    main: 'maxsim_native.node',
+    files: ['maxsim_native.node', 'LICENSE'],
+  };
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  return npmPack(dir);
+}
+
+function kernelsPackage() {
+  const kernels = join(root, 'build', 'kernels');
+  const fatbins = existsSync(kernels) ? readdirSync(kernels).filter((f) => f.endsWith('.fatbin')) : [];
+  if (fatbins.length === 0) return { why: 'no fatbins in build/kernels (build where nvcc exists)' };
+  const dir = join(out, 'maxsim-cuda-kernels');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, 'kernels'), { recursive: true });
+  for (const f of fatbins) cpSync(join(kernels, f), join(dir, 'kernels', f));
+  cpSync(join(root, 'LICENSE'), join(dir, 'LICENSE'));
+  const manifest = {
+    name: '@maxsim/cuda-kernels',
+    version,
+    description: "maxsim's CUDA kernels (sm_80 and sm_90a cubins, compute_90a PTX) for the CUDA backend",
+    license: pkg.license,
+    repository: pkg.repository,
+    files: ['kernels', 'LICENSE'],
+  };
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  return { file: npmPack(dir) };
+}
+
+/** The library package: this checkout's files without build/, and no install script. */
+function mainPackage() {
+  const dir = join(out, 'maxsim');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const files = pkg.files.filter((f) => !f.startsWith('build'));
+  for (const f of [...files, 'LICENSE', 'README.md', 'CHANGELOG.md']) {
+    if (existsSync(join(root, f))) cpSync(join(root, f), join(dir, f), { recursive: true });
+  }
+  const { install: _install, prepare: _prepare, ...scripts } = pkg.scripts;
+  const manifest = {
+    ...pkg,
+    files: [...files, 'CHANGELOG.md'],
+    scripts: { 'build:native': 'node scripts/build-native.mjs', ...scripts },
+    // binding.gyp ships for the opt-in source build; false keeps npm from running node-gyp itself
+    gypfile: false,
+    optionalDependencies: Object.fromEntries(Object.keys(TARGETS).map((t) => [`@maxsim/${t}`, version])),
+  };
+  delete manifest.devDependencies;
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  return npmPack(dir);
+}
+
+mkdirSync(out, { recursive: true });
+const want = (name) => only.length === 0 || only.includes(name);
+const report = [];
+if (want('maxsim')) report.push(['maxsim', mainPackage()]);
+for (const [tag, target] of Object.entries(TARGETS)) {
+  if (!want(tag)) continue;
+  if (target.cross === 'musl') {
+    report.push([tag, 'not built: needs a musl C++ toolchain (Debian musl-tools has no libstdc++ for musl)']);
+    continue;
+  }
+  if (!target.cross) {
+    const addon = join(root, 'build', 'Release', 'maxsim_native.node');
+    report.push([
+      tag,
+      existsSync(addon)
+        ? platformPackage(tag, target, addon)
+        : 'not built: run node scripts/build-native.mjs',
+    ]);
+    continue;
+  }
+  const built = crossBuild(target.cross);
+  report.push([tag, built.path ? platformPackage(tag, target, built.path) : `not built: ${built.why}`]);
+  if (built.cleanup) rmSync(built.cleanup, { recursive: true, force: true });
+}
+if (want('cuda-kernels')) {
+  const k = kernelsPackage();
+  report.push(['cuda-kernels', k.file ?? `not built: ${k.why}`]);
+}
+for (const [name, result] of report) console.log(`${name.padEnd(18)} ${result}`);
