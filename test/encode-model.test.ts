@@ -11,7 +11,7 @@ import { after, describe, test } from 'node:test';
 import { type ColbertEncoder, loadColbert } from '../src/encode/colbert.js';
 import { loadOrt, loadTokenizerClass } from '../src/encode/runtime.js';
 import { FormatError, InvalidArgumentError } from '../src/errors.js';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import { packageRoot } from '../src/native.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { floatToF16Bits, raggedBatch, type TokenBatch } from '../src/tensor.js';

@@ -5,7 +5,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { InvalidArgumentError } from '../errors.js';
-import { type CorpusDType, CorpusWriter } from '../io/corpus.js';
+import { type CorpusDType, CorpusWriter } from '../io/corpus/index.js';
 import { type ColbertEncoder, type LoadColbertOptions, loadColbert } from './colbert.js';
 import type { ColbertSettings } from './settings.js';
 
