@@ -144,6 +144,87 @@ describe('maxsim encode', { skip }, () => {
   });
 });
 
+describe('maxsim corpus build --texts and search --query-text', { skip }, () => {
+  test('text -> corpus -> search equals embeddings -> corpus -> search; the model is found from the corpus', () => {
+    const texts = path.join(tmp, 'docs.jsonl');
+    fs.writeFileSync(texts, `${DOCS.map((d) => JSON.stringify(d)).join('\n')}\n`);
+    const byText = path.join(tmp, 'text.msx');
+    const built = maxsim(
+      'corpus',
+      'build',
+      '--texts',
+      texts,
+      '--model',
+      TINY,
+      '--out',
+      byText,
+      '--dtype',
+      'fp32',
+      '--json',
+    );
+    assert.equal(built.status, 0, built.stderr);
+    assert.equal(JSON.parse(built.stdout).documents, 3);
+    // the same documents through encode -> .npy -> corpus build --docs
+    const enc = maxsim('encode', '--model', TINY, '--documents', texts, '--out', path.join(tmp, 'e.npy'));
+    assert.equal(enc.status, 0, enc.stderr);
+    const ids = path.join(tmp, 'ids.txt');
+    fs.writeFileSync(ids, 'a\nb\nc\n');
+    const byEmb = path.join(tmp, 'emb.msx');
+    const b2 = maxsim(
+      'corpus',
+      'build',
+      '--docs',
+      path.join(tmp, 'e.npy'),
+      '--doc-offsets',
+      path.join(tmp, 'e.offsets.npy'),
+      '--ids',
+      ids,
+      '--out',
+      byEmb,
+      '--dtype',
+      'fp32',
+    );
+    assert.equal(b2.status, 0, b2.stderr);
+    const q = maxsim(
+      'encode',
+      '--model',
+      TINY,
+      '--queries',
+      path.join(tmp, 'q.txt'),
+      '--out',
+      path.join(tmp, 'qq.npy'),
+    );
+    assert.equal(q.status, 0, q.stderr);
+    const viaText = maxsim(
+      'search',
+      '--corpus',
+      byText,
+      ...QUERIES.flatMap((t) => ['--query-text', t]),
+      '--backend',
+      'cpu',
+    );
+    assert.equal(viaText.status, 0, viaText.stderr);
+    const viaEmb = maxsim(
+      'search',
+      '--corpus',
+      byEmb,
+      '--queries',
+      path.join(tmp, 'qq.npy'),
+      '--backend',
+      'cpu',
+    );
+    assert.equal(viaEmb.status, 0, viaEmb.stderr);
+    assert.equal(viaText.stdout, viaEmb.stdout);
+    assert.equal(viaText.stdout.trim().split('\n').length, 3);
+    // a corpus built from embeddings records no model
+    const none = maxsim('search', '--corpus', byEmb, '--query-text', 'x');
+    assert.equal(none.status, 1);
+    assert.match(none.stderr, /the corpus records none/);
+    const noModel = maxsim('corpus', 'build', '--texts', texts, '--out', path.join(tmp, 'n.msx'));
+    assert.match(noModel.stderr, /for --model/);
+  });
+});
+
 test('importing maxsim and maxsim/encode loads no onnxruntime; loadColbert does', { skip }, () => {
   const script = `
     import { createRequire } from 'node:module';

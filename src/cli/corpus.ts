@@ -15,10 +15,11 @@ import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { decodeToFloat32, type FloatDType } from '../tensor.js';
 import { grouped, interruptSignal, printTable } from './common.js';
+import { buildFromTexts, type TextBuildOptions, textOptions } from './corpus-texts.js';
 import { Progress } from './progress.js';
 
 interface BuildOptions {
-  docs: string;
+  docs?: string;
   docOffsets?: string;
   docLengths?: string;
   docScales?: string;
@@ -100,7 +101,17 @@ function waitMs(seconds: string | undefined): number | undefined {
 }
 
 function buildAction(append: boolean) {
-  return async (opts: BuildOptions) => {
+  return async (opts: BuildOptions & TextBuildOptions) => {
+    if (!append && opts.texts !== undefined) {
+      if (opts.docs !== undefined) throw new InvalidArgumentError('--docs / --texts', 'one of them', 'both');
+      return buildFromTexts(opts, DTYPES[opts.dtype]);
+    }
+    if (opts.docs === undefined)
+      throw new InvalidArgumentError(
+        '--docs',
+        append ? 'a documents spec' : 'a documents spec (or --texts)',
+        'nothing',
+      );
     let bar: Progress | undefined;
     const interrupt = interruptSignal();
     const info = await buildCorpusFromFilesAsync({
@@ -139,7 +150,7 @@ function buildAction(append: boolean) {
 
 function inputOptions(command: Command): Command {
   return command
-    .requiredOption(
+    .option(
       '--docs <spec>',
       'documents: packed [T, d] (with --doc-offsets or --doc-lengths) or dense [B, L, d]',
     )
@@ -164,8 +175,12 @@ export function corpusCommand(): Command {
     'build, grow and inspect on-disk corpora (a directory, e.g. docs.msx)',
   );
   corpus.addCommand(
-    inputOptions(
-      new Command('build').description('write a new corpus from .npy / .safetensors documents (streamed)'),
+    textOptions(
+      inputOptions(
+        new Command('build').description(
+          'write a new corpus from .npy / .safetensors documents (streamed), or from texts with --texts --model',
+        ),
+      ),
     )
       .requiredOption('--out <dir>', 'the corpus directory to create (e.g. docs.msx)')
       .addOption(

@@ -14,6 +14,7 @@ import { fidelityCommand } from './fidelity.js';
 import { infoCommand } from './info.js';
 import { Progress } from './progress.js';
 import { quantizeCommand } from './quantize.js';
+import { queryTextOptions } from './query-text.js';
 import { scoreCommand } from './score.js';
 import { searchCommand } from './search.js';
 import { serveCommand } from './serve.js';
@@ -46,7 +47,7 @@ function buildProgram(): Command {
     demoCommand(),
     scoreCommand(),
     chamferCommand(),
-    searchCommand(),
+    queryTextOptions(searchCommand()),
     serveCommand(),
     corpusCommand(),
     quantizeCommand(),

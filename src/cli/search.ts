@@ -25,8 +25,12 @@ import {
 } from './common.js';
 import { readIdList } from './corpus.js';
 import { Progress } from './progress.js';
+import { queryTextBatch } from './query-text.js';
 
 interface SearchCommandOptions extends InputOptions {
+  /** --query-text / --model (query-text.ts, added in main.ts) */
+  queryText?: string[];
+  model?: string;
   dtype?: string;
   corpus?: string;
   ids?: string;
@@ -121,6 +125,7 @@ export function searchCommand(): Command {
         throw new InvalidArgumentError('--ids', 'used with --corpus (ids name corpus documents)', '--docs');
       if (opts.docs === undefined)
         throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
+      await queryTextBatch(opts);
       const { queries, docs } = loadInputs(opts);
       // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
       const interrupt = interruptSignal();
@@ -208,7 +213,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     if (why) throw new BackendUnavailableError(`--pin needs a GPU: ${why}`);
     await corpus.pin();
   }
-  const queries = loadQueries(opts);
+  const queries = (await queryTextBatch(opts)) ?? loadQueries(opts);
   if (corpus.info.dtype === 'int8' && resolveBackend(opts.backend) === 'cpu')
     warnIfInt8Slower(corpus.info.dim, 'an int8 corpus');
   const bar = new Progress('search', corpus.info.documents);
