@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { topK } from '../src/ops/maxsim.js';
 import { encodeFloats, tokenMatrix } from '../src/tensor.js';

@@ -5,7 +5,7 @@
 import * as fs from 'node:fs';
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { rankRows } from '../src/ops/maxsim.js';
 import { encodeFloats, raggedBatch } from '../src/tensor.js';

@@ -8,7 +8,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CorpusFile, CorpusWriter } from '../src/io/corpus.js';
+import { CorpusFile, CorpusWriter } from '../src/io/corpus/index.js';
 import { raggedBatch } from '../src/tensor.js';
 
 const seconds = Number(process.argv[2] ?? 600);
@@ -16,7 +16,7 @@ const appenders = Number(process.argv[3] ?? 8);
 const searchers = Number(process.argv[4] ?? 8);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-soak-'));
 const corpusDir = path.join(dir, 'soak.msx');
-const corpusModule = fileURLToPath(new URL('../src/io/corpus.js', import.meta.url));
+const corpusModule = fileURLToPath(new URL('../src/io/corpus/index.js', import.meta.url));
 const searchModule = fileURLToPath(new URL('../src/ops/corpus-search.js', import.meta.url));
 const tensorModule = fileURLToPath(new URL('../src/tensor.js', import.meta.url));
 const DIM = 32;

@@ -31,7 +31,7 @@ export {
   CorpusLockedError,
   CorpusWriter,
   recoverCorpus,
-} from './io/corpus.js';
+} from './io/corpus/index.js';
 export {
   type BuildFromFilesOptions,
   buildCorpusFromFiles,

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import { buildCorpusFromFiles, buildCorpusFromFilesAsync } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';

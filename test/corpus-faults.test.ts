@@ -10,7 +10,13 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
-import { CorpusFile, CorpusLockedError, CorpusWriter, checksum, recoverCorpus } from '../src/io/corpus.js';
+import {
+  CorpusFile,
+  CorpusLockedError,
+  CorpusWriter,
+  checksum,
+  recoverCorpus,
+} from '../src/io/corpus/index.js';
 import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
 import { loadNative, nativeUnavailableReason } from '../src/native.js';
@@ -22,7 +28,7 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-corpus-faults-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 let serial = 0;
 const fresh = () => path.join(tmp, `c${serial++}.msx`);
-const corpusModule = fileURLToPath(new URL('../src/io/corpus.js', import.meta.url));
+const corpusModule = fileURLToPath(new URL('../src/io/corpus/index.js', import.meta.url));
 const tensorModule = fileURLToPath(new URL('../src/tensor.js', import.meta.url));
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const cli = (...args: string[]) =>

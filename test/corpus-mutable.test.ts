@@ -1,4 +1,4 @@
-// The mutable corpus (src/io/corpus.ts, src/ops/corpus-search.ts): unique ids, get by id, deletions
+// The mutable corpus (src/io/corpus/, src/ops/corpus-search.ts): unique ids, get by id, deletions
 // (tombstones) applied exactly at search time, search restricted to ids, compaction, and crash
 // injection at every write step of delete and compact. Exactness is checked against a corpus built
 // with only the live documents (same bytes): same ids, same scores, same order.
@@ -15,7 +15,7 @@ import {
   deleteDocuments,
   recoverCorpus,
   setCorpusFaultHook,
-} from '../src/io/corpus.js';
+} from '../src/io/corpus/index.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
 import type { TokenBatch } from '../src/tensor.js';
@@ -475,7 +475,7 @@ describe('crash safety of delete and compact', () => {
 
 describe('killed writers', () => {
   // A real crash: the process exits inside a write step, with no cleanup of any kind.
-  const corpusModule = fileURLToPath(new URL('../src/io/corpus.js', import.meta.url));
+  const corpusModule = fileURLToPath(new URL('../src/io/corpus/index.js', import.meta.url));
   const script = path.join(tmp, 'crash.mjs');
   fs.writeFileSync(
     script,

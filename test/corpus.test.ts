@@ -1,4 +1,4 @@
-// The corpus store (src/io/corpus.ts) and out-of-core search (src/ops/corpus-search.ts) on the CPU:
+// The corpus store (src/io/corpus/) and out-of-core search (src/ops/corpus-search.ts) on the CPU:
 // round trips, streamed == in-memory results at every block size, crash safety at every write step
 // (injected failures and killed processes), and damaged files rejected with clear errors.
 import assert from 'node:assert/strict';
@@ -10,7 +10,7 @@ import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream.js';
 import { openArraySource } from '../src/io/array-source.js';
-import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus.js';
+import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
 import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
 import { loadArray } from '../src/io/load.js';
 import { writeNpy } from '../src/io/npy.js';
@@ -363,7 +363,7 @@ describe('corpus store: crash safety', () => {
   test('killing a writer process at random moments never damages the corpus', async () => {
     const dir = fresh();
     const script = path.join(tmp, 'append-forever.mjs');
-    const corpusModule = fileURLToPath(new URL('../src/io/corpus.js', import.meta.url));
+    const corpusModule = fileURLToPath(new URL('../src/io/corpus/index.js', import.meta.url));
     const tensorModule = fileURLToPath(new URL('../src/tensor.js', import.meta.url));
     fs.writeFileSync(
       script,

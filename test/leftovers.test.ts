@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { InvalidArgumentError } from '../src/errors.js';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import { writeNpy } from '../src/io/npy.js';
 import { addonPath, nativeUnavailableReason } from '../src/native.js';
 import { maxsimAllSync } from '../src/ops/maxsim.js';

@@ -19,7 +19,7 @@ import {
   type TransferOption,
 } from '../src/backends/cuda-stream.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { CorpusWriter } from '../src/io/corpus.js';
+import { CorpusWriter } from '../src/io/corpus/index.js';
 import { writeNpy } from '../src/io/npy.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { randomRagged, rng, runSeed } from './helpers.js';

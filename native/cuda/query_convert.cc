@@ -52,6 +52,47 @@ __attribute__((target("avx2,f16c"))) void F16Avx2(const float* src, uint16_t* ds
 __attribute__((target("avx2"))) void Bf16Avx2(const float* src, uint16_t* dst, uint64_t n) {
   for (uint64_t i = 0; i < n; i++) dst[i] = Bf16Scalar(src[i]);  // integer lanes: vectorized
 }
+// QuantizeTokenInt8's arithmetic four values at a time: the division and the rounding are IEEE double
+// operations in both, so the bytes are the scalar loop's (max|x| is order-free; the clamp is exact).
+__attribute__((target("avx2"))) float QuantizeInt8Avx2(const float* x, int8_t* y, uint64_t dim) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 mv = _mm256_setzero_ps();
+  uint64_t k = 0;
+  for (; k + 8 <= dim; k += 8) mv = _mm256_max_ps(mv, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  float m = _mm_cvtss_f32(m4);
+  for (; k < dim; k++) {
+    const float a = std::fabs(x[k]);
+    m = a > m ? a : m;
+  }
+  if (m == 0.f) {
+    std::memset(y, 0, dim);
+    return 0.f;
+  }
+  const float scale = static_cast<float>(static_cast<double>(m) / 127.0);
+  const double ds = scale;
+  const __m256d d = _mm256_set1_pd(ds), hi = _mm256_set1_pd(127.0), lo = _mm256_set1_pd(-127.0);
+  for (k = 0; k + 4 <= dim; k += 4) {
+    __m256d v = _mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + k)), d);
+    v = _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm256_max_pd(_mm256_min_pd(v, hi), lo);
+    const __m128i q = _mm256_cvtpd_epi32(v);  // exact: integral values in [-127, 127]
+    const __m128i b = _mm_packs_epi16(_mm_packs_epi32(q, q), _mm_setzero_si128());
+    const int32_t four = _mm_cvtsi128_si32(b);
+    std::memcpy(y + k, &four, 4);
+  }
+  for (; k < dim; k++) {
+    const double v = std::nearbyint(static_cast<double>(x[k]) / ds);
+    y[k] = static_cast<int8_t>(v > 127.0 ? 127.0 : v < -127.0 ? -127.0 : v);
+  }
+  return scale;
+}
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
 bool HasAvx2F16c() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   return has;
@@ -85,6 +126,13 @@ F32Scan ScanF32(const float* src, uint64_t n, uint32_t over_bits) {
 }
 
 float QuantizeTokenInt8(const float* x, int8_t* y, uint64_t dim) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (HasAvx2()) return QuantizeInt8Avx2(x, y, dim);
+#endif
+  return QuantizeTokenInt8Scalar(x, y, dim);
+}
+
+float QuantizeTokenInt8Scalar(const float* x, int8_t* y, uint64_t dim) {
   float m = 0.f;
   for (uint64_t k = 0; k < dim; k++) {
     const float a = std::fabs(x[k]);

@@ -34,5 +34,7 @@ F32Scan ScanF32(const float* src, uint64_t n, uint32_t over_bits);
 // host quantize()'s of src/ops/quantize.ts): scale = (float)(max|x| / 127.0), y = rint(x / scale) in
 // double clamped to [-127, 127]; a token of zeros gets scale 0 and zeros. Returns the scale.
 float QuantizeTokenInt8(const float* x, int8_t* y, uint64_t dim);
+// The same, one value at a time (no SIMD): what the AVX2 path is checked against.
+float QuantizeTokenInt8Scalar(const float* x, int8_t* y, uint64_t dim);
 
 }  // namespace maxsim_cuda

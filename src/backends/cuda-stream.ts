@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
-import { type CorpusBlock, type CorpusFile, storedTokenBytes } from '../io/corpus.js';
+import { type CorpusBlock, type CorpusFile, storedTokenBytes } from '../io/corpus/index.js';
 import type { CorpusSearchOptions, ScanStats } from '../ops/corpus-search.js';
 import { better } from '../ops/topk.js';
 import {

@@ -1,4 +1,4 @@
-// `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus.ts).
+// `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus/).
 
 import * as fs from 'node:fs';
 import { Command, Option } from 'commander';
@@ -9,7 +9,7 @@ import {
   CorpusWriter,
   deleteDocuments,
   recoverCorpus,
-} from '../io/corpus.js';
+} from '../io/corpus/index.js';
 import { buildCorpusFromFilesAsync } from '../io/corpus-build.js';
 import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';

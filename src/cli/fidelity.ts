@@ -14,7 +14,7 @@ import {
 import { demoCorpus } from '../demo/corpus.js';
 import { Rng } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
-import { openCorpusFile } from '../io/corpus.js';
+import { openCorpusFile } from '../io/corpus/index.js';
 import { warnIfInt8Slower } from '../ops/quantize.js';
 import { isTokenMatrix, matrixAsBatch, type TokenBatch } from '../tensor.js';
 import { fixed, integerOption, loadQueries, printTable } from './common.js';

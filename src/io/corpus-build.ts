@@ -8,7 +8,7 @@ import { type DType, raggedBatch, type TokenData } from '../tensor.js';
 import type { NpyArray } from './array.js';
 import { openArraySource } from './array-source.js';
 import { checkDocumentCount } from './budget.js';
-import { type CorpusDType, type CorpusInfo, CorpusWriter } from './corpus.js';
+import { type CorpusDType, type CorpusInfo, CorpusWriter } from './corpus/index.js';
 import { loadArray } from './load.js';
 import { readTextFile } from './text-file.js';
 

@@ -1,4 +1,4 @@
-// Searching an on-disk corpus (src/io/corpus.ts) without loading it: the corpus is cut into blocks of
+// Searching an on-disk corpus (src/io/corpus/) without loading it: the corpus is cut into blocks of
 // consecutive documents, each block is scored against all queries at once (so a batch of queries
 // reads the corpus once), and a running top-K per query is merged block after block.
 //
@@ -32,7 +32,7 @@ import {
   storedTokenBytes,
   typedView,
   type VerifyProgress,
-} from '../io/corpus.js';
+} from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
 import {
   type Hit,

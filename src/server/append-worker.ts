@@ -1,7 +1,7 @@
 // Writes one appended segment off the JS thread of the server: CorpusWriter's writes and fsyncs are
 // synchronous, and a slow disk would otherwise stall every request while they run.
 import { parentPort, workerData } from 'node:worker_threads';
-import { CorpusWriter } from '../io/corpus.js';
+import { CorpusWriter } from '../io/corpus/index.js';
 import { raggedBatch } from '../tensor.js';
 
 export interface AppendJob {

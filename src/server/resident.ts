@@ -14,7 +14,7 @@ import {
   deleteDocuments,
   duplicateIds,
   typedView,
-} from '../io/corpus.js';
+} from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
 import { type Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';

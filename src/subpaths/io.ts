@@ -12,7 +12,7 @@ export {
   type RecoverOptions,
   type RecoverResult,
   type VerifyProgress,
-} from '../io/corpus.js';
+} from '../io/corpus/index.js';
 export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays } from '../io/load.js';
 // (readNpy / writeNpy / readSafetensors / writeSafetensors are at the package root)
 export {

@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { cudaStatus } from '../../src/backends/cuda.js';
 import type { Hit, TokenBatch } from '../../src/index.js';
-import { CorpusWriter } from '../../src/io/corpus.js';
+import { CorpusWriter } from '../../src/io/corpus/index.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
 import { maxsimAll } from '../../src/ops/maxsim.js';
 import { contrastiveStep } from '../../src/ops/train.js';

@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import type { FloatDType, Hit, TokenBatch } from '../../src/index.js';
-import { CorpusWriter, deleteDocuments } from '../../src/io/corpus.js';
+import { CorpusWriter, deleteDocuments } from '../../src/io/corpus/index.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
 import { rankRows } from '../../src/ops/maxsim.js';
 import { quantize } from '../../src/ops/quantize.js';

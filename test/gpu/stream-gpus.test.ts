@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
-import { CorpusWriter } from '../../src/io/corpus.js';
+import { CorpusWriter } from '../../src/io/corpus/index.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
 import type { Hit } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';

@@ -466,6 +466,18 @@ void CheckQuantizeInt8(Runtime* rt, std::mt19937_64& rng) {
     for (int64_t t = 0; t < tokens; t++) {
       host_scales[t] = maxsim_cuda::QuantizeTokenInt8(v.data() + t * dim, host.data() + t * dim, static_cast<uint64_t>(dim));
     }
+    {  // the SIMD path against the one-value-at-a-time loop
+      std::vector<int8_t> scalar(static_cast<size_t>(dim));
+      checks++;
+      for (int64_t t = 0; t < tokens; t++) {
+        const float s = maxsim_cuda::QuantizeTokenInt8Scalar(v.data() + t * dim, scalar.data(), static_cast<uint64_t>(dim));
+        if (std::memcmp(&s, &host_scales[t], 4) != 0 ||
+            std::memcmp(scalar.data(), host.data() + t * dim, static_cast<size_t>(dim)) != 0) {
+          Fail("int8 quantize dim " + std::to_string(dim) + " token " + std::to_string(t) + ": SIMD and scalar differ");
+          break;
+        }
+      }
+    }
     const double starts[] = {0, 700};
     const int32_t lengths[] = {700, static_cast<int32_t>(tokens - 700)};
     TokenSet set;

@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { MaxsimError } from '../errors.js';
+import { MaxsimError } from '../../errors.js';
 
 export const LOCK_FILE = 'LOCK';
 /** Lock temporaries: `LOCK.<token>.tmp` (being created) and `LOCK.<token>.stale` (being broken). */

@@ -1,0 +1,212 @@
+// Recovery: a lost or damaged MANIFEST rebuilt from the intact segment files.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { FormatError, InvalidArgumentError } from '../../errors.js';
+import { MAX_DOCUMENTS } from '../budget.js';
+import { readExactly, syncDir, writeAll } from './files.js';
+import {
+  DELETIONS_NAME,
+  decodeHeader,
+  FORMAT,
+  HEADER_BYTES,
+  MANIFEST,
+  readSegmentMeta,
+  SEGMENT_NAME,
+  type SegmentHeader,
+  type SegmentMeta,
+  segmentName,
+  VERSION,
+  verifySegmentData,
+} from './format.js';
+import { CorpusLock, type LockOptions } from './lock.js';
+import {
+  type CorpusInfo,
+  describeManifest,
+  encodeManifest,
+  type Manifest,
+  type ManifestSegment,
+  openSegment,
+} from './manifest.js';
+import { CorpusFile } from './reader.js';
+import { deletionsBytes, deletionsName, type ManifestDeletions, readDeletions } from './tombstones.js';
+
+// ---- recovery ----
+
+export interface RecoverOptions extends LockOptions {
+  /** Re-read every token and check its checksum before adopting a segment (default true). */
+  verify?: boolean;
+  onProgress?: (segment: number, segments: number) => void;
+}
+
+export interface RecoverResult {
+  info: CorpusInfo;
+  /** Segment files left out (kept on disk), with the reason. */
+  skipped: { file: string; reason: string }[];
+  /** Where a damaged MANIFEST was moved (kept, never deleted). */
+  damagedManifest?: string;
+}
+
+/**
+ * Rebuilds a lost or damaged MANIFEST from the intact segment files of a corpus directory. Segments
+ * are adopted in their numeric order when their header, offsets, ids (and with `verify`, tokens)
+ * check out and they agree with the first intact one on dtype, dim and ids; the others are reported
+ * and left where they are. Nothing is deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>.
+ * A corpus whose MANIFEST opens is refused (there is nothing to recover).
+ */
+export function recoverCorpus(dir: string, options: RecoverOptions = {}): RecoverResult {
+  if (typeof dir !== 'string' || dir === '')
+    throw new InvalidArgumentError('dir', 'a corpus directory path', String(dir));
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(dir);
+  } catch {
+    throw new FormatError(dir, 'no such directory');
+  }
+  if (!st.isDirectory()) throw new FormatError(dir, 'not a directory (a corpus is a directory)');
+  const lock = CorpusLock.acquire(dir, options);
+  try {
+    const manifestFile = path.join(dir, MANIFEST);
+    let damagedManifest: string | undefined;
+    if (fs.existsSync(manifestFile)) {
+      let healthy = true;
+      try {
+        CorpusFile.open(dir);
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        healthy = false;
+      }
+      if (healthy)
+        throw new InvalidArgumentError(
+          'dir',
+          'a corpus whose MANIFEST is lost or damaged',
+          `${dir} (its MANIFEST opens; nothing to recover)`,
+        );
+      damagedManifest = `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+    }
+    const numbered = fs
+      .readdirSync(dir)
+      .map((name) => ({ name, m: SEGMENT_NAME.exec(name) }))
+      .filter((x) => x.m !== null && x.name === segmentName(Number(x.m[1])))
+      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+      .sort((a, b) => a.n - b.n);
+    const skipped: { file: string; reason: string }[] = [];
+    const segments: ManifestSegment[] = [];
+    let first: SegmentHeader | undefined;
+    let maxLength = 0;
+    numbered.forEach(({ name }, k) => {
+      options.onProgress?.(k, numbered.length);
+      const file = path.join(dir, name);
+      try {
+        const { fd } = openSegment(dir, name);
+        let meta: SegmentMeta;
+        let size: number;
+        try {
+          size = fs.fstatSync(fd).size;
+          const raw = new Uint8Array(HEADER_BYTES);
+          readExactly(fd, file, raw, 0, 'the header');
+          const hasIds = decodeHeader(file, raw, size).hasIds;
+          meta = readSegmentMeta(file, fd, size, hasIds);
+        } finally {
+          fs.closeSync(fd);
+        }
+        const h = meta.header;
+        if (first && (h.dtype !== first.dtype || h.dim !== first.dim || h.hasIds !== first.hasIds))
+          throw new FormatError(
+            file,
+            `holds ${h.dtype} dim ${h.dim}${h.hasIds ? ' with ids' : ''}, unlike the first intact segment (${first.dtype} dim ${first.dim}${first.hasIds ? ' with ids' : ''})`,
+          );
+        if (options.verify ?? true) verifySegmentData(file, h, meta.sums);
+        first ??= h;
+        for (let i = 0; i < h.documents; i++)
+          maxLength = Math.max(maxLength, meta.offsets[i + 1] - meta.offsets[i]);
+        segments.push({
+          file: name,
+          documents: h.documents,
+          tokens: h.tokens,
+          bytes: size,
+          headerCrc: meta.headerCrc,
+        });
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        skipped.push({ file, reason: e.message });
+      }
+    });
+    if (!first)
+      throw new FormatError(
+        dir,
+        numbered.length === 0
+          ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
+          : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
+      );
+    const documents = segments.reduce((a, s) => a + s.documents, 0);
+    if (documents > MAX_DOCUMENTS)
+      throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
+    // The newest tombstone file applies when every segment was adopted (its indices count documents
+    // across all of them); otherwise it is reported and left, and the deleted documents come back.
+    const tombstones = fs
+      .readdirSync(dir)
+      .map((name) => ({ name, m: DELETIONS_NAME.exec(name) }))
+      .filter((x) => x.m !== null && x.name === deletionsName(Number(x.m[1])))
+      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+      .sort((a, b) => b.n - a.n);
+    let deletions: ManifestDeletions | undefined;
+    if (tombstones.length > 0) {
+      const name = tombstones[0].name;
+      const file = path.join(dir, name);
+      try {
+        if (skipped.length > 0)
+          throw new FormatError(
+            file,
+            'not applied: some segments were left out, so its document indices do not hold',
+          );
+        const bytes = fs.readFileSync(file);
+        if (bytes.length < 28) throw new FormatError(file, 'truncated tombstone file');
+        const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+        const d: ManifestDeletions = {
+          file: name,
+          count: Number(v.getBigUint64(16, true)),
+          bytes: bytes.length,
+          crc: v.getUint32(bytes.length - 4, true),
+        };
+        if (d.bytes !== deletionsBytes(d.count))
+          throw new FormatError(file, 'the tombstone file size does not match its count');
+        readDeletions(dir, d, documents);
+        if (d.count > 0) deletions = d;
+      } catch (e) {
+        if (!(e instanceof FormatError)) throw e;
+        skipped.push({ file, reason: e.message });
+      }
+    }
+    const m: Manifest = {
+      format: FORMAT,
+      version: VERSION,
+      dtype: first.dtype,
+      dim: first.dim,
+      ids: first.hasIds,
+      // past every segment and tombstone file present, adopted or not: the next writer never reuses
+      // or removes one
+      generation: Math.max(numbered[numbered.length - 1].n, tombstones[0]?.n ?? 0),
+      documents,
+      tokens: segments.reduce((a, s) => a + s.tokens, 0),
+      maxLength,
+      segments,
+      deletions,
+    };
+    lock.check();
+    if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);
+    const tmp = path.join(dir, `${MANIFEST}.${lock.token}.tmp`);
+    const fd = fs.openSync(tmp, 'wx');
+    try {
+      writeAll(fd, Buffer.from(encodeManifest(m), 'utf8'), 0);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, manifestFile);
+    syncDir(dir);
+    return { info: describeManifest(dir, m), skipped, damagedManifest };
+  } finally {
+    lock.release();
+  }
+}
