@@ -781,7 +781,7 @@ class Corpus implements DeviceCorpus {
     options: ScoreOptions = {},
   ): Promise<Float32Array | ScoreMatrix> {
     const batch = asQueryBatch(queries);
-    refuseCenteredQueries(batch, 'queries');
+    refuseCenteredQueries(queries, 'queries');
     const data = await this.scoreAll(batch, options);
     if (this.mean) shiftScores(batch, this.mean, data);
     // cols from the result: an append that completed before this call may have grown the corpus
@@ -794,7 +794,7 @@ class Corpus implements DeviceCorpus {
     if (!Number.isInteger(k) || k < 0)
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);
-    refuseCenteredQueries(batch, 'queries');
+    refuseCenteredQueries(queries, 'queries');
     this.check();
     const q = jobQueries(batch, this.dtype, this.dim, true);
     const rescore = options.rescore;

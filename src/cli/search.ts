@@ -133,7 +133,9 @@ export function searchCommand(): Command {
       let results: Hit[][];
       try {
         if (opts.prefilter === 'int8') {
-          const scan = quantize(docs, 'int8', { scales: opts.scales });
+          // the scan's documents centered (docs/eight-bit.md): candidates as good or better, the
+          // results the exact rescore either way
+          const scan = quantize(docs, 'int8', { scales: opts.scales, center: docs.dtype !== 'int8' });
           results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
         } else {
           const format = formatOf(opts.dtype);
