@@ -92,7 +92,7 @@ __attribute__((target("avx2"))) float QuantizeInt8Avx2(const float* x, int8_t* y
   return scale;
 }
 bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
+  static const bool has = maxsim_cpu::CpuHas(maxsim_cpu::Feature::Avx2);
   return has;
 }
 bool HasAvx2F16c() {
