@@ -28,6 +28,7 @@ import type { DType } from '../../tensor.js';
 
 export type CorpusDType = DType;
 export { type DeleteOptions, type DeleteResult, deleteDocuments } from './delete.js';
+export { corpusHolding } from './directory.js';
 export { setCorpusFaultHook } from './files.js';
 export { CHECKSUM_CHUNK, checksum, type SegmentHeader, storedTokenBytes, typedView } from './format.js';
 export { CorpusLockedError, type LockOptions } from './lock.js';
