@@ -31,6 +31,7 @@ export { type DeleteOptions, type DeleteResult, deleteDocuments } from './delete
 export { corpusHolding } from './directory.js';
 export { setCorpusFaultHook } from './files.js';
 export { CHECKSUM_CHUNK, checksum, type SegmentHeader, storedTokenBytes, typedView } from './format.js';
+export { forgetVerifiedChunks } from './handles.js';
 export { CorpusLockedError, type LockOptions } from './lock.js';
 export type { CorpusInfo } from './manifest.js';
 export { manifestStamp } from './manifest.js';
@@ -38,8 +39,6 @@ export {
   type CorpusBlock,
   CorpusFile,
   type CorpusSegment,
-  forgetVerifiedChunks,
-  MissingIdsError,
   openCorpusFile,
   type VerifyProgress,
 } from './reader.js';
@@ -50,4 +49,4 @@ export {
   type EncodedDocuments,
   type WriterOptions,
 } from './writer.js';
-export { DuplicateIdError, duplicateIds } from './writer-checks.js';
+export { DuplicateIdError, duplicateIds, MissingIdsError } from './writer-checks.js';
