@@ -1,12 +1,15 @@
-// `maxsim corpus build | append | info`: on-disk corpora (src/io/corpus/).
+// `maxsim corpus build | append | info | delete | get | compact | recover`: on-disk corpora
+// (src/io/corpus/). Every command but build takes the corpus as its first argument, DIR.
 
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { Command, Option } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
 import {
   type CorpusDType,
   type CorpusInfo,
   CorpusWriter,
+  corpusHolding,
   deleteDocuments,
   recoverCorpus,
 } from '../io/corpus/index.js';
@@ -44,9 +47,15 @@ const DTYPES: Record<string, CorpusDType> = {
   int8: 'int8',
 };
 
-function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<string, string> = {}) {
+function printInfo(
+  info: CorpusInfo,
+  json: boolean | undefined,
+  extra: Record<string, string> = {},
+  /** Fields of the JSON form only. */
+  jsonOnly: Record<string, unknown> = {},
+) {
   if (json) {
-    console.log(JSON.stringify({ ...info, ...extra }));
+    console.log(JSON.stringify({ ...info, ...extra, ...jsonOnly }));
     return;
   }
   const gib = (n: number) => `${(n / 1024 ** 3).toFixed(3)} GiB`;
@@ -67,6 +76,21 @@ function printInfo(info: CorpusInfo, json: boolean | undefined, extra: Record<st
       ...Object.entries(extra),
     ],
   );
+}
+
+/**
+ * Refuses an output path inside a corpus directory (or a corpus directory itself): a file written
+ * there could replace a segment or the MANIFEST. For every command that writes files (`flag` names
+ * its option in the error).
+ */
+export function refuseInsideCorpus(file: string, flag: string): void {
+  const corpus = corpusHolding(file);
+  if (corpus !== undefined)
+    throw new InvalidArgumentError(
+      flag,
+      'a path outside every corpus directory',
+      `${file} (inside the corpus ${corpus}; nothing was written)`,
+    );
 }
 
 /** Ids from a file, one per line (a trailing newline is fine; blank lines are refused). */
@@ -101,7 +125,25 @@ function waitMs(seconds: string | undefined): number | undefined {
 }
 
 function buildAction(append: boolean) {
-  return async (opts: BuildOptions & TextBuildOptions) => {
+  return async (...args: unknown[]) => {
+    // build: (options); append: (dir, options) with --out kept as an alias of DIR
+    const opts = args[append ? 1 : 0] as BuildOptions & TextBuildOptions;
+    const dir = append ? (args[0] as string | undefined) : undefined;
+    if (append) {
+      if (dir !== undefined && opts.out !== undefined && path.resolve(dir) !== path.resolve(opts.out))
+        throw new InvalidArgumentError(
+          'DIR',
+          'one corpus directory (DIR, or --out as its alias)',
+          `${dir} and --out ${opts.out}`,
+        );
+      opts.out = (dir ?? opts.out)!;
+      if (opts.out === undefined)
+        throw new InvalidArgumentError(
+          'DIR',
+          'the corpus directory to append to',
+          'none (maxsim corpus append DIR --docs ...)',
+        );
+    } else refuseInsideCorpus(path.dirname(path.resolve(opts.out)), '--out');
     if (!append && opts.texts !== undefined) {
       if (opts.docs !== undefined) throw new InvalidArgumentError('--docs / --texts', 'one of them', 'both');
       return buildFromTexts(opts, DTYPES[opts.dtype]);
@@ -194,7 +236,8 @@ export function corpusCommand(): Command {
     inputOptions(
       new Command('append').description('add documents to a corpus (a new segment, published atomically)'),
     )
-      .requiredOption('--out <dir>', 'the corpus directory to append to')
+      .argument('[dir]', 'the corpus directory to append to')
+      .addOption(new Option('--out <dir>', 'the corpus directory (an alias of DIR)').hideHelp())
       .addOption(new Option('--dtype <dtype>').hideHelp().default('fp16'))
       .action(buildAction(true)),
   );
@@ -224,12 +267,25 @@ export function corpusCommand(): Command {
         '--ids <file>',
         'ids to delete, one per line (indices for a corpus without ids; - for stdin)',
       )
+      .option(
+        '--ignore-missing',
+        'skip ids that are not live documents (unknown or deleted already) instead of failing: a retried delete succeeds',
+      )
       .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
       .option('--json', 'print the corpus summary as JSON')
-      .action((dir: string, opts: { ids: string; wait?: string; json?: boolean }) => {
-        const r = deleteDocuments(dir, readIdList(opts.ids), { waitMs: waitMs(opts.wait) });
-        printInfo(r.info, opts.json, { 'deleted now': String(r.deleted.length) });
-      }),
+      .action(
+        (dir: string, opts: { ids: string; wait?: string; json?: boolean; ignoreMissing?: boolean }) => {
+          const r = deleteDocuments(dir, readIdList(opts.ids), {
+            waitMs: waitMs(opts.wait),
+            ignoreMissing: opts.ignoreMissing === true,
+          });
+          if (r.absent.length > 0 && !opts.json)
+            process.stderr.write(
+              `skipped ${r.absent.length} id${r.absent.length === 1 ? '' : 's'} that ${r.absent.length === 1 ? 'is' : 'are'} not live documents (--ignore-missing)\n`,
+            );
+          printInfo(r.info, opts.json, { 'deleted now': String(r.deleted.length) }, { absent: r.absent });
+        },
+      ),
   );
   corpus.addCommand(
     new Command('get')
@@ -241,6 +297,8 @@ export function corpusCommand(): Command {
       .requiredOption('--out <file.npy>', 'the tokens, float32 [T, d] (int8 corpora: dequantized)')
       .requiredOption('--out-offsets <file.npy>', 'the token offsets of the documents, int64 [B+1]')
       .action((dir: string, opts: { ids: string; out: string; outOffsets: string }) => {
+        refuseInsideCorpus(opts.out, '--out');
+        refuseInsideCorpus(opts.outOffsets, '--out-offsets');
         const c = openCorpus(dir);
         const docs = c.get(readIdList(opts.ids));
         const dim = docs.dim;
@@ -309,5 +367,11 @@ export function corpusCommand(): Command {
         });
       }),
   );
+  // Subcommands made here inherit nothing from the program (main() copies its settings to `corpus`
+  // only, after this returns): copied just before dispatch, usage errors of `corpus <sub>` leave
+  // through main()'s exit path like every other (`maxsim: ...`, exit code 2).
+  corpus.hook('preSubcommand', (self, sub) => {
+    sub.copyInheritedSettings(self);
+  });
   return corpus;
 }

@@ -7,32 +7,21 @@
 // files of older snapshots stay open until their last request ends. Writes (appends, deletes) run in
 // a worker thread, and the answer comes from the MANIFEST that the write published.
 
-import { constants as bufferConstants } from 'node:buffer';
 import { Worker } from 'node:worker_threads';
-import { type CudaMemory, cuda } from '../backends/cuda.js';
+import type { CudaMemory } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import {
-  type CorpusFile,
-  type CorpusInfo,
-  duplicateIds,
-  manifestStamp,
-  typedView,
-} from '../io/corpus/index.js';
-import { loadNative } from '../native.js';
+import { type CorpusFile, type CorpusInfo, duplicateIds, manifestStamp } from '../io/corpus/index.js';
 import { Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
 import { maxsimAll } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
-import {
-  type Hit,
-  matrixAsBatch,
-  type ScoreMatrix,
-  selectItems,
-  type TokenBatch,
-  type TokenMatrix,
-} from '../tensor.js';
+import { type Hit, matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { WriteAnswer, WriteJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
+import { fitsOneMapping, groupBySegment, mappedSegment, scatter } from './resident-cpu.js';
+import { type DeviceSegment, type Gpus, openGpus, uploadSegments } from './resident-gpu.js';
+
+export { mapLimit } from './resident-cpu.js';
 
 /** An id (or index) the corpus does not hold: HTTP 404. */
 export class NotFoundError extends MaxsimError {
@@ -48,12 +37,12 @@ export class NotFoundError extends MaxsimError {
   }
 }
 
-/** A request that conflicts with the corpus (an id it already holds): HTTP 409. */
 /** The corpus is locked by another writer: answered 503 with Retry-After. */
 export class CorpusBusyError extends MaxsimError {
   override name = 'CorpusBusyError';
 }
 
+/** A request that conflicts with the corpus (an id it already holds): HTTP 409. */
 export class ConflictError extends MaxsimError {
   override name = 'ConflictError';
 }
@@ -73,69 +62,8 @@ export interface ResidentOptions {
   devices?: 'all' | number[];
 }
 
-/** What the server needs of a corpus on the GPU: one device's, or sharded over several. */
-interface GpuCorpus {
-  topK(
-    queries: TokenBatch,
-    k: number,
-    options?: { rescore?: { docs: GpuCorpus; candidates: number } },
-  ): Promise<Hit[][]>;
-  quantize(mode: 'int8'): Promise<GpuCorpus>;
-  select(indices: ArrayLike<number>): Promise<GpuCorpus>;
-  score(queries: TokenBatch): Promise<ScoreMatrix>;
-  dispose(): void;
-}
-
-/** The GPUs a server runs on: one device, or a group whose uploads shard each segment. */
-interface Gpus {
-  name: string;
-  /** Free bytes the resident corpus may count on (the least free GPU's, times the GPUs). */
-  free(): Promise<number>;
-  upload(batch: TokenBatch): Promise<GpuCorpus>;
-  memory(): Promise<CudaMemory>;
-  dispose(): void;
-}
-
-async function openGpus(options: ResidentOptions): Promise<Gpus> {
-  if (options.devices === undefined) {
-    const d = await cuda({ device: options.device });
-    return {
-      name: d.info.name,
-      free: async () => (await d.memory()).free,
-      upload: (b) => d.upload(b),
-      memory: () => d.memory(),
-      dispose: () => d.dispose(),
-    };
-  }
-  const g = await cuda({ devices: options.devices });
-  const all = async () => Promise.all(g.devices.map((d) => d.memory()));
-  return {
-    name: `${g.devices.length} x ${g.devices[0].info.name}`,
-    free: async () => Math.min(...(await all()).map((m) => m.free)) * g.devices.length,
-    upload: (b) => g.upload(b),
-    // the group's memory, every GPU added up
-    memory: async () =>
-      (await all()).reduce((s, m) => ({
-        inUse: s.inUse + m.inUse,
-        cached: s.cached + m.cached,
-        peak: s.peak + m.peak,
-        total: s.total + m.total,
-        free: s.free + m.free,
-      })),
-    dispose: () => g.dispose(),
-  };
-}
-
 /** 'mapped': CPU over the mapped files; 'resident': on the GPU; 'streamed': CUDA scans of the files. */
 export type ResidentMode = 'mapped' | 'resident' | 'streamed';
-
-interface DeviceSegment {
-  /** The segment file it was uploaded from (segments are immutable: same file, same documents). */
-  file: string;
-  firstDocument: number;
-  docs: GpuCorpus;
-  int8?: Promise<GpuCorpus>;
-}
 
 interface Snapshot {
   corpus: Corpus;
@@ -627,104 +555,4 @@ function runWrite(job: WriteJob): Promise<Extract<WriteAnswer, { ok: true }>> {
       if (!answered) reject(new MaxsimError(`the write worker exited with code ${code}`));
     });
   });
-}
-
-/** Candidate positions grouped by segment: segment -> (positions in the request, indices in the segment). */
-function groupBySegment(
-  s: Snapshot,
-  indices: readonly number[],
-): Map<number, { at: number[]; local: number[] }> {
-  const groups = new Map<number, { at: number[]; local: number[] }>();
-  indices.forEach((ix, i) => {
-    const g = s.corpus.file.segmentOf(ix);
-    let group = groups.get(g);
-    if (!group) {
-      group = { at: [], local: [] };
-      groups.set(g, group);
-    }
-    group.at.push(i);
-    group.local.push(ix - s.corpus.file.segments[g].firstDocument);
-  });
-  return groups;
-}
-
-/** Copies the columns of a [rows, at.length] score block to positions `at` of [rows, n]. */
-function scatter(out: Float32Array, n: number, block: Float32Array, at: number[], rows: number) {
-  for (let r = 0; r < rows; r++)
-    for (let j = 0; j < at.length; j++) out[r * n + at[j]] = block[r * at.length + j];
-}
-
-interface FileAddon {
-  mapFile(path: string, offset: number, length: number): ArrayBuffer;
-}
-
-/**
- * The largest section mapped as one ArrayBuffer: this Node's limit (Node 20: 4 GiB; mapFile refuses
- * more). @internal tests lower it to take the read path on small corpora.
- */
-export const mapLimit = { bytes: bufferConstants.MAX_LENGTH };
-
-/** Whether segment `g`'s token section (and scales) can be mapped as one buffer each. */
-function fitsOneMapping(s: Snapshot, g: number): boolean {
-  const h = s.corpus.file.segments[g].header;
-  return (
-    h.tokensSection.bytes <= mapLimit.bytes && (h.dtype !== 'int8' || h.scalesSection.bytes <= mapLimit.bytes)
-  );
-}
-
-/** Segment `g` of the snapshot as a ragged batch over its mapped token rows (and int8 scales). */
-function mappedSegment(s: Snapshot, g: number): TokenBatch {
-  const cached = s.mapped.get(g);
-  if (cached) return cached;
-  const seg = s.corpus.file.segments[g];
-  const { dtype, dim, documents, tokens, tokensSection, scalesSection } = seg.header;
-  const map = (loadNative() as unknown as { file: FileAddon }).file.mapFile;
-  const data = typedView(dtype, map(seg.file, tokensSection.offset, tokensSection.bytes), 0, tokens * dim);
-  const scales =
-    dtype === 'int8'
-      ? new Float32Array(map(seg.file, scalesSection.offset, scalesSection.bytes), 0, tokens)
-      : undefined;
-  const starts = seg.offsets.subarray(0, documents);
-  const lengths = new Int32Array(documents);
-  let maxLength = 0;
-  for (let i = 0; i < documents; i++) {
-    lengths[i] = seg.offsets[i + 1] - seg.offsets[i];
-    if (lengths[i] > maxLength) maxLength = lengths[i];
-  }
-  const batch: TokenBatch = {
-    kind: 'batch',
-    layout: 'ragged',
-    dtype,
-    data,
-    dim,
-    count: documents,
-    maxLength,
-    starts,
-    lengths,
-    scales,
-  };
-  s.mapped.set(g, batch);
-  return batch;
-}
-
-/** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
-async function uploadSegments(
-  gpu: Gpus,
-  corpus: Corpus,
-  from: number,
-  to = corpus.file.segments.length,
-): Promise<DeviceSegment[]> {
-  const out: DeviceSegment[] = [];
-  for (let g = from; g < to; g++) {
-    const seg = corpus.file.segments[g];
-    const n = seg.header.documents;
-    if (n === 0) continue;
-    const indices = Array.from({ length: n }, (_, i) => seg.firstDocument + i);
-    out.push({
-      file: seg.file,
-      firstDocument: seg.firstDocument,
-      docs: await gpu.upload(corpus.readDocuments(indices)),
-    });
-  }
-  return out;
 }

@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { InvalidArgumentError } from '../../errors.js';
 import { errnoWords } from '../text-file.js';
-import { LEFTOVER_NAME, MANIFEST, SEGMENT_NAME } from './format.js';
+import { FORMAT, LEFTOVER_NAME, MANIFEST, SEGMENT_NAME } from './format.js';
 import { LOCK_FILE, LOCK_TEMP_NAME } from './lock.js';
 
 // ---- the directory of a new corpus ----
@@ -98,5 +98,54 @@ export function removeEmptyDirectory(dir: string) {
     fs.rmdirSync(dir); // fails unless empty: never removes what someone else put there
   } catch {
     // not empty or gone: leave it
+  }
+}
+
+/**
+ * The corpus directory that `file` lies in (or is), if any: the nearest directory on its real path,
+ * the file itself included, that holds a maxsim MANIFEST or a segment file (a corpus that lost its
+ * MANIFEST still counts). Writing there would put foreign bytes in a corpus, or overwrite one of its
+ * files.
+ */
+export function corpusHolding(file: string): string | undefined {
+  let at = path.resolve(file);
+  // the deepest part of the path that exists, through its symbolic links
+  const rest: string[] = [];
+  for (;;) {
+    try {
+      at = path.join(fs.realpathSync(at), ...rest.reverse());
+      break;
+    } catch {
+      const parent = path.dirname(at);
+      if (parent === at) break;
+      rest.push(path.basename(at));
+      at = parent;
+    }
+  }
+  for (let dir = at; ; dir = path.dirname(dir)) {
+    let names: string[] = [];
+    try {
+      if (fs.statSync(dir).isDirectory()) names = fs.readdirSync(dir);
+    } catch {
+      // not there (yet) or not readable: nothing of a corpus to protect in it
+    }
+    if (names.some((n) => SEGMENT_NAME.test(n)) || (names.includes(MANIFEST) && isCorpusManifest(dir)))
+      return dir;
+    if (path.dirname(dir) === dir) return undefined;
+  }
+}
+
+function isCorpusManifest(dir: string): boolean {
+  try {
+    const fd = fs.openSync(path.join(dir, MANIFEST), fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+    try {
+      const head = Buffer.alloc(64);
+      const n = fs.readSync(fd, head, 0, 64, 0);
+      return head.toString('utf8', 0, n).startsWith(`{"format":"${FORMAT}"`);
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return false;
   }
 }

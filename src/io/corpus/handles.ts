@@ -9,7 +9,11 @@
 // kind of file a MANIFEST names (an index, say) is held the same way: a PinnedFile per file.
 
 import * as fs from 'node:fs';
-import type { SegmentHeader } from './format.js';
+import * as path from 'node:path';
+import { FormatError } from '../../errors.js';
+import { readSegmentMeta, type SegmentHeader } from './format.js';
+import { type Manifest, type ManifestSegment, openSegment } from './manifest.js';
+import { type ManifestDeletions, readDeletions } from './tombstones.js';
 
 // Closes the descriptors of handles nobody released (a CorpusFile dropped without close()).
 const orphans = new FinalizationRegistry<{ fd: number; open: boolean }>((held) => {
@@ -121,5 +125,77 @@ export class IdIndex {
     if (typeof at === 'number') return live(at) ? at : undefined;
     for (let j = at.length - 1; j >= 0; j--) if (live(at[j])) return at[j];
     return undefined;
+  }
+}
+
+// Segment files are immutable once published: a chunk checked once in this process stays checked
+// for the same file (same device, inode, size, times and header). Keyed by that identity.
+export const verifiedChunks = new Map<string, Set<number>>();
+
+/** Bench / test hook: forget which chunks were checked (later opens check them again). */
+export function forgetVerifiedChunks(): void {
+  verifiedChunks.clear();
+}
+
+export function verifiedSet(st: fs.Stats, headerCrc: number): Set<number> {
+  const key = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${headerCrc}`;
+  let set = verifiedChunks.get(key);
+  if (!set) {
+    set = new Set();
+    verifiedChunks.set(key, set);
+  }
+  return set;
+}
+
+/** Opens segment `s` of MANIFEST `m` and reads everything but its tokens (a handle for snapshots). */
+export function openSegmentHandle(dir: string, m: Manifest, s: ManifestSegment, key: string): SegmentHandle {
+  const { file, fd } = openSegment(dir, s.file);
+  const pinned = new PinnedFile(file, fd);
+  try {
+    const st = fs.fstatSync(fd);
+    if (st.size !== s.bytes)
+      throw new FormatError(
+        file,
+        `the segment has ${st.size} bytes but the MANIFEST says ${s.bytes} (truncated or replaced)`,
+      );
+    const { header, headerCrc, offsets, ids, sums } = readSegmentMeta(file, fd, st.size, m.ids);
+    if (headerCrc !== s.headerCrc)
+      throw new FormatError(file, 'the segment header does not match the MANIFEST (replaced segment?)');
+    if (
+      header.dtype !== m.dtype ||
+      header.dim !== m.dim ||
+      header.documents !== s.documents ||
+      header.tokens !== s.tokens
+    )
+      throw new FormatError(file, 'the segment header disagrees with the MANIFEST (dtype, dim or counts)');
+    return { key, pinned, header, offsets, checksums: sums, verified: verifiedSet(st, headerCrc), ids };
+  } catch (e) {
+    pinned.release();
+    throw e;
+  }
+}
+
+/** Opens the tombstone file the MANIFEST names (held open like the segments) and reads its mask. */
+export function openTombstones(
+  dir: string,
+  d: ManifestDeletions,
+  documents: number,
+): { pinned: PinnedFile; mask: Uint8Array } {
+  const file = path.join(dir, d.file);
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+  } catch (e) {
+    throw new FormatError(
+      file,
+      `cannot read the tombstone file the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
+    );
+  }
+  const pinned = new PinnedFile(file, fd);
+  try {
+    return { pinned, mask: readDeletions(dir, d, documents, fd) };
+  } catch (e) {
+    pinned.release();
+    throw e;
   }
 }

@@ -28,8 +28,10 @@ import type { DType } from '../../tensor.js';
 
 export type CorpusDType = DType;
 export { type DeleteOptions, type DeleteResult, deleteDocuments } from './delete.js';
+export { corpusHolding } from './directory.js';
 export { setCorpusFaultHook } from './files.js';
 export { CHECKSUM_CHUNK, checksum, type SegmentHeader, storedTokenBytes, typedView } from './format.js';
+export { forgetVerifiedChunks } from './handles.js';
 export { CorpusLockedError, type LockOptions } from './lock.js';
 export type { CorpusInfo } from './manifest.js';
 export { manifestStamp } from './manifest.js';
@@ -37,8 +39,6 @@ export {
   type CorpusBlock,
   CorpusFile,
   type CorpusSegment,
-  forgetVerifiedChunks,
-  MissingIdsError,
   openCorpusFile,
   type VerifyProgress,
 } from './reader.js';
@@ -49,4 +49,4 @@ export {
   type EncodedDocuments,
   type WriterOptions,
 } from './writer.js';
-export { DuplicateIdError, duplicateIds } from './writer-checks.js';
+export { DuplicateIdError, duplicateIds, MissingIdsError } from './writer-checks.js';

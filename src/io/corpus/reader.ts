@@ -1,33 +1,35 @@
 // CorpusFile: an opened corpus (read-only): segments, lengths, ids, tombstones, blocks for streaming
 // scans, and verification.
 
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { FormatError, InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { dtypeSize, type TokenBatch } from '../../tensor.js';
 import { bytesOf, readExactly } from './files.js';
 import {
   checksum,
   readSection,
-  readSegmentMeta,
   type Section,
   type SegmentHeader,
   storedTokenBytes,
   typedView,
   verifySegmentData,
 } from './format.js';
-import { IdIndex, PinnedFile, type SegmentHandle, segmentKey } from './handles.js';
+import {
+  IdIndex,
+  openSegmentHandle,
+  openTombstones,
+  type PinnedFile,
+  type SegmentHandle,
+  segmentKey,
+} from './handles.js';
 import {
   type CorpusInfo,
   describeManifest,
   describeValue,
   type Manifest,
-  type ManifestSegment,
   manifestStamp,
-  openSegment,
   readManifest,
 } from './manifest.js';
-import { type ManifestDeletions, readDeletions } from './tombstones.js';
+import { MissingIdsError } from './writer-checks.js';
 
 /** One opened segment: its header, its document offsets, and where it sits in the corpus. */
 export interface CorpusSegment {
@@ -44,25 +46,6 @@ export interface CorpusSegment {
   readonly checksums: Uint32Array;
   /** Chunks of tokens (index) and the scales (-1) whose CRC was checked in this process. */
   readonly verified: Set<number>;
-}
-
-// Segment files are immutable once published: a chunk checked once in this process stays checked
-// for the same file (same device, inode, size, times and header). Keyed by that identity.
-export const verifiedChunks = new Map<string, Set<number>>();
-
-/** Bench / test hook: forget which chunks were checked (later opens check them again). */
-export function forgetVerifiedChunks(): void {
-  verifiedChunks.clear();
-}
-
-export function verifiedSet(st: fs.Stats, headerCrc: number): Set<number> {
-  const key = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}:${headerCrc}`;
-  let set = verifiedChunks.get(key);
-  if (!set) {
-    set = new Set();
-    verifiedChunks.set(key, set);
-  }
-  return set;
 }
 
 /** A run of consecutive documents of one segment: the unit a streaming search reads and scores. */
@@ -127,10 +110,7 @@ export class CorpusFile {
       first += h.header.documents;
     }
     this.segments = segments;
-    this.lengths = new Int32Array(info.documents);
-    for (const s of segments)
-      for (let i = 0; i < s.header.documents; i++)
-        this.lengths[s.firstDocument + i] = s.offsets[i + 1] - s.offsets[i];
+    this.lengths = lengthsOf(segments, info.documents, previous);
     // the older snapshot's id index serves this one when this one only adds segments
     if (previous?.idIndex?.covers(this.keys)) this.idIndex = previous.idIndex;
   }
@@ -302,7 +282,28 @@ export class CorpusFile {
 
   /** Ids of `ids` that are not live documents of this snapshot (unknown or deleted), in order. */
   absentIds(ids: readonly string[]): string[] {
-    return ids.filter((id) => this.indexOf(id) === undefined);
+    const at = this.findIds(ids);
+    return ids.filter((_, i) => at[i] === undefined);
+  }
+
+  /**
+   * The live index of each id (undefined where there is none). A few ids in a large corpus whose id
+   * index is not built are found in one pass over its ids instead of building the index (what a
+   * writer checking one batch needs, once).
+   */
+  findIds(ids: readonly string[]): (number | undefined)[] {
+    if (!this.info.hasIds || this.idIndex?.covers(this.keys) || ids.length * 64 > this.info.documents)
+      return ids.map((id) => this.indexOf(id));
+    const found = new Map<string, number | undefined>();
+    for (const id of ids) found.set(id, undefined);
+    this.handles.forEach((h, g) => {
+      const first = this.segments[g].firstDocument;
+      const list = h.ids!;
+      // later segments last: an id deleted and added again is found where it lives now
+      for (let i = 0; i < list.length; i++)
+        if (found.has(list[i]) && !this.isDeleted(first + i)) found.set(list[i], first + i);
+    });
+    return ids.map((id) => found.get(id));
   }
 
   /** The indices of live documents by id, in order; unknown or deleted ids: an error listing a few. */
@@ -311,11 +312,10 @@ export class CorpusFile {
       throw new InvalidArgumentError(argument, 'an array of document id strings', describeValue(ids));
     const out: number[] = [];
     const missing: string[] = [];
-    for (const id of ids) {
-      const i = this.indexOf(id);
-      if (i === undefined) missing.push(id);
+    this.findIds(ids).forEach((i, k) => {
+      if (i === undefined) missing.push(ids[k]);
       else out.push(i);
-    }
+    });
     if (missing.length > 0) throw new MissingIdsError(argument, missing, this.info);
     return out;
   }
@@ -537,77 +537,34 @@ export class CorpusFile {
   }
 }
 
-/** Opens segment `s` of MANIFEST `m` and reads everything but its tokens (a handle for snapshots). */
-function openSegmentHandle(dir: string, m: Manifest, s: ManifestSegment, key: string): SegmentHandle {
-  const { file, fd } = openSegment(dir, s.file);
-  const pinned = new PinnedFile(file, fd);
-  try {
-    const st = fs.fstatSync(fd);
-    if (st.size !== s.bytes)
-      throw new FormatError(
-        file,
-        `the segment has ${st.size} bytes but the MANIFEST says ${s.bytes} (truncated or replaced)`,
-      );
-    const { header, headerCrc, offsets, ids, sums } = readSegmentMeta(file, fd, st.size, m.ids);
-    if (headerCrc !== s.headerCrc)
-      throw new FormatError(file, 'the segment header does not match the MANIFEST (replaced segment?)');
-    if (
-      header.dtype !== m.dtype ||
-      header.dim !== m.dim ||
-      header.documents !== s.documents ||
-      header.tokens !== s.tokens
-    )
-      throw new FormatError(file, 'the segment header disagrees with the MANIFEST (dtype, dim or counts)');
-    return { key, pinned, header, offsets, checksums: sums, verified: verifiedSet(st, headerCrc), ids };
-  } catch (e) {
-    pinned.release();
-    throw e;
-  }
-}
-
-/** Opens the tombstone file the MANIFEST names (held open like the segments) and reads its mask. */
-function openTombstones(
-  dir: string,
-  d: ManifestDeletions,
+/**
+ * The token count of every document. A snapshot that only adds segments to the previous one's
+ * writes its new lengths after the previous ones in the same buffer (allocated with room to grow; a
+ * snapshot never reads past its own count), so an append does not copy, or allocate, a million.
+ */
+function lengthsOf(
+  segments: CorpusSegment[],
   documents: number,
-): { pinned: PinnedFile; mask: Uint8Array } {
-  const file = path.join(dir, d.file);
-  let fd: number;
-  try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
-  } catch (e) {
-    throw new FormatError(
-      file,
-      `cannot read the tombstone file the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
-    );
+  previous: CorpusFile | undefined,
+): Int32Array {
+  const old = previous?.lengths;
+  let kept = 0;
+  if (old && previous) {
+    const p = previous.segments;
+    while (kept < p.length && kept < segments.length && p[kept].file === segments[kept].file) kept++;
   }
-  const pinned = new PinnedFile(file, fd);
-  try {
-    return { pinned, mask: readDeletions(dir, d, documents, fd) };
-  } catch (e) {
-    pinned.release();
-    throw e;
+  const from = kept > 0 ? segments[kept - 1].firstDocument + segments[kept - 1].header.documents : 0;
+  let out: Int32Array;
+  if (old && from === old.length && from > 0 && old.byteOffset + documents * 4 <= old.buffer.byteLength)
+    out = new Int32Array(old.buffer, old.byteOffset, documents);
+  else {
+    out = new Int32Array(new ArrayBuffer(Math.ceil(documents * 1.25 + 1024) * 4), 0, documents);
+    if (old && from > 0) out.set(old.subarray(0, from));
   }
-}
-
-/** Ids asked for that are not live documents (unknown or deleted): `missing` lists them all. */
-export class MissingIdsError extends InvalidArgumentError {
-  constructor(
-    argument: string,
-    readonly missing: string[],
-    info: CorpusInfo,
-  ) {
-    super(
-      argument,
-      info.hasIds
-        ? 'ids of live documents of the corpus'
-        : `document indices in [0, ${info.documents}) not deleted (the corpus has no ids)`,
-      `${missing.length} unknown or deleted: ${missing
-        .slice(0, 5)
-        .map((x) => JSON.stringify(x))
-        .join(', ')}${missing.length > 5 ? ', ...' : ''}`,
-    );
-  }
+  // segments past the shared prefix; in a buffer another snapshot also views, only past its end
+  for (const s of segments.slice(kept))
+    for (let i = 0; i < s.header.documents; i++) out[s.firstDocument + i] = s.offsets[i + 1] - s.offsets[i];
+  return out;
 }
 
 /** Opens the corpus at `dir` (see CorpusFile.open). */

@@ -10,6 +10,7 @@ import {
   OVERFLOW_AT,
   type TokenBatch,
 } from '../../tensor.js';
+import type { CorpusInfo } from './manifest.js';
 
 /** New ids that the corpus (or the same batch) holds already: HTTP 409 where a server answers. */
 export class DuplicateIdError extends InvalidArgumentError {
@@ -26,7 +27,7 @@ export function checkIds(
   hasIds: boolean,
   ids: readonly string[] | undefined,
   count: number,
-  existing: { indexOf(id: string): number | undefined } | undefined,
+  existing: { findIds(ids: readonly string[]): (number | undefined)[] } | undefined,
   taken: Map<string, string>,
 ): void {
   if (hasIds) {
@@ -40,10 +41,15 @@ export function checkIds(
       if (typeof id !== 'string' || id.includes('\n'))
         throw new InvalidArgumentError('ids', 'strings without newlines', JSON.stringify(id));
     const batch = new Map<string, string>();
+    // where the corpus holds them already, in one pass over its ids
+    const inCorpus = new Map<string, number>();
+    existing?.findIds(ids).forEach((at, i) => {
+      if (at !== undefined) inCorpus.set(ids[i], at);
+    });
     const message = duplicateIds(
       ids,
       (id) => {
-        const at = existing?.indexOf(id);
+        const at = inCorpus.get(id);
         if (at !== undefined) return `already in the corpus (document ${at})`;
         return taken.get(id) ?? batch.get(id);
       },
@@ -113,4 +119,24 @@ function float32Text(x: number): string {
     if (Math.fround(t) === x) return String(t);
   }
   return String(x);
+}
+
+/** Ids asked for that are not live documents (unknown or deleted): `missing` lists them all. */
+export class MissingIdsError extends InvalidArgumentError {
+  constructor(
+    argument: string,
+    readonly missing: string[],
+    info: CorpusInfo,
+  ) {
+    super(
+      argument,
+      info.hasIds
+        ? 'ids of live documents of the corpus'
+        : `document indices in [0, ${info.documents}) not deleted (the corpus has no ids)`,
+      `${missing.length} unknown or deleted: ${missing
+        .slice(0, 5)
+        .map((x) => JSON.stringify(x))
+        .join(', ')}${missing.length > 5 ? ', ...' : ''}`,
+    );
+  }
 }

@@ -1,0 +1,89 @@
+// The GPU side of a server's corpus: the devices it runs on (one, or a group that shards each
+// segment) and the segments uploaded to them.
+
+import { type CudaMemory, cuda } from '../backends/cuda.js';
+import type { Corpus } from '../ops/corpus-search.js';
+import type { Hit, ScoreMatrix, TokenBatch } from '../tensor.js';
+
+/** What the server needs of a corpus on the GPU: one device's, or sharded over several. */
+export interface GpuCorpus {
+  topK(
+    queries: TokenBatch,
+    k: number,
+    options?: { rescore?: { docs: GpuCorpus; candidates: number } },
+  ): Promise<Hit[][]>;
+  quantize(mode: 'int8'): Promise<GpuCorpus>;
+  select(indices: ArrayLike<number>): Promise<GpuCorpus>;
+  score(queries: TokenBatch): Promise<ScoreMatrix>;
+  dispose(): void;
+}
+
+/** The GPUs a server runs on: one device, or a group whose uploads shard each segment. */
+export interface Gpus {
+  name: string;
+  /** Free bytes the resident corpus may count on (the least free GPU's, times the GPUs). */
+  free(): Promise<number>;
+  upload(batch: TokenBatch): Promise<GpuCorpus>;
+  memory(): Promise<CudaMemory>;
+  dispose(): void;
+}
+
+export async function openGpus(options: { device?: number; devices?: 'all' | number[] }): Promise<Gpus> {
+  if (options.devices === undefined) {
+    const d = await cuda({ device: options.device });
+    return {
+      name: d.info.name,
+      free: async () => (await d.memory()).free,
+      upload: (b) => d.upload(b),
+      memory: () => d.memory(),
+      dispose: () => d.dispose(),
+    };
+  }
+  const g = await cuda({ devices: options.devices });
+  const all = async () => Promise.all(g.devices.map((d) => d.memory()));
+  return {
+    name: `${g.devices.length} x ${g.devices[0].info.name}`,
+    free: async () => Math.min(...(await all()).map((m) => m.free)) * g.devices.length,
+    upload: (b) => g.upload(b),
+    // the group's memory, every GPU added up
+    memory: async () =>
+      (await all()).reduce((s, m) => ({
+        inUse: s.inUse + m.inUse,
+        cached: s.cached + m.cached,
+        peak: s.peak + m.peak,
+        total: s.total + m.total,
+        free: s.free + m.free,
+      })),
+    dispose: () => g.dispose(),
+  };
+}
+
+export interface DeviceSegment {
+  /** The segment file it was uploaded from (segments are immutable: same file, same documents). */
+  file: string;
+  firstDocument: number;
+  docs: GpuCorpus;
+  int8?: Promise<GpuCorpus>;
+}
+
+/** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
+export async function uploadSegments(
+  gpu: Gpus,
+  corpus: Corpus,
+  from: number,
+  to = corpus.file.segments.length,
+): Promise<DeviceSegment[]> {
+  const out: DeviceSegment[] = [];
+  for (let g = from; g < to; g++) {
+    const seg = corpus.file.segments[g];
+    const n = seg.header.documents;
+    if (n === 0) continue;
+    const indices = Array.from({ length: n }, (_, i) => seg.firstDocument + i);
+    out.push({
+      file: seg.file,
+      firstDocument: seg.firstDocument,
+      docs: await gpu.upload(corpus.readDocuments(indices)),
+    });
+  }
+  return out;
+}
