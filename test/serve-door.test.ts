@@ -134,7 +134,7 @@ describe('admission: work is derived from the header before anything is allocate
 
 describe('deadlines stop work (item 2)', () => {
   test('a pass whose requests all timed out stops: the lane is free long before the work would end', async () => {
-    const s = await start(servers, { corpus: dir, maxWork: Infinity, timeoutMs: 1000, threads: 1 });
+    const s = await start(servers, { corpus: dir, maxWork: Infinity, timeoutMs: 3000, threads: 1 });
     // 8e10 multiply-adds from 7 MB of base64 in 40 chunks of documents: ~20 s on one core (measured)
     const q = { b64: b64Of(new Float32Array(100_000 * 8).fill(0.01)), shape: [1, 100_000, 8] };
     const d = { b64: b64Of(new Float32Array(10_000 * 10 * 8).fill(0.01)), shape: [10_000, 10, 8] };
