@@ -1081,3 +1081,68 @@ function encodeNpyHeader(shape: number[]): Uint8Array {
     .replace(`(0, ${shape[1]}), }${extra}`, `(${shape[0]}, ${shape[1]}), }`);
   return Buffer.from(text, 'latin1');
 }
+
+describe('the input door and CLI contracts (issue 32 items 1, 6, 7)', () => {
+  test('a 128-byte .npy or a safetensors header claiming 1e8 empty queries: a fast one-line error', () => {
+    const shape = [100_000_000, 0, 16];
+    writeNpy(file('killer.npy'), float32(shape, new Float32Array(0)));
+    assert.ok(fs.statSync(file('killer.npy')).size <= 128);
+    writeSafetensors(file('killer.safetensors'), { q: float32(shape, new Float32Array(0)) });
+    for (const spec of [file('killer.npy'), file('killer.safetensors')]) {
+      const t0 = performance.now();
+      const line = expectCleanError(maxsimCli('score', '--queries', spec, '--docs', file('dense.npy')), 1);
+      assert.match(line, /at most 65536 items.*for --queries/);
+      assert.ok(performance.now() - t0 < 10_000, `${performance.now() - t0} ms`);
+    }
+  });
+
+  test('--max-work refuses work above it, naming the flag; f32 spelt float32 / fp32 too', () => {
+    const line = expectCleanError(
+      maxsimCli('score', '--queries', file('q.npy'), '--docs', file('dense.npy'), '--max-work', '1000'),
+      1,
+    );
+    assert.match(line, /--max-work/);
+    for (const dtype of ['float32', 'fp32'])
+      expectSuccess(
+        maxsimCli(
+          'score',
+          '--queries',
+          file('q.npy'),
+          '--docs',
+          file('dense.npy'),
+          '--dtype',
+          dtype,
+          '--max-work',
+          '1e9',
+        ),
+      );
+  });
+
+  test('errors name the flags (--no-check-finite), not the library options', () => {
+    const values = new Float32Array(2 * D).fill(0.25);
+    values[3] = Number.NaN;
+    writeNpy(file('nan2.npy'), float32([2, D], values));
+    const line = expectCleanError(
+      maxsimCli('score', '--queries', file('nan2.npy'), '--docs', file('dense.npy')),
+      1,
+    );
+    assert.match(line, /--no-check-finite/);
+    assert.doesNotMatch(line, /checkFinite/);
+  });
+
+  test('a .npz archive is named as such', () => {
+    // a zip's local file header: what np.savez writes
+    fs.writeFileSync(file('arrays.npz'), Buffer.from([0x50, 0x4b, 0x03, 0x04, 20, 0, 0, 0, 0, 0, 0, 0]));
+    fs.copyFileSync(file('arrays.npz'), file('arrays.bin'));
+    for (const spec of [file('arrays.npz'), file('arrays.bin')]) {
+      const line = expectCleanError(maxsimCli('score', '--queries', spec, '--docs', file('dense.npy')), 1);
+      assert.match(line, /\.npz archive/);
+      assert.doesNotMatch(line, /safetensors header/);
+    }
+  });
+
+  test('usage errors of nested commands (corpus build) are one maxsim: line, exit 2', () => {
+    const line = expectCleanError(maxsimCli('corpus', 'build', '--no-such-flag'), 2);
+    assert.doesNotMatch(line, /error:/);
+  });
+});

@@ -60,7 +60,7 @@ describe('admission: work is derived from the header before anything is allocate
     assert.ok(body.length <= 48, `${body.length} bytes`);
     const r = await post(`${url}/v1/search`, body, { 'content-type': 'application/json' });
     expectError(r, 413, 'queries.shape[0]');
-    assert.ok(r.ms < 1000, `${r.ms} ms`);
+    assert.ok(r.ms < 5000, `${r.ms} ms`);
     // /v1/score: the queries against the queue bound, the documents against the inline bound
     expectError(
       await post(`${url}/v1/score`, {
@@ -90,7 +90,7 @@ describe('admission: work is derived from the header before anything is allocate
     expectError(r, 413, 'documents');
     assert.equal(r.json.error.code, 'too_much_work');
     assert.match(r.json.error.message, /--max-work/);
-    assert.ok(r.ms < 3000, `${r.ms} ms`);
+    assert.ok(r.ms < 5000, `${r.ms} ms`);
     // inline rerank too
     const q = randomTokens(4, rand);
     const small = await start(servers, { corpus: dir, maxWork: 1000 });
@@ -134,7 +134,7 @@ describe('admission: work is derived from the header before anything is allocate
 
 describe('deadlines stop work (item 2)', () => {
   test('a pass whose requests all timed out stops: the lane is free long before the work would end', async () => {
-    const s = await start(servers, { corpus: dir, maxWork: Infinity, timeoutMs: 1000, threads: 1 });
+    const s = await start(servers, { corpus: dir, maxWork: Infinity, timeoutMs: 3000, threads: 1 });
     // 8e10 multiply-adds from 7 MB of base64 in 40 chunks of documents: ~20 s on one core (measured)
     const q = { b64: b64Of(new Float32Array(100_000 * 8).fill(0.01)), shape: [1, 100_000, 8] };
     const d = { b64: b64Of(new Float32Array(10_000 * 10 * 8).fill(0.01)), shape: [10_000, 10, 8] };

@@ -297,7 +297,17 @@ export const BLOCK_FIELDS = 8;
  * documents, longest document, index of its first span, scales byte offset (int8, else 0)], and
  * every document's span (start relative to its block, length), in block order.
  */
-export function buildStreamPlan(file: CorpusFile, blocks: readonly CorpusBlock[]) {
+/** The native scan's plan (its type written out: an inferred one would need TypeScript 5.7 to read). */
+export interface StreamPlan {
+  blockFields: Float64Array;
+  starts: Float64Array;
+  lengths: Int32Array;
+  capacityTokens: number;
+  capacityDocs: number;
+  maxLength: number;
+}
+
+export function buildStreamPlan(file: CorpusFile, blocks: readonly CorpusBlock[]): StreamPlan {
   const blockFields = new Float64Array(blocks.length * BLOCK_FIELDS);
   let total = 0;
   for (const b of blocks) total += b.documents;

@@ -2,6 +2,7 @@
 
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
 import { untilAborted } from '../abort.js';
+import { checkWork, workOf } from '../admission.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
@@ -98,6 +99,8 @@ export interface InputOptions {
   /** Read .npy uint16 / int16 arrays as bfloat16 bits. */
   bf16?: boolean;
   checkFinite: boolean;
+  /** Work limit (query tokens x document tokens x dim): refused beyond, before scoring. */
+  maxWork?: number;
 }
 
 /** loadArray's options for a CLI spec: the argument's name and --bf16. */
@@ -166,11 +169,34 @@ export function loadQueries(opts: {
   });
 }
 
-/** Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs. */
+/**
+ * Queries ([L, d] -> one query, [Nq, L, d] -> a batch) and documents, from .npy / .safetensors specs;
+ * their work (query tokens x document tokens x dim) admitted against --max-work before any scoring.
+ */
 export function loadInputs(opts: InputOptions): { queries: TokenMatrix | TokenBatch; docs: TokenBatch } {
   const queries = loadQueries(opts);
   const docs = loadDocs(opts);
+  if (opts.maxWork !== undefined) {
+    const q =
+      queries.kind === 'matrix'
+        ? { tokens: queries.length, count: 1 }
+        : { tokens: totalTokens(queries), count: queries.count };
+    checkWork(
+      workOf(q.tokens, q.count, totalTokens(docs), docs.count, docs.dim),
+      opts.maxWork,
+      '--docs',
+      '--max-work',
+    );
+  }
   return { queries, docs };
+}
+
+/** Parses --max-work: a positive number of multiply-adds (1e12 and 2.5e11 spellings welcome). */
+export function parseMaxWork(value: string): number {
+  const n = Number(value);
+  if (!(Number.isFinite(n) && n > 0))
+    throw new UsageError('expected a positive number of multiply-adds, e.g. 1e12');
+  return n;
 }
 
 // ---- output ----
@@ -239,7 +265,12 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
     )
     .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
     .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
-    .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)');
+    .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)')
+    .option(
+      '--max-work <n>',
+      'refuse inputs whose work (query tokens x document tokens x dim) is above n multiply-adds (default: no limit; 2.5e11 is ~3 s on two cores)',
+      parseMaxWork,
+    );
 }
 
 // ---- 8-bit scoring from the CLI (--dtype int8 | fp8) ----
@@ -338,7 +369,8 @@ export function checkScalesUse(scales: string | undefined, quantizing: boolean):
     );
 }
 
-export const FORMAT_CHOICES: readonly string[] = ['f32', 'int8', 'fp8'];
+// float32 spelt as everywhere else too (f32, fp32, float32)
+export const FORMAT_CHOICES: readonly string[] = ['f32', 'fp32', 'float32', 'int8', 'fp8'];
 
 /** The --dtype of score / search: f32 (the inputs as they are), int8, fp8. */
 export function formatOf(dtype: string | undefined): ScoreFormat {

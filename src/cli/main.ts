@@ -56,14 +56,37 @@ function buildProgram(): Command {
     fidelityCommand(),
     encodeCommand(),
   ]) {
-    // addCommand (unlike .command()) does not inherit exitOverride and the error output.
-    program.addCommand(command.copyInheritedSettings(program));
+    // addCommand (unlike .command()) does not inherit exitOverride and the error output: copied to
+    // every level (`corpus build` too), so every usage error is one `maxsim:` line with exit code 2
+    program.addCommand(inherit(command, program));
   }
   return program;
 }
 
+function inherit(command: Command, parent: Command): Command {
+  command.copyInheritedSettings(parent);
+  for (const sub of command.commands) inherit(sub, command);
+  return command;
+}
+
+// Library wording in errors that reach the command line, said with the flags instead.
+const CLI_WORDING: [RegExp, string][] = [
+  [/pass checkFinite: false/g, 'pass --no-check-finite'],
+  [/pass clamp: true \/ --clamp/g, 'pass --clamp'],
+  [/; use raggedBatchView for a view into a larger buffer/g, ''],
+  [/; a larger buffer is a view: use the \.\.\.View constructor/g, ''],
+  [/\(maxWork[^)]*\)/g, '(--max-work)'],
+];
+
+/** An error message as the command line says it: flags, not library option names. */
+function cliWording(message: string): string {
+  let out = message;
+  for (const [from, to] of CLI_WORDING) out = out.replace(from, to);
+  return out;
+}
+
 function reportError(error: unknown, debug: boolean): void {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = cliWording(error instanceof Error ? error.message : String(error));
   process.stderr.write(`maxsim: ${oneLine(message) || 'unknown error'}\n`);
   if (debug && error instanceof Error && error.stack) process.stderr.write(`${error.stack}\n`);
 }

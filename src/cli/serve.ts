@@ -4,7 +4,7 @@ import type { BackendChoice } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import { readTextFile } from '../io/text-file.js';
 import { createServer } from '../server/index.js';
-import { integerOption, parseGpus } from './common.js';
+import { integerOption, parseGpus, parseMaxWork } from './common.js';
 
 interface ServeOptions {
   corpus: string;
@@ -23,6 +23,8 @@ interface ServeOptions {
   authReads?: boolean;
   bodyLimit: number;
   timeoutMs: number;
+  maxWork?: number;
+  closeGraceMs: number;
   logLevel: string;
 }
 
@@ -83,10 +85,29 @@ export function serveCommand(): Command {
       'queries queued at most before 429 (default 16 x max-batch, at least 1024)',
       integerOption(1),
     )
-    .option('--api-key-file <file>', 'bearer token required for writes (POST /v1/documents)')
-    .option('--auth-reads', 'require the API key for searches, reranks, scores and /v1/info too')
+    .option('--api-key-file <file>', 'bearer token required for writes (POST / DELETE /v1/documents)')
+    .option(
+      '--auth-reads',
+      'require the API key for searches, reranks, scores, /metrics, /openapi.json and /v1/info too (/healthz and /readyz stay open)',
+    )
     .option('--body-limit <MiB>', 'largest request body', integerOption(1), 64)
-    .option('--timeout-ms <ms>', 'per-request deadline (504 beyond)', integerOption(1), 30_000)
+    .option(
+      '--timeout-ms <ms>',
+      "per-request deadline (504 beyond; the pass's work stops)",
+      integerOption(1),
+      30_000,
+    )
+    .option(
+      '--max-work <n>',
+      'work one rerank / score / id-restricted search may ask for: query tokens x document tokens x dim multiply-adds (413 beyond; default 2.5e11, ~3 s on two CPU cores)',
+      parseMaxWork,
+    )
+    .option(
+      '--close-grace-ms <ms>',
+      'on SIGTERM: how long requests in flight get before their connections are closed',
+      integerOption(0),
+      10_000,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level (one JSON line per request at info)')
         .choices(['fatal', 'error', 'warn', 'info', 'debug', 'silent'])
@@ -112,6 +133,8 @@ export function serveCommand(): Command {
         authReads: opts.authReads,
         bodyLimit: opts.bodyLimit * 1024 * 1024,
         timeoutMs: opts.timeoutMs,
+        maxWork: opts.maxWork,
+        closeGraceMs: opts.closeGraceMs,
         logger: { level: opts.logLevel },
       });
       const { url } = await server.listen();

@@ -45,6 +45,15 @@ export interface LoadArrayOptions extends NpyReadOptions {
 }
 
 const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59];
+// a zip archive: what np.savez writes (.npz), named as such rather than as a bad safetensors header
+const ZIP_MAGIC = [0x50, 0x4b, 0x03, 0x04];
+
+function npzError(name: string): FormatError {
+  return new FormatError(
+    name,
+    "a .npz archive (NumPy's zip of arrays) is not read: save each array with np.save(...) as .npy, or as one .safetensors file",
+  );
+}
 
 function isFile(path: string): boolean {
   try {
@@ -107,12 +116,14 @@ function readStdin(): Uint8Array {
   return stdinBytes;
 }
 
-function startsWithNpyMagic(path: string): boolean {
+function fileMagic(path: string): 'npy' | 'zip' | undefined {
   const fd = fs.openSync(path, 'r');
   try {
     const head = new Uint8Array(NPY_MAGIC.length);
     const n = fs.readSync(fd, head, 0, head.length, 0);
-    return n === head.length && NPY_MAGIC.every((b, i) => head[i] === b);
+    if (n === head.length && NPY_MAGIC.every((b, i) => head[i] === b)) return 'npy';
+    if (n >= ZIP_MAGIC.length && ZIP_MAGIC.every((b, i) => head[i] === b)) return 'zip';
+    return undefined;
   } finally {
     fs.closeSync(fd);
   }
@@ -188,10 +199,13 @@ function loadResolved(
       if (tensor !== undefined) throw noSuffix();
       return parseNpy(bytes, name, opts);
     }
+    if (ZIP_MAGIC.every((b, i) => bytes[i] === b)) throw npzError(name);
     const file = parseSafetensors(bytes, name);
     return file.tensors.get(pickTensor([...file.tensors.keys()], tensor, name, spec, argument))!;
   }
-  if (startsWithNpyMagic(path) || /\.npy$/i.test(path)) {
+  const magic = fileMagic(path);
+  if (magic === 'zip' || /\.npz$/i.test(path)) throw npzError(path);
+  if (magic === 'npy' || /\.npy$/i.test(path)) {
     if (tensor !== undefined) throw noSuffix();
     return readNpy(path, opts);
   }

@@ -22,8 +22,6 @@ import { rerankRoute, scoreRoute } from './routes/inline.js';
 import { searchRoute } from './routes/search.js';
 import { statusRoutes } from './routes/status.js';
 
-export { searchJson } from './answers.js';
-
 /** The corpus directory (maxsim corpus build), its backend, pin, threads, device and GPU budget. */
 export interface ServerOptions extends ResidentOptions {
   /** Default 127.0.0.1 (loopback only). */
@@ -61,12 +59,20 @@ export interface ServerOptions extends ResidentOptions {
   apiKey?: string;
   /** The key for searches, reranks, scores, /metrics, /openapi.json and /v1/info too. */
   authReads?: boolean;
-  /** Fastify's logger option (pino): default on at level info. */
-  logger?: FastifyServerOptions['logger'];
+  /**
+   * Fastify's logger option (pino options, e.g. { level: 'warn', stream }): default on at level info.
+   * (Typed loosely here: Fastify's own types need TypeScript >= 5.4, ours compile with 5.0.)
+   */
+  logger?: boolean | { level?: string; stream?: { write(line: string): unknown }; [option: string]: unknown };
+}
+
+/** The HTTP side of a server: its Node server (Fastify runs it; its types are not part of ours). */
+export interface ServerApp {
+  readonly server: import('node:http').Server;
 }
 
 export interface MaxsimServer {
-  readonly app: FastifyInstance;
+  readonly app: ServerApp;
   readonly resident: ResidentCorpus;
   /** Starts listening; resolves with the address. */
   listen(): Promise<{ host: string; port: number; url: string }>;
@@ -142,7 +148,7 @@ function createBatcher(
 /** Fastify with our parsers: no type coercion, unknown fields refused, JSON and .npy bodies only. */
 function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number) {
   const app = Fastify({
-    logger: options.logger ?? true,
+    logger: (options.logger ?? true) as FastifyServerOptions['logger'],
     bodyLimit,
     // one line per request, written by the metrics' onResponse hook
     logController: new LogController({ disableRequestLogging: true }),

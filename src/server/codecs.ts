@@ -30,13 +30,24 @@ export interface EncodedTokens {
 
 export interface B64Tensor {
   b64: string;
-  dtype?: FloatDType;
+  dtype?: string;
   shape: number[];
   /** [n, L, d] only: real tokens of each item (<= L); the rest is padding. */
   lengths?: number[];
 }
 
 const DTYPE_BYTES: Record<FloatDType, number> = { float32: 4, float16: 2, bfloat16: 2 };
+/** One dtype spelling accepted everywhere: the short names as aliases. */
+const DTYPE_ALIASES: Record<string, FloatDType> = {
+  float32: 'float32',
+  fp32: 'float32',
+  f32: 'float32',
+  float16: 'float16',
+  fp16: 'float16',
+  f16: 'float16',
+  bfloat16: 'bfloat16',
+  bf16: 'bfloat16',
+};
 // Standard base64 (RFC 4648 section 4) with padding; Buffer.from would skip bad characters silently.
 const isLittleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
@@ -210,8 +221,8 @@ function shapeElements(shape: readonly number[]): number {
 function readB64(t: B64Tensor, field: string, arity: Arity, dim?: number, limit?: ItemLimit): EncodedTokens {
   if (typeof t.b64 !== 'string')
     throw new InvalidArgumentError(`${field}.b64`, 'a base64 string', describe(t.b64));
-  const dtype = t.dtype ?? 'float32';
-  if (!(dtype in DTYPE_BYTES))
+  const dtype = DTYPE_ALIASES[t.dtype ?? 'float32'];
+  if (dtype === undefined || !Object.hasOwn(DTYPE_ALIASES, t.dtype ?? 'float32'))
     throw new InvalidArgumentError(`${field}.dtype`, "'float32', 'float16' or 'bfloat16'", describe(t.dtype));
   const shape = checkShape(t.shape, field, arity);
   admitShape(shape, field, limit);

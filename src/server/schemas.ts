@@ -4,9 +4,13 @@
 
 import { type Static, Type } from 'typebox';
 
-const FloatDType = Type.Union([Type.Literal('float32'), Type.Literal('float16'), Type.Literal('bfloat16')], {
-  description: 'element type of the base64 bytes (little-endian); default float32',
-});
+const FloatDType = Type.Union(
+  ['float32', 'float16', 'bfloat16', 'fp32', 'f32', 'fp16', 'f16', 'bf16'].map((d) => Type.Literal(d)),
+  {
+    description:
+      'element type of the base64 bytes (little-endian): float32, float16 or bfloat16 (fp32 / f32, fp16 / f16, bf16 also); default float32',
+  },
+);
 
 export const B64Tensor = Type.Object(
   {
