@@ -46,7 +46,6 @@ export {
   setJobPhases,
   setMappedScores,
 } from './cuda-native.js';
-export { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from './reference-fp8.js';
 
 // ---- fp8 (e4m3) tokens: a GPU-only element type ----------------------------------------------------
 
