@@ -6,7 +6,7 @@
 // dequantized documents. Pseudo-queries: 32 tokens drawn from a random document, 0.1 relative noise.
 // Run: node dist/bench/center-fidelity.js [--quick]
 
-import { e4m3ToFloat } from '../src/backends/cuda.js';
+import { e4m3ToFloat } from '../src/backends/reference-fp8.js';
 import { anisotropicCorpus, anisotropy, pseudoQueries } from '../src/bench/corpora.js';
 import { spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';

@@ -9,7 +9,7 @@
 // host: the values rounded to e4m3 and scored in fp32.
 // Run: node dist/bench/scale-granularity.js
 
-import { e4m3ToFloat } from '../src/backends/cuda.js';
+import { e4m3ToFloat } from '../src/backends/reference-fp8.js';
 import { nearTieCorpus, nearTieOptions, spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { Rng } from '../src/demo/random.js';

@@ -2,8 +2,8 @@
 // the GPU tests compare with. Pure TypeScript: runs without a GPU.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from '../src/backends/cuda.js';
 import { referenceMaxsim } from '../src/backends/reference.js';
+import { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from '../src/backends/reference-fp8.js';
 import { raggedBatch } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
 

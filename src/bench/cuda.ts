@@ -11,16 +11,10 @@
 // the 60 MB L2, so repeats are never cache hits) is generated once per shape and appended to the
 // device corpus until it holds B documents. Every document's data is known, so any sampled document,
 // the last ones past 2^31 elements included, can be checked against the reference.
-import {
-  benchKernel,
-  type CudaDevice,
-  cuda,
-  type DeviceCorpus,
-  type Fp8Tokens,
-  referenceMaxsimFp8,
-} from '../backends/cuda.js';
+import { benchKernel, type CudaDevice, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import type { DeviceDType } from '../backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../backends/reference.js';
+import { type Fp8Tokens, referenceMaxsimFp8 } from '../backends/reference-fp8.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
 import { encodeFloats, type FloatDType, raggedBatch, raggedBatchView, type TokenBatch } from '../tensor.js';

@@ -1,6 +1,6 @@
 // `maxsim bench`: time MaxSim on random L2-normalized inputs, one shape at a time (median of repeats).
 import { Command, Option } from 'commander';
-import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
+import { type CpuInfo, type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { type NativeBackend, resolveBackend } from '../backends/select.js';
 import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
 import { runTorchBaseline } from '../bench/torch.js';
@@ -238,206 +238,225 @@ export function benchCommand(): Command {
         .default('cube'),
     )
     .addOption(new Option('--train-child <shape>').hideHelp())
-    .action(async (raw: RawBenchOptions) => {
-      const chamferShapes = raw.shape?.filter((s): s is ChamferShape => 'kind' in s);
-      const maxsimShapes = raw.shape?.filter((s): s is BenchShape => !('kind' in s));
-      if (raw.op === 'chamfer') {
-        if (maxsimShapes?.length)
-          throw new InvalidArgumentError(
-            '--shape',
-            'B,N,M,d with --op chamfer',
-            formatShape(maxsimShapes[0]),
-          );
-        resolveBackend(raw.backend); // 'cuda' without a usable GPU fails here with the reason
-        return benchChamfer({ ...raw, shape: chamferShapes, backend: raw.backend });
-      }
-      if (chamferShapes?.length)
-        throw new InvalidArgumentError(
-          '--shape',
-          'Nq,Lq,Ld,d,B (B,N,M,d needs --op chamfer)',
-          `${chamferShapes[0].b},${chamferShapes[0].n},${chamferShapes[0].m},${chamferShapes[0].d}`,
-        );
-      const opts: BenchOptions = { ...raw, shape: maxsimShapes };
-      // Fails here, with the reason, when CUDA is unavailable.
-      const backend = resolveBackend(opts.backend);
-      if (opts.scales !== undefined && opts.dtype !== 'int8' && opts.dtype !== 'fp8')
-        throw new InvalidArgumentError(
-          '--scales',
-          'used with --dtype int8 or fp8',
-          `--dtype ${opts.dtype ?? 'default'}`,
-        );
-      if (opts.train) {
-        if (opts.dtype === 'int8' || opts.dtype === 'fp8')
-          throw new InvalidArgumentError('--dtype', 'f32, f16 or bf16 with --train', `'${opts.dtype}'`);
-        return benchTrain({ ...opts, backend, dtype: opts.dtype, repeats: opts.repeats });
-      }
-      // cuda int8 / fp8: the float16 kernel is timed on the same data first (the ratio is printed)
-      if (backend === 'cuda') return benchCuda(opts, opts.dtype ?? 'float16');
-      if (opts.dtype === 'fp8')
-        throw new InvalidArgumentError(
-          '--dtype',
-          'f32, f16, bf16 or int8 on cpu (fp8 runs on cuda only)',
-          "'fp8'",
-        );
-      const dtype = opts.dtype ?? 'float32';
-      const cpu = backend === 'cpu' ? cpuInfo() : undefined;
-      const int8 = dtype === 'int8';
-      if (cpu && opts.isa !== undefined) {
-        const usable: string[] = int8 ? cpuInt8Isas() : cpu.isas;
-        if (!usable.includes(opts.isa))
-          throw new InvalidArgumentError(
-            '--isa',
-            `one of ${usable.join(', ')} (the ${int8 ? 'int8 ' : ''}kernel sets usable here)`,
-            JSON.stringify(opts.isa),
-          );
-      }
-      if ((opts.baselineIsa !== undefined || opts.topK !== undefined) && !(cpu && int8))
-        throw new InvalidArgumentError(
-          opts.topK !== undefined ? '--top-k' : '--baseline-isa',
-          'used with --backend cpu --dtype int8',
-          `--backend ${backend} --dtype ${dtype}`,
-        );
-      if (cpu && opts.baselineIsa !== undefined && !cpu.isas.includes(opts.baselineIsa))
-        throw new InvalidArgumentError(
-          '--baseline-isa',
-          `one of ${cpu.isas.join(', ')} (the float kernel sets usable here)`,
-          JSON.stringify(opts.baselineIsa),
-        );
-      const threads = cpu ? opts.threads || cpu.threads : null;
-      const rng = new Rng(SEED);
-      const columns = [
-        'shape Nq,Lq,Ld,d,B',
-        'dtype',
-        'layout',
-        'backend',
-        'threads',
-        'ms',
-        'GFLOP/s',
-        'GB/s docs',
-        ...(cpu && int8 ? ['fp32 kernel', 'fp32 ms', 'vs fp32'] : []),
-        ...(cpu && int8 && opts.topK !== undefined ? ['2-stage ms', 'fp32 top-k', 'vs fp32'] : []),
-      ];
-      const widths = [20, 8, 6, 20, 7, 10, 9, 9, 15, 10, 7, 10, 10, 7];
-      // Rows print as each shape finishes (fixed widths), since a whole grid can take minutes.
-      const printRow = (cells: string[]) =>
-        console.log(
-          cells.map((c, i) => (i >= 4 && i !== 8 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  '),
-        );
-      if (!opts.json) printRow(columns);
-      for (const shape of opts.shape ?? DEFAULT_SHAPES) {
-        // the kernel sets that run this shape: int8 on the CPU names its own (AMX needs d % 64 == 0)
-        const int8Isa: Int8Isa | undefined =
-          cpu && int8 ? ((opts.isa as Int8Isa | undefined) ?? cpuInt8IsaFor(shape.d)) : undefined;
-        const isa = cpu ? (int8Isa ?? opts.isa ?? cpu.isa) : null;
-        const baselineIsa: CpuIsa | undefined = int8Isa
-          ? (opts.baselineIsa ??
-            (cpu?.isas.includes(float32Counterpart(int8Isa)) ? float32Counterpart(int8Isa) : cpu?.isa))
-          : undefined;
-        const warnings: string[] = [];
-        // said once on stderr (a process warning shared with the two-stage search), and in --json rows
-        const slower = int8Isa ? warnIfInt8Slower(shape.d, 'maxsim bench', int8Isa, baselineIsa) : undefined;
-        if (slower) warnings.push(`int8 is slower than float32 here: ${slower}`);
-        const steps =
-          (opts.warmup + opts.repeats) * (1 + (int8Isa ? 1 : 0) + (opts.topK !== undefined ? 2 : 0));
-        const progress = new Progress(`bench ${formatShape(shape)}`, steps);
-        let done = 0;
-        progress.update(0);
-        // int8: the float32 inputs quantized per token (queries; documents per --scales).
-        const inputs = makeInputs(shape, int8 ? 'float32' : dtype, opts.ragged === true, rng);
-        const { docTokens } = inputs;
-        const queries = int8 ? quantize(inputs.queries, 'int8') : inputs.queries;
-        const docs = int8 ? quantize(inputs.docs, 'int8', { scales: opts.scales }) : inputs.docs;
-        const options: ScoreOptions = {
-          backend,
-          threads: opts.threads,
-          isa: (isa ?? undefined) as ScoreOptions['isa'],
-        };
-        const score = (q: TokenMatrix | TokenBatch, d: TokenBatch, o: ScoreOptions) => () =>
-          q.kind === 'matrix' ? maxsim(q, d, o) : maxsimAll(q, d, o);
-        // cpu int8: float32 on the same (unquantized) data, and with --top-k the two-stage top-k;
-        // the cases run interleaved, round after round, so this VM's drift and its neighbours' load
-        // hit them alike (bench/interleave.ts); median and min of --repeats rounds after --warmup
-        const fp32Options = { backend, threads: opts.threads, isa: baselineIsa };
-        const qBatch = inputs.queries.kind === 'matrix' ? matrixAsBatch(inputs.queries) : inputs.queries;
-        const k = opts.topK ?? 0;
-        const cases: Array<() => Promise<unknown>> = [score(queries, docs, options)];
-        if (int8Isa) cases.push(score(inputs.queries, inputs.docs, fp32Options));
-        if (int8Isa && opts.topK !== undefined)
-          cases.push(
-            () => twoStageTopKAll(qBatch, inputs.docs, docs, k, { ...fp32Options, int8Isa }),
-            () => topKAll(qBatch, inputs.docs, k, fp32Options),
-          );
-        const times = cases.map(() => [] as number[]);
-        for (let i = 0; i < opts.warmup + opts.repeats; i++) {
-          for (const [c, run] of cases.entries()) {
-            const start = process.hrtime.bigint();
-            await run();
-            const ms = Number(process.hrtime.bigint() - start) / 1e6;
-            if (i >= opts.warmup) times[c].push(ms);
-            progress.update(++done);
-          }
+    .action(runBench);
+}
+
+/** Checks the options of a run and hands it to the bench of its operator and backend. */
+async function runBench(raw: RawBenchOptions): Promise<void> {
+  const chamferShapes = raw.shape?.filter((s): s is ChamferShape => 'kind' in s);
+  const maxsimShapes = raw.shape?.filter((s): s is BenchShape => !('kind' in s));
+  if (raw.op === 'chamfer') {
+    if (maxsimShapes?.length)
+      throw new InvalidArgumentError('--shape', 'B,N,M,d with --op chamfer', formatShape(maxsimShapes[0]));
+    resolveBackend(raw.backend); // 'cuda' without a usable GPU fails here with the reason
+    return benchChamfer({ ...raw, shape: chamferShapes, backend: raw.backend });
+  }
+  if (chamferShapes?.length)
+    throw new InvalidArgumentError(
+      '--shape',
+      'Nq,Lq,Ld,d,B (B,N,M,d needs --op chamfer)',
+      `${chamferShapes[0].b},${chamferShapes[0].n},${chamferShapes[0].m},${chamferShapes[0].d}`,
+    );
+  const opts: BenchOptions = { ...raw, shape: maxsimShapes };
+  // Fails here, with the reason, when CUDA is unavailable.
+  const backend = resolveBackend(opts.backend);
+  if (opts.scales !== undefined && opts.dtype !== 'int8' && opts.dtype !== 'fp8')
+    throw new InvalidArgumentError(
+      '--scales',
+      'used with --dtype int8 or fp8',
+      `--dtype ${opts.dtype ?? 'default'}`,
+    );
+  if (opts.train) {
+    if (opts.dtype === 'int8' || opts.dtype === 'fp8')
+      throw new InvalidArgumentError('--dtype', 'f32, f16 or bf16 with --train', `'${opts.dtype}'`);
+    return benchTrain({ ...opts, backend, dtype: opts.dtype, repeats: opts.repeats });
+  }
+  // cuda int8 / fp8: the float16 kernel is timed on the same data first (the ratio is printed)
+  if (backend === 'cuda') return benchCuda(opts, opts.dtype ?? 'float16');
+  return benchCpu(opts, backend);
+}
+
+/** What every CPU shape of one run shares. */
+interface CpuBenchContext {
+  opts: BenchOptions;
+  backend: NativeBackend;
+  dtype: FloatDType | 'int8';
+  cpu: CpuInfo | undefined;
+  threads: number | null;
+  rng: Rng;
+  printRow: (cells: string[]) => void;
+}
+
+/** CPU (or the auto backend): the option checks, the header, then one row per shape as it finishes. */
+async function benchCpu(opts: BenchOptions, backend: NativeBackend): Promise<void> {
+  if (opts.dtype === 'fp8')
+    throw new InvalidArgumentError(
+      '--dtype',
+      'f32, f16, bf16 or int8 on cpu (fp8 runs on cuda only)',
+      "'fp8'",
+    );
+  const dtype = opts.dtype ?? 'float32';
+  const cpu = backend === 'cpu' ? cpuInfo() : undefined;
+  const int8 = dtype === 'int8';
+  if (cpu && opts.isa !== undefined) {
+    const usable: string[] = int8 ? cpuInt8Isas() : cpu.isas;
+    if (!usable.includes(opts.isa))
+      throw new InvalidArgumentError(
+        '--isa',
+        `one of ${usable.join(', ')} (the ${int8 ? 'int8 ' : ''}kernel sets usable here)`,
+        JSON.stringify(opts.isa),
+      );
+  }
+  if ((opts.baselineIsa !== undefined || opts.topK !== undefined) && !(cpu && int8))
+    throw new InvalidArgumentError(
+      opts.topK !== undefined ? '--top-k' : '--baseline-isa',
+      'used with --backend cpu --dtype int8',
+      `--backend ${backend} --dtype ${dtype}`,
+    );
+  if (cpu && opts.baselineIsa !== undefined && !cpu.isas.includes(opts.baselineIsa))
+    throw new InvalidArgumentError(
+      '--baseline-isa',
+      `one of ${cpu.isas.join(', ')} (the float kernel sets usable here)`,
+      JSON.stringify(opts.baselineIsa),
+    );
+  const threads = cpu ? opts.threads || cpu.threads : null;
+  const rng = new Rng(SEED);
+  const columns = [
+    'shape Nq,Lq,Ld,d,B',
+    'dtype',
+    'layout',
+    'backend',
+    'threads',
+    'ms',
+    'GFLOP/s',
+    'GB/s docs',
+    ...(cpu && int8 ? ['fp32 kernel', 'fp32 ms', 'vs fp32'] : []),
+    ...(cpu && int8 && opts.topK !== undefined ? ['2-stage ms', 'fp32 top-k', 'vs fp32'] : []),
+  ];
+  const widths = [20, 8, 6, 20, 7, 10, 9, 9, 15, 10, 7, 10, 10, 7];
+  // Rows print as each shape finishes (fixed widths), since a whole grid can take minutes.
+  const printRow = (cells: string[]) =>
+    console.log(
+      cells.map((c, i) => (i >= 4 && i !== 8 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  '),
+    );
+  if (!opts.json) printRow(columns);
+  for (const shape of opts.shape ?? DEFAULT_SHAPES)
+    await benchCpuShape(shape, { opts, backend, dtype, cpu, threads, rng, printRow });
+}
+
+/** Times one shape (interleaved cases, see below) and prints its row or JSON object. */
+async function benchCpuShape(shape: BenchShape, ctx: CpuBenchContext): Promise<void> {
+  const { opts, backend, dtype, cpu, threads, rng, printRow } = ctx;
+  const int8 = dtype === 'int8';
+  // the kernel sets that run this shape: int8 on the CPU names its own (AMX needs d % 64 == 0)
+  const int8Isa: Int8Isa | undefined =
+    cpu && int8 ? ((opts.isa as Int8Isa | undefined) ?? cpuInt8IsaFor(shape.d)) : undefined;
+  const isa = cpu ? (int8Isa ?? opts.isa ?? cpu.isa) : null;
+  const baselineIsa: CpuIsa | undefined = int8Isa
+    ? (opts.baselineIsa ??
+      (cpu?.isas.includes(float32Counterpart(int8Isa)) ? float32Counterpart(int8Isa) : cpu?.isa))
+    : undefined;
+  const warnings: string[] = [];
+  // said once on stderr (a process warning shared with the two-stage search), and in --json rows
+  const slower = int8Isa ? warnIfInt8Slower(shape.d, 'maxsim bench', int8Isa, baselineIsa) : undefined;
+  if (slower) warnings.push(`int8 is slower than float32 here: ${slower}`);
+  const steps = (opts.warmup + opts.repeats) * (1 + (int8Isa ? 1 : 0) + (opts.topK !== undefined ? 2 : 0));
+  const progress = new Progress(`bench ${formatShape(shape)}`, steps);
+  let done = 0;
+  progress.update(0);
+  // int8: the float32 inputs quantized per token (queries; documents per --scales).
+  const inputs = makeInputs(shape, int8 ? 'float32' : dtype, opts.ragged === true, rng);
+  const { docTokens } = inputs;
+  const queries = int8 ? quantize(inputs.queries, 'int8') : inputs.queries;
+  const docs = int8 ? quantize(inputs.docs, 'int8', { scales: opts.scales }) : inputs.docs;
+  const options: ScoreOptions = {
+    backend,
+    threads: opts.threads,
+    isa: (isa ?? undefined) as ScoreOptions['isa'],
+  };
+  const score = (q: TokenMatrix | TokenBatch, d: TokenBatch, o: ScoreOptions) => () =>
+    q.kind === 'matrix' ? maxsim(q, d, o) : maxsimAll(q, d, o);
+  // cpu int8: float32 on the same (unquantized) data, and with --top-k the two-stage top-k;
+  // the cases run interleaved, round after round, so this VM's drift and its neighbours' load
+  // hit them alike (bench/interleave.ts); median and min of --repeats rounds after --warmup
+  const fp32Options = { backend, threads: opts.threads, isa: baselineIsa };
+  const qBatch = inputs.queries.kind === 'matrix' ? matrixAsBatch(inputs.queries) : inputs.queries;
+  const k = opts.topK ?? 0;
+  const cases: Array<() => Promise<unknown>> = [score(queries, docs, options)];
+  if (int8Isa) cases.push(score(inputs.queries, inputs.docs, fp32Options));
+  if (int8Isa && opts.topK !== undefined)
+    cases.push(
+      () => twoStageTopKAll(qBatch, inputs.docs, docs, k, { ...fp32Options, int8Isa }),
+      () => topKAll(qBatch, inputs.docs, k, fp32Options),
+    );
+  const times = cases.map(() => [] as number[]);
+  for (let i = 0; i < opts.warmup + opts.repeats; i++) {
+    for (const [c, run] of cases.entries()) {
+      const start = process.hrtime.bigint();
+      await run();
+      const ms = Number(process.hrtime.bigint() - start) / 1e6;
+      if (i >= opts.warmup) times[c].push(ms);
+      progress.update(++done);
+    }
+  }
+  const stats = times.map((t) => ({ ms: median(t), minMs: Math.min(...t) }));
+  const main = stats[0];
+  const fp32 = int8Isa ? stats[1] : undefined;
+  const topK = int8Isa && opts.topK !== undefined ? { k, twoStage: stats[2], fp32: stats[3] } : undefined;
+  progress.finish();
+  const ms = main.ms;
+  const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
+  const docBytes = docTokens * shape.d * dtypeSize(dtype);
+  const result = {
+    shape: formatShape(shape),
+    dtype: dtype,
+    layout: opts.ragged ? 'ragged' : 'dense',
+    backend,
+    isa,
+    threads,
+    docTokens,
+    repeats: opts.repeats,
+    ms,
+    minMs: main.minMs,
+    gflops: flops / (ms / 1e3) / 1e9,
+    gbps: docBytes / (ms / 1e3) / 1e9,
+    ...(fp32 ? { fp32: { isa: baselineIsa, ...fp32 }, speedupVsFp32: fp32.ms / ms } : {}),
+    ...(topK
+      ? {
+          topK: {
+            k: topK.k,
+            // 'auto' prefilter: no scan where int8 is slower (the warning), exact float32 instead
+            scanned: slower === undefined,
+            twoStageMs: topK.twoStage.ms,
+            fp32Ms: topK.fp32.ms,
+            speedupVsFp32: topK.fp32.ms / topK.twoStage.ms,
+          },
         }
-        const stats = times.map((t) => ({ ms: median(t), minMs: Math.min(...t) }));
-        const main = stats[0];
-        const fp32 = int8Isa ? stats[1] : undefined;
-        const topK =
-          int8Isa && opts.topK !== undefined ? { k, twoStage: stats[2], fp32: stats[3] } : undefined;
-        progress.finish();
-        const ms = main.ms;
-        const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
-        const docBytes = docTokens * shape.d * dtypeSize(dtype);
-        const result = {
-          shape: formatShape(shape),
-          dtype: dtype,
-          layout: opts.ragged ? 'ragged' : 'dense',
-          backend,
-          isa,
-          threads,
-          docTokens,
-          repeats: opts.repeats,
-          ms,
-          minMs: main.minMs,
-          gflops: flops / (ms / 1e3) / 1e9,
-          gbps: docBytes / (ms / 1e3) / 1e9,
-          ...(fp32 ? { fp32: { isa: baselineIsa, ...fp32 }, speedupVsFp32: fp32.ms / ms } : {}),
-          ...(topK
-            ? {
-                topK: {
-                  k: topK.k,
-                  // 'auto' prefilter: no scan where int8 is slower (the warning), exact float32 instead
-                  scanned: slower === undefined,
-                  twoStageMs: topK.twoStage.ms,
-                  fp32Ms: topK.fp32.ms,
-                  speedupVsFp32: topK.fp32.ms / topK.twoStage.ms,
-                },
-              }
-            : {}),
-          ...(int8 && cpu ? { warnings } : {}),
-        };
-        if (opts.json) {
-          console.log(JSON.stringify(result));
-        } else {
-          printRow([
-            result.shape,
-            result.dtype,
-            result.layout,
-            `${backend}${isa ? `/${isa}` : ''}`,
-            String(threads ?? '-'),
-            fixed(ms, 3),
-            fixed(result.gflops, 1),
-            fixed(result.gbps, 2),
-            ...(fp32 ? [`cpu/${baselineIsa}`, fixed(fp32.ms, 3), `${fixed(fp32.ms / ms, 2)}x`] : []),
-            ...(topK
-              ? [
-                  fixed(topK.twoStage.ms, 3),
-                  fixed(topK.fp32.ms, 3),
-                  `${fixed(topK.fp32.ms / topK.twoStage.ms, 2)}x`,
-                ]
-              : []),
-          ]);
-        }
-      }
-    });
+      : {}),
+    ...(int8 && cpu ? { warnings } : {}),
+  };
+  if (opts.json) {
+    console.log(JSON.stringify(result));
+  } else {
+    printRow([
+      result.shape,
+      result.dtype,
+      result.layout,
+      `${backend}${isa ? `/${isa}` : ''}`,
+      String(threads ?? '-'),
+      fixed(ms, 3),
+      fixed(result.gflops, 1),
+      fixed(result.gbps, 2),
+      ...(fp32 ? [`cpu/${baselineIsa}`, fixed(fp32.ms, 3), `${fixed(fp32.ms / ms, 2)}x`] : []),
+      ...(topK
+        ? [
+            fixed(topK.twoStage.ms, 3),
+            fixed(topK.fp32.ms, 3),
+            `${fixed(topK.fp32.ms / topK.twoStage.ms, 2)}x`,
+          ]
+        : []),
+    ]);
+  }
 }
 
 /**

@@ -8,8 +8,8 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from '../../src/backends/cuda.js';
 import { decodeBatch64, referenceMaxsim } from '../../src/backends/reference.js';
+import { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from '../../src/backends/reference-fp8.js';
 import { cpuMaxsimInt8, quantize } from '../../src/ops/quantize.js';
 import { denseBatch, encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, rng, runSeed, scoreErrorBounds } from '../helpers.js';
