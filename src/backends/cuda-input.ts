@@ -26,8 +26,8 @@ export function describe(x: unknown): string {
 
 // The spans of a one-query batch, shared by the calls (read-only: the jobs and plans only read
 // them), so that a TokenMatrix query allocates no typed arrays: starts [0], lengths [length].
-export const MATRIX_STARTS = new Float64Array([0]);
-export const matrixLengths = new Map<number, Int32Array>();
+export const MATRIX_STARTS: Float64Array = new Float64Array([0]);
+export const matrixLengths: Map<number, Int32Array> = new Map();
 
 export function asQueryBatch(queries: TokenMatrix | TokenBatch, name = 'queries'): TokenBatch {
   if (isTokenMatrix(queries)) {
