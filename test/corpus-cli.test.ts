@@ -90,6 +90,36 @@ describe('corpus command line', () => {
     assert.equal(r.status, 0, r.stderr);
   });
 
+  test('build takes the dtype spellings the other commands take (float16 = fp16, bfloat16 = bf16)', () => {
+    for (const [spelling, stored] of [
+      ['float16', 'float16'],
+      ['fp16', 'float16'],
+      ['bfloat16', 'bfloat16'],
+      ['float32', 'float32'],
+    ]) {
+      const dir = path.join(tmp, `dtype-${spelling}.msx`);
+      const r = cli(
+        'corpus',
+        'build',
+        '--out',
+        dir,
+        '--docs',
+        docs,
+        '--doc-offsets',
+        offsets,
+        '--dtype',
+        spelling,
+      );
+      assert.equal(r.status, 0, r.stderr);
+      const file = CorpusFile.open(dir);
+      assert.equal(file.info.dtype, stored, spelling);
+      file.close();
+    }
+    const bad = cli('corpus', 'build', '--out', path.join(tmp, 'x.msx'), '--docs', docs, '--dtype', 'half');
+    assert.equal(bad.status, 2);
+    assert.match(bad.stderr, /^maxsim: .*--dtype/);
+  });
+
   test('build refuses a new corpus inside another', () => {
     const dir = corpus();
     const r = cli(

@@ -225,11 +225,7 @@ export function corpusCommand(): Command {
       ),
     )
       .requiredOption('--out <dir>', 'the corpus directory to create (e.g. docs.msx)')
-      .addOption(
-        new Option('--dtype <dtype>', 'storage dtype')
-          .choices(['fp16', 'bf16', 'fp32', 'int8'])
-          .default('fp16'),
-      )
+      .addOption(new Option('--dtype <dtype>', 'storage dtype').choices(Object.keys(DTYPES)).default('fp16'))
       .action(buildAction(false)),
   );
   corpus.addCommand(
