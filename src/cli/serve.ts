@@ -26,6 +26,10 @@ interface ServeOptions {
   maxWork?: number;
   closeGraceMs: number;
   logLevel: string;
+  model?: string;
+  maxTexts?: number;
+  maxTextChars?: number;
+  encoderThreads?: number;
 }
 
 function numberOption(min: number): (value: string) => number {
@@ -52,9 +56,25 @@ export function serveCommand(): Command {
   return new Command('serve')
     .description(
       'serve search / rerank / score over HTTP for a resident corpus, batching concurrent requests into one pass ' +
-        '(POST /v1/search, /v1/rerank, /v1/score, /v1/documents; GET /healthz, /readyz, /metrics, /openapi.json, /v1/info)',
+        '(POST /v1/search, /v1/rerank, /v1/score, /v1/documents, /v1/encode; GET /healthz, /readyz, /metrics, /openapi.json, /v1/info, /v1/model); with a model (--model), text in as well as embeddings',
     )
     .requiredOption('--corpus <dir>', 'the corpus (maxsim corpus build)')
+    .option(
+      '--model <dir>',
+      'a ColBERT model directory: text fields of search / rerank / documents and POST /v1/encode (default: the model the corpus was built with, when it is still there)',
+    )
+    .option('--max-texts <n>', 'texts in one request at most (413 beyond)', integerOption(1), 1024)
+    .option(
+      '--max-text-chars <n>',
+      'characters of one text at most (413 beyond; texts are tokenized on the JS thread)',
+      integerOption(1),
+      32_768,
+    )
+    .option(
+      '--encoder-threads <n>',
+      "onnxruntime's threads for the model (default its own choice)",
+      integerOption(1),
+    )
     .option('--host <address>', 'address to bind (default loopback only)', '127.0.0.1')
     .option('--port <n>', 'port (0: any free port)', integerOption(0, 65535), 8080)
     .addOption(
@@ -136,12 +156,17 @@ export function serveCommand(): Command {
         maxWork: opts.maxWork,
         closeGraceMs: opts.closeGraceMs,
         logger: { level: opts.logLevel },
+        model: opts.model,
+        modelOptions: opts.encoderThreads === undefined ? undefined : { threads: opts.encoderThreads },
+        maxTexts: opts.maxTexts,
+        maxTextChars: opts.maxTextChars,
       });
       const { url } = await server.listen();
       const info = server.resident.info;
       process.stderr.write(
         `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype})\n`,
       );
+      for (const line of server.notes) process.stderr.write(`maxsim serve: ${line}\n`);
       // stop accepting, answer what is in flight, release the corpus and the GPU, exit 0; a second
       // signal exits at once
       await new Promise<void>((resolve) => {

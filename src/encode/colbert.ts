@@ -64,6 +64,12 @@ export interface ColbertEncoder {
   readonly info: ColbertInfo;
   encodeQueries(texts: readonly string[], options?: EncodeOptions): Promise<TokenBatch>;
   encodeDocuments(texts: readonly string[], options?: EncodeOptions): Promise<TokenBatch>;
+  /** Texts tokenized by `tokenizer.query` / `tokenizer.document`, encoded (no second tokenization). */
+  encodeTokenized(
+    kind: 'query' | 'document',
+    items: readonly Tokenized[],
+    options?: EncodeOptions,
+  ): Promise<TokenBatch>;
   close(): Promise<void>;
 }
 
@@ -209,12 +215,34 @@ class Encoder implements ColbertEncoder {
     await this.session.release();
   }
 
+  /**
+   * Embeddings of texts already tokenized by this encoder's tokenizer (`tokenizer.query` for
+   * 'query', `tokenizer.document` for 'document'): the HTTP service tokenizes while it admits a
+   * request, then encodes without tokenizing again.
+   */
+  async encodeTokenized(
+    kind: 'query' | 'document',
+    items: readonly Tokenized[],
+    options: EncodeOptions = {},
+  ): Promise<TokenBatch> {
+    if (kind !== 'query' && kind !== 'document')
+      throw new InvalidArgumentError('kind', "'query' or 'document'", JSON.stringify(kind));
+    if (!Array.isArray(items))
+      throw new InvalidArgumentError('items', 'an array of tokenized texts', typeof items);
+    return this.encodeItems(
+      items.length,
+      (i) => items[i].ids.length,
+      (i) => items[i],
+      kind === 'query',
+      options,
+    );
+  }
+
   private async encode(
     texts: readonly string[],
     isQuery: boolean,
     options: EncodeOptions,
   ): Promise<TokenBatch> {
-    if (this.closed) throw new InvalidArgumentError('encoder', 'an open encoder', 'one closed by close()');
     if (!Array.isArray(texts)) throw new InvalidArgumentError('texts', 'an array of strings', typeof texts);
     for (let i = 0; i < texts.length; i++)
       if (typeof texts[i] !== 'string')
@@ -223,15 +251,33 @@ class Encoder implements ColbertEncoder {
           'a string',
           texts[i] === null ? 'null' : typeof texts[i],
         );
+    const truncate = options.truncate !== false;
+    return this.encodeItems(
+      texts.length,
+      (i) => texts[i].length,
+      (i) => this.tokenizeOne(texts[i], i, isQuery, truncate),
+      isQuery,
+      options,
+    );
+  }
+
+  /** Encodes `count` items in batches, longest (by `size`) first; `item` tokenizes one on demand. */
+  private async encodeItems(
+    count: number,
+    size: (i: number) => number,
+    item: (i: number) => Tokenized,
+    isQuery: boolean,
+    options: EncodeOptions,
+  ): Promise<TokenBatch> {
+    if (this.closed) throw new InvalidArgumentError('encoder', 'an open encoder', 'one closed by close()');
     const signal = checkSignal(options.signal);
     signal?.throwIfAborted();
     // Longest first, as PyLate orders them: batches of similar lengths pad little.
-    const order = texts.map((_, i) => i).sort((a, b) => texts[b].length - texts[a].length || a - b);
-    const items: Float32Array[] = new Array(texts.length);
+    const order = Array.from({ length: count }, (_, i) => i).sort((a, b) => size(b) - size(a) || a - b);
+    const items: Float32Array[] = new Array(count);
     for (let start = 0; start < order.length; start += this.batchSize) {
       const batch = order.slice(start, start + this.batchSize);
-      const tokenized = batch.map((i) => this.tokenizeOne(texts[i], i, isQuery, options.truncate !== false));
-      const vectors = await this.run(tokenized, isQuery);
+      const vectors = await this.run(batch.map(item), isQuery);
       batch.forEach((i, k) => {
         items[i] = vectors[k];
       });

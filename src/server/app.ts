@@ -18,12 +18,15 @@ import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
-import { rerankRoute, scoreRoute } from './routes/inline.js';
+import { encodeRoutes } from './routes/encode.js';
+import { scoreRoute } from './routes/inline.js';
+import { rerankRoute } from './routes/rerank.js';
 import { searchRoute } from './routes/search.js';
 import { statusRoutes } from './routes/status.js';
+import { type ModelSummary, TextModel, type TextOptions } from './text.js';
 
 /** The corpus directory (maxsim corpus build), its backend, pin, threads, device and GPU budget. */
-export interface ServerOptions extends ResidentOptions {
+export interface ServerOptions extends ResidentOptions, TextOptions {
   /** Default 127.0.0.1 (loopback only). */
   host?: string;
   /** Default 8080; 0 picks a free port. */
@@ -74,6 +77,10 @@ export interface ServerApp {
 export interface MaxsimServer {
   readonly app: ServerApp;
   readonly resident: ResidentCorpus;
+  /** The model text fields are encoded with (/v1/info's model), or null: embeddings only. */
+  readonly model: ModelSummary | null;
+  /** What start-up chose and noticed (the model, or why there is none), a line each. */
+  readonly notes: readonly string[];
   /** Starts listening; resolves with the address. */
   listen(): Promise<{ host: string; port: number; url: string }>;
   /**
@@ -198,7 +205,16 @@ function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number)
 export async function createServer(options: ServerOptions): Promise<MaxsimServer> {
   const { limits, bodyLimit, closeGraceMs } = checkOptions(options);
   const resident = await ResidentCorpus.open(options);
+  const notes: string[] = [];
+  let text: TextModel;
+  try {
+    text = await TextModel.open(options, resident.info.path, resident.info.dim, (line) => notes.push(line));
+  } catch (error) {
+    await resident.close();
+    throw error;
+  }
   const metrics = createMetrics(resident);
+  text.setMetrics(metrics.text);
   const batcher = createBatcher(resident, limits, options, (p) => metrics.onPass(p));
   metrics.watchQueue(() => batcher.depth);
   let closing = false;
@@ -209,6 +225,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     batcher,
     limits,
     metrics,
+    text,
     dim: () => resident.info.dim,
     closing: () => closing,
   };
@@ -232,13 +249,17 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   rerankRoute(routes, ctx);
   scoreRoute(routes, ctx);
   documentRoutes(routes, ctx);
+  encodeRoutes(routes, ctx);
   statusRoutes(routes, ctx);
   await app.ready();
+  for (const line of notes) app.log.info(line);
 
   let closed: Promise<void> | undefined;
   return {
     app: routes,
     resident,
+    model: text.summary(),
+    notes,
     async listen() {
       const host = options.host ?? '127.0.0.1';
       await app.listen({ host, port: options.port ?? 8080 });
@@ -264,6 +285,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
           clearTimeout(grace);
         }
         await batcher.drain();
+        await text.close();
         await resident.close();
       })();
       return closed;

@@ -5,6 +5,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { Batcher } from './batcher.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ResidentCorpus } from './resident.js';
+import type { TextModel } from './text.js';
 
 export interface Limits {
   maxBatch: number;
@@ -22,6 +23,8 @@ export interface RouteContext {
   readonly batcher: Batcher;
   readonly limits: Limits;
   readonly metrics: ServerMetrics;
+  /** The model text fields are encoded with (or why there is none). */
+  readonly text: TextModel;
   /** The dimension of the corpus now. */
   dim(): number;
   /** True once close() began. */

@@ -9,6 +9,7 @@ import { ItemLimitError, WorkLimitError } from '../admission.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { ClosingError, DeadlineError, QueueFullError } from './batcher.js';
 import { ConflictError, CorpusBusyError, NotFoundError } from './resident.js';
+import { NoModelError, TextLengthError } from './text.js';
 
 /** The API key is missing or wrong: HTTP 401. */
 export class AuthError extends MaxsimError {
@@ -147,6 +148,17 @@ export function toHttpError(error: unknown, request: FastifyRequest): HttpError 
       expected: error.expected,
       received: error.received,
     };
+  if (error instanceof TextLengthError)
+    return {
+      status: 413,
+      code: 'text_too_long',
+      message: error.message,
+      field: error.argument,
+      expected: error.expected,
+      received: error.received,
+    };
+  if (error instanceof NoModelError)
+    return { status: 400, code: 'no_model', message: error.message, field: error.field };
   if (error instanceof InvalidArgumentError)
     return {
       status: 400,

@@ -14,6 +14,12 @@ export interface ServerMetrics {
   readonly registry: prom.Registry;
   /** Time of a search request by phase (the search route observes them). */
   readonly request: Record<'parse' | 'decode' | 'queue' | 'encode', prom.Histogram.Internal<'phase'>>;
+  /** The text model's observations: encoder runs, and a text request's tokenize and embed phases. */
+  readonly text: {
+    onRun(kind: 'query' | 'document', texts: number, seconds: number): void;
+    tokenize(seconds: number): void;
+    embed(seconds: number): void;
+  };
   /** What the batcher reports of each pass. */
   onPass(p: PassInfo): void;
   /** Gauges read from the batcher at scrape time. */
@@ -71,7 +77,7 @@ export function createMetrics(resident: ResidentCorpus): ServerMetrics {
   });
   const requestPhase = new prom.Histogram({
     name: 'maxsim_request_phase_seconds',
-    help: 'time of a search request by phase: parse (body read, JSON parse, validation), decode (embeddings checked), queue (waiting for its pass), encode (the JSON answer built)',
+    help: 'time of a search request by phase: parse (body read, JSON parse, validation), decode (embeddings checked), queue (waiting for its pass), encode (the JSON answer built); of a text request (any route): tokenize (its texts, on the JS thread), embed (waiting for and running its encoder run)',
     labelNames: ['phase'] as const,
     buckets: phaseBuckets,
     registers: [registry],
@@ -83,6 +89,29 @@ export function createMetrics(resident: ResidentCorpus): ServerMetrics {
     decode: requestPhase.labels({ phase: 'decode' }),
     queue: requestPhase.labels({ phase: 'queue' }),
     encode: requestPhase.labels({ phase: 'encode' }),
+  };
+  const tokenizePhase = requestPhase.labels({ phase: 'tokenize' });
+  const embedPhase = requestPhase.labels({ phase: 'embed' });
+  const encodeRuns = new prom.Histogram({
+    name: 'maxsim_encode_run_seconds',
+    help: 'time of one encoder run (the texts of every request that queued meanwhile) by kind',
+    labelNames: ['kind'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
+    registers: [registry],
+  });
+  const encodeTexts = new prom.Histogram({
+    name: 'maxsim_encode_run_texts',
+    help: 'texts encoded per encoder run by kind',
+    labelNames: ['kind'] as const,
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
+    registers: [registry],
+  });
+  const runOf = {
+    query: { seconds: encodeRuns.labels({ kind: 'query' }), texts: encodeTexts.labels({ kind: 'query' }) },
+    document: {
+      seconds: encodeRuns.labels({ kind: 'document' }),
+      texts: encodeTexts.labels({ kind: 'document' }),
+    },
   };
   let elu = performance.eventLoopUtilization();
   new prom.Gauge({
@@ -129,6 +158,14 @@ export function createMetrics(resident: ResidentCorpus): ServerMetrics {
   return {
     registry,
     request,
+    text: {
+      onRun(kind, texts, seconds) {
+        runOf[kind].seconds.observe(seconds);
+        runOf[kind].texts.observe(texts);
+      },
+      tokenize: (seconds) => tokenizePhase.observe(seconds),
+      embed: (seconds) => embedPhase.observe(seconds),
+    },
     onPass(p) {
       batchSizes.observe(p.queries);
       passSeconds.observe(p.seconds);

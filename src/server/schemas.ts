@@ -41,6 +41,12 @@ export const Embeddings = Type.Union([
 
 const strict = { additionalProperties: false } as const;
 
+/** Texts for the server's model (maxsim serve --model DIR); bounds are checked by the route (413). */
+const Texts = Type.Array(Type.String(), {
+  description: "texts, encoded with the server's ColBERT model (400 without one)",
+});
+const QueryText = Type.String({ description: "one query as text, encoded with the server's model" });
+
 export const InlineDocument = Type.Object(
   {
     id: Type.Optional(
@@ -65,7 +71,8 @@ const Prefilter = Type.Literal('int8', {
 
 export const SearchBody = Type.Object(
   {
-    queries: Embeddings,
+    queries: Type.Optional(Type.Union([Embeddings, Texts])),
+    query: Type.Optional(QueryText),
     top_k: Type.Optional(TopK),
     prefilter: Type.Optional(Prefilter),
     ids: Type.Optional(
@@ -95,12 +102,22 @@ export const SearchResponse = Type.Object({ results: Type.Array(Type.Array(Hit))
 
 export const RerankBody = Type.Object(
   {
-    query: Embedding,
+    query: Type.Union([Embedding, QueryText]),
     candidates: Type.Optional(
       Type.Array(Type.String(), { maxItems: 100000, description: 'ids of the corpus' }),
     ),
-    documents: Type.Optional(Type.Array(InlineDocument, { maxItems: 100000 })),
+    documents: Type.Optional(
+      // one array schema for both, so a mix reaches the route and is named there
+      Type.Array(Type.Union([InlineDocument, Type.String()]), {
+        maxItems: 100000,
+        description:
+          "inline documents: all embeddings ({embeddings} objects) or all texts (strings, encoded with the server's model)",
+      }),
+    ),
     top_n: Type.Optional(Type.Integer({ minimum: 0 })),
+    return_documents: Type.Optional(
+      Type.Boolean({ description: 'each result with its document {text} (documents sent as texts)' }),
+    ),
   },
   strict,
 );
@@ -112,6 +129,7 @@ export const RerankResponse = Type.Object({
       index: Type.Integer({ description: 'position in the request' }),
       id: Type.Optional(Type.String()),
       relevance_score: Score,
+      document: Type.Optional(Type.Object({ text: Type.String() })),
     }),
   ),
 });
@@ -136,7 +154,13 @@ export const ScoreResponse = Type.Object({
 
 export const DocumentsBody = Type.Object(
   {
-    documents: Type.Array(InlineDocument, { minItems: 1, maxItems: 1000000 }),
+    documents: Type.Optional(Type.Array(InlineDocument, { minItems: 1, maxItems: 1000000 })),
+    texts: Type.Optional(Texts),
+    ids: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 1024 }), {
+        description: 'with texts: one id per text (a corpus with ids needs them)',
+      }),
+    ),
   },
   strict,
 );
@@ -178,6 +202,25 @@ export const ErrorResponse = Type.Object({
   }),
 });
 
+/** The server's ColBERT model (GET /v1/model, and /v1/info's model). */
+export const ModelInfo = Type.Object({
+  name: Type.String({ description: "the model directory's name" }),
+  source: Type.Union([Type.Literal('option'), Type.Literal('corpus')], {
+    description: "'option': --model; 'corpus': the model the corpus records (encoder.json)",
+  }),
+  dim: Type.Integer(),
+  hidden: Type.Union([Type.Integer(), Type.Null()]),
+  query_length: Type.Integer(),
+  document_length: Type.Integer(),
+  query_prefix: Type.String(),
+  document_prefix: Type.String(),
+  query_expansion: Type.Boolean(),
+  attend_to_expansion_tokens: Type.Boolean(),
+  skiplist: Type.Integer({ description: 'tokens removed from documents after encoding' }),
+  lowercase: Type.Boolean(),
+  backend: Type.String({ description: 'where the encoder runs' }),
+});
+
 export const InfoResponse = Type.Object({
   version: Type.String(),
   backend: Type.String(),
@@ -205,4 +248,5 @@ export const InfoResponse = Type.Object({
     /** work one request may ask for (query tokens x document tokens x dim); null: no limit */
     max_work: Type.Union([Type.Number(), Type.Null()]),
   }),
+  model: Type.Union([ModelInfo, Type.Null()], { description: 'null: no model, embeddings only' }),
 });

@@ -4,6 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 import { InvalidArgumentError } from '../../errors.js';
 import { decodeDocuments } from '../answers.js';
+import type { PackedTokens } from '../codecs.js';
 import { checkIds, type RouteContext } from '../context.js';
 import {
   DeleteDocumentsBody,
@@ -12,6 +13,8 @@ import {
   DocumentsResponse,
   ErrorResponse,
 } from '../schemas.js';
+import { requestDeadline } from '../text.js';
+import { encodeField } from './text-fields.js';
 
 const errors = {
   400: ErrorResponse,
@@ -21,6 +24,51 @@ const errors = {
   507: ErrorResponse,
 };
 
+/** The documents of an append: embeddings (with their ids), or texts (with `ids`) encoded. */
+async function readDocuments(
+  ctx: RouteContext,
+  body: DocumentsBody,
+): Promise<{ packed: PackedTokens; ids: string[] | undefined }> {
+  if ((body.documents === undefined) === (body.texts === undefined))
+    throw new InvalidArgumentError(
+      'documents',
+      'either documents (embeddings) or texts',
+      body.documents === undefined ? 'neither' : 'both',
+    );
+  if (body.texts !== undefined) {
+    const texts = ctx.text.readTexts(body.texts, 'texts');
+    if (texts.length === 0) throw new InvalidArgumentError('texts', 'at least one text', 'none');
+    const ids = body.ids;
+    if (ids !== undefined && ids.length !== texts.length)
+      throw new InvalidArgumentError('ids', `${texts.length} ids (one per text)`, `${ids.length}`);
+    if (ids) checkIds(ids, 'ids');
+    const deadline = requestDeadline(ctx.limits.timeoutMs);
+    try {
+      return { packed: await encodeField(ctx, 'document', texts, 'texts', deadline.signal), ids };
+    } finally {
+      deadline.dispose();
+    }
+  }
+  if (body.ids !== undefined)
+    throw new InvalidArgumentError(
+      'ids',
+      'ids with texts (documents carry their own id)',
+      'ids with documents',
+    );
+  const docs = body.documents!;
+  const packed = decodeDocuments(docs, 'documents', ctx.dim());
+  const withIds = docs.filter((d) => d.id !== undefined).length;
+  if (withIds !== 0 && withIds !== docs.length)
+    throw new InvalidArgumentError(
+      'documents[].id',
+      'an id on every document or on none',
+      `${withIds} of ${docs.length}`,
+    );
+  const ids = withIds > 0 ? docs.map((d) => d.id!) : undefined;
+  if (ids) checkIds(ids, 'documents[].id');
+  return { packed, ids };
+}
+
 export function documentRoutes(app: FastifyInstance, ctx: RouteContext) {
   app.post(
     '/v1/documents',
@@ -28,24 +76,14 @@ export function documentRoutes(app: FastifyInstance, ctx: RouteContext) {
       config: { access: 'write' },
       schema: {
         description:
-          'Appends documents to the corpus as one new segment (crash-safe); later searches see all of them, none before. Needs the API key when one is configured.',
+          "Appends documents to the corpus as one new segment (crash-safe); later searches see all of them, none before. documents: embeddings (each with its id); or texts (with ids), encoded with the server's model. Needs the API key when one is configured.",
         body: DocumentsBody,
         response: { 201: DocumentsResponse, ...errors, 409: ErrorResponse },
         security: [{ bearer: [] }],
       },
     },
     async (request, reply) => {
-      const docs = (request.body as DocumentsBody).documents;
-      const packed = decodeDocuments(docs, 'documents', ctx.dim());
-      const withIds = docs.filter((d) => d.id !== undefined).length;
-      if (withIds !== 0 && withIds !== docs.length)
-        throw new InvalidArgumentError(
-          'documents[].id',
-          'an id on every document or on none',
-          `${withIds} of ${docs.length}`,
-        );
-      const ids = withIds > 0 ? docs.map((d) => d.id!) : undefined;
-      if (ids) checkIds(ids, 'documents[].id');
+      const { packed, ids } = await readDocuments(ctx, request.body as DocumentsBody);
       const r = await ctx.resident.append(packed, ids);
       reply.code(201);
       return {

@@ -1,19 +1,14 @@
 // POST /v1/encode and GET /v1/model: text in, token embeddings out, with the model `maxsim serve
-// --model DIR` opened. Requests are batched across callers by an EncodeQueue (one encoder run serves
-// every request that arrived meanwhile). Registered on the server's Fastify app before it listens,
-// so the app's error handler, auth hooks and logging apply.
+// --model DIR` opened (or the one the corpus records). Requests are batched across callers by the
+// server's encoder queue (text.ts: one encoder run serves every request that arrived meanwhile).
 
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import type { ColbertEncoder } from '../../encode/colbert.js';
-import { EncodeQueue, type EncodeQueueOptions } from '../../encode/queue.js';
-import { InvalidArgumentError } from '../../errors.js';
-import { batchItem, type TokenBatch } from '../../tensor.js';
-
-export interface EncodeRoutesOptions extends EncodeQueueOptions {
-  /** Most texts in one request (default 1024). */
-  maxRequestTexts?: number;
-}
+import { batchItem, raggedBatch, type TokenBatch } from '../../tensor.js';
+import type { EncodedTokens } from '../codecs.js';
+import type { RouteContext } from '../context.js';
+import { ErrorResponse } from '../schemas.js';
+import { requestDeadline } from '../text.js';
 
 const EncodeBody = Type.Object(
   {
@@ -52,33 +47,33 @@ function toB64(batch: TokenBatch): { b64: string; shape: [number, number]; dtype
   };
 }
 
-/** Adds the encode routes to `app` (before it listens) and returns the queue they share. */
-export function registerEncodeRoutes(
-  app: FastifyInstance,
-  encoder: ColbertEncoder,
-  options: EncodeRoutesOptions = {},
-): EncodeQueue {
-  if (encoder.info.dtype !== 'float32')
-    throw new InvalidArgumentError('encoder', "an encoder opened with dtype 'float32'", encoder.info.dtype);
-  const queue = new EncodeQueue(encoder, options);
-  const maxTexts = options.maxRequestTexts ?? 1024;
+/** POST /v1/encode and GET /v1/model on the server (a 400 / 404 when it has no model). */
+export function encodeRoutes(app: FastifyInstance, ctx: RouteContext) {
   app.post(
     '/v1/encode',
     {
+      config: { access: 'read' },
       schema: {
         description:
           "Token embeddings of texts with the server's ColBERT model (ColBERT's rules: prefixes, [MASK] " +
           'expansion of queries, truncation, the skiplist on documents, projection, L2 norm). ' +
           "format 'json': embeddings[text][token][dim]; 'b64': packed float32 [tokens, dim] with lengths.",
         body: EncodeBody,
+        response: { 400: ErrorResponse, 413: ErrorResponse, 504: ErrorResponse },
       },
     },
     async (request) => {
       const body = request.body as { texts: string[]; kind?: 'query' | 'document'; format?: 'json' | 'b64' };
-      if (body.texts.length > maxTexts)
-        throw new InvalidArgumentError('texts', `at most ${maxTexts} texts`, `${body.texts.length}`);
+      const texts = ctx.text.readTexts(body.texts, 'texts');
       const kind = body.kind ?? 'document';
-      const batch = await queue.encode(kind, body.texts);
+      const deadline = requestDeadline(ctx.limits.timeoutMs);
+      let packed: EncodedTokens;
+      try {
+        packed = await ctx.text.encodeTexts(kind, texts, 'texts', deadline.signal);
+      } finally {
+        deadline.dispose();
+      }
+      const batch = raggedBatch(packed.values, packed.offsets, { dim: packed.dim, checkFinite: false });
       const head = { kind, dim: batch.dim, count: batch.count, lengths: Array.from(batch.lengths) };
       return body.format === 'b64'
         ? { ...head, embeddings: toB64(batch) }
@@ -87,11 +82,21 @@ export function registerEncodeRoutes(
   );
   app.get(
     '/v1/model',
-    { schema: { description: "The server's ColBERT model and its settings" } },
-    async () => ({
-      ...encoder.info,
-      queue: queue.stats,
-    }),
+    {
+      config: { access: 'read' },
+      schema: {
+        description: "The server's ColBERT model, its settings and its encoder queue's counters",
+        response: { 404: ErrorResponse },
+      },
+    },
+    async (_request, reply) => {
+      const model = ctx.text.summary();
+      if (!model)
+        return reply.code(404).send({
+          error: { code: 'no_model', message: 'the server has no model (start it with --model DIR)' },
+        });
+      const s = ctx.text.stats;
+      return { ...model, encoding: { runs: s.runs, texts: s.texts, largest_run: s.largestRun } };
+    },
   );
-  return queue;
 }

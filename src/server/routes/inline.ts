@@ -1,24 +1,16 @@
-// POST /v1/rerank (one query against corpus documents by id, or inline documents) and POST /v1/score
-// (inline queries x inline documents). Both run as passes of their own in the batcher's lane, their
-// work (query tokens x document tokens x dim) admitted against --max-work before anything is scored,
-// and stopped at the deadline (the CPU kernel stops at its next chunk).
+// POST /v1/score (inline queries x inline documents; POST /v1/rerank is in rerank.ts): a pass of its
+// own in the batcher's lane, its work (query tokens x document tokens x dim) admitted against
+// --max-work before anything is scored, and stopped at the deadline (the CPU kernel stops at its next
+// chunk).
 
 import type { FastifyInstance } from 'fastify';
 import { checkWork, workOf } from '../../admission.js';
-import { InvalidArgumentError } from '../../errors.js';
-import { maxsim, maxsimAll } from '../../ops/maxsim.js';
-import { tokenMatrix } from '../../tensor.js';
-import { asBatch, decodeDocuments, isEmptyItem, jsonScore, ranked, tokensOf } from '../answers.js';
+import { maxsimAll } from '../../ops/maxsim.js';
+import { asBatch, decodeDocuments, isEmptyItem, jsonScore, tokensOf } from '../answers.js';
 import { decodeEmbeddings, itemCount } from '../codecs.js';
-import { checkIds, type RouteContext, setBatch } from '../context.js';
-import {
-  ErrorResponse,
-  type InlineDocument,
-  RerankBody,
-  RerankResponse,
-  ScoreBody,
-  ScoreResponse,
-} from '../schemas.js';
+import { type RouteContext, setBatch } from '../context.js';
+import { ErrorResponse, type InlineDocument, ScoreBody, ScoreResponse } from '../schemas.js';
+import { MAX_INLINE_DOCUMENTS } from './rerank.js';
 
 const errors = {
   400: ErrorResponse,
@@ -28,74 +20,6 @@ const errors = {
   504: ErrorResponse,
 };
 const LIMIT_NAME = "the server's --max-work";
-/** Inline documents of one request at most (as the schemas' maxItems). */
-export const MAX_INLINE_DOCUMENTS = 100_000;
-
-export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
-  app.post(
-    '/v1/rerank',
-    {
-      config: { access: 'read' },
-      schema: {
-        description:
-          'Scores one query against candidate documents, taken from the corpus by id (candidates) or sent inline (documents); results best first, index = position in the request.',
-        body: RerankBody,
-        response: { 200: RerankResponse, ...errors },
-      },
-    },
-    async (request) => {
-      const body = request.body as RerankBody;
-      if ((body.candidates === undefined) === (body.documents === undefined))
-        throw new InvalidArgumentError(
-          'candidates',
-          'either candidates (ids of the corpus) or documents (inline embeddings)',
-          body.candidates === undefined ? 'neither' : 'both',
-        );
-      const fromCorpus = body.candidates !== undefined;
-      const q = decodeEmbeddings(body.query, 'query', 'one', fromCorpus ? ctx.dim() : undefined);
-      const query = tokenMatrix(q.data, q.offsets[1], q.dim, { checkFinite: false });
-      let scores: Float32Array;
-      let empty: (i: number) => boolean | undefined = () => undefined;
-      const { maxWork, timeoutMs } = ctx.limits;
-      if (fromCorpus) {
-        const ids = body.candidates!;
-        checkIds(ids, 'candidates');
-        const info = ctx.resident.info;
-        const docTokens = (ids.length * info.tokens) / Math.max(1, info.documents);
-        checkWork(workOf(query.length, 1, docTokens, ids.length, q.dim), maxWork, 'candidates', LIMIT_NAME);
-        const indices = ctx.resident.resolveIds(ids, 'candidates');
-        scores = await ctx.batcher.solo(
-          (signal) => ctx.resident.scoreDocuments(query, indices, signal),
-          timeoutMs,
-        );
-      } else if (body.documents!.length === 0) scores = new Float32Array(0);
-      else {
-        const packed = decodeDocuments(body.documents!, 'documents', q.dim);
-        checkWork(
-          workOf(query.length, 1, tokensOf(packed), itemCount(packed), q.dim),
-          maxWork,
-          'documents',
-          LIMIT_NAME,
-        );
-        const docs = asBatch(packed);
-        empty = (i) => isEmptyItem(packed, i);
-        scores = await ctx.batcher.solo(
-          (signal) => maxsim(query, docs, { backend: ctx.backend, threads: ctx.threads, signal }),
-          timeoutMs,
-        );
-      }
-      setBatch(request, 1);
-      const ids = body.candidates;
-      return {
-        results: ranked(scores, body.top_n ?? scores.length).map((h) => ({
-          index: h.index,
-          ...(ids ? { id: ids[h.index] } : {}),
-          relevance_score: jsonScore(h.score, empty(h.index)),
-        })),
-      };
-    },
-  );
-}
 
 export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
   app.post(

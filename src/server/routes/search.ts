@@ -2,15 +2,18 @@
 // more than --max-batch queries goes as several passes); with `ids`, those documents only, scored
 // exactly as a pass of its own.
 
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static } from 'typebox';
 import { checkWork, workOf } from '../../admission.js';
 import { InvalidArgumentError } from '../../errors.js';
+import type { CorpusHit } from '../../ops/corpus-search.js';
 import { asBatch, jsonScore, ranked, searchJson, tokensOf } from '../answers.js';
 import type { PassToken } from '../batcher.js';
 import { type EncodedTokens, itemCount, readEmbeddings, readNpy, toFloat32 } from '../codecs.js';
 import { checkIds, type RouteContext, setBatch } from '../context.js';
 import { ErrorResponse, SearchBody, SearchQuery, SearchResponse } from '../schemas.js';
+import { requestDeadline } from '../text.js';
+import { isTextList } from './text-fields.js';
 
 export const MAX_TOP_K = 10_000;
 
@@ -28,7 +31,10 @@ function topKOf(text: string | undefined): number {
 }
 
 interface SearchRequest {
-  queries: EncodedTokens;
+  /** Embeddings sent, or undefined when the queries came as text. */
+  queries?: EncodedTokens;
+  /** Query texts (admitted), and the field they came in. */
+  texts?: { field: string; texts: string[] };
   k: number;
   prefilter?: 'int8';
   ids?: string[];
@@ -56,6 +62,16 @@ function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof Searc
       'the query string',
     );
   const body = raw as Static<typeof SearchBody>;
+  const field = textField(body);
+  if (field !== undefined)
+    return {
+      texts: { field, texts: ctx.text.readTexts(body[field], field, limit.items) },
+      k: body.top_k ?? 10,
+      prefilter: body.prefilter,
+      ids: body.ids,
+    };
+  if (body.queries === undefined)
+    throw new InvalidArgumentError('queries', 'queries (embeddings or texts) or query (a text)', 'neither');
   return {
     queries: readEmbeddings(body.queries, 'queries', 'many', ctx.dim(), limit),
     k: body.top_k ?? 10,
@@ -64,8 +80,23 @@ function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof Searc
   };
 }
 
+/** Which field holds the query texts ('query', or 'queries' as strings), or undefined: embeddings. */
+function textField(body: Static<typeof SearchBody>): 'query' | 'queries' | undefined {
+  if (body.query !== undefined) {
+    if (body.queries !== undefined)
+      throw new InvalidArgumentError('query', 'either query (one text) or queries', 'both');
+    return 'query';
+  }
+  return isTextList(body.queries, 'queries') ? 'queries' : undefined;
+}
+
 /** Scores the queries against the documents named by `ids` (a pass of its own, bounded by maxWork). */
-async function searchIds(ctx: RouteContext, r: SearchRequest, ids: string[]) {
+async function searchIds(
+  ctx: RouteContext,
+  r: SearchRequest & { queries: EncodedTokens },
+  ids: string[],
+  deadlineMs: number,
+) {
   if (r.prefilter !== undefined)
     throw new InvalidArgumentError(
       'prefilter',
@@ -94,7 +125,7 @@ async function searchIds(ctx: RouteContext, r: SearchRequest, ids: string[]) {
         score: jsonScore(h.score),
       })),
     );
-  }, ctx.limits.timeoutMs);
+  }, deadlineMs);
 }
 
 export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
@@ -127,29 +158,44 @@ export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
       const parsed = performance.now();
       ctx.metrics.request.parse.observe(reply.elapsedTime / 1000);
       const r = readRequest(ctx, request.body, request.query as Static<typeof SearchQuery>);
-      const n = itemCount(r.queries);
-      if (n === 0) return { results: [] };
-      if (r.ids !== undefined) {
-        const rows = await searchIds(ctx, r, r.ids);
-        setBatch(request, n);
-        return { results: rows };
+      const deadline = r.texts ? requestDeadline(ctx.limits.timeoutMs) : undefined;
+      try {
+        const queries =
+          r.queries ??
+          (await ctx.text.encodeTexts('query', r.texts!.texts, r.texts!.field, deadline!.signal));
+        const left = deadline?.left() ?? ctx.limits.timeoutMs;
+        const n = itemCount(queries);
+        if (n === 0) return { results: [] };
+        if (r.ids !== undefined) {
+          const rows = await searchIds(ctx, { ...r, queries }, r.ids, left);
+          setBatch(request, n);
+          return { results: rows };
+        }
+        ctx.metrics.request.decode.observe((performance.now() - parsed) / 1000);
+        const { hits, batch, pass } = await ctx.batcher.search(queries, r.k, r.prefilter ?? '', left);
+        return answer(request, reply, ctx, hits, batch, pass);
+      } finally {
+        deadline?.dispose();
       }
-      ctx.metrics.request.decode.observe((performance.now() - parsed) / 1000);
-      const { hits, batch, pass } = await ctx.batcher.search(
-        r.queries,
-        r.k,
-        r.prefilter ?? '',
-        ctx.limits.timeoutMs,
-      );
-      setBatch(request, batch);
-      (request as unknown as { pass?: PassToken }).pass = pass;
-      const t0 = performance.now();
-      // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
-      // a string with a JSON content type is sent as it is
-      const json = searchJson(hits);
-      ctx.metrics.request.encode.observe((performance.now() - t0) / 1000);
-      reply.type('application/json; charset=utf-8');
-      return json as unknown as Static<typeof SearchResponse>;
     },
   );
+}
+
+function answer(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  ctx: RouteContext,
+  hits: CorpusHit[][],
+  batch: number,
+  pass: PassToken,
+) {
+  setBatch(request, batch);
+  (request as unknown as { pass?: PassToken }).pass = pass;
+  const t0 = performance.now();
+  // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
+  // a string with a JSON content type is sent as it is
+  const json = searchJson(hits);
+  ctx.metrics.request.encode.observe((performance.now() - t0) / 1000);
+  reply.type('application/json; charset=utf-8');
+  return json as unknown as Static<typeof SearchResponse>;
 }

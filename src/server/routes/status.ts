@@ -76,6 +76,7 @@ export function statusRoutes(app: FastifyInstance, ctx: RouteContext) {
           passes_in_flight: batcher.passesInFlight,
           max_work: ctx.limits.maxWork,
         },
+        model: ctx.text.summary(),
       };
     },
   );
