@@ -56,4 +56,36 @@ describe('EncodeQueue', { skip }, () => {
     await encoder.close();
     await assert.rejects(queue.encode('query', ['x']), /closed/);
   });
+
+  test('a caller whose signal aborts leaves the queue with its reason; nobody waiting means no run', async () => {
+    const encoder = await loadColbert(TINY);
+    const queue = new EncodeQueue(encoder, { waitMs: 40 });
+    const gone = new AbortController();
+    const alone = queue.encode('query', ['nobody waits for me'], gone.signal);
+    gone.abort(new Error('client gone'));
+    await assert.rejects(alone, /client gone/);
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    assert.equal(queue.stats.runs, 0, 'the aborted caller was not encoded');
+    assert.equal(queue.depth, 0);
+
+    const leaving = new AbortController();
+    const a = queue.encode('document', ['first text about paris'], leaving.signal);
+    const b = queue.encode('document', ['second text about the seine', 'third']);
+    leaving.abort(new Error('deadline'));
+    await assert.rejects(a, /deadline/);
+    const got = await b;
+    const want = await encoder.encodeDocuments(['second text about the seine', 'third']);
+    assert.equal(got.count, 2);
+    for (let i = 0; i < 2; i++) {
+      const [g, w] = [rows(got, i), rows(want, i)];
+      assert.equal(g.length, w.length);
+      assert.ok(
+        g.every((v, j) => Math.abs(v - w[j]) < 1e-5),
+        `item ${i}`,
+      );
+    }
+    assert.equal(queue.stats.texts, 2, 'only the caller left was encoded');
+    await assert.rejects(queue.encode('query', ['x'], AbortSignal.abort(new Error('already'))), /already/);
+    await encoder.close();
+  });
 });
