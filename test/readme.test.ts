@@ -90,6 +90,14 @@ const blocksOf = new Map(
 );
 const tsFile = (page: string, b: Block) => `${slug(page)}-${b.line}`;
 const cudaReason = cudaUnavailableReason();
+// Blocks that name $MODEL (a ColBERT model directory; a reader's defaults to a real model) run with
+// the tiny test model, where onnxruntime-node is installed.
+const TINY_MODEL = path.join(packageRoot, 'test', 'fixtures', 'tiny-colbert');
+const modelReason = !fs.existsSync(path.join(TINY_MODEL, 'model.onnx'))
+  ? 'the tiny test model is not made'
+  : !fs.existsSync(path.join(packageRoot, 'node_modules', 'onnxruntime-node'))
+    ? 'onnxruntime-node is not installed'
+    : undefined;
 
 const available = new Map<string, boolean>();
 function pythonHas(modules: string[]): boolean {
@@ -193,6 +201,7 @@ for (const page of pages) {
     const blocks = blocksOf.get(page) ?? [];
     const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${bin}${path.delimiter}${process.env.PATH}` };
     if (blocks.some((b) => b.code.includes('maxsim serve'))) env.PORT = String(freePort());
+    if (!modelReason) env.MODEL = TINY_MODEL;
     for (const b of blocks) {
       if (!RUNNERS.includes(b.lang)) continue;
       const where = `${page}:${b.line} (${b.lang})`;
@@ -200,6 +209,7 @@ for (const page of pages) {
       const missing = b.lang === 'python' ? pythonImports(b.code) : [];
       if (b.directive?.kind === 'skip') skip = b.directive.reason || 'marked skip';
       else if (b.directive?.kind === 'gpu' && cudaReason) skip = `needs a GPU: ${cudaReason}`;
+      else if (/\$\{?MODEL\b/.test(b.code) && modelReason) skip = `needs a model: ${modelReason}`;
       else if (b.lang === 'python' && !pythonHas(missing))
         skip = `python3 with ${missing.join(', ')} is not available`;
       test(`runs ${where}`, { skip }, () => {
