@@ -366,6 +366,37 @@ describe('maxsim serve without a model', { skip }, () => {
     assert.equal((await post(`${named}/v1/search`, { query: 'a' })).status, 200);
   });
 
+  test('a document without tokens scores null with empty: true in searches, searches by ids and reranks by id', async () => {
+    const dir = path.join(tmp, 'empty-doc.msx');
+    const { CorpusWriter } = await import('../src/io/corpus/index.js');
+    const w = CorpusWriter.create(dir, { dim: 2, dtype: 'float32', ids: true });
+    w.add(raggedBatch(Float32Array.from([1, 0, 0, 1, 0.5, 0.5]), [0, 2, 2, 3], { dim: 2 }), [
+      'a',
+      'none',
+      'c',
+    ]);
+    w.commit();
+    const { url: e } = await start(servers, { corpus: dir });
+    const q = [[1, 0]];
+    const search = await post(`${e}/v1/search`, { queries: [q], top_k: 3 });
+    assert.equal(search.status, 200, search.text);
+    assert.deepEqual(search.json.results[0], [
+      { id: 'a', index: 0, score: 1 },
+      { id: 'c', index: 2, score: 0.5 },
+      { id: 'none', index: 1, score: null, empty: true },
+    ]);
+    const byIds = await post(`${e}/v1/search`, { queries: [q], ids: ['none', 'c'], top_k: 2 });
+    assert.deepEqual(byIds.json.results[0], [
+      { id: 'c', index: 2, score: 0.5 },
+      { id: 'none', index: 1, score: null, empty: true },
+    ]);
+    const rerank = await post(`${e}/v1/rerank`, { query: q, candidates: ['none', 'a'] });
+    assert.deepEqual(rerank.json.results, [
+      { index: 1, id: 'a', relevance_score: 1 },
+      { index: 0, id: 'none', relevance_score: null, empty: true },
+    ]);
+  });
+
   test('a model of another dimension than the corpus is refused at start', async () => {
     const dir = path.join(tmp, 'dim8.msx');
     const { CorpusWriter } = await import('../src/io/corpus/index.js');

@@ -246,6 +246,8 @@ describe('maxsim serve', () => {
       [...sorted, 2],
     );
     assert.equal(r2.json.results[3].relevance_score, null);
+    assert.equal(r2.json.results[3].empty, true);
+    assert.ok(r2.json.results.slice(0, 3).every((x: { empty?: boolean }) => x.empty === undefined));
   });
 
   test('score equals maxsimAll', async () => {
@@ -671,14 +673,29 @@ describe('search answers as one JSON string', () => {
       );
       const want = JSON.stringify({
         results: hits.map((row) =>
-          row.map((h) => ({ id: h.id, index: h.index, score: Number.isFinite(h.score) ? h.score : null })),
+          row.map((h) =>
+            Number.isFinite(h.score)
+              ? { id: h.id, index: h.index, score: h.score }
+              : { id: h.id, index: h.index, score: null, empty: true },
+          ),
         ),
       });
-      assert.equal(searchJson(hits), want);
+      assert.equal(
+        searchJson(hits, () => true),
+        want,
+      );
     }
-    // NaN and +Infinity are scores that overflowed float32, never a null
+    // NaN and +Infinity are scores that overflowed float32, never a null; so is -Infinity of a
+    // document known to have tokens
     for (const bad of [Number.NaN, Infinity])
-      assert.throws(() => searchJson([[{ id: 'a', index: 0, score: bad }]]), /overflowed float32/);
+      assert.throws(
+        () => searchJson([[{ id: 'a', index: 0, score: bad }]], () => true),
+        /overflowed float32/,
+      );
+    assert.throws(
+      () => searchJson([[{ id: 'a', index: 0, score: -Infinity }]], () => false),
+      /overflowed float32/,
+    );
   });
 });
 

@@ -29,8 +29,15 @@ export function jsonScore(s: number, empty?: boolean): number | null {
   );
 }
 
-/** `{"results": [[{id, index, score}, ...], ...]}` as JSON.stringify writes it, built directly. */
-export function searchJson(hits: readonly (readonly CorpusHit[])[]): string {
+/** Whether a hit's document has no tokens (undefined: not known). */
+export type EmptyOf = (index: number, id: string) => boolean | undefined;
+
+/**
+ * `{"results": [[{id, index, score}, ...], ...]}` as JSON.stringify writes it, built directly. A
+ * document without tokens scores -Infinity: written `"score":null,"empty":true` (as /v1/score writes
+ * null for one); a -Infinity that is not an empty document's is an overflow (422).
+ */
+export function searchJson(hits: readonly (readonly CorpusHit[])[], emptyOf: EmptyOf): string {
   let out = '{"results":[';
   for (let r = 0; r < hits.length; r++) {
     if (r > 0) out += ',';
@@ -39,12 +46,26 @@ export function searchJson(hits: readonly (readonly CorpusHit[])[]): string {
     for (let i = 0; i < row.length; i++) {
       const h = row[i];
       if (i > 0) out += ',';
-      // ids are arbitrary strings: JSON.stringify escapes them; -Infinity (no tokens) is null
-      out += `{"id":${JSON.stringify(h.id)},"index":${h.index},"score":${jsonScore(h.score) ?? 'null'}}`;
+      // ids are arbitrary strings: JSON.stringify escapes them
+      out += `{"id":${JSON.stringify(h.id)},"index":${h.index},${scoreFields('score', h.score, () => emptyOf(h.index, h.id))}}`;
     }
     out += ']';
   }
   return `${out}]}`;
+}
+
+/** `"name":score`, or `"name":null,"empty":true` for a document without tokens (JSON text). */
+function scoreFields(name: string, s: number, empty: () => boolean | undefined): string {
+  if (Number.isFinite(s)) return `"${name}":${s}`;
+  jsonScore(s, empty()); // throws unless an empty document's
+  return `"${name}":null,"empty":true`;
+}
+
+/** A scored item as an object: `{[name]: score}`, or `{[name]: null, empty: true}` (see searchJson). */
+export function scoreObject(name: string, s: number, empty: boolean | undefined): Record<string, unknown> {
+  if (Number.isFinite(s)) return { [name]: s };
+  jsonScore(s, empty);
+  return { [name]: null, empty: true };
 }
 
 /** Packed float32 items as a batch for the kernels (values were checked when decoded). */

@@ -305,6 +305,16 @@ export class ResidentCorpus {
   }
 
   /**
+   * Whether the document `index` (with id `id`) has no tokens, on the current snapshot; undefined when
+   * that index no longer holds that id (a compaction renumbered it since it was scored).
+   */
+  isEmptyDocument(index: number, id: string): boolean | undefined {
+    const file = this.current.corpus.file;
+    if (!(index >= 0 && index < file.lengths.length) || file.id(index) !== id) return undefined;
+    return file.lengths[index] === 0;
+  }
+
+  /**
    * Every query against documents of the corpus by id, resolved and scored on one snapshot:
    * [queries.count * ids.length] scores, and the indices the ids had there.
    */

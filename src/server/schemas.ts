@@ -96,8 +96,13 @@ export const SearchQuery = Type.Object(
 );
 export type SearchQuery = Static<typeof SearchQuery>;
 
-const Score = Type.Union([Type.Number(), Type.Null()], { description: 'null for a document without tokens' });
-const Hit = Type.Object({ id: Type.String(), index: Type.Integer(), score: Score });
+const Score = Type.Union([Type.Number(), Type.Null()], {
+  description: 'null for a document without tokens (its MaxSim is -Infinity)',
+});
+const Empty = Type.Optional(
+  Type.Literal(true, { description: 'the document has no tokens (score null); absent otherwise' }),
+);
+const Hit = Type.Object({ id: Type.String(), index: Type.Integer(), score: Score, empty: Empty });
 export const SearchResponse = Type.Object({ results: Type.Array(Type.Array(Hit)) });
 
 export const RerankBody = Type.Object(
@@ -129,6 +134,7 @@ export const RerankResponse = Type.Object({
       index: Type.Integer({ description: 'position in the request' }),
       id: Type.Optional(Type.String()),
       relevance_score: Score,
+      empty: Empty,
       document: Type.Optional(Type.Object({ text: Type.String() })),
     }),
   ),

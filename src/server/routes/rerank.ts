@@ -9,7 +9,7 @@ import { checkWork, workOf } from '../../admission.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { maxsim } from '../../ops/maxsim.js';
 import { type TokenMatrix, tokenMatrix } from '../../tensor.js';
-import { asBatch, decodeDocuments, isEmptyItem, jsonScore, ranked, tokensOf } from '../answers.js';
+import { asBatch, decodeDocuments, isEmptyItem, ranked, scoreObject, tokensOf } from '../answers.js';
 import { decodeEmbeddings, itemCount, type PackedTokens, toFloat32 } from '../codecs.js';
 import { checkIds, type RouteContext, setBatch } from '../context.js';
 import { ErrorResponse, type InlineDocument, RerankBody, RerankResponse } from '../schemas.js';
@@ -96,7 +96,10 @@ async function scoreInputs(ctx: RouteContext, body: RerankBody, inputs: Inputs, 
       (signal) => ctx.resident.scoreDocuments(query, indices, signal),
       deadlineMs,
     );
-    return { scores, empty: (_i: number): boolean | undefined => undefined };
+    return {
+      scores,
+      empty: (i: number): boolean | undefined => ctx.resident.isEmptyDocument(indices[i], ids[i]),
+    };
   }
   if (itemCount(docs) === 0) return { scores: new Float32Array(0), empty: () => undefined };
   checkWork(
@@ -144,7 +147,7 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
           results: ranked(scores, body.top_n ?? scores.length).map((h) => ({
             index: h.index,
             ...(ids ? { id: ids[h.index] } : {}),
-            relevance_score: jsonScore(h.score, empty(h.index)),
+            ...scoreObject('relevance_score', h.score, empty(h.index)),
             ...(texts ? { document: { text: texts[h.index] } } : {}),
           })),
         };

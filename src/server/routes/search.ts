@@ -7,7 +7,7 @@ import type { Static } from 'typebox';
 import { checkWork, workOf } from '../../admission.js';
 import { InvalidArgumentError } from '../../errors.js';
 import type { CorpusHit } from '../../ops/corpus-search.js';
-import { asBatch, jsonScore, ranked, searchJson, tokensOf } from '../answers.js';
+import { asBatch, ranked, scoreObject, searchJson, tokensOf } from '../answers.js';
 import type { PassToken } from '../batcher.js';
 import { type EncodedTokens, itemCount, readEmbeddings, readNpy, toFloat32 } from '../codecs.js';
 import { checkIds, type RouteContext, setBatch } from '../context.js';
@@ -122,7 +122,7 @@ async function searchIds(
       ranked(scores.subarray(row * indices.length, (row + 1) * indices.length), r.k).map((h) => ({
         id: ids[h.index],
         index: indices[h.index],
-        score: jsonScore(h.score),
+        ...scoreObject('score', h.score, ctx.resident.isEmptyDocument(indices[h.index], ids[h.index])),
       })),
     );
   }, deadlineMs);
@@ -194,7 +194,7 @@ function answer(
   const t0 = performance.now();
   // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
   // a string with a JSON content type is sent as it is
-  const json = searchJson(hits);
+  const json = searchJson(hits, (index, id) => ctx.resident.isEmptyDocument(index, id));
   ctx.metrics.request.encode.observe((performance.now() - t0) / 1000);
   reply.type('application/json; charset=utf-8');
   return json as unknown as Static<typeof SearchResponse>;
