@@ -5,6 +5,7 @@
 import * as path from 'node:path';
 import { loadColbert } from '../src/encode/colbert.js';
 import { packageRoot } from '../src/native.js';
+import { seededText } from './texts.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, fallback: number) => {
@@ -16,17 +17,7 @@ const model =
 const n = flag('--docs', 2000);
 const threads = args.includes('--threads') ? flag('--threads', 1) : undefined;
 
-const WORDS = (
-  'the of and to in is paris city river seine museum louvre tower eiffel arrondissement bridge garden ' +
-  'street market history king revolution church art painting science music library university'
-).split(' ');
-let seed = 1;
-const rand = () => {
-  seed = (seed * 48271) % 2147483647;
-  return seed / 2147483647;
-};
-const text = (words: number) =>
-  Array.from({ length: words }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
+const { rand, text } = seededText(1);
 const docs = Array.from({ length: n }, () => text(40 + Math.floor(rand() * 161)));
 const queries = Array.from({ length: n }, () => text(3 + Math.floor(rand() * 8)));
 

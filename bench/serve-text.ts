@@ -15,6 +15,7 @@ import * as path from 'node:path';
 import { loadColbert } from '../src/encode/colbert.js';
 import { buildCorpusFromTexts } from '../src/encode/corpus-texts.js';
 import { packageRoot } from '../src/native.js';
+import { seededText } from './texts.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, fallback: string) => {
@@ -29,17 +30,7 @@ const connections = Number(flag('--connections', '16'));
 const duration = Number(flag('--duration', '8'));
 const backend = flag('--backend', 'cpu');
 
-const WORDS = (
-  'the of and to in is paris city river seine museum louvre tower eiffel arrondissement bridge garden ' +
-  'street market history king revolution church art painting science music library university'
-).split(' ');
-let seed = 11;
-const rand = () => {
-  seed = (seed * 48271) % 2147483647;
-  return seed / 2147483647;
-};
-const text = (words: number) =>
-  Array.from({ length: words }, () => WORDS[Math.floor(rand() * WORDS.length)]).join(' ');
+const { rand, text } = seededText(11);
 
 const p = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);

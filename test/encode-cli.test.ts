@@ -7,22 +7,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { loadColbert } from '../src/encode/colbert.js';
-import { loadOrt } from '../src/encode/runtime.js';
 import { readNpy } from '../src/io/npy.js';
 import { readSafetensors } from '../src/io/safetensors.js';
 import { packageRoot } from '../src/native.js';
+import { TINY, tinySkip } from './tiny-model.js';
 
-const TINY = path.join(packageRoot, 'test', 'fixtures', 'tiny-colbert');
 const CLI = path.join(packageRoot, 'dist', 'src', 'cli', 'main.js');
-const hasOrt = await loadOrt().then(
-  () => true,
-  () => false,
-);
-const skip = !fs.existsSync(path.join(TINY, 'model.onnx'))
-  ? 'test/fixtures/tiny-colbert/model.onnx not made yet'
-  : !hasOrt && !process.env.CI
-    ? 'onnxruntime-node is not installed'
-    : false;
+const skip = tinySkip;
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-encode-cli-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -7,20 +7,10 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { loadColbert } from '../src/encode/colbert.js';
 import { buildCorpusFromTexts, corpusEncoder } from '../src/encode/corpus-texts.js';
-import { loadOrt } from '../src/encode/runtime.js';
-import { packageRoot } from '../src/native.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
+import { TINY, tinySkip } from './tiny-model.js';
 
-const TINY = path.join(packageRoot, 'test', 'fixtures', 'tiny-colbert');
-const hasOrt = await loadOrt().then(
-  () => true,
-  () => false,
-);
-const skip = !fs.existsSync(path.join(TINY, 'model.onnx'))
-  ? 'test/fixtures/tiny-colbert/model.onnx not made yet'
-  : !hasOrt && !process.env.CI
-    ? 'onnxruntime-node is not installed'
-    : false;
+const skip = tinySkip;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-encode-corpus-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 

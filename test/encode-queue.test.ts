@@ -1,24 +1,12 @@
 // EncodeQueue: concurrent callers share encoder runs and each gets exactly its own items.
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { describe, test } from 'node:test';
 import { loadColbert } from '../src/encode/colbert.js';
 import { EncodeQueue } from '../src/encode/queue.js';
-import { loadOrt } from '../src/encode/runtime.js';
-import { packageRoot } from '../src/native.js';
 import type { TokenBatch } from '../src/tensor.js';
+import { TINY, tinySkip } from './tiny-model.js';
 
-const TINY = path.join(packageRoot, 'test', 'fixtures', 'tiny-colbert');
-const hasOrt = await loadOrt().then(
-  () => true,
-  () => false,
-);
-const skip = !fs.existsSync(path.join(TINY, 'model.onnx'))
-  ? 'test/fixtures/tiny-colbert/model.onnx not made yet'
-  : !hasOrt && !process.env.CI
-    ? 'onnxruntime-node is not installed'
-    : false;
+const skip = tinySkip;
 
 function rows(batch: TokenBatch, b: number): number[] {
   const s = batch.starts[b] * batch.dim;

@@ -12,23 +12,13 @@ import { after, before, describe, test } from 'node:test';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { type ColbertEncoder, loadColbert } from '../src/encode/colbert.js';
 import { buildCorpusFromTexts, ENCODER_FILE } from '../src/encode/corpus-texts.js';
-import { loadOrt } from '../src/encode/runtime.js';
-import { packageRoot } from '../src/native.js';
 import type { MaxsimServer } from '../src/server/app.js';
 import { createServer } from '../src/server/index.js';
 import { batchItem, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import { b64Of, buildCorpus, call, expectError, post, start } from './serve-helpers.js';
+import { TINY, tinySkip } from './tiny-model.js';
 
-const TINY = path.join(packageRoot, 'test', 'fixtures', 'tiny-colbert');
-const hasOrt = await loadOrt().then(
-  () => true,
-  () => false,
-);
-const skip = !fs.existsSync(path.join(TINY, 'model.onnx'))
-  ? 'test/fixtures/tiny-colbert/model.onnx not made yet'
-  : !hasOrt && !process.env.CI
-    ? 'onnxruntime-node is not installed'
-    : false;
+const skip = tinySkip;
 
 const WORDS = (
   'the of and to in is paris city river seine museum louvre tower eiffel bridge garden street market ' +

@@ -139,23 +139,22 @@ export function toHttpError(error: unknown, request: FastifyRequest): HttpError 
   const e = error as FastifyError & { validation?: AjvIssue[] };
   if (e?.validation && e.validation.length > 0)
     return validationError(e as { validation: AjvIssue[]; validationContext?: string }, request);
-  if (error instanceof WorkLimitError || error instanceof ItemLimitError)
+  const argumentCode =
+    error instanceof WorkLimitError
+      ? 'too_much_work'
+      : error instanceof ItemLimitError
+        ? 'too_many_items'
+        : error instanceof TextLengthError
+          ? 'text_too_long'
+          : undefined;
+  if (argumentCode)
     return {
       status: 413,
-      code: error instanceof WorkLimitError ? 'too_much_work' : 'too_many_items',
-      message: error.message,
-      field: error.argument,
-      expected: error.expected,
-      received: error.received,
-    };
-  if (error instanceof TextLengthError)
-    return {
-      status: 413,
-      code: 'text_too_long',
-      message: error.message,
-      field: error.argument,
-      expected: error.expected,
-      received: error.received,
+      code: argumentCode,
+      message: (error as InvalidArgumentError).message,
+      field: (error as InvalidArgumentError).argument,
+      expected: (error as InvalidArgumentError).expected,
+      received: (error as InvalidArgumentError).received,
     };
   if (error instanceof NoModelError)
     return { status: 400, code: 'no_model', message: error.message, field: error.field };

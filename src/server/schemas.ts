@@ -227,6 +227,15 @@ export const ModelInfo = Type.Object({
   backend: Type.String({ description: 'where the encoder runs' }),
 });
 
+/** The error answers of the read routes (search, rerank, score), for their OpenAPI responses. */
+export const READ_ERRORS = {
+  400: ErrorResponse,
+  404: ErrorResponse,
+  413: ErrorResponse,
+  429: ErrorResponse,
+  504: ErrorResponse,
+};
+
 export const InfoResponse = Type.Object({
   version: Type.String(),
   backend: Type.String(),

@@ -9,16 +9,9 @@ import { maxsimAll } from '../../ops/maxsim.js';
 import { asBatch, decodeDocuments, isEmptyItem, jsonScore, tokensOf } from '../answers.js';
 import { decodeEmbeddings, itemCount } from '../codecs.js';
 import { type RouteContext, setBatch } from '../context.js';
-import { ErrorResponse, type InlineDocument, ScoreBody, ScoreResponse } from '../schemas.js';
+import { type InlineDocument, READ_ERRORS, ScoreBody, ScoreResponse } from '../schemas.js';
 import { MAX_INLINE_DOCUMENTS } from './rerank.js';
 
-const errors = {
-  400: ErrorResponse,
-  404: ErrorResponse,
-  413: ErrorResponse,
-  429: ErrorResponse,
-  504: ErrorResponse,
-};
 const LIMIT_NAME = "the server's --max-work";
 
 export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
@@ -29,7 +22,7 @@ export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
       schema: {
         description: 'Raw MaxSim scores of inline queries x inline documents: scores[query][document].',
         body: ScoreBody,
-        response: { 200: ScoreResponse, ...errors },
+        response: { 200: ScoreResponse, ...READ_ERRORS },
       },
     },
     async (request) => {

@@ -12,17 +12,10 @@ import { type TokenMatrix, tokenMatrix } from '../../tensor.js';
 import { asBatch, decodeDocuments, isEmptyItem, ranked, scoreObject, tokensOf } from '../answers.js';
 import { decodeEmbeddings, itemCount, type PackedTokens, toFloat32 } from '../codecs.js';
 import { checkIds, type RouteContext, setBatch } from '../context.js';
-import { ErrorResponse, type InlineDocument, RerankBody, RerankResponse } from '../schemas.js';
+import { type InlineDocument, READ_ERRORS, RerankBody, RerankResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { isTextList } from './text-fields.js';
 
-const errors = {
-  400: ErrorResponse,
-  404: ErrorResponse,
-  413: ErrorResponse,
-  429: ErrorResponse,
-  504: ErrorResponse,
-};
 const LIMIT_NAME = "the server's --max-work";
 /** Inline documents of one request at most (as the schemas' maxItems). */
 export const MAX_INLINE_DOCUMENTS = 100_000;
@@ -125,7 +118,7 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
         description:
           "Scores one query against candidate documents, taken from the corpus by id (candidates) or sent inline (documents: embeddings, or texts with the server's model); results best first, index = position in the request; return_documents adds each text document.",
         body: RerankBody,
-        response: { 200: RerankResponse, ...errors },
+        response: { 200: RerankResponse, ...READ_ERRORS },
       },
     },
     async (request) => {

@@ -11,7 +11,7 @@ import { asBatch, ranked, scoreObject, searchJson, tokensOf } from '../answers.j
 import type { PassToken } from '../batcher.js';
 import { type EncodedTokens, itemCount, readEmbeddings, readNpy, toFloat32 } from '../codecs.js';
 import { checkIds, type RouteContext, setBatch } from '../context.js';
-import { ErrorResponse, SearchBody, SearchQuery, SearchResponse } from '../schemas.js';
+import { READ_ERRORS, SearchBody, SearchQuery, SearchResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { isTextList } from './text-fields.js';
 
@@ -129,13 +129,6 @@ async function searchIds(
 }
 
 export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
-  const errors = {
-    400: ErrorResponse,
-    404: ErrorResponse,
-    413: ErrorResponse,
-    429: ErrorResponse,
-    504: ErrorResponse,
-  };
   app.post(
     '/v1/search',
     {
@@ -151,7 +144,7 @@ export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
           },
         },
         querystring: SearchQuery,
-        response: { 200: SearchResponse, ...errors },
+        response: { 200: SearchResponse, ...READ_ERRORS },
       },
     },
     async (request, reply) => {
