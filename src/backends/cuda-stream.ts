@@ -57,6 +57,10 @@ export interface TransferStats {
   pinnedBytes: number;
   /** Bytes this search page-locked (pin-ahead: 0 once every chunk is). */
   registeredBytes: number;
+  /** Pinned ahead: token bytes copied into pinned staging instead (chunks not registered yet). */
+  stagedBytes: number;
+  /** Pinned ahead: readers that registered chunks (the others copied them; 0: no copies). */
+  registrars: number;
   /** Seconds spent before the scan on the transfer (mapping the files to pin ahead; else 0). */
   setupSeconds: number;
   depth: number;
@@ -95,6 +99,7 @@ interface NativeStreamResult {
   transferMode: TransferMode;
   transferNote: string;
   registeredBytes: number;
+  stagedBytes: number;
 }
 
 interface StreamAddon {
@@ -115,6 +120,7 @@ interface StreamAddon {
       directIo: boolean;
       directIoUnlessCached: boolean;
       pinned?: unknown;
+      registrars?: number;
     },
     launch: Launch,
     progress: Float64Array,
@@ -434,6 +440,9 @@ async function streamSearch(
     Math.max(2, Math.floor((choice.mode === 'direct' ? directReadersFor() : readersFor()) / indices.length));
   if (!Number.isInteger(readers) || readers < 1 || readers > 64)
     throw new InvalidArgumentError('readers', 'an integer in [1, 64]', String(options.readers));
+  const r = options.registrars;
+  if (r !== undefined && (!Number.isInteger(r) || r < 0 || r > readers))
+    throw new InvalidArgumentError('registrars', `an integer in [0, readers = ${readers}]`, String(r));
   const devices = await Promise.all(indices.map((device) => cuda({ device })));
   const frees = await Promise.all(devices.map(async (d) => (await d.memory()).free));
   const budget = options.gpuMemory ?? Math.min(DEFAULT_BUDGET_CAP, Math.floor(Math.min(...frees) * 0.75));
@@ -519,6 +528,13 @@ async function streamSearch(
   const setupSeconds = (performance.now() - setupStart) / 1000;
   const pinned =
     choice.mode === 'pinned' ? pins.explicit : choice.mode === 'pinned-ahead' ? pins.ahead : undefined;
+  // Pinned ahead with chunks still unregistered (a first search): some readers register while the
+  // others copy into staging, so the scan runs at both paths' rates together (registering alone ran
+  // at 0.45 of the pinned rate, copying alone at 0.35-0.42).
+  const registrars =
+    choice.mode === 'pinned-ahead' && pinned !== undefined && pinnedBytesOf(pinned) < info.bytes
+      ? (options.registrars ?? Math.max(1, Math.round(readers / 3)))
+      : 0;
   const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;
   let settled: PromiseSettledResult<NativeStreamResult | undefined>[];
   try {
@@ -545,6 +561,7 @@ async function streamSearch(
             directIoUnlessCached: (options.transfer ?? 'auto') === 'auto',
             // the pin is registered for every GPU of the host (portable)
             pinned: pinned?.handle,
+            registrars,
           },
           launch,
           progress[i],
@@ -600,6 +617,8 @@ async function streamSearch(
         corpusBytes: info.bytes,
         pinnedBytes: pinned ? pinnedBytesOf(pinned) : 0,
         registeredBytes: results.reduce((s, r) => s + r.registeredBytes, 0),
+        stagedBytes: results.reduce((s, r) => s + r.stagedBytes, 0),
+        registrars: registrars < readers ? registrars : 0,
         setupSeconds,
         depth: DEPTH,
         readers,
