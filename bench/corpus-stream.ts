@@ -32,8 +32,7 @@ const { values } = parseArgs({
     'query-length': { type: 'string', default: '32' },
     repeats: { type: 'string', default: '2' },
     modes: { type: 'string', default: 'pinned,auto,copy,direct' },
-    // extra configurations, 'transfer:depth:readers[:registrars],...' (e.g. copy:4:16,pin:8:12,auto:3:12:0;
-    // registrars: pinned ahead, the readers that register while the others copy; 0 registers only)
+    // extra configurations, 'transfer:depth:readers,...' (e.g. copy:4:16,direct:6:16,pin:8:12)
     grid: { type: 'string', default: '' },
     dtype: { type: 'string', default: 'fp16' },
     // auto: the host-memory budget (default: half of MemAvailable)
@@ -96,7 +95,7 @@ const hostMemoryBudget =
     : Math.floor(Number(values['host-budget-gib']) * 1024 ** 3);
 // Configurations: each mode with its default depth / readers, then each --grid entry.
 type Mode = 'pinned' | 'auto' | 'copy' | 'direct' | 'register' | 'pin';
-type Config = { mode: Mode; pipelineDepth?: number; readers?: number; registrars?: number };
+type Config = { mode: Mode; pipelineDepth?: number; readers?: number };
 const MODES: Mode[] = ['pinned', 'auto', 'copy', 'direct', 'register', 'pin'];
 const configs: Config[] = [
   ...values
@@ -107,9 +106,8 @@ const configs: Config[] = [
     .grid!.split(',')
     .filter(Boolean)
     .map((g) => {
-      const [m, d, r, g4] = g.split(':');
-      const registrars = g4 === undefined ? undefined : Number(g4);
-      return { mode: m as Mode, pipelineDepth: Number(d), readers: Number(r), registrars };
+      const [m, d, r] = g.split(':');
+      return { mode: m as Mode, pipelineDepth: Number(d), readers: Number(r) };
     }),
 ];
 for (const c of configs)
@@ -145,7 +143,6 @@ for (const config of configs) {
         hostMemoryBudget,
         pipelineDepth: config.pipelineDepth,
         readers: config.readers,
-        registrars: config.registrars,
         onProgress: (p) => {
           if (p.elapsedMs - last > 2000) {
             last = p.elapsedMs;
@@ -158,9 +155,7 @@ for (const config of configs) {
       const wallSeconds = (performance.now() - started) / 1000;
       const t = stats.transfer!;
       const label = `${config.mode}${config.mode === 'auto' ? (r === 0 ? ' (cold)' : ' (warm)') : ''}${
-        config.pipelineDepth
-          ? `:${config.pipelineDepth}:${config.readers}${config.registrars === undefined ? '' : `:${config.registrars}`}`
-          : ''
+        config.pipelineDepth ? `:${config.pipelineDepth}:${config.readers}` : ''
       }${devices ? ` gpus ${stats.devices?.join(',')}` : ''}`;
       const GBps = gb(stats.bytes / stats.seconds);
       const firstBlockMs = (stats.firstBlockSeconds + t.setupSeconds) * 1000;
@@ -192,8 +187,6 @@ for (const config of configs) {
           setupMs: +(t.setupSeconds * 1000).toFixed(1),
           pinnedGB: +gb(t.pinnedBytes).toFixed(2),
           registeredGB: +gb(t.registeredBytes).toFixed(2),
-          stagedGB: +gb(t.stagedBytes).toFixed(2),
-          registrars: t.registrars,
           ...(pinSeconds !== undefined ? { pinSeconds: +pinSeconds.toFixed(2) } : {}),
           blocks: stats.blocks,
           variant: stats.variant,

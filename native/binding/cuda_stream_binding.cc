@@ -81,7 +81,6 @@ class StreamScanTask : public CudaTask {
     o.Set("transferMode", Napi::String::New(env, result_.transfer_mode));
     o.Set("transferNote", Napi::String::New(env, result_.transfer_note));
     o.Set("registeredBytes", Napi::Number::New(env, static_cast<double>(result_.registered_bytes)));
-    o.Set("stagedBytes", Napi::Number::New(env, static_cast<double>(result_.staged_bytes)));
     return o;
   }
 
@@ -120,8 +119,6 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   spec.depth = static_cast<int>(GetInteger(env, plan.Get("depth"), "plan.depth", 1, 8));
   spec.readers = static_cast<int>(GetInteger(env, plan.Get("readers"), "plan.readers", 1, 64));
   spec.k = GetInteger(env, plan.Get("k"), "plan.k", 0, int64_t(1) << 31);
-  const Napi::Value registrars = plan.Get("registrars");
-  spec.registrars = registrars.IsUndefined() ? 0 : static_cast<int>(GetInteger(env, registrars, "plan.registrars", 0, 64));
   spec.register_pages = plan.Get("registerPages").ToBoolean().Value();
   spec.direct_io = plan.Get("directIo").ToBoolean().Value();
   spec.direct_io_unless_cached = plan.Get("directIoUnlessCached").ToBoolean().Value();

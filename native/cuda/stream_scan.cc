@@ -130,13 +130,6 @@ struct Slot {
   // that block's); the bytes past its last page boundary come through this small pinned buffer.
   uint64_t direct_bytes = 0;       // bytes copied from `tokens`; the rest of the block is in `tail`
   uint8_t* tail = nullptr;
-  // Hybrid pin-ahead (guarded by the pipeline's mutex): chunks [chunk_lo, chunk_hi) of the block are
-  // still to be taken, registrars from the front, copiers from the back; a copied chunk sits in
-  // host_tokens at its offset in the block (in_staging, indexed from chunk_first). host_tokens is
-  // allocated by the stager thread; staging_ready says it is there.
-  uint64_t chunk_first = 0, chunk_lo = 0, chunk_hi = 0;
-  std::vector<uint8_t> in_staging;
-  bool staging_ready = false;
 };
 
 // Everything the scan allocates, released in the right order on every exit path: reader threads
@@ -146,7 +139,6 @@ struct Pipeline {
   std::vector<Slot> slots;
   cu::CUstream copy_stream = nullptr;
   std::vector<std::thread> readers;
-  std::thread stager;  // hybrid pin-ahead: allocates the slots' staging while the first blocks register
 
   // reader <-> worker coordination
   std::mutex mutex;
@@ -155,8 +147,6 @@ struct Pipeline {
   std::vector<int> parts_done;      // per slot: reader slices finished for the block in it
   std::string read_error;
   bool stop = false;
-  bool no_staging = false;  // hybrid: the staging could not be allocated; the registrars do everything
-  std::vector<std::pair<int, uint64_t>> copied_chunks;  // hybrid: (file, chunk) copied, to register later
 
   explicit Pipeline(Runtime& r) : rt(r) {}
   ~Pipeline() {
@@ -166,7 +156,6 @@ struct Pipeline {
     }
     cv.notify_all();
     for (auto& t : readers) t.join();
-    if (stager.joinable()) stager.join();
     // Best effort and never throwing: after a sticky error these calls fail too (or Api() throws),
     // and there is nothing better to do than leak.
     try {
@@ -273,7 +262,6 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   const bool pinned = spec.pinned != nullptr;
   const bool ahead = pinned && spec.pinned->chunk > 0;  // register the chunks as the blocks need them
   const bool direct = spec.register_pages || pinned;  // the copy engine reads the page cache itself
-  const bool hybrid = ahead && spec.registrars > 0 && spec.registrars < nreaders;
   if (spec.register_pages && !pinned) files.MapAll(spec.files);
   bool direct_io = spec.direct_io && !direct;
   if (direct_io && spec.direct_io_unless_cached) {
@@ -289,7 +277,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     result.transfer_note = files.OpenDirect(spec.files);
     direct_io = result.transfer_note.empty();
   }
-  std::atomic<uint64_t> registered_now{0}, staged_now{0}, staged_slot_bytes{0};
+  std::atomic<uint64_t> registered_now{0};
   Pipeline pipe(rt);
   Check(d.cuStreamCreate(&pipe.copy_stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   pipe.slots.resize(depth);
@@ -319,18 +307,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     result.pinned_bytes += (direct ? 0 : slot_token_bytes) + spec.capacity_docs * 12 + score_count * 4 +
                            (s.host_token_scales ? spec.capacity_tokens * 4 : 0);
   };
-  // Hybrid: the chunks of block b (in the slot it will use) are all still to be taken. Under the mutex.
-  auto arm = [&](int64_t b) {
-    if (!hybrid || b >= nblocks) return;
-    const StreamBlock& blk = spec.blocks[b];
-    Slot& s = pipe.slots[b % depth];
-    const uint64_t total = static_cast<uint64_t>(blk.tokens) * row_bytes, chunk = spec.pinned->chunk;
-    s.chunk_first = s.chunk_lo = blk.tokens_offset / chunk;
-    s.chunk_hi = total ? (blk.tokens_offset + total - 1) / chunk + 1 : s.chunk_lo;
-    s.in_staging.assign(s.chunk_hi - s.chunk_lo, 0);
-  };
   make_slot(pipe.slots[0]);
-  arm(0);
   pipe.readable_below = 1;
   if (direct_io && !spec.files.empty()) {
     // A file system may accept O_DIRECT at open and refuse the reads (EINVAL): try one page first.
@@ -363,39 +340,6 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
           if (end > m.second) {
             if (b % nreaders == r) {
               err = spec.files[blk.file] + " is truncated: bytes up to " + std::to_string(end) + " were expected";
-            }
-          } else if (hybrid && total > 0) {
-            // Registrars take chunks from the front (kept registered for later searches), copiers from
-            // the back into the slot's staging: whichever path is faster takes more of the block.
-            const bool registrar = r < spec.registrars;
-            const uint64_t chunk = spec.pinned->chunk;
-            while (err.empty()) {
-              uint64_t c = 0;
-              {
-                std::unique_lock<std::mutex> lock(pipe.mutex);
-                if (!registrar) {
-                  pipe.cv.wait(lock, [&] {
-                    return pipe.stop || pipe.no_staging || slot.staging_ready || slot.chunk_lo >= slot.chunk_hi;
-                  });
-                }
-                if (pipe.stop) return;
-                if (slot.chunk_lo >= slot.chunk_hi || (!registrar && !slot.staging_ready)) break;
-                c = registrar ? slot.chunk_lo++ : --slot.chunk_hi;
-              }
-              if (registrar) {
-                uint64_t added = 0;
-                err = spec.pinned->Ensure(rt, blk.file, c, &added);
-                registered_now += added;
-                pipe.cv.notify_all();  // copiers waiting for staging may find the block taken
-              } else if (!spec.pinned->Registered(blk.file, c)) {
-                const uint64_t from = std::max(blk.tokens_offset, c * chunk), to = std::min(end, (c + 1) * chunk);
-                err = ReadRange(files.fds[blk.file], spec.files[blk.file],
-                                static_cast<uint8_t*>(slot.host_tokens) + (from - blk.tokens_offset), from, to - from);
-                staged_now += to - from;
-                std::lock_guard<std::mutex> lock(pipe.mutex);
-                slot.in_staging[c - slot.chunk_first] = 1;
-                pipe.copied_chunks.emplace_back(blk.file, c);
-              }
             }
           } else if (ahead && total > 0) {
             // the block's chunks not yet registered, shared among the readers (every nreaders-th)
@@ -484,39 +428,10 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     });
   }
 
-  if (hybrid) {
-    // The staging of every slot, slot 0's first, while the registrars start on the first blocks (a
-    // first block waits for no large pinned allocation).
-    pipe.stager = std::thread([&, slot_token_bytes] {
-      cu::CUresult rc = d.cuCtxSetCurrent(rt.context());
-      for (int i = 0; i < depth && rc == 0; i++) {
-        {
-          std::lock_guard<std::mutex> lock(pipe.mutex);
-          if (pipe.stop) return;
-        }
-        void* p = nullptr;
-        rc = d.cuMemHostAlloc(&p, std::max<uint64_t>(slot_token_bytes, 64), cu::CU_MEMHOSTALLOC_DEFAULT);
-        if (rc != 0) break;
-        {
-          std::lock_guard<std::mutex> lock(pipe.mutex);
-          pipe.slots[i].host_tokens = p;
-          pipe.slots[i].staging_ready = true;
-        }
-        staged_slot_bytes += slot_token_bytes;
-        pipe.cv.notify_all();
-      }
-      if (rc != 0) {
-        std::lock_guard<std::mutex> lock(pipe.mutex);
-        pipe.no_staging = true;
-      }
-      pipe.cv.notify_all();
-    });
-  }
   for (int i = 1; i < depth; i++) {
     make_slot(pipe.slots[i]);
     {
       std::lock_guard<std::mutex> lock(pipe.mutex);
-      arm(i);
       pipe.readable_below = i + 1;
     }
     pipe.cv.notify_all();
@@ -553,7 +468,6 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     }
     {
       std::lock_guard<std::mutex> lock(pipe.mutex);
-      arm(b + depth);
       pipe.readable_below = b + depth + 1;
     }
     pipe.cv.notify_all();
@@ -588,10 +502,7 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
     for (uint64_t at = 0; at < s.direct_bytes;) {
       uint64_t n = s.direct_bytes - at;
       if (piece) n = std::min(n, piece - (blk.tokens_offset + at) % piece);
-      // hybrid: a chunk a copier took comes from the staging, the others from the registered pages
-      const bool staged = hybrid && s.in_staging[(blk.tokens_offset + at) / piece - s.chunk_first];
-      const uint8_t* src = staged ? static_cast<const uint8_t*>(s.host_tokens) + at : s.tokens + at;
-      Check(d.cuMemcpyHtoDAsync(dev.data + at, src, n, pipe.copy_stream), "cuMemcpyHtoDAsync");
+      Check(d.cuMemcpyHtoDAsync(dev.data + at, s.tokens + at, n, pipe.copy_stream), "cuMemcpyHtoDAsync");
       at += n;
     }
     if (token_bytes > s.direct_bytes) {
@@ -619,7 +530,6 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   }
   for (int64_t b = std::max<int64_t>(0, nblocks - (depth - 1)); b < nblocks; b++) finish(b);
 
-  if (hybrid && !pipe.copied_chunks.empty()) spec.pinned->RegisterLater(pipe.copied_chunks);
   result.k = k;
   result.scores.resize(nq * k);
   result.indices.resize(nq * k);
@@ -631,8 +541,6 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
   }
   result.bytes = static_cast<uint64_t>(bytes_done);
   result.registered_bytes = registered_now;
-  result.staged_bytes = staged_now;
-  result.pinned_bytes += staged_slot_bytes;
   const uint64_t peak = rt.allocator().stats().peak;
   result.device_peak = peak > in_use_before ? peak - in_use_before : 0;
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -640,11 +548,6 @@ StreamScanResult RunStreamScan(Runtime& rt, const DeviceTokens& queries, const S
 }
 
 PinnedFiles::~PinnedFiles() {
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    closing = true;
-  }
-  if (filler.joinable()) filler.join();
   if (maps.empty()) return;
   // the registrations: each file whole, or each registered chunk
   std::vector<void*> regs;
@@ -696,45 +599,6 @@ std::string PinnedFiles::Ensure(Runtime& rt, int file, uint64_t c, uint64_t* add
   registered += to - from;
   *added += to - from;
   return "";
-}
-
-void PinnedFiles::RegisterLater(const std::vector<std::pair<int, uint64_t>>& chunks) {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (closing) return;
-  later.insert(later.end(), chunks.begin(), chunks.end());
-  if (filling) return;  // the running filler takes them too
-  if (filler.joinable()) filler.join();  // finished: it cleared `filling` before returning
-  filling = true;
-  filler = std::thread([this] {
-    // Api() and Ensure() throw once the driver is unusable: that ends the filling, never the process
-    try {
-      Fill();
-    } catch (...) {
-    }
-    std::lock_guard<std::mutex> lock(mutex);
-    filling = false;
-    later.clear();
-  });
-}
-
-void PinnedFiles::Fill() {
-  const bool current = Api().cuCtxSetCurrent(runtime->context()) == 0;
-  for (;;) {
-    std::pair<int, uint64_t> c;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (closing || later.empty() || !current) return;
-      c = later.front();
-      later.pop_front();
-    }
-    uint64_t added = 0;
-    Ensure(*runtime, c.first, c.second, &added);  // a refusal leaves the chunk to a later scan
-  }
-}
-
-bool PinnedFiles::Registered(int file, uint64_t c) {
-  std::lock_guard<std::mutex> lock(mutex);
-  return state[file][c] == 2;
 }
 
 std::shared_ptr<PinnedFiles> PinFiles(Runtime& rt, const std::vector<std::string>& paths, uint64_t chunk_bytes) {

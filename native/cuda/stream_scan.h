@@ -18,12 +18,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
 #include "runtime.h"
@@ -61,15 +58,6 @@ struct PinnedFiles {
   // Registers chunk `c` of file `file` unless it is (waits while another thread registers it); adds
   // the bytes it registered to *added. Returns "" or an error naming the file.
   std::string Ensure(Runtime& rt, int file, uint64_t c, uint64_t* added);
-  // Whether chunk `c` of file `file` is registered now (a copy of it is then unnecessary).
-  bool Registered(int file, uint64_t c);
-  // Registers these (file, chunk) pairs on a background thread (chunks a hybrid scan copied instead),
-  // so later searches find the files page-locked; the destructor stops and joins it.
-  void RegisterLater(const std::vector<std::pair<int, uint64_t>>& chunks);
-  std::deque<std::pair<int, uint64_t>> later;  // guarded by mutex
-  bool filling = false, closing = false;       // guarded by mutex
-  std::thread filler;
-  void Fill();  // the filler's loop
   ~PinnedFiles();
 };
 // chunk_bytes 0: map and register every file whole now; else map only (pin-ahead, chunks of that size,
@@ -95,10 +83,6 @@ struct StreamScanSpec {
   bool direct_io = false;
   // with direct_io: read through the page cache after all when it holds most of the files (sampled)
   bool direct_io_unless_cached = false;
-  // Pinned ahead (chunk > 0) only: the first `registrars` readers register a block's unregistered
-  // chunks from its front while the others copy them from its back into pinned staging, so a first
-  // search runs at the two paths' combined rate; 0 registers every chunk (no staging).
-  int registrars = 0;
   int64_t k = 10;
   LaunchSpec launch;
   // Written as blocks finish (documents done, bytes done); read by the JS thread for progress.
@@ -120,7 +104,6 @@ struct StreamScanResult {
   uint64_t device_peak = 0;     // peak device bytes the scan allocated
   uint64_t pinned_bytes = 0;    // pinned host bytes of the slots
   double first_block_seconds = 0, seconds = 0;
-  uint64_t staged_bytes = 0;    // hybrid pin-ahead: token bytes that came through the staging copies
   std::string transfer_mode;    // what the scan did: "pinned", "pinned-ahead", "direct", "copy", "register"
   std::string transfer_note;    // why it did not do what was asked ("" when it did)
   uint64_t registered_bytes = 0;// pin-ahead: bytes this scan registered (0 once every chunk is)

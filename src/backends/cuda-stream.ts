@@ -57,10 +57,6 @@ export interface TransferStats {
   pinnedBytes: number;
   /** Bytes this search page-locked (pin-ahead: 0 once every chunk is). */
   registeredBytes: number;
-  /** Pinned ahead: token bytes copied into pinned staging instead (chunks not registered yet). */
-  stagedBytes: number;
-  /** Pinned ahead: readers that registered chunks (the others copied them; 0: no copies). */
-  registrars: number;
   /** Seconds spent before the scan on the transfer (mapping the files to pin ahead; else 0). */
   setupSeconds: number;
   depth: number;
@@ -84,6 +80,12 @@ const DEFAULT_DEPTH: Record<TransferMode, number> = {
 };
 /** Largest block: big enough that per-block overheads vanish (~5 ms of copy at 50 GB/s). */
 const MAX_BLOCK_BYTES = 256 * 1024 * 1024;
+/**
+ * The first block, after which blocks double up to the largest, so the first results come soon: a
+ * first search pinning ahead registers ~25 GB/s, and a 256 MiB first block took 37 ms (H200 host;
+ * 16 MiB: 7-8 ms).
+ */
+const FIRST_BLOCK_BYTES = 16 * 1024 * 1024;
 const DEFAULT_BUDGET_CAP = 8 * 1024 ** 3;
 const PROGRESS_MS = 100;
 
@@ -99,7 +101,6 @@ interface NativeStreamResult {
   transferMode: TransferMode;
   transferNote: string;
   registeredBytes: number;
-  stagedBytes: number;
 }
 
 interface StreamAddon {
@@ -120,7 +121,6 @@ interface StreamAddon {
       directIo: boolean;
       directIoUnlessCached: boolean;
       pinned?: unknown;
-      registrars?: number;
     },
     launch: Launch,
     progress: Float64Array,
@@ -440,9 +440,6 @@ async function streamSearch(
     Math.max(2, Math.floor((choice.mode === 'direct' ? directReadersFor() : readersFor()) / indices.length));
   if (!Number.isInteger(readers) || readers < 1 || readers > 64)
     throw new InvalidArgumentError('readers', 'an integer in [1, 64]', String(options.readers));
-  const r = options.registrars;
-  if (r !== undefined && (!Number.isInteger(r) || r < 0 || r > readers))
-    throw new InvalidArgumentError('registrars', `an integer in [0, readers = ${readers}]`, String(r));
   const devices = await Promise.all(indices.map((device) => cuda({ device })));
   const frees = await Promise.all(devices.map(async (d) => (await d.memory()).free));
   const budget = options.gpuMemory ?? Math.min(DEFAULT_BUDGET_CAP, Math.floor(Math.min(...frees) * 0.75));
@@ -487,7 +484,9 @@ async function streamSearch(
       `at least ${Math.ceil((DEPTH * (longest + perDocBytes) + queryBytes) / 1024 ** 2)} MiB (three slots of the longest document)`,
       `${budget} bytes`,
     );
-  const blocks = file.planBlocks(blockBytes, maxDocs);
+  // an explicit blockBytes is obeyed from the first block on
+  const first = options.blockBytes === undefined ? Math.min(blockBytes, FIRST_BLOCK_BYTES) : blockBytes;
+  const blocks = file.planBlocks(blockBytes, maxDocs, first);
 
   // one kernel for every GPU, planned for the largest block of the whole corpus
   const whole = buildStreamPlan(file, blocks);
@@ -528,13 +527,6 @@ async function streamSearch(
   const setupSeconds = (performance.now() - setupStart) / 1000;
   const pinned =
     choice.mode === 'pinned' ? pins.explicit : choice.mode === 'pinned-ahead' ? pins.ahead : undefined;
-  // Pinned ahead with chunks still unregistered (a first search): some readers register while the
-  // others copy into staging, so the scan runs at both paths' rates together (registering alone ran
-  // at 0.45 of the pinned rate, copying alone at 0.35-0.42).
-  const registrars =
-    choice.mode === 'pinned-ahead' && pinned !== undefined && pinnedBytesOf(pinned) < info.bytes
-      ? (options.registrars ?? Math.max(1, Math.round(readers / 3)))
-      : 0;
   const timer = options.onProgress ? setInterval(report, PROGRESS_MS) : undefined;
   let settled: PromiseSettledResult<NativeStreamResult | undefined>[];
   try {
@@ -561,7 +553,6 @@ async function streamSearch(
             directIoUnlessCached: (options.transfer ?? 'auto') === 'auto',
             // the pin is registered for every GPU of the host (portable)
             pinned: pinned?.handle,
-            registrars,
           },
           launch,
           progress[i],
@@ -617,8 +608,6 @@ async function streamSearch(
         corpusBytes: info.bytes,
         pinnedBytes: pinned ? pinnedBytesOf(pinned) : 0,
         registeredBytes: results.reduce((s, r) => s + r.registeredBytes, 0),
-        stagedBytes: results.reduce((s, r) => s + r.stagedBytes, 0),
-        registrars: registrars < readers ? registrars : 0,
         setupSeconds,
         depth: DEPTH,
         readers,

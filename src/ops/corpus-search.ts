@@ -93,13 +93,6 @@ export interface CorpusSearchOptions {
   pipelineDepth?: number;
   /** CUDA: reader threads (default: cores - 2, at most 12; direct: cores, 4..16). */
   readers?: number;
-  /**
-   * CUDA, pinned ahead while chunks are still unregistered: how many of the readers register chunks
-   * (kept page-locked for later searches) while the others copy chunks into pinned staging, each
-   * block's chunks going to whichever is ready first (default: a third of the readers, at least 1;
-   * 0 registers every chunk and allocates no staging; 0..readers).
-   */
-  registrars?: number;
   /** Token bytes per block (default: 64 MiB on the CPU; on CUDA derived from gpuMemory). */
   blockBytes?: number;
   /**

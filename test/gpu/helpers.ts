@@ -239,13 +239,3 @@ export function signRunInputs(
   );
   return { queries, docs };
 }
-
-/**
- * Waits (up to 20 s) until a corpus pinned ahead is page-locked whole: the chunks a first search
- * copied instead of registering are registered by a background thread after it.
- */
-export async function fullyPinned(corpus: { pinnedBytes: number; info: { bytes: number } }): Promise<void> {
-  const end = Date.now() + 20000;
-  while (corpus.pinnedBytes < corpus.info.bytes && Date.now() < end)
-    await new Promise((r) => setTimeout(r, 20));
-}

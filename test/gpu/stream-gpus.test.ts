@@ -11,7 +11,7 @@ import { CorpusWriter } from '../../src/io/corpus/index.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
 import type { Hit } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
-import { fullyPinned, skip, status } from './helpers.js';
+import { skip, status } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-stream-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -63,8 +63,6 @@ describe(`CUDA corpus search on several GPUs (${devices.join(',')})`, { skip }, 
     corpus.unpin();
     // pinned ahead by the scans of every GPU at once (they register the chunks they reach, once)
     for (let round = 0; round < 2; round++) {
-      // a first search copies some chunks instead of registering them; they are registered after it
-      if (round === 1) await fullyPinned(corpus);
       const ahead = await corpus.searchWithStats(queries, {
         topK: 11,
         backend: 'cuda',
