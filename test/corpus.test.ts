@@ -11,12 +11,12 @@ import { fileURLToPath } from 'node:url';
 import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream.js';
 import { openArraySource } from '../src/io/array-source.js';
 import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
-import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
+import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { loadArray } from '../src/io/load.js';
 import { writeNpy } from '../src/io/npy.js';
 import { writeSafetensors } from '../src/io/safetensors.js';
 import { blockTopK, mergeHits, openCorpus } from '../src/ops/corpus-search.js';
-import { topKAll } from '../src/ops/maxsim.js';
+import { topK } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import {
   decodeToFloat32,
@@ -182,7 +182,7 @@ describe('corpus search (CPU) equals in-memory search', () => {
     const c = openCorpus(dir);
     const all = concatBatchesAs(parts, 'float16');
     const queries = randomRagged([5, 1, 9], dim, 'float32', rand);
-    const want = await topKAll(queries, all, 7, { backend: 'cpu' });
+    const want = await topK(queries, all, 7, { backend: 'cpu' });
     const rowBytes = dim * 2;
     // 1 byte: one document per block; exact document boundaries; a block per segment; everything.
     for (const blockBytes of [1, rowBytes * 20, rowBytes * 33, rowBytes * 1000, 1 << 30]) {
@@ -214,7 +214,7 @@ describe('corpus search (CPU) equals in-memory search', () => {
     w.add(docs);
     w.commit();
     const queries = randomRagged([4, 7], 64, 'float32', rand);
-    const want = await topKAll(quantize(queries, 'int8'), quantize(docs, 'int8'), 5, { backend: 'cpu' });
+    const want = await topK(quantize(queries, 'int8'), quantize(docs, 'int8'), 5, { backend: 'cpu' });
     const got = await openCorpus(dir).search(queries, { topK: 5, backend: 'cpu', blockBytes: 700 });
     assert.deepEqual(
       got.map((r) => r.map((h) => [h.index, h.score])),
@@ -524,7 +524,7 @@ describe('corpus build from files (streamed)', () => {
     const dir = fresh();
     const seen: number[] = [];
     // groupBytes small: many groups, documents never split
-    const info = buildCorpusFromFiles({
+    const info = buildCorpusFromFilesSync({
       docs: npy,
       docOffsets: off,
       ids,
@@ -550,7 +550,7 @@ describe('corpus build from files (streamed)', () => {
     // ids are unique across the corpus: the appended documents get their own
     const ids2 = path.join(tmp, 'ids2.txt');
     fs.writeFileSync(ids2, `${lengths.map((_, i) => `dense-${i}`).join('\n')}\n`);
-    buildCorpusFromFiles({
+    buildCorpusFromFilesSync({
       docs: `${st}:tokens`,
       docLengths: `${st}:lengths`,
       ids: ids2,
@@ -579,10 +579,16 @@ describe('corpus build from files (streamed)', () => {
     writeNpy(s8, { dtype: 'float32', shape: [q8.scales!.length], data: q8.scales! });
     writeNpy(l8, { dtype: 'int32', shape: [lengths.length], data: Int32Array.from(lengths) });
     const dir = fresh();
-    const info = buildCorpusFromFiles({ docs: d8, docLengths: l8, docScales: s8, out: dir, groupBytes: 64 });
+    const info = buildCorpusFromFilesSync({
+      docs: d8,
+      docLengths: l8,
+      docScales: s8,
+      out: dir,
+      groupBytes: 64,
+    });
     assert.equal(info.dtype, 'int8');
     sameBatchBits(openCorpus(dir).readDocuments(lengths.map((_, i) => i)), q8, 'int8 build');
-    assert.throws(() => buildCorpusFromFiles({ docs: d8, docLengths: l8, out: fresh() }), /--doc-scales/);
+    assert.throws(() => buildCorpusFromFilesSync({ docs: d8, docLengths: l8, out: fresh() }), /--doc-scales/);
   });
 
   test('openArraySource reads the same elements as loadArray', () => {
@@ -642,7 +648,7 @@ describe('CLI: maxsim corpus / search --corpus', () => {
       .split('\n')
       .map((l) => JSON.parse(l));
     const both = concatBatches([docs, docs]);
-    const want = await topKAll(q, both, 3, { backend: 'cpu' });
+    const want = await topK(q, both, 3, { backend: 'cpu' });
     assert.deepEqual(
       lines.map((l) => l.results.map((h: { index: number; id: string }) => [h.index, h.id])),
       want.map((row) => row.map((h) => [h.index, String(h.index)])),
