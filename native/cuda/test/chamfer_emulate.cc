@@ -6,9 +6,10 @@
 // `node scripts/build-native.mjs addon` (it links the addon's CPU objects), from the repo root:
 //   O=build/Release/obj.target; g++ -std=c++20 -O1 -pthread -ffp-contract=off -Inative/cpu -Inative/cuda \
 //     -Inative/cuda/kernels -x c++ native/cuda/test/chamfer_emulate.cc -x none \
-//     $O/maxsim_native/native/cpu/{chamfer,chamfer_portable,engine,thread_pool,kernels_portable,kernels_neon}.o \
+//     $O/maxsim_native/native/cpu/{chamfer,chamfer_portable,engine,thread_pool,kernels_portable,kernels_neon,cpu_features}.o \
 //     $O/maxsim_cpu_avx2/native/cpu/{chamfer_avx2,kernels_avx2}.o \
 //     $O/maxsim_cpu_avx512/native/cpu/{chamfer_avx512,kernels_avx512}.o $O/maxsim_cpu_amx/native/cpu/kernels_amx.o \
+//     $O/maxsim_cpu_avx512bf16/native/cpu/kernels_avx512bf16.o \
 //     -o /tmp/chamfer_emulate && /tmp/chamfer_emulate   # prints OK (0 failures); ~15 s
 #include "cuda_shim.h"
 #include "maxsim_chamfer.cu"
