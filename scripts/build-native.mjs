@@ -185,6 +185,16 @@ function generateVariants() {
   return r.stdout;
 }
 
+// The constants both languages state (native/common/constants.json -> maxsim_constants.h and
+// src/backends/constants.ts, both committed): a source tree whose generated copies are stale stops
+// here (an installed package has no generator and nothing to regenerate).
+function checkConstants() {
+  const gen = join(root, 'scripts', 'gen-constants.mjs');
+  if (!existsSync(gen)) return;
+  const r = spawnSync(process.execPath, [gen, '--check'], { stdio: 'inherit' });
+  if (r.status !== 0) process.exit(r.status ?? 1);
+}
+
 function checkVariants() {
   const generated = generateVariants();
   const committed = existsSync(variantsFile) ? readFileSync(variantsFile, 'utf8') : '';
@@ -215,7 +225,9 @@ function buildKernels() {
     : [];
   // nvcc takes minutes: fatbins built from exactly these kernel sources and flags are kept.
   const kernelsStamp = join(outDir, 'SOURCES.sha256');
-  const kernelsHash = hashFiles(listFiles(kernelDir), JSON.stringify(GENCODE));
+  // the kernels include the generated constants header (native/common/constants.json)
+  const constantsHeader = join(root, 'native', 'common', 'maxsim_constants.h');
+  const kernelsHash = hashFiles([...listFiles(kernelDir), constantsHeader], JSON.stringify(GENCODE));
   const fatbins = sources.map((src) => join(outDir, src.replace(/\.cu$/, '.fatbin')));
   if (
     process.env.MAXSIM_SKIP_CUDA !== '1' &&
@@ -323,6 +335,7 @@ if (only === undefined) {
   }
   console.log(`maxsim: building the native addon from source: ${why}`);
 }
+checkConstants();
 if (only !== 'kernels') buildAddon();
 if (only !== 'addon') {
   checkVariants();

@@ -3,8 +3,11 @@
 // happens before any device is touched, so both run without a GPU. The launch constants come from the
 // addon (cuda.trainKernelInfo, stated once in native/cuda/kernels/maxsim_train_params.h).
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { describe, test } from 'node:test';
 import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
+import { type CsrBlockLimits, planDocBlocks } from '../src/backends/cuda-train-blocks.js';
 import {
   AUTO_ATOMIC_DISTINCT,
   CELL_CAP,
@@ -20,7 +23,7 @@ import {
   WALK_WARPS,
 } from '../src/backends/cuda-train-plan.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { loadNative } from '../src/native.js';
+import { loadNative, packageRoot } from '../src/native.js';
 import { denseBatch, encodeFloats, type TokenBatch } from '../src/tensor.js';
 
 type CudaTrainEntries = {
@@ -44,6 +47,10 @@ const info = cuda.trainKernelInfo;
 const gpu = (cc: number) => ({ ccMajor: cc, sms: 132 });
 const sm90 = gpu(9);
 const sm80 = gpu(8);
+
+/** The shape fields planBackward reads: all pairs, documents of at most this many tokens. */
+const docsUpTo = (maxDocLength: number) => ({ pairs: 'all' as const, maxDocLength });
+const none = { queries: [], docs: [] };
 
 const shape = (over: Partial<TrainShape> = {}): TrainShape => ({
   queryDtype: 'float16',
@@ -211,31 +218,72 @@ describe('CUDA training plan (TypeScript decides)', () => {
         e.argument === 'cudaTuning.argmaxBits' &&
         /16 with a document of 40000 tokens/.test(e.message),
     );
-    assert.equal(planBackward('csr', {}, 32768).argmax16, false);
-    assert.equal(planBackward('csr', { argmaxBits: 32 }, 10).argmax16, false);
+    assert.equal(planBackward('csr', {}, docsUpTo(32768), none).argmax16, false);
+    assert.equal(planBackward('csr', { argmaxBits: 32 }, docsUpTo(10), none).argmax16, false);
   });
 
   test('backward: dD method, CSR chunking and budget', () => {
-    assert.deepEqual(planBackward('csr', {}, 50), {
+    const lengths = { queries: [3, 5], docs: [4, 0, 7] };
+    assert.deepEqual(planBackward('csr', {}, docsUpTo(50), lengths), {
       dD: 'csr',
       autoAtomicDistinct: AUTO_ATOMIC_DISTINCT,
       csrChunk: CSR_CHUNK,
+      // one block of the 3 documents, block-wide walk, 2 query blocks of 1 query each
+      blocks: Int32Array.from([3, 1, 2, 1]),
+      argmax16: true,
+    });
+    const p = planBackward('auto', { csrChunk: 33, docBlock: 2, queryBlock: 3 }, docsUpTo(50), lengths);
+    assert.equal(p.dD, 'auto');
+    assert.equal(p.csrChunk, 33);
+    // docBlock 2: documents [0, 2) and [2, 3); queryBlock 3: one query block of both queries
+    assert.deepEqual(p.blocks, Int32Array.from([2, 1, 1, 2, 3, 1, 1, 2]));
+    const atomic = planBackward('atomic', { csrChunk: 0 }, docsUpTo(50), lengths);
+    assert.equal(atomic.csrChunk, CSR_CHUNK);
+    assert.equal(atomic.blocks.length, 0, "'atomic' builds no CSR");
+    // the split rows' fp64 partials stay within 64 MB at the default chunk and the source cap
+    assert.ok(((2 * SOURCE_CAP) / CSR_CHUNK + 1) * 128 * 8 <= 64 * 2 ** 20 + 1024);
+  });
+
+  test('backward: the CSR blocks are the ones the C++ planner cut (table of main bc33815)', () => {
+    // test/fixtures/plans/train-doc-blocks.json: PlanDocBlocks of native/cuda/train_engine.cc at
+    // main bc33815 compiled into a host program, over 434 shapes (0 to 130 queries and documents,
+    // empty and 40,000-token documents, both pairs, default and tiny budgets); each block is
+    // [docBegin, docEnd, rowBegin, rowEnd, bound, longest, byBlock, qblocks, qblockSize].
+    const file = path.join(packageRoot, 'test', 'fixtures', 'plans', 'train-doc-blocks.json');
+    const table = JSON.parse(readFileSync(file, 'utf8')) as {
+      pairs: 'all' | 'diagonal';
+      queryLengths: number[];
+      docLengths: number[];
+      tuning: CsrBlockLimits;
+      blocks: number[][];
+    }[];
+    assert.ok(table.length > 400);
+    let split = 0;
+    for (const [k, c] of table.entries()) {
+      const blocks = planDocBlocks(c.queryLengths, c.docLengths, c.pairs, c.tuning).map((b) => [
+        b.docBegin,
+        b.docEnd,
+        b.rowBegin,
+        b.rowEnd,
+        b.bound,
+        b.longest,
+        b.byBlock ? 1 : 0,
+        b.qblocks,
+        b.qblockSize,
+      ]);
+      assert.deepEqual(blocks, c.blocks, `case ${k}`);
+      if (blocks.length > 1) split++;
+    }
+    assert.ok(split > 100, 'the table has shapes cut into several blocks');
+    // the defaults of planBackward are the table's first budget row
+    assert.deepEqual(table[0].tuning, {
       docBlock: 0,
       queryBlock: 0,
       walkWarps: WALK_WARPS,
       blockWalk: true,
       sourceCap: SOURCE_CAP,
       cellCap: CELL_CAP,
-      argmax16: true,
     });
-    const p = planBackward('auto', { csrChunk: 33, docBlock: 2, queryBlock: 3 }, 50);
-    assert.equal(p.dD, 'auto');
-    assert.equal(p.csrChunk, 33);
-    assert.equal(p.docBlock, 2);
-    assert.equal(p.queryBlock, 3);
-    assert.equal(planBackward('atomic', { csrChunk: 0 }, 50).csrChunk, CSR_CHUNK);
-    // the split rows' fp64 partials stay within 64 MB at the default chunk and the source cap
-    assert.ok(((2 * SOURCE_CAP) / CSR_CHUNK + 1) * 128 * 8 <= 64 * 2 ** 20 + 1024);
   });
 });
 
@@ -255,7 +303,7 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
   const shapeOf = shape({ dim: 16, queries: 2, docs: 3, stride: 3, maxDocLength: 4 });
   const goodForward = planForward(shapeOf, 'auto', {}, sm80, info);
   const goodWgmma = planForward(shapeOf, 'auto', {}, sm90, info);
-  const goodBackward = planBackward('csr', {}, 4);
+  const goodBackward = planBackward('csr', {}, docsUpTo(4), { queries: q.lengths, docs: d.lengths });
   const forward = (plan: unknown) => cuda.trainForward(0, q, d, { pairs: 'all', stride: 3, plan });
   const backward = (plan: unknown) =>
     cuda.trainBackward(0, q, d, new Int32Array(18), new Float64Array(6), { pairs: 'all', stride: 3, plan });
@@ -294,12 +342,10 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
       [{ ...goodBackward, csrChunk: 0 }, /plan\.csrChunk/],
       [{ ...goodBackward, autoAtomicDistinct: Number.NaN }, /plan\.autoAtomicDistinct/],
       [{ ...goodBackward, autoAtomicDistinct: -1 }, /plan\.autoAtomicDistinct/],
-      [{ ...goodBackward, docBlock: -1 }, /plan\.docBlock/],
-      [{ ...goodBackward, queryBlock: 0.5 }, /plan\.queryBlock/],
-      [{ ...goodBackward, walkWarps: 0 }, /plan\.walkWarps/],
-      [{ ...goodBackward, blockWalk: 1 }, /plan\.blockWalk/],
-      [{ ...goodBackward, sourceCap: 2 ** 32 }, /plan\.sourceCap/],
-      [{ ...goodBackward, cellCap: 0 }, /plan\.cellCap/],
+      [{ ...goodBackward, blocks: [3, 1, 2, 1] as unknown as Int32Array }, /plan\.blocks/],
+      [{ ...goodBackward, blocks: Int32Array.from([3, 1, 2]) }, /plan\.blocks/],
+      [{ ...goodBackward, blocks: Int32Array.from([3, 2, 2, 1]) }, /plan\.blocks\[0\]\.byBlock/],
+      [{ ...goodBackward, dD: 'atomic' }, /plan\.blocks/], // 'atomic' with blocks
       [{ ...goodBackward, argmax16: undefined }, /plan\.argmax16/],
     ];
     for (const [plan, re] of bad) {
@@ -351,6 +397,24 @@ describe('CUDA training plan: the native side refuses a malformed plan before to
         }),
       /plan\.argmax16/,
     );
+    // the CSR blocks against the problem's lengths: every document, every query, the walk's limit
+    const blocks = (b: number[], docs = d, plan = goodBackward) =>
+      cuda.trainBackward(0, q, docs, new Int32Array(2 * docs.count * 3), new Float64Array(2 * docs.count), {
+        pairs: 'all',
+        stride: 3,
+        plan: { ...plan, blocks: Int32Array.from(b) },
+      });
+    assert.throws(() => blocks([2, 1, 2, 1]), /plan\.blocks\[0\].*equal to the document count/);
+    assert.throws(() => blocks([2, 1, 2, 1, 1, 1, 2, 1]), /plan\.blocks\[1\]/); // going back
+    assert.throws(() => blocks([3, 1, 3, 1]), /plan\.blocks\[0\].*query blocks/); // 3 blocks of 1 for 2 queries
+    assert.throws(() => blocks([]), /plan\.blocks/);
+    const longHalf = denseBatch(encodeFloats(new Float32Array(4000 * 16), 'float16'), {
+      count: 1,
+      length: 4000,
+      dim: 16,
+      dtype: 'float16',
+    });
+    assert.throws(() => blocks([1, 1, 2, 1], longHalf), /plan\.blocks\[0\].*byBlock false/);
   });
 });
 

@@ -33,7 +33,7 @@ PointSpans ToPoints(Napi::Env env, const TokenSet& t, const std::string& name) {
                                         DTypeName(t.dtype));
   }
   if (t.dim < 1 || t.dim > maxsim_cpu::kChamferMaxDim) {
-    throw Napi::RangeError::New(env, "Expected a dimension in [1, 8] for " + name + ".dim but received " +
+    throw Napi::RangeError::New(env, "Expected a dimension in [1, " + std::to_string(maxsim_cpu::kChamferMaxDim) + "] for " + name + ".dim but received " +
                                          std::to_string(t.dim));
   }
   PointSpans s;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/maxsim_constants.h"
 #include "../cuda/engine.h"
 #include "../cuda/runtime.h"
 #include "cuda_handles.h"
@@ -83,7 +84,7 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
   if (!info[1].IsObject()) throw ArgError(env, "spec", "an object { dtype, dim, tokens, items }", Describe(info[1]));
   Napi::Object spec = info[1].As<Napi::Object>();
   const DType dtype = ParseDType(env, "spec", spec.Get("dtype"));
-  const int64_t dim = GetInteger(env, spec.Get("dim"), "spec.dim", 1, 1 << 20);
+  const int64_t dim = GetInteger(env, spec.Get("dim"), "spec.dim", 1, MAXSIM_MAX_DIM);
   const int64_t tokens = GetInteger(env, spec.Get("tokens"), "spec.tokens", 0, int64_t(1) << 50);
   const int64_t items = GetInteger(env, spec.Get("items"), "spec.items", 0, 2147483646);
   auto task = std::make_unique<SetJob>(env);
@@ -236,6 +237,24 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<Job<maxsim_cuda::HostCopy>>(env);
   task->run = [rt, src] { return maxsim_cuda::DownloadSet(*rt, *src); };
   task->wrap = WrapHostCopy;
+  return Submit(env, rt, std::move(task));
+}
+
+// setLengths(tokenSet): Int32Array of the lengths of the set's items as of the call (for the plans
+// that TypeScript makes from them: the training backward's CSR blocks).
+Napi::Value SetLengths(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  TokenSetHandle* h = UnwrapTokenSet(env, info[0], "tokenSet");
+  std::shared_ptr<DeviceTokens> src = h->Live(env, "tokenSet");
+  const int64_t count = h->snapshot().count;  // the JS thread reads the snapshot, never the live set
+  Runtime* rt = src->runtime;
+  auto task = std::make_unique<Job<std::vector<int32_t>>>(env);
+  task->run = [rt, src, count] { return maxsim_cuda::SetLengths(*rt, *src, count); };
+  task->wrap = [](Napi::Env env, std::vector<int32_t>& v) -> Napi::Value {
+    Napi::Int32Array out = Napi::Int32Array::New(env, v.size());
+    if (!v.empty()) std::memcpy(out.Data(), v.data(), v.size() * sizeof(int32_t));
+    return out;
+  };
   return Submit(env, rt, std::move(task));
 }
 
@@ -537,6 +556,7 @@ void InitCuda(Napi::Env env, Napi::Object exports) {
   cuda.Set("append", Napi::Function::New(env, Append, "append"));
   cuda.Set("quantize", Napi::Function::New(env, Quantize, "quantize"));
   cuda.Set("download", Napi::Function::New(env, Download, "download"));
+  cuda.Set("setLengths", Napi::Function::New(env, SetLengths, "setLengths"));
   cuda.Set("select", Napi::Function::New(env, Select, "select"));
   cuda.Set("score", Napi::Function::New(env, Score, "score"));
   cuda.Set("topK", Napi::Function::New(env, TopK, "topK"));

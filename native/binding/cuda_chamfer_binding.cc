@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,9 @@ Clouds ParseClouds(Napi::Env env, const Napi::CallbackInfo& info) {
   for (const TokenSet* s : {&c.p_set, &c.q_set}) {
     const std::string name = s == &c.p_set ? "P" : "Q";
     if (s->dtype != DType::Float32) throw ArgError(env, name + ".dtype", "'float32' points", DTypeName(s->dtype));
-    if (s->dim < 1 || s->dim > 8) throw ArgError(env, name + ".dim", "a dimension in [1, 8]", std::to_string(s->dim));
+    if (s->dim < 1 || s->dim > MAXSIM_CHAMFER_MAX_DIM) {
+      throw ArgError(env, name + ".dim", "a dimension in [1, " + std::to_string(MAXSIM_CHAMFER_MAX_DIM) + "]", std::to_string(s->dim));
+    }
   }
   if (c.p_set.dim != c.q_set.dim) throw ArgError(env, "Q.dim", std::to_string(c.p_set.dim), std::to_string(c.q_set.dim));
   if (c.p_set.count != c.q_set.count) {
@@ -73,6 +76,34 @@ Clouds ParseClouds(Napi::Env env, const Napi::CallbackInfo& info) {
                    std::to_string(c.tp() + c.tq()));
   }
   return c;
+}
+
+// A table of the plan: a Float64Array of integers (exact below 2^53).
+std::vector<int64_t> PlanTable(Napi::Env env, const Napi::Object& plan, const char* key) {
+  const std::string name = std::string("plan.") + key;
+  Napi::Value v = plan.Get(key);
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array) {
+    throw ArgError(env, name, "a Float64Array (src/backends/cuda-chamfer-plan.ts)", maxsim_binding::Describe(v));
+  }
+  const Napi::Float64Array a = v.As<Napi::Float64Array>();
+  std::vector<int64_t> out(a.ElementLength());
+  for (size_t i = 0; i < out.size(); i++) {
+    const double x = a[i];
+    if (!(x >= 0 && x <= 9007199254740991.0 && x == static_cast<double>(static_cast<int64_t>(x)))) {
+      throw ArgError(env, name + "[" + std::to_string(i) + "]", "an integer in [0, 2^53)", std::to_string(x));
+    }
+    out[i] = static_cast<int64_t>(x);
+  }
+  return out;
+}
+
+// options.plan of chamferForward: { clouds, units } (the TypeScript planner's tables).
+maxsim_cuda::ChamferPlan ParsePlan(Napi::Env env, const Napi::Value& v) {
+  if (!v.IsObject()) throw ArgError(env, "options.plan", "the plan object of the TypeScript planner", maxsim_binding::Describe(v));
+  maxsim_cuda::ChamferPlan plan;
+  plan.clouds = PlanTable(env, v.As<Napi::Object>(), "clouds");
+  plan.units = PlanTable(env, v.As<Napi::Object>(), "units");
+  return plan;
 }
 
 // The session handed to JS: an External holding a shared_ptr (the memory goes back through the
@@ -114,6 +145,7 @@ class ForwardTask : public maxsim_binding::CudaTask {
   ForwardTask(Napi::Env env, Runtime* rt) : CudaTask(env, "CUDA chamfer failed: "), rt_(rt) {}
   Clouds c;
   bool both = true, prune = true;
+  maxsim_cuda::ChamferPlan plan;
   int32_t *ipq = nullptr, *iqp = nullptr;
   float *dpq = nullptr, *dqp = nullptr;
   SessionRef session;
@@ -123,7 +155,7 @@ class ForwardTask : public maxsim_binding::CudaTask {
   void Run() override {
     rt_->EnsureReady();
     session = std::make_shared<ChamferSession>(*rt_, c.view());
-    kernel_ms = session->Forward(both, ipq, dpq, iqp, dqp, prune).kernel_ms;
+    kernel_ms = session->Forward(plan, both, ipq, dpq, iqp, dqp, prune).kernel_ms;
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object r = result.Value();
@@ -142,11 +174,17 @@ Napi::Value ChamferForward(const Napi::CallbackInfo& info) {
   Runtime* rt = ParseDevice(env, info[0]);
   auto task = std::make_unique<ForwardTask>(env, rt);
   task->c = ParseClouds(env, info);
-  if (info[3].IsObject()) {
-    Napi::Value v = info[3].As<Napi::Object>().Get("bidirectional");
-    if (v.IsBoolean()) task->both = v.As<Napi::Boolean>().Value();
-    Napi::Value pr = info[3].As<Napi::Object>().Get("prune");
-    if (pr.IsBoolean()) task->prune = pr.As<Napi::Boolean>().Value();
+  if (!info[3].IsObject()) throw ArgError(env, "options", "an object with the plan", maxsim_binding::Describe(info[3]));
+  const Napi::Object opts = info[3].As<Napi::Object>();
+  Napi::Value v = opts.Get("bidirectional");
+  if (v.IsBoolean()) task->both = v.As<Napi::Boolean>().Value();
+  Napi::Value pr = opts.Get("prune");
+  if (pr.IsBoolean()) task->prune = pr.As<Napi::Boolean>().Value();
+  task->plan = ParsePlan(env, opts.Get("plan"));
+  try {
+    maxsim_cuda::CheckChamferPlan(task->plan, task->c.p_off, task->c.q_off, task->c.p_set.dim, task->both);
+  } catch (const std::invalid_argument& e) {
+    throw Napi::RangeError::New(env, e.what());
   }
   Napi::Object result = Napi::Object::New(env);
   Napi::Int32Array ipq = Napi::Int32Array::New(env, static_cast<size_t>(task->c.tp()));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/maxsim_constants.h"
 #include "../cuda/stream_scan.h"
 #include "cuda_task.h"
 #include "token_set.h"
@@ -34,7 +35,7 @@ struct PinHolder {
   std::shared_ptr<maxsim_cuda::PinnedFiles> pin;
 };
 
-constexpr int kBlockFields = 8;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt, scalesOffset
+constexpr int kBlockFields = MAXSIM_STREAM_BLOCK_FIELDS;  // file, tokensOffset, tokens, firstDoc, docs, maxLength, spansAt, scalesOffset
 
 template <typename T>
 T GetTyped(Napi::Env env, Napi::Object o, const char* key, napi_typedarray_type type, const char* type_name) {
@@ -134,7 +135,7 @@ Napi::Value StreamScan(const Napi::CallbackInfo& info) {
   auto blocks = GetTyped<Napi::Float64Array>(env, plan, "blocks", napi_float64_array, "Float64Array");
   auto starts = GetTyped<Napi::Float64Array>(env, plan, "starts", napi_float64_array, "Float64Array");
   auto lengths = GetTyped<Napi::Int32Array>(env, plan, "lengths", napi_int32_array, "Int32Array");
-  if (blocks.ElementLength() % kBlockFields != 0) throw ArgError(env, "plan.blocks", "8 numbers per block", std::to_string(blocks.ElementLength()));
+  if (blocks.ElementLength() % kBlockFields != 0) throw ArgError(env, "plan.blocks", std::to_string(kBlockFields) + " numbers per block", std::to_string(blocks.ElementLength()));
   if (starts.ElementLength() != lengths.ElementLength()) throw ArgError(env, "plan.starts", "one start per length", std::to_string(starts.ElementLength()));
   task->Keep(starts);
   task->Keep(lengths);

@@ -164,7 +164,7 @@ ForwardPlan ParseForwardPlan(Napi::Env env, const Napi::Object& opts) {
 }
 
 // options.plan of the backward entry points: { dD: 'csr' | 'atomic' | 'auto', autoAtomicDistinct,
-// csrChunk, docBlock, queryBlock, walkWarps, blockWalk, sourceCap, cellCap, argmax16 }.
+// csrChunk, blocks, argmax16 }.
 BackwardPlan ParseBackwardPlan(Napi::Env env, const Napi::Object& opts) {
   Napi::Object o = PlanObject(env, opts);
   BackwardPlan plan;
@@ -181,12 +181,19 @@ BackwardPlan ParseBackwardPlan(Napi::Env env, const Napi::Object& opts) {
   if (!t.IsNumber()) throw ArgError(env, "plan.autoAtomicDistinct", "a number", Describe(t));
   plan.auto_atomic_distinct = t.As<Napi::Number>().DoubleValue();
   plan.csr_chunk = GetInteger(env, o.Get("csrChunk"), "plan.csrChunk", 1, kInt32Max);
-  plan.doc_block = GetInteger(env, o.Get("docBlock"), "plan.docBlock", 0, kInt32Max);
-  plan.query_block = GetInteger(env, o.Get("queryBlock"), "plan.queryBlock", 0, kInt32Max);
-  plan.walk_warps = GetInteger(env, o.Get("walkWarps"), "plan.walkWarps", 1, kInt32Max);
-  plan.block_walk = GetBool(env, o, "blockWalk", "plan.blockWalk");
-  plan.source_cap = GetInteger(env, o.Get("sourceCap"), "plan.sourceCap", 1, 4294967295LL);
-  plan.cell_cap = GetInteger(env, o.Get("cellCap"), "plan.cellCap", 1, 4294967294LL);
+  // blocks: Int32Array [blocks, 4]: docEnd, byBlock (0 / 1), qblocks, qblockSize
+  Napi::Value bv = o.Get("blocks");
+  if (!bv.IsTypedArray() || bv.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+      bv.As<Napi::TypedArray>().ElementLength() % 4 != 0) {
+    throw ArgError(env, "plan.blocks", "an Int32Array of 4 numbers per CSR block", Describe(bv));
+  }
+  const Napi::Int32Array blocks = bv.As<Napi::Int32Array>();
+  for (size_t i = 0; i < blocks.ElementLength(); i += 4) {
+    if (blocks[i + 1] != 0 && blocks[i + 1] != 1) {
+      throw ArgError(env, "plan.blocks[" + std::to_string(i / 4) + "].byBlock", "0 or 1", std::to_string(blocks[i + 1]));
+    }
+    plan.blocks.push_back({blocks[i], blocks[i + 1] == 1, blocks[i + 2], blocks[i + 3]});
+  }
   plan.argmax16 = GetBool(env, o, "argmax16", "plan.argmax16");
   CheckPlan(env, [&] { maxsim_cuda::train::CheckBackwardPlan(plan); });
   return plan;

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/maxsim_constants.h"
 #include "../common/tokens.h"
 
 // The bytes of a JS typed array, kept alive by a share in its BackingStore: a detached (transferred)
@@ -96,7 +97,7 @@ inline TokenSet ParseTokenSet(Napi::Env env, Napi::Value value, const std::strin
   t.elements = static_cast<int64_t>(owner->data.bytes / DTypeSize(t.dtype));
   double dim = obj.Get("dim").ToNumber().DoubleValue();
   double count = obj.Get("count").ToNumber().DoubleValue();
-  if (!(dim >= 1 && dim <= 1 << 20 && dim == static_cast<int64_t>(dim))) throw TokenSetError(env, name + ".dim", "an integer in [1, 2^20]", std::to_string(dim));
+  if (!(dim >= 1 && dim <= MAXSIM_MAX_DIM && dim == static_cast<int64_t>(dim))) throw TokenSetError(env, name + ".dim", "an integer in [1, " + std::to_string(MAXSIM_MAX_DIM) + "]", std::to_string(dim));
   if (!(count >= 0 && count < 2147483647.0 && count == static_cast<int64_t>(count))) throw TokenSetError(env, name + ".count", "an integer in [0, 2^31)", std::to_string(count));
   t.dim = static_cast<int64_t>(dim);
   t.count = static_cast<int64_t>(count);

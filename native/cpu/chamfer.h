@@ -18,9 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "../common/maxsim_constants.h"
+
 namespace maxsim_cpu {
 
-constexpr int kChamferMaxDim = 8;
+constexpr int kChamferMaxDim = MAXSIM_CHAMFER_MAX_DIM;  // native/common/constants.json
 
 struct PointSpans {
   const float* data = nullptr;  // rows of `dim` floats

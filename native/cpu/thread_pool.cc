@@ -1,5 +1,7 @@
 #include "thread_pool.h"
 
+#include "../common/maxsim_constants.h"
+
 #include <cstdlib>
 
 namespace maxsim_cpu {
@@ -67,7 +69,7 @@ ThreadPool& GlobalPool() {
       if (v > 0) n = v;
     }
     if (n < 1) n = 1;
-    if (n > 256) n = 256;
+    if (n > MAXSIM_MAX_THREADS) n = MAXSIM_MAX_THREADS;  // the cap of the threads option (constants.json)
     return new ThreadPool(n);
   }();
   return *pool;

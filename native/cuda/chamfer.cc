@@ -94,9 +94,11 @@ ChamferSession::~ChamferSession() {
   });
 }
 
-ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp, bool prune) {
+ChamferTiming ChamferSession::Forward(const ChamferPlan& plan, bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp,
+                                      float* dist_qp, bool prune) {
   ChamferTiming timing;
   has_argmin_ = false;
+  CheckChamferPlan(plan, p_off_, q_off_, dim_, both);
   if (pairs_ == 0) return timing;
   const uint64_t T = static_cast<uint64_t>(tp_ + tq_);
   if (!cen_) {
@@ -104,7 +106,6 @@ ChamferTiming ChamferSession::Forward(bool both, int32_t* idx_pq, float* dist_pq
     // centres [B, d], extents [B], pair_x2 [B], bounds [B, 2, d]
     centers_ = rt_.allocator().Alloc(std::max<uint64_t>(pairs_ * (3 * dim_ + 2) * sizeof(float), 16));
   }
-  const ChamferPlan plan = PlanChamfer(p_off_, q_off_, dim_, both);
   const int64_t cells = plan.cells();
   // One upload for the plan's tables; the cell sort's CSR and the boxes in blocks of their own
   auto tables = Block(rt_, (plan.clouds.size() + plan.units.size()) * sizeof(int64_t));

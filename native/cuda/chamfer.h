@@ -50,9 +50,11 @@ class ChamferSession {
   bool bidirectional() const { return both_; }
 
   // Nearest neighbours P -> Q (and Q -> P when `both`) into the host arrays (compact order; [tp] and
-  // [tq]); the argmin stays on the device for Backward. `prune` false visits every target (the same
-  // results, the brute-force cost: for comparison).
-  ChamferTiming Forward(bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp, bool prune = true);
+  // [tq]) by `plan` (TypeScript's, checked first: CheckChamferPlan); the argmin stays on the device
+  // for Backward. `prune` false visits every target (the same results, the brute-force cost: for
+  // comparison).
+  ChamferTiming Forward(const ChamferPlan& plan, bool both, int32_t* idx_pq, float* dist_pq, int32_t* idx_qp, float* dist_qp,
+                        bool prune = true);
   // Gradients [tp + tq, dim] (compact, P's rows then Q's) for per-source weights w [tp] or [tp + tq]
   // (d loss / d dist, P's sources then Q's; the Q -> P ones only after a bidirectional Forward), through
   // the CSR inverse of the argmin (deterministic) or float atomics.

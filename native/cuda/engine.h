@@ -46,6 +46,9 @@ struct HostCopy {
   std::vector<float> scales;  // int8 / fp8 only: per token
 };
 HostCopy DownloadSet(Runtime& rt, const DeviceTokens& t);
+// The lengths of the first `count` items of t (<= t.count): the host mirror where the set has one,
+// else a download. Items never change once appended, so these stay the lengths of those items.
+std::vector<int32_t> SetLengths(Runtime& rt, const DeviceTokens& t, int64_t count);
 
 // Synchronizes when the job's scope ends, whatever way it ends: jobs that leave copies in flight
 // (Append without synchronize, Select) still leave the stream idle (runtime.h).

@@ -42,6 +42,17 @@ HostCopy DownloadSet(Runtime& rt, const DeviceTokens& t) {
   return h;
 }
 
+std::vector<int32_t> SetLengths(Runtime& rt, const DeviceTokens& t, int64_t count) {
+  rt.EnsureReady();
+  if (count < 0 || count > t.count) {
+    throw std::logic_error("SetLengths: " + std::to_string(count) + " items of a set of " + std::to_string(t.count));
+  }
+  if (t.HostSpans()) return std::vector<int32_t>(t.host_lengths.begin(), t.host_lengths.begin() + count);
+  std::vector<int32_t> out(static_cast<size_t>(count));
+  if (count > 0) rt.Download(out.data(), t.lengths, out.size() * sizeof(int32_t));
+  return out;
+}
+
 std::shared_ptr<DeviceTokens> ViewShell(Runtime& rt, const std::shared_ptr<DeviceTokens>& src, int64_t n) {
   auto v = std::make_shared<DeviceTokens>();
   v->parent = src;

@@ -262,57 +262,61 @@ struct DocBlock {
   int64_t cells() const { return (row_end - row_begin) * qblocks; }
 };
 
-// Splits the documents into consecutive blocks whose sources fit plan.source_cap (a single document
-// may exceed it: a block holds at least one) and picks each block's walk and query blocks: the
-// block-wide walk (one CTA of MAXSIM_TRAIN_WALK_WARPS warps per unit) where the plan allows it and the
-// block's documents fit its shared memory, else one warp per unit; about plan.walk_warps warps either way.
-std::vector<DocBlock> PlanDocBlocks(const Problem& a, const BackwardPlan& plan) {
-  const int64_t max_docs = plan.doc_block, query_block = plan.query_block;
+// The plan's CSR blocks with their rows, source bounds and longest documents (from the lengths),
+// checked: consecutive blocks covering every document, the query blocks covering every query once,
+// the block-wide walk only where the block's documents fit its shared memory, and each block's
+// sources and cells within the CSR's 32-bit counts. The budgets (how many sources and cells a block
+// may have) are TypeScript's; a block over them only takes more memory.
+std::vector<DocBlock> ExpandBlocks(const Problem& a, const BackwardPlan& plan) {
+  constexpr int64_t kU32 = int64_t(std::numeric_limits<uint32_t>::max());
+  auto fail = [](size_t k, const std::string& expected, const std::string& received) {
+    PlanError("blocks[" + std::to_string(k) + "]", expected, received);
+  };
+  if (plan.blocks.empty()) PlanError("blocks", "at least one CSR block for dD '" + std::string(plan.dd == DDPath::kAuto ? "auto" : "csr") + "'", "none");
   int64_t tq = 0;  // sources of one document, at most: every query token (all pairs)
   for (int64_t i = 0; i < a.q.count; i++) tq += a.q.lengths[i];
   std::vector<DocBlock> blocks;
   int64_t row = 0;
-  DocBlock cur;
-  auto close = [&](int32_t end) {
-    cur.doc_end = end;
-    cur.row_end = row;
-    const int64_t docs_in = cur.doc_end - cur.doc_begin;
-    const int64_t rows = std::max<int64_t>(cur.row_end - cur.row_begin, 1);
-    cur.by_block = plan.block_walk && cur.longest <= MAXSIM_TRAIN_WALK_MAX_LENGTH;
-    const int64_t unit_warps = cur.by_block ? MAXSIM_TRAIN_WALK_WARPS : 1;
-    if (a.pairs == 0 && a.q.count > 0) {
-      int64_t qb = query_block > 0 ? CeilDiv(a.q.count, query_block)
-                                   : std::min<int64_t>(a.q.count, CeilDiv(CeilDiv(plan.walk_warps, unit_warps),
-                                                                          std::max<int64_t>(docs_in, 1)));
-      if (query_block == 0) qb = std::min(qb, std::max<int64_t>(1, plan.cell_cap / rows));
-      qb = std::max<int64_t>(qb, 1);
-      cur.qblock_size = static_cast<int32_t>(CeilDiv(a.q.count, qb));
-      cur.qblocks = static_cast<int32_t>(CeilDiv(a.q.count, cur.qblock_size));
-    } else {
-      cur.qblocks = 1;
-      cur.qblock_size = 1;
+  int32_t begin = 0;
+  for (size_t k = 0; k < plan.blocks.size(); k++) {
+    const CsrBlock& c = plan.blocks[k];
+    if (c.doc_end < begin || c.doc_end > a.d.count || (k + 1 == plan.blocks.size() && c.doc_end != a.d.count)) {
+      fail(k, "a document end in [" + std::to_string(begin) + ", " + std::to_string(a.d.count) + "]" +
+                  (k + 1 == plan.blocks.size() ? " equal to the document count (the last block)" : ""),
+           std::to_string(c.doc_end));
     }
-    blocks.push_back(cur);
-  };
-  cur.doc_begin = 0;
-  cur.row_begin = 0;
-  for (int64_t j = 0; j < a.d.count; j++) {
-    const int64_t ld = a.d.lengths[j];
-    const int64_t bound = ld <= 0 ? 0 : (a.pairs == 0 ? tq : a.q.lengths[j]);
-    const int64_t docs_in = j - cur.doc_begin;
-    const bool full = docs_in > 0 && (cur.bound + bound > plan.source_cap || (row - cur.row_begin) + ld > plan.cell_cap ||
-                                      (max_docs > 0 && docs_in >= max_docs));
-    if (full) {
-      close(static_cast<int32_t>(j));
-      cur = DocBlock();
-      cur.doc_begin = static_cast<int32_t>(j);
-      cur.row_begin = row;
+    DocBlock b;
+    b.doc_begin = begin;
+    b.doc_end = c.doc_end;
+    b.row_begin = row;
+    for (int32_t j = begin; j < c.doc_end; j++) {
+      const int64_t ld = std::max<int32_t>(a.d.lengths[j], 0);
+      b.bound += ld == 0 ? 0 : (a.pairs == 0 ? tq : a.q.lengths[j]);
+      b.longest = std::max<int32_t>(b.longest, static_cast<int32_t>(ld));
+      row += ld;
     }
-    cur.bound += bound;
-    cur.longest = std::max<int32_t>(cur.longest, static_cast<int32_t>(std::max<int64_t>(ld, 0)));
-    row += std::max<int64_t>(ld, 0);
+    b.row_end = row;
+    b.by_block = c.by_block;
+    b.qblocks = c.qblocks;
+    b.qblock_size = c.qblock_size;
+    if (b.by_block && b.longest > MAXSIM_TRAIN_WALK_MAX_LENGTH) {
+      fail(k, "byBlock false for a block with a document of more than " + std::to_string(MAXSIM_TRAIN_WALK_MAX_LENGTH) +
+                  " tokens (the block-wide walk's shared memory)",
+           "true with a document of " + std::to_string(b.longest));
+    }
+    const bool split = a.pairs == 0 && a.q.count > 0;
+    const bool cover = split ? b.qblock_size >= 1 && b.qblocks == CeilDiv(a.q.count, b.qblock_size) : b.qblocks == 1 && b.qblock_size == 1;
+    if (!cover) {
+      fail(k, split ? "query blocks of q >= 1 queries, ceil(" + std::to_string(a.q.count) + " / q) of them" : "1 query block of 1 (diagonal pairs)",
+           std::to_string(b.qblocks) + " of " + std::to_string(b.qblock_size));
+    }
+    if (b.bound > kU32 && b.doc_end - b.doc_begin > 1) {
+      fail(k, "at most 2^32 - 1 sources (the CSR counts them in 32 bits)", std::to_string(b.bound) + " in " + std::to_string(b.doc_end - b.doc_begin) + " documents");
+    }
+    if (b.cells() > kU32 - 1) fail(k, "fewer than 2^32 - 1 cells", std::to_string(b.cells()));
+    blocks.push_back(b);
+    begin = c.doc_end;
   }
-  close(static_cast<int32_t>(a.d.count));
   return blocks;
 }
 
@@ -403,7 +407,7 @@ bool RunCsr(Runtime* rt, const Problem& a, const BackwardPlan& plan, MaxsimTrain
   constexpr int64_t kPartialCols = MAXSIM_TRAIN_PARTIAL_COLS;
   constexpr int64_t kScanTile = MAXSIM_TRAIN_SCAN_TILE;
   const int64_t csr_chunk = plan.csr_chunk;
-  const std::vector<DocBlock> blocks = PlanDocBlocks(a, plan);
+  const std::vector<DocBlock> blocks = ExpandBlocks(a, plan);
   int64_t max_cells = 1, max_bound = 1;
   for (const DocBlock& b : blocks) {
     max_cells = std::max(max_cells, b.cells());
@@ -633,13 +637,9 @@ void CheckBackwardPlan(const BackwardPlan& plan) {
     PlanError("autoAtomicDistinct", "a finite number >= 0", std::to_string(plan.auto_atomic_distinct));
   }
   if (plan.csr_chunk < 1) PlanError("csrChunk", "an integer >= 1", Int(plan.csr_chunk));
-  if (plan.doc_block < 0) PlanError("docBlock", "an integer >= 0", Int(plan.doc_block));
-  if (plan.query_block < 0) PlanError("queryBlock", "an integer >= 0", Int(plan.query_block));
-  if (plan.walk_warps < 1) PlanError("walkWarps", "an integer >= 1", Int(plan.walk_warps));
-  // sources are u32 slot indices and offsets u32 running sums
-  constexpr int64_t kU32 = int64_t(std::numeric_limits<uint32_t>::max());
-  if (plan.source_cap < 1 || plan.source_cap > kU32) PlanError("sourceCap", "an integer in [1, " + Int(kU32) + "]", Int(plan.source_cap));
-  if (plan.cell_cap < 1 || plan.cell_cap > kU32 - 1) PlanError("cellCap", "an integer in [1, " + Int(kU32 - 1) + "]", Int(plan.cell_cap));
+  if (plan.dd == DDPath::kAtomic && !plan.blocks.empty()) {
+    PlanError("blocks", "none for dD 'atomic'", Int(static_cast<int64_t>(plan.blocks.size())) + " blocks");
+  }
 }
 
 void CheckBackwardPlan(const BackwardPlan& plan, const Problem& a) {
@@ -654,6 +654,7 @@ void CheckBackwardPlan(const BackwardPlan& plan, const Problem& a) {
     PlanError("argmax16", "false for documents of " + Int(int64_t(std::numeric_limits<int16_t>::max()) + 1) +
                               " tokens or more", "true with a document of " + Int(a.d.max_length));
   }
+  if (plan.dd != DDPath::kAtomic && a.q.lengths && a.d.lengths) ExpandBlocks(a, plan);
 }
 
 void CheckContrastive(const ContrastiveLoss& c, const Problem& a) {

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "../binding/token_set.h"
+#include "../common/tokens.h"
 #include "kernels/maxsim_train_params.h"
 #include "runtime.h"
 
@@ -66,21 +66,27 @@ struct ForwardPlan {
   bool tma = false;  // wgmma only: documents through a TMA tensor map (else cp.async)
 };
 
-// The backward as TypeScript planned it.
+// One document block of the dD CSR as TypeScript cut it: documents [previous doc_end, doc_end), their
+// count and placement walk (one CTA of MAXSIM_TRAIN_WALK_WARPS warps per (document, query block)
+// where by_block, else one warp) and the query blocks of its cells (qblocks of qblock_size queries;
+// 1 x 1 for diagonal pairs).
+struct CsrBlock {
+  int32_t doc_end = 0;
+  bool by_block = false;
+  int32_t qblocks = 1, qblock_size = 1;
+};
+
+// The backward as TypeScript planned it (src/backends/cuda-train-plan.ts, planBackward).
 enum class DDPath { kCsr, kAtomic, kAuto };
 struct BackwardPlan {
   DDPath dd = DDPath::kCsr;
   // 'auto': the atomic scatter when the first CSR block's rows with sources are at least this
-  // fraction of its sources (measured on the device), the CSR otherwise.
+  // fraction of its sources (measured on the device: the rule is the plan's, the count the data's),
+  // the CSR otherwise.
   double auto_atomic_distinct = 0;
-  int64_t csr_chunk = 0;    // sources per chunk of a split dD row (> 0)
-  int64_t doc_block = 0;    // documents per CSR block at most (0: no bound beyond the caps)
-  int64_t query_block = 0;  // queries per CSR cell (0: from walk_warps and cell_cap)
-  int64_t walk_warps = 0;   // warps the count / place kernels should have per block (query_block 0)
-  bool block_walk = true;   // count / place with one CTA per unit where documents fit (else one warp)
-  int64_t source_cap = 0;   // CSR sources per document block (a single document may exceed it)
-  int64_t cell_cap = 0;     // CSR cells per document block
-  bool argmax16 = true;     // host argmax arrays: uploaded as int16 (ignored for a device state)
+  int64_t csr_chunk = 0;         // sources per chunk of a split dD row (> 0)
+  std::vector<CsrBlock> blocks;  // the CSR's document blocks, in order (none for 'atomic')
+  bool argmax16 = true;          // host argmax arrays: uploaded as int16 (ignored for a device state)
 };
 
 // The grid limit of every 1-D launch here: blocks stride over the work beyond it.
@@ -88,7 +94,8 @@ constexpr int64_t kMaxGrid = int64_t(1) << 20;
 
 // Throws std::invalid_argument naming the plan field when a plan is malformed (checks that need no
 // problem and no device), or, with a problem and the device's compute capability, when the kernels
-// cannot run it on that problem.
+// cannot run it on that problem (the CSR blocks are checked where the lengths are on the host: here
+// for host batches and a kept state, in the job for device-resident sides).
 void CheckForwardPlan(const ForwardPlan& plan);
 void CheckForwardPlan(const ForwardPlan& plan, const Problem& a, int cc_major);
 void CheckBackwardPlan(const BackwardPlan& plan);

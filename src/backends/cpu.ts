@@ -1,7 +1,9 @@
 // Typed face of the native CPU engine (native/cpu via native/binding/cpu_binding.cc).
+
 import { InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
 import type { TokenBatch } from '../tensor.js';
+import { MAX_THREADS } from './constants.js';
 
 export type CpuIsa = 'amx' | 'avx512' | 'avx512bf16' | 'avx2' | 'neon' | 'portable';
 
@@ -71,10 +73,10 @@ export function cpuAdmission(): CpuAdmission[] {
 function checkOptions(options: CpuOptions): CpuOptions {
   const out: CpuOptions = {};
   if (options.threads !== undefined) {
-    if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > 1024) {
+    if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > MAX_THREADS) {
       throw new InvalidArgumentError(
         'threads',
-        'an integer in [0, 1024] (0 = all cores)',
+        `an integer in [0, ${MAX_THREADS}] (0 = all cores)`,
         String(options.threads),
       );
     }

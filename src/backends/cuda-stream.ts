@@ -17,6 +17,7 @@ import {
   type Hit,
   type TokenBatch,
 } from '../tensor.js';
+import { STREAM_BLOCK_FIELDS } from './constants.js';
 import { cuda, cudaStatus, nativeCuda } from './cuda.js';
 import {
   deviceCaps,
@@ -295,8 +296,8 @@ export function chooseTransfer(input: {
   }
 }
 
-/** Numbers per block in the native plan (see native/binding/cuda_stream_binding.cc). */
-export const BLOCK_FIELDS = 8;
+/** Numbers per block in the native plan (native/common/constants.json; cuda_stream_binding.cc reads them). */
+export const BLOCK_FIELDS = STREAM_BLOCK_FIELDS;
 
 /**
  * The plan the native scan takes: per block [segment, tokens byte offset, tokens, first document,

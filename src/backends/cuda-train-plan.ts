@@ -1,26 +1,19 @@
 // The plan of the CUDA training passes, decided here once per call and passed down: which forward
 // kernel runs with which shared memory and grid, how the argmax is stored, how dD is built and how
-// the CSR is cut into blocks. The native engine (native/cuda/train_engine.cc) checks that a plan is
-// one its kernels can run and executes it; it decides nothing.
+// its CSR is cut into document blocks (cuda-train-blocks.ts). The native engine
+// (native/cuda/train_engine.cc) checks that a plan is one its kernels can run and executes it. The
+// one decision left to run time is the data's: dD 'auto' measures the first CSR block's contention
+// on the device and applies this plan's rule (autoAtomicDistinct) to it.
 //
 // The launch constants a plan must match (the forward's block size and dynamic shared memory, where
 // the tensor-core forward applies, the grid limit) are stated once, in
 // native/cuda/kernels/maxsim_train_params.h, and reach this file through the addon
-// (cuda.trainKernelInfo). The policy numbers below (scratch budgets, the dD heuristic's threshold,
-// the CSR chunk) are stated here only.
+// (cuda.trainKernelInfo); those of the dD walk come from native/common/constants.json. The policy
+// numbers below (scratch budgets, the dD heuristic's threshold, the CSR chunk) are stated here only.
 //
-// Device memory beyond the inputs and their fp32 gradients:
-//   forward:  scores [P] f32, argmax [P * stride] int16 (int32 when a document has >= 32768 tokens),
-//             best[] one stride-long f32 stripe per CTA (mma, simt) or one f32 per slot of the pairs
-//             of one query chunk (wgmma), <= FWD_SCRATCH_BYTES either way, not per pair.
-//   backward: argmax as above, gradScores [P] f64, and the CSR of ONE document block at a time:
-//             counts + offsets [cells] u32 (cells <= CELL_CAP), sources u32 (<= SOURCE_CAP entries),
-//             and for split rows fp64 partials (2 * sources / csrChunk + 1) x 128 (<= 64 MB at the
-//             default chunk), a chunk -> row map and per-row chunk offsets (u32).
-// ColPali shape B = 256 (P = 65,536, stride 1,024): argmax 134 MB + CSR <= 32 + 32 + 64 MB.
-
 import { InvalidArgumentError } from '../errors.js';
 import type { DType } from '../tensor.js';
+import { packDocBlocks, planDocBlocks } from './cuda-train-blocks.js';
 
 /** The launch constants of native/cuda/kernels/maxsim_train_params.h, as the addon reports them. */
 export interface TrainKernelInfo {
@@ -87,13 +80,8 @@ export interface TrainBackwardPlan {
   /** dD 'auto': the atomic scatter when the first CSR block's rows with sources / its sources >= this. */
   autoAtomicDistinct: number;
   csrChunk: number;
-  docBlock: number;
-  queryBlock: number;
-  walkWarps: number;
-  /** Count and place the CSR with one CTA per (document, query block) where documents fit its shared memory. */
-  blockWalk: boolean;
-  sourceCap: number;
-  cellCap: number;
+  /** The CSR's document blocks, [blocks, 4]: docEnd, byBlock, qblocks, qblockSize (cuda-train-blocks.ts); empty for 'atomic'. */
+  blocks: Int32Array;
   argmax16: boolean;
 }
 
@@ -247,21 +235,34 @@ export function planForward(
   };
 }
 
+/** The lengths the backward's CSR blocks are cut by (of the items the pass reads). */
+export interface TrainLengths {
+  queries: ArrayLike<number>;
+  docs: ArrayLike<number>;
+}
+
 export function planBackward(
   dD: TrainDDChoice,
   tuning: TrainPlanTuning,
-  maxDocLength: number,
+  shape: Pick<TrainShape, 'pairs' | 'maxDocLength'>,
+  lengths: TrainLengths,
 ): TrainBackwardPlan {
+  const blocks =
+    dD === 'atomic'
+      ? []
+      : planDocBlocks(lengths.queries, lengths.docs, shape.pairs, {
+          docBlock: tuning.docBlock ?? 0,
+          queryBlock: tuning.queryBlock ?? 0,
+          walkWarps: WALK_WARPS,
+          blockWalk: tuning.csrBlockWalk ?? true,
+          sourceCap: SOURCE_CAP,
+          cellCap: CELL_CAP,
+        });
   return {
     dD,
     autoAtomicDistinct: AUTO_ATOMIC_DISTINCT,
     csrChunk: tuning.csrChunk || CSR_CHUNK,
-    docBlock: tuning.docBlock ?? 0,
-    queryBlock: tuning.queryBlock ?? 0,
-    walkWarps: WALK_WARPS,
-    blockWalk: tuning.csrBlockWalk ?? true,
-    sourceCap: SOURCE_CAP,
-    cellCap: CELL_CAP,
-    argmax16: planArgmax16(maxDocLength, tuning.argmaxBits),
+    blocks: packDocBlocks(blocks),
+    argmax16: planArgmax16(shape.maxDocLength, tuning.argmaxBits),
   };
 }

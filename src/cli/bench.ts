@@ -1,5 +1,6 @@
 // `maxsim bench`: time MaxSim on random L2-normalized inputs, one shape at a time (median of repeats).
 import { Command, Option } from 'commander';
+import { MAX_THREADS } from '../backends/constants.js';
 import { type CpuInfo, type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { type NativeBackend, resolveBackend } from '../backends/select.js';
 import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
@@ -180,7 +181,7 @@ export function benchCommand(): Command {
       integerOption(0, 600000),
       0,
     )
-    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
+    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, MAX_THREADS))
     .option(
       '--isa <name>',
       "CPU kernel set, one of `maxsim info`'s usable list (int8: its int8 list; default: the fastest)",

@@ -1,5 +1,6 @@
 // `maxsim chamfer`: Chamfer distance between point clouds read from .npy / .safetensors files.
 import { Command, Option } from 'commander';
+import { MAX_THREADS } from '../backends/constants.js';
 import type { BackendChoice } from '../backends/select.js';
 import { arrayToDocs, loadArray } from '../io/load.js';
 import { chamfer } from '../ops/chamfer.js';
@@ -52,7 +53,7 @@ export function chamferCommand(): Command {
     .addOption(
       new Option('--reduction <how>', "over each cloud's points").choices(['mean', 'sum']).default('mean'),
     )
-    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
+    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, MAX_THREADS))
     .option(
       '--json',
       'print JSON: {"distances": [one value per pair]} (+Infinity, a cloud facing an empty one, as null)',

@@ -3,6 +3,7 @@
 import { type Command, Option, InvalidArgumentError as UsageError } from 'commander';
 import { untilAborted } from '../abort.js';
 import { checkWork, workOf } from '../admission.js';
+import { MAX_THREADS } from '../backends/constants.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import type { BenchShape } from '../bench/cuda.js';
@@ -264,7 +265,7 @@ export function addInputOptions(command: Command, docsRequired = true): Command 
       "read .npy uint16 / int16 ('<u2' / '<i2') arrays as bfloat16 bits (NumPy has no bfloat16)",
     )
     .addOption(new Option('--backend <name>', 'where to score').choices(BACKEND_CHOICES).default('auto'))
-    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
+    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, MAX_THREADS))
     .option('--no-check-finite', 'skip the scan for NaN / Infinity in the inputs (trusted input)')
     .option(
       '--max-work <n>',

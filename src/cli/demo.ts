@@ -1,6 +1,7 @@
 // `maxsim demo` (`npm start`): generate a ColBERT-like corpus with planted answers, search it with the
 // fastest backend, and report the hits, recall@10 and throughput.
 import { Command, Option } from 'commander';
+import { MAX_THREADS } from '../backends/constants.js';
 import { cpuInfo } from '../backends/cpu.js';
 import { type BackendChoice, resolveBackend } from '../backends/select.js';
 import { demoCorpus } from '../demo/corpus.js';
@@ -41,7 +42,7 @@ export function demoCommand(): Command {
       'storage: f32, f16 or bf16 (default: f16 on CUDA, where the tensor cores take it; f32 on CPU)',
       parseDtype,
     )
-    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, 1024))
+    .option('--threads <n>', 'CPU worker threads (0 = all cores)', integerOption(0, MAX_THREADS))
     .option('--json', 'print JSON')
     .action(async (opts: DemoOptions) => {
       if (opts.docs < opts.queries * PLANTED_PER_QUERY) {

@@ -15,6 +15,8 @@
 // Per-point results are compact: pair by pair, point by point (for a raggedBatch packed from offset
 // 0 this is the input's own order). Gradients come back in the layout of the input buffers.
 
+import { CHAMFER_MAX_DIM } from '../backends/constants.js';
+import { type ChamferPlan, planChamfer } from '../backends/cuda-chamfer-plan.js';
 import type { ChamferReduction } from '../backends/reference-chamfer.js';
 import { type BackendChoice, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -139,7 +141,7 @@ interface CudaChamferAddon {
     device: number,
     P: TokenBatch,
     Q: TokenBatch,
-    options: { bidirectional: boolean; prune: boolean },
+    options: { bidirectional: boolean; prune: boolean; plan: ChamferPlan },
   ): Promise<
     Awaited<ReturnType<ChamferAddon['forwardAsync']>> & { kernelMs: number; session: CudaChamferSession }
   >;
@@ -186,6 +188,7 @@ async function forwardNative(
     return cudaAddon().chamferForward(options.device ?? 0, p, q, {
       bidirectional,
       prune: options.prune ?? true,
+      plan: planChamfer(p.lengths, q.lengths, p.dim, bidirectional),
     });
   }
   return addon().forwardAsync(p, q, { ...nativeOptions(options), bidirectional });
@@ -206,8 +209,12 @@ function asClouds(x: unknown, name: string): TokenBatch {
   }
   if (x.dtype !== 'float32')
     throw new InvalidArgumentError(`${name}.dtype`, "'float32' coordinates", `'${x.dtype}'`);
-  if (!Number.isInteger(x.dim) || x.dim < 1 || x.dim > 8) {
-    throw new InvalidArgumentError(`${name}.dim`, 'a point dimension in [1, 8]', String(x.dim));
+  if (!Number.isInteger(x.dim) || x.dim < 1 || x.dim > CHAMFER_MAX_DIM) {
+    throw new InvalidArgumentError(
+      `${name}.dim`,
+      `a point dimension in [1, ${CHAMFER_MAX_DIM}]`,
+      String(x.dim),
+    );
   }
   return isTokenMatrix(x) ? matrixAsBatch(x) : x;
 }

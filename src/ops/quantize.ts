@@ -9,6 +9,7 @@
 // Centered ({ center: true }, documents only): the tokens' mean mu is subtracted first and kept as
 // `mean`; scoring adds each query's shift back (src/ops/center.ts, docs/eight-bit.md).
 
+import { MAX_THREADS } from '../backends/constants.js';
 import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
 import { loadNative } from '../native.js';
@@ -350,10 +351,10 @@ function int8Addon(): Int8Addon {
 function checkInt8Options(options: { threads?: number; isa?: string }): Int8Options {
   const out: Int8Options = {};
   if (options.threads !== undefined) {
-    if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > 1024)
+    if (!Number.isInteger(options.threads) || options.threads < 0 || options.threads > MAX_THREADS)
       throw new InvalidArgumentError(
         'threads',
-        'an integer in [0, 1024] (0 = all cores)',
+        `an integer in [0, ${MAX_THREADS}] (0 = all cores)`,
         String(options.threads),
       );
     out.threads = options.threads;

@@ -1,3 +1,4 @@
+import { MAX_THREADS } from '../backends/constants.js';
 import { cudaStatus, type DeviceCorpus, isDeviceCorpus, type NativeTokenSet } from '../backends/cuda.js';
 import {
   CSR_CHUNK_MIN,
@@ -7,6 +8,7 @@ import {
   type TrainDevice,
   type TrainForwardPlan,
   type TrainKernelInfo,
+  type TrainLengths,
   type TrainShape,
 } from '../backends/cuda-train-plan.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
@@ -53,6 +55,8 @@ export function addon(): TrainAddon {
  */
 export interface CudaTrainAddon {
   trainKernelInfo: TrainKernelInfo;
+  /** The lengths of a device set's items as of the call (the backward's CSR blocks are cut by them). */
+  setLengths(set: NativeTokenSet): Promise<Int32Array>;
   trainForward(
     device: number,
     queries: TokenBatch,
@@ -233,8 +237,12 @@ export function checkOutputDtype(dtype: unknown): GradientDtype {
 
 export function checkThreads(threads: unknown): number | undefined {
   if (threads === undefined) return undefined;
-  if (typeof threads !== 'number' || !Number.isInteger(threads) || threads < 0 || threads > 1024) {
-    throw new InvalidArgumentError('threads', 'an integer in [0, 1024] (0 = all cores)', String(threads));
+  if (typeof threads !== 'number' || !Number.isInteger(threads) || threads < 0 || threads > MAX_THREADS) {
+    throw new InvalidArgumentError(
+      'threads',
+      `an integer in [0, ${MAX_THREADS}] (0 = all cores)`,
+      String(threads),
+    );
   }
   return threads;
 }
@@ -300,6 +308,7 @@ export function cudaPlans(
   kernel: TrainKernel,
   dDPath: TrainDDPath,
   tuning: TrainCudaTuning,
+  lengths: TrainLengths,
 ) {
   const { index, gpu } = checkCudaDevice(device);
   const cuda = cudaAddon();
@@ -307,7 +316,7 @@ export function cudaPlans(
     device: index,
     cuda,
     forward: planForward(shape, kernel, tuning, gpu, cuda.trainKernelInfo),
-    backward: planBackward(dDPath, tuning, shape.maxDocLength),
+    backward: planBackward(dDPath, tuning, shape, lengths),
   };
 }
 

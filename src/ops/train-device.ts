@@ -3,6 +3,7 @@ import { planBackward, planForward } from '../backends/cuda-train-plan.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { TokenBatch } from '../tensor.js';
 import {
+  type CudaTrainAddon,
   checkBackend,
   checkCudaDevice,
   checkDisjoint,
@@ -39,7 +40,7 @@ export function checkDeviceSide(name: string, side: TokenBatch | DeviceCorpus) {
 // maxsimTrain with a DeviceCorpus among the inputs (a host batch beside it is uploaded once and kept
 // with the state): forward on the GPU, argmax and operands kept there, gradients as device corpora.
 /** What both device-resident entry points (deviceTrain, contrastiveStep) check and plan first. */
-export function deviceSetup(
+export async function deviceSetup(
   queries: TokenBatch | DeviceCorpus,
   docs: TokenBatch | DeviceCorpus,
   options: MaxsimTrainOptions,
@@ -93,9 +94,17 @@ export function deviceSetup(
     stride,
     outputDtype,
     forwardPlan: planForward(shape, kernel, tuning, gpu, addon.trainKernelInfo),
-    backwardPlan: planBackward(dDPath, tuning, shape.maxDocLength),
+    backwardPlan: planBackward(dDPath, tuning, shape, {
+      queries: dDPath === 'atomic' ? [] : await lengthsOf(queries, addon),
+      docs: dDPath === 'atomic' ? [] : await lengthsOf(docs, addon),
+    }),
     profile: tuning.profile ? { profile: true } : {},
   };
+}
+
+/** A side's item lengths: a batch's own, or a device set's as of now (from the device's worker). */
+async function lengthsOf(side: TokenBatch | DeviceCorpus, addon: CudaTrainAddon): Promise<Int32Array> {
+  return isDeviceCorpus(side) ? addon.setLengths(side.native) : side.lengths.subarray(0, side.count);
 }
 
 export const nativeSide = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
@@ -106,12 +115,8 @@ export async function deviceTrain(
   options: MaxsimTrainOptions,
   cudaTuning: unknown,
 ): Promise<DeviceTrainResult> {
-  const { like, device, addon, pairs, stride, outputDtype, forwardPlan, backwardPlan, profile } = deviceSetup(
-    queries,
-    docs,
-    options,
-    cudaTuning,
-  );
+  const { like, device, addon, pairs, stride, outputDtype, forwardPlan, backwardPlan, profile } =
+    await deviceSetup(queries, docs, options, cudaTuning);
   const fwd = await addon.trainForward(device, nativeSide(queries), nativeSide(docs), {
     pairs,
     stride,

@@ -122,7 +122,10 @@ async function train(
   // backend 'cuda': the device and the plans of both passes, decided before any work (no closure
   // here may capture the batches: dispose() must let them go)
   const gpu = onGpu
-    ? cudaPlans(options.device, trainShape(queries, docs, pairs, native.stride), kernel, dDPath, tuning)
+    ? cudaPlans(options.device, trainShape(queries, docs, pairs, native.stride), kernel, dDPath, tuning, {
+        queries: queries.lengths.subarray(0, queries.count),
+        docs: docs.lengths.subarray(0, docs.count),
+      })
     : undefined;
   const profile = tuning.profile ? { profile: true } : {};
   // the native passes cannot stop early: an abort rejects at once and drops their result
@@ -318,7 +321,7 @@ export async function contrastiveStep(
     const { tau, labels } = checkLossOptions(queries.count, docs.count, options);
     const signal = checkSignal(options.signal);
     throwIfAborted(signal);
-    const setup = deviceSetup(
+    const setup = await deviceSetup(
       queries,
       docs,
       {

@@ -9,6 +9,7 @@ import { describe, test } from 'node:test';
 import type { DeviceCorpus } from '../../src/backends/cuda.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { contrastiveStep, maxsimTrain, type TrainPairs } from '../../src/ops/train.js';
+import { cudaAddon } from '../../src/ops/train-args.js';
 import { encodeFloats, type FloatDType, type TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
 import { bitsEqual, excessOver, gpu, gradSlack, lossClose, skip } from './helpers.js';
@@ -188,6 +189,22 @@ describe(`CUDA device-resident training (seed ${runSeed})`, { skip }, () => {
     assert.ok(bitsEqual(await deviceRows(got.dD), await deviceRows(want.dD)), 'dD');
     assert.ok(bitsEqual(await deviceRows(got.dQ), await deviceRows(want.dQ)), 'dQ');
     for (const c of [got.dQ, got.dD, want.dQ, want.dD, dq, growing, fixed]) c.dispose();
+  });
+
+  test('setLengths (the lengths the backward plan cuts its CSR blocks by): the items as of the call', async () => {
+    const rand = rng(runSeed + 9);
+    const g = await gpu();
+    const growing = await g.alloc({ dtype: 'float16', dim: 32, tokens: 200, items: 8 });
+    assert.deepEqual(await cudaAddon().setLengths(growing.native), new Int32Array(0));
+    await growing.append(randomRagged([9, 0, 5], 32, 'float16', rand));
+    assert.deepEqual(await cudaAddon().setLengths(growing.native), Int32Array.from([9, 0, 5]));
+    await growing.append(randomRagged([20, 7], 32, 'float16', rand));
+    assert.deepEqual(await cudaAddon().setLengths(growing.native), Int32Array.from([9, 0, 5, 20, 7]));
+    const view = await growing.select([4, 0]);
+    assert.deepEqual(await cudaAddon().setLengths(view.native), Int32Array.from([7, 9]));
+    view.dispose();
+    growing.dispose();
+    assert.throws(() => cudaAddon().setLengths(growing.native), /tokenSet/);
   });
 
   test('every device buffer of a training step comes back', async () => {

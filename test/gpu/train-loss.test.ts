@@ -220,7 +220,11 @@ describe(`CUDA contrastive loss of device-resident steps (seed ${runSeed})`, { s
         dq.native,
         dd.native,
         { pairs: 'all', stride: shape.stride, plan },
-        { outputDtype: 'float32', plan: planBackward('csr', {}, shape.maxDocLength), contrastive },
+        {
+          outputDtype: 'float32',
+          plan: planBackward('csr', {}, shape, { queries: queries.lengths, docs: docs.lengths }),
+          contrastive,
+        },
       ) as Promise<{ scores: Float32Array; emptyPositive?: number; dQ: unknown; dD: unknown; loss: number }>;
     try {
       const before = (await g.memory()).inUse;

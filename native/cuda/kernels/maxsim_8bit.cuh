@@ -445,7 +445,7 @@ __device__ __forceinline__ void wgmma8_body(const MaxsimParams& p, const TmaMap*
                 imax[m][1] = max(imax[m][1], max(ok0 ? acc[m][4 * i + 2] : INT_MIN, ok1 ? acc[m][4 * i + 3] : INT_MIN));
               }
             } else {
-              fold_masked<MB, NACC, false>(rmax, m, rem, lane, value);
+              fold_masked<MB, NACC>(rmax, m, rem, lane, value);
             }
           }
           // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the

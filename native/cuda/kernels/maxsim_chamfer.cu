@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "maxsim_chamfer_params.h"
+#include "maxsim_scan.cuh"
 
 namespace maxsim_chamfer {
 
@@ -662,31 +663,14 @@ __device__ void CsrCount(const ChamferParams& p) {
   }
 }
 
-// Exclusive scan of counts into offsets, 1024 rows per block (inclusive warp scans, then the warps').
+// Exclusive scan of counts into offsets, 1024 rows per block (maxsim_scan.cuh).
 __device__ void ScanLocal(const ChamferParams& p) {
-  __shared__ uint32_t warp_tot[32];
   const int64_t g = static_cast<int64_t>(blockIdx.x) * 1024 + threadIdx.x;
   const uint32_t v = g < p.rows ? p.counts[g] : 0u;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t x = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) warp_tot[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    uint32_t t = warp_tot[lane];
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(0xffffffffu, t, o);
-      if (lane >= o) t += y;
-    }
-    warp_tot[lane] = t;
-  }
-  __syncthreads();
-  const uint32_t before = warp == 0 ? 0u : warp_tot[warp - 1];
-  if (g < p.rows) p.offsets[g] = before + x - v;
-  if (threadIdx.x == 1023) p.block_sums[blockIdx.x] = before + x;
+  uint32_t total;
+  const uint32_t excl = block_exclusive_scan<1024>(v, &total);
+  if (g < p.rows) p.offsets[g] = excl;
+  if (threadIdx.x == 0) p.block_sums[blockIdx.x] = total;
 }
 
 // One block: block_sums become exclusive, offsets[rows] the total.
@@ -828,6 +812,7 @@ CHAMFER_NEAREST(5)
 CHAMFER_NEAREST(6)
 CHAMFER_NEAREST(7)
 CHAMFER_NEAREST(8)
+static_assert(MAXSIM_CHAMFER_MAX_DIM == 8, "chamfer_nearest_d1..d8 are the point dimensions the engines take");
 extern "C" __global__ void __launch_bounds__(256) chamfer_finalize(const ChamferParams p) { Finalize(p); }
 extern "C" __global__ void __launch_bounds__(256) chamfer_csr_count(const ChamferParams p) { CsrCount(p); }
 extern "C" __global__ void __launch_bounds__(1024) chamfer_scan_local(const ChamferParams p) { ScanLocal(p); }

@@ -8,6 +8,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "../../common/maxsim_constants.h"
+
 struct ChamferParams {
   const float* p_raw;       // [tp, dim] the input coordinates
   const float* q_raw;       // [tq, dim]
@@ -60,11 +62,14 @@ struct ChamferParams {
 #else
 #define MAXSIM_CHAMFER_HD
 #endif
-constexpr int64_t kChamferChunk = 32;    // targets per bounding box, per running minimum, per load
-constexpr int64_t kChamferGroup = 1024;  // targets per coarse bounding box (32 chunks: one per lane)
+// The plan's numbers (chunk, group, unit, cell bits) come from native/common/constants.json, which the
+// TypeScript planner (src/backends/cuda-chamfer-plan.ts) reads too.
+constexpr int64_t kChamferChunk = MAXSIM_CHAMFER_CHUNK;  // targets per bounding box, per running minimum, per load
+constexpr int64_t kChamferGroup = MAXSIM_CHAMFER_GROUP;  // targets per coarse bounding box (32 chunks: one per lane)
 constexpr int64_t kChamferBoundsRun = 512;   // rows per warp in chamfer_bounds
 MAXSIM_CHAMFER_HD constexpr int ChamferRows(int /*dim*/) { return 4; }
-constexpr int64_t kChamferUnit = 32 * 4;  // sources per warp: 32 lanes x ChamferRows
+constexpr int64_t kChamferUnit = MAXSIM_CHAMFER_UNIT;  // sources per warp: 32 lanes x ChamferRows
+static_assert(kChamferUnit == 32 * ChamferRows(1) && kChamferGroup == 32 * kChamferChunk, "the Chamfer plan's units");
 MAXSIM_CHAMFER_HD constexpr int ChamferThreads(int /*dim*/) { return 128; }
 MAXSIM_CHAMFER_HD constexpr int ChamferBlocksPerSm(int dim) { return dim <= 4 ? 8 : 6; }
 

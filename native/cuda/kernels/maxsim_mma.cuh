@@ -95,10 +95,7 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
         const bool kok = k < dim;
         const int row0 = tok0 + pr;
         const int rows_left = pcur.len - row0;  // copy `it` holds row row0 + RSTEP * it
-        // (the same address summed in two orders: each family's as it was, so that the refactor into one
-        // body left the machine code of every kernel unchanged; scripts/compare-cubins.py checks it)
-        const Elem* src = SCALED ? docs + (pcur.start + tok0 + pr) * (int64_t)dim + k
-                                 : docs + (pcur.start + row0) * (int64_t)dim + k;
+        const Elem* src = docs + (pcur.start + row0) * (int64_t)dim + k;
         const uint32_t dst = (SCALED ? sbase : stages_s + slot * C::STAGE) + (pr * C::RS + pc * (16 / C::EB)) * C::EB;
         copy_chunk_rows<C::NIT, C::RSTEP, C::RSTEP * C::RS * C::EB>(dst, src, rstep, rows_left, kok, docs);
       }

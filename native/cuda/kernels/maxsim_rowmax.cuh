@@ -54,26 +54,19 @@ __device__ __forceinline__ void redo_inexact_rows(float (&rmax)[MB][2], const fl
   }
 }
 
-// The last, partial wgmma tile of a document: columns at or past rem are -inf. (ROW_BY_ROW: each row's
-// maximum before the next row's values are formed, the 16-bit kernels' order; otherwise all four
-// values first. Same result; both orders are kept so that the machine code is as it was.)
-template <int MB, int NV, bool ROW_BY_ROW, class Value>
+// The last, partial wgmma tile of a document: columns at or past rem are -inf.
+template <int MB, int NV, class Value>
 __device__ __forceinline__ void fold_masked(float (&rmax)[MB][2], int m, int rem, int lane, Value&& value) {
 #pragma unroll
   for (int i = 0; i < NV / 4; ++i) {
     const int col = i * 8 + (lane & 3) * 2;
-    if constexpr (ROW_BY_ROW) {
-      rmax[m][0] = fmaxf(rmax[m][0], fmaxf(col < rem ? value(m, 4 * i) : -INFINITY, col + 1 < rem ? value(m, 4 * i + 1) : -INFINITY));
-      rmax[m][1] = fmaxf(rmax[m][1], fmaxf(col < rem ? value(m, 4 * i + 2) : -INFINITY, col + 1 < rem ? value(m, 4 * i + 3) : -INFINITY));
-    } else {
-      const bool ok0 = col < rem, ok1 = col + 1 < rem;
-      const float v0 = ok0 ? value(m, 4 * i) : -INFINITY;
-      const float v1 = ok1 ? value(m, 4 * i + 1) : -INFINITY;
-      const float v2 = ok0 ? value(m, 4 * i + 2) : -INFINITY;
-      const float v3 = ok1 ? value(m, 4 * i + 3) : -INFINITY;
-      rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
-      rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
-    }
+    const bool ok0 = col < rem, ok1 = col + 1 < rem;
+    const float v0 = ok0 ? value(m, 4 * i) : -INFINITY;
+    const float v1 = ok1 ? value(m, 4 * i + 1) : -INFINITY;
+    const float v2 = ok0 ? value(m, 4 * i + 2) : -INFINITY;
+    const float v3 = ok1 ? value(m, 4 * i + 3) : -INFINITY;
+    rmax[m][0] = fmaxf(rmax[m][0], fmaxf(v0, v1));
+    rmax[m][1] = fmaxf(rmax[m][1], fmaxf(v2, v3));
   }
 }
 

@@ -60,6 +60,7 @@
 #include "maxsim_mainloop.cuh"
 #include "maxsim_producer.cuh"
 #include "maxsim_rowmax.cuh"
+#include "maxsim_scan.cuh"
 #include "maxsim_train_params.h"
 
 namespace maxsim_train {
@@ -68,10 +69,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
 
-template <typename T> __device__ __forceinline__ float to_f32(T x);
-template <> __device__ __forceinline__ float to_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+using maxsim::to_f32;
 
 // Element idx of a token buffer of run-time dtype, as fp32 (exact for every dtype).
 __device__ __forceinline__ float load_f32(const void* base, int32_t dtype, int64_t idx) {
@@ -1205,34 +1203,6 @@ __device__ __forceinline__ void walk_block(const MaxsimTrainParams& P) {
   }
 }
 
-// Exclusive scan of v over a block of kScanThreads threads (integers: exact); *total = block sum.
-__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* total) {
-  __shared__ uint32_t warp_sums[kScanThreads / 32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t y = __shfl_up_sync(kFull, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) warp_sums[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    uint32_t w = warp_sums[lane];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_up_sync(kFull, w, o);
-      if (lane >= o) w += y;
-    }
-    warp_sums[lane] = w;
-  }
-  __syncthreads();
-  const uint32_t excl = (warp > 0 ? warp_sums[warp - 1] : 0u) + x - v;
-  *total = warp_sums[kScanThreads / 32 - 1];
-  __syncthreads();  // everyone has read warp_sums before a later call overwrites it
-  return excl;
-}
-
 // Three-kernel scan of counts[0, cells) (every total < 2^32: the host bounds a block's sources):
 // scan_reduce: block_sums[b] = sum of tile b; scan_top (one block): block_sums exclusive in place,
 // offsets[cells] = total; scan_down: offsets = counts turned exclusive, and counts = offsets (cursor).
@@ -1246,7 +1216,7 @@ __device__ __forceinline__ void scan_reduce_body(const MaxsimTrainParams& P) {
       if (idx < P.cells) v += P.counts[idx];
     }
     uint32_t total;
-    block_exclusive_scan(v, &total);
+    block_exclusive_scan<kScanThreads>(v, &total);
     if (threadIdx.x == 0) P.block_sums[b] = total;
   }
 }
@@ -1258,7 +1228,7 @@ __device__ __forceinline__ void scan_top_body(const MaxsimTrainParams& P) {
     const int64_t idx = base + threadIdx.x;
     const uint32_t v = idx < tiles ? P.block_sums[idx] : 0u;
     uint32_t total;
-    const uint32_t excl = block_exclusive_scan(v, &total);
+    const uint32_t excl = block_exclusive_scan<kScanThreads>(v, &total);
     if (idx < tiles) P.block_sums[idx] = carry + excl;
     carry += total;
   }
@@ -1286,7 +1256,7 @@ __device__ __forceinline__ void scan_down_body(const MaxsimTrainParams& P) {
     const uint32_t sum = v[0] + v[1] + v[2] + v[3];
     uint32_t total;
     uint32_t at[4];
-    at[0] = P.block_sums[b] + block_exclusive_scan(sum, &total);
+    at[0] = P.block_sums[b] + block_exclusive_scan<kScanThreads>(sum, &total);
 #pragma unroll
     for (int r = 1; r < 4; ++r) at[r] = at[r - 1] + v[r - 1];
     if (whole) {

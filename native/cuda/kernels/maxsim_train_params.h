@@ -9,6 +9,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "../../common/maxsim_constants.h"
+
 // Launch constants the kernels are written for, stated once: the training engine (native/cuda/
 // train_engine.cc) checks plans against them and the addon hands them to the TypeScript planner
 // (cuda.trainKernelInfo, src/backends/cuda-train-plan.ts); maxsim_train.cu static_asserts its own.
@@ -28,10 +30,10 @@
 // its TMA twin (maxsim_train_fwd_wgmma_tma_*) reads tiles of this many document tokens (box [64, rows])
 #define MAXSIM_TRAIN_FWD_WGMMA_TILE 128
 #define MAXSIM_TRAIN_WGMMA_CC 9
-// maxsim_train_dd_{count,place}_block: warps per CTA, and the longest document they take (the
-// placement's dynamic shared memory is 2 * WARPS words per token of the block's longest document).
-#define MAXSIM_TRAIN_WALK_WARPS 8
-#define MAXSIM_TRAIN_WALK_MAX_LENGTH 3072
+// maxsim_train_dd_{count,place}_block: MAXSIM_TRAIN_WALK_WARPS warps per CTA, documents of at most
+// MAXSIM_TRAIN_WALK_MAX_LENGTH tokens (the placement's dynamic shared memory is 2 * WARPS words per
+// token of the block's longest document): native/common/constants.json, which the backward planner
+// (src/backends/cuda-train-backward-plan.ts) reads too.
 // Columns per pass of the split-row dD passes (kChunk) and counts per scan block (kScanTile).
 #define MAXSIM_TRAIN_PARTIAL_COLS 128
 #define MAXSIM_TRAIN_SCAN_TILE 4096

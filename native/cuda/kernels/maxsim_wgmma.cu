@@ -260,7 +260,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
               // one VIMNMX3 per two values on their bit patterns (max3_bits), checked below
               fold_full_bits<MB, NACC>(rmax, m, value);
             } else {
-              fold_masked<MB, NACC, true>(rmax, m, rem, lane, value);
+              fold_masked<MB, NACC>(rmax, m, rem, lane, value);
             }
           }
           // a negative (or NaN) row maximum left the bit-pattern max inexact: redo the tile with fmaxf

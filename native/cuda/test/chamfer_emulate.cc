@@ -1,14 +1,15 @@
 // Runs maxsim_chamfer.cu's kernels on the host (cuda_shim.h: one thread per CUDA thread, barriers
-// for __syncthreads and warp shuffles) with the binding's launch plan, and compares with the CPU
+// for __syncthreads and warp shuffles) with the engine's launch plan, and compares with the CPU
 // engine's AVX2 kernel set: argmin, distances and CSR gradients bitwise, atomic gradients close.
 // It checks the kernels' index arithmetic, CSR, scan and rounding sequence where no GPU exists; it
 // cannot check what only a GPU shows (memory model, launch limits, the driver). Build after
 // `node scripts/build-native.mjs addon` (it links the addon's CPU objects), from the repo root:
 //   O=build/Release/obj.target; g++ -std=c++20 -O1 -pthread -ffp-contract=off -Inative/cpu -Inative/cuda \
 //     -Inative/cuda/kernels -x c++ native/cuda/test/chamfer_emulate.cc -x none \
-//     $O/maxsim_native/native/cpu/{chamfer,chamfer_portable,engine,thread_pool,kernels_portable,kernels_neon}.o \
+//     $O/maxsim_native/native/cpu/{chamfer,chamfer_portable,engine,thread_pool,kernels_portable,kernels_neon,cpu_features}.o \
 //     $O/maxsim_cpu_avx2/native/cpu/{chamfer_avx2,kernels_avx2}.o \
 //     $O/maxsim_cpu_avx512/native/cpu/{chamfer_avx512,kernels_avx512}.o $O/maxsim_cpu_amx/native/cpu/kernels_amx.o \
+//     $O/maxsim_cpu_avx512bf16/native/cpu/kernels_avx512bf16.o \
 //     -o /tmp/chamfer_emulate && /tmp/chamfer_emulate   # prints OK (0 failures); ~15 s
 #include "cuda_shim.h"
 #include "maxsim_chamfer.cu"
@@ -26,6 +27,38 @@ static int failures = 0;
 
 static int64_t Blocks(int64_t n, int64_t per) { return std::max<int64_t>(1, (n + per - 1) / per); }
 static unsigned G(int64_t b) { return static_cast<unsigned>(std::min<int64_t>(b, 1 << 20)); }
+
+// The plan src/backends/cuda-chamfer-plan.ts makes (the TypeScript test compares it with the C++
+// planner's table of main bc33815), written again here so the emulation needs no Node; the engine's
+// check (CheckChamferPlan) accepts it before it runs.
+static maxsim_cuda::ChamferPlan EmulatorPlan(const std::vector<int64_t>& po, const std::vector<int64_t>& qo, int64_t d, bool both) {
+  maxsim_cuda::ChamferPlan plan;
+  const int64_t pairs = static_cast<int64_t>(po.size()) - 1;
+  int64_t cell = 0, chunk = 0, group = 0;
+  for (const auto* off : {&po, &qo}) {
+    for (int64_t b = 0; b < pairs; b++) {
+      const int64_t n = (*off)[b + 1] - (*off)[b];
+      int bits = 0;
+      while ((bits + 1) * d <= MAXSIM_CHAMFER_CELL_BITS && (int64_t(2) << ((bits + 1) * d)) <= n) bits++;
+      plan.clouds.insert(plan.clouds.end(), {cell, bits, chunk, group});
+      if (n > 0) cell += int64_t(1) << (bits * d);
+      chunk += (n + kChamferChunk - 1) / kChamferChunk;
+      group += (n + kChamferGroup - 1) / kChamferGroup;
+    }
+  }
+  plan.clouds.insert(plan.clouds.end(), {cell, 0, chunk, group});
+  for (int dir = 0; dir < (both ? 2 : 1); dir++) {
+    const auto& s = dir == 0 ? po : qo;
+    const auto& t = dir == 0 ? qo : po;
+    for (int64_t b = 0; b < pairs; b++) {
+      const int64_t n = s[b + 1] - s[b], m = t[b + 1] - t[b];
+      if (n == 0 || m == 0) continue;
+      for (int64_t i = 0; i < n; i += kChamferUnit) plan.units.insert(plan.units.end(), {dir, b, i});
+    }
+  }
+  maxsim_cuda::CheckChamferPlan(plan, po, qo, d, both);
+  return plan;
+}
 
 void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool both, std::mt19937& rng, float offset, bool dup,
              bool prune = true, bool lattice = false) {
@@ -60,7 +93,7 @@ void RunCase(const std::vector<int>& np, const std::vector<int>& nq, int d, bool
 
   // "GPU": the binding's plan and launch sequence (native/cuda/chamfer.cc)
   const int64_t T = tp + tq;
-  const maxsim_cuda::ChamferPlan plan = maxsim_cuda::PlanChamfer(po, qo, d, both);
+  const maxsim_cuda::ChamferPlan plan = EmulatorPlan(po, qo, d, both);
   const int64_t cells = plan.cells();
   std::vector<float> cen(std::max<int64_t>(T, 1) * (d + 1)), centers(B * (3 * d + 2));
   std::vector<uint32_t> perm(std::max<int64_t>(T, 1)), counts(cells + 1, 0), offsets(cells + 1), sums(Blocks(cells, 1024) + 1);
