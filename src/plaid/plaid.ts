@@ -37,6 +37,7 @@ import {
   seededRandom,
 } from './kmeans.js';
 import { type KernelOptions, type NativeIndex, type NativeSearchStats, residualAddon } from './native.js';
+import { fromPartsChecked, type PlaidParts, toParts } from './parts.js';
 
 export interface BuildIndexOptions extends KernelOptions {
   /** Bits per residual dimension: 2 (default) or 4. */
@@ -239,6 +240,36 @@ export class PlaidIndex {
     this.bits = native.bits;
     this.centroids = native.k;
     this.buildStats = stats;
+  }
+
+  /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
+  parts(): PlaidParts {
+    return toParts(this.native, this.buckets, this.buildStats);
+  }
+
+  /**
+   * The index of parts() (read back from a store: every field is checked); `tokens`, the source
+   * documents, enable the exact re-scoring.
+   */
+  static fromParts(parts: PlaidParts, tokens?: TokenBatch, source?: string): PlaidIndex {
+    const { native, buckets, stats } = fromPartsChecked(parts, source);
+    if (tokens !== undefined) {
+      if (!isTokenBatch(tokens)) throw new InvalidArgumentError('tokens', 'a TokenBatch', typeof tokens);
+      if (tokens.count !== native.docs || tokens.dim !== native.d)
+        throw new InvalidArgumentError(
+          'tokens',
+          `${native.docs} documents of dim ${native.d} (the index's)`,
+          `${tokens.count} of dim ${tokens.dim}`,
+        );
+      for (let i = 0; i < tokens.count; i++)
+        if (tokens.lengths[i] !== native.docOffsets[i + 1] - native.docOffsets[i])
+          throw new InvalidArgumentError(
+            `tokens.lengths[${i}]`,
+            `${native.docOffsets[i + 1] - native.docOffsets[i]} (the index's document length)`,
+            String(tokens.lengths[i]),
+          );
+    }
+    return new PlaidIndex(native, buckets, tokens, stats);
   }
 
   /** The k best documents for one query (float32, float16 or bfloat16 tokens). */
