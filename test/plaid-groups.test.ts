@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { InvalidArgumentError } from '../src/errors.js';
 import { buildGroups } from '../src/plaid/kmeans.js';
 import { residualAddon } from '../src/plaid/native.js';
-import { type BuildProgress, buildIndex } from '../src/plaid/plaid.js';
+import { type BuildProgress, buildIndex, PlaidIndex } from '../src/plaid/plaid.js';
 import {
   streamedDocuments,
   streamedQueries,
@@ -144,6 +144,9 @@ describe('parts', () => {
       assert.deepEqual(b.native, a.native);
       assert.deepEqual(b.native, (await buildIndex(whole, o)).native);
       assert.equal(a.buildStats.assignment, assignment);
+      // the groups travel with parts() (later encodes must use them)
+      assert.deepEqual(PlaidIndex.fromParts(a.parts()).assignGroups, a.assignGroups);
+      assert.equal(a.assignGroups === undefined, assignment === 'exact');
       const enc = events.filter((e) => e.stage === 'encode');
       assert.equal(enc[enc.length - 1].done, c.offsets[90]);
       for (let i = 1; i < events.length; i++) assert.ok(events[i].ms >= events[i - 1].ms);

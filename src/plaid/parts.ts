@@ -3,6 +3,7 @@
 // the index's own modules may add, drop or change arrays here without touching the store.
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import type { Buckets } from './codec.js';
+import type { AssignGroups } from './kmeans.js';
 import type { NativeIndex } from './native.js';
 import type { BuildStats } from './plaid.js';
 
@@ -41,6 +42,8 @@ export interface PlaidHeader {
   docs: number;
   bits: 2 | 4;
   buildStats: BuildStats;
+  /** Groups probed per token by the two-level assignment (absent: exact; arrays GROUP_ARRAYS). */
+  groupProbe?: number;
 }
 
 export interface PlaidParts {
@@ -63,9 +66,21 @@ export const PLAID_ARRAYS: Record<string, PartType> = {
   ivf: 'int32',
 };
 
+/** The two-level assignment's arrays, present together when the header has groupProbe. */
+export const GROUP_ARRAYS: Record<string, PartType> = {
+  groupCoarse: 'float32',
+  groupOffsets: 'int32',
+  groupMembers: 'int32',
+};
+
 /** The parts of an index (views of its arrays, not copies). */
-export function toParts(native: NativeIndex, buckets: Buckets, stats: BuildStats): PlaidParts {
-  return {
+export function toParts(
+  native: NativeIndex,
+  buckets: Buckets,
+  stats: BuildStats,
+  groups?: AssignGroups,
+): PlaidParts {
+  const parts: PlaidParts = {
     header: {
       format: 'maxsim-plaid',
       version: 1,
@@ -89,6 +104,13 @@ export function toParts(native: NativeIndex, buckets: Buckets, stats: BuildStats
       ivf: native.ivf,
     },
   };
+  if (groups) {
+    parts.header.groupProbe = groups.probe;
+    parts.arrays.groupCoarse = groups.coarse;
+    parts.arrays.groupOffsets = groups.offsets;
+    parts.arrays.groupMembers = groups.members;
+  }
+  return parts;
 }
 
 /**
@@ -99,7 +121,7 @@ export function toParts(native: NativeIndex, buckets: Buckets, stats: BuildStats
 export function fromPartsChecked(
   parts: PlaidParts,
   source = 'index parts',
-): { native: NativeIndex; buckets: Buckets; stats: BuildStats } {
+): { native: NativeIndex; buckets: Buckets; stats: BuildStats; groups?: AssignGroups } {
   if (parts === null || typeof parts !== 'object')
     throw new InvalidArgumentError('parts', '{ header, arrays }', String(parts));
   const h = parts.header as unknown as Record<string, unknown>;
@@ -159,5 +181,19 @@ export function fromPartsChecked(
     weights: a.weights as Float32Array,
     tables: a.tables as Float32Array,
   };
-  return { native, buckets, stats: { ...(stats as BuildStats) } };
+  let groups: AssignGroups | undefined;
+  if (h.groupProbe !== undefined) {
+    const probe = int('groupProbe', 1);
+    for (const [name, type] of Object.entries(GROUP_ARRAYS))
+      if (!(a[name] instanceof PART_TYPES[type]))
+        throw new FormatError(source, `the index array ${name} is missing or not ${type}`);
+    // sizes and ids are checked by the native encode that reads them
+    groups = {
+      coarse: a.groupCoarse as Float32Array,
+      offsets: a.groupOffsets as Int32Array,
+      members: a.groupMembers as Int32Array,
+      probe,
+    };
+  }
+  return { native, buckets, stats: { ...(stats as BuildStats) }, groups };
 }

@@ -244,7 +244,7 @@ export class PlaidIndex {
 
   /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
   parts(): PlaidParts {
-    return toParts(this.native, this.buckets, this.buildStats);
+    return toParts(this.native, this.buckets, this.buildStats, this.assignGroups);
   }
 
   /**
@@ -252,7 +252,7 @@ export class PlaidIndex {
    * documents, enable the exact re-scoring.
    */
   static fromParts(parts: PlaidParts, tokens?: TokenBatch, source?: string): PlaidIndex {
-    const { native, buckets, stats } = fromPartsChecked(parts, source);
+    const { native, buckets, stats, groups } = fromPartsChecked(parts, source);
     if (tokens !== undefined) {
       if (!isTokenBatch(tokens)) throw new InvalidArgumentError('tokens', 'a TokenBatch', typeof tokens);
       if (tokens.count !== native.docs || tokens.dim !== native.d)
@@ -269,7 +269,7 @@ export class PlaidIndex {
             String(tokens.lengths[i]),
           );
     }
-    return new PlaidIndex(native, buckets, tokens, stats);
+    return new PlaidIndex(native, buckets, tokens, stats, groups);
   }
 
   /** The k best documents for one query (float32, float16 or bfloat16 tokens). */
