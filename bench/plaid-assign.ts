@@ -9,11 +9,8 @@ import os from 'node:os';
 import { buildGroups, defaultGroupCount, kmeans } from '../src/plaid/kmeans.js';
 import { residualAddon } from '../src/plaid/native.js';
 import { streamedDocuments, streamedSynthetic } from '../src/plaid/synthetic.js';
+import { arg } from './plaid-common.js';
 
-function arg(name: string, def: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : def;
-}
 const DOCS = Number(arg('docs', '20000'));
 const LEN = Number(arg('length', '64'));
 const D = Number(arg('dim', '128'));
@@ -71,7 +68,9 @@ for (const p of PROBES) {
     }
     let w = 0;
     for (let i = 0; i < n; i++) w += sizes[groupOf[exact[i]]];
-    console.log(`group sizes: max ${Math.max(...sizes)}, mean ${(K / sizes.length).toFixed(1)}, token-weighted ${(w / n).toFixed(1)}`);
+    console.log(
+      `group sizes: max ${Math.max(...sizes)}, mean ${(K / sizes.length).toFixed(1)}, token-weighted ${(w / n).toFixed(1)}`,
+    );
   }
   const ms = performance.now() - t;
   let diff = 0;

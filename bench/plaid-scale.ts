@@ -15,12 +15,9 @@ import { quantize } from '../src/ops/quantize.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
 import { streamedQueries, streamedSynthetic } from '../src/plaid/synthetic.js';
 import { denseBatch, type TokenMatrix, tokenMatrix } from '../src/tensor.js';
+import { arg, pct } from './plaid-common.js';
 import { mapShards, type ShardSpec, writeShards } from './plaid-shards.js';
 
-function arg(name: string, def: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : def;
-}
 const DOCS = Number(arg('docs', '1000000'));
 const LEN = Number(arg('length', '64'));
 const DIM = Number(arg('dim', '128'));
@@ -46,10 +43,6 @@ const spec: ShardSpec = {
 const load = () => `load ${os.loadavg()[0].toFixed(1)}`;
 const rss = () => `RSS ${(process.memoryUsage().rss / 2 ** 30).toFixed(2)} GiB`;
 const log = (m: string) => console.log(`${m} [${load()}, ${rss()}]`);
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(p * s.length))];
-}
 
 const gen = streamedSynthetic({ docs: DOCS, length: LEN, dim: DIM, topics: TOPICS, seed: 1 });
 const genMs = writeShards(spec, gen, log);
