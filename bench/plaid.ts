@@ -12,11 +12,8 @@ import { quantize } from '../src/ops/quantize.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../src/plaid/synthetic.js';
 import { raggedBatch, type TokenMatrix, tokenMatrix } from '../src/tensor.js';
+import { arg, pct } from './plaid-common.js';
 
-function arg(name: string, def: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : def;
-}
 const DOCS = Number(arg('docs', '100000'));
 const LEN = Number(arg('length', '64'));
 const DIM = Number(arg('dim', '128'));
@@ -29,10 +26,6 @@ const SAMPLE = arg('sample', '');
 const GRID = arg('grid', 'def,4x512x64,4x512x256,8x1024x64,8x1024x256,8x2048x256,16x2048x512,8x4096x256');
 const THRESHOLD = Number(arg('threshold', '-Infinity'));
 
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(p * s.length))];
-}
 function topIds(scores: Float32Array, k: number): number[] {
   return Array.from(scores.keys())
     .sort((a, b) => scores[b] - scores[a] || a - b)

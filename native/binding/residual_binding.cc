@@ -144,6 +144,34 @@ const float* ParseQuery(Napi::Env env, Napi::Value v, int64_t d, int64_t* lq) {
   return q.Data();
 }
 
+// opts.groups ({ coarse: Float32Array [g * d], offsets: Int32Array [g + 1], members: Int32Array, probe })
+// of a two-level assignment over nc fine centroids, checked in full (members a partition of the ids
+// into ascending runs is not required: any ids in range), or false when absent. The arrays are
+// kept alive by the caller's options object.
+bool ParseGroups(Napi::Env env, Napi::Value opts, int64_t nc, int64_t d, maxsim_cpu::ResidualGroups* g) {
+  if (!opts.IsObject() || !opts.As<Napi::Object>().Get("groups").IsObject()) return false;
+  Napi::Object o = opts.As<Napi::Object>().Get("groups").As<Napi::Object>();
+  auto coarse = Typed<float>(env, o.Get("coarse"), "groups.coarse", "Float32Array");
+  auto offsets = Typed<int32_t>(env, o.Get("offsets"), "groups.offsets", "Int32Array");
+  auto members = Typed<int32_t>(env, o.Get("members"), "groups.members", "Int32Array");
+  if (coarse.ElementLength() == 0 || coarse.ElementLength() % d != 0)
+    throw Expected(env, "groups.coarse.length", "a positive multiple of " + std::to_string(d),
+                   std::to_string(coarse.ElementLength()));
+  g->g = static_cast<int64_t>(coarse.ElementLength()) / d;
+  if (static_cast<int64_t>(offsets.ElementLength()) != g->g + 1)
+    throw Expected(env, "groups.offsets.length", std::to_string(g->g + 1), std::to_string(offsets.ElementLength()));
+  std::vector<double> off(offsets.Data(), offsets.Data() + g->g + 1);
+  CheckOffsets(env, off.data(), g->g, static_cast<double>(members.ElementLength()), "groups.offsets");
+  if (off[g->g] != static_cast<double>(members.ElementLength()) || members.ElementLength() == 0)
+    throw Expected(env, "groups.offsets[g]", "members.length (> 0)", std::to_string(off[g->g]));
+  CheckIds(env, members.Data(), members.ElementLength(), nc, "groups.members");
+  g->probe = Int(env, o, "probe", 1, g->g);
+  g->coarse = coarse.Data();
+  g->offsets = offsets.Data();
+  g->members = members.Data();
+  return true;
+}
+
 Napi::Value Isas(const Napi::CallbackInfo& info) {
   Napi::Array a = Napi::Array::New(info.Env());
   uint32_t i = 0;
@@ -175,8 +203,13 @@ Napi::Value Assign(const Napi::CallbackInfo& info) {
   const float* cp = c.Data();
   int32_t* ip = ids.Data();
   float* sp = scores.Data();
-  return PromiseWorker::Start(env, "maxsim residual assign", {info[0], info[1]}, result,
-                              [=] { maxsim_cpu::ResidualAssign(*k, xp, n, cp, nc, d, l2, ip, sp, threads); });
+  maxsim_cpu::ResidualGroups g;
+  const bool grouped = ParseGroups(env, info[4], nc, d, &g);
+  if (grouped && !l2) throw Expected(env, "l2", "true with groups", "false");
+  return PromiseWorker::Start(env, "maxsim residual assign", {info[0], info[1], info[4]}, result, [=] {
+    if (grouped) maxsim_cpu::ResidualAssignGrouped(*k, xp, n, cp, nc, d, g, ip, sp, threads);
+    else maxsim_cpu::ResidualAssign(*k, xp, n, cp, nc, d, l2, ip, sp, threads);
+  });
 }
 
 // encode(docs: TokenBatch, centroids, cutoffs [d * (2^b - 1)], tables [d * 16], bits, opts)
@@ -201,9 +234,20 @@ Napi::Value Encode(const Napi::CallbackInfo& info) {
   const int threads = Threads(info[5]);
   int64_t total = 0;
   for (int64_t b = 0; b < docs.count; b++) total += docs.lengths[b];
-  const int64_t padded = (total + 15) / 16 * 16;
-  Napi::Int32Array cids = Napi::Int32Array::New(env, static_cast<size_t>(padded));
-  Napi::Uint8Array codes = Napi::Uint8Array::New(env, static_cast<size_t>(padded / 16 * d * 2 * bits));
+  Napi::Object o = info[5].IsObject() ? info[5].As<Napi::Object>() : Napi::Object::New(env);
+  // first: the stream index of the part's first token; cids / codes: the stream's arrays to write
+  // into (made here when absent, for a whole stream from 0)
+  const int64_t first = o.Get("first").IsUndefined() ? 0 : Int(env, o, "first", 0, int64_t{1} << 50);
+  const int64_t padded = (first + total + 15) / 16 * 16;
+  const int64_t code_bytes = padded / 16 * d * 2 * bits;
+  Napi::Int32Array cids = o.Get("cids").IsUndefined() ? Napi::Int32Array::New(env, static_cast<size_t>(padded))
+                                                       : Typed<int32_t>(env, o.Get("cids"), "cids", "Int32Array");
+  Napi::Uint8Array codes = o.Get("codes").IsUndefined() ? Napi::Uint8Array::New(env, static_cast<size_t>(code_bytes))
+                                                         : Typed<uint8_t>(env, o.Get("codes"), "codes", "Uint8Array");
+  if (static_cast<int64_t>(cids.ElementLength()) < padded)
+    throw Expected(env, "cids.length", "at least " + std::to_string(padded), std::to_string(cids.ElementLength()));
+  if (static_cast<int64_t>(codes.ElementLength()) < code_bytes)
+    throw Expected(env, "codes.length", "at least " + std::to_string(code_bytes), std::to_string(codes.ElementLength()));
   Napi::Object result = Napi::Object::New(env);
   result.Set("cids", cids);
   result.Set("codes", codes);
@@ -213,12 +257,16 @@ Napi::Value Encode(const Napi::CallbackInfo& info) {
   int32_t* idp = cids.Data();
   uint8_t* codep = codes.Data();
   const int64_t nc = static_cast<int64_t>(c.ElementLength()) / d;
+  maxsim_cpu::ResidualGroups g;
+  const bool grouped = ParseGroups(env, info[5], nc, d, &g);
   Napi::Float64Array sq = Napi::Float64Array::New(env, 1);
   result.Set("sqError", sq);
   double* sqp = sq.Data();
-  return PromiseWorker::Start(env, "maxsim residual encode", {info[0], info[1], info[2], info[3]}, result, [=] {
-    maxsim_cpu::ResidualEncode(*k, docs, cp, nc, cutp, tp, bits, idp, codep, sqp, threads);
-  });
+  return PromiseWorker::Start(env, "maxsim residual encode", {info[0], info[1], info[2], info[3], info[5]}, result,
+                              [=] {
+                                maxsim_cpu::ResidualEncode(*k, docs, first, cp, nc, grouped ? &g : nullptr, cutp, tp,
+                                                           bits, idp, codep, sqp, threads);
+                              });
 }
 
 // checkIndex(index): every size, offset and id (O(index size)); throws a RangeError naming the first bad one.

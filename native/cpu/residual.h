@@ -75,13 +75,33 @@ const ResidualKernels* SelectResidualKernels(const std::string& requested, std::
 void ResidualAssign(const ResidualKernels& k, const float* x, int64_t n, const float* centroids, int64_t nc,
                     int64_t d, bool l2, int32_t* ids, float* scores, int threads);
 
-// Encodes the tokens of `docs` (documents in order, back to back) against the centroids: cids
-// [tokens rounded up to 16] and codes (blocks, see above; the bytes of the padding tokens are 0).
+// Two-level assignment: the fine centroids split into g groups under coarse centroids. A row is
+// scored against every coarse centroid (the same rule as the fine ones: fp32 dot x . c accumulated
+// as one fma chain over k = 0 .. d-1, then + bias, bias = float(-|c|^2 / 2) computed in double), the
+// `probe` best non-empty groups are taken (ties: lowest group id), and the row's centroid is the best
+// fine centroid among their members by the same rule (ties: lowest fine id). probe = g is the exact
+// assignment; an index stores its groups so every later encode (append, CUDA) gives the same ids.
+struct ResidualGroups {
+  const float* coarse = nullptr;    // [g][d]
+  int64_t g = 0;
+  const int32_t* offsets = nullptr;  // [g + 1] into members
+  const int32_t* members = nullptr;  // each group's fine centroid ids, ascending
+  int64_t probe = 1;
+};
+
+// ResidualAssign (l2) through the groups.
+void ResidualAssignGrouped(const ResidualKernels& k, const float* x, int64_t n, const float* centroids, int64_t nc,
+                           int64_t d, const ResidualGroups& groups, int32_t* ids, float* scores, int threads);
+
+// Encodes the tokens of `docs` (documents in order, back to back) as stream tokens [first, first +
+// tokens) against the centroids (through `groups` when not null): cids and codes are the whole
+// stream's arrays (cids [stream tokens rounded up to 16]; codes in blocks, see above, zero before the
+// first call: codes are or-ed in, so a block shared by two consecutive calls gets both halves).
 // cutoffs [d][2^b - 1] ascending: code = the number of cutoffs below the residual component.
 // sq_error (nullable): sum over tokens of |x - decoded|^2, in double.
-void ResidualEncode(const ResidualKernels& k, const TokenSet& docs, const float* centroids, int64_t nc,
-                    const float* cutoffs, const float* weights, int bits, int32_t* cids, uint8_t* codes,
-                    double* sq_error, int threads);
+void ResidualEncode(const ResidualKernels& k, const TokenSet& docs, int64_t first, const float* centroids,
+                    int64_t nc, const ResidualGroups* groups, const float* cutoffs, const float* weights, int bits,
+                    int32_t* cids, uint8_t* codes, double* sq_error, int threads);
 
 // The search index as the stages read it (all arrays borrowed).
 struct ResidualIndex {

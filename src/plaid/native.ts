@@ -2,6 +2,7 @@
 // native/binding/residual_binding.cc, exports.residual).
 import { loadNative } from '../native.js';
 import type { TokenBatch } from '../tensor.js';
+import type { AssignGroups } from './kmeans.js';
 
 /** CPU kernel sets of the residual engine. */
 export type ResidualIsa = 'avx512' | 'avx2' | 'portable';
@@ -47,7 +48,7 @@ interface ResidualAddon {
     centroids: Float32Array,
     d: number,
     l2: boolean,
-    o: KernelOptions,
+    o: KernelOptions & { groups?: AssignGroups },
   ): Promise<{ ids: Int32Array; scores: Float32Array }>;
   encode(
     docs: TokenBatch,
@@ -55,7 +56,7 @@ interface ResidualAddon {
     cutoffs: Float32Array,
     tables: Float32Array,
     bits: number,
-    o: KernelOptions,
+    o: KernelOptions & { first?: number; cids?: Int32Array; codes?: Uint8Array; groups?: AssignGroups },
   ): Promise<{ cids: Int32Array; codes: Uint8Array; sqError: Float64Array }>;
   checkIndex(index: NativeIndex): void;
   search(

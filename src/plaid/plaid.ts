@@ -27,8 +27,17 @@ import {
   totalTokens,
 } from '../tensor.js';
 import { type Buckets, fitBuckets } from './codec.js';
-import { kmeans, sampleIndices, seededRandom } from './kmeans.js';
+import {
+  type AssignGroups,
+  buildGroups,
+  defaultGroupCount,
+  GROUPED_FROM,
+  kmeans,
+  sampleIndices,
+  seededRandom,
+} from './kmeans.js';
 import { type KernelOptions, type NativeIndex, type NativeSearchStats, residualAddon } from './native.js';
+import { fromPartsChecked, type PlaidParts, toParts } from './parts.js';
 
 export interface BuildIndexOptions extends KernelOptions {
   /** Bits per residual dimension: 2 (default) or 4. */
@@ -43,6 +52,27 @@ export interface BuildIndexOptions extends KernelOptions {
   seed?: number;
   /** Keep the source documents for the exact re-scoring (default true). */
   keepTokens?: boolean;
+  /**
+   * Centroid assignment of the k-means sample and of every token: 'grouped' (two-level: the nearest
+   * of the centroids in the `probe` best of `groups` coarse groups; the default from GROUPED_FROM
+   * centroids up) or 'exact' (every centroid).
+   */
+  assignment?: 'exact' | 'grouped';
+  /** Coarse groups of the two-level assignment (default defaultGroupCount(K)). */
+  groups?: number;
+  /** Groups searched per token (default 4). */
+  probe?: number;
+  /** Progress of a long build: called after each k-means iteration and each encoded slice. */
+  onProgress?: (p: BuildProgress) => void;
+}
+
+export interface BuildProgress {
+  stage: 'kmeans' | 'encode' | 'lists';
+  /** Iterations (kmeans) or tokens (encode) done, of total. */
+  done: number;
+  total: number;
+  /** Milliseconds since the build started. */
+  ms: number;
 }
 
 export interface BuildStats {
@@ -50,6 +80,10 @@ export interface BuildStats {
   sample: number;
   centroids: number;
   bits: 2 | 4;
+  assignment: 'exact' | 'grouped';
+  /** Coarse groups and groups probed per token (0 for the exact assignment). */
+  groups: number;
+  probe: number;
   /** Bytes per token of the codes plus a 4-byte centroid id (the resident form). */
   bytesPerToken: number;
   /** Mean over tokens of |x - decoded|^2, and over the sample of |x|^2 (their ratio: the relative error). */
@@ -109,19 +143,59 @@ function checkBits(v: unknown): 2 | 4 {
   return v;
 }
 
-// The rows of stream tokens `at` (ascending stream indices) as float32.
-function gatherRows(docs: TokenBatch, at: Float64Array): Float32Array {
-  const d = docs.dim;
+// The rows of stream tokens `at` (ascending stream indices over the parts in order) as float32.
+function gatherRows(parts: readonly TokenBatch[], at: Float64Array): Float32Array {
+  const d = parts[0].dim;
   const out = new Float32Array(at.length * d);
+  let p = 0;
   let doc = 0;
   let first = 0;
   for (let i = 0; i < at.length; i++) {
-    while (at[i] >= first + docs.lengths[doc]) first += docs.lengths[doc++];
+    for (;;) {
+      if (doc === parts[p].count) {
+        p++;
+        doc = 0;
+      } else if (at[i] >= first + parts[p].lengths[doc]) first += parts[p].lengths[doc++];
+      else break;
+    }
+    const docs = parts[p];
     const t = docs.starts[doc] + (at[i] - first);
     const row = docs.data.subarray(t * d, t * d + d) as Float32Array | Uint16Array;
     out.set(decodeToFloat32(row, docs.dtype, d), i * d);
   }
   return out;
+}
+
+// Documents [b0, b1) of a batch as a batch over the same data.
+function docRange(docs: TokenBatch, b0: number, b1: number): TokenBatch {
+  let maxLength = 0;
+  for (let b = b0; b < b1; b++) maxLength = Math.max(maxLength, docs.lengths[b]);
+  return {
+    kind: 'batch',
+    layout: 'ragged',
+    dtype: docs.dtype,
+    data: docs.data,
+    dim: docs.dim,
+    count: b1 - b0,
+    maxLength,
+    starts: docs.starts.subarray(b0, b1),
+    lengths: docs.lengths.subarray(b0, b1),
+  };
+}
+
+function checkParts(docs: TokenBatch | readonly TokenBatch[]): readonly TokenBatch[] {
+  const parts = Array.isArray(docs) ? (docs as readonly TokenBatch[]) : [docs as TokenBatch];
+  if (parts.length === 0)
+    throw new InvalidArgumentError('docs', 'a TokenBatch or a non-empty array of them', '[]');
+  parts.forEach((p, i) => {
+    const name = parts.length > 1 ? `docs[${i}]` : 'docs';
+    if (!isTokenBatch(p)) throw new InvalidArgumentError(name, 'a TokenBatch', typeof p);
+    if (p.dtype === 'int8')
+      throw new InvalidArgumentError(`${name}.dtype`, "'float32', 'float16' or 'bfloat16'", "'int8'");
+    if (p.dim !== parts[0].dim)
+      throw new InvalidArgumentError(`${name}.dim`, `${parts[0].dim} (the first part's)`, String(p.dim));
+  });
+  return parts;
 }
 
 export class PlaidIndex {
@@ -132,19 +206,70 @@ export class PlaidIndex {
   readonly buildStats: BuildStats;
   /** @internal */ readonly native: NativeIndex;
   /** @internal */ readonly buckets: Buckets;
-  readonly #docs: TokenBatch | undefined;
+  /** @internal the two-level assignment's groups (undefined: exact); later encodes must use them. */
+  readonly assignGroups: AssignGroups | undefined;
+  readonly #docs: readonly TokenBatch[] | undefined;
+  // first document of each part of #docs, and the end
+  readonly #partFirst: Float64Array;
 
   /** @internal use buildIndex */
-  constructor(native: NativeIndex, buckets: Buckets, docs: TokenBatch | undefined, stats: BuildStats) {
+  constructor(
+    native: NativeIndex,
+    buckets: Buckets,
+    docs: TokenBatch | readonly TokenBatch[] | undefined,
+    stats: BuildStats,
+    groups?: AssignGroups,
+  ) {
     residualAddon().checkIndex(native);
     this.native = native;
     this.buckets = buckets;
-    this.#docs = docs;
+    this.assignGroups = groups;
+    this.#docs = docs === undefined ? undefined : Array.isArray(docs) ? docs : [docs as TokenBatch];
+    this.#partFirst = new Float64Array((this.#docs?.length ?? 0) + 1);
+    this.#docs?.forEach((p, i) => {
+      this.#partFirst[i + 1] = this.#partFirst[i] + p.count;
+    });
+    if (this.#docs && this.#partFirst[this.#docs.length] !== native.docs)
+      throw new InvalidArgumentError(
+        'docs',
+        `${native.docs} documents (the index's)`,
+        String(this.#partFirst.at(-1)),
+      );
     this.count = native.docs;
     this.dim = native.d;
     this.bits = native.bits;
     this.centroids = native.k;
     this.buildStats = stats;
+  }
+
+  /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
+  parts(): PlaidParts {
+    return toParts(this.native, this.buckets, this.buildStats, this.assignGroups);
+  }
+
+  /**
+   * The index of parts() (read back from a store: every field is checked); `tokens`, the source
+   * documents, enable the exact re-scoring.
+   */
+  static fromParts(parts: PlaidParts, tokens?: TokenBatch, source?: string): PlaidIndex {
+    const { native, buckets, stats, groups } = fromPartsChecked(parts, source);
+    if (tokens !== undefined) {
+      if (!isTokenBatch(tokens)) throw new InvalidArgumentError('tokens', 'a TokenBatch', typeof tokens);
+      if (tokens.count !== native.docs || tokens.dim !== native.d)
+        throw new InvalidArgumentError(
+          'tokens',
+          `${native.docs} documents of dim ${native.d} (the index's)`,
+          `${tokens.count} of dim ${tokens.dim}`,
+        );
+      for (let i = 0; i < tokens.count; i++)
+        if (tokens.lengths[i] !== native.docOffsets[i + 1] - native.docOffsets[i])
+          throw new InvalidArgumentError(
+            `tokens.lengths[${i}]`,
+            `${native.docOffsets[i + 1] - native.docOffsets[i]} (the index's document length)`,
+            String(tokens.lengths[i]),
+          );
+    }
+    return new PlaidIndex(native, buckets, tokens, stats, groups);
   }
 
   /** The k best documents for one query (float32, float16 or bfloat16 tokens). */
@@ -222,9 +347,7 @@ export class PlaidIndex {
     }
     const t0 = performance.now();
     const ids = r.ids.subarray(0, Math.min(rescore, r.ids.length));
-    const docs = this.#docs;
-    checkCompatible(query, docs, 'query', 'docs');
-    const exact = await cpuMaxsim(matrixAsBatch(query), selectItems(docs, ids), { threads });
+    const exact = await this.#exact(query, ids, threads);
     const order = Array.from(ids.keys()).sort((a, b) =>
       better(exact[a], ids[a], exact[b], ids[b]) ? -1 : 1,
     );
@@ -233,27 +356,81 @@ export class PlaidIndex {
     stats.ms.rescore = performance.now() - t0;
     return { hits, stats };
   }
+
+  // Exact MaxSim of the listed documents, part by part.
+  async #exact(query: TokenMatrix, ids: Int32Array, threads: number | undefined): Promise<Float32Array> {
+    const parts = this.#docs as readonly TokenBatch[];
+    const out = new Float32Array(ids.length);
+    const q = matrixAsBatch(query);
+    for (let p = 0; p < parts.length; p++) {
+      const at: number[] = [];
+      const local: number[] = [];
+      ids.forEach((id, i) => {
+        if (id >= this.#partFirst[p] && id < this.#partFirst[p + 1]) {
+          at.push(i);
+          local.push(id - this.#partFirst[p]);
+        }
+      });
+      if (at.length === 0) continue;
+      checkCompatible(query, parts[p], 'query', 'docs');
+      const s = await cpuMaxsim(q, selectItems(parts[p], local), { threads });
+      at.forEach((i, j) => {
+        out[i] = s[j];
+      });
+    }
+    return out;
+  }
 }
 
-/** Builds an index over the documents (float32, float16 or bfloat16). */
-export async function buildIndex(docs: TokenBatch, options: BuildIndexOptions = {}): Promise<PlaidIndex> {
-  if (!isTokenBatch(docs)) throw new InvalidArgumentError('docs', 'a TokenBatch', typeof docs);
-  options = optionsObject(options, 'bits, centroids, sample, iterations, seed, keepTokens, threads, isa');
-  if (docs.dtype === 'int8')
-    throw new InvalidArgumentError('docs.dtype', "'float32', 'float16' or 'bfloat16'", "'int8'");
+/**
+ * Builds an index over the documents (float32, float16 or bfloat16): one batch, or parts (e.g. memory-
+ * mapped shards) indexed as one stream of documents in order.
+ */
+export async function buildIndex(
+  docs: TokenBatch | readonly TokenBatch[],
+  options: BuildIndexOptions = {},
+): Promise<PlaidIndex> {
+  options = optionsObject(
+    options,
+    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, threads, isa',
+  );
+  const parts = checkParts(docs);
   const bits = checkBits(options.bits);
-  const tokens = totalTokens(docs);
+  let tokens = 0;
+  for (const p of parts) tokens += totalTokens(p);
   if (tokens < 1) throw new InvalidArgumentError('docs', 'at least one token', '0 tokens');
   const k = expectInteger('options.centroids', options.centroids ?? defaultCentroids(tokens), 1, tokens);
-  const sample = expectInteger('options.sample', options.sample ?? Math.min(tokens, 64 * k), k, tokens);
+  const sample = expectInteger(
+    'options.sample',
+    options.sample ?? Math.min(tokens, Math.max(k, Math.min(64 * k, 1 << 20))),
+    k,
+    tokens,
+  );
   const iterations = expectInteger('options.iterations', options.iterations ?? 8, 0, 1000);
   const seed = expectInteger('options.seed', options.seed ?? 1, 0, 2 ** 32 - 1);
+  const assignment = options.assignment ?? (k >= GROUPED_FROM ? 'grouped' : 'exact');
+  if (assignment !== 'exact' && assignment !== 'grouped')
+    throw new InvalidArgumentError('options.assignment', "'exact' or 'grouped'", String(assignment));
+  const groupCount = expectInteger('options.groups', options.groups ?? defaultGroupCount(k), 1, k);
+  const probe = expectInteger('options.probe', options.probe ?? Math.min(4, groupCount), 1, groupCount);
+  const onProgress = options.onProgress;
+  if (onProgress !== undefined && typeof onProgress !== 'function')
+    throw new InvalidArgumentError('options.onProgress', 'a function', typeof onProgress);
   const kern = { threads: options.threads, isa: options.isa };
-  const d = docs.dim;
+  const d = parts[0].dim;
   const t0 = performance.now();
+  const progress = (stage: BuildProgress['stage'], done: number, total: number) =>
+    onProgress?.({ stage, done, total, ms: performance.now() - t0 });
   const at = sampleIndices(tokens, sample, seededRandom(seed ^ 0x9e3779b9));
-  const x = gatherRows(docs, at);
-  const km = await kmeans(x, d, k, { seed, iterations, ...kern });
+  const x = gatherRows(parts, at);
+  const grouped = assignment === 'grouped' ? { groups: groupCount, probe } : undefined;
+  const km = await kmeans(x, d, k, {
+    seed,
+    iterations,
+    grouped,
+    onIteration: (i, n) => progress('kmeans', i, n),
+    ...kern,
+  });
   let norm = 0;
   for (let i = 0; i < x.length; i++) norm += x[i] * x[i];
   // residuals of the sample against the centroids they were assigned to
@@ -262,18 +439,33 @@ export async function buildIndex(docs: TokenBatch, options: BuildIndexOptions = 
     for (let j = 0; j < d; j++) x[i * d + j] -= km.centroids[c + j];
   }
   const buckets = fitBuckets(x, d, bits);
+  const groups = grouped
+    ? await buildGroups(km.centroids, d, groupCount, probe, { ...kern, seed })
+    : undefined;
   const t1 = performance.now();
-  const enc = await residualAddon().encode(docs, km.centroids, buckets.cutoffs, buckets.tables, bits, kern);
+  const enc = await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, (done) =>
+    progress('encode', done, tokens),
+  );
   const t2 = performance.now();
-  const lists = buildLists(docs.lengths, enc.cids, k);
+  const lengths = new Int32Array(parts.reduce((n, p) => n + p.count, 0));
+  let b = 0;
+  for (const p of parts) {
+    lengths.set(p.lengths.subarray(0, p.count), b);
+    b += p.count;
+  }
+  const lists = buildLists(lengths, enc.cids, k);
   const t3 = performance.now();
+  progress('lists', 1, 1);
   const stats: BuildStats = {
     tokens,
     sample,
     centroids: k,
     bits,
+    assignment,
+    groups: groups ? groups.coarse.length / d : 0,
+    probe: groups ? groups.probe : 0,
     bytesPerToken: (enc.codes.length + 4 * enc.cids.length) / tokens,
-    meanSquaredError: enc.sqError[0] / tokens,
+    meanSquaredError: enc.sqError / tokens,
     meanSquaredNorm: norm / sample,
     msKmeans: t1 - t0,
     msEncode: t2 - t1,
@@ -282,7 +474,7 @@ export async function buildIndex(docs: TokenBatch, options: BuildIndexOptions = 
   const native: NativeIndex = {
     k,
     d,
-    docs: docs.count,
+    docs: lengths.length,
     bits,
     centroids: km.centroids,
     tables: buckets.tables,
@@ -290,7 +482,53 @@ export async function buildIndex(docs: TokenBatch, options: BuildIndexOptions = 
     codes: enc.codes,
     ...lists,
   };
-  return new PlaidIndex(native, buckets, options.keepTokens === false ? undefined : docs, stats);
+  return new PlaidIndex(native, buckets, options.keepTokens === false ? undefined : parts, stats, groups);
+}
+
+/** Tokens per encode call: progress between calls, and each call's rows stay small. */
+const ENCODE_SLICE = 1 << 20;
+
+// Every part's tokens encoded into one stream, a slice of documents per native call.
+async function encodeParts(
+  parts: readonly TokenBatch[],
+  tokens: number,
+  centroids: Float32Array,
+  buckets: Buckets,
+  groups: AssignGroups | undefined,
+  kern: KernelOptions,
+  onSlice: (done: number) => void,
+): Promise<{ cids: Int32Array; codes: Uint8Array; sqError: number }> {
+  const padded = Math.ceil(tokens / 16) * 16;
+  const cids = new Int32Array(padded);
+  const codes = new Uint8Array((padded / 16) * buckets.d * 2 * buckets.bits);
+  let first = 0;
+  let sqError = 0;
+  for (const p of parts) {
+    for (let b0 = 0; b0 < p.count; ) {
+      let b1 = b0;
+      let n = 0;
+      while (b1 < p.count && (b1 === b0 || n + p.lengths[b1] <= ENCODE_SLICE)) n += p.lengths[b1++];
+      const r = await residualAddon().encode(
+        docRange(p, b0, b1),
+        centroids,
+        buckets.cutoffs,
+        buckets.tables,
+        buckets.bits,
+        {
+          ...kern,
+          first,
+          cids,
+          codes,
+          groups,
+        },
+      );
+      sqError += r.sqError[0];
+      first += n;
+      b0 = b1;
+      onSlice(first);
+    }
+  }
+  return { cids, codes, sqError };
 }
 
 /** Document offsets, bags (distinct centroids of each document, ascending) and inverted lists. */
