@@ -154,7 +154,7 @@ export function serveCommand(): Command {
       const { url } = await server.listen();
       const info = server.resident.info;
       process.stderr.write(
-        `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype})\n`,
+        `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype}${server.resident.dtype ? `, ${server.resident.dtype} passes` : ''})\n`,
       );
       // stop accepting, answer what is in flight, release the corpus and the GPU, exit 0; a second
       // signal exits at once
