@@ -489,17 +489,15 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
     msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
     passes,
     cpuMsPerRequest:
-      ((gauge(after, 'maxsim_process_cpu_seconds_total') -
-        gauge(before, 'maxsim_process_cpu_seconds_total')) /
-        r['2xx']) *
+      ((gauge(after, 'process_cpu_seconds_total') - gauge(before, 'process_cpu_seconds_total')) / r['2xx']) *
       1000,
     passPhasesMs: phaseMeans(before, after, 'maxsim_pass_phase_seconds', PASS_PHASES),
     requestPhasesMs: phaseMeans(before, after, 'maxsim_request_phase_seconds', REQUEST_PHASES),
     eventLoopUtilization: gauge(after, 'maxsim_event_loop_utilization'),
     serverP99Ms: serverLatency(before, after, 0.99).quantileMs,
     serverOver100: serverLatency(before, after, 0.99).over100,
-    loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
-    loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
+    loopP99Ms: gauge(after, 'nodejs_eventloop_lag_p99_seconds') * 1000,
+    loopMaxMs: gauge(after, 'nodejs_eventloop_lag_max_seconds') * 1000,
   };
 }
 
@@ -546,10 +544,10 @@ async function soak(a: Args, corpus: string, requests: object[]) {
         ...text.matchAll(/^maxsim_http_requests_total\{route="\/v1\/search"[^}]*status="200"\} (\S+)/gm),
       ].reduce((x, m) => x + Number(m[1]), 0);
       const t = (performance.now() - started) / 1000;
-      const rss = gauge(text, 'maxsim_process_resident_memory_bytes');
+      const rss = gauge(text, 'process_resident_memory_bytes');
       curve.push({ t, rss, gpu: gpu(text, 'in_use') });
       console.log(
-        `${t.toFixed(0).padStart(7)}  ${mib(rss).padStart(8)}  ${mib(gauge(text, 'maxsim_nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(gpu(text, 'in_use')).padStart(15)}  ${mib(gpu(text, 'cached')).padStart(15)}  ${String(served).padStart(7)}`,
+        `${t.toFixed(0).padStart(7)}  ${mib(rss).padStart(8)}  ${mib(gauge(text, 'nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(gpu(text, 'in_use')).padStart(15)}  ${mib(gpu(text, 'cached')).padStart(15)}  ${String(served).padStart(7)}`,
       );
       await new Promise((r) => setTimeout(r, every));
     }
