@@ -18,6 +18,7 @@ import { createServer } from '../src/server/index.js';
 import { cpuTwoStage, PREFILTER_FACTOR } from '../src/server/segment-search.js';
 import { raggedBatch, type TokenBatch } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
+import { callJson, type SearchHit, searchBoth, start as startServer } from './serve-helpers.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-serve8-'));
@@ -61,31 +62,13 @@ function buildCorpus(name: string, segments: number[], maxLen: number): string {
 }
 
 async function start(corpus: string, dtype?: 'int8') {
-  const server = await createServer({ corpus, backend: 'cpu', port: 0, logger: false, apiKey: KEY, dtype });
-  servers.push(server);
-  const { url } = await server.listen();
-  return url;
+  return (await startServer(servers, { corpus, apiKey: KEY, dtype })).url;
 }
 
-// biome-ignore lint/suspicious/noExplicitAny: JSON answers, checked field by field
-async function call(url: string, method: string, body: unknown, auth = false): Promise<any> {
-  const headers: Record<string, string> = body === undefined ? {} : { 'content-type': 'application/json' };
-  if (auth) headers.authorization = `Bearer ${KEY}`;
-  const r = await fetch(url, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  assert.ok(r.status === 200 || r.status === 201, `${r.status}: ${text}`);
-  return JSON.parse(text);
-}
+const call = (url: string, method: string, body: unknown, auth = false) =>
+  callJson(url, method, body, auth ? KEY : undefined);
 
-interface Row {
-  id: string;
-  index: number;
-  score: number;
-}
+type Row = SearchHit;
 
 /** Equal top-k: the same scores in order, and the same documents wherever a score is not tied. */
 function assertSameTopK(got: Row[][], want: Row[][], what: string) {
@@ -106,13 +89,9 @@ function assertSameTopK(got: Row[][], want: Row[][], what: string) {
 }
 
 async function compare(exact: string, eight: string, queries: number[][][], k: number, what: string) {
-  const body = { queries, top_k: k };
-  const [a, b] = await Promise.all([
-    call(`${exact}/v1/search`, 'POST', body),
-    call(`${eight}/v1/search`, 'POST', body),
-  ]);
-  assertSameTopK(b.results, a.results, what);
-  return a.results as Row[][];
+  const [want, got] = await searchBoth(exact, eight, queries, k);
+  assertSameTopK(got, want, what);
+  return want;
 }
 
 describe('serve --dtype int8 (CPU)', () => {

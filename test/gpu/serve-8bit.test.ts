@@ -13,6 +13,7 @@ import { CorpusWriter } from '../../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
+import { callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
 import { skip } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-serve8-'));
@@ -25,29 +26,12 @@ after(async () => {
 const DIM = 64;
 const rand = rng(runSeed ^ 0x8e8e);
 
-interface Hit {
-  id: string;
-  index: number;
-  score: number;
-}
+type Hit = SearchHit;
 
-async function start(options: Partial<ServerOptions> & { corpus: string }) {
-  const server = await createServer({ port: 0, logger: false, backend: 'cuda', ...options });
-  servers.push(server);
-  return { server, url: (await server.listen()).url };
-}
+const start = (options: Partial<ServerOptions> & { corpus: string }) =>
+  startServer(servers, { backend: 'cuda', ...options });
 
-// biome-ignore lint/suspicious/noExplicitAny: JSON answers
-async function call(url: string, method: string, body?: unknown): Promise<any> {
-  const r = await fetch(url, {
-    method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  assert.ok(r.status === 200 || r.status === 201, `${r.status}: ${text}`);
-  return JSON.parse(text);
-}
+const call = callJson;
 
 function tokens(n: number): number[][] {
   return Array.from({ length: n }, () => Array.from({ length: DIM }, () => rand() * 2 - 1));
@@ -75,13 +59,9 @@ function assertSameTopK(got: Hit[][], want: Hit[][], what: string) {
 }
 
 async function compare(exact: string, eight: string, queries: number[][][], k: number, what: string) {
-  const body = { queries, top_k: k };
-  const [a, b] = await Promise.all([
-    call(`${exact}/v1/search`, 'POST', body),
-    call(`${eight}/v1/search`, 'POST', body),
-  ]);
-  assertSameTopK(b.results, a.results, what);
-  return a.results as Hit[][];
+  const [want, got] = await searchBoth(exact, eight, queries, k);
+  assertSameTopK(got, want, what);
+  return want;
 }
 
 describe('maxsim serve --dtype int8 | fp8 on CUDA', { skip }, () => {
