@@ -11,7 +11,7 @@ import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
-import { topKAll } from '../src/ops/maxsim.js';
+import { topK } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import type { MaxsimServer } from '../src/server/app.js';
 import { createServer } from '../src/server/index.js';
@@ -128,10 +128,10 @@ describe('serve --dtype int8 (CPU)', () => {
     const k = 3;
     // a copy of other documents: its int8 top PREFILTER_FACTOR * k are the only candidates
     const hits = await cpuTwoStage(queries, docs, quantize(other, 'int8'), k, {});
-    const scan = await topKAll(quantize(queries, 'int8'), quantize(other, 'int8'), PREFILTER_FACTOR * k, {
+    const scan = await topK(quantize(queries, 'int8'), quantize(other, 'int8'), PREFILTER_FACTOR * k, {
       backend: 'cpu',
     });
-    const exact = await topKAll(queries, docs, 200, { backend: 'cpu' });
+    const exact = await topK(queries, docs, 200, { backend: 'cpu' });
     for (let q = 0; q < 2; q++) {
       const allowed = new Set(scan[q].map((h) => h.index));
       for (const h of hits[q]) {
@@ -142,7 +142,7 @@ describe('serve --dtype int8 (CPU)', () => {
     }
     // its own copy: the exact top-k
     const own = await cpuTwoStage(queries, docs, quantize(docs, 'int8'), k, {});
-    assert.deepEqual(own, await topKAll(queries, docs, k, { backend: 'cpu' }));
+    assert.deepEqual(own, await topK(queries, docs, k, { backend: 'cpu' }));
   });
 
   test('appends and deletes while serving: the int8 copy follows the snapshot', async () => {

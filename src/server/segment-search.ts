@@ -10,9 +10,9 @@ import type { BackendName } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
 import { type CorpusHit, mergeHits } from '../ops/corpus-search.js';
-import { topKAll } from '../ops/maxsim.js';
+import { topK } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
-import { twoStageTopKAll } from '../ops/two-stage.js';
+import { twoStageTopK } from '../ops/two-stage.js';
 import type { Hit, TokenBatch } from '../tensor.js';
 
 /** The 8-bit type of a server's search passes. */
@@ -135,8 +135,8 @@ export function cpuTwoStage(
   options: { threads?: number; signal?: AbortSignal },
 ): Promise<Hit[][]> {
   const common = { backend: 'cpu' as const, threads: options.threads, signal: options.signal };
-  if (PREFILTER_FACTOR * kk >= docs.count) return topKAll(queries, docs, kk, common);
-  return twoStageTopKAll(queries, docs, copy, kk, {
+  if (PREFILTER_FACTOR * kk >= docs.count) return topK(queries, docs, kk, common);
+  return twoStageTopK(queries, docs, copy, kk, {
     ...common,
     prefilter: 'always',
     candidateFactor: PREFILTER_FACTOR,
