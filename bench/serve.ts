@@ -7,7 +7,7 @@
 //        [--connections 32] [--duration 5] [--rounds 3] [--amount N] [--backend cpu|cuda|auto] [--max-batch 128]
 //        [--max-wait-ms auto|MS] [--passes-in-flight N] [--threads T] [--soak S [--sample-every S]]
 //        [--rerank [--candidates 1000]] [--dtype float16|bfloat16|float32|int8] [--corpus DIR]
-//        [--corpus-dir DIR] [--client-workers N] [--json]
+//        [--corpus-dir DIR] [--client-workers N] [--pass-dtype int8|fp8] [--json]
 // The corpus (rows drawn from 65,536 random unit tokens, float16) is built in a temporary directory
 // unless --corpus names one; --corpus-dir DIR builds it there and keeps it, and a later run with the
 // same --docs / --doc-len / --dim / --dtype reuses it.
@@ -21,6 +21,8 @@
 // --client-workers N: autocannon's worker threads (default 4 on machines of 8+ cores, else 1): one
 // client thread at ~4,000 requests/s of base64 bodies queues its own requests, which its latencies
 // then include (the server's own p99 is printed beside them).
+// --pass-dtype int8|fp8: both servers run 8-bit passes (serve --dtype); after the rounds an exact
+// server answers the same 64 queries and the run reports how many 8-bit answers equal its top-k.
 // Nothing is downloaded: autocannon is a dev dependency; the GPU host runs the same script with
 // --backend cuda --docs 100000 --doc-len 128 --connections 256.
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -62,6 +64,8 @@ interface Args {
   corpusDir?: string;
   clientWorkers: number;
   dtype: 'float16' | 'bfloat16' | 'float32' | 'int8';
+  /** serve --dtype: 8-bit search passes. */
+  passDtype?: 'int8' | 'fp8';
   json: boolean;
 }
 
@@ -127,6 +131,11 @@ function parseArgs(argv: string[]): Args {
       if (!['float16', 'bfloat16', 'float32', 'int8'].includes(value))
         throw new Error(`--dtype: float16, bfloat16, float32 or int8, received ${value}`);
       a.dtype = value as Args['dtype'];
+      i++;
+    } else if (flag === '--pass-dtype') {
+      if (value !== 'int8' && value !== 'fp8')
+        throw new Error(`--pass-dtype: int8 or fp8, received ${value}`);
+      a.passDtype = value;
       i++;
     } else if (flag === '--corpus') {
       a.corpus = value;
@@ -233,6 +242,7 @@ function startServer(
   a: Args,
   corpus: string,
   maxBatch: number,
+  passDtype = a.passDtype,
 ): Promise<{ child: ChildProcess; url: string }> {
   const args = [
     CLI,
@@ -254,6 +264,7 @@ function startServer(
     String(Math.max(1024, 4 * a.connections)),
     ...(a.threads ? ['--threads', String(a.threads)] : []),
     ...(a.passesInFlight ? ['--passes-in-flight', String(a.passesInFlight)] : []),
+    ...(passDtype ? ['--dtype', passDtype] : []),
   ];
   const child = spawn(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'] });
   return new Promise((resolve, reject) => {
@@ -269,6 +280,48 @@ function startServer(
     });
     child.on('exit', (code) => reject(new Error(`the server exited with ${code}: ${err}`)));
   });
+}
+
+interface Agreement {
+  queries: number;
+  /** Top-k lists equal to the exact server's (same documents in order; near ties may swap). */
+  equal: number;
+  /** Exact top-k documents absent from the 8-bit answer, over all queries. */
+  missed: number;
+  maxScoreDiff: number;
+}
+
+/** The 8-bit server's answers to `bodies` against an exact server's (started here on the same corpus). */
+async function againstExact(a: Args, corpus: string, url: string, bodies: string[]): Promise<Agreement> {
+  const exact = await startServer(a, corpus, a.maxBatch, undefined);
+  type Row = { id: string; score: number }[];
+  const ask = async (at: string, body: string): Promise<Row> => {
+    const r = await fetch(`${at}/v1/search`, { method: 'POST', headers: HEADERS, body });
+    if (r.status !== 200) throw new Error(`search: ${r.status} ${await r.text()}`);
+    return ((await r.json()) as { results: Row[] }).results[0];
+  };
+  const out: Agreement = { queries: bodies.length, equal: 0, missed: 0, maxScoreDiff: 0 };
+  try {
+    for (const body of bodies) {
+      const [want, got] = await Promise.all([ask(exact.url, body), ask(url, body)]);
+      const ids = new Set(got.map((h) => h.id));
+      out.missed += want.filter((h) => !ids.has(h.id)).length;
+      let same = got.length === want.length;
+      for (let i = 0; same && i < want.length; i++) {
+        const d = Math.abs(got[i].score - want[i].score);
+        out.maxScoreDiff = Math.max(out.maxScoreDiff, d);
+        const tol = 1e-4 * Math.max(1, Math.abs(want[i].score));
+        same =
+          d <= tol &&
+          (got[i].id === want[i].id ||
+            want.some((h) => h.id === got[i].id && Math.abs(h.score - got[i].score) <= tol));
+      }
+      if (same) out.equal++;
+    }
+  } finally {
+    await stopServer(exact.child);
+  }
+  return out;
 }
 
 async function stopServer(child: ChildProcess): Promise<number | null> {
@@ -436,17 +489,15 @@ async function measure(server: Server, a: Args, requests: object[]): Promise<Run
     msPerPass: ((t1.sum - t0.sum) / passes) * 1000,
     passes,
     cpuMsPerRequest:
-      ((gauge(after, 'maxsim_process_cpu_seconds_total') -
-        gauge(before, 'maxsim_process_cpu_seconds_total')) /
-        r['2xx']) *
+      ((gauge(after, 'process_cpu_seconds_total') - gauge(before, 'process_cpu_seconds_total')) / r['2xx']) *
       1000,
     passPhasesMs: phaseMeans(before, after, 'maxsim_pass_phase_seconds', PASS_PHASES),
     requestPhasesMs: phaseMeans(before, after, 'maxsim_request_phase_seconds', REQUEST_PHASES),
     eventLoopUtilization: gauge(after, 'maxsim_event_loop_utilization'),
     serverP99Ms: serverLatency(before, after, 0.99).quantileMs,
     serverOver100: serverLatency(before, after, 0.99).over100,
-    loopP99Ms: gauge(after, 'maxsim_nodejs_eventloop_lag_p99_seconds') * 1000,
-    loopMaxMs: gauge(after, 'maxsim_nodejs_eventloop_lag_max_seconds') * 1000,
+    loopP99Ms: gauge(after, 'nodejs_eventloop_lag_p99_seconds') * 1000,
+    loopMaxMs: gauge(after, 'nodejs_eventloop_lag_max_seconds') * 1000,
   };
 }
 
@@ -493,10 +544,10 @@ async function soak(a: Args, corpus: string, requests: object[]) {
         ...text.matchAll(/^maxsim_http_requests_total\{route="\/v1\/search"[^}]*status="200"\} (\S+)/gm),
       ].reduce((x, m) => x + Number(m[1]), 0);
       const t = (performance.now() - started) / 1000;
-      const rss = gauge(text, 'maxsim_process_resident_memory_bytes');
+      const rss = gauge(text, 'process_resident_memory_bytes');
       curve.push({ t, rss, gpu: gpu(text, 'in_use') });
       console.log(
-        `${t.toFixed(0).padStart(7)}  ${mib(rss).padStart(8)}  ${mib(gauge(text, 'maxsim_nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(gpu(text, 'in_use')).padStart(15)}  ${mib(gpu(text, 'cached')).padStart(15)}  ${String(served).padStart(7)}`,
+        `${t.toFixed(0).padStart(7)}  ${mib(rss).padStart(8)}  ${mib(gauge(text, 'nodejs_heap_size_used_bytes')).padStart(9)}  ${mib(gpu(text, 'in_use')).padStart(15)}  ${mib(gpu(text, 'cached')).padStart(15)}  ${String(served).padStart(7)}`,
       );
       await new Promise((r) => setTimeout(r, every));
     }
@@ -755,12 +806,14 @@ try {
   for (const maxBatch of [a.maxBatch, 1])
     servers.push({ ...(await startServer(a, corpus, maxBatch)), maxBatch });
   const results: RunResult[][] = [[], []];
+  let agreement: Agreement | undefined;
   try {
     for (const s of servers) await warm(s, a, requests);
     for (let round = 0; round < a.rounds; round++) {
       const order = round % 2 === 0 ? [0, 1] : [1, 0];
       for (const i of order) results[i].push(await measure(servers[i], a, requests));
     }
+    if (a.passDtype) agreement = await againstExact(a, corpus, servers[0].url, bodies);
   } finally {
     for (const s of servers) {
       const code = await stopServer(s.child);
@@ -801,6 +854,7 @@ try {
         ratio,
         cpuRatios,
         cpuRatio,
+        agreement,
       }),
     );
   else {
@@ -826,6 +880,10 @@ try {
     console.log(
       `batched / unbatched throughput by round: ${ratios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${ratio.toFixed(2)}x`,
     );
+    if (agreement)
+      console.log(
+        `${a.passDtype} passes against an exact server, the same ${agreement.queries} queries: ${agreement.equal} top-${a.topK} lists equal (scores within 1e-4, near ties aside), ${agreement.missed} true hits missed in all, largest score difference ${agreement.maxScoreDiff.toExponential(2)}`,
+      );
     console.log(
       `unbatched / batched server CPU time per request by round: ${cpuRatios.map((x) => `${x.toFixed(2)}x`).join(' ')}; median ${cpuRatio.toFixed(2)}x (load average ${loadBefore.toFixed(1)} before, ${os.loadavg()[0].toFixed(1)} after, ${os.cpus().length} cores)`,
     );

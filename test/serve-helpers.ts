@@ -1,6 +1,6 @@
 // Shared by the service's door and fuzz tests: a small float16 corpus with ids, a server on an
 // ephemeral loopback port, HTTP calls that return status + JSON, raw socket requests, and the error
-// contract.
+// contract; a search asked of two servers (the 8-bit tests).
 import assert from 'node:assert/strict';
 import * as net from 'node:net';
 import { CorpusWriter } from '../src/io/corpus/index.js';
@@ -138,4 +138,33 @@ export function raw(
     });
     socket.write(bytes);
   });
+}
+
+export interface SearchHit {
+  id: string;
+  index: number;
+  score: number;
+}
+
+/** A JSON call that must be answered 200 or 201 (with `key` as the bearer token): its JSON. */
+// biome-ignore lint/suspicious/noExplicitAny: as above
+export async function callJson(url: string, method: string, body?: unknown, key?: string): Promise<any> {
+  const r = await call(url, method, body, key ? { authorization: `Bearer ${key}` } : {});
+  assert.ok(r.status === 200 || r.status === 201, `${method} ${url}: ${r.status}: ${r.text}`);
+  return r.json;
+}
+
+/** The same search asked of two servers at once: [the reference's rows, the other's]. */
+export async function searchBoth(
+  reference: string,
+  other: string,
+  queries: number[][][],
+  k: number,
+): Promise<[SearchHit[][], SearchHit[][]]> {
+  const body = { queries, top_k: k };
+  const [a, b] = await Promise.all([
+    callJson(`${reference}/v1/search`, 'POST', body),
+    callJson(`${other}/v1/search`, 'POST', body),
+  ]);
+  return [a.results, b.results];
 }

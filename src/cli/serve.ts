@@ -1,5 +1,5 @@
 // `maxsim serve`: the HTTP service (src/server/app.ts) over an on-disk corpus, until SIGTERM / SIGINT.
-import { Command, Option } from 'commander';
+import { Command, Option, InvalidArgumentError as UsageError } from 'commander';
 import type { BackendChoice } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import { readTextFile } from '../io/text-file.js';
@@ -15,6 +15,7 @@ interface ServeOptions {
   threads?: number;
   gpuMemory?: number;
   gpus?: 'all' | number[];
+  dtype?: 'int8' | 'fp8';
   maxBatch: number;
   maxWaitMs: number | 'auto';
   maxQueue?: number;
@@ -38,6 +39,13 @@ function numberOption(min: number): (value: string) => number {
     if (!Number.isFinite(n) || n < min) throw new InvalidArgumentError('option', `a number >= ${min}`, value);
     return n;
   };
+}
+
+function passDtypeOption(value: string): 'int8' | 'fp8' {
+  // commander's error: a usage error naming the option, exit code 2
+  if (value !== 'int8' && value !== 'fp8')
+    throw new UsageError("expected 'int8' or 'fp8' (8-bit search passes)");
+  return value;
 }
 
 function readKey(file: string): string {
@@ -87,6 +95,11 @@ export function serveCommand(): Command {
       '--gpus <list>',
       "CUDA: 'all' or device indices (0,1): each segment is sharded over these GPUs (or streamed by all of them)",
       parseGpus,
+    )
+    .option(
+      '--dtype <type>',
+      'int8 | fp8: every search pass scans an 8-bit copy of the corpus and rescores 4 x top_k candidates exactly (fp8: GPU only); rerank and score stay exact',
+      passDtypeOption,
     )
     .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 128)
     .option(
@@ -145,6 +158,7 @@ export function serveCommand(): Command {
         threads: opts.threads,
         gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
         devices: opts.gpus,
+        dtype: opts.dtype,
         maxBatch: opts.maxBatch,
         maxWaitMs: opts.maxWaitMs,
         maxQueue: opts.maxQueue,
@@ -164,7 +178,7 @@ export function serveCommand(): Command {
       const { url } = await server.listen();
       const info = server.resident.info;
       process.stderr.write(
-        `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype})\n`,
+        `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype}${server.resident.dtype ? `, ${server.resident.dtype} passes` : ''})\n`,
       );
       for (const line of server.notes) process.stderr.write(`maxsim serve: ${line}\n`);
       // stop accepting, answer what is in flight, release the corpus and the GPU, exit 0; a second

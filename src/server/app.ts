@@ -139,11 +139,12 @@ function createBatcher(
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
       // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
-      // same bits as float32 queries rounded there); the int8 prefilter, the CPU and a streamed scan
-      // get float32
+      // same bits as float32 queries rounded there); 8-bit passes, the CPU and a streamed scan get
+      // float32
       keepBits: (key) =>
         resident.mode === 'resident' &&
         key === '' &&
+        resident.dtype === undefined &&
         (resident.info.dtype === 'float16' || resident.info.dtype === 'bfloat16')
           ? resident.info.dtype
           : undefined,

@@ -2,16 +2,20 @@
 // grouped by segment for scoring.
 
 import { constants as bufferConstants } from 'node:buffer';
+import { MaxsimError } from '../errors.js';
 import { typedView } from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
 import type { Corpus } from '../ops/corpus-search.js';
 import type { TokenBatch } from '../tensor.js';
+import { cpuTwoStage, type SegmentRun, segmentKey } from './segment-search.js';
 
 /** What these helpers need of a server snapshot. */
 interface Snapshot {
   corpus: Corpus;
   /** Each segment's documents as a batch over its mapped token rows, made on first use. */
   mapped: Map<number, TokenBatch>;
+  /** With an 8-bit dtype: the int8 copy of every non-empty segment, by segmentKey. */
+  eight?: Map<string, TokenBatch>;
 }
 
 /** Candidate positions grouped by segment: segment -> (positions in the request, indices in the segment). */
@@ -90,4 +94,29 @@ export function mappedSegment(s: Snapshot, g: number): TokenBatch {
   };
   s.mapped.set(g, batch);
   return batch;
+}
+
+/** 8-bit passes: each segment by the two-stage job over its int8 copy and its mapped float rows. */
+export function hostRuns(
+  s: Snapshot,
+  queries: TokenBatch,
+  options: { threads?: number; signal?: AbortSignal },
+): SegmentRun[] {
+  const file = s.corpus.file;
+  const runs: SegmentRun[] = [];
+  for (let g = 0; g < file.segments.length; g++) {
+    const seg = file.segments[g];
+    const copy = s.eight?.get(segmentKey(seg));
+    if (copy === undefined) continue; // no documents
+    if (!fitsOneMapping(s, g))
+      throw new MaxsimError(
+        `segment ${g} is larger than one mapping (${mapLimit.bytes} bytes): 8-bit passes need every segment mapped whole (compact into smaller segments, or serve without dtype)`,
+      );
+    runs.push({
+      firstDocument: seg.firstDocument,
+      documents: seg.header.documents,
+      run: (kk) => cpuTwoStage(queries, mappedSegment(s, g), copy, kk, options),
+    });
+  }
+  return runs;
 }

@@ -2,8 +2,10 @@
 // segment) and the segments uploaded to them.
 
 import { type CudaMemory, cuda } from '../backends/cuda.js';
+import type { CorpusFile } from '../io/corpus/index.js';
 import type { Corpus } from '../ops/corpus-search.js';
 import type { Hit, ScoreMatrix, TokenBatch } from '../tensor.js';
+import { type PassDtype, PREFILTER_FACTOR, type SegmentRun } from './segment-search.js';
 
 /** What the server needs of a corpus on the GPU: one device's, or sharded over several. */
 export interface GpuCorpus {
@@ -12,7 +14,7 @@ export interface GpuCorpus {
     k: number,
     options?: { rescore?: { docs: GpuCorpus; candidates: number } },
   ): Promise<Hit[][]>;
-  quantize(mode: 'int8'): Promise<GpuCorpus>;
+  quantize(mode: 'int8' | 'fp8'): Promise<GpuCorpus>;
   select(indices: ArrayLike<number>): Promise<GpuCorpus>;
   score(queries: TokenBatch): Promise<ScoreMatrix>;
   dispose(): void;
@@ -63,15 +65,34 @@ export interface DeviceSegment {
   file: string;
   firstDocument: number;
   docs: GpuCorpus;
+  /** The int8 copy a request's `prefilter: 'int8'` scans, made on first use. */
   int8?: Promise<GpuCorpus>;
+  /** The server's 8-bit copy (`dtype`), made with the upload: every search pass scans it. */
+  eight?: GpuCorpus;
 }
 
-/** Uploads the segments of `corpus` from number `from` on, one device corpus each. */
+/** Releases a segment's device corpora. */
+export function disposeSegment(seg: DeviceSegment) {
+  seg.docs.dispose();
+  seg.eight?.dispose();
+  seg.int8?.then((d) => d.dispose()).catch(() => undefined);
+}
+
+/** Device bytes of an 8-bit copy of `tokens` tokens of `dim` (codes and one float32 scale per token). */
+export function eightBitBytes(tokens: number, dim: number): number {
+  return tokens * dim + 4 * tokens;
+}
+
+/**
+ * Uploads the segments of `corpus` from number `from` on, one device corpus each, and with `eight`
+ * its 8-bit copy (quantized on the GPU from the upload).
+ */
 export async function uploadSegments(
   gpu: Gpus,
   corpus: Corpus,
   from: number,
   to = corpus.file.segments.length,
+  eight?: 'int8' | 'fp8',
 ): Promise<DeviceSegment[]> {
   const out: DeviceSegment[] = [];
   for (let g = from; g < to; g++) {
@@ -79,11 +100,42 @@ export async function uploadSegments(
     const n = seg.header.documents;
     if (n === 0) continue;
     const indices = Array.from({ length: n }, (_, i) => seg.firstDocument + i);
-    out.push({
-      file: seg.file,
-      firstDocument: seg.firstDocument,
-      docs: await gpu.upload(corpus.readDocuments(indices)),
-    });
+    const docs = await gpu.upload(corpus.readDocuments(indices));
+    try {
+      out.push({
+        file: seg.file,
+        firstDocument: seg.firstDocument,
+        docs,
+        eight: eight === undefined ? undefined : await docs.quantize(eight),
+      });
+    } catch (e) {
+      docs.dispose();
+      for (const made of out) disposeSegment(made);
+      throw e;
+    }
   }
   return out;
+}
+
+/**
+ * Each device segment's part of a search: scanned exactly, or (8-bit) its copy scanned and the
+ * candidates rescored from the float segment in the same job.
+ */
+export function deviceRuns(
+  file: CorpusFile,
+  segments: readonly DeviceSegment[],
+  queries: TokenBatch,
+  eight: PassDtype | 'int8' | undefined,
+): SegmentRun[] {
+  return segments.map((seg) => ({
+    firstDocument: seg.firstDocument,
+    documents: file.segments[file.segmentOf(seg.firstDocument)].header.documents,
+    run: async (kk: number) => {
+      if (eight === undefined) return seg.docs.topK(queries, kk);
+      // the server's own copy, or a request's int8 prefilter on an exact server (made on first use)
+      if (!seg.eight) seg.int8 ??= seg.docs.quantize('int8');
+      const scan = seg.eight ?? (await seg.int8!);
+      return scan.topK(queries, kk, { rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * kk } });
+    },
+  }));
 }

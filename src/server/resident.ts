@@ -12,14 +12,23 @@ import type { CudaMemory } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { type CorpusFile, type CorpusInfo, duplicateIds, manifestStamp } from '../io/corpus/index.js';
-import { Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
+import { Corpus, type CorpusHit, openCorpus } from '../ops/corpus-search.js';
 import { maxsim } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
-import { type Hit, matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
+import { matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { WriteAnswer, WriteJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
-import { fitsOneMapping, groupBySegment, mappedSegment, scatter } from './resident-cpu.js';
-import { type DeviceSegment, type Gpus, openGpus, uploadSegments } from './resident-gpu.js';
+import { fitsOneMapping, groupBySegment, hostRuns, mappedSegment, scatter } from './resident-cpu.js';
+import {
+  type DeviceSegment,
+  deviceRuns,
+  disposeSegment,
+  eightBitBytes,
+  type Gpus,
+  openGpus,
+  uploadSegments,
+} from './resident-gpu.js';
+import { checkPassDtype, hostCopies, type PassDtype, searchSegments } from './segment-search.js';
 
 export { mapLimit } from './resident-cpu.js';
 
@@ -60,6 +69,13 @@ export interface ResidentOptions {
   gpuMemory?: number;
   /** CUDA: several GPUs ('all' or indices): each segment is sharded over them, or they all stream. */
   devices?: 'all' | number[];
+  /**
+   * 8-bit search passes: every search scans an 8-bit copy of the corpus (kept beside the float one:
+   * in memory on the CPU, int8 only; on the GPU, both copies on the device, which must hold them)
+   * and rescores PREFILTER_FACTOR x k candidates per query exactly from the float corpus. Rerank,
+   * score and id-restricted searches stay exact. Default: exact float passes.
+   */
+  dtype?: PassDtype;
 }
 
 /** 'mapped': CPU over the mapped files; 'resident': on the GPU; 'streamed': CUDA scans of the files. */
@@ -70,6 +86,8 @@ interface Snapshot {
   /** CPU: each segment's documents as a batch over its mapped token rows, made on first use. */
   mapped: Map<number, TokenBatch>;
   segments: DeviceSegment[];
+  /** CPU with an 8-bit dtype: the int8 copy of every non-empty segment, by segmentKey. */
+  eight?: Map<string, TokenBatch>;
   users: number;
   retired: boolean;
   /** Device segments the next snapshot no longer uses: released with this one. */
@@ -79,15 +97,10 @@ interface Snapshot {
 /** Closes a retired snapshot: its mappings and pin, and the device segments only it used. */
 function closeSnapshot(s: Snapshot) {
   s.corpus.close();
-  for (const seg of s.drop ?? []) {
-    seg.docs.dispose();
-    seg.int8?.then((d) => d.dispose()).catch(() => undefined);
-  }
+  for (const seg of s.drop ?? []) disposeSegment(seg);
   s.drop = undefined;
 }
 
-/** Candidates rescored exactly per hit wanted by the int8 prefilter (as `maxsim search --prefilter`). */
-const PREFILTER_FACTOR = 4;
 const MISSING_SHOWN = 5;
 
 export class ResidentCorpus {
@@ -109,6 +122,8 @@ export class ResidentCorpus {
     private readonly options: ResidentOptions,
     private readonly gpu: Gpus | undefined,
     first: Snapshot,
+    /** The 8-bit type of search passes; undefined: exact. */
+    readonly dtype: PassDtype | undefined,
   ) {
     this.current = first;
   }
@@ -117,27 +132,65 @@ export class ResidentCorpus {
     const backend = resolveBackend(options.backend ?? 'auto');
     // a fixed snapshot per Corpus: the server decides when to switch (see follow())
     const corpus = openCorpus(options.corpus, { follow: false });
+    try {
+      return await ResidentCorpus.start(options, backend, corpus);
+    } catch (e) {
+      corpus.close();
+      throw e;
+    }
+  }
+
+  private static async start(
+    options: ResidentOptions,
+    backend: BackendName,
+    corpus: Corpus,
+  ): Promise<ResidentCorpus> {
+    const dtype = checkPassDtype(options.dtype, backend, corpus.info.dtype, options.pin === true);
     await corpus.file.indexIds();
     if (backend === 'cpu') {
       if (options.pin)
         throw new InvalidArgumentError('pin', "backend 'cuda' or 'auto' (pinning feeds the GPU)", "'cpu'");
-      return new ResidentCorpus(options.corpus, 'cpu', 'mapped', options, undefined, snapshotOf(corpus, []));
+      const first = snapshotOf(corpus, []);
+      if (dtype) first.eight = hostCopies(corpus.file, (g) => mappedSegment(first, g), undefined);
+      return new ResidentCorpus(options.corpus, 'cpu', 'mapped', options, undefined, first, dtype);
     }
     const gpu = await openGpus(options);
-    const budget = options.gpuMemory ?? Math.floor(0.75 * (await gpu.free()));
-    if (corpus.info.tokenBytes <= budget && !options.pin) {
-      const segments = await uploadSegments(gpu, corpus, 0);
+    try {
+      const budget = options.gpuMemory ?? Math.floor(0.75 * (await gpu.free()));
+      const { tokenBytes, tokens, dim } = corpus.info;
+      const need = tokenBytes + (dtype ? eightBitBytes(tokens, dim) : 0);
+      if (need <= budget && !options.pin) {
+        const segments = await uploadSegments(gpu, corpus, 0, undefined, dtype);
+        return new ResidentCorpus(
+          options.corpus,
+          'cuda',
+          'resident',
+          options,
+          gpu,
+          snapshotOf(corpus, segments),
+          dtype,
+        );
+      }
+      if (dtype)
+        throw new InvalidArgumentError(
+          'dtype',
+          `a corpus whose float and ${dtype} copies fit the GPU budget (${mib(budget)} MiB; see gpuMemory)`,
+          `${mib(need)} MiB`,
+        );
+      if (options.pin) await corpus.pin({ device: options.device });
       return new ResidentCorpus(
         options.corpus,
         'cuda',
-        'resident',
+        'streamed',
         options,
         gpu,
-        snapshotOf(corpus, segments),
+        snapshotOf(corpus, []),
+        dtype,
       );
+    } catch (e) {
+      gpu.dispose();
+      throw e;
     }
-    if (options.pin) await corpus.pin({ device: options.device });
-    return new ResidentCorpus(options.corpus, 'cuda', 'streamed', options, gpu, snapshotOf(corpus, []));
   }
 
   /** The GPU, where the server runs on CUDA. */
@@ -199,7 +252,11 @@ export class ResidentCorpus {
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
       const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
       if (this.closed) throw new MaxsimError('the server is shutting down');
-      this.current = snapshotOf(corpus, segments);
+      const next = snapshotOf(corpus, segments);
+      // the int8 copies of segments the last snapshot had are kept; new ones quantized now
+      if (this.dtype && this.mode === 'mapped')
+        next.eight = hostCopies(file, (g) => mappedSegment(next, g), before.eight);
+      this.current = next;
     } catch (e) {
       corpus.close();
       throw e;
@@ -233,10 +290,11 @@ export class ResidentCorpus {
     signal?: AbortSignal,
   ): Promise<CorpusHit[][]> {
     return this.using(async (s) => {
-      if (prefilter !== undefined && this.mode !== 'resident')
+      // a server with 8-bit passes scans its copy for every search, prefiltered or not
+      if (prefilter !== undefined && this.dtype === undefined && this.mode !== 'resident')
         throw new InvalidArgumentError(
           'prefilter',
-          `no prefilter here: the int8 prefilter runs on a GPU-resident corpus (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
+          `no prefilter here: the int8 prefilter runs on a GPU-resident corpus or a server started with dtype int8 | fp8 (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
           JSON.stringify(prefilter),
         );
       if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
@@ -245,7 +303,8 @@ export class ResidentCorpus {
           'no prefilter on an int8 corpus',
           JSON.stringify(prefilter),
         );
-      if (this.mode !== 'resident')
+      const eight = this.dtype ?? prefilter;
+      if (this.mode === 'streamed' || (this.mode === 'mapped' && eight === undefined))
         return s.corpus.search(queries, {
           topK: k,
           backend: this.backend,
@@ -255,40 +314,13 @@ export class ResidentCorpus {
           gpuMemory: this.options.gpuMemory,
           signal,
         });
-      let merged: Hit[][] = Array.from({ length: queries.count }, () => []);
-      let merge = 0;
-      const file = s.corpus.file;
-      for (const seg of s.segments) {
-        // deleted documents of the segment: ask for that many more, then drop them (exact)
-        const n = file.segments[file.segmentOf(seg.firstDocument)].header.documents;
-        let gone = 0;
-        if (file.deletedMask) for (let i = 0; i < n; i++) gone += file.deletedMask[seg.firstDocument + i];
-        const kk = Math.min(k + gone, n);
-        let hits: Hit[][];
-        if (prefilter === 'int8') {
-          seg.int8 ??= seg.docs.quantize('int8');
-          const scan = await seg.int8;
-          hits = await scan.topK(queries, kk, {
-            rescore: { docs: seg.docs, candidates: PREFILTER_FACTOR * kk },
-          });
-        } else hits = await seg.docs.topK(queries, kk);
-        const t0 = performance.now();
-        merged = merged.map((row, i) =>
-          mergeHits(
-            row,
-            hits[i]
-              .map((h) => ({ index: h.index + seg.firstDocument, score: h.score }))
-              .filter((h) => !file.isDeleted(h.index))
-              .slice(0, k),
-            k,
-          ),
-        );
-        merge += performance.now() - t0;
-      }
-      const t0 = performance.now();
-      const named = merged.map((row) => row.map((h) => ({ ...h, id: file.id(h.index) })));
-      if (timing) timing.merge = (merge + performance.now() - t0) / 1000;
-      return named;
+      const runs =
+        this.mode === 'mapped'
+          ? hostRuns(s, queries, { threads: this.options.threads, signal })
+          : deviceRuns(s.corpus.file, s.segments, queries, eight);
+      const { hits, merge } = await searchSegments(s.corpus.file, queries.count, k, runs);
+      if (timing) timing.merge = merge;
+      return hits;
     });
   }
 
@@ -493,7 +525,7 @@ export class ResidentCorpus {
       if (kept) {
         out.push(kept);
         have.delete(`${seg.file}@${seg.firstDocument}`);
-      } else out.push(...(await uploadSegments(this.gpu!, corpus, g, g + 1)));
+      } else out.push(...(await uploadSegments(this.gpu!, corpus, g, g + 1, this.dtype)));
     }
     before.drop = [...have.values()];
     return out;
@@ -513,6 +545,10 @@ export class ResidentCorpus {
     this.current.corpus.close();
     this.gpu?.dispose();
   }
+}
+
+function mib(bytes: number): string {
+  return (bytes / 2 ** 20).toFixed(1);
 }
 
 function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {

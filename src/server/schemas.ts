@@ -262,6 +262,8 @@ export const InfoResponse = Type.Object({
     passes_in_flight: Type.Integer(),
     /** work one request may ask for (query tokens x document tokens x dim); null: no limit */
     max_work: Type.Union([Type.Number(), Type.Null()]),
+    /** the 8-bit type every search pass scans (then rescored exactly); null: exact float passes */
+    dtype: Type.Union([Type.Literal('int8'), Type.Literal('fp8'), Type.Null()]),
   }),
   model: Type.Union([ModelInfo, Type.Null()], { description: 'null: no model, embeddings only' }),
 });

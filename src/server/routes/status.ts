@@ -75,6 +75,7 @@ export function statusRoutes(app: FastifyInstance, ctx: RouteContext) {
           max_queue: ctx.limits.maxQueue,
           passes_in_flight: batcher.passesInFlight,
           max_work: ctx.limits.maxWork,
+          dtype: resident.dtype ?? null,
         },
         model: ctx.text.summary(),
       };

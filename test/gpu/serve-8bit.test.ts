@@ -1,0 +1,134 @@
+// `maxsim serve --backend cuda --dtype int8|fp8`: every search pass scans the 8-bit copy beside the
+// resident float16 corpus and rescores the candidates exactly in the same job, so the answers are the
+// exact GPU server's top-k (scores within the float accumulation order of two fp16 kernels), batched
+// and one at a time, through appends and deletes; the budget and pin are refused naming dtype.
+// Skipped with the reason where no GPU runs.
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { after, describe, test } from 'node:test';
+import { InvalidArgumentError } from '../../src/errors.js';
+import { CorpusWriter } from '../../src/io/corpus/index.js';
+import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
+import { createServer } from '../../src/server/index.js';
+import { randomRagged, rng, runSeed } from '../helpers.js';
+import { callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
+import { skip } from './helpers.js';
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-serve8-'));
+const servers: MaxsimServer[] = [];
+after(async () => {
+  await Promise.all(servers.map((s) => s.close()));
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+const DIM = 64;
+const rand = rng(runSeed ^ 0x8e8e);
+
+type Hit = SearchHit;
+
+const start = (options: Partial<ServerOptions> & { corpus: string }) =>
+  startServer(servers, { backend: 'cuda', ...options });
+
+const call = callJson;
+
+function tokens(n: number): number[][] {
+  return Array.from({ length: n }, () => Array.from({ length: DIM }, () => rand() * 2 - 1));
+}
+
+/** The same documents in order (near ties may swap), scores within fp32 accumulation-order noise. */
+function assertSameTopK(got: Hit[][], want: Hit[][], what: string) {
+  assert.equal(got.length, want.length, what);
+  want.forEach((row, q) => {
+    assert.equal(got[q].length, row.length, `${what}: query ${q} hits`);
+    row.forEach((w, i) => {
+      const g = got[q][i];
+      const tol = 1e-4 * Math.max(1, Math.abs(w.score));
+      assert.ok(
+        Math.abs(g.score - w.score) <= tol,
+        `${what}: query ${q} rank ${i}: ${g.score} vs ${w.score}`,
+      );
+      if (g.id !== w.id)
+        assert.ok(
+          row.some((x) => x.id === g.id && Math.abs(x.score - g.score) <= tol),
+          `${what}: query ${q} rank ${i}: ${g.id} instead of ${w.id}`,
+        );
+    });
+  });
+}
+
+async function compare(exact: string, eight: string, queries: number[][][], k: number, what: string) {
+  const [want, got] = await searchBoth(exact, eight, queries, k);
+  assertSameTopK(got, want, what);
+  return want;
+}
+
+describe('maxsim serve --dtype int8 | fp8 on CUDA', { skip }, () => {
+  const dir = path.join(tmp, 'docs.msx');
+  test('8-bit passes answer the exact top-k; batched; appends and deletes', async () => {
+    for (let s = 0; s < 2; s++) {
+      const docs = randomRagged(
+        Array.from({ length: s === 0 ? 3000 : 700 }, () => 1 + Math.floor(rand() * 60)),
+        DIM,
+        'float32',
+        rand,
+      );
+      const w =
+        s === 0
+          ? CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true })
+          : CorpusWriter.append(dir);
+      w.add(
+        docs,
+        Array.from({ length: docs.count }, (_, i) => `s${s}-${i}`),
+      );
+      w.commit();
+    }
+    const exact = await start({ corpus: dir, maxWaitMs: 2 });
+    for (const dtype of ['int8', 'fp8'] as const) {
+      const eight = await start({ corpus: dir, dtype, maxWaitMs: 2 });
+      const info = await call(`${eight.url}/v1/info`, 'GET');
+      assert.equal(info.mode, 'resident');
+      assert.equal(info.batching.dtype, dtype);
+      for (const k of [1, 10, 100]) {
+        const queries = Array.from({ length: 6 }, (_, i) => tokens(1 + i * 6));
+        await compare(exact.url, eight.url, queries, k, `${dtype}, k ${k}`);
+      }
+      // concurrent requests share passes: each answer its own
+      await Promise.all(
+        Array.from({ length: 40 }, (_, i) =>
+          compare(exact.url, eight.url, [tokens(1 + (i % 32))], 1 + (i % 12), `${dtype}, concurrent ${i}`),
+        ),
+      );
+    }
+    // writes while serving int8: the new segment gets its copy, deletes are masked
+    const eight = await start({ corpus: dir, dtype: 'int8' });
+    const queries = Array.from({ length: 4 }, () => tokens(16));
+    for (let round = 0; round < 2; round++) {
+      const documents = Array.from({ length: 50 }, (_, i) => ({
+        id: `new${round}-${i}`,
+        embeddings: tokens(30),
+      }));
+      await call(`${eight.url}/v1/documents`, 'POST', { documents });
+      let rows = await compare(exact.url, eight.url, queries, 10, `after append ${round}`);
+      const gone = rows[0].slice(0, 3).map((h) => h.id);
+      await call(`${eight.url}/v1/documents`, 'DELETE', { ids: gone });
+      rows = await compare(exact.url, eight.url, queries, 10, `after delete ${round}`);
+      for (const r of rows) for (const h of r) assert.ok(!gone.includes(h.id), `${h.id} was deleted`);
+    }
+  });
+
+  test('refused naming dtype: a budget without room for both copies, pin', async () => {
+    const small = path.join(tmp, 'small.msx');
+    const w = CorpusWriter.create(small, { dim: DIM, dtype: 'float16' });
+    w.add(randomRagged([40, 50, 60], DIM, 'float32', rand));
+    w.commit();
+    const bytes = (40 + 50 + 60) * DIM * 2;
+    for (const options of [{ gpuMemory: bytes + 100 }, { pin: true }])
+      await assert.rejects(
+        createServer({ corpus: small, backend: 'cuda', port: 0, logger: false, dtype: 'int8', ...options }),
+        (e: Error) => e instanceof InvalidArgumentError && e.argument === 'dtype',
+        JSON.stringify(options),
+      );
+  });
+});
