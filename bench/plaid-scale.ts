@@ -10,7 +10,7 @@
 //        [--centroids K] [--sample N] [--probe P] [--groups G] [--assignment grouped|exact]
 //        [--grid def,NPROBExCANDIDATESxRESCORE,...] [--gen-only]
 import os from 'node:os';
-import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
+import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
 import { streamedQueries, streamedSynthetic } from '../src/plaid/synthetic.js';
@@ -62,7 +62,7 @@ const top: { id: number; s: number }[][] = queries.map(() => []);
 let t0 = performance.now();
 let first = 0;
 for (const p of parts) {
-  const s = (await maxsimAll(qbatch, p, { backend: 'cpu' })).data;
+  const s = (await maxsim(qbatch, p, { backend: 'cpu' })).data;
   for (let q = 0; q < NQ; q++) {
     const row = s.subarray(q * p.count, (q + 1) * p.count);
     const cand = top[q];

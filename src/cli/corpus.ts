@@ -18,6 +18,7 @@ import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { decodeToFloat32, type FloatDType } from '../tensor.js';
 import { grouped, interruptSignal, printTable } from './common.js';
+import { indexAfterWrite, indexCommand, indexRows } from './corpus-index.js';
 import { buildFromTexts, type TextBuildOptions, textOptions } from './corpus-texts.js';
 import { Progress } from './progress.js';
 
@@ -73,6 +74,7 @@ function printInfo(
       ['ids', info.hasIds ? 'yes' : 'no (indices)'],
       ['files', gib(info.bytes)],
       ['generation', String(info.generation)],
+      ...indexRows(info),
       ...Object.entries(extra),
     ],
   );
@@ -181,7 +183,9 @@ function buildAction(append: boolean) {
       })
       .finally(() => interrupt.dispose());
     bar?.finish();
-    const { clamped, ...published } = info;
+    const { clamped, ...written } = info;
+    // an indexed corpus: the new segment is encoded against the existing centroids (drift reported)
+    const published = (append && (await indexAfterWrite(opts.out, waitMs(opts.wait)))) || written;
     if (clamped > 0)
       process.stderr.write(
         `clamped ${clamped} value${clamped === 1 ? '' : 's'} beyond the ${published.dtype} range to its largest finite value\n`,
@@ -327,9 +331,9 @@ export function corpusCommand(): Command {
       .argument('<dir>', 'the corpus directory')
       .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
       .option('--json', 'print the corpus summary as JSON')
-      .action((dir: string, opts: { wait?: string; json?: boolean }) => {
+      .action(async (dir: string, opts: { wait?: string; json?: boolean }) => {
         let bar: Progress | undefined;
-        const info = CorpusWriter.compact(dir, {
+        const compacted = CorpusWriter.compact(dir, {
           waitMs: waitMs(opts.wait),
           onProgress: (done, total) => {
             bar ??= new Progress('compact', total);
@@ -337,9 +341,10 @@ export function corpusCommand(): Command {
           },
         });
         bar?.finish();
-        printInfo(info, opts.json);
+        printInfo((await indexAfterWrite(dir, waitMs(opts.wait))) ?? compacted, opts.json);
       }),
   );
+  corpus.addCommand(indexCommand(printInfo, waitMs));
   corpus.addCommand(
     new Command('recover')
       .description(

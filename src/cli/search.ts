@@ -40,12 +40,32 @@ interface SearchCommandOptions extends InputOptions {
   transfer?: TransferOption;
   hostMemoryBudget?: number;
   stats?: boolean;
+  exact?: boolean;
+  nprobe?: number;
+  candidates?: number;
   verifyCorpus: boolean;
   backend: BackendChoice;
   threads?: number;
   topK: number;
   prefilter?: 'int8';
   scales?: ScaleGranularity;
+}
+
+// --exact: the full scan; --nprobe / --candidates: settings of the search through the index
+function indexOption(opts: SearchCommandOptions): false | { nprobe?: number; candidates?: number } {
+  if (opts.exact) {
+    if (opts.nprobe !== undefined || opts.candidates !== undefined)
+      throw new InvalidArgumentError(
+        '--exact',
+        'no --nprobe / --candidates with it (they tune the index)',
+        'both',
+      );
+    return false;
+  }
+  return {
+    ...(opts.nprobe !== undefined ? { nprobe: opts.nprobe } : {}),
+    ...(opts.candidates !== undefined ? { candidates: opts.candidates } : {}),
+  };
 }
 
 export function searchCommand(): Command {
@@ -88,6 +108,17 @@ export function searchCommand(): Command {
       integerOption(0),
     )
     .option('--stats', 'with --corpus: print what the scan did (transfer mode and why, GB/s) on stderr')
+    .option('--exact', 'with --corpus: the full scan even when the corpus has an index')
+    .option(
+      '--nprobe <n>',
+      'with --corpus through its index: centroids probed per query token',
+      integerOption(1),
+    )
+    .option(
+      '--candidates <n>',
+      'with --corpus through its index: documents kept by centroid interaction per segment',
+      integerOption(1),
+    )
     .option(
       '--no-verify-corpus',
       'with --corpus on the CPU: skip the CRC check of the chunks read (trusted, already verified corpora)',
@@ -110,11 +141,17 @@ export function searchCommand(): Command {
       if (opts.corpus !== undefined) return searchCorpus(opts);
       const corpusOnly = opts.stats
         ? '--stats'
-        : opts.hostMemoryBudget !== undefined
-          ? '--host-memory-budget'
-          : (opts.transfer ?? 'auto') !== 'auto'
-            ? '--transfer'
-            : undefined;
+        : opts.exact || opts.nprobe !== undefined || opts.candidates !== undefined
+          ? opts.exact
+            ? '--exact'
+            : opts.nprobe !== undefined
+              ? '--nprobe'
+              : '--candidates'
+          : opts.hostMemoryBudget !== undefined
+            ? '--host-memory-budget'
+            : (opts.transfer ?? 'auto') !== 'auto'
+              ? '--transfer'
+              : undefined;
       if (corpusOnly)
         throw new InvalidArgumentError(
           corpusOnly,
@@ -234,6 +271,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
       hostMemoryBudget: opts.hostMemoryBudget === undefined ? undefined : opts.hostMemoryBudget * 1024 * 1024,
       verify: opts.verifyCorpus,
       ids: opts.ids === undefined ? undefined : readIdList(opts.ids),
+      index: indexOption(opts),
       onProgress: (p) => bar.update(p.documents),
       // Ctrl-C: the scan stops at its next block (main() exits 130 with one line)
       signal: interrupt.signal,

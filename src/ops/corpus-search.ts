@@ -42,6 +42,12 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
+import {
+  type CorpusIndexOptions,
+  type IndexSearchStats,
+  indexSettings,
+  searchThroughIndex,
+} from './corpus-index-search.js';
 import { topK } from './maxsim.js';
 import { cpuMaxsimInt8, quantize } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
@@ -114,6 +120,12 @@ export interface CorpusSearchOptions {
    * documents are read and scored in memory.
    */
   ids?: readonly string[];
+  /**
+   * A corpus with an index (`maxsim corpus index`) is searched through it by default (CPU; the
+   * returned scores are exact MaxSim, re-scored from the tokens); these settings tune it, and
+   * `false` forces the full scan. Ignored with `ids`.
+   */
+  index?: false | CorpusIndexOptions;
 }
 
 export interface SearchResult {
@@ -144,6 +156,8 @@ export interface ScanStats {
   devices?: number[];
   /** CUDA streamed: how blocks reached the GPU and why. */
   transfer?: TransferStats;
+  /** Through the index: the stages, their candidates and times (see corpus-index-search.ts). */
+  index?: IndexSearchStats;
 }
 
 const CPU_BLOCK_BYTES = 64 * 1024 * 1024;
@@ -440,6 +454,8 @@ export class Corpus {
         String(options.blockBytes),
       );
     checkTransferOptions(options);
+    if (options.index !== false && file.index && options.ids === undefined)
+      return this.searchIndexed(file, queries, q, k, options, signal);
     const backend = resolveBackend(options.backend);
     const subset =
       options.ids === undefined
@@ -458,6 +474,63 @@ export class Corpus {
       row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) })),
     );
     return { hits, stats: { ...result.stats, generation: file.info.generation } };
+  }
+
+  private async searchIndexed(
+    file: CorpusFile,
+    queries: TokenMatrix | TokenBatch,
+    q: TokenBatch,
+    k: number,
+    options: CorpusSearchOptions,
+    signal: AbortSignal | undefined,
+  ): Promise<SearchResult> {
+    const started = performance.now();
+    const floats = snapshotQueries(asQueries(queries));
+    if (floats.dtype === 'int8')
+      throw new InvalidArgumentError(
+        'queries.dtype',
+        'float queries for a search through the index (or index: false)',
+        "'int8'",
+      );
+    const settings = indexSettings(options.index, k, file.index!.manifest.centroids);
+    let bytes = 0;
+    const r = await withCancelFlag(signal, (cancel) =>
+      searchThroughIndex(
+        file,
+        floats,
+        q,
+        k,
+        settings,
+        options.threads,
+        async (one, subset, n) => {
+          const exact = await this.searchCpu(
+            file,
+            one,
+            n,
+            { ...options, onProgress: undefined },
+            cancel,
+            subset,
+          );
+          bytes += exact.stats.bytes;
+          return exact.hits[0];
+        },
+        signal,
+      ),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    return {
+      hits: r.hits.map((row) => row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) }))),
+      stats: {
+        backend: 'cpu',
+        generation: file.info.generation,
+        blocks: 0,
+        bytes,
+        documents: r.stats.stages[4].candidates,
+        seconds,
+        firstBlockSeconds: seconds,
+        index: r.stats,
+      },
+    };
   }
 
   // The stream scan knows nothing of deletions: ask for k + deleted, drop the deleted, cut to k.

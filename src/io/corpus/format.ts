@@ -13,6 +13,8 @@ export const FORMAT = 'maxsim-corpus';
 export const VERSION = 1;
 /** The MANIFEST's version when it names a tombstone file: older builds refuse it instead of misreading. */
 export const VERSION_DELETIONS = 2;
+/** The MANIFEST's version when it names an index (older builds refuse it instead of ignoring it). */
+export const VERSION_INDEX = 3;
 export const DELETIONS_MAGIC = 'MSXDEL01';
 export const DELETIONS_NAME = /^del-(\d{6,})\.msxd$/;
 export const SEGMENT_MAGIC = 'MSXSEG01';
@@ -27,7 +29,7 @@ export const SEGMENT_NAME = /^seg-(\d{6,})\.msxs$/;
 // Temporaries of a writer: `<segment>.<token>.tmp`, `<segment>.<token>.scales.tmp`, `MANIFEST.<token>.tmp`
 // (older versions: without the token).
 export const LEFTOVER_NAME =
-  /^(seg-\d{6,}\.msxs(\.[0-9a-f]{32})?\.(tmp|scales\.tmp)|MANIFEST(\.[0-9a-f]{32})?\.tmp|del-\d{6,}\.msxd\.[0-9a-f]{32}\.tmp)$/;
+  /^(seg-\d{6,}\.msxs(\.[0-9a-f]{32})?\.(tmp|scales\.tmp)|MANIFEST(\.[0-9a-f]{32})?\.tmp|del-\d{6,}\.msxd\.[0-9a-f]{32}\.tmp|ix-\d{6,}-\d{4,}\.msxi\.[0-9a-f]{32}\.tmp)$/;
 
 // ---- small helpers ----
 

@@ -22,8 +22,11 @@ import {
   storedTokenBytes,
   VERSION,
   VERSION_DELETIONS,
+  VERSION_INDEX,
 } from './format.js';
+import { INDEX_NAME } from './index-segments.js';
 import { LOCK_TEMP_NAME } from './lock.js';
+import { type ManifestIndex, validateIndex } from './manifest-index.js';
 import { deletionsBytes, deletionsName, type ManifestDeletions } from './tombstones.js';
 
 export interface ManifestSegment {
@@ -46,13 +49,19 @@ export interface Manifest {
   maxLength: number;
   segments: ManifestSegment[];
   deletions?: ManifestDeletions;
+  /** The index (version 3); absent: none. */
+  index?: ManifestIndex;
 }
 
 export function encodeManifest(m: Manifest): string {
-  const { deletions, ...rest } = m;
-  const body = JSON.stringify(
-    deletions ? { ...rest, version: VERSION_DELETIONS, deletions } : { ...rest, version: VERSION },
-  );
+  const { deletions, index, ...rest } = m;
+  const version = index ? VERSION_INDEX : deletions ? VERSION_DELETIONS : VERSION;
+  const body = JSON.stringify({
+    ...rest,
+    version,
+    ...(deletions ? { deletions } : {}),
+    ...(index ? { index } : {}),
+  });
   return `${body}\ncrc32 ${hex(crc32(body))}\n`;
 }
 
@@ -155,10 +164,10 @@ export function validateManifest(file: string, raw: unknown): Manifest {
   const o = raw as Record<string, unknown>;
   if (o.format !== FORMAT)
     throw new FormatError(file, `not a maxsim corpus manifest (format ${describeValue(o.format)})`);
-  if (o.version !== VERSION && o.version !== VERSION_DELETIONS)
+  if (o.version !== VERSION && o.version !== VERSION_DELETIONS && o.version !== VERSION_INDEX)
     throw new FormatError(
       file,
-      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION} and ${VERSION_DELETIONS})`,
+      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION}, ${VERSION_DELETIONS} and ${VERSION_INDEX})`,
     );
   const count = (field: string, x: unknown, max = Number.MAX_SAFE_INTEGER): number => {
     if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0 || x > max)
@@ -218,7 +227,7 @@ export function validateManifest(file: string, raw: unknown): Manifest {
   if (tokenSum !== tokens) bad('tokens', `the sum over its segments (${tokenSum})`, tokens);
   if (maxLength > tokens) bad('maxLength', `at most the token count (${tokens})`, maxLength);
   let deletions: ManifestDeletions | undefined;
-  if (o.version === VERSION_DELETIONS) {
+  if (o.version === VERSION_DELETIONS || (o.version === VERSION_INDEX && o.deletions !== undefined)) {
     const d = o.deletions;
     if (d === null || typeof d !== 'object' || Array.isArray(d)) bad('deletions', 'an object', d);
     const r = d as Record<string, unknown>;
@@ -235,6 +244,16 @@ export function validateManifest(file: string, raw: unknown): Manifest {
     if (deletions.bytes !== deletionsBytes(count))
       bad('deletions.bytes', `${deletionsBytes(count)} (for ${count} deletions)`, deletions.bytes);
   } else if (o.deletions !== undefined) bad('deletions', 'absent in a version 1 MANIFEST', o.deletions);
+  let index: ManifestIndex | undefined;
+  if (o.version === VERSION_INDEX)
+    index = validateIndex(
+      file,
+      o.index,
+      generation,
+      segments.map((s) => s.file),
+      bad,
+    );
+  else if (o.index !== undefined) bad('index', `absent in a version ${o.version} MANIFEST`, o.index);
   return {
     format: FORMAT,
     version: VERSION,
@@ -247,6 +266,7 @@ export function validateManifest(file: string, raw: unknown): Manifest {
     maxLength,
     segments,
     deletions,
+    index,
   };
 }
 
@@ -302,7 +322,9 @@ export function publishManifest(dir: string, token: string, next: Manifest, chec
 export function removeLeftovers(dir: string, m: Manifest) {
   for (const name of fs.readdirSync(dir)) {
     const seg = SEGMENT_NAME.exec(name);
-    const stale = DELETIONS_NAME.test(name) && name !== m.deletions?.file;
+    const stale =
+      (DELETIONS_NAME.test(name) && name !== m.deletions?.file) ||
+      (INDEX_NAME.test(name) && !indexFilesOf(m).includes(name));
     if (LEFTOVER_NAME.test(name) || stale || (seg && Number(seg[1]) > m.generation))
       fs.rmSync(path.join(dir, name), { force: true });
     else if (LOCK_TEMP_NAME.test(name)) {
@@ -315,6 +337,11 @@ export function removeLeftovers(dir: string, m: Manifest) {
       }
     }
   }
+}
+
+/** The index files a MANIFEST names: the codec file, then one per indexed segment. */
+export function indexFilesOf(m: Manifest): string[] {
+  return m.index ? [m.index.file, ...m.index.segments.map((s) => s.file)] : [];
 }
 
 export interface CorpusInfo {
@@ -335,6 +362,57 @@ export interface CorpusInfo {
   deleted: number;
   /** Documents that search and get() see: documents - deleted. */
   live: number;
+  /** The index, when the corpus has one (`maxsim corpus index`). */
+  index?: CorpusIndexInfo;
+}
+
+/** Share of drifted tokens past which `corpus index --rebuild` is advised (the build's own is ~0.01). */
+export const REBUILD_DRIFT = 0.05;
+
+export interface CorpusIndexInfo {
+  bits: 2 | 4;
+  centroids: number;
+  sample: number;
+  /** Bytes of the index files (codec included). */
+  bytes: number;
+  /** Bytes of the segments' index files per indexed token. */
+  bytesPerToken: number;
+  indexedSegments: number;
+  /** Token segments appended since and not yet encoded (search scans them exactly). */
+  unindexedSegments: number;
+  indexedTokens: number;
+  /** Token-weighted share of indexed tokens farther from every centroid than the build's threshold. */
+  drift: number;
+  /** Whether drift exceeds REBUILD_DRIFT: `maxsim corpus index --rebuild` fits new centroids. */
+  rebuildAdvised: boolean;
+}
+
+function describeIndex(m: Manifest): CorpusIndexInfo | undefined {
+  const ix = m.index;
+  if (!ix) return undefined;
+  const tokensOf = new Map(m.segments.map((s) => [s.file, s.tokens]));
+  let tokens = 0;
+  let bytes = 0;
+  let drifted = 0;
+  for (const s of ix.segments) {
+    const t = tokensOf.get(s.segment) ?? 0;
+    tokens += t;
+    bytes += s.bytes;
+    drifted += s.drift * t;
+  }
+  const drift = tokens > 0 ? drifted / tokens : 0;
+  return {
+    bits: ix.bits,
+    centroids: ix.centroids,
+    sample: ix.sample,
+    bytes: bytes + ix.bytes,
+    bytesPerToken: tokens > 0 ? bytes / tokens : 0,
+    indexedSegments: ix.segments.length,
+    unindexedSegments: m.segments.length - ix.segments.length,
+    indexedTokens: tokens,
+    drift,
+    rebuildAdvised: drift > REBUILD_DRIFT,
+  };
 }
 
 export function describeManifest(dir: string, m: Manifest): CorpusInfo {
@@ -353,5 +431,6 @@ export function describeManifest(dir: string, m: Manifest): CorpusInfo {
     generation: m.generation,
     deleted: m.deletions?.count ?? 0,
     live: m.documents - (m.deletions?.count ?? 0),
+    ...(m.index ? { index: describeIndex(m) } : {}),
   };
 }

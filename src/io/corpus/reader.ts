@@ -21,6 +21,7 @@ import {
   type SegmentHandle,
   segmentKey,
 } from './handles.js';
+import { CorpusIndex } from './index-reader.js';
 import {
   type CorpusInfo,
   describeManifest,
@@ -91,6 +92,8 @@ export class CorpusFile {
     /** The MANIFEST's stamp when it was last checked (see manifestStamp). */
     private stampSeen: string,
     previous: CorpusFile | undefined,
+    /** The index the MANIFEST names (see index-reader.ts), or undefined. */
+    readonly index: CorpusIndex | undefined,
   ) {
     this.info = info;
     this.deletedMask = deleted;
@@ -155,6 +158,7 @@ export class CorpusFile {
       for (const h of previous.handles) reuse.set(h.key, h);
     const handles: SegmentHandle[] = [];
     let tombstones: PinnedFile | undefined;
+    let index: CorpusIndex | undefined;
     try {
       let documents = 0;
       let tokens = 0;
@@ -174,10 +178,13 @@ export class CorpusFile {
         tombstones = opened.pinned;
         deleted = opened.mask;
       }
-      return new CorpusFile(dir, describeManifest(dir, m), handles, tombstones, deleted, stamp, previous);
+      if (m.index) index = CorpusIndex.open(dir, m, previous?.index);
+      const info = describeManifest(dir, m);
+      return new CorpusFile(dir, info, handles, tombstones, deleted, stamp, previous, index);
     } catch (e) {
       for (const h of handles) h.pinned.release();
       tombstones?.release();
+      index?.release();
       throw e;
     }
   }
@@ -223,6 +230,7 @@ export class CorpusFile {
     if (--this.refs > 0) return;
     for (const h of this.handles) h.pinned.release();
     this.tombstones?.release();
+    this.index?.release();
   }
 
   /** The id of document `index` (its index as a string when the corpus has no ids). */

@@ -35,10 +35,12 @@ import {
   VERSION,
   WRITE_BUFFER,
 } from './format.js';
+import { INDEX_NAME } from './index-segments.js';
 import { CorpusLock, type LockOptions } from './lock.js';
 import {
   type CorpusInfo,
   describeManifest,
+  indexFilesOf,
   type Manifest,
   publishManifest,
   readManifest,
@@ -251,15 +253,18 @@ export class CorpusWriter {
         maxLength: 0,
         segments: [],
         deletions: undefined,
+        // the codec stays; the new segment is unindexed until `corpus index` encodes it
+        index: m.index ? { ...m.index, segments: [] } : undefined,
       };
       w = new CorpusWriter(dir, base, lock, undefined, {});
-      const named = new Set([...m.segments.map((x) => x.file), m.deletions?.file]);
+      const named = new Set([...m.segments.map((x) => x.file), m.deletions?.file, ...indexFilesOf(m)]);
       // everything the new MANIFEST will not name: the old files, and orphans of an earlier compact
       w.retire = fs
         .readdirSync(dir)
         .filter(
           (n) =>
-            (SEGMENT_NAME.test(n) || DELETIONS_NAME.test(n)) &&
+            (SEGMENT_NAME.test(n) || DELETIONS_NAME.test(n) || INDEX_NAME.test(n)) &&
+            n !== m.index?.file &&
             (named.has(n) || Number(/\d+/.exec(n)![0]) <= m.generation),
         )
         .sort();

@@ -1,0 +1,264 @@
+// Building and growing the index of a corpus (`maxsim corpus index`, and after `corpus append` /
+// `compact`), under the writer lock. A build samples live documents, fits the codec (k-means and the
+// residual buckets: buildIndex over the sample) and the drift threshold (the 99th percentile of the
+// sample's squared distance to its nearest centroid), then encodes every token segment against it.
+// Growing encodes only the segments the index does not list yet, against the existing codec, and
+// measures their drift. Each index file is written durably; one MANIFEST publish makes them visible.
+import { InvalidArgumentError, MaxsimError } from '../../errors.js';
+import { loadNative } from '../../native.js';
+import { dequantize } from '../../ops/quantize.js';
+import { encodeWith, nearestDistances, quantile, sampleTokens, shareAbove } from '../../plaid/append.js';
+import { seededRandom } from '../../plaid/kmeans.js';
+import { buildIndex, defaultCentroids, type PlaidIndex } from '../../plaid/plaid.js';
+import { expectInteger, type TokenBatch } from '../../tensor.js';
+import { removeFile, syncDir } from './files.js';
+import { typedView } from './format.js';
+import { indexName, writeIndexFile } from './index-segments.js';
+import { CorpusLock, type LockOptions } from './lock.js';
+import {
+  type CorpusInfo,
+  describeManifest,
+  indexFilesOf,
+  type Manifest,
+  publishManifest,
+  REBUILD_DRIFT,
+  readManifest,
+  removeLeftovers,
+} from './manifest.js';
+import type { ManifestIndex, ManifestIndexSegment } from './manifest-index.js';
+import { CorpusFile } from './reader.js';
+
+export interface IndexProgress {
+  stage: 'sample' | 'train' | 'encode' | 'publish';
+  /** encode: segments done and to do. */
+  done: number;
+  total: number;
+}
+
+export interface CorpusIndexOptions extends LockOptions {
+  /** Bits per residual dimension, 2 (default) or 4. */
+  bits?: 2 | 4;
+  /** Centroids K (default: PLAID's 2^floor(log2(16 sqrt(live tokens)))). */
+  centroids?: number;
+  /** Tokens sampled (whole live documents) to fit the codec (default min(live tokens, 64 K)). */
+  sample?: number;
+  /** Seed of the sample and k-means (default 1). */
+  seed?: number;
+  /** k-means iterations (default 8). */
+  iterations?: number;
+  /** Fit a new codec and re-encode every segment even when the corpus has an index. */
+  rebuild?: boolean;
+  threads?: number;
+  onProgress?: (p: IndexProgress) => void;
+}
+
+export interface CorpusIndexResult {
+  info: CorpusInfo;
+  /** Whether a new codec was fitted (a build or rebuild), else only new segments were encoded. */
+  trained: boolean;
+  /** Token segments encoded by this call. */
+  encoded: number;
+  /** Token-weighted drift of the segments this call encoded (0 when none). */
+  drift: number;
+  /** Whether the corpus's drift now calls for `corpus index --rebuild`. */
+  rebuildAdvised: boolean;
+  /** The codec's mean squared reconstruction error over its sample, and the sample's mean |x|^2. */
+  meanSquaredError: number;
+  meanSquaredNorm: number;
+}
+
+const DRIFT_SAMPLE = 65536;
+
+/** Builds the index of a corpus, or encodes the segments appended since (see the module comment). */
+export async function indexCorpus(dir: string, options: CorpusIndexOptions = {}): Promise<CorpusIndexResult> {
+  const bits = options.bits ?? 2;
+  if (bits !== 2 && bits !== 4) throw new InvalidArgumentError('bits', '2 or 4', String(bits));
+  readManifest(dir);
+  const lock = CorpusLock.acquire(dir, options);
+  let file: CorpusFile | undefined;
+  const written: string[] = [];
+  let published = false;
+  try {
+    const m = readManifest(dir);
+    removeLeftovers(dir, m);
+    file = CorpusFile.open(dir);
+    const train = !m.index || options.rebuild === true;
+    if (!train) refuseOtherSettings(m.index!, options);
+    const generation = m.generation + 1;
+    let codec: PlaidIndex;
+    let head: Omit<ManifestIndex, 'segments'>;
+    if (train) {
+      const fitted = await fitCodec(file, bits, options);
+      codec = fitted.codec;
+      const name = indexName(generation, 0);
+      const w = writeIndexFile(dir, name, lock.token, codec.parts());
+      written.push(name);
+      head = {
+        file: name,
+        bytes: w.bytes,
+        crc: w.headerCrc,
+        bits,
+        centroids: codec.centroids,
+        sample: fitted.sample,
+        threshold: fitted.threshold,
+      };
+    } else {
+      codec = file.index!.codec();
+      const { segments: _, ...rest } = m.index!;
+      head = rest;
+    }
+    const kept = train ? [] : m.index!.segments;
+    const listed = new Set(kept.map((s) => s.segment));
+    const todo = m.segments.map((s, i) => i).filter((i) => !listed.has(m.segments[i].file));
+    const added: ManifestIndexSegment[] = [];
+    let drifted = 0;
+    let tokens = 0;
+    for (const [done, si] of todo.entries()) {
+      options.onProgress?.({ stage: 'encode', done, total: todo.length });
+      const docs = segmentBatch(file, si);
+      const plaid = await encodeWith(codec, docs, { threads: options.threads });
+      const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, si + 1), {
+        threads: options.threads,
+      });
+      const drift = shareAbove(d, head.threshold);
+      const name = indexName(generation, kept.length + added.length + 1);
+      const w = writeIndexFile(dir, name, lock.token, plaid.parts());
+      written.push(name);
+      added.push({ file: name, segment: m.segments[si].file, bytes: w.bytes, crc: w.headerCrc, drift });
+      drifted += drift * m.segments[si].tokens;
+      tokens += m.segments[si].tokens;
+    }
+    options.onProgress?.({ stage: 'publish', done: todo.length, total: todo.length });
+    const order = new Map(m.segments.map((s, i) => [s.file, i]));
+    const segments = [...kept, ...added].sort((a, b) => order.get(a.segment)! - order.get(b.segment)!);
+    const next: Manifest = { ...m, generation, index: { ...head, segments } };
+    publishManifest(dir, lock.token, next, () => {
+      lock.check();
+      if (readManifest(dir).generation !== m.generation)
+        throw new MaxsimError(`${dir}: the corpus changed while its index was built; nothing was published`);
+    });
+    published = true;
+    // a rebuild's old files: removed once the new MANIFEST is durable (readers hold theirs open)
+    const now = new Set(indexFilesOf(next));
+    const old = indexFilesOf(m).filter((n) => !now.has(n));
+    for (const name of old) removeFile(dir, name);
+    if (old.length > 0) syncDir(dir);
+    const info = describeManifest(dir, next);
+    const stats = codec.buildStats;
+    return {
+      info,
+      trained: train,
+      encoded: todo.length,
+      drift: tokens > 0 ? drifted / tokens : 0,
+      rebuildAdvised: info.index!.rebuildAdvised,
+      meanSquaredError: stats.meanSquaredError,
+      meanSquaredNorm: stats.meanSquaredNorm,
+    };
+  } finally {
+    if (!published) for (const name of written) removeQuietly(dir, name);
+    file?.close();
+    lock.release();
+  }
+}
+
+function removeQuietly(dir: string, name: string) {
+  try {
+    removeFile(dir, name);
+  } catch {
+    // the next writer removes files no MANIFEST names
+  }
+}
+
+function refuseOtherSettings(ix: ManifestIndex, o: CorpusIndexOptions) {
+  const differs =
+    (o.bits !== undefined && o.bits !== ix.bits) ||
+    (o.centroids !== undefined && o.centroids !== ix.centroids) ||
+    (o.sample !== undefined && o.sample !== ix.sample);
+  if (differs)
+    throw new InvalidArgumentError(
+      'rebuild',
+      `true to build with other settings (the index has ${ix.bits} bits, ${ix.centroids} centroids, a ${ix.sample}-token sample)`,
+      'false',
+    );
+}
+
+// Whole live documents drawn at random until `sample` tokens; the codec is the index of those.
+async function fitCodec(file: CorpusFile, bits: 2 | 4, o: CorpusIndexOptions) {
+  let live = 0;
+  for (let i = 0; i < file.info.documents; i++) if (!file.isDeleted(i)) live += file.lengths[i];
+  if (live < 1) throw new InvalidArgumentError('corpus', 'at least one live token to index', '0 tokens');
+  const k = expectInteger('centroids', o.centroids ?? defaultCentroids(live), 1, live);
+  const want = expectInteger('sample', o.sample ?? Math.min(live, 64 * k), k, live);
+  const seed = expectInteger('seed', o.seed ?? 1, 0, 2 ** 32 - 1);
+  o.onProgress?.({ stage: 'sample', done: 0, total: want });
+  const order: number[] = [];
+  for (let i = 0; i < file.info.documents; i++) if (!file.isDeleted(i) && file.lengths[i] > 0) order.push(i);
+  const rand = seededRandom(seed ^ 0x5bd1e995);
+  const picked: number[] = [];
+  let got = 0;
+  for (let i = 0; i < order.length && got < want; i++) {
+    const j = i + Math.floor(rand() * (order.length - i));
+    [order[i], order[j]] = [order[j], order[i]];
+    picked.push(order[i]);
+    got += file.lengths[order[i]];
+  }
+  picked.sort((a, b) => a - b);
+  let docs = file.readDocuments(picked);
+  if (docs.dtype === 'int8') docs = dequantize(docs);
+  o.onProgress?.({ stage: 'train', done: 0, total: got });
+  const codec = await buildIndex(docs, {
+    bits,
+    centroids: k,
+    sample: got,
+    seed,
+    iterations: o.iterations,
+    keepTokens: false,
+    threads: o.threads,
+  });
+  const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, seed), { threads: o.threads });
+  return { codec, sample: got, threshold: quantile(d, 0.99) };
+}
+
+/** Token segment `si` of a snapshot as a batch over its mapped tokens (CRC-checked; int8 dequantized). */
+export function segmentBatch(file: CorpusFile, si: number): TokenBatch {
+  const s = file.segments[si];
+  const h = s.header;
+  const n = h.documents;
+  let maxLength = 0;
+  const lengths = file.lengths.slice(s.firstDocument, s.firstDocument + n);
+  for (const l of lengths) maxLength = Math.max(maxLength, l);
+  const block = {
+    segment: si,
+    firstDocument: s.firstDocument,
+    documents: n,
+    firstToken: 0,
+    tokens: h.tokens,
+    maxLength,
+  };
+  file.verifyBlock(block);
+  const ranges = file.blockRanges(block);
+  const map = (loadNative() as unknown as { file: { mapFile(p: string, o: number, l: number): ArrayBuffer } })
+    .file.mapFile;
+  const batch: TokenBatch = {
+    kind: 'batch',
+    layout: 'ragged',
+    dtype: h.dtype,
+    data: typedView(
+      h.dtype,
+      map(ranges.file, ranges.tokens.offset, ranges.tokens.bytes),
+      0,
+      h.tokens * h.dim,
+    ),
+    dim: h.dim,
+    count: n,
+    maxLength,
+    starts: s.offsets.slice(0, n),
+    lengths,
+    scales: ranges.scales
+      ? new Float32Array(map(ranges.file, ranges.scales.offset, ranges.scales.bytes), 0, h.tokens)
+      : undefined,
+  };
+  return h.dtype === 'int8' ? dequantize(batch) : batch;
+}
+
+export { REBUILD_DRIFT };
