@@ -96,7 +96,13 @@ exec '${z}' ${mode} -target ${triple} -O2 "$@"
 `;
     writeFileSync(join(dir, name), script, { mode: 0o755 });
   }
-  return { CC: join(dir, 'cc'), CXX: join(dir, 'c++'), LINK: join(dir, 'c++'), AR: `${z} ar`, ZIG_WRAPPERS: dir };
+  return {
+    CC: join(dir, 'cc'),
+    CXX: join(dir, 'c++'),
+    LINK: join(dir, 'c++'),
+    AR: `${z} ar`,
+    ZIG_WRAPPERS: dir,
+  };
 }
 
 /** The cross toolchain of a target: Debian's gcc for glibc, Zig's clang + libc++ for musl. */

@@ -51,9 +51,13 @@ function buildCheck(target: string, units: [string, string[]][]): string {
     assert.equal(r.status, 0, `${src}: ${r.stderr}`);
     objs.push(obj);
   }
-  const r = spawnSync(zig as string, ['c++', '-target', target, '-O2', '-static', '-pthread', ...objs, '-o', exe], {
-    encoding: 'utf8',
-  });
+  const r = spawnSync(
+    zig as string,
+    ['c++', '-target', target, '-O2', '-static', '-pthread', ...objs, '-o', exe],
+    {
+      encoding: 'utf8',
+    },
+  );
   assert.equal(r.status, 0, r.stderr);
   return exe;
 }
