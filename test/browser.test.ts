@@ -1,7 +1,7 @@
 // maxsim/browser in a real headless Chromium (Debian's chromium, driven by playwright-core): the
 // package root served over HTTP, the browser build imported as a page would (so a Node built-in
 // anywhere in its graph fails the import), scores against the float64 reference and bitwise against
-// the same module in Node, a corpus from ArrayBuffers, and the demo page examples/browser ranking as
+// the same module in Node (the relaxed SIMD build, which Chromium validates), a corpus from ArrayBuffers, and the demo page examples/browser ranking as
 // the reference does, with a screenshot.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -10,10 +10,12 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
 import { referenceMaxsim } from '../src/backends/reference.js';
-import { wasmEngine } from '../src/backends/wasm.js';
+import { wasmEngineFor } from '../src/backends/wasm.js';
 import { packageRoot } from '../src/native.js';
 import { type FloatDType, raggedBatch, type TokenBatch, tokenMatrix } from '../src/tensor.js';
+import { supportedFlavor, type WasmFlavor } from '../src/wasm/features.js';
 import { assertScoresClose, randomRagged, rng, runSeed, scoreErrorBounds } from './helpers.js';
 
 const chromiumPath = ['/usr/bin/chromium', '/usr/bin/chromium-browser', process.env.CHROMIUM_PATH].find(
@@ -103,7 +105,7 @@ describe('maxsim/browser in headless Chromium', {
           const data = x.dtype === 'float32' ? Float32Array.from(x.data) : Uint16Array.from(x.data);
           return m.raggedBatch(data, x.offsets, { dim: x.dim, dtype: x.dtype });
         };
-        const out = [];
+        const out: unknown[] = [m.wasmFlavor()];
         for (const c of cases) {
           const s = (await m.maxsim(batch(c.q), batch(c.d))).data;
           out.push(Array.from(s, (v: number) => (v === Number.NEGATIVE_INFINITY ? 'ninf' : v)));
@@ -112,6 +114,11 @@ describe('maxsim/browser in headless Chromium', {
       },
       { cases: cases.map((c) => ({ q: plain(c.q), d: plain(c.d) })) },
     );
+    // Chromium validates relaxed SIMD (V8 11.4+); Node 20 only behind a flag, set here for the comparison
+    const flavor = got.shift() as unknown as WasmFlavor;
+    assert.equal(flavor, 'relaxed-simd', 'Chromium loads the relaxed SIMD build');
+    if (supportedFlavor() !== flavor) setFlagsFromString('--experimental-wasm-relaxed-simd');
+    const same = wasmEngineFor(flavor);
     cases.forEach((c, i) => {
       const scores = Float32Array.from(got[i], (v) =>
         v === ('ninf' as never) ? Number.NEGATIVE_INFINITY : v,
@@ -122,8 +129,8 @@ describe('maxsim/browser in headless Chromium', {
         scoreErrorBounds(c.q, c.d),
         `case ${i} (${c.q.dtype}, d=${c.q.dim})`,
       );
-      const node = wasmEngine().scoreSync(c.q, c.d);
-      assert.deepEqual(Array.from(scores), Array.from(node), `case ${i}: Chromium vs Node`);
+      const node = same.scoreSync(c.q, c.d);
+      assert.deepEqual(Array.from(scores), Array.from(node), `case ${i}: Chromium vs Node (${flavor})`);
     });
   });
 

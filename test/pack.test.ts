@@ -37,6 +37,7 @@ describe('platform packages', () => {
     const listed = spawnSync('tar', ['-tzf', main], { encoding: 'utf8' }).stdout.split('\n');
     assert.ok(!listed.some((f) => f.startsWith('package/build/')), 'no addon or fatbins in the library');
     assert.ok(listed.includes('package/native/wasm/maxsim.wasm'));
+    assert.ok(listed.includes('package/native/wasm/maxsim-relaxed.wasm'));
     // source maps resolve: dist/src/x.js.map names ../../src/x.ts, which ships
     const maps = listed.filter((f) => /^package\/dist\/src\/.*\.js\.map$/.test(f));
     assert.ok(maps.length > 50, `${maps.length} maps`);

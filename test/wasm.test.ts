@@ -1,13 +1,15 @@
 // The WebAssembly engine (native/wasm, src/wasm/engine.ts) in Node: its scores against the float64
-// reference on random, ragged, tiny, empty and awkward shapes, bitwise against the native portable
-// kernel set (the same mul-then-add in the same order) and the native int8 sets, the committed
-// .wasm against its sources, and 'auto' choosing it when the addon is hidden.
+// reference on random, ragged, tiny, empty and awkward shapes, bitwise against the native kernel set
+// with the same products in the same order (portable for SIMD128, avx2 / neon for relaxed SIMD) and
+// the native int8 sets, the committed .wasm against its sources, and 'auto' choosing it when the
+// addon is hidden.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
+import { type CpuIsa, cpuInfo } from '../src/backends/cpu.js';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { resolveBackend } from '../src/backends/select.js';
 import { wasmEngine, wasmPath } from '../src/backends/wasm.js';
@@ -27,6 +29,21 @@ import {
 } from './helpers.js';
 
 const native = nativeUnavailableReason();
+// The native set the loaded module matches bitwise: portable for SIMD128 (multiply, then add; on
+// x86-64 only, where portable has no FMA contraction), the fused avx2 / neon set for relaxed SIMD
+// (test/wasm-relaxed.test.ts); MAXSIM_WASM=simd128 runs these against the SIMD128 build anywhere.
+function sameOrderIsa(): { isa?: CpuIsa; skip?: string } {
+  if (native) return { skip: native };
+  if (wasmEngine().flavor === 'relaxed-simd') {
+    const isa = process.arch === 'x64' ? 'avx2' : process.arch === 'arm64' ? 'neon' : undefined;
+    return isa && cpuInfo().isas.includes(isa)
+      ? { isa }
+      : { skip: 'no native set fuses like relaxed SIMD here' };
+  }
+  return process.arch === 'x64'
+    ? { isa: 'portable' }
+    : { skip: 'portable has no FMA contraction on x86-64 only' };
+}
 const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
 
 function bitwise(got: Float32Array, want: Float32Array, context: string) {
@@ -101,24 +118,26 @@ describe('wasm engine', () => {
     const data = Float32Array.from({ length: 12 * dim }, () => vals[Math.floor(rand() * vals.length)]);
     const q = raggedBatch(data.subarray(0, 4 * dim), [0, 1, 4], { dim, checkFinite: false });
     const d = raggedBatch(data.subarray(4 * dim), [0, 2, 3, 8], { dim, checkFinite: false });
-    if (native) return;
+    const { isa } = sameOrderIsa();
+    if (!isa) return;
     bitwise(
       maxsimSync(q, d, { backend: 'wasm' }).data,
-      maxsimSync(q, d, { backend: 'cpu', isa: 'portable' }).data,
-      'awkward values vs portable',
+      maxsimSync(q, d, { backend: 'cpu', isa }).data,
+      `awkward values vs ${isa}`,
     );
   });
 
-  test('bitwise equal to the native portable kernel set (same products and sums in the same order)', {
-    skip: native ?? (process.arch === 'x64' ? false : 'portable has no FMA contraction on x86-64 only'),
+  test('bitwise equal to the native kernel set with the same products and sums in the same order', {
+    skip: sameOrderIsa().skip ?? false,
   }, () => {
+    const isa = sameOrderIsa().isa as CpuIsa;
     const rand = rng(runSeed + 3);
     for (const dtype of dtypes) {
       for (const dim of [2, 5, 16, 96, 130]) {
         const q = randomRagged(awkwardLengths(rand, 4, 50), dim, dtype, rand);
         const d = randomRagged(awkwardLengths(rand, 7, 90), dim, dtype, rand);
         const wasm = maxsimSync(q, d, { backend: 'wasm' }).data;
-        bitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa: 'portable' }).data, `${dtype} d=${dim}`);
+        bitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa }).data, `${dtype} d=${dim} vs ${isa}`);
         assertScoresClose(wasm, referenceMaxsim(q, d), scoreErrorBounds(q, d), `${dtype} d=${dim}`);
       }
     }

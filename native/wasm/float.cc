@@ -2,11 +2,15 @@
 // with a single-threaded driver: the lane-block query packing of native/cpu/engine.cc, documents
 // scored in ranges the caller (src/wasm/engine.ts) asks for, so JavaScript can yield and check an
 // abort signal between ranges. int8.cc is the int8 kernel; arena.cc the memory. No libc:
-// freestanding, built by scripts/build-wasm.mjs (clang --target=wasm32 -msimd128).
+// freestanding, built twice by scripts/build-wasm.mjs (clang --target=wasm32 -msimd128): once as is
+// (maxsim.wasm) and once with -mrelaxed-simd -DMAXSIM_WASM_RELAXED (maxsim-relaxed.wasm).
 //
-// Numerics: SIMD128 has no fused multiply-add, so the fp32 dot products are a multiply then an add
-// in k order, exactly what the portable kernel set does on x86-64 (compiled without FMA): the
-// scores match isa 'portable' bitwise there, and every other set within the fp32 error bound.
+// Numerics: SIMD128 has no fused multiply-add, so maxsim.wasm's fp32 dot products are a multiply
+// then an add in k order, exactly what the portable kernel set does on x86-64 (compiled without
+// FMA): its scores match isa 'portable' bitwise there. maxsim-relaxed.wasm uses f32x4.relaxed_madd,
+// which the engine may fuse or not: V8 fuses it where the CPU has FMA (then the scores match the
+// avx2 / neon sets bitwise, same k order) and falls back to multiply-add otherwise (then portable).
+// Both stay within the fp32 error bound of the float64 reference either way.
 #include <wasm_simd128.h>
 
 #include "../cpu/kernel_api.h"
@@ -28,7 +32,15 @@ struct VWasm {
   static T set1(float x) { return wasm_f32x4_splat(x); }
   static T zero() { return wasm_f32x4_splat(0.0f); }
   static T neg_inf() { return wasm_f32x4_splat(-INFINITY); }
+#ifdef MAXSIM_WASM_RELAXED
+  static T fma(T a, T b, T c) {
+    using F = __f32x4;
+    return reinterpret_cast<T>(__builtin_wasm_relaxed_madd_f32x4(reinterpret_cast<F>(a), reinterpret_cast<F>(b),
+                                                                 reinterpret_cast<F>(c)));
+  }
+#else
   static T fma(T a, T b, T c) { return wasm_f32x4_add(wasm_f32x4_mul(a, b), c); }
+#endif
   // pmax(b, a) = b < a ? a : b: the portable kernel's a > b ? a : b, one maxps on x86.
   static T max(T a, T b) { return wasm_f32x4_pmax(b, a); }
   static void store(float* p, T v) { wasm_v128_store(p, v); }
@@ -57,10 +69,12 @@ struct VWasm {
   }
 };
 
-// 2 lane blocks x 6 document tokens: 12 accumulators + 2 query vectors + 1 broadcast fit the 16
-// xmm registers V8 allocates on x86-64 (and the 32 of arm64).
-constexpr int kMR = 2;
-constexpr int kNR = 6;
+// 4 lane blocks x 2 document tokens: 8 accumulators + 4 query vectors + 2 broadcasts. V8 on x86-64
+// allocates 15 xmm registers and keeps clang's order (every broadcast loaded before its first use),
+// so 2 x 6 (12 + 2 + 6) spilled half the accumulators on every k step; measured on Node 22, fp32
+// 1,32,300,128,300 (bench/wasm.ts): 4 x 2 took 0.83x (SIMD128) and 0.64x (relaxed) the time of 2 x 6.
+constexpr int kMR = 4;
+constexpr int kNR = 2;
 
 float ToFloat(const void* data, DocType t, int64_t i) {
   switch (t) {

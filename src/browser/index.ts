@@ -1,6 +1,7 @@
 // maxsim/browser: the in-memory API on the WebAssembly engine, for browsers, workers and edge
-// runtimes (ESM, no Node built-ins). Call init() once (it fetches native/wasm/maxsim.wasm next to
-// the package, or takes the bytes you give it), then score, rank, or load a corpus from ArrayBuffers.
+// runtimes (ESM, no Node built-ins). Call init() once (it fetches native/wasm/maxsim-relaxed.wasm
+// next to the package where relaxed SIMD validates, else maxsim.wasm, or takes the bytes you give
+// it), then score, rank, or load a corpus from ArrayBuffers.
 import { InvalidArgumentError } from '../errors.js';
 import { queriesName, rankShaped, shapeScores } from '../ops/shape.js';
 import { checkK, topKOfRow } from '../ops/topk.js';
@@ -17,6 +18,7 @@ import {
   type TokenMatrix,
 } from '../tensor.js';
 import { type ResidentDocs, WasmEngine } from '../wasm/engine.js';
+import { flavorFile, supportedFlavor, type WasmFlavor } from '../wasm/features.js';
 
 export { BackendUnavailableError, InvalidArgumentError, MaxsimError } from '../errors.js';
 export {
@@ -32,6 +34,7 @@ export {
   type TokenMatrix,
   tokenMatrix,
 } from '../tensor.js';
+export { flavorFile, supportedFlavor, type WasmFlavor } from '../wasm/features.js';
 
 /** Where the module comes from: its bytes, a fetch Response, or a URL (default: next to this package). */
 export type WasmSource = ArrayBuffer | ArrayBufferView | Response | URL | string;
@@ -60,14 +63,23 @@ async function bytesOf(source: WasmSource): Promise<ArrayBuffer | ArrayBufferVie
 /** Loads and instantiates the wasm engine (once; later calls wait for the first). */
 export function init(source?: WasmSource): Promise<void> {
   loading ??= (async () => {
-    // dist/src/browser/index.js -> the package's native/wasm/maxsim.wasm
-    const bytes = await bytesOf(source ?? new URL('../../../native/wasm/maxsim.wasm', import.meta.url));
-    engine = await WasmEngine.fromBytes(bytes);
+    // dist/src/browser/index.js -> the package's native/wasm/, the module this browser validates
+    const flavor = supportedFlavor();
+    const url = new URL(`../../../native/wasm/${flavorFile(flavor)}`, import.meta.url);
+    engine = await WasmEngine.fromBytes(
+      await bytesOf(source ?? url),
+      source === undefined ? flavor : 'unknown',
+    );
   })().catch((e) => {
     loading = undefined;
     throw e;
   });
   return loading;
+}
+
+/** The module init() loaded ('unknown' for bytes given to it), or undefined before init(). */
+export function wasmFlavor(): WasmFlavor | 'unknown' | undefined {
+  return engine?.flavor;
 }
 
 function ready(): WasmEngine {

@@ -1,9 +1,11 @@
 // The WebAssembly engine's JavaScript side (no Node built-ins: shared by src/backends/wasm.ts in Node
-// and src/browser in browsers). native/wasm/maxsim.wasm holds the CPU engine's kernels for SIMD128;
+// and src/browser in browsers). native/wasm/maxsim.wasm holds the CPU engine's kernels for SIMD128
+// (maxsim-relaxed.wasm the same with relaxed SIMD's fused multiply-add, src/wasm/features.ts);
 // this file copies a call's tokens into its memory (only the tokens the spans cover, compacted),
 // lets it pack the queries, scores documents in slices and reads the scores back.
 import { InvalidArgumentError } from '../errors.js';
 import type { DType, TokenBatch } from '../tensor.js';
+import type { WasmFlavor } from './features.js';
 
 interface WasmExports {
   memory: WebAssembly.Memory;
@@ -63,20 +65,27 @@ export class WasmEngine {
   #inFlight = 0;
   readonly #residents: { below: number; freed: boolean }[] = [];
 
-  private constructor(instance: WebAssembly.Instance) {
+  /** Which build of native/wasm runs (as the caller loaded it: 'unknown' for bytes of its own). */
+  readonly flavor: WasmFlavor | 'unknown';
+
+  private constructor(instance: WebAssembly.Instance, flavor: WasmFlavor | 'unknown') {
     this.#x = instance.exports as unknown as WasmExports;
     this.#x.reset();
+    this.flavor = flavor;
   }
 
   /** From a compiled module (synchronous instantiation: Node, workers, small modules). */
-  static fromModule(module: WebAssembly.Module): WasmEngine {
-    return new WasmEngine(new WebAssembly.Instance(module, {}));
+  static fromModule(module: WebAssembly.Module, flavor: WasmFlavor | 'unknown' = 'unknown'): WasmEngine {
+    return new WasmEngine(new WebAssembly.Instance(module, {}), flavor);
   }
 
   /** From the module's bytes, compiled and instantiated asynchronously (browsers' main thread). */
-  static async fromBytes(bytes: ArrayBufferView | ArrayBuffer): Promise<WasmEngine> {
+  static async fromBytes(
+    bytes: ArrayBufferView | ArrayBuffer,
+    flavor: WasmFlavor | 'unknown' = 'unknown',
+  ): Promise<WasmEngine> {
     const { instance } = await WebAssembly.instantiate(bytes, {});
-    return new WasmEngine(instance);
+    return new WasmEngine(instance, flavor);
   }
 
   /** Bytes of linear memory the module holds now (grows on demand, never shrinks). */
