@@ -136,8 +136,10 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
       lock.check();
       if (readManifest(dir).generation !== m.generation)
         throw new MaxsimError(`${dir}: the corpus changed while its index was built; nothing was published`);
+      // from here the rename may have happened even if a later step fails: the files stay (a later
+      // writer removes them if no MANIFEST names them)
+      published = true;
     });
-    published = true;
     // a rebuild's old files: removed once the new MANIFEST is durable (readers hold theirs open)
     const now = new Set(indexFilesOf(next));
     const old = indexFilesOf(m).filter((n) => !now.has(n));
