@@ -11,8 +11,9 @@ import { anisotropicCorpus, anisotropy, pseudoQueries } from '../src/bench/corpo
 import { spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { tokenMean } from '../src/ops/center.js';
-import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
+import { maxsim } from '../src/ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../src/ops/quantize.js';
+import { rankRows } from '../src/ops/shape.js';
 import { decodeToFloat32, type ScoreMatrix, type TokenBatch } from '../src/tensor.js';
 
 // the non-negative finite e4m3 values, ascending (codes 0..126)
@@ -102,7 +103,7 @@ async function measure(name: string, docs: TokenBatch, queries: TokenBatch): Pro
     `\n${name}: ${docs.count} documents, d = ${docs.dim}, ${queries.count} queries; mean token cosine ${a.meanCosine.toFixed(3)}, mean unit token norm ${a.meanNorm.toFixed(3)}`,
   );
   console.log('format                  | centered | rho mean  | rho min   | top-10 | top-20');
-  const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
+  const exact = await maxsim(queries, docs, { backend: 'cpu' });
   const q8 = quantize(queries, 'int8');
   const qf8 = fp8RoundTrip(queries, 'token');
   const mean = tokenMean(
@@ -116,8 +117,8 @@ async function measure(name: string, docs: TokenBatch, queries: TokenBatch): Pro
       for (const center of [false, true]) {
         const approx =
           format === 'int8'
-            ? await maxsimAll(q8, quantize(docs, 'int8', { scales, center }), { backend: 'cpu' })
-            : await maxsimAll(qf8, fp8RoundTrip(docs, scales, center ? mean : undefined), { backend: 'cpu' });
+            ? await maxsim(q8, quantize(docs, 'int8', { scales, center }), { backend: 'cpu' })
+            : await maxsim(qf8, fp8RoundTrip(docs, scales, center ? mean : undefined), { backend: 'cpu' });
         const r = compare(exact, approx);
         console.log(
           `${`${format}, ${scales} scales`.padEnd(23)} | ${(center ? 'yes' : 'no').padEnd(8)} | ${r.rho.toFixed(6)} | ${r.rhoMin.toFixed(6)} | ${r.top10.toFixed(4)} | ${r.top20.toFixed(4)}`,

@@ -7,7 +7,7 @@ import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
-import { rankRows } from '../src/ops/maxsim.js';
+import { rankRows } from '../src/ops/shape.js';
 import { encodeFloats, raggedBatch } from '../src/tensor.js';
 
 const dir = process.argv[2] ?? '/tmp/million.msx';

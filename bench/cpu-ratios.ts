@@ -4,7 +4,7 @@
 // where present), 5 rounds each, medians. Run: node dist/bench/cpu-ratios.js
 import { cpuInfo } from '../src/backends/cpu.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { maxsimAllSync } from '../src/ops/maxsim.js';
+import { maxsimSync } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
 import { denseBatch, encodeFloats, type FloatDType, type TokenBatch } from '../src/tensor.js';
 
@@ -27,11 +27,11 @@ const cases = [
   { name: '1,32,128,128,20000 int8', q: quantize(f32q, 'int8'), d: quantize(f32d, 'int8') },
 ];
 const rates = cases.map(() => [] as number[]);
-for (const c of cases) maxsimAllSync(c.q, c.d); // warm-up
+for (const c of cases) maxsimSync(c.q, c.d); // warm-up
 for (let round = 0; round < 5; round++) {
   cases.forEach((c, i) => {
     const t = process.hrtime.bigint();
-    maxsimAllSync(c.q, c.d);
+    maxsimSync(c.q, c.d);
     const ms = Number(process.hrtime.bigint() - t) / 1e6;
     const flops = 2 * c.q.count * c.q.maxLength * c.d.count * c.d.maxLength * c.d.dim;
     rates[i].push(flops / ms / 1e6);

@@ -4,12 +4,12 @@
 // `maxsim fidelity` (10,000 documents, 64 queries, seed 42).
 // Run: node dist/bench/fidelity-gaps.js
 import { demoCorpus } from '../src/demo/corpus.js';
-import { maxsimAll } from '../src/ops/maxsim.js';
+import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 
 const corpus = demoCorpus({ docs: 10_000, queries: 64, seed: 42 });
-const exact = await maxsimAll(corpus.queries, corpus.docs, { backend: 'cpu' });
-const approx = await maxsimAll(quantize(corpus.queries, 'int8'), quantize(corpus.docs, 'int8'), {
+const exact = await maxsim(corpus.queries, corpus.docs, { backend: 'cpu' });
+const approx = await maxsim(quantize(corpus.queries, 'int8'), quantize(corpus.docs, 'int8'), {
   backend: 'cpu',
 });
 const gaps: number[] = [];

@@ -13,8 +13,9 @@ import { e4m3ToFloat } from '../src/backends/reference-fp8.js';
 import { nearTieCorpus, nearTieOptions, spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { Rng } from '../src/demo/random.js';
-import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
+import { maxsim } from '../src/ops/maxsim.js';
 import { quantize, roundHalfEven } from '../src/ops/quantize.js';
+import { rankRows } from '../src/ops/shape.js';
 import { decodeToFloat32, type ScoreMatrix, type TokenBatch } from '../src/tensor.js';
 
 type Granularity = 'token' | 'document' | 'corpus';
@@ -103,7 +104,7 @@ function fp8Dequantized(batch: TokenBatch, by: Granularity): TokenBatch {
 }
 
 async function report(name: string, queries: TokenBatch, docs: TokenBatch, relevant?: number[][]) {
-  const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
+  const exact = await maxsim(queries, docs, { backend: 'cpu' });
   const q8 = quantize(queries, 'int8');
   const top = (m: ScoreMatrix, k: number) => rankRows(m, k).map((h) => h.map((x) => x.index));
   const [e10, e20] = [top(exact, 10), top(exact, 20)];
@@ -113,11 +114,10 @@ async function report(name: string, queries: TokenBatch, docs: TokenBatch, relev
     runs.push([
       'int8',
       g,
-      () =>
-        maxsimAll(q8, g === 'token' ? quantize(docs, 'int8') : quantizeShared(docs, g), { backend: 'cpu' }),
+      () => maxsim(q8, g === 'token' ? quantize(docs, 'int8') : quantizeShared(docs, g), { backend: 'cpu' }),
     ]);
   for (const g of ['token', 'document', 'corpus'] as Granularity[])
-    runs.push(['fp8 (host emulation)', g, () => maxsimAll(qf8, fp8Dequantized(docs, g), { backend: 'cpu' })]);
+    runs.push(['fp8 (host emulation)', g, () => maxsim(qf8, fp8Dequantized(docs, g), { backend: 'cpu' })]);
   for (const [format, g, score] of runs) {
     const approx = await score();
     const [a10, a20] = [top(approx, 10), top(approx, 20)];

@@ -10,8 +10,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CorpusWriter, raggedBatch, writeNpy } from '../src/index.js';
+import { CorpusWriter, raggedBatch } from '../src/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
+import { writeNpy } from '../src/subpaths/io.js';
 
 const minutes = Number(process.argv[2] ?? 5);
 const DIM = 16;

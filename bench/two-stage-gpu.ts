@@ -10,7 +10,7 @@
 import { cuda } from '../src/backends/cuda.js';
 import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
-import { twoStageTopKAll } from '../src/ops/two-stage.js';
+import { twoStageTopK } from '../src/ops/two-stage.js';
 import { benchKernel, setJobPhases } from '../src/subpaths/internal.js';
 import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
@@ -38,10 +38,10 @@ const onHost = (run: () => Promise<unknown>) => async () => {
 };
 const cases: Record<string, () => Promise<unknown>> = {
   'int8 scan top-10': () => i8.topK(q, 10),
-  'two-stage top-10': () => twoStageTopKAll(q, f16, i8, 10),
+  'two-stage top-10': () => twoStageTopK(q, f16, i8, 10),
   'exact fp16 top-10': () => f16.topK(q, 10),
   'int8 scan top-10 (host selection)': onHost(() => i8.topK(q, 10)),
-  'two-stage top-10 (host selection)': onHost(() => twoStageTopKAll(q, f16, i8, 10)),
+  'two-stage top-10 (host selection)': onHost(() => twoStageTopK(q, f16, i8, 10)),
 };
 // about a second of calls first (JIT, pinned buffers, clocks: bench/NOTES.md, 'The power cap')
 const warmUntil = performance.now() + 1000;
@@ -62,7 +62,7 @@ for (const [name, corpus] of [
   console.log(`${name.padEnd(34)} ${ms.toFixed(3)} ms (${b.variant}, device events)`);
 }
 const exact = await f16.topK(q, 10);
-const two = await twoStageTopKAll(q, f16, i8, 10);
+const two = await twoStageTopK(q, f16, i8, 10);
 console.log(`two-stage top-10 equals exact: ${JSON.stringify(two) === JSON.stringify(exact)}`);
 i8.dispose();
 f16.dispose();

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { cpuInfo } from '../src/backends/cpu.js';
 import { wasmEngine } from '../src/backends/wasm.js';
-import { maxsimAllSync } from '../src/ops/maxsim.js';
+import { maxsimSync } from '../src/ops/maxsim.js';
 import { raggedBatch, type TokenBatch } from '../src/tensor.js';
 
 interface Shape {
@@ -77,7 +77,7 @@ for (const s of shapes) {
   const docs = batch(s.b, s.ld, s.d, 2);
   const gflop = (2 * s.nq * s.lq * s.ld * s.d * s.b) / 1e9;
   const row: Record<string, string> = {};
-  const wasm = time(() => maxsimAllSync(q, docs, { backend: 'wasm' }));
+  const wasm = time(() => maxsimSync(q, docs, { backend: 'wasm' }));
   const engine = wasmEngine();
   const resident = engine.resident(docs);
   const wasmResident = time(() => engine.scoreSync(q, docs, resident));
@@ -86,7 +86,7 @@ for (const s of shapes) {
   row['wasm resident docs'] = `${wasmResident.toFixed(2)} ms`;
   const native: Record<string, number> = {};
   for (const isa of isas) {
-    native[isa] = time(() => maxsimAllSync(q, docs, { backend: 'cpu', isa, threads: 1 }));
+    native[isa] = time(() => maxsimSync(q, docs, { backend: 'cpu', isa, threads: 1 }));
     row[`${isa} 1 thread`] =
       `${native[isa].toFixed(2)} ms (wasm at ${((native[isa] / wasm) * 100).toFixed(0)}%)`;
   }

@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { CorpusWriter, openCorpus, raggedBatchView } from 'maxsim';
+import { CorpusWriter, openCorpus, raggedBatch } from 'maxsim';
 import { demoCorpus } from 'maxsim/internal';
 
 const dir =
@@ -19,13 +19,10 @@ const w = CorpusWriter.create(dir, { dim: docs.dim, dtype: 'float16', ids: true 
 const head = 800;
 // documents from..to-1 of the packed batch, as a view (no copy): their token offsets, then the end
 const split = (from: number, to: number) =>
-  raggedBatchView(
-    docs.data,
-    [...docs.starts.subarray(from, to), docs.starts[to - 1] + docs.lengths[to - 1]],
-    {
-      dim: docs.dim,
-    },
-  );
+  raggedBatch(docs.data, [...docs.starts.subarray(from, to), docs.starts[to - 1] + docs.lengths[to - 1]], {
+    dim: docs.dim,
+    view: true,
+  });
 w.add(split(0, head), ids.slice(0, head));
 w.commit();
 // the rest as a second segment

@@ -6,7 +6,7 @@
 // Run: npm run build && npm run chamfer:example [-- --steps 200 --points 4000 --backend cpu|cuda]
 // (CUDA when a usable GPU is present, else the CPU)
 
-import { type BackendName, chamferTrain, cudaStatus, raggedBatch } from 'maxsim';
+import { type BackendName, chamferTrain, info, raggedBatch } from 'maxsim';
 import { Rng } from 'maxsim/internal';
 
 function argValue(name: string, fallback: string): string {
@@ -16,7 +16,7 @@ function argValue(name: string, fallback: string): string {
 
 const steps = Number(argValue('steps', '150'));
 const points = Number(argValue('points', '3000'));
-const backend = argValue('backend', cudaStatus().available ? 'cuda' : 'cpu') as BackendName;
+const backend = argValue('backend', info().cuda.available ? 'cuda' : 'cpu') as BackendName;
 const rng = new Rng(11);
 
 // Target: a torus (ring radius 1, tube radius 0.35), sampled uniformly in its two angles.

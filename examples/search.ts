@@ -2,7 +2,7 @@
 // exactly, then through an int8 scan with exact rescoring (the same hits, fewer bytes scanned).
 //
 // Run: npm run build && node dist/examples/search.js [--docs N] [--backend auto|cpu|cuda]
-import { type BackendName, quantize, topKAll, twoStageTopKAll } from 'maxsim';
+import { type BackendName, quantize, topK, twoStageTopK } from 'maxsim';
 import { demoCorpus } from 'maxsim/internal';
 
 const arg = (name: string, fallback: string) => {
@@ -18,7 +18,7 @@ console.log(
 );
 
 let t = performance.now();
-const hits = await topKAll(queries, docs, 10, { backend });
+const hits = await topK(queries, docs, 10, { backend });
 const exactMs = performance.now() - t;
 hits.forEach((list, q) => {
   const found = relevant[q].filter((b) => list.some((h) => h.index === b)).length;
@@ -33,7 +33,7 @@ hits.forEach((list, q) => {
 // int8 documents (one float32 scale per token) for the scan, the float32 ones for the rescoring
 const docs8 = quantize(docs, 'int8');
 t = performance.now();
-const twoStage = await twoStageTopKAll(queries, docs, docs8, 10, { backend });
+const twoStage = await twoStageTopK(queries, docs, docs8, 10, { backend });
 const twoStageMs = performance.now() - t;
 const same = twoStage.every((list, q) => list.every((h, i) => h.index === hits[q][i].index));
 console.log(

@@ -13,15 +13,7 @@
 // Run: npm run build && npm run train:example [-- --backend cpu|cuda|auto]
 // (about 25 s on 2 CPU cores; default auto: CUDA when present)
 
-import {
-  type CudaDevice,
-  contrastiveStep,
-  cuda,
-  cudaStatus,
-  raggedBatch,
-  type TokenBatch,
-  topKAll,
-} from 'maxsim';
+import { type CudaDevice, contrastiveStep, cuda, info, raggedBatch, type TokenBatch, topK } from 'maxsim';
 import { demoCorpus, Rng } from 'maxsim/internal';
 
 const IN_DIM = 128;
@@ -129,7 +121,7 @@ async function pickDevice(): Promise<CudaDevice | undefined> {
     throw new Error(`Expected --backend cpu, cuda or auto but received ${JSON.stringify(wanted)}`);
   }
   if (wanted === 'cpu') return undefined;
-  const status = cudaStatus();
+  const status = info().cuda;
   if (!status.available) {
     if (wanted === 'cuda') throw new Error(`--backend cuda: CUDA is unavailable (${status.reason})`);
     console.log(`training on the CPU (CUDA unavailable: ${status.reason})`);
@@ -163,7 +155,7 @@ async function recallAt10(
   w: Float64Array,
   gpu: CudaDevice | undefined,
 ): Promise<number> {
-  const hits = await topKAll(projectBatch(queries, w), projectBatch(docs, w), 10, {
+  const hits = await topK(projectBatch(queries, w), projectBatch(docs, w), 10, {
     backend: gpu ? 'cuda' : 'cpu',
   });
   let total = 0;

@@ -16,7 +16,7 @@ export const MAX_EMPTY_ITEMS = 65_536;
 /**
  * The default work limit: query tokens x document tokens x dim multiply-adds (plus one per score of
  * the result). 2.5e11 is about 3 s on two CPU cores with AVX2 (8.3e10 per second measured with
- * maxsimAll, 32 x 32-token queries x 2,000 x 128-token documents, d = 128).
+ * maxsim, 32 x 32-token queries x 2,000 x 128-token documents, d = 128).
  */
 export const DEFAULT_MAX_WORK = 2.5e11;
 

@@ -1,7 +1,9 @@
-// maxsim: the public API. Re-exports only: the data model, one entry per job, the device and on-disk
-// corpora, training, Chamfer distance, the service, the errors. The rest is under subpaths:
-// 'maxsim/io' (file formats, arrays, the corpus file), 'maxsim/reference' (float64 references) and
+// maxsim: the public API. Re-exports only: the data model, one async entry per job (each takes one
+// query or a batch), the device and on-disk corpora, training, Chamfer distance, the service, the
+// errors. The rest is under subpaths: 'maxsim/sync' (the blocking variants), 'maxsim/io' (file
+// readers and writers, arrays, the corpus file), 'maxsim/reference' (float64 references) and
 // 'maxsim/internal' (kernel sets, conversions, helpers the CLI and benchmarks use).
+// test/exports.test.ts states the surface of each.
 
 export {
   type CudaDevice,
@@ -9,7 +11,6 @@ export {
   type CudaMemory,
   type CudaStatus,
   cuda,
-  cudaStatus,
   type DeviceCorpus,
   type QuantizeMode8,
   type TopKOptions,
@@ -32,14 +33,7 @@ export {
   CorpusWriter,
   recoverCorpus,
 } from './io/corpus/index.js';
-export {
-  type BuildFromFilesOptions,
-  buildCorpusFromFiles,
-  buildCorpusFromFilesAsync,
-} from './io/corpus-build.js';
-export { loadArray } from './io/load.js';
-export { readNpy, writeNpy } from './io/npy.js';
-export { readSafetensors, writeSafetensors } from './io/safetensors.js';
+export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';
 export {
   type ChamferGradients,
   type ChamferOptions,
@@ -61,15 +55,7 @@ export {
   type SearchProgress,
   type SearchResult,
 } from './ops/corpus-search.js';
-export {
-  maxsim,
-  maxsimAll,
-  maxsimAllSync,
-  maxsimSync,
-  type ScoreOptions,
-  topK,
-  topKAll,
-} from './ops/maxsim.js';
+export { maxsim, type ScoreOptions, topK } from './ops/maxsim.js';
 export {
   dequantize,
   type QuantizeMode,
@@ -96,27 +82,25 @@ export {
   type TrainKernel,
   type TrainPairs,
 } from './ops/train.js';
-export { type TwoStageOptions, twoStageTopK, twoStageTopKAll } from './ops/two-stage.js';
+export { type TwoStageOptions, twoStageTopK } from './ops/two-stage.js';
 export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';
 export {
   type DenseBatchOptions,
   type DType,
   decodeToFloat32,
   denseBatch,
-  denseBatchView,
   encodeFloats,
   type FloatDType,
   type Hit,
   type Offsets,
   type RaggedBatchOptions,
   raggedBatch,
-  raggedBatchView,
   type ScoreMatrix,
   type TokenBatch,
   type TokenData,
   type TokenMatrix,
   tokenMatrix,
-  tokenMatrixView,
   type ValidationOptions,
+  type ViewOptions,
 } from './tensor.js';
 export { version } from './version.js';

@@ -1,7 +1,8 @@
-// What this installation can do: version, backends, the CPU kernel set, and why CUDA is unavailable.
+// What this installation can do: version, backends, the CPU kernel set, the CUDA driver and devices
+// (or why CUDA is unavailable).
 import { type CpuInfo, cpuInfo, cpuUnavailableReason } from './backends/cpu.js';
+import { type CudaStatus, cudaStatus } from './backends/cuda-native.js';
 import { cudaUnavailableReason } from './backends/select.js';
-import { loadNative } from './native.js';
 import { cpuInt8Isas, cpuInt8SlowerReason, type Int8Isa } from './ops/quantize.js';
 import { version } from './version.js';
 
@@ -13,7 +14,8 @@ export interface MaxsimInfo {
   /** The int8 x int8 kernel sets usable here, fastest first, and (d = 128) why int8 is slower than float32, if it is. */
   cpuInt8?: { isas: Int8Isa[]; slowerThanFloat32?: string };
   cpuUnavailable?: string;
-  cuda?: unknown;
+  /** The CUDA driver, devices and kernel files (`available: false` with the reason when CUDA cannot run). */
+  cuda: CudaStatus;
   cudaUnavailable?: string;
 }
 
@@ -24,6 +26,7 @@ export function info(): MaxsimInfo {
     version,
     node: process.version,
     backends: { cpu: !cpuReason, cuda: !cudaReason },
+    cuda: cudaStatus(),
   };
   if (cpuReason) out.cpuUnavailable = cpuReason;
   else {
@@ -31,6 +34,5 @@ export function info(): MaxsimInfo {
     out.cpuInt8 = { isas: cpuInt8Isas(), slowerThanFloat32: cpuInt8SlowerReason(128) };
   }
   if (cudaReason) out.cudaUnavailable = cudaReason;
-  else out.cuda = (loadNative().cuda.status as unknown as () => unknown)();
   return out;
 }

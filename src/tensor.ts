@@ -75,6 +75,21 @@ export interface DtypeOptions extends ValidationOptions {
   scales?: Float32Array;
 }
 
+export interface ViewOptions extends DtypeOptions {
+  /**
+   * The data is a larger buffer: only the part the shape (or the offsets) names is read, and a
+   * buffer longer than that is accepted (default false: its length must match the shape exactly).
+   */
+  view?: boolean;
+}
+
+/** The `view` option: true, false or absent. */
+function viewOf(options: ViewOptions): boolean {
+  const view = options.view === undefined ? false : options.view;
+  if (typeof view !== 'boolean') throw new InvalidArgumentError('view', 'true or false', describe(view));
+  return view;
+}
+
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
 /** Bytes per element of each dtype. */
@@ -258,26 +273,16 @@ function checkFiniteData(name: string, data: TokenData, dtype: DType, count: num
 }
 
 /**
- * One item: `length` tokens of dimension `dim`, row-major; `data` holds exactly length x dim elements
- * (a longer buffer is a view: `tokenMatrixView`).
+ * One item: `length` tokens of dimension `dim`, row-major; `data` holds exactly length x dim elements,
+ * or at least that many with `view: true` (the rest is never read).
  */
 export function tokenMatrix(
   data: TokenInput,
   length: number,
   dim: number,
-  options: DtypeOptions = {},
+  options: ViewOptions = {},
 ): TokenMatrix {
-  return matrixOf(data, length, dim, options, false);
-}
-
-/** One item over the first length x dim elements of a larger buffer (the rest is never read). */
-export function tokenMatrixView(
-  data: TokenInput,
-  length: number,
-  dim: number,
-  options: DtypeOptions = {},
-): TokenMatrix {
-  return matrixOf(data, length, dim, options, true);
+  return matrixOf(data, length, dim, options);
 }
 
 /** The buffer's length against the shape: exact, or at least (a view). */
@@ -287,19 +292,14 @@ function checkLength(have: number, need: number, shape: string, view: boolean) {
     'data',
     view
       ? `at least ${need} elements (${shape})`
-      : `exactly ${need} elements (${shape}; a larger buffer is a view: use the ...View constructor)`,
+      : `exactly ${need} elements (${shape}; a larger buffer is a view: pass { view: true })`,
     `${have}`,
   );
 }
 
-function matrixOf(
-  data: TokenInput,
-  length: number,
-  dim: number,
-  options: DtypeOptions,
-  view: boolean,
-): TokenMatrix {
-  expectOptions(options, 'dtype, scales, checkFinite, all optional');
+function matrixOf(data: TokenInput, length: number, dim: number, options: ViewOptions): TokenMatrix {
+  expectOptions(options, 'dtype, scales, checkFinite, view, all optional');
+  const view = viewOf(options);
   const n = normalizeData('data', data, options.dtype);
   expectInteger('length', length, 0);
   expectDim(dim);
@@ -311,7 +311,7 @@ function matrixOf(
   return { kind: 'matrix', dtype: n.dtype, data: n.data, length, dim, scales: options.scales };
 }
 
-export interface DenseBatchOptions extends DtypeOptions {
+export interface DenseBatchOptions extends ViewOptions {
   /** B: number of items. */
   count: number;
   /** L: tokens per item slot. */
@@ -322,20 +322,16 @@ export interface DenseBatchOptions extends DtypeOptions {
 }
 
 /**
- * Dense batch [B, L, d] with optional per-item lengths; `data` holds exactly B x L x d elements (a
- * longer buffer is a view: `denseBatchView`).
+ * Dense batch [B, L, d] with optional per-item lengths; `data` holds exactly B x L x d elements, or at
+ * least that many with `view: true` (the rest is never read).
  */
 export function denseBatch(data: TokenInput, options: DenseBatchOptions): TokenBatch {
-  return dense(data, options, false);
+  return dense(data, options);
 }
 
-/** A dense batch over the first B x L x d elements of a larger buffer (the rest is never read). */
-export function denseBatchView(data: TokenInput, options: DenseBatchOptions): TokenBatch {
-  return dense(data, options, true);
-}
-
-function dense(data: TokenInput, options: DenseBatchOptions, view: boolean): TokenBatch {
+function dense(data: TokenInput, options: DenseBatchOptions): TokenBatch {
   expectOptions(options, 'with count, length and dim, e.g. { count: 8, length: 32, dim: 128 }');
+  const view = viewOf(options);
   const n = normalizeData('data', data, options.dtype);
   const count = expectInteger('count', options.count, 0, 2 ** 31 - 1);
   const length = expectInteger('length', options.length, 0, 2 ** 31 - 1);
@@ -403,7 +399,7 @@ function dense(data: TokenInput, options: DenseBatchOptions, view: boolean): Tok
  */
 export type Offsets = ArrayLike<number> | ArrayLike<bigint>;
 
-export interface RaggedBatchOptions extends DtypeOptions {
+export interface RaggedBatchOptions extends ViewOptions {
   dim: number;
 }
 
@@ -419,20 +415,15 @@ function expectOptions<T>(options: T, what: string): NonNullable<T> {
  *
  * The offsets contract, the same for every entry point (this function, files given to the CLI with
  * --doc-offsets, corpus build): B+1 integers, offsets[0] = 0, non-decreasing, offsets[B] = T, the token
- * count of `data` (data.length / dim). For int8, `scales` holds exactly T scales. Offsets that index
- * a part of a larger buffer are a view: build those with `raggedBatchView`.
+ * count of `data` (data.length / dim). For int8, `scales` holds exactly T scales.
+ *
+ * `view: true`: the offsets index a part of a larger buffer, non-decreasing inside [0, T], not
+ * required to start at 0 or end at T (tokens outside offsets[0] .. offsets[B] are never read); for
+ * int8, `scales` holds at least T scales (one per token of the buffer).
  */
 export function raggedBatch(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
-  return ragged(data, offsets, expectOptions(options, 'with dim, e.g. { dim: 128 }'), false);
-}
-
-/**
- * A ragged view over a larger buffer: offsets [B+1] non-decreasing inside [0, T], not required to start
- * at 0 or end at T (tokens outside offsets[0] .. offsets[B] are never read). For int8, `scales` holds
- * at least T scales (one per token of the buffer). Use `raggedBatch` when the offsets cover the data.
- */
-export function raggedBatchView(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions): TokenBatch {
-  return ragged(data, offsets, expectOptions(options, 'with dim, e.g. { dim: 128 }'), true);
+  const checked = expectOptions(options, 'with dim, e.g. { dim: 128 }');
+  return ragged(data, offsets, checked, viewOf(checked));
 }
 
 function ragged(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions, view: boolean): TokenBatch {
@@ -472,7 +463,7 @@ function ragged(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions,
     if (i === 0 && !view && o !== 0)
       throw new InvalidArgumentError(
         'offsets[0]',
-        '0 (offsets start at the first token of data; use raggedBatchView for a view into a larger buffer)',
+        '0 (offsets start at the first token of data; pass { view: true } for a view into a larger buffer)',
         describeNumber(raw),
       );
     if (i > 0 && o < prev)
@@ -504,7 +495,7 @@ function ragged(data: TokenInput, offsets: Offsets, options: RaggedBatchOptions,
   if (!view && prev !== totalTokens)
     throw new InvalidArgumentError(
       `offsets[${count}]`,
-      `the token count ${totalTokens} of data (offsets end at the last token: data.length ${n.data.length} / dim ${dim}; use raggedBatchView for a view into a larger buffer)`,
+      `the token count ${totalTokens} of data (offsets end at the last token: data.length ${n.data.length} / dim ${dim}; pass { view: true } for a view into a larger buffer)`,
       describeNumber(offsets[count] as number | bigint),
     );
   const checkFinite = options.checkFinite ?? true;

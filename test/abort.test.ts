@@ -13,13 +13,13 @@ import { fileURLToPath } from 'node:url';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
-import { buildCorpusFromFiles, buildCorpusFromFilesAsync } from '../src/io/corpus-build.js';
+import { buildCorpusFromFiles, buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
-import { maxsim, maxsimAll, maxsimAllSync, topK, topKAll } from '../src/ops/maxsim.js';
+import { maxsim, maxsimSync, topK } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { contrastiveStep, maxsimTrain } from '../src/ops/train.js';
-import { twoStageTopKAll } from '../src/ops/two-stage.js';
+import { twoStageTopK } from '../src/ops/two-stage.js';
 import { type TokenBatch, tokenMatrix } from '../src/tensor.js';
 import { randomDense, randomFloats, randomRagged, rng, runSeed } from './helpers.js';
 
@@ -181,8 +181,8 @@ describe('corpus build / append', () => {
         },
       };
       // the synchronous build sees aborts from its callbacks; the async one from anywhere
-      if (trial % 2 === 0) assert.throws(() => buildCorpusFromFiles(options), isAbort);
-      else await assert.rejects(buildCorpusFromFilesAsync(options), isAbort);
+      if (trial % 2 === 0) assert.throws(() => buildCorpusFromFilesSync(options), isAbort);
+      else await assert.rejects(buildCorpusFromFiles(options), isAbort);
       assert.deepEqual(listing(base), files, `trial ${trial}: files left behind`);
       const corpus = openCorpus(base);
       corpus.verify();
@@ -190,7 +190,7 @@ describe('corpus build / append', () => {
       assert.deepEqual(plain(await corpus.search(queries, { topK: 5, backend: 'cpu' })), plain(before));
     }
     // and the corpus takes the same append afterwards (the lock was released)
-    const grown = buildCorpusFromFiles({ ...input, out: base, append: true, groupBytes: 4096 });
+    const grown = buildCorpusFromFilesSync({ ...input, out: base, append: true, groupBytes: 4096 });
     assert.equal(grown.documents, infoBefore.documents + 2000);
     openCorpus(base).verify();
   });
@@ -232,7 +232,7 @@ describe('corpus build / append', () => {
     const out = fresh();
     const controller = new AbortController();
     let groups = 0;
-    const build = buildCorpusFromFilesAsync({
+    const build = buildCorpusFromFiles({
       ...input,
       out,
       groupBytes: 8192,
@@ -245,14 +245,14 @@ describe('corpus build / append', () => {
     await assert.rejects(build, isAbort);
     assert.ok(groups >= 3 && groups < 20, `${groups} groups written`);
     assert.equal(fs.existsSync(out), false, 'the aborted build left its directory');
-    const built = await buildCorpusFromFilesAsync({ ...input, out, groupBytes: 8192 });
+    const built = await buildCorpusFromFiles({ ...input, out, groupBytes: 8192 });
     assert.equal(built.documents, 20000);
     openCorpus(out).verify();
   });
 });
 
 describe('scoring jobs', () => {
-  test('a large CPU maxsimAll aborted mid-job rejects within milliseconds; the pool is fine afterwards', async () => {
+  test('a large CPU maxsim aborted mid-job rejects within milliseconds; the pool is fine afterwards', async () => {
     const rand = rng(runSeed + 20);
     const dim = 128;
     // 48 queries x 32 tokens against 4000 documents x 64 tokens: ~100 GFLOP, seconds on 2 cores
@@ -262,7 +262,7 @@ describe('scoring jobs', () => {
     for (const delay of [20, 150]) {
       const controller = new AbortController();
       const started = performance.now();
-      const job = maxsimAll(queries, docs, { backend: 'cpu', signal: controller.signal });
+      const job = maxsim(queries, docs, { backend: 'cpu', signal: controller.signal });
       let abortedAt = 0;
       setTimeout(() => {
         abortedAt = performance.now();
@@ -282,7 +282,7 @@ describe('scoring jobs', () => {
       data: docs.data.subarray(0, 400 * 64 * dim),
     } as TokenBatch;
     const t0 = performance.now();
-    await maxsimAll(
+    await maxsim(
       queries,
       {
         ...tenth,
@@ -292,22 +292,22 @@ describe('scoring jobs', () => {
       { backend: 'cpu' },
     );
     timings.push(`the full job would take ~${((performance.now() - t0) * 10).toFixed(0)} ms`);
-    console.log(`# maxsimAll 48x32 vs 4000x64, d=128, fp16: ${timings.join('; ')}`);
+    console.log(`# maxsim 48x32 vs 4000x64, d=128, fp16: ${timings.join('; ')}`);
     // the pool still scores right
     const small = randomRagged([5, 1, 9, 3], dim, 'float32', rand);
     const q = randomRagged([4, 2], dim, 'float32', rand);
-    const got = await maxsimAll(q, small, { backend: 'cpu', signal: new AbortController().signal });
+    const got = await maxsim(q, small, { backend: 'cpu', signal: new AbortController().signal });
     const want = referenceMaxsim(q, small);
     for (let i = 0; i < want.length; i++) assert.ok(Math.abs(got.data[i] - want[i]) < 1e-3);
   });
 
-  test('int8 maxsimAll aborted mid-job rejects; topK / topKAll / twoStageTopKAll carry the signal', async () => {
+  test('int8 maxsim aborted mid-job rejects; topK / twoStageTopK carry the signal', async () => {
     const rand = rng(runSeed + 21);
     const dim = 64;
     const docs = quantize(randomDense(3000, 64, dim, 'float32', rand), 'int8');
     const queries = quantize(randomDense(64, 32, dim, 'float32', rand), 'int8');
     const controller = new AbortController();
-    const job = maxsimAll(queries, docs, { backend: 'cpu', signal: controller.signal });
+    const job = maxsim(queries, docs, { backend: 'cpu', signal: controller.signal });
     setTimeout(() => controller.abort(), 10);
     await assert.rejects(job, isAbort);
     const c2 = new AbortController();
@@ -318,12 +318,12 @@ describe('scoring jobs', () => {
     await assert.rejects(p, isAbort);
     const fq = randomDense(4, 8, dim, 'float32', rand);
     const c3 = new AbortController();
-    const p3 = topKAll(fq, fdocs, 5, { backend: 'cpu', signal: c3.signal });
+    const p3 = topK(fq, fdocs, 5, { backend: 'cpu', signal: c3.signal });
     c3.abort();
     await assert.rejects(p3, isAbort);
     const c4 = new AbortController();
     const fdocs8 = quantize(fdocs, 'int8');
-    const p4 = twoStageTopKAll(fq, fdocs, fdocs8, 5, {
+    const p4 = twoStageTopK(fq, fdocs, fdocs8, 5, {
       backend: 'cpu',
       prefilter: 'always',
       signal: c4.signal,
@@ -332,11 +332,11 @@ describe('scoring jobs', () => {
     await assert.rejects(p4, isAbort);
     // an unaborted signal changes nothing
     const live = new AbortController().signal;
-    const hits = await topKAll(fq, fdocs, 5, { backend: 'cpu', signal: live });
-    assert.deepEqual(hits, await topKAll(fq, fdocs, 5, { backend: 'cpu' }));
+    const hits = await topK(fq, fdocs, 5, { backend: 'cpu', signal: live });
+    assert.deepEqual(hits, await topK(fq, fdocs, 5, { backend: 'cpu' }));
     assert.deepEqual(
-      await twoStageTopKAll(fq, fdocs, fdocs8, 5, { backend: 'cpu', prefilter: 'always', signal: live }),
-      await twoStageTopKAll(fq, fdocs, fdocs8, 5, { backend: 'cpu', prefilter: 'always' }),
+      await twoStageTopK(fq, fdocs, fdocs8, 5, { backend: 'cpu', prefilter: 'always', signal: live }),
+      await twoStageTopK(fq, fdocs, fdocs8, 5, { backend: 'cpu', prefilter: 'always' }),
     );
   });
 });
@@ -408,10 +408,10 @@ describe('already aborted signals and bad signals', () => {
     const corpus = openCorpus(dir);
     await assert.rejects(corpus.search(queries, { backend: 'cpu', signal: aborted }), isAbort);
     await assert.rejects(maxsim(q1, docs, { backend: 'cpu', signal: aborted }), isAbort);
-    await assert.rejects(maxsimAll(queries, docs, { backend: 'cpu', signal: aborted }), isAbort);
-    assert.throws(() => maxsimAllSync(queries, docs, { backend: 'cpu', signal: aborted }), isAbort);
+    await assert.rejects(maxsim(queries, docs, { backend: 'cpu', signal: aborted }), isAbort);
+    assert.throws(() => maxsimSync(queries, docs, { backend: 'cpu', signal: aborted }), isAbort);
     await assert.rejects(topK(q1, docs, 2, { backend: 'cpu', signal: aborted }), isAbort);
-    await assert.rejects(topKAll(queries, docs, 2, { backend: 'cpu', signal: aborted }), isAbort);
+    await assert.rejects(topK(queries, docs, 2, { backend: 'cpu', signal: aborted }), isAbort);
     await assert.rejects(maxsimTrain(queries, docs, { backend: 'cpu', signal: aborted }), isAbort);
     await assert.rejects(contrastiveStep(queries, docs, { backend: 'cpu', signal: aborted }), isAbort);
     const npy = path.join(tmp, 'aborted-docs.npy');
@@ -420,15 +420,15 @@ describe('already aborted signals and bad signals', () => {
     writeNpy(off, { dtype: 'int64', shape: [4], data: BigInt64Array.from([0n, 3n, 8n, 10n]) });
     const out = fresh();
     const build = { docs: npy, docOffsets: off, out, signal: aborted };
-    assert.throws(() => buildCorpusFromFiles(build), isAbort);
-    await assert.rejects(buildCorpusFromFilesAsync(build), isAbort);
-    assert.throws(() => buildCorpusFromFiles({ ...build, out: dir, append: true }), isAbort);
+    assert.throws(() => buildCorpusFromFilesSync(build), isAbort);
+    await assert.rejects(buildCorpusFromFiles(build), isAbort);
+    assert.throws(() => buildCorpusFromFilesSync({ ...build, out: dir, append: true }), isAbort);
     assert.equal(fs.existsSync(out), false);
     assert.deepEqual(listing(dir), files);
     // a reason of the caller's comes back as it is, like fetch()
     const reason = new Error('stop now');
     await assert.rejects(
-      maxsimAll(queries, docs, { backend: 'cpu', signal: AbortSignal.abort(reason) }),
+      maxsim(queries, docs, { backend: 'cpu', signal: AbortSignal.abort(reason) }),
       (e) => e === reason,
     );
   });
@@ -438,9 +438,9 @@ describe('already aborted signals and bad signals', () => {
     for (const bad of [null, {}, 'abort', new AbortController()] as unknown[]) {
       const signal = bad as AbortSignal;
       await assert.rejects(corpus.search(queries, { backend: 'cpu', signal }), InvalidArgumentError);
-      await assert.rejects(maxsimAll(queries, docs, { backend: 'cpu', signal }), /signal/);
+      await assert.rejects(maxsim(queries, docs, { backend: 'cpu', signal }), /signal/);
       await assert.rejects(maxsimTrain(queries, docs, { backend: 'cpu', signal }), /signal/);
-      assert.throws(() => buildCorpusFromFiles({ docs: 'x.npy', out: fresh(), signal }), /signal/);
+      assert.throws(() => buildCorpusFromFilesSync({ docs: 'x.npy', out: fresh(), signal }), /signal/);
     }
   });
 });

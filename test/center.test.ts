@@ -10,9 +10,9 @@ import { decodeBatch64, referenceMaxsim } from '../src/backends/reference.js';
 import { anisotropicCorpus, anisotropy, pseudoQueries } from '../src/bench/corpora.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { queryShifts, tokenMean } from '../src/ops/center.js';
-import { maxsimAll, maxsimAllSync, maxsimSync } from '../src/ops/maxsim.js';
+import { maxsim, maxsimSync } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, dequantize, quantize, roundTripError } from '../src/ops/quantize.js';
-import { twoStageTopKAll } from '../src/ops/two-stage.js';
+import { twoStageTopK } from '../src/ops/two-stage.js';
 import { batchItem, decodeToFloat32, denseBatch, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import { assertScoresClose, randomDense, randomRagged, rng, runSeed, scoreErrorBounds } from './helpers.js';
 
@@ -137,8 +137,8 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
         const bounds = scoreErrorBounds(queries, residuals(docs));
         for (const isa of cpuInt8Isas().filter((n) => n !== 'amx' || d % 64 === 0)) {
           const ctx = `${isa} d=${d} ${docs.layout}`;
-          assertScoresClose(maxsimAllSync(queries, docs, { isa }).data, ref, bounds, ctx);
-          assertScoresClose((await maxsimAll(queries, docs, { isa, backend: 'cpu' })).data, ref, bounds, ctx);
+          assertScoresClose(maxsimSync(queries, docs, { isa }).data, ref, bounds, ctx);
+          assertScoresClose((await maxsim(queries, docs, { isa, backend: 'cpu' })).data, ref, bounds, ctx);
         }
         const one = batchItem(queries, 1);
         assertScoresClose(
@@ -148,7 +148,7 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
           `one query d=${d}`,
         );
         // an empty query scores 0 against every non-empty document, -Infinity against empty ones
-        const got = maxsimAllSync(queries, docs).data.subarray(2 * docs.count, 3 * docs.count);
+        const got = maxsimSync(queries, docs).data.subarray(2 * docs.count, 3 * docs.count);
         for (let b = 0; b < docs.count; b++)
           assert.equal(got[b], docs.lengths[b] === 0 ? Number.NEGATIVE_INFINITY : 0);
       }
@@ -167,7 +167,7 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
     const errors: number[] = [];
     for (const center of [false, true]) {
       const q8 = quantize(docs, 'int8', { center });
-      const got = (await maxsimAll(queries, q8, { backend: 'cpu' })).data;
+      const got = (await maxsim(queries, q8, { backend: 'cpu' })).data;
       const fp32 = scoreErrorBounds(queries, center ? residuals(q8) : q8);
       let worst = 0;
       for (let qi = 0; qi < queries.count; qi++)
@@ -197,7 +197,7 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
     assert.deepEqual(Array.from(docs.mean ?? []), v);
     assert.ok((docs.scales as Float32Array).every((s) => s === 0));
     const queries = quantize(randomRagged([2, 5], 3, 'float32', rng(runSeed + 6)), 'int8');
-    const got = maxsimAllSync(queries, docs).data;
+    const got = maxsimSync(queries, docs).data;
     const ref = referenceMaxsim(queries, docs);
     for (let i = 0; i < ref.length; i++) {
       if (ref[i] === Number.NEGATIVE_INFINITY) assert.equal(got[i], Number.NEGATIVE_INFINITY);
@@ -214,7 +214,7 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
     );
     const queries = randomDense(3, 8, 32, 'float32', rand);
     const exact = referenceMaxsim(queries, docs);
-    const hits = await twoStageTopKAll(queries, docs, quantize(docs, 'int8', { center: true }), 5, {
+    const hits = await twoStageTopK(queries, docs, quantize(docs, 'int8', { center: true }), 5, {
       backend: 'cpu',
       prefilter: 'always',
       candidateFactor: 60,
@@ -258,12 +258,12 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
     );
     const docs = quantize(x, 'int8', { center: true });
     assert.throws(
-      () => maxsimAllSync(docs, docs),
+      () => maxsimSync(docs, docs),
       (e) => e instanceof InvalidArgumentError && /queries\.mean/.test(e.message),
     );
     const wrong = { ...docs, mean: new Float32Array(d + 1) };
     assert.throws(
-      () => maxsimAllSync(quantize(x, 'int8'), wrong),
+      () => maxsimSync(quantize(x, 'int8'), wrong),
       (e) => e instanceof InvalidArgumentError && /docs\.mean/.test(e.message),
     );
   });
@@ -306,7 +306,7 @@ describe(`the anisotropic corpus and pseudo-queries (seed ${runSeed})`, () => {
     const exact = referenceMaxsim(queries, docs);
     const q8 = quantize(queries, 'int8');
     const err = async (center: boolean) => {
-      const got = (await maxsimAll(q8, quantize(docs, 'int8', { center }), { backend: 'cpu' })).data;
+      const got = (await maxsim(q8, quantize(docs, 'int8', { center }), { backend: 'cpu' })).data;
       return got.reduce((m, g, i) => Math.max(m, Math.abs(g - exact[i])), 0);
     };
     assert.ok((await err(true)) < (await err(false)));

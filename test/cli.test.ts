@@ -118,6 +118,10 @@ describe('maxsim info', () => {
     assert.equal(typeof report.backends.cpu, 'boolean');
     assert.equal(typeof report.backends.cuda, 'boolean');
     if (!report.backends.cuda) assert.equal(typeof report.cudaUnavailable, 'string');
+    // info().cuda is the CUDA status (cudaStatus folded in): always there, available or with the reason
+    assert.equal(typeof report.cuda.available, 'boolean');
+    if (!report.cuda.available) assert.equal(typeof report.cuda.reason, 'string');
+    assert.equal(report.cuda.available, report.backends.cuda);
     if (report.backends.cpu) assert.ok(report.cpu.isas.includes(report.cpu.isa));
   });
 

@@ -17,7 +17,7 @@ import {
   checksum,
   recoverCorpus,
 } from '../src/io/corpus/index.js';
-import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
+import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
 import { loadNative, nativeUnavailableReason } from '../src/native.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
@@ -421,7 +421,7 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     ];
     for (const [out, pattern] of cases) {
       const before = fs.existsSync(out) && fs.statSync(out).isDirectory() && out !== '/' ? listing(out) : [];
-      assert.throws(() => buildCorpusFromFiles({ docs: npy, docLengths: lens, out }), pattern, out);
+      assert.throws(() => buildCorpusFromFilesSync({ docs: npy, docLengths: lens, out }), pattern, out);
       const r = cli('corpus', 'build', '--docs', npy, '--doc-lengths', lens, '--out', out);
       assert.equal(r.status, 1, r.stderr);
       assert.match(r.stderr, pattern);
@@ -435,11 +435,11 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     const empty = path.join(tmp, `empty-${serial++}`);
     fs.mkdirSync(empty);
     assert.throws(
-      () => buildCorpusFromFiles({ docs: npy, docLengths: lens, out: empty, ids: file }),
+      () => buildCorpusFromFilesSync({ docs: npy, docLengths: lens, out: empty, ids: file }),
       /--ids/,
     );
     assert.deepEqual(listing(empty), []);
-    buildCorpusFromFiles({ docs: npy, docLengths: lens, out: empty });
+    buildCorpusFromFilesSync({ docs: npy, docLengths: lens, out: empty });
     assert.equal(CorpusFile.open(empty).info.documents, 5);
   });
 
@@ -450,7 +450,7 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     fs.writeFileSync(path.join(out, 'LOCK'), '999999999');
     fs.writeFileSync(path.join(out, `seg-000001.msxs.${'c'.repeat(32)}.tmp`), 'partial');
     fs.writeFileSync(path.join(out, 'MANIFEST.tmp'), 'partial');
-    buildCorpusFromFiles({ docs: npy, docLengths: lens, out });
+    buildCorpusFromFilesSync({ docs: npy, docLengths: lens, out });
     assert.deepEqual(listing(out), ['MANIFEST', 'seg-000001.msxs']);
   });
 
@@ -473,7 +473,10 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
       /no MANIFEST but 4 segment file\(s\) \(`maxsim corpus recover .*` rebuilds the MANIFEST/,
     );
     // build --out refuses it and points at recover; nothing is deleted
-    assert.throws(() => buildCorpusFromFiles({ docs: npy, docLengths: lens, out: dir }), /corpus recover/);
+    assert.throws(
+      () => buildCorpusFromFilesSync({ docs: npy, docLengths: lens, out: dir }),
+      /corpus recover/,
+    );
     assert.equal(listing(dir).length, 4);
     const r = cli('corpus', 'recover', dir, '--json');
     assert.equal(r.status, 0, r.stderr);
@@ -711,12 +714,12 @@ describe('bounded resources: sizes from headers are checked before allocating', 
     assert.match(r.stderr, /at most 2147483647 documents \(2\^31 - 1\).*but received 3000000000 documents/);
   });
 
-  test('library: buildCorpusFromFiles refuses (300000000, 0, 16) under a stated budget', () => {
+  test('library: buildCorpusFromFilesSync refuses (300000000, 0, 16) under a stated budget', () => {
     const saved = process.env.MAXSIM_METADATA_BUDGET;
     process.env.MAXSIM_METADATA_BUDGET = String(1e9);
     try {
       assert.throws(
-        () => buildCorpusFromFiles({ docs: emptyNpy([300000000, 0, 16]), out: fresh() }),
+        () => buildCorpusFromFilesSync({ docs: emptyNpy([300000000, 0, 16]), out: fresh() }),
         /300000000 documents, which need 6\.00 GB/,
       );
     } finally {
@@ -725,7 +728,7 @@ describe('bounded resources: sizes from headers are checked before allocating', 
     }
     // within the budget, many empty documents build (typed metadata, bounded groups)
     const dir = fresh();
-    const info = buildCorpusFromFiles({ docs: emptyNpy([200000, 0, 16]), out: dir });
+    const info = buildCorpusFromFilesSync({ docs: emptyNpy([200000, 0, 16]), out: dir });
     assert.equal(info.documents, 200000);
     assert.equal(CorpusFile.open(dir).lengths.length, 200000);
   });

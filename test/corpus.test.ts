@@ -11,12 +11,12 @@ import { fileURLToPath } from 'node:url';
 import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream.js';
 import { openArraySource } from '../src/io/array-source.js';
 import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
-import { buildCorpusFromFiles } from '../src/io/corpus-build.js';
+import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { loadArray } from '../src/io/load.js';
 import { writeNpy } from '../src/io/npy.js';
 import { writeSafetensors } from '../src/io/safetensors.js';
 import { blockTopK, mergeHits, openCorpus } from '../src/ops/corpus-search.js';
-import { topKAll } from '../src/ops/maxsim.js';
+import { topK } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import {
   decodeToFloat32,
@@ -182,7 +182,7 @@ describe('corpus search (CPU) equals in-memory search', () => {
     const c = openCorpus(dir);
     const all = concatBatchesAs(parts, 'float16');
     const queries = randomRagged([5, 1, 9], dim, 'float32', rand);
-    const want = await topKAll(queries, all, 7, { backend: 'cpu' });
+    const want = await topK(queries, all, 7, { backend: 'cpu' });
     const rowBytes = dim * 2;
     // 1 byte: one document per block; exact document boundaries; a block per segment; everything.
     for (const blockBytes of [1, rowBytes * 20, rowBytes * 33, rowBytes * 1000, 1 << 30]) {
@@ -214,7 +214,7 @@ describe('corpus search (CPU) equals in-memory search', () => {
     w.add(docs);
     w.commit();
     const queries = randomRagged([4, 7], 64, 'float32', rand);
-    const want = await topKAll(quantize(queries, 'int8'), quantize(docs, 'int8'), 5, { backend: 'cpu' });
+    const want = await topK(quantize(queries, 'int8'), quantize(docs, 'int8'), 5, { backend: 'cpu' });
     const got = await openCorpus(dir).search(queries, { topK: 5, backend: 'cpu', blockBytes: 700 });
     assert.deepEqual(
       got.map((r) => r.map((h) => [h.index, h.score])),
@@ -250,6 +250,41 @@ describe('corpus search (CPU) equals in-memory search', () => {
 });
 
 describe('CUDA stream plan (built on the CPU)', () => {
+  test('planBlocks: the first blocks grow from firstBytes, doubling, up to maxBytes; every document once', () => {
+    const rand = rng(runSeed + 72);
+    const dir = fresh();
+    for (let i = 0; i < 2; i++) {
+      const w = i === 0 ? CorpusWriter.create(dir, { dim: 4, dtype: 'float32' }) : CorpusWriter.append(dir);
+      w.add(randomRagged(randomLengths(rand, 300, 9), 4, 'float32', rand));
+      w.commit();
+    }
+    const file = CorpusFile.open(dir);
+    const row = 16;
+    for (const [maxBytes, firstBytes] of [
+      [row * 400, row * 10],
+      [row * 64, row * 64],
+      [row * 3, row * 50],
+      [row * 500, 1],
+    ]) {
+      const blocks = file.planBlocks(maxBytes, Number.MAX_SAFE_INTEGER, firstBytes);
+      let limit = Math.min(maxBytes, firstBytes);
+      let next = 0;
+      for (const b of blocks) {
+        assert.equal(b.firstDocument, next, 'consecutive documents');
+        // over the limit only as a single long document
+        assert.ok(
+          b.tokens * row <= limit || b.documents === 1,
+          `${maxBytes}/${firstBytes}: ${b.tokens * row} > ${limit}`,
+        );
+        next += b.documents;
+        limit = Math.min(maxBytes, limit * 2);
+      }
+      assert.equal(next, file.info.documents);
+    }
+    assert.throws(() => file.planBlocks(64, 10, 0), /firstBytes/);
+    assert.throws(() => file.planBlocks(64, 10, Number.NaN), /firstBytes/);
+  });
+
   test('8 numbers per block: file, offsets, counts, spans, int8 scales', () => {
     const rand = rng(runSeed + 71);
     const dir = fresh();
@@ -489,7 +524,7 @@ describe('corpus build from files (streamed)', () => {
     const dir = fresh();
     const seen: number[] = [];
     // groupBytes small: many groups, documents never split
-    const info = buildCorpusFromFiles({
+    const info = buildCorpusFromFilesSync({
       docs: npy,
       docOffsets: off,
       ids,
@@ -515,7 +550,7 @@ describe('corpus build from files (streamed)', () => {
     // ids are unique across the corpus: the appended documents get their own
     const ids2 = path.join(tmp, 'ids2.txt');
     fs.writeFileSync(ids2, `${lengths.map((_, i) => `dense-${i}`).join('\n')}\n`);
-    buildCorpusFromFiles({
+    buildCorpusFromFilesSync({
       docs: `${st}:tokens`,
       docLengths: `${st}:lengths`,
       ids: ids2,
@@ -544,10 +579,16 @@ describe('corpus build from files (streamed)', () => {
     writeNpy(s8, { dtype: 'float32', shape: [q8.scales!.length], data: q8.scales! });
     writeNpy(l8, { dtype: 'int32', shape: [lengths.length], data: Int32Array.from(lengths) });
     const dir = fresh();
-    const info = buildCorpusFromFiles({ docs: d8, docLengths: l8, docScales: s8, out: dir, groupBytes: 64 });
+    const info = buildCorpusFromFilesSync({
+      docs: d8,
+      docLengths: l8,
+      docScales: s8,
+      out: dir,
+      groupBytes: 64,
+    });
     assert.equal(info.dtype, 'int8');
     sameBatchBits(openCorpus(dir).readDocuments(lengths.map((_, i) => i)), q8, 'int8 build');
-    assert.throws(() => buildCorpusFromFiles({ docs: d8, docLengths: l8, out: fresh() }), /--doc-scales/);
+    assert.throws(() => buildCorpusFromFilesSync({ docs: d8, docLengths: l8, out: fresh() }), /--doc-scales/);
   });
 
   test('openArraySource reads the same elements as loadArray', () => {
@@ -607,7 +648,7 @@ describe('CLI: maxsim corpus / search --corpus', () => {
       .split('\n')
       .map((l) => JSON.parse(l));
     const both = concatBatches([docs, docs]);
-    const want = await topKAll(q, both, 3, { backend: 'cpu' });
+    const want = await topK(q, both, 3, { backend: 'cpu' });
     assert.deepEqual(
       lines.map((l) => l.results.map((h: { index: number; id: string }) => [h.index, h.id])),
       want.map((row) => row.map((h) => [h.index, String(h.index)])),

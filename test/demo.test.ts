@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { topKAll } from '../src/ops/maxsim.js';
+import { topK } from '../src/ops/maxsim.js';
 import { decodeToFloat32, type TokenBatch } from '../src/tensor.js';
 
 const SMALL = { docs: 600, queries: 4 };
@@ -70,7 +70,7 @@ describe('demoCorpus', () => {
   test('the planted documents are retrievable: recall@10 >= 0.9 with MaxSim', async () => {
     for (const seed of [1, 2]) {
       const { docs, queries, relevant } = demoCorpus({ docs: 1500, queries: 6, seed });
-      const hits = await topKAll(queries, docs, 10, { backend: 'cpu' });
+      const hits = await topK(queries, docs, 10, { backend: 'cpu' });
       let found = 0;
       hits.forEach((row, q) => {
         found += row.filter((h) => relevant[q].includes(h.index)).length;

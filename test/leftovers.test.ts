@@ -12,7 +12,7 @@ import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { writeNpy } from '../src/io/npy.js';
 import { addonPath, nativeUnavailableReason } from '../src/native.js';
-import { maxsimAllSync } from '../src/ops/maxsim.js';
+import { maxsimSync } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { maxsimTrain } from '../src/ops/train.js';
 import { mapLimit, ResidentCorpus } from '../src/server/resident.js';
@@ -366,7 +366,7 @@ describe('serve: segments too large to map whole', { skip }, () => {
           await r.close();
         }
         if (dtype === 'float32') {
-          const ref = maxsimAllSync(queries, docs, { backend: 'cpu' }).data;
+          const ref = maxsimSync(queries, docs, { backend: 'cpu' }).data;
           const expect = Float32Array.from([0, 1].flatMap((i) => indices.map((b) => ref[i * 5 + b])));
           assert.deepEqual(mapped, expect);
         }

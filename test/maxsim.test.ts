@@ -5,13 +5,12 @@ import { describe, test } from 'node:test';
 import { type CpuIsa, cpuInfo } from '../src/backends/cpu.js';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { maxsim, maxsimAll, maxsimAllSync, maxsimSync, topK } from '../src/ops/maxsim.js';
+import { maxsim, maxsimSync, topK } from '../src/ops/maxsim.js';
 import {
   denseBatch,
   type FloatDType,
   matrixAsBatch,
   raggedBatch,
-  raggedBatchView,
   type TokenBatch,
   tokenMatrix,
 } from '../src/tensor.js';
@@ -55,7 +54,7 @@ describe(`CPU MaxSim vs float64 reference (seed ${runSeed})`, () => {
         const d = 64;
         const queries = randomRagged([1, 32, 0, 17, 40], d, dtype, rand);
         const docs = randomDense(9, 30, d, dtype, rand, [30, 0, 1, 29, 12, 30, 5, 13, 24]);
-        const m = maxsimAllSync(queries, docs, { isa });
+        const m = maxsimSync(queries, docs, { isa });
         assert.equal(m.rows, 5);
         assert.equal(m.cols, 9);
         check(queries, docs, m.data, `${isa} ${dtype} all pairs`);
@@ -105,7 +104,7 @@ describe('CPU MaxSim semantics', () => {
     const q = tokenMatrix(new Float32Array(4), 1, 4);
     const none = raggedBatch(new Float32Array(0), [0], { dim: 4 });
     assert.equal((await maxsim(q, none)).length, 0);
-    const m = await maxsimAll(none, randomRagged([2], 4, 'float32', rng(1)));
+    const m = await maxsim(none, randomRagged([2], 4, 'float32', rng(1)));
     assert.equal(m.data.length, 0);
     assert.equal(m.rows, 0);
   });
@@ -153,10 +152,37 @@ describe('CPU MaxSim semantics', () => {
     for (const l of lengths) offsets.push(offsets[offsets.length - 1] + l);
     const tail = randomRagged(lengths, d, 'bfloat16', rand);
     data.set(tail.data as Uint16Array, first * d);
-    const docs = raggedBatchView(data, offsets, { dim: d, dtype: 'bfloat16', checkFinite: false });
+    const docs = raggedBatch(data, offsets, { dim: d, dtype: 'bfloat16', checkFinite: false, view: true });
     assert.ok(docs.starts[0] * d > 2 ** 31);
     const q = randomMatrix(16, d, 'bfloat16', rand);
     check(matrixAsBatch(q), tail, maxsimSync(q, docs), '64-bit offsets');
+  });
+
+  test('one query or a batch: the answer takes the shape of the queries, the same scores', async () => {
+    const rand = rng(runSeed + 8);
+    const docs = randomRagged([5, 0, 12, 3, 9, 1], 16, 'float32', rand);
+    const q = randomMatrix(7, 16, 'float32', rand);
+    const batch = randomRagged([7, 4, 0], 16, 'float32', rand);
+    const one: Float32Array = await maxsim(q, docs, { backend: 'cpu' });
+    const many = await maxsim(matrixAsBatch(q), docs, { backend: 'cpu' });
+    assert.ok(one instanceof Float32Array);
+    assert.deepEqual([many.rows, many.cols], [1, docs.count]);
+    assert.deepEqual(Buffer.from(one.buffer), Buffer.from(many.data.buffer));
+    const all = maxsimSync(batch, docs, { backend: 'cpu' });
+    check(batch, docs, all.data, 'maxsimSync, a batch');
+    assert.deepEqual(all.data, (await maxsim(batch, docs, { backend: 'cpu' })).data);
+    const hits = await topK(q, docs, 3, { backend: 'cpu' });
+    const lists = await topK(batch, docs, 3, { backend: 'cpu' });
+    assert.deepEqual(hits, (await topK(matrixAsBatch(q), docs, 3, { backend: 'cpu' }))[0]);
+    assert.equal(lists.length, 3);
+    for (const [r, list] of lists.entries()) {
+      const row = Array.from(all.data.subarray(r * docs.count, (r + 1) * docs.count));
+      const order = row.map((s, i) => [s, i]).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+      assert.deepEqual(
+        list.map((h) => h.index),
+        order.slice(0, 3).map((x) => x[1]),
+      );
+    }
   });
 
   test('a null options argument is named, not a TypeError', async () => {
@@ -165,7 +191,7 @@ describe('CPU MaxSim semantics', () => {
     const named = (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'options';
     await assert.rejects(maxsim(q, docs, null as never), named);
     assert.throws(() => maxsimSync(q, docs, null as never), named);
-    await assert.rejects(maxsimAll(matrixAsBatch(q), docs, 7 as never), named);
+    await assert.rejects(maxsim(matrixAsBatch(q), docs, 7 as never), named);
     await assert.rejects(topK(q, docs, 1, null as never), named);
   });
 
@@ -181,7 +207,14 @@ describe('CPU MaxSim semantics', () => {
       () => maxsimSync(tokenMatrix(new Float32Array(4), 1, 4), docs),
       /Expected 8 \(the dimension of docs\) for query\.dim but received 4/,
     );
-    assert.throws(() => maxsimSync(docs as never, docs), /Expected a TokenMatrix/);
+    for (const bad of [null, {}, new Float32Array(8)])
+      assert.throws(
+        () => maxsimSync(bad as never, docs),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError &&
+          e.argument === 'queries' &&
+          /a TokenMatrix \(one query\) or a TokenBatch/.test(e.message),
+      );
     assert.throws(
       () => maxsimSync(tokenMatrix(new Float32Array(8), 1, 8), docs, { backend: 'cuda' }),
       /synchronous/,

@@ -7,8 +7,6 @@ import * as path from 'node:path';
 import {
   CorpusWriter,
   maxsim,
-  maxsimAll,
-  maxsimAllSync,
   maxsimTrain,
   openCorpus,
   quantize,
@@ -16,6 +14,7 @@ import {
   type TokenBatch,
   topK,
 } from '../src/index.js';
+import { maxsimSync } from '../src/subpaths/sync.js';
 
 const [operation, mutation] = process.argv.slice(2);
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
@@ -88,7 +87,7 @@ async function run(): Promise<boolean> {
   const opts = { backend: 'cpu' as const, threads };
   const victim = (q: TokenBatch, d: TokenBatch) => (target === 'queries' ? q : d);
   if (operation === 'maxsim' || operation === 'topK') {
-    const ref = maxsimAllSync(queries, copy(docs), opts).data.slice(0, docs.count);
+    const ref = maxsimSync(queries, copy(docs), opts).data.slice(0, docs.count);
     const d = copy(docs);
     if (operation === 'topK') {
       const p = topK(query, d, 5, opts);
@@ -101,14 +100,14 @@ async function run(): Promise<boolean> {
     mutate(d, mutation);
     return same(await p, ref);
   }
-  if (operation === 'maxsimAll' || operation === 'int8') {
+  if (operation === 'maxsim-batch' || operation === 'int8') {
     const int8 = operation === 'int8';
     const q0 = int8 ? quantize(queries, 'int8') : queries;
     const d0 = int8 ? quantize(docs, 'int8') : docs;
-    const ref = maxsimAllSync(copy(q0), copy(d0), opts).data;
+    const ref = maxsimSync(copy(q0), copy(d0), opts).data;
     const q = copy(q0);
     const d = copy(d0);
-    const p = maxsimAll(q, d, opts);
+    const p = maxsim(q, d, opts);
     mutate(victim(q, d), mutation);
     return same((await p).data, ref);
   }

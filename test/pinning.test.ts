@@ -6,8 +6,9 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { maxsim, maxsimSync, raggedBatch, tokenMatrix } from '../src/index.js';
+import { maxsim, raggedBatch, tokenMatrix } from '../src/index.js';
 import { nativeUnavailableReason } from '../src/native.js';
+import { maxsimSync } from '../src/subpaths/sync.js';
 import { rng } from './helpers.js';
 
 const CHILD = fileURLToPath(new URL('./pin-child.js', import.meta.url));
@@ -36,9 +37,9 @@ function runChild(
 }
 
 const cases: { op: string; mutation: string; target?: string }[] = [];
-for (const op of ['maxsim', 'maxsimAll', 'topK', 'int8', 'train', 'backward'])
+for (const op of ['maxsim', 'maxsim-batch', 'topK', 'int8', 'train', 'backward'])
   for (const mutation of ['lengths', 'starts', 'reassign', 'detach']) cases.push({ op, mutation });
-for (const op of ['maxsimAll', 'int8', 'train', 'backward'])
+for (const op of ['maxsim-batch', 'int8', 'train', 'backward'])
   for (const mutation of ['lengths', 'detach']) cases.push({ op, mutation, target: 'queries' });
 cases.push({ op: 'backward', mutation: 'argmax' });
 for (const mutation of ['lengths', 'starts', 'reassign', 'detach', 'overwrite'])

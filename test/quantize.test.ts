@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { cudaUnavailableReason } from '../src/backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
-import { maxsim, maxsimAll, maxsimAllSync, maxsimSync } from '../src/ops/maxsim.js';
+import { maxsim, maxsimSync } from '../src/ops/maxsim.js';
 import {
   cpuInt8IsaFor,
   cpuInt8Isas,
@@ -321,9 +321,9 @@ describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.joi
             ['ragged queries', raggedQ],
           ] as const) {
             const ctx = `${isa} d=${d} ${qName} x ${docsName} docs`;
-            checkInt8(q, docs, maxsimAllSync(q, docs, { isa }).data, `${ctx} (sync)`);
-            checkInt8(q, docs, (await maxsimAll(q, docs, { isa, backend: 'cpu' })).data, `${ctx} (async)`);
-            checkInt8(q, docs, maxsimAllSync(q, docs, { isa, threads: 1 }).data, `${ctx} (1 thread)`);
+            checkInt8(q, docs, maxsimSync(q, docs, { isa }).data, `${ctx} (sync)`);
+            checkInt8(q, docs, (await maxsim(q, docs, { isa, backend: 'cpu' })).data, `${ctx} (async)`);
+            checkInt8(q, docs, maxsimSync(q, docs, { isa, threads: 1 }).data, `${ctx} (1 thread)`);
           }
           const one = batchItem(queries, 2);
           checkInt8(matrixAsBatch(one), docs, maxsimSync(one, docs, { isa }), `${isa} d=${d} one query`);
@@ -370,7 +370,7 @@ describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.joi
       const queries = q8(randomRagged([5, 32], d, 'float32', rand));
       const docs = q8(randomRagged([3, 0, 40], d, 'float32', rand));
       assert.deepEqual(
-        Array.from(maxsimAllSync(queries, docs).data),
+        Array.from(maxsimSync(queries, docs).data),
         Array.from(cpuMaxsimInt8Sync(queries, docs, { isa: want })),
         `d=${d}: auto is ${want}`,
       );
@@ -413,8 +413,8 @@ describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.joi
     const rand = rng(runSeed + 500);
     const docs = q8(randomRagged([3], 64, 'float32', rand));
     const none = q8(randomRagged([], 64, 'float32', rand));
-    assert.equal(maxsimAllSync(none, docs).data.length, 0);
-    assert.equal(maxsimAllSync(docs, none).data.length, 0);
+    assert.equal(maxsimSync(none, docs).data.length, 0);
+    assert.equal(maxsimSync(docs, none).data.length, 0);
   });
 
   test('mixed dtypes, CUDA and non-int8 kernel sets are refused with named errors', async () => {
@@ -428,7 +428,7 @@ describe(`int8 x int8 MaxSim on the CPU (seed ${runSeed}; kernels ${int8Isas.joi
     assert.throws(() => maxsimSync(f32Q, i8Docs), named(/docs\.dtype.*'int8'/));
     await assert.rejects(maxsim(i8Q, f32Docs), named(/query\.dtype/));
     assert.throws(
-      () => maxsimAllSync(matrixAsBatch(f32Q), i8Docs),
+      () => maxsimSync(matrixAsBatch(f32Q), i8Docs),
       named(/int8 scoring needs int8 queries and int8 documents/),
     );
     // int8 on CUDA: asynchronous only (like floats); without a GPU it says why CUDA is unavailable

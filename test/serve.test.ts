@@ -13,7 +13,7 @@ import ts from 'typescript';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { encodeNpy, writeNpy } from '../src/io/npy.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
-import { maxsim, maxsimAll } from '../src/ops/maxsim.js';
+import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { searchJson } from '../src/server/answers.js';
 import type { MaxsimServer } from '../src/server/app.js';
@@ -204,7 +204,7 @@ describe('maxsim serve', () => {
     const r = await post(`${url}/v1/search`, { queries: queries.slice(0, 2), top_k: 3, ids });
     assert.equal(r.status, 200, r.text);
     const sub = openCorpus(dir).readDocuments([3, 10, 200, 42]);
-    const m = await maxsimAll(packed(queries.slice(0, 2)), sub, { backend: 'cpu' });
+    const m = await maxsim(packed(queries.slice(0, 2)), sub, { backend: 'cpu' });
     for (let qi = 0; qi < 2; qi++) {
       const row = Array.from(m.data.subarray(qi * 4, qi * 4 + 4));
       const order = [0, 1, 2, 3].sort((a, b) => row[b] - row[a] || a - b).slice(0, 3);
@@ -248,11 +248,11 @@ describe('maxsim serve', () => {
     assert.equal(r2.json.results[3].relevance_score, null);
   });
 
-  test('score equals maxsimAll', async () => {
+  test('score equals maxsim', async () => {
     const ds = [docs[1], docs[2], docs[3]];
     const r = await post(`${url}/v1/score`, { queries: queries.slice(0, 2), documents: ds });
     assert.equal(r.status, 200, r.text);
-    const m = await maxsimAll(packed(queries.slice(0, 2)), packed(ds), { backend: 'cpu' });
+    const m = await maxsim(packed(queries.slice(0, 2)), packed(ds), { backend: 'cpu' });
     assert.deepEqual(r.json.scores, [Array.from(m.data.subarray(0, 3)), Array.from(m.data.subarray(3, 6))]);
     const r2 = await post(`${url}/v1/score`, {
       queries: queries.slice(0, 2),

@@ -7,14 +7,11 @@ import {
   bf16BitsToFloat,
   decodeToFloat32,
   denseBatch,
-  denseBatchView,
   f16BitsToFloat,
   floatToBf16Bits,
   floatToF16Bits,
   raggedBatch,
-  raggedBatchView,
   tokenMatrix,
-  tokenMatrixView,
   totalTokens,
 } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
@@ -108,30 +105,30 @@ describe('token batches', () => {
     assert.deepEqual([...raggedBatch(data, [0, 0, 10, 10], { dim: 4 }).lengths], [0, 10, 0]);
   });
 
-  test('raggedBatchView: explicit views over a larger buffer', () => {
+  test('raggedBatch with view: true: explicit views over a larger buffer', () => {
     const data = new Float32Array(10 * 4);
     data[0] = Number.NaN; // outside the view: never read, never scanned
     data[39] = Number.NaN;
-    const v = raggedBatchView(data, [2, 5, 8], { dim: 4 });
+    const v = raggedBatch(data, [2, 5, 8], { dim: 4, view: true });
     assert.equal(v.layout, 'ragged');
     assert.deepEqual([...v.starts], [2, 5]);
     assert.deepEqual([...v.lengths], [3, 3]);
-    assert.equal(raggedBatchView(data, [3], { dim: 4 }).count, 0);
-    throwsArg(() => raggedBatchView(data, [2, 11], { dim: 4 }), /^offsets\[1\]$/, /<= 10/);
-    throwsArg(() => raggedBatchView(data, [5, 2], { dim: 4 }), /^offsets\[1\]$/, /non-decreasing/);
+    assert.equal(raggedBatch(data, [3], { dim: 4, view: true }).count, 0);
+    throwsArg(() => raggedBatch(data, [2, 11], { dim: 4, view: true }), /^offsets\[1\]$/, /<= 10/);
+    throwsArg(() => raggedBatch(data, [5, 2], { dim: 4, view: true }), /^offsets\[1\]$/, /non-decreasing/);
     throwsArg(
-      () => raggedBatchView(data, [5, 10], { dim: 4 }),
+      () => raggedBatch(data, [5, 10], { dim: 4, view: true }),
       /^data$/,
       /non-finite value at token 9, component 3/,
     );
     // int8 views need a scale for every token of the buffer
     throwsArg(
-      () => raggedBatchView(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(4) }),
+      () => raggedBatch(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(4), view: true }),
       /scales/,
       /at least 10/,
     );
     assert.equal(
-      raggedBatchView(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(12) }).count,
+      raggedBatch(new Int8Array(40), [2, 4], { dim: 4, scales: new Float32Array(12), view: true }).count,
       1,
     );
   });
@@ -149,7 +146,7 @@ describe('token batches', () => {
   test('a missing or null options argument is named, not a TypeError', () => {
     const data = new Float32Array(8);
     throwsArg(() => raggedBatch(data, [0, 2], undefined as never), /^options$/, /dim.*received undefined/);
-    throwsArg(() => raggedBatchView(data, [0, 2], null as never), /^options$/, /received null/);
+    throwsArg(() => raggedBatch(data, [0, 2], null as never), /^options$/, /received null/);
     throwsArg(() => denseBatch(data, undefined as never), /^options$/, /count, length and dim/);
     throwsArg(() => tokenMatrix(data, 2, 4, null as never), /^options$/, /received null/);
   });
@@ -206,18 +203,27 @@ describe('float16 and bfloat16 conversion', () => {
 });
 
 describe('exact lengths and views (issue 32 item 7)', () => {
-  test('tokenMatrix / denseBatch refuse a longer buffer (it silently scored query 0 only); the views take it', () => {
+  test('tokenMatrix / denseBatch refuse a longer buffer (it silently scored query 0 only); `view: true` takes it', () => {
     const data = new Float32Array(8 * 32 * 4).map((_, i) => (i % 7) - 3);
-    throwsArg(() => tokenMatrix(data, 32, 4), /data/, /exactly 128 elements.*View/);
+    throwsArg(() => tokenMatrix(data, 32, 4), /data/, /exactly 128 elements.*view: true/);
     throwsArg(() => tokenMatrix(data.subarray(0, 127), 32, 4), /data/, /exactly 128 elements/);
     throwsArg(() => denseBatch(data, { count: 2, length: 32, dim: 4 }), /data/, /exactly 256 elements/);
-    const m = tokenMatrixView(data, 32, 4);
+    const m = tokenMatrix(data, 32, 4, { view: true });
     assert.equal(m.length, 32);
     assert.deepEqual(Array.from(m.data.subarray(0, 128)), Array.from(data.subarray(0, 128)));
-    throwsArg(() => tokenMatrixView(data, 300, 4), /data/, /at least 1200 elements/);
-    const b = denseBatchView(data, { count: 2, length: 32, dim: 4 });
+    throwsArg(() => tokenMatrix(data, 300, 4, { view: true }), /data/, /at least 1200 elements/);
+    const b = denseBatch(data, { count: 2, length: 32, dim: 4, view: true });
     assert.equal(b.count, 2);
     assert.equal(tokenMatrix(data.subarray(0, 128), 32, 4).length, 32);
+    // view: false is the default; anything but a boolean is refused, named
+    throwsArg(() => tokenMatrix(data, 32, 4, { view: false }), /data/, /exactly 128 elements/);
+    throwsArg(() => tokenMatrix(data, 32, 4, { view: 'yes' as never }), /^view$/, /true or false/);
+    throwsArg(
+      () => denseBatch(data, { count: 2, length: 32, dim: 4, view: 1 as never }),
+      /^view$/,
+      /received 1/,
+    );
+    throwsArg(() => raggedBatch(data, [0, 2], { dim: 4, view: null as never }), /^view$/, /true or false/);
   });
 
   test('a header-sized claim of empty items is refused before anything is allocated', () => {

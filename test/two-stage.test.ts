@@ -3,9 +3,10 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { cpuInfo } from '../src/backends/cpu.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { maxsimAll, rankRows } from '../src/ops/maxsim.js';
+import { maxsim } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, cpuInt8SlowerReason, INT8_ISAS, quantize } from '../src/ops/quantize.js';
-import { twoStageTopK, twoStageTopKAll } from '../src/ops/two-stage.js';
+import { rankRows } from '../src/ops/shape.js';
+import { twoStageTopK } from '../src/ops/two-stage.js';
 import { matrixAsBatch } from '../src/tensor.js';
 import { randomMatrix, randomRagged, rng, runSeed } from './helpers.js';
 
@@ -22,8 +23,8 @@ describe(`two-stage top-k (seed ${runSeed})`, () => {
       const lengths = Array.from({ length: 300 }, (_, i) => (i % 37 === 5 ? 0 : 1 + Math.floor(rand() * 40)));
       const docs = randomRagged(lengths, d, 'float32', rand);
       const queries = randomRagged([32, 7, 1], d, 'float32', rand);
-      const exact = rankRows(await maxsimAll(queries, docs, { backend: 'cpu' }), 10);
-      const two = await twoStageTopKAll(queries, docs, quantize(docs, 'int8'), 10, { backend: 'cpu' });
+      const exact = rankRows(await maxsim(queries, docs, { backend: 'cpu' }), 10);
+      const two = await twoStageTopK(queries, docs, quantize(docs, 'int8'), 10, { backend: 'cpu' });
       assert.deepEqual(two, exact, `d=${d}`);
     }
   });
@@ -42,9 +43,9 @@ describe(`two-stage top-k (seed ${runSeed})`, () => {
         );
         const docs = randomRagged(lengths, d, 'float32', rand);
         const queries = randomRagged([32, 5], d, 'float32', rand);
-        const exact = rankRows(await maxsimAll(queries, docs, { backend: 'cpu' }), 10);
+        const exact = rankRows(await maxsim(queries, docs, { backend: 'cpu' }), 10);
         const options = { backend: 'cpu', prefilter: 'always', int8Isa: isa } as const;
-        assert.deepEqual(await twoStageTopKAll(queries, docs, quantize(docs, 'int8'), 10, options), exact);
+        assert.deepEqual(await twoStageTopK(queries, docs, quantize(docs, 'int8'), 10, options), exact);
       }
     });
   }
@@ -67,13 +68,13 @@ describe(`two-stage top-k (seed ${runSeed})`, () => {
         rand,
       );
       const queries = randomRagged([9, 4], 48, 'float32', rand);
-      const exact = rankRows(await maxsimAll(queries, docs, { backend: 'cpu' }), 10);
+      const exact = rankRows(await maxsim(queries, docs, { backend: 'cpu' }), 10);
       const options = { backend: 'cpu', int8Isa: 'portable', isa: floatIsa } as const;
       // a corpus that is not the int8 copy of docs in content (all zeros): only a skipped scan is exact
       const zeros = quantize(docs, 'int8');
       zeros.data.fill(0);
       for (let i = 0; i < 3; i++)
-        assert.deepEqual(await twoStageTopKAll(queries, docs, zeros, 10, options), exact);
+        assert.deepEqual(await twoStageTopK(queries, docs, zeros, 10, options), exact);
       await new Promise((r) => setImmediate(r)); // process warnings are emitted on the next tick
       // once per process for this reason (the forced-portable scan above may have said it first)
       const same = slowWarnings.filter((w) =>
@@ -87,11 +88,18 @@ describe(`two-stage top-k (seed ${runSeed})`, () => {
     const rand = rng(runSeed + 22);
     const docs = randomRagged([5, 9, 0, 3], 64, 'float16', rand);
     const q = randomMatrix(16, 64, 'float16', rand);
-    const exact = rankRows(await maxsimAll(matrixAsBatch(q), docs, { backend: 'cpu' }), 10)[0];
+    const exact = rankRows(await maxsim(matrixAsBatch(q), docs, { backend: 'cpu' }), 10)[0];
     const hits = await twoStageTopK(q, docs, quantize(docs, 'int8'), 10, { backend: 'cpu' });
     assert.equal(hits.length, 4);
     assert.deepEqual(hits, exact);
     assert.equal(hits[3].score, Number.NEGATIVE_INFINITY); // the empty document ranks last
+    // the same query as a batch of one: a list per query, the same hits
+    const lists = await twoStageTopK(matrixAsBatch(q), docs, quantize(docs, 'int8'), 10, { backend: 'cpu' });
+    assert.deepEqual(lists, [hits]);
+    await assert.rejects(
+      twoStageTopK({} as never, docs, quantize(docs, 'int8'), 10),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'queries',
+    );
   });
 
   test('refuses a corpus that is not the int8 copy of docs, and a bad candidate factor', async () => {

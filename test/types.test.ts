@@ -8,15 +8,14 @@ import { after, describe, test } from 'node:test';
 import {
   denseBatch,
   InvalidArgumentError,
-  maxsimSync,
   raggedBatch,
-  readNpy,
   type TokenBatch,
   type TokenMatrix,
   tokenMatrix,
-  writeNpy,
 } from '../src/index.js';
 import { floatToBf16Bits } from '../src/subpaths/internal.js';
+import { readNpy, writeNpy } from '../src/subpaths/io.js';
+import { maxsimSync } from '../src/subpaths/sync.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-types-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -13,7 +13,7 @@ import { resolveBackend } from '../src/backends/select.js';
 import { wasmEngine, wasmPath } from '../src/backends/wasm.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
 import { nativeUnavailableReason, packageRoot } from '../src/native.js';
-import { maxsimAll, maxsimAllSync, topKAll } from '../src/ops/maxsim.js';
+import { maxsim, maxsimSync, topK } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
 import { denseBatch, encodeFloats, type FloatDType, raggedBatch } from '../src/tensor.js';
 import {
@@ -67,7 +67,7 @@ describe('wasm engine', () => {
       for (const dim of [1, 3, 4, 8, 67, 128]) {
         const q = randomRagged(awkwardLengths(rand, 5, 40), dim, dtype, rand);
         const d = randomRagged(awkwardLengths(rand, 9, 70), dim, dtype, rand);
-        const got = maxsimAllSync(q, d, { backend: 'wasm' }).data;
+        const got = maxsimSync(q, d, { backend: 'wasm' }).data;
         assertScoresClose(got, referenceMaxsim(q, d), scoreErrorBounds(q, d), `${dtype} d=${dim}`);
       }
     }
@@ -77,18 +77,18 @@ describe('wasm engine', () => {
     const rand = rng(runSeed + 1);
     const q = randomDense(3, 16, 32, 'float32', rand, [16, 0, 9]);
     const d = randomDense(4, 40, 32, 'float32', rand, [40, 1, 0, 33]);
-    const got = maxsimAllSync(q, d, { backend: 'wasm' }).data;
+    const got = maxsimSync(q, d, { backend: 'wasm' }).data;
     const ref = referenceMaxsim(q, d);
     assertScoresClose(got, ref, scoreErrorBounds(q, d), 'dense');
     assert.equal(got[1 * 4 + 0], 0, 'an empty query scores 0');
     assert.equal(got[0 * 4 + 2], Number.NEGATIVE_INFINITY, 'an empty document scores -inf');
     const big = randomRagged([20000], 16, 'bfloat16', rand);
     const small = randomRagged([3], 16, 'bfloat16', rand);
-    const s = (await maxsimAll(small, big, { backend: 'wasm' })).data;
+    const s = (await maxsim(small, big, { backend: 'wasm' })).data;
     assertScoresClose(s, referenceMaxsim(small, big), scoreErrorBounds(small, big), 'one long document');
     const none = raggedBatch(new Float32Array(0), [0], { dim: 5 });
     assert.equal(
-      maxsimAllSync(none, d.dim === 5 ? d : randomRagged([2], 5, 'float32', rand), { backend: 'wasm' }).data
+      maxsimSync(none, d.dim === 5 ? d : randomRagged([2], 5, 'float32', rand), { backend: 'wasm' }).data
         .length,
       0,
     );
@@ -103,8 +103,8 @@ describe('wasm engine', () => {
     const d = raggedBatch(data.subarray(4 * dim), [0, 2, 3, 8], { dim, checkFinite: false });
     if (native) return;
     bitwise(
-      maxsimAllSync(q, d, { backend: 'wasm' }).data,
-      maxsimAllSync(q, d, { backend: 'cpu', isa: 'portable' }).data,
+      maxsimSync(q, d, { backend: 'wasm' }).data,
+      maxsimSync(q, d, { backend: 'cpu', isa: 'portable' }).data,
       'awkward values vs portable',
     );
   });
@@ -117,8 +117,8 @@ describe('wasm engine', () => {
       for (const dim of [2, 5, 16, 96, 130]) {
         const q = randomRagged(awkwardLengths(rand, 4, 50), dim, dtype, rand);
         const d = randomRagged(awkwardLengths(rand, 7, 90), dim, dtype, rand);
-        const wasm = maxsimAllSync(q, d, { backend: 'wasm' }).data;
-        bitwise(wasm, maxsimAllSync(q, d, { backend: 'cpu', isa: 'portable' }).data, `${dtype} d=${dim}`);
+        const wasm = maxsimSync(q, d, { backend: 'wasm' }).data;
+        bitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa: 'portable' }).data, `${dtype} d=${dim}`);
         assertScoresClose(wasm, referenceMaxsim(q, d), scoreErrorBounds(q, d), `${dtype} d=${dim}`);
       }
     }
@@ -133,10 +133,10 @@ describe('wasm engine', () => {
       const df = randomRagged(awkwardLengths(rand, 6, 80), dim, 'float32', rand);
       const q = quantize(qf, 'int8');
       const d = quantize(df, 'int8');
-      const wasm = maxsimAllSync(q, d, { backend: 'wasm' }).data;
+      const wasm = maxsimSync(q, d, { backend: 'wasm' }).data;
       for (const isa of cpuInt8Isas()) {
         if (isa === 'amx' && dim % 64 !== 0) continue;
-        bitwise(wasm, maxsimAllSync(q, d, { backend: 'cpu', isa }).data, `int8 d=${dim} vs ${isa}`);
+        bitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa }).data, `int8 d=${dim} vs ${isa}`);
       }
       // and the float64 MaxSim of the quantized values, within fp32 accumulation
       assertScoresClose(wasm, referenceMaxsim(q, d), scoreErrorBounds(q, d), `int8 d=${dim}`);
@@ -152,17 +152,17 @@ describe('wasm engine', () => {
       'float32',
       rand,
     );
-    const want = maxsimAllSync(q, d, { backend: 'wasm' }).data;
+    const want = maxsimSync(q, d, { backend: 'wasm' }).data;
     const pending = wasmEngine().score(q, d, { sliceMs: 0.2 });
     const other = randomRagged([5], 64, 'float32', rand);
-    const mid = maxsimAllSync(other, d, { backend: 'wasm' }).data; // runs while `pending` yields
+    const mid = maxsimSync(other, d, { backend: 'wasm' }).data; // runs while `pending` yields
     bitwise(await pending, want, 'async vs sync');
     assertScoresClose(mid, referenceMaxsim(other, d), scoreErrorBounds(other, d), 'interleaved');
     const ac = new AbortController();
     const aborted = wasmEngine().score(q, d, { signal: ac.signal, sliceMs: 0.2 });
     ac.abort();
     await assert.rejects(aborted, { name: 'AbortError' });
-    bitwise((await maxsimAll(q, d, { backend: 'wasm' })).data, want, 'after an abort');
+    bitwise((await maxsim(q, d, { backend: 'wasm' })).data, want, 'after an abort');
   });
 
   test('a resident document set scores like a copied one', () => {
@@ -181,31 +181,31 @@ describe('wasm engine', () => {
   test('arguments: isa refused, wasm refused where the operation has no wasm engine', () => {
     const rand = rng(runSeed + 7);
     const q = randomRagged([2], 8, 'float32', rand);
-    assert.throws(() => maxsimAllSync(q, q, { backend: 'wasm', isa: 'avx2' }), InvalidArgumentError);
+    assert.throws(() => maxsimSync(q, q, { backend: 'wasm', isa: 'avx2' }), InvalidArgumentError);
     assert.throws(() => resolveBackend('wasm'), /the wasm engine runs maxsim/);
     assert.throws(() => resolveBackend('bogus' as never, { wasm: true }), /'auto', 'cpu', 'cuda' or 'wasm'/);
     assert.equal(resolveBackend('wasm', { wasm: true }), 'wasm');
     const x = denseBatch(encodeFloats(randomFloats(16, rand), 'float32'), { count: 2, length: 1, dim: 8 });
-    assert.equal(maxsimAllSync(x, x, { backend: 'wasm' }).data.length, 4);
+    assert.equal(maxsimSync(x, x, { backend: 'wasm' }).data.length, 4);
   });
 
   test("'auto' takes the wasm engine when the addon is hidden (MAXSIM_NATIVE=off)", async () => {
     const script = `
       const root = ${JSON.stringify(path.join(packageRoot, 'dist', 'src'))};
       const { resolveBackend } = await import(root + '/backends/select.js');
-      const { maxsimAll, maxsimAllSync, topKAll } = await import(root + '/ops/maxsim.js');
+      const { maxsim, maxsimSync, topK } = await import(root + '/ops/maxsim.js');
       const { raggedBatch } = await import(root + '/tensor.js');
       const { referenceMaxsim } = await import(root + '/backends/reference.js');
       const q = raggedBatch(Float32Array.from({ length: 5 * 4 }, (_, i) => Math.sin(i)), [0, 2, 5], { dim: 4 });
       const d = raggedBatch(Float32Array.from({ length: 9 * 4 }, (_, i) => Math.cos(i * 1.3)), [0, 4, 4, 9], { dim: 4 });
       let cpuError = '';
-      try { maxsimAllSync(q, d, { backend: 'cpu' }); } catch (e) { cpuError = e.name + ': ' + e.message; }
+      try { maxsimSync(q, d, { backend: 'cpu' }); } catch (e) { cpuError = e.name + ': ' + e.message; }
       console.log(JSON.stringify({
         auto: resolveBackend('auto', { wasm: true }),
         plain: resolveBackend('auto'),
-        sync: Array.from(maxsimAllSync(q, d).data),
-        async: Array.from((await maxsimAll(q, d)).data),
-        top: (await topKAll(q, d, 2)).map((h) => h.map((x) => x.index)),
+        sync: Array.from(maxsimSync(q, d).data),
+        async: Array.from((await maxsim(q, d)).data),
+        top: (await topK(q, d, 2)).map((h) => h.map((x) => x.index)),
         ref: Array.from(referenceMaxsim(q, d)),
         cpuError,
       }));`;
@@ -242,8 +242,8 @@ describe('wasm engine', () => {
     const rand = rng(runSeed + 8);
     const q = randomRagged([8, 3], 16, 'float32', rand);
     const d = randomRagged(awkwardLengths(rand, 30, 20), 16, 'float32', rand);
-    const hits = await topKAll(q, d, 5, { backend: 'wasm' });
-    const scores = maxsimAllSync(q, d, { backend: 'wasm' }).data;
+    const hits = await topK(q, d, 5, { backend: 'wasm' });
+    const scores = maxsimSync(q, d, { backend: 'wasm' }).data;
     for (let r = 0; r < 2; r++) {
       const row = Array.from(scores.subarray(r * 30, r * 30 + 30));
       const order = row.map((s, i) => [s, i]).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
@@ -261,10 +261,8 @@ describe('maxsim/browser in Node', () => {
     for (const n of [
       'init',
       'maxsim',
-      'maxsimAll',
       'maxsimSync',
       'topK',
-      'topKAll',
       'corpusFromBuffers',
       'tokenMatrix',
       'raggedBatch',

@@ -7,7 +7,7 @@ import {
   type Hit,
   isTokenBatch,
   isTokenMatrix,
-  raggedBatchView,
+  raggedBatch,
   type ScoreMatrix,
   type TokenBatch,
   type TokenMatrix,
@@ -209,11 +209,12 @@ export class Corpus implements DeviceCorpus {
       };
     }
     // a view: the data may hold tokens past the last item (a corpus allocated with spare capacity)
-    return raggedBatchView(r.data as Float32Array | Uint16Array | Int8Array, r.offsets, {
+    return raggedBatch(r.data as Float32Array | Uint16Array | Int8Array, r.offsets, {
       dim: r.dim,
       dtype: r.dtype,
       scales: r.scales,
       checkFinite: false,
+      view: true,
     });
   }
 

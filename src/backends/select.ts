@@ -30,7 +30,7 @@ export interface ResolveOptions {
   wasm?: boolean;
 }
 
-const WASM_OPS = 'maxsim, maxsimAll, topK, topKAll and their Sync variants';
+const WASM_OPS = 'maxsim, topK and maxsimSync';
 
 export function resolveBackend(choice: BackendChoice | undefined): NativeBackend;
 export function resolveBackend(choice: BackendChoice | undefined, options: ResolveOptions): BackendName;

@@ -17,7 +17,7 @@ import { referenceMaxsim } from '../backends/reference.js';
 import { type Fp8Tokens, referenceMaxsimFp8 } from '../backends/reference-fp8.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
-import { encodeFloats, type FloatDType, raggedBatch, raggedBatchView, type TokenBatch } from '../tensor.js';
+import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
 
 /** A benchmark shape `Nq,Lq,Ld,d,B`. */
 export interface BenchShape {
@@ -185,7 +185,7 @@ async function fillCorpus(
       offsets.push(starts[doc] + lengths[doc]);
       doc++;
     } while (doc < shape.b && starts[doc] !== 0);
-    await corpus.append(raggedBatchView(pool, offsets, { dim: shape.d, dtype, checkFinite: false }));
+    await corpus.append(raggedBatch(pool, offsets, { dim: shape.d, dtype, checkFinite: false, view: true }));
     onProgress?.(`filling ${doc}/${shape.b} documents`);
   }
   return corpus;

@@ -9,9 +9,10 @@
 import { cuda } from '../backends/cuda.js';
 import { cudaScoreFp8Host } from '../backends/cuda-host.js';
 import { cudaUnavailableReason } from '../backends/select.js';
-import { maxsimAll, rankRows } from '../ops/maxsim.js';
+import { maxsim } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
-import { twoStageTopKAll } from '../ops/two-stage.js';
+import { rankRows } from '../ops/shape.js';
+import { twoStageTopK } from '../ops/two-stage.js';
 import { type ScoreMatrix, selectItems, type TokenBatch } from '../tensor.js';
 
 /** One 8-bit format against fp32 on the same corpus. */
@@ -338,17 +339,17 @@ async function fidelityOfBatch(
   relevant?: number[][],
 ): Promise<FidelityReport> {
   const queriesInt8 = quantize(queries, 'int8');
-  const exact = await maxsimAll(queries, docs, { backend: 'cpu' });
-  const approx = await maxsimAll(queriesInt8, docsInt8, { backend: 'cpu' });
+  const exact = await maxsim(queries, docs, { backend: 'cpu' });
+  const approx = await maxsim(queriesInt8, docsInt8, { backend: 'cpu' });
   const exact10 = top(exact, 10);
   // the scan runs even where int8 is slower than float32 here: its fidelity is what is measured
   const two10 = (
-    await twoStageTopKAll(queries, docs, docsInt8, 10, { backend: 'cpu', prefilter: 'always' })
+    await twoStageTopK(queries, docs, docsInt8, 10, { backend: 'cpu', prefilter: 'always' })
   ).map((h) => h.map((x) => x.index));
   const int8 = formatFidelity(exact, approx, relevant);
-  const approxPerDoc = await maxsimAll(queriesInt8, docsInt8PerDoc, { backend: 'cpu' });
-  const approxCentered = await maxsimAll(queriesInt8, centered.token, { backend: 'cpu' });
-  const approxCenteredPerDoc = await maxsimAll(queriesInt8, centered.document, { backend: 'cpu' });
+  const approxPerDoc = await maxsim(queriesInt8, docsInt8PerDoc, { backend: 'cpu' });
+  const approxCentered = await maxsim(queriesInt8, centered.token, { backend: 'cpu' });
+  const approxCenteredPerDoc = await maxsim(queriesInt8, centered.document, { backend: 'cpu' });
   return {
     name,
     queries: queries.count,

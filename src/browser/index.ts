@@ -2,6 +2,7 @@
 // runtimes (ESM, no Node built-ins). Call init() once (it fetches native/wasm/maxsim.wasm next to
 // the package, or takes the bytes you give it), then score, rank, or load a corpus from ArrayBuffers.
 import { InvalidArgumentError } from '../errors.js';
+import { queriesName, rankShaped, shapeScores } from '../ops/shape.js';
 import { checkK, topKOfRow } from '../ops/topk.js';
 import {
   checkCompatible,
@@ -10,7 +11,7 @@ import {
   isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
-  raggedBatchView,
+  raggedBatch,
   type ScoreMatrix,
   type TokenBatch,
   type TokenMatrix,
@@ -26,7 +27,6 @@ export {
   type FloatDType,
   type Hit,
   raggedBatch,
-  raggedBatchView,
   type ScoreMatrix,
   type TokenBatch,
   type TokenMatrix,
@@ -92,79 +92,68 @@ function asQueries(x: TokenMatrix | TokenBatch, docs: TokenBatch, name: string):
   return isTokenMatrix(x) ? matrixAsBatch(x) : x;
 }
 
-function requireMatrix(q: unknown): asserts q is TokenMatrix {
-  if (!isTokenMatrix(q))
-    throw new InvalidArgumentError(
-      'query',
-      'a TokenMatrix (maxsimAll for a batch)',
-      isTokenBatch(q) ? 'a TokenBatch' : typeof q,
-    );
-}
-function requireBatch(q: unknown): asserts q is TokenBatch {
-  if (!isTokenBatch(q))
-    throw new InvalidArgumentError(
-      'queries',
-      'a TokenBatch (maxsim for one query)',
-      isTokenMatrix(q) ? 'a TokenMatrix' : typeof q,
-    );
-}
-
 /** One query against every document: Float32Array [B]. Yields to the page between slices. */
-export async function maxsim(
+export function maxsim(
   query: TokenMatrix,
   docs: TokenBatch,
+  options?: BrowserScoreOptions,
+): Promise<Float32Array>;
+/** Every query of a batch against every document: rows = queries, cols = documents. */
+export function maxsim(
+  queries: TokenBatch,
+  docs: TokenBatch,
+  options?: BrowserScoreOptions,
+): Promise<ScoreMatrix>;
+export function maxsim(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  options?: BrowserScoreOptions,
+): Promise<Float32Array | ScoreMatrix>;
+export async function maxsim(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
   options: BrowserScoreOptions = {},
-): Promise<Float32Array> {
-  requireMatrix(query);
-  return ready().score(asQueries(query, docs, 'query'), docs, { signal: options.signal });
+): Promise<Float32Array | ScoreMatrix> {
+  const q = asQueries(queries, docs, queriesName(queries));
+  return shapeScores(queries, await ready().score(q, docs, { signal: options.signal }), docs.count);
 }
 
 /** maxsim without yielding (blocks the thread: keep batches small on a page's main thread). */
-export function maxsimSync(query: TokenMatrix, docs: TokenBatch): Float32Array {
-  requireMatrix(query);
-  return ready().scoreSync(asQueries(query, docs, 'query'), docs);
+export function maxsimSync(query: TokenMatrix, docs: TokenBatch): Float32Array;
+export function maxsimSync(queries: TokenBatch, docs: TokenBatch): ScoreMatrix;
+export function maxsimSync(queries: TokenMatrix | TokenBatch, docs: TokenBatch): Float32Array | ScoreMatrix;
+export function maxsimSync(queries: TokenMatrix | TokenBatch, docs: TokenBatch): Float32Array | ScoreMatrix {
+  const q = asQueries(queries, docs, queriesName(queries));
+  return shapeScores(queries, ready().scoreSync(q, docs), docs.count);
 }
 
-/** Every query against every document. */
-export async function maxsimAll(
-  queries: TokenBatch,
-  docs: TokenBatch,
-  options: BrowserScoreOptions = {},
-): Promise<ScoreMatrix> {
-  requireBatch(queries);
-  const data = await ready().score(asQueries(queries, docs, 'queries'), docs, { signal: options.signal });
-  return { data, rows: queries.count, cols: docs.count };
-}
-
-export function maxsimAllSync(queries: TokenBatch, docs: TokenBatch): ScoreMatrix {
-  requireBatch(queries);
-  return {
-    data: ready().scoreSync(asQueries(queries, docs, 'queries'), docs),
-    rows: queries.count,
-    cols: docs.count,
-  };
-}
-
-/** The k best documents, best first (ties: lower index first). */
-export async function topK(
+/** The k best documents, best first (ties: lower index first): hits, or hits per query of a batch. */
+export function topK(
   query: TokenMatrix,
   docs: TokenBatch,
   k: number,
-  options: BrowserScoreOptions = {},
-): Promise<Hit[]> {
-  checkK(k);
-  return topKOfRow(await maxsim(query, docs, options), k);
-}
-
-export async function topKAll(
+  options?: BrowserScoreOptions,
+): Promise<Hit[]>;
+export function topK(
   queries: TokenBatch,
   docs: TokenBatch,
   k: number,
+  options?: BrowserScoreOptions,
+): Promise<Hit[][]>;
+export function topK(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  k: number,
+  options?: BrowserScoreOptions,
+): Promise<Hit[] | Hit[][]>;
+export async function topK(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  k: number,
   options: BrowserScoreOptions = {},
-): Promise<Hit[][]> {
+): Promise<Hit[] | Hit[][]> {
   checkK(k);
-  const s = await maxsimAll(queries, docs, options);
-  return Array.from({ length: s.rows }, (_, r) => topKOfRow(s.data, k, r * s.cols, s.cols));
+  return rankShaped(await maxsim(queries, docs, options), k);
 }
 
 export interface CorpusBuffers {
@@ -208,7 +197,7 @@ export class BrowserCorpus {
           ? new Int8Array(raw, offset, bytes)
           : new Uint16Array(raw, offset, bytes / 2);
     const scales = buffers.scales instanceof ArrayBuffer ? new Float32Array(buffers.scales) : buffers.scales;
-    this.#docs = raggedBatchView(view, buffers.offsets, { dim: buffers.dim, dtype, scales });
+    this.#docs = raggedBatch(view, buffers.offsets, { dim: buffers.dim, dtype, scales, view: true });
     if (buffers.ids && buffers.ids.length !== this.#docs.count) {
       throw new InvalidArgumentError(
         'ids',
@@ -230,7 +219,12 @@ export class BrowserCorpus {
 
   /** Scores of one query against every document. */
   async score(query: TokenMatrix, options: BrowserScoreOptions = {}): Promise<Float32Array> {
-    requireMatrix(query);
+    if (!isTokenMatrix(query))
+      throw new InvalidArgumentError(
+        'query',
+        'a TokenMatrix (one query)',
+        isTokenBatch(query) ? 'a TokenBatch' : typeof query,
+      );
     const r = this.#live();
     return ready().score(asQueries(query, this.#docs, 'query'), this.#docs, { signal: options.signal }, r);
   }

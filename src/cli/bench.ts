@@ -7,7 +7,7 @@ import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
 import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
-import { maxsim, maxsimAll, type ScoreOptions, topKAll } from '../ops/maxsim.js';
+import { maxsim, type ScoreOptions, topK } from '../ops/maxsim.js';
 import {
   cpuInt8IsaFor,
   cpuInt8Isas,
@@ -17,7 +17,7 @@ import {
   type ScaleGranularity,
   warnIfInt8Slower,
 } from '../ops/quantize.js';
-import { twoStageTopKAll } from '../ops/two-stage.js';
+import { twoStageTopK } from '../ops/two-stage.js';
 import {
   denseBatch,
   dtypeSize,
@@ -375,8 +375,7 @@ async function benchCpuShape(shape: BenchShape, ctx: CpuBenchContext): Promise<v
     threads: opts.threads,
     isa: (isa ?? undefined) as ScoreOptions['isa'],
   };
-  const score = (q: TokenMatrix | TokenBatch, d: TokenBatch, o: ScoreOptions) => () =>
-    q.kind === 'matrix' ? maxsim(q, d, o) : maxsimAll(q, d, o);
+  const score = (q: TokenMatrix | TokenBatch, d: TokenBatch, o: ScoreOptions) => () => maxsim(q, d, o);
   // cpu int8: float32 on the same (unquantized) data, and with --top-k the two-stage top-k;
   // the cases run interleaved, round after round, so this VM's drift and its neighbours' load
   // hit them alike (bench/interleave.ts); median and min of --repeats rounds after --warmup
@@ -387,8 +386,8 @@ async function benchCpuShape(shape: BenchShape, ctx: CpuBenchContext): Promise<v
   if (int8Isa) cases.push(score(inputs.queries, inputs.docs, fp32Options));
   if (int8Isa && opts.topK !== undefined)
     cases.push(
-      () => twoStageTopKAll(qBatch, inputs.docs, docs, k, { ...fp32Options, int8Isa }),
-      () => topKAll(qBatch, inputs.docs, k, fp32Options),
+      () => twoStageTopK(qBatch, inputs.docs, docs, k, { ...fp32Options, int8Isa }),
+      () => topK(qBatch, inputs.docs, k, fp32Options),
     );
   const times = cases.map(() => [] as number[]);
   for (let i = 0; i < opts.warmup + opts.repeats; i++) {
@@ -403,7 +402,8 @@ async function benchCpuShape(shape: BenchShape, ctx: CpuBenchContext): Promise<v
   const stats = times.map((t) => ({ ms: median(t), minMs: Math.min(...t) }));
   const main = stats[0];
   const fp32 = int8Isa ? stats[1] : undefined;
-  const topK = int8Isa && opts.topK !== undefined ? { k, twoStage: stats[2], fp32: stats[3] } : undefined;
+  const topKStats =
+    int8Isa && opts.topK !== undefined ? { k, twoStage: stats[2], fp32: stats[3] } : undefined;
   progress.finish();
   const ms = main.ms;
   const flops = 2 * shape.nq * shape.lq * docTokens * shape.d;
@@ -422,15 +422,15 @@ async function benchCpuShape(shape: BenchShape, ctx: CpuBenchContext): Promise<v
     gflops: flops / (ms / 1e3) / 1e9,
     gbps: docBytes / (ms / 1e3) / 1e9,
     ...(fp32 ? { fp32: { isa: baselineIsa, ...fp32 }, speedupVsFp32: fp32.ms / ms } : {}),
-    ...(topK
+    ...(topKStats
       ? {
           topK: {
-            k: topK.k,
+            k: topKStats.k,
             // 'auto' prefilter: no scan where int8 is slower (the warning), exact float32 instead
             scanned: slower === undefined,
-            twoStageMs: topK.twoStage.ms,
-            fp32Ms: topK.fp32.ms,
-            speedupVsFp32: topK.fp32.ms / topK.twoStage.ms,
+            twoStageMs: topKStats.twoStage.ms,
+            fp32Ms: topKStats.fp32.ms,
+            speedupVsFp32: topKStats.fp32.ms / topKStats.twoStage.ms,
           },
         }
       : {}),
@@ -449,11 +449,11 @@ async function benchCpuShape(shape: BenchShape, ctx: CpuBenchContext): Promise<v
       fixed(result.gflops, 1),
       fixed(result.gbps, 2),
       ...(fp32 ? [`cpu/${baselineIsa}`, fixed(fp32.ms, 3), `${fixed(fp32.ms / ms, 2)}x`] : []),
-      ...(topK
+      ...(topKStats
         ? [
-            fixed(topK.twoStage.ms, 3),
-            fixed(topK.fp32.ms, 3),
-            `${fixed(topK.fp32.ms / topK.twoStage.ms, 2)}x`,
+            fixed(topKStats.twoStage.ms, 3),
+            fixed(topKStats.fp32.ms, 3),
+            `${fixed(topKStats.fp32.ms / topKStats.twoStage.ms, 2)}x`,
           ]
         : []),
     ]);

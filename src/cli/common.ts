@@ -11,7 +11,7 @@ import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../io/load.js';
 import type { NpyArray } from '../io/npy.js';
 import { checkMean } from '../ops/center.js';
-import { maxsimAll } from '../ops/maxsim.js';
+import { maxsim } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity, warnIfInt8Slower } from '../ops/quantize.js';
 import {
   type FloatDType,
@@ -292,12 +292,12 @@ export async function scoreInFormat(
 ): Promise<ScoreMatrix> {
   const q = queries.kind === 'matrix' ? matrixAsBatch(queries) : queries;
   const { scales, ...run } = options;
-  if (format === 'float') return maxsimAll(q, docs, run);
+  if (format === 'float') return maxsim(q, docs, run);
   if (format === 'int8') {
     const i8 = <T extends TokenBatch>(x: T, s?: ScaleGranularity) =>
       x.dtype === 'int8' ? x : quantize(x, 'int8', { scales: s });
     if (resolveBackend(run.backend) === 'cpu') warnIfInt8Slower(q.dim, '--dtype int8');
-    return maxsimAll(i8(q), i8(docs, scales), run);
+    return maxsim(i8(q), i8(docs, scales), run);
   }
   if (options.backend === 'cpu')
     throw new InvalidArgumentError(

@@ -13,7 +13,7 @@ import {
   deleteDocuments,
   recoverCorpus,
 } from '../io/corpus/index.js';
-import { buildCorpusFromFilesAsync } from '../io/corpus-build.js';
+import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
 import { decodeToFloat32, type FloatDType } from '../tensor.js';
@@ -156,7 +156,7 @@ function buildAction(append: boolean) {
       );
     let bar: Progress | undefined;
     const interrupt = interruptSignal();
-    const info = await buildCorpusFromFilesAsync({
+    const info = await buildCorpusFromFiles({
       docs: opts.docs,
       docOffsets: opts.docOffsets,
       docLengths: opts.docLengths,

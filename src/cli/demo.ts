@@ -6,7 +6,7 @@ import { cpuInfo } from '../backends/cpu.js';
 import { type BackendChoice, resolveBackend } from '../backends/select.js';
 import { demoCorpus } from '../demo/corpus.js';
 import { InvalidArgumentError } from '../errors.js';
-import { topKAll } from '../ops/maxsim.js';
+import { topK } from '../ops/maxsim.js';
 import { type FloatDType, type Hit, totalTokens } from '../tensor.js';
 import { BACKEND_CHOICES, fixed, grouped, integerOption, parseDtype, printTable } from './common.js';
 
@@ -65,7 +65,7 @@ export function demoCommand(): Command {
       const generationSeconds = secondsSince(generationStart);
 
       const searchStart = process.hrtime.bigint();
-      const hits = await topKAll(queries, docs, RECALL_DEPTH, { backend, threads: opts.threads });
+      const hits = await topK(queries, docs, RECALL_DEPTH, { backend, threads: opts.threads });
       const searchSeconds = secondsSince(searchStart);
 
       const tokens = totalTokens(docs);

@@ -64,7 +64,7 @@ export function infoCommand(): Command {
       if (report.cudaUnavailable !== undefined) {
         console.log(`cuda      unavailable: ${report.cudaUnavailable}`);
       } else {
-        for (const line of describeCuda(report.cuda as CudaStatus)) console.log(`cuda      ${line}`);
+        for (const line of describeCuda(report.cuda)) console.log(`cuda      ${line}`);
       }
     });
 }

@@ -73,8 +73,8 @@ function inherit(command: Command, parent: Command): Command {
 const CLI_WORDING: [RegExp, string][] = [
   [/pass checkFinite: false/g, 'pass --no-check-finite'],
   [/pass clamp: true \/ --clamp/g, 'pass --clamp'],
-  [/; use raggedBatchView for a view into a larger buffer/g, ''],
-  [/; a larger buffer is a view: use the \.\.\.View constructor/g, ''],
+  [/; pass \{ view: true \} for a view into a larger buffer/g, ''],
+  [/; a larger buffer is a view: pass \{ view: true \}/g, ''],
   [/\(maxWork[^)]*\)/g, '(--max-work)'],
 ];
 

@@ -4,10 +4,10 @@ import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-stream.j
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { openCorpus } from '../ops/corpus-search.js';
-import { rankRows } from '../ops/maxsim.js';
 import { quantize, type ScaleGranularity, warnIfInt8Slower } from '../ops/quantize.js';
-import { twoStageTopKAll } from '../ops/two-stage.js';
-import type { Hit } from '../tensor.js';
+import { rankRows } from '../ops/shape.js';
+import { twoStageTopK } from '../ops/two-stage.js';
+import { type Hit, isTokenMatrix, matrixAsBatch } from '../tensor.js';
 import {
   addInputOptions,
   checkScalesUse,
@@ -136,10 +136,11 @@ export function searchCommand(): Command {
           // the scan's documents centered (docs/eight-bit.md): candidates as good or better, the
           // results the exact rescore either way
           const scan = quantize(docs, 'int8', { scales: opts.scales, center: docs.dtype !== 'int8' });
-          results = await twoStageTopKAll(queries, docs, scan, opts.topK, options);
+          const batch = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
+          results = await twoStageTopK(batch, docs, scan, opts.topK, options);
         } else {
           const format = formatOf(opts.dtype);
-          // what topK / topKAll do (rank the score rows), in blocks with progress for large inputs
+          // what topK does (rank the score rows), in blocks with progress for large inputs
           const m = await scoreInBlocks(
             queries,
             docs,

@@ -7,7 +7,7 @@ import { referenceMaxsim } from '../backends/reference.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { MaxsimError } from '../errors.js';
-import { maxsim, maxsimAll, type ScoreOptions } from '../ops/maxsim.js';
+import { maxsim, type ScoreOptions } from '../ops/maxsim.js';
 import {
   denseBatch,
   encodeFloats,
@@ -22,7 +22,7 @@ import { Progress } from './progress.js';
 
 interface Case {
   name: string;
-  /** Queries; 0 means one query as a TokenMatrix, scored with maxsim() instead of maxsimAll(). */
+  /** Queries; 0 means one query as a TokenMatrix (maxsim's one-query path) instead of a batch. */
   nq: number;
   lq: number;
   d: number;
@@ -160,7 +160,7 @@ export function verifyCommand(): Command {
             const got =
               queries.kind === 'matrix'
                 ? await maxsim(queries, docs, engine.options)
-                : (await maxsimAll(queries, docs, engine.options)).data;
+                : (await maxsim(queries, docs, engine.options)).data;
             const err = maxRelativeError(got, ref);
             const tol = tolerance(c);
             checks.push({

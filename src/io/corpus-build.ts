@@ -81,8 +81,11 @@ function readIds(path: string, count: number): string[] {
 
 type BuildResult = CorpusInfo & { clamped: number };
 
-/** Builds (or appends to) a corpus from array files; returns the corpus as published (and what was clamped). */
-export function buildCorpusFromFiles(options: BuildFromFilesOptions): BuildResult {
+/**
+ * buildCorpusFromFiles on the calling thread (blocks it until the corpus is published); from
+ * 'maxsim/sync'. `signal` is checked between groups.
+ */
+export function buildCorpusFromFilesSync(options: BuildFromFilesOptions): BuildResult {
   const signal = checkSignal(options.signal);
   signal?.throwIfAborted();
   const steps = buildSteps(options);
@@ -92,10 +95,11 @@ export function buildCorpusFromFiles(options: BuildFromFilesOptions): BuildResul
 }
 
 /**
- * buildCorpusFromFiles off and on the event loop: it yields between groups (reads and writes stay
- * synchronous within a group), so timers, I/O and a `signal` aborted by them are served meanwhile.
+ * Builds (or appends to) a corpus from array files; resolves to the corpus as published (and what was
+ * clamped). It yields to the event loop between groups (reads and writes stay synchronous within a
+ * group), so timers, I/O and a `signal` aborted by them are served meanwhile.
  */
-export async function buildCorpusFromFilesAsync(options: BuildFromFilesOptions): Promise<BuildResult> {
+export async function buildCorpusFromFiles(options: BuildFromFilesOptions): Promise<BuildResult> {
   const signal = checkSignal(options.signal);
   signal?.throwIfAborted();
   const steps = buildSteps(options);

@@ -42,7 +42,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import { topKAll } from './maxsim.js';
+import { topK } from './maxsim.js';
 import { cpuMaxsimInt8, quantize } from './quantize.js';
 import { checkK, topKOfRow } from './topk.js';
 
@@ -501,7 +501,7 @@ export class Corpus {
       };
     const docs = file.readDocuments(subset);
     const hits = (
-      await topKAll(q, docs, Math.min(k, subset.length), {
+      await topK(q, docs, Math.min(k, subset.length), {
         backend: 'cuda',
         device: options.device,
       })

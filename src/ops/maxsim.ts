@@ -1,5 +1,6 @@
 // MaxSim scoring on host arrays: score(Q, D) = sum over query tokens of the max over document tokens
-// of <q, d>. One query against B documents, or every query of a batch against every document.
+// of <q, d>. One query against B documents, or every query of a batch against every document: the
+// entry points take either shape and answer in it (shape.ts).
 // TypeScript validates and picks the backend; the native engines do the arithmetic.
 
 import { checkSignal, throwIfAborted, untilAborted, withCancelFlag } from '../abort.js';
@@ -11,7 +12,6 @@ import { InvalidArgumentError } from '../errors.js';
 import {
   checkCompatible,
   type Hit,
-  isTokenBatch,
   isTokenMatrix,
   matrixAsBatch,
   optionsObject,
@@ -21,7 +21,8 @@ import {
 } from '../tensor.js';
 import { refuseCenteredQueries, uncenterScores } from './center.js';
 import { cpuMaxsimInt8, cpuMaxsimInt8Sync, type Int8Isa } from './quantize.js';
-import { checkK, topKOfRow } from './topk.js';
+import { queriesName, rankShaped, shapeScores } from './shape.js';
+import { checkK } from './topk.js';
 
 export interface ScoreOptions {
   /**
@@ -110,7 +111,7 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
   if (options.backend === 'cuda') {
     throw new InvalidArgumentError(
       'backend',
-      "'cpu', 'wasm' or 'auto' for a synchronous call (CUDA work is asynchronous: use maxsim())",
+      "'cpu', 'wasm' or 'auto' for a synchronous call (CUDA work is asynchronous: use maxsim() from 'maxsim')",
       "'cuda'",
     );
   }
@@ -132,89 +133,65 @@ function scoreAllPairsSync(q: TokenBatch, docs: TokenBatch, options: ScoreOption
   return cpuMaxsimSync(q, docs, { threads: options.threads, isa: options.isa as CpuIsa | undefined });
 }
 
-function requireMatrix(query: unknown): asserts query is TokenMatrix {
-  if (!isTokenMatrix(query)) {
-    throw new InvalidArgumentError(
-      'query',
-      'a TokenMatrix (use maxsimAll for a batch of queries)',
-      isTokenBatch(query) ? 'a TokenBatch' : typeof query,
-    );
-  }
-}
-function requireBatch(queries: unknown): asserts queries is TokenBatch {
-  if (!isTokenBatch(queries)) {
-    throw new InvalidArgumentError(
-      'queries',
-      'a TokenBatch of queries (use maxsim for one query)',
-      isTokenMatrix(queries) ? 'a TokenMatrix' : typeof queries,
-    );
-  }
-}
-
 /** Scores one query against every document: Float32Array [B]. */
+export function maxsim(query: TokenMatrix, docs: TokenBatch, options?: ScoreOptions): Promise<Float32Array>;
+/** Scores every query of a batch against every document: rows = queries, cols = documents. */
+export function maxsim(queries: TokenBatch, docs: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
+export function maxsim(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  options?: ScoreOptions,
+): Promise<Float32Array | ScoreMatrix>;
 export async function maxsim(
-  query: TokenMatrix,
+  queries: TokenMatrix | TokenBatch,
   docs: TokenBatch,
   options: ScoreOptions = {},
-): Promise<Float32Array> {
-  requireMatrix(query);
-  return scoreAllPairs(prepare(query, docs, 'query'), docs, options);
+): Promise<Float32Array | ScoreMatrix> {
+  const q = prepare(queries, docs, queriesName(queries));
+  return shapeScores(queries, await scoreAllPairs(q, docs, options), docs.count);
 }
 
-/** Synchronous CPU variant of maxsim (blocks the calling thread). */
-export function maxsimSync(query: TokenMatrix, docs: TokenBatch, options: ScoreOptions = {}): Float32Array {
-  requireMatrix(query);
-  return scoreAllPairsSync(prepare(query, docs, 'query'), docs, options);
-}
-
-/** Scores every query against every document: rows = queries, cols = documents. */
-export async function maxsimAll(
-  queries: TokenBatch,
+/**
+ * maxsim on the calling thread (blocks it), on the CPU or wasm engine; from 'maxsim/sync'. One query:
+ * Float32Array [B]; a batch: a ScoreMatrix.
+ */
+export function maxsimSync(query: TokenMatrix, docs: TokenBatch, options?: ScoreOptions): Float32Array;
+export function maxsimSync(queries: TokenBatch, docs: TokenBatch, options?: ScoreOptions): ScoreMatrix;
+export function maxsimSync(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  options?: ScoreOptions,
+): Float32Array | ScoreMatrix;
+export function maxsimSync(
+  queries: TokenMatrix | TokenBatch,
   docs: TokenBatch,
   options: ScoreOptions = {},
-): Promise<ScoreMatrix> {
-  requireBatch(queries);
-  const data = await scoreAllPairs(prepare(queries, docs, 'queries'), docs, options);
-  return { data, rows: queries.count, cols: docs.count };
-}
-
-/** Synchronous CPU variant of maxsimAll. */
-export function maxsimAllSync(
-  queries: TokenBatch,
-  docs: TokenBatch,
-  options: ScoreOptions = {},
-): ScoreMatrix {
-  requireBatch(queries);
-  const data = scoreAllPairsSync(prepare(queries, docs, 'queries'), docs, options);
-  return { data, rows: queries.count, cols: docs.count };
+): Float32Array | ScoreMatrix {
+  const q = prepare(queries, docs, queriesName(queries));
+  return shapeScores(queries, scoreAllPairsSync(q, docs, options), docs.count);
 }
 
 /** The k best documents for one query, best first (ties: lower index first). */
-export async function topK(
-  query: TokenMatrix,
-  docs: TokenBatch,
-  k: number,
-  options: ScoreOptions = {},
-): Promise<Hit[]> {
-  checkK(k);
-  return topKOfRow(await maxsim(query, docs, options), k);
-}
-
+export function topK(query: TokenMatrix, docs: TokenBatch, k: number, options?: ScoreOptions): Promise<Hit[]>;
 /** The k best documents for every query of a batch. */
-export async function topKAll(
+export function topK(
   queries: TokenBatch,
   docs: TokenBatch,
   k: number,
+  options?: ScoreOptions,
+): Promise<Hit[][]>;
+export function topK(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  k: number,
+  options?: ScoreOptions,
+): Promise<Hit[] | Hit[][]>;
+export async function topK(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch,
+  k: number,
   options: ScoreOptions = {},
-): Promise<Hit[][]> {
+): Promise<Hit[] | Hit[][]> {
   checkK(k);
-  return rankRows(await maxsimAll(queries, docs, options), k);
-}
-
-/** Top-k of every row of a score matrix. */
-export function rankRows(scores: ScoreMatrix, k: number): Hit[][] {
-  checkK(k);
-  const out: Hit[][] = [];
-  for (let r = 0; r < scores.rows; r++) out.push(topKOfRow(scores.data, k, r * scores.cols, scores.cols));
-  return out;
+  return rankShaped(await maxsim(queries, docs, options), k);
 }

@@ -15,8 +15,9 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import { maxsim, maxsimAll, type ScoreOptions, topKAll } from './maxsim.js';
+import { maxsim, type ScoreOptions, topK } from './maxsim.js';
 import { type Int8Isa, quantize, warnIfInt8Slower } from './quantize.js';
+import { queriesName } from './shape.js';
 import { checkK, topKOfRow } from './topk.js';
 
 export interface TwoStageOptions extends ScoreOptions {
@@ -34,19 +35,54 @@ export interface TwoStageOptions extends ScoreOptions {
 }
 
 /**
- * The exact top-k documents for every query: `docs` is the float corpus, `docsInt8` the same corpus
+ * The exact top-k documents for one query (a TokenMatrix: hits) or every query of a batch (a list of
+ * hits per query): `docs` is the float corpus, `docsInt8` the same corpus
  * quantized with quantize(docs, 'int8') (same items in the same order). Queries are quantized here.
  * Both may be device corpora (`docsInt8 = await docs.quantize('int8')`): then both stages run in one
  * GPU job, and only the candidates' spans go up and the k hits per query come back.
  * Equal to the exact top-k whenever each true top-k document ranks within the first c·k of the
  * int8 scan.
  */
-export async function twoStageTopKAll(
-  queries: TokenBatch | TokenMatrix,
+export function twoStageTopK(
+  query: TokenMatrix,
+  docs: TokenBatch | DeviceCorpus,
+  docsInt8: TokenBatch | DeviceCorpus,
+  k: number,
+  options?: TwoStageOptions,
+): Promise<Hit[]>;
+export function twoStageTopK(
+  queries: TokenBatch,
+  docs: TokenBatch | DeviceCorpus,
+  docsInt8: TokenBatch | DeviceCorpus,
+  k: number,
+  options?: TwoStageOptions,
+): Promise<Hit[][]>;
+export function twoStageTopK(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch | DeviceCorpus,
+  docsInt8: TokenBatch | DeviceCorpus,
+  k: number,
+  options?: TwoStageOptions,
+): Promise<Hit[] | Hit[][]>;
+export async function twoStageTopK(
+  queries: TokenMatrix | TokenBatch,
   docs: TokenBatch | DeviceCorpus,
   docsInt8: TokenBatch | DeviceCorpus,
   k: number,
   options: TwoStageOptions = {},
+): Promise<Hit[] | Hit[][]> {
+  queriesName(queries);
+  const hits = await twoStageRows(queries, docs, docsInt8, k, options);
+  return isTokenMatrix(queries) ? hits[0] : hits;
+}
+
+// twoStageTopK for either shape, one list of hits per query
+async function twoStageRows(
+  queries: TokenMatrix | TokenBatch,
+  docs: TokenBatch | DeviceCorpus,
+  docsInt8: TokenBatch | DeviceCorpus,
+  k: number,
+  options: TwoStageOptions,
 ): Promise<Hit[][]> {
   checkK(k);
   // host batches: both stages pass `signal` to the CPU engines (they stop early); device corpora: one job
@@ -90,8 +126,8 @@ export async function twoStageTopKAll(
     warnIfInt8Slower(docs.dim, 'two-stage top-k', options.int8Isa, floatIsa) !== undefined &&
     prefilter === 'auto'
   )
-    return topKAll(q, docs, k, options);
-  const scan = await maxsimAll(quantize(q, 'int8'), docsInt8, {
+    return topK(q, docs, k, options);
+  const scan = await maxsim(quantize(q, 'int8'), docsInt8, {
     ...options,
     backend: 'cpu',
     isa: options.int8Isa,
@@ -136,15 +172,4 @@ async function twoStageDevice(
   const q = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
   const keep = Math.min(docs.count, Math.ceil(c * k));
   return docsInt8.topK(q, k, { rescore: { docs, candidates: keep } });
-}
-
-/** twoStageTopKAll for one query. */
-export async function twoStageTopK(
-  query: TokenMatrix,
-  docs: TokenBatch | DeviceCorpus,
-  docsInt8: TokenBatch | DeviceCorpus,
-  k: number,
-  options: TwoStageOptions = {},
-): Promise<Hit[]> {
-  return (await twoStageTopKAll(query, docs, docsInt8, k, options))[0];
 }

@@ -13,7 +13,7 @@ import { type BackendChoice, type BackendName, resolveBackend } from '../backend
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { type CorpusFile, type CorpusInfo, duplicateIds, manifestStamp } from '../io/corpus/index.js';
 import { Corpus, type CorpusHit, mergeHits, openCorpus } from '../ops/corpus-search.js';
-import { maxsimAll } from '../ops/maxsim.js';
+import { maxsim } from '../ops/maxsim.js';
 import { quantize } from '../ops/quantize.js';
 import { type Hit, matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { WriteAnswer, WriteJob } from './append-worker.js';
@@ -363,7 +363,7 @@ export class ResidentCorpus {
             ? selectItems(mappedSegment(s, g), local)
             : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
               s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
-          const m = await maxsimAll(q, docs, {
+          const m = await maxsim(q, docs, {
             backend: this.backend,
             threads: this.options.threads,
             device: this.options.device,

@@ -26,7 +26,6 @@ export { cudaUnavailableReason } from '../backends/select.js';
 export { type DemoCorpus, type DemoCorpusOptions, demoCorpus } from '../demo/corpus.js';
 export { Rng } from '../demo/random.js';
 export type { ChamferIsa, PointClouds } from '../ops/chamfer.js';
-export { rankRows } from '../ops/maxsim.js';
 export {
   cpuInt8IsaFor,
   cpuInt8Isas,
@@ -36,6 +35,7 @@ export {
   type RoundTripError,
   roundTripError,
 } from '../ops/quantize.js';
+export { rankRows } from '../ops/shape.js';
 export { maxsimTrainTuned, type TrainCudaTuning, type TunedTrainOptions } from '../ops/train.js';
 // The compressed PLAID-class index, in memory until it joins the corpus format (docs/index.md).
 export {

@@ -1,5 +1,6 @@
-// 'maxsim/io': the file formats in detail (.npy, .safetensors, the corpus file and its blocks), array
-// sources and the conversions between arrays and batches. Re-exports only.
+// 'maxsim/io': the file readers and writers (.npy, .safetensors, any array file by spec), the formats
+// in detail (the corpus file and its blocks), array sources and the conversions between arrays and
+// batches. Re-exports only.
 
 export type { NpyArray } from '../io/array.js';
 export { type ArraySource, openArraySource } from '../io/array-source.js';
@@ -13,8 +14,14 @@ export {
   type RecoverResult,
   type VerifyProgress,
 } from '../io/corpus/index.js';
-export { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays } from '../io/load.js';
-// (readNpy / writeNpy / readSafetensors / writeSafetensors are at the package root)
+export {
+  arrayToDocs,
+  arrayToMatrix,
+  arrayToQueries,
+  batchToArrays,
+  type LoadArrayOptions,
+  loadArray,
+} from '../io/load.js';
 export {
   encodeNpy,
   fileRange,
@@ -25,14 +32,18 @@ export {
   parseNpy,
   parseNpyHeader,
   readFileRange,
+  readNpy,
+  writeNpy,
 } from '../io/npy.js';
 export {
   encodeSafetensors,
   openSafetensors,
   parseSafetensors,
   parseSafetensorsLayout,
+  readSafetensors,
   SAFETENSORS_MAX_HEADER_BYTES,
   type SafetensorsEntry,
   type SafetensorsFile,
   type SafetensorsReader,
+  writeSafetensors,
 } from '../io/safetensors.js';

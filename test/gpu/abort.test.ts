@@ -11,7 +11,7 @@ import { cudaStatus } from '../../src/backends/cuda.js';
 import type { Hit, TokenBatch } from '../../src/index.js';
 import { CorpusWriter } from '../../src/io/corpus/index.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
-import { maxsimAll } from '../../src/ops/maxsim.js';
+import { maxsim } from '../../src/ops/maxsim.js';
 import { contrastiveStep } from '../../src/ops/train.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { skip } from './helpers.js';
@@ -79,14 +79,14 @@ describe('CUDA cancellation', { skip }, () => {
     await assert.rejects(corpus.search(queries, { backend: 'cuda', signal: AbortSignal.abort() }), isAbort);
   });
 
-  test('maxsimAll and contrastiveStep on CUDA: an abort drops the result; the device stays healthy', async () => {
+  test('maxsim and contrastiveStep on CUDA: an abort drops the result; the device stays healthy', async () => {
     const docs: TokenBatch = openCorpus(dir).readDocuments(Array.from({ length: 500 }, (_, i) => i));
-    const want = await maxsimAll(queries, docs, { backend: 'cuda' });
+    const want = await maxsim(queries, docs, { backend: 'cuda' });
     const c = new AbortController();
-    const job = maxsimAll(queries, docs, { backend: 'cuda', signal: c.signal });
+    const job = maxsim(queries, docs, { backend: 'cuda', signal: c.signal });
     c.abort();
     await assert.rejects(job, isAbort);
-    assert.deepEqual((await maxsimAll(queries, docs, { backend: 'cuda' })).data, want.data);
+    assert.deepEqual((await maxsim(queries, docs, { backend: 'cuda' })).data, want.data);
     const q = randomRagged([6, 3, 8, 5], 16, 'float32', rand);
     const d = randomRagged([10, 4, 12, 7], 16, 'float32', rand);
     const c2 = new AbortController();

@@ -9,8 +9,8 @@ import { after, describe, test } from 'node:test';
 import type { FloatDType, Hit, TokenBatch } from '../../src/index.js';
 import { CorpusWriter, deleteDocuments } from '../../src/io/corpus/index.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
-import { rankRows } from '../../src/ops/maxsim.js';
 import { quantize } from '../../src/ops/quantize.js';
+import { rankRows } from '../../src/ops/shape.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { gpu, skip } from './helpers.js';
 

@@ -14,7 +14,7 @@ import {
 import { planSelect } from '../../src/backends/cuda-select-plan.js';
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
 import { topKOfRow } from '../../src/ops/topk.js';
-import { twoStageTopKAll } from '../../src/ops/two-stage.js';
+import { twoStageTopK } from '../../src/ops/two-stage.js';
 import { setJobPhases, setSelectPlacement } from '../../src/subpaths/internal.js';
 import {
   encodeFloats,
@@ -189,12 +189,12 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
     try {
       const queries = randomRagged([32, 32, 5, 1], 128, 'float32', rand);
       const exact = await f16.topK(queries, 10);
-      const two = await twoStageTopKAll(queries, f16, i8, 10);
+      const two = await twoStageTopK(queries, f16, i8, 10);
       assert.deepEqual(
         two.map((r) => r.map((h) => [h.index, h.score])),
         exact.map((r) => r.map((h) => [h.index, h.score])),
       );
-      await assert.rejects(twoStageTopKAll(queries, i8, f16, 10), /docsInt8\.dtype/);
+      await assert.rejects(twoStageTopK(queries, i8, f16, 10), /docsInt8\.dtype/);
     } finally {
       i8.dispose();
       f16.dispose();
@@ -230,13 +230,13 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
           const queries = randomRagged([32, 9, 1, 0, 32, 64], 128, 'float32', rand);
           for (const [k, c] of cases) {
             const context = `${dtype}, ${count} documents, k ${k}, c ${c}`;
-            const fused = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
+            const fused = await twoStageTopK(queries, docs, docsInt8, k, { candidateFactor: c });
             const unfused = await unfusedTwoStage(queries, docs, docsInt8, k, c);
             assert.deepStrictEqual(fused, unfused, context);
             const n = Math.min(k, count, Math.ceil(c * k));
             for (const row of fused) assert.equal(row.length, n, context);
           }
-          assert.deepStrictEqual(await twoStageTopKAll(queries, docs, docsInt8, 0), [[], [], [], [], [], []]);
+          assert.deepStrictEqual(await twoStageTopK(queries, docs, docsInt8, 0), [[], [], [], [], [], []]);
         } finally {
           docsInt8.dispose();
           docs.dispose();
@@ -287,7 +287,7 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
     const i8 = await f16.quantize('int8');
     try {
       for (const k of [10, 3]) {
-        const got = await twoStageTopKAll(queries, f16, i8, k);
+        const got = await twoStageTopK(queries, f16, i8, k);
         for (let q = 0; q < queryLengths.length; q++) {
           const row = ref.subarray(q * count, (q + 1) * count);
           const want = referenceTopK(row, k + 1);
@@ -318,7 +318,7 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       );
       const small8 = await small.quantize('int8');
       try {
-        const all = await twoStageTopKAll(queries, small, small8, 45);
+        const all = await twoStageTopK(queries, small, small8, 45);
         const smallRef = referenceMaxsim(
           queries16,
           raggedBatch(host.data.slice(0, offsets[30] * d), offsets.slice(0, 31), {
@@ -466,13 +466,13 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
         [1, 1],
       ]) {
         const context = `k ${k}, c ${c}`;
-        const fused = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
+        const fused = await twoStageTopK(queries, docs, docsInt8, k, { candidateFactor: c });
         assert.deepStrictEqual(fused, await unfusedTwoStage(queries, docs, docsInt8, k, c), context);
         // every selection planned on the host (setSelectPlacement): the same hits, for topK too
         const planned = await docs.topK(queries, k);
         setSelectPlacement('host');
         try {
-          const host = await twoStageTopKAll(queries, docs, docsInt8, k, { candidateFactor: c });
+          const host = await twoStageTopK(queries, docs, docsInt8, k, { candidateFactor: c });
           assert.deepStrictEqual(host, fused, `${context}, host selection`);
           assert.deepStrictEqual(await docs.topK(queries, k), planned, `${context}: topK, host selection`);
         } finally {
@@ -495,7 +495,7 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
     const calls = async () => [
       await docs.score(queries),
       await docs.topK(queries, 10),
-      await twoStageTopKAll(queries, docs, docsInt8, 10),
+      await twoStageTopK(queries, docs, docsInt8, 10),
     ];
     try {
       const plain = await calls();
@@ -529,11 +529,11 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
     const error = console.error;
     try {
       const plainTopK = await docs.topK(queries, 10);
-      const plainTwoStage = await twoStageTopKAll(queries, docs, docsInt8, 10);
+      const plainTwoStage = await twoStageTopK(queries, docs, docsInt8, 10);
       setJobPhases(true);
       console.error = (line: unknown) => printed.push(String(line));
       assert.deepStrictEqual(await docs.topK(queries, 10), plainTopK);
-      assert.deepStrictEqual(await twoStageTopKAll(queries, docs, docsInt8, 10), plainTwoStage);
+      assert.deepStrictEqual(await twoStageTopK(queries, docs, docsInt8, 10), plainTwoStage);
     } finally {
       console.error = error;
       setJobPhases(false);

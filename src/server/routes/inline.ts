@@ -6,7 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import { checkWork, workOf } from '../../admission.js';
 import { InvalidArgumentError } from '../../errors.js';
-import { maxsim, maxsimAll } from '../../ops/maxsim.js';
+import { maxsim } from '../../ops/maxsim.js';
 import { tokenMatrix } from '../../tensor.js';
 import { asBatch, decodeDocuments, isEmptyItem, jsonScore, ranked, tokensOf } from '../answers.js';
 import { decodeEmbeddings, itemCount } from '../codecs.js';
@@ -131,8 +131,7 @@ export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
       );
       if (nq === 0 || nd === 0) return { scores: Array.from({ length: nq }, () => []) };
       const m = await ctx.batcher.solo(
-        (signal) =>
-          maxsimAll(asBatch(q), asBatch(docs), { backend: ctx.backend, threads: ctx.threads, signal }),
+        (signal) => maxsim(asBatch(q), asBatch(docs), { backend: ctx.backend, threads: ctx.threads, signal }),
         ctx.limits.timeoutMs,
       );
       setBatch(request, nq);
