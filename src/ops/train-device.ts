@@ -102,9 +102,18 @@ export async function deviceSetup(
   };
 }
 
+// A device set's items never change once appended, so its lengths are kept per set and fetched
+// again only when it has more items (a training loop over the same corpora asks the worker once).
+const setLengths = new WeakMap<NativeTokenSet, Int32Array>();
+
 /** A side's item lengths: a batch's own, or a device set's as of now (from the device's worker). */
 async function lengthsOf(side: TokenBatch | DeviceCorpus, addon: CudaTrainAddon): Promise<Int32Array> {
-  return isDeviceCorpus(side) ? addon.setLengths(side.native) : side.lengths.subarray(0, side.count);
+  if (!isDeviceCorpus(side)) return side.lengths.subarray(0, side.count);
+  const known = setLengths.get(side.native);
+  if (known && known.length === side.count) return known;
+  const lengths = await addon.setLengths(side.native);
+  setLengths.set(side.native, lengths);
+  return lengths;
 }
 
 export const nativeSide = (side: TokenBatch | DeviceCorpus) => (isDeviceCorpus(side) ? side.native : side);
