@@ -19,11 +19,10 @@ import {
 import { type ResidentDocs, WasmEngine } from '../wasm/engine.js';
 
 export { BackendUnavailableError, InvalidArgumentError, MaxsimError } from '../errors.js';
+export { decodeToFloat32, encodeFloats } from '../floats.js';
 export {
   type DType,
-  decodeToFloat32,
   denseBatch,
-  encodeFloats,
   type FloatDType,
   type Hit,
   raggedBatch,
