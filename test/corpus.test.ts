@@ -245,6 +245,41 @@ describe('corpus search (CPU) equals in-memory search', () => {
 });
 
 describe('CUDA stream plan (built on the CPU)', () => {
+  test('planBlocks: the first blocks grow from firstBytes, doubling, up to maxBytes; every document once', () => {
+    const rand = rng(runSeed + 72);
+    const dir = fresh();
+    for (let i = 0; i < 2; i++) {
+      const w = i === 0 ? CorpusWriter.create(dir, { dim: 4, dtype: 'float32' }) : CorpusWriter.append(dir);
+      w.add(randomRagged(randomLengths(rand, 300, 9), 4, 'float32', rand));
+      w.commit();
+    }
+    const file = CorpusFile.open(dir);
+    const row = 16;
+    for (const [maxBytes, firstBytes] of [
+      [row * 400, row * 10],
+      [row * 64, row * 64],
+      [row * 3, row * 50],
+      [row * 500, 1],
+    ]) {
+      const blocks = file.planBlocks(maxBytes, Number.MAX_SAFE_INTEGER, firstBytes);
+      let limit = Math.min(maxBytes, firstBytes);
+      let next = 0;
+      for (const b of blocks) {
+        assert.equal(b.firstDocument, next, 'consecutive documents');
+        // over the limit only as a single long document
+        assert.ok(
+          b.tokens * row <= limit || b.documents === 1,
+          `${maxBytes}/${firstBytes}: ${b.tokens * row} > ${limit}`,
+        );
+        next += b.documents;
+        limit = Math.min(maxBytes, limit * 2);
+      }
+      assert.equal(next, file.info.documents);
+    }
+    assert.throws(() => file.planBlocks(64, 10, 0), /firstBytes/);
+    assert.throws(() => file.planBlocks(64, 10, Number.NaN), /firstBytes/);
+  });
+
   test('8 numbers per block: file, offsets, counts, spans, int8 scales', () => {
     const rand = rng(runSeed + 71);
     const dir = fresh();

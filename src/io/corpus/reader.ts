@@ -399,11 +399,15 @@ export class CorpusFile {
   /**
    * Splits the corpus into blocks of consecutive documents of at most `maxBytes` token bytes and
    * `maxDocuments` documents (a single larger document gets a block of its own). Blocks never span
-   * segments.
+   * segments. With `firstBytes`, the first blocks grow from that size, doubling, up to `maxBytes`,
+   * so the first block is ready (and the first results known) soon.
    */
-  planBlocks(maxBytes: number, maxDocuments = Number.MAX_SAFE_INTEGER): CorpusBlock[] {
+  planBlocks(maxBytes: number, maxDocuments = Number.MAX_SAFE_INTEGER, firstBytes = maxBytes): CorpusBlock[] {
     if (!(maxBytes >= 1))
       throw new InvalidArgumentError('maxBytes', 'a positive number of bytes', String(maxBytes));
+    if (!(firstBytes >= 1))
+      throw new InvalidArgumentError('firstBytes', 'a positive number of bytes', String(firstBytes));
+    let limit = Math.min(maxBytes, firstBytes);
     const rowBytes = storedTokenBytes(this.info.dtype, this.info.dim);
     const blocks: CorpusBlock[] = [];
     this.segments.forEach((s, si) => {
@@ -414,7 +418,7 @@ export class CorpusFile {
         let maxLength = 0;
         while (
           b < n &&
-          (b === a || ((s.offsets[b + 1] - s.offsets[a]) * rowBytes <= maxBytes && b - a < maxDocuments))
+          (b === a || ((s.offsets[b + 1] - s.offsets[a]) * rowBytes <= limit && b - a < maxDocuments))
         ) {
           maxLength = Math.max(maxLength, s.offsets[b + 1] - s.offsets[b]);
           b++;
@@ -427,6 +431,7 @@ export class CorpusFile {
           tokens: s.offsets[b] - s.offsets[a],
           maxLength,
         });
+        limit = Math.min(maxBytes, limit * 2);
         a = b;
       }
     });
