@@ -12,8 +12,9 @@
 // Run on a GPU host: node dist/bench/call-overhead.js
 import { cuda, type JobTimes, onJobTimes } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { benchKernel, setJobPhases, setMappedScores, setSelectPlacement } from '../src/subpaths/internal.js';
-import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
+import { denseBatch, tokenMatrix } from '../src/tensor.js';
 
 const rng = new Rng(5);
 const gpu = await cuda();

@@ -10,11 +10,12 @@ import { e4m3ToFloat } from '../src/backends/reference-fp8.js';
 import { anisotropicCorpus, anisotropy, pseudoQueries } from '../src/bench/corpora.js';
 import { spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
+import { decodeToFloat32 } from '../src/floats.js';
 import { tokenMean } from '../src/ops/center.js';
 import { maxsim } from '../src/ops/maxsim.js';
 import { quantize, type ScaleGranularity } from '../src/ops/quantize.js';
 import { rankRows } from '../src/ops/shape.js';
-import { decodeToFloat32, type ScoreMatrix, type TokenBatch } from '../src/tensor.js';
+import type { ScoreMatrix, TokenBatch } from '../src/tensor.js';
 
 // the non-negative finite e4m3 values, ascending (codes 0..126)
 const E4M3 = Float64Array.from({ length: 127 }, (_, c) => e4m3ToFloat(c));

@@ -6,10 +6,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { topK } from '../src/ops/maxsim.js';
-import { encodeFloats, tokenMatrix } from '../src/tensor.js';
+import { tokenMatrix } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
 const DOCS = 20000;

@@ -9,9 +9,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { CorpusWriter, checksum, forgetVerifiedChunks } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
-import { denseBatch, encodeFloats } from '../src/tensor.js';
+import { denseBatch } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
 const DOCS = 20000;

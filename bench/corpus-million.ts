@@ -5,10 +5,11 @@
 import * as fs from 'node:fs';
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { rankRows } from '../src/ops/shape.js';
-import { encodeFloats, raggedBatch } from '../src/tensor.js';
+import { raggedBatch } from '../src/tensor.js';
 
 const dir = process.argv[2] ?? '/tmp/million.msx';
 const DOCS = Number(process.argv[3] ?? 1_000_000);

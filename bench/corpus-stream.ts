@@ -18,10 +18,11 @@ import * as path from 'node:path';
 import { parseArgs } from 'node:util';
 import { nativeCuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { quantize } from '../src/ops/quantize.js';
-import { encodeFloats, raggedBatch } from '../src/tensor.js';
+import { raggedBatch } from '../src/tensor.js';
 
 const { values } = parseArgs({
   options: {

@@ -4,9 +4,10 @@
 // where present), 5 rounds each, medians. Run: node dist/bench/cpu-ratios.js
 import { cpuInfo } from '../src/backends/cpu.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { maxsimSync } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
-import { denseBatch, encodeFloats, type FloatDType, type TokenBatch } from '../src/tensor.js';
+import { denseBatch, type FloatDType, type TokenBatch } from '../src/tensor.js';
 
 const rng = new Rng(7);
 function batch(count: number, length: number, dim: number, dtype: FloatDType): TokenBatch {

@@ -4,9 +4,10 @@
 // is reused, so a second run skips the generation.
 import fs from 'node:fs';
 import path from 'node:path';
+import { encodeFloats } from '../src/floats.js';
 import { loadNative } from '../src/native.js';
 import { type StreamedSynthetic, streamedDocuments } from '../src/plaid/synthetic.js';
-import { encodeFloats, type TokenBatch } from '../src/tensor.js';
+import type { TokenBatch } from '../src/tensor.js';
 
 export interface ShardSpec {
   dir: string;

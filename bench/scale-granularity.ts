@@ -13,10 +13,11 @@ import { e4m3ToFloat } from '../src/backends/reference-fp8.js';
 import { nearTieCorpus, nearTieOptions, spearman } from '../src/bench/fidelity.js';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { Rng } from '../src/demo/random.js';
+import { decodeToFloat32 } from '../src/floats.js';
 import { maxsim } from '../src/ops/maxsim.js';
 import { quantize, roundHalfEven } from '../src/ops/quantize.js';
 import { rankRows } from '../src/ops/shape.js';
-import { decodeToFloat32, type ScoreMatrix, type TokenBatch } from '../src/tensor.js';
+import type { ScoreMatrix, TokenBatch } from '../src/tensor.js';
 
 type Granularity = 'token' | 'document' | 'corpus';
 

@@ -35,10 +35,11 @@ import { fileURLToPath } from 'node:url';
 import { cuda } from '../src/backends/cuda.js';
 import { type BackendChoice, resolveBackend } from '../src/backends/select.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { decodeToFloat32, encodeFloats } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim } from '../src/ops/maxsim.js';
-import { decodeToFloat32, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
+import { raggedBatch, tokenMatrix } from '../src/tensor.js';
 
 interface Args {
   docs: number;

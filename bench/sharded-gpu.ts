@@ -5,8 +5,9 @@
 // Run on a GPU host: node dist/bench/sharded-gpu.js [shape ...]   (default: the three shapes below)
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { benchKernel } from '../src/subpaths/internal.js';
-import { denseBatch, encodeFloats } from '../src/tensor.js';
+import { denseBatch } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
 const shapes =

@@ -8,8 +8,9 @@
 import { cuda } from '../src/backends/cuda.js';
 import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { benchKernel } from '../src/subpaths/internal.js';
-import { denseBatch, encodeFloats } from '../src/tensor.js';
+import { denseBatch } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
 const DOCS = 100_000;

@@ -6,8 +6,9 @@
 // Run on a GPU host: node dist/bench/train-backward.js [B = 128] [rounds = 5]
 import { cuda, type DeviceCorpus } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { maxsimTrainTuned } from '../src/subpaths/internal.js';
-import { denseBatch, encodeFloats, type TokenBatch } from '../src/tensor.js';
+import { denseBatch, type TokenBatch } from '../src/tensor.js';
 
 const B = Number(process.argv[2] ?? 128);
 const rounds = Number(process.argv[3] ?? 5);

@@ -5,9 +5,10 @@
 // Run on a GPU host: node dist/bench/train-forward.js [B = 128] [rounds = 7] [Lq = 1024] [Ld = 1024]
 import { cuda } from '../src/backends/cuda.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import type { TrainKernel } from '../src/ops/train.js';
 import { maxsimTrainTuned } from '../src/subpaths/internal.js';
-import { denseBatch, encodeFloats } from '../src/tensor.js';
+import { denseBatch } from '../src/tensor.js';
 
 const B = Number(process.argv[2] ?? 128);
 const rounds = Number(process.argv[3] ?? 7);

@@ -10,9 +10,10 @@
 import { cuda } from '../src/backends/cuda.js';
 import { setSelectPlacement } from '../src/backends/cuda-select-placement.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import { twoStageTopK } from '../src/ops/two-stage.js';
 import { benchKernel, setJobPhases } from '../src/subpaths/internal.js';
-import { denseBatch, encodeFloats, tokenMatrix } from '../src/tensor.js';
+import { denseBatch, tokenMatrix } from '../src/tensor.js';
 import { interleavedMedians } from './interleave.js';
 
 const DOCS = 100_000;

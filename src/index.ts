@@ -24,6 +24,7 @@ export type {
 } from './backends/cuda-sharded.js';
 export type { BackendChoice, BackendName } from './backends/select.js';
 export * from './errors.js';
+export { decodeToFloat32, encodeFloats } from './floats.js';
 export { info, type MaxsimInfo } from './info.js';
 export {
   type CorpusCreateOptions,
@@ -87,9 +88,7 @@ export { createServer, type MaxsimServer, type ServerOptions } from './server/in
 export {
   type DenseBatchOptions,
   type DType,
-  decodeToFloat32,
   denseBatch,
-  encodeFloats,
   type FloatDType,
   type Hit,
   type Offsets,

@@ -9,11 +9,12 @@ import { describe, test } from 'node:test';
 import { decodeBatch64, referenceMaxsim } from '../src/backends/reference.js';
 import { anisotropicCorpus, anisotropy, pseudoQueries } from '../src/bench/corpora.js';
 import { InvalidArgumentError } from '../src/errors.js';
+import { decodeToFloat32 } from '../src/floats.js';
 import { queryShifts, tokenMean } from '../src/ops/center.js';
 import { maxsim, maxsimSync } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, dequantize, quantize, roundTripError } from '../src/ops/quantize.js';
 import { twoStageTopK } from '../src/ops/two-stage.js';
-import { batchItem, decodeToFloat32, denseBatch, raggedBatch, type TokenBatch } from '../src/tensor.js';
+import { batchItem, denseBatch, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import { assertScoresClose, randomDense, randomRagged, rng, runSeed, scoreErrorBounds } from './helpers.js';
 
 /** Random tokens plus a strong common vector (what centering is for): ragged, with empty documents. */

@@ -10,12 +10,13 @@ import { referenceMaxsim } from '../src/backends/reference.js';
 import { cudaUnavailableReason } from '../src/backends/select.js';
 import { describeCuda } from '../src/cli/info.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
+import { encodeFloats } from '../src/floats.js';
 import type { NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToQueries, loadArray } from '../src/io/load.js';
 import { encodeNpy, readNpy, writeNpy } from '../src/io/npy.js';
 import { writeSafetensors } from '../src/io/safetensors.js';
 import { cpuMaxsimInt8Sync, quantize } from '../src/ops/quantize.js';
-import { denseBatch, encodeFloats, matrixAsBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
+import { denseBatch, matrixAsBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
 
 // dist/test/cli.test.js -> dist/src/cli/main.js
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));

@@ -10,6 +10,7 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
+import { f16BitsToFloat, floatToBf16Bits } from '../src/floats.js';
 import {
   CorpusFile,
   CorpusLockedError,
@@ -21,7 +22,7 @@ import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { writeNpy } from '../src/io/npy.js';
 import { loadNative, nativeUnavailableReason } from '../src/native.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
-import { f16BitsToFloat, floatToBf16Bits, raggedBatch } from '../src/tensor.js';
+import { raggedBatch } from '../src/tensor.js';
 import { randomRagged, rng } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-corpus-faults-'));

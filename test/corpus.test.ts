@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream.js';
+import { decodeToFloat32, encodeFloats } from '../src/floats.js';
 import { openArraySource } from '../src/io/array-source.js';
 import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
 import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
@@ -18,13 +19,7 @@ import { writeSafetensors } from '../src/io/safetensors.js';
 import { blockTopK, mergeHits, openCorpus } from '../src/ops/corpus-search.js';
 import { topK } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
-import {
-  decodeToFloat32,
-  encodeFloats,
-  type FloatDType,
-  raggedBatch,
-  type TokenBatch,
-} from '../src/tensor.js';
+import { type FloatDType, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import { randomRagged, rng, runSeed } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-corpus-'));

@@ -4,8 +4,9 @@ import { describe, test } from 'node:test';
 import { demoCorpus } from '../src/demo/corpus.js';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { InvalidArgumentError } from '../src/errors.js';
+import { decodeToFloat32 } from '../src/floats.js';
 import { topK } from '../src/ops/maxsim.js';
-import { decodeToFloat32, type TokenBatch } from '../src/tensor.js';
+import type { TokenBatch } from '../src/tensor.js';
 
 const SMALL = { docs: 600, queries: 4 };
 

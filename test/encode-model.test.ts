@@ -11,10 +11,11 @@ import { after, describe, test } from 'node:test';
 import { type ColbertEncoder, loadColbert } from '../src/encode/colbert.js';
 import { loadOrt, loadTokenizerClass } from '../src/encode/runtime.js';
 import { FormatError, InvalidArgumentError } from '../src/errors.js';
+import { floatToF16Bits } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { packageRoot } from '../src/native.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
-import { floatToF16Bits, raggedBatch, type TokenBatch } from '../src/tensor.js';
+import { raggedBatch, type TokenBatch } from '../src/tensor.js';
 
 const TINY = path.join(packageRoot, 'test', 'fixtures', 'tiny-colbert');
 const deps = await Promise.all([loadOrt(), loadTokenizerClass()]).then(

@@ -2,9 +2,9 @@
 // tolerance checks against the float64 reference.
 import assert from 'node:assert/strict';
 import { decodeBatch64 } from '../src/backends/reference.js';
+import { encodeFloats } from '../src/floats.js';
 import {
   denseBatch,
-  encodeFloats,
   type FloatDType,
   raggedBatch,
   type TokenBatch,

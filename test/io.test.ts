@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { FormatError, InvalidArgumentError } from '../src/errors.js';
+import { encodeFloats } from '../src/floats.js';
 import { ARRAY_DTYPES, type ArrayData, type ArrayDType, itemSize, type NpyArray } from '../src/io/array.js';
 import { arrayToDocs, arrayToMatrix, arrayToQueries, batchToArrays, loadArray } from '../src/io/load.js';
 import { encodeNpy, MAP_MIN_BYTES, npyHeader, parseNpy, readNpy, writeNpy } from '../src/io/npy.js';
@@ -14,7 +15,7 @@ import {
   readSafetensors,
   writeSafetensors,
 } from '../src/io/safetensors.js';
-import { denseBatch, encodeFloats, type TokenBatch } from '../src/tensor.js';
+import { denseBatch, type TokenBatch } from '../src/tensor.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-io-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));

@@ -9,6 +9,7 @@ import { describe, test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { InvalidArgumentError } from '../src/errors.js';
+import { checkEncodable, encodeFloats, encodeFloatsClamped, floatToF16Bits } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { writeNpy } from '../src/io/npy.js';
 import { addonPath, nativeUnavailableReason } from '../src/native.js';
@@ -16,15 +17,7 @@ import { maxsimSync } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { maxsimTrain } from '../src/ops/train.js';
 import { mapLimit, ResidentCorpus } from '../src/server/resident.js';
-import {
-  checkEncodable,
-  denseBatch,
-  encodeFloats,
-  encodeFloatsClamped,
-  floatToF16Bits,
-  raggedBatch,
-  tokenMatrix,
-} from '../src/tensor.js';
+import { denseBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
 import { randomFloats, rng, runSeed } from './helpers.js';
 
 const skip = nativeUnavailableReason();

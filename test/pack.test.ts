@@ -77,7 +77,8 @@ describe('platform packages', () => {
       const q = m.tokenMatrix(new Float32Array([1, 2, 0, 1]), 2, 2);
       const d = m.raggedBatch(new Float32Array([1, 0, 0.5, 0.5, -1, 3]), [0, 2, 3], { dim: 2 });
       const info = m.info();
-      console.log(JSON.stringify({ s: Array.from(m.maxsimSync(q, d, { backend: 'cpu' })), cpu: info.backends.cpu }));`;
+      const { maxsimSync } = await import('maxsim/sync');
+      console.log(JSON.stringify({ s: Array.from(maxsimSync(q, d, { backend: 'cpu' })), cpu: info.backends.cpu }));`;
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
       cwd: project,
       encoding: 'utf8',

@@ -6,12 +6,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { InvalidArgumentError } from '../src/errors.js';
+import { decodeToFloat32, encodeFloats } from '../src/floats.js';
 import { maxsimSync } from '../src/ops/maxsim.js';
 import { bucketOf, codeAt, decodeTokens, tablesOf } from '../src/plaid/codec.js';
 import { type NativeIndex, residualAddon } from '../src/plaid/native.js';
 import { buildIndex, buildLists, defaultCentroids } from '../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../src/plaid/synthetic.js';
-import { decodeToFloat32, denseBatch, encodeFloats, raggedBatch, tokenMatrix } from '../src/tensor.js';
+import { denseBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
 
 const addon = residualAddon();

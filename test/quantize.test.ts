@@ -7,6 +7,7 @@ import { describe, test } from 'node:test';
 import { referenceMaxsim } from '../src/backends/reference.js';
 import { cudaUnavailableReason } from '../src/backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
+import { decodeToFloat32 } from '../src/floats.js';
 import { maxsim, maxsimSync } from '../src/ops/maxsim.js';
 import {
   cpuInt8IsaFor,
@@ -22,7 +23,6 @@ import {
 } from '../src/ops/quantize.js';
 import {
   batchItem,
-  decodeToFloat32,
   denseBatch,
   matrixAsBatch,
   type TokenBatch,

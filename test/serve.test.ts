@@ -10,6 +10,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { bf16BitsToFloat, decodeToFloat32, encodeFloats, f16BitsToFloat } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { encodeNpy, writeNpy } from '../src/io/npy.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
@@ -20,15 +21,7 @@ import type { MaxsimServer } from '../src/server/app.js';
 import { autoWaitMs, Batcher, type PassInfo, type SearchRun } from '../src/server/batcher.js';
 import type { EncodedTokens } from '../src/server/codecs.js';
 import { createServer } from '../src/server/index.js';
-import {
-  bf16BitsToFloat,
-  decodeToFloat32,
-  encodeFloats,
-  f16BitsToFloat,
-  raggedBatch,
-  type TokenBatch,
-  tokenMatrix,
-} from '../src/tensor.js';
+import { raggedBatch, type TokenBatch, tokenMatrix } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));

@@ -3,17 +3,13 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { InvalidArgumentError } from '../src/errors.js';
 import {
-  batchItem,
   bf16BitsToFloat,
   decodeToFloat32,
-  denseBatch,
   f16BitsToFloat,
   floatToBf16Bits,
   floatToF16Bits,
-  raggedBatch,
-  tokenMatrix,
-  totalTokens,
-} from '../src/tensor.js';
+} from '../src/floats.js';
+import { batchItem, denseBatch, raggedBatch, tokenMatrix, totalTokens } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
 
 function throwsArg(fn: () => unknown, argument: RegExp, message: RegExp) {

@@ -23,8 +23,9 @@ import {
   WALK_WARPS,
 } from '../src/backends/cuda-train-plan.js';
 import { InvalidArgumentError } from '../src/errors.js';
+import { encodeFloats } from '../src/floats.js';
 import { loadNative, packageRoot } from '../src/native.js';
-import { denseBatch, encodeFloats, type TokenBatch } from '../src/tensor.js';
+import { denseBatch, type TokenBatch } from '../src/tensor.js';
 
 type CudaTrainEntries = {
   trainKernelInfo: TrainKernelInfo;

@@ -6,6 +6,7 @@ import { cudaStatus } from '../src/backends/cuda.js';
 import { decodeBatch64 } from '../src/backends/reference.js';
 import { referenceBackward, referenceMaxsimTrain } from '../src/backends/reference-train.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
+import { encodeFloats } from '../src/floats.js';
 import { maxsim } from '../src/ops/maxsim.js';
 import {
   contrastiveLoss,
@@ -15,7 +16,7 @@ import {
   type TrainDDPath,
   type TrainPairs,
 } from '../src/ops/train.js';
-import { denseBatch, encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../src/tensor.js';
+import { denseBatch, type FloatDType, raggedBatch, type TokenBatch } from '../src/tensor.js';
 import {
   assertGradClose,
   assertScoresClose,

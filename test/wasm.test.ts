@@ -14,10 +14,11 @@ import { referenceMaxsim } from '../src/backends/reference.js';
 import { resolveBackend } from '../src/backends/select.js';
 import { wasmEngine, wasmPath } from '../src/backends/wasm.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../src/errors.js';
+import { encodeFloats } from '../src/floats.js';
 import { nativeUnavailableReason, packageRoot } from '../src/native.js';
 import { maxsim, maxsimSync, topK } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
-import { denseBatch, encodeFloats, type FloatDType, raggedBatch } from '../src/tensor.js';
+import { denseBatch, type FloatDType, raggedBatch } from '../src/tensor.js';
 import {
   assertScoresClose,
   randomDense,

@@ -5,9 +5,10 @@
 // kernels see an ordinary 8-bit corpus; the corpus keeps mu and adds each query's shift to its
 // scores. The cost is one download of the float corpus and one upload (fp8: of a float32 copy).
 
+import { decodeToFloat32 } from '../floats.js';
 import { addShifts, combineMeans, queryShifts, tokenMean } from '../ops/center.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
-import { decodeToFloat32, type Hit, type TokenBatch } from '../tensor.js';
+import type { Hit, TokenBatch } from '../tensor.js';
 import type { DeviceCorpus, NativeTokenSet, QuantizeMode8 } from './cuda.js';
 
 /** The items of a downloaded float corpus packed as float32 (a download may hold spare tokens). */

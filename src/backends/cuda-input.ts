@@ -2,18 +2,10 @@
 // range checks, the shapes the dispatcher reads, the means of centered batches. Moved out of cuda.ts
 // unchanged.
 import { InvalidArgumentError } from '../errors.js';
+import { checkEncodable, decodeToFloat32, encodeFloats, OVERFLOW_AT } from '../floats.js';
 import { checkMean } from '../ops/center.js';
 import { quantize } from '../ops/quantize.js';
-import {
-  checkEncodable,
-  decodeToFloat32,
-  encodeFloats,
-  isTokenBatch,
-  isTokenMatrix,
-  OVERFLOW_AT,
-  type TokenBatch,
-  type TokenMatrix,
-} from '../tensor.js';
+import { isTokenBatch, isTokenMatrix, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { DeviceCorpus } from './cuda.js';
 import type { DeviceDType, Launch, Variant } from './cuda-dispatch.js';
 import type { NativeLaunch, NativeLaunchHandle } from './cuda-native.js';

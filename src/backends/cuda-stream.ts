@@ -6,17 +6,11 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
+import { decodeToFloat32, encodeFloats } from '../floats.js';
 import { type CorpusBlock, type CorpusFile, storedTokenBytes } from '../io/corpus/index.js';
 import type { CorpusSearchOptions, ScanStats } from '../ops/corpus-search.js';
 import { better } from '../ops/topk.js';
-import {
-  decodeToFloat32,
-  dtypeSize,
-  encodeFloats,
-  type FloatDType,
-  type Hit,
-  type TokenBatch,
-} from '../tensor.js';
+import { dtypeSize, type FloatDType, type Hit, type TokenBatch } from '../tensor.js';
 import { STREAM_BLOCK_FIELDS } from './constants.js';
 import { cuda, cudaStatus, nativeCuda } from './cuda.js';
 import {

@@ -1,6 +1,8 @@
 // Float64 reference for every operator: plain loops, no tiling, no shortcuts. Tests judge the fast
 // kernels against these; nothing on a hot path calls them.
-import { elementReader, type Hit, matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
+
+import { elementReader } from '../floats.js';
+import { type Hit, matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 
 /**
  * All tokens of a batch as float64 values (int8 multiplied by its per-token scale, plus the mean a

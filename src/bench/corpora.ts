@@ -13,7 +13,8 @@
 
 import { Rng } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
-import { decodeToFloat32, type TokenBatch } from '../tensor.js';
+import { decodeToFloat32 } from '../floats.js';
+import type { TokenBatch } from '../tensor.js';
 
 export interface AnisotropicOptions {
   docs?: number;

@@ -16,8 +16,9 @@ import type { DeviceDType } from '../backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../backends/reference.js';
 import { type Fp8Tokens, referenceMaxsimFp8 } from '../backends/reference-fp8.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
+import { encodeFloats } from '../floats.js';
 import { quantize, type ScaleGranularity } from '../ops/quantize.js';
-import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
+import { type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
 
 /** A benchmark shape `Nq,Lq,Ld,d,B`. */
 export interface BenchShape {

@@ -4,6 +4,7 @@
 // waits for), plus the kernels' CUDA-event times from one profiled pass.
 import { type CudaDevice, cuda, type DeviceCorpus } from '../backends/cuda.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
+import { encodeFloats } from '../floats.js';
 import {
   contrastiveStep,
   maxsimTrain,
@@ -11,7 +12,7 @@ import {
   type TrainDDPath,
   type TrainKernel,
 } from '../ops/train.js';
-import { denseBatch, encodeFloats, type FloatDType, type TokenBatch } from '../tensor.js';
+import { denseBatch, type FloatDType, type TokenBatch } from '../tensor.js';
 
 export interface TrainStepShape {
   /** Queries = documents = B (all pairs). */

@@ -21,11 +21,10 @@ import { type ResidentDocs, WasmEngine } from '../wasm/engine.js';
 import { flavorFile, supportedFlavor, type WasmFlavor } from '../wasm/features.js';
 
 export { BackendUnavailableError, InvalidArgumentError, MaxsimError } from '../errors.js';
+export { decodeToFloat32, encodeFloats } from '../floats.js';
 export {
   type DType,
-  decodeToFloat32,
   denseBatch,
-  encodeFloats,
   type FloatDType,
   type Hit,
   raggedBatch,

@@ -7,6 +7,7 @@ import { benchCudaShape, type CudaBenchRow, wrongRows } from '../bench/cuda.js';
 import { runTorchBaseline } from '../bench/torch.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { InvalidArgumentError } from '../errors.js';
+import { encodeFloats } from '../floats.js';
 import { maxsim, type ScoreOptions, topK } from '../ops/maxsim.js';
 import {
   cpuInt8IsaFor,
@@ -21,7 +22,6 @@ import { twoStageTopK } from '../ops/two-stage.js';
 import {
   denseBatch,
   dtypeSize,
-  encodeFloats,
   type FloatDType,
   matrixAsBatch,
   raggedBatch,

@@ -5,6 +5,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Command, Option } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
+import { decodeToFloat32 } from '../floats.js';
 import {
   type CorpusDType,
   type CorpusInfo,
@@ -16,7 +17,7 @@ import {
 import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
-import { decodeToFloat32, type FloatDType } from '../tensor.js';
+import type { FloatDType } from '../tensor.js';
 import { grouped, interruptSignal, printTable } from './common.js';
 import { indexAfterWrite, indexCommand, indexRows } from './corpus-index.js';
 import { buildFromTexts, type TextBuildOptions, textOptions } from './corpus-texts.js';

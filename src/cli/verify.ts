@@ -7,10 +7,10 @@ import { referenceMaxsim } from '../backends/reference.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { Rng, randomUnitTokens } from '../demo/random.js';
 import { MaxsimError } from '../errors.js';
+import { encodeFloats } from '../floats.js';
 import { maxsim, type ScoreOptions } from '../ops/maxsim.js';
 import {
   denseBatch,
-  encodeFloats,
   type FloatDType,
   raggedBatch,
   type TokenBatch,

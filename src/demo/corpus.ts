@@ -11,14 +11,8 @@
 // Generation is typed-array only (no per-token objects) so 10,000 documents take about a second.
 
 import { InvalidArgumentError } from '../errors.js';
-import {
-  denseBatch,
-  encodeFloats,
-  expectInteger,
-  type FloatDType,
-  raggedBatch,
-  type TokenBatch,
-} from '../tensor.js';
+import { encodeFloats } from '../floats.js';
+import { denseBatch, expectInteger, type FloatDType, raggedBatch, type TokenBatch } from '../tensor.js';
 import { normalizeRows, normalSamples, Rng } from './random.js';
 
 export interface DemoCorpusOptions {

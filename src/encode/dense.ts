@@ -6,9 +6,9 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { FormatError } from '../errors.js';
+import { decodeToFloat32 } from '../floats.js';
 import type { NpyArray } from '../io/array.js';
 import { readSafetensors } from '../io/safetensors.js';
-import { decodeToFloat32 } from '../tensor.js';
 import { readJson } from './settings.js';
 
 export interface DenseLayer {

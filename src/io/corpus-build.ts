@@ -4,9 +4,9 @@
 
 import { checkSignal } from '../abort.js';
 import { InvalidArgumentError } from '../errors.js';
-import { type DType, raggedBatch, type TokenData } from '../tensor.js';
+import { type DType, raggedBatch, type TokenBatch, type TokenData } from '../tensor.js';
 import type { NpyArray } from './array.js';
-import { openArraySource } from './array-source.js';
+import { type ArraySource, openArraySource } from './array-source.js';
 import { checkDocumentCount } from './budget.js';
 import { type CorpusDType, type CorpusInfo, CorpusWriter } from './corpus/index.js';
 import { loadArray } from './load.js';
@@ -111,11 +111,143 @@ export async function buildCorpusFromFiles(options: BuildFromFilesOptions): Prom
   return step.value;
 }
 
+/** Per document: its token count and its first token row in the input. */
+interface Layout {
+  count: number;
+  dim: number;
+  lengthOf: (i: number) => number;
+  rowOf: (i: number) => number;
+}
+
+function layoutOf(shape: readonly number[], options: BuildFromFilesOptions): Layout {
+  if (shape.length === 2) return packedLayout(shape, options);
+  if (shape.length === 3) return denseLayout(shape, options);
+  throw new InvalidArgumentError(
+    '--docs',
+    'packed [T, d] or dense [B, L, d] tokens',
+    `shape [${shape.join(', ')}]`,
+  );
+}
+
+// Packed [T, d] tokens: documents by --doc-offsets, or by --doc-lengths summing to T.
+function packedLayout(shape: readonly number[], options: BuildFromFilesOptions): Layout {
+  let count: number;
+  const dim = shape[1];
+  let starts: Float64Array;
+  if (options.docOffsets !== undefined) {
+    const off = indexValues(loadArray(options.docOffsets, { argument: '--doc-offsets' }), '--doc-offsets');
+    if (off.length < 1 || off[0] !== 0 || off[off.length - 1] !== shape[0])
+      throw new InvalidArgumentError(
+        '--doc-offsets',
+        `B+1 offsets from 0 to ${shape[0]} (the token count of --docs)`,
+        off.length < 1 ? 'an empty array' : `${off.length} offsets from ${off[0]} to ${off[off.length - 1]}`,
+      );
+    for (let i = 0; i + 1 < off.length; i++)
+      if (off[i + 1] < off[i] || off[i + 1] - off[i] > 0x7fffffff)
+        throw new InvalidArgumentError(
+          '--doc-offsets',
+          'non-decreasing offsets, at most 2^31 - 1 tokens apart',
+          `offsets[${i}] = ${off[i]}, offsets[${i + 1}] = ${off[i + 1]}`,
+        );
+    count = off.length - 1;
+    checkDocumentCount(count, BUILD_BYTES_PER_DOCUMENT, '--doc-offsets');
+    starts = off;
+  } else if (options.docLengths !== undefined) {
+    const lens = indexValues(loadArray(options.docLengths, { argument: '--doc-lengths' }), '--doc-lengths');
+    count = lens.length;
+    checkDocumentCount(count, BUILD_BYTES_PER_DOCUMENT, '--doc-lengths');
+    starts = new Float64Array(count + 1);
+    for (let i = 0; i < count; i++) {
+      if (lens[i] > 0x7fffffff)
+        throw new InvalidArgumentError(`--doc-lengths[${i}]`, 'at most 2^31 - 1 tokens', String(lens[i]));
+      starts[i + 1] = starts[i] + lens[i];
+    }
+    if (starts[count] !== shape[0])
+      throw new InvalidArgumentError(
+        '--doc-lengths',
+        `lengths summing to ${shape[0]} tokens (the rows of --docs)`,
+        `a sum of ${starts[count]}`,
+      );
+  } else {
+    throw new InvalidArgumentError(
+      '--doc-offsets',
+      'offsets (or --doc-lengths) for packed [T, d] documents',
+      'none',
+    );
+  }
+  return { count, dim, lengthOf: (i) => starts[i + 1] - starts[i], rowOf: (i) => starts[i] };
+}
+
+// Dense [B, L, d] tokens: every document L tokens, or --doc-lengths of them (the rest is padding).
+function denseLayout(shape: readonly number[], options: BuildFromFilesOptions): Layout {
+  const [b, l, dim] = shape;
+  checkDocumentCount(b, BUILD_BYTES_PER_DOCUMENT, '--docs');
+  if (options.docLengths !== undefined) {
+    const lens = indexValues(loadArray(options.docLengths, { argument: '--doc-lengths' }), '--doc-lengths');
+    if (lens.length !== b)
+      throw new InvalidArgumentError(
+        '--doc-lengths',
+        `${b} lengths (one per document)`,
+        `${lens.length} lengths`,
+      );
+    const typed = new Int32Array(b);
+    for (let i = 0; i < b; i++) {
+      if (lens[i] > l)
+        throw new InvalidArgumentError(
+          `--doc-lengths[${i}]`,
+          `a length in [0, ${l}] (the padded length)`,
+          String(lens[i]),
+        );
+      typed[i] = lens[i];
+    }
+    return { count: b, dim, lengthOf: (i) => typed[i], rowOf: (i) => i * l };
+  }
+  return { count: b, dim, lengthOf: () => l, rowOf: (i) => i * l };
+}
+
+// Documents i..j-1 as one ragged batch: one read when their rows are contiguous, else one per document.
+function readGroup(
+  source: ArraySource,
+  scaleSource: ArraySource | undefined,
+  layout: Layout,
+  dense: boolean,
+  range: { i: number; j: number; tokens: number },
+  options: BuildFromFilesOptions,
+): TokenBatch {
+  const { dim, lengthOf, rowOf } = layout;
+  const { i, j, tokens } = range;
+  // Dense inputs hold padding after short documents: read each document's rows alone then.
+  let contiguous = true;
+  if (dense) for (let x = i; x < j && contiguous; x++) contiguous = lengthOf(x) === source.shape[1];
+  const parts: TokenData[] = [];
+  const scaleParts: Float32Array[] = [];
+  if (contiguous) parts.push(source.read(rowOf(i) * dim, tokens * dim) as TokenData);
+  else for (let x = i; x < j; x++) parts.push(source.read(rowOf(x) * dim, lengthOf(x) * dim) as TokenData);
+  if (scaleSource) {
+    if (contiguous) scaleParts.push(scaleSource.read(rowOf(i), tokens) as Float32Array);
+    else for (let x = i; x < j; x++) scaleParts.push(scaleSource.read(rowOf(x), lengthOf(x)) as Float32Array);
+  }
+  const data = parts.length === 1 ? parts[0] : concat(parts);
+  const scales = scaleSource
+    ? scaleParts.length === 1
+      ? scaleParts[0]
+      : (concat(scaleParts) as Float32Array)
+    : undefined;
+  const offsets = new Float64Array(j - i + 1);
+  for (let x = i; x < j; x++) offsets[x - i + 1] = offsets[x - i] + lengthOf(x);
+  return raggedBatch(data, offsets, {
+    dim,
+    dtype: source.dtype as DType,
+    scales,
+    checkFinite: options.checkFinite ?? true,
+  });
+}
+
 // The build, one group per step: the driver resumes it, or throws the abort reason in at a yield
 // (the writer's catch aborts it, the finally closes the inputs).
 function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResult, void> {
   const source = openArraySource(options.docs, '--docs');
-  let scaleSource: ReturnType<typeof openArraySource> | undefined;
+  let scaleSource: (ArraySource & { close(): void }) | undefined;
   try {
     const { shape, dtype } = source;
     if (!['float32', 'float16', 'bfloat16', 'int8'].includes(dtype))
@@ -126,105 +258,10 @@ function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResul
         dtype === 'int8' ? 'per-token float32 scales for int8 tokens' : 'no scales for float tokens',
         dtype === 'int8' ? 'none' : options.docScales!,
       );
-    const scaleSource =
+    scaleSource =
       options.docScales !== undefined ? openArraySource(options.docScales, '--doc-scales') : undefined;
-    // Per document: its token count, and its first token row in the input.
-    let count: number;
-    let lengthOf: (i: number) => number;
-    let rowOf: (i: number) => number;
-    let dim: number;
-    if (shape.length === 2) {
-      dim = shape[1];
-      let starts: Float64Array;
-      if (options.docOffsets !== undefined) {
-        const off = indexValues(
-          loadArray(options.docOffsets, { argument: '--doc-offsets' }),
-          '--doc-offsets',
-        );
-        if (off.length < 1 || off[0] !== 0 || off[off.length - 1] !== shape[0])
-          throw new InvalidArgumentError(
-            '--doc-offsets',
-            `B+1 offsets from 0 to ${shape[0]} (the token count of --docs)`,
-            off.length < 1
-              ? 'an empty array'
-              : `${off.length} offsets from ${off[0]} to ${off[off.length - 1]}`,
-          );
-        for (let i = 0; i + 1 < off.length; i++)
-          if (off[i + 1] < off[i] || off[i + 1] - off[i] > 0x7fffffff)
-            throw new InvalidArgumentError(
-              '--doc-offsets',
-              'non-decreasing offsets, at most 2^31 - 1 tokens apart',
-              `offsets[${i}] = ${off[i]}, offsets[${i + 1}] = ${off[i + 1]}`,
-            );
-        count = off.length - 1;
-        checkDocumentCount(count, BUILD_BYTES_PER_DOCUMENT, '--doc-offsets');
-        starts = off;
-      } else if (options.docLengths !== undefined) {
-        const lens = indexValues(
-          loadArray(options.docLengths, { argument: '--doc-lengths' }),
-          '--doc-lengths',
-        );
-        count = lens.length;
-        checkDocumentCount(count, BUILD_BYTES_PER_DOCUMENT, '--doc-lengths');
-        starts = new Float64Array(count + 1);
-        for (let i = 0; i < count; i++) {
-          if (lens[i] > 0x7fffffff)
-            throw new InvalidArgumentError(`--doc-lengths[${i}]`, 'at most 2^31 - 1 tokens', String(lens[i]));
-          starts[i + 1] = starts[i] + lens[i];
-        }
-        if (starts[count] !== shape[0])
-          throw new InvalidArgumentError(
-            '--doc-lengths',
-            `lengths summing to ${shape[0]} tokens (the rows of --docs)`,
-            `a sum of ${starts[count]}`,
-          );
-      } else {
-        throw new InvalidArgumentError(
-          '--doc-offsets',
-          'offsets (or --doc-lengths) for packed [T, d] documents',
-          'none',
-        );
-      }
-      lengthOf = (i) => starts[i + 1] - starts[i];
-      rowOf = (i) => starts[i];
-    } else if (shape.length === 3) {
-      const [b, l, d] = shape;
-      dim = d;
-      count = b;
-      checkDocumentCount(b, BUILD_BYTES_PER_DOCUMENT, '--docs');
-      if (options.docLengths !== undefined) {
-        const lens = indexValues(
-          loadArray(options.docLengths, { argument: '--doc-lengths' }),
-          '--doc-lengths',
-        );
-        if (lens.length !== b)
-          throw new InvalidArgumentError(
-            '--doc-lengths',
-            `${b} lengths (one per document)`,
-            `${lens.length} lengths`,
-          );
-        const typed = new Int32Array(b);
-        for (let i = 0; i < b; i++) {
-          if (lens[i] > l)
-            throw new InvalidArgumentError(
-              `--doc-lengths[${i}]`,
-              `a length in [0, ${l}] (the padded length)`,
-              String(lens[i]),
-            );
-          typed[i] = lens[i];
-        }
-        lengthOf = (i) => typed[i];
-      } else {
-        lengthOf = () => l;
-      }
-      rowOf = (i) => i * l;
-    } else {
-      throw new InvalidArgumentError(
-        '--docs',
-        'packed [T, d] or dense [B, L, d] tokens',
-        `shape [${shape.join(', ')}]`,
-      );
-    }
+    const layout = layoutOf(shape, options);
+    const { count, dim, lengthOf } = layout;
     const ids = options.ids !== undefined ? readIds(options.ids, count) : undefined;
     if (scaleSource) {
       const tokenRows = shape.length === 2 ? shape[0] : shape[0] * shape[1];
@@ -260,35 +297,7 @@ function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResul
         let tokens = 0;
         while (j < count && j - i < GROUP_DOCUMENTS && (j === i || tokens + lengthOf(j) <= group))
           tokens += lengthOf(j++);
-        // Dense inputs hold padding after short documents: read each document's rows alone then.
-        let contiguous = true;
-        if (shape.length === 3)
-          for (let x = i; x < j && contiguous; x++) contiguous = lengthOf(x) === shape[1];
-        const parts: TokenData[] = [];
-        const scaleParts: Float32Array[] = [];
-        if (contiguous) parts.push(source.read(rowOf(i) * dim, tokens * dim) as TokenData);
-        else
-          for (let x = i; x < j; x++) parts.push(source.read(rowOf(x) * dim, lengthOf(x) * dim) as TokenData);
-        if (scaleSource) {
-          if (contiguous) scaleParts.push(scaleSource.read(rowOf(i), tokens) as Float32Array);
-          else
-            for (let x = i; x < j; x++)
-              scaleParts.push(scaleSource.read(rowOf(x), lengthOf(x)) as Float32Array);
-        }
-        const data = parts.length === 1 ? parts[0] : concat(parts);
-        const scales = scaleSource
-          ? scaleParts.length === 1
-            ? scaleParts[0]
-            : (concat(scaleParts) as Float32Array)
-          : undefined;
-        const offsets = new Float64Array(j - i + 1);
-        for (let x = i; x < j; x++) offsets[x - i + 1] = offsets[x - i] + lengthOf(x);
-        const batch = raggedBatch(data, offsets, {
-          dim,
-          dtype: dtype as DType,
-          scales,
-          checkFinite: options.checkFinite ?? true,
-        });
+        const batch = readGroup(source, scaleSource, layout, shape.length === 3, { i, j, tokens }, options);
         writer.add(batch, ids?.slice(i, j));
         i = j;
         options.onProgress?.(i, count);

@@ -8,7 +8,8 @@
 // Queries are never centered: their shift would depend on the document.
 
 import { InvalidArgumentError } from '../errors.js';
-import { elementReader, type TokenBatch, type TokenMatrix } from '../tensor.js';
+import { elementReader } from '../floats.js';
+import type { TokenBatch, TokenMatrix } from '../tensor.js';
 
 /** What a quantization centers on: nothing (false), the mean of its own tokens (true), or a given mean. */
 export type CenterOption = boolean | Float32Array;

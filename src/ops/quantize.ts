@@ -12,14 +12,9 @@
 import { MAX_THREADS } from '../backends/constants.js';
 import { type CpuIsa, cpuInfo } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
+import { decodeToFloat32 } from '../floats.js';
 import { loadNative } from '../native.js';
-import {
-  decodeToFloat32,
-  isTokenBatch,
-  isTokenMatrix,
-  type TokenBatch,
-  type TokenMatrix,
-} from '../tensor.js';
+import { isTokenBatch, isTokenMatrix, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import { type CenterOption, checkCenter, checkMean, tokenMean } from './center.js';
 
 export type QuantizeMode = 'int8';

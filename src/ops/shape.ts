@@ -1,6 +1,7 @@
 // One query or a batch: the scoring entry points take a TokenMatrix (one query) or a TokenBatch
 // (several) and answer in the same shape, scores [B] or hits for one query, a ScoreMatrix or a list
 // of hits per query for a batch. Shared by the Node entry points and maxsim/browser.
+import { describe } from '../describe.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
   type Hit,
@@ -19,11 +20,7 @@ export function queriesName(queries: unknown): 'query' | 'queries' {
   throw new InvalidArgumentError(
     'queries',
     'a TokenMatrix (one query) or a TokenBatch (a batch of queries)',
-    queries === null
-      ? 'null'
-      : typeof queries === 'object'
-        ? (queries.constructor?.name ?? 'object')
-        : typeof queries,
+    describe(queries),
   );
 }
 

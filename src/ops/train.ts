@@ -12,7 +12,8 @@
 import { checkSignal, throwIfAborted, untilAborted } from '../abort.js';
 import { type DeviceCorpus, isDeviceCorpus } from '../backends/cuda.js';
 import { InvalidArgumentError } from '../errors.js';
-import { checkCompatible, encodeFloats, type FloatDType, type TokenBatch } from '../tensor.js';
+import { encodeFloats } from '../floats.js';
+import { checkCompatible, type FloatDType, type TokenBatch } from '../tensor.js';
 import {
   addon,
   checkBackend,

@@ -2,7 +2,8 @@
 // buckets (the codec), and the drift measure that says when the codec no longer fits the documents
 // (the share of tokens whose nearest centroid is farther than the build's sample mostly was).
 import { InvalidArgumentError } from '../errors.js';
-import { decodeToFloat32, isTokenBatch, type TokenBatch, totalTokens } from '../tensor.js';
+import { decodeToFloat32 } from '../floats.js';
+import { isTokenBatch, type TokenBatch, totalTokens } from '../tensor.js';
 import { sampleIndices, seededRandom } from './kmeans.js';
 import { type KernelOptions, type NativeIndex, residualAddon } from './native.js';
 import { type BuildStats, buildLists, PlaidIndex } from './plaid.js';

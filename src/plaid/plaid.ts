@@ -11,10 +11,10 @@
 // are exact and only the candidate set is approximate.
 import { cpuMaxsim } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
+import { decodeToFloat32 } from '../floats.js';
 import { better } from '../ops/topk.js';
 import {
   checkCompatible,
-  decodeToFloat32,
   expectInteger,
   type Hit,
   isTokenBatch,

@@ -6,9 +6,10 @@
 
 import { checkEmptyItems, ItemLimitError } from '../admission.js';
 import { FormatError, InvalidArgumentError } from '../errors.js';
+import { f16BitsToFloat, f16Table } from '../floats.js';
 import type { NpyArray } from '../io/array.js';
 import { parseNpy, parseNpyHeader } from '../io/npy.js';
-import { type FloatDType, f16BitsToFloat, f16Table } from '../tensor.js';
+import type { FloatDType } from '../tensor.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
 export interface PackedTokens {

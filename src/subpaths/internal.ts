@@ -25,6 +25,7 @@ export { cudaUnavailableReason } from '../backends/select.js';
 // the demo corpus and its seeded generator, for the examples and the benchmarks
 export { type DemoCorpus, type DemoCorpusOptions, demoCorpus } from '../demo/corpus.js';
 export { Rng } from '../demo/random.js';
+export { bf16BitsToFloat, f16BitsToFloat, floatToBf16Bits, floatToF16Bits } from '../floats.js';
 export type { ChamferIsa, PointClouds } from '../ops/chamfer.js';
 export {
   cpuInt8IsaFor,
@@ -55,13 +56,4 @@ export {
   syntheticCorpus,
   syntheticQueries,
 } from '../plaid/synthetic.js';
-export {
-  batchItem,
-  bf16BitsToFloat,
-  f16BitsToFloat,
-  floatToBf16Bits,
-  floatToF16Bits,
-  matrixAsBatch,
-  selectItems,
-  totalTokens,
-} from '../tensor.js';
+export { batchItem, matrixAsBatch, selectItems, totalTokens } from '../tensor.js';

@@ -7,9 +7,10 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { referenceMaxsim } from '../../src/backends/reference.js';
 import { anisotropicCorpus, pseudoQueries } from '../../src/bench/corpora.js';
+import { encodeFloats } from '../../src/floats.js';
 import { queryShifts } from '../../src/ops/center.js';
 import { quantize } from '../../src/ops/quantize.js';
-import { encodeFloats, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import { raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, rng, runSeed, scoreErrorBounds } from '../helpers.js';
 import { gpu, skip } from './helpers.js';
 

@@ -188,7 +188,7 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       const got = await corpus.score(matrix);
       assert.equal(got.length, 4);
       // the reference sees the queries as the GPU does: rounded to fp16
-      const { encodeFloats } = await import('../../src/tensor.js');
+      const { encodeFloats } = await import('../../src/floats.js');
       const q16 = {
         ...q32,
         dtype: 'float16' as const,
@@ -204,7 +204,7 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
   test('host queries are converted on the GPU (float32 for float16 / bfloat16 corpora, float for int8): the scores and hits of host-converted ones, bitwise', async () => {
     const dev = await gpu();
     const rand = rng(runSeed + 44);
-    const { encodeFloats } = await import('../../src/tensor.js');
+    const { encodeFloats } = await import('../../src/floats.js');
     for (const dtype of ['float16', 'bfloat16'] as const) {
       const corpus = await dev.upload(randomRagged([5, 0, 12, 40, 300, 7], 64, dtype, rand));
       try {
@@ -297,7 +297,7 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
   test('small score matrices written by the kernel into pinned host memory: the bits of the device-memory path', async () => {
     const dev = await gpu();
     const rand = rng(runSeed + 45);
-    const { encodeFloats } = await import('../../src/tensor.js');
+    const { encodeFloats } = await import('../../src/floats.js');
     const { setMappedScores } = await import('../../src/subpaths/internal.js');
     // 1,000 documents of 0..40 tokens (some empty), d = 128
     const lengths = Array.from({ length: 1000 }, (_, i) => (i * 7919) % 41);

@@ -10,7 +10,8 @@ import {
 } from '../../src/backends/cuda.js';
 import { deviceCaps, dispatchTable, type Variant } from '../../src/backends/cuda-dispatch.js';
 import { referenceMaxsim } from '../../src/backends/reference.js';
-import { encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import { encodeFloats } from '../../src/floats.js';
+import { type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, scoreErrorBounds } from '../helpers.js';
 
 export const status: CudaStatus = cudaStatus();

@@ -10,8 +10,9 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { decodeBatch64, referenceMaxsim } from '../../src/backends/reference.js';
 import { e4m3ToFloat, type Fp8Tokens, referenceMaxsimFp8 } from '../../src/backends/reference-fp8.js';
+import { encodeFloats } from '../../src/floats.js';
 import { cpuMaxsimInt8, quantize } from '../../src/ops/quantize.js';
-import { denseBatch, encodeFloats, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import { denseBatch, type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { assertScoresClose, rng, runSeed, scoreErrorBounds } from '../helpers.js';
 import { bitsEqual, checkScores, gpu, signRunInputs, skip, variantsFor } from './helpers.js';
 

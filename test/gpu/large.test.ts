@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { referenceMaxsim } from '../../src/backends/reference.js';
-import { encodeFloats, type TokenBatch } from '../../src/tensor.js';
+import { encodeFloats } from '../../src/floats.js';
+import type { TokenBatch } from '../../src/tensor.js';
 import { randomFloats, randomRagged, rng, runSeed } from '../helpers.js';
 import { checkScores, gpu, skip } from './helpers.js';
 

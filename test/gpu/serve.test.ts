@@ -7,10 +7,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
+import { decodeToFloat32, encodeFloats } from '../../src/floats.js';
 import { CorpusWriter } from '../../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
-import { decodeToFloat32, encodeFloats } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { skip, status } from './helpers.js';
 

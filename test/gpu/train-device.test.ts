@@ -8,9 +8,10 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { DeviceCorpus } from '../../src/backends/cuda.js';
 import { InvalidArgumentError } from '../../src/errors.js';
+import { encodeFloats } from '../../src/floats.js';
 import { contrastiveStep, maxsimTrain, type TrainPairs } from '../../src/ops/train.js';
 import { cudaAddon } from '../../src/ops/train-args.js';
-import { encodeFloats, type FloatDType, type TokenBatch } from '../../src/tensor.js';
+import type { FloatDType, TokenBatch } from '../../src/tensor.js';
 import { randomDense, randomRagged, rng, runSeed } from '../helpers.js';
 import { bitsEqual, excessOver, gpu, gradSlack, lossClose, skip } from './helpers.js';
 

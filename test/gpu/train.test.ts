@@ -15,6 +15,7 @@ import { cudaStatus } from '../../src/backends/cuda.js';
 import { decodeBatch64 } from '../../src/backends/reference.js';
 import { referenceBackward, referenceMaxsimTrain } from '../../src/backends/reference-train.js';
 import { InvalidArgumentError } from '../../src/errors.js';
+import { decodeToFloat32, encodeFloats } from '../../src/floats.js';
 import {
   contrastiveStep,
   type MaxsimTrainResult,
@@ -25,13 +26,7 @@ import {
   type TrainKernel,
   type TrainPairs,
 } from '../../src/ops/train.js';
-import {
-  decodeToFloat32,
-  encodeFloats,
-  type FloatDType,
-  raggedBatch,
-  type TokenBatch,
-} from '../../src/tensor.js';
+import { type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import {
   assertGradClose,
   assertScoresClose,

@@ -13,17 +13,11 @@ import {
 } from '../../src/backends/cuda.js';
 import { planSelect } from '../../src/backends/cuda-select-plan.js';
 import { referenceMaxsim, referenceTopK } from '../../src/backends/reference.js';
+import { encodeFloats } from '../../src/floats.js';
 import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopK } from '../../src/ops/two-stage.js';
 import { setJobPhases, setSelectPlacement } from '../../src/subpaths/internal.js';
-import {
-  encodeFloats,
-  type FloatDType,
-  type Hit,
-  raggedBatch,
-  type TokenBatch,
-  tokenMatrix,
-} from '../../src/tensor.js';
+import { type FloatDType, type Hit, raggedBatch, type TokenBatch, tokenMatrix } from '../../src/tensor.js';
 import { awkwardRow, randomFloats, randomRagged, rng, runSeed, scoreErrorBounds } from '../helpers.js';
 import { gpu, nativeHandle, skip } from './helpers.js';
 

@@ -2,14 +2,8 @@
 // values within the corpus dtype's range.
 
 import { InvalidArgumentError } from '../../errors.js';
-import {
-  type DType,
-  decodeToFloat32,
-  type FloatDType,
-  findOverflow,
-  OVERFLOW_AT,
-  type TokenBatch,
-} from '../../tensor.js';
+import { decodeToFloat32, findOverflow, OVERFLOW_AT } from '../../floats.js';
+import type { DType, FloatDType, TokenBatch } from '../../tensor.js';
 import type { CorpusInfo } from './manifest.js';
 
 /** New ids that the corpus (or the same batch) holds already: HTTP 409 where a server answers. */

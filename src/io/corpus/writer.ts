@@ -5,12 +5,11 @@ import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { checkSignal } from '../../abort.js';
 import { InvalidArgumentError, MaxsimError } from '../../errors.js';
+import { decodeToFloat32, encodeFloatsClamped } from '../../floats.js';
 import { quantize } from '../../ops/quantize.js';
 import {
   type DType,
-  decodeToFloat32,
   dtypeSize,
-  encodeFloatsClamped,
   type FloatDType,
   isTokenBatch,
   type TokenBatch,
