@@ -184,15 +184,33 @@ function kernelsPackage() {
   return { file: npmPack(dir) };
 }
 
+/** Removes every .js.map under `dir` and the sourceMappingURL comment of every .js file. */
+function stripSourceMaps(dir) {
+  if (!existsSync(dir)) return;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) stripSourceMaps(p);
+    else if (e.name.endsWith('.js.map')) rmSync(p);
+    else if (e.name.endsWith('.js')) {
+      const text = readFileSync(p, 'utf8');
+      const cut = text.replace(/\n\/\/# sourceMappingURL=\S+\s*$/, '\n');
+      if (cut !== text) writeFileSync(p, cut);
+    }
+  }
+}
+
 /** The library package: this checkout's files without build/, and no install script. */
 function mainPackage() {
   const dir = join(out, 'maxsim');
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  const files = pkg.files.filter((f) => !f.startsWith('build'));
+  // No source maps and no TypeScript sources: they kept the CPU-only install over 6 MB (6.4 MiB);
+  // the .js files lose their sourceMappingURL line, so nothing points at a file that is not there.
+  const files = pkg.files.filter((f) => !f.startsWith('build') && f !== 'src');
   for (const f of [...files, 'LICENSE', 'README.md', 'CHANGELOG.md']) {
     if (existsSync(join(root, f))) cpSync(join(root, f), join(dir, f), { recursive: true });
   }
+  stripSourceMaps(join(dir, 'dist'));
   const { install: _install, prepare: _prepare, ...scripts } = pkg.scripts;
   const manifest = {
     ...pkg,

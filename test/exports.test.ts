@@ -134,12 +134,16 @@ const SURFACE: Record<string, string[]> = {
     'decodeToFloat32',
     'denseBatch',
     'encodeFloats',
+    // which wasm build loaded (relaxed SIMD or SIMD128), and how a page picks and fetches one
+    'flavorFile',
     'init',
     'maxsim',
     'maxsimSync',
     'raggedBatch',
+    'supportedFlavor',
     'tokenMatrix',
     'topK',
+    'wasmFlavor',
   ],
 };
 

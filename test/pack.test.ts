@@ -38,13 +38,11 @@ describe('platform packages', () => {
     assert.ok(!listed.some((f) => f.startsWith('package/build/')), 'no addon or fatbins in the library');
     assert.ok(listed.includes('package/native/wasm/maxsim.wasm'));
     assert.ok(listed.includes('package/native/wasm/maxsim-relaxed.wasm'));
-    // source maps resolve: dist/src/x.js.map names ../../src/x.ts, which ships
-    const maps = listed.filter((f) => /^package\/dist\/src\/.*\.js\.map$/.test(f));
-    assert.ok(maps.length > 50, `${maps.length} maps`);
-    for (const m of maps) {
-      const ts = m.replace('package/dist/src/', 'package/src/').replace(/\.js\.map$/, '.ts');
-      assert.ok(listed.includes(ts), `${m} points at ${ts}, which ships`);
-    }
+    // no source maps and no TypeScript sources (size), and no .js names a map that is not there
+    assert.ok(!listed.some((f) => f.endsWith('.js.map') || /^package\/src\//.test(f)), 'no maps, no src/');
+    assert.ok(listed.includes('package/dist/src/index.js'));
+    const index = spawnSync('tar', ['-xzOf', main, 'package/dist/src/index.js'], { encoding: 'utf8' }).stdout;
+    assert.ok(index.length > 0 && !index.includes('sourceMappingURL'), 'dist/src/index.js names no map');
     const manifest = JSON.parse(
       spawnSync('tar', ['-xzOf', main, 'package/package.json'], { encoding: 'utf8' }).stdout,
     );
