@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 import { spawnSync } from 'node:child_process';
 // Builds the native addon (node-gyp) and, where nvcc exists, the CUDA kernels into one fatbin.
-// Run by `npm ci` / `npm install` (the install script). Nothing is downloaded: node-gyp builds against
-// the local Node headers, and a missing nvcc only means the CUDA engine is absent (the reason is
-// recorded). A package that already holds an addon built from exactly these sources for this platform
-// (the npm tarball does) installs without compiling; see prebuiltReady().
+// Run by `prepare` in a checkout (`npm ci` / `npm install` there) and by hand as the opt-in source
+// build of an installed package (`node node_modules/maxsim/scripts/build-native.mjs`); an installed
+// package runs no install script: its addon comes from @maxsim/<platform> (scripts/pack-all.mjs).
+// Nothing is downloaded: node-gyp builds against the local Node headers, and a missing nvcc only
+// means the CUDA engine is absent (the reason is recorded). An addon already built from exactly these
+// sources for this platform is kept (no compiler needed); see prebuiltReady().
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -120,7 +122,7 @@ function buildAddon() {
   const gyp = findNodeGyp();
   if (!gyp) {
     console.error(
-      'maxsim: node-gyp was not found (it ships with npm); install npm >= 9 and run `npm rebuild maxsim`.',
+      'maxsim: node-gyp was not found (it ships with npm); install npm >= 9 and run `node scripts/build-native.mjs` again.',
     );
     process.exit(1);
   }
@@ -250,7 +252,7 @@ function buildKernels() {
   const nvcc = findNvcc();
   if (!nvcc)
     return unavailable(
-      'nvcc was not found at build time (install the CUDA toolkit and run `npm rebuild maxsim`)',
+      'nvcc was not found at build time (install the CUDA toolkit and run `node scripts/build-native.mjs kernels`)',
     );
   // One fatbin per kernel family; the runtime loads every *.fatbin in build/kernels.
   for (const src of sources) {

@@ -23,10 +23,14 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const out = join(root, 'packs');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const version = pkg.version;
-const only = process.argv.slice(2);
+// `--out DIR` (default packs/): tests pack into their own folder, so two of them never share one
+const args = process.argv.slice(2);
+const outAt = args.indexOf('--out');
+const out = outAt >= 0 ? resolve(args[outAt + 1] ?? '') : join(root, 'packs');
+const only = outAt >= 0 ? args.filter((_, i) => i !== outAt && i !== outAt + 1) : args;
+if (outAt >= 0 && !args[outAt + 1]) throw new Error('pack-all: --out needs a folder');
 
 const TARGETS = {
   'linux-x64-gnu': { os: 'linux', cpu: 'x64', libc: 'glibc', cross: undefined },

@@ -36,16 +36,16 @@ function packageDir(name: string): string | undefined {
   }
 }
 
-/** Where the addon is: the source build if there is one, else the platform package. */
-export function findAddon(): { path?: string; tried: string[] } {
-  const tried = [addonPath];
-  if (existsSync(addonPath)) return { path: addonPath, tried };
+/**
+ * Where the addon may be, in the order tried: the source build (a checkout, or the opt-in
+ * `node scripts/build-native.mjs`), then the platform package npm picked by its os / cpu / libc fields.
+ */
+export function addonCandidates(): string[] {
+  const found = [addonPath];
   const dir = packageDir(platformPackage());
-  const p = dir && join(dir, 'maxsim_native.node');
-  if (p) tried.push(p);
-  return { path: p && existsSync(p) ? p : undefined, tried };
+  if (dir) found.push(join(dir, 'maxsim_native.node'));
+  return found;
 }
-
 /** The CUDA fatbins: build/kernels of a source build, else the @maxsim/cuda-kernels package. */
 export function kernelDir(): string | undefined {
   const has = (d: string) => existsSync(d) && readdirSync(d).some((f) => f.endsWith('.fatbin'));
@@ -65,41 +65,61 @@ export interface NativeAddon {
 
 let cached: { addon?: NativeAddon; error?: string } | undefined;
 
+function missingMessage(): string {
+  const pkg = platformPackage();
+  return `no native addon for ${pkg.slice('@maxsim/'.length)}: the optional package ${pkg} is not installed (install it with \`npm install ${pkg}@${packageVersion()}\`, or reinstall maxsim without --omit=optional / --no-optional), or build from source with \`node node_modules/maxsim/scripts/build-native.mjs\` (needs a C++17 compiler, make and python3); the wasm backend runs without it`;
+}
+
+function packageVersion(): string {
+  try {
+    return (requireHere(join(packageRoot, 'package.json')) as { version: string }).version;
+  } catch {
+    return 'latest';
+  }
+}
+
+/** Loads one addon file: the addon, or the one-line reason it cannot be used. */
+function loadFile(addonFile: string): { addon?: NativeAddon; error?: string } {
+  try {
+    const addon = requireHere(addonFile) as NativeAddon;
+    if (addon.abiVersion !== 1) return { error: `${addonFile} is from another version of maxsim` };
+    return { addon };
+  } catch (e) {
+    const msg = e instanceof Error ? e.message : String(e);
+    return { error: `${addonFile} failed to load (${msg.split('\n')[0]})` };
+  }
+}
+
 function tryLoad(): { addon?: NativeAddon; error?: string } {
   // A switch to run as where no addon exists (tests of the wasm fallback; a locked-down host).
   if (process.env.MAXSIM_NATIVE === 'off') {
     return { error: 'the native addon is switched off (MAXSIM_NATIVE=off)' };
   }
-  const found = findAddon();
-  if (!found.path) {
-    return {
-      error: `no native addon for ${platformPackage().slice('@maxsim/'.length)}: the optional package ${platformPackage()} is not installed (reinstall without --omit=optional / --no-optional), or build from source with \`node node_modules/maxsim/scripts/build-native.mjs\` (needs a C++17 compiler, make and python3); the wasm backend runs without it`,
-    };
-  }
-  const addonFile = found.path;
-  // The addon finds its fatbins through MAXSIM_KERNEL_DIR when they are not next to it.
-  if (!process.env.MAXSIM_KERNEL_DIR) {
-    const k = kernelDir();
-    if (k && k !== join(dirname(addonFile), '..', 'kernels')) process.env.MAXSIM_KERNEL_DIR = k;
-  }
-  try {
-    const addon = requireHere(addonFile) as NativeAddon;
-    if (addon.abiVersion !== 1) {
-      return {
-        error: `the native addon at ${addonFile} is from another version; reinstall maxsim`,
-      };
+  const present = addonCandidates().filter((p) => existsSync(p));
+  if (present.length === 0) return { error: missingMessage() };
+  // The first that loads: a build/ copied from another machine (another arch or libc) must not hide
+  // the platform package that npm installed for this one.
+  const failures: string[] = [];
+  for (const addonFile of present) {
+    // The addon finds its fatbins through MAXSIM_KERNEL_DIR when they are not next to it.
+    if (!process.env.MAXSIM_KERNEL_DIR) {
+      const k = kernelDir();
+      if (k && k !== join(dirname(addonFile), '..', 'kernels')) process.env.MAXSIM_KERNEL_DIR = k;
+    }
+    const { addon, error } = loadFile(addonFile);
+    if (!addon) {
+      failures.push(error as string);
+      continue;
     }
     // mapFile refuses ranges larger than this Node's largest ArrayBuffer (more would abort the process)
     (addon as unknown as { file: { setMaxArrayBuffer(bytes: number): void } }).file.setMaxArrayBuffer(
       bufferConstants.MAX_LENGTH,
     );
     return { addon };
-  } catch (e) {
-    const msg = e instanceof Error ? e.message : String(e);
-    return {
-      error: `the native addon ${addonFile} failed to load (${msg.split('\n')[0]}); reinstall maxsim`,
-    };
   }
+  return {
+    error: `the native addon for ${platformPackage().slice('@maxsim/'.length)} cannot be used: ${failures.join('; ')}; reinstall maxsim (and ${platformPackage()})`,
+  };
 }
 
 /** The addon, or a BackendUnavailableError saying why it cannot be used and how to fix it. */

@@ -1,6 +1,7 @@
-// The npm tarball installs without compiling: pack the package as `npm pack` would ship it, unpack
-// it, and run its install script with every compiler switched off. It must take the prebuilt addon,
-// and fall back to a source build, with a one-line reason, when the native sources differ.
+// `npm pack` of a checkout (what a git dependency installs): no install script (npm runs `prepare`,
+// which builds the addon, only in the checkout), and scripts/build-native.mjs, run as the opt-in
+// source build with every compiler switched off, takes the addon the tarball carries and falls back
+// to a source build, with a one-line reason, when the native sources differ.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -26,7 +27,7 @@ function installScript(dir: string) {
 
 describe('install from the packed tarball', () => {
   const stamped = fs.existsSync(path.join(packageRoot, 'build', 'BUILT_FROM.json'));
-  test('takes the prebuilt addon without a compiler, and rebuilds when the sources differ', {
+  test('has no install script; the opt-in build takes the prebuilt addon, rebuilds when sources differ', {
     skip: stamped
       ? false
       : 'build/BUILT_FROM.json is missing: the addon was not built by scripts/build-native.mjs',
@@ -40,6 +41,11 @@ describe('install from the packed tarball', () => {
     assert.equal(pack.status, 0, pack.stderr);
     const [info] = JSON.parse(pack.stdout) as [{ filename: string; files: { path: string }[] }];
     const shipped = new Set(info.files.map((f) => f.path));
+    const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, 'package.json'), 'utf8'));
+    for (const hook of ['preinstall', 'install', 'postinstall'])
+      assert.equal(manifest.scripts[hook], undefined, `no ${hook} script`);
+    // binding.gyp at the root would make npm add `node-gyp rebuild` as the install script
+    assert.equal(manifest.gypfile, false);
     for (const f of [
       'LICENSE',
       'build/Release/maxsim_native.node',
