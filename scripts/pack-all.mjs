@@ -145,12 +145,17 @@ function crossBuild(target) {
   return { path: join(src, 'build', 'Release', 'maxsim_native.node'), cleanup: [src, tc.env.ZIG_WRAPPERS] };
 }
 
+/** LICENSE into a package folder (a partial tree, such as the GPU host's copy, may lack it). */
+function copyLicense(dir) {
+  if (existsSync(join(root, 'LICENSE'))) cpSync(join(root, 'LICENSE'), join(dir, 'LICENSE'));
+}
+
 function platformPackage(tag, target, addon) {
   const dir = join(out, `maxsim-${tag}`);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   cpSync(addon, join(dir, 'maxsim_native.node'));
-  cpSync(join(root, 'LICENSE'), join(dir, 'LICENSE'));
+  copyLicense(dir);
   const manifest = {
     name: `@maxsim/${tag}`,
     version,
@@ -175,7 +180,7 @@ function kernelsPackage() {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(join(dir, 'kernels'), { recursive: true });
   for (const f of fatbins) cpSync(join(kernels, f), join(dir, 'kernels', f));
-  cpSync(join(root, 'LICENSE'), join(dir, 'LICENSE'));
+  copyLicense(dir);
   const manifest = {
     name: '@maxsim/cuda-kernels',
     version,
