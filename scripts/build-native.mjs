@@ -8,7 +8,16 @@ import { spawnSync } from 'node:child_process';
 // means the CUDA engine is absent (the reason is recorded). An addon already built from exactly these
 // sources for this platform is kept (no compiler needed); see prebuiltReady().
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -51,17 +60,34 @@ function hashFiles(files, extra = '') {
   return h.digest('hex');
 }
 
+// The gyp file: a checkout's root binding.gyp. Packages keep it off their root (npm treats a root
+// binding.gyp as an install script, `node-gyp rebuild`, once the package sits in a lockfile, which
+// does not record `gypfile: false`): the release library ships it as native/binding.gyp
+// (scripts/pack-all.mjs), a tarball packed from a checkout as build/binding.gyp (written below).
+// Its paths are relative to the package root, where a build puts it for node-gyp and then removes it.
+const rootGyp = join(root, 'binding.gyp');
+const shippedGyps = [join(root, 'native', 'binding.gyp'), join(root, 'build', 'binding.gyp')];
+
+function gypFile() {
+  return [rootGyp, ...shippedGyps].find((f) => existsSync(f));
+}
+
 /**
- * One hash over everything that goes into build/: the native sources, binding.gyp and this script
+ * One hash over everything that goes into build/: the native sources, the gyp file and this script
  * (native/wasm is not in the addon: scripts/build-wasm.mjs builds it into its own file).
  */
 function sourceHash() {
   const wasmDir = join(root, 'native', 'wasm');
-  return hashFiles([
-    ...listFiles(join(root, 'native')).filter((f) => !f.startsWith(wasmDir)),
-    join(root, 'binding.gyp'),
-    fileURLToPath(import.meta.url),
-  ]);
+  const gyp = gypFile();
+  // the gyp file's bytes under one name wherever it is, so a package and its checkout agree
+  const h = hashFiles(
+    [
+      ...listFiles(join(root, 'native')).filter((f) => !f.startsWith(wasmDir) && !shippedGyps.includes(f)),
+      fileURLToPath(import.meta.url),
+    ],
+    gyp ? createHash('sha256').update(readFileSync(gyp)).digest('hex') : 'no gyp file',
+  );
+  return h;
 }
 
 /**
@@ -118,6 +144,20 @@ function findNodeGyp() {
   return candidates.find((c) => existsSync(c));
 }
 
+/** Puts the gyp file at the root for node-gyp; returns how to undo that (nothing in a checkout). */
+function placeGypFile() {
+  if (existsSync(rootGyp)) return () => {};
+  const shipped = gypFile();
+  if (!shipped) {
+    console.error(
+      'maxsim: this package has no binding.gyp, so it cannot build from source; build in a checkout.',
+    );
+    process.exit(1);
+  }
+  cpSync(shipped, rootGyp);
+  return () => rmSync(rootGyp, { force: true });
+}
+
 function buildAddon() {
   const gyp = findNodeGyp();
   if (!gyp) {
@@ -129,15 +169,20 @@ function buildAddon() {
   // Build against the headers of the running Node (never download them).
   const prefix = process.env.npm_config_nodedir || resolve(dirname(process.execPath), '..');
   const nodedir = existsSync(join(prefix, 'include', 'node', 'node_api.h')) ? [`--nodedir=${prefix}`] : [];
+  const unplace = placeGypFile();
   // configure + build rather than rebuild: rebuild deletes build/, and with it build/kernels.
   let status = run(process.execPath, [gyp, 'configure', ...nodedir]);
   if (status === 0) status = run(process.execPath, [gyp, 'build', '--jobs', 'max', ...nodedir]);
+  const gypText = readFileSync(rootGyp);
+  unplace();
   if (status !== 0) {
     console.error(
       'maxsim: building the native addon failed (see the compiler output above). It needs a C++17 compiler, make and python3.',
     );
     process.exit(status);
   }
+  // the gyp file travels in build/ with the addon (package.json files), off the package root
+  writeFileSync(join(root, 'build', 'binding.gyp'), gypText);
 }
 
 function findNvcc() {

@@ -81,7 +81,10 @@ function zig() {
  * cc / c++ wrappers around `zig cc|c++ -target <triple>` for node-gyp's make. -O2 comes first so
  * links (which pass no -O) take zig's release libc++ (linked statically; musl's libc.so and Node's
  * napi_* resolve in the host process); binding.gyp's configure-time probe pipes its source on
- * stdin, which the wrapper hands to zig as a file.
+ * stdin, which the wrapper hands to zig as a file. -mavx512bf16 is dropped: clang 16 (zig 0.11's, and
+ * Debian's clang-16 too) crashes at -O1 and above on native/cpu/kernels_avx512bf16.cc, so the musl
+ * addons go without the AVX512-BF16 set (that unit then compiles to "absent", and bf16 scores
+ * on the avx512 set). -Wno-unknown-warning-option: binding.gyp's flags are gcc's.
  */
 function zigWrappers(z, triple) {
   const dir = mkdtempSync(join(tmpdir(), 'maxsim-zig-'));
@@ -90,13 +93,14 @@ function zigWrappers(z, triple) {
     ['c++', 'c++'],
   ]) {
     const script = `#!/bin/sh
+for a in "$@"; do shift; [ "$a" = "-mavx512bf16" ] || set -- "$@" "$a"; done
 last=""; for a in "$@"; do last="$a"; done
 if [ "$last" = "-" ]; then
   f="${dir}/stdin-$$.cc"; cat > "$f"
   n=$#; i=0; for a in "$@"; do i=$((i+1)); shift; [ $i -lt $n ] && set -- "$@" "$a"; done
   set -- "$@" "$f"
 fi
-exec '${z}' ${mode} -target ${triple} -O2 "$@"
+exec '${z}' ${mode} -target ${triple} -O2 -Wno-unknown-warning-option "$@"
 `;
     writeFileSync(join(dir, name), script, { mode: 0o755 });
   }
@@ -220,12 +224,19 @@ function mainPackage() {
     if (existsSync(join(root, f))) cpSync(join(root, f), join(dir, f), { recursive: true });
   }
   stripSourceMaps(join(dir, 'dist'));
+  // The gyp file for the opt-in source build, off the package root: npm treats a root binding.gyp
+  // as an install script (`node-gyp rebuild`) once the package is in a lockfile, which no longer
+  // records `gypfile: false` (a later `npm install --strict-allow-scripts` in the project failed).
+  // scripts/build-native.mjs puts it in place for the build and removes it after.
+  if (existsSync(join(root, 'binding.gyp'))) {
+    mkdirSync(join(dir, 'native'), { recursive: true });
+    cpSync(join(root, 'binding.gyp'), join(dir, 'native', 'binding.gyp'));
+  }
   const { install: _install, prepare: _prepare, ...scripts } = pkg.scripts;
   const manifest = {
     ...pkg,
     files: [...files, 'CHANGELOG.md'],
     scripts: { 'build:native': 'node scripts/build-native.mjs', ...scripts },
-    // binding.gyp ships for the opt-in source build; false keeps npm from running node-gyp itself
     gypfile: false,
     optionalDependencies: Object.fromEntries(Object.keys(TARGETS).map((t) => [`@maxsim/${t}`, version])),
   };

