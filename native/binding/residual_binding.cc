@@ -107,16 +107,16 @@ ResidualIndex ParseIndex(Napi::Env env, Napi::Value value, bool full) {
   need(doc_off.ElementLength(), ix.docs + 1, "index.docOffsets");
   need(bag_off.ElementLength(), ix.docs + 1, "index.bagOffsets");
   need(ivf_off.ElementLength(), ix.k + 1, "index.ivfOffsets");
-  const double tokens = doc_off[ix.docs];
+  const double tokens = doc_off.Data()[ix.docs];
   const int64_t padded = (static_cast<int64_t>(tokens) + 15) / 16 * 16;
   need(cids.ElementLength(), padded, "index.cids");
   need(codes.ElementLength(), padded / 16 * ix.d * 2 * bits, "index.codes");
-  need(bags.ElementLength(), static_cast<int64_t>(bag_off[ix.docs]), "index.bags");
-  need(ivf.ElementLength(), static_cast<int64_t>(ivf_off[ix.k]), "index.ivf");
+  need(bags.ElementLength(), static_cast<int64_t>(bag_off.Data()[ix.docs]), "index.bags");
+  need(ivf.ElementLength(), static_cast<int64_t>(ivf_off.Data()[ix.k]), "index.ivf");
   if (full) {
     CheckOffsets(env, doc_off.Data(), ix.docs, tokens, "index.docOffsets");
-    CheckOffsets(env, bag_off.Data(), ix.docs, bag_off[ix.docs], "index.bagOffsets");
-    CheckOffsets(env, ivf_off.Data(), ix.k, ivf_off[ix.k], "index.ivfOffsets");
+    CheckOffsets(env, bag_off.Data(), ix.docs, bag_off.Data()[ix.docs], "index.bagOffsets");
+    CheckOffsets(env, ivf_off.Data(), ix.k, ivf_off.Data()[ix.k], "index.ivfOffsets");
     CheckIds(env, cids.Data(), padded, ix.k, "index.cids");
     CheckIds(env, bags.Data(), bags.ElementLength(), ix.k, "index.bags");
     CheckIds(env, ivf.Data(), ivf.ElementLength(), ix.docs, "index.ivf");
