@@ -46,6 +46,7 @@ export function addonCandidates(): string[] {
   if (dir) found.push(join(dir, 'maxsim_native.node'));
   return found;
 }
+
 /** The CUDA fatbins: build/kernels of a source build, else the @maxsim/cuda-kernels package. */
 export function kernelDir(): string | undefined {
   const has = (d: string) => existsSync(d) && readdirSync(d).some((f) => f.endsWith('.fatbin'));
@@ -117,8 +118,9 @@ function tryLoad(): { addon?: NativeAddon; error?: string } {
     );
     return { addon };
   }
+  const fix = packageDir(platformPackage()) ? `reinstall maxsim and ${platformPackage()}` : missingMessage();
   return {
-    error: `the native addon for ${platformPackage().slice('@maxsim/'.length)} cannot be used: ${failures.join('; ')}; reinstall maxsim (and ${platformPackage()})`,
+    error: `the native addon for ${platformPackage().slice('@maxsim/'.length)} cannot be used: ${failures.join('; ')}; ${fix}`,
   };
 }
 

@@ -108,6 +108,42 @@ describe('platform packages', () => {
       'no source build was made',
     );
 
+    // A build/ that does not load here (another machine's) does not hide the platform package...
+    const stray = path.join(project, 'node_modules', 'maxsim', 'build', 'Release');
+    fs.mkdirSync(stray, { recursive: true });
+    fs.writeFileSync(path.join(stray, 'maxsim_native.node'), 'not an ELF file');
+    const probeLoad = `
+      const m = await import('maxsim');
+      const { maxsimSync } = await import('maxsim/sync');
+      const q = m.tokenMatrix(new Float32Array([1, 2]), 1, 2);
+      const d = m.raggedBatch(new Float32Array([3, 4]), [0, 1], { dim: 2 });
+      let cpu = '';
+      try { maxsimSync(q, d, { backend: 'cpu' }); cpu = 'ok'; } catch (e) { cpu = e.message; }
+      console.log(JSON.stringify({ cpu, auto: Array.from(maxsimSync(q, d)) }));`;
+    const runProbe = () => {
+      const r = spawnSync(process.execPath, ['--input-type=module', '-e', probeLoad], {
+        cwd: project,
+        encoding: 'utf8',
+      });
+      assert.equal(r.status, 0, r.stderr);
+      return JSON.parse(r.stdout) as { cpu: string; auto: number[] };
+    };
+    assert.deepEqual(runProbe(), { cpu: 'ok', auto: [11] });
+    // ...and without the platform package the error names it and its install command; auto is wasm
+    fs.rmSync(path.join(project, 'node_modules', '@maxsim', 'linux-x64-gnu'), { recursive: true });
+    const bare = runProbe();
+    assert.match(bare.cpu, /@maxsim\/linux-x64-gnu/);
+    assert.match(bare.cpu, new RegExp(`npm install @maxsim/linux-x64-gnu@${version.replace(/\./g, '\\.')}`));
+    assert.match(bare.cpu, /not an ELF file|failed to load|invalid ELF/);
+    assert.deepEqual(bare.auto, [11], 'auto scores on the wasm engine');
+    fs.rmSync(path.join(project, 'node_modules', 'maxsim', 'build'), { recursive: true });
+    const reinstall = spawnSync(
+      'npm',
+      ['install', '--strict-allow-scripts', '--no-audit', '--no-fund', '--prefer-offline', plat],
+      { cwd: project, encoding: 'utf8', timeout: 240_000 },
+    );
+    assert.equal(reinstall.status, 0, `${reinstall.stdout}\n${reinstall.stderr}`);
+
     // The fatbins as their own package: added to the same project, the loader finds them there.
     const kernels = path.join(packs, `maxsim-cuda-kernels-${version}.tgz`);
     if (!fs.existsSync(kernels)) {
