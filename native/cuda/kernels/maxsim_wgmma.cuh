@@ -83,7 +83,7 @@ namespace maxsim {
 // producer also copies scales, and a DocWindow's registers spill at w3m2n64's producer budget (24);
 // the producer runs S tiles ahead, which hides the loads' latency.
 struct DocDirect {
-  __device__ __forceinline__ explicit DocDirect(const MaxsimParams&) {}
+  __device__ __forceinline__ DocDirect(const MaxsimParams&, int, int) {}
   __device__ __forceinline__ int at(const MaxsimParams& p, int doc, int64_t* start) const {
     const int len = p.doc_lengths[doc];
     if (len > 0) *start = p.doc_starts[doc];
@@ -91,17 +91,41 @@ struct DocDirect {
   }
 };
 
-// The producer's walk: for each pass, each non-empty document of this CTA (under PP the consumer
-// groups take turns), each tile: wait until its stage is free, then copy(stage, group, start, len,
-// tile). Called by whole warps (DocWindow).
-template <int NGRP, int TN, int S, class Docs, class Copy>
-__device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_docs, int npass, uint64_t* empty_bar,
-                                              Copy&& copy) {
+// A CTA's work units (pass, document group: documents first, first + step(), ...), unit u = pass *
+// groups + first taking CTA u % gridDim.x. GROUPED (training): groups given, 64-bit unit arithmetic;
+// else one group per CTA (groups = gridDim.x: pass 0, 1, ... over the documents blockIdx.x,
+// blockIdx.x + gridDim.x, ...), which costs no division and no registers beyond the pass.
+template <bool GROUPED>
+struct UnitWalk {
+  int64_t u;
+  int groups, pass, first;
+  __device__ __forceinline__ explicit UnitWalk(int g) : u(blockIdx.x), groups(g) {
+    pass = GROUPED ? static_cast<int>(u / groups) : 0;
+    first = GROUPED ? static_cast<int>(u % groups) : (int)blockIdx.x;
+  }
+  __device__ __forceinline__ int step() const { return GROUPED ? groups : (int)gridDim.x; }
+  __device__ __forceinline__ void next() {
+    if (GROUPED) {
+      u += gridDim.x;
+      pass = static_cast<int>(u / groups);
+      first = static_cast<int>(u % groups);
+    } else {
+      ++pass;
+    }
+  }
+};
+
+// The producer's walk: for each work unit of this CTA (a pass over a document group: see the body),
+// each non-empty document of the unit (under PP the consumer groups take turns), each tile: wait
+// until its stage is free, then copy(stage, group, start, len, tile). Called by whole warps (DocWindow).
+template <int NGRP, int TN, int S, bool GROUPED, class Docs, class Copy>
+__device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_docs, int npass, int groups,
+                                              uint64_t* empty_bar, Copy&& copy) {
   int t = 0;
-  for (int pass = 0; pass < npass; ++pass) {
+  for (UnitWalk<GROUPED> w(groups); w.pass < npass; w.next()) {
     int owner = 0;  // the consumer group of the next non-empty document (always 0 unless PP)
-    Docs win(p);
-    for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+    Docs win(p, w.first, w.step());
+    for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
       int64_t start;
       int len;
       if constexpr (std::is_same_v<Docs, DocDirect>) len = win.at(p, doc, &start);
@@ -120,8 +144,24 @@ __device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_doc
 }
 #endif
 
-template <class E, int NCONS, int MB, int TN, int S, bool PP, bool TMA = false, bool DSCALE = false>
-__device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* map = nullptr) {
+// The scoring kernels' epilogue: sum_i max_j into scores (the default of wgmma_body's Out).
+struct ScoreSum {};
+// The training forward's epilogue (maxsim_train.cu): per (query q, document b, query token i) the
+// row's maximum and its lowest document token, into best[slot] and argmax[slot] (int16 when
+// argmax16), slot = (q * num_docs + b) * stride + i; the fp64 score sum is maxsim_train_fwd_sum's.
+// The work units deal each pass's documents into doc_groups groups (documents g, g + doc_groups, ...)
+// instead of one per CTA, so that few passes still fill the GPU.
+struct ArgmaxOut {
+  float* best;
+  void* argmax;
+  int64_t stride;
+  int argmax16;
+  int doc_groups;
+};
+
+template <class E, int NCONS, int MB, int TN, int S, bool PP, bool TMA = false, bool DSCALE = false,
+          class Out = ScoreSum>
+__device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* map = nullptr, const Out& out = Out{}) {
 #if MAXSIM_HAS_WGMMA
   using T = typename E::Elem;
   using Acc = typename E::Acc;
@@ -144,6 +184,8 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
   static_assert(TN % 64 == 0 && TN <= 256, "tile");
   static_assert(!DSCALE || (TMA && SCALED), "document-scale twins exist for the scaled TMA kernels only");
   static_assert(!PP || !SCALED, "no scaled ping-pong row: add one with its tests");
+  constexpr bool ARGMAX = std::is_same_v<Out, ArgmaxOut>;
+  static_assert(!ARGMAX || (!SCALED && !PP), "the argmax epilogue is the 16-bit training forward's");
   extern __shared__ __align__(1024) unsigned char smem_dyn[];
   __shared__ __align__(8) uint64_t full_bar[NGRP][S];
   __shared__ __align__(8) uint64_t empty_bar[S];
@@ -173,9 +215,14 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
   const int cpq = max(1, (p.max_query_length + 15) >> 4);
   const int nslices = nq * cpq;
   const int npass = (nslices + SPP - 1) / SPP;
+  // Work units (UnitWalk): scoring takes one document group per CTA (CTA c streams documents c,
+  // c + gridDim.x, ... once per pass, so the sums spanning passes stay with one warp); training deals
+  // them into out.doc_groups groups.
+  int groups = gridDim.x;
+  if constexpr (ARGMAX) groups = max(1, out.doc_groups);
   const T* __restrict__ docs = static_cast<const T*>(p.docs);
   const float* __restrict__ dscales = p.doc_scales;
-  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true>>;
+  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, ARGMAX>>;
 
   if (warp < 4) {
     // ------------------------------ producer warpgroup ------------------------------
@@ -196,7 +243,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
       // past the document are the next document's (masked by the consumers' fold) or past the set
       // (zeros); dims past dim are zeros
       if (warp == 0) {
-        produce_tiles<NGRP, TN, S, Docs>(p, num_docs, npass, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+        produce_tiles<NGRP, TN, S, ARGMAX, Docs>(p, num_docs, npass, groups, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
           const uint32_t fb = smem_u32(&full_bar[grp][s]);
           if (lane == 0) {
             const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
@@ -223,7 +270,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
       const bool kok = pchunk * EPC < dim;  // wgmma reads all 128 elements: zero-fill past dim
       const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ (prow & 7)) << 4);
       const int64_t row_step = RPI * (int64_t)dim;
-      produce_tiles<NGRP, TN, S, Docs>(p, num_docs, npass, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+      produce_tiles<NGRP, TN, S, ARGMAX, Docs>(p, num_docs, npass, groups, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
         const uint32_t dst = sbase + s * STAGE + pdst;
         const int row0 = tile * TN + prow;
         const int rows_left = len - row0;  // copy `it` holds row row0 + RPI * it
@@ -259,14 +306,16 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
     // Pass-outer order: the A fragments of a pass are loaded once per CTA (not once per document);
     // documents are re-streamed once per pass. Per-(query, doc) sums that span passes are carried in
     // the scores array itself (written and re-read by the same thread: no extra memory, fixed order).
-    for (int pass = 0; pass < npass; ++pass) {
+    for (UnitWalk<ARGMAX> w(groups); w.pass < npass; w.next()) {
+      const int pass = w.pass;
       // slice of m-block m of this warp: pass * SPP + m * GW + gw (SPP = slices per pass)
-      int qlen[MB], row0[MB];
+      int qlen[MB], row0[MB], qidx[MB];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
         const QuerySlice<16> sl(p, pass * SPP + m * GW + gw, nslices, cpq);
         qlen[m] = sl.qlen;
         row0[m] = sl.row0;
+        qidx[m] = sl.q;
         load_a16<NKS, 4 / E::kBytes>(a[m], queries + sl.start * (int64_t)dim, row0[m], qlen[m], 0, dim, lane);
         if constexpr (SCALED) {
 #pragma unroll
@@ -277,11 +326,12 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
         }
       }
       int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
-      DocWindow<false> win(p);
-      for (int doc = blockIdx.x, i = 0; doc < num_docs; doc += gridDim.x, ++i) {
+      DocWindow<false, ARGMAX> win(p, w.first, w.step());
+      for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
         const int len = win.at(p, i, nullptr);
         if (len <= 0) {
-          if (pass == 0 && grp == 0)
+          // (training: maxsim_train_fwd_sum writes an empty document's slots)
+          if (!ARGMAX && pass == 0 && grp == 0)
             for (int ql = gtid; ql < nq; ql += GW * 32)
               p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
           continue;
@@ -296,11 +346,13 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           }
         }
         float rmax[MB][2];
+        int32_t amax[MB][2];  // ARGMAX only: the row's lowest document token holding rmax (-1: none yet)
         int imax[MB][2];   // IMAX only
         float sdoc = 0.f;  // DSCALE only: the document's scale
 #pragma unroll
         for (int m = 0; m < MB; ++m) {
           rmax[m][0] = rmax[m][1] = -INFINITY;
+          amax[m][0] = amax[m][1] = -1;
           imax[m][0] = imax[m][1] = INT_MIN;
         }
         for (int tile = 0; tile < ntiles; ++tile, ++t) {
@@ -346,9 +398,15 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           for (int m = 0; m < MB; ++m) {
             // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
             wgmma_mblock_done<MB, NACC>(acc, m, lane, smem_u32(&empty_bar[s]));
-            // Full tiles take a path without the column test (the select and compare per element
-            // were a quarter of the 8-bit fold's instructions: bench/NOTES.md, 'The 8-bit fold').
-            if (rem >= TN) {
+            if constexpr (ARGMAX) {
+              // padding columns -inf in place (the next tile's first wgmma overwrites them), then per
+              // row the tile max and, only on a strict improvement, its lowest column
+              if (rem < TN) mask_tail<NACC>(acc[m], rem, lane);
+#pragma unroll
+              for (int h = 0; h < 2; ++h) fold_argmax_row<NACC>(acc[m], h, lane, tile * TN, rmax[m][h], amax[m][h]);
+            } else if (rem >= TN) {
+              // take a path without the column test (the select and compare per element were a
+              // quarter of the 8-bit fold's instructions: bench/NOTES.md, 'The 8-bit fold').
               if constexpr (IMAX) {
 #pragma unroll
                 for (int i = 0; i < TN / 8; ++i) {
@@ -380,7 +438,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
           // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
           // warp redoes this tile with fmaxf from the maxima before it (the accumulators stay intact
           // until the next tile's wgmma). Rare for embeddings: a query token's best match is >= 0.
-          if (E::kRowMaxBits && !IMAX && rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
+          if (E::kRowMaxBits && !IMAX && !ARGMAX && rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
         }
         if constexpr (DSCALE) {
           // the document's scale, once per row (a thread whose columns were all past the document
@@ -393,34 +451,53 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
               rmax[m][h] = r == -INFINITY ? r : r * sdoc;
             }
         }
-        // row max over the quad, times the query-row scale, rows past the query dropped, warp sum
-        // (fixed order)
+        if constexpr (ARGMAX) {
+          // each row's (max, lowest argmax) over its quad, stored at its slot; no cross-warp combine
 #pragma unroll
-        for (int m = 0; m < MB; ++m) {
-          float r0 = rmax[m][0], r1 = rmax[m][1];
-          r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
-          r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
-          r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
-          r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
-          if constexpr (SCALED) r0 *= qs[m][0], r1 *= qs[m][1];
-          const int rowa = row0[m] + (lane >> 2);
-          float partial = 0.f;
-          if ((lane & 3) == 0) {
-            if (rowa < qlen[m]) partial += r0;
-            if (rowa + 8 < qlen[m]) partial += r1;
+          for (int m = 0; m < MB; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float v = rmax[m][h];
+              int32_t tk = amax[m][h];
+              quad_argmax(v, tk);
+              const int row = row0[m] + h * 8 + (lane >> 2);
+              if ((lane & 3) == 0 && row < qlen[m]) {
+                const int64_t slot = ((int64_t)qidx[m] * num_docs + doc) * out.stride + row;
+                if (out.argmax16) static_cast<int16_t*>(out.argmax)[slot] = static_cast<int16_t>(tk);
+                else static_cast<int32_t*>(out.argmax)[slot] = tk;
+                out.best[slot] = v;
+              }
+            }
+        } else {
+          // row max over the quad, times the query-row scale, rows past the query dropped, warp sum
+          // (fixed order)
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+            float r0 = rmax[m][0], r1 = rmax[m][1];
+            r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+            r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+            r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+            r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+            if constexpr (SCALED) r0 *= qs[m][0], r1 *= qs[m][1];
+            const int rowa = row0[m] + (lane >> 2);
+            float partial = 0.f;
+            if ((lane & 3) == 0) {
+              if (rowa < qlen[m]) partial += r0;
+              if (rowa + 8 < qlen[m]) partial += r1;
+            }
+            partial = warp_sum(partial);
+            if (lane == 0) part[grp][(dp & 1) * SPP + m * GW + gw] = partial;
           }
-          partial = warp_sum(partial);
-          if (lane == 0) part[grp][(dp & 1) * SPP + m * GW + gw] = partial;
+          // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
+          // writes to this half come after the next barrier, which the combining warp reaches only
+          // after its reads. Combine: lane w of the group's first warp ends a segment (query) -> sums
+          // that query's slices of this pass in slice order (continuing the carried partial from the
+          // scores array if the query began in an earlier pass). Same order as a sequential sum:
+          // deterministic.
+          named_bar(1 + grp, GW * 32);
+          if (gw == 0 && lane < SPP) combine_pass<SPP>(p, part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
+          ++dp;
         }
-        // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
-        // writes to this half come after the next barrier, which the combining warp reaches only
-        // after its reads. Combine: lane w of the group's first warp ends a segment (query) -> sums
-        // that query's slices of this pass in slice order (continuing the carried partial from the
-        // scores array if the query began in an earlier pass). Same order as a sequential sum:
-        // deterministic.
-        named_bar(1 + grp, GW * 32);
-        if (gw == 0 && lane < SPP) combine_pass<SPP>(p, part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
-        ++dp;
       }
     }
   }
