@@ -2,7 +2,7 @@
 // 8-bit S8 (exact int32) / E4M3 (fp32 accumulate). A policy says what one token element is stored as,
 // how the tensor core multiplies fragments of it (mma.sync for sm_80+, wgmma for sm_90a, through
 // WgmmaOp<E, N>), what the accumulator starts at and how it becomes fp32. Every kernel family
-// (maxsim_mma.cu, maxsim_wgmma.cu, maxsim_8bit.cuh) takes one, so a new element type is one policy
+// (maxsim_mma.cuh, maxsim_wgmma.cuh, maxsim_simt.cuh) takes one, so a new element type is one policy
 // here plus its entry points in the registry of its family.
 #pragma once
 #include <cuda_bf16.h>
