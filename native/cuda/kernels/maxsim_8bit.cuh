@@ -1,4 +1,4 @@
-// maxsim_8bit.cuh: the 8-bit MaxSim kernel bodies shared by maxsim_int8.cu (int8 x int8, exact int32
+// maxsim_8bit.cuh: the 8-bit MaxSim family shared by maxsim_int8.cu (int8 x int8, exact int32
 // dots) and maxsim_fp8.cu (e4m3 x e4m3, fp32 accumulation), and the device quantizer. The math, the
 // structure and the launch contract are described in maxsim_int8.cu; the element type is a policy
 // (S8 / E4M3 in maxsim_policy.cuh): how fragments multiply, what the accumulator starts at, how it

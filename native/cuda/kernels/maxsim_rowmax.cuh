@@ -164,6 +164,38 @@ __device__ __forceinline__ void quad_argmax(float& v, int32_t& t) {
   }
 }
 
+// mma.sync: one finished block of 2 m16 x 2 n8 (tile columns c0 .. c0 + 15; the tile's first document
+// token tok0) into each row's (bv, bt), columns in ascending order per thread (nt, then element 0
+// before 1) with a strict >; columns at or past rem (the document's end) are never selected.
+template <int TN>
+__device__ __forceinline__ void fold_n16_argmax(float (&bv)[2][2], int32_t (&bt)[2][2], const float (&acc)[2][2][4],
+                                                int tok0, int c0, int rem, int lane) {
+  auto col = [&](int nt, int e) { return c0 + nt * 8 + (lane & 3) * 2 + e; };
+  auto visit = [&](int nt, int e, bool real) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v = acc[mt][nt][2 * h + e];
+        if (real && v > bv[mt][h]) {
+          bv[mt][h] = v;
+          bt[mt][h] = tok0 + col(nt, e);
+        }
+      }
+  };
+  if (rem >= TN) {  // full tiles: no column test
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) visit(nt, e, true);
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) visit(nt, e, col(nt, e) < rem);
+  }
+}
+
 // ---- the mma.sync folds: one finished block of 2 m16 x 2 n8 (tile columns c0 .. c0 + 15) --------
 // 16-bit: the dots as they are; full tiles without the column test.
 template <int TN>

@@ -56,8 +56,11 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "maxsim_common.cuh"
 #include "maxsim_mainloop.cuh"
+#include "maxsim_mma.cuh"
 #include "maxsim_producer.cuh"
 #include "maxsim_rowmax.cuh"
 #include "maxsim_scan.cuh"
@@ -180,11 +183,14 @@ __device__ __forceinline__ void write_score(const MaxsimTrainParams& P, int64_t 
 
 // ---- forward with argmax on tensor cores (mma.sync m16n8k16, fp16 / bf16, fp32 accumulate) -------
 //
-// One CTA (kMmaWarps warps) per pair, blocks striding over pairs. Each warp owns 32-row slices of the
-// query (rows 32 * (pass * kMmaWarps + warp) ...) whose A fragments it keeps in registers; the CTA
-// streams the document through an S-stage cp.async ring of TN-token tiles (zero-filled past the
-// document and past dim), once per pass, all warps in lock step (trip counts depend on the pair only,
-// so every thread reaches every __syncthreads). Per accumulator row element a thread keeps
+// The scoring mma.sync body's mainloop (maxsim_mma.cuh: its stage layout, mma_copy_tile and
+// mma_tile_blocks) with a pair walk and an argmax fold. One CTA (kMmaWarps warps, one group) per
+// pair, blocks striding over pairs (diagonal pairs too, which the scoring walk over documents x
+// queries has no notion of). Each warp owns 32-row slices of the query (rows 32 * (pass * kMmaWarps +
+// warp) ...) whose A fragments it keeps in registers; the CTA streams the document through an S-stage
+// cp.async ring of TN-token tiles (zero-filled past the document and past dim), once per pass, all
+// warps in lock step (trip counts depend on the pair only, so every thread reaches every
+// __syncthreads). Per accumulator row element a thread keeps
 // (max, argmax) over its own columns, visited in ascending document-token order with a strict >
 // (its lowest index wins its ties); columns >= the document length are skipped (never selected).
 // The quad (4 lanes of a row) then merges with "larger value, on equal values the lower index", a
@@ -197,17 +203,19 @@ constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kTN = 64;    // document tokens per tile
 constexpr int kKD = 128;   // max dim
 constexpr int kStages = 3;
-constexpr int kRS = kKD + 8;  // smem row stride (elements): 16 B pad -> conflict-free ldmatrix
-constexpr int kStage = kTN * kRS;
-constexpr int kNKS = kKD / 16;
-constexpr int kCPR = kKD / 8;  // 16-byte chunks per row
-constexpr int kMmaSmem = kStages * kStage * 2;  // 52224 bytes (dynamic)
+// the scoring mma.sync body's stage layout and copy split, one group of kMmaWarps warps
+template <typename T>
+using MmaC = maxsim::MmaCfg<std::conditional_t<std::is_same_v<T, __half>, maxsim::F16, maxsim::BF16>, kMmaWarps, 1, kTN,
+                            kStages, kKD>;
+constexpr int kMmaSmem = kStages * MmaC<__half>::STAGE;  // 52224 bytes (dynamic; no partial-sum slots)
 static_assert(kMmaSmem == MAXSIM_TRAIN_FWD_MMA_SMEM && kMmaThreads == MAXSIM_TRAIN_FWD_THREADS &&
                   kKD == MAXSIM_TRAIN_MMA_MAX_DIM,
               "maxsim_train_params.h states the mma forward's launch: keep it equal to the kernel");
 
 template <typename T>
 __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
+  using C = MmaC<T>;
+  using E = std::conditional_t<std::is_same_v<T, __half>, maxsim::F16, maxsim::BF16>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int dim = P.dim;
@@ -215,8 +223,7 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
   const T* __restrict__ docs = static_cast<const T*>(P.docs);
   const T* __restrict__ queries = static_cast<const T*>(P.queries);
   const uint32_t stages_s = maxsim::smem_u32(smem_raw);
-  const int nks_run = (dim + 15) >> 4;                       // k16 steps that carry data
-  const int need = min(kCPR, nks_run * 2);                   // 16-byte chunks per row to fill
+  const int nks_run = (dim + 15) >> 4;  // k16 steps that carry data
 
   // Passes over the document for pair p: 0 when the document or the query is empty.
   auto passes_of = [&](int64_t p, int& ld, int& lq) {
@@ -244,22 +251,11 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
     }
   };
   pseek();
+  const int pr = tid / C::CPR, pc = tid % C::CPR;
+  const int64_t rstep = static_cast<int64_t>(C::RSTEP) * dim;
   auto issue = [&](int slot) {
     if (pp < P.num_pairs) {
-      const uint32_t sbase = stages_s + slot * (kStage * 2);
-      const int tok0 = ptile * kTN;
-#pragma unroll
-      for (int it = 0; it < (kTN * kCPR) / kMmaThreads; ++it) {
-        const int idx = it * kMmaThreads + tid;
-        const int r = idx / kCPR, c = idx % kCPR;
-        if (c < need) {
-          const int tok = tok0 + r;
-          const int k = c * 8;
-          const bool ok = (tok < plen) && (k < dim);
-          const T* src = ok ? docs + (pstart + tok) * static_cast<int64_t>(dim) + k : docs;
-          maxsim::cp_async16(sbase + (r * kRS + c * 8) * 2, src, ok ? 16 : 0);
-        }
-      }
+      maxsim::mma_copy_tile<C>(stages_s + slot * C::STAGE, docs, pstart, plen, ptile * kTN, 0, dim, rstep, pr, pc);
       if (++ptile == pnt) {
         ptile = 0;
         if (++ppass == pnp) {
@@ -295,23 +291,12 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
       continue;
     }
     const int ntiles = (ld + kTN - 1) / kTN;
-    const int64_t q_first = P.query_starts[query_of(P, p)];
+    const T* qbase = queries + P.query_starts[query_of(P, p)] * static_cast<int64_t>(dim);
     for (int pass = 0; pass < npass; ++pass) {
       const int row0 = (pass * kMmaWarps + warp) * 32;  // may be >= lq: the warp computes on zeros
-      const T* qbase = queries + q_first * static_cast<int64_t>(dim);
-      uint32_t a[2][kNKS][4];
+      uint32_t a[2][C::NKS][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int ks = 0; ks < kNKS; ++ks)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int row = row0 + mt * 16 + (lane >> 2) + (r & 1) * 8;
-            const int k = ks * 16 + (lane & 3) * 2 + (r >> 1) * 8;
-            uint32_t v = 0;
-            if (row < lq && k < dim) v = *reinterpret_cast<const uint32_t*>(qbase + static_cast<int64_t>(row) * dim + k);
-            a[mt][ks][r] = v;
-          }
+      for (int mt = 0; mt < 2; ++mt) maxsim::load_a16<C::NKS, 2>(a[mt], qbase, row0 + mt * 16, lq, 0, dim, lane);
       float bv[2][2];
       int32_t bt[2][2];
 #pragma unroll
@@ -326,70 +311,11 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
         maxsim::cp_async_wait<kStages - 2>();
         __syncthreads();  // the stage is visible to all; everyone is done with the slot refilled next
         issue((cstage + kStages - 1) % kStages);
-        const uint32_t sb = stages_s + cstage * (kStage * 2);
         const int rem = ld - tile * kTN;  // valid columns of this tile (mask when < kTN)
-        const int colbase = tile * kTN + (lane & 3) * 2;
-#pragma unroll
-        for (int np = 0; np < kTN / 16; ++np) {
-          float acc[2][2][4];
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.f;
-#pragma unroll
-          for (int ks = 0; ks < kNKS; ++ks) {
-            if (ks < nks_run) {
-              const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-              const int k = ks * 16 + ((lane >> 3) & 1) * 8;
-              uint32_t b0, b1, b2, b3;
-              maxsim::ldmatrix_x4(sb + (n * kRS + k) * 2, b0, b1, b2, b3);
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-                maxsim::MmaOp<T>::run(acc[mt][0], a[mt][ks], b0, b1);
-                maxsim::MmaOp<T>::run(acc[mt][1], a[mt][ks], b2, b3);
-              }
-            }
-          }
-          // Fold in ascending column order per thread: nt, then element 0 before 1.
-          if (rem >= kTN) {
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int32_t col = colbase + np * 16 + nt * 8 + e;
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                  for (int h = 0; h < 2; ++h) {
-                    const float v = acc[mt][nt][2 * h + e];
-                    if (v > bv[mt][h]) {
-                      bv[mt][h] = v;
-                      bt[mt][h] = col;
-                    }
-                  }
-              }
-          } else {
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int32_t col = colbase + np * 16 + nt * 8 + e;
-                const bool real = col < ld;  // padding columns are never selected
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                  for (int h = 0; h < 2; ++h) {
-                    const float v = acc[mt][nt][2 * h + e];
-                    if (real && v > bv[mt][h]) {
-                      bv[mt][h] = v;
-                      bt[mt][h] = col;
-                    }
-                  }
-              }
-          }
-        }
+        maxsim::mma_tile_blocks<E, C>(a, stages_s + cstage * C::STAGE, nks_run, lane, 0.f,
+                                      [&](const float (&acc)[2][2][4], int c0) {
+                                        maxsim::fold_n16_argmax<kTN>(bv, bt, acc, tile * kTN, c0, rem, lane);
+                                      });
         cstage = (cstage + 1 == kStages) ? 0 : cstage + 1;
       }
 #pragma unroll
