@@ -95,19 +95,6 @@ __device__ __forceinline__ float e4m3_to_f32(uint8_t x) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
 }
 
-// The mma.sync op of a 16-bit storage type (the training kernels name it by type).
-template <typename T> struct MmaOp;
-template <> struct MmaOp<__half> {
-  static __device__ __forceinline__ void run(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    F16::mma(c, a, b0, b1);
-  }
-};
-template <> struct MmaOp<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    BF16::mma(c, a, b0, b1);
-  }
-};
-
 #if MAXSIM_HAS_WGMMA
 // ---- wgmma m64nNkK, A from registers, B K-major from shared memory (by descriptor) ----
 // WgmmaOp<E, N>::run(d, a, desc, accumulate): one warpgroup MMA into the N / 2 accumulators per

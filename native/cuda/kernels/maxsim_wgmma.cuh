@@ -159,348 +159,436 @@ struct ArgmaxOut {
   int doc_groups;
 };
 
+// The body's numbers, from its template parameters.
+template <class E_, int NCONS_, int MB_, int TN_, int S_, bool PP_, bool TMA_, bool DSCALE_, class Out_>
+struct WgCfg {
+  using E = E_;
+  using Out = Out_;
+  using T = typename E::Elem;
+  using Acc = typename E::Acc;
+  static constexpr int NCONS = NCONS_, MB = MB_, TN = TN_, S = S_;
+  static constexpr bool PP = PP_, TMA = TMA_, DSCALE = DSCALE_;
+  static constexpr bool SCALED = E::kScaled;
+  static constexpr int NATOM = E::kBytes;      // 128-byte K atoms per token row (128 elements)
+  static constexpr int EPC = 16 / E::kBytes;   // elements per 16-byte chunk
+  static constexpr int NKS = 4 * NATOM;        // wgmma k steps of 32 bytes per tile
+  static constexpr int HALF = TN * 128;        // bytes of one K atom of the tile
+  static constexpr int STAGE = NATOM * HALF;   // bytes per stage (the scales live after the S stages)
+  static constexpr int NCW = NCONS * 4;        // consumer warps
+  static constexpr int NGRP = PP ? NCONS : 1;  // consumer groups working on different documents
+  static constexpr int GW = NCW / NGRP;        // warps per group
+  static constexpr int SPP = GW * MB;          // 16-row query slices per pass (each group covers them all)
+  static constexpr int NACC = TN / 2;
+  // int8 dots convert with I2FP (full rate on sm_90) from an accumulator that starts at zero: no bias
+  // to set after each fold (the mma.sync bodies' FADD trick costs a MOV per value here; H200: 1.152
+  // vs 1.285 ms at 32,32,300; bench/NOTES.md, 'Format and exact conversion')
+  static constexpr bool BIAS = false;
+  static constexpr bool IMAX = DSCALE && !E::kFp8 && SCALED;  // int8 document scales: row max on int32 dots
+  static constexpr bool ARGMAX = std::is_same_v<Out, ArgmaxOut>;
+  static_assert(TN % 64 == 0 && TN <= 256, "tile");
+  static_assert(!DSCALE || (TMA && SCALED), "document-scale twins exist for the scaled TMA kernels only");
+  static_assert(!PP || !SCALED, "no scaled ping-pong row: add one with its tests");
+  static_assert(!ARGMAX || (!SCALED && !PP), "the argmax epilogue is the 16-bit training forward's");
+  static_assert(SPP <= 32, "combine uses one lane per slice");
+  static_assert(S <= 32, "consumers keep one parity bit per stage");
+  // the producer walk's document lookup (DocDirect: see above)
+  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, ARGMAX>>;
+};
+
+// What the warpgroups share: the ring's barriers and the consumers' partial sums (static shared
+// memory, one block per kernel: wg_shared<C>() returns it), and the ring itself (sbase: 1024-aligned
+// shared address of the dynamic shared memory; the scaled types' [S][TN] document scales after it).
+template <class C>
+struct WgShared {
+  alignas(8) uint64_t full_bar[C::NGRP][C::S];
+  alignas(8) uint64_t empty_bar[C::S];
+  float part[C::NGRP][2 * C::SPP];
+};
+template <class C>
+__device__ __forceinline__ WgShared<C>& wg_shared() {
+  __shared__ WgShared<C> sh;
+  return sh;
+}
+template <class C>
+__device__ __forceinline__ uint32_t wg_ring() {
+  extern __shared__ __align__(1024) unsigned char smem_dyn[];
+  return (smem_u32(smem_dyn) + 1023u) & ~1023u;
+}
+template <class C>
+__device__ __forceinline__ const float* wg_scales() {  // the scaled types' [S][TN] document scales
+  extern __shared__ __align__(1024) unsigned char smem_dyn[];
+  return reinterpret_cast<const float*>(smem_dyn + (wg_ring<C>() + C::S * C::STAGE - smem_u32(smem_dyn)));
+}
+
+#if MAXSIM_HAS_WGMMA
+// ------------------------------ producer warpgroup ------------------------------
+template <class C>
+__device__ __forceinline__ void wgmma_produce(const MaxsimParams& p, const TmaMap* map, int npass, int groups) {
+  constexpr int TN = C::TN, S = C::S, NGRP = C::NGRP, HALF = C::HALF, STAGE = C::STAGE;
+  using T = typename C::T;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int dim = p.dim, num_docs = p.num_docs;
+  const T* __restrict__ docs = static_cast<const T*>(p.docs);
+  const float* __restrict__ dscales = p.doc_scales;
+  WgShared<C>& sh = wg_shared<C>();
+  const uint32_t sbase = wg_ring<C>(), scbase = sbase + S * STAGE;
+  if constexpr (RegSplit<C::NCONS>::producer > 0) setmaxnreg_dec<RegSplit<C::NCONS>::producer>();
+  // the tile's document scales from (start, tile): TN per stage, or the document's one (DSCALE)
+  auto copy_scales = [&](int s, int64_t start, int len, int tile, int r0, int rstep) {
+    if constexpr (C::DSCALE) {
+      if (r0 == 0) cp_async4(scbase + s * TN * 4, dscales + start, 4);
+    } else {
+      for (int r = r0; r < TN; r += rstep) {
+        const bool ok = tile * TN + r < len;
+        cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
+      }
+    }
+  };
+  if constexpr (C::TMA) {
+    // one warp walks the documents (DocWindow shuffles need the whole warp), lane 0 issues; rows
+    // past the document are the next document's (masked by the consumers' fold) or past the set
+    // (zeros); dims past dim are zeros
+    if (warp == 0) {
+      produce_tiles<NGRP, TN, S, C::ARGMAX, typename C::Docs>(
+          p, num_docs, npass, groups, sh.empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+            const uint32_t fb = smem_u32(&sh.full_bar[grp][s]);
+            if (lane == 0) {
+              const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
+              mbar_arrive_expect_tx(fb, STAGE);
+#pragma unroll
+              for (int h = 0; h < C::NATOM; ++h)
+                tma_load_2d(sbase + s * STAGE + h * HALF, map, h * (128 / C::E::kBytes), row, fb);
+            }
+            if constexpr (C::SCALED) {
+              copy_scales(s, start, len, tile, lane, 32);
+              cp_async_mbar_arrive(fb);
+            } else {
+              __syncwarp();
+            }
+          });
+      if constexpr (C::SCALED) cp_async_wait<0>();
+    }
+  } else {
+    // Each thread copies one 16-byte chunk of rows prow, prow + RPI, ... of a tile
+    // (copy_chunk_rows): with 128-byte K atoms the swizzle term (chunk ^ row % 8) is the same for
+    // all of them, so the destination is fixed per thread up to a 1024-byte step.
+    constexpr int CPR = 8 * C::NATOM;  // 16-byte chunks per token row
+    constexpr int RPI = 128 / CPR;     // rows per copy step of the warpgroup
+    const int prow = tid / CPR, pchunk = tid % CPR;
+    const bool kok = pchunk * C::EPC < dim;  // wgmma reads all 128 elements: zero-fill past dim
+    const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ (prow & 7)) << 4);
+    const int64_t row_step = RPI * (int64_t)dim;
+    produce_tiles<NGRP, TN, S, C::ARGMAX, typename C::Docs>(
+        p, num_docs, npass, groups, sh.empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+          const uint32_t dst = sbase + s * STAGE + pdst;
+          const int row0 = tile * TN + prow;
+          const int rows_left = len - row0;  // copy `it` holds row row0 + RPI * it
+          const T* src = docs + (start + row0) * (int64_t)dim + pchunk * C::EPC;
+          copy_chunk_rows<TN / RPI, RPI, RPI * 128>(dst, src, row_step, rows_left, kok, docs);
+          if constexpr (C::SCALED) copy_scales(s, start, len, tile, tid, 128);
+          // the tile is "full" when the copies land, whatever the producer does next: consumers are
+          // not held back until later tiles are issued
+          cp_async_mbar_arrive(smem_u32(&sh.full_bar[grp][s]));
+        });
+    cp_async_wait<0>();
+  }
+}
+
+// One consumer warp's view of a pass: per m-block its query slice's rows and first row, its query
+// (ARGMAX), the A fragments and (scaled types) the rows' query scales.
+template <class C>
+struct WgSlices {
+  int qlen[C::MB], row0[C::MB], qidx[C::MB];
+  uint32_t a[C::MB][C::NKS][4];
+  float qs[C::MB][2];
+};
+
+// A document's running row maxima (rmax; IMAX: imax on the raw int32 dots; ARGMAX: amax, the lowest
+// document token holding rmax, -1 while none), and DSCALE's document scale.
+template <class C>
+struct WgRows {
+  float rmax[C::MB][2];
+  int32_t amax[C::MB][2];
+  int imax[C::MB][2];
+  float sdoc = 0.f;
+  __device__ __forceinline__ WgRows() {
+#pragma unroll
+    for (int m = 0; m < C::MB; ++m) {
+      rmax[m][0] = rmax[m][1] = -INFINITY;
+      amax[m][0] = amax[m][1] = -1;
+      imax[m][0] = imax[m][1] = INT_MIN;
+    }
+  }
+};
+
+// One tile of a document, after its wgmma were issued: m-block by m-block (each as soon as its
+// commit group is done, while later ones run), the fold into the row maxima; the last m-block also
+// releases the stage. rem: the document's tokens from this tile on; sc: this thread's column scales.
+template <class C>
+__device__ __forceinline__ void wgmma_fold_tile(typename C::Acc (&acc)[C::MB][C::NACC], WgRows<C>& r,
+                                                const float2 (&sc)[C::TN / 8], int rem, int tile, int lane,
+                                                uint32_t empty_bar) {
+  constexpr int MB = C::MB, NACC = C::NACC, TN = C::TN;
+  using E = typename C::E;
+  // value j of m-block m: float(acc), times its column's document scale (DSCALE: the raw dot; the
+  // scale comes at the document's end)
+  auto value = [&](int m, int j) {
+    if constexpr (C::SCALED && !C::DSCALE)
+      return E::template to_f32<C::BIAS>(acc[m][j]) * ((j & 1) ? sc[j >> 2].y : sc[j >> 2].x);
+    else
+      return E::template to_f32<C::BIAS>(acc[m][j]);
+  };
+  float before[MB][2];  // the row maxima before this tile, for the exact redo below
+#pragma unroll
+  for (int m = 0; m < MB; ++m) before[m][0] = r.rmax[m][0], before[m][1] = r.rmax[m][1];
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
+    wgmma_mblock_done<MB, NACC>(acc, m, lane, empty_bar);
+    if constexpr (C::ARGMAX) {
+      // padding columns -inf in place (the next tile's first wgmma overwrites them), then per row the
+      // tile max and, only on a strict improvement, its lowest column
+      if (rem < TN) mask_tail<NACC>(acc[m], rem, lane);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) fold_argmax_row<NACC>(acc[m], h, lane, tile * TN, r.rmax[m][h], r.amax[m][h]);
+    } else if (rem >= TN) {
+      // Full tiles take a path without the column test (the select and compare per element were a
+      // quarter of the 8-bit fold's instructions: bench/NOTES.md, 'The 8-bit fold').
+      if constexpr (C::IMAX) {
+#pragma unroll
+        for (int i = 0; i < TN / 8; ++i) {
+          r.imax[m][0] = max(r.imax[m][0], max(acc[m][4 * i], acc[m][4 * i + 1]));
+          r.imax[m][1] = max(r.imax[m][1], max(acc[m][4 * i + 2], acc[m][4 * i + 3]));
+        }
+      } else if constexpr (E::kRowMaxBits) {
+        // one VIMNMX3 per two values on their bit patterns (max3_bits), checked below
+        fold_full_bits<MB, NACC>(r.rmax, m, value);
+      } else {
+#pragma unroll
+        for (int i = 0; i < TN / 8; ++i) {
+          r.rmax[m][0] = fmaxf(r.rmax[m][0], fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
+          r.rmax[m][1] = fmaxf(r.rmax[m][1], fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
+        }
+      }
+    } else if constexpr (C::IMAX) {
+#pragma unroll
+      for (int i = 0; i < TN / 8; ++i) {
+        const int col = i * 8 + (lane & 3) * 2;
+        const bool ok0 = col < rem, ok1 = col + 1 < rem;
+        r.imax[m][0] = max(r.imax[m][0], max(ok0 ? acc[m][4 * i] : INT_MIN, ok1 ? acc[m][4 * i + 1] : INT_MIN));
+        r.imax[m][1] = max(r.imax[m][1], max(ok0 ? acc[m][4 * i + 2] : INT_MIN, ok1 ? acc[m][4 * i + 3] : INT_MIN));
+      }
+    } else {
+      fold_masked<MB, NACC>(r.rmax, m, rem, lane, value);
+    }
+  }
+  // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the warp
+  // redoes this tile with fmaxf from the maxima before it (the accumulators stay intact until the
+  // next tile's wgmma). Rare for embeddings: a query token's best match is >= 0.
+  if (E::kRowMaxBits && !C::IMAX && !C::ARGMAX && rem >= TN) redo_inexact_rows<MB, NACC>(r.rmax, before, value);
+}
+
+// The end of a (document, pass) for one consumer warp. ARGMAX: each row's (max, lowest argmax) over
+// its quad, stored at its slot; no cross-warp combine. Otherwise: the row max over the quad, times the
+// query-row scale, rows past the query dropped, the warp sum (fixed order) into part[], one barrier
+// over the group, and the fixed-order combine (combine_pass) into the scores.
+template <class C>
+__device__ __forceinline__ void wgmma_finish_doc(const MaxsimParams& p, const typename C::Out& out, const WgSlices<C>& sl, WgRows<C>& r, int doc, int pass, int dp,
+                                                 int grp, int gw, int lane, int nslices, int cpq) {
+  constexpr int MB = C::MB, SPP = C::SPP, GW = C::GW;
+  const int num_docs = p.num_docs;
+  if constexpr (C::DSCALE) {
+    // the document's scale, once per row (a thread whose columns were all past the document keeps
+    // -inf: 0 * -inf would be a NaN)
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v = C::IMAX ? (r.imax[m][h] == INT_MIN ? -INFINITY : __int2float_rn(r.imax[m][h])) : r.rmax[m][h];
+        r.rmax[m][h] = v == -INFINITY ? v : v * r.sdoc;
+      }
+  }
+  if constexpr (C::ARGMAX) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v = r.rmax[m][h];
+        int32_t tk = r.amax[m][h];
+        quad_argmax(v, tk);
+        const int row = sl.row0[m] + h * 8 + (lane >> 2);
+        if ((lane & 3) == 0 && row < sl.qlen[m]) {
+          const int64_t slot = ((int64_t)sl.qidx[m] * num_docs + doc) * out.stride + row;
+          if (out.argmax16) static_cast<int16_t*>(out.argmax)[slot] = static_cast<int16_t>(tk);
+          else static_cast<int32_t*>(out.argmax)[slot] = tk;
+          out.best[slot] = v;
+        }
+      }
+  } else {
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      float r0 = r.rmax[m][0], r1 = r.rmax[m][1];
+      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+      if constexpr (C::SCALED) r0 *= sl.qs[m][0], r1 *= sl.qs[m][1];
+      const int rowa = sl.row0[m] + (lane >> 2);
+      float partial = 0.f;
+      if ((lane & 3) == 0) {
+        if (rowa < sl.qlen[m]) partial += r0;
+        if (rowa + 8 < sl.qlen[m]) partial += r1;
+      }
+      partial = warp_sum(partial);
+      if (lane == 0) wg_shared<C>().part[grp][(dp & 1) * SPP + m * GW + gw] = partial;
+    }
+    // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next writes to
+    // this half come after the next barrier, which the combining warp reaches only after its reads.
+    // Combine: lane w of the group's first warp ends a segment (query) -> sums that query's slices of
+    // this pass in slice order (continuing the carried partial from the scores array if the query
+    // began in an earlier pass). Same order as a sequential sum: deterministic.
+    named_bar(1 + grp, GW * 32);
+    if (gw == 0 && lane < SPP) combine_pass<SPP>(p, wg_shared<C>().part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
+  }
+}
+
+// ------------------------------ consumer warpgroups ------------------------------
+template <class C>
+__device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typename C::Out& out, int npass, int groups, int nq, int cpq, int nslices) {
+  constexpr int MB = C::MB, TN = C::TN, S = C::S, NACC = C::NACC, SPP = C::SPP, GW = C::GW, NGRP = C::NGRP;
+  constexpr int HALF = C::HALF;
+  using E = typename C::E;
+  using T = typename C::T;
+  WgShared<C>& sh = wg_shared<C>();
+  if constexpr (RegSplit<C::NCONS>::consumer > 0) setmaxnreg_inc<RegSplit<C::NCONS>::consumer>();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int dim = p.dim, num_docs = p.num_docs;
+  const int cw = warp - 4;          // consumer warp 0 .. NCW-1
+  const int grp = cw / GW;          // consumer group (always 0 unless PP)
+  const int gw = cw % GW;           // warp within the group
+  const int gtid = tid - 128 - grp * GW * 32;  // thread within the group
+  const T* __restrict__ queries = static_cast<const T*>(p.queries);
+  // 128-byte swizzle, stride between 8-row groups 1024 bytes
+  const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
+  WgSlices<C> sl;
+  typename C::Acc acc[MB][NACC];
+#pragma unroll
+  for (int m = 0; m < MB; ++m)
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[m][i] = E::template init<C::BIAS>();
+  int t = 0;   // ring tile counter (all groups' tiles: the stage is t % S)
+  int dp = 0;  // (document, pass) counter: parity selects the part[] half
+  uint32_t full_phase = 0;  // PP: bit s, parity of this group's next wait on full_bar[grp][s]
+  // Pass-outer order: the A fragments of a pass are loaded once per work unit (not once per
+  // document); documents are re-streamed once per pass. Per-(query, doc) sums that span passes are
+  // carried in the scores array itself (written and re-read by the same thread: no extra memory,
+  // fixed order).
+  for (UnitWalk<C::ARGMAX> w(groups); w.pass < npass; w.next()) {
+    const int pass = w.pass;
+    // slice of m-block m of this warp: pass * SPP + m * GW + gw (SPP = slices per pass)
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      const QuerySlice<16> q(p, pass * SPP + m * GW + gw, nslices, cpq);
+      sl.qlen[m] = q.qlen;
+      sl.row0[m] = q.row0;
+      sl.qidx[m] = q.q;
+      load_a16<C::NKS, 4 / E::kBytes>(sl.a[m], queries + q.start * (int64_t)dim, q.row0, q.qlen, 0, dim, lane);
+      if constexpr (C::SCALED) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = q.row0 + (lane >> 2) + h * 8;
+          sl.qs[m][h] = row < q.qlen ? p.query_scales[q.start + row] : 0.f;
+        }
+      }
+    }
+    int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
+    DocWindow<false, C::ARGMAX> win(p, w.first, w.step());
+    for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
+      const int len = win.at(p, i, nullptr);
+      if (len <= 0) {
+        // (training: maxsim_train_fwd_sum writes an empty document's slots)
+        if (!C::ARGMAX && pass == 0 && grp == 0)
+          for (int ql = gtid; ql < nq; ql += GW * 32)
+            p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
+        continue;
+      }
+      const int ntiles = (len + TN - 1) / TN;
+      if (C::PP) {
+        const bool mine = owner == grp;
+        owner = owner + 1 == NGRP ? 0 : owner + 1;
+        if (!mine) {
+          t += ntiles;  // another group's document: its tiles pass this group by
+          continue;
+        }
+      }
+      WgRows<C> r;
+      for (int tile = 0; tile < ntiles; ++tile, ++t) {
+        const int s = t % S;
+        // one group: the (t / S)-th use of stage s (no register); PP: the group's own count
+        mbar_wait(smem_u32(&sh.full_bar[grp][s]), C::PP ? (full_phase >> s) & 1 : (t / S) & 1);
+        if (C::PP) full_phase ^= 1u << s;
+        // cp.async writes through the generic proxy, wgmma reads through the async one (TMA writes
+        // through the async proxy already)
+        if constexpr (!C::TMA) fence_proxy_async();
+        const uint32_t st = wg_ring<C>() + s * C::STAGE;
+        // this thread's column scales, read before the stage is released to the producer
+        float2 sc[TN / 8];
+        if constexpr (C::DSCALE) {
+          r.sdoc = wg_scales<C>()[s * TN];
+        } else if constexpr (C::SCALED) {
+#pragma unroll
+          for (int i2 = 0; i2 < TN / 8; ++i2)
+            sc[i2] = *reinterpret_cast<const float2*>(wg_scales<C>() + s * TN + i2 * 8 + (lane & 3) * 2);
+        }
+#pragma unroll
+        for (int m = 0; m < MB; ++m)
+#pragma unroll
+          for (int i2 = 0; i2 < NACC; ++i2) reg_fence(acc[m][i2]);
+        wgmma_fence();
+        // every k step unconditionally (zero-filled past dim); k step ks: K atom ks / 4, 32 bytes per
+        // step within it
+        const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
+        wgmma_tile<E, TN, MB, C::NKS>(acc, sl.a, desc0, [](int ks) { return ((ks >> 2) * HALF) + (ks & 3) * 32; });
+        wgmma_fold_tile<C>(acc, r, sc, len - tile * TN, tile, lane, smem_u32(&sh.empty_bar[s]));
+      }
+      wgmma_finish_doc<C>(p, out, sl, r, doc, pass, dp, grp, gw, lane, nslices, cpq);
+      ++dp;
+    }
+  }
+}
+#endif
+
+// The body: barrier setup, then the producer warpgroup (warps 0-3) or a consumer warpgroup.
 template <class E, int NCONS, int MB, int TN, int S, bool PP, bool TMA = false, bool DSCALE = false,
           class Out = ScoreSum>
 __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* map = nullptr, const Out& out = Out{}) {
 #if MAXSIM_HAS_WGMMA
-  using T = typename E::Elem;
-  using Acc = typename E::Acc;
-  constexpr bool SCALED = E::kScaled;
-  constexpr int NATOM = E::kBytes;      // 128-byte K atoms per token row (128 elements)
-  constexpr int EPC = 16 / E::kBytes;   // elements per 16-byte chunk
-  constexpr int NKS = 4 * NATOM;        // wgmma k steps of 32 bytes per tile
-  constexpr int HALF = TN * 128;        // bytes of one K atom of the tile
-  constexpr int STAGE = NATOM * HALF;   // bytes per stage (the scales live after the S stages)
-  constexpr int NCW = NCONS * 4;        // consumer warps
-  constexpr int NGRP = PP ? NCONS : 1;  // consumer groups working on different documents
-  constexpr int GW = NCW / NGRP;        // warps per group
-  constexpr int SPP = GW * MB;          // 16-row query slices per pass (each group covers them all)
-  constexpr int NACC = TN / 2;
-  // int8 dots convert with I2FP (full rate on sm_90) from an accumulator that starts at zero: no bias
-  // to set after each fold (the mma.sync bodies' FADD trick costs a MOV per value here; H200: 1.152
-  // vs 1.285 ms at 32,32,300; bench/NOTES.md, 'Format and exact conversion')
-  constexpr bool BIAS = false;
-  constexpr bool IMAX = DSCALE && !E::kFp8 && SCALED;  // int8 document scales: row max on the int32 dots
-  static_assert(TN % 64 == 0 && TN <= 256, "tile");
-  static_assert(!DSCALE || (TMA && SCALED), "document-scale twins exist for the scaled TMA kernels only");
-  static_assert(!PP || !SCALED, "no scaled ping-pong row: add one with its tests");
-  constexpr bool ARGMAX = std::is_same_v<Out, ArgmaxOut>;
-  static_assert(!ARGMAX || (!SCALED && !PP), "the argmax epilogue is the 16-bit training forward's");
-  extern __shared__ __align__(1024) unsigned char smem_dyn[];
-  __shared__ __align__(8) uint64_t full_bar[NGRP][S];
-  __shared__ __align__(8) uint64_t empty_bar[S];
-  __shared__ float part[NGRP][2 * SPP];
-  static_assert(SPP <= 32, "combine uses one lane per slice");
-  static_assert(S <= 32, "consumers keep one parity bit per stage");
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const uint32_t sbase = (smem_u32(smem_dyn) + 1023u) & ~1023u;
-  const uint32_t scbase = sbase + S * STAGE;  // scaled types: [S][TN] document scales
-  const float* scales_s = reinterpret_cast<const float*>(smem_dyn + (scbase - smem_u32(smem_dyn)));
+  using C = WgCfg<E, NCONS, MB, TN, S, PP, TMA, DSCALE, Out>;
+  WgShared<C>& sh = wg_shared<C>();
+  const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      for (int g = 0; g < NGRP; ++g)
+      for (int g = 0; g < C::NGRP; ++g)
         // one (copy-completion) arrive per producer thread; TMA: the issuing lane's armed arrive, and
         // for scaled types one per lane of the producer warp for its scale copies
-        mbar_init(smem_u32(&full_bar[g][s]), TMA ? 1 + (SCALED ? 32 : 0) : 128);
-      mbar_init(smem_u32(&empty_bar[s]), GW);  // one arrive per warp of the tile's group
+        mbar_init(smem_u32(&sh.full_bar[g][s]), TMA ? 1 + (C::SCALED ? 32 : 0) : 128);
+      mbar_init(smem_u32(&sh.empty_bar[s]), C::GW);  // one arrive per warp of the tile's group
     }
   }
   __syncthreads();
 
-  const int dim = p.dim;
-  const int num_docs = p.num_docs;
   const int nq = p.num_queries - p.query_tile_offset;
-  if (nq <= 0 || dim > 128) return;
+  if (nq <= 0 || p.dim > 128) return;
   const int cpq = max(1, (p.max_query_length + 15) >> 4);
   const int nslices = nq * cpq;
-  const int npass = (nslices + SPP - 1) / SPP;
+  const int npass = (nslices + C::SPP - 1) / C::SPP;
   // Work units (UnitWalk): scoring takes one document group per CTA (CTA c streams documents c,
   // c + gridDim.x, ... once per pass, so the sums spanning passes stay with one warp); training deals
   // them into out.doc_groups groups.
   int groups = gridDim.x;
-  if constexpr (ARGMAX) groups = max(1, out.doc_groups);
-  const T* __restrict__ docs = static_cast<const T*>(p.docs);
-  const float* __restrict__ dscales = p.doc_scales;
-  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, ARGMAX>>;
-
-  if (warp < 4) {
-    // ------------------------------ producer warpgroup ------------------------------
-    if constexpr (RegSplit<NCONS>::producer > 0) setmaxnreg_dec<RegSplit<NCONS>::producer>();
-    // the tile's document scales from (start, tile): TN per stage, or the document's one (DSCALE)
-    auto copy_scales = [&](int s, int64_t start, int len, int tile, int r0, int rstep) {
-      if constexpr (DSCALE) {
-        if (r0 == 0) cp_async4(scbase + s * TN * 4, dscales + start, 4);
-      } else {
-        for (int r = r0; r < TN; r += rstep) {
-          const bool ok = tile * TN + r < len;
-          cp_async4(scbase + (s * TN + r) * 4, ok ? dscales + start + tile * TN + r : dscales, ok ? 4 : 0);
-        }
-      }
-    };
-    if constexpr (TMA) {
-      // one warp walks the documents (DocWindow shuffles need the whole warp), lane 0 issues; rows
-      // past the document are the next document's (masked by the consumers' fold) or past the set
-      // (zeros); dims past dim are zeros
-      if (warp == 0) {
-        produce_tiles<NGRP, TN, S, ARGMAX, Docs>(p, num_docs, npass, groups, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
-          const uint32_t fb = smem_u32(&full_bar[grp][s]);
-          if (lane == 0) {
-            const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
-            mbar_arrive_expect_tx(fb, STAGE);
-#pragma unroll
-            for (int h = 0; h < NATOM; ++h) tma_load_2d(sbase + s * STAGE + h * HALF, map, h * (128 / E::kBytes), row, fb);
-          }
-          if constexpr (SCALED) {
-            copy_scales(s, start, len, tile, lane, 32);
-            cp_async_mbar_arrive(fb);
-          } else {
-            __syncwarp();
-          }
-        });
-        if constexpr (SCALED) cp_async_wait<0>();
-      }
-    } else {
-      // Each thread copies one 16-byte chunk of rows prow, prow + RPI, ... of a tile
-      // (copy_chunk_rows): with 128-byte K atoms the swizzle term (chunk ^ row % 8) is the same for
-      // all of them, so the destination is fixed per thread up to a 1024-byte step.
-      constexpr int CPR = 8 * NATOM;  // 16-byte chunks per token row
-      constexpr int RPI = 128 / CPR;  // rows per copy step of the warpgroup
-      const int prow = tid / CPR, pchunk = tid % CPR;
-      const bool kok = pchunk * EPC < dim;  // wgmma reads all 128 elements: zero-fill past dim
-      const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ (prow & 7)) << 4);
-      const int64_t row_step = RPI * (int64_t)dim;
-      produce_tiles<NGRP, TN, S, ARGMAX, Docs>(p, num_docs, npass, groups, empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
-        const uint32_t dst = sbase + s * STAGE + pdst;
-        const int row0 = tile * TN + prow;
-        const int rows_left = len - row0;  // copy `it` holds row row0 + RPI * it
-        const T* src = docs + (start + row0) * (int64_t)dim + pchunk * EPC;
-        copy_chunk_rows<TN / RPI, RPI, RPI * 128>(dst, src, row_step, rows_left, kok, docs);
-        if constexpr (SCALED) copy_scales(s, start, len, tile, tid, 128);
-        // the tile is "full" when the copies land, whatever the producer does next: consumers are
-        // not held back until later tiles are issued
-        cp_async_mbar_arrive(smem_u32(&full_bar[grp][s]));
-      });
-      cp_async_wait<0>();
-    }
-  } else {
-    // ------------------------------ consumer warpgroups ------------------------------
-    if constexpr (RegSplit<NCONS>::consumer > 0) setmaxnreg_inc<RegSplit<NCONS>::consumer>();
-    const int cw = warp - 4;          // consumer warp 0 .. NCW-1
-    const int grp = cw / GW;          // consumer group (always 0 unless PP)
-    const int gw = cw % GW;           // warp within the group
-    const int gtid = tid - 128 - grp * GW * 32;  // thread within the group
-    const T* __restrict__ queries = static_cast<const T*>(p.queries);
-    // 128-byte swizzle, stride between 8-row groups 1024 bytes
-    const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
-    uint32_t a[MB][NKS][4];
-    float qs[MB][2];  // scaled types: the query rows' scales
-    Acc acc[MB][NACC];
-#pragma unroll
-    for (int m = 0; m < MB; ++m)
-#pragma unroll
-      for (int i = 0; i < NACC; ++i) acc[m][i] = E::template init<BIAS>();
-    int t = 0;   // ring tile counter (all groups' tiles: the stage is t % S)
-    int dp = 0;  // (document, pass) counter: parity selects the part[] half
-    uint32_t full_phase = 0;  // bit s: parity of this group's next wait on full_bar[grp][s]
-    // Pass-outer order: the A fragments of a pass are loaded once per CTA (not once per document);
-    // documents are re-streamed once per pass. Per-(query, doc) sums that span passes are carried in
-    // the scores array itself (written and re-read by the same thread: no extra memory, fixed order).
-    for (UnitWalk<ARGMAX> w(groups); w.pass < npass; w.next()) {
-      const int pass = w.pass;
-      // slice of m-block m of this warp: pass * SPP + m * GW + gw (SPP = slices per pass)
-      int qlen[MB], row0[MB], qidx[MB];
-#pragma unroll
-      for (int m = 0; m < MB; ++m) {
-        const QuerySlice<16> sl(p, pass * SPP + m * GW + gw, nslices, cpq);
-        qlen[m] = sl.qlen;
-        row0[m] = sl.row0;
-        qidx[m] = sl.q;
-        load_a16<NKS, 4 / E::kBytes>(a[m], queries + sl.start * (int64_t)dim, row0[m], qlen[m], 0, dim, lane);
-        if constexpr (SCALED) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = row0[m] + (lane >> 2) + h * 8;
-            qs[m][h] = row < qlen[m] ? p.query_scales[sl.start + row] : 0.f;
-          }
-        }
-      }
-      int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
-      DocWindow<false, ARGMAX> win(p, w.first, w.step());
-      for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
-        const int len = win.at(p, i, nullptr);
-        if (len <= 0) {
-          // (training: maxsim_train_fwd_sum writes an empty document's slots)
-          if (!ARGMAX && pass == 0 && grp == 0)
-            for (int ql = gtid; ql < nq; ql += GW * 32)
-              p.scores[(int64_t)(p.query_tile_offset + ql) * num_docs + doc] = -INFINITY;
-          continue;
-        }
-        const int ntiles = (len + TN - 1) / TN;
-        if (PP) {
-          const bool mine = owner == grp;
-          owner = owner + 1 == NGRP ? 0 : owner + 1;
-          if (!mine) {
-            t += ntiles;  // another group's document: its tiles pass this group by
-            continue;
-          }
-        }
-        float rmax[MB][2];
-        int32_t amax[MB][2];  // ARGMAX only: the row's lowest document token holding rmax (-1: none yet)
-        int imax[MB][2];   // IMAX only
-        float sdoc = 0.f;  // DSCALE only: the document's scale
-#pragma unroll
-        for (int m = 0; m < MB; ++m) {
-          rmax[m][0] = rmax[m][1] = -INFINITY;
-          amax[m][0] = amax[m][1] = -1;
-          imax[m][0] = imax[m][1] = INT_MIN;
-        }
-        for (int tile = 0; tile < ntiles; ++tile, ++t) {
-          const int s = t % S;
-          // one group: the (t / S)-th use of stage s (no register); PP: the group's own count
-          mbar_wait(smem_u32(&full_bar[grp][s]), PP ? (full_phase >> s) & 1 : (t / S) & 1);
-          if (PP) full_phase ^= 1u << s;
-          // cp.async writes through the generic proxy, wgmma reads through the async one (TMA writes
-          // through the async proxy already)
-          if constexpr (!TMA) fence_proxy_async();
-          const uint32_t st = sbase + s * STAGE;
-          // this thread's column scales, read before the stage is released to the producer
-          float2 sc[TN / 8];
-          if constexpr (DSCALE) {
-            sdoc = scales_s[s * TN];
-          } else if constexpr (SCALED) {
-#pragma unroll
-            for (int i = 0; i < TN / 8; ++i)
-              sc[i] = *reinterpret_cast<const float2*>(scales_s + s * TN + i * 8 + (lane & 3) * 2);
-          }
-#pragma unroll
-          for (int m = 0; m < MB; ++m)
-#pragma unroll
-            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
-          wgmma_fence();
-          // every k step unconditionally (zero-filled past dim); k step ks: K atom ks / 4, 32 bytes
-          // per step within it
-          const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
-          wgmma_tile<E, TN, MB, NKS>(acc, a, desc0, [](int ks) { return ((ks >> 2) * HALF) + (ks & 3) * 32; });
-          const int rem = len - tile * TN;
-          // value j of m-block m: float(acc), times its column's document scale (DSCALE: the raw
-          // dot; the scale comes at the document's end)
-          auto value = [&](int m, int j) {
-            if constexpr (SCALED && !DSCALE)
-              return E::template to_f32<BIAS>(acc[m][j]) * ((j & 1) ? sc[j >> 2].y : sc[j >> 2].x);
-            else
-              return E::template to_f32<BIAS>(acc[m][j]);
-          };
-          float before[MB][2];  // the row maxima before this tile, for the exact redo below
-#pragma unroll
-          for (int m = 0; m < MB; ++m) before[m][0] = rmax[m][0], before[m][1] = rmax[m][1];
-#pragma unroll
-          for (int m = 0; m < MB; ++m) {
-            // m-block m done when at most MB-1-m groups are pending: fold it while later ones run
-            wgmma_mblock_done<MB, NACC>(acc, m, lane, smem_u32(&empty_bar[s]));
-            if constexpr (ARGMAX) {
-              // padding columns -inf in place (the next tile's first wgmma overwrites them), then per
-              // row the tile max and, only on a strict improvement, its lowest column
-              if (rem < TN) mask_tail<NACC>(acc[m], rem, lane);
-#pragma unroll
-              for (int h = 0; h < 2; ++h) fold_argmax_row<NACC>(acc[m], h, lane, tile * TN, rmax[m][h], amax[m][h]);
-            } else if (rem >= TN) {
-              // take a path without the column test (the select and compare per element were a
-              // quarter of the 8-bit fold's instructions: bench/NOTES.md, 'The 8-bit fold').
-              if constexpr (IMAX) {
-#pragma unroll
-                for (int i = 0; i < TN / 8; ++i) {
-                  imax[m][0] = max(imax[m][0], max(acc[m][4 * i], acc[m][4 * i + 1]));
-                  imax[m][1] = max(imax[m][1], max(acc[m][4 * i + 2], acc[m][4 * i + 3]));
-                }
-              } else if constexpr (E::kRowMaxBits) {
-                // one VIMNMX3 per two values on their bit patterns (max3_bits), checked below
-                fold_full_bits<MB, NACC>(rmax, m, value);
-              } else {
-#pragma unroll
-                for (int i = 0; i < TN / 8; ++i) {
-                  rmax[m][0] = fmaxf(rmax[m][0], fmaxf(value(m, 4 * i), value(m, 4 * i + 1)));
-                  rmax[m][1] = fmaxf(rmax[m][1], fmaxf(value(m, 4 * i + 2), value(m, 4 * i + 3)));
-                }
-              }
-            } else if constexpr (IMAX) {
-#pragma unroll
-              for (int i = 0; i < TN / 8; ++i) {
-                const int col = i * 8 + (lane & 3) * 2;
-                const bool ok0 = col < rem, ok1 = col + 1 < rem;
-                imax[m][0] = max(imax[m][0], max(ok0 ? acc[m][4 * i] : INT_MIN, ok1 ? acc[m][4 * i + 1] : INT_MIN));
-                imax[m][1] = max(imax[m][1], max(ok0 ? acc[m][4 * i + 2] : INT_MIN, ok1 ? acc[m][4 * i + 3] : INT_MIN));
-              }
-            } else {
-              fold_masked<MB, NACC>(rmax, m, rem, lane, value);
-            }
-          }
-          // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the
-          // warp redoes this tile with fmaxf from the maxima before it (the accumulators stay intact
-          // until the next tile's wgmma). Rare for embeddings: a query token's best match is >= 0.
-          if (E::kRowMaxBits && !IMAX && !ARGMAX && rem >= TN) redo_inexact_rows<MB, NACC>(rmax, before, value);
-        }
-        if constexpr (DSCALE) {
-          // the document's scale, once per row (a thread whose columns were all past the document
-          // keeps -inf: 0 * -inf would be a NaN)
-#pragma unroll
-          for (int m = 0; m < MB; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float r = IMAX ? (imax[m][h] == INT_MIN ? -INFINITY : __int2float_rn(imax[m][h])) : rmax[m][h];
-              rmax[m][h] = r == -INFINITY ? r : r * sdoc;
-            }
-        }
-        if constexpr (ARGMAX) {
-          // each row's (max, lowest argmax) over its quad, stored at its slot; no cross-warp combine
-#pragma unroll
-          for (int m = 0; m < MB; ++m)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float v = rmax[m][h];
-              int32_t tk = amax[m][h];
-              quad_argmax(v, tk);
-              const int row = row0[m] + h * 8 + (lane >> 2);
-              if ((lane & 3) == 0 && row < qlen[m]) {
-                const int64_t slot = ((int64_t)qidx[m] * num_docs + doc) * out.stride + row;
-                if (out.argmax16) static_cast<int16_t*>(out.argmax)[slot] = static_cast<int16_t>(tk);
-                else static_cast<int32_t*>(out.argmax)[slot] = tk;
-                out.best[slot] = v;
-              }
-            }
-        } else {
-          // row max over the quad, times the query-row scale, rows past the query dropped, warp sum
-          // (fixed order)
-#pragma unroll
-          for (int m = 0; m < MB; ++m) {
-            float r0 = rmax[m][0], r1 = rmax[m][1];
-            r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
-            r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
-            r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
-            r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
-            if constexpr (SCALED) r0 *= qs[m][0], r1 *= qs[m][1];
-            const int rowa = row0[m] + (lane >> 2);
-            float partial = 0.f;
-            if ((lane & 3) == 0) {
-              if (rowa < qlen[m]) partial += r0;
-              if (rowa + 8 < qlen[m]) partial += r1;
-            }
-            partial = warp_sum(partial);
-            if (lane == 0) part[grp][(dp & 1) * SPP + m * GW + gw] = partial;
-          }
-          // One barrier per (document, pass); part[] is double-buffered by dp parity, so the next
-          // writes to this half come after the next barrier, which the combining warp reaches only
-          // after its reads. Combine: lane w of the group's first warp ends a segment (query) -> sums
-          // that query's slices of this pass in slice order (continuing the carried partial from the
-          // scores array if the query began in an earlier pass). Same order as a sequential sum:
-          // deterministic.
-          named_bar(1 + grp, GW * 32);
-          if (gw == 0 && lane < SPP) combine_pass<SPP>(p, part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
-          ++dp;
-        }
-      }
-    }
-  }
+  if constexpr (C::ARGMAX) groups = max(1, out.doc_groups);
+  if ((tid >> 5) < 4) wgmma_produce<C>(p, map, npass, groups);
+  else wgmma_consume<C>(p, out, npass, groups, nq, cpq, nslices);
 #else
   // Built for a GPU without wgmma (the sm_80 cubin): the dispatcher never picks this variant there,
   // and a launch that does anyway must fail loudly rather than leave the scores unwritten.
