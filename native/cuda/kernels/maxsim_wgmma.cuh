@@ -78,7 +78,6 @@
 
 namespace maxsim {
 
-#if MAXSIM_HAS_WGMMA
 // The producer's document lookup (by document, not by DocWindow's index), one load per document: the scaled types'
 // producer also copies scales, and a DocWindow's registers spill at w3m2n64's producer budget (24);
 // the producer runs S tiles ahead, which hides the loads' latency.
@@ -115,6 +114,7 @@ struct UnitWalk {
   }
 };
 
+#if MAXSIM_HAS_WGMMA
 // The producer's walk: for each work unit of this CTA (a pass over a document group: see the body),
 // each non-empty document of the unit (under PP the consumer groups take turns), each tile: wait
 // until its stage is free, then copy(stage, group, start, len, tile). Called by whole warps (DocWindow).
