@@ -78,9 +78,9 @@
 
 namespace maxsim {
 
-// The producer's document lookup (by document, not by DocWindow's index), one load per document: the scaled types'
-// producer also copies scales, and a DocWindow's registers spill at w3m2n64's producer budget (24);
-// the producer runs S tiles ahead, which hides the loads' latency.
+// The scaled types' producer document lookup, one load per document (it also copies scales, and a
+// DocWindow's registers spill at w3m2n64's producer budget of 24); the producer runs S tiles ahead,
+// which hides the loads' latency. at() takes the document itself, not DocWindow's index.
 struct DocDirect {
   __device__ __forceinline__ DocDirect(const MaxsimParams&, int, int) {}
   __device__ __forceinline__ int at(const MaxsimParams& p, int doc, int64_t* start) const {
@@ -385,7 +385,8 @@ __device__ __forceinline__ void wgmma_fold_tile(typename C::Acc (&acc)[C::MB][C:
   // A row whose maximum so far is negative (or a NaN) left the bit-pattern max inexact: the warp
   // redoes this tile with fmaxf from the maxima before it (the accumulators stay intact until the
   // next tile's wgmma). Rare for embeddings: a query token's best match is >= 0.
-  if (E::kRowMaxBits && !C::IMAX && !C::ARGMAX && rem >= TN) redo_inexact_rows<MB, NACC>(r.rmax, before, value);
+  if (E::kRowMaxBits && !C::IMAX && !C::ARGMAX && rem >= TN)
+    redo_inexact_rows<MB, NACC>(r.rmax, before, value);
 }
 
 // The end of a (document, pass) for one consumer warp. ARGMAX: each row's (max, lowest argmax) over
@@ -393,7 +394,8 @@ __device__ __forceinline__ void wgmma_fold_tile(typename C::Acc (&acc)[C::MB][C:
 // query-row scale, rows past the query dropped, the warp sum (fixed order) into part[], one barrier
 // over the group, and the fixed-order combine (combine_pass) into the scores.
 template <class C>
-__device__ __forceinline__ void wgmma_finish_doc(const MaxsimParams& p, const typename C::Out& out, const WgSlices<C>& sl, WgRows<C>& r, int doc, int pass, int dp,
+__device__ __forceinline__ void wgmma_finish_doc(const MaxsimParams& p, const typename C::Out& out,
+                                                 const WgSlices<C>& sl, WgRows<C>& r, int doc, int pass, int dp,
                                                  int grp, int gw, int lane, int nslices, int cpq) {
   constexpr int MB = C::MB, SPP = C::SPP, GW = C::GW;
   const int num_docs = p.num_docs;
@@ -404,7 +406,8 @@ __device__ __forceinline__ void wgmma_finish_doc(const MaxsimParams& p, const ty
     for (int m = 0; m < MB; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float v = C::IMAX ? (r.imax[m][h] == INT_MIN ? -INFINITY : __int2float_rn(r.imax[m][h])) : r.rmax[m][h];
+        const int im = r.imax[m][h];
+        const float v = C::IMAX ? (im == INT_MIN ? -INFINITY : __int2float_rn(im)) : r.rmax[m][h];
         r.rmax[m][h] = v == -INFINITY ? v : v * r.sdoc;
       }
   }
@@ -448,13 +451,15 @@ __device__ __forceinline__ void wgmma_finish_doc(const MaxsimParams& p, const ty
     // this pass in slice order (continuing the carried partial from the scores array if the query
     // began in an earlier pass). Same order as a sequential sum: deterministic.
     named_bar(1 + grp, GW * 32);
-    if (gw == 0 && lane < SPP) combine_pass<SPP>(p, wg_shared<C>().part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
+    if (gw == 0 && lane < SPP)
+      combine_pass<SPP>(p, wg_shared<C>().part[grp], dp, pass, nslices, cpq, lane, doc, num_docs);
   }
 }
 
 // ------------------------------ consumer warpgroups ------------------------------
 template <class C>
-__device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typename C::Out& out, int npass, int groups, int nq, int cpq, int nslices) {
+__device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typename C::Out& out, int npass, int groups,
+                                              int nq, int cpq, int nslices) {
   constexpr int MB = C::MB, TN = C::TN, S = C::S, NACC = C::NACC, SPP = C::SPP, GW = C::GW, NGRP = C::NGRP;
   constexpr int HALF = C::HALF;
   using E = typename C::E;
