@@ -1,6 +1,6 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
-import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-stream.js';
+import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-transfer.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { openCorpus } from '../ops/corpus-search.js';
