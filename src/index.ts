@@ -15,13 +15,9 @@ export {
   type QuantizeMode8,
   type TopKOptions,
 } from './backends/cuda.js';
+export type { CudaDeviceGroup } from './backends/cuda-device-group.js';
 export type { DeviceDType } from './backends/cuda-dispatch.js';
-export type {
-  CudaDeviceGroup,
-  ShardedCorpus,
-  ShardedTopKOptions,
-  ShardInfo,
-} from './backends/cuda-sharded.js';
+export type { ShardedCorpus, ShardedTopKOptions, ShardInfo } from './backends/cuda-sharded.js';
 export type { BackendChoice, BackendName } from './backends/select.js';
 export * from './errors.js';
 export { decodeToFloat32, encodeFloats } from './floats.js';

@@ -9,7 +9,7 @@ import type { CorpusSearchOptions } from '../ops/corpus-search.js';
 import { dtypeSize, type TokenBatch } from '../tensor.js';
 import { STREAM_BLOCK_FIELDS } from './constants.js';
 import { cudaStatus } from './cuda.js';
-import { balancedCuts } from './cuda-sharded.js';
+import { balancedCuts } from './cuda-device-group.js';
 import type { TransferMode } from './cuda-transfer.js';
 
 /** Pipeline depth: reading block b+1, copying block b and scoring block b-1 overlap. */

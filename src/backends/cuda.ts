@@ -9,6 +9,7 @@ import type { QuantizeOptions } from '../ops/quantize.js';
 import type { DType, Hit, ScoreMatrix, TokenBatch, TokenMatrix } from '../tensor.js';
 import { Corpus } from './cuda-corpus.js';
 import { Device } from './cuda-device.js';
+import { type CudaDeviceGroup, openDeviceGroup } from './cuda-device-group.js';
 import type { DeviceDType, Launch, Variant } from './cuda-dispatch.js';
 import { describe } from './cuda-input.js';
 import {
@@ -19,7 +20,6 @@ import {
   type NativeTokenSet,
   nativeCuda,
 } from './cuda-native.js';
-import { type CudaDeviceGroup, openDeviceGroup } from './cuda-sharded.js';
 import type { Fp8Tokens } from './reference-fp8.js';
 
 export { CENTER_DEFAULT } from './cuda-input.js';

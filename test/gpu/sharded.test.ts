@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { cuda } from '../../src/backends/cuda.js';
-import { balancedCuts, type CudaDeviceGroup } from '../../src/backends/cuda-sharded.js';
+import { balancedCuts, type CudaDeviceGroup } from '../../src/backends/cuda-device-group.js';
 import { type Hit, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { gpu, skip, status } from './helpers.js';
