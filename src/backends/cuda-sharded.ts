@@ -53,7 +53,10 @@ export interface ShardedCorpus
   readonly failure: string | undefined;
   score(query: TokenMatrix, options?: ScoreOptions): Promise<Float32Array>;
   score(queries: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
-  topK(queries: TokenMatrix | TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[][]>;
+  /** One query: one list; a batch: one list per query (as DeviceCorpus.topK). */
+  topK(query: TokenMatrix, k: number, options?: ShardedTopKOptions): Promise<Hit[]>;
+  topK(queries: TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[][]>;
+  topK(queries: TokenMatrix | TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[] | Hit[][]>;
   /** Appends a batch to the shard with the fewest tokens that has room (corpora made by alloc only). */
   append(batch: TokenBatch): Promise<void>;
   quantize(mode: QuantizeMode8, options?: QuantizeOptions): Promise<ShardedCorpus>;
@@ -244,13 +247,20 @@ export class Sharded implements ShardedCorpus {
     return isTokenMatrix(queries) ? out : { data: out, rows, cols: count };
   }
 
+  topK(query: TokenMatrix, k: number, options?: ShardedTopKOptions): Promise<Hit[]>;
+  topK(queries: TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[][]>;
   async topK(
     queries: TokenMatrix | TokenBatch,
     k: number,
     options: ShardedTopKOptions = {},
-  ): Promise<Hit[][]> {
+  ): Promise<Hit[] | Hit[][]> {
     checkK(k);
-    const batch = asBatch(queries);
+    const lists = await this.topKAll(asBatch(queries), k, options);
+    // one query, one list (as the root topK)
+    return isTokenMatrix(queries) ? lists[0] : lists;
+  }
+
+  private async topKAll(batch: TokenBatch, k: number, options: ShardedTopKOptions): Promise<Hit[][]> {
     this.check();
     this.checkQueries(batch);
     const { rescore, ...scoreOptions } = options;
@@ -293,7 +303,7 @@ export class Sharded implements ShardedCorpus {
     const keep = Math.min(c, this.count);
     if (batch.count === 0 || keep === 0 || k === 0)
       return Array.from({ length: batch.count }, (): Hit[] => []);
-    const candidates = await this.topK(batch, keep, options);
+    const candidates = await this.topKAll(batch, keep, options);
     const { part, local } = docs.positionsLookup();
     // per part: its candidates' local indices (ascending, unique) and each one's column in the view
     const wanted = docs.parts.map(() => new Map<number, number>());

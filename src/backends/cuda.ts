@@ -100,8 +100,11 @@ export interface DeviceCorpus {
   score(query: TokenMatrix, options?: ScoreOptions): Promise<Float32Array>;
   /** Every query against every document: rows = queries, cols = documents. */
   score(queries: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
-  /** The k best documents per query: descending score, ties to the lower index. */
-  topK(queries: TokenMatrix | TokenBatch, k: number, options?: TopKOptions): Promise<Hit[][]>;
+  /** The k best documents of one query: descending score, ties to the lower index. */
+  topK(query: TokenMatrix, k: number, options?: TopKOptions): Promise<Hit[]>;
+  /** The k best documents per query of a batch (one list per query, a batch of one included). */
+  topK(queries: TokenBatch, k: number, options?: TopKOptions): Promise<Hit[][]>;
+  topK(queries: TokenMatrix | TokenBatch, k: number, options?: TopKOptions): Promise<Hit[] | Hit[][]>;
   /** Appends documents (only to a corpus made by CudaDevice.alloc, within its capacity). */
   append(batch: TokenBatch): Promise<void>;
   /**
