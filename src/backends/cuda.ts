@@ -129,7 +129,7 @@ export interface DeviceCorpus {
   select(indices: ArrayLike<number>): Promise<DeviceCorpus>;
   /** Frees the device memory now (later calls throw; a second dispose does nothing). */
   dispose(): void;
-  /** The native token set (for bench and the harness). */
+  /** @internal The native token set (for bench and the harness). */
   readonly native: NativeTokenSet;
 }
 
@@ -142,7 +142,7 @@ export interface CudaDevice {
   memory(): Promise<CudaMemory>;
   /** Returns the allocator's cached blocks to the driver. */
   emptyCache(): Promise<CudaMemory>;
-  /** The variant and launch the dispatcher picks for queries against a corpus. */
+  /** @internal The variant and launch the dispatcher picks for queries against a corpus (bench, tests). */
   plan(
     queries: TokenMatrix | TokenBatch,
     corpus: DeviceCorpus,
