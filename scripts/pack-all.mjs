@@ -5,8 +5,10 @@
 //   maxsim-linux-x64-gnu-<v>.tgz    build/Release/maxsim_native.node (os/cpu/libc fields)
 //   maxsim-linux-arm64-gnu-<v>.tgz  the addon cross-compiled with Debian's aarch64-linux-gnu-g++
 //   maxsim-cuda-kernels-<v>.tgz     build/kernels/*.fatbin (installed on demand: maxsim info says so)
-// musl targets need a musl C++ toolchain (Debian's musl-tools has no C++ library) and are reported
-// as not built. Run `node scripts/build-native.mjs` first (the x64 addon and the fatbins).
+//   maxsim-linux-{x64,arm64}-musl built with Zig's clang + libc++ (ZIG=path), but refused while the
+//                                   addon passes std::shared_ptr across V8's C++ API (v8AbiMismatch)
+// `--out DIR` packs elsewhere; names pick packages. Run `node scripts/build-native.mjs` first (the
+// x64 addon and the fatbins).
 import { spawnSync } from 'node:child_process';
 import {
   cpSync,
@@ -84,7 +86,8 @@ function zig() {
  * stdin, which the wrapper hands to zig as a file. -mavx512bf16 is dropped: clang 16 (zig 0.11's, and
  * Debian's clang-16 too) crashes at -O1 and above on native/cpu/kernels_avx512bf16.cc, so the musl
  * addons go without the AVX512-BF16 set (that unit then compiles to "absent", and bf16 scores
- * on the avx512 set). -Wno-unknown-warning-option: binding.gyp's flags are gcc's.
+ * on the avx512 set). -Wno-unknown-warning-option: binding.gyp's flags are gcc's; -g0 -s: no debug
+ * info (21.5 MB unstripped).
  */
 function zigWrappers(z, triple) {
   const dir = mkdtempSync(join(tmpdir(), 'maxsim-zig-'));
@@ -100,7 +103,7 @@ if [ "$last" = "-" ]; then
   n=$#; i=0; for a in "$@"; do i=$((i+1)); shift; [ $i -lt $n ] && set -- "$@" "$a"; done
   set -- "$@" "$f"
 fi
-exec '${z}' ${mode} -target ${triple} -O2 -Wno-unknown-warning-option "$@"
+exec '${z}' ${mode} -target ${triple} -O2 -g0 -s -Wno-unknown-warning-option -Wno-unused-command-line-argument "$@"
 `;
     writeFileSync(join(dir, name), script, { mode: 0o755 });
   }
@@ -146,7 +149,29 @@ function crossBuild(target) {
   ) {
     return { why: 'the cross build failed (output above)' };
   }
-  return { path: join(src, 'build', 'Release', 'maxsim_native.node'), cleanup: [src, tc.env.ZIG_WRAPPERS] };
+  const path = join(src, 'build', 'Release', 'maxsim_native.node');
+  const cleanup = [src, tc.env.ZIG_WRAPPERS];
+  const mismatch = target.zig ? v8AbiMismatch(path) : undefined;
+  if (mismatch && process.env.MAXSIM_PACK_ANYWAY !== '1') return { why: mismatch, cleanup };
+  if (mismatch) console.warn(`pack-all: packing anyway (MAXSIM_PACK_ANYWAY=1): ${mismatch}`);
+  return { path, cleanup };
+}
+
+/**
+ * Why an addon linked with Zig's libc++ must not ship, or undefined. native/binding/token_set.h pins
+ * typed arrays through V8's C++ API, whose GetBackingStore() returns a std::shared_ptr: Node is
+ * built with libstdc++, whose shared_ptr control block (counts, vtable) libc++ code cannot release.
+ * The link succeeds (return types are not in mangled names); the first pinned array would corrupt it.
+ */
+function v8AbiMismatch(addon) {
+  const r = spawnSync('nm', ['-D', '--undefined-only', addon], { encoding: 'utf8' });
+  if (r.status !== 0) return `nm could not read ${addon}: ${r.stderr}`;
+  const v8 = r.stdout.match(/\b_ZNK?2v8\w*/g) ?? [];
+  if (v8.length === 0) return undefined;
+  return (
+    `the addon calls V8's C++ API (${v8.length} symbols, e.g. ${v8[0]}; native/binding/token_set.h), ` +
+    "and std::shared_ptr<v8::BackingStore> crosses it: Zig's libc++ is not ABI-compatible with Node's libstdc++"
+  );
 }
 
 /** LICENSE into a package folder (a partial tree, such as the GPU host's copy, may lack it). */
