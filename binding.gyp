@@ -51,6 +51,8 @@
         "native/cpu/residual.cc",
         "native/cpu/residual_portable.cc",
         "native/binding/residual_binding.cc",
+        "native/cpu/codec.cc",
+        "native/binding/codec_binding.cc",
         "native/cpu/kernels_portable.cc",
         "native/cpu/kernels_neon.cc"
       ],

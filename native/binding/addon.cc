@@ -12,6 +12,7 @@ void InitFile(Napi::Env env, Napi::Object exports);
 void InitChamfer(Napi::Env env, Napi::Object exports);
 void InitCudaStream(Napi::Env env, Napi::Object exports);
 void InitResidual(Napi::Env env, Napi::Object exports);
+void InitCodec(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
@@ -24,6 +25,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitFile(env, exports);  // exports.file.mapFile: corpus files scored from the page cache
   InitChamfer(env, exports);  // exports.chamfer: nearest neighbours and Chamfer distance on the CPU
   InitResidual(env, exports);  // exports.residual: the compressed index's codec and search stages
+  InitCodec(env, exports);  // exports.codec: the service's base64 / float16 request codecs
   exports.Set("abiVersion", 1);
   return exports;
 }

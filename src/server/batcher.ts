@@ -480,7 +480,9 @@ export class Batcher {
         pending: jobs.filter((j) => !j.settled).length,
       };
       for (const job of jobs) {
-        const rows = hits.slice(at, at + job.size).map((row) => row.slice(0, job.k));
+        const rows = hits.slice(at, at + job.size);
+        // the pass ranked by the largest k: a smaller one keeps a prefix
+        for (let r = 0; r < rows.length; r++) if (rows[r].length > job.k) rows[r] = rows[r].slice(0, job.k);
         at += job.size;
         job.resolve({ hits: rows, batch, pass });
       }

@@ -10,6 +10,7 @@ import { f16BitsToFloat, f16Table } from '../floats.js';
 import type { NpyArray } from '../io/array.js';
 import { parseNpy, parseNpyHeader } from '../io/npy.js';
 import type { FloatDType } from '../tensor.js';
+import { nativeCodec } from './codec-native.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
 export interface PackedTokens {
@@ -342,6 +343,8 @@ function packDense(
 
 /** Index of the first NaN / infinity, or -1 (float16 / bfloat16: the exponent bits all ones). */
 function firstNonFinite(values: Float32Array | Uint16Array, dtype: FloatDType): number {
+  const codec = nativeCodec();
+  if (codec) return codec.firstNonFinite(values, dtype === 'bfloat16');
   if (dtype === 'float32') return firstNonFiniteF32(values as Float32Array);
   return firstAllOnes(values as Uint16Array, dtype === 'float16' ? 0x7c00 : 0x7f80);
 }
@@ -376,7 +379,9 @@ function bf16Into(bits: Uint16Array, out: Float32Array, at: number) {
 /** The first `tokens * dim` values of `p`, decoded to float32 at element `at` of `out`. */
 function decodeInto(p: EncodedTokens, count: number, out: Float32Array, at: number) {
   const src = p.values.subarray(0, count);
+  const codec = nativeCodec();
   if (p.dtype === 'float32') out.set(src as Float32Array, at);
+  else if (codec) codec.decode16(src as Uint16Array, p.dtype === 'bfloat16', out, at);
   else if (p.dtype === 'float16') f16Into(src as Uint16Array, out, at);
   else bf16Into(src as Uint16Array, out, at);
 }
