@@ -113,6 +113,40 @@ describe('server codecs', () => {
     }
   });
 
+  test('nested JSON numbers: ragged items decoded to float32 in place, a bad value named by position', () => {
+    const dim = 1 + Math.floor(rand() * 9);
+    const items = Array.from({ length: 1 + Math.floor(rand() * 5) }, () =>
+      Array.from({ length: Math.floor(rand() * 4) }, () =>
+        Array.from({ length: dim }, () => (rand() - 0.5) * 10 ** Math.floor(rand() * 60 - 30)),
+      ),
+    );
+    if (items.every((it) => it.length === 0)) items[0].push(new Array(dim).fill(0.5));
+    const got = readEmbeddings(items, 'queries', 'many', undefined);
+    assert.equal(got.dim, dim);
+    assert.deepEqual(
+      Array.from(got.values),
+      items.flat(2).map((x) => Math.fround(x)),
+    );
+    let at = 0;
+    assert.deepEqual(got.offsets, [0, ...items.map((it) => (at += it.length))]);
+    // a value that is finite in float64 but not in float32, or not a number, at a random place
+    const i = items.findIndex((it) => it.length > 0);
+    const t = Math.floor(rand() * items[i].length);
+    const j = Math.floor(rand() * dim);
+    for (const bad of [1e39, '1', null]) {
+      const copy = structuredClone(items) as unknown[][][];
+      copy[i][t][j] = bad;
+      assert.throws(
+        () => readEmbeddings(copy, 'queries', 'many', dim),
+        (e: Error) => e.message.includes(`queries[${i}][${t}][${j}]`),
+      );
+    }
+    // a row of the wrong dimension
+    const short = structuredClone(items);
+    short[i][t] = short[i][t].slice(1);
+    assert.throws(() => readEmbeddings(short, 'queries', 'many', dim), /the embedding dimension/);
+  });
+
   test('a pass gathered from ragged parts of every dtype equals each part decoded alone', () => {
     const dim = 1 + Math.floor(rand() * 20);
     const parts: EncodedTokens[] = [];
