@@ -9,11 +9,12 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { InvalidArgumentError } from '../../src/errors.js';
+import { encodeFloats, f16BitsToFloat } from '../../src/floats.js';
 import { CorpusWriter } from '../../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
-import { callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
+import { b64Of, callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
 import { skip } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-serve8-'));
@@ -101,6 +102,41 @@ describe('maxsim serve --dtype int8 | fp8 on CUDA', { skip }, () => {
         ),
       );
     }
+    // float16 base64 bodies keep their bits in an 8-bit pass (quantized on the device): the same
+    // answers, bit for bit, as the same values sent as JSON numbers (a float32 pass), alone and in
+    // one pass with each other
+    for (const dtype of ['int8', 'fp8'] as const) {
+      const eight = await start({ corpus: dir, dtype, maxWaitMs: 5 });
+      const bits = Array.from(
+        { length: 8 },
+        (_, i) => encodeFloats(Float32Array.from(tokens(1 + i * 4).flat()), 'float16') as Uint16Array,
+      );
+      const asJson = bits.map((b) => {
+        const rows: number[][] = [];
+        for (let t = 0; t < b.length / DIM; t++)
+          rows.push(Array.from(b.subarray(t * DIM, (t + 1) * DIM), f16BitsToFloat));
+        return { queries: [rows], top_k: 10 };
+      });
+      const asB64 = bits.map((b) => ({
+        queries: { b64: b64Of(b), dtype: 'float16', shape: [1, b.length / DIM, DIM] },
+        top_k: 10,
+      }));
+      const want = await Promise.all(asJson.map((body) => call(`${eight.url}/v1/search`, 'POST', body)));
+      for (let rep = 0; rep < 2; rep++) {
+        // rep 1: each float16 body in a pass with a JSON one (a float32 pass)
+        const got = await Promise.all(
+          asB64.flatMap((body, i) => [
+            call(`${eight.url}/v1/search`, 'POST', body),
+            ...(rep === 1 ? [call(`${eight.url}/v1/search`, 'POST', asJson[(i + 1) % asJson.length])] : []),
+          ]),
+        );
+        const mine = rep === 1 ? got.filter((_, j) => j % 2 === 0) : got;
+        mine.forEach((r, i) =>
+          assert.deepEqual(r.results, want[i].results, `${dtype} float16 body ${i}, rep ${rep}`),
+        );
+      }
+    }
+
     // writes while serving int8: the new segment gets its copy, deletes are masked
     const eight = await start({ corpus: dir, dtype: 'int8' });
     const queries = Array.from({ length: 4 }, () => tokens(16));
