@@ -77,6 +77,8 @@ describe('native codec', { skip: codec === undefined ? 'no addon' : false }, () 
     assert.throws(() => codec!.decode16(bits, false, new Float32Array(8), 1), /Expected an integer at in/);
     assert.throws(() => codec!.decode16(bits, false, new Float32Array(8), -1), /Expected an integer at in/);
     assert.throws(() => codec!.decode16(bits, false, new Float32Array(9), 0.5), /Expected an integer at in/);
+    for (const at of [1e300, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 64])
+      assert.throws(() => codec!.decode16(bits, false, new Float32Array(9), at), /Expected an integer at in/);
     assert.throws(
       () => codec!.decode16(new Float32Array(8) as unknown as Uint16Array, false, new Float32Array(8), 0),
       /Expected a Uint16Array for bits/,

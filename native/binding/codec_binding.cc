@@ -4,6 +4,7 @@
 // TypeScript checks shapes and names fields in its errors; these refuse wrong argument types only.
 #include <napi.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -42,8 +43,9 @@ Napi::Value Decode16(const Napi::CallbackInfo& info) {
   const bool bf16 = info[1].ToBoolean().Value();
   const Napi::TypedArray dst = TypedArg(info, 2, "out", napi_float32_array, "a Float32Array");
   const double at = info[3].IsNumber() ? info[3].As<Napi::Number>().DoubleValue() : -1;
-  const size_t n = src.ElementLength();
-  if (!(at >= 0 && at == static_cast<double>(static_cast<size_t>(at)) && static_cast<size_t>(at) + n <= dst.ElementLength()))
+  const size_t n = src.ElementLength(), room = dst.ElementLength();
+  // bounded before the cast (a double beyond size_t would not convert)
+  if (!(at >= 0 && at <= static_cast<double>(room) && at == std::floor(at)) || static_cast<size_t>(at) + n > room)
     throw Napi::RangeError::New(env, "Expected an integer at in [0, out.length - bits.length] for at");
   maxsim_codec::Decode16(DataOf<uint16_t>(src), n, bf16, DataOf<float>(dst) + static_cast<size_t>(at));
   return env.Undefined();
