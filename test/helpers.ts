@@ -1,8 +1,10 @@
 // Shared test helpers: seeded random inputs (a fresh seed per run, printed on failure) and
 // tolerance checks against the float64 reference.
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
 import { decodeBatch64 } from '../src/backends/reference.js';
 import { encodeFloats } from '../src/floats.js';
+import { setCorpusFaultHook } from '../src/io/corpus/index.js';
 import {
   denseBatch,
   type FloatDType,
@@ -185,4 +187,53 @@ export function awkwardRow(rand: () => number, n: number, nan: boolean): Float32
               : rand() * 10 - 5;
   }
   return row;
+}
+
+/** Where a step of failEveryStep failed: its index, its name, and whether the MANIFEST was published. */
+export interface FailedStep {
+  index: number;
+  step: string;
+  published: boolean;
+}
+
+/**
+ * Crash safety at every corpus write step (setCorpusFaultHook): `act` runs once on a copy of `proto`
+ * to record its steps (`probed` sees that copy), the MANIFEST's publish must be past step 2, then for
+ * each step `act` runs on a fresh copy with that step failing (it must fail with the injected error)
+ * and `check` looks at what it left.
+ */
+export async function failEveryStep(options: {
+  proto: string;
+  fresh: () => string;
+  act: (dir: string) => unknown;
+  probed?: (dir: string) => void;
+  check: (dir: string, at: FailedStep) => unknown;
+}): Promise<void> {
+  const { proto, fresh, act } = options;
+  const probe = fresh();
+  fs.cpSync(proto, probe, { recursive: true });
+  const steps: string[] = [];
+  setCorpusFaultHook((s) => steps.push(s));
+  try {
+    await act(probe);
+  } finally {
+    setCorpusFaultHook(undefined);
+  }
+  options.probed?.(probe);
+  const publish = steps.indexOf('publish-manifest');
+  assert.ok(publish > 2, steps.join(', '));
+  for (let index = 0; index < steps.length; index++) {
+    const dir = fresh();
+    fs.cpSync(proto, dir, { recursive: true });
+    let seen = 0;
+    setCorpusFaultHook((s) => {
+      if (seen++ === index) throw new Error(`injected failure at ${s}`);
+    });
+    try {
+      await assert.rejects(async () => act(dir), /injected failure/);
+    } finally {
+      setCorpusFaultHook(undefined);
+    }
+    await options.check(dir, { index, step: steps[index], published: index > publish });
+  }
 }
