@@ -189,6 +189,30 @@ export function awkwardRow(rand: () => number, n: number, nan: boolean): Float32
   return row;
 }
 
+/** Equal element by element as bits (Object.is: NaN equals NaN, -0 differs from 0). */
+export function assertBitwise(got: Float32Array, want: Float32Array, context: string): void {
+  assert.equal(got.length, want.length, `${context}: length`);
+  for (let i = 0; i < got.length; i++) {
+    if (!Object.is(got[i], want[i]))
+      assert.fail(`${context}: item ${i}: ${got[i]} vs ${want[i]} (seed ${runSeed})`);
+  }
+}
+
+/**
+ * `n` item lengths for a kernel's awkward shapes: half picked from `pick` (empties, ones and the
+ * kernel's lane and tile remainders), half uniform in [0, max).
+ */
+export function awkwardLengths(
+  rand: () => number,
+  n: number,
+  max: number,
+  pick: readonly number[],
+): number[] {
+  return Array.from({ length: n }, () =>
+    rand() < 0.5 ? pick[Math.floor(rand() * pick.length)] : Math.floor(rand() * max),
+  );
+}
+
 /** Where a step of failEveryStep failed: its index, its name, and whether the MANIFEST was published. */
 export interface FailedStep {
   index: number;
