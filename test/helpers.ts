@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import { decodeBatch64 } from '../src/backends/reference.js';
 import { encodeFloats } from '../src/floats.js';
-import { setCorpusFaultHook } from '../src/io/corpus/index.js';
+import { CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
 import {
   denseBatch,
   type FloatDType,
@@ -211,6 +211,33 @@ export function awkwardLengths(
   return Array.from({ length: n }, () =>
     rand() < 0.5 ? pick[Math.floor(rand() * pick.length)] : Math.floor(rand() * max),
   );
+}
+
+/**
+ * A float16 corpus with ids at `dir`, one segment per entry of `segments` (its document count, each
+ * document 1..maxLength random tokens): segment s's ids are `${tag}${s}-${i}`.
+ */
+export function writeSegments(
+  dir: string,
+  segments: readonly number[],
+  options: { dim: number; maxLength: number; rand: () => number; tag?: string },
+): void {
+  const { dim, maxLength, rand } = options;
+  segments.forEach((count, s) => {
+    const docs = randomRagged(
+      Array.from({ length: count }, () => 1 + Math.floor(rand() * maxLength)),
+      dim,
+      'float32',
+      rand,
+    );
+    const w =
+      s === 0 ? CorpusWriter.create(dir, { dim, dtype: 'float16', ids: true }) : CorpusWriter.append(dir);
+    w.add(
+      docs,
+      Array.from({ length: docs.count }, (_, i) => `${options.tag ?? 's'}${s}-${i}`),
+    );
+    w.commit();
+  });
 }
 
 /** Where a step of failEveryStep failed: its index, its name, and whether the MANIFEST was published. */
