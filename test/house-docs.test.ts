@@ -79,6 +79,17 @@ describe('the notebook and the map', () => {
     assert.deepEqual(unlisted, [], `read but not in ARCHITECTURE.md: ${unlisted.join(', ')}`);
   });
 
+  test('the engines are Node-free: nothing under native/cpu, native/cuda or native/common includes Node-API or a binding header', () => {
+    const offenders: string[] = [];
+    for (const dir of ['native/cpu', 'native/cuda', 'native/common'])
+      for (const f of fs.readdirSync(path.join(packageRoot, dir), { recursive: true }).map(String)) {
+        if (!/\.(cc|h|cu|cuh)$/.test(f)) continue;
+        const text = fs.readFileSync(path.join(packageRoot, dir, f), 'utf8');
+        if (/#include\s*[<"](napi\.h|node_api\.h|[^">]*binding\/)/.test(text)) offenders.push(`${dir}/${f}`);
+      }
+    assert.deepEqual(offenders, [], 'engine files that include Node-API or a binding header');
+  });
+
   test('the names check finds what is missing', () => {
     assert.deepEqual(namedFiles('`src/io/corpus.ts`, `kernels_<isa>.cc`, `engine*.cc`, `/v1/info`, `.cu`'), [
       'engine*.cc',
