@@ -13,7 +13,7 @@ import { encodeFloats, f16BitsToFloat } from '../../src/floats.js';
 import { CorpusWriter } from '../../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
-import { randomRagged, rng, runSeed } from '../helpers.js';
+import { randomRagged, rng, runSeed, writeSegments } from '../helpers.js';
 import { b64Of, callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
 import { skip } from './helpers.js';
 
@@ -68,23 +68,7 @@ async function compare(exact: string, eight: string, queries: number[][][], k: n
 describe('maxsim serve --dtype int8 | fp8 on CUDA', { skip }, () => {
   const dir = path.join(tmp, 'docs.msx');
   test('8-bit passes answer the exact top-k; batched; appends and deletes', async () => {
-    for (let s = 0; s < 2; s++) {
-      const docs = randomRagged(
-        Array.from({ length: s === 0 ? 3000 : 700 }, () => 1 + Math.floor(rand() * 60)),
-        DIM,
-        'float32',
-        rand,
-      );
-      const w =
-        s === 0
-          ? CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true })
-          : CorpusWriter.append(dir);
-      w.add(
-        docs,
-        Array.from({ length: docs.count }, (_, i) => `s${s}-${i}`),
-      );
-      w.commit();
-    }
+    writeSegments(dir, [3000, 700], { dim: DIM, maxLength: 60, rand });
     const exact = await start({ corpus: dir, maxWaitMs: 2 });
     for (const dtype of ['int8', 'fp8'] as const) {
       const eight = await start({ corpus: dir, dtype, maxWaitMs: 2 });
