@@ -27,6 +27,8 @@ import {
   totalTokens,
 } from '../tensor.js';
 import { type Buckets, fitBuckets } from './codec.js';
+import { type CodecBackend, codecFor } from './cuda-codec.js';
+import { cudaSearchBatch } from './cuda-search.js';
 import {
   type AssignGroups,
   buildGroups,
@@ -64,6 +66,8 @@ export interface BuildIndexOptions extends KernelOptions {
   probe?: number;
   /** Progress of a long build: called after each k-means iteration and each encoded slice. */
   onProgress?: (p: BuildProgress) => void;
+  /** Where the assignment and the encode run: 'cpu' (default), 'cuda', or 'auto' (a GPU when usable); the index is bitwise the same. */
+  backend?: CodecBackend;
 }
 
 export interface BuildProgress {
@@ -92,6 +96,8 @@ export interface BuildStats {
   msKmeans: number;
   msEncode: number;
   msLists: number;
+  /** Where the assignment and the encode ran. */
+  backend?: 'cpu' | 'cuda';
 }
 
 export interface IndexSearchOptions extends KernelOptions {
@@ -242,6 +248,13 @@ export class PlaidIndex {
     this.buildStats = stats;
   }
 
+  /** @internal the source documents as one batch in index order (the GPU path uploads them), or undefined. */
+  sourceTokens(): TokenBatch | undefined {
+    const parts = this.#docs;
+    if (!parts) return undefined;
+    return parts.length === 1 ? parts[0] : concatParts(parts);
+  }
+
   /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
   parts(): PlaidParts {
     return toParts(this.native, this.buckets, this.buildStats, this.assignGroups);
@@ -299,8 +312,15 @@ export class PlaidIndex {
     return this.#finish(query, k, rescore, r, options.threads);
   }
 
-  /** search for every query of a batch, in order. */
-  async searchAll(queries: TokenBatch, options: IndexSearchOptions): Promise<IndexSearchResult[]> {
+  /** search for every query of a batch, in order; backend 'cuda' runs the batch's stages on the GPU. */
+  async searchAll(
+    queries: TokenBatch,
+    options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number },
+  ): Promise<IndexSearchResult[]> {
+    if (options?.backend === 'cuda') {
+      const { backend: _, ...rest } = options;
+      return (await cudaSearchBatch(this, queries, rest)).results;
+    }
     if (!isTokenBatch(queries)) throw new InvalidArgumentError('queries', 'a TokenBatch', typeof queries);
     const out: IndexSearchResult[] = [];
     for (let i = 0; i < queries.count; i++) {
@@ -392,7 +412,7 @@ export async function buildIndex(
 ): Promise<PlaidIndex> {
   options = optionsObject(
     options,
-    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, threads, isa',
+    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, backend, threads, isa',
   );
   const parts = checkParts(docs);
   const bits = checkBits(options.bits);
@@ -417,6 +437,7 @@ export async function buildIndex(
   if (onProgress !== undefined && typeof onProgress !== 'function')
     throw new InvalidArgumentError('options.onProgress', 'a function', typeof onProgress);
   const kern = { threads: options.threads, isa: options.isa };
+  const gpu = codecFor(options.backend);
   const d = parts[0].dim;
   const t0 = performance.now();
   const progress = (stage: BuildProgress['stage'], done: number, total: number) =>
@@ -429,6 +450,7 @@ export async function buildIndex(
     iterations,
     grouped,
     onIteration: (i, n) => progress('kmeans', i, n),
+    assign: gpu?.assign,
     ...kern,
   });
   let norm = 0;
@@ -443,9 +465,10 @@ export async function buildIndex(
     ? await buildGroups(km.centroids, d, groupCount, probe, { ...kern, seed })
     : undefined;
   const t1 = performance.now();
-  const enc = await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, (done) =>
-    progress('encode', done, tokens),
-  );
+  const onSlice = (done: number) => progress('encode', done, tokens);
+  const enc = gpu
+    ? await gpu.encodeParts(parts, tokens, km.centroids, buckets, groups, onSlice)
+    : await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, onSlice);
   const t2 = performance.now();
   const lengths = new Int32Array(parts.reduce((n, p) => n + p.count, 0));
   let b = 0;
@@ -470,6 +493,7 @@ export async function buildIndex(
     msKmeans: t1 - t0,
     msEncode: t2 - t1,
     msLists: t3 - t2,
+    backend: gpu ? 'cuda' : 'cpu',
   };
   const native: NativeIndex = {
     k,
@@ -483,6 +507,43 @@ export async function buildIndex(
     ...lists,
   };
   return new PlaidIndex(native, buckets, options.keepTokens === false ? undefined : parts, stats, groups);
+}
+
+// Parts as one batch over a copy of their documents' rows, in order (the GPU upload's one buffer).
+function concatParts(parts: readonly TokenBatch[]): TokenBatch {
+  const d = parts[0].dim;
+  let tokens = 0;
+  let count = 0;
+  for (const p of parts) {
+    tokens += totalTokens(p);
+    count += p.count;
+  }
+  const data = parts[0].dtype === 'float32' ? new Float32Array(tokens * d) : new Uint16Array(tokens * d);
+  const starts = new Float64Array(count);
+  const lengths = new Int32Array(count);
+  let t = 0;
+  let b = 0;
+  let maxLength = 0;
+  for (const p of parts)
+    for (let i = 0; i < p.count; i++, b++) {
+      const s = p.starts[i] * d;
+      data.set(p.data.subarray(s, s + p.lengths[i] * d) as never, t * d);
+      starts[b] = t;
+      lengths[b] = p.lengths[i];
+      maxLength = Math.max(maxLength, p.lengths[i]);
+      t += p.lengths[i];
+    }
+  return {
+    kind: 'batch',
+    layout: 'ragged',
+    dtype: parts[0].dtype,
+    data,
+    dim: d,
+    count,
+    maxLength,
+    starts,
+    lengths,
+  };
 }
 
 /** Tokens per encode call: progress between calls, and each call's rows stay small. */

@@ -1,0 +1,602 @@
+// maxsim_plaid.cu: the compressed index on the GPU (native/cuda/plaid_engine.cc drives these).
+//
+// Encode (bitwise the CPU codec's, native/cpu/residual.cc): tokens x centroids dots on CUDA cores as
+// one fp32 fma chain per output in k order (the CPU kernels' order), folded into 64-bit (score, id)
+// keys (PlaidKey) with atomicMax, so partial bests merge in any order with the CPU's tie rule; the
+// two-level assignment scores the coarse centroids (plaid_dots), picks each row's best groups
+// (plaid_pick_groups), scatters rows to groups (plaid_scatter_rows) and runs the fine pass per group
+// tile (plaid_assign_best); plaid_encode buckets the residuals and packs the 16-token code words.
+//
+// Search (a batch of queries, every stage on the device): plaid_dots (q x centroids, the CPU's
+// `dots` chain), plaid_probe_partial / plaid_probe_merge (each token's nprobe best centroids, the
+// distinct ones per query), plaid_mark / plaid_count / plaid_compact (inverted lists -> candidate
+// documents, ascending), plaid_interaction (centroid interaction with the pruning threshold),
+// plaid_select (exact top-n by (score desc, doc asc), radix select on the keys), plaid_residual (the
+// fused decompress-MaxSim: codes decoded to weights in registers, never written out) and
+// plaid_exact (MaxSim of the kept source tokens).
+//
+// LAUNCH CONTRACT: plaid_dots / plaid_assign_best: block PLAID_THREADS; the others as the engine
+// states next to each launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "maxsim_plaid_params.h"
+
+namespace {
+
+__device__ __forceinline__ float LoadElem(const void* x, int dtype, int64_t i) {
+  if (dtype == 0) return static_cast<const float*>(x)[i];
+  const uint16_t h = static_cast<const uint16_t*>(x)[i];
+  if (dtype == 1) return __half2float(__ushort_as_half(h));
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+constexpr int kPad = PLAID_TILE_M + 1;
+
+// acc[i][j] = x_row(ty + 16 i) . cent(col tx + 16 j), one fma chain over k ascending. rows / cols:
+// the tile's row indices into x and centroid ids (-1: none; zeros are loaded, results unused).
+__device__ __forceinline__ void DotTile(const void* x, int dtype, const float* cent, int64_t d, const int64_t* rows,
+                                        const int32_t* cols, float (*xs)[kPad], float (*cs)[kPad],
+                                        float acc[4][4]) {
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  for (int64_t k0 = 0; k0 < d; k0 += PLAID_TILE_K) {
+    const int kn = static_cast<int>(d - k0 < PLAID_TILE_K ? d - k0 : PLAID_TILE_K);
+    __syncthreads();
+    for (int e = tid; e < PLAID_TILE_M * PLAID_TILE_K; e += PLAID_THREADS) {
+      const int r = e / PLAID_TILE_K, kk = e % PLAID_TILE_K;
+      const int64_t row = rows[r];
+      xs[kk][r] = (row >= 0 && kk < kn) ? LoadElem(x, dtype, row * d + k0 + kk) : 0.0f;
+      const int32_t c = cols[r];
+      cs[kk][r] = (c >= 0 && kk < kn) ? cent[static_cast<int64_t>(c) * d + k0 + kk] : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kn; kk++) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) a[i] = xs[kk][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; j++) b[j] = cs[kk][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+}
+
+__device__ __forceinline__ unsigned long long WarpMaxKey(unsigned long long v, int width) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    const unsigned long long u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+
+}  // namespace
+
+// Best (score, id) of each row over a range of centroids, merged into p.best by atomicMax.
+// blockIdx.x: a tile (p.tiles: group, first slot, rows; null: rows [64 x, 64 x + 64) of all k);
+// blockIdx.y: a share of the group's centroids (p.split shares).
+extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_assign_best(const PlaidAssignParams p) {
+  __shared__ float xs[PLAID_TILE_K][kPad];
+  __shared__ float cs[PLAID_TILE_K][kPad];
+  __shared__ int64_t rows[PLAID_TILE_M];
+  __shared__ int32_t cols[PLAID_TILE_N];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  int64_t c_begin = 0, c_end = p.k;
+  if (p.tiles) {
+    const int32_t* t = p.tiles + blockIdx.x * 3;
+    if (tid < PLAID_TILE_M) rows[tid] = tid < t[2] ? p.rows_of[t[1] + tid] : -1;
+    c_begin = p.group_off[t[0]];
+    c_end = p.group_off[t[0] + 1];
+  } else if (tid < PLAID_TILE_M) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * PLAID_TILE_M + tid;
+    rows[tid] = r < p.n ? r : -1;
+  }
+  const int64_t share = (c_end - c_begin + p.split - 1) / p.split;
+  const int64_t s_begin = c_begin + share * blockIdx.y;
+  const int64_t s_end = min(c_end, s_begin + share);
+  unsigned long long best[4] = {PLAID_KEY_NONE, PLAID_KEY_NONE, PLAID_KEY_NONE, PLAID_KEY_NONE};
+  for (int64_t c0 = s_begin; c0 < s_end; c0 += PLAID_TILE_N) {
+    __syncthreads();
+    if (tid < PLAID_TILE_N) {
+      const int64_t pos = c0 + tid;
+      cols[tid] = pos < s_end ? (p.members ? p.members[pos] : static_cast<int32_t>(pos)) : -1;
+    }
+    float acc[4][4];
+    DotTile(p.x, p.dtype, p.cent, p.d, rows, cols, xs, cs, acc);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int32_t c = cols[tx + 16 * j];
+      if (c < 0) continue;
+      const float b = p.bias[c];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const unsigned long long key = PlaidKey(acc[i][j] + b, c);
+        best[i] = key > best[i] ? key : best[i];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const unsigned long long b = WarpMaxKey(best[i], 16);
+    const int64_t row = rows[ty + 16 * i];
+    if (tx == 0 && row >= 0 && b != PLAID_KEY_NONE) atomicMax(p.best + row, b);
+  }
+}
+
+// All scores: out[(r / ld) * k * ld + c * ld + r % ld] = x_r . cent_c (+ bias[c] when bias is set),
+// for rows r < n (blockIdx.x: 64 rows) and centroids c < k (blockIdx.y: 64 centroids). ld = 1: the
+// [n][k] coarse scores; ld = LQ: the search's qc [Q][K][LQ] (stores staged through shared memory
+// so that each centroid's LQ tokens go out contiguous).
+extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_dots(const PlaidAssignParams p) {
+  __shared__ float xs[PLAID_TILE_K][kPad];
+  __shared__ float cs[PLAID_TILE_K][kPad];
+  __shared__ float out[PLAID_TILE_N][kPad];
+  __shared__ int64_t rows[PLAID_TILE_M];
+  __shared__ int32_t cols[PLAID_TILE_N];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * PLAID_TILE_M;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * PLAID_TILE_N;
+  if (tid < PLAID_TILE_M) rows[tid] = r0 + tid < p.n ? r0 + tid : -1;
+  if (tid < PLAID_TILE_N) cols[tid] = c0 + tid < p.k ? static_cast<int32_t>(c0 + tid) : -1;
+  float acc[4][4];
+  DotTile(p.x, p.dtype, p.cent, p.d, rows, cols, xs, cs, acc);
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const int32_t c = cols[tx + 16 * j];
+    const float b = (p.bias && c >= 0) ? p.bias[c] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) out[tx + 16 * j][ty + 16 * i] = p.bias ? acc[i][j] + b : acc[i][j];
+  }
+  __syncthreads();
+  const int64_t ld = p.ld > 0 ? p.ld : 1;
+  for (int e = tid; e < PLAID_TILE_M * PLAID_TILE_N; e += PLAID_THREADS) {
+    const int c = e / PLAID_TILE_M, r = e % PLAID_TILE_M;
+    if (rows[r] < 0 || cols[c] < 0) continue;
+    const int64_t row = rows[r];
+    p.scores[(row / ld) * p.k * ld + static_cast<int64_t>(cols[c]) * ld + row % ld] = out[c][r];
+  }
+}
+
+// Each row's `probe` best non-empty groups by (coarse score desc, group asc): one warp per row, one
+// pass over the groups per pick (the key just below the previous pick).
+extern "C" __global__ void __launch_bounds__(256) plaid_pick_groups(const PlaidAssignParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (row >= p.n) return;
+  const float* s = p.scores + row * p.g;
+  if (lane == 0)
+    for (int64_t m = 0; m < p.probe; m++) p.pick[row * p.probe + m] = -1;
+  __syncwarp();
+  unsigned long long prev = ~0ull;
+  for (int64_t m = 0; m < p.probe; m++) {
+    unsigned long long b = 0;
+    for (int64_t j = lane; j < p.g; j += 32) {
+      if (p.group_off[j + 1] == p.group_off[j]) continue;
+      const unsigned long long key = PlaidKey(s[j], static_cast<int32_t>(j));
+      if (key < prev && key > b) b = key;
+    }
+    b = WarpMaxKey(b, 32);
+    const int32_t j = b == 0 ? -1 : PlaidKeyId(b);
+    if (lane == 0) {
+      p.pick[row * p.probe + m] = j;
+      if (j >= 0) atomicAdd(p.group_count + j, 1);
+    }
+    if (j < 0) break;
+    prev = b;
+  }
+}
+
+// Rows to the slots of their picked groups (order within a group is free: the fine pass merges by key).
+extern "C" __global__ void __launch_bounds__(256) plaid_scatter_rows(const PlaidAssignParams p) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= p.n * p.probe) return;
+  const int32_t j = p.pick[e];
+  if (j < 0) return;
+  const int32_t at = atomicAdd(p.group_cursor + j, 1);
+  p.rows_out[p.group_first[j] + at] = static_cast<int32_t>(e / p.probe);
+}
+
+// One thread per (16-token block, dimension): the residual codes of the block's tokens in [first,
+// first + n) packed into one word (token t at bits [t b, (t + 1) b)); the block's other bits stay 0
+// (the host ors the edge blocks into the stream). Also each row's centroid id and |x - decoded|^2.
+extern "C" __global__ void __launch_bounds__(256) plaid_encode(const PlaidAssignParams p) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t b0 = p.first / 16;
+  const int64_t blocks = (p.first + p.n + 15) / 16 - b0;
+  double err = 0.0;
+  if (e < blocks * p.d) {
+    const int64_t blk = e / p.d, k = e % p.d;
+    const int ncut = (1 << p.bits) - 1;
+    const float* cut = p.cutoffs + k * ncut;
+    unsigned long long word = 0;
+    for (int lane = 0; lane < 16; lane++) {
+      const int64_t row = (b0 + blk) * 16 + lane - p.first;
+      if (row < 0 || row >= p.n) continue;
+      const int32_t cid = p.best[row] == 0 ? 0 : PlaidKeyId(p.best[row]);
+      if (k == 0) p.cids[row] = cid;
+      const float xv = LoadElem(p.x, p.dtype, row * p.d + k);
+      const float cv = p.cent[static_cast<int64_t>(cid) * p.d + k];
+      const float r = xv - cv;
+      int code = 0;
+      while (code < ncut && cut[code] < r) code++;
+      word |= static_cast<unsigned long long>(code) << (lane * p.bits);
+      const double diff = static_cast<double>(xv) - (static_cast<double>(cv) + p.tables[k * 16 + code]);
+      err += diff * diff;
+    }
+    uint8_t* dst = p.codes + blk * p.d * 2 * p.bits + k * 2 * p.bits;
+    if (p.bits == 2) *reinterpret_cast<uint32_t*>(dst) = static_cast<uint32_t>(word);
+    else *reinterpret_cast<unsigned long long*>(dst) = word;
+  }
+  for (int o = 16; o > 0; o /= 2) err += __shfl_xor_sync(0xffffffffu, err, o);
+  if (threadIdx.x % 32 == 0 && err != 0.0) atomicAdd(p.sq_error, err);
+}
+
+// ---- search -------------------------------------------------------------------------------------
+
+namespace {
+
+template <int NP>
+__device__ __forceinline__ void Insert(unsigned long long (&top)[NP], unsigned long long key) {
+  if (key <= top[NP - 1]) return;
+  top[NP - 1] = key;
+#pragma unroll
+  for (int m = NP - 1; m > 0; m--) {
+    if (top[m] > top[m - 1]) {
+      const unsigned long long t = top[m];
+      top[m] = top[m - 1];
+      top[m - 1] = t;
+    }
+  }
+}
+
+template <int NP>
+__device__ void ProbePartial(const PlaidSearchParams& p) {
+  const int64_t q = blockIdx.y, ch = blockIdx.x;
+  const int64_t i = threadIdx.x;
+  if (i >= p.q_len[q]) return;
+  unsigned long long top[NP];
+#pragma unroll
+  for (int m = 0; m < NP; m++) top[m] = 0;
+  const int64_t c0 = ch * PLAID_PROBE_CHUNK;
+  const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
+  const float* qc = p.qc + (q * p.k) * p.lq + i;
+  for (int64_t c = c0; c < c1; c++) Insert<NP>(top, PlaidKey(qc[c * p.lq], static_cast<int32_t>(c)));
+  unsigned long long* out = p.partial + ((q * p.chunks + ch) * p.lq + i) * NP;
+#pragma unroll
+  for (int m = 0; m < NP; m++) out[m] = top[m];
+}
+
+}  // namespace
+
+// grid (chunks, Q), block LQ: token i's best NP centroids of chunk blockIdx.x.
+#define PLAID_PROBE(NP) \
+  extern "C" __global__ void __launch_bounds__(256) plaid_probe_partial_##NP(const PlaidSearchParams p) { ProbePartial<NP>(p); }
+PLAID_PROBE(4)
+PLAID_PROBE(8)
+PLAID_PROBE(16)
+PLAID_PROBE(32)
+
+// One warp per (query, token): its nprobe best of the chunks' lists; each centroid probed by the
+// query for the first time is appended to its distinct list.
+extern "C" __global__ void __launch_bounds__(256) plaid_probe_merge(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (w >= p.num_q * p.lq) return;
+  const int64_t q = w / p.lq, i = w % p.lq;
+  if (i >= p.q_len[q]) return;
+  const int64_t n = p.chunks * p.np;
+  const int64_t cw = (p.k + 31) / 32;
+  unsigned long long prev = ~0ull;
+  for (int64_t m = 0; m < p.nprobe; m++) {
+    unsigned long long b = 0;
+    for (int64_t e = lane; e < n; e += 32) {
+      const int64_t ch = e / p.np, j = e % p.np;
+      const unsigned long long key = p.partial[((q * p.chunks + ch) * p.lq + i) * p.np + j];
+      if (key < prev && key > b) b = key;
+    }
+    b = WarpMaxKey(b, 32);
+    if (b == 0) break;
+    prev = b;
+    if (lane == 0) {
+      const int32_t c = PlaidKeyId(b);
+      const uint32_t bit = 1u << (c % 32);
+      if (!(atomicOr(p.cbits + q * cw + c / 32, bit) & bit)) {
+        const int32_t at = atomicAdd(p.probed_n + q, 1);
+        p.probed[q * p.lq * p.nprobe + at] = c;
+      }
+    }
+  }
+}
+
+// grid (LQ * nprobe, Q), block 256: the inverted list of one distinct probed centroid -> document bits.
+extern "C" __global__ void __launch_bounds__(256) plaid_mark(const PlaidSearchParams p) {
+  const int64_t q = blockIdx.y;
+  if (blockIdx.x >= p.probed_n[q]) return;
+  const int32_t c = p.probed[q * p.lq * p.nprobe + blockIdx.x];
+  uint32_t* bits = p.dbits + q * p.words;
+  for (int64_t j = p.ivf_off[c] + threadIdx.x; j < p.ivf_off[c + 1]; j += blockDim.x) {
+    const int32_t doc = p.ivf[j];
+    atomicOr(bits + doc / 32, 1u << (doc % 32));
+  }
+}
+
+// grid Q, block 1024: candidate count of each query.
+extern "C" __global__ void __launch_bounds__(1024) plaid_count(const PlaidSearchParams p) {
+  __shared__ int32_t part[32];
+  const int64_t q = blockIdx.x;
+  const uint32_t* bits = p.dbits + q * p.words;
+  int32_t n = 0;
+  for (int64_t w = threadIdx.x; w < p.words; w += blockDim.x) n += __popc(bits[w]);
+  for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = n;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; i++) s += part[i];
+    p.cand_n[q] = s;
+  }
+}
+
+// grid Q, block 1024: the candidate documents of each query in ascending order at cand_off[q].
+extern "C" __global__ void __launch_bounds__(1024) plaid_compact(const PlaidSearchParams p) {
+  __shared__ int32_t warp_sum[32];
+  __shared__ int32_t base;
+  const int64_t q = blockIdx.x;
+  const uint32_t* bits = p.dbits + q * p.words;
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int64_t w0 = 0; w0 < p.words; w0 += blockDim.x) {
+    const int64_t w = w0 + threadIdx.x;
+    uint32_t word = w < p.words ? bits[w] : 0u;
+    const int32_t c = __popc(word);
+    int32_t incl = c;
+    for (int o = 1; o < 32; o *= 2) {
+      const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_sum[wid] = incl;
+    __syncthreads();
+    if (wid == 0) {
+      int32_t v = warp_sum[lane];
+      for (int o = 1; o < 32; o *= 2) {
+        const int32_t u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+      }
+      warp_sum[lane] = v;  // inclusive
+    }
+    __syncthreads();
+    int64_t at = p.cand_off[q] + base + (wid > 0 ? warp_sum[wid - 1] : 0) + incl - c;
+    while (word) {
+      const int bit = __ffs(word) - 1;
+      word &= word - 1;
+      p.cand[at] = static_cast<int32_t>(w * 32 + bit);
+      p.cand_q[at] = static_cast<int32_t>(q);
+      at++;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) base += warp_sum[31];
+    __syncthreads();
+  }
+}
+
+// One warp per candidate (grid-stride over all queries' candidates), lanes over query tokens:
+// sum_i max over the bag's kept centroids of qc[i][c] (an empty max counts 0), summed in double in
+// token order, as the CPU's centroid_doc. A centroid is kept when its best token score reaches the
+// threshold.
+extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t total = p.cand_off[p.num_q];
+  const int64_t chunks = p.lq / 32;
+  const bool prune = p.threshold > -INFINITY;
+  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    const int64_t q = p.cand_q[e], doc = p.cand[e];
+    const int64_t len = p.q_len[q];
+    float rm[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
+    const float* qc = p.qc + q * p.k * p.lq + lane;
+    for (int64_t j = p.bag_off[doc]; j < p.bag_off[doc + 1]; j++) {
+      const float* row = qc + static_cast<int64_t>(p.bags[j]) * p.lq;
+      float v[8];
+      float top = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < 8; c++) {
+        v[c] = (c < chunks && c * 32 + lane < len) ? row[c * 32] : -INFINITY;
+        top = fmaxf(top, v[c]);
+      }
+      if (prune) {
+        for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+        if (!(top >= p.threshold)) continue;
+      }
+#pragma unroll
+      for (int c = 0; c < 8; c++) rm[c] = fmaxf(rm[c], v[c]);
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+      if (c >= chunks) break;
+      for (int i = 0; i < 32; i++) {
+        const float v = __shfl_sync(0xffffffffu, rm[c], i);
+        if (c * 32 + i < len && v != -INFINITY) s += static_cast<double>(v);
+      }
+    }
+    if (lane == 0) p.ci[e] = static_cast<float>(s);
+  }
+}
+
+// grid Q, block 256: the best sel_out_off[q + 1] - sel_out_off[q] entries of [sel_in_off[q], ...) by
+// (score desc, doc asc), exactly: radix select of the k-th largest 64-bit key, 8 bits per pass.
+extern "C" __global__ void __launch_bounds__(256) plaid_select(const PlaidSearchParams p) {
+  __shared__ int32_t hist[256];
+  __shared__ unsigned long long prefix_s;
+  __shared__ int64_t remaining_s;
+  __shared__ int32_t written;
+  const int64_t q = blockIdx.x;
+  const int64_t i0 = p.sel_in_off[q], i1 = p.sel_in_off[q + 1];
+  const int64_t keep = p.sel_out_off[q + 1] - p.sel_out_off[q];
+  unsigned long long prefix = 0;
+  if (keep < i1 - i0) {
+    if (threadIdx.x == 0) remaining_s = keep;
+    unsigned long long mask = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+      __syncthreads();
+      for (int64_t e = i0 + threadIdx.x; e < i1; e += blockDim.x) {
+        const unsigned long long key = PlaidKey(p.sel_score[e], p.sel_doc[e]);
+        if ((key & mask) == prefix) atomicAdd(hist + ((key >> shift) & 0xFF), 1);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int64_t rem = remaining_s;
+        int b = 255;
+        for (; b > 0; b--) {
+          if (hist[b] >= rem) break;
+          rem -= hist[b];
+        }
+        remaining_s = rem;
+        prefix_s = prefix | (static_cast<unsigned long long>(b) << shift);
+      }
+      __syncthreads();
+      prefix = prefix_s;
+      mask |= 0xFFull << shift;
+    }
+  }
+  if (threadIdx.x == 0) written = 0;
+  __syncthreads();
+  const int64_t o0 = p.sel_out_off[q];
+  for (int64_t e = i0 + threadIdx.x; e < i1; e += blockDim.x) {
+    if (keep == 0) break;
+    const unsigned long long key = PlaidKey(p.sel_score[e], p.sel_doc[e]);
+    if (keep < i1 - i0 && key < prefix) continue;
+    const int32_t at = atomicAdd(&written, 1);
+    if (at < keep) {
+      p.sel_out_doc[o0 + at] = p.sel_doc[e];
+      p.sel_out_score[o0 + at] = p.sel_score[e];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) p.sel_out_n[q] = written < keep ? written : static_cast<int32_t>(keep);
+}
+
+namespace {
+
+// After it, lane l holds max over the warp of v[l] (recursive halving: 31 shuffles for 32 values).
+__device__ __forceinline__ float TransposeMax(float (&v)[32], int lane) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const bool upper = lane & o;
+#pragma unroll
+    for (int j = 0; j < o; j++) {
+      const float send = upper ? v[j] : v[j + o];
+      const float keep = upper ? v[j + o] : v[j];
+      v[j] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, o));
+    }
+  }
+  return v[0];
+}
+
+// Scores listed documents of one query per block (grid (entries / WARPS, Q), block 32 WARPS): the
+// query's tokens transposed in shared memory ([d][LQ]); a warp takes a document, lanes its tokens in
+// runs of 32; RESIDUAL: q . decoded = qc[i][cid] + sum_k q_ik w[k][code] (the CPU's order), codes
+// decoded through the shared [d][16] table; else the kept source tokens. Sum of the token maxes in
+// double, token order.
+template <bool RESIDUAL>
+__device__ void ScoreDocs(const PlaidSearchParams& p) {
+  extern __shared__ float smem[];
+  float* qt = smem;                   // [d][LQ]
+  float* tab = smem + p.d * p.lq;     // [d][16]
+  const int64_t q = blockIdx.y;
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+  const int64_t len = p.q_len[q];
+  for (int64_t e = threadIdx.x; e < p.d * p.lq; e += blockDim.x) {
+    const int64_t k = e / p.lq, i = e % p.lq;
+    qt[e] = p.q[(q * p.lq + i) * p.d + k];
+  }
+  if (RESIDUAL)
+    for (int64_t e = threadIdx.x; e < p.d * 16; e += blockDim.x) tab[e] = p.tables[e];
+  __syncthreads();
+  const int64_t o0 = p.score_off[q], o1 = p.score_off[q + 1];
+  const int64_t chunks = p.lq / 32;
+  const int64_t block_bytes = p.d * 2 * p.bits;
+  for (int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid; e < o1;
+       e += static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS) {
+    const int64_t doc = p.score_doc[e];
+    const int64_t t0 = p.doc_off[doc], t1 = p.doc_off[doc + 1];
+    float rm[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
+    for (int64_t tb = t0; tb < t1; tb += 32) {
+      const int64_t t = tb + lane;
+      const bool valid = t < t1;
+      const int32_t cid = RESIDUAL && valid ? p.cids[t] : 0;
+      const uint8_t* cw = p.codes + (t / 16) * block_bytes;
+      const int sh = static_cast<int>(t % 16) * p.bits;
+      for (int c = 0; c < chunks; c++) {
+        float acc[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[i] = 0.0f;
+        if (valid) {
+          for (int64_t k = 0; k < p.d; k++) {
+            float w;
+            if (RESIDUAL) {
+              unsigned long long word = p.bits == 2 ? *reinterpret_cast<const uint32_t*>(cw + k * 4)
+                                                    : *reinterpret_cast<const unsigned long long*>(cw + k * 8);
+              w = tab[k * 16 + ((word >> sh) & ((1u << p.bits) - 1))];
+            } else {
+              w = LoadElem(p.tokens, p.tokens_dtype, t * p.d + k);
+            }
+            const float4* qk = reinterpret_cast<const float4*>(qt + k * p.lq + c * 32);
+#pragma unroll
+            for (int i4 = 0; i4 < 8; i4++) {
+              const float4 v = qk[i4];
+              acc[i4 * 4 + 0] = fmaf(v.x, w, acc[i4 * 4 + 0]);
+              acc[i4 * 4 + 1] = fmaf(v.y, w, acc[i4 * 4 + 1]);
+              acc[i4 * 4 + 2] = fmaf(v.z, w, acc[i4 * 4 + 2]);
+              acc[i4 * 4 + 3] = fmaf(v.w, w, acc[i4 * 4 + 3]);
+            }
+          }
+          if (RESIDUAL) {
+            const float* row = p.qc + (q * p.k + cid) * p.lq + c * 32;
+#pragma unroll
+            for (int i = 0; i < 32; i++) acc[i] = acc[i] + row[i];
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 32; i++) acc[i] = -INFINITY;
+        }
+        const float m = TransposeMax(acc, lane);
+#pragma unroll
+        for (int cc = 0; cc < 8; cc++)
+          if (cc == c) rm[cc] = fmaxf(rm[cc], m);
+      }
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+      if (c >= chunks) break;
+      for (int i = 0; i < 32; i++) {
+        const float v = __shfl_sync(0xffffffffu, rm[c], i);
+        if (c * 32 + i < len) s += static_cast<double>(v);
+      }
+    }
+    if (lane == 0) p.score_out[e] = t1 > t0 ? static_cast<float>(s) : -INFINITY;
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_residual(const PlaidSearchParams p) {
+  ScoreDocs<true>(p);
+}
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_exact(const PlaidSearchParams p) {
+  ScoreDocs<false>(p);
+}
