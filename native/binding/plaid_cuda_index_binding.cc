@@ -25,9 +25,10 @@ namespace {
 struct IndexArgs {
   maxsim_cuda::PlaidIndexHost ix;
   std::vector<Napi::ObjectReference> keep;  // the JS arrays, alive until the upload is done
-  TokenSet tokens;
-  std::vector<uint8_t> packed;  // the tokens back to back when the batch's items are not
-  bool has_tokens = false;
+  std::vector<TokenSet> parts;               // the source tokens (their owners pin the data)
+  std::vector<std::vector<uint8_t>> packed;  // a part's rows back to back when its items are not
+  std::vector<std::pair<const void*, uint64_t>> chunks;
+  DType dtype = DType::Float16;
 };
 
 int64_t Prop(Napi::Env env, Napi::Object o, const char* key, int64_t lo, int64_t hi) {
@@ -79,30 +80,56 @@ void ParseIndexArrays(Napi::Env env, Napi::Object o, IndexArgs* a) {
     a->keep.push_back(Napi::Persistent(o.Get(key).As<Napi::Object>()));
 }
 
-// The tokens as one contiguous [tokens][d] array in stream order (a view when the items already are).
+// The source tokens: a TokenBatch or an array of them whose items, in order, are the index's
+// documents; each part uploads from its buffer when its items lie back to back, else from a packed copy.
 void ParseTokens(Napi::Env env, Napi::Value v, IndexArgs* a) {
-  a->tokens = ParseTokenSet(env, v, "tokens");
-  const TokenSet& t = a->tokens;
-  if (t.dtype == DType::Int8) throw ArgError(env, "tokens.dtype", "'float32', 'float16' or 'bfloat16'", "'int8'");
-  if (t.dim != a->ix.d) throw ArgError(env, "tokens.dim", std::to_string(a->ix.d) + " (the index's)", std::to_string(t.dim));
-  if (t.count != a->ix.docs)
-    throw ArgError(env, "tokens.count", std::to_string(a->ix.docs) + " (the index's documents)", std::to_string(t.count));
-  bool contiguous = true;
-  for (int64_t b = 0; b < t.count; b++) {
-    if (t.lengths[b] != a->ix.doc_off[b + 1] - a->ix.doc_off[b])
-      throw ArgError(env, "tokens.lengths[" + std::to_string(b) + "]",
-                     std::to_string(a->ix.doc_off[b + 1] - a->ix.doc_off[b]) + " (the index's document length)",
-                     std::to_string(t.lengths[b]));
-    contiguous = contiguous && t.starts[b] == a->ix.doc_off[b] + (t.count > 0 ? t.starts[0] : 0);
+  std::vector<Napi::Value> values;
+  if (v.IsArray()) {
+    Napi::Array arr = v.As<Napi::Array>();
+    for (uint32_t i = 0; i < arr.Length(); i++) values.push_back(arr.Get(i));
+  } else {
+    values.push_back(v);
   }
-  a->has_tokens = true;
-  if (contiguous) return;
-  const int64_t row = t.dim * DTypeSize(t.dtype);
-  a->packed.resize(static_cast<size_t>(a->ix.tokens * row));
-  for (int64_t b = 0; b < t.count; b++)
-    std::memcpy(a->packed.data() + static_cast<int64_t>(a->ix.doc_off[b]) * row,
-                static_cast<const uint8_t*>(t.data) + static_cast<int64_t>(t.starts[b]) * row,
-                static_cast<size_t>(t.lengths[b] * row));
+  int64_t doc = 0;
+  for (size_t pi = 0; pi < values.size(); pi++) {
+    const std::string name = values.size() > 1 ? "tokens[" + std::to_string(pi) + "]" : "tokens";
+    TokenSet t = ParseTokenSet(env, values[pi], name);
+    if (t.dtype == DType::Int8) throw ArgError(env, name + ".dtype", "'float32', 'float16' or 'bfloat16'", "'int8'");
+    if (pi > 0 && t.dtype != a->dtype) throw ArgError(env, name + ".dtype", DTypeName(a->dtype), DTypeName(t.dtype));
+    a->dtype = t.dtype;
+    if (t.dim != a->ix.d) throw ArgError(env, name + ".dim", std::to_string(a->ix.d) + " (the index's)", std::to_string(t.dim));
+    if (doc + t.count > a->ix.docs)
+      throw ArgError(env, name + ".count", "at most the index's " + std::to_string(a->ix.docs) + " documents in all",
+                     std::to_string(doc + t.count));
+    bool contiguous = true;
+    for (int64_t b = 0; b < t.count; b++) {
+      const double want = a->ix.doc_off[doc + b + 1] - a->ix.doc_off[doc + b];
+      if (t.lengths[b] != want)
+        throw ArgError(env, name + ".lengths[" + std::to_string(b) + "]",
+                       std::to_string(want) + " (the index's document length)", std::to_string(t.lengths[b]));
+      contiguous = contiguous && t.starts[b] - t.starts[0] == a->ix.doc_off[doc + b] - a->ix.doc_off[doc];
+    }
+    const int64_t row = t.dim * DTypeSize(t.dtype);
+    const int64_t tokens = static_cast<int64_t>(a->ix.doc_off[doc + t.count] - a->ix.doc_off[doc]);
+    if (contiguous) {
+      const uint8_t* base = static_cast<const uint8_t*>(t.data) + static_cast<int64_t>(t.count > 0 ? t.starts[0] : 0) * row;
+      a->chunks.emplace_back(base, static_cast<uint64_t>(tokens * row));
+    } else {
+      std::vector<uint8_t> packed(static_cast<size_t>(tokens * row));
+      int64_t at = 0;
+      for (int64_t b = 0; b < t.count; b++) {
+        std::memcpy(packed.data() + at, static_cast<const uint8_t*>(t.data) + static_cast<int64_t>(t.starts[b]) * row,
+                    static_cast<size_t>(t.lengths[b] * row));
+        at += t.lengths[b] * row;
+      }
+      a->packed.push_back(std::move(packed));
+      a->chunks.emplace_back(a->packed.back().data(), static_cast<uint64_t>(tokens * row));
+    }
+    doc += t.count;
+    a->parts.push_back(std::move(t));
+  }
+  if (doc != a->ix.docs)
+    throw ArgError(env, "tokens", std::to_string(a->ix.docs) + " documents in all (the index's)", std::to_string(doc));
 }
 
 maxsim_cuda::PlaidSearchPlan ParsePlan(Napi::Env env, Napi::Value v) {
@@ -180,13 +207,7 @@ Napi::Value PlaidIndexUpload(const Napi::CallbackInfo& info) {
   auto task = std::make_unique<JobTask<std::shared_ptr<PlaidDeviceIndex>>>(env, "CUDA plaid index upload failed: ");
   task->run = [rt, a] {
     rt->EnsureReady();
-    const void* tokens = nullptr;
-    if (a->has_tokens)
-      tokens = a->packed.empty() ? static_cast<const uint8_t*>(a->tokens.data) +
-                                       static_cast<int64_t>(a->tokens.count > 0 ? a->tokens.starts[0] : 0) * a->tokens.dim *
-                                           DTypeSize(a->tokens.dtype)
-                                 : a->packed.data();
-    return std::make_shared<PlaidDeviceIndex>(*rt, a->ix, tokens, a->tokens.dtype);
+    return std::make_shared<PlaidDeviceIndex>(*rt, a->ix, a->chunks, a->dtype);
   };
   task->wrap = [rt, a](Napi::Env env, std::shared_ptr<PlaidDeviceIndex>& ix) {
     a->keep.clear();

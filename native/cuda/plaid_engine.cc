@@ -290,7 +290,8 @@ std::vector<int64_t> Int64s(const double* v, int64_t n) {
 
 }  // namespace
 
-PlaidDeviceIndex::PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix, const void* tokens, DType tokens_dtype)
+PlaidDeviceIndex::PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix,
+                                   const std::vector<std::pair<const void*, uint64_t>>& token_chunks, DType tokens_dtype)
     : rt_(rt), k_(ix.k), d_(ix.d), docs_(ix.docs), tokens_n_(ix.tokens), bits_(ix.bits) {
   const int64_t padded = Div(ix.tokens, 16) * 16;
   try {
@@ -310,9 +311,20 @@ PlaidDeviceIndex::PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix, const 
     ivf_off_ = put(ivf_off.data(), ivf_off.size() * 8);
     bags_ = put(ix.bags, static_cast<uint64_t>(bag_off.back()) * 4);
     ivf_ = put(ix.ivf, static_cast<uint64_t>(ivf_off.back()) * 4);
-    if (tokens) {
+    if (!token_chunks.empty()) {
       tokens_dtype_ = static_cast<int>(tokens_dtype);
-      tokens_ = put(tokens, static_cast<uint64_t>(ix.tokens * d_) * DTypeSize(tokens_dtype));
+      const uint64_t bytes = static_cast<uint64_t>(ix.tokens * d_) * DTypeSize(tokens_dtype);
+      uint64_t sum = 0;
+      for (const auto& c : token_chunks) sum += c.second;
+      if (sum != bytes) throw std::invalid_argument("Expected " + std::to_string(bytes) + " bytes of tokens but received " + std::to_string(sum));
+      tokens_ = rt.allocator().Alloc(std::max<uint64_t>(bytes, 16));
+      bytes_ += bytes;
+      uint64_t at = 0;
+      for (const auto& c : token_chunks) {
+        rt.Upload(tokens_ + at, c.first, c.second);
+        at += c.second;
+      }
+      rt.Synchronize();
     }
   } catch (...) {
     for (cu::CUdeviceptr p : {cent_, tables_, cids_, codes_, doc_off_, bag_off_, bags_, ivf_off_, ivf_, tokens_})

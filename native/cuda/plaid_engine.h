@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime.h"
@@ -107,8 +108,10 @@ struct PlaidSearchResult {
 
 class PlaidDeviceIndex {
  public:
-  // tokens: the source tokens of the stream ([tokens][d] in tokens_dtype, contiguous) or null.
-  PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix, const void* tokens, DType tokens_dtype);
+  // token_chunks: the source tokens of the stream ([tokens][d] in tokens_dtype) as consecutive host
+  // chunks (pointer, bytes) that add up to tokens * d elements, or none.
+  PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix, const std::vector<std::pair<const void*, uint64_t>>& token_chunks,
+                   DType tokens_dtype);
   ~PlaidDeviceIndex();
   PlaidDeviceIndex(const PlaidDeviceIndex&) = delete;
   PlaidDeviceIndex& operator=(const PlaidDeviceIndex&) = delete;

@@ -59,7 +59,7 @@ export interface PlaidCuda {
   plaidIndex(
     device: number,
     index: NativeIndex,
-    tokens?: TokenBatch,
+    tokens?: TokenBatch[],
   ): Promise<{ handle: PlaidHandle; bytes: number }>;
   plaidSearch(
     index: PlaidHandle,

@@ -18,8 +18,8 @@ export interface DeviceIndexSource {
   readonly count: number;
   readonly dim: number;
   readonly centroids: number;
-  /** The source documents in index order (one batch), or undefined when the index keeps none. */
-  sourceTokens(): TokenBatch | undefined;
+  /** The source documents in index order (parts), or undefined when the index keeps none. */
+  sourceTokens(): readonly TokenBatch[] | undefined;
 }
 
 export interface CudaIndexSearchOptions extends IndexSearchOptions {
@@ -41,7 +41,8 @@ export function deviceIndex(
   uploaded.set(index, m);
   let p = m.get(device);
   if (!p) {
-    p = plaidCuda().plaidIndex(device, index.native, index.sourceTokens());
+    const tokens = index.sourceTokens();
+    p = plaidCuda().plaidIndex(device, index.native, tokens ? [...tokens] : undefined);
     p.catch(() => m.delete(device));
     m.set(device, p);
   }

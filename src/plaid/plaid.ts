@@ -248,11 +248,9 @@ export class PlaidIndex {
     this.buildStats = stats;
   }
 
-  /** @internal the source documents as one batch in index order (the GPU path uploads them), or undefined. */
-  sourceTokens(): TokenBatch | undefined {
-    const parts = this.#docs;
-    if (!parts) return undefined;
-    return parts.length === 1 ? parts[0] : concatParts(parts);
+  /** @internal the source documents' parts in index order (the GPU path uploads them), or undefined. */
+  sourceTokens(): readonly TokenBatch[] | undefined {
+    return this.#docs;
   }
 
   /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
@@ -507,43 +505,6 @@ export async function buildIndex(
     ...lists,
   };
   return new PlaidIndex(native, buckets, options.keepTokens === false ? undefined : parts, stats, groups);
-}
-
-// Parts as one batch over a copy of their documents' rows, in order (the GPU upload's one buffer).
-function concatParts(parts: readonly TokenBatch[]): TokenBatch {
-  const d = parts[0].dim;
-  let tokens = 0;
-  let count = 0;
-  for (const p of parts) {
-    tokens += totalTokens(p);
-    count += p.count;
-  }
-  const data = parts[0].dtype === 'float32' ? new Float32Array(tokens * d) : new Uint16Array(tokens * d);
-  const starts = new Float64Array(count);
-  const lengths = new Int32Array(count);
-  let t = 0;
-  let b = 0;
-  let maxLength = 0;
-  for (const p of parts)
-    for (let i = 0; i < p.count; i++, b++) {
-      const s = p.starts[i] * d;
-      data.set(p.data.subarray(s, s + p.lengths[i] * d) as never, t * d);
-      starts[b] = t;
-      lengths[b] = p.lengths[i];
-      maxLength = Math.max(maxLength, p.lengths[i]);
-      t += p.lengths[i];
-    }
-  return {
-    kind: 'batch',
-    layout: 'ragged',
-    dtype: parts[0].dtype,
-    data,
-    dim: d,
-    count,
-    maxLength,
-    starts,
-    lengths,
-  };
 }
 
 /** Tokens per encode call: progress between calls, and each call's rows stay small. */
