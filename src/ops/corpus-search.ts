@@ -34,6 +34,7 @@ import {
   type VerifyProgress,
 } from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
+import { plaidCudaReason } from '../plaid/cuda-native.js';
 import {
   type Hit,
   isTokenBatch,
@@ -493,6 +494,10 @@ export class Corpus {
         "'int8'",
       );
     const settings = indexSettings(options.index, k, file.index!.manifest.centroids);
+    // backend 'cuda' (or 'auto' with a GPU): the index stages on the GPU, the exact re-score as on the CPU
+    const gpu =
+      resolveBackend(options.backend) === 'cuda' &&
+      (options.backend === 'cuda' || plaidCudaReason() === undefined);
     let bytes = 0;
     const r = await withCancelFlag(signal, (cancel) =>
       searchThroughIndex(
@@ -515,13 +520,14 @@ export class Corpus {
           return exact.hits[0];
         },
         signal,
+        gpu,
       ),
     );
     const seconds = (performance.now() - started) / 1000;
     return {
       hits: r.hits.map((row) => row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) }))),
       stats: {
-        backend: 'cpu',
+        backend: gpu ? 'cuda' : 'cpu',
         generation: file.info.generation,
         blocks: 0,
         bytes,

@@ -388,3 +388,66 @@ describe('CUDA plaid search', { skip }, () => {
     assert.throws(() => cu.plaidSearch({} as never, new Float32Array(64), Int32Array.of(1), plan), /index/);
   });
 });
+
+describe('CUDA plaid corpus', { skip }, () => {
+  test('corpus index --backend cuda = cpu; corpus.search with backend cuda goes through the GPU index', async () => {
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const { CorpusWriter } = await import('../../src/io/corpus/index.js');
+    const { indexCorpus } = await import('../../src/io/corpus/index-build.js');
+    const { openCorpus } = await import('../../src/ops/corpus-search.js');
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-plaid-cuda-'));
+    try {
+      const { c, batch } = corpus(900, [2, 20], 32, runSeed % 977, 'float16');
+      const dirs = ['cpu', 'cuda'].map((b) => path.join(tmp, `${b}.msx`));
+      for (const [i, dir] of dirs.entries()) {
+        for (let s = 0; s < 3; s++) {
+          const w =
+            s === 0 ? CorpusWriter.create(dir, { dim: 32, dtype: 'float16' }) : CorpusWriter.append(dir);
+          const part = {
+            ...batch,
+            count: 300,
+            starts: batch.starts.subarray(s * 300),
+            lengths: batch.lengths.subarray(s * 300),
+          };
+          w.add(part);
+          w.commit();
+        }
+        await indexCorpus(dir, { centroids: 40, backend: i === 0 ? 'cpu' : 'cuda' });
+      }
+      // the published index segments decode to the same arrays (headers carry timings)
+      const opened = dirs.map((d) => openCorpus(d));
+      try {
+        for (let si = 0; si < 3; si++) {
+          const [a, b] = opened.map((o) => o.file.index?.segment(si)?.native);
+          assert.ok(a && b, `segment ${si} indexed`);
+          sameBits(a.centroids, b.centroids, `segment ${si} centroids`);
+          sameInts(a.cids, b.cids, `segment ${si} cids`);
+          sameInts(a.codes, b.codes, `segment ${si} codes`);
+        }
+      } finally {
+        for (const o of opened) o.close();
+      }
+      const q = syntheticQueries(c, 6, 8, 32, 11);
+      const queries = raggedBatch(
+        q.data,
+        Array.from({ length: 7 }, (_, i) => i * 8),
+        { dim: 32 },
+      );
+      const corp = openCorpus(dirs[0]);
+      try {
+        const o = { topK: 7, index: { nprobe: 6, candidates: 200, rescore: 50 } };
+        const gpu = await corp.searchWithStats(queries, { ...o, backend: 'cuda' });
+        const cpu = await corp.searchWithStats(queries, { ...o, backend: 'cpu' });
+        assert.equal(gpu.stats.backend, 'cuda');
+        assert.equal(cpu.stats.backend, 'cpu');
+        assert.deepEqual(gpu.hits, cpu.hits);
+      } finally {
+        corp.close();
+      }
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+});

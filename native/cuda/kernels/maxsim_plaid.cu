@@ -32,9 +32,9 @@ __device__ __forceinline__ float LoadElem(const void* x, int dtype, int64_t i) {
   return __uint_as_float(static_cast<uint32_t>(h) << 16);
 }
 
-constexpr int kPad = PLAID_TILE_M + 1;
+constexpr int kPad = PLAID_TILE_M + 4;  // rows stay 16-byte aligned for the float4 reads
 
-// acc[i][j] = x_row(ty + 16 i) . cent(col tx + 16 j), one fma chain over k ascending. rows / cols:
+// acc[i][j] = x_row(4 ty + i) . cent(col 4 tx + j), one fma chain over k ascending. rows / cols:
 // the tile's row indices into x and centroid ids (-1: none; zeros are loaded, results unused).
 __device__ __forceinline__ void DotTile(const void* x, int dtype, const float* cent, int64_t d, const int64_t* rows,
                                         const int32_t* cols, float (*xs)[kPad], float (*cs)[kPad],
@@ -56,11 +56,10 @@ __device__ __forceinline__ void DotTile(const void* x, int dtype, const float* c
     }
     __syncthreads();
     for (int kk = 0; kk < kn; kk++) {
-      float a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) a[i] = xs[kk][ty + 16 * i];
-#pragma unroll
-      for (int j = 0; j < 4; j++) b[j] = cs[kk][tx + 16 * j];
+      const float4 av = *reinterpret_cast<const float4*>(&xs[kk][4 * ty]);
+      const float4 bv = *reinterpret_cast<const float4*>(&cs[kk][4 * tx]);
+      const float a[4] = {av.x, av.y, av.z, av.w};
+      const float b[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
       for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -83,8 +82,8 @@ __device__ __forceinline__ unsigned long long WarpMaxKey(unsigned long long v, i
 // blockIdx.x: a tile (p.tiles: group, first slot, rows; null: rows [64 x, 64 x + 64) of all k);
 // blockIdx.y: a share of the group's centroids (p.split shares).
 extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_assign_best(const PlaidAssignParams p) {
-  __shared__ float xs[PLAID_TILE_K][kPad];
-  __shared__ float cs[PLAID_TILE_K][kPad];
+  __shared__ __align__(16) float xs[PLAID_TILE_K][kPad];
+  __shared__ __align__(16) float cs[PLAID_TILE_K][kPad];
   __shared__ int64_t rows[PLAID_TILE_M];
   __shared__ int32_t cols[PLAID_TILE_N];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -112,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_assign_best(co
     DotTile(p.x, p.dtype, p.cent, p.d, rows, cols, xs, cs, acc);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      const int32_t c = cols[tx + 16 * j];
+      const int32_t c = cols[4 * tx + j];
       if (c < 0) continue;
       const float b = p.bias[c];
 #pragma unroll
@@ -125,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_assign_best(co
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const unsigned long long b = WarpMaxKey(best[i], 16);
-    const int64_t row = rows[ty + 16 * i];
+    const int64_t row = rows[4 * ty + i];
     if (tx == 0 && row >= 0 && b != PLAID_KEY_NONE) atomicMax(p.best + row, b);
   }
 }
@@ -135,8 +134,8 @@ extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_assign_best(co
 // [n][k] coarse scores; ld = LQ: the search's qc [Q][K][LQ] (stores staged through shared memory
 // so that each centroid's LQ tokens go out contiguous).
 extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_dots(const PlaidAssignParams p) {
-  __shared__ float xs[PLAID_TILE_K][kPad];
-  __shared__ float cs[PLAID_TILE_K][kPad];
+  __shared__ __align__(16) float xs[PLAID_TILE_K][kPad];
+  __shared__ __align__(16) float cs[PLAID_TILE_K][kPad];
   __shared__ float out[PLAID_TILE_N][kPad];
   __shared__ int64_t rows[PLAID_TILE_M];
   __shared__ int32_t cols[PLAID_TILE_N];
@@ -149,10 +148,10 @@ extern "C" __global__ void __launch_bounds__(PLAID_THREADS) plaid_dots(const Pla
   DotTile(p.x, p.dtype, p.cent, p.d, rows, cols, xs, cs, acc);
 #pragma unroll
   for (int j = 0; j < 4; j++) {
-    const int32_t c = cols[tx + 16 * j];
+    const int32_t c = cols[4 * tx + j];
     const float b = (p.bias && c >= 0) ? p.bias[c] : 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; i++) out[tx + 16 * j][ty + 16 * i] = p.bias ? acc[i][j] + b : acc[i][j];
+    for (int i = 0; i < 4; i++) out[4 * tx + j][4 * ty + i] = p.bias ? acc[i][j] + b : acc[i][j];
   }
   __syncthreads();
   const int64_t ld = p.ld > 0 ? p.ld : 1;
@@ -504,14 +503,120 @@ __device__ __forceinline__ float TransposeMax(float (&v)[32], int lane) {
   return v[0];
 }
 
+// Weights of dimensions [k0, k0 + 8) of stream token t (zeros past d): RESIDUAL, the decoded
+// residual weights (the block's code word of each dimension through the shared table); else the
+// source token's elements (one 16-byte load for 16-bit tokens when d % 8 == 0).
+template <bool RESIDUAL>
+__device__ __forceinline__ void Weights8(const PlaidSearchParams& p, const float* tab, int64_t t, int64_t k0,
+                                         float (&w)[8]) {
+  if (RESIDUAL) {
+    const uint8_t* cw = p.codes + (t / 16) * p.d * 2 * p.bits;
+    const int sh = static_cast<int>(t % 16) * p.bits;
+    const uint32_t mask = (1u << p.bits) - 1;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int64_t k = k0 + j;
+      if (k >= p.d) {
+        w[j] = 0.0f;
+        continue;
+      }
+      const unsigned long long word = p.bits == 2 ? *reinterpret_cast<const uint32_t*>(cw + k * 4)
+                                                  : *reinterpret_cast<const unsigned long long*>(cw + k * 8);
+      w[j] = tab[k * 16 + ((word >> sh) & mask)];
+    }
+  } else if (p.tokens_dtype != 0 && p.d % 8 == 0) {
+    const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.tokens) + t * p.d + k0);
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const uint16_t lo = static_cast<uint16_t>(u[j] & 0xFFFF), hi = static_cast<uint16_t>(u[j] >> 16);
+      if (p.tokens_dtype == 1) {
+        w[2 * j] = __half2float(__ushort_as_half(lo));
+        w[2 * j + 1] = __half2float(__ushort_as_half(hi));
+      } else {
+        w[2 * j] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+        w[2 * j + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; j++) w[j] = k0 + j < p.d ? LoadElem(p.tokens, p.tokens_dtype, t * p.d + k0 + j) : 0.0f;
+  }
+}
+
+// Document tokens [tb, tb + 32 NT) (lane: tokens tb + lane + 32 n) against the query: each token's
+// dots with query tokens of every 32-chunk, one fma chain over k ascending (the CPU's order), plus
+// qc[i][cid] for RESIDUAL; rm[c] takes the max over these tokens of chunk c's token lane.
+template <bool RESIDUAL, int NT>
+__device__ __forceinline__ void TokenRun(const PlaidSearchParams& p, const float* qt, const float* tab, int64_t q,
+                                         int64_t tb, int64_t t1, int lane, int64_t chunks, float (&rm)[8]) {
+  int64_t t[NT];
+  bool valid[NT];
+#pragma unroll
+  for (int n = 0; n < NT; n++) {
+    t[n] = tb + 32 * n + lane;
+    valid[n] = t[n] < t1;
+  }
+  for (int c = 0; c < chunks; c++) {
+    float acc[NT][32];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+      for (int i = 0; i < 32; i++) acc[n][i] = 0.0f;
+    for (int64_t k0 = 0; k0 < p.d; k0 += 8) {
+      float w[NT][8];
+#pragma unroll
+      for (int n = 0; n < NT; n++) {
+        if (valid[n]) Weights8<RESIDUAL>(p, tab, t[n], k0, w[n]);
+        else
+#pragma unroll
+          for (int j = 0; j < 8; j++) w[n][j] = 0.0f;
+      }
+      const int kn = static_cast<int>(p.d - k0 < 8 ? p.d - k0 : 8);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        if (j >= kn) break;
+        const float4* qk = reinterpret_cast<const float4*>(qt + (k0 + j) * p.lq + c * 32);
+#pragma unroll
+        for (int i4 = 0; i4 < 8; i4++) {
+          const float4 v = qk[i4];
+#pragma unroll
+          for (int n = 0; n < NT; n++) {
+            acc[n][i4 * 4 + 0] = fmaf(v.x, w[n][j], acc[n][i4 * 4 + 0]);
+            acc[n][i4 * 4 + 1] = fmaf(v.y, w[n][j], acc[n][i4 * 4 + 1]);
+            acc[n][i4 * 4 + 2] = fmaf(v.z, w[n][j], acc[n][i4 * 4 + 2]);
+            acc[n][i4 * 4 + 3] = fmaf(v.w, w[n][j], acc[n][i4 * 4 + 3]);
+          }
+        }
+      }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+      if (valid[n] && RESIDUAL) {
+        const float* row = p.qc + (q * p.k + p.cids[t[n]]) * p.lq + c * 32;
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[n][i] = acc[n][i] + row[i];
+      } else if (!valid[n]) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[n][i] = -INFINITY;
+      }
+      m = fmaxf(m, TransposeMax(acc[n], lane));
+    }
+#pragma unroll
+    for (int cc = 0; cc < 8; cc++)
+      if (cc == c) rm[cc] = fmaxf(rm[cc], m);
+  }
+}
+
 // Scores listed documents of one query per block (grid (entries / WARPS, Q), block 32 WARPS): the
-// query's tokens transposed in shared memory ([d][LQ]); a warp takes a document, lanes its tokens in
-// runs of 32; RESIDUAL: q . decoded = qc[i][cid] + sum_k q_ik w[k][code] (the CPU's order), codes
-// decoded through the shared [d][16] table; else the kept source tokens. Sum of the token maxes in
-// double, token order.
+// query's tokens transposed in shared memory ([d][LQ]); a warp takes a document, lanes its tokens
+// (64 at a time, 2 per lane, while that many remain); RESIDUAL: q . decoded = qc[i][cid] + sum_k
+// q_ik w[k][code] (the CPU's order), codes decoded through the shared [d][16] table; else the kept
+// source tokens. Sum of the token maxes in double, token order.
 template <bool RESIDUAL>
 __device__ void ScoreDocs(const PlaidSearchParams& p) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   float* qt = smem;                   // [d][LQ]
   float* tab = smem + p.d * p.lq;     // [d][16]
   const int64_t q = blockIdx.y;
@@ -526,7 +631,6 @@ __device__ void ScoreDocs(const PlaidSearchParams& p) {
   __syncthreads();
   const int64_t o0 = p.score_off[q], o1 = p.score_off[q + 1];
   const int64_t chunks = p.lq / 32;
-  const int64_t block_bytes = p.d * 2 * p.bits;
   for (int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid; e < o1;
        e += static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS) {
     const int64_t doc = p.score_doc[e];
@@ -534,51 +638,9 @@ __device__ void ScoreDocs(const PlaidSearchParams& p) {
     float rm[8];
 #pragma unroll
     for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
-    for (int64_t tb = t0; tb < t1; tb += 32) {
-      const int64_t t = tb + lane;
-      const bool valid = t < t1;
-      const int32_t cid = RESIDUAL && valid ? p.cids[t] : 0;
-      const uint8_t* cw = p.codes + (t / 16) * block_bytes;
-      const int sh = static_cast<int>(t % 16) * p.bits;
-      for (int c = 0; c < chunks; c++) {
-        float acc[32];
-#pragma unroll
-        for (int i = 0; i < 32; i++) acc[i] = 0.0f;
-        if (valid) {
-          for (int64_t k = 0; k < p.d; k++) {
-            float w;
-            if (RESIDUAL) {
-              unsigned long long word = p.bits == 2 ? *reinterpret_cast<const uint32_t*>(cw + k * 4)
-                                                    : *reinterpret_cast<const unsigned long long*>(cw + k * 8);
-              w = tab[k * 16 + ((word >> sh) & ((1u << p.bits) - 1))];
-            } else {
-              w = LoadElem(p.tokens, p.tokens_dtype, t * p.d + k);
-            }
-            const float4* qk = reinterpret_cast<const float4*>(qt + k * p.lq + c * 32);
-#pragma unroll
-            for (int i4 = 0; i4 < 8; i4++) {
-              const float4 v = qk[i4];
-              acc[i4 * 4 + 0] = fmaf(v.x, w, acc[i4 * 4 + 0]);
-              acc[i4 * 4 + 1] = fmaf(v.y, w, acc[i4 * 4 + 1]);
-              acc[i4 * 4 + 2] = fmaf(v.z, w, acc[i4 * 4 + 2]);
-              acc[i4 * 4 + 3] = fmaf(v.w, w, acc[i4 * 4 + 3]);
-            }
-          }
-          if (RESIDUAL) {
-            const float* row = p.qc + (q * p.k + cid) * p.lq + c * 32;
-#pragma unroll
-            for (int i = 0; i < 32; i++) acc[i] = acc[i] + row[i];
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < 32; i++) acc[i] = -INFINITY;
-        }
-        const float m = TransposeMax(acc, lane);
-#pragma unroll
-        for (int cc = 0; cc < 8; cc++)
-          if (cc == c) rm[cc] = fmaxf(rm[cc], m);
-      }
-    }
+    int64_t tb = t0;
+    for (; tb + 32 < t1; tb += 64) TokenRun<RESIDUAL, 2>(p, qt, tab, q, tb, t1, lane, chunks, rm);
+    if (tb < t1) TokenRun<RESIDUAL, 1>(p, qt, tab, q, tb, t1, lane, chunks, rm);
     double s = 0.0;
 #pragma unroll
     for (int c = 0; c < 8; c++) {
