@@ -403,7 +403,22 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
 #pragma unroll
     for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
     const float* qc = p.qc + q * p.k * p.lq + lane;
-    for (int64_t j = p.bag_off[doc]; j < p.bag_off[doc + 1]; j++) {
+    const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
+    if (chunks == 1 && !prune) {
+      // the common case (queries of <= 32 tokens, no pruning): 4 independent loads in flight
+      float m = -INFINITY;
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const float v0 = qc[static_cast<int64_t>(p.bags[j]) * p.lq];
+        const float v1 = qc[static_cast<int64_t>(p.bags[j + 1]) * p.lq];
+        const float v2 = qc[static_cast<int64_t>(p.bags[j + 2]) * p.lq];
+        const float v3 = qc[static_cast<int64_t>(p.bags[j + 3]) * p.lq];
+        m = fmaxf(m, fmaxf(fmaxf(v0, v1), fmaxf(v2, v3)));
+      }
+      for (; j < j1; j++) m = fmaxf(m, qc[static_cast<int64_t>(p.bags[j]) * p.lq]);
+      rm[0] = lane < len ? m : -INFINITY;
+    }
+    for (int64_t j = (chunks == 1 && !prune) ? j1 : j0; j < j1; j++) {
       const float* row = qc + static_cast<int64_t>(p.bags[j]) * p.lq;
       float v[8];
       float top = -INFINITY;
