@@ -429,6 +429,26 @@ describe('CUDA plaid corpus', { skip }, () => {
       } finally {
         for (const o of opened) o.close();
       }
+      // the CLI: maxsim corpus index DIR --backend cuda, on a copy indexed by the library above
+      const { spawnSync } = await import('node:child_process');
+      const { fileURLToPath } = await import('node:url');
+      const cliDir = path.join(tmp, 'cli.msx');
+      fs.cpSync(dirs[0], cliDir, { recursive: true });
+      const main = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+      const r = spawnSync(
+        process.execPath,
+        [main, 'corpus', 'index', cliDir, '--rebuild', '--centroids', '40', '--backend', 'cuda'],
+        {
+          encoding: 'utf8',
+          timeout: 120_000,
+        },
+      );
+      assert.equal(r.status, 0, `corpus index --backend cuda: ${r.stderr}`);
+      const bad = spawnSync(process.execPath, [main, 'corpus', 'index', cliDir, '--backend', 'gpu'], {
+        encoding: 'utf8',
+      });
+      assert.notEqual(bad.status, 0, 'an unknown backend is refused');
+      assert.match(bad.stderr, /backend/);
       const q = syntheticQueries(c, 6, 8, 32, 11);
       const queries = raggedBatch(
         q.data,
