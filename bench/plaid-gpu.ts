@@ -162,10 +162,13 @@ console.log(
   'nprobe candidates rescore | recall@10 q/s (k 10) | recall@100 q/s (k 100) | 1-query p50 p90 ms | top-10 found in: generated kept final | generated/query | k 10 batch ms: centroids lists interaction residual rescore',
 );
 for (const g of GRID.split(',')) {
-  const [nprobe, candidates, rescore] = g.split('x').map(Number);
+  // NPROBExCANDIDATESxRESCORE, optionally tTHRESHOLD (PLAID's centroid pruning)
+  const [head, th] = g.split('t');
+  const [nprobe, candidates, rescore] = head.split('x').map(Number);
+  const threshold = th === undefined ? Number.NEGATIVE_INFINITY : Number(th);
   const runs: Record<number, { recall: number; qps: number; stages: number[]; generated: number }> = {};
   for (const k of [10, 100]) {
-    const o = { k, nprobe, candidates, rescore: Math.max(k, rescore) };
+    const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), threshold };
     await cudaSearchBatch(index, slice(0, 50), o);
     const t = performance.now();
     const r = await cudaSearchBatch(index, qbatch, o);
@@ -204,7 +207,7 @@ for (const g of GRID.split(',')) {
       });
   });
   const lat: number[] = [];
-  const o10 = { k: 10, nprobe, candidates, rescore };
+  const o10 = { k: 10, nprobe, candidates, rescore, threshold };
   for (let i = 0; i < Math.min(SINGLE, NQ); i++) {
     const ts = performance.now();
     await cudaSearchBatch(index, slice(i, 1), o10);
@@ -214,6 +217,7 @@ for (const g of GRID.split(',')) {
     nprobe,
     candidates,
     rescore,
+    threshold,
     recall10: runs[10].recall,
     qps10: runs[10].qps,
     recall100: runs[100].recall,
@@ -226,7 +230,7 @@ for (const g of GRID.split(',')) {
   };
   rows.push(row);
   console.log(
-    `${nprobe} ${candidates} ${rescore} | ${row.recall10.toFixed(3)} ${row.qps10.toFixed(0)} | ${row.recall100.toFixed(3)} ${row.qps100.toFixed(0)} | ${row.p50.toFixed(2)} ${row.p90.toFixed(2)} | ${row.foundIn.map((v) => v.toFixed(3)).join(' ')} | ${row.generated.toFixed(0)} | ${row.stages10.map((v) => v.toFixed(1)).join(' ')} | ${load()}`,
+    `${nprobe} ${candidates} ${rescore}${th === undefined ? '' : ` t${th}`} | ${row.recall10.toFixed(3)} ${row.qps10.toFixed(0)} | ${row.recall100.toFixed(3)} ${row.qps100.toFixed(0)} | ${row.p50.toFixed(2)} ${row.p90.toFixed(2)} | ${row.foundIn.map((v) => v.toFixed(3)).join(' ')} | ${row.generated.toFixed(0)} | ${row.stages10.map((v) => v.toFixed(1)).join(' ')} | ${load()}`,
   );
 }
 out.grid = rows;

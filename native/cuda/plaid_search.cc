@@ -165,7 +165,12 @@ void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths,
   p.ci = Dev<float>(ci->get());
   Go(rt, "plaid_compact", nq, 1, 1024, 0, p);
   mark(2);
-  // stage 3: centroid interaction, the best `candidates` of each query
+  // stage 3: centroid interaction (with pruning: the kept centroids' bits first), the best `candidates`
+  Buf kbits = Block(rt, static_cast<uint64_t>(nq * cw) * 4);
+  if (plan.threshold > -INFINITY) {
+    p.kbits = Dev<uint32_t>(kbits->get());
+    Go(rt, "plaid_keep", Div(K, 256), nq, 256, 0, p);
+  }
   Go(rt, "plaid_interaction", std::min<int64_t>(Div(total, 8), int64_t(1) << 20), 1, 256, 0, p);
   const std::vector<int64_t> kept_off = Capped(cand_off, plan.candidates);
   const int64_t kept_total = kept_off[nq];

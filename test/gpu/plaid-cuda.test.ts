@@ -294,6 +294,7 @@ describe('CUDA plaid search', { skip }, () => {
       { k: 10, nprobe: 4, candidates: 100, rescore: 40 },
       { k: 1, nprobe: 1, candidates: 1, rescore: 1 },
       { k: 25, nprobe: 16, candidates: 3000, rescore: 300 },
+      { k: 10, nprobe: 8, candidates: 200, rescore: 50, threshold: 0.35 },
     ]) {
       const gpu = await index.searchAll(queries, { ...o, backend: 'cuda' });
       const cpu = await index.searchAll(queries, { ...o, isa: fmaIsa });

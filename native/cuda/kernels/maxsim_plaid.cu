@@ -386,53 +386,68 @@ extern "C" __global__ void __launch_bounds__(1024) plaid_compact(const PlaidSear
   }
 }
 
+// grid (ceil(K / 256), Q), block 256: the centroids whose best query-token score reaches the
+// threshold (PLAID's centroid pruning; the CPU's keep[c]), one bit each.
+extern "C" __global__ void __launch_bounds__(256) plaid_keep(const PlaidSearchParams p) {
+  const int64_t q = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  const int64_t len = p.q_len[q];
+  float best = -INFINITY;
+  if (c < p.k) {
+    const float* row = p.qc + (q * p.k + c) * p.lq;
+    for (int64_t i = 0; i < len; i++) best = fmaxf(best, row[i]);
+  }
+  const uint32_t word = __ballot_sync(0xffffffffu, c < p.k && best >= p.threshold);
+  if (threadIdx.x % 32 == 0 && c < p.k) p.kbits[q * ((p.k + 31) / 32) + c / 32] = word;
+}
+
 // One warp per candidate (grid-stride over all queries' candidates), lanes over query tokens:
 // sum_i max over the bag's kept centroids of qc[i][c] (an empty max counts 0), summed in double in
-// token order, as the CPU's centroid_doc. A centroid is kept when its best token score reaches the
-// threshold.
+// token order, as the CPU's centroid_doc. With a threshold only the centroids plaid_keep kept count
+// (their rows are not even read).
 extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t total = p.cand_off[p.num_q];
   const int64_t chunks = p.lq / 32;
   const bool prune = p.threshold > -INFINITY;
+  const int64_t cw = (p.k + 31) / 32;
   for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
     const int64_t q = p.cand_q[e], doc = p.cand[e];
     const int64_t len = p.q_len[q];
+    const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
+    auto kept = [&](int32_t c) { return !prune || ((kb[c >> 5] >> (c & 31)) & 1u); };
     float rm[8];
 #pragma unroll
     for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
     const float* qc = p.qc + q * p.k * p.lq + lane;
     const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
-    if (chunks == 1 && !prune) {
-      // the common case (queries of <= 32 tokens, no pruning): 4 independent loads in flight
+    if (chunks == 1) {
+      // queries of <= 32 tokens: 4 independent loads in flight
       float m = -INFINITY;
       int64_t j = j0;
       for (; j + 4 <= j1; j += 4) {
-        const float v0 = qc[static_cast<int64_t>(p.bags[j]) * p.lq];
-        const float v1 = qc[static_cast<int64_t>(p.bags[j + 1]) * p.lq];
-        const float v2 = qc[static_cast<int64_t>(p.bags[j + 2]) * p.lq];
-        const float v3 = qc[static_cast<int64_t>(p.bags[j + 3]) * p.lq];
+        const int32_t c0 = p.bags[j], c1 = p.bags[j + 1], c2 = p.bags[j + 2], c3 = p.bags[j + 3];
+        const float v0 = kept(c0) ? qc[static_cast<int64_t>(c0) * p.lq] : -INFINITY;
+        const float v1 = kept(c1) ? qc[static_cast<int64_t>(c1) * p.lq] : -INFINITY;
+        const float v2 = kept(c2) ? qc[static_cast<int64_t>(c2) * p.lq] : -INFINITY;
+        const float v3 = kept(c3) ? qc[static_cast<int64_t>(c3) * p.lq] : -INFINITY;
         m = fmaxf(m, fmaxf(fmaxf(v0, v1), fmaxf(v2, v3)));
       }
-      for (; j < j1; j++) m = fmaxf(m, qc[static_cast<int64_t>(p.bags[j]) * p.lq]);
+      for (; j < j1; j++) {
+        const int32_t c = p.bags[j];
+        if (kept(c)) m = fmaxf(m, qc[static_cast<int64_t>(c) * p.lq]);
+      }
       rm[0] = lane < len ? m : -INFINITY;
-    }
-    for (int64_t j = (chunks == 1 && !prune) ? j1 : j0; j < j1; j++) {
-      const float* row = qc + static_cast<int64_t>(p.bags[j]) * p.lq;
-      float v[8];
-      float top = -INFINITY;
+    } else {
+      for (int64_t j = j0; j < j1; j++) {
+        const int32_t cid = p.bags[j];
+        if (!kept(cid)) continue;
+        const float* row = qc + static_cast<int64_t>(cid) * p.lq;
 #pragma unroll
-      for (int c = 0; c < 8; c++) {
-        v[c] = (c < chunks && c * 32 + lane < len) ? row[c * 32] : -INFINITY;
-        top = fmaxf(top, v[c]);
+        for (int c = 0; c < 8; c++)
+          if (c < chunks && c * 32 + lane < len) rm[c] = fmaxf(rm[c], row[c * 32]);
       }
-      if (prune) {
-        for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-        if (!(top >= p.threshold)) continue;
-      }
-#pragma unroll
-      for (int c = 0; c < 8; c++) rm[c] = fmaxf(rm[c], v[c]);
     }
     double s = 0.0;
 #pragma unroll
