@@ -100,7 +100,9 @@ void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths,
     a.d = d;
     a.ld = LQ;
     a.scores = Dev<float>(qc->get());
-    Go(rt, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K, PLAID_TILE_N), PLAID_THREADS, 0, a);
+    // plaid_qc (8 x 8 per thread); plaid_dots where a build predates it: the same values
+    if (rt.HasKernel("plaid_qc")) Go(rt, "plaid_qc", Div(a.n, 128), Div(K, 128), 256, 0, a);
+    else Go(rt, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K, PLAID_TILE_N), PLAID_THREADS, 0, a);
   }
   PlaidSearchParams p{};
   p.cent = Dev<const float>(cent_);

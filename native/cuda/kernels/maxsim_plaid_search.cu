@@ -5,6 +5,60 @@
 // LAUNCH CONTRACT: as native/cuda/plaid_search.cc states next to each launch.
 #include "maxsim_plaid_common.cuh"
 
+// The search's query x centroid dots, qc[(r / LQ)][c][r % LQ] = q_r . centroid_c for the padded
+// query rows r < n and centroids c < k: the same fp32 fma chain over k ascending as plaid_dots (and the
+// CPU's dots), in 128 x 128 tiles of 8 x 8 per thread (4 float4 shared reads per 64 fma), each
+// thread's 4 consecutive rows of a centroid stored as one float4. grid (ceil(n / 128), ceil(k / 128)),
+// block 256; n a multiple of 32 (whole padded queries).
+extern "C" __global__ void __launch_bounds__(256) plaid_qc(const PlaidAssignParams p) {
+  constexpr int BM = 128, BK = 32, PAD = BM + 4;
+  __shared__ __align__(16) float xs[BK][PAD];
+  __shared__ __align__(16) float cs[BK][PAD];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM, c0 = static_cast<int64_t>(blockIdx.y) * BM;
+  const float* x = static_cast<const float*>(p.x);
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+  for (int64_t k0 = 0; k0 < p.d; k0 += BK) {
+    const int kn = static_cast<int>(p.d - k0 < BK ? p.d - k0 : BK);
+    __syncthreads();
+    for (int e = tid; e < BM * BK; e += 256) {
+      const int r = e / BK, kk = e % BK;
+      xs[kk][r] = (r0 + r < p.n && kk < kn) ? x[(r0 + r) * p.d + k0 + kk] : 0.0f;
+      cs[kk][r] = (c0 + r < p.k && kk < kn) ? p.cent[(c0 + r) * p.d + k0 + kk] : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kn; kk++) {
+      const float4 a0 = *reinterpret_cast<const float4*>(&xs[kk][4 * ty]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&xs[kk][64 + 4 * ty]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&cs[kk][4 * tx]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&cs[kk][64 + 4 * tx]);
+      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+  const int64_t ld = p.ld;
+#pragma unroll
+  for (int g = 0; g < 2; g++) {
+    const int64_t row = r0 + g * 64 + 4 * ty;  // 4 rows of one query (ld is a multiple of 32)
+    if (row >= p.n) continue;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int64_t c = c0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4);
+      if (c >= p.k) continue;
+      const float4 v = make_float4(acc[4 * g][j], acc[4 * g + 1][j], acc[4 * g + 2][j], acc[4 * g + 3][j]);
+      *reinterpret_cast<float4*>(p.scores + (row / ld) * p.k * ld + c * ld + row % ld) = v;
+    }
+  }
+}
+
 namespace {
 
 template <int NP>
