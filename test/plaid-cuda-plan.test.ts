@@ -76,6 +76,7 @@ describe('GPU index plan (host)', () => {
     assert.equal(codecFor(undefined), undefined);
     assert.equal(codecFor('cpu'), undefined);
     assert.throws(() => codecFor('gpu'), /options.backend/);
+    assert.throws(() => codecFor('cuda', 2048), /docs.dim/);
     if (plaidCudaReason() !== undefined) {
       assert.equal(codecFor('auto'), undefined);
       assert.throws(() => codecFor('cuda'), /GPU index path is unavailable/);

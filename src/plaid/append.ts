@@ -24,7 +24,7 @@ export async function encodeWith(
   const t0 = performance.now();
   // the codec's two-level groups, when it has them: the ids its own build would give (CPU and GPU alike)
   const groups = codec.assignGroups;
-  const gpu = codecFor(kern.backend);
+  const gpu = codecFor(kern.backend, c.d);
   const tokens = totalTokens(docs);
   const enc = gpu
     ? await gpu

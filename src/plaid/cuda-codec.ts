@@ -27,12 +27,20 @@ export interface GpuCodec {
   ): Promise<{ cids: Int32Array; codes: Uint8Array; sqError: number }>;
 }
 
-/** The GPU codec for a build's `backend` option, or undefined for the CPU ('auto' without a GPU). */
-export function codecFor(backend: unknown, device = 0): GpuCodec | undefined {
+/** Largest token dimension of the GPU codec (native PLAID_MAX_DIM). */
+export const CUDA_MAX_DIM = 1024;
+
+/**
+ * The GPU codec for a build's `backend` option, or undefined for the CPU ('auto' without a GPU, or
+ * with tokens wider than CUDA_MAX_DIM).
+ */
+export function codecFor(backend: unknown, dim = 0, device = 0): GpuCodec | undefined {
   if (backend === undefined || backend === 'cpu') return undefined;
   if (backend !== 'auto' && backend !== 'cuda')
     throw new InvalidArgumentError('options.backend', "'auto', 'cpu' or 'cuda'", String(backend));
-  if (backend === 'auto' && plaidCudaReason() !== undefined) return undefined;
+  if (backend === 'auto' && (plaidCudaReason() !== undefined || dim > CUDA_MAX_DIM)) return undefined;
+  if (dim > CUDA_MAX_DIM)
+    throw new InvalidArgumentError('docs.dim', `at most ${CUDA_MAX_DIM} for backend 'cuda'`, String(dim));
   const cu = plaidCuda();
   return {
     device,

@@ -435,8 +435,8 @@ export async function buildIndex(
   if (onProgress !== undefined && typeof onProgress !== 'function')
     throw new InvalidArgumentError('options.onProgress', 'a function', typeof onProgress);
   const kern = { threads: options.threads, isa: options.isa };
-  const gpu = codecFor(options.backend);
   const d = parts[0].dim;
+  const gpu = codecFor(options.backend, d);
   const t0 = performance.now();
   const progress = (stage: BuildProgress['stage'], done: number, total: number) =>
     onProgress?.({ stage, done, total, ms: performance.now() - t0 });
