@@ -114,6 +114,18 @@ describe('CUDA plaid codec', { skip }, () => {
     });
   }
 
+  test('the default two-level assignment from GROUPED_FROM centroids up (K = 8192): bitwise the CPU', async () => {
+    const { batch } = corpus(600, [20, 48], 64, runSeed % 983, 'float16');
+    const o = { centroids: 8192, seed: 11, iterations: 2 } as const;
+    const cpu = await buildIndex(batch, { ...o, backend: 'cpu', isa: fmaIsa });
+    const gpu = await buildIndex(batch, { ...o, backend: 'cuda' });
+    assert.equal(cpu.buildStats.assignment, 'grouped');
+    assert.equal(gpu.buildStats.groups, cpu.buildStats.groups);
+    sameBits(gpu.native.centroids, cpu.native.centroids, 'centroids (K 8192)');
+    sameInts(gpu.native.cids, cpu.native.cids, 'cids (K 8192)');
+    sameInts(gpu.native.codes, cpu.native.codes, 'codes (K 8192)');
+  });
+
   test('a document slice boundary inside a 16-token block: codes or-ed in', async () => {
     const { batch } = corpus(2000, [3, 9], 64, runSeed % 997);
     const cpu = await buildIndex(batch, {
