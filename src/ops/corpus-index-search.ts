@@ -125,7 +125,7 @@ export async function searchThroughIndex(
   threads: number | undefined,
   exact: (q: TokenBatch, subset: number[], k: number) => Promise<Hit[]>,
   signal?: AbortSignal,
-  gpu = false,
+  gpu: false | { device?: number } = false,
 ): Promise<{ hits: Hit[][]; stats: IndexSearchStats }> {
   const index = file.index!;
   const ms = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
@@ -156,6 +156,7 @@ export async function searchThroughIndex(
           candidates: Math.max(settings.candidates, want),
           rescore: want,
           threshold: settings.threshold,
+          device: gpu.device,
         })
       ).results;
     }

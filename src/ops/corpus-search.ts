@@ -525,7 +525,7 @@ export class Corpus {
           return exact.hits[0];
         },
         signal,
-        gpu,
+        gpu && { device: options.device },
       ),
     );
     const seconds = (performance.now() - started) / 1000;
