@@ -100,6 +100,12 @@ export function indexCommand(
     .option('--sample <N>', 'tokens sampled to fit the centroids and buckets (default min(tokens, 64 K))')
     .option('--seed <n>', 'seed of the sample and k-means (default 1)')
     .option('--rebuild', 'fit new centroids and re-encode every segment (after drift)')
+    .addOption(
+      new Option(
+        '--backend <backend>',
+        'where the assignment and the encode run (the index is the same)',
+      ).choices(['auto', 'cpu', 'cuda']),
+    )
     .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
     .option('--json', 'print the corpus summary as JSON')
     .action(
@@ -111,6 +117,7 @@ export function indexCommand(
           sample?: string;
           seed?: string;
           rebuild?: boolean;
+          backend?: 'auto' | 'cpu' | 'cuda';
           wait?: string;
           json?: boolean;
         },
@@ -121,6 +128,7 @@ export function indexCommand(
           sample: positive('--sample', o.sample),
           seed: positive('--seed', o.seed, 0),
           rebuild: o.rebuild === true,
+          backend: o.backend,
           waitMs: waitMs(o.wait),
         });
         printInfo(r.info, o.json);

@@ -7,7 +7,8 @@
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
 import { describeValue as describe } from '../io/corpus/manifest.js';
-import { defaultSearch } from '../plaid/plaid.js';
+import { cudaSearchBatch } from '../plaid/cuda-search.js';
+import { defaultSearch, type IndexSearchResult } from '../plaid/plaid.js';
 import type { Hit, TokenBatch } from '../tensor.js';
 import { mergeHits } from './corpus-search.js';
 
@@ -124,6 +125,7 @@ export async function searchThroughIndex(
   threads: number | undefined,
   exact: (q: TokenBatch, subset: number[], k: number) => Promise<Hit[]>,
   signal?: AbortSignal,
+  gpu: false | { device?: number } = false,
 ): Promise<{ hits: Hit[][]; stats: IndexSearchStats }> {
   const index = file.index!;
   const ms = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
@@ -138,6 +140,26 @@ export async function searchThroughIndex(
       else if (index.segmentSlots[si] < 0) unindexed.push(i);
     }
   });
+  // backend 'cuda': each indexed segment's stages run on the GPU for all queries at once (the same
+  // candidates and residual scores as the CPU stages, src/plaid/cuda-search.ts)
+  const onGpu: (IndexSearchResult[] | undefined)[] = [];
+  if (gpu && k > 0)
+    for (let si = 0; si < file.segments.length; si++) {
+      const plaid = index.segment(si);
+      if (!plaid || plaid.count === 0) continue;
+      const want = Math.min(settings.rescore + deletedIn[si], plaid.count);
+      signal?.throwIfAborted();
+      onGpu[si] = (
+        await cudaSearchBatch(plaid, floats, {
+          k: want,
+          nprobe: settings.nprobe,
+          candidates: Math.max(settings.candidates, want),
+          rescore: want,
+          threshold: settings.threshold,
+          device: gpu.device,
+        })
+      ).results;
+    }
   const hits: Hit[][] = [];
   for (let qi = 0; qi < floats.count; qi++) {
     signal?.throwIfAborted();
@@ -156,14 +178,16 @@ export async function searchThroughIndex(
         if (!plaid || plaid.count === 0) continue;
         // deleted documents are dropped after the stages: ask for that many more
         const want = Math.min(settings.rescore + deletedIn[si], plaid.count);
-        const r = await plaid.search(query as never, {
-          k: want,
-          nprobe: settings.nprobe,
-          candidates: Math.max(settings.candidates, want),
-          rescore: want,
-          threshold: settings.threshold,
-          threads,
-        });
+        const r =
+          onGpu[si]?.[qi] ??
+          (await plaid.search(query as never, {
+            k: want,
+            nprobe: settings.nprobe,
+            candidates: Math.max(settings.candidates, want),
+            rescore: want,
+            threshold: settings.threshold,
+            threads,
+          }));
         const st = r.stats;
         isa = st.isa;
         count.centroids += st.probed;

@@ -34,6 +34,8 @@ import {
   type VerifyProgress,
 } from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
+import { plaidCudaReason } from '../plaid/cuda-native.js';
+import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY } from '../plaid/cuda-plan.js';
 import {
   type Hit,
   isTokenBatch,
@@ -493,6 +495,14 @@ export class Corpus {
         "'int8'",
       );
     const settings = indexSettings(options.index, k, file.index!.manifest.centroids);
+    // backend 'cuda' (or 'auto' with a GPU): the index stages on the GPU, the exact re-score as on the CPU
+    // ('auto' keeps the CPU stages where the GPU path refuses: nprobe over 32, queries over 256 tokens)
+    const gpu =
+      resolveBackend(options.backend) === 'cuda' &&
+      (options.backend === 'cuda' ||
+        (plaidCudaReason() === undefined &&
+          settings.nprobe <= CUDA_MAX_NPROBE &&
+          floats.lengths.subarray(0, floats.count).every((l) => l <= CUDA_MAX_QUERY)));
     let bytes = 0;
     const r = await withCancelFlag(signal, (cancel) =>
       searchThroughIndex(
@@ -515,13 +525,14 @@ export class Corpus {
           return exact.hits[0];
         },
         signal,
+        gpu && { device: options.device },
       ),
     );
     const seconds = (performance.now() - started) / 1000;
     return {
       hits: r.hits.map((row) => row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) }))),
       stats: {
-        backend: 'cpu',
+        backend: gpu ? 'cuda' : 'cpu',
         generation: file.info.generation,
         blocks: 0,
         bytes,

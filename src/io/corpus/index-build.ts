@@ -8,6 +8,7 @@ import { InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { loadNative } from '../../native.js';
 import { dequantize } from '../../ops/quantize.js';
 import { encodeWith, nearestDistances, quantile, sampleTokens, shareAbove } from '../../plaid/append.js';
+import type { CodecBackend } from '../../plaid/cuda-codec.js';
 import { seededRandom } from '../../plaid/kmeans.js';
 import { buildIndex, defaultCentroids, type PlaidIndex } from '../../plaid/plaid.js';
 import { expectInteger, type TokenBatch } from '../../tensor.js';
@@ -49,6 +50,8 @@ export interface CorpusIndexOptions extends LockOptions {
   /** Fit a new codec and re-encode every segment even when the corpus has an index. */
   rebuild?: boolean;
   threads?: number;
+  /** Where the assignment and the encode run ('cpu' default, 'cuda', 'auto'): the index is bitwise the same. */
+  backend?: CodecBackend;
   onProgress?: (p: IndexProgress) => void;
 }
 
@@ -116,7 +119,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     for (const [done, si] of todo.entries()) {
       options.onProgress?.({ stage: 'encode', done, total: todo.length });
       const docs = segmentBatch(file, si);
-      const plaid = await encodeWith(codec, docs, { threads: options.threads });
+      const plaid = await encodeWith(codec, docs, { threads: options.threads, backend: options.backend });
       const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, si + 1), {
         threads: options.threads,
       });
@@ -216,6 +219,7 @@ async function fitCodec(file: CorpusFile, bits: 2 | 4, o: CorpusIndexOptions) {
     iterations: o.iterations,
     keepTokens: false,
     threads: o.threads,
+    backend: o.backend,
   });
   const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, seed), { threads: o.threads });
   return { codec, sample: got, threshold: quantile(d, 0.99) };
