@@ -34,7 +34,8 @@ function report(dir: string, r: CorpusIndexResult) {
   const what = r.trained
     ? `built the index: ${r.encoded} segment(s) encoded; relative reconstruction error ${(r.meanSquaredError / r.meanSquaredNorm).toFixed(4)}`
     : `encoded ${r.encoded} new segment(s) against the existing centroids`;
-  process.stderr.write(`index: ${what}; drift ${r.drift.toFixed(4)}\n`);
+  process.stderr.write(`index: ${what}; drift ${r.drift.toFixed(4)} (${r.backend})\n`);
+  if (r.backendNote) process.stderr.write(`index: ${r.backendNote}\n`);
   if (r.rebuildAdvised)
     process.stderr.write(
       `index: drift ${r.info.index!.drift.toFixed(4)} exceeds ${REBUILD_DRIFT}: new documents lie far from the centroids; run \`maxsim corpus index ${dir} --rebuild\`\n`,
@@ -100,6 +101,11 @@ export function indexCommand(
     .option('--sample <N>', 'tokens sampled to fit the centroids and buckets (default min(tokens, 64 K))')
     .option('--seed <n>', 'seed of the sample and k-means (default 1)')
     .option('--rebuild', 'fit new centroids and re-encode every segment (after drift)')
+    .addOption(
+      new Option('--backend <backend>', 'where the index is built: auto (GPU when usable), cpu or cuda')
+        .choices(['auto', 'cpu', 'cuda'])
+        .default('auto'),
+    )
     .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
     .option('--json', 'print the corpus summary as JSON')
     .action(
@@ -111,6 +117,7 @@ export function indexCommand(
           sample?: string;
           seed?: string;
           rebuild?: boolean;
+          backend?: 'auto' | 'cpu' | 'cuda';
           wait?: string;
           json?: boolean;
         },
@@ -121,6 +128,7 @@ export function indexCommand(
           sample: positive('--sample', o.sample),
           seed: positive('--seed', o.seed, 0),
           rebuild: o.rebuild === true,
+          backend: o.backend,
           waitMs: waitMs(o.wait),
         });
         printInfo(r.info, o.json);

@@ -15,6 +15,7 @@ import { exposureWarning, registerAuth, requestIdOf } from './auth.js';
 import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
 import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
+import { type PassStats, routeOf } from './index-path.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -126,10 +127,17 @@ function createBatcher(
   limits: Limits,
   options: ServerOptions,
   onPass: (p: PassInfo) => void,
+  observeStats: (s: PassStats) => void,
 ) {
   return new Batcher(
-    (queries, k, key, timing, signal) =>
-      resident.search(encodedBatch(queries), k, key === 'int8' ? 'int8' : undefined, timing, signal),
+    async (queries, k, key, timing, signal) => {
+      const t: { merge: number; stats?: PassStats } = { merge: 0 };
+      const hits = await resident.search(encodedBatch(queries), k, routeOf(key), t, signal);
+      timing.merge = t.merge;
+      timing.stats = t.stats;
+      if (t.stats) observeStats(t.stats);
+      return hits;
+    },
     {
       maxBatch: limits.maxBatch,
       maxWaitMs: limits.maxWaitMs,
@@ -216,7 +224,13 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   }
   const metrics = createMetrics(resident);
   text.setMetrics(metrics.text);
-  const batcher = createBatcher(resident, limits, options, (p) => metrics.onPass(p));
+  const batcher = createBatcher(
+    resident,
+    limits,
+    options,
+    (p) => metrics.onPass(p),
+    (s) => metrics.onSearch(s),
+  );
   metrics.watchQueue(() => batcher.depth);
   let closing = false;
   const ctx: RouteContext = {

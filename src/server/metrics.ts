@@ -6,6 +6,8 @@ import type { FastifyInstance } from 'fastify';
 import * as prom from 'prom-client';
 import { version } from '../version.js';
 import type { PassInfo, PassToken } from './batcher.js';
+import type { PassStats } from './index-path.js';
+import { createSearchMetrics } from './metrics-index.js';
 import type { ResidentCorpus } from './resident.js';
 
 const PASS_PHASES = ['gather', 'wait', 'backend', 'merge', 'split', 'answer'] as const;
@@ -22,6 +24,8 @@ export interface ServerMetrics {
   };
   /** What the batcher reports of each pass. */
   onPass(p: PassInfo): void;
+  /** Which path a search pass took, and its index stages (metrics-index.ts). */
+  onSearch(s: PassStats): void;
   /** Gauges read from the batcher at scrape time. */
   watchQueue(depth: () => number): void;
   /** The onSend / onResponse hooks: request counts, latency, the pass's answering time, one log line. */
@@ -166,6 +170,7 @@ export function createMetrics(resident: ResidentCorpus): ServerMetrics {
       tokenize: (seconds) => tokenizePhase.observe(seconds),
       embed: (seconds) => embedPhase.observe(seconds),
     },
+    onSearch: createSearchMetrics(registry),
     onPass(p) {
       batchSizes.observe(p.queries);
       passSeconds.observe(p.seconds);

@@ -4,6 +4,7 @@
 // sample's squared distance to its nearest centroid), then encodes every token segment against it.
 // Growing encodes only the segments the index does not list yet, against the existing codec, and
 // measures their drift. Each index file is written durably; one MANIFEST publish makes them visible.
+import { cudaUnavailableReason } from '../../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { loadNative } from '../../native.js';
 import { dequantize } from '../../ops/quantize.js';
@@ -18,6 +19,7 @@ import { CorpusLock, type LockOptions } from './lock.js';
 import {
   type CorpusInfo,
   describeManifest,
+  describeValue,
   indexFilesOf,
   type Manifest,
   publishManifest,
@@ -48,6 +50,11 @@ export interface CorpusIndexOptions extends LockOptions {
   iterations?: number;
   /** Fit a new codec and re-encode every segment even when the corpus has an index. */
   rebuild?: boolean;
+  /**
+   * Where the codec is fitted and the tokens encoded: 'cpu', 'cuda' (the CUDA index build, where
+   * this build has one: see cudaIndexBuild) or 'auto' (default: CUDA when it is available, else CPU).
+   */
+  backend?: 'auto' | 'cpu' | 'cuda';
   threads?: number;
   onProgress?: (p: IndexProgress) => void;
 }
@@ -62,6 +69,9 @@ export interface CorpusIndexResult {
   drift: number;
   /** Whether the corpus's drift now calls for `corpus index --rebuild`. */
   rebuildAdvised: boolean;
+  /** Where the build ran, and why not on the GPU under 'auto'. */
+  backend: 'cpu' | 'cuda';
+  backendNote?: string;
   /** The codec's mean squared reconstruction error over its sample, and the sample's mean |x|^2. */
   meanSquaredError: number;
   meanSquaredNorm: number;
@@ -69,10 +79,37 @@ export interface CorpusIndexResult {
 
 const DRIFT_SAMPLE = 65536;
 
+/**
+ * The CUDA index build's hook: the kernel options that make buildIndex / encodeWith run on the GPU
+ * (bitwise the CPU's encode), set by the CUDA index module where the build has one; undefined: none.
+ */
+export const cudaIndexBuild: { kernelOptions?: (device: number) => Record<string, unknown> } = {};
+
+/** The backend an index build runs on: 'cuda' needs a GPU and the CUDA build; 'auto' falls back to the CPU. */
+export function indexBackend(choice: unknown): { backend: 'cpu' | 'cuda'; note?: string } {
+  if (choice === undefined || choice === 'auto' || choice === 'cpu' || choice === 'cuda') {
+    const gpu = cudaUnavailableReason();
+    const build = cudaIndexBuild.kernelOptions ? undefined : 'this build has no CUDA index build yet';
+    const why = gpu ? `no usable GPU (${gpu})` : build;
+    if (choice === 'cuda' && why)
+      throw new InvalidArgumentError('backend', `'cpu' or 'auto' here (${why})`, "'cuda'");
+    if (choice === 'cpu') return { backend: 'cpu' };
+    if (!why) return { backend: 'cuda' };
+    // said where a GPU is there but not used (without one, the CPU is the only choice: no note)
+    return gpu ? { backend: 'cpu' } : { backend: 'cpu', note: `the CPU builds the index: ${why}` };
+  }
+  throw new InvalidArgumentError('backend', "'auto', 'cpu' or 'cuda'", describeValue(choice));
+}
+
 /** Builds the index of a corpus, or encodes the segments appended since (see the module comment). */
 export async function indexCorpus(dir: string, options: CorpusIndexOptions = {}): Promise<CorpusIndexResult> {
   const bits = options.bits ?? 2;
   if (bits !== 2 && bits !== 4) throw new InvalidArgumentError('bits', '2 or 4', String(bits));
+  const { backend, note } = indexBackend(options.backend);
+  const kern = {
+    threads: options.threads,
+    ...(backend === 'cuda' ? cudaIndexBuild.kernelOptions!(0) : {}),
+  };
   readManifest(dir);
   const lock = CorpusLock.acquire(dir, options);
   let file: CorpusFile | undefined;
@@ -88,7 +125,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     let codec: PlaidIndex;
     let head: Omit<ManifestIndex, 'segments'>;
     if (train) {
-      const fitted = await fitCodec(file, bits, options);
+      const fitted = await fitCodec(file, bits, options, kern);
       codec = fitted.codec;
       const name = indexName(generation, 0);
       const w = writeIndexFile(dir, name, lock.token, codec.parts());
@@ -116,7 +153,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     for (const [done, si] of todo.entries()) {
       options.onProgress?.({ stage: 'encode', done, total: todo.length });
       const docs = segmentBatch(file, si);
-      const plaid = await encodeWith(codec, docs, { threads: options.threads });
+      const plaid = await encodeWith(codec, docs, kern);
       const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, si + 1), {
         threads: options.threads,
       });
@@ -153,6 +190,8 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
       encoded: todo.length,
       drift: tokens > 0 ? drifted / tokens : 0,
       rebuildAdvised: info.index!.rebuildAdvised,
+      backend,
+      ...(note ? { backendNote: note } : {}),
       meanSquaredError: stats.meanSquaredError,
       meanSquaredNorm: stats.meanSquaredNorm,
     };
@@ -185,7 +224,7 @@ function refuseOtherSettings(ix: ManifestIndex, o: CorpusIndexOptions) {
 }
 
 // Whole live documents drawn at random until `sample` tokens; the codec is the index of those.
-async function fitCodec(file: CorpusFile, bits: 2 | 4, o: CorpusIndexOptions) {
+async function fitCodec(file: CorpusFile, bits: 2 | 4, o: CorpusIndexOptions, kern: object) {
   let live = 0;
   for (let i = 0; i < file.info.documents; i++) if (!file.isDeleted(i)) live += file.lengths[i];
   if (live < 1) throw new InvalidArgumentError('corpus', 'at least one live token to index', '0 tokens');
@@ -215,7 +254,7 @@ async function fitCodec(file: CorpusFile, bits: 2 | 4, o: CorpusIndexOptions) {
     seed,
     iterations: o.iterations,
     keepTokens: false,
-    threads: o.threads,
+    ...kern,
   });
   const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, seed), { threads: o.threads });
   return { codec, sample: got, threshold: quantile(d, 0.99) };

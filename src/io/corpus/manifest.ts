@@ -385,6 +385,8 @@ export interface CorpusIndexInfo {
   drift: number;
   /** Whether drift exceeds REBUILD_DRIFT: `maxsim corpus index --rebuild` fits new centroids. */
   rebuildAdvised: boolean;
+  /** 'dropped': the corpus keeps only its index (`corpus index --drop-tokens`); scores are residual. */
+  tokens: 'kept' | 'dropped';
 }
 
 function describeIndex(m: Manifest): CorpusIndexInfo | undefined {
@@ -412,6 +414,7 @@ function describeIndex(m: Manifest): CorpusIndexInfo | undefined {
     indexedTokens: tokens,
     drift,
     rebuildAdvised: drift > REBUILD_DRIFT,
+    tokens: ix.dropped ? 'dropped' : 'kept',
   };
 }
 

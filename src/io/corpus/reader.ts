@@ -189,6 +189,14 @@ export class CorpusFile {
     }
   }
 
+  /**
+   * Whether the corpus keeps only its index (`corpus index --drop-tokens`): its indexed segments
+   * hold no tokens, and searches score on the decoded residuals.
+   */
+  get tokensDropped(): boolean {
+    return this.index?.manifest.dropped === true;
+  }
+
   /** The MANIFEST generation this snapshot reads. */
   get generation(): number {
     return this.info.generation;
