@@ -348,10 +348,21 @@ export class Corpus {
       options.ids === undefined
         ? undefined
         : [...new Set(file.indicesOf(options.ids, 'ids'))].sort((a, b) => a - b);
+    const dropped = file.tokensDropped;
+    if (dropped && !subset)
+      throw new InvalidArgumentError(
+        'index',
+        'a search through the index: the corpus keeps only its index (`corpus index --drop-tokens`), there are no tokens to scan',
+        'false',
+      );
     const result = await withCancelFlag(signal, (cancel) =>
       subset
-        ? backend === 'cuda'
-          ? this.searchSubsetInMemory(file, q, k, subset, options)
+        ? backend === 'cuda' || dropped
+          ? // the listed documents read (decoded from the residuals where the tokens were dropped)
+            this.searchSubsetInMemory(file, dropped ? snapshotQueries(asQueries(queries)) : q, k, subset, {
+              ...options,
+              backend,
+            })
           : this.searchCpu(file, q, k, options, cancel, subset)
         : backend === 'cuda'
           ? this.searchCuda(file, q, k, options, cancel)
@@ -365,7 +376,7 @@ export class Corpus {
       stats: {
         ...result.stats,
         path: subset ? 'ids' : 'scan',
-        scores: 'exact',
+        scores: dropped ? 'residual' : 'exact',
         generation: file.info.generation,
       },
     };
@@ -396,7 +407,8 @@ export class Corpus {
     };
   }
 
-  // CUDA with a list of ids: the documents are read (a copy) and scored in memory on the GPU.
+  // A list of ids on CUDA, or on a corpus that keeps only its index: the documents are read (a copy;
+  // decoded where the tokens were dropped) and scored in memory.
   private async searchSubsetInMemory(
     file: CorpusFile,
     q: TokenBatch,
@@ -405,23 +417,26 @@ export class Corpus {
     options: CorpusSearchOptions,
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
+    const backend = options.backend === 'cpu' ? 'cpu' : 'cuda';
     if (subset.length === 0 || k === 0)
       return {
         hits: Array.from({ length: q.count }, () => []),
-        stats: { backend: 'cuda', blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
+        stats: { backend, blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
       };
     const docs = file.readDocuments(subset);
     const hits = (
       await topK(q, docs, Math.min(k, subset.length), {
-        backend: 'cuda',
+        backend,
         device: options.device,
+        threads: options.threads,
+        signal: options.signal,
       })
     ).map((row) => row.map((h) => ({ index: subset[h.index], score: h.score })));
     const seconds = (performance.now() - started) / 1000;
     return {
       hits,
       stats: {
-        backend: 'cuda',
+        backend,
         blocks: 1,
         bytes: docs.data.byteLength + (docs.scales?.byteLength ?? 0),
         documents: subset.length,

@@ -147,6 +147,7 @@ export class ResidentCorpus {
     corpus: Corpus,
   ): Promise<ResidentCorpus> {
     const dtype = checkPassDtype(options.dtype, backend, corpus.info.dtype, options.pin === true);
+    checkTokensKept(corpus.file, backend, dtype);
     await corpus.file.indexIds();
     if (backend === 'cpu') {
       if (options.pin)
@@ -250,6 +251,7 @@ export class ResidentCorpus {
     try {
       // the ids of a rewritten corpus (a compaction) are indexed a slice at a time between requests
       await file.indexIds();
+      checkTokensKept(file, this.backend, this.dtype);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
       const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
       if (this.closed) throw new MaxsimError('the server is shutting down');
@@ -447,10 +449,12 @@ export class ResidentCorpus {
           s.corpus.info.dtype === 'int8' && queries.dtype !== 'int8' ? quantize(queries, 'int8') : queries;
         const out = new Float32Array(queries.count * n);
         for (const [g, { at, local }] of groupBySegment(s, indices)) {
-          const docs = fitsOneMapping(s, g)
-            ? selectItems(mappedSegment(s, g), local)
-            : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
-              s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
+          // (a segment without tokens: its documents decoded from the index by readDocuments)
+          const docs =
+            fitsOneMapping(s, g) && !s.corpus.file.segments[g].header.tokensDropped
+              ? selectItems(mappedSegment(s, g), local)
+              : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
+                s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
           const m = await maxsim(q, docs, {
             backend: this.backend,
             threads: this.options.threads,
@@ -591,6 +595,21 @@ export class ResidentCorpus {
     this.current.corpus.close();
     this.gpu?.dispose();
   }
+}
+
+/**
+ * A corpus that keeps only its index is served on the CPU through its index: GPU passes and 8-bit
+ * copies need the tokens (checked at start and on every swap: the server keeps its snapshot).
+ */
+function checkTokensKept(file: CorpusFile, backend: BackendName, dtype: PassDtype | undefined) {
+  if (!file.tokensDropped || (backend === 'cpu' && dtype === undefined)) return;
+  throw new InvalidArgumentError(
+    dtype ? 'dtype' : 'backend',
+    dtype
+      ? 'no 8-bit passes on a corpus that keeps only its index (no tokens to copy)'
+      : "'cpu' for a corpus that keeps only its index (`corpus index --drop-tokens`: the GPU passes need the tokens)",
+    dtype ? `'${dtype}'` : `'${backend}'`,
+  );
 }
 
 function mib(bytes: number): string {

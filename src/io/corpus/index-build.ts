@@ -4,6 +4,7 @@
 // sample's squared distance to its nearest centroid), then encodes every token segment against it.
 // Growing encodes only the segments the index does not list yet, against the existing codec, and
 // measures their drift. Each index file is written durably; one MANIFEST publish makes them visible.
+import * as path from 'node:path';
 import { cudaUnavailableReason } from '../../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { loadNative } from '../../native.js';
@@ -14,6 +15,7 @@ import { buildIndex, defaultCentroids, type PlaidIndex } from '../../plaid/plaid
 import { expectInteger, type TokenBatch } from '../../tensor.js';
 import { removeFile, syncDir } from './files.js';
 import { typedView } from './format.js';
+import { writeMerged } from './index-drop.js';
 import { indexName, writeIndexFile } from './index-segments.js';
 import { CorpusLock, type LockOptions } from './lock.js';
 import {
@@ -31,7 +33,7 @@ import type { ManifestIndex, ManifestIndexSegment } from './manifest-index.js';
 import { CorpusFile } from './reader.js';
 
 export interface IndexProgress {
-  stage: 'sample' | 'train' | 'encode' | 'publish';
+  stage: 'sample' | 'train' | 'encode' | 'drop' | 'publish';
   /** encode: segments done and to do. */
   done: number;
   total: number;
@@ -50,6 +52,11 @@ export interface CorpusIndexOptions extends LockOptions {
   iterations?: number;
   /** Fit a new codec and re-encode every segment even when the corpus has an index. */
   rebuild?: boolean;
+  /**
+   * Keep only the index: the token segments are replaced by token-less ones (index-drop.ts) and
+   * searches score on the decoded residuals. Once dropped, every later index step drops too.
+   */
+  dropTokens?: boolean;
   /**
    * Where the codec is fitted and the tokens encoded: 'cpu', 'cuda' (the CUDA index build, where
    * this build has one: see cudaIndexBuild) or 'auto' (default: CUDA when it is available, else CPU).
@@ -121,6 +128,12 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     file = CorpusFile.open(dir);
     const train = !m.index || options.rebuild === true;
     if (!train) refuseOtherSettings(m.index!, options);
+    if (train && m.index?.dropped)
+      throw new InvalidArgumentError(
+        'rebuild',
+        'false: the corpus keeps only its index (--drop-tokens), so there are no tokens to fit new centroids on',
+        'true',
+      );
     const generation = m.generation + 1;
     let codec: PlaidIndex;
     let head: Omit<ManifestIndex, 'segments'>;
@@ -145,30 +158,55 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
       head = rest;
     }
     const kept = train ? [] : m.index!.segments;
-    const listed = new Set(kept.map((s) => s.segment));
-    const todo = m.segments.map((s, i) => i).filter((i) => !listed.has(m.segments[i].file));
-    const added: ManifestIndexSegment[] = [];
-    let drifted = 0;
-    let tokens = 0;
-    for (const [done, si] of todo.entries()) {
-      options.onProgress?.({ stage: 'encode', done, total: todo.length });
-      const docs = segmentBatch(file, si);
-      const plaid = await encodeWith(codec, docs, kern);
-      const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, si + 1), {
-        threads: options.threads,
-      });
-      const drift = shareAbove(d, head.threshold);
-      const name = indexName(generation, kept.length + added.length + 1);
-      const w = writeIndexFile(dir, name, lock.token, plaid.parts());
-      written.push(name);
-      added.push({ file: name, segment: m.segments[si].file, bytes: w.bytes, crc: w.headerCrc, drift });
-      drifted += drift * m.segments[si].tokens;
-      tokens += m.segments[si].tokens;
-    }
-    options.onProgress?.({ stage: 'publish', done: todo.length, total: todo.length });
+    const drop = options.dropTokens === true || m.index?.dropped === true;
+    // dropping: the segments that still hold tokens (the trailing ones) become one token-less segment
+    const from = drop ? firstWithTokens(file) : m.segments.length;
+    const enc = await encodeSegments(
+      dir,
+      lock.token,
+      file,
+      codec,
+      head.threshold,
+      kept,
+      generation,
+      from,
+      kern,
+      options,
+      written,
+    );
     const order = new Map(m.segments.map((s, i) => [s.file, i]));
-    const segments = [...kept, ...added].sort((a, b) => order.get(a.segment)! - order.get(b.segment)!);
-    const next: Manifest = { ...m, generation, index: { ...head, segments } };
+    let segments = [...kept, ...enc.added]
+      .filter((e) => order.get(e.segment)! < from)
+      .sort((a, b) => order.get(a.segment)! - order.get(b.segment)!);
+    let tokenSegments = m.segments;
+    if (from < m.segments.length) {
+      options.onProgress?.({ stage: 'drop', done: 0, total: m.segments.length - from });
+      const plaids: PlaidIndex[] = [];
+      const drifts: number[] = [];
+      for (let si = from; si < m.segments.length; si++) {
+        plaids.push(enc.plaids.get(si) ?? file.index!.segment(si)!);
+        drifts.push(enc.drifts.get(si) ?? kept.find((e) => e.segment === m.segments[si].file)!.drift);
+      }
+      const slot = kept.length + enc.added.length + 1;
+      const r = writeMerged(
+        dir,
+        lock.token,
+        file,
+        generation,
+        codec,
+        from,
+        plaids,
+        drifts,
+        slot,
+        false,
+        written,
+      );
+      segments = [...segments, r.entry];
+      tokenSegments = [...m.segments.slice(0, from), r.segment];
+    }
+    options.onProgress?.({ stage: 'publish', done: enc.todo, total: enc.todo });
+    const index: ManifestIndex = { ...head, ...(drop ? { dropped: true as const } : {}), segments };
+    const next: Manifest = { ...m, generation, segments: tokenSegments, index };
     publishManifest(dir, lock.token, next, () => {
       lock.check();
       if (readManifest(dir).generation !== m.generation)
@@ -177,17 +215,19 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
       // writer removes them if no MANIFEST names them)
       published = true;
     });
-    // a rebuild's old files: removed once the new MANIFEST is durable (readers hold theirs open)
-    const now = new Set(indexFilesOf(next));
-    const old = indexFilesOf(m).filter((n) => !now.has(n));
+    // a rebuild's or a drop's old files: removed once the new MANIFEST is durable (readers hold
+    // theirs open)
+    const now = new Set([...indexFilesOf(next), ...next.segments.map((x) => x.file)]);
+    const old = [...indexFilesOf(m), ...m.segments.map((x) => x.file)].filter((n) => !now.has(n));
     for (const name of old) removeFile(dir, name);
     if (old.length > 0) syncDir(dir);
+    const { todo, drifted, tokens } = enc;
     const info = describeManifest(dir, next);
     const stats = codec.buildStats;
     return {
       info,
       trained: train,
-      encoded: todo.length,
+      encoded: todo,
       drift: tokens > 0 ? drifted / tokens : 0,
       rebuildAdvised: info.index!.rebuildAdvised,
       backend,
@@ -200,6 +240,71 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     file?.close();
     lock.release();
   }
+}
+
+/** The first of the trailing segments that hold tokens (the length when none does). */
+function firstWithTokens(file: CorpusFile): number {
+  let from = file.segments.length;
+  while (from > 0 && !file.segments[from - 1].header.tokensDropped) from--;
+  const stray = file.segments.slice(0, from).findIndex((x) => !x.header.tokensDropped);
+  if (stray >= 0 && from > 0)
+    throw new MaxsimError(
+      `${file.dir}: segment ${file.segments[stray].file} holds tokens before a token-less one (not a corpus this build wrote)`,
+    );
+  return from;
+}
+
+/**
+ * Encodes the segments the index does not list against the codec and measures their drift; their
+ * index files are written, except for segments from `from` on (to be merged by a drop: kept in
+ * memory).
+ */
+async function encodeSegments(
+  dir: string,
+  token: string,
+  file: CorpusFile,
+  codec: PlaidIndex,
+  threshold: number,
+  kept: readonly ManifestIndexSegment[],
+  generation: number,
+  from: number,
+  kern: object,
+  options: CorpusIndexOptions,
+  written: string[],
+) {
+  const listed = new Set(kept.map((s) => s.segment));
+  const segs = file.segments;
+  // (by name: CorpusSegment.file is the path)
+  const names = file.segments.map((s) => path.basename(s.file));
+  const todo = segs.map((_, i) => i).filter((i) => !listed.has(names[i]));
+  const added: ManifestIndexSegment[] = [];
+  const plaids = new Map<number, PlaidIndex>();
+  const drifts = new Map<number, number>();
+  let drifted = 0;
+  let tokens = 0;
+  for (const [done, si] of todo.entries()) {
+    options.onProgress?.({ stage: 'encode', done, total: todo.length });
+    if (segs[si].header.tokensDropped)
+      throw new MaxsimError(`${segs[si].file}: the segment keeps no tokens and is not indexed`);
+    const docs = segmentBatch(file, si);
+    const plaid = await encodeWith(codec, docs, kern);
+    const d = await nearestDistances(codec, sampleTokens(docs, DRIFT_SAMPLE, si + 1), {
+      threads: options.threads,
+    });
+    const drift = shareAbove(d, threshold);
+    drifts.set(si, drift);
+    drifted += drift * segs[si].header.tokens;
+    tokens += segs[si].header.tokens;
+    if (si >= from) {
+      plaids.set(si, plaid);
+      continue;
+    }
+    const name = indexName(generation, kept.length + added.length + 1);
+    const w = writeIndexFile(dir, name, token, plaid.parts());
+    written.push(name);
+    added.push({ file: name, segment: names[si], bytes: w.bytes, crc: w.headerCrc, drift });
+  }
+  return { todo: todo.length, added, plaids, drifts, drifted, tokens };
 }
 
 function removeQuietly(dir: string, name: string) {

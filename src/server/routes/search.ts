@@ -52,8 +52,14 @@ interface SearchRequest {
  * neither exact nor ids.
  */
 function checkRoute(ctx: RouteContext, r: SearchRequest) {
-  if (r.index === undefined || r.index === false) return;
   const ix = ctx.resident.info.index;
+  if (ix?.tokens === 'dropped' && r.ids === undefined && (r.exact === true || r.index === false))
+    throw new InvalidArgumentError(
+      r.exact === true ? 'exact' : 'index',
+      'a search through the index: the corpus keeps only its index (`corpus index --drop-tokens`), there are no tokens to scan',
+      r.exact === true ? 'true' : 'false',
+    );
+  if (r.index === undefined || r.index === false) return;
   if (r.exact === true)
     throw new InvalidArgumentError('index', 'no index settings with exact: true (it scans)', 'both');
   if (r.ids !== undefined)
