@@ -99,6 +99,36 @@ describe('serve through the index', () => {
     c.close();
   });
 
+  test('a corpus that keeps only its index: residual scores said so, no scan', async () => {
+    const dir = fresh();
+    build(dir, 80, 2);
+    await indexCorpus(dir, { centroids: 16, dropTokens: true });
+    const { url } = await start(servers, { corpus: dir, maxWaitMs: 0 });
+    const c = openCorpus(dir, { follow: false });
+    const q = queriesOf(3, seed + 17);
+    const r = await post(`${url}/v1/search`, { queries: asJson(q), top_k: 5 });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.results, await library(c, q, 5));
+    assert.equal(r.json.stats.scores, 'residual');
+    assert.equal(r.json.stats.path, 'index');
+    expectError(await post(`${url}/v1/search`, { queries: asJson(q), exact: true }), 400, 'exact');
+    expectError(await post(`${url}/v1/search`, { queries: asJson(q), index: false }), 400, 'index');
+    // ids: decoded from the residuals
+    const ids = ['s0d1', 's1d2'];
+    const byIds = await post(`${url}/v1/search`, { queries: asJson(q), ids, top_k: 2 });
+    assert.equal(byIds.status, 200, byIds.text);
+    const want = await c.search(q, { topK: 2, ids, backend: 'cpu' });
+    byIds.json.results.forEach((row: Row, i: number) => {
+      assert.deepEqual(
+        row.map((h) => h.id),
+        want[i].map((h) => h.id),
+      );
+      row.forEach((h, j) => assert.ok(Math.abs(h.score - want[i][j].score) < 1e-5));
+    });
+    assert.equal((await call(`${url}/v1/info`, 'GET')).json.index.tokens, 'dropped');
+    c.close();
+  });
+
   test('index settings on a corpus without an index: 400', async () => {
     const dir = fresh();
     build(dir, 30, 1);
