@@ -7,9 +7,12 @@
 // answer's stats say why.
 
 import type { BackendName } from '../backends/select.js';
+import { InvalidArgumentError } from '../errors.js';
+import type { CorpusFile } from '../io/corpus/index.js';
 import type { CorpusIndexOptions, IndexStage } from '../ops/corpus-index-search.js';
 import type { Corpus, ScanStats, SearchResult } from '../ops/corpus-search.js';
 import type { TokenBatch } from '../tensor.js';
+import type { PassDtype } from './segment-search.js';
 
 /** What a request asks of the path of its search. */
 export interface PassRoute {
@@ -124,4 +127,29 @@ export function passStats(
 
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;
+}
+
+/**
+ * A corpus that keeps only its index is served on the CPU through its index: GPU passes and 8-bit
+ * copies need the tokens (checked at start and on every swap: the server keeps its snapshot).
+ */
+export function checkTokensKept(file: CorpusFile, backend: BackendName, dtype: PassDtype | undefined) {
+  if (!file.tokensDropped || (backend === 'cpu' && dtype === undefined)) return;
+  throw new InvalidArgumentError(
+    dtype ? 'dtype' : 'backend',
+    dtype
+      ? 'no 8-bit passes on a corpus that keeps only its index (no tokens to copy)'
+      : "'cpu' for a corpus that keeps only its index (`corpus index --drop-tokens`: the GPU passes need the tokens)",
+    dtype ? `'${dtype}'` : `'${backend}'`,
+  );
+}
+
+/** The path a default search takes on `file` with `backend` (and why a corpus with an index scans). */
+export function defaultPath(
+  file: CorpusFile,
+  backend: BackendName,
+): { path: 'index' | 'scan'; reason?: string } {
+  if (!file.index) return { path: 'scan' };
+  if (searchers.has(backend)) return { path: 'index' };
+  return { path: 'scan', reason: `no index search on the ${backend} backend yet` };
 }

@@ -18,7 +18,15 @@ import { quantize } from '../ops/quantize.js';
 import { matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { WriteAnswer, WriteJob } from './append-worker.js';
 import type { PackedTokens } from './codecs.js';
-import { indexSearcherFor, type PassRoute, type PassStats, passStats, scanReason } from './index-path.js';
+import {
+  checkTokensKept,
+  defaultPath,
+  indexSearcherFor,
+  type PassRoute,
+  type PassStats,
+  passStats,
+  scanReason,
+} from './index-path.js';
 import { fitsOneMapping, groupBySegment, hostRuns, mappedSegment, scatter } from './resident-cpu.js';
 import {
   type DeviceSegment,
@@ -367,9 +375,7 @@ export class ResidentCorpus {
 
   /** The path a default search takes now: 'index' or 'scan' (and why a corpus with an index scans). */
   get searchPath(): { path: 'index' | 'scan'; reason?: string } {
-    if (!this.current.corpus.file.index) return { path: 'scan' };
-    if (indexSearcherFor(this.backend)) return { path: 'index' };
-    return { path: 'scan', reason: `no index search on the ${this.backend} backend yet` };
+    return defaultPath(this.current.corpus.file, this.backend);
   }
 
   /**
@@ -595,21 +601,6 @@ export class ResidentCorpus {
     this.current.corpus.close();
     this.gpu?.dispose();
   }
-}
-
-/**
- * A corpus that keeps only its index is served on the CPU through its index: GPU passes and 8-bit
- * copies need the tokens (checked at start and on every swap: the server keeps its snapshot).
- */
-function checkTokensKept(file: CorpusFile, backend: BackendName, dtype: PassDtype | undefined) {
-  if (!file.tokensDropped || (backend === 'cpu' && dtype === undefined)) return;
-  throw new InvalidArgumentError(
-    dtype ? 'dtype' : 'backend',
-    dtype
-      ? 'no 8-bit passes on a corpus that keeps only its index (no tokens to copy)'
-      : "'cpu' for a corpus that keeps only its index (`corpus index --drop-tokens`: the GPU passes need the tokens)",
-    dtype ? `'${dtype}'` : `'${backend}'`,
-  );
 }
 
 function mib(bytes: number): string {

@@ -207,20 +207,9 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     options.onProgress?.({ stage: 'publish', done: enc.todo, total: enc.todo });
     const index: ManifestIndex = { ...head, ...(drop ? { dropped: true as const } : {}), segments };
     const next: Manifest = { ...m, generation, segments: tokenSegments, index };
-    publishManifest(dir, lock.token, next, () => {
-      lock.check();
-      if (readManifest(dir).generation !== m.generation)
-        throw new MaxsimError(`${dir}: the corpus changed while its index was built; nothing was published`);
-      // from here the rename may have happened even if a later step fails: the files stay (a later
-      // writer removes them if no MANIFEST names them)
+    publishIndex(dir, lock, m, next, () => {
       published = true;
     });
-    // a rebuild's or a drop's old files: removed once the new MANIFEST is durable (readers hold
-    // theirs open)
-    const now = new Set([...indexFilesOf(next), ...next.segments.map((x) => x.file)]);
-    const old = [...indexFilesOf(m), ...m.segments.map((x) => x.file)].filter((n) => !now.has(n));
-    for (const name of old) removeFile(dir, name);
-    if (old.length > 0) syncDir(dir);
     const { todo, drifted, tokens } = enc;
     const info = describeManifest(dir, next);
     const stats = codec.buildStats;
@@ -240,6 +229,25 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     file?.close();
     lock.release();
   }
+}
+
+/**
+ * Publishes the index's MANIFEST, then removes the files of `m` that `next` no longer names (a
+ * rebuild's or a drop's: readers hold theirs open). `onRenamed`: from then on the rename may have
+ * happened even if a later step fails, so the new files must stay (a later writer removes what no
+ * MANIFEST names).
+ */
+function publishIndex(dir: string, lock: CorpusLock, m: Manifest, next: Manifest, onRenamed: () => void) {
+  publishManifest(dir, lock.token, next, () => {
+    lock.check();
+    if (readManifest(dir).generation !== m.generation)
+      throw new MaxsimError(`${dir}: the corpus changed while its index was built; nothing was published`);
+    onRenamed();
+  });
+  const now = new Set([...indexFilesOf(next), ...next.segments.map((x) => x.file)]);
+  const old = [...indexFilesOf(m), ...m.segments.map((x) => x.file)].filter((n) => !now.has(n));
+  for (const name of old) removeFile(dir, name);
+  if (old.length > 0) syncDir(dir);
 }
 
 /** The first of the trailing segments that hold tokens (the length when none does). */
