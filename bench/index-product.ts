@@ -82,7 +82,12 @@ const dropped = await timed(corpus, queries, {});
 corpus.close();
 const tokens = DOCS * LEN;
 const mib = (b: number) => (b / 2 ** 20).toFixed(1);
-console.log(`host ${os.cpus().length} cores, load ${os.loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+console.log(
+  `host ${os.cpus().length} cores, load ${os
+    .loadavg()
+    .map((x) => x.toFixed(1))
+    .join(' ')}`,
+);
 console.log(
   `corpus: ${DOCS} docs x ${LEN} tokens x d=${DIM} fp16, ${mib(corpusBytes)} MiB (${(corpusBytes / tokens).toFixed(1)} B/token), written in ${((t1 - t0) / 1000).toFixed(1)} s`,
 );

@@ -45,14 +45,19 @@ describe('serve --backend cuda on an indexed corpus', { skip }, () => {
         const r = await post(`${url}/v1/search`, { queries: asJson(q), top_k: 10, ...extra });
         assert.equal(r.status, 200, r.text);
         assert.equal(r.json.stats.path, 'scan');
-        assert.match(r.json.stats.reason, extra.exact ? /exact: true/ : /no index search on the cuda backend/);
+        assert.match(
+          r.json.stats.reason,
+          extra.exact ? /exact: true/ : /no index search on the cuda backend/,
+        );
         r.json.results.forEach((row: { id: string; score: number }[], i: number) => {
           assert.deepEqual(
             row.map((h) => h.id),
             want[i].map((h) => h.id),
             `pin ${pin} query ${i}`,
           );
-          row.forEach((h, j) => assert.ok(Math.abs(h.score - want[i][j].score) <= 1e-3 * Math.max(1, Math.abs(h.score))));
+          row.forEach((h, j) =>
+            assert.ok(Math.abs(h.score - want[i][j].score) <= 1e-3 * Math.max(1, Math.abs(h.score))),
+          );
         });
       }
       const info = await call(`${url}/v1/info`, 'GET');
