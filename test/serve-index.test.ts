@@ -123,7 +123,9 @@ describe('serve through the index', () => {
         row.map((h) => h.id),
         want[i].map((h) => h.id),
       );
-      row.forEach((h, j) => assert.ok(Math.abs(h.score - want[i][j].score) < 1e-5));
+      row.forEach((h, j) => {
+        assert.ok(Math.abs(h.score - want[i][j].score) < 1e-5);
+      });
     });
     assert.equal((await call(`${url}/v1/info`, 'GET')).json.index.tokens, 'dropped');
     c.close();

@@ -55,9 +55,9 @@ describe('serve --backend cuda on an indexed corpus', { skip }, () => {
             want[i].map((h) => h.id),
             `pin ${pin} query ${i}`,
           );
-          row.forEach((h, j) =>
-            assert.ok(Math.abs(h.score - want[i][j].score) <= 1e-3 * Math.max(1, Math.abs(h.score))),
-          );
+          row.forEach((h, j) => {
+            assert.ok(Math.abs(h.score - want[i][j].score) <= 1e-3 * Math.max(1, Math.abs(h.score)));
+          });
         });
       }
       const info = await call(`${url}/v1/info`, 'GET');
