@@ -77,6 +77,7 @@ export interface ServerApp {
 
 export interface MaxsimServer {
   readonly app: ServerApp;
+  /** @internal The corpus the server holds (the CLI's start-up line, tests). */
   readonly resident: ResidentCorpus;
   /** The model text fields are encoded with (/v1/info's model), or null: embeddings only. */
   readonly model: ModelSummary | null;

@@ -93,7 +93,7 @@ export class CorpusFile {
     /** The MANIFEST's stamp when it was last checked (see manifestStamp). */
     private stampSeen: string,
     previous: CorpusFile | undefined,
-    /** The index the MANIFEST names (see index-reader.ts), or undefined. */
+    /** @internal The index the MANIFEST names (see index-reader.ts; the index search reads it), or undefined. */
     readonly index: CorpusIndex | undefined,
   ) {
     this.info = info;
