@@ -128,6 +128,22 @@ describe('corpus index --drop-tokens', () => {
     c.close();
   });
 
+  test('an int8 corpus: dropped, searched on residuals, its documents decoded', async () => {
+    const dir = fresh();
+    build(dir, 80, 2, 'int8');
+    await indexCorpus(dir, { centroids: 16, dropTokens: true });
+    const decoded = decodedAll(dir);
+    assert.equal(decoded.dtype, 'float32');
+    const c = openCorpus(dir);
+    const q = queriesOf(3, seed + 41);
+    const r = await c.searchWithStats(q, { topK: 5, index: { nprobe: 16, candidates: 160 } });
+    assert.equal(r.stats.scores, 'residual');
+    r.hits.forEach((row, qi) => {
+      for (const h of row) assert.ok(close(h.score, maxsim64(q, qi, decoded, h.index)));
+    });
+    c.close();
+  });
+
   test('append (scanned, then encoded and dropped), delete, compact', async () => {
     const dir = fresh();
     build(dir, 100, 2);

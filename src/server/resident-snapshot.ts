@@ -73,7 +73,8 @@ export async function scoreMapped(
         ? selectItems(mappedSegment(s, g), local)
         : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
           s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
-    const m = await maxsim(q, docs, options);
+    // (decoded documents are float32 whatever the corpus dtype)
+    const m = await maxsim(docs.dtype === 'int8' ? q : queries, docs, options);
     scatter(out, n, m.data, at, queries.count);
   }
   return out;
