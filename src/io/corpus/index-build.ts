@@ -181,12 +181,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     let tokenSegments = m.segments;
     if (from < m.segments.length) {
       options.onProgress?.({ stage: 'drop', done: 0, total: m.segments.length - from });
-      const plaids: PlaidIndex[] = [];
-      const drifts: number[] = [];
-      for (let si = from; si < m.segments.length; si++) {
-        plaids.push(enc.plaids.get(si) ?? file.index!.segment(si)!);
-        drifts.push(enc.drifts.get(si) ?? kept.find((e) => e.segment === m.segments[si].file)!.drift);
-      }
+      const { plaids, drifts } = trailingParts(file, m, from, enc, kept);
       const slot = kept.length + enc.added.length + 1;
       const r = writeMerged(
         dir,
@@ -268,6 +263,23 @@ function publishIndex(dir: string, lock: CorpusLock, m: Manifest, next: Manifest
   const old = [...indexFilesOf(m), ...m.segments.map((x) => x.file)].filter((n) => !now.has(n));
   for (const name of old) removeFile(dir, name);
   if (old.length > 0) syncDir(dir);
+}
+
+/** The indexes and drifts of segments [from, end) (just encoded, or listed by the index already). */
+function trailingParts(
+  file: CorpusFile,
+  m: Manifest,
+  from: number,
+  enc: { plaids: Map<number, PlaidIndex>; drifts: Map<number, number> },
+  kept: readonly ManifestIndexSegment[],
+) {
+  const plaids: PlaidIndex[] = [];
+  const drifts: number[] = [];
+  for (let si = from; si < m.segments.length; si++) {
+    plaids.push(enc.plaids.get(si) ?? file.index!.segment(si)!);
+    drifts.push(enc.drifts.get(si) ?? kept.find((e) => e.segment === m.segments[si].file)!.drift);
+  }
+  return { plaids, drifts };
 }
 
 /** The first of the trailing segments that hold tokens (the length when none does). */

@@ -180,10 +180,8 @@ export class CorpusFile {
         deleted = opened.mask;
       }
       if (m.index) index = CorpusIndex.open(dir, m, previous?.index);
-      handles.forEach((h, si) => {
-        if (h.header.tokensDropped && !(index && index.segmentSlots[si] >= 0))
-          throw new FormatError(h.pinned.file, 'a segment without tokens that the index does not list');
-      });
+      const lost = handles.find((h, si) => h.header.tokensDropped && !((index?.segmentSlots[si] ?? -1) >= 0));
+      if (lost) throw new FormatError(lost.pinned.file, 'a token-less segment the index does not list');
       const info = describeManifest(dir, m);
       return new CorpusFile(dir, info, handles, tombstones, deleted, stamp, previous, index);
     } catch (e) {
@@ -194,10 +192,7 @@ export class CorpusFile {
     }
   }
 
-  /**
-   * Whether the corpus keeps only its index (`corpus index --drop-tokens`): its indexed segments
-   * hold no tokens, and searches score on the decoded residuals.
-   */
+  /** Whether the corpus keeps only its index (`corpus index --drop-tokens`; see index-drop.ts). */
   get tokensDropped(): boolean {
     return this.index?.manifest.dropped === true;
   }
@@ -487,14 +482,9 @@ export class CorpusFile {
     };
   }
 
-  /**
-   * Reads documents by global index into a packed ragged batch (a copy; for rescoring and tests). A
-   * corpus that keeps only its index (tokensDropped) answers float32 documents, decoded from the
-   * residuals where their segment keeps no tokens.
-   */
+  /** Reads documents by index into a packed ragged batch (a copy); tokensDropped: float32, decoded.ts. */
   readDocuments(indices: ArrayLike<number>): TokenBatch {
-    if (this.tokensDropped) return readDecoded(this, indices);
-    return this.readStored(indices);
+    return this.tokensDropped ? readDecoded(this, indices) : this.readStored(indices);
   }
 
   /** @internal Reads documents from their stored tokens (in the corpus dtype). */
