@@ -190,7 +190,7 @@ describe('corpus index --drop-tokens', () => {
     c.close();
   });
 
-  test('CLI: corpus index --drop-tokens, info, --backend', () => {
+  test('CLI: corpus index --drop-tokens, info, --backend', async () => {
     const dir = fresh();
     build(dir, 60, 1);
     const r = cli('corpus', 'index', dir, '--centroids', '16', '--drop-tokens', '--json');
@@ -211,6 +211,10 @@ describe('corpus index --drop-tokens', () => {
     assert.equal(cpu.status, 0, cpu.stderr);
     const bad = cli('corpus', 'index', dir, '--backend', 'tpu');
     assert.notEqual(bad.status, 0);
+    await assert.rejects(
+      indexCorpus(dir, { backend: 'tpu' as never }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'backend',
+    );
   });
 
   test('a failure at every write step of a drop and of its compaction', async () => {
@@ -229,6 +233,19 @@ describe('corpus index --drop-tokens', () => {
           deleteDocuments(d, ['s0d1']);
         },
         async (d: string) => CorpusWriter.compact(d),
+      ],
+      [
+        async (d: string) => {
+          build(d, 40, 1);
+          await indexCorpus(d, { centroids: 8, dropTokens: true });
+          const w = CorpusWriter.append(d);
+          w.add(
+            docsOf(20, 600),
+            Array.from({ length: 20 }, (_, i) => `a${i}`),
+          );
+          w.commit();
+        },
+        (d: string) => indexCorpus(d),
       ],
     ] as const) {
       const proto = fresh();

@@ -128,6 +128,17 @@ describe('serve through the index', () => {
       });
     });
     assert.equal((await call(`${url}/v1/info`, 'GET')).json.index.tokens, 'dropped');
+    // an append through the server: encoded against the centroids and its tokens dropped
+    const add = docsOf(3, 500);
+    const documents = asJson(add).map((embeddings, i) => ({ id: `new${i}`, embeddings }));
+    const a = await post(`${url}/v1/documents`, { documents });
+    assert.equal(a.status, 201, a.text);
+    const after = (await call(`${url}/v1/info`, 'GET')).json;
+    assert.equal(after.index.unindexed_segments, 0);
+    assert.equal(after.index.tokens, 'dropped');
+    const found = await post(`${url}/v1/search`, { queries: asJson(docsOf(1, 501)), top_k: 1 });
+    assert.equal(found.json.results[0][0].id, 'new1');
+    assert.equal(found.json.stats.generation, after.corpus.generation);
     c.close();
   });
 
