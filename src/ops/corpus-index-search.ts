@@ -5,6 +5,7 @@
 // (appended since the last `corpus index`), are re-scored exactly by the corpus's own scan kernel, so
 // the returned scores are exact MaxSim of the stored tokens and only the candidate set is approximate.
 import { withCancelFlag } from '../abort.js';
+import { resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
 import { describeValue as describe } from '../io/corpus/manifest.js';
@@ -129,6 +130,23 @@ function oneQuery(q: TokenBatch, i: number): TokenBatch {
 }
 
 type Settings = ReturnType<typeof indexSettings>;
+
+/**
+ * The GPU stages of one indexed segment for a whole batch, where the build has them (the CUDA index
+ * registers itself here: its `search` returns what PlaidIndex.search returns, one result per query,
+ * residual scores included; `usable` says whether a search of these settings and queries can run
+ * there, e.g. nprobe and query length within its limits). Undefined: every backend runs the CPU stages.
+ */
+export const gpuStages: {
+  search?: (
+    plaid: PlaidIndex,
+    queries: TokenBatch,
+    options: { k: number; nprobe: number; candidates: number; rescore: number; threshold: number },
+  ) => Promise<{ hits: Hit[]; stats: SegmentStats }[]>;
+  usable?: (settings: Settings, queries: TokenBatch, explicit: boolean) => boolean;
+} = {};
+
+type SegmentStats = { probed: number; generated: number; scored: number; ms: Tally; isa: string };
 const STAGES = ['centroids', 'candidates', 'interaction', 'residual', 'rescore'] as const;
 type Tally = Record<(typeof STAGES)[number], number>;
 
@@ -144,10 +162,20 @@ export async function searchSegmentBatch(
   settings: Settings,
   threads: number | undefined,
   signal: AbortSignal | undefined,
-): Promise<{
-  hits: Hit[][];
-  stats: { probed: number; generated: number; scored: number; ms: Tally; isa: string }[];
-}> {
+  /** The batch as one TokenBatch: the GPU stages take it whole. */
+  gpu?: TokenBatch,
+): Promise<{ hits: Hit[][]; stats: SegmentStats[] }> {
+  if (gpu && gpuStages.search) {
+    signal?.throwIfAborted();
+    const r = await gpuStages.search(plaid, gpu, {
+      k: want,
+      nprobe: settings.nprobe,
+      candidates: Math.max(settings.candidates, want),
+      rescore: want,
+      threshold: settings.threshold,
+    });
+    return { hits: r.map((x) => x.hits), stats: r.map((x) => x.stats) };
+  }
   const hits: Hit[][] = [];
   const stats = [];
   for (const query of queries) {
@@ -186,6 +214,8 @@ export async function searchThroughIndex(
   threads: number | undefined,
   exact: (q: TokenBatch, subset: number[], k: number) => Promise<Hit[]>,
   signal?: AbortSignal,
+  /** Run the index stages on the GPU (gpuStages). */
+  gpu = false,
 ): Promise<{ hits: Hit[][]; stats: IndexSearchStats }> {
   const index = file.index!;
   const residualOnly = file.tokensDropped;
@@ -209,7 +239,15 @@ export async function searchThroughIndex(
     if (!plaid || plaid.count === 0) continue;
     // deleted documents are dropped after the stages: ask for that many more
     const want = Math.min(keep + deletedIn[si], plaid.count);
-    const r = await searchSegmentBatch(plaid, queries, want, settings, threads, signal);
+    const r = await searchSegmentBatch(
+      plaid,
+      queries,
+      want,
+      settings,
+      threads,
+      signal,
+      gpu ? floats : undefined,
+    );
     for (const st of r.stats) {
       isa = st.isa;
       count.centroids += st.probed;
@@ -273,7 +311,7 @@ export async function searchIndexed(
   queries: TokenBatch,
   q: TokenBatch,
   k: number,
-  options: { index?: unknown; threads?: number },
+  options: { index?: unknown; threads?: number; backend?: string },
   signal: AbortSignal | undefined,
   scanSubset: SubsetScan,
 ) {
@@ -286,6 +324,14 @@ export async function searchIndexed(
       "'int8'",
     );
   const settings = indexSettings(options.index, k, file.index!.manifest.centroids);
+  // backend 'cuda' (or 'auto' with a GPU) and GPU stages in the build: the stages there, the exact
+  // re-score as on the CPU
+  const backend = options.backend ?? 'auto';
+  const gpu =
+    gpuStages.search !== undefined &&
+    (backend === 'cuda' || backend === 'auto') &&
+    resolveBackend(backend as 'cuda' | 'auto') === 'cuda' &&
+    (gpuStages.usable?.(settings, floats, backend === 'cuda') ?? true);
   let bytes = 0;
   const r = await withCancelFlag(signal, (cancel) =>
     searchThroughIndex(
@@ -301,13 +347,14 @@ export async function searchIndexed(
         return exact.hits[0];
       },
       signal,
+      gpu,
     ),
   );
   const seconds = (performance.now() - started) / 1000;
   return {
     hits: r.hits.map((row) => row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) }))),
     stats: {
-      backend: 'cpu' as const,
+      backend: gpu ? ('cuda' as const) : ('cpu' as const),
       path: 'index' as const,
       scores: r.stats.scores,
       generation: file.info.generation,

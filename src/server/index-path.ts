@@ -9,7 +9,7 @@
 import type { BackendName } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
-import type { CorpusIndexOptions, IndexStage } from '../ops/corpus-index-search.js';
+import { type CorpusIndexOptions, gpuStages, type IndexStage } from '../ops/corpus-index-search.js';
 import type { Corpus, ScanStats, SearchResult } from '../ops/corpus-search.js';
 import type { TokenBatch } from '../tensor.js';
 import type { PassDtype } from './segment-search.js';
@@ -88,9 +88,16 @@ const cpuSearcher: IndexSearcher = {
     }),
 };
 
+// CUDA: the corpus's search through its index with the stages on the GPU, where the build has them
+// (corpus-index-search.ts gpuStages); the exact re-score scans the candidates
+const cudaSearcher: IndexSearcher = {
+  search: (corpus, queries, k, index, o) =>
+    corpus.searchWithStats(queries, { topK: k, backend: 'cuda', signal: o.signal, index: index ?? {} }),
+};
+
 const searchers = new Map<BackendName, IndexSearcher>([['cpu', cpuSearcher]]);
 
-/** The hook of a backend's index search (the GPU index registers its searcher for 'cuda'). */
+/** The hook of a backend's index search (replaces the built-in one; undefined: the built-in). */
 export function registerIndexSearcher(backend: BackendName, searcher: IndexSearcher | undefined): void {
   if (searcher) searchers.set(backend, searcher);
   else searchers.delete(backend);
@@ -98,7 +105,7 @@ export function registerIndexSearcher(backend: BackendName, searcher: IndexSearc
 
 /** The index searcher of a backend, or undefined: its passes scan. */
 export function indexSearcherFor(backend: BackendName): IndexSearcher | undefined {
-  return searchers.get(backend);
+  return searchers.get(backend) ?? (backend === 'cuda' && gpuStages.search ? cudaSearcher : undefined);
 }
 
 /** A pass's stats from a search's (index path) or from the scan. */
@@ -150,6 +157,6 @@ export function defaultPath(
   backend: BackendName,
 ): { path: 'index' | 'scan'; reason?: string } {
   if (!file.index) return { path: 'scan' };
-  if (searchers.has(backend)) return { path: 'index' };
+  if (indexSearcherFor(backend)) return { path: 'index' };
   return { path: 'scan', reason: `no index search on the ${backend} backend yet` };
 }

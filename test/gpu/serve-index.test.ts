@@ -1,12 +1,14 @@
-// `maxsim serve --backend cuda` on an indexed corpus (src/server/index-path.ts): until the GPU index
-// registers its searcher, CUDA passes scan (GPU-resident and streamed) and say why in the answer's
-// stats and /v1/info; their hits equal the library's full scan on the GPU (same ids, scores within
-// float16 rounding); exact: true scans too; a corpus that keeps only its index is refused on the GPU
-// naming the backend. Skipped with the reason where no GPU runs.
+// `maxsim serve --backend cuda` on an indexed corpus (src/server/index-path.ts): where the build has
+// GPU index stages (corpus-index-search.ts gpuStages) CUDA passes go through the index and equal the
+// library's corpus.search on the GPU (ids, exact scores); without them they scan (GPU-resident and
+// streamed) and say why in the answer's stats and /v1/info, equal to the library's full scan on the
+// GPU (same ids, scores within float16 rounding); exact: true scans either way; a corpus that keeps
+// only its index is refused on the GPU naming the backend. Skipped with the reason where no GPU runs.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { indexCorpus } from '../../src/io/corpus/index-build.js';
+import { gpuStages } from '../../src/ops/corpus-index-search.js';
 import { openCorpus } from '../../src/ops/corpus-search.js';
 import type { MaxsimServer } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
@@ -30,13 +32,15 @@ function asJson(q: TokenBatch): number[][][] {
 }
 
 describe('serve --backend cuda on an indexed corpus', { skip }, () => {
-  test('passes scan (resident and streamed), say why, and equal the library scan', async () => {
+  test('passes go through the GPU index where it exists, else scan and say why; equal the library', async () => {
     const dir = fresh();
     build(dir, 200, 2);
     await indexCorpus(dir, { centroids: 32 });
     const q = queriesOf(5, seed + 3);
     const c = openCorpus(dir, { follow: false });
-    const want = await c.search(q, { topK: 10, backend: 'cuda', index: false });
+    const viaIndex = gpuStages.search !== undefined;
+    const scanned = await c.search(q, { topK: 10, backend: 'cuda', index: false });
+    const indexed = viaIndex ? await c.search(q, { topK: 10, backend: 'cuda' }) : scanned;
     for (const pin of [false, true]) {
       const server = await createServer({ corpus: dir, backend: 'cuda', port: 0, logger: false, pin });
       servers.push(server);
@@ -44,11 +48,14 @@ describe('serve --backend cuda on an indexed corpus', { skip }, () => {
       for (const extra of [{}, { exact: true }]) {
         const r = await post(`${url}/v1/search`, { queries: asJson(q), top_k: 10, ...extra });
         assert.equal(r.status, 200, r.text);
-        assert.equal(r.json.stats.path, 'scan');
-        assert.match(
-          r.json.stats.reason,
-          extra.exact ? /exact: true/ : /no index search on the cuda backend/,
-        );
+        const through = viaIndex && !('exact' in extra);
+        assert.equal(r.json.stats.path, through ? 'index' : 'scan');
+        if (!through)
+          assert.match(
+            r.json.stats.reason,
+            'exact' in extra ? /exact: true/ : /no index search on the cuda backend/,
+          );
+        const want = through ? indexed : scanned;
         r.json.results.forEach((row: { id: string; score: number }[], i: number) => {
           assert.deepEqual(
             row.map((h) => h.id),
@@ -61,7 +68,7 @@ describe('serve --backend cuda on an indexed corpus', { skip }, () => {
         });
       }
       const info = await call(`${url}/v1/info`, 'GET');
-      assert.equal(info.json.index.search_path, 'scan');
+      assert.equal(info.json.index.search_path, viaIndex ? 'index' : 'scan');
       await server.close();
     }
     c.close();
