@@ -1,6 +1,7 @@
 // The notebook and the map stay true (issue 34, 'Done means'): README.md within 300 lines and
 // bench/NOTES.md within 400; every file ARCHITECTURE.md names (`src/io/corpus/writer.ts`,
-// `stream_scan.cc`, `engine*.cc`) exists in the tree; the examples import the package as a user
+// `stream_scan.cc`, `engine*.cc`) exists in the tree, and so does every environment variable the
+// package reads in its list; the examples import the package as a user
 // would ('maxsim', 'maxsim/...'), never the sources.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
@@ -59,6 +60,34 @@ describe('the notebook and the map', () => {
       return !files.some((f) => re.test(f));
     });
     assert.deepEqual(missing, [], `ARCHITECTURE.md names files the tree lacks: ${missing.join(', ')}`);
+  });
+
+  test('ARCHITECTURE.md lists every environment variable the package reads', () => {
+    const read = new Set<string>();
+    const scan = (dir: string, pattern: RegExp) => {
+      for (const f of fs.readdirSync(path.join(packageRoot, dir), { recursive: true }).map(String)) {
+        if (!/\.(ts|cc|h|cu|cuh)$/.test(f)) continue;
+        const text = fs.readFileSync(path.join(packageRoot, dir, f), 'utf8');
+        for (const m of text.matchAll(pattern)) read.add(m[1]);
+      }
+    };
+    scan('src', /process\.env\.([A-Z][A-Z0-9_]+)/g);
+    scan('native', /getenv\("([A-Z][A-Z0-9_]+)"/g);
+    assert.ok(read.has('MAXSIM_THREADS') && read.has('MAXSIM_KERNEL_DIR'), [...read].join(', '));
+    const text = fs.readFileSync(path.join(packageRoot, 'ARCHITECTURE.md'), 'utf8');
+    const unlisted = [...read].filter((v) => !text.includes(`\`${v}\``));
+    assert.deepEqual(unlisted, [], `read but not in ARCHITECTURE.md: ${unlisted.join(', ')}`);
+  });
+
+  test('the engines are Node-free: nothing under native/cpu, native/cuda or native/common includes Node-API or a binding header', () => {
+    const offenders: string[] = [];
+    for (const dir of ['native/cpu', 'native/cuda', 'native/common'])
+      for (const f of fs.readdirSync(path.join(packageRoot, dir), { recursive: true }).map(String)) {
+        if (!/\.(cc|h|cu|cuh)$/.test(f)) continue;
+        const text = fs.readFileSync(path.join(packageRoot, dir, f), 'utf8');
+        if (/#include\s*[<"](napi\.h|node_api\.h|[^">]*binding\/)/.test(text)) offenders.push(`${dir}/${f}`);
+      }
+    assert.deepEqual(offenders, [], 'engine files that include Node-API or a binding header');
   });
 
   test('the names check finds what is missing', () => {

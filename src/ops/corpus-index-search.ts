@@ -9,6 +9,9 @@ import { resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
 import { describeValue as describe } from '../io/corpus/manifest.js';
+import { plaidCudaReason } from '../plaid/cuda-native.js';
+import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY } from '../plaid/cuda-plan.js';
+import { cudaSearchBatch } from '../plaid/cuda-search.js';
 import { defaultSearch, type PlaidIndex } from '../plaid/plaid.js';
 import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
 import { mergeHits } from './corpus-hits.js';
@@ -132,19 +135,34 @@ function oneQuery(q: TokenBatch, i: number): TokenBatch {
 type Settings = ReturnType<typeof indexSettings>;
 
 /**
- * The GPU stages of one indexed segment for a whole batch, where the build has them (the CUDA index
- * registers itself here: its `search` returns what PlaidIndex.search returns, one result per query,
- * residual scores included; `usable` says whether a search of these settings and queries can run
- * there, e.g. nprobe and query length within its limits). Undefined: every backend runs the CPU stages.
+ * The GPU stages of one indexed segment for a whole batch (src/plaid/cuda-search.ts): `search`
+ * returns what PlaidIndex.search returns, one result per query, residual scores included; `usable`
+ * says whether a search of these settings and queries runs there ('auto' keeps the CPU stages where
+ * the GPU path refuses: nprobe over 32, queries over 256 tokens, or no CUDA plaid engine). A test or
+ * another engine may replace them; search undefined: every backend runs the CPU stages.
  */
 export const gpuStages: {
   search?: (
     plaid: PlaidIndex,
     queries: TokenBatch,
-    options: { k: number; nprobe: number; candidates: number; rescore: number; threshold: number },
+    options: {
+      k: number;
+      nprobe: number;
+      candidates: number;
+      rescore: number;
+      threshold: number;
+      device?: number;
+    },
   ) => Promise<{ hits: Hit[]; stats: SegmentStats }[]>;
   usable?: (settings: Settings, queries: TokenBatch, explicit: boolean) => boolean;
-} = {};
+} = {
+  search: async (plaid, queries, options) => (await cudaSearchBatch(plaid, queries, options)).results,
+  usable: (settings, queries, explicit) =>
+    explicit ||
+    (plaidCudaReason() === undefined &&
+      settings.nprobe <= CUDA_MAX_NPROBE &&
+      queries.lengths.subarray(0, queries.count).every((l) => l <= CUDA_MAX_QUERY)),
+};
 
 type SegmentStats = { probed: number; generated: number; scored: number; ms: Tally; isa: string };
 const STAGES = ['centroids', 'candidates', 'interaction', 'residual', 'rescore'] as const;
@@ -162,12 +180,13 @@ export async function searchSegmentBatch(
   settings: Settings,
   threads: number | undefined,
   signal: AbortSignal | undefined,
-  /** The batch as one TokenBatch: the GPU stages take it whole. */
-  gpu?: TokenBatch,
+  /** The batch as one TokenBatch and the device: the GPU stages take it whole. */
+  gpu?: { queries: TokenBatch; device?: number },
 ): Promise<{ hits: Hit[][]; stats: SegmentStats[] }> {
   if (gpu && gpuStages.search) {
     signal?.throwIfAborted();
-    const r = await gpuStages.search(plaid, gpu, {
+    const r = await gpuStages.search(plaid, gpu.queries, {
+      device: gpu.device,
       k: want,
       nprobe: settings.nprobe,
       candidates: Math.max(settings.candidates, want),
@@ -214,8 +233,8 @@ export async function searchThroughIndex(
   threads: number | undefined,
   exact: (q: TokenBatch, subset: number[], k: number) => Promise<Hit[]>,
   signal?: AbortSignal,
-  /** Run the index stages on the GPU (gpuStages). */
-  gpu = false,
+  /** Run the index stages on the GPU (gpuStages), on this device. */
+  gpu: false | { device?: number } = false,
 ): Promise<{ hits: Hit[][]; stats: IndexSearchStats }> {
   const index = file.index!;
   const residualOnly = file.tokensDropped;
@@ -246,7 +265,7 @@ export async function searchThroughIndex(
       settings,
       threads,
       signal,
-      gpu ? floats : undefined,
+      gpu ? { queries: floats, device: gpu.device } : undefined,
     );
     for (const st of r.stats) {
       isa = st.isa;
@@ -311,7 +330,7 @@ export async function searchIndexed(
   queries: TokenBatch,
   q: TokenBatch,
   k: number,
-  options: { index?: unknown; threads?: number; backend?: string },
+  options: { index?: unknown; threads?: number; backend?: string; device?: number },
   signal: AbortSignal | undefined,
   scanSubset: SubsetScan,
 ) {
@@ -347,7 +366,7 @@ export async function searchIndexed(
         return exact.hits[0];
       },
       signal,
-      gpu,
+      gpu && { device: options.device },
     ),
   );
   const seconds = (performance.now() - started) / 1000;

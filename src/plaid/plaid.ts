@@ -27,6 +27,8 @@ import {
   totalTokens,
 } from '../tensor.js';
 import { type Buckets, fitBuckets } from './codec.js';
+import { type CodecBackend, codecFor } from './cuda-codec.js';
+import { cudaSearchBatch } from './cuda-search.js';
 import {
   type AssignGroups,
   buildGroups,
@@ -64,6 +66,8 @@ export interface BuildIndexOptions extends KernelOptions {
   probe?: number;
   /** Progress of a long build: called after each k-means iteration and each encoded slice. */
   onProgress?: (p: BuildProgress) => void;
+  /** Where the assignment and the encode run: 'cpu' (default), 'cuda', or 'auto' (a GPU when usable); the index is bitwise the same. */
+  backend?: CodecBackend;
 }
 
 export interface BuildProgress {
@@ -92,6 +96,8 @@ export interface BuildStats {
   msKmeans: number;
   msEncode: number;
   msLists: number;
+  /** Where the assignment and the encode ran. */
+  backend?: 'cpu' | 'cuda';
 }
 
 export interface IndexSearchOptions extends KernelOptions {
@@ -242,6 +248,11 @@ export class PlaidIndex {
     this.buildStats = stats;
   }
 
+  /** @internal the source documents' parts in index order (the GPU path uploads them), or undefined. */
+  sourceTokens(): readonly TokenBatch[] | undefined {
+    return this.#docs;
+  }
+
   /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
   parts(): PlaidParts {
     return toParts(this.native, this.buckets, this.buildStats, this.assignGroups);
@@ -299,8 +310,15 @@ export class PlaidIndex {
     return this.#finish(query, k, rescore, r, options.threads);
   }
 
-  /** search for every query of a batch, in order. */
-  async searchAll(queries: TokenBatch, options: IndexSearchOptions): Promise<IndexSearchResult[]> {
+  /** search for every query of a batch, in order; backend 'cuda' runs the batch's stages on the GPU. */
+  async searchAll(
+    queries: TokenBatch,
+    options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number },
+  ): Promise<IndexSearchResult[]> {
+    if (options?.backend === 'cuda') {
+      const { backend: _, ...rest } = options;
+      return (await cudaSearchBatch(this, queries, rest)).results;
+    }
     if (!isTokenBatch(queries)) throw new InvalidArgumentError('queries', 'a TokenBatch', typeof queries);
     const out: IndexSearchResult[] = [];
     for (let i = 0; i < queries.count; i++) {
@@ -392,7 +410,7 @@ export async function buildIndex(
 ): Promise<PlaidIndex> {
   options = optionsObject(
     options,
-    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, threads, isa',
+    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, backend, threads, isa',
   );
   const parts = checkParts(docs);
   const bits = checkBits(options.bits);
@@ -418,6 +436,7 @@ export async function buildIndex(
     throw new InvalidArgumentError('options.onProgress', 'a function', typeof onProgress);
   const kern = { threads: options.threads, isa: options.isa };
   const d = parts[0].dim;
+  const gpu = codecFor(options.backend, d);
   const t0 = performance.now();
   const progress = (stage: BuildProgress['stage'], done: number, total: number) =>
     onProgress?.({ stage, done, total, ms: performance.now() - t0 });
@@ -429,6 +448,7 @@ export async function buildIndex(
     iterations,
     grouped,
     onIteration: (i, n) => progress('kmeans', i, n),
+    assign: gpu?.assign,
     ...kern,
   });
   let norm = 0;
@@ -443,9 +463,10 @@ export async function buildIndex(
     ? await buildGroups(km.centroids, d, groupCount, probe, { ...kern, seed })
     : undefined;
   const t1 = performance.now();
-  const enc = await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, (done) =>
-    progress('encode', done, tokens),
-  );
+  const onSlice = (done: number) => progress('encode', done, tokens);
+  const enc = gpu
+    ? await gpu.encodeParts(parts, tokens, km.centroids, buckets, groups, onSlice)
+    : await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, onSlice);
   const t2 = performance.now();
   const lengths = new Int32Array(parts.reduce((n, p) => n + p.count, 0));
   let b = 0;
@@ -470,6 +491,7 @@ export async function buildIndex(
     msKmeans: t1 - t0,
     msEncode: t2 - t1,
     msLists: t3 - t2,
+    backend: gpu ? 'cuda' : 'cpu',
   };
   const native: NativeIndex = {
     k,

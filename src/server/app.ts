@@ -148,15 +148,15 @@ function createBatcher(
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
       // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
-      // same bits as float32 queries rounded there); 8-bit passes, the CPU and a streamed scan get
-      // float32
-      keepBits: (key) =>
-        resident.mode === 'resident' &&
-        key === '' &&
-        resident.dtype === undefined &&
-        (resident.info.dtype === 'float16' || resident.info.dtype === 'bfloat16')
-          ? resident.info.dtype
-          : undefined,
+      // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
+      // on the device (exact in float32 first: the same codes as from the decoded values) and the
+      // rescore takes them as they are; the CPU and a streamed scan get float32
+      keepBits: () => {
+        const dtype = resident.info.dtype;
+        return resident.mode === 'resident' && (dtype === 'float16' || dtype === 'bfloat16')
+          ? dtype
+          : undefined;
+      },
     },
     onPass,
   );
@@ -242,7 +242,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     limits,
     metrics,
     text,
-    dim: () => resident.info.dim,
+    dim: () => resident.dim,
     closing: () => closing,
   };
 

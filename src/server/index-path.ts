@@ -35,6 +35,8 @@ export interface PassStats {
   reason?: string;
   /** Through the index: its settings and each stage's candidates and milliseconds (the whole pass). */
   index?: {
+    /** Where the index stages ran (the exact re-score scans on the CPU). */
+    backend: 'cpu' | 'cuda';
     nprobe: number;
     candidates: number;
     rescore: number;
@@ -73,7 +75,7 @@ export interface IndexSearcher {
     queries: TokenBatch,
     k: number,
     index: CorpusIndexOptions | undefined,
-    options: { threads?: number; signal?: AbortSignal },
+    options: { threads?: number; signal?: AbortSignal; device?: number },
   ): Promise<SearchResult>;
 }
 
@@ -88,11 +90,19 @@ const cpuSearcher: IndexSearcher = {
     }),
 };
 
-// CUDA: the corpus's search through its index with the stages on the GPU, where the build has them
-// (corpus-index-search.ts gpuStages); the exact re-score scans the candidates
+// CUDA: the corpus's search through its index with the stages on the GPU where they run (backend
+// 'auto': corpus-index-search.ts gpuStages.usable, else the CPU stages); the exact re-score scans the
+// candidates on the CPU (stats.backend says where the stages ran)
 const cudaSearcher: IndexSearcher = {
   search: (corpus, queries, k, index, o) =>
-    corpus.searchWithStats(queries, { topK: k, backend: 'cuda', signal: o.signal, index: index ?? {} }),
+    corpus.searchWithStats(queries, {
+      topK: k,
+      backend: 'auto',
+      device: o.device,
+      threads: o.threads,
+      signal: o.signal,
+      index: index ?? {},
+    }),
 };
 
 const searchers = new Map<BackendName, IndexSearcher>([['cpu', cpuSearcher]]);
@@ -116,12 +126,13 @@ export function passStats(
   scores: 'exact' | 'residual' = 'exact',
 ): PassStats {
   const ix = stats?.index;
-  if (!ix) return { path: 'scan', scores, generation, ...(reason ? { reason } : {}) };
+  if (!stats || !ix) return { path: 'scan', scores, generation, ...(reason ? { reason } : {}) };
   return {
     path: 'index',
     scores: ix.scores,
     generation,
     index: {
+      backend: stats.backend,
       nprobe: ix.nprobe,
       candidates: ix.candidates,
       rescore: ix.rescore,

@@ -151,6 +151,7 @@ const SearchStats = Type.Object(
     reason: Type.Optional(Type.String({ description: 'why a corpus with an index was scanned' })),
     index: Type.Optional(
       Type.Object({
+        backend: Type.String({ description: 'where the index stages ran: cpu or cuda' }),
         nprobe: Type.Integer(),
         candidates: Type.Integer(),
         rescore: Type.Integer(),

@@ -10,6 +10,7 @@ import { InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { loadNative } from '../../native.js';
 import { dequantize } from '../../ops/quantize.js';
 import { encodeWith, nearestDistances, quantile, sampleTokens, shareAbove } from '../../plaid/append.js';
+import { plaidCudaReason } from '../../plaid/cuda-native.js';
 import { seededRandom } from '../../plaid/kmeans.js';
 import { buildIndex, defaultCentroids, PlaidIndex } from '../../plaid/plaid.js';
 import { expectInteger, type TokenBatch } from '../../tensor.js';
@@ -59,7 +60,8 @@ export interface CorpusIndexOptions extends LockOptions {
   dropTokens?: boolean;
   /**
    * Where the codec is fitted and the tokens encoded: 'cpu', 'cuda' (the CUDA index build, where
-   * this build has one: see cudaIndexBuild) or 'auto' (default: CUDA when it is available, else CPU).
+   * the addon has the CUDA codec: src/plaid/cuda-codec.ts, bitwise the CPU's encode) or 'auto'
+   * (default: CUDA when it is available, else CPU).
    */
   backend?: 'auto' | 'cpu' | 'cuda';
   threads?: number;
@@ -86,18 +88,12 @@ export interface CorpusIndexResult {
 
 const DRIFT_SAMPLE = 65536;
 
-/**
- * The CUDA index build's hook: the kernel options that make buildIndex / encodeWith run on the GPU
- * (bitwise the CPU's encode), set by the CUDA index module where the build has one; undefined: none.
- */
-export const cudaIndexBuild: { kernelOptions?: (device: number) => Record<string, unknown> } = {};
-
 /** The backend an index build runs on: 'cuda' needs a GPU and the CUDA build; 'auto' falls back to the CPU. */
 export function indexBackend(choice: unknown): { backend: 'cpu' | 'cuda'; note?: string } {
   if (choice === undefined || choice === 'auto' || choice === 'cpu' || choice === 'cuda') {
     const gpu = cudaUnavailableReason();
-    const build = cudaIndexBuild.kernelOptions ? undefined : 'this build has no CUDA index build yet';
-    const why = gpu ? `no usable GPU (${gpu})` : build;
+    const build = plaidCudaReason();
+    const why = gpu ? `no usable GPU (${gpu})` : build ? `no CUDA index build (${build})` : undefined;
     if (choice === 'cuda' && why)
       throw new InvalidArgumentError('backend', `'cpu' or 'auto' here (${why})`, "'cuda'");
     if (choice === 'cpu') return { backend: 'cpu' };
@@ -113,9 +109,11 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
   const bits = options.bits ?? 2;
   if (bits !== 2 && bits !== 4) throw new InvalidArgumentError('bits', '2 or 4', String(bits));
   const { backend, note } = indexBackend(options.backend);
+  // the GPU codec (src/plaid/cuda-codec.ts) is bitwise the CPU's; 'auto' lets it keep the CPU for
+  // tokens wider than it takes
   const kern = {
     threads: options.threads,
-    ...(backend === 'cuda' ? cudaIndexBuild.kernelOptions!(0) : {}),
+    backend: backend === 'cuda' ? (options.backend ?? 'auto') : ('cpu' as const),
   };
   readManifest(dir);
   const lock = CorpusLock.acquire(dir, options);
