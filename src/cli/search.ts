@@ -294,6 +294,8 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
   }
   bar.finish();
   // stderr: stdout stays one JSON line per query
+  if (stats.scores === 'residual')
+    console.error('scores: MaxSim of the decoded residuals (the corpus keeps only its index: --drop-tokens)');
   if (opts.stats)
     console.error(
       `stats: ${JSON.stringify({ ...stats, GBps: stats.seconds > 0 ? +(stats.bytes / stats.seconds / 1e9).toFixed(2) : null })}`,

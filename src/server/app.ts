@@ -15,6 +15,7 @@ import { exposureWarning, registerAuth, requestIdOf } from './auth.js';
 import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
 import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
+import { type PassStats, routeOf, scanReason } from './index-path.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -127,10 +128,17 @@ function createBatcher(
   limits: Limits,
   options: ServerOptions,
   onPass: (p: PassInfo) => void,
+  observeStats: (s: PassStats) => void,
 ) {
   return new Batcher(
-    (queries, k, key, timing, signal) =>
-      resident.search(encodedBatch(queries), k, key === 'int8' ? 'int8' : undefined, timing, signal),
+    async (queries, k, key, timing, signal) => {
+      const t: { merge: number; stats?: PassStats } = { merge: 0 };
+      const hits = await resident.search(encodedBatch(queries), k, routeOf(key), t, signal);
+      timing.merge = t.merge;
+      timing.stats = t.stats;
+      if (t.stats) observeStats(t.stats);
+      return hits;
+    },
     {
       maxBatch: limits.maxBatch,
       maxWaitMs: limits.maxWaitMs,
@@ -143,11 +151,13 @@ function createBatcher(
       // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
       // on the device (exact in float32 first: the same codes as from the decoded values) and the
       // rescore takes them as they are; the CPU and a streamed scan get float32
-      keepBits: () => {
+      // (not for passes through the index: its stages take float32 queries, as the library's search)
+      keepBits: (key) => {
         const dtype = resident.info.dtype;
-        return resident.mode === 'resident' && (dtype === 'float16' || dtype === 'bfloat16')
-          ? dtype
-          : undefined;
+        if (resident.mode !== 'resident' || (dtype !== 'float16' && dtype !== 'bfloat16')) return undefined;
+        return resident.searchPath.path === 'index' && scanReason(routeOf(key)) === undefined
+          ? undefined
+          : dtype;
       },
     },
     onPass,
@@ -217,7 +227,13 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   }
   const metrics = createMetrics(resident);
   text.setMetrics(metrics.text);
-  const batcher = createBatcher(resident, limits, options, (p) => metrics.onPass(p));
+  const batcher = createBatcher(
+    resident,
+    limits,
+    options,
+    (p) => metrics.onPass(p),
+    (s) => metrics.onSearch(s),
+  );
   metrics.watchQueue(() => batcher.depth);
   let closing = false;
   const ctx: RouteContext = {

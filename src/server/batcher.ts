@@ -99,6 +99,8 @@ export interface PassPhases {
 export interface PassToken {
   resolvedAt: number;
   pending: number;
+  /** The run's SearchTiming.stats, if it gave any. */
+  stats?: object;
 }
 
 export interface PassInfo {
@@ -115,6 +117,8 @@ export interface PassInfo {
 /** What a search run reports of its own time, seconds (filled in by the run). */
 export interface SearchTiming {
   merge: number;
+  /** What the run says of its search (which path ran): handed to every request of the pass. */
+  stats?: object;
 }
 
 /**
@@ -483,6 +487,7 @@ export class Batcher {
       const pass: PassToken = {
         resolvedAt: performance.now(),
         pending: jobs.filter((j) => !j.settled).length,
+        ...(timing.stats ? { stats: timing.stats } : {}),
       };
       for (const job of jobs) {
         const rows = hits.slice(at, at + job.size);

@@ -6,6 +6,8 @@ import type { FastifyInstance } from 'fastify';
 import * as prom from 'prom-client';
 import { version } from '../version.js';
 import type { PassInfo, PassToken } from './batcher.js';
+import type { PassStats } from './index-path.js';
+import { createSearchMetrics } from './metrics-index.js';
 import type { ResidentCorpus } from './resident.js';
 
 const PASS_PHASES = ['gather', 'wait', 'backend', 'merge', 'split', 'answer'] as const;
@@ -22,6 +24,8 @@ export interface ServerMetrics {
   };
   /** What the batcher reports of each pass. */
   onPass(p: PassInfo): void;
+  /** Which path a search pass took, and its index stages (metrics-index.ts). */
+  onSearch(s: PassStats): void;
   /** Gauges read from the batcher at scrape time. */
   watchQueue(depth: () => number): void;
   /** The onSend / onResponse hooks: request counts, latency, the pass's answering time, one log line. */
@@ -47,6 +51,7 @@ export function createMetrics(resident: ResidentCorpus): ServerMetrics {
     request: phases.request,
     text,
     onPass: passes.onPass,
+    onSearch: createSearchMetrics(registry),
     watchQueue(depth) {
       new prom.Gauge({
         name: 'maxsim_queue_depth',

@@ -67,11 +67,14 @@ export async function scoreMapped(
   const q = s.corpus.info.dtype === 'int8' && queries.dtype !== 'int8' ? quantize(queries, 'int8') : queries;
   const out = new Float32Array(queries.count * n);
   for (const [g, { at, local }] of groupBySegment(s, indices)) {
-    const docs = fitsOneMapping(s, g)
-      ? selectItems(mappedSegment(s, g), local)
-      : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
-        s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
-    const m = await maxsim(q, docs, options);
+    // (a segment without tokens: its documents decoded from the index by readDocuments)
+    const docs =
+      fitsOneMapping(s, g) && !s.corpus.file.segments[g].header.tokensDropped
+        ? selectItems(mappedSegment(s, g), local)
+        : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
+          s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
+    // (decoded documents are float32 whatever the corpus dtype)
+    const m = await maxsim(docs.dtype === 'int8' ? q : queries, docs, options);
     scatter(out, n, m.data, at, queries.count);
   }
   return out;

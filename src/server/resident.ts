@@ -14,6 +14,15 @@ import { type CorpusFile, type CorpusInfo, manifestStamp } from '../io/corpus/in
 import { Corpus, type CorpusHit, openCorpus } from '../ops/corpus-search.js';
 import { matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { PackedTokens } from './codecs.js';
+import {
+  checkTokensKept,
+  defaultPath,
+  indexSearcherFor,
+  type PassRoute,
+  type PassStats,
+  passStats,
+  scanReason,
+} from './index-path.js';
 import { hostRuns, mappedSegment } from './resident-cpu.js';
 import {
   type DeviceSegment,
@@ -104,6 +113,7 @@ export class ResidentCorpus {
     corpus: Corpus,
   ): Promise<ResidentCorpus> {
     const dtype = checkPassDtype(options.dtype, backend, corpus.info.dtype, options.pin === true);
+    checkTokensKept(corpus.file, backend, dtype);
     await corpus.file.indexIds();
     if (backend === 'cpu') {
       if (options.pin)
@@ -216,6 +226,7 @@ export class ResidentCorpus {
     try {
       // the ids of a rewritten corpus (a compaction) are indexed a slice at a time between requests
       await file.indexIds();
+      checkTokensKept(file, this.backend, this.dtype);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
       const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
       if (this.closed) throw new MaxsimError('the server is shutting down');
@@ -246,49 +257,93 @@ export class ResidentCorpus {
   }
 
   /**
-   * Top-k over the whole corpus for every query of a float32 batch. `timing.merge` gets the seconds
-   * spent on this thread merging segments and naming hits (GPU-resident; elsewhere the scan does it).
+   * Top-k over the whole corpus for every query of a float32 batch: through the corpus's index where
+   * it has one and the backend an index searcher (index-path.ts), unless the route forces the scan.
+   * `timing.merge` gets the seconds spent on this thread merging segments and naming hits
+   * (GPU-resident; elsewhere the scan does it), `timing.stats` which path ran.
    */
   search(
     queries: TokenBatch,
     k: number,
-    prefilter?: 'int8',
-    timing?: { merge: number },
+    route: PassRoute = {},
+    timing?: { merge: number; stats?: PassStats },
     signal?: AbortSignal,
   ): Promise<CorpusHit[][]> {
     return this.using(async (s) => {
-      // a server with 8-bit passes scans its copy for every search, prefiltered or not
-      if (prefilter !== undefined && this.dtype === undefined && this.mode !== 'resident')
+      const file = s.corpus.file;
+      let reason = scanReason(route);
+      if (file.index && reason === undefined) {
+        const searcher = indexSearcherFor(this.backend);
+        if (searcher) {
+          const index = route.index === false ? undefined : route.index;
+          const r = await searcher.search(s.corpus, queries, k, index, {
+            threads: this.options.threads,
+            device: this.options.device,
+            signal,
+          });
+          if (timing) timing.stats = passStats(file.info.generation, r.stats);
+          return r.hits;
+        }
+        reason = `no index search on the ${this.backend} backend yet: the pass scans`;
+      }
+      if (file.tokensDropped)
         throw new InvalidArgumentError(
-          'prefilter',
-          `no prefilter here: the int8 prefilter runs on a GPU-resident corpus or a server started with dtype int8 | fp8 (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
-          JSON.stringify(prefilter),
+          route.exact === true ? 'exact' : route.index === false ? 'index' : 'prefilter',
+          'a search through the index (the corpus keeps only its index: `corpus index --drop-tokens`; there are no tokens to scan)',
+          reason ?? 'a scan',
         );
-      if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
-        throw new InvalidArgumentError(
-          'prefilter',
-          'no prefilter on an int8 corpus',
-          JSON.stringify(prefilter),
-        );
-      const eight = this.dtype ?? prefilter;
-      if (this.mode === 'streamed' || (this.mode === 'mapped' && eight === undefined))
-        return s.corpus.search(queries, {
-          topK: k,
-          backend: this.backend,
-          threads: this.options.threads,
-          device: this.options.device,
-          devices: this.options.devices,
-          gpuMemory: this.options.gpuMemory,
-          signal,
-        });
-      const runs =
-        this.mode === 'mapped'
-          ? hostRuns(s, queries, { threads: this.options.threads, signal })
-          : deviceRuns(s.corpus.file, s.segments, queries, eight);
-      const { hits, merge } = await searchSegments(s.corpus.file, queries.count, k, runs);
-      if (timing) timing.merge = merge;
+      const hits = await this.scan(s, queries, k, route.prefilter, timing, signal);
+      if (timing) timing.stats = passStats(file.info.generation, undefined, file.index ? reason : undefined);
       return hits;
     });
+  }
+
+  // The full scan of a pass (mapped, 8-bit copies, GPU-resident or streamed).
+  private async scan(
+    s: Snapshot,
+    queries: TokenBatch,
+    k: number,
+    prefilter: 'int8' | undefined,
+    timing: { merge: number } | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<CorpusHit[][]> {
+    // a server with 8-bit passes scans its copy for every search, prefiltered or not
+    if (prefilter !== undefined && this.dtype === undefined && this.mode !== 'resident')
+      throw new InvalidArgumentError(
+        'prefilter',
+        `no prefilter here: the int8 prefilter runs on a GPU-resident corpus or a server started with dtype int8 | fp8 (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
+        JSON.stringify(prefilter),
+      );
+    if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
+      throw new InvalidArgumentError(
+        'prefilter',
+        'no prefilter on an int8 corpus',
+        JSON.stringify(prefilter),
+      );
+    const eight = this.dtype ?? prefilter;
+    if (this.mode === 'streamed' || (this.mode === 'mapped' && eight === undefined))
+      return s.corpus.search(queries, {
+        topK: k,
+        backend: this.backend,
+        threads: this.options.threads,
+        device: this.options.device,
+        devices: this.options.devices,
+        gpuMemory: this.options.gpuMemory,
+        signal,
+        index: false,
+      });
+    const runs =
+      this.mode === 'mapped'
+        ? hostRuns(s, queries, { threads: this.options.threads, signal })
+        : deviceRuns(s.corpus.file, s.segments, queries, eight);
+    const { hits, merge } = await searchSegments(s.corpus.file, queries.count, k, runs);
+    if (timing) timing.merge = merge;
+    return hits;
+  }
+
+  /** The path a default search takes now: 'index' or 'scan' (and why a corpus with an index scans). */
+  get searchPath(): { path: 'index' | 'scan'; reason?: string } {
+    return defaultPath(this.current.corpus.file, this.backend);
   }
 
   /**

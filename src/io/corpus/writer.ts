@@ -21,6 +21,7 @@ import {
   storedTokenBytes,
   VERSION,
 } from './format.js';
+import { compactTokenless } from './index-drop.js';
 import { INDEX_NAME } from './index-segments.js';
 import { CorpusLock, type LockOptions } from './lock.js';
 import {
@@ -209,7 +210,8 @@ export class CorpusWriter {
     dir: string,
     options: LockOptions & { onProgress?: (done: number, total: number) => void } = {},
   ): CorpusInfo {
-    readManifest(dir);
+    // a corpus that keeps only its index: its documents are merged from the index (index-drop.ts)
+    if (readManifest(dir).index?.dropped) return compactTokenless(dir, options);
     const lock = CorpusLock.acquire(dir, options);
     let w: CorpusWriter | undefined;
     let old: CorpusFile | undefined;
