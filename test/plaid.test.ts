@@ -63,6 +63,7 @@ function referenceResidual(
   q: Float32Array,
   lq: number,
   doc: number,
+  int8 = false,
 ): { score: number; bound: number } {
   const d = ix.d;
   const b = { bits: ix.bits, d, cutoffs: new Float32Array(0), weights: weightsOf(ix), tables: ix.tables };
@@ -70,27 +71,38 @@ function referenceResidual(
   const t1 = ix.docOffsets[doc + 1];
   if (t1 === t0) return { score: Number.NEGATIVE_INFINITY, bound: 0 };
   const dec = decodeTokens(ix.centroids, b, ix.cids, ix.codes, t0, t1);
+  // int8 residual scoring (residual.h): one scale for the table, one per query token
+  let wmax = 0;
+  for (let k = 0; k < d; k++)
+    for (let e = 0; e < 1 << ix.bits; e++) wmax = Math.max(wmax, Math.abs(ix.tables[k * 16 + e]));
+  const sw = wmax > 0 ? wmax / 127 : 1;
   let score = 0;
   let bound = 0;
   for (let i = 0; i < lq; i++) {
     let best = Number.NEGATIVE_INFINITY;
     let mag = 0;
+    let qmax = 0;
+    for (let k = 0; k < d; k++) qmax = Math.max(qmax, Math.abs(q[i * d + k]));
+    const sq = qmax > 0 ? qmax / 127 : 1;
+    let quant = 0;
     for (let j = 0; j < t1 - t0; j++) {
       let s = 0;
       let m = 0;
+      let e8 = 0;
       const c = ix.cids[t0 + j] * d;
       for (let k = 0; k < d; k++) {
         s += q[i * d + k] * dec[j * d + k];
+        const r = Math.abs(dec[j * d + k] - ix.centroids[c + k]);
         // the kernel adds q.c and q.w separately: bound both parts and the decode's rounding
-        m +=
-          Math.abs(q[i * d + k]) *
-          (Math.abs(ix.centroids[c + k]) + Math.abs(dec[j * d + k] - ix.centroids[c + k]));
+        m += Math.abs(q[i * d + k]) * (Math.abs(ix.centroids[c + k]) + r);
+        e8 += (sq / 2) * r + (Math.abs(q[i * d + k]) + sq / 2) * (sw / 2);
       }
       if (s > best) best = s;
       if (m > mag) mag = m;
+      if (e8 > quant) quant = e8;
     }
     score += best;
-    bound += (2 * d + lq + 4) * U * mag;
+    bound += (2 * d + lq + 4) * U * mag + (int8 ? quant * (1 + 1e-5) : 0);
   }
   return { score, bound };
 }
@@ -212,7 +224,7 @@ describe('plaid kernels', () => {
       test(`${isa} ${bits}-bit: decompress-MaxSim and centroid interaction vs float64 (seed ${runSeed})`, () => {
         const rand = rng(runSeed + bits);
         for (const d of [1, 7, 32, 100]) {
-          const lengths = [0, 1, 15, 16, 17, 3, 0, 33, 64, 2, 48, 1];
+          const lengths = [0, 1, 15, 16, 17, 3, 0, 33, 64, 2, 48, 1, 200];
           const k = 1 + Math.floor(rand() * 40);
           const ix = randomIndex(rand, lengths, d, k, bits);
           addon.checkIndex(ix);
@@ -224,7 +236,7 @@ describe('plaid kernels', () => {
             const ci = addon.centroidDocs(ix, q, docs, keep, { isa });
             const ciAll = addon.centroidDocs(ix, q, docs, null, { isa });
             for (const b of docs) {
-              const ref = referenceResidual(ix, q, lq, b);
+              const ref = referenceResidual(ix, q, lq, b, isa === 'avx512vnni' && bits === 2);
               const ctx = `d ${d} lq ${lq} doc ${b} (length ${lengths[b]})`;
               if (lengths[b] === 0) assert.equal(got[b], Number.NEGATIVE_INFINITY, ctx);
               else if (lq === 0) assert.equal(got[b], 0, ctx);

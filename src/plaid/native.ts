@@ -5,7 +5,8 @@ import type { TokenBatch } from '../tensor.js';
 import type { AssignGroups } from './kmeans.js';
 
 /** CPU kernel sets of the residual engine. */
-export type ResidualIsa = 'avx512' | 'avx2' | 'portable';
+/** avx512vnni: avx512's kernels with the 2-bit residual scoring in int8 (VPDPBUSD; native/cpu/residual_vnni.cc). */
+export type ResidualIsa = 'avx512vnni' | 'avx512' | 'avx2' | 'portable';
 
 export interface KernelOptions {
   threads?: number;
