@@ -289,10 +289,12 @@ function referenceSearch(
       qc[i * k + c] = s;
     }
   const probed = new Set<number>();
+  const perToken: number[][] = [];
   for (let i = 0; i < lq; i++) {
     const order = Array.from({ length: k }, (_, c) => c).sort(
       (a, b) => qc[i * k + b] - qc[i * k + a] || a - b,
     );
+    perToken.push(order.slice(0, nprobe));
     for (const c of order.slice(0, nprobe)) probed.add(c);
   }
   const keep = new Uint8Array(k);
@@ -305,8 +307,25 @@ function referenceSearch(
   for (const c of probed) for (let j = ix.ivfOffsets[c]; j < ix.ivfOffsets[c + 1]; j++) cand.add(ix.ivf[j]);
   const ci = [...cand].map((b) => ({ b, s: referenceCentroid(ix, q, lq, b, keep) }));
   ci.sort((x, y) => y.s - x.s || x.b - y.b);
-  const kept = ci.slice(0, candidates).map((x) => x.b);
-  return { generated: cand.size, probed: probed.size, kept };
+  // 'lists': per token the best probed centroid in the bag, else the token's nprobe-th best score
+  const lists = [...cand].map((b) => {
+    const bag = new Set(ix.bags.subarray(ix.bagOffsets[b], ix.bagOffsets[b + 1]));
+    let s = 0;
+    for (let i = 0; i < lq; i++) {
+      const best = perToken[i].find((c) => bag.has(c));
+      s += qc[i * k + (best ?? perToken[i][perToken[i].length - 1])];
+    }
+    return { b, s };
+  });
+  lists.sort((x, y) => y.s - x.s || x.b - y.b);
+  return {
+    generated: cand.size,
+    probed: probed.size,
+    kept: ci.slice(0, candidates).map((x) => x.b),
+    keptLists: lists.slice(0, candidates).map((x) => x.b),
+    scores: new Map(ci.map((x) => [x.b, x.s])),
+    listScores: new Map(lists.map((x) => [x.b, x.s])),
+  };
 }
 
 describe('plaid search', () => {
@@ -321,21 +340,28 @@ describe('plaid search', () => {
       [48, 1000, Number.NEGATIVE_INFINITY],
     ]) {
       for (let qi = 0; qi < 6; qi++) {
-        const q = queries.data.subarray(qi * 9 * d, (qi + 1) * 9 * d);
-        const got = await addon.search(ix.native, q, { nprobe, candidates, threshold });
-        const ref = referenceSearch(ix.native, q, 9, nprobe, candidates, threshold);
-        const ctx = `nprobe ${nprobe} candidates ${candidates} threshold ${threshold} query ${qi}`;
-        assert.equal(got.stats.probed, ref.probed, ctx);
-        assert.equal(got.stats.generated, ref.generated, ctx);
-        assert.deepEqual(
-          [...got.ids].sort((a, b) => a - b),
-          [...ref.kept].sort((a, b) => a - b),
-          ctx,
-        );
-        const res = addon.scoreDocs(ix.native, q, got.ids, {});
-        assert.deepEqual(got.scores, res, `${ctx}: scores are the residual kernel's`);
-        for (let i = 1; i < got.ids.length; i++)
-          assert.ok(got.scores[i - 1] >= got.scores[i], `${ctx}: sorted`);
+        for (const interaction of ['bags', 'lists'] as const) {
+          const q = queries.data.subarray(qi * 9 * d, (qi + 1) * 9 * d);
+          const got = await addon.search(ix.native, q, { nprobe, candidates, threshold, interaction });
+          const ref = referenceSearch(ix.native, q, 9, nprobe, candidates, threshold);
+          const ctx = `${interaction} nprobe ${nprobe} candidates ${candidates} threshold ${threshold} query ${qi}`;
+          assert.equal(got.stats.probed, ref.probed, ctx);
+          assert.equal(got.stats.generated, ref.generated, ctx);
+          // the kept set: equal up to float32 near-ties at the cut (the reference sums in float64)
+          const want = interaction === 'bags' ? ref.kept : ref.keptLists;
+          const sc = interaction === 'bags' ? ref.scores : ref.listScores;
+          const cut = sc.get(want[want.length - 1]) ?? 0;
+          const tie = (b: number) => Math.abs((sc.get(b) ?? Number.NaN) - cut) <= 1e-5 * (1 + Math.abs(cut));
+          const g = new Set(got.ids);
+          const w = new Set(want);
+          assert.equal(got.ids.length, want.length, ctx);
+          for (const b of want) assert.ok(g.has(b) || tie(b), `${ctx}: ${b} kept by the reference`);
+          for (const b of got.ids) assert.ok(w.has(b) || tie(b), `${ctx}: ${b} not kept by the reference`);
+          const res = addon.scoreDocs(ix.native, q, got.ids, {});
+          assert.deepEqual(got.scores, res, `${ctx}: scores are the residual kernel's`);
+          for (let i = 1; i < got.ids.length; i++)
+            assert.ok(got.scores[i - 1] >= got.scores[i], `${ctx}: sorted`);
+        }
       }
     }
   });

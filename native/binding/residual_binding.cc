@@ -284,7 +284,7 @@ Napi::Value CheckIndex(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// search(index, query, { nprobe, candidates, threshold, threads, isa }) -> Promise<{ ids, scores, stats }>
+// search(index, query, { nprobe, candidates, threshold, interaction: 'lists' | 'bags' (default), threads, isa }) -> Promise<{ ids, scores, stats }>
 Napi::Value Search(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ResidualIndex ix = ParseIndex(env, info[0], false);
@@ -298,6 +298,13 @@ Napi::Value Search(const Napi::CallbackInfo& info) {
   p.candidates = Int(env, o, "candidates", 1, int64_t{1} << 31);
   p.threshold = o.Get("threshold").IsNumber() ? o.Get("threshold").As<Napi::Number>().FloatValue() : -INFINITY;
   p.threads = Threads(o);
+  if (!o.Get("interaction").IsUndefined()) {
+    const Napi::Value v = o.Get("interaction");
+    const std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+    if (s != "lists" && s != "bags")
+      throw Expected(env, "options.interaction", "'lists' or 'bags'", v.IsString() ? "'" + s + "'" : "another value");
+    p.lists = s == "lists";
+  }
   const ResidualKernels* k = Kernels(env, o);
   auto out = std::make_shared<std::pair<std::vector<int32_t>, std::vector<float>>>();
   auto st = std::make_shared<maxsim_cpu::ResidualSearchStats>();

@@ -268,6 +268,77 @@ void AssignRowsGrouped(const ResidualKernels& kern, const GroupPlan& plan, const
   if (scores) std::copy(best.begin(), best.end(), scores);
 }
 
+// Candidates (lists): for each query token, the documents of its probed centroids' lists, best
+// centroid first, so a document's first visit by token i carries max over its bag of the probed
+// centroids' scores for i; a token that reaches the document through none of its lists counts its
+// np-th best centroid score (no unprobed centroid scores more: the sum bounds the bag interaction
+// from above, and equals it for documents every token reaches). Cost: the probed lists' length.
+void CandidatesByLists(const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq, int64_t lqp, int64_t np,
+                       const std::vector<int32_t>& probe_ids, std::vector<int32_t>* cand, std::vector<float>* ci) {
+  // per-thread buffers over the documents: stamp base + i + 1 marks a visit by token i
+  thread_local std::vector<uint32_t> stamp;
+  thread_local std::vector<float> acc;
+  thread_local uint32_t base = 0;
+  if (static_cast<int64_t>(stamp.size()) != ix.docs || base > 0xF0000000u - static_cast<uint32_t>(lq)) {
+    stamp.assign(static_cast<size_t>(ix.docs), 0);
+    acc.assign(static_cast<size_t>(ix.docs), 0.0f);
+    base = 0;
+  }
+  cand->clear();
+  double floor_sum = 0.0;
+  for (int64_t i = 0; i < lq && np > 0; i++) {
+    const uint32_t mine = base + static_cast<uint32_t>(i) + 1;
+    const float floor = qct[static_cast<int64_t>(probe_ids[i * np + np - 1]) * lqp + i];
+    floor_sum += floor;
+    for (int64_t j = 0; j < np; j++) {
+      const int64_t c = probe_ids[i * np + j];
+      const float gain = qct[c * lqp + i] - floor;
+      for (int64_t e = static_cast<int64_t>(ix.ivf_offsets[c]); e < static_cast<int64_t>(ix.ivf_offsets[c + 1]); e++) {
+        const int32_t b = ix.ivf[e];
+        const uint32_t sb = stamp[b];
+        if (sb == mine) continue;  // reached by a better centroid of this token
+        if (sb <= base) {          // first visit in this query
+          acc[b] = 0.0f;
+          cand->push_back(b);
+        }
+        acc[b] += gain;
+        stamp[b] = mine;
+      }
+    }
+  }
+  base += static_cast<uint32_t>(lq) + 1;
+  ci->resize(cand->size());
+  for (size_t n = 0; n < cand->size(); n++) (*ci)[n] = static_cast<float>(floor_sum + acc[(*cand)[n]]);
+}
+
+// Candidates (bags): the union of the probed lists, each scored by centroid interaction over its
+// whole bag (PLAID's stage; keep: the pruning threshold's centroids, empty for all).
+void CandidatesByBags(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+                      int64_t lqp, const std::vector<uint8_t>& probed, const std::vector<uint8_t>& keep, int threads,
+                      std::vector<int32_t>* cand, std::vector<float>* ci) {
+  std::vector<uint8_t> mark(static_cast<size_t>(ix.docs), 0);
+  for (int64_t c = 0; c < ix.k; c++) {
+    if (!probed[c]) continue;
+    for (int64_t j = static_cast<int64_t>(ix.ivf_offsets[c]); j < static_cast<int64_t>(ix.ivf_offsets[c + 1]); j++)
+      mark[ix.ivf[j]] = 1;
+  }
+  cand->clear();
+  for (int64_t b = 0; b < ix.docs; b++)
+    if (mark[b]) cand->push_back(static_cast<int32_t>(b));
+  ci->resize(cand->size());
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(threads)), std::vector<float>(lqp));
+  constexpr int64_t kDocs = 256;
+  const int64_t nc = static_cast<int64_t>(cand->size());
+  ForEach((nc + kDocs - 1) / kDocs, threads, [&](int w, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(nc, item * kDocs + kDocs); i++) {
+      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[(*cand)[i]]);
+      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[(*cand)[i] + 1]);
+      (*ci)[i] = kern.centroid_doc(qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep.empty() ? nullptr : keep.data(),
+                                   scratch[w].data());
+    }
+  });
+}
+
 }  // namespace
 
 std::vector<const ResidualKernels*> UsableResidualKernels() {
@@ -413,8 +484,11 @@ void CentroidScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, con
 
 // Each query token's np best centroids (ties to the lower id) marked in probed: one pass over qct's
 // rows, a row skipped unless one of its scores beats its token's current np-th best.
+// id [lq][np]: each token's probed centroids, best first.
 void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_t lqp, int64_t np,
-                    std::vector<uint8_t>* probed) {
+                    std::vector<uint8_t>* probed, std::vector<int32_t>* probe_ids) {
+  std::vector<int32_t>& id = *probe_ids;
+  id.assign(static_cast<size_t>(std::max<int64_t>(0, lq * np)), 0);
   if (np <= 0 || lq == 0) return;
   if (np > 64) {  // wide probes: a selection per token
     std::vector<int32_t> order(static_cast<size_t>(k));
@@ -424,15 +498,18 @@ void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_
         order[c] = static_cast<int32_t>(c);
         col[c] = qct[c * lqp + i];
       }
-      std::nth_element(order.begin(), order.begin() + (np - 1), order.end(),
-                       [&](int32_t a, int32_t b) { return Better(col[a], a, col[b], b); });
-      for (int64_t j = 0; j < np; j++) (*probed)[order[j]] = 1;
+      auto by = [&](int32_t a, int32_t b) { return Better(col[a], a, col[b], b); };
+      std::nth_element(order.begin(), order.begin() + (np - 1), order.end(), by);
+      std::sort(order.begin(), order.begin() + np, by);
+      for (int64_t j = 0; j < np; j++) {
+        (*probed)[order[j]] = 1;
+        id[i * np + j] = order[j];
+      }
     }
     return;
   }
   // per token its best np (value, id), best first; the first np centroids start every list
   std::vector<float> val(static_cast<size_t>(lq * np));
-  std::vector<int32_t> id(static_cast<size_t>(lq * np));
   std::vector<float> worst(static_cast<size_t>(lqp), INFINITY);
   for (int64_t i = 0; i < lq; i++) {
     float* v = val.data() + i * np;
@@ -483,12 +560,14 @@ void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const 
   PrepareQuery(kern, ix, query, lq, p.threads, &f);
   const int64_t lqp = f.lqp;
   const std::vector<float>& qct = f.qct;
-  // Probe: each query token's nprobe best centroids; pruning (a finite threshold only): the
+  // Probe: each query token's nprobe best centroids; pruning (bags, a finite threshold only): the
   // centroids whose best query-token score reaches the threshold.
+  const int64_t np = std::min(p.nprobe, ix.k);
   std::vector<uint8_t> probed(static_cast<size_t>(ix.k), 0), keep;
-  ProbeCentroids(qct, ix.k, lq, lqp, std::min(p.nprobe, ix.k), &probed);
+  std::vector<int32_t> probe_ids;
+  ProbeCentroids(qct, ix.k, lq, lqp, np, &probed, &probe_ids);
   for (int64_t c = 0; c < ix.k; c++) st->probed += probed[c];
-  if (p.threshold == -INFINITY) {
+  if (p.threshold == -INFINITY || p.lists) {
     st->kept_centroids = ix.k;
   } else {
     keep.assign(static_cast<size_t>(ix.k), 0);
@@ -501,32 +580,15 @@ void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const 
   }
   st->ms_centroids = MsSince(t);
   t = Clock::now();
-  // Candidates: the union of the probed centroids' inverted lists, in ascending document order.
-  std::vector<uint8_t> mark(static_cast<size_t>(ix.docs), 0);
-  for (int64_t c = 0; c < ix.k; c++) {
-    if (!probed[c]) continue;
-    for (int64_t j = static_cast<int64_t>(ix.ivf_offsets[c]); j < static_cast<int64_t>(ix.ivf_offsets[c + 1]); j++)
-      mark[ix.ivf[j]] = 1;
-  }
   std::vector<int32_t> cand;
-  for (int64_t b = 0; b < ix.docs; b++)
-    if (mark[b]) cand.push_back(static_cast<int32_t>(b));
-  st->generated = static_cast<int64_t>(cand.size());
+  std::vector<float> ci;
+  if (p.lists) CandidatesByLists(ix, qct, lq, lqp, np, probe_ids, &cand, &ci);
+  else CandidatesByBags(kern, ix, qct, lq, lqp, probed, keep, p.threads, &cand, &ci);
   st->ms_candidates = MsSince(t);
+  st->generated = static_cast<int64_t>(cand.size());
   t = Clock::now();
-  // Centroid interaction with pruning, then the best `candidates` documents.
-  std::vector<float> ci(cand.size());
-  std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(p.threads)), std::vector<float>(lqp));
-  constexpr int64_t kDocs = 256;
+  // The best `candidates` documents by their interaction score.
   const int64_t nc = static_cast<int64_t>(cand.size());
-  ForEach((nc + kDocs - 1) / kDocs, p.threads, [&](int w, int64_t item) {
-    for (int64_t i = item * kDocs; i < std::min(nc, item * kDocs + kDocs); i++) {
-      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[cand[i]]);
-      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[cand[i] + 1]);
-      ci[i] = kern.centroid_doc(qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep.empty() ? nullptr : keep.data(),
-                                scratch[w].data());
-    }
-  });
   std::vector<int64_t> pick(cand.size());
   for (int64_t i = 0; i < nc; i++) pick[i] = i;
   const int64_t keep_n = std::min(nc, std::max<int64_t>(0, p.candidates));

@@ -134,7 +134,10 @@ struct ResidualIndex {
 struct ResidualSearchParams {
   int64_t nprobe = 4;        // centroids probed per query token
   int64_t candidates = 256;  // documents kept by centroid interaction, scored by the residual kernel
-  float threshold = -INFINITY;  // centroid pruning: centroids whose best query-token score is below
+  float threshold = -INFINITY;  // centroid pruning (bags): centroids whose best query-token score is below
+  // candidate scoring: true = from the probed lists only (CandidatesByLists in residual.cc), false =
+  // centroid interaction over each reached document's whole bag
+  bool lists = false;
   int threads = 0;
 };
 
@@ -143,6 +146,7 @@ struct ResidualSearchStats {
   int64_t generated = 0;  // documents reached through the inverted lists
   int64_t kept_centroids = 0;  // centroids above the pruning threshold
   int64_t scored = 0;     // documents scored by the residual kernel
+  // ms_candidates: the list walk (lists) or the union and bag interaction (bags); ms_interaction: the selection
   double ms_centroids = 0, ms_candidates = 0, ms_interaction = 0, ms_residual = 0;
 };
 

@@ -63,7 +63,12 @@ interface ResidualAddon {
   search(
     index: NativeIndex,
     query: Float32Array,
-    o: KernelOptions & { nprobe: number; candidates: number; threshold?: number },
+    o: KernelOptions & {
+      nprobe: number;
+      candidates: number;
+      threshold?: number;
+      interaction?: 'lists' | 'bags';
+    },
   ): Promise<{ ids: Int32Array; scores: Float32Array; stats: NativeSearchStats }>;
   scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;
   centroidDocs(

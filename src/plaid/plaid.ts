@@ -101,8 +101,15 @@ export interface IndexSearchOptions extends KernelOptions {
   nprobe?: number;
   /** Documents kept by centroid interaction and scored on the residuals (default: defaultSearch). */
   candidates?: number;
-  /** Centroid pruning: centroids whose best query-token score is below it are left out of the bags. */
+  /** Centroid pruning ('bags'): centroids whose best query-token score is below it are left out of the bags. */
   threshold?: number;
+  /**
+   * How reached documents are scored before the residual stage: 'lists' (default: per query token
+   * the best of its probed centroids the document holds, its nprobe-th best centroid score when none;
+   * costs the probed lists' length) or 'bags' (PLAID's centroid interaction over each document's
+   * whole bag of centroids; costs the reached documents' bags).
+   */
+  interaction?: 'lists' | 'bags';
   /** Residual-scored documents re-scored exactly when tokens are kept (default: defaultSearch). */
   rescore?: number;
 }
@@ -276,7 +283,7 @@ export class PlaidIndex {
   async search(query: TokenMatrix, options: IndexSearchOptions): Promise<IndexSearchResult> {
     if (!isTokenMatrix(query))
       throw new InvalidArgumentError('query', 'a TokenMatrix (searchAll takes a batch)', typeof query);
-    options = optionsObject(options, 'k, nprobe, candidates, threshold, rescore, threads, isa');
+    options = optionsObject(options, 'k, nprobe, candidates, threshold, interaction, rescore, threads, isa');
     if (query.dtype === 'int8') throw new InvalidArgumentError('query.dtype', 'a float dtype', "'int8'");
     if (query.dim !== this.dim)
       throw new InvalidArgumentError('query.dim', `${this.dim} (the index's dim)`, String(query.dim));
@@ -288,11 +295,15 @@ export class PlaidIndex {
     const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
     if (typeof threshold !== 'number' || Number.isNaN(threshold))
       throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
+    const interaction = options.interaction ?? 'lists';
+    if (interaction !== 'lists' && interaction !== 'bags')
+      throw new InvalidArgumentError('options.interaction', "'lists' or 'bags'", String(interaction));
     const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
     const r = await residualAddon().search(this.native, q, {
       nprobe: Math.min(nprobe, this.centroids),
       candidates: Math.max(candidates, k),
       threshold,
+      interaction,
       threads: options.threads,
       isa: options.isa,
     });
