@@ -172,10 +172,11 @@ console.log(
 );
 for (const g of GRID.split(',')) {
   for (const k of [10, 100]) {
-    const def = defaultSearch(k);
+    const def = defaultSearch(k, DOCS);
     const [nprobe, candidates, rescore] =
       g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
-    const interaction: 'bags' | 'lists' = g.endsWith('xbags') ? 'bags' : 'lists';
+    const interaction: 'bags' | 'lists' =
+      g === 'def' ? def.interaction : g.endsWith('xbags') ? 'bags' : 'lists';
     const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), interaction };
     await index.search(queries[0], o);
     const lat: number[] = [];

@@ -82,10 +82,10 @@ for (const BITS_NOW of BITS) {
   );
   for (const g of GRID.split(',')) {
     for (const k of [10, 100]) {
-      const def = defaultSearch(k);
+      const def = defaultSearch(k, DOCS);
       const [nprobe, candidates, rescore] =
         g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
-      const interaction = g.endsWith('xbags') ? 'bags' : 'lists';
+      const interaction = g === 'def' ? def.interaction : g.endsWith('xbags') ? 'bags' : 'lists';
       const lat: number[] = [];
       let found = 0;
       const stage = [0, 0, 0, 0, 0];

@@ -137,11 +137,21 @@ export function defaultCentroids(tokens: number): number {
   return Math.max(1, Math.min(tokens, 2 ** Math.floor(Math.log2(16 * Math.sqrt(tokens)))));
 }
 
-/** The search defaults for k hits (bench/plaid.ts measured them; docs/index.md has the curve). */
-export function defaultSearch(k: number): { nprobe: number; candidates: number; rescore: number } {
-  // 100K documents x 64 tokens, K = 2048, 2-bit: k = 10 at (8, 1024, 256) gave recall@10 0.970,
-  // k = 100 at (16, 2048, 512) recall@100 0.963 (bench/results/plaid-cpu.md)
-  return { nprobe: k <= 10 ? 8 : 16, candidates: Math.max(1024, 20 * k), rescore: Math.max(256, 5 * k) };
+/**
+ * The search defaults for k hits over `docs` documents (default 100,000), from the recall / latency
+ * curves of bench/results/plaid-cpu.md (structured synthetic corpus, 64 tokens per document, d = 128,
+ * K = defaultCentroids, 2-bit): the probes and candidates grow with sqrt(docs / 100K) (nprobe 16 and
+ * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring with its fourth root (512, 1,024).
+ */
+export function defaultSearch(
+  k: number,
+  docs = 100_000,
+): { nprobe: number; candidates: number; rescore: number; interaction: 'lists' } {
+  const scale = Math.sqrt(Math.max(1, docs) / 100_000);
+  const nprobe = Math.min(128, 2 ** Math.ceil(Math.log2(Math.max(8, 16 * scale))));
+  const candidates = Math.max(20 * k, 1024 * Math.max(1, Math.round(4 * scale)));
+  const rescore = Math.max(5 * k, 256 * Math.max(1, Math.round(2 * Math.sqrt(scale))));
+  return { nprobe, candidates, rescore, interaction: 'lists' };
 }
 
 function checkBits(v: unknown): 2 | 4 {
@@ -288,14 +298,14 @@ export class PlaidIndex {
     if (query.dim !== this.dim)
       throw new InvalidArgumentError('query.dim', `${this.dim} (the index's dim)`, String(query.dim));
     const k = expectInteger('options.k', options.k, 1);
-    const def = defaultSearch(k);
+    const def = defaultSearch(k, this.count);
     const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
     const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
     const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
     const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
     if (typeof threshold !== 'number' || Number.isNaN(threshold))
       throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
-    const interaction = options.interaction ?? 'lists';
+    const interaction = options.interaction ?? def.interaction;
     if (interaction !== 'lists' && interaction !== 'bags')
       throw new InvalidArgumentError('options.interaction', "'lists' or 'bags'", String(interaction));
     const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
