@@ -175,8 +175,14 @@ for (const g of GRID.split(',')) {
     const def = defaultSearch(k, DOCS);
     const [nprobe, candidates, rescore] =
       g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
-    const interaction: 'bags' | 'lists' =
-      g === 'def' ? def.interaction : g.endsWith('xbags') ? 'bags' : 'lists';
+    const interaction: 'bags' | 'lists' | 'hybrid' =
+      g === 'def'
+        ? def.interaction
+        : g.endsWith('xbags')
+          ? 'bags'
+          : g.endsWith('xhybrid')
+            ? 'hybrid'
+            : 'lists';
     const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), interaction };
     await index.search(queries[0], o);
     const lat: number[] = [];
@@ -199,7 +205,7 @@ for (const g of GRID.split(',')) {
     const cu = process.cpuUsage(cpu0);
     const p50 = pct(lat, 0.5);
     console.log(
-      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${o.rescore}${interaction === 'bags' ? ' bags' : ''} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(int8 / p50).toFixed(0)}x | ${generated.toFixed(0)} ${Math.min(candidates, generated).toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
+      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${o.rescore}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(int8 / p50).toFixed(0)}x | ${generated.toFixed(0)} ${Math.min(candidates, generated).toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
     );
   }
 }

@@ -85,7 +85,14 @@ for (const BITS_NOW of BITS) {
       const def = defaultSearch(k, DOCS);
       const [nprobe, candidates, rescore] =
         g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
-      const interaction = g === 'def' ? def.interaction : g.endsWith('xbags') ? 'bags' : 'lists';
+      const interaction =
+        g === 'def'
+          ? def.interaction
+          : g.endsWith('xbags')
+            ? 'bags'
+            : g.endsWith('xhybrid')
+              ? 'hybrid'
+              : 'lists';
       const lat: number[] = [];
       let found = 0;
       const stage = [0, 0, 0, 0, 0];
@@ -123,7 +130,7 @@ for (const BITS_NOW of BITS) {
       const cu = process.cpuUsage(cpu0);
       const p50 = pct(lat, 0.5);
       console.log(
-        `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'bags' ? ' bags' : ''} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
+        `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
       );
     }
   }

@@ -318,6 +318,12 @@ function referenceSearch(
     return { b, s };
   });
   lists.sort((x, y) => y.s - x.s || x.b - y.b);
+  // 'hybrid': the lists' best 4 x candidates, then their bag interaction
+  const bagScore = new Map(ci.map((x) => [x.b, x.s]));
+  const hybrid = lists
+    .slice(0, 4 * candidates)
+    .map((x) => ({ b: x.b, s: bagScore.get(x.b) ?? 0 }))
+    .sort((x, y) => y.s - x.s || x.b - y.b);
   return {
     generated: cand.size,
     probed: probed.size,
@@ -325,6 +331,8 @@ function referenceSearch(
     keptLists: lists.slice(0, candidates).map((x) => x.b),
     scores: new Map(ci.map((x) => [x.b, x.s])),
     listScores: new Map(lists.map((x) => [x.b, x.s])),
+    keptHybrid: hybrid.slice(0, candidates).map((x) => x.b),
+    listCut: lists[Math.min(lists.length, 4 * candidates) - 1]?.s ?? 0,
   };
 }
 
@@ -340,7 +348,7 @@ describe('plaid search', () => {
       [48, 1000, Number.NEGATIVE_INFINITY],
     ]) {
       for (let qi = 0; qi < 6; qi++) {
-        for (const interaction of ['bags', 'lists'] as const) {
+        for (const interaction of ['bags', 'lists', 'hybrid'] as const) {
           const q = queries.data.subarray(qi * 9 * d, (qi + 1) * 9 * d);
           const got = await addon.search(ix.native, q, { nprobe, candidates, threshold, interaction });
           const ref = referenceSearch(ix.native, q, 9, nprobe, candidates, threshold);
@@ -348,10 +356,15 @@ describe('plaid search', () => {
           assert.equal(got.stats.probed, ref.probed, ctx);
           assert.equal(got.stats.generated, ref.generated, ctx);
           // the kept set: equal up to float32 near-ties at the cut (the reference sums in float64)
-          const want = interaction === 'bags' ? ref.kept : ref.keptLists;
-          const sc = interaction === 'bags' ? ref.scores : ref.listScores;
+          const want =
+            interaction === 'bags' ? ref.kept : interaction === 'lists' ? ref.keptLists : ref.keptHybrid;
+          const sc = interaction === 'lists' ? ref.listScores : ref.scores;
           const cut = sc.get(want[want.length - 1]) ?? 0;
-          const tie = (b: number) => Math.abs((sc.get(b) ?? Number.NaN) - cut) <= 1e-5 * (1 + Math.abs(cut));
+          const near = (x: number | undefined, c: number) =>
+            x !== undefined && Math.abs(x - c) <= 1e-5 * (1 + Math.abs(c));
+          // hybrid: also a near-tie at the lists' cut may enter or leave the bag stage
+          const tie = (b: number) =>
+            near(sc.get(b), cut) || (interaction === 'hybrid' && near(ref.listScores.get(b), ref.listCut));
           const g = new Set(got.ids);
           const w = new Set(want);
           assert.equal(got.ids.length, want.length, ctx);

@@ -284,7 +284,7 @@ Napi::Value CheckIndex(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// search(index, query, { nprobe, candidates, threshold, interaction: 'lists' | 'bags' (default), threads, isa }) -> Promise<{ ids, scores, stats }>
+// search(index, query, { nprobe, candidates, threshold, interaction: 'lists' | 'bags' (default) | 'hybrid', threads, isa }) -> Promise<{ ids, scores, stats }>
 Napi::Value Search(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ResidualIndex ix = ParseIndex(env, info[0], false);
@@ -301,9 +301,12 @@ Napi::Value Search(const Napi::CallbackInfo& info) {
   if (!o.Get("interaction").IsUndefined()) {
     const Napi::Value v = o.Get("interaction");
     const std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
-    if (s != "lists" && s != "bags")
-      throw Expected(env, "options.interaction", "'lists' or 'bags'", v.IsString() ? "'" + s + "'" : "another value");
-    p.lists = s == "lists";
+    if (s != "lists" && s != "bags" && s != "hybrid")
+      throw Expected(env, "options.interaction", "'lists', 'bags' or 'hybrid'",
+                     v.IsString() ? "'" + s + "'" : "another value");
+    p.lists = s != "bags";
+    // hybrid: the lists keep 4x the candidates for the bag interaction
+    if (s == "hybrid") p.refine = 4 * p.candidates;
   }
   const ResidualKernels* k = Kernels(env, o);
   auto out = std::make_shared<std::pair<std::vector<int32_t>, std::vector<float>>>();

@@ -311,6 +311,10 @@ void CandidatesByLists(const ResidualIndex& ix, const std::vector<float>& qct, i
   for (size_t n = 0; n < cand->size(); n++) (*ci)[n] = static_cast<float>(floor_sum + acc[(*cand)[n]]);
 }
 
+void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+               int64_t lqp, const std::vector<uint8_t>& keep, int threads, const std::vector<int32_t>& cand,
+               std::vector<float>* ci);
+
 // Candidates (bags): the union of the probed lists, each scored by centroid interaction over its
 // whole bag (PLAID's stage; keep: the pruning threshold's centroids, empty for all).
 void CandidatesByBags(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
@@ -325,14 +329,40 @@ void CandidatesByBags(const ResidualKernels& kern, const ResidualIndex& ix, cons
   cand->clear();
   for (int64_t b = 0; b < ix.docs; b++)
     if (mark[b]) cand->push_back(static_cast<int32_t>(b));
-  ci->resize(cand->size());
+  BagScores(kern, ix, qct, lq, lqp, keep, threads, *cand, ci);
+}
+
+// The best n of cand by ci (ties to the lower id), in no particular order.
+void KeepBest(int64_t n, std::vector<int32_t>* cand, std::vector<float>* ci) {
+  const int64_t nc = static_cast<int64_t>(cand->size());
+  if (n >= nc) return;
+  std::vector<int64_t> pick(static_cast<size_t>(nc));
+  for (int64_t i = 0; i < nc; i++) pick[i] = i;
+  std::nth_element(pick.begin(), pick.begin() + n, pick.end(), [&](int64_t a, int64_t b) {
+    return Better((*ci)[a], (*cand)[a], (*ci)[b], (*cand)[b]);
+  });
+  std::vector<int32_t> c2(static_cast<size_t>(n));
+  std::vector<float> s2(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) {
+    c2[i] = (*cand)[pick[i]];
+    s2[i] = (*ci)[pick[i]];
+  }
+  cand->swap(c2);
+  ci->swap(s2);
+}
+
+// Centroid interaction over the whole bag of each listed document.
+void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+               int64_t lqp, const std::vector<uint8_t>& keep, int threads, const std::vector<int32_t>& cand,
+               std::vector<float>* ci) {
+  ci->resize(cand.size());
   std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(threads)), std::vector<float>(lqp));
   constexpr int64_t kDocs = 256;
-  const int64_t nc = static_cast<int64_t>(cand->size());
+  const int64_t nc = static_cast<int64_t>(cand.size());
   ForEach((nc + kDocs - 1) / kDocs, threads, [&](int w, int64_t item) {
     for (int64_t i = item * kDocs; i < std::min(nc, item * kDocs + kDocs); i++) {
-      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[(*cand)[i]]);
-      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[(*cand)[i] + 1]);
+      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[cand[i]]);
+      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[cand[i] + 1]);
       (*ci)[i] = kern.centroid_doc(qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep.empty() ? nullptr : keep.data(),
                                    scratch[w].data());
     }
@@ -567,7 +597,7 @@ void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const 
   std::vector<int32_t> probe_ids;
   ProbeCentroids(qct, ix.k, lq, lqp, np, &probed, &probe_ids);
   for (int64_t c = 0; c < ix.k; c++) st->probed += probed[c];
-  if (p.threshold == -INFINITY || p.lists) {
+  if (p.threshold == -INFINITY || (p.lists && p.refine == 0)) {  // the pruning mask serves the bag stage
     st->kept_centroids = ix.k;
   } else {
     keep.assign(static_cast<size_t>(ix.k), 0);
@@ -584,8 +614,12 @@ void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const 
   std::vector<float> ci;
   if (p.lists) CandidatesByLists(ix, qct, lq, lqp, np, probe_ids, &cand, &ci);
   else CandidatesByBags(kern, ix, qct, lq, lqp, probed, keep, p.threads, &cand, &ci);
-  st->ms_candidates = MsSince(t);
   st->generated = static_cast<int64_t>(cand.size());
+  if (p.lists && p.refine > 0) {  // hybrid: the lists' best `refine`, re-scored on their whole bags
+    KeepBest(std::max(p.refine, p.candidates), &cand, &ci);
+    BagScores(kern, ix, qct, lq, lqp, keep, p.threads, cand, &ci);
+  }
+  st->ms_candidates = MsSince(t);
   t = Clock::now();
   // The best `candidates` documents by their interaction score.
   const int64_t nc = static_cast<int64_t>(cand.size());

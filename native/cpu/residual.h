@@ -138,6 +138,9 @@ struct ResidualSearchParams {
   // candidate scoring: true = from the probed lists only (CandidatesByLists in residual.cc), false =
   // centroid interaction over each reached document's whole bag
   bool lists = false;
+  // lists only: > 0 keeps the lists' best max(refine, candidates), re-scored by the bag interaction
+  // ('hybrid': PLAID's stages 2 and 3 with the cheap list score as stage 2)
+  int64_t refine = 0;
   int threads = 0;
 };
 

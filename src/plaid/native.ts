@@ -67,7 +67,7 @@ interface ResidualAddon {
       nprobe: number;
       candidates: number;
       threshold?: number;
-      interaction?: 'lists' | 'bags';
+      interaction?: 'lists' | 'bags' | 'hybrid';
     },
   ): Promise<{ ids: Int32Array; scores: Float32Array; stats: NativeSearchStats }>;
   scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;

@@ -107,9 +107,10 @@ export interface IndexSearchOptions extends KernelOptions {
    * How reached documents are scored before the residual stage: 'lists' (default: per query token
    * the best of its probed centroids the document holds, its nprobe-th best centroid score when none;
    * costs the probed lists' length) or 'bags' (PLAID's centroid interaction over each document's
-   * whole bag of centroids; costs the reached documents' bags).
+   * whole bag of centroids; costs the reached documents' bags) or 'hybrid' (the lists' best
+   * 4 x candidates re-scored on their whole bags).
    */
-  interaction?: 'lists' | 'bags';
+  interaction?: 'lists' | 'bags' | 'hybrid';
   /** Residual-scored documents re-scored exactly when tokens are kept (default: defaultSearch). */
   rescore?: number;
 }
@@ -306,8 +307,12 @@ export class PlaidIndex {
     if (typeof threshold !== 'number' || Number.isNaN(threshold))
       throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
     const interaction = options.interaction ?? def.interaction;
-    if (interaction !== 'lists' && interaction !== 'bags')
-      throw new InvalidArgumentError('options.interaction', "'lists' or 'bags'", String(interaction));
+    if (interaction !== 'lists' && interaction !== 'bags' && interaction !== 'hybrid')
+      throw new InvalidArgumentError(
+        'options.interaction',
+        "'lists', 'bags' or 'hybrid'",
+        String(interaction),
+      );
     const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
     const r = await residualAddon().search(this.native, q, {
       nprobe: Math.min(nprobe, this.centroids),
