@@ -5,6 +5,7 @@
 // 'maxsim/internal' (kernel sets, conversions, helpers the CLI and benchmarks use).
 // test/exports.test.ts states the surface of each.
 
+export type { CpuInfo, CpuIsa } from './backends/cpu.js';
 export {
   type CudaDevice,
   type CudaDeviceInfo,
@@ -13,18 +14,18 @@ export {
   cuda,
   type DeviceCorpus,
   type QuantizeMode8,
+  type ScoreOptions as DeviceScoreOptions,
   type TopKOptions,
 } from './backends/cuda.js';
+export type { CudaDeviceGroup } from './backends/cuda-device-group.js';
 export type { DeviceDType } from './backends/cuda-dispatch.js';
-export type {
-  CudaDeviceGroup,
-  ShardedCorpus,
-  ShardedTopKOptions,
-  ShardInfo,
-} from './backends/cuda-sharded.js';
+export type { CudaDeviceStatus } from './backends/cuda-native.js';
+export type { ShardedCorpus, ShardedTopKOptions, ShardInfo } from './backends/cuda-sharded.js';
+export type { TransferMode, TransferOption, TransferStats } from './backends/cuda-transfer.js';
 export type { BackendChoice, BackendName } from './backends/select.js';
+export type { LoadColbertOptions } from './encode/colbert.js';
 export * from './errors.js';
-export { decodeToFloat32, encodeFloats } from './floats.js';
+export { decodeToFloat32, type EncodeFloatsOptions, encodeFloats } from './floats.js';
 export { info, type MaxsimInfo } from './info.js';
 export {
   type CorpusCreateOptions,
@@ -32,11 +33,17 @@ export {
   type CorpusInfo,
   CorpusLockedError,
   CorpusWriter,
+  type DeleteOptions,
+  type DeleteResult,
   recoverCorpus,
+  type WriterOptions,
 } from './io/corpus/index.js';
-export { type BuildFromFilesOptions, buildCorpusFromFiles } from './io/corpus-build.js';
+export type { CorpusIndexInfo } from './io/corpus/manifest.js';
+export { type BuildFromFilesOptions, type BuildResult, buildCorpusFromFiles } from './io/corpus-build.js';
+export type { CenterOption } from './ops/center.js';
 export {
   type ChamferGradients,
+  type ChamferIsa,
   type ChamferOptions,
   type ChamferReduction,
   type ChamferResult,
@@ -46,7 +53,9 @@ export {
   type NearestOptions,
   type NearestResult,
   nearest,
+  type PointClouds,
 } from './ops/chamfer.js';
+export type { CorpusIndexOptions, IndexSearchStats, IndexStage } from './ops/corpus-index-search.js';
 export {
   Corpus,
   type CorpusHit,
@@ -59,6 +68,7 @@ export {
 export { maxsim, type ScoreOptions, topK } from './ops/maxsim.js';
 export {
   dequantize,
+  type Int8Isa,
   type QuantizeMode,
   type QuantizeOptions,
   quantize,
@@ -84,7 +94,10 @@ export {
   type TrainPairs,
 } from './ops/train.js';
 export { type TwoStageOptions, twoStageTopK } from './ops/two-stage.js';
+export type { ServerApp } from './server/app.js';
 export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';
+export type { PassDtype } from './server/segment-search.js';
+export type { ModelSummary } from './server/text.js';
 export {
   type DenseBatchOptions,
   type DType,
@@ -97,6 +110,7 @@ export {
   type ScoreMatrix,
   type TokenBatch,
   type TokenData,
+  type TokenInput,
   type TokenMatrix,
   tokenMatrix,
   type ValidationOptions,

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import * as constants from '../src/backends/constants.js';
-import { BLOCK_FIELDS } from '../src/backends/cuda-stream.js';
+import { BLOCK_FIELDS } from '../src/backends/cuda-stream-plan.js';
 import { packageRoot } from '../src/native.js';
 import { MAX_DIM } from '../src/tensor.js';
 
@@ -30,7 +30,7 @@ test('every row of the table reaches both languages with its value', () => {
     assert.match(header, new RegExp(`^#define MAXSIM_${name} ${value}$`, 'm'), name);
   }
   assert.equal(MAX_DIM, constants.MAX_DIM, 'tensor.ts MAX_DIM');
-  assert.equal(BLOCK_FIELDS, constants.STREAM_BLOCK_FIELDS, 'cuda-stream.ts BLOCK_FIELDS');
+  assert.equal(BLOCK_FIELDS, constants.STREAM_BLOCK_FIELDS, 'cuda-stream-plan.ts BLOCK_FIELDS');
 });
 
 test('no native source states a table number again where it names the limit', () => {

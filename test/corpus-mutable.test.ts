@@ -9,17 +9,11 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import {
-  CorpusFile,
-  CorpusWriter,
-  deleteDocuments,
-  recoverCorpus,
-  setCorpusFaultHook,
-} from '../src/io/corpus/index.js';
+import { CorpusFile, CorpusWriter, deleteDocuments, recoverCorpus } from '../src/io/corpus/index.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
 import type { TokenBatch } from '../src/tensor.js';
-import { randomRagged, rng, runSeed } from './helpers.js';
+import { failEveryStep, randomRagged, rng, runSeed } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-corpus-mutable-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -405,49 +399,35 @@ describe('crash safety of delete and compact', () => {
   }
 
   function everyStep(name: string, prepare: (dir: string) => void, act: (dir: string) => void) {
-    test(`a failure at every write step of ${name} leaves the old or the new corpus, verifiable`, () => {
+    test(`a failure at every write step of ${name} leaves the old or the new corpus, verifiable`, async () => {
       const proto = fresh();
       prepare(proto);
       const oldIds = liveIds(proto);
-      const probe = fresh();
-      fs.cpSync(proto, probe, { recursive: true });
-      const steps: string[] = [];
-      setCorpusFaultHook((s) => steps.push(s));
-      try {
-        act(probe);
-      } finally {
-        setCorpusFaultHook(undefined);
-      }
-      const newIds = liveIds(probe);
-      const publish = steps.indexOf('publish-manifest');
-      assert.ok(publish > 2, steps.join(', '));
-      for (let at = 0; at < steps.length; at++) {
-        const dir = fresh();
-        fs.cpSync(proto, dir, { recursive: true });
-        let seen = 0;
-        setCorpusFaultHook((s) => {
-          if (seen++ === at) throw new Error(`injected failure at ${s}`);
-        });
-        try {
-          assert.throws(() => act(dir), /injected failure/);
-        } finally {
-          setCorpusFaultHook(undefined);
-        }
-        const ids = liveIds(dir);
-        assert.deepEqual(ids, at <= publish ? oldIds : newIds, `failure at step ${at} (${steps[at]})`);
-        // the next writer cleans up and works
-        const w = CorpusWriter.append(dir);
-        w.add(randomRagged([2], DIM, 'float32', rng(at)), [`after-${at}`]);
-        w.commit();
-        assert.deepEqual(liveIds(dir), [...ids, `after-${at}`]);
-        const stray = fs.readdirSync(dir).filter((x) => x.endsWith('.tmp'));
-        assert.deepEqual(stray, [], `temporaries after step ${at}`);
-        if (at > publish) {
-          // a compact after a crash past its publish removes what the crash left
-          CorpusWriter.compact(dir);
-          assert.equal(fs.readdirSync(dir).filter((x) => /^(seg|del)-/.test(x)).length, 1);
-        }
-      }
+      let newIds: string[] = [];
+      await failEveryStep({
+        proto,
+        fresh,
+        act,
+        probed: (probe) => {
+          newIds = liveIds(probe);
+        },
+        check: (dir, { index: at, step, published }) => {
+          const ids = liveIds(dir);
+          assert.deepEqual(ids, published ? newIds : oldIds, `failure at step ${at} (${step})`);
+          // the next writer cleans up and works
+          const w = CorpusWriter.append(dir);
+          w.add(randomRagged([2], DIM, 'float32', rng(at)), [`after-${at}`]);
+          w.commit();
+          assert.deepEqual(liveIds(dir), [...ids, `after-${at}`]);
+          const stray = fs.readdirSync(dir).filter((x) => x.endsWith('.tmp'));
+          assert.deepEqual(stray, [], `temporaries after step ${at}`);
+          if (published) {
+            // a compact after a crash past its publish removes what the crash left
+            CorpusWriter.compact(dir);
+            assert.equal(fs.readdirSync(dir).filter((x) => /^(seg|del)-/.test(x)).length, 1);
+          }
+        },
+      });
     });
   }
 

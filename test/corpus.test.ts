@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream.js';
+import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream-plan.js';
 import { decodeToFloat32, encodeFloats } from '../src/floats.js';
 import { openArraySource } from '../src/io/array-source.js';
 import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';

@@ -1,8 +1,10 @@
 // Shared test helpers: seeded random inputs (a fresh seed per run, printed on failure) and
 // tolerance checks against the float64 reference.
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
 import { decodeBatch64 } from '../src/backends/reference.js';
 import { encodeFloats } from '../src/floats.js';
+import { CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
 import {
   denseBatch,
   type FloatDType,
@@ -185,4 +187,104 @@ export function awkwardRow(rand: () => number, n: number, nan: boolean): Float32
               : rand() * 10 - 5;
   }
   return row;
+}
+
+/** Equal element by element as bits (Object.is: NaN equals NaN, -0 differs from 0). */
+export function assertBitwise(got: Float32Array, want: Float32Array, context: string): void {
+  assert.equal(got.length, want.length, `${context}: length`);
+  for (let i = 0; i < got.length; i++) {
+    if (!Object.is(got[i], want[i]))
+      assert.fail(`${context}: item ${i}: ${got[i]} vs ${want[i]} (seed ${runSeed})`);
+  }
+}
+
+/**
+ * `n` item lengths for a kernel's awkward shapes: half picked from `pick` (empties, ones and the
+ * kernel's lane and tile remainders), half uniform in [0, max).
+ */
+export function awkwardLengths(
+  rand: () => number,
+  n: number,
+  max: number,
+  pick: readonly number[],
+): number[] {
+  return Array.from({ length: n }, () =>
+    rand() < 0.5 ? pick[Math.floor(rand() * pick.length)] : Math.floor(rand() * max),
+  );
+}
+
+/**
+ * A float16 corpus with ids at `dir`, one segment per entry of `segments` (its document count, each
+ * document 1..maxLength random tokens): segment s's ids are `${tag}${s}-${i}`.
+ */
+export function writeSegments(
+  dir: string,
+  segments: readonly number[],
+  options: { dim: number; maxLength: number; rand: () => number; tag?: string },
+): void {
+  const { dim, maxLength, rand } = options;
+  segments.forEach((count, s) => {
+    const docs = randomRagged(
+      Array.from({ length: count }, () => 1 + Math.floor(rand() * maxLength)),
+      dim,
+      'float32',
+      rand,
+    );
+    const w =
+      s === 0 ? CorpusWriter.create(dir, { dim, dtype: 'float16', ids: true }) : CorpusWriter.append(dir);
+    w.add(
+      docs,
+      Array.from({ length: docs.count }, (_, i) => `${options.tag ?? 's'}${s}-${i}`),
+    );
+    w.commit();
+  });
+}
+
+/** Where a step of failEveryStep failed: its index, its name, and whether the MANIFEST was published. */
+export interface FailedStep {
+  index: number;
+  step: string;
+  published: boolean;
+}
+
+/**
+ * Crash safety at every corpus write step (setCorpusFaultHook): `act` runs once on a copy of `proto`
+ * to record its steps (`probed` sees that copy), the MANIFEST's publish must be past step 2, then for
+ * each step `act` runs on a fresh copy with that step failing (it must fail with the injected error)
+ * and `check` looks at what it left.
+ */
+export async function failEveryStep(options: {
+  proto: string;
+  fresh: () => string;
+  act: (dir: string) => unknown;
+  probed?: (dir: string) => void;
+  check: (dir: string, at: FailedStep) => unknown;
+}): Promise<void> {
+  const { proto, fresh, act } = options;
+  const probe = fresh();
+  fs.cpSync(proto, probe, { recursive: true });
+  const steps: string[] = [];
+  setCorpusFaultHook((s) => steps.push(s));
+  try {
+    await act(probe);
+  } finally {
+    setCorpusFaultHook(undefined);
+  }
+  options.probed?.(probe);
+  const publish = steps.indexOf('publish-manifest');
+  assert.ok(publish > 2, steps.join(', '));
+  for (let index = 0; index < steps.length; index++) {
+    const dir = fresh();
+    fs.cpSync(proto, dir, { recursive: true });
+    let seen = 0;
+    setCorpusFaultHook((s) => {
+      if (seen++ === index) throw new Error(`injected failure at ${s}`);
+    });
+    try {
+      await assert.rejects(async () => act(dir), /injected failure/);
+    } finally {
+      setCorpusFaultHook(undefined);
+    }
+    await options.check(dir, { index, step: steps[index], published: index > publish });
+  }
 }

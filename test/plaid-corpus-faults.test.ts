@@ -6,9 +6,10 @@ import * as path from 'node:path';
 import { describe, test } from 'node:test';
 import { crc32 } from 'node:zlib';
 import { FormatError } from '../src/errors.js';
-import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
+import { CorpusFile, CorpusWriter } from '../src/io/corpus/index.js';
 import { indexCorpus } from '../src/io/corpus/index-build.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
+import { failEveryStep } from './helpers.js';
 import { build, compare, docsOf, fresh, queriesOf } from './plaid-corpus-helpers.js';
 
 describe('corpus index: damage and crashes', () => {
@@ -104,48 +105,31 @@ describe('corpus index: damage and crashes', () => {
   async function everyStep(prepare: (dir: string) => Promise<void>, act: (dir: string) => Promise<unknown>) {
     const proto = fresh();
     await prepare(proto);
-    const probe = fresh();
-    fs.cpSync(proto, probe, { recursive: true });
-    const steps: string[] = [];
-    setCorpusFaultHook((s) => steps.push(s));
-    try {
-      await act(probe);
-    } finally {
-      setCorpusFaultHook(undefined);
-    }
-    const publish = steps.indexOf('publish-manifest');
-    assert.ok(publish > 2, steps.join(', '));
     const generation = (d: string) => CorpusFile.open(d).info.generation;
     const g0 = generation(proto);
-    for (let at = 0; at < steps.length; at++) {
-      const dir = fresh();
-      fs.cpSync(proto, dir, { recursive: true });
-      let seen = 0;
-      setCorpusFaultHook((s) => {
-        if (seen++ === at) throw new Error(`injected failure at ${s}`);
-      });
-      try {
-        await assert.rejects(act(dir), /injected failure/);
-      } finally {
-        setCorpusFaultHook(undefined);
-      }
-      assert.equal(generation(dir), at <= publish ? g0 : g0 + 1, `failure at step ${at} (${steps[at]})`);
-      const r = await compare(dir, 5, { nprobe: 8, candidates: 200, rescore: 200 }, 2);
-      assert.equal(r.recall, 1, `failure at step ${at}`);
-      // the next writer removes what the failure left
-      const w = CorpusWriter.append(dir);
-      w.add(docsOf(1, 900), [`after-${at}`]);
-      w.commit();
-      assert.deepEqual(
-        fs.readdirSync(dir).filter((x) => x.endsWith('.tmp')),
-        [],
-        `temporaries after step ${at}`,
-      );
-      const ix = CorpusFile.open(dir).index?.manifest;
-      const named = new Set([ix?.file, ...(ix?.segments.map((s) => s.file) ?? [])]);
-      const stray = fs.readdirSync(dir).filter((n) => n.startsWith('ix-') && !named.has(n));
-      assert.deepEqual(stray, [], `unnamed index files after step ${at}`);
-    }
+    await failEveryStep({
+      proto,
+      fresh,
+      act,
+      check: async (dir, { index: at, step, published }) => {
+        assert.equal(generation(dir), published ? g0 + 1 : g0, `failure at step ${at} (${step})`);
+        const r = await compare(dir, 5, { nprobe: 8, candidates: 200, rescore: 200 }, 2);
+        assert.equal(r.recall, 1, `failure at step ${at}`);
+        // the next writer removes what the failure left
+        const w = CorpusWriter.append(dir);
+        w.add(docsOf(1, 900), [`after-${at}`]);
+        w.commit();
+        assert.deepEqual(
+          fs.readdirSync(dir).filter((x) => x.endsWith('.tmp')),
+          [],
+          `temporaries after step ${at}`,
+        );
+        const ix = CorpusFile.open(dir).index?.manifest;
+        const named = new Set([ix?.file, ...(ix?.segments.map((s) => s.file) ?? [])]);
+        const stray = fs.readdirSync(dir).filter((n) => n.startsWith('ix-') && !named.has(n));
+        assert.deepEqual(stray, [], `unnamed index files after step ${at}`);
+      },
+    });
   }
 
   test('a failure at every step of an index build', async () => {

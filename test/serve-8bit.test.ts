@@ -16,9 +16,14 @@ import { quantize } from '../src/ops/quantize.js';
 import type { MaxsimServer } from '../src/server/app.js';
 import { createServer } from '../src/server/index.js';
 import { cpuTwoStage, PREFILTER_FACTOR } from '../src/server/segment-search.js';
-import { raggedBatch, type TokenBatch } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
-import { callJson, type SearchHit, searchBoth, start as startServer } from './serve-helpers.js';
+import {
+  callJson,
+  packed as packedOf,
+  type SearchHit,
+  searchBoth,
+  start as startServer,
+} from './serve-helpers.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-serve8-'));
@@ -37,11 +42,7 @@ function randomDoc(maxLen: number): number[][] {
   return Array.from({ length: n }, () => Array.from({ length: DIM }, () => rand() * 2 - 1));
 }
 
-function packed(items: number[][][]): TokenBatch {
-  const offsets = [0];
-  for (const it of items) offsets.push(offsets[offsets.length - 1] + it.length);
-  return raggedBatch(Float32Array.from(items.flat(2)), offsets, { dim: DIM });
-}
+const packed = (items: number[][][]) => packedOf(items, DIM);
 
 /** A float16 corpus with ids `${tag}${i}`, one segment per entry of `segments` (document counts). */
 function buildCorpus(name: string, segments: number[], maxLen: number): string {

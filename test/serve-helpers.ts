@@ -1,4 +1,4 @@
-// Shared by the service's door and fuzz tests: a small float16 corpus with ids, a server on an
+// Shared by the service's tests (serve, door, fuzz, 8-bit): a small float16 corpus with ids, a server on an
 // ephemeral loopback port, HTTP calls that return status + JSON, raw socket requests, and the error
 // contract; a search asked of two servers (the 8-bit tests).
 import assert from 'node:assert/strict';
@@ -6,7 +6,7 @@ import * as net from 'node:net';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../src/server/app.js';
 import { createServer } from '../src/server/index.js';
-import { raggedBatch } from '../src/tensor.js';
+import { raggedBatch, type TokenBatch } from '../src/tensor.js';
 
 export const DIM = 16;
 export const KEY = 'test-key-0123456789';
@@ -15,14 +15,19 @@ export function randomTokens(tokens: number, rand: () => number, dim = DIM): num
   return Array.from({ length: tokens }, () => Array.from({ length: dim }, () => rand() * 2 - 1));
 }
 
+/** Documents as nested arrays ([tokens][dim] each) packed into one ragged float32 batch. */
+export function packed(items: number[][][], dim = DIM): TokenBatch {
+  const offsets = [0];
+  for (const it of items) offsets.push(offsets[offsets.length - 1] + it.length);
+  return raggedBatch(Float32Array.from(items.flat(2)), offsets, { dim });
+}
+
 /** A corpus of `n` random documents (1..24 tokens, float16, ids doc0..) at `dir`. */
 export function buildCorpus(dir: string, n: number, rand: () => number): number[][][] {
   const docs = Array.from({ length: n }, () => randomTokens(1 + Math.floor(rand() * 24), rand));
-  const offsets = [0];
-  for (const d of docs) offsets.push(offsets[offsets.length - 1] + d.length);
   const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true });
   w.add(
-    raggedBatch(Float32Array.from(docs.flat(2)), offsets, { dim: DIM }),
+    packed(docs),
     docs.map((_, i) => `doc${i}`),
   );
   w.commit();

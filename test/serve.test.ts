@@ -9,7 +9,6 @@ import * as path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import ts from 'typescript';
 import { bf16BitsToFloat, decodeToFloat32, encodeFloats, f16BitsToFloat } from '../src/floats.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { encodeNpy, writeNpy } from '../src/io/npy.js';
@@ -17,18 +16,28 @@ import { openCorpus } from '../src/ops/corpus-search.js';
 import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { searchJson } from '../src/server/answers.js';
-import type { MaxsimServer } from '../src/server/app.js';
+import type { MaxsimServer, ServerOptions } from '../src/server/app.js';
 import { autoWaitMs, Batcher, type PassInfo, type SearchRun } from '../src/server/batcher.js';
 import type { EncodedTokens } from '../src/server/codecs.js';
-import { createServer } from '../src/server/index.js';
-import { raggedBatch, type TokenBatch, tokenMatrix } from '../src/tensor.js';
+import { tokenMatrix } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
+import {
+  b64Of,
+  buildCorpus as buildCorpusOf,
+  call,
+  DIM,
+  expectError,
+  KEY,
+  packed,
+  post,
+  type Reply,
+  randomTokens as randomTokensOf,
+  start as startServer,
+} from './serve-helpers.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-serve-'));
-const DIM = 16;
 const DOCS = 300;
-const KEY = 'test-key-0123456789';
 const rand = rng(runSeed ^ 0x5e7e);
 const servers: MaxsimServer[] = [];
 
@@ -37,85 +46,10 @@ after(async () => {
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 
-function randomTokens(tokens: number): number[][] {
-  return Array.from({ length: tokens }, () => Array.from({ length: DIM }, () => rand() * 2 - 1));
-}
-
+const randomTokens = (tokens: number) => randomTokensOf(tokens, rand);
 /** A corpus of DOCS random documents (1..24 tokens, float16, ids doc0..) at `dir`. */
-function buildCorpus(dir: string): number[][][] {
-  const docs = Array.from({ length: DOCS }, () => randomTokens(1 + Math.floor(rand() * 24)));
-  const w = CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true });
-  w.add(
-    packed(docs),
-    docs.map((_, i) => `doc${i}`),
-  );
-  w.commit();
-  return docs;
-}
-
-function packed(items: number[][][]): TokenBatch {
-  const offsets = [0];
-  for (const it of items) offsets.push(offsets[offsets.length - 1] + it.length);
-  return raggedBatch(Float32Array.from(items.flat(2)), offsets, { dim: DIM });
-}
-
-async function start(options: Partial<Parameters<typeof createServer>[0]> & { corpus: string }) {
-  const server = await createServer({ backend: 'cpu', port: 0, logger: false, ...options });
-  servers.push(server);
-  const { url } = await server.listen();
-  return { server, url };
-}
-
-interface Reply {
-  status: number;
-  headers: Headers;
-  text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: the JSON answers of every endpoint, checked field by field
-  json: any;
-}
-
-async function call(
-  url: string,
-  method: string,
-  body?: unknown,
-  headers: Record<string, string> = {},
-): Promise<Reply> {
-  const init: RequestInit = { method, headers: { ...headers } };
-  if (body !== undefined) {
-    if (typeof body === 'string' || body instanceof Uint8Array) init.body = body;
-    else {
-      init.body = JSON.stringify(body);
-      (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
-    }
-  }
-  const r = await fetch(url, init);
-  const text = await r.text();
-  // biome-ignore lint/suspicious/noExplicitAny: as above
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: r.status, headers: r.headers, text, json };
-}
-
-const post = (url: string, body: unknown, headers?: Record<string, string>) =>
-  call(url, 'POST', body, headers);
-
-function b64Of(bytes: ArrayBufferView): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64');
-}
-
-/** The error contract: status, JSON {error: {code, message}}, the field named, no stack trace. */
-function expectError(r: Reply, status: number, field?: string | RegExp) {
-  assert.equal(r.status, status, r.text);
-  assert.equal(typeof r.json?.error?.code, 'string', r.text);
-  assert.equal(typeof r.json?.error?.message, 'string', r.text);
-  assert.doesNotMatch(r.text, /\bat .*\.(js|ts):\d+/, 'a stack trace in the response');
-  if (field instanceof RegExp) assert.match(r.json.error.field, field, r.text);
-  else if (field !== undefined) assert.equal(r.json.error.field, field, r.text);
-}
+const buildCorpus = (dir: string) => buildCorpusOf(dir, DOCS, rand);
+const start = (options: Partial<ServerOptions> & { corpus: string }) => startServer(servers, options);
 
 describe('maxsim serve', () => {
   const dir = path.join(tmp, 'docs.msx');

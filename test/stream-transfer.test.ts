@@ -17,7 +17,7 @@ import {
   parseMemAvailable,
   TRANSFER_OPTIONS,
   type TransferOption,
-} from '../src/backends/cuda-stream.js';
+} from '../src/backends/cuda-transfer.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusWriter } from '../src/io/corpus/index.js';
 import { writeNpy } from '../src/io/npy.js';

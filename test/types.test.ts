@@ -6,9 +6,12 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import {
+  type DeviceCorpus,
   denseBatch,
+  type Hit,
   InvalidArgumentError,
   raggedBatch,
+  type ShardedCorpus,
   type TokenBatch,
   type TokenMatrix,
   tokenMatrix,
@@ -36,6 +39,27 @@ export function compileTimeChecks(d: Float32Array, o: number[]): unknown[] {
     // @ts-expect-error denseBatch needs count, length and dim
     denseBatch(d, { dim: 4 }),
   ];
+}
+
+// Never called: DeviceCorpus.topK and ShardedCorpus.topK answer like the root topK, one list for one
+// query (a TokenMatrix), a list per query for a batch (the GPU runs are in test/gpu/two-stage and sharded).
+export async function deviceTopKShapes(
+  c: DeviceCorpus,
+  s: ShardedCorpus,
+  q: TokenMatrix,
+  b: TokenBatch,
+  either: TokenMatrix | TokenBatch,
+): Promise<unknown[]> {
+  const one: Hit[] = await c.topK(q, 3);
+  const lists: Hit[][] = await c.topK(b, 3);
+  const shardedOne: Hit[] = await s.topK(q, 3, { rescore: { docs: s, candidates: 9 } });
+  const shardedLists: Hit[][] = await s.topK(b, 3);
+  const unknownShape: Hit[] | Hit[][] = await c.topK(either, 3);
+  // @ts-expect-error one query gives one list, not a list per query
+  const wrong: Hit[][] = await c.topK(q, 3);
+  // @ts-expect-error a batch gives a list per query
+  const wrongToo: Hit[] = await s.topK(b, 3);
+  return [one, lists, shardedOne, shardedLists, unknownShape, wrong, wrongToo];
 }
 
 describe('types that help', () => {

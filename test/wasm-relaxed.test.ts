@@ -20,7 +20,15 @@ import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
 import type { FloatDType, TokenBatch } from '../src/tensor.js';
 import { WasmEngine } from '../src/wasm/engine.js';
 import { supportedFlavor } from '../src/wasm/features.js';
-import { assertScoresClose, randomRagged, rng, runSeed, scoreErrorBounds } from './helpers.js';
+import {
+  assertBitwise,
+  assertScoresClose,
+  awkwardLengths,
+  randomRagged,
+  rng,
+  runSeed,
+  scoreErrorBounds,
+} from './helpers.js';
 
 const native = nativeUnavailableReason();
 const nodeSupports = supportedFlavor();
@@ -43,21 +51,9 @@ function fusedIsa(): 'avx2' | 'neon' | undefined {
   return undefined;
 }
 
-function bitwise(got: Float32Array, want: Float32Array, context: string) {
-  assert.equal(got.length, want.length, `${context}: length`);
-  for (let i = 0; i < got.length; i++) {
-    if (!Object.is(got[i], want[i]))
-      assert.fail(`${context}: item ${i}: ${got[i]} vs ${want[i]} (seed ${runSeed})`);
-  }
-}
-
 // Empties, ones, lane remainders (W = 4), tile remainders (MR = 4 lane blocks, NR = 2) and longer.
-function lengths(rand: () => number, n: number, max: number): number[] {
-  const pick = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33];
-  return Array.from({ length: n }, () =>
-    rand() < 0.5 ? pick[Math.floor(rand() * pick.length)] : Math.floor(rand() * max),
-  );
-}
+const PICK = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 17, 33];
+const lengths = (rand: () => number, n: number, max: number) => awkwardLengths(rand, n, max, PICK);
 
 function scores(e: WasmEngine, q: TokenBatch, d: TokenBatch): Float32Array {
   return e.scoreSync(q, d);
@@ -99,7 +95,8 @@ describe('wasm engine, relaxed SIMD build', () => {
         const d = randomRagged(lengths(rand, 9, 80), dim, dtype, rand);
         const got = scores(relaxed, q, d);
         assertScoresClose(got, referenceMaxsim(q, d), scoreErrorBounds(q, d), `${dtype} d=${dim}`);
-        if (isa) bitwise(got, maxsimSync(q, d, { backend: 'cpu', isa }).data, `${dtype} d=${dim} vs ${isa}`);
+        if (isa)
+          assertBitwise(got, maxsimSync(q, d, { backend: 'cpu', isa }).data, `${dtype} d=${dim} vs ${isa}`);
       }
     }
   });
@@ -113,7 +110,7 @@ describe('wasm engine, relaxed SIMD build', () => {
     assert.equal(got[1 * 5 + 0], 0, 'an empty query scores 0');
     assert.equal(got[0 * 5 + 1], Number.NEGATIVE_INFINITY, 'an empty document scores -inf');
     const isa = fusedIsa();
-    if (isa) bitwise(got, maxsimSync(q, d, { backend: 'cpu', isa }).data, `long vs ${isa}`);
+    if (isa) assertBitwise(got, maxsimSync(q, d, { backend: 'cpu', isa }).data, `long vs ${isa}`);
   });
 
   test('int8 is the same code in both builds: bitwise equal to each other and to the native sets', () => {
@@ -122,11 +119,11 @@ describe('wasm engine, relaxed SIMD build', () => {
       const q = quantize(randomRagged(lengths(rand, 4, 40), dim, 'float32', rand), 'int8');
       const d = quantize(randomRagged(lengths(rand, 6, 80), dim, 'float32', rand), 'int8');
       const got = scores(relaxed, q, d);
-      bitwise(got, scores(simd128, q, d), `int8 d=${dim} relaxed vs simd128`);
+      assertBitwise(got, scores(simd128, q, d), `int8 d=${dim} relaxed vs simd128`);
       if (native) continue;
       for (const isa of cpuInt8Isas()) {
         if (isa === 'amx' && dim % 64 !== 0) continue;
-        bitwise(got, maxsimSync(q, d, { backend: 'cpu', isa }).data, `int8 d=${dim} vs ${isa}`);
+        assertBitwise(got, maxsimSync(q, d, { backend: 'cpu', isa }).data, `int8 d=${dim} vs ${isa}`);
       }
     }
   });

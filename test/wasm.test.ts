@@ -20,7 +20,9 @@ import { maxsim, maxsimSync, topK } from '../src/ops/maxsim.js';
 import { cpuInt8Isas, quantize } from '../src/ops/quantize.js';
 import { denseBatch, type FloatDType, raggedBatch } from '../src/tensor.js';
 import {
+  assertBitwise,
   assertScoresClose,
+  awkwardLengths,
   randomDense,
   randomFloats,
   randomRagged,
@@ -47,21 +49,9 @@ function sameOrderIsa(): { isa?: CpuIsa; skip?: string } {
 }
 const dtypes: FloatDType[] = ['float32', 'float16', 'bfloat16'];
 
-function bitwise(got: Float32Array, want: Float32Array, context: string) {
-  assert.equal(got.length, want.length, `${context}: length`);
-  for (let i = 0; i < got.length; i++) {
-    if (!Object.is(got[i], want[i]))
-      assert.fail(`${context}: item ${i}: ${got[i]} vs ${want[i]} (seed ${runSeed})`);
-  }
-}
-
 // Ragged lengths with empties, ones, lane remainders (W = 4) and tile remainders (NR = 6).
-function awkwardLengths(rand: () => number, n: number, max: number): number[] {
-  const pick = [0, 1, 2, 3, 4, 5, 6, 7, 11, 13, 24, 25];
-  return Array.from({ length: n }, () =>
-    rand() < 0.5 ? pick[Math.floor(rand() * pick.length)] : Math.floor(rand() * max),
-  );
-}
+const PICK = [0, 1, 2, 3, 4, 5, 6, 7, 11, 13, 24, 25];
+const awkward = (rand: () => number, n: number, max: number) => awkwardLengths(rand, n, max, PICK);
 
 describe('wasm engine', () => {
   test('the committed module is built from native/wasm and is small', () => {
@@ -83,8 +73,8 @@ describe('wasm engine', () => {
     const rand = rng(runSeed);
     for (const dtype of dtypes) {
       for (const dim of [1, 3, 4, 8, 67, 128]) {
-        const q = randomRagged(awkwardLengths(rand, 5, 40), dim, dtype, rand);
-        const d = randomRagged(awkwardLengths(rand, 9, 70), dim, dtype, rand);
+        const q = randomRagged(awkward(rand, 5, 40), dim, dtype, rand);
+        const d = randomRagged(awkward(rand, 9, 70), dim, dtype, rand);
         const got = maxsimSync(q, d, { backend: 'wasm' }).data;
         assertScoresClose(got, referenceMaxsim(q, d), scoreErrorBounds(q, d), `${dtype} d=${dim}`);
       }
@@ -121,7 +111,7 @@ describe('wasm engine', () => {
     const d = raggedBatch(data.subarray(4 * dim), [0, 2, 3, 8], { dim, checkFinite: false });
     const { isa } = sameOrderIsa();
     if (!isa) return;
-    bitwise(
+    assertBitwise(
       maxsimSync(q, d, { backend: 'wasm' }).data,
       maxsimSync(q, d, { backend: 'cpu', isa }).data,
       `awkward values vs ${isa}`,
@@ -135,10 +125,10 @@ describe('wasm engine', () => {
     const rand = rng(runSeed + 3);
     for (const dtype of dtypes) {
       for (const dim of [2, 5, 16, 96, 130]) {
-        const q = randomRagged(awkwardLengths(rand, 4, 50), dim, dtype, rand);
-        const d = randomRagged(awkwardLengths(rand, 7, 90), dim, dtype, rand);
+        const q = randomRagged(awkward(rand, 4, 50), dim, dtype, rand);
+        const d = randomRagged(awkward(rand, 7, 90), dim, dtype, rand);
         const wasm = maxsimSync(q, d, { backend: 'wasm' }).data;
-        bitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa }).data, `${dtype} d=${dim} vs ${isa}`);
+        assertBitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa }).data, `${dtype} d=${dim} vs ${isa}`);
         assertScoresClose(wasm, referenceMaxsim(q, d), scoreErrorBounds(q, d), `${dtype} d=${dim}`);
       }
     }
@@ -149,14 +139,14 @@ describe('wasm engine', () => {
   }, () => {
     const rand = rng(runSeed + 4);
     for (const dim of [1, 7, 64, 100, 128]) {
-      const qf = randomRagged(awkwardLengths(rand, 4, 40), dim, 'float32', rand);
-      const df = randomRagged(awkwardLengths(rand, 6, 80), dim, 'float32', rand);
+      const qf = randomRagged(awkward(rand, 4, 40), dim, 'float32', rand);
+      const df = randomRagged(awkward(rand, 6, 80), dim, 'float32', rand);
       const q = quantize(qf, 'int8');
       const d = quantize(df, 'int8');
       const wasm = maxsimSync(q, d, { backend: 'wasm' }).data;
       for (const isa of cpuInt8Isas()) {
         if (isa === 'amx' && dim % 64 !== 0) continue;
-        bitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa }).data, `int8 d=${dim} vs ${isa}`);
+        assertBitwise(wasm, maxsimSync(q, d, { backend: 'cpu', isa }).data, `int8 d=${dim} vs ${isa}`);
       }
       // and the float64 MaxSim of the quantized values, within fp32 accumulation
       assertScoresClose(wasm, referenceMaxsim(q, d), scoreErrorBounds(q, d), `int8 d=${dim}`);
@@ -176,13 +166,13 @@ describe('wasm engine', () => {
     const pending = wasmEngine().score(q, d, { sliceMs: 0.2 });
     const other = randomRagged([5], 64, 'float32', rand);
     const mid = maxsimSync(other, d, { backend: 'wasm' }).data; // runs while `pending` yields
-    bitwise(await pending, want, 'async vs sync');
+    assertBitwise(await pending, want, 'async vs sync');
     assertScoresClose(mid, referenceMaxsim(other, d), scoreErrorBounds(other, d), 'interleaved');
     const ac = new AbortController();
     const aborted = wasmEngine().score(q, d, { signal: ac.signal, sliceMs: 0.2 });
     ac.abort();
     await assert.rejects(aborted, { name: 'AbortError' });
-    bitwise((await maxsim(q, d, { backend: 'wasm' })).data, want, 'after an abort');
+    assertBitwise((await maxsim(q, d, { backend: 'wasm' })).data, want, 'after an abort');
   });
 
   test('a resident document set scores like a copied one', () => {
@@ -192,7 +182,7 @@ describe('wasm engine', () => {
     const engine = wasmEngine();
     const r = engine.resident(d);
     try {
-      bitwise(engine.scoreSync(q, d, r), engine.scoreSync(q, d), 'resident');
+      assertBitwise(engine.scoreSync(q, d, r), engine.scoreSync(q, d), 'resident');
     } finally {
       r.free();
     }
@@ -261,7 +251,7 @@ describe('wasm engine', () => {
   test('topK over wasm scores ranks like the reference', async () => {
     const rand = rng(runSeed + 8);
     const q = randomRagged([8, 3], 16, 'float32', rand);
-    const d = randomRagged(awkwardLengths(rand, 30, 20), 16, 'float32', rand);
+    const d = randomRagged(awkward(rand, 30, 20), 16, 'float32', rand);
     const hits = await topK(q, d, 5, { backend: 'wasm' });
     const scores = maxsimSync(q, d, { backend: 'wasm' }).data;
     for (let r = 0; r < 2; r++) {

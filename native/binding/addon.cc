@@ -12,6 +12,8 @@ void InitFile(Napi::Env env, Napi::Object exports);
 void InitChamfer(Napi::Env env, Napi::Object exports);
 void InitCudaStream(Napi::Env env, Napi::Object exports);
 void InitResidual(Napi::Env env, Napi::Object exports);
+void InitCodec(Napi::Env env, Napi::Object exports);
+void InitPlaidCuda(Napi::Env env, Napi::Object exports);
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCpu(env, exports);
@@ -20,10 +22,12 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitCudaTrain(env, exports);  // adds trainForward / trainBackward to exports.cuda
   InitCudaChamfer(env, exports);  // adds chamferForward / chamferBackward to exports.cuda
   InitCudaStream(env, exports);  // adds streamScan (out-of-core corpus search) to exports.cuda
+  InitPlaidCuda(env, exports);  // adds plaidEncoder / plaidEncode / plaidIndex / plaidSearch to exports.cuda
   InitTrain(env, exports);
   InitFile(env, exports);  // exports.file.mapFile: corpus files scored from the page cache
   InitChamfer(env, exports);  // exports.chamfer: nearest neighbours and Chamfer distance on the CPU
   InitResidual(env, exports);  // exports.residual: the compressed index's codec and search stages
+  InitCodec(env, exports);  // exports.codec: the service's base64 / float16 request codecs
   exports.Set("abiVersion", 1);
   return exports;
 }

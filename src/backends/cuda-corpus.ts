@@ -101,7 +101,24 @@ export class Corpus implements DeviceCorpus {
       : { data, rows: batch.count, cols: batch.count > 0 ? data.length / batch.count : this.count };
   }
 
-  async topK(queries: TokenMatrix | TokenBatch, k: number, options: TopKOptions = {}): Promise<Hit[][]> {
+  topK(query: TokenMatrix, k: number, options?: TopKOptions): Promise<Hit[]>;
+  topK(queries: TokenBatch, k: number, options?: TopKOptions): Promise<Hit[][]>;
+  topK(queries: TokenMatrix | TokenBatch, k: number, options?: TopKOptions): Promise<Hit[] | Hit[][]>;
+  async topK(
+    queries: TokenMatrix | TokenBatch,
+    k: number,
+    options: TopKOptions = {},
+  ): Promise<Hit[] | Hit[][]> {
+    const lists = await this.topKAll(queries, k, options);
+    // one query, one list (as the root topK)
+    return isTokenMatrix(queries) ? lists[0] : lists;
+  }
+
+  private async topKAll(
+    queries: TokenMatrix | TokenBatch,
+    k: number,
+    options: TopKOptions,
+  ): Promise<Hit[][]> {
     if (!Number.isInteger(k) || k < 0)
       throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
     const batch = asQueryBatch(queries);

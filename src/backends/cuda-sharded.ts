@@ -9,7 +9,6 @@ import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import type { QuantizeOptions } from '../ops/quantize.js';
 import { better, checkK } from '../ops/topk.js';
 import {
-  type DType,
   type Hit,
   isTokenBatch,
   isTokenMatrix,
@@ -18,15 +17,7 @@ import {
   type TokenBatch,
   type TokenMatrix,
 } from '../tensor.js';
-import {
-  type CudaDevice,
-  type CudaMemory,
-  cuda,
-  cudaStatus,
-  type DeviceCorpus,
-  type QuantizeMode8,
-  type ScoreOptions,
-} from './cuda.js';
+import type { CudaDevice, DeviceCorpus, QuantizeMode8, ScoreOptions } from './cuda.js';
 import { combinedTokenMean } from './cuda-center.js';
 import type { DeviceDType } from './cuda-dispatch.js';
 
@@ -62,7 +53,10 @@ export interface ShardedCorpus
   readonly failure: string | undefined;
   score(query: TokenMatrix, options?: ScoreOptions): Promise<Float32Array>;
   score(queries: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
-  topK(queries: TokenMatrix | TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[][]>;
+  /** One query: one list; a batch: one list per query (as DeviceCorpus.topK). */
+  topK(query: TokenMatrix, k: number, options?: ShardedTopKOptions): Promise<Hit[]>;
+  topK(queries: TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[][]>;
+  topK(queries: TokenMatrix | TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[] | Hit[][]>;
   /** Appends a batch to the shard with the fewest tokens that has room (corpora made by alloc only). */
   append(batch: TokenBatch): Promise<void>;
   quantize(mode: QuantizeMode8, options?: QuantizeOptions): Promise<ShardedCorpus>;
@@ -71,19 +65,7 @@ export interface ShardedCorpus
   dispose(): void;
 }
 
-/** Several GPUs opened together (cuda({ devices })). */
-export interface CudaDeviceGroup {
-  readonly devices: readonly CudaDevice[];
-  /** Copies a batch to the GPUs, each a contiguous run of documents, balanced by token count. */
-  upload(batch: TokenBatch, options?: { shard?: 'balanced' }): Promise<ShardedCorpus>;
-  /** An empty corpus with room for `tokens` / `items` split evenly over the GPUs, filled by append(). */
-  alloc(spec: { dtype: DType; dim: number; tokens: number; items: number }): Promise<ShardedCorpus>;
-  memory(): Promise<CudaMemory[]>;
-  /** Disposes every corpus of every device of the group. */
-  dispose(): void;
-}
-
-interface Part {
+export interface Part {
   dev: CudaDevice;
   corpus: DeviceCorpus;
   /** Global position of each local document, increasing. */
@@ -92,7 +74,7 @@ interface Part {
   room?: { tokens: number; items: number };
 }
 
-function describe(x: unknown): string {
+export function describe(x: unknown): string {
   if (x === null) return 'null';
   if (typeof x === 'object') return (x as object).constructor?.name ?? 'object';
   return typeof x === 'number' || typeof x === 'string' ? JSON.stringify(x) : typeof x;
@@ -104,48 +86,14 @@ function asBatch(queries: TokenMatrix | TokenBatch): TokenBatch {
   throw new InvalidArgumentError('queries', 'a TokenMatrix or TokenBatch', describe(queries));
 }
 
-function range(first: number, n: number): Float64Array {
+export function range(first: number, n: number): Float64Array {
   const p = new Float64Array(n);
   for (let i = 0; i < n; i++) p[i] = first + i;
   return p;
 }
 
-/** Items [a, b) of a batch, over the same buffer. */
-function sliceItems(batch: TokenBatch, a: number, b: number): TokenBatch {
-  const lengths = batch.lengths.subarray(a, b);
-  let maxLength = 0;
-  for (const l of lengths) if (l > maxLength) maxLength = l;
-  return {
-    ...batch,
-    layout: 'ragged',
-    count: b - a,
-    maxLength,
-    starts: batch.starts.subarray(a, b),
-    lengths,
-  };
-}
-
-/**
- * Cut points of `parts` contiguous runs of items whose token counts are as even as the items allow:
- * run i ends at the first item where the running total reaches (i + 1) / parts of all tokens.
- */
-export function balancedCuts(lengths: ArrayLike<number>, parts: number): number[] {
-  let total = 0;
-  for (let i = 0; i < lengths.length; i++) total += lengths[i];
-  const cuts = [0];
-  let acc = 0;
-  let item = 0;
-  for (let p = 1; p < parts; p++) {
-    const target = (total * p) / parts;
-    while (item < lengths.length && acc + lengths[item] / 2 < target) acc += lengths[item++];
-    cuts.push(item);
-  }
-  cuts.push(lengths.length);
-  return cuts;
-}
-
 /** One GPU's error, named: argument errors stay argument errors, anything else fails the device. */
-function deviceError(dev: CudaDevice, e: unknown): Error {
+export function deviceError(dev: CudaDevice, e: unknown): Error {
   const where = `GPU ${dev.info.index} (${dev.info.name})`;
   if (e instanceof InvalidArgumentError)
     return new InvalidArgumentError(`${e.argument} on ${where}`, e.expected, e.received);
@@ -156,7 +104,7 @@ function deviceError(dev: CudaDevice, e: unknown): Error {
  * Runs fn on every item at once and waits for all (nothing is left in flight); the first failure,
  * named by its device, is thrown after the others settle.
  */
-async function onAll<T, R>(
+export async function onAll<T, R>(
   items: readonly T[],
   devOf: (t: T) => CudaDevice,
   fn: (t: T) => Promise<R>,
@@ -167,7 +115,7 @@ async function onAll<T, R>(
   return settled.map((s) => (s as PromiseFulfilledResult<R>).value);
 }
 
-class Sharded implements ShardedCorpus {
+export class Sharded implements ShardedCorpus {
   private fail: string | undefined;
   private gone = false;
   private appending: Promise<void> = Promise.resolve();
@@ -299,13 +247,20 @@ class Sharded implements ShardedCorpus {
     return isTokenMatrix(queries) ? out : { data: out, rows, cols: count };
   }
 
+  topK(query: TokenMatrix, k: number, options?: ShardedTopKOptions): Promise<Hit[]>;
+  topK(queries: TokenBatch, k: number, options?: ShardedTopKOptions): Promise<Hit[][]>;
   async topK(
     queries: TokenMatrix | TokenBatch,
     k: number,
     options: ShardedTopKOptions = {},
-  ): Promise<Hit[][]> {
+  ): Promise<Hit[] | Hit[][]> {
     checkK(k);
-    const batch = asBatch(queries);
+    const lists = await this.topKAll(asBatch(queries), k, options);
+    // one query, one list (as the root topK)
+    return isTokenMatrix(queries) ? lists[0] : lists;
+  }
+
+  private async topKAll(batch: TokenBatch, k: number, options: ShardedTopKOptions): Promise<Hit[][]> {
     this.check();
     this.checkQueries(batch);
     const { rescore, ...scoreOptions } = options;
@@ -348,7 +303,7 @@ class Sharded implements ShardedCorpus {
     const keep = Math.min(c, this.count);
     if (batch.count === 0 || keep === 0 || k === 0)
       return Array.from({ length: batch.count }, (): Hit[] => []);
-    const candidates = await this.topK(batch, keep, options);
+    const candidates = await this.topKAll(batch, keep, options);
     const { part, local } = docs.positionsLookup();
     // per part: its candidates' local indices (ascending, unique) and each one's column in the view
     const wanted = docs.parts.map(() => new Map<number, number>());
@@ -515,90 +470,6 @@ function samePlacement(a: Sharded, b: Sharded): boolean {
 function rank(hits: Hit[], k: number): Hit[] {
   hits.sort((a, b) => (better(a.score, a.index, b.score, b.index) ? -1 : 1));
   return hits.length > k ? hits.slice(0, k) : hits;
-}
-
-class Group implements CudaDeviceGroup {
-  constructor(readonly devices: readonly CudaDevice[]) {}
-
-  async upload(batch: TokenBatch, options: { shard?: 'balanced' } = {}): Promise<ShardedCorpus> {
-    if (!isTokenBatch(batch))
-      throw new InvalidArgumentError('batch', 'a TokenBatch (denseBatch or raggedBatch)', describe(batch));
-    const shard = options?.shard ?? 'balanced';
-    if (shard !== 'balanced') throw new InvalidArgumentError('options.shard', "'balanced'", describe(shard));
-    const cuts = balancedCuts(batch.lengths, this.devices.length);
-    const settled = await Promise.allSettled(
-      this.devices.map((d, i) => d.upload(sliceItems(batch, cuts[i], cuts[i + 1]))),
-    );
-    const made = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-    const bad = settled.findIndex((s) => s.status === 'rejected');
-    if (bad >= 0) {
-      for (const c of made) c.dispose();
-      throw deviceError(this.devices[bad], (settled[bad] as PromiseRejectedResult).reason);
-    }
-    const parts = this.devices.map((dev, i) => ({
-      dev,
-      corpus: made[i],
-      positions: range(cuts[i], cuts[i + 1] - cuts[i]),
-    }));
-    return new Sharded(parts, false, { dim: batch.dim, dtype: made[0].dtype });
-  }
-
-  async alloc(spec: { dtype: DType; dim: number; tokens: number; items: number }): Promise<ShardedCorpus> {
-    if (spec === null || typeof spec !== 'object')
-      throw new InvalidArgumentError('spec', '{ dtype, dim, tokens, items }', describe(spec));
-    const n = this.devices.length;
-    const share = { tokens: Math.ceil(spec.tokens / n), items: Math.ceil(spec.items / n) };
-    const made = await onAll(
-      this.devices,
-      (d) => d,
-      (d) => d.alloc({ ...spec, ...share }),
-    );
-    const parts = this.devices.map((dev, i) => ({
-      dev,
-      corpus: made[i],
-      positions: new Float64Array(0),
-      room: { ...share },
-    }));
-    return new Sharded(parts, false, { dim: spec.dim, dtype: made[0].dtype });
-  }
-
-  memory(): Promise<CudaMemory[]> {
-    return onAll(
-      this.devices,
-      (d) => d,
-      (d) => d.memory(),
-    );
-  }
-
-  dispose(): void {
-    for (const d of this.devices) d.dispose();
-  }
-}
-
-/**
- * Opens several GPUs: 'all', or device indices (an index may repeat: several shards on one GPU,
- * which tests use on one-GPU hosts).
- */
-export async function openDeviceGroup(devices: 'all' | readonly number[]): Promise<CudaDeviceGroup> {
-  const status = cudaStatus();
-  if (!status.available)
-    throw new BackendUnavailableError(`CUDA backend unavailable: ${status.reason ?? 'unknown reason'}`);
-  const n = status.devices?.length ?? 0;
-  let list: number[];
-  if (devices === 'all') list = Array.from({ length: n }, (_, i) => i);
-  else if (Array.isArray(devices) && devices.length > 0) {
-    list = devices.map((d, i) => {
-      if (!Number.isInteger(d) || d < 0 || d >= n)
-        throw new InvalidArgumentError(`devices[${i}]`, `a CUDA device index in [0, ${n})`, describe(d));
-      return d;
-    });
-  } else
-    throw new InvalidArgumentError(
-      'devices',
-      "'all' or a non-empty array of device indices",
-      describe(devices),
-    );
-  return new Group(await Promise.all(list.map((device) => cuda({ device }))));
 }
 
 /** Whether x is a corpus sharded over several GPUs. */

@@ -9,6 +9,7 @@ import type { QuantizeOptions } from '../ops/quantize.js';
 import type { DType, Hit, ScoreMatrix, TokenBatch, TokenMatrix } from '../tensor.js';
 import { Corpus } from './cuda-corpus.js';
 import { Device } from './cuda-device.js';
+import { type CudaDeviceGroup, openDeviceGroup } from './cuda-device-group.js';
 import type { DeviceDType, Launch, Variant } from './cuda-dispatch.js';
 import { describe } from './cuda-input.js';
 import {
@@ -19,7 +20,6 @@ import {
   type NativeTokenSet,
   nativeCuda,
 } from './cuda-native.js';
-import { type CudaDeviceGroup, openDeviceGroup } from './cuda-sharded.js';
 import type { Fp8Tokens } from './reference-fp8.js';
 
 export { CENTER_DEFAULT } from './cuda-input.js';
@@ -100,8 +100,11 @@ export interface DeviceCorpus {
   score(query: TokenMatrix, options?: ScoreOptions): Promise<Float32Array>;
   /** Every query against every document: rows = queries, cols = documents. */
   score(queries: TokenBatch, options?: ScoreOptions): Promise<ScoreMatrix>;
-  /** The k best documents per query: descending score, ties to the lower index. */
-  topK(queries: TokenMatrix | TokenBatch, k: number, options?: TopKOptions): Promise<Hit[][]>;
+  /** The k best documents of one query: descending score, ties to the lower index. */
+  topK(query: TokenMatrix, k: number, options?: TopKOptions): Promise<Hit[]>;
+  /** The k best documents per query of a batch (one list per query, a batch of one included). */
+  topK(queries: TokenBatch, k: number, options?: TopKOptions): Promise<Hit[][]>;
+  topK(queries: TokenMatrix | TokenBatch, k: number, options?: TopKOptions): Promise<Hit[] | Hit[][]>;
   /** Appends documents (only to a corpus made by CudaDevice.alloc, within its capacity). */
   append(batch: TokenBatch): Promise<void>;
   /**
@@ -126,7 +129,7 @@ export interface DeviceCorpus {
   select(indices: ArrayLike<number>): Promise<DeviceCorpus>;
   /** Frees the device memory now (later calls throw; a second dispose does nothing). */
   dispose(): void;
-  /** The native token set (for bench and the harness). */
+  /** @internal The native token set (for bench and the harness). */
   readonly native: NativeTokenSet;
 }
 
@@ -139,7 +142,7 @@ export interface CudaDevice {
   memory(): Promise<CudaMemory>;
   /** Returns the allocator's cached blocks to the driver. */
   emptyCache(): Promise<CudaMemory>;
-  /** The variant and launch the dispatcher picks for queries against a corpus. */
+  /** @internal The variant and launch the dispatcher picks for queries against a corpus (bench, tests). */
   plan(
     queries: TokenMatrix | TokenBatch,
     corpus: DeviceCorpus,

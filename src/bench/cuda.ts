@@ -286,35 +286,11 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
       );
       const dSample = pickedDocs(pool, starts, lengths, picks, shape.d, dtype);
       const flops = 2 * shape.nq * shape.lq * totalDocTokens * shape.d;
-
-      // Correctness first (sampled documents, the first, the last, some between, vs float64), then time.
-      const measure = async (c: DeviceCorpus, q: TokenBatch, ref: Float64Array, variant?: string) => {
-        options.onProgress?.(`checking ${c.dtype} against the float64 reference`);
-        const scores = (await c.score(q, { variant })).data;
-        const maxRelErr = sampleError(scores, ref, sampleQueries, picks, shape.b);
-        options.onProgress?.(`timing ${c.dtype}`);
-        const r = await benchKernel(gpu, q, c, {
-          variant,
-          warmup: options.warmup,
-          warmupMs: options.warmupMs,
-          iters: options.iters,
-        });
-        const t = stats(r.ms);
-        const eight = c.dtype === 'int8' || c.dtype === 'fp8';
-        const bytesPerToken = eight ? shape.d + 4 : shape.d * (c.dtype === 'float32' ? 4 : 2);
-        return {
-          ...t,
-          variant: r.variant,
-          maxRelErr,
-          tflops: flops / t.ms / 1e9,
-          gflops: flops / t.ms / 1e6,
-          gbps: (totalDocTokens * bytesPerToken) / t.ms / 1e6,
-          peakExtraBytes: Math.max(0, r.peakBytes - c.bytes),
-        };
-      };
+      const run: Run = { gpu, options, shape, picks, sampleQueries, flops, totalDocTokens };
 
       // 8-bit: the float16 baseline runs with the dispatcher's choice (--variant names the 8-bit kernel)
       const base = await measure(
+        run,
         corpus,
         queries,
         referenceMaxsim(qSample, dSample),
@@ -326,33 +302,14 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
         const mode = options.dtype;
         // what quantize() takes by default: per token for int8, per document for fp8
         const scales = options.scales ?? (mode === 'fp8' ? 'document' : 'token');
-        let ref8: Float64Array;
-        if (mode === 'int8') {
-          ref8 = referenceMaxsim(quantize(qSample, 'int8'), quantize(dSample, 'int8', { scales }));
-        } else {
-          // the GPU's e4m3 codes of the sample, copied back
-          const codes = async (b: TokenBatch, s?: ScaleGranularity) => {
-            const f = await gpu.upload(b);
-            try {
-              const e = await f.quantize('fp8', { scales: s });
-              try {
-                return (await e.download()) as Fp8Tokens;
-              } finally {
-                e.dispose();
-              }
-            } finally {
-              f.dispose();
-            }
-          };
-          // queries: per token, as the scoring job quantizes them
-          ref8 = referenceMaxsimFp8(await codes(qSample, 'token'), await codes(dSample, scales));
-        }
+        const ref8 = await eightBitReference(gpu, mode, qSample, dSample, scales);
         options.onProgress?.(`quantizing the corpus to ${mode} on the GPU`);
         qcorpus = await corpus.quantize(mode, { scales });
         corpus.dispose();
         corpus = undefined;
         // int8: queries quantized on the host (as score() would); fp8: on the GPU by the scoring job
         main = await measure(
+          run,
           qcorpus,
           mode === 'int8' ? quantize(queries, 'int8') : queries,
           ref8,
@@ -397,4 +354,69 @@ export async function benchCudaShape(shape: BenchShape, options: CudaBenchOption
   } finally {
     gpu.dispose();
   }
+}
+
+/** What every measurement of one shape shares. */
+interface Run {
+  gpu: CudaDevice;
+  options: CudaBenchOptions;
+  shape: BenchShape;
+  picks: number[];
+  sampleQueries: number;
+  flops: number;
+  totalDocTokens: number;
+}
+
+// Correctness first (sampled documents, the first, the last, some between, vs float64), then time.
+async function measure(run: Run, c: DeviceCorpus, q: TokenBatch, ref: Float64Array, variant?: string) {
+  const { gpu, options, flops, totalDocTokens, shape } = run;
+  options.onProgress?.(`checking ${c.dtype} against the float64 reference`);
+  const scores = (await c.score(q, { variant })).data;
+  const maxRelErr = sampleError(scores, ref, run.sampleQueries, run.picks, shape.b);
+  options.onProgress?.(`timing ${c.dtype}`);
+  const r = await benchKernel(gpu, q, c, {
+    variant,
+    warmup: options.warmup,
+    warmupMs: options.warmupMs,
+    iters: options.iters,
+  });
+  const t = stats(r.ms);
+  const eight = c.dtype === 'int8' || c.dtype === 'fp8';
+  const bytesPerToken = eight ? shape.d + 4 : shape.d * (c.dtype === 'float32' ? 4 : 2);
+  return {
+    ...t,
+    variant: r.variant,
+    maxRelErr,
+    tflops: flops / t.ms / 1e9,
+    gflops: flops / t.ms / 1e6,
+    gbps: (totalDocTokens * bytesPerToken) / t.ms / 1e6,
+    peakExtraBytes: Math.max(0, r.peakBytes - c.bytes),
+  };
+}
+
+// The float64 reference of the 8-bit sample: int8 quantized on the host (bitwise the device
+// quantizer's), fp8 the GPU's e4m3 codes copied back (queries per token, as the scoring job does).
+async function eightBitReference(
+  gpu: CudaDevice,
+  mode: 'int8' | 'fp8',
+  qSample: TokenBatch,
+  dSample: TokenBatch,
+  scales: ScaleGranularity,
+): Promise<Float64Array> {
+  if (mode === 'int8')
+    return referenceMaxsim(quantize(qSample, 'int8'), quantize(dSample, 'int8', { scales }));
+  const codes = async (b: TokenBatch, s?: ScaleGranularity) => {
+    const f = await gpu.upload(b);
+    try {
+      const e = await f.quantize('fp8', { scales: s });
+      try {
+        return (await e.download()) as Fp8Tokens;
+      } finally {
+        e.dispose();
+      }
+    } finally {
+      f.dispose();
+    }
+  };
+  return referenceMaxsimFp8(await codes(qSample, 'token'), await codes(dSample, scales));
 }

@@ -145,62 +145,14 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
   const threads = opts.threads || os.availableParallelism();
   // The GPU has no FMA-peak line here: GFLOP/s only (and the baseline's time).
   const peak = cuda ? { gflops: 0, basis: 'n/a (cuda)' } : fmaPeak(isa, threads);
-  const run = cuda ? { backend: 'cuda' as const } : { threads: opts.threads, isa };
-  const shapes = opts.shape ?? DEFAULT_CHAMFER_SHAPES;
   const rng = new Rng(1);
   const kind = opts.cloud ?? 'cube';
-  const cloud = (b: number, n: number, d: number, shift: number) => {
-    const data = new Float32Array(b * n * d);
-    for (let i = 0; i < data.length; i++) data[i] = rng.float() * 2 - 1;
-    if (kind === 'sphere') {
-      for (let i = 0; i < b * n; i++) {
-        let s = 0;
-        for (let k = 0; k < d; k++) s += data[i * d + k] ** 2;
-        const r = Math.sqrt(s) || 1;
-        for (let k = 0; k < d; k++) data[i * d + k] /= r;
-      }
-    }
-    for (let i = 0; i < b * n; i++) data[i * d] += shift;
-    return raggedBatch(
-      data,
-      Float64Array.from({ length: b + 1 }, (_, i) => i * n),
-      { dim: d, checkFinite: false },
-    );
-  };
-  const rows = [];
-  for (const shape of shapes) {
-    const progress = new Progress(`bench chamfer ${formatChamferShape(shape)}`, opts.warmup + opts.repeats);
-    const P = cloud(shape.b, shape.n, shape.d, 0);
-    const Q = cloud(shape.b, shape.m, shape.d, kind === 'apart' ? 3 : 0);
-    const grad = new Float64Array(shape.b).fill(1);
-    const fwd: number[] = [];
-    const bwd: number[] = [];
-    const fwdDevice: number[] = [];
-    const bwdDevice: number[] = [];
-    const allDevice: number[] = []; // CUDA: the forward visiting every target (prune: false)
-    for (let i = 0; i < opts.warmup + opts.repeats; i++) {
-      const t0 = process.hrtime.bigint();
-      const t = await chamferTrain(P, Q, run);
-      const t1 = process.hrtime.bigint();
-      const g = await t.backward(grad);
-      const t2 = process.hrtime.bigint();
-      const all = cuda ? await chamferTrain(P, Q, { ...run, prune: false }) : undefined;
-      if (i >= opts.warmup) {
-        fwd.push(Number(t1 - t0) / 1e6);
-        bwd.push(Number(t2 - t1) / 1e6);
-        if (t.deviceMs !== undefined && g.deviceMs !== undefined) {
-          fwdDevice.push(t.deviceMs);
-          bwdDevice.push(g.deviceMs);
-          if (all?.deviceMs !== undefined) allDevice.push(all.deviceMs);
-        }
-      }
-      progress.update(i + 1);
-    }
-    progress.finish();
-    const device = fwdDevice.length > 0;
-    // On the GPU the kernels' device time is the figure (the baseline's is CUDA events too); the wall
-    // time adds the host arrays' packing and transfers.
-    const ms = device ? median(fwdDevice) : median(fwd);
+  const rows: ChamferRow[] = [];
+  for (const shape of opts.shape ?? DEFAULT_CHAMFER_SHAPES) {
+    const P = cloud(rng, kind, shape.b, shape.n, shape.d, 0);
+    const Q = cloud(rng, kind, shape.b, shape.m, shape.d, kind === 'apart' ? 3 : 0);
+    const t = await timeShape(opts, shape, P, Q, isa);
+    const ms = t.device ? median(t.fwdDevice) : median(t.fwd);
     const flops = 2 * shape.b * shape.n * shape.m * 3 * shape.d;
     const gflops = flops / (ms / 1e3) / 1e9;
     rows.push({
@@ -211,13 +163,13 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
       threads: cuda ? 0 : threads,
       repeats: opts.repeats,
       forwardMs: ms,
-      forwardMinMs: Math.min(...(device ? fwdDevice : fwd)),
-      forwardAllTargetsMs: allDevice.length > 0 ? median(allDevice) : undefined,
+      forwardMinMs: Math.min(...(t.device ? t.fwdDevice : t.fwd)),
+      forwardAllTargetsMs: t.allDevice.length > 0 ? median(t.allDevice) : undefined,
       cloud: kind,
-      backwardMs: device ? median(bwdDevice) : median(bwd),
-      timing: device ? 'device (CUDA events)' : 'wall',
-      forwardWallMs: median(fwd),
-      backwardWallMs: median(bwd),
+      backwardMs: t.device ? median(t.bwdDevice) : median(t.bwd),
+      timing: t.device ? 'device (CUDA events)' : 'wall',
+      forwardWallMs: median(t.fwd),
+      backwardWallMs: median(t.bwd),
       gflops,
       peakGflops: peak.gflops,
       pctFmaPeak: peak.gflops > 0 ? (100 * gflops) / peak.gflops : undefined,
@@ -248,6 +200,97 @@ export async function benchChamfer(opts: ChamferBenchOptions): Promise<void> {
     for (const o of out) console.log(JSON.stringify(o));
     return;
   }
+  printChamfer(out, { peak, torch, cuda, kind });
+}
+
+/** One shape's figures (on CUDA the device times; `timing` says which). */
+interface ChamferRow {
+  op: 'chamfer';
+  shape: string;
+  backend: 'cpu' | 'cuda';
+  isa: string;
+  threads: number;
+  repeats: number;
+  forwardMs: number;
+  forwardMinMs: number;
+  forwardAllTargetsMs: number | undefined;
+  cloud: string;
+  backwardMs: number;
+  timing: string;
+  forwardWallMs: number;
+  backwardWallMs: number;
+  gflops: number;
+  peakGflops: number;
+  pctFmaPeak: number | undefined;
+  peakBasis: string;
+  flopBasis: string;
+}
+
+// B clouds of n random points of dimension d (see ChamferBenchOptions.cloud), shifted along the first axis.
+function cloud(rng: Rng, kind: string, b: number, n: number, d: number, shift: number) {
+  const data = new Float32Array(b * n * d);
+  for (let i = 0; i < data.length; i++) data[i] = rng.float() * 2 - 1;
+  if (kind === 'sphere') {
+    for (let i = 0; i < b * n; i++) {
+      let s = 0;
+      for (let k = 0; k < d; k++) s += data[i * d + k] ** 2;
+      const r = Math.sqrt(s) || 1;
+      for (let k = 0; k < d; k++) data[i * d + k] /= r;
+    }
+  }
+  for (let i = 0; i < b * n; i++) data[i * d] += shift;
+  return raggedBatch(
+    data,
+    Float64Array.from({ length: b + 1 }, (_, i) => i * n),
+    { dim: d, checkFinite: false },
+  );
+}
+
+// The repeats of one shape after the warmup: wall times, and on CUDA the kernels' device times.
+async function timeShape(
+  opts: ChamferBenchOptions,
+  shape: ChamferShape,
+  P: ReturnType<typeof cloud>,
+  Q: ReturnType<typeof cloud>,
+  isa: ChamferIsa,
+) {
+  const cuda = opts.backend === 'cuda';
+  const run = cuda ? { backend: 'cuda' as const } : { threads: opts.threads, isa };
+  const progress = new Progress(`bench chamfer ${formatChamferShape(shape)}`, opts.warmup + opts.repeats);
+  const grad = new Float64Array(shape.b).fill(1);
+  const fwd: number[] = [];
+  const bwd: number[] = [];
+  const fwdDevice: number[] = [];
+  const bwdDevice: number[] = [];
+  const allDevice: number[] = []; // CUDA: the forward visiting every target (prune: false)
+  for (let i = 0; i < opts.warmup + opts.repeats; i++) {
+    const t0 = process.hrtime.bigint();
+    const t = await chamferTrain(P, Q, run);
+    const t1 = process.hrtime.bigint();
+    const g = await t.backward(grad);
+    const t2 = process.hrtime.bigint();
+    const all = cuda ? await chamferTrain(P, Q, { ...run, prune: false }) : undefined;
+    if (i >= opts.warmup) {
+      fwd.push(Number(t1 - t0) / 1e6);
+      bwd.push(Number(t2 - t1) / 1e6);
+      if (t.deviceMs !== undefined && g.deviceMs !== undefined) {
+        fwdDevice.push(t.deviceMs);
+        bwdDevice.push(g.deviceMs);
+        if (all?.deviceMs !== undefined) allDevice.push(all.deviceMs);
+      }
+    }
+    progress.update(i + 1);
+  }
+  progress.finish();
+  return { fwd, bwd, fwdDevice, bwdDevice, allDevice, device: fwdDevice.length > 0 };
+}
+
+// The table, with what its columns measure.
+function printChamfer(
+  out: (ChamferRow & { torchStatus?: string; torchMs?: number; speedupVsTorch?: number })[],
+  how: { peak: { gflops: number; basis: string }; torch: unknown; cuda: boolean; kind: string },
+): void {
+  const { peak, torch, cuda, kind } = how;
   console.log(
     `FMA peak: ${fixed(peak.gflops, 1)} GFLOP/s nominal (${peak.basis}); FLOPs: 3d per pair and direction`,
   );

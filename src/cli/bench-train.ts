@@ -164,6 +164,20 @@ export async function benchTrain(opts: TrainBenchOptions): Promise<void> {
     for (const c of contention) console.log(JSON.stringify({ kind: 'contention', ...c }));
     return;
   }
+  printTrain(out, torchRows ? undefined : 'unavailable' in torch ? torch.unavailable : '', contention);
+}
+
+// The step table (with the PyTorch baseline where it ran) and the contention table.
+function printTrain(
+  out: (TrainStepRow & {
+    torchStatus?: string;
+    torchMs?: number;
+    torchPeakExtraBytes?: number;
+    speedupVsTorch?: number;
+  })[],
+  noTorch: string | undefined,
+  contention: ContentionRow[],
+): void {
   const mb = (bytes: number | undefined) => (bytes === undefined ? '-' : fixed(bytes / 1e6, 1));
   printTable(
     [
@@ -199,7 +213,7 @@ export async function benchTrain(opts: TrainBenchOptions): Promise<void> {
       o.speedupVsTorch === undefined ? '-' : `${fixed(o.speedupVsTorch, 2)}x`,
     ]),
   );
-  if (!torchRows) console.log(`(no PyTorch baseline: ${'unavailable' in torch ? torch.unavailable : ''})`);
+  if (noTorch !== undefined) console.log(`(no PyTorch baseline: ${noTorch})`);
   if (contention.length > 0) {
     console.log('');
     printTable(

@@ -24,6 +24,12 @@ export function indexRows(info: CorpusInfo): [string, string][] {
       `${ix.indexedSegments}${ix.unindexedSegments > 0 ? ` (${ix.unindexedSegments} unindexed: scanned; \`maxsim corpus index\` encodes them)` : ''}`,
     ],
     [
+      'index tokens',
+      ix.tokens === 'dropped'
+        ? 'dropped: only the index is stored; scores are MaxSim on the decoded residuals'
+        : 'kept: scores are exact MaxSim (re-scored from the tokens)',
+    ],
+    [
       'index drift',
       `${ix.drift.toFixed(4)}${ix.rebuildAdvised ? ` (above ${REBUILD_DRIFT}: \`maxsim corpus index --rebuild\` advised)` : ''}`,
     ],
@@ -34,7 +40,10 @@ function report(dir: string, r: CorpusIndexResult) {
   const what = r.trained
     ? `built the index: ${r.encoded} segment(s) encoded; relative reconstruction error ${(r.meanSquaredError / r.meanSquaredNorm).toFixed(4)}`
     : `encoded ${r.encoded} new segment(s) against the existing centroids`;
-  process.stderr.write(`index: ${what}; drift ${r.drift.toFixed(4)}\n`);
+  if (r.info.index?.tokens === 'dropped')
+    process.stderr.write('index: the corpus keeps only its index (token segments dropped)\n');
+  process.stderr.write(`index: ${what}; drift ${r.drift.toFixed(4)} (${r.backend})\n`);
+  if (r.backendNote) process.stderr.write(`index: ${r.backendNote}\n`);
   if (r.rebuildAdvised)
     process.stderr.write(
       `index: drift ${r.info.index!.drift.toFixed(4)} exceeds ${REBUILD_DRIFT}: new documents lie far from the centroids; run \`maxsim corpus index ${dir} --rebuild\`\n`,
@@ -100,6 +109,15 @@ export function indexCommand(
     .option('--sample <N>', 'tokens sampled to fit the centroids and buckets (default min(tokens, 64 K))')
     .option('--seed <n>', 'seed of the sample and k-means (default 1)')
     .option('--rebuild', 'fit new centroids and re-encode every segment (after drift)')
+    .option(
+      '--drop-tokens',
+      'keep only the index: the token segments are replaced by token-less ones (a smaller corpus; scores are MaxSim on the decoded residuals)',
+    )
+    .addOption(
+      new Option('--backend <backend>', 'where the index is built: auto (GPU when usable), cpu or cuda')
+        .choices(['auto', 'cpu', 'cuda'])
+        .default('auto'),
+    )
     .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
     .option('--json', 'print the corpus summary as JSON')
     .action(
@@ -111,6 +129,8 @@ export function indexCommand(
           sample?: string;
           seed?: string;
           rebuild?: boolean;
+          dropTokens?: boolean;
+          backend?: 'auto' | 'cpu' | 'cuda';
           wait?: string;
           json?: boolean;
         },
@@ -121,6 +141,8 @@ export function indexCommand(
           sample: positive('--sample', o.sample),
           seed: positive('--seed', o.seed, 0),
           rebuild: o.rebuild === true,
+          dropTokens: o.dropTokens === true,
+          backend: o.backend,
           waitMs: waitMs(o.wait),
         });
         printInfo(r.info, o.json);

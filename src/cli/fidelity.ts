@@ -120,117 +120,123 @@ export function fidelityCommand(): Command {
     )
     .option('--json', 'print JSON')
     .action(async (opts: FidelityOptions) => {
-      const corpora = corporaOf(opts);
-      // int8 runs on the CPU here: where it is slower than float32 that is said first (once, stderr)
-      const slower = warnIfInt8Slower(corpora[0].docs.dim, 'maxsim fidelity');
-      // batches of queries with a progress bar, until all ran or --time-limit passed
-      const measure = async (name: string, queries: TokenBatch, docs: TokenBatch, relevant?: number[][]) => {
-        const bar = new Progress(`fidelity ${name}`, queries.count);
-        bar.update(0);
-        const r = await fidelity(name, queries, docs, relevant, {
-          timeLimitMs: opts.timeLimit > 0 ? opts.timeLimit * 1000 : undefined,
-          onProgress: (done) => bar.update(done),
-        });
-        bar.finish();
-        return r;
-      };
-      const reports: Array<FidelityReport & { anisotropy: ReturnType<typeof anisotropy> }> = [];
-      for (const c of corpora)
-        reports.push({
-          ...(await measure(c.name, c.queries, c.docs, c.relevant)),
-          anisotropy: anisotropy(c.docs),
-        });
-      const cut = reports.filter((r) => r.queries < r.queriesRequested);
-      for (const r of cut)
-        console.error(
-          `maxsim fidelity: ${r.name}: ${r.queries} of ${r.queriesRequested} queries within --time-limit ${opts.timeLimit} s (raise it, or 0, for all)`,
-        );
-      if (opts.json) {
-        console.log(
-          JSON.stringify({
-            reports,
-            warnings: slower ? [`int8 is slower than float32 here: ${slower}`] : [],
-          }),
-        );
-        return;
-      }
-      // One row per corpus and 8-bit format (documents with one scale per token, then per document);
-      // fp8 may not have run.
-      const row = (
-        r: (typeof reports)[number],
-        format: string,
-        f: Pick<
-          FormatFidelity,
-          | 'spearmanMean'
-          | 'spearmanMin'
-          | 'top10Overlap'
-          | 'top20Overlap'
-          | 'top20Decided'
-          | 'top20OverlapDecided'
-        >,
-        recall: string,
-        two: string,
-      ) => [
-        r.name,
-        format,
-        String(r.queries),
-        String(r.docs),
-        fixed(f.spearmanMean, 5),
-        fixed(f.spearmanMin, 5),
-        fixed(f.top10Overlap, 4),
-        fixed(f.top20Overlap, 4),
-        `${Number.isNaN(f.top20OverlapDecided) ? '-' : fixed(f.top20OverlapDecided, 4)} (${fixed(f.top20Decided * 100, 1)}%)`,
-        recall,
-        two,
-      ];
-      const rowsOf = (r: (typeof reports)[number]): string[][] => {
-        const fp32 = r.recall10 ? fixed(r.recall10.fp32, 3) : undefined;
-        const int8Recall = r.recall10
-          ? `${fp32}/${fixed(r.recall10.int8, 3)}/${fixed(r.recall10.twoStage, 3)}`
-          : '-';
-        // fp8 and the document-scale rows: no two-stage search of their own (it is exact either way)
-        const other = (format: string, f: FormatFidelity | { unavailable: string }) =>
-          'unavailable' in f
-            ? [r.name, format, '-', '-', '-', '-', '-', '-', '-', 'not run (below)', '-']
-            : row(
-                r,
-                format,
-                f,
-                f.recall10 !== undefined && fp32 ? `${fp32}/${fixed(f.recall10, 3)}/-` : '-',
-                '-',
-              );
-        return [
-          row(r, 'int8', r, int8Recall, fixed(r.twoStageExact, 4)),
-          other('fp8', r.fp8),
-          other('int8, doc scales', r.documentScales.int8),
-          other('fp8, doc scales', r.documentScales.fp8),
-          other('int8, centered', r.centered.int8),
-          other('fp8, centered', r.centered.fp8),
-          other('int8, doc scales, centered', r.centered.documentScales.int8),
-          other('fp8, doc scales, centered', r.centered.documentScales.fp8),
-        ];
-      };
-      printTable(
-        [
-          'corpus',
-          'format',
-          'queries',
-          'docs',
-          'rho mean',
-          'rho min',
-          'top-10 overlap',
-          'top-20 overlap',
-          'top-20, near-ties aside (queries decided)',
-          'recall@10 fp32/8-bit/2-stage',
-          '2-stage = exact',
-        ],
-        reports.flatMap(rowsOf),
-      );
-      for (const r of reports)
-        console.log(
-          `${r.name}: mean token cosine ${fixed(r.anisotropy.meanCosine, 3)}, mean unit token norm ${fixed(r.anisotropy.meanNorm, 3)}`,
-        );
-      const missing = reports.map((r) => r.fp8).find((f) => 'unavailable' in f);
-      if (missing && 'unavailable' in missing) console.log(`fp8: ${missing.unavailable}`);
+      const reports = await measureAll(opts);
+      if (!opts.json) printReports(reports);
     });
+}
+
+type CorpusReport = FidelityReport & { anisotropy: ReturnType<typeof anisotropy> };
+
+// Every corpus measured (a progress bar each), a note per corpus that --time-limit cut short; with
+// --json the reports are printed here.
+async function measureAll(opts: FidelityOptions): Promise<CorpusReport[]> {
+  const corpora = corporaOf(opts);
+  // int8 runs on the CPU here: where it is slower than float32 that is said first (once, stderr)
+  const slower = warnIfInt8Slower(corpora[0].docs.dim, 'maxsim fidelity');
+  // batches of queries with a progress bar, until all ran or --time-limit passed
+  const measure = async (name: string, queries: TokenBatch, docs: TokenBatch, relevant?: number[][]) => {
+    const bar = new Progress(`fidelity ${name}`, queries.count);
+    bar.update(0);
+    const r = await fidelity(name, queries, docs, relevant, {
+      timeLimitMs: opts.timeLimit > 0 ? opts.timeLimit * 1000 : undefined,
+      onProgress: (done) => bar.update(done),
+    });
+    bar.finish();
+    return r;
+  };
+  const reports: CorpusReport[] = [];
+  for (const c of corpora)
+    reports.push({
+      ...(await measure(c.name, c.queries, c.docs, c.relevant)),
+      anisotropy: anisotropy(c.docs),
+    });
+  const cut = reports.filter((r) => r.queries < r.queriesRequested);
+  for (const r of cut)
+    console.error(
+      `maxsim fidelity: ${r.name}: ${r.queries} of ${r.queriesRequested} queries within --time-limit ${opts.timeLimit} s (raise it, or 0, for all)`,
+    );
+  if (opts.json) {
+    console.log(
+      JSON.stringify({
+        reports,
+        warnings: slower ? [`int8 is slower than float32 here: ${slower}`] : [],
+      }),
+    );
+  }
+  return reports;
+}
+
+// One row per corpus and 8-bit format (documents with one scale per token, then per document);
+// fp8 may not have run.
+function row(
+  r: CorpusReport,
+  format: string,
+  f: Pick<
+    FormatFidelity,
+    'spearmanMean' | 'spearmanMin' | 'top10Overlap' | 'top20Overlap' | 'top20Decided' | 'top20OverlapDecided'
+  >,
+  recall: string,
+  two: string,
+): string[] {
+  return [
+    r.name,
+    format,
+    String(r.queries),
+    String(r.docs),
+    fixed(f.spearmanMean, 5),
+    fixed(f.spearmanMin, 5),
+    fixed(f.top10Overlap, 4),
+    fixed(f.top20Overlap, 4),
+    `${Number.isNaN(f.top20OverlapDecided) ? '-' : fixed(f.top20OverlapDecided, 4)} (${fixed(f.top20Decided * 100, 1)}%)`,
+    recall,
+    two,
+  ];
+}
+
+function rowsOf(r: CorpusReport): string[][] {
+  const fp32 = r.recall10 ? fixed(r.recall10.fp32, 3) : undefined;
+  const int8Recall = r.recall10
+    ? `${fp32}/${fixed(r.recall10.int8, 3)}/${fixed(r.recall10.twoStage, 3)}`
+    : '-';
+  // fp8 and the document-scale rows: no two-stage search of their own (it is exact either way)
+  const other = (format: string, f: FormatFidelity | { unavailable: string }) =>
+    'unavailable' in f
+      ? [r.name, format, '-', '-', '-', '-', '-', '-', '-', 'not run (below)', '-']
+      : row(r, format, f, f.recall10 !== undefined && fp32 ? `${fp32}/${fixed(f.recall10, 3)}/-` : '-', '-');
+  return [
+    row(r, 'int8', r, int8Recall, fixed(r.twoStageExact, 4)),
+    other('fp8', r.fp8),
+    other('int8, doc scales', r.documentScales.int8),
+    other('fp8, doc scales', r.documentScales.fp8),
+    other('int8, centered', r.centered.int8),
+    other('fp8, centered', r.centered.fp8),
+    other('int8, doc scales, centered', r.centered.documentScales.int8),
+    other('fp8, doc scales, centered', r.centered.documentScales.fp8),
+  ];
+}
+
+// The table of every corpus and 8-bit format, then each corpus's anisotropy and why fp8 did not run.
+function printReports(reports: CorpusReport[]): void {
+  printTable(
+    [
+      'corpus',
+      'format',
+      'queries',
+      'docs',
+      'rho mean',
+      'rho min',
+      'top-10 overlap',
+      'top-20 overlap',
+      'top-20, near-ties aside (queries decided)',
+      'recall@10 fp32/8-bit/2-stage',
+      '2-stage = exact',
+    ],
+    reports.flatMap(rowsOf),
+  );
+  for (const r of reports)
+    console.log(
+      `${r.name}: mean token cosine ${fixed(r.anisotropy.meanCosine, 3)}, mean unit token norm ${fixed(r.anisotropy.meanNorm, 3)}`,
+    );
+  const missing = reports.map((r) => r.fp8).find((f) => 'unavailable' in f);
+  if (missing && 'unavailable' in missing) console.log(`fp8: ${missing.unavailable}`);
 }

@@ -1,6 +1,6 @@
 // `maxsim search`: the top-k documents of every query, as JSON lines.
 import { Command, Option } from 'commander';
-import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-stream.js';
+import { TRANSFER_OPTIONS, type TransferOption } from '../backends/cuda-transfer.js';
 import { type BackendChoice, cudaUnavailableReason, resolveBackend } from '../backends/select.js';
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { openCorpus } from '../ops/corpus-search.js';
@@ -139,62 +139,72 @@ export function searchCommand(): Command {
     .action(async (opts: SearchCommandOptions) => {
       checkScalesUse(opts.scales, opts.prefilter === 'int8' || formatOf(opts.dtype) !== 'float');
       if (opts.corpus !== undefined) return searchCorpus(opts);
-      const corpusOnly = opts.stats
-        ? '--stats'
-        : opts.exact || opts.nprobe !== undefined || opts.candidates !== undefined
-          ? opts.exact
-            ? '--exact'
-            : opts.nprobe !== undefined
-              ? '--nprobe'
-              : '--candidates'
-          : opts.hostMemoryBudget !== undefined
-            ? '--host-memory-budget'
-            : (opts.transfer ?? 'auto') !== 'auto'
-              ? '--transfer'
-              : undefined;
-      if (corpusOnly)
-        throw new InvalidArgumentError(
-          corpusOnly,
-          'used with --corpus (it concerns the streamed scan)',
-          '--docs',
-        );
-      if (opts.ids !== undefined)
-        throw new InvalidArgumentError('--ids', 'used with --corpus (ids name corpus documents)', '--docs');
-      if (opts.docs === undefined)
-        throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
-      await queryTextBatch(opts);
-      const { queries, docs } = loadInputs(opts);
-      // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
-      const interrupt = interruptSignal();
-      const options = { backend: opts.backend, threads: opts.threads, signal: interrupt.signal };
-      let results: Hit[][];
-      try {
-        if (opts.prefilter === 'int8') {
-          // the scan's documents centered (docs/eight-bit.md): candidates as good or better, the
-          // results the exact rescore either way
-          const scan = quantize(docs, 'int8', { scales: opts.scales, center: docs.dtype !== 'int8' });
-          const batch = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
-          results = await twoStageTopK(batch, docs, scan, opts.topK, options);
-        } else {
-          const format = formatOf(opts.dtype);
-          // what topK does (rank the score rows), in blocks with progress for large inputs
-          const m = await scoreInBlocks(
-            queries,
-            docs,
-            format,
-            { ...options, ...(format !== 'float' ? { scales: opts.scales } : {}) },
-            'search',
-          );
-          results = rankRows(m, opts.topK);
-        }
-      } finally {
-        interrupt.dispose();
-      }
-      const lines = results.map((hits, query) =>
-        JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
-      );
-      if (lines.length > 0) console.log(lines.join('\n'));
+      refuseCorpusOnly(opts);
+      return searchDocs(opts);
     });
+}
+
+// Options of the corpus scan given without --corpus, and --docs missing.
+function refuseCorpusOnly(opts: SearchCommandOptions): void {
+  const corpusOnly = opts.stats
+    ? '--stats'
+    : opts.exact || opts.nprobe !== undefined || opts.candidates !== undefined
+      ? opts.exact
+        ? '--exact'
+        : opts.nprobe !== undefined
+          ? '--nprobe'
+          : '--candidates'
+      : opts.hostMemoryBudget !== undefined
+        ? '--host-memory-budget'
+        : (opts.transfer ?? 'auto') !== 'auto'
+          ? '--transfer'
+          : undefined;
+  if (corpusOnly)
+    throw new InvalidArgumentError(
+      corpusOnly,
+      'used with --corpus (it concerns the streamed scan)',
+      '--docs',
+    );
+  if (opts.ids !== undefined)
+    throw new InvalidArgumentError('--ids', 'used with --corpus (ids name corpus documents)', '--docs');
+  if (opts.docs === undefined)
+    throw new InvalidArgumentError('--docs', 'a documents file (or --corpus <dir>)', 'neither');
+}
+
+// --docs: the queries against the documents file, in memory.
+async function searchDocs(opts: SearchCommandOptions): Promise<void> {
+  await queryTextBatch(opts);
+  const { queries, docs } = loadInputs(opts);
+  // Ctrl-C: the scoring stops at its next chunk of documents (main() exits 130 with one line)
+  const interrupt = interruptSignal();
+  const options = { backend: opts.backend, threads: opts.threads, signal: interrupt.signal };
+  let results: Hit[][];
+  try {
+    if (opts.prefilter === 'int8') {
+      // the scan's documents centered (docs/eight-bit.md): candidates as good or better, the
+      // results the exact rescore either way
+      const scan = quantize(docs, 'int8', { scales: opts.scales, center: docs.dtype !== 'int8' });
+      const batch = isTokenMatrix(queries) ? matrixAsBatch(queries) : queries;
+      results = await twoStageTopK(batch, docs, scan, opts.topK, options);
+    } else {
+      const format = formatOf(opts.dtype);
+      // what topK does (rank the score rows), in blocks with progress for large inputs
+      const m = await scoreInBlocks(
+        queries,
+        docs,
+        format,
+        { ...options, ...(format !== 'float' ? { scales: opts.scales } : {}) },
+        'search',
+      );
+      results = rankRows(m, opts.topK);
+    }
+  } finally {
+    interrupt.dispose();
+  }
+  const lines = results.map((hits, query) =>
+    JSON.stringify({ query, results: hits.map((h) => ({ index: h.index, score: jsonScore(h.score) })) }),
+  );
+  if (lines.length > 0) console.log(lines.join('\n'));
 }
 
 async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
@@ -284,6 +294,8 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
   }
   bar.finish();
   // stderr: stdout stays one JSON line per query
+  if (stats.scores === 'residual')
+    console.error('scores: MaxSim of the decoded residuals (the corpus keeps only its index: --drop-tokens)');
   if (opts.stats)
     console.error(
       `stats: ${JSON.stringify({ ...stats, GBps: stats.seconds > 0 ? +(stats.bytes / stats.seconds / 1e9).toFixed(2) : null })}`,

@@ -61,7 +61,7 @@ function readKey(file: string): string {
 }
 
 export function serveCommand(): Command {
-  return new Command('serve')
+  const command = new Command('serve')
     .description(
       'serve search / rerank / score over HTTP for a resident corpus, batching concurrent requests into one pass ' +
         '(POST /v1/search, /v1/rerank, /v1/score, /v1/documents, /v1/encode; GET /healthz, /readyz, /metrics, /openapi.json, /v1/info, /v1/model); with a model (--model), text in as well as embeddings',
@@ -100,7 +100,13 @@ export function serveCommand(): Command {
       '--dtype <type>',
       'int8 | fp8: every search pass scans an 8-bit copy of the corpus and rescores 4 x top_k candidates exactly (fp8: GPU only); rerank and score stay exact',
       passDtypeOption,
-    )
+    );
+  return withServiceOptions(command).action(runServe);
+}
+
+// The batcher, the key, the request limits and the log.
+function withServiceOptions(command: Command): Command {
+  return command
     .option('--max-batch <n>', 'queries per scoring pass (1 turns batching off)', integerOption(1), 128)
     .option(
       '--max-wait-ms <ms>',
@@ -145,64 +151,69 @@ export function serveCommand(): Command {
       new Option('--log-level <level>', 'log level (one JSON line per request at info)')
         .choices(['fatal', 'error', 'warn', 'info', 'debug', 'silent'])
         .default('info'),
-    )
-    .action(async (opts: ServeOptions) => {
-      if (opts.authReads && opts.apiKeyFile === undefined)
-        throw new InvalidArgumentError('--auth-reads', '--api-key-file with it', 'no key file');
-      const server = await createServer({
-        corpus: opts.corpus,
-        host: opts.host,
-        port: opts.port,
-        backend: opts.backend,
-        pin: opts.pin,
-        threads: opts.threads,
-        gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
-        devices: opts.gpus,
-        dtype: opts.dtype,
-        maxBatch: opts.maxBatch,
-        maxWaitMs: opts.maxWaitMs,
-        maxQueue: opts.maxQueue,
-        passesInFlight: opts.passesInFlight,
-        apiKey: opts.apiKeyFile === undefined ? undefined : readKey(opts.apiKeyFile),
-        authReads: opts.authReads,
-        bodyLimit: opts.bodyLimit * 1024 * 1024,
-        timeoutMs: opts.timeoutMs,
-        maxWork: opts.maxWork,
-        closeGraceMs: opts.closeGraceMs,
-        logger: { level: opts.logLevel },
-        model: opts.model,
-        modelOptions: opts.encoderThreads === undefined ? undefined : { threads: opts.encoderThreads },
-        maxTexts: opts.maxTexts,
-        maxTextChars: opts.maxTextChars,
-      });
-      const { url } = await server.listen();
-      const info = server.resident.info;
-      process.stderr.write(
-        `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype}${server.resident.dtype ? `, ${server.resident.dtype} passes` : ''})\n`,
+    );
+}
+
+async function runServe(opts: ServeOptions): Promise<void> {
+  if (opts.authReads && opts.apiKeyFile === undefined)
+    throw new InvalidArgumentError('--auth-reads', '--api-key-file with it', 'no key file');
+  const server = await createServer({
+    corpus: opts.corpus,
+    host: opts.host,
+    port: opts.port,
+    backend: opts.backend,
+    pin: opts.pin,
+    threads: opts.threads,
+    gpuMemory: opts.gpuMemory === undefined ? undefined : opts.gpuMemory * 1024 * 1024,
+    devices: opts.gpus,
+    dtype: opts.dtype,
+    maxBatch: opts.maxBatch,
+    maxWaitMs: opts.maxWaitMs,
+    maxQueue: opts.maxQueue,
+    passesInFlight: opts.passesInFlight,
+    apiKey: opts.apiKeyFile === undefined ? undefined : readKey(opts.apiKeyFile),
+    authReads: opts.authReads,
+    bodyLimit: opts.bodyLimit * 1024 * 1024,
+    timeoutMs: opts.timeoutMs,
+    maxWork: opts.maxWork,
+    closeGraceMs: opts.closeGraceMs,
+    logger: { level: opts.logLevel },
+    model: opts.model,
+    modelOptions: opts.encoderThreads === undefined ? undefined : { threads: opts.encoderThreads },
+    maxTexts: opts.maxTexts,
+    maxTextChars: opts.maxTextChars,
+  });
+  const { url } = await server.listen();
+  const info = server.resident.info;
+  process.stderr.write(
+    `maxsim serve: listening on ${url} (${server.resident.backend}, ${server.resident.mode}, ${info.documents} documents, dim ${info.dim}, ${info.dtype}${server.resident.dtype ? `, ${server.resident.dtype} passes` : ''})\n`,
+  );
+  for (const line of server.notes) process.stderr.write(`maxsim serve: ${line}\n`);
+  await untilSignal(server);
+}
+
+// Stops accepting, answers what is in flight, releases the corpus and the GPU, and resolves (exit 0)
+// on SIGTERM / SIGINT; a second signal exits at once.
+function untilSignal(server: Awaited<ReturnType<typeof createServer>>): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let stopping = false;
+    const stop = (signal: NodeJS.Signals) => {
+      if (stopping) process.exit(1);
+      stopping = true;
+      process.stderr.write(`maxsim serve: ${signal}: draining\n`);
+      server.close().then(
+        () => {
+          process.stderr.write('maxsim serve: stopped\n');
+          resolve();
+        },
+        (e) => {
+          process.stderr.write(`maxsim serve: shutdown failed: ${(e as Error).message}\n`);
+          process.exitCode = 1;
+          resolve();
+        },
       );
-      for (const line of server.notes) process.stderr.write(`maxsim serve: ${line}\n`);
-      // stop accepting, answer what is in flight, release the corpus and the GPU, exit 0; a second
-      // signal exits at once
-      await new Promise<void>((resolve) => {
-        let stopping = false;
-        const stop = (signal: NodeJS.Signals) => {
-          if (stopping) process.exit(1);
-          stopping = true;
-          process.stderr.write(`maxsim serve: ${signal}: draining\n`);
-          server.close().then(
-            () => {
-              process.stderr.write('maxsim serve: stopped\n');
-              resolve();
-            },
-            (e) => {
-              process.stderr.write(`maxsim serve: shutdown failed: ${(e as Error).message}\n`);
-              process.exitCode = 1;
-              resolve();
-            },
-          );
-        };
-        process.on('SIGTERM', stop);
-        process.on('SIGINT', stop);
-      });
-    });
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+  });
 }

@@ -79,7 +79,8 @@ function readIds(path: string, count: number): string[] {
   return lines.map((l) => l.replace(/\r$/, ''));
 }
 
-type BuildResult = CorpusInfo & { clamped: number };
+/** What a build from files made: the corpus, and how many values were clamped (with `clamp`). */
+export type BuildResult = CorpusInfo & { clamped: number };
 
 /**
  * buildCorpusFromFiles on the calling thread (blocks it until the corpus is published); from

@@ -230,7 +230,7 @@ export interface TokenArrayOptions extends ValidationOptions {
 export interface DocsArrayOptions extends TokenArrayOptions {
   /** Packed [T, d] only: token offsets [B+1] (int32/int64/uint32/uint64). */
   offsets?: NpyArray;
-  /** [B, L, d]: real tokens per document [B]. Packed [T, d]: an alternative to offsets. */
+  /** Dense `[B, L, d]`: real tokens per document `[B]`. Packed `[T, d]`: an alternative to offsets. */
   lengths?: NpyArray;
 }
 

@@ -391,7 +391,8 @@ function readExactly(fd: number, into: Uint8Array, position: number): void {
   }
 }
 
-type TensorInput = Record<string, NpyArray> | ReadonlyMap<string, NpyArray>;
+/** The tensors of a safetensors file, by name. */
+export type TensorInput = Record<string, NpyArray> | ReadonlyMap<string, NpyArray>;
 
 function encodeParts(tensors: TensorInput, metadata?: Record<string, string>): Uint8Array[] {
   const list = [...(tensors instanceof Map ? tensors : Object.entries(tensors))] as [string, NpyArray][];

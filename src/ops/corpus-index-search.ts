@@ -4,12 +4,18 @@
 // live documents of all segments, together with every live document of the unindexed segments
 // (appended since the last `corpus index`), are re-scored exactly by the corpus's own scan kernel, so
 // the returned scores are exact MaxSim of the stored tokens and only the candidate set is approximate.
+import { withCancelFlag } from '../abort.js';
+import { resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
 import { describeValue as describe } from '../io/corpus/manifest.js';
-import { defaultSearch } from '../plaid/plaid.js';
-import type { Hit, TokenBatch } from '../tensor.js';
-import { mergeHits } from './corpus-search.js';
+import { plaidCudaReason } from '../plaid/cuda-native.js';
+import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY } from '../plaid/cuda-plan.js';
+import { cudaSearchBatch } from '../plaid/cuda-search.js';
+import { defaultSearch, type PlaidIndex } from '../plaid/plaid.js';
+import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
+import { mergeHits } from './corpus-hits.js';
+import { snapshotQueries } from './corpus-queries.js';
 
 export interface CorpusIndexOptions {
   /** Centroids probed per query token (1..K; default by k, see docs/index.md). */
@@ -20,6 +26,12 @@ export interface CorpusIndexOptions {
   rescore?: number;
   /** Centroid pruning threshold of the interaction stage (default: none). */
   threshold?: number;
+  /**
+   * How reached documents are scored before the residual stage (PlaidIndex.search): the GPU stages
+   * implement 'bags', the default there; the CPU default is 'lists'. 'auto' runs 'lists' and 'hybrid'
+   * on the CPU; backend 'cuda' with either is an error.
+   */
+  interaction?: 'lists' | 'bags' | 'hybrid';
 }
 
 export interface IndexStage {
@@ -30,19 +42,25 @@ export interface IndexStage {
 }
 
 export interface IndexSearchStats {
-  /** 'exact': returned scores are exact MaxSim of the stored tokens (re-scored). */
-  scores: 'exact';
+  /**
+   * 'exact': returned scores are exact MaxSim of the stored tokens (re-scored); 'residual': the
+   * corpus keeps only its index (`corpus index --drop-tokens`), so scores are MaxSim of the decoded
+   * residuals (exact for documents of unindexed segments, appended since the last `corpus index`).
+   */
+  scores: 'exact' | 'residual';
   nprobe: number;
   candidates: number;
   rescore: number;
   indexedSegments: number;
   /** Live documents of unindexed segments, scanned exactly for each query. */
   scannedDocuments: number;
+  /** The interaction the stages ran ('bags' on the GPU). */
+  interaction: 'lists' | 'bags' | 'hybrid';
   stages: IndexStage[];
   isa: string;
 }
 
-const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold']);
+const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold', 'interaction']);
 const MAX = 1 << 24;
 
 function whole(name: string, v: unknown, min: number, max: number, why = ''): number {
@@ -56,11 +74,19 @@ export function indexSettings(
   value: unknown,
   k: number,
   centroids: number,
-): { nprobe: number; candidates: number; rescore: number; threshold: number } {
+  /** The corpus's documents: the defaults grow with it (defaultSearch). */
+  docs?: number,
+): {
+  nprobe: number;
+  candidates: number;
+  rescore: number;
+  threshold: number;
+  interaction: 'lists' | 'bags' | 'hybrid' | undefined;
+} {
   if (value !== undefined && (value === null || typeof value !== 'object' || Array.isArray(value)))
     throw new InvalidArgumentError(
       'index',
-      'false or an object { nprobe, candidates, rescore, threshold }',
+      'false or an object { nprobe, candidates, rescore, threshold, interaction }',
       describe(value),
     );
   const o = (value ?? {}) as Record<string, unknown>;
@@ -68,10 +94,18 @@ export function indexSettings(
     if (!KEYS.has(key))
       throw new InvalidArgumentError(
         `index.${key}`,
-        'one of nprobe, candidates, rescore, threshold',
+        'one of nprobe, candidates, rescore, threshold, interaction',
         'an unknown option',
       );
-  const def = defaultSearch(Math.max(1, k));
+  const def = defaultSearch(Math.max(1, k), docs);
+  const interaction = o.interaction;
+  if (
+    interaction !== undefined &&
+    interaction !== 'lists' &&
+    interaction !== 'bags' &&
+    interaction !== 'hybrid'
+  )
+    throw new InvalidArgumentError('index.interaction', "'lists', 'bags' or 'hybrid'", describe(interaction));
   const threshold = o.threshold ?? Number.NEGATIVE_INFINITY;
   if (typeof threshold !== 'number' || Number.isNaN(threshold) || threshold === Number.POSITIVE_INFINITY)
     throw new InvalidArgumentError(
@@ -96,7 +130,20 @@ export function indexSettings(
       ' (at least k)',
     ),
     threshold,
+    interaction,
   };
+}
+
+/** One query of a batch as a matrix (a view of the same rows). */
+function queryRows(q: TokenBatch, i: number): TokenMatrix {
+  const s0 = q.starts[i] * q.dim;
+  return {
+    kind: 'matrix',
+    dtype: q.dtype,
+    data: q.data.subarray(s0, s0 + q.lengths[i] * q.dim),
+    length: q.lengths[i],
+    dim: q.dim,
+  } as TokenMatrix;
 }
 
 /** One query of a batch as a batch of one (a view of the same rows). */
@@ -110,24 +157,116 @@ function oneQuery(q: TokenBatch, i: number): TokenBatch {
   };
 }
 
+type Settings = ReturnType<typeof indexSettings>;
+
+/**
+ * The GPU stages of one indexed segment for a whole batch (src/plaid/cuda-search.ts): `search`
+ * returns what PlaidIndex.search returns, one result per query, residual scores included; `usable`
+ * says whether a search of these settings and queries runs there ('auto' keeps the CPU stages where
+ * the GPU path refuses: nprobe over 32, queries over 256 tokens, or no CUDA plaid engine). A test or
+ * another engine may replace them; search undefined: every backend runs the CPU stages.
+ */
+export const gpuStages: {
+  search?: (
+    plaid: PlaidIndex,
+    queries: TokenBatch,
+    options: {
+      k: number;
+      nprobe: number;
+      candidates: number;
+      rescore: number;
+      threshold: number;
+      device?: number;
+    },
+  ) => Promise<{ hits: Hit[]; stats: SegmentStats }[]>;
+  usable?: (settings: Settings, queries: TokenBatch, explicit: boolean) => boolean;
+} = {
+  search: async (plaid, queries, options) => (await cudaSearchBatch(plaid, queries, options)).results,
+  usable: (settings, queries, explicit) =>
+    explicit ||
+    ((settings.interaction ?? 'bags') === 'bags' &&
+      plaidCudaReason() === undefined &&
+      settings.nprobe <= CUDA_MAX_NPROBE &&
+      queries.lengths.subarray(0, queries.count).every((l) => l <= CUDA_MAX_QUERY)),
+};
+
+type SegmentStats = { probed: number; generated: number; scored: number; ms: Tally; isa: string };
+const STAGES = ['centroids', 'candidates', 'interaction', 'residual', 'rescore'] as const;
+type Tally = Record<(typeof STAGES)[number], number>;
+
+/**
+ * The stages of one indexed segment for every query of a batch: each query's `want` best by residual
+ * score (indices local to the segment), and the stats. The batch seam: batched stages (one centroid
+ * GEMM and one walk of the lists for all queries) replace this loop where src/plaid has them.
+ */
+export async function searchSegmentBatch(
+  plaid: PlaidIndex,
+  queries: readonly TokenMatrix[],
+  want: number,
+  settings: Settings,
+  threads: number | undefined,
+  signal: AbortSignal | undefined,
+  /** The batch as one TokenBatch and the device: the GPU stages take it whole. */
+  gpu?: { queries: TokenBatch; device?: number },
+): Promise<{ hits: Hit[][]; stats: SegmentStats[] }> {
+  if (gpu && gpuStages.search) {
+    signal?.throwIfAborted();
+    const r = await gpuStages.search(plaid, gpu.queries, {
+      device: gpu.device,
+      k: want,
+      nprobe: settings.nprobe,
+      candidates: Math.max(settings.candidates, want),
+      rescore: want,
+      threshold: settings.threshold,
+    });
+    return { hits: r.map((x) => x.hits), stats: r.map((x) => x.stats) };
+  }
+  const hits: Hit[][] = [];
+  const stats = [];
+  for (const query of queries) {
+    signal?.throwIfAborted();
+    if (query.length === 0) {
+      hits.push([]);
+      continue;
+    }
+    const r = await plaid.search(query, {
+      k: want,
+      nprobe: settings.nprobe,
+      candidates: Math.max(settings.candidates, want),
+      rescore: want,
+      threshold: settings.threshold,
+      interaction: settings.interaction,
+      threads,
+    });
+    hits.push(r.hits);
+    stats.push({ ...r.stats, ms: { ...r.stats.ms } });
+  }
+  return { hits, stats };
+}
+
 /**
  * The k best live documents for each query through the index. `floats`: the queries as float
  * tokens (the index stages); `scan`: the queries in the corpus dtype; `exact(q, subset)` scores one
- * query against a sorted list of documents with the corpus's scan and returns the best `k`.
+ * query against a sorted list of documents with the corpus's scan and returns the best `k`. Where
+ * the corpus keeps only its index, the residual scores are final (only unindexed segments, whose
+ * tokens are still stored, are scanned).
  */
 export async function searchThroughIndex(
   file: CorpusFile,
   floats: TokenBatch,
   scan: TokenBatch,
   k: number,
-  settings: ReturnType<typeof indexSettings>,
+  settings: Settings,
   threads: number | undefined,
   exact: (q: TokenBatch, subset: number[], k: number) => Promise<Hit[]>,
   signal?: AbortSignal,
+  /** Run the index stages on the GPU (gpuStages), on this device. */
+  gpu: false | { device?: number } = false,
 ): Promise<{ hits: Hit[][]; stats: IndexSearchStats }> {
   const index = file.index!;
-  const ms = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
-  const count = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
+  const residualOnly = file.tokensDropped;
+  const ms: Tally = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
+  const count: Tally = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
   let isa = '';
   // live documents of unindexed segments: scanned exactly for every query
   const unindexed: number[] = [];
@@ -138,68 +277,148 @@ export async function searchThroughIndex(
       else if (index.segmentSlots[si] < 0) unindexed.push(i);
     }
   });
+  const keep = residualOnly ? k : settings.rescore;
+  const queries = Array.from({ length: floats.count }, (_, i) => queryRows(floats, i));
+  const residual: Hit[][] = queries.map(() => []);
+  for (let si = 0; si < file.segments.length && k > 0; si++) {
+    const plaid = index.segment(si);
+    if (!plaid || plaid.count === 0) continue;
+    // deleted documents are dropped after the stages: ask for that many more
+    const want = Math.min(keep + deletedIn[si], plaid.count);
+    const r = await searchSegmentBatch(
+      plaid,
+      queries,
+      want,
+      settings,
+      threads,
+      signal,
+      gpu ? { queries: floats, device: gpu.device } : undefined,
+    );
+    for (const st of r.stats) {
+      isa = st.isa;
+      count.centroids += st.probed;
+      count.candidates += st.generated;
+      count.interaction += Math.min(st.generated, Math.max(settings.candidates, want));
+      count.residual += st.scored;
+      for (const key of ['centroids', 'candidates', 'interaction', 'residual'] as const)
+        ms[key] += st.ms[key];
+    }
+    const first = file.segments[si].firstDocument;
+    r.hits.forEach((row, qi) => {
+      const live = row
+        .map((h) => ({ index: first + h.index, score: h.score }))
+        .filter((h) => !file.isDeleted(h.index));
+      residual[qi] = mergeHits(residual[qi], live, keep);
+    });
+  }
   const hits: Hit[][] = [];
   for (let qi = 0; qi < floats.count; qi++) {
     signal?.throwIfAborted();
-    const s0 = floats.starts[qi] * floats.dim;
-    const query = {
-      kind: 'matrix' as const,
-      dtype: floats.dtype,
-      data: floats.data.subarray(s0, s0 + floats.lengths[qi] * floats.dim),
-      length: floats.lengths[qi],
-      dim: floats.dim,
-    };
-    let residual: Hit[] = [];
-    if (k > 0 && floats.lengths[qi] > 0)
-      for (let si = 0; si < file.segments.length; si++) {
-        const plaid = index.segment(si);
-        if (!plaid || plaid.count === 0) continue;
-        // deleted documents are dropped after the stages: ask for that many more
-        const want = Math.min(settings.rescore + deletedIn[si], plaid.count);
-        const r = await plaid.search(query as never, {
-          k: want,
-          nprobe: settings.nprobe,
-          candidates: Math.max(settings.candidates, want),
-          rescore: want,
-          threshold: settings.threshold,
-          threads,
-        });
-        const st = r.stats;
-        isa = st.isa;
-        count.centroids += st.probed;
-        count.candidates += st.generated;
-        count.interaction += Math.min(st.generated, Math.max(settings.candidates, want));
-        count.residual += st.scored;
-        for (const key of ['centroids', 'candidates', 'interaction', 'residual'] as const)
-          ms[key] += st.ms[key];
-        const first = file.segments[si].firstDocument;
-        const live = r.hits
-          .map((h) => ({ index: first + h.index, score: h.score }))
-          .filter((h) => !file.isDeleted(h.index));
-        residual = mergeHits(residual, live, settings.rescore);
-      }
     const t0 = performance.now();
-    const subset = [...residual.map((h) => h.index), ...unindexed].sort((a, b) => a - b);
+    // index only: the residual scores stand, the unindexed documents are scanned and merged in
+    const subset = (residualOnly ? unindexed : [...residual[qi].map((h) => h.index), ...unindexed]).sort(
+      (a, b) => a - b,
+    );
     count.rescore += subset.length;
-    hits.push(subset.length > 0 && k > 0 ? await exact(oneQuery(scan, qi), subset, k) : []);
+    const scanned = subset.length > 0 && k > 0 ? await exact(oneQuery(scan, qi), subset, k) : [];
+    hits.push(residualOnly ? mergeHits(residual[qi].slice(0, k), scanned, k) : scanned);
     ms.rescore += performance.now() - t0;
   }
-  const stages = (['centroids', 'candidates', 'interaction', 'residual', 'rescore'] as const).map((name) => ({
-    name,
-    candidates: count[name],
-    ms: ms[name],
-  }));
+  const stages = STAGES.map((name) => ({ name, candidates: count[name], ms: ms[name] }));
   return {
     hits,
     stats: {
-      scores: 'exact',
+      scores: residualOnly ? 'residual' : 'exact',
       nprobe: settings.nprobe,
       candidates: settings.candidates,
-      rescore: settings.rescore,
+      rescore: residualOnly ? 0 : settings.rescore,
       indexedSegments: index.manifest.segments.length,
       scannedDocuments: unindexed.length,
+      interaction: gpu
+        ? 'bags'
+        : (settings.interaction ?? defaultSearch(Math.max(1, k), file.info.documents).interaction),
       stages,
       isa,
+    },
+  };
+}
+
+/** The exact scan of some documents for one query, as the corpus's search runs it (CPU). */
+export type SubsetScan = (
+  q: TokenBatch,
+  k: number,
+  cancel: Int32Array | undefined,
+  subset: number[],
+) => Promise<{ hits: Hit[][]; stats: { bytes: number } }>;
+
+/**
+ * A corpus search through its index (CPU): checks the queries and settings, runs the stages and
+ * names the hits. `q`: the queries in the corpus dtype (for the exact scan of `scanSubset`).
+ */
+export async function searchIndexed(
+  file: CorpusFile,
+  queries: TokenBatch,
+  q: TokenBatch,
+  k: number,
+  options: { index?: unknown; threads?: number; backend?: string; device?: number },
+  signal: AbortSignal | undefined,
+  scanSubset: SubsetScan,
+) {
+  const started = performance.now();
+  const floats = snapshotQueries(queries);
+  if (floats.dtype === 'int8')
+    throw new InvalidArgumentError(
+      'queries.dtype',
+      'float queries for a search through the index (or index: false)',
+      "'int8'",
+    );
+  const settings = indexSettings(options.index, k, file.index!.manifest.centroids, file.info.documents);
+  if (options.backend === 'cuda' && gpuStages.search && (settings.interaction ?? 'bags') !== 'bags')
+    throw new InvalidArgumentError(
+      'index.interaction',
+      "'bags' on the cuda backend (its stages implement the bag interaction; backend 'auto' runs the others on the CPU)",
+      `'${settings.interaction}'`,
+    );
+  // backend 'cuda' (or 'auto' with a GPU) and GPU stages in the build: the stages there, the exact
+  // re-score as on the CPU
+  const backend = options.backend ?? 'auto';
+  const gpu =
+    gpuStages.search !== undefined &&
+    (backend === 'cuda' || backend === 'auto') &&
+    resolveBackend(backend as 'cuda' | 'auto') === 'cuda' &&
+    (gpuStages.usable?.(settings, floats, backend === 'cuda') ?? true);
+  let bytes = 0;
+  const r = await withCancelFlag(signal, (cancel) =>
+    searchThroughIndex(
+      file,
+      floats,
+      q,
+      k,
+      settings,
+      options.threads,
+      async (one, subset, n) => {
+        const exact = await scanSubset(one, n, cancel, subset);
+        bytes += exact.stats.bytes;
+        return exact.hits[0];
+      },
+      signal,
+      gpu && { device: options.device },
+    ),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  return {
+    hits: r.hits.map((row) => row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) }))),
+    stats: {
+      backend: gpu ? ('cuda' as const) : ('cpu' as const),
+      path: 'index' as const,
+      scores: r.stats.scores,
+      generation: file.info.generation,
+      blocks: 0,
+      bytes,
+      documents: r.stats.stages[4].candidates,
+      seconds,
+      firstBlockSeconds: seconds,
+      index: r.stats,
     },
   };
 }

@@ -26,7 +26,6 @@ import { type BackendChoice, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import {
   type CorpusBlock,
-  type CorpusDType,
   CorpusFile,
   type CorpusInfo,
   storedTokenBytes,
@@ -34,23 +33,15 @@ import {
   type VerifyProgress,
 } from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
-import {
-  type Hit,
-  isTokenBatch,
-  isTokenMatrix,
-  matrixAsBatch,
-  type TokenBatch,
-  type TokenMatrix,
-} from '../tensor.js';
-import {
-  type CorpusIndexOptions,
-  type IndexSearchStats,
-  indexSettings,
-  searchThroughIndex,
-} from './corpus-index-search.js';
+import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
+import { blockTopK, mergeHits, subBatch } from './corpus-hits.js';
+import { type CorpusIndexOptions, type IndexSearchStats, searchIndexed } from './corpus-index-search.js';
+import { asQueries, queriesFor, snapshotQueries } from './corpus-queries.js';
 import { topK } from './maxsim.js';
-import { cpuMaxsimInt8, quantize } from './quantize.js';
-import { checkK, topKOfRow } from './topk.js';
+import { cpuMaxsimInt8 } from './quantize.js';
+import { checkK } from './topk.js';
+
+export { blockTopK, mergeHits } from './corpus-hits.js';
 
 export interface CorpusHit extends Hit {
   /** The document's id (its index as a string when the corpus has no ids). */
@@ -136,6 +127,16 @@ export interface SearchResult {
 
 export interface ScanStats {
   backend: 'cpu' | 'cuda';
+  /**
+   * Which search ran: 'index' (through the corpus's index, see `index`), 'scan' (the full scan) or
+   * 'ids' (the listed documents only).
+   */
+  path?: 'index' | 'scan' | 'ids';
+  /**
+   * 'exact': every returned score is exact MaxSim of the stored tokens; 'residual': MaxSim of the
+   * decoded residuals (a corpus that keeps only its index: `corpus index --drop-tokens`).
+   */
+  scores?: 'exact' | 'residual';
   /** The MANIFEST generation the search ran on (every hit, id and score is from it). */
   generation?: number;
   blocks: number;
@@ -168,122 +169,6 @@ interface FileAddon {
 
 function fileAddon(): FileAddon {
   return (loadNative() as unknown as { file: FileAddon }).file;
-}
-
-// a ranks before b: higher score, then lower index
-function better(a: Hit, b: Hit): boolean {
-  return a.score > b.score || (a.score === b.score && a.index < b.index);
-}
-
-/** Merges two best-first hit lists into the best k. */
-export function mergeHits(a: Hit[], b: Hit[], k: number): Hit[] {
-  const out: Hit[] = [];
-  let i = 0;
-  let j = 0;
-  while (out.length < k && (i < a.length || j < b.length)) {
-    if (j >= b.length || (i < a.length && better(a[i], b[j]))) out.push(a[i++]);
-    else out.push(b[j++]);
-  }
-  return out;
-}
-
-/** The k best of each row of a [rows, cols] score block, indices offset by `base`, best first. */
-export function blockTopK(
-  scores: Float32Array,
-  rows: number,
-  cols: number,
-  k: number,
-  base: number,
-  /** Deleted documents (1 at their global index): never in the result, as if absent. */
-  skip?: Uint8Array,
-): Hit[][] {
-  const out: Hit[][] = [];
-  let skipped = 0;
-  if (skip) for (let c = 0; c < cols; c++) skipped += skip[base + c];
-  if (skipped === 0) skip = undefined;
-  for (let r = 0; r < rows; r++) {
-    const row = scores.subarray(r * cols, (r + 1) * cols);
-    const n = Math.min(k, cols - skipped);
-    if (n === 0) {
-      out.push([]);
-      continue;
-    }
-    if (n > 64) {
-      // the n + skipped best hold the n best live ones
-      const hits = topKOfRow(row, Math.min(cols, n + skipped))
-        .map((h) => ({ index: base + h.index, score: h.score }))
-        .filter((h) => !skip || skip[h.index] === 0);
-      out.push(hits.slice(0, n));
-      continue;
-    }
-    // Small k: keep a sorted list of the n best (insertion), which beats a heap for the usual k <= 100.
-    const best: Hit[] = [];
-    for (let c = 0; c < cols; c++) {
-      if (skip && skip[base + c] === 1) continue;
-      const s = row[c];
-      if (best.length === n && !(s > best[n - 1].score)) continue; // equal score: the earlier index stays
-      let at = best.length === n ? n - 1 : best.length;
-      if (best.length < n) best.push({ index: 0, score: 0 });
-      while (at > 0 && s > best[at - 1].score) {
-        best[at] = best[at - 1];
-        at--;
-      }
-      best[at] = { index: base + c, score: s };
-    }
-    out.push(best);
-  }
-  return out;
-}
-
-function asQueries(queries: TokenMatrix | TokenBatch): TokenBatch {
-  if (isTokenMatrix(queries)) return matrixAsBatch(queries);
-  if (isTokenBatch(queries)) return queries;
-  throw new InvalidArgumentError('queries', 'a TokenMatrix or TokenBatch', typeof queries);
-}
-
-/** Queries in the form the corpus dtype needs: int8 corpora score int8 queries (quantized here). */
-function queriesFor(dtype: CorpusDType, q: TokenBatch): TokenBatch {
-  if (dtype === 'int8') return q.dtype === 'int8' ? q : quantize(q, 'int8');
-  if (q.dtype === 'int8')
-    throw new InvalidArgumentError('queries.dtype', `float queries (the corpus stores ${dtype})`, "'int8'");
-  return q;
-}
-
-/**
- * A private packed copy of the queries (tokens, spans, scales): a search scores them block after
- * block with awaits in between, so the caller's arrays, which may change meanwhile, are read once,
- * here. Queries are small next to a corpus; the copy costs little.
- */
-function snapshotQueries(q: TokenBatch): TokenBatch {
-  const { dim, count } = q;
-  const starts = new Float64Array(count);
-  const lengths = new Int32Array(count);
-  let tokens = 0;
-  let maxLength = 0;
-  const available = Math.floor(q.data.length / dim);
-  for (let i = 0; i < count; i++) {
-    const s = q.starts[i];
-    const l = q.lengths[i];
-    if (!(Number.isSafeInteger(s) && s >= 0 && Number.isInteger(l) && l >= 0 && s + l <= available))
-      throw new InvalidArgumentError(
-        `queries item ${i}`,
-        `a span inside its buffer of ${available} tokens`,
-        `start ${s}, length ${l}`,
-      );
-    starts[i] = tokens;
-    lengths[i] = l;
-    tokens += l;
-    if (l > maxLength) maxLength = l;
-  }
-  const data = new (q.data.constructor as new (n: number) => typeof q.data)(tokens * dim);
-  const scales = q.scales ? new Float32Array(tokens) : undefined;
-  for (let i = 0; i < count; i++) {
-    const s = q.starts[i];
-    const l = lengths[i];
-    data.set(q.data.subarray(s * dim, (s + l) * dim) as never, starts[i] * dim);
-    scales?.set(q.scales!.subarray(s, s + l), starts[i]);
-  }
-  return { ...q, layout: 'ragged', data, starts, lengths, maxLength, ...(scales ? { scales } : {}) };
 }
 
 /**
@@ -455,16 +340,29 @@ export class Corpus {
       );
     checkTransferOptions(options);
     if (options.index !== false && file.index && options.ids === undefined)
-      return this.searchIndexed(file, queries, q, k, options, signal);
+      return searchIndexed(file, asQueries(queries), q, k, options, signal, (one, n, cancel, subset) =>
+        this.searchCpu(file, one, n, { ...options, onProgress: undefined }, cancel, subset),
+      );
     const backend = resolveBackend(options.backend);
     const subset =
       options.ids === undefined
         ? undefined
         : [...new Set(file.indicesOf(options.ids, 'ids'))].sort((a, b) => a - b);
+    const dropped = file.tokensDropped;
+    if (dropped && !subset)
+      throw new InvalidArgumentError(
+        'index',
+        'a search through the index: the corpus keeps only its index (`corpus index --drop-tokens`), there are no tokens to scan',
+        'false',
+      );
     const result = await withCancelFlag(signal, (cancel) =>
       subset
-        ? backend === 'cuda'
-          ? this.searchSubsetInMemory(file, q, k, subset, options)
+        ? backend === 'cuda' || dropped
+          ? // the listed documents read (decoded from the residuals where the tokens were dropped)
+            this.searchSubsetInMemory(file, dropped ? snapshotQueries(asQueries(queries)) : q, k, subset, {
+              ...options,
+              backend,
+            })
           : this.searchCpu(file, q, k, options, cancel, subset)
         : backend === 'cuda'
           ? this.searchCuda(file, q, k, options, cancel)
@@ -473,62 +371,13 @@ export class Corpus {
     const hits = result.hits.map((row) =>
       row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) })),
     );
-    return { hits, stats: { ...result.stats, generation: file.info.generation } };
-  }
-
-  private async searchIndexed(
-    file: CorpusFile,
-    queries: TokenMatrix | TokenBatch,
-    q: TokenBatch,
-    k: number,
-    options: CorpusSearchOptions,
-    signal: AbortSignal | undefined,
-  ): Promise<SearchResult> {
-    const started = performance.now();
-    const floats = snapshotQueries(asQueries(queries));
-    if (floats.dtype === 'int8')
-      throw new InvalidArgumentError(
-        'queries.dtype',
-        'float queries for a search through the index (or index: false)',
-        "'int8'",
-      );
-    const settings = indexSettings(options.index, k, file.index!.manifest.centroids);
-    let bytes = 0;
-    const r = await withCancelFlag(signal, (cancel) =>
-      searchThroughIndex(
-        file,
-        floats,
-        q,
-        k,
-        settings,
-        options.threads,
-        async (one, subset, n) => {
-          const exact = await this.searchCpu(
-            file,
-            one,
-            n,
-            { ...options, onProgress: undefined },
-            cancel,
-            subset,
-          );
-          bytes += exact.stats.bytes;
-          return exact.hits[0];
-        },
-        signal,
-      ),
-    );
-    const seconds = (performance.now() - started) / 1000;
     return {
-      hits: r.hits.map((row) => row.map((h) => ({ index: h.index, score: h.score, id: file.id(h.index) }))),
+      hits,
       stats: {
-        backend: 'cpu',
+        ...result.stats,
+        path: subset ? 'ids' : 'scan',
+        scores: dropped ? 'residual' : 'exact',
         generation: file.info.generation,
-        blocks: 0,
-        bytes,
-        documents: r.stats.stages[4].candidates,
-        seconds,
-        firstBlockSeconds: seconds,
-        index: r.stats,
       },
     };
   }
@@ -558,7 +407,8 @@ export class Corpus {
     };
   }
 
-  // CUDA with a list of ids: the documents are read (a copy) and scored in memory on the GPU.
+  // A list of ids on CUDA, or on a corpus that keeps only its index: the documents are read (a copy;
+  // decoded where the tokens were dropped) and scored in memory.
   private async searchSubsetInMemory(
     file: CorpusFile,
     q: TokenBatch,
@@ -567,23 +417,26 @@ export class Corpus {
     options: CorpusSearchOptions,
   ): Promise<{ hits: Hit[][]; stats: ScanStats }> {
     const started = performance.now();
+    const backend = options.backend === 'cpu' ? 'cpu' : 'cuda';
     if (subset.length === 0 || k === 0)
       return {
         hits: Array.from({ length: q.count }, () => []),
-        stats: { backend: 'cuda', blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
+        stats: { backend, blocks: 0, bytes: 0, documents: 0, seconds: 0, firstBlockSeconds: 0 },
       };
     const docs = file.readDocuments(subset);
     const hits = (
       await topK(q, docs, Math.min(k, subset.length), {
-        backend: 'cuda',
+        backend,
         device: options.device,
+        threads: options.threads,
+        signal: options.signal,
       })
     ).map((row) => row.map((h) => ({ index: subset[h.index], score: h.score })));
     const seconds = (performance.now() - started) / 1000;
     return {
       hits,
       stats: {
-        backend: 'cuda',
+        backend,
         blocks: 1,
         bytes: docs.data.byteLength + (docs.scales?.byteLength ?? 0),
         documents: subset.length,
@@ -718,19 +571,6 @@ export class Corpus {
     this.mapped.set(key, batch);
     return batch;
   }
-}
-
-// Some documents of a batch (local indices, increasing) as a batch over the same rows: no copy.
-function subBatch(docs: TokenBatch, local: number[]): TokenBatch {
-  const starts = new Float64Array(local.length);
-  const lengths = new Int32Array(local.length);
-  let maxLength = 0;
-  local.forEach((d, i) => {
-    starts[i] = docs.starts[d];
-    lengths[i] = docs.lengths[d];
-    maxLength = Math.max(maxLength, lengths[i]);
-  });
-  return { ...docs, count: local.length, starts, lengths, maxLength };
 }
 
 /**

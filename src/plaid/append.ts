@@ -4,6 +4,7 @@
 import { InvalidArgumentError } from '../errors.js';
 import { decodeToFloat32 } from '../floats.js';
 import { isTokenBatch, type TokenBatch, totalTokens } from '../tensor.js';
+import { type CodecBackend, codecFor } from './cuda-codec.js';
 import { sampleIndices, seededRandom } from './kmeans.js';
 import { type KernelOptions, type NativeIndex, residualAddon } from './native.js';
 import { type BuildStats, buildLists, PlaidIndex } from './plaid.js';
@@ -12,7 +13,7 @@ import { type BuildStats, buildLists, PlaidIndex } from './plaid.js';
 export async function encodeWith(
   codec: PlaidIndex,
   docs: TokenBatch,
-  kern: KernelOptions = {},
+  kern: KernelOptions & { backend?: CodecBackend } = {},
 ): Promise<PlaidIndex> {
   if (!isTokenBatch(docs)) throw new InvalidArgumentError('docs', 'a TokenBatch', typeof docs);
   if (docs.dtype === 'int8')
@@ -21,10 +22,21 @@ export async function encodeWith(
     throw new InvalidArgumentError('docs.dim', `${codec.dim} (the index's dim)`, String(docs.dim));
   const { native: c, buckets } = codec;
   const t0 = performance.now();
-  const enc = await residualAddon().encode(docs, c.centroids, buckets.cutoffs, buckets.tables, c.bits, kern);
+  // the codec's two-level groups, when it has them: the ids its own build would give (CPU and GPU alike)
+  const groups = codec.assignGroups;
+  const gpu = codecFor(kern.backend, c.d);
+  const tokens = totalTokens(docs);
+  const enc = gpu
+    ? await gpu
+        .encodeParts([docs], tokens, c.centroids, buckets, groups, () => {})
+        .then((r) => ({ ...r, sqError: [r.sqError] }))
+    : await residualAddon().encode(docs, c.centroids, buckets.cutoffs, buckets.tables, c.bits, {
+        threads: kern.threads,
+        isa: kern.isa,
+        groups,
+      });
   const t1 = performance.now();
   const lists = buildLists(docs.lengths, enc.cids, c.k);
-  const tokens = totalTokens(docs);
   const stats: BuildStats = {
     ...codec.buildStats,
     tokens,
@@ -33,6 +45,7 @@ export async function encodeWith(
     msKmeans: 0,
     msEncode: t1 - t0,
     msLists: performance.now() - t1,
+    backend: gpu ? 'cuda' : 'cpu',
   };
   const native: NativeIndex = {
     k: c.k,
@@ -45,7 +58,7 @@ export async function encodeWith(
     codes: enc.codes,
     ...lists,
   };
-  return new PlaidIndex(native, buckets, undefined, stats);
+  return new PlaidIndex(native, buckets, undefined, stats, groups);
 }
 
 /** Up to `n` tokens of the documents (seeded, without repeats) as float32 rows. */

@@ -32,6 +32,13 @@ export interface KMeansOptions extends KernelOptions {
   grouped?: { groups: number; probe: number };
   /** Called after each iteration with (iterations done, iterations). */
   onIteration?: (done: number, total: number) => void;
+  /** Another engine's assignment with the same rule (the GPU codec, src/plaid/cuda-codec.ts). */
+  assign?: (
+    x: Float32Array,
+    centroids: Float32Array,
+    d: number,
+    groups?: AssignGroups,
+  ) => Promise<Int32Array>;
 }
 
 /**
@@ -113,8 +120,10 @@ export async function kmeans(x: Float32Array, d: number, k: number, o: KMeansOpt
   const kern = { threads: o.threads, isa: o.isa };
   const assignNow = async () => {
     const grouped = o.grouped;
-    if (!grouped || grouped.groups >= k) return (await addon.assign(x, centroids, d, true, kern)).ids;
+    if (!grouped || grouped.groups >= k)
+      return o.assign ? o.assign(x, centroids, d) : (await addon.assign(x, centroids, d, true, kern)).ids;
     const groups = await buildGroups(centroids, d, grouped.groups, grouped.probe, { ...kern, seed: o.seed });
+    if (o.assign) return o.assign(x, centroids, d, groups);
     return (await addon.assign(x, centroids, d, true, { ...kern, groups })).ids;
   };
   let assign = await assignNow();

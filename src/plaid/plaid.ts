@@ -27,6 +27,13 @@ import {
   totalTokens,
 } from '../tensor.js';
 import { type Buckets, fitBuckets } from './codec.js';
+import { defaultCentroids, defaultSearch } from './defaults.js';
+import { buildLists } from './lists.js';
+
+export { buildLists, defaultCentroids, defaultSearch };
+
+import { type CodecBackend, codecFor } from './cuda-codec.js';
+import { cudaSearchBatch } from './cuda-search.js';
 import {
   type AssignGroups,
   buildGroups,
@@ -64,6 +71,8 @@ export interface BuildIndexOptions extends KernelOptions {
   probe?: number;
   /** Progress of a long build: called after each k-means iteration and each encoded slice. */
   onProgress?: (p: BuildProgress) => void;
+  /** Where the assignment and the encode run: 'cpu' (default), 'cuda', or 'auto' (a GPU when usable); the index is bitwise the same. */
+  backend?: CodecBackend;
 }
 
 export interface BuildProgress {
@@ -92,6 +101,8 @@ export interface BuildStats {
   msKmeans: number;
   msEncode: number;
   msLists: number;
+  /** Where the assignment and the encode ran. */
+  backend?: 'cpu' | 'cuda';
 }
 
 export interface IndexSearchOptions extends KernelOptions {
@@ -130,29 +141,6 @@ export interface IndexSearchStats {
 export interface IndexSearchResult {
   hits: Hit[];
   stats: IndexSearchStats;
-}
-
-/** PLAID's K: 2^floor(log2(16 sqrt(tokens))), at least 1 and at most the token count. */
-export function defaultCentroids(tokens: number): number {
-  if (tokens < 1) return 1;
-  return Math.max(1, Math.min(tokens, 2 ** Math.floor(Math.log2(16 * Math.sqrt(tokens)))));
-}
-
-/**
- * The search defaults for k hits over `docs` documents (default 100,000), from the recall / latency
- * curves of bench/results/plaid-cpu.md (structured synthetic corpus, 64 tokens per document, d = 128,
- * K = defaultCentroids, 2-bit): the probes and candidates grow with sqrt(docs / 100K) (nprobe 16 and
- * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring with its fourth root (512, 1,024).
- */
-export function defaultSearch(
-  k: number,
-  docs = 100_000,
-): { nprobe: number; candidates: number; rescore: number; interaction: 'lists' } {
-  const scale = Math.sqrt(Math.max(1, docs) / 100_000);
-  const nprobe = Math.min(128, 2 ** Math.ceil(Math.log2(Math.max(8, 16 * scale))));
-  const candidates = Math.max(20 * k, 1024 * Math.max(1, Math.round(4 * scale)));
-  const rescore = Math.max(5 * k, 256 * Math.max(1, Math.round(2 * Math.sqrt(scale))));
-  return { nprobe, candidates, rescore, interaction: 'lists' };
 }
 
 function checkBits(v: unknown): 2 | 4 {
@@ -260,6 +248,11 @@ export class PlaidIndex {
     this.buildStats = stats;
   }
 
+  /** @internal the source documents' parts in index order (the GPU path uploads them), or undefined. */
+  sourceTokens(): readonly TokenBatch[] | undefined {
+    return this.#docs;
+  }
+
   /** The index as a JSON-able header and named typed arrays (views, not copies): what a store writes. */
   parts(): PlaidParts {
     return toParts(this.native, this.buckets, this.buildStats, this.assignGroups);
@@ -325,8 +318,22 @@ export class PlaidIndex {
     return this.#finish(query, k, rescore, r, options.threads);
   }
 
-  /** search for every query of a batch, in order. */
-  async searchAll(queries: TokenBatch, options: IndexSearchOptions): Promise<IndexSearchResult[]> {
+  /** search for every query of a batch, in order; backend 'cuda' runs the batch's stages on the GPU. */
+  async searchAll(
+    queries: TokenBatch,
+    options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number },
+  ): Promise<IndexSearchResult[]> {
+    if (options?.backend === 'cuda') {
+      // the CUDA stages implement PLAID's bag interaction only
+      const { backend: _, interaction, ...rest } = options;
+      if (interaction !== undefined && interaction !== 'bags')
+        throw new InvalidArgumentError(
+          'options.interaction',
+          "'bags' on the cuda backend (its stages implement the bag interaction)",
+          String(interaction),
+        );
+      return (await cudaSearchBatch(this, queries, rest)).results;
+    }
     if (!isTokenBatch(queries)) throw new InvalidArgumentError('queries', 'a TokenBatch', typeof queries);
     const out: IndexSearchResult[] = [];
     for (let i = 0; i < queries.count; i++) {
@@ -366,11 +373,7 @@ export class PlaidIndex {
       },
       isa: st.isa,
     };
-    if (!this.#docs) {
-      const hits: Hit[] = [];
-      for (let i = 0; i < Math.min(k, r.ids.length); i++) hits.push({ index: r.ids[i], score: r.scores[i] });
-      return { hits, stats };
-    }
+    if (!this.#docs) return { hits: this.#residualHits(query, k, rescore, r, threads), stats };
     const t0 = performance.now();
     const ids = r.ids.subarray(0, Math.min(rescore, r.ids.length));
     const exact = await this.#exact(query, ids, threads);
@@ -381,6 +384,31 @@ export class PlaidIndex {
     stats.rescored = ids.length;
     stats.ms.rescore = performance.now() - t0;
     return { hits, stats };
+  }
+
+  // Without source tokens the residual scores are final: where the stage scored in int8, the best
+  // max(rescore, 4 k, 64) are re-scored by the fp32 kernel, so returned scores are the decoded MaxSim.
+  #residualHits(
+    query: TokenMatrix,
+    k: number,
+    rescore: number,
+    r: { ids: Int32Array; scores: Float32Array; stats: NativeSearchStats },
+    threads: number | undefined,
+  ): Hit[] {
+    let { ids, scores } = r;
+    if (r.stats.isa === 'avx512vnni' && this.bits === 2) {
+      ids = ids.subarray(0, Math.min(ids.length, Math.max(rescore, 4 * k, 64)));
+      const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
+      scores = residualAddon().scoreDocs(this.native, q, ids, { threads, isa: 'avx512' });
+      const order = Array.from(ids.keys()).sort((a, b) =>
+        better(scores[a], ids[a], scores[b], ids[b]) ? -1 : 1,
+      );
+      ids = Int32Array.from(order, (i) => ids[i]);
+      scores = Float32Array.from(order, (i) => scores[i]);
+    }
+    const hits: Hit[] = [];
+    for (let i = 0; i < Math.min(k, ids.length); i++) hits.push({ index: ids[i], score: scores[i] });
+    return hits;
   }
 
   // Exact MaxSim of the listed documents, part by part.
@@ -418,7 +446,7 @@ export async function buildIndex(
 ): Promise<PlaidIndex> {
   options = optionsObject(
     options,
-    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, threads, isa',
+    'bits, centroids, sample, iterations, seed, keepTokens, assignment, groups, probe, onProgress, backend, threads, isa',
   );
   const parts = checkParts(docs);
   const bits = checkBits(options.bits);
@@ -444,6 +472,7 @@ export async function buildIndex(
     throw new InvalidArgumentError('options.onProgress', 'a function', typeof onProgress);
   const kern = { threads: options.threads, isa: options.isa };
   const d = parts[0].dim;
+  const gpu = codecFor(options.backend, d);
   const t0 = performance.now();
   const progress = (stage: BuildProgress['stage'], done: number, total: number) =>
     onProgress?.({ stage, done, total, ms: performance.now() - t0 });
@@ -455,6 +484,7 @@ export async function buildIndex(
     iterations,
     grouped,
     onIteration: (i, n) => progress('kmeans', i, n),
+    assign: gpu?.assign,
     ...kern,
   });
   let norm = 0;
@@ -469,9 +499,10 @@ export async function buildIndex(
     ? await buildGroups(km.centroids, d, groupCount, probe, { ...kern, seed })
     : undefined;
   const t1 = performance.now();
-  const enc = await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, (done) =>
-    progress('encode', done, tokens),
-  );
+  const onSlice = (done: number) => progress('encode', done, tokens);
+  const enc = gpu
+    ? await gpu.encodeParts(parts, tokens, km.centroids, buckets, groups, onSlice)
+    : await encodeParts(parts, tokens, km.centroids, buckets, groups, kern, onSlice);
   const t2 = performance.now();
   const lengths = new Int32Array(parts.reduce((n, p) => n + p.count, 0));
   let b = 0;
@@ -496,6 +527,7 @@ export async function buildIndex(
     msKmeans: t1 - t0,
     msEncode: t2 - t1,
     msLists: t3 - t2,
+    backend: gpu ? 'cuda' : 'cpu',
   };
   const native: NativeIndex = {
     k,
@@ -555,43 +587,4 @@ async function encodeParts(
     }
   }
   return { cids, codes, sqError };
-}
-
-/** Document offsets, bags (distinct centroids of each document, ascending) and inverted lists. */
-export function buildLists(
-  lengths: Int32Array,
-  cids: Int32Array,
-  k: number,
-): Pick<NativeIndex, 'docOffsets' | 'bagOffsets' | 'bags' | 'ivfOffsets' | 'ivf'> {
-  const n = lengths.length;
-  const docOffsets = new Float64Array(n + 1);
-  for (let b = 0; b < n; b++) docOffsets[b + 1] = docOffsets[b] + lengths[b];
-  const seen = new Int32Array(k).fill(-1);
-  const bagOffsets = new Float64Array(n + 1);
-  let bags = new Int32Array(Math.max(16, Math.min(docOffsets[n], 1 << 20)));
-  let m = 0;
-  const counts = new Float64Array(k + 1);
-  for (let b = 0; b < n; b++) {
-    const from = m;
-    for (let t = docOffsets[b]; t < docOffsets[b + 1]; t++) {
-      const c = cids[t];
-      if (seen[c] === b) continue;
-      seen[c] = b;
-      if (m === bags.length) {
-        const grown = new Int32Array(bags.length * 2);
-        grown.set(bags);
-        bags = grown;
-      }
-      bags[m++] = c;
-      counts[c + 1]++;
-    }
-    bags.subarray(from, m).sort();
-    bagOffsets[b + 1] = m;
-  }
-  for (let c = 0; c < k; c++) counts[c + 1] += counts[c];
-  const ivf = new Int32Array(m);
-  const cursor = counts.slice(0, k);
-  for (let b = 0; b < n; b++)
-    for (let j = bagOffsets[b]; j < bagOffsets[b + 1]; j++) ivf[cursor[bags[j]]++] = b;
-  return { docOffsets, bagOffsets, bags: bags.slice(0, m), ivfOffsets: counts, ivf };
 }

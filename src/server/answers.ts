@@ -46,8 +46,11 @@ export function searchJson(hits: readonly (readonly CorpusHit[])[], emptyOf: Emp
     for (let i = 0; i < row.length; i++) {
       const h = row[i];
       if (i > 0) out += ',';
-      // ids are arbitrary strings: JSON.stringify escapes them
-      out += `{"id":${JSON.stringify(h.id)},"index":${h.index},${scoreFields('score', h.score, () => emptyOf(h.index, h.id))}}`;
+      // ids are arbitrary strings: JSON.stringify escapes them; the closure only for a non-finite score
+      const s = h.score;
+      out += Number.isFinite(s)
+        ? `{"id":${JSON.stringify(h.id)},"index":${h.index},"score":${s}}`
+        : `{"id":${JSON.stringify(h.id)},"index":${h.index},${scoreFields('score', s, () => emptyOf(h.index, h.id))}}`;
     }
     out += ']';
   }

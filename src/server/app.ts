@@ -15,6 +15,7 @@ import { exposureWarning, registerAuth, requestIdOf } from './auth.js';
 import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
 import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
+import { type PassStats, routeOf } from './index-path.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -76,6 +77,7 @@ export interface ServerApp {
 
 export interface MaxsimServer {
   readonly app: ServerApp;
+  /** @internal The corpus the server holds (the CLI's start-up line, tests). */
   readonly resident: ResidentCorpus;
   /** The model text fields are encoded with (/v1/info's model), or null: embeddings only. */
   readonly model: ModelSummary | null;
@@ -126,10 +128,17 @@ function createBatcher(
   limits: Limits,
   options: ServerOptions,
   onPass: (p: PassInfo) => void,
+  observeStats: (s: PassStats) => void,
 ) {
   return new Batcher(
-    (queries, k, key, timing, signal) =>
-      resident.search(encodedBatch(queries), k, key === 'int8' ? 'int8' : undefined, timing, signal),
+    async (queries, k, key, timing, signal) => {
+      const t: { merge: number; stats?: PassStats } = { merge: 0 };
+      const hits = await resident.search(encodedBatch(queries), k, routeOf(key), t, signal);
+      timing.merge = t.merge;
+      timing.stats = t.stats;
+      if (t.stats) observeStats(t.stats);
+      return hits;
+    },
     {
       maxBatch: limits.maxBatch,
       maxWaitMs: limits.maxWaitMs,
@@ -139,15 +148,15 @@ function createBatcher(
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
       // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
-      // same bits as float32 queries rounded there); 8-bit passes, the CPU and a streamed scan get
-      // float32
-      keepBits: (key) =>
-        resident.mode === 'resident' &&
-        key === '' &&
-        resident.dtype === undefined &&
-        (resident.info.dtype === 'float16' || resident.info.dtype === 'bfloat16')
-          ? resident.info.dtype
-          : undefined,
+      // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
+      // on the device (exact in float32 first: the same codes as from the decoded values) and the
+      // rescore takes them as they are; the CPU and a streamed scan get float32
+      keepBits: () => {
+        const dtype = resident.info.dtype;
+        return resident.mode === 'resident' && (dtype === 'float16' || dtype === 'bfloat16')
+          ? dtype
+          : undefined;
+      },
     },
     onPass,
   );
@@ -216,7 +225,13 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   }
   const metrics = createMetrics(resident);
   text.setMetrics(metrics.text);
-  const batcher = createBatcher(resident, limits, options, (p) => metrics.onPass(p));
+  const batcher = createBatcher(
+    resident,
+    limits,
+    options,
+    (p) => metrics.onPass(p),
+    (s) => metrics.onSearch(s),
+  );
   metrics.watchQueue(() => batcher.depth);
   let closing = false;
   const ctx: RouteContext = {
@@ -227,7 +242,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     limits,
     metrics,
     text,
-    dim: () => resident.info.dim,
+    dim: () => resident.dim,
     closing: () => closing,
   };
 

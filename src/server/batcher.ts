@@ -99,6 +99,8 @@ export interface PassPhases {
 export interface PassToken {
   resolvedAt: number;
   pending: number;
+  /** The run's SearchTiming.stats, if it gave any. */
+  stats?: object;
 }
 
 export interface PassInfo {
@@ -115,6 +117,8 @@ export interface PassInfo {
 /** What a search run reports of its own time, seconds (filled in by the run). */
 export interface SearchTiming {
   merge: number;
+  /** What the run says of its search (which path ran): handed to every request of the pass. */
+  stats?: object;
 }
 
 /**
@@ -137,8 +141,11 @@ interface BaseJob {
   deadline: number;
   settled: boolean;
   timer?: NodeJS.Timeout;
-  /** Set by the pass that runs it: called once it settles (the pass aborts when all its jobs have). */
-  onSettle?: () => void;
+  /**
+   * Set by the pass that runs it: called once it settles, `answered` when resolved (the pass aborts
+   * when all its jobs have settled unanswered).
+   */
+  onSettle?: (answered: boolean) => void;
   reject(e: unknown): void;
 }
 interface SearchJob extends BaseJob {
@@ -297,19 +304,19 @@ export class Batcher {
     job.deadline = deadlineMs === undefined ? Number.POSITIVE_INFINITY : now + deadlineMs;
     const resolve = job.resolve as (v: unknown) => void;
     const reject = job.reject;
-    const settle = () => {
+    const settle = (answered: boolean) => {
       job.settled = true;
       if (job.timer) clearTimeout(job.timer);
-      job.onSettle?.();
+      job.onSettle?.(answered);
     };
     job.resolve = (v: unknown) => {
       if (job.settled) return;
-      settle();
+      settle(true);
       resolve(v);
     };
     job.reject = (e: unknown) => {
       if (job.settled) return;
-      settle();
+      settle(false);
       reject(e);
     };
     if (deadlineMs !== undefined) {
@@ -406,11 +413,13 @@ export class Batcher {
     this.inFlight++;
     const started = performance.now();
     const queued = jobs.map((j) => (started - j.enqueued) / 1000);
-    // the pass's work stops once none of its requests waits for it any more
+    // the pass's work stops once none of its requests waits for it any more (answered ones: the
+    // work is done, nothing to stop; no error made and no abort event per pass)
     const abort = new AbortController();
+    let open = jobs.length;
     for (const job of jobs)
-      job.onSettle = () => {
-        if (!abort.signal.aborted && jobs.every((j) => j.settled))
+      job.onSettle = (answered) => {
+        if (--open === 0 && !answered && !abort.signal.aborted)
           abort.abort(new DeadlineError(Math.round(job.deadline - job.enqueued)));
       };
     const running = { started, deadline: Math.max(...jobs.map((j) => j.deadline)) };
@@ -478,9 +487,12 @@ export class Batcher {
       const pass: PassToken = {
         resolvedAt: performance.now(),
         pending: jobs.filter((j) => !j.settled).length,
+        ...(timing.stats ? { stats: timing.stats } : {}),
       };
       for (const job of jobs) {
-        const rows = hits.slice(at, at + job.size).map((row) => row.slice(0, job.k));
+        const rows = hits.slice(at, at + job.size);
+        // the pass ranked by the largest k: a smaller one keeps a prefix
+        for (let r = 0; r < rows.length; r++) if (rows[r].length > job.k) rows[r] = rows[r].slice(0, job.k);
         at += job.size;
         job.resolve({ hits: rows, batch, pass });
       }

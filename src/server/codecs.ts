@@ -10,6 +10,7 @@ import { f16BitsToFloat, f16Table } from '../floats.js';
 import type { NpyArray } from '../io/array.js';
 import { parseNpy, parseNpyHeader } from '../io/npy.js';
 import type { FloatDType } from '../tensor.js';
+import { nativeCodec } from './codec-native.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
 export interface PackedTokens {
@@ -106,7 +107,8 @@ export function readEmbeddings(
   );
 }
 
-function checkRow(row: unknown, field: string, dim: number, out: number[]) {
+/** Row `row` checked (`dim` finite float32 numbers) and written at element `at` of `out`. */
+function checkRow(row: unknown, field: string, dim: number, out: Float32Array, at: number) {
   if (!Array.isArray(row)) throw new InvalidArgumentError(field, `an array of ${dim} numbers`, describe(row));
   if (row.length !== dim)
     throw new InvalidArgumentError(
@@ -118,14 +120,19 @@ function checkRow(row: unknown, field: string, dim: number, out: number[]) {
     const x = row[j];
     // checked as the float32 it becomes: JSON has no NaN, but 1e999 parses to Infinity and 1e39 (or
     // 3.5e38) is a finite float64 that rounds to Infinity in float32
-    if (typeof x !== 'number' || !Number.isFinite(Math.fround(x)))
-      throw new InvalidArgumentError(
-        `${field}[${j}]`,
-        'a finite float32 number (|x| < 3.4028235e38)',
-        describe(x),
-      );
-    out.push(x);
+    if (typeof x !== 'number') throw notFinite(field, j, x);
+    const f = Math.fround(x);
+    if (f - f !== 0) throw notFinite(field, j, x);
+    out[at + j] = f;
   }
+}
+
+function notFinite(field: string, j: number, x: unknown): InvalidArgumentError {
+  return new InvalidArgumentError(
+    `${field}[${j}]`,
+    'a finite float32 number (|x| < 3.4028235e38)',
+    describe(x),
+  );
 }
 
 /** [tokens][dim] numbers (one item) rather than [items][tokens][dim]: the first token row holds numbers. */
@@ -145,30 +152,35 @@ function decodeNested(
   const items = one ? [value] : value;
   if (limit && items.length > limit.items)
     throw new ItemLimitError(field, items.length, limit.items, limit.why);
-  const values: number[] = [];
-  const offsets = [0];
+  // the items and the dimension first (no number read), then one float32 buffer filled in place:
+  // a growing number[] copied into a Float32Array cost ~3x the loop
   let d = dim;
   let tokens = 0;
+  const offsets = [0];
   for (let i = 0; i < items.length; i++) {
     const item = items[i];
     const itemField = one ? field : `${field}[${i}]`;
     if (!Array.isArray(item))
       throw new InvalidArgumentError(itemField, 'an array of token vectors', describe(item));
-    for (let t = 0; t < item.length; t++) {
-      const row = item[t];
-      if (d === undefined) {
-        if (!Array.isArray(row) || row.length === 0)
-          throw new InvalidArgumentError(`${itemField}[${t}]`, 'a non-empty array of numbers', describe(row));
-        d = row.length;
-      }
-      checkRow(row, `${itemField}[${t}]`, d, values);
+    if (d === undefined && item.length > 0) {
+      const row = item[0];
+      if (!Array.isArray(row) || row.length === 0)
+        throw new InvalidArgumentError(`${itemField}[0]`, 'a non-empty array of numbers', describe(row));
+      d = row.length;
     }
     tokens += item.length;
     offsets.push(tokens);
   }
   if (d === undefined)
     throw new InvalidArgumentError(field, 'at least one token vector (to know the dimension)', 'none');
-  return { dtype: 'float32', values: Float32Array.from(values), offsets, dim: d };
+  const values = new Float32Array(tokens * d);
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i] as unknown[];
+    const itemField = one ? field : `${field}[${i}]`;
+    for (let t = 0; t < item.length; t++)
+      checkRow(item[t], `${itemField}[${t}]`, d, values, (offsets[i] + t) * d);
+  }
+  return { dtype: 'float32', values, offsets, dim: d };
 }
 
 function checkShape(shape: unknown, field: string, arity: Arity): number[] {
@@ -342,6 +354,8 @@ function packDense(
 
 /** Index of the first NaN / infinity, or -1 (float16 / bfloat16: the exponent bits all ones). */
 function firstNonFinite(values: Float32Array | Uint16Array, dtype: FloatDType): number {
+  const codec = nativeCodec();
+  if (codec) return codec.firstNonFinite(values, dtype === 'bfloat16');
   if (dtype === 'float32') return firstNonFiniteF32(values as Float32Array);
   return firstAllOnes(values as Uint16Array, dtype === 'float16' ? 0x7c00 : 0x7f80);
 }
@@ -376,7 +390,9 @@ function bf16Into(bits: Uint16Array, out: Float32Array, at: number) {
 /** The first `tokens * dim` values of `p`, decoded to float32 at element `at` of `out`. */
 function decodeInto(p: EncodedTokens, count: number, out: Float32Array, at: number) {
   const src = p.values.subarray(0, count);
+  const codec = nativeCodec();
   if (p.dtype === 'float32') out.set(src as Float32Array, at);
+  else if (codec) codec.decode16(src as Uint16Array, p.dtype === 'bfloat16', out, at);
   else if (p.dtype === 'float16') f16Into(src as Uint16Array, out, at);
   else bf16Into(src as Uint16Array, out, at);
 }

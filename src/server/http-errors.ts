@@ -8,7 +8,7 @@ import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { ItemLimitError, WorkLimitError } from '../admission.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
 import { ClosingError, DeadlineError, QueueFullError } from './batcher.js';
-import { ConflictError, CorpusBusyError, NotFoundError } from './resident.js';
+import { ConflictError, CorpusBusyError, NotFoundError } from './resident-writes.js';
 import { NoModelError, TextLengthError } from './text.js';
 
 /** The API key is missing or wrong: HTTP 401. */

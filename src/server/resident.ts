@@ -7,54 +7,43 @@
 // files of older snapshots stay open until their last request ends. Writes (appends, deletes) run in
 // a worker thread, and the answer comes from the MANIFEST that the write published.
 
-import { Worker } from 'node:worker_threads';
 import type { CudaMemory } from '../backends/cuda.js';
 import { type BackendChoice, type BackendName, resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import { type CorpusFile, type CorpusInfo, duplicateIds, manifestStamp } from '../io/corpus/index.js';
+import { type CorpusFile, type CorpusInfo, manifestStamp } from '../io/corpus/index.js';
 import { Corpus, type CorpusHit, openCorpus } from '../ops/corpus-search.js';
-import { maxsim } from '../ops/maxsim.js';
-import { quantize } from '../ops/quantize.js';
-import { matrixAsBatch, selectItems, type TokenBatch, type TokenMatrix } from '../tensor.js';
-import type { WriteAnswer, WriteJob } from './append-worker.js';
+import { matrixAsBatch, type TokenBatch, type TokenMatrix } from '../tensor.js';
 import type { PackedTokens } from './codecs.js';
-import { fitsOneMapping, groupBySegment, hostRuns, mappedSegment, scatter } from './resident-cpu.js';
+import {
+  checkTokensKept,
+  defaultPath,
+  indexSearcherFor,
+  type PassRoute,
+  type PassStats,
+  passStats,
+  scanReason,
+} from './index-path.js';
+import { hostRuns, mappedSegment } from './resident-cpu.js';
 import {
   type DeviceSegment,
   deviceRuns,
-  disposeSegment,
   eightBitBytes,
   type Gpus,
   openGpus,
   uploadSegments,
 } from './resident-gpu.js';
+import {
+  closeSnapshot,
+  resolveOn,
+  type Snapshot,
+  scoreMapped,
+  scoreOnDevice,
+  snapshotOf,
+} from './resident-snapshot.js';
+import { refuseTakenIds, runWrite } from './resident-writes.js';
 import { checkPassDtype, hostCopies, type PassDtype, searchSegments } from './segment-search.js';
 
 export { mapLimit } from './resident-cpu.js';
-
-/** An id (or index) the corpus does not hold: HTTP 404. */
-export class NotFoundError extends MaxsimError {
-  override name = 'NotFoundError';
-  constructor(
-    readonly field: string,
-    readonly missing: string[],
-    total: number,
-  ) {
-    super(
-      `${total} unknown document id${total === 1 ? '' : 's'} in ${field}: ${missing.map((m) => JSON.stringify(m)).join(', ')}${total > missing.length ? ', ...' : ''}`,
-    );
-  }
-}
-
-/** The corpus is locked by another writer: answered 503 with Retry-After. */
-export class CorpusBusyError extends MaxsimError {
-  override name = 'CorpusBusyError';
-}
-
-/** A request that conflicts with the corpus (an id it already holds): HTTP 409. */
-export class ConflictError extends MaxsimError {
-  override name = 'ConflictError';
-}
 
 export interface ResidentOptions {
   corpus: string;
@@ -80,28 +69,6 @@ export interface ResidentOptions {
 
 /** 'mapped': CPU over the mapped files; 'resident': on the GPU; 'streamed': CUDA scans of the files. */
 export type ResidentMode = 'mapped' | 'resident' | 'streamed';
-
-interface Snapshot {
-  corpus: Corpus;
-  /** CPU: each segment's documents as a batch over its mapped token rows, made on first use. */
-  mapped: Map<number, TokenBatch>;
-  segments: DeviceSegment[];
-  /** CPU with an 8-bit dtype: the int8 copy of every non-empty segment, by segmentKey. */
-  eight?: Map<string, TokenBatch>;
-  users: number;
-  retired: boolean;
-  /** Device segments the next snapshot no longer uses: released with this one. */
-  drop?: DeviceSegment[];
-}
-
-/** Closes a retired snapshot: its mappings and pin, and the device segments only it used. */
-function closeSnapshot(s: Snapshot) {
-  s.corpus.close();
-  for (const seg of s.drop ?? []) disposeSegment(seg);
-  s.drop = undefined;
-}
-
-const MISSING_SHOWN = 5;
 
 export class ResidentCorpus {
   private current: Snapshot;
@@ -146,6 +113,7 @@ export class ResidentCorpus {
     corpus: Corpus,
   ): Promise<ResidentCorpus> {
     const dtype = checkPassDtype(options.dtype, backend, corpus.info.dtype, options.pin === true);
+    checkTokensKept(corpus.file, backend, dtype);
     await corpus.file.indexIds();
     if (backend === 'cpu') {
       if (options.pin)
@@ -207,6 +175,15 @@ export class ResidentCorpus {
     return this.current.corpus.info;
   }
 
+  /**
+   * The embedding dimension of the current snapshot, read without looking for a newer generation
+   * (the `info` getter's stat and read cost the JS thread ~6% per request when every search body
+   * was checked against it; the pass itself still follows).
+   */
+  get dim(): number {
+    return this.current.corpus.info.dim;
+  }
+
   /** Why the last attempt to follow a newer generation failed (the server kept the snapshot it had). */
   get followError(): Error | undefined {
     return this.lastFollowError;
@@ -249,6 +226,7 @@ export class ResidentCorpus {
     try {
       // the ids of a rewritten corpus (a compaction) are indexed a slice at a time between requests
       await file.indexIds();
+      checkTokensKept(file, this.backend, this.dtype);
       if (this.mode === 'streamed' && this.options.pin) await corpus.pin({ device: this.options.device });
       const segments = this.mode === 'resident' ? await this.refreshSegments(before, corpus) : [];
       if (this.closed) throw new MaxsimError('the server is shutting down');
@@ -279,49 +257,93 @@ export class ResidentCorpus {
   }
 
   /**
-   * Top-k over the whole corpus for every query of a float32 batch. `timing.merge` gets the seconds
-   * spent on this thread merging segments and naming hits (GPU-resident; elsewhere the scan does it).
+   * Top-k over the whole corpus for every query of a float32 batch: through the corpus's index where
+   * it has one and the backend an index searcher (index-path.ts), unless the route forces the scan.
+   * `timing.merge` gets the seconds spent on this thread merging segments and naming hits
+   * (GPU-resident; elsewhere the scan does it), `timing.stats` which path ran.
    */
   search(
     queries: TokenBatch,
     k: number,
-    prefilter?: 'int8',
-    timing?: { merge: number },
+    route: PassRoute = {},
+    timing?: { merge: number; stats?: PassStats },
     signal?: AbortSignal,
   ): Promise<CorpusHit[][]> {
     return this.using(async (s) => {
-      // a server with 8-bit passes scans its copy for every search, prefiltered or not
-      if (prefilter !== undefined && this.dtype === undefined && this.mode !== 'resident')
+      const file = s.corpus.file;
+      let reason = scanReason(route);
+      if (file.index && reason === undefined) {
+        const searcher = indexSearcherFor(this.backend);
+        if (searcher) {
+          const index = route.index === false ? undefined : route.index;
+          const r = await searcher.search(s.corpus, queries, k, index, {
+            threads: this.options.threads,
+            device: this.options.device,
+            signal,
+          });
+          if (timing) timing.stats = passStats(file.info.generation, r.stats);
+          return r.hits;
+        }
+        reason = `no index search on the ${this.backend} backend yet: the pass scans`;
+      }
+      if (file.tokensDropped)
         throw new InvalidArgumentError(
-          'prefilter',
-          `no prefilter here: the int8 prefilter runs on a GPU-resident corpus or a server started with dtype int8 | fp8 (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
-          JSON.stringify(prefilter),
+          route.exact === true ? 'exact' : route.index === false ? 'index' : 'prefilter',
+          'a search through the index (the corpus keeps only its index: `corpus index --drop-tokens`; there are no tokens to scan)',
+          reason ?? 'a scan',
         );
-      if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
-        throw new InvalidArgumentError(
-          'prefilter',
-          'no prefilter on an int8 corpus',
-          JSON.stringify(prefilter),
-        );
-      const eight = this.dtype ?? prefilter;
-      if (this.mode === 'streamed' || (this.mode === 'mapped' && eight === undefined))
-        return s.corpus.search(queries, {
-          topK: k,
-          backend: this.backend,
-          threads: this.options.threads,
-          device: this.options.device,
-          devices: this.options.devices,
-          gpuMemory: this.options.gpuMemory,
-          signal,
-        });
-      const runs =
-        this.mode === 'mapped'
-          ? hostRuns(s, queries, { threads: this.options.threads, signal })
-          : deviceRuns(s.corpus.file, s.segments, queries, eight);
-      const { hits, merge } = await searchSegments(s.corpus.file, queries.count, k, runs);
-      if (timing) timing.merge = merge;
+      const hits = await this.scan(s, queries, k, route.prefilter, timing, signal);
+      if (timing) timing.stats = passStats(file.info.generation, undefined, file.index ? reason : undefined);
       return hits;
     });
+  }
+
+  // The full scan of a pass (mapped, 8-bit copies, GPU-resident or streamed).
+  private async scan(
+    s: Snapshot,
+    queries: TokenBatch,
+    k: number,
+    prefilter: 'int8' | undefined,
+    timing: { merge: number } | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<CorpusHit[][]> {
+    // a server with 8-bit passes scans its copy for every search, prefiltered or not
+    if (prefilter !== undefined && this.dtype === undefined && this.mode !== 'resident')
+      throw new InvalidArgumentError(
+        'prefilter',
+        `no prefilter here: the int8 prefilter runs on a GPU-resident corpus or a server started with dtype int8 | fp8 (this server scans ${this.mode === 'mapped' ? 'on the CPU' : 'streamed from disk'}; build an int8 corpus instead)`,
+        JSON.stringify(prefilter),
+      );
+    if (prefilter !== undefined && s.corpus.info.dtype === 'int8')
+      throw new InvalidArgumentError(
+        'prefilter',
+        'no prefilter on an int8 corpus',
+        JSON.stringify(prefilter),
+      );
+    const eight = this.dtype ?? prefilter;
+    if (this.mode === 'streamed' || (this.mode === 'mapped' && eight === undefined))
+      return s.corpus.search(queries, {
+        topK: k,
+        backend: this.backend,
+        threads: this.options.threads,
+        device: this.options.device,
+        devices: this.options.devices,
+        gpuMemory: this.options.gpuMemory,
+        signal,
+        index: false,
+      });
+    const runs =
+      this.mode === 'mapped'
+        ? hostRuns(s, queries, { threads: this.options.threads, signal })
+        : deviceRuns(s.corpus.file, s.segments, queries, eight);
+    const { hits, merge } = await searchSegments(s.corpus.file, queries.count, k, runs);
+    if (timing) timing.merge = merge;
+    return hits;
+  }
+
+  /** The path a default search takes now: 'index' or 'scan' (and why a corpus with an index scans). */
+  get searchPath(): { path: 'index' | 'scan'; reason?: string } {
+    return defaultPath(this.current.corpus.file, this.backend);
   }
 
   /**
@@ -385,50 +407,17 @@ export class ResidentCorpus {
   }
 
   // The scores of documents by index on snapshot `s` (pinned by the caller).
-  private async scoreOn(
+  private scoreOn(
     s: Snapshot,
     queries: TokenBatch,
     indices: readonly number[],
     signal?: AbortSignal,
   ): Promise<Float32Array> {
-    {
-      const n = indices.length;
-      if (n === 0 || queries.count === 0) return new Float32Array(queries.count * n);
-      if (this.mode !== 'resident') {
-        // the candidates as views of the mapped segments (no read on this thread: the kernel's workers
-        // fault the pages in), scored segment by segment
-        const q =
-          s.corpus.info.dtype === 'int8' && queries.dtype !== 'int8' ? quantize(queries, 'int8') : queries;
-        const out = new Float32Array(queries.count * n);
-        for (const [g, { at, local }] of groupBySegment(s, indices)) {
-          const docs = fitsOneMapping(s, g)
-            ? selectItems(mappedSegment(s, g), local)
-            : // a segment larger than one ArrayBuffer cannot be mapped whole: read the candidates
-              s.corpus.readDocuments(local.map((l) => s.corpus.file.segments[g].firstDocument + l));
-          const m = await maxsim(q, docs, {
-            backend: this.backend,
-            threads: this.options.threads,
-            device: this.options.device,
-            signal,
-          });
-          scatter(out, n, m.data, at, queries.count);
-        }
-        return out;
-      }
-      // on the GPU: a view of the candidates of each segment, scored where they are (no upload)
-      const out = new Float32Array(queries.count * n);
-      const bySegment = new Map(s.segments.map((seg) => [s.corpus.file.segmentOf(seg.firstDocument), seg]));
-      for (const [g, { at, local }] of groupBySegment(s, indices)) {
-        const view = await bySegment.get(g)!.docs.select(local);
-        try {
-          const m = await view.score(queries);
-          scatter(out, n, m.data, at, queries.count);
-        } finally {
-          view.dispose();
-        }
-      }
-      return out;
-    }
+    if (indices.length === 0 || queries.count === 0)
+      return Promise.resolve(new Float32Array(queries.count * indices.length));
+    if (this.mode === 'resident') return scoreOnDevice(s, queries, indices);
+    const { threads, device } = this.options;
+    return scoreMapped(s, queries, indices, { backend: this.backend, threads, device, signal });
   }
 
   /**
@@ -452,24 +441,7 @@ export class ResidentCorpus {
           info.hasIds ? 'an id for every document (the corpus has ids)' : 'no ids (the corpus has no ids)',
           ids === undefined ? 'none' : 'ids',
         );
-      if (ids) {
-        // the writer's rule, checked here first to answer 409 without a write (the writer checks
-        // again under the lock, against what another process may have added since)
-        const seen = new Map<string, number>();
-        const message = duplicateIds(
-          ids,
-          (id) => {
-            const at = before.corpus.file.indexOf(id);
-            if (at !== undefined) return `already in the corpus (document ${at})`;
-            const i = seen.get(id);
-            return i === undefined ? undefined : `repeats ids[${i}] of this request`;
-          },
-          (id, i) => {
-            seen.set(id, i);
-          },
-        );
-        if (message) throw new ConflictError(message);
-      }
+      if (ids) refuseTakenIds(ids, before.corpus.file);
       const added = docs.offsets.length - 1;
       const done = await runWrite({
         op: 'append',
@@ -549,56 +521,4 @@ export class ResidentCorpus {
 
 function mib(bytes: number): string {
   return (bytes / 2 ** 20).toFixed(1);
-}
-
-function snapshotOf(corpus: Corpus, segments: DeviceSegment[]): Snapshot {
-  return { corpus, segments, mapped: new Map(), users: 0, retired: false };
-}
-
-/** Global indices of ids in snapshot `s`; unknown or deleted ones: a NotFoundError listing a few. */
-function resolveOn(s: Snapshot, ids: readonly string[], field: string): number[] {
-  const missing: string[] = [];
-  let total = 0;
-  const out = ids.map((id) => {
-    const index = s.corpus.file.indexOf(id);
-    if (index === undefined) {
-      total++;
-      if (missing.length < MISSING_SHOWN) missing.push(id);
-      return -1;
-    }
-    return index;
-  });
-  if (total > 0) throw new NotFoundError(field, missing, total);
-  return out;
-}
-
-/** Runs one write (append or delete) in a worker thread; its errors come back as the server's classes. */
-function runWrite(job: WriteJob): Promise<Extract<WriteAnswer, { ok: true }>> {
-  const what = job.op === 'append' ? 'the append' : 'the delete';
-  return new Promise((resolve, reject) => {
-    const worker = new Worker(new URL('./append-worker.js', import.meta.url), { workerData: job });
-    let answered = false;
-    worker.once('message', (m: WriteAnswer) => {
-      answered = true;
-      if (m.ok) return resolve(m);
-      // checked under the lock against the corpus as it is: 409 / 404 even when another process wrote
-      if (m.kind === 'duplicate') return reject(new ConflictError(m.received ?? m.message));
-      if (m.kind === 'missing') {
-        const missing = m.missing ?? [];
-        return reject(new NotFoundError('ids', missing.slice(0, MISSING_SHOWN), missing.length));
-      }
-      if (m.name === 'InvalidArgumentError')
-        return reject(new InvalidArgumentError(m.argument!, m.expected!, m.received!));
-      // another writer (a CLI append, another server) holds the corpus: the client may retry
-      if (m.name === 'CorpusLockedError') return reject(new CorpusBusyError(m.message));
-      reject(new MaxsimError(m.message || `${what} failed`));
-    });
-    worker.once('error', (e) => {
-      answered = true;
-      reject(new MaxsimError(`${what} failed: ${e.message}`));
-    });
-    worker.once('exit', (code) => {
-      if (!answered) reject(new MaxsimError(`the write worker exited with code ${code}`));
-    });
-  });
 }

@@ -69,12 +69,37 @@ const Prefilter = Type.Literal('int8', {
     'scan an int8 copy on the GPU, rescore 4 x top_k candidates exactly (GPU-resident corpus only)',
 });
 
+const Exact = Type.Boolean({
+  description: 'true: the full scan, even where the corpus has an index (the default goes through it)',
+});
+const IndexSettings = Type.Union(
+  [
+    Type.Literal(false, { description: 'the full scan (as exact: true)' }),
+    Type.Object(
+      {
+        nprobe: Type.Optional(Type.Integer({ description: 'centroids probed per query token (1..K)' })),
+        candidates: Type.Optional(
+          Type.Integer({ description: 'documents kept by centroid interaction, scored on the residuals' }),
+        ),
+        rescore: Type.Optional(
+          Type.Integer({ description: 'residual-scored documents re-scored exactly (>= top_k)' }),
+        ),
+        threshold: Type.Optional(Type.Number({ description: 'centroid pruning threshold (default none)' })),
+      },
+      strict,
+    ),
+  ],
+  { description: 'the index settings of this search (docs/index.md), or false: the full scan' },
+);
+
 export const SearchBody = Type.Object(
   {
     queries: Type.Optional(Type.Union([Embeddings, Texts])),
     query: Type.Optional(QueryText),
     top_k: Type.Optional(TopK),
     prefilter: Type.Optional(Prefilter),
+    exact: Type.Optional(Exact),
+    index: Type.Optional(IndexSettings),
     ids: Type.Optional(
       Type.Array(Type.String(), {
         maxItems: 100000,
@@ -91,6 +116,11 @@ export const SearchQuery = Type.Object(
   {
     top_k: Type.Optional(Type.String({ pattern: '^[0-9]{1,5}$', description: 'hits per query (0-10000)' })),
     prefilter: Type.Optional(Prefilter),
+    exact: Type.Optional(
+      Type.Union([Type.Literal('true'), Type.Literal('false')], {
+        description: 'true: the full scan, even where the corpus has an index',
+      }),
+    ),
   },
   strict,
 );
@@ -103,7 +133,40 @@ const Empty = Type.Optional(
   Type.Literal(true, { description: 'the document has no tokens (score null); absent otherwise' }),
 );
 const Hit = Type.Object({ id: Type.String(), index: Type.Integer(), score: Score, empty: Empty });
-export const SearchResponse = Type.Object({ results: Type.Array(Type.Array(Hit)) });
+const Stage = Type.Object({
+  name: Type.String({ description: 'centroids, candidates, interaction, residual or rescore' }),
+  candidates: Type.Integer({ description: 'documents the stage produced (centroids: centroids probed)' }),
+  ms: Type.Number(),
+});
+const SearchStats = Type.Object(
+  {
+    path: Type.Union([Type.Literal('index'), Type.Literal('scan'), Type.Literal('ids')], {
+      description: "index: through the corpus's index; scan: the full scan; ids: the listed documents",
+    }),
+    scores: Type.Union([Type.Literal('exact'), Type.Literal('residual')], {
+      description:
+        'exact: exact MaxSim of the stored tokens; residual: MaxSim of the decoded residuals (a corpus that keeps only its index)',
+    }),
+    generation: Type.Integer({ description: 'the corpus generation the search ran on' }),
+    reason: Type.Optional(Type.String({ description: 'why a corpus with an index was scanned' })),
+    index: Type.Optional(
+      Type.Object({
+        backend: Type.String({ description: 'where the index stages ran: cpu or cuda' }),
+        nprobe: Type.Integer(),
+        candidates: Type.Integer(),
+        rescore: Type.Integer(),
+        indexed_segments: Type.Integer(),
+        scanned_documents: Type.Integer({ description: 'documents of unindexed segments, scanned exactly' }),
+        stages: Type.Array(Stage, { description: "the pass's stages (all its queries)" }),
+      }),
+    ),
+  },
+  { description: 'what the search pass that answered did (shared by the requests of a pass)' },
+);
+export const SearchResponse = Type.Object({
+  results: Type.Array(Type.Array(Hit)),
+  stats: Type.Optional(SearchStats),
+});
 
 export const RerankBody = Type.Object(
   {
@@ -253,6 +316,30 @@ export const InfoResponse = Type.Object({
     generation: Type.Integer(),
     ids: Type.Boolean(),
   }),
+  index: Type.Union(
+    [
+      Type.Object({
+        bits: Type.Integer(),
+        centroids: Type.Integer(),
+        sample: Type.Integer(),
+        bytes: Type.Integer({ description: 'bytes of the index files' }),
+        bytes_per_token: Type.Number(),
+        indexed_segments: Type.Integer(),
+        unindexed_segments: Type.Integer({ description: 'appended since the index was built: scanned' }),
+        drift: Type.Number(),
+        rebuild_advised: Type.Boolean(),
+        tokens: Type.Union([Type.Literal('kept'), Type.Literal('dropped')], {
+          description: 'dropped: the corpus keeps only its index (scores are residual)',
+        }),
+        search_path: Type.Union([Type.Literal('index'), Type.Literal('scan')], {
+          description: 'the path default searches take on this server',
+        }),
+        reason: Type.Optional(Type.String()),
+      }),
+      Type.Null(),
+    ],
+    { description: 'the corpus index (maxsim corpus index), or null: none' },
+  ),
   batching: Type.Object({
     max_batch: Type.Integer(),
     max_wait_ms: Type.Union([Type.Number(), Type.Literal('auto')]),

@@ -71,31 +71,41 @@ export async function searchSegments(
   k: number,
   segments: readonly SegmentRun[],
 ): Promise<{ hits: CorpusHit[][]; merge: number }> {
-  let merged: Hit[][] = Array.from({ length: queries }, () => []);
+  const merged: Hit[][] = Array.from({ length: queries }, () => []);
   let merge = 0;
+  const mask = file.deletedMask;
   for (const seg of segments) {
     let gone = 0;
-    if (file.deletedMask)
-      for (let i = 0; i < seg.documents; i++) gone += file.deletedMask[seg.firstDocument + i];
+    if (mask) for (let i = 0; i < seg.documents; i++) gone += mask[seg.firstDocument + i];
     const kk = Math.min(k + gone, seg.documents);
     if (kk === 0) continue;
     const hits = await seg.run(kk);
     const t0 = performance.now();
-    merged = merged.map((row, i) =>
-      mergeHits(
-        row,
-        hits[i]
-          .map((h) => ({ index: h.index + seg.firstDocument, score: h.score }))
-          .filter((h) => !file.isDeleted(h.index))
-          .slice(0, k),
-        k,
-      ),
-    );
+    // one loop per row, one object per hit kept (no intermediate arrays: ~0.5 us per hit before)
+    const first = seg.firstDocument;
+    for (let i = 0; i < queries; i++) {
+      const row = hits[i];
+      const mine: Hit[] = [];
+      for (let j = 0; j < row.length && mine.length < k; j++) {
+        const index = row[j].index + first;
+        if (mask === undefined || mask[index] !== 1) mine.push({ index, score: row[j].score });
+      }
+      merged[i] = merged[i].length === 0 ? mine : mergeHits(merged[i], mine, k);
+    }
     merge += performance.now() - t0;
   }
   const t0 = performance.now();
-  const hits = merged.map((row) => row.map((h) => ({ ...h, id: file.id(h.index) })));
-  return { hits, merge: (merge + performance.now() - t0) / 1000 };
+  const named: CorpusHit[][] = new Array(queries);
+  for (let i = 0; i < queries; i++) {
+    const row = merged[i];
+    const out: CorpusHit[] = new Array(row.length);
+    for (let j = 0; j < row.length; j++) {
+      const h = row[j];
+      out[j] = { index: h.index, score: h.score, id: file.id(h.index) };
+    }
+    named[i] = out;
+  }
+  return { hits: named, merge: (merge + performance.now() - t0) / 1000 };
 }
 
 /** The key of a segment across snapshots: segments are immutable (same file, same documents). */

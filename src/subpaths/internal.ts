@@ -10,8 +10,9 @@ export {
   setJobPhases,
   setMappedScores,
 } from '../backends/cuda.js';
+export { balancedCuts } from '../backends/cuda-device-group.js';
 export { type SelectPlacement, setSelectPlacement } from '../backends/cuda-select-placement.js';
-export { balancedCuts, isShardedCorpus } from '../backends/cuda-sharded.js';
+export { isShardedCorpus } from '../backends/cuda-sharded.js';
 export {
   AUTO_ATOMIC_DISTINCT,
   CSR_CHUNK,

@@ -2,12 +2,14 @@
 // in detail (the corpus file and its blocks), array sources and the conversions between arrays and
 // batches. Re-exports only.
 
-export type { NpyArray } from '../io/array.js';
+export type { ArrayData, ArrayDType, NpyArray } from '../io/array.js';
 export { type ArraySource, openArraySource } from '../io/array-source.js';
+export type { Section, SegmentHeader } from '../io/corpus/format.js';
 export {
   CHECKSUM_CHUNK,
   type CorpusBlock,
   CorpusFile,
+  type CorpusSegment,
   type EncodedDocuments,
   type LockOptions,
   type RecoverOptions,
@@ -18,9 +20,12 @@ export {
   arrayToDocs,
   arrayToMatrix,
   arrayToQueries,
+  type BatchArrays,
   batchToArrays,
+  type DocsArrayOptions,
   type LoadArrayOptions,
   loadArray,
+  type TokenArrayOptions,
 } from '../io/load.js';
 export {
   encodeNpy,
@@ -45,5 +50,6 @@ export {
   type SafetensorsEntry,
   type SafetensorsFile,
   type SafetensorsReader,
+  type TensorInput,
   writeSafetensors,
 } from '../io/safetensors.js';

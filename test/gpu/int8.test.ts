@@ -543,7 +543,7 @@ describe(`CUDA fp8 e4m3 MaxSim vs float64 reference on dequantized values (seed 
 });
 
 // ---- document scales: one scale per document ({ scales: 'document' }), the quantizers and the
-// document-scale twins of the TMA wgmma kernels (DSCALE in maxsim_8bit.cuh) ----
+// document-scale twins of the TMA wgmma kernels (DSCALE in maxsim_wgmma.cuh) ----
 
 /** Whether every item's tokens share one scale. */
 function oneScalePerItem(t: { scales: Float32Array; starts: ArrayLike<number>; lengths: ArrayLike<number> }) {

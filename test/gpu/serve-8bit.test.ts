@@ -9,11 +9,12 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { InvalidArgumentError } from '../../src/errors.js';
+import { encodeFloats, f16BitsToFloat } from '../../src/floats.js';
 import { CorpusWriter } from '../../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
-import { randomRagged, rng, runSeed } from '../helpers.js';
-import { callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
+import { randomRagged, rng, runSeed, writeSegments } from '../helpers.js';
+import { b64Of, callJson, type SearchHit, searchBoth, start as startServer } from '../serve-helpers.js';
 import { skip } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-serve8-'));
@@ -67,23 +68,7 @@ async function compare(exact: string, eight: string, queries: number[][][], k: n
 describe('maxsim serve --dtype int8 | fp8 on CUDA', { skip }, () => {
   const dir = path.join(tmp, 'docs.msx');
   test('8-bit passes answer the exact top-k; batched; appends and deletes', async () => {
-    for (let s = 0; s < 2; s++) {
-      const docs = randomRagged(
-        Array.from({ length: s === 0 ? 3000 : 700 }, () => 1 + Math.floor(rand() * 60)),
-        DIM,
-        'float32',
-        rand,
-      );
-      const w =
-        s === 0
-          ? CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true })
-          : CorpusWriter.append(dir);
-      w.add(
-        docs,
-        Array.from({ length: docs.count }, (_, i) => `s${s}-${i}`),
-      );
-      w.commit();
-    }
+    writeSegments(dir, [3000, 700], { dim: DIM, maxLength: 60, rand });
     const exact = await start({ corpus: dir, maxWaitMs: 2 });
     for (const dtype of ['int8', 'fp8'] as const) {
       const eight = await start({ corpus: dir, dtype, maxWaitMs: 2 });
@@ -101,6 +86,46 @@ describe('maxsim serve --dtype int8 | fp8 on CUDA', { skip }, () => {
         ),
       );
     }
+    // float16 base64 bodies keep their bits in an 8-bit pass (quantized on the device): one request
+    // at a time (a pass of its own: the same plan), the same answer bit for bit as the same values
+    // sent as JSON numbers (a float32 pass); sharing passes with JSON requests (other pass sizes,
+    // other plans), the same top-k within the kernels' accumulation-order noise
+    for (const dtype of ['int8', 'fp8'] as const) {
+      const eight = await start({ corpus: dir, dtype, maxWaitMs: 5 });
+      const bits = Array.from(
+        { length: 8 },
+        (_, i) => encodeFloats(Float32Array.from(tokens(1 + i * 4).flat()), 'float16') as Uint16Array,
+      );
+      const asJson = bits.map((b) => {
+        const rows: number[][] = [];
+        for (let t = 0; t < b.length / DIM; t++)
+          rows.push(Array.from(b.subarray(t * DIM, (t + 1) * DIM), f16BitsToFloat));
+        return { queries: [rows], top_k: 10 };
+      });
+      const asB64 = bits.map((b) => ({
+        queries: { b64: b64Of(b), dtype: 'float16', shape: [1, b.length / DIM, DIM] },
+        top_k: 10,
+      }));
+      const want: Hit[][] = [];
+      for (let i = 0; i < bits.length; i++) {
+        const json = await call(`${eight.url}/v1/search`, 'POST', asJson[i]);
+        const b64 = await call(`${eight.url}/v1/search`, 'POST', asB64[i]);
+        assert.deepEqual(b64.results, json.results, `${dtype} float16 body ${i} alone`);
+        want.push(json.results[0]);
+      }
+      const mixed = await Promise.all(
+        asB64.flatMap((body, i) => [
+          call(`${eight.url}/v1/search`, 'POST', body),
+          call(`${eight.url}/v1/search`, 'POST', asJson[(i + 1) % asJson.length]),
+        ]),
+      );
+      assertSameTopK(
+        mixed.filter((_, j) => j % 2 === 0).map((r) => r.results[0]),
+        want,
+        `${dtype} float16 bodies sharing passes`,
+      );
+    }
+
     // writes while serving int8: the new segment gets its copy, deletes are masked
     const eight = await start({ corpus: dir, dtype: 'int8' });
     const queries = Array.from({ length: 4 }, () => tokens(16));

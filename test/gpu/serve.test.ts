@@ -11,7 +11,7 @@ import { decodeToFloat32, encodeFloats } from '../../src/floats.js';
 import { CorpusWriter } from '../../src/io/corpus/index.js';
 import type { MaxsimServer, ServerOptions } from '../../src/server/app.js';
 import { createServer } from '../../src/server/index.js';
-import { randomRagged, rng, runSeed } from '../helpers.js';
+import { rng, runSeed, writeSegments } from '../helpers.js';
 import { skip, status } from './helpers.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-gpu-serve-'));
@@ -75,23 +75,7 @@ describe('maxsim serve on CUDA', { skip }, () => {
   const dir = path.join(tmp, 'docs.msx');
   test('resident and streamed corpora answer like the CPU server; batching; appends; prefilter', async () => {
     // two segments, so the resident corpus merges the top-k of two device corpora
-    for (let s = 0; s < 2; s++) {
-      const docs = randomRagged(
-        Array.from({ length: 1500 }, () => 1 + Math.floor(rand() * 40)),
-        DIM,
-        'float32',
-        rand,
-      );
-      const w =
-        s === 0
-          ? CorpusWriter.create(dir, { dim: DIM, dtype: 'float16', ids: true })
-          : CorpusWriter.append(dir);
-      w.add(
-        docs,
-        Array.from({ length: docs.count }, (_, i) => `s${s}-${i}`),
-      );
-      w.commit();
-    }
+    writeSegments(dir, [1500, 1500], { dim: DIM, maxLength: 40, rand });
     const cpu = await start({ corpus: dir, backend: 'cpu' });
     const gpu = await start({ corpus: dir, backend: 'cuda', maxWaitMs: 5 });
     const streamed = await start({ corpus: dir, backend: 'cuda', pin: true });
@@ -239,23 +223,7 @@ describe('maxsim serve on CUDA', { skip }, () => {
     const count = status.devices?.length ?? 0;
     const devices = count >= 2 ? Array.from({ length: count }, (_, i) => i) : [0, 0];
     const sharded = path.join(tmp, 'sharded.msx');
-    for (let s = 0; s < 2; s++) {
-      const docs = randomRagged(
-        Array.from({ length: 900 }, () => 1 + Math.floor(rand() * 40)),
-        DIM,
-        'float32',
-        rand,
-      );
-      const w =
-        s === 0
-          ? CorpusWriter.create(sharded, { dim: DIM, dtype: 'float16', ids: true })
-          : CorpusWriter.append(sharded);
-      w.add(
-        docs,
-        Array.from({ length: docs.count }, (_, i) => `g${s}-${i}`),
-      );
-      w.commit();
-    }
+    writeSegments(sharded, [900, 900], { dim: DIM, maxLength: 40, rand, tag: 'g' });
     const one = await start({ corpus: sharded, backend: 'cuda' });
     const many = await start({ corpus: sharded, backend: 'cuda', devices });
     // biome-ignore lint/suspicious/noExplicitAny: a JSON answer

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { cuda } from '../../src/backends/cuda.js';
-import { balancedCuts, type CudaDeviceGroup } from '../../src/backends/cuda-sharded.js';
+import { balancedCuts, type CudaDeviceGroup } from '../../src/backends/cuda-device-group.js';
 import { type Hit, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { randomRagged, rng, runSeed } from '../helpers.js';
 import { gpu, skip, status } from './helpers.js';
@@ -96,6 +96,11 @@ describe(`CUDA sharded corpus (devices ${devices.join(',')})`, { skip }, () => {
       const q1 = randomRagged([32], 128, 'float32', rand);
       const m = { kind: 'matrix' as const, dtype: 'float32' as const, data: q1.data, length: 32, dim: 128 };
       sameBits(await sharded.score(m), await single.score(m), 'one query');
+      // one query (a matrix): one list, as the root topK; a batch of one: a list of one list
+      const oneHits = await sharded.topK(m, 7);
+      assert.ok(!Array.isArray(oneHits[0]), 'a matrix gives one list of hits');
+      sameHits([oneHits], [await single.topK(m, 7)], 'one query, top-7');
+      sameHits([oneHits], await sharded.topK(q1, 7), 'one query = a batch of one');
       single.dispose();
       sharded.dispose();
     });

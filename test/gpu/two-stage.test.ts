@@ -17,7 +17,14 @@ import { encodeFloats } from '../../src/floats.js';
 import { topKOfRow } from '../../src/ops/topk.js';
 import { twoStageTopK } from '../../src/ops/two-stage.js';
 import { setJobPhases, setSelectPlacement } from '../../src/subpaths/internal.js';
-import { type FloatDType, type Hit, raggedBatch, type TokenBatch, tokenMatrix } from '../../src/tensor.js';
+import {
+  type FloatDType,
+  type Hit,
+  matrixAsBatch,
+  raggedBatch,
+  type TokenBatch,
+  tokenMatrix,
+} from '../../src/tensor.js';
 import { awkwardRow, randomFloats, randomRagged, rng, runSeed, scoreErrorBounds } from '../helpers.js';
 import { gpu, nativeHandle, skip } from './helpers.js';
 
@@ -163,7 +170,15 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       }
       const one = tokenMatrix(encodeFloats(randomFloats(32 * 128, rand), 'float32'), 32, 128);
       const row = await f16.score(one);
-      assert.deepStrictEqual(await f16.topK(one, 10), [topKOfRow(row, 10)]);
+      // one query (a matrix): one list, as the root topK; the same query as a batch of one: one row
+      assert.deepStrictEqual(await f16.topK(one, 10), topKOfRow(row, 10));
+      assert.deepStrictEqual(await f16.topK(matrixAsBatch(one), 10), [topKOfRow(row, 10)]);
+      assert.deepStrictEqual(await i8.topK(one, 10), (await i8.topK(matrixAsBatch(one), 10))[0]);
+      assert.deepStrictEqual(
+        await i8.topK(one, 5, { rescore: { docs: f16, candidates: 20 } }),
+        (await i8.topK(matrixAsBatch(one), 5, { rescore: { docs: f16, candidates: 20 } }))[0],
+      );
+      assert.deepStrictEqual(await f16.topK(one, 0), []);
       const none = await dev.alloc({ dtype: 'float16', dim: 128, tokens: 0, items: 0 });
       assert.deepStrictEqual(await none.topK(queries, 3), [[], [], [], [], []]);
       none.dispose();

@@ -20,11 +20,11 @@
 //       so the fragment addressing is maxsim_mma.cu's with k counted in bytes and one k32 step per
 //       16-byte pair of chunks.
 //   maxsim_int8_wgmma_{n128,w2m2n64,w2m2n128}  sm_90a only: the warp-specialized structure of
-//       maxsim_wgmma.cu with wgmma.m64nNk32.s32.s8.s8 (its own launch contract in maxsim_8bit.cuh);
+//       one wgmma body (maxsim_wgmma.cuh, with its launch contract) with wgmma.m64nNk32.s32.s8.s8;
 //       the dispatcher takes w2m2n128 for long documents and w2m2n64 otherwise when there are many
 //       query rows on compute capability 9.0, through their TMA twins (_tma_) where tensor maps exist.
 //   maxsim_int8_wgmma_tma_ds_{w2m2n64,w2m2n128}  the TMA twins for documents whose tokens share one
-//       scale per document (DSCALE in maxsim_8bit.cuh): row max on the int32 dots, scale once per row.
+//       scale per document (DSCALE in maxsim_wgmma.cuh): row max on the int32 dots, scale once per row.
 //   maxsim_int8_simt               any dim, CUDA cores only (exact int32 dots), one CTA per pair.
 //   maxsim_int8_quantize_{f32,f16,bf16}  float token set -> int8 + scales, bitwise the host
 //       quantize(): scale = float(double(max|x|) / 127), q = rint(double(x) / double(scale)) clamped

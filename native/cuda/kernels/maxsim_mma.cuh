@@ -33,7 +33,47 @@ struct MmaCfg {
   static_assert(STAGE % 16 == 0, "stage alignment");
   static_assert(2 * G * 4 <= 128, "partial slots");
   static constexpr int SMEM = NGRP * SMEM_GROUP;
+  static constexpr int kKD = KD;
 };
+
+// The two steps of the mainloop that every mma.sync walk shares (this body's documents x query
+// slices, and the training forward's pairs: maxsim_train.cu):
+// One stage's token copies by a group thread (pr, pc = its row and 16-byte chunk): rows tok0 + pr,
+// + RSTEP, ... of the document (start, len), K chunk kbase, into the stage at sstage (zero-filled past
+// the document and past dim; chunks past the k steps that carry data are never read, not copied).
+template <class C, typename Elem>
+__device__ __forceinline__ void mma_copy_tile(uint32_t sstage, const Elem* docs, int64_t start, int len, int tok0,
+                                              int kbase, int dim, int64_t rstep, int pr, int pc) {
+  const int krem = dim - kbase;                                                       // > 0
+  const int need = min(C::CPR, ((min(krem, C::kKD) + C::KSTEP - 1) >> C::KSHIFT) * 2);  // chunks to fill
+  if (pc < need) {
+    const int k = kbase + pc * (16 / C::EB);
+    const bool kok = k < dim;
+    const int row0 = tok0 + pr;
+    const int rows_left = len - row0;  // copy `it` holds row row0 + RSTEP * it
+    const Elem* src = docs + (start + row0) * (int64_t)dim + k;
+    const uint32_t dst = sstage + (pr * C::RS + pc * (16 / C::EB)) * C::EB;
+    copy_chunk_rows<C::NIT, C::RSTEP, C::RSTEP * C::RS * C::EB>(dst, src, rstep, rows_left, kok, docs);
+  }
+}
+// A stage's MMAs when dim <= KD (one stage per tile, A in registers): the n16 blocks in ascending
+// column order, each from accumulators set to init, then fold(acc, c0) with c0 its first tile column.
+template <class E, class C, class Fold>
+__device__ __forceinline__ void mma_tile_blocks(const uint32_t (&a)[2][C::NKS][4], uint32_t sb, int nks_run, int lane,
+                                                typename E::Acc init, Fold&& fold) {
+#pragma unroll
+  for (int np = 0; np < C::NT / 2; ++np) {
+    typename E::Acc acc[2][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][nt][r] = init;
+    mma_n16<E, C::NKS, C::RS, C::EPW>(acc, a, sb, np, nks_run, lane);
+    fold(acc, np * 16);
+  }
+}
 
 template <class E, int G, int NGRP, int TN, int S, int KD, bool KSPLIT>
 __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
@@ -83,22 +123,9 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
   const int64_t rstep = (int64_t)C::RSTEP * dim;
   auto issue = [&](int slot) {
     if (pcur.doc < num_docs) {
-      // (8-bit: the stage's address first, for the scales too; 16-bit: where the copies need it)
-      uint32_t sbase = 0;
-      if constexpr (SCALED) sbase = stages_s + slot * C::STAGE;
-      const int kbase = pkc * KD;
-      const int krem = dim - kbase;                                                       // > 0
-      const int need = min(C::CPR, ((min(krem, KD) + C::KSTEP - 1) >> C::KSHIFT) * 2);  // chunks to fill
+      const uint32_t sbase = stages_s + slot * C::STAGE;
       const int tok0 = ptile * TN;
-      if (pc < need) {
-        const int k = kbase + pc * (16 / C::EB);
-        const bool kok = k < dim;
-        const int row0 = tok0 + pr;
-        const int rows_left = pcur.len - row0;  // copy `it` holds row row0 + RSTEP * it
-        const Elem* src = docs + (pcur.start + row0) * (int64_t)dim + k;
-        const uint32_t dst = (SCALED ? sbase : stages_s + slot * C::STAGE) + (pr * C::RS + pc * (16 / C::EB)) * C::EB;
-        copy_chunk_rows<C::NIT, C::RSTEP, C::RSTEP * C::RS * C::EB>(dst, src, rstep, rows_left, kok, docs);
-      }
+      mma_copy_tile<C>(sbase, docs, pcur.start, pcur.len, tok0, pkc * KD, dim, rstep, pr, pc);
       if constexpr (SCALED) {
         // the tile's document scales (every k chunk carries them: the fold reads the last one)
 #pragma unroll
@@ -183,7 +210,7 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
           if constexpr (SCALED) fold_n16_scaled<E, BIAS, TN>(rmax, acc, sc, c0, rem, lane);
           else fold_n16<TN>(rmax, acc, c0, rem, lane);
         };
-        auto zero = [&](Acc (&acc)[2][2][4]) {
+        auto zero = [&](Acc (&acc)[2][2][4]) {  // (the K-split path's accumulators)
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -202,13 +229,8 @@ __device__ __forceinline__ void mma_body(const MaxsimParams& p) {
           const int nks_run = min(C::NKS, (dim + C::KSTEP - 1) >> C::KSHIFT);
           const uint32_t sb = stages_s + cstage * C::STAGE;
           const float* sc = SCALED ? stage_scales(cstage) : nullptr;
-#pragma unroll
-          for (int np = 0; np < C::NT / 2; ++np) {
-            Acc acc[2][2][4];
-            zero(acc);
-            mma_n16<E, C::NKS, C::RS, C::EPW>(acc, a, sb, np, nks_run, lane);
-            fold(acc, sc, np * 16);
-          }
+          mma_tile_blocks<E, C>(a, sb, nks_run, lane, E::template init<BIAS>(),
+                                [&](Acc (&acc)[2][2][4], int c0) { fold(acc, sc, c0); });
           cstage = (cstage + 1 == S) ? 0 : cstage + 1;
         } else {
           static_assert(!KSPLIT || TN == 16, "K-split path keeps one n16 block of accumulators");

@@ -2,7 +2,7 @@
 // 8-bit S8 (exact int32) / E4M3 (fp32 accumulate). A policy says what one token element is stored as,
 // how the tensor core multiplies fragments of it (mma.sync for sm_80+, wgmma for sm_90a, through
 // WgmmaOp<E, N>), what the accumulator starts at and how it becomes fp32. Every kernel family
-// (maxsim_mma.cu, maxsim_wgmma.cu, maxsim_8bit.cuh) takes one, so a new element type is one policy
+// (maxsim_mma.cuh, maxsim_wgmma.cuh, maxsim_simt.cuh) takes one, so a new element type is one policy
 // here plus its entry points in the registry of its family.
 #pragma once
 #include <cuda_bf16.h>
@@ -24,12 +24,20 @@ namespace maxsim {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 
 // fp16 / bf16: 16-bit elements, fp32 accumulation, products through mma.m16n8k16.
+// The wgmma body (maxsim_wgmma.cuh) also reads: kBytes (bytes per element: the tile's row is
+// 128 * kBytes bytes, its k step 32 bytes), kScaled (per-token fp32 scales: the 8-bit types' query and
+// document scales and their document-scale twins; none for 16-bit), kRowMaxBits (the row max of a
+// full tile taken on bit patterns, max3_bits) and to_f32<BIAS> (accumulator -> fp32).
 template <typename T>
 struct Float16Policy {
   template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
+  template <bool BIAS> static __device__ __forceinline__ float to_f32(float x) { return x; }
   using Elem = T;
   using Acc = float;
+  static constexpr int kBytes = 2;
   static constexpr bool kFp8 = false;
+  static constexpr bool kScaled = false;
+  static constexpr bool kRowMaxBits = true;
   static __device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
     if constexpr (std::is_same_v<T, __half>) MAXSIM_MMA_SYNC("m16n8k16.row.col.f32.f16.f16.f32", "f");
     else MAXSIM_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32", "f");
@@ -44,7 +52,9 @@ using BF16 = Float16Policy<__nv_bfloat16>;
 struct S8 {
   using Elem = uint8_t;  // the bytes of the tokens; the tensor core reads them as s8
   using Acc = int;
+  static constexpr int kBytes = 1;
   static constexpr bool kFp8 = false;
+  static constexpr bool kScaled = true;
   // the wgmma fold's row max on bit patterns (max3_bits): slower for int8, whose I2FP feeds it (ColPali
   // 3.11 vs 2.80 ms, fewer instructions but more stalls; bench/NOTES.md, 'Row-max fold'), faster for fp8
   static constexpr bool kRowMaxBits = false;
@@ -64,7 +74,9 @@ struct S8 {
 struct E4M3 {
   using Elem = uint8_t;  // the bytes of the tokens; the tensor core reads them as e4m3
   using Acc = float;
+  static constexpr int kBytes = 1;
   static constexpr bool kFp8 = true;
+  static constexpr bool kScaled = true;
   static constexpr bool kRowMaxBits = true;
   template <bool BIAS> static __device__ __forceinline__ float init() { return 0.f; }
   template <bool BIAS> static __device__ __forceinline__ float to_f32(float x) { return x; }
@@ -82,19 +94,6 @@ struct E4M3 {
 __device__ __forceinline__ float e4m3_to_f32(uint8_t x) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
 }
-
-// The mma.sync op of a 16-bit storage type (the training kernels name it by type).
-template <typename T> struct MmaOp;
-template <> struct MmaOp<__half> {
-  static __device__ __forceinline__ void run(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    F16::mma(c, a, b0, b1);
-  }
-};
-template <> struct MmaOp<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    BF16::mma(c, a, b0, b1);
-  }
-};
 
 #if MAXSIM_HAS_WGMMA
 // ---- wgmma m64nNkK, A from registers, B K-major from shared memory (by descriptor) ----

@@ -8,24 +8,33 @@
 namespace maxsim {
 
 // ---- the wgmma kernels' walk over a CTA's documents ------------------------------------------
-// (maxsim_wgmma.cu, maxsim_8bit.cuh: producer and consumer warps all step through every document of
-// the CTA, a group's share being every NGRP-th; the mma.sync kernels' groups take DocCursor below.)
-// The lengths (and, for the producer, starts) of documents blockIdx.x + i * gridDim.x, read 32 at a
-// time by the lanes of a warp, one window ahead of use: the document loops then never stall on a
-// dependent global load per document (a full memory latency each while the tile stream saturates
-// DRAM). Every lane of the warp must call at() with the same i, in increasing order.
-template <bool STARTS>
+// (maxsim_wgmma.cuh: producer and consumer warps all step through every document of a work unit, a
+// group's share being every NGRP-th; the mma.sync kernels' groups take DocCursor below.)
+// The lengths (and, for the producer, starts) of documents first + i * step (scoring: the CTA's
+// documents, first = blockIdx.x, step = gridDim.x; training: a document group), read 32 at a time by
+// the lanes of a warp, one window ahead of use: the document loops then never stall on a dependent
+// global load per document (a full memory latency each while the tile stream saturates DRAM). Every
+// lane of the warp must call at() with the same i, in increasing order.
+// GROUPED: first and step are the constructor's (kept in registers); else the CTA's own documents,
+// read from blockIdx / gridDim (no registers held: the w4n64 consumers spill otherwise).
+template <bool STARTS, bool GROUPED = false>
 struct DocWindow {
+  int first_, step_;
   int len_cur = 0, len_nxt = 0;
   int64_t start_cur = 0, start_nxt = 0;
+  __device__ __forceinline__ int first() const { return GROUPED ? first_ : (int)blockIdx.x; }
+  __device__ __forceinline__ int step() const { return GROUPED ? step_ : (int)gridDim.x; }
   __device__ __forceinline__ void fetch(const MaxsimParams& p, int64_t i0) {
-    const int64_t doc = blockIdx.x + (i0 + (threadIdx.x & 31)) * (int64_t)gridDim.x;
+    const int64_t doc = first() + (i0 + (threadIdx.x & 31)) * (int64_t)step();
     const bool ok = doc < p.num_docs;
     len_nxt = ok ? p.doc_lengths[doc] : 0;
     if (STARTS) start_nxt = ok ? p.doc_starts[doc] : 0;
   }
-  __device__ __forceinline__ DocWindow(const MaxsimParams& p) { fetch(p, 0); }
-  // length (and start) of document i of this CTA's sequence
+  __device__ __forceinline__ DocWindow(const MaxsimParams& p, int first_doc, int doc_step)
+      : first_(first_doc), step_(doc_step) {
+    fetch(p, 0);
+  }
+  // length (and start) of document first + i * step
   __device__ __forceinline__ int at(const MaxsimParams& p, int i, int64_t* start) {
     if ((i & 31) == 0) {
       len_cur = len_nxt;

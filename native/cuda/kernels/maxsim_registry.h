@@ -21,13 +21,13 @@
 #define MAXSIM_MMA_BLOCK(G, NGRP) (32 * (G) * (NGRP))
 // fp16/bf16 mma.sync: S-stage ring of TN x (KD + 8) halves
 #define MAXSIM_MMA16_SMEM(NGRP, TN, S, KD) ((NGRP) * ((S) * (TN) * ((KD) + 8) * 2 + 128))
-// fp16/bf16 wgmma (maxsim_wgmma.cu): 1 producer + NCONS consumer warpgroups; S stages of TN x 128
+// fp16/bf16 wgmma (maxsim_wgmma.cuh, entry points in maxsim_wgmma.cu): 1 producer + NCONS consumer warpgroups; S stages of TN x 128
 // halves (256 bytes a token) plus 1024 bytes of alignment slack
 #define MAXSIM_WGMMA_BLOCK(NCONS) (128 * ((NCONS) + 1))
 #define MAXSIM_WGMMA16_SMEM(TN, S) ((S) * (TN) * 256 + 1024)
-// 8-bit mma.sync (maxsim_8bit.cuh): TN x (KD + 16) bytes plus TN float scales a stage
+// 8-bit mma.sync (maxsim_mma.cuh): TN x (KD + 16) bytes plus TN float scales a stage
 #define MAXSIM_MMA8_SMEM(NGRP, TN, S, KD) ((NGRP) * ((S) * ((TN) * ((KD) + 16) + (TN) * 4) + 128))
-// 8-bit wgmma (maxsim_8bit.cuh): 128 bytes and one float scale a token
+// 8-bit wgmma (maxsim_wgmma.cuh, entry points in maxsim_8bit.cuh): 128 bytes and one float scale a token
 #define MAXSIM_WGMMA8_SMEM(TN, S) ((S) * (TN) * 132 + 1024)
 // the SIMT fallbacks: one CTA of 128 threads per (document, query), no dynamic shared memory
 #define MAXSIM_SIMT_BLOCK 128

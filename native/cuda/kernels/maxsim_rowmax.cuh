@@ -70,6 +70,132 @@ __device__ __forceinline__ void fold_masked(float (&rmax)[MB][2], int m, int rem
   }
 }
 
+// ---- the argmax folds (the training forward: maxsim_train.cu, and wgmma_body's ArgmaxOut) -------
+// Per row, the thread's (max, argmax) over its columns in ascending document-token order with a
+// strict > (its lowest index wins its ties; NaN and padding never chosen), then the quad's merge.
+// Reductions as trees over register arrays (fixed indices after unrolling: no local memory).
+template <int N>
+__device__ __forceinline__ int tree_max3(const int (&x)[N]) {
+  if constexpr (N == 1) {
+    return x[0];
+  } else {
+    constexpr int M = (N + 2) / 3;
+    int y[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+      const int a = x[3 * k];
+      const int b = 3 * k + 1 < N ? x[3 * k + 1] : a;
+      const int c = 3 * k + 2 < N ? x[3 * k + 2] : a;
+      y[k] = max(a, max(b, c));  // one VIMNMX3
+    }
+    return tree_max3<M>(y);
+  }
+}
+template <int N>
+__device__ __forceinline__ uint32_t tree_or(const uint32_t (&x)[N]) {
+  if constexpr (N == 1) {
+    return x[0];
+  } else {
+    constexpr int M = (N + 2) / 3;
+    uint32_t y[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+      const uint32_t a = x[3 * k];
+      const uint32_t b = 3 * k + 1 < N ? x[3 * k + 1] : 0u;
+      const uint32_t c = 3 * k + 2 < N ? x[3 * k + 2] : 0u;
+      y[k] = a | b | c;  // one LOP3
+    }
+    return tree_or<M>(y);
+  }
+}
+
+// One row of an m-block's tile (h: the thread's row g or g + 8): NV / 2 values at accumulators
+// 4 i + 2 h + e, tile columns 8 i + 2 (lane % 4) + e (padding columns already -inf: mask_tail).
+// Updates the thread's (bv, bt) for the row.
+template <int NV>
+__device__ __forceinline__ void fold_argmax_row(const float* acc, int h, int lane, int col0, float& bv, int32_t& bt) {
+  constexpr int N = NV / 2;  // values of the row in this thread: j = 2 i + e
+  static_assert(N <= 32, "one bit per value in a 32-bit mask");
+  auto v = [&](int j) { return acc[4 * (j >> 1) + 2 * h + (j & 1)]; };
+  // The tile maximum on the bit patterns, as a tree (short dependency chains: the fold runs while
+  // the other consumer warpgroup's wgmma does and should end before it).
+  int bits[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) bits[j] = __float_as_int(v(j));
+  float tm = __int_as_float(tree_max3(bits));
+  if (max_bits_inexact(tm)) {  // every value negative, or a NaN won the integer max
+    tm = v(0);
+#pragma unroll
+    for (int j = 1; j < N; ++j) tm = fmaxf(tm, v(j));
+  }
+  if (tm > bv) {  // strict: an earlier tile keeps its ties; NaN and -inf never enter
+    // the lowest j holding tm: the lowest set bit of the mask of equal values
+    uint32_t m[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) m[j] = v(j) == tm ? 1u << j : 0u;
+    const int j = __ffs(static_cast<int>(tree_or(m))) - 1;
+    bv = tm;
+    bt = col0 + 2 * (lane & 3) + 8 * (j >> 1) + (j & 1);
+  }
+}
+// The last, partial tile of a document: the accumulators of columns at or past rem become -inf in
+// place (the next tile's first wgmma overwrites them), so padding never wins.
+template <int NV>
+__device__ __forceinline__ void mask_tail(float* acc, int rem, int lane) {
+#pragma unroll
+  for (int i = 0; i < NV / 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (8 * i + 2 * (lane & 3) + e >= rem) acc[4 * i + e] = acc[4 * i + 2 + e] = -INFINITY;
+}
+
+// The quad's (value, index) candidates of one accumulator row (lanes 4r .. 4r + 3 hold row r's
+// columns) merged by "larger value, on equal values the lower index": a total order on the
+// candidates, so every lane ends with the row's maximum at its lowest index.
+__device__ __forceinline__ void quad_argmax(float& v, int32_t& t) {
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int32_t ot = __shfl_xor_sync(0xffffffffu, t, o);
+    if (ov > v || (ov == v && ot < t)) {
+      v = ov;
+      t = ot;
+    }
+  }
+}
+
+// mma.sync: one finished block of 2 m16 x 2 n8 (tile columns c0 .. c0 + 15; the tile's first document
+// token tok0) into each row's (bv, bt), columns in ascending order per thread (nt, then element 0
+// before 1) with a strict >; columns at or past rem (the document's end) are never selected.
+template <int TN>
+__device__ __forceinline__ void fold_n16_argmax(float (&bv)[2][2], int32_t (&bt)[2][2], const float (&acc)[2][2][4],
+                                                int tok0, int c0, int rem, int lane) {
+  auto col = [&](int nt, int e) { return c0 + nt * 8 + (lane & 3) * 2 + e; };
+  auto visit = [&](int nt, int e, bool real) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v = acc[mt][nt][2 * h + e];
+        if (real && v > bv[mt][h]) {
+          bv[mt][h] = v;
+          bt[mt][h] = tok0 + col(nt, e);
+        }
+      }
+  };
+  if (rem >= TN) {  // full tiles: no column test
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) visit(nt, e, true);
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) visit(nt, e, col(nt, e) < rem);
+  }
+}
+
 // ---- the mma.sync folds: one finished block of 2 m16 x 2 n8 (tile columns c0 .. c0 + 15) --------
 // 16-bit: the dots as they are; full tiles without the column test.
 template <int TN>

@@ -1,5 +1,5 @@
-// Hopper (sm_90a) primitives shared by the warp-specialized kernels: maxsim_wgmma.cu and the 8-bit
-// wgmma bodies in maxsim_8bit.cuh. mbarrier init / arrive / parity wait, the async-proxy fence,
+// Hopper (sm_90a) primitives of the warp-specialized wgmma body (maxsim_wgmma.cuh: the fp16/bf16,
+// int8/fp8 and training-forward kernels). mbarrier init / arrive / parity wait, the async-proxy fence,
 // copy-completion arrivals, and the wgmma fence / commit / wait. They exist only where wgmma does
 // (MAXSIM_HAS_WGMMA); the sm_80 cubins of those files compile bodies that trap instead.
 #pragma once

@@ -56,11 +56,15 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "maxsim_common.cuh"
 #include "maxsim_mainloop.cuh"
+#include "maxsim_mma.cuh"
 #include "maxsim_producer.cuh"
 #include "maxsim_rowmax.cuh"
 #include "maxsim_scan.cuh"
+#include "maxsim_wgmma.cuh"
 #include "maxsim_train_params.h"
 
 namespace maxsim_train {
@@ -162,20 +166,7 @@ __device__ __forceinline__ void fwd_body(const MaxsimTrainParams& P) {
 
 // ---- shared by the argmax forwards ------------------------------------------------------------
 
-// The quad's (value, index) candidates of one accumulator row (lanes 4r .. 4r + 3 hold row r's
-// columns) merged by "larger value, on equal values the lower index": a total order on the
-// candidates, so every lane ends with the row's maximum at its lowest index.
-__device__ __forceinline__ void quad_argmax(float& v, int32_t& t) {
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    const float ov = __shfl_xor_sync(kFull, v, o);
-    const int32_t ot = __shfl_xor_sync(kFull, t, o);
-    if (ov > v || (ov == v && ot < t)) {
-      v = ov;
-      t = ot;
-    }
-  }
-}
+using maxsim::quad_argmax;  // (maxsim_rowmax.cuh)
 
 // A pair's score from its slot maxima best[0, lq): the same fp64 sum in token order as fwd_body
 // (0.0 + best[0] + best[1] + ...), with the loads spread over the warp: lane j holds best[s0 + j] and
@@ -192,11 +183,14 @@ __device__ __forceinline__ void write_score(const MaxsimTrainParams& P, int64_t 
 
 // ---- forward with argmax on tensor cores (mma.sync m16n8k16, fp16 / bf16, fp32 accumulate) -------
 //
-// One CTA (kMmaWarps warps) per pair, blocks striding over pairs. Each warp owns 32-row slices of the
-// query (rows 32 * (pass * kMmaWarps + warp) ...) whose A fragments it keeps in registers; the CTA
-// streams the document through an S-stage cp.async ring of TN-token tiles (zero-filled past the
-// document and past dim), once per pass, all warps in lock step (trip counts depend on the pair only,
-// so every thread reaches every __syncthreads). Per accumulator row element a thread keeps
+// The scoring mma.sync body's mainloop (maxsim_mma.cuh: its stage layout, mma_copy_tile and
+// mma_tile_blocks) with a pair walk and an argmax fold. One CTA (kMmaWarps warps, one group) per
+// pair, blocks striding over pairs (diagonal pairs too, which the scoring walk over documents x
+// queries has no notion of). Each warp owns 32-row slices of the query (rows 32 * (pass * kMmaWarps +
+// warp) ...) whose A fragments it keeps in registers; the CTA streams the document through an S-stage
+// cp.async ring of TN-token tiles (zero-filled past the document and past dim), once per pass, all
+// warps in lock step (trip counts depend on the pair only, so every thread reaches every
+// __syncthreads). Per accumulator row element a thread keeps
 // (max, argmax) over its own columns, visited in ascending document-token order with a strict >
 // (its lowest index wins its ties); columns >= the document length are skipped (never selected).
 // The quad (4 lanes of a row) then merges with "larger value, on equal values the lower index", a
@@ -209,17 +203,19 @@ constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kTN = 64;    // document tokens per tile
 constexpr int kKD = 128;   // max dim
 constexpr int kStages = 3;
-constexpr int kRS = kKD + 8;  // smem row stride (elements): 16 B pad -> conflict-free ldmatrix
-constexpr int kStage = kTN * kRS;
-constexpr int kNKS = kKD / 16;
-constexpr int kCPR = kKD / 8;  // 16-byte chunks per row
-constexpr int kMmaSmem = kStages * kStage * 2;  // 52224 bytes (dynamic)
+// the scoring mma.sync body's stage layout and copy split, one group of kMmaWarps warps
+template <typename T>
+using MmaC = maxsim::MmaCfg<std::conditional_t<std::is_same_v<T, __half>, maxsim::F16, maxsim::BF16>, kMmaWarps, 1, kTN,
+                            kStages, kKD>;
+constexpr int kMmaSmem = kStages * MmaC<__half>::STAGE;  // 52224 bytes (dynamic; no partial-sum slots)
 static_assert(kMmaSmem == MAXSIM_TRAIN_FWD_MMA_SMEM && kMmaThreads == MAXSIM_TRAIN_FWD_THREADS &&
                   kKD == MAXSIM_TRAIN_MMA_MAX_DIM,
               "maxsim_train_params.h states the mma forward's launch: keep it equal to the kernel");
 
 template <typename T>
 __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
+  using C = MmaC<T>;
+  using E = std::conditional_t<std::is_same_v<T, __half>, maxsim::F16, maxsim::BF16>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int dim = P.dim;
@@ -227,8 +223,7 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
   const T* __restrict__ docs = static_cast<const T*>(P.docs);
   const T* __restrict__ queries = static_cast<const T*>(P.queries);
   const uint32_t stages_s = maxsim::smem_u32(smem_raw);
-  const int nks_run = (dim + 15) >> 4;                       // k16 steps that carry data
-  const int need = min(kCPR, nks_run * 2);                   // 16-byte chunks per row to fill
+  const int nks_run = (dim + 15) >> 4;  // k16 steps that carry data
 
   // Passes over the document for pair p: 0 when the document or the query is empty.
   auto passes_of = [&](int64_t p, int& ld, int& lq) {
@@ -256,22 +251,11 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
     }
   };
   pseek();
+  const int pr = tid / C::CPR, pc = tid % C::CPR;
+  const int64_t rstep = static_cast<int64_t>(C::RSTEP) * dim;
   auto issue = [&](int slot) {
     if (pp < P.num_pairs) {
-      const uint32_t sbase = stages_s + slot * (kStage * 2);
-      const int tok0 = ptile * kTN;
-#pragma unroll
-      for (int it = 0; it < (kTN * kCPR) / kMmaThreads; ++it) {
-        const int idx = it * kMmaThreads + tid;
-        const int r = idx / kCPR, c = idx % kCPR;
-        if (c < need) {
-          const int tok = tok0 + r;
-          const int k = c * 8;
-          const bool ok = (tok < plen) && (k < dim);
-          const T* src = ok ? docs + (pstart + tok) * static_cast<int64_t>(dim) + k : docs;
-          maxsim::cp_async16(sbase + (r * kRS + c * 8) * 2, src, ok ? 16 : 0);
-        }
-      }
+      maxsim::mma_copy_tile<C>(stages_s + slot * C::STAGE, docs, pstart, plen, ptile * kTN, 0, dim, rstep, pr, pc);
       if (++ptile == pnt) {
         ptile = 0;
         if (++ppass == pnp) {
@@ -307,23 +291,12 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
       continue;
     }
     const int ntiles = (ld + kTN - 1) / kTN;
-    const int64_t q_first = P.query_starts[query_of(P, p)];
+    const T* qbase = queries + P.query_starts[query_of(P, p)] * static_cast<int64_t>(dim);
     for (int pass = 0; pass < npass; ++pass) {
       const int row0 = (pass * kMmaWarps + warp) * 32;  // may be >= lq: the warp computes on zeros
-      const T* qbase = queries + q_first * static_cast<int64_t>(dim);
-      uint32_t a[2][kNKS][4];
+      uint32_t a[2][C::NKS][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int ks = 0; ks < kNKS; ++ks)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int row = row0 + mt * 16 + (lane >> 2) + (r & 1) * 8;
-            const int k = ks * 16 + (lane & 3) * 2 + (r >> 1) * 8;
-            uint32_t v = 0;
-            if (row < lq && k < dim) v = *reinterpret_cast<const uint32_t*>(qbase + static_cast<int64_t>(row) * dim + k);
-            a[mt][ks][r] = v;
-          }
+      for (int mt = 0; mt < 2; ++mt) maxsim::load_a16<C::NKS, 2>(a[mt], qbase, row0 + mt * 16, lq, 0, dim, lane);
       float bv[2][2];
       int32_t bt[2][2];
 #pragma unroll
@@ -338,70 +311,11 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
         maxsim::cp_async_wait<kStages - 2>();
         __syncthreads();  // the stage is visible to all; everyone is done with the slot refilled next
         issue((cstage + kStages - 1) % kStages);
-        const uint32_t sb = stages_s + cstage * (kStage * 2);
         const int rem = ld - tile * kTN;  // valid columns of this tile (mask when < kTN)
-        const int colbase = tile * kTN + (lane & 3) * 2;
-#pragma unroll
-        for (int np = 0; np < kTN / 16; ++np) {
-          float acc[2][2][4];
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.f;
-#pragma unroll
-          for (int ks = 0; ks < kNKS; ++ks) {
-            if (ks < nks_run) {
-              const int n = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-              const int k = ks * 16 + ((lane >> 3) & 1) * 8;
-              uint32_t b0, b1, b2, b3;
-              maxsim::ldmatrix_x4(sb + (n * kRS + k) * 2, b0, b1, b2, b3);
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-                maxsim::MmaOp<T>::run(acc[mt][0], a[mt][ks], b0, b1);
-                maxsim::MmaOp<T>::run(acc[mt][1], a[mt][ks], b2, b3);
-              }
-            }
-          }
-          // Fold in ascending column order per thread: nt, then element 0 before 1.
-          if (rem >= kTN) {
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int32_t col = colbase + np * 16 + nt * 8 + e;
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                  for (int h = 0; h < 2; ++h) {
-                    const float v = acc[mt][nt][2 * h + e];
-                    if (v > bv[mt][h]) {
-                      bv[mt][h] = v;
-                      bt[mt][h] = col;
-                    }
-                  }
-              }
-          } else {
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int32_t col = colbase + np * 16 + nt * 8 + e;
-                const bool real = col < ld;  // padding columns are never selected
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                  for (int h = 0; h < 2; ++h) {
-                    const float v = acc[mt][nt][2 * h + e];
-                    if (real && v > bv[mt][h]) {
-                      bv[mt][h] = v;
-                      bt[mt][h] = col;
-                    }
-                  }
-              }
-          }
-        }
+        maxsim::mma_tile_blocks<E, C>(a, stages_s + cstage * C::STAGE, nks_run, lane, 0.f,
+                                      [&](const float (&acc)[2][2][4], int c0) {
+                                        maxsim::fold_n16_argmax<kTN>(bv, bt, acc, tile * kTN, c0, rem, lane);
+                                      });
         cstage = (cstage + 1 == kStages) ? 0 : cstage + 1;
       }
 #pragma unroll
@@ -426,304 +340,46 @@ __device__ __forceinline__ void fwd_mma_body(const MaxsimTrainParams& P) {
 
 // ---- forward with argmax on Hopper tensor cores (wgmma, sm_90a; all pairs) ----------------------
 //
-// The inference wgmma kernel's machinery (maxsim_wgmma.cu: a producer warpgroup streaming document
-// tiles into an S-stage swizzled ring, NCONS consumer warpgroups running wgmma.m64nTNk16 on query
-// fragments held in registers) with a different walk and fold. Work unit: a slab of SPP 16-row
-// query slices (queries cut into ceil(stride / 16) chunks) and a document group (group g of G:
-// documents g, g + G, ...; G = P.doc_groups, 1 unless there are too few slabs to fill the GPU).
-// CTA c takes items c, c + gridDim.x, ..., loads the slab's A fragments once per item and streams
-// the group's documents past them (all pairs: every query meets every document). Each warp owns its
-// rows: no barrier between warps after the ring's.
-// Fold, per row and tile: the tile maximum of the thread's columns first (integer max on the bit
-// patterns, three values per VIMNMX3, redone with fmaxf when it comes out negative or NaN), and only
-// when it beats the running maximum strictly, the lowest of the thread's columns holding it. That is
-// the strict-> ascending scan of fwd_mma_body (lowest index among equal maxima, NaN never chosen,
-// padding never chosen), at one integer max per two values plus a search on improvement. The quad
-// merge at the end of a document is fwd_mma_body's. Each row's (max, argmax) goes to best[] and
-// argmax[] at its pair's slot; maxsim_train_fwd_sum then adds best[] per pair in fp64 in token order
-// and writes the -1 slots (past the query, empty documents) and the scores. With the same dot
-// products as mma.sync's (fp32 accumulate of k16 steps), scores and argmax equal fwd_mma_body's.
+// The scoring kernel's body (maxsim_wgmma.cuh, the w2m2n128 shape: a producer warpgroup streaming
+// 128-token document tiles into a 6-stage swizzled ring, two consumer warpgroups of two m-blocks
+// running wgmma.m64n128k16 on query fragments held in registers) with the argmax epilogue
+// (ArgmaxOut): per row and tile the tile maximum of the thread's columns on the bit patterns and,
+// only when it beats the running maximum strictly, the lowest of the thread's columns holding it
+// (fold_argmax_row: the strict-> ascending scan of fwd_mma_body, lowest index among equal maxima, NaN
+// and padding never chosen); at a document's end fwd_mma_body's quad merge, and each row's (max,
+// argmax) goes to best[] and argmax[] at its pair's slot. Work units are (slab of 256 query rows,
+// document group): P.doc_groups groups, 1 unless there are too few slabs to fill the GPU.
+// maxsim_train_fwd_sum then adds best[] per pair in fp64 in token order and writes the -1 slots
+// (past the query, empty documents) and the scores. With the same dot products as mma.sync's (fp32
+// accumulate of k16 steps), scores and argmax equal fwd_mma_body's.
 constexpr int kWgCons = 2;                 // consumer warpgroups
 constexpr int kWgMB = 2;                   // m-blocks (64 rows) per consumer warpgroup
 constexpr int kWgTN = 128;                 // document tokens per tile
 constexpr int kWgStages = 6;
 constexpr int kWgThreads = 128 * (kWgCons + 1);
-constexpr int kWgSmem = kWgStages * kWgTN * 256 + 1024;  // + 1024: alignment slack for the swizzle
+constexpr int kWgSmem = kWgStages * kWgTN * 256 + 1024;  // MAXSIM_WGMMA16_SMEM: + 1024 alignment slack
 static_assert(kWgThreads == MAXSIM_TRAIN_FWD_WGMMA_THREADS && kWgSmem == MAXSIM_TRAIN_FWD_WGMMA_SMEM &&
                   kWgCons * 4 * kWgMB * 16 == MAXSIM_TRAIN_FWD_WGMMA_SLAB_ROWS && kWgTN == MAXSIM_TRAIN_FWD_WGMMA_TILE,
               "maxsim_train_params.h states the wgmma forward's launch: keep it equal to the kernel");
 
-// Lengths and starts of documents first, first + step, ... (a document group), read 32 at a time by
-// the lanes of a warp, one window ahead of use, so the document loops never wait on a dependent load.
-// Every lane of the warp calls at() with the same i, in increasing order.
-struct DocGroup {
-  int first, step, count;  // count: documents in the group
-  int len_cur = 0, len_nxt = 0;
-  int64_t start_cur = 0, start_nxt = 0;
-  __device__ __forceinline__ void fetch(const MaxsimTrainParams& P, int i0) {
-    const int i = i0 + (threadIdx.x & 31);
-    const bool ok = i < count;
-    const int doc = first + i * step;
-    len_nxt = ok ? P.doc_lengths[doc] : 0;
-    start_nxt = ok ? P.doc_starts[doc] : 0;
-  }
-  __device__ __forceinline__ DocGroup(const MaxsimTrainParams& P, int g, int groups)
-      : first(g), step(groups), count(g < P.num_docs ? (P.num_docs - 1 - g) / groups + 1 : 0) {
-    fetch(P, 0);
-  }
-  __device__ __forceinline__ int at(const MaxsimTrainParams& P, int i, int64_t* start) {
-    if ((i & 31) == 0) {
-      len_cur = len_nxt;
-      start_cur = start_nxt;
-      fetch(P, i + 32);
-    }
-    *start = __shfl_sync(kFull, start_cur, i & 31);
-    return __shfl_sync(kFull, len_cur, i & 31);
-  }
-};
-
-#if MAXSIM_HAS_WGMMA
-// Reductions as trees over register arrays (fixed indices after unrolling: no local memory).
-template <int N>
-__device__ __forceinline__ int tree_max3(const int (&x)[N]) {
-  if constexpr (N == 1) {
-    return x[0];
-  } else {
-    constexpr int M = (N + 2) / 3;
-    int y[M];
-#pragma unroll
-    for (int k = 0; k < M; ++k) {
-      const int a = x[3 * k];
-      const int b = 3 * k + 1 < N ? x[3 * k + 1] : a;
-      const int c = 3 * k + 2 < N ? x[3 * k + 2] : a;
-      y[k] = max(a, max(b, c));  // one VIMNMX3
-    }
-    return tree_max3<M>(y);
-  }
-}
-template <int N>
-__device__ __forceinline__ uint32_t tree_or(const uint32_t (&x)[N]) {
-  if constexpr (N == 1) {
-    return x[0];
-  } else {
-    constexpr int M = (N + 2) / 3;
-    uint32_t y[M];
-#pragma unroll
-    for (int k = 0; k < M; ++k) {
-      const uint32_t a = x[3 * k];
-      const uint32_t b = 3 * k + 1 < N ? x[3 * k + 1] : 0u;
-      const uint32_t c = 3 * k + 2 < N ? x[3 * k + 2] : 0u;
-      y[k] = a | b | c;  // one LOP3
-    }
-    return tree_or<M>(y);
-  }
-}
-
-// One row of an m-block's tile (h: the thread's row g or g + 8): NV / 2 values at accumulators
-// 4 i + 2 h + e, tile columns 8 i + 2 (lane % 4) + e (padding columns already -inf: mask_tail).
-// Updates the thread's (bv, bt) for the row.
-template <int NV>
-__device__ __forceinline__ void fold_argmax_row(const float* acc, int h, int lane, int col0, float& bv, int32_t& bt) {
-  constexpr int N = NV / 2;  // values of the row in this thread: j = 2 i + e
-  static_assert(N <= 32, "one bit per value in a 32-bit mask");
-  auto v = [&](int j) { return acc[4 * (j >> 1) + 2 * h + (j & 1)]; };
-  // The tile maximum on the bit patterns, as a tree (short dependency chains: the fold runs while
-  // the other consumer warpgroup's wgmma does and should end before it).
-  int bits[N];
-#pragma unroll
-  for (int j = 0; j < N; ++j) bits[j] = __float_as_int(v(j));
-  float tm = __int_as_float(tree_max3(bits));
-  if (maxsim::max_bits_inexact(tm)) {  // every value negative, or a NaN won the integer max
-    tm = v(0);
-#pragma unroll
-    for (int j = 1; j < N; ++j) tm = fmaxf(tm, v(j));
-  }
-  if (tm > bv) {  // strict: an earlier tile keeps its ties; NaN and -inf never enter
-    // the lowest j holding tm: the lowest set bit of the mask of equal values
-    uint32_t m[N];
-#pragma unroll
-    for (int j = 0; j < N; ++j) m[j] = v(j) == tm ? 1u << j : 0u;
-    const int j = __ffs(static_cast<int>(tree_or(m))) - 1;
-    bv = tm;
-    bt = col0 + 2 * (lane & 3) + 8 * (j >> 1) + (j & 1);
-  }
-}
-// The last, partial tile of a document: the accumulators of columns at or past rem become -inf in
-// place (the next tile's first wgmma overwrites them), so padding never wins.
-template <int NV>
-__device__ __forceinline__ void mask_tail(float* acc, int rem, int lane) {
-#pragma unroll
-  for (int i = 0; i < NV / 4; ++i)
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-      if (8 * i + 2 * (lane & 3) + e >= rem) acc[4 * i + e] = acc[4 * i + 2 + e] = -INFINITY;
-}
-#endif
-
-// TMA: the documents come through a tensor map (box [64, TN], 128-byte swizzle; one elected producer
-// lane issues the two K-half loads of a tile and arms the stage's barrier with its bytes) instead of
-// 16-byte cp.async by every producer thread.
 template <class E, bool TMA>
 __device__ __forceinline__ void fwd_wgmma_body(const MaxsimTrainParams& P, const maxsim::TmaMap* map) {
-#if MAXSIM_HAS_WGMMA
-  using namespace maxsim;
-  using T = typename E::Elem;
-  constexpr int TN = kWgTN, S = kWgStages, MB = kWgMB;
-  constexpr int HALF = TN * 128;     // bytes of one 64-element K half of a tile
-  constexpr int STAGE = 2 * HALF;    // TN tokens x 128 dims x 2 bytes
-  constexpr int NCW = kWgCons * 4;   // consumer warps
-  constexpr int SPP = NCW * MB;      // 16-row slices per slab
-  constexpr int NACC = TN / 2;
-  extern __shared__ __align__(1024) unsigned char smem_dyn[];
-  __shared__ __align__(8) uint64_t full_bar[S];
-  __shared__ __align__(8) uint64_t empty_bar[S];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const uint32_t sbase = (smem_u32(smem_dyn) + 1023u) & ~1023u;
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), TMA ? 1 : 128);  // TMA: the armed arrive; else one per producer thread
-      mbar_init(smem_u32(&empty_bar[s]), NCW);  // one arrive per consumer warp
-    }
-  }
-  __syncthreads();
-  const int dim = P.dim;
-  if (dim <= 0 || dim > 128 || (dim & 7) != 0) return;  // contract: never launched so
-  const int num_docs = P.num_docs;
-  const int cpq = max(1, static_cast<int>((P.stride + 15) >> 4));
-  const int nslices = P.num_queries * cpq;  // < 2^31: the engine checks
-  const int nslab = (nslices + SPP - 1) / SPP;
-  const int groups = max(1, P.doc_groups);
-  const int64_t nitems = static_cast<int64_t>(nslab) * groups;  // (slab, document group)
-  const T* __restrict__ docs = static_cast<const T*>(P.docs);
-
-  if (warp < 4) {
-    // ---- producer warpgroup: every thread copies one 16-byte chunk of rows prow, prow + 8, ...
-    setmaxnreg_dec<RegSplit<kWgCons>::producer>();
-    const int prow = tid >> 4, pchunk = tid & 15;
-    const bool kok = pchunk * 8 < dim;  // wgmma reads all 128 dims: zero-fill past dim
-    const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ prow) << 4);
-    const int64_t row_step = 8 * static_cast<int64_t>(dim);
-    int t = 0;
-    if (!TMA || warp == 0) {  // TMA: one warp walks the documents, its lane 0 issues
-      for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
-        DocGroup win(P, static_cast<int>(item % groups), groups);
-        for (int i = 0; i < win.count; ++i) {
-          int64_t start;
-          const int len = win.at(P, i, &start);
-          if (len <= 0) continue;
-          const int ntiles = (len + TN - 1) / TN;
-          for (int tile = 0; tile < ntiles; ++tile, ++t) {
-            const int s = t % S;
-            if (t >= S) mbar_wait(smem_u32(&empty_bar[s]), ((t / S) - 1) & 1);
-            const uint32_t fb = smem_u32(&full_bar[s]);
-            if constexpr (TMA) {
-              // rows past the document are the next one's (masked by the consumers) or past the set
-              // (zeros); dims past dim are zeros. Rows < 2^31: the engine checks.
-              if (lane == 0) {
-                const int row = static_cast<int>(start) + tile * TN;
-                mbar_arrive_expect_tx(fb, STAGE);
-                tma_load_2d(sbase + s * STAGE, map, 0, row, fb);
-                tma_load_2d(sbase + s * STAGE + HALF, map, 64, row, fb);
-              }
-              __syncwarp();
-            } else {
-              const int row0 = tile * TN + prow;
-              const T* src = docs + (start + row0) * static_cast<int64_t>(dim) + pchunk * 8;
-              copy_chunk_rows<TN / 8, 8, 8 * 128>(sbase + s * STAGE + pdst, src, row_step, len - row0, kok, docs);
-              cp_async_mbar_arrive(fb);
-            }
-          }
-        }
-      }
-    }
-    if constexpr (!TMA) cp_async_wait<0>();
-  } else {
-    // ---- consumer warpgroups
-    setmaxnreg_inc<RegSplit<kWgCons>::consumer>();
-    const int cw = warp - 4;
-    const T* __restrict__ queries = static_cast<const T*>(P.queries);
-    const uint64_t desc_base = (1ull << 62) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 16);
-    uint32_t a[MB][8][4];
-    float acc[MB][NACC];
-#pragma unroll
-    for (int m = 0; m < MB; ++m)
-#pragma unroll
-      for (int i = 0; i < NACC; ++i) acc[m][i] = 0.f;
-    int t = 0;
-    uint32_t full_phase = 0;  // bit s: parity of the next wait on full_bar[s]
-    for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
-      const int slab = static_cast<int>(item / groups);
-      int qi[MB], qlen[MB], row0[MB];
-#pragma unroll
-      for (int m = 0; m < MB; ++m) {
-        const int slice = slab * SPP + m * NCW + cw;
-        const bool valid = slice < nslices;
-        qi[m] = valid ? slice / cpq : 0;
-        row0[m] = valid ? slice % cpq * 16 : 0;
-        qlen[m] = valid ? P.query_lengths[qi[m]] : 0;  // invalid: computed on zeros, never stored
-        const T* qbase = queries + (valid ? P.query_starts[qi[m]] : 0) * static_cast<int64_t>(dim);
-        load_a16<8, 2>(a[m], qbase, row0[m], qlen[m], 0, dim, lane);
-      }
-      DocGroup win(P, static_cast<int>(item % groups), groups);
-      for (int i = 0; i < win.count; ++i) {
-        int64_t start_unused;
-        const int len = win.at(P, i, &start_unused);
-        const int doc = win.first + i * win.step;
-        if (len <= 0) continue;  // maxsim_train_fwd_sum writes its slots
-        float bv[MB][2];
-        int32_t bt[MB][2];
-#pragma unroll
-        for (int m = 0; m < MB; ++m)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            bv[m][h] = -INFINITY;
-            bt[m][h] = -1;  // -1 exactly when bv == -inf
-          }
-        const int ntiles = (len + TN - 1) / TN;
-        for (int tile = 0; tile < ntiles; ++tile, ++t) {
-          const int s = t % S;
-          mbar_wait(smem_u32(&full_bar[s]), (full_phase >> s) & 1);
-          full_phase ^= 1u << s;
-          // cp.async writes through the generic proxy, wgmma reads through the async one (TMA writes
-          // through the async proxy already)
-          if constexpr (!TMA) fence_proxy_async();
-          const uint32_t st = sbase + s * STAGE;
-#pragma unroll
-          for (int m = 0; m < MB; ++m)
-#pragma unroll
-            for (int i = 0; i < NACC; ++i) reg_fence(acc[m][i]);
-          wgmma_fence();
-          const uint64_t desc0 = desc_base | (uint64_t)((st >> 4) & 0x3FFF);
-          wgmma_tile<E, TN, MB, 8>(acc, a, desc0, [](int ks) { return ((ks >> 2) * HALF) + (ks & 3) * 32; });
-          const int rem = len - tile * TN;
-#pragma unroll
-          for (int m = 0; m < MB; ++m) {
-            wgmma_mblock_done<MB, NACC>(acc, m, lane, smem_u32(&empty_bar[s]));
-            if (rem < TN) mask_tail<NACC>(acc[m], rem, lane);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) fold_argmax_row<NACC>(acc[m], h, lane, tile * TN, bv[m][h], bt[m][h]);
-          }
-        }
-#pragma unroll
-        for (int m = 0; m < MB; ++m)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float v = bv[m][h];
-            int32_t tk = bt[m][h];
-            quad_argmax(v, tk);
-            const int row = row0[m] + h * 8 + (lane >> 2);
-            if ((lane & 3) == 0 && row < qlen[m]) {
-              const int64_t slot = (static_cast<int64_t>(qi[m]) * num_docs + doc) * P.stride + row;
-              store_am(P, slot, tk);
-              P.best[slot] = v;
-            }
-          }
-      }
-    }
-  }
-#else
-  __trap();  // the sm_80 cubin: the plan picks this kernel only on sm_90
-#endif
+  if (P.dim <= 0 || P.dim > 128 || (P.dim & 7) != 0) return;  // contract: never launched so
+  // the scoring body's view of the launch: all pairs of these queries and documents, every query
+  // sliced by the argmax stride (>= every query length)
+  MaxsimParams s{};
+  s.queries = P.queries;
+  s.query_starts = P.query_starts;
+  s.query_lengths = P.query_lengths;
+  s.docs = P.docs;
+  s.doc_starts = P.doc_starts;
+  s.doc_lengths = P.doc_lengths;
+  s.num_queries = P.num_queries;
+  s.num_docs = P.num_docs;
+  s.dim = P.dim;
+  s.max_query_length = static_cast<int32_t>(P.stride);  // < 2^31: the engine checks the slices
+  const maxsim::ArgmaxOut out{P.best, P.argmax, P.stride, P.argmax16, P.doc_groups};
+  maxsim::wgmma_body<E, kWgCons, kWgMB, kWgTN, kWgStages, false, TMA, false>(s, map, out);
 }
 
 // After fwd_wgmma_body: per pair (one warp each), the fp64 token-order sum of best[] (write_score,

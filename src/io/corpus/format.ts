@@ -15,6 +15,8 @@ export const VERSION = 1;
 export const VERSION_DELETIONS = 2;
 /** The MANIFEST's version when it names an index (older builds refuse it instead of ignoring it). */
 export const VERSION_INDEX = 3;
+/** The MANIFEST's version when its corpus keeps only the index (token-less segments: older builds refuse it). */
+export const VERSION_DROPPED = 4;
 export const DELETIONS_MAGIC = 'MSXDEL01';
 export const DELETIONS_NAME = /^del-(\d{6,})\.msxd$/;
 export const SEGMENT_MAGIC = 'MSXSEG01';
@@ -77,6 +79,11 @@ export interface SegmentHeader {
   documents: number;
   tokens: number;
   hasIds: boolean;
+  /**
+   * The segment keeps no tokens (flag bit 1; `corpus index --drop-tokens`): its tokens and scales
+   * sections are empty, its documents live in the corpus index only. `tokens` still counts them.
+   */
+  tokensDropped?: boolean;
   tokensSection: Section;
   scalesSection: Section;
   offsetsSection: Section;
@@ -100,7 +107,7 @@ export function encodeHeader(h: SegmentHeader): Uint8Array {
   v.setUint32(8, VERSION, true);
   v.setUint32(12, DTYPE_CODES[h.dtype], true);
   v.setUint32(16, h.dim, true);
-  v.setUint32(20, h.hasIds ? 1 : 0, true);
+  v.setUint32(20, (h.hasIds ? 1 : 0) | (h.tokensDropped ? 2 : 0), true);
   v.setBigUint64(24, BigInt(h.documents), true);
   v.setBigUint64(32, BigInt(h.tokens), true);
   SECTION_KEYS.forEach((key, i) => {
@@ -136,6 +143,7 @@ export function decodeHeader(file: string, bytes: Uint8Array, fileSize: number):
     dtype: CODE_DTYPES[code],
     dim: v.getUint32(16, true),
     hasIds: (v.getUint32(20, true) & 1) === 1,
+    tokensDropped: (v.getUint32(20, true) & 2) === 2,
     documents: num(24),
     tokens: num(32),
     tokensSection: { offset: num(40), bytes: num(48) },
@@ -152,8 +160,10 @@ export function decodeHeader(file: string, bytes: Uint8Array, fileSize: number):
   expect(h.dim >= 1, 'dim is 0');
   expect(h.chunkBytes > 0, 'checksum chunk size is 0');
   expect(h.tokensSection.offset === HEADER_BYTES, 'tokens do not start at byte 4096');
-  expect(h.tokensSection.bytes === h.tokens * rowBytes, 'tokens section size');
-  expect(h.scalesSection.bytes === (h.dtype === 'int8' ? h.tokens * 4 : 0), 'scales section size');
+  expect((v.getUint32(20, true) & ~3) === 0, 'unknown flags');
+  const stored = h.tokensDropped ? 0 : h.tokens;
+  expect(h.tokensSection.bytes === stored * rowBytes, 'tokens section size');
+  expect(h.scalesSection.bytes === (h.dtype === 'int8' ? stored * 4 : 0), 'scales section size');
   expect(h.offsetsSection.bytes === (h.documents + 1) * 8, 'offsets section size');
   expect(h.hasIds || h.idsSection.bytes === 0, 'ids section without the ids flag');
   expect(

@@ -175,27 +175,44 @@ export function openSegmentHandle(dir: string, m: Manifest, s: ManifestSegment, 
   }
 }
 
+/**
+ * Opens a file the MANIFEST names, read-only and held open like the segments, and hands it to `read`;
+ * the handle is released if `read` throws. `doing` words the error: "cannot <doing> the MANIFEST names".
+ */
+export function openNamedFile<T>(
+  dir: string,
+  name: string,
+  doing: string,
+  read: (pinned: PinnedFile, fd: number) => T,
+): T {
+  const file = path.join(dir, name);
+  let fd: number;
+  try {
+    // non-blocking: opening a FIFO for reading would wait for a writer (no effect on regular files)
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+  } catch (e) {
+    throw new FormatError(
+      file,
+      `cannot ${doing} the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
+    );
+  }
+  const pinned = new PinnedFile(file, fd);
+  try {
+    return read(pinned, fd);
+  } catch (e) {
+    pinned.release();
+    throw e;
+  }
+}
+
 /** Opens the tombstone file the MANIFEST names (held open like the segments) and reads its mask. */
 export function openTombstones(
   dir: string,
   d: ManifestDeletions,
   documents: number,
 ): { pinned: PinnedFile; mask: Uint8Array } {
-  const file = path.join(dir, d.file);
-  let fd: number;
-  try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
-  } catch (e) {
-    throw new FormatError(
-      file,
-      `cannot read the tombstone file the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
-    );
-  }
-  const pinned = new PinnedFile(file, fd);
-  try {
-    return { pinned, mask: readDeletions(dir, d, documents, fd) };
-  } catch (e) {
-    pinned.release();
-    throw e;
-  }
+  return openNamedFile(dir, d.file, 'read the tombstone file', (pinned, fd) => ({
+    pinned,
+    mask: readDeletions(dir, d, documents, fd),
+  }));
 }

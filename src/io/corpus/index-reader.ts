@@ -3,10 +3,9 @@
 // A newer snapshot reuses the files both name. Token segments the index does not list (appended since
 // the last `corpus index`) are unindexed: a search scans them exactly.
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { FormatError } from '../../errors.js';
 import { PlaidIndex } from '../../plaid/plaid.js';
-import { PinnedFile } from './handles.js';
+import { openNamedFile, type PinnedFile } from './handles.js';
 import { type IndexFileMeta, mapIndexParts, readIndexMeta } from './index-segments.js';
 import type { Manifest } from './manifest.js';
 import type { ManifestIndex } from './manifest-index.js';
@@ -20,18 +19,8 @@ interface IndexHandle {
 }
 
 function openIndexHandle(dir: string, name: string, bytes: number, crc: number): IndexHandle {
-  const file = path.join(dir, name);
-  let fd: number;
-  try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
-  } catch (e) {
-    throw new FormatError(
-      file,
-      `cannot open the index file the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
-    );
-  }
-  const pinned = new PinnedFile(file, fd);
-  try {
+  return openNamedFile(dir, name, 'open the index file', (pinned, fd) => {
+    const file = pinned.file;
     const st = fs.fstatSync(fd);
     if (!st.isFile())
       throw new FormatError(file, 'an index file named by the MANIFEST is not a regular file');
@@ -44,10 +33,7 @@ function openIndexHandle(dir: string, name: string, bytes: number, crc: number):
     if (meta.headerCrc !== crc)
       throw new FormatError(file, 'the index file does not match the MANIFEST (replaced file?)');
     return { key: `${name}:${bytes}:${crc}`, pinned, meta, size: st.size };
-  } catch (e) {
-    pinned.release();
-    throw e;
-  }
+  });
 }
 
 export class CorpusIndex {

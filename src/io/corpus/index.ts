@@ -22,7 +22,8 @@
 //
 // Modules: format (segment files, checksums), tombstones, manifest (read / validate / publish),
 // files (durable steps), directory (a new corpus's directory), lock, writer (build, append,
-// compact), delete, reader (CorpusFile), recovery.
+// compact: the lock and the publish), segment-writer (one segment file's bytes), delete, reader
+// (CorpusFile), recovery.
 
 import type { DType } from '../../tensor.js';
 

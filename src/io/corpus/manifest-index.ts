@@ -26,6 +26,11 @@ export interface ManifestIndex {
   sample: number;
   /** Squared distance to the nearest centroid that 99% of the sample's tokens stay within. */
   threshold: number;
+  /**
+   * true: the token segments keep no tokens (`corpus index --drop-tokens`): the index is all that
+   * is stored, and searches score on the decoded residuals. Absent: tokens kept.
+   */
+  dropped?: true;
   segments: ManifestIndexSegment[];
 }
 
@@ -66,8 +71,10 @@ export function validateIndex(
     centroids: count('index.centroids', o.centroids, 1 << 24),
     sample: count('index.sample', o.sample),
     threshold: o.threshold as number,
+    ...(o.dropped === undefined ? {} : { dropped: o.dropped as true }),
     segments: [],
   };
+  if (o.dropped !== undefined && o.dropped !== true) bad('index.dropped', 'true or absent', o.dropped);
   if (out.centroids < 1) bad('index.centroids', 'at least 1', out.centroids);
   const files = new Set([out.file]);
   let last = -1;

@@ -22,6 +22,7 @@ import {
   storedTokenBytes,
   VERSION,
   VERSION_DELETIONS,
+  VERSION_DROPPED,
   VERSION_INDEX,
 } from './format.js';
 import { INDEX_NAME } from './index-segments.js';
@@ -55,7 +56,13 @@ export interface Manifest {
 
 export function encodeManifest(m: Manifest): string {
   const { deletions, index, ...rest } = m;
-  const version = index ? VERSION_INDEX : deletions ? VERSION_DELETIONS : VERSION;
+  const version = index?.dropped
+    ? VERSION_DROPPED
+    : index
+      ? VERSION_INDEX
+      : deletions
+        ? VERSION_DELETIONS
+        : VERSION;
   const body = JSON.stringify({
     ...rest,
     version,
@@ -164,11 +171,12 @@ export function validateManifest(file: string, raw: unknown): Manifest {
   const o = raw as Record<string, unknown>;
   if (o.format !== FORMAT)
     throw new FormatError(file, `not a maxsim corpus manifest (format ${describeValue(o.format)})`);
-  if (o.version !== VERSION && o.version !== VERSION_DELETIONS && o.version !== VERSION_INDEX)
+  if (![VERSION, VERSION_DELETIONS, VERSION_INDEX, VERSION_DROPPED].includes(o.version as number))
     throw new FormatError(
       file,
-      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION}, ${VERSION_DELETIONS} and ${VERSION_INDEX})`,
+      `corpus format version ${describeValue(o.version)} is not supported (this build reads ${VERSION} to ${VERSION_DROPPED})`,
     );
+  const indexed = o.version === VERSION_INDEX || o.version === VERSION_DROPPED;
   const count = (field: string, x: unknown, max = Number.MAX_SAFE_INTEGER): number => {
     if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0 || x > max)
       bad(field, `an integer in [0, ${max}]`, x);
@@ -227,7 +235,7 @@ export function validateManifest(file: string, raw: unknown): Manifest {
   if (tokenSum !== tokens) bad('tokens', `the sum over its segments (${tokenSum})`, tokens);
   if (maxLength > tokens) bad('maxLength', `at most the token count (${tokens})`, maxLength);
   let deletions: ManifestDeletions | undefined;
-  if (o.version === VERSION_DELETIONS || (o.version === VERSION_INDEX && o.deletions !== undefined)) {
+  if (o.version === VERSION_DELETIONS || (indexed && o.deletions !== undefined)) {
     const d = o.deletions;
     if (d === null || typeof d !== 'object' || Array.isArray(d)) bad('deletions', 'an object', d);
     const r = d as Record<string, unknown>;
@@ -245,7 +253,7 @@ export function validateManifest(file: string, raw: unknown): Manifest {
       bad('deletions.bytes', `${deletionsBytes(count)} (for ${count} deletions)`, deletions.bytes);
   } else if (o.deletions !== undefined) bad('deletions', 'absent in a version 1 MANIFEST', o.deletions);
   let index: ManifestIndex | undefined;
-  if (o.version === VERSION_INDEX)
+  if (indexed) {
     index = validateIndex(
       file,
       o.index,
@@ -253,7 +261,9 @@ export function validateManifest(file: string, raw: unknown): Manifest {
       segments.map((s) => s.file),
       bad,
     );
-  else if (o.index !== undefined) bad('index', `absent in a version ${o.version} MANIFEST`, o.index);
+    if ((o.version === VERSION_DROPPED) !== (index.dropped === true))
+      bad('index.dropped', `true exactly in a version ${VERSION_DROPPED} MANIFEST`, index.dropped);
+  } else if (o.index !== undefined) bad('index', `absent in a version ${o.version} MANIFEST`, o.index);
   return {
     format: FORMAT,
     version: VERSION,
@@ -385,6 +395,8 @@ export interface CorpusIndexInfo {
   drift: number;
   /** Whether drift exceeds REBUILD_DRIFT: `maxsim corpus index --rebuild` fits new centroids. */
   rebuildAdvised: boolean;
+  /** 'dropped': the corpus keeps only its index (`corpus index --drop-tokens`); scores are residual. */
+  tokens: 'kept' | 'dropped';
 }
 
 function describeIndex(m: Manifest): CorpusIndexInfo | undefined {
@@ -412,6 +424,7 @@ function describeIndex(m: Manifest): CorpusIndexInfo | undefined {
     indexedTokens: tokens,
     drift,
     rebuildAdvised: drift > REBUILD_DRIFT,
+    tokens: ix.dropped ? 'dropped' : 'kept',
   };
 }
 

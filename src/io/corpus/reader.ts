@@ -3,6 +3,7 @@
 
 import { FormatError, InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { dtypeSize, type TokenBatch } from '../../tensor.js';
+import { readDecoded } from './decoded.js';
 import { bytesOf, readExactly } from './files.js';
 import {
   checksum,
@@ -92,7 +93,7 @@ export class CorpusFile {
     /** The MANIFEST's stamp when it was last checked (see manifestStamp). */
     private stampSeen: string,
     previous: CorpusFile | undefined,
-    /** The index the MANIFEST names (see index-reader.ts), or undefined. */
+    /** @internal The index the MANIFEST names (see index-reader.ts; the index search reads it), or undefined. */
     readonly index: CorpusIndex | undefined,
   ) {
     this.info = info;
@@ -179,6 +180,8 @@ export class CorpusFile {
         deleted = opened.mask;
       }
       if (m.index) index = CorpusIndex.open(dir, m, previous?.index);
+      const lost = handles.find((h, si) => h.header.tokensDropped && !((index?.segmentSlots[si] ?? -1) >= 0));
+      if (lost) throw new FormatError(lost.pinned.file, 'a token-less segment the index does not list');
       const info = describeManifest(dir, m);
       return new CorpusFile(dir, info, handles, tombstones, deleted, stamp, previous, index);
     } catch (e) {
@@ -187,6 +190,11 @@ export class CorpusFile {
       index?.release();
       throw e;
     }
+  }
+
+  /** Whether the corpus keeps only its index (`corpus index --drop-tokens`; see index-drop.ts). */
+  get tokensDropped(): boolean {
+    return this.index?.manifest.dropped === true;
   }
 
   /** The MANIFEST generation this snapshot reads. */
@@ -474,8 +482,13 @@ export class CorpusFile {
     };
   }
 
-  /** Reads documents by global index into a packed ragged batch (a copy; for rescoring and tests). */
+  /** Reads documents by index into a packed ragged batch (a copy); tokensDropped: float32, decoded.ts. */
   readDocuments(indices: ArrayLike<number>): TokenBatch {
+    return this.tokensDropped ? readDecoded(this, indices) : this.readStored(indices);
+  }
+
+  /** @internal Reads documents from their stored tokens (in the corpus dtype). */
+  readStored(indices: ArrayLike<number>): TokenBatch {
     const dim = this.info.dim;
     const elem = dtypeSize(this.info.dtype);
     const lengths = new Int32Array(indices.length);

@@ -67,117 +67,17 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
   const lock = CorpusLock.acquire(dir, options);
   try {
     const manifestFile = path.join(dir, MANIFEST);
-    let damagedManifest: string | undefined;
-    if (fs.existsSync(manifestFile)) {
-      let healthy = true;
-      try {
-        CorpusFile.open(dir);
-      } catch (e) {
-        if (!(e instanceof FormatError)) throw e;
-        healthy = false;
-      }
-      if (healthy)
-        throw new InvalidArgumentError(
-          'dir',
-          'a corpus whose MANIFEST is lost or damaged',
-          `${dir} (its MANIFEST opens; nothing to recover)`,
-        );
-      damagedManifest = `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-    }
-    const numbered = fs
-      .readdirSync(dir)
-      .map((name) => ({ name, m: SEGMENT_NAME.exec(name) }))
-      .filter((x) => x.m !== null && x.name === segmentName(Number(x.m[1])))
-      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
-      .sort((a, b) => a.n - b.n);
-    const skipped: { file: string; reason: string }[] = [];
-    const segments: ManifestSegment[] = [];
-    let first: SegmentHeader | undefined;
-    let maxLength = 0;
-    numbered.forEach(({ name }, k) => {
-      options.onProgress?.(k, numbered.length);
-      const file = path.join(dir, name);
-      try {
-        const { fd } = openSegment(dir, name);
-        let meta: SegmentMeta;
-        let size: number;
-        try {
-          size = fs.fstatSync(fd).size;
-          const raw = new Uint8Array(HEADER_BYTES);
-          readExactly(fd, file, raw, 0, 'the header');
-          const hasIds = decodeHeader(file, raw, size).hasIds;
-          meta = readSegmentMeta(file, fd, size, hasIds);
-        } finally {
-          fs.closeSync(fd);
-        }
-        const h = meta.header;
-        if (first && (h.dtype !== first.dtype || h.dim !== first.dim || h.hasIds !== first.hasIds))
-          throw new FormatError(
-            file,
-            `holds ${h.dtype} dim ${h.dim}${h.hasIds ? ' with ids' : ''}, unlike the first intact segment (${first.dtype} dim ${first.dim}${first.hasIds ? ' with ids' : ''})`,
-          );
-        if (options.verify ?? true) verifySegmentData(file, h, meta.sums);
-        first ??= h;
-        for (let i = 0; i < h.documents; i++)
-          maxLength = Math.max(maxLength, meta.offsets[i + 1] - meta.offsets[i]);
-        segments.push({
-          file: name,
-          documents: h.documents,
-          tokens: h.tokens,
-          bytes: size,
-          headerCrc: meta.headerCrc,
-        });
-      } catch (e) {
-        if (!(e instanceof FormatError)) throw e;
-        skipped.push({ file, reason: e.message });
-      }
-    });
-    if (!first)
-      throw new FormatError(
-        dir,
-        numbered.length === 0
-          ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
-          : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
-      );
+    const damagedManifest = damagedManifestName(dir, manifestFile);
+    const numbered = numberedFiles(dir, SEGMENT_NAME, segmentName);
+    const { segments, skipped, first, maxLength } = adoptSegments(dir, numbered, options);
     const documents = segments.reduce((a, s) => a + s.documents, 0);
     if (documents > MAX_DOCUMENTS)
       throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
     // The newest tombstone file applies when every segment was adopted (its indices count documents
     // across all of them); otherwise it is reported and left, and the deleted documents come back.
-    const tombstones = fs
-      .readdirSync(dir)
-      .map((name) => ({ name, m: DELETIONS_NAME.exec(name) }))
-      .filter((x) => x.m !== null && x.name === deletionsName(Number(x.m[1])))
-      .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
-      .sort((a, b) => b.n - a.n);
-    let deletions: ManifestDeletions | undefined;
-    if (tombstones.length > 0) {
-      const name = tombstones[0].name;
-      const file = path.join(dir, name);
-      try {
-        if (skipped.length > 0)
-          throw new FormatError(
-            file,
-            'not applied: some segments were left out, so its document indices do not hold',
-          );
-        const bytes = fs.readFileSync(file);
-        if (bytes.length < 28) throw new FormatError(file, 'truncated tombstone file');
-        const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-        const d: ManifestDeletions = {
-          file: name,
-          count: Number(v.getBigUint64(16, true)),
-          bytes: bytes.length,
-          crc: v.getUint32(bytes.length - 4, true),
-        };
-        if (d.bytes !== deletionsBytes(d.count))
-          throw new FormatError(file, 'the tombstone file size does not match its count');
-        readDeletions(dir, d, documents);
-        if (d.count > 0) deletions = d;
-      } catch (e) {
-        if (!(e instanceof FormatError)) throw e;
-        skipped.push({ file, reason: e.message });
-      }
-    }
+    const tombstones = numberedFiles(dir, DELETIONS_NAME, deletionsName).reverse();
+    const deletions =
+      tombstones.length > 0 ? adoptTombstones(dir, tombstones[0].name, documents, skipped) : undefined;
     const m: Manifest = {
       format: FORMAT,
       version: VERSION,
@@ -208,5 +108,136 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     return { info: describeManifest(dir, m), skipped, damagedManifest };
   } finally {
     lock.release();
+  }
+}
+
+// Where a damaged MANIFEST goes (undefined: there is none); a MANIFEST that opens is refused.
+function damagedManifestName(dir: string, manifestFile: string): string | undefined {
+  if (!fs.existsSync(manifestFile)) return undefined;
+  let healthy = true;
+  try {
+    CorpusFile.open(dir);
+  } catch (e) {
+    if (!(e instanceof FormatError)) throw e;
+    healthy = false;
+  }
+  if (healthy)
+    throw new InvalidArgumentError(
+      'dir',
+      'a corpus whose MANIFEST is lost or damaged',
+      `${dir} (its MANIFEST opens; nothing to recover)`,
+    );
+  return `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+}
+
+// The files of `dir` named `nameOf(n)` for a number n that `pattern` captures, by increasing n.
+function numberedFiles(
+  dir: string,
+  pattern: RegExp,
+  nameOf: (n: number) => string,
+): { name: string; n: number }[] {
+  return fs
+    .readdirSync(dir)
+    .map((name) => ({ name, m: pattern.exec(name) }))
+    .filter((x) => x.m !== null && x.name === nameOf(Number(x.m[1])))
+    .map((x) => ({ name: x.name, n: Number(x.m![1]) }))
+    .sort((a, b) => a.n - b.n);
+}
+
+// The segments that check out, in order, and the others with the reason (a FormatError's message).
+function adoptSegments(
+  dir: string,
+  numbered: readonly { name: string }[],
+  options: RecoverOptions,
+): {
+  segments: ManifestSegment[];
+  skipped: { file: string; reason: string }[];
+  first: SegmentHeader;
+  maxLength: number;
+} {
+  const skipped: { file: string; reason: string }[] = [];
+  const segments: ManifestSegment[] = [];
+  let first: SegmentHeader | undefined;
+  let maxLength = 0;
+  numbered.forEach(({ name }, k) => {
+    options.onProgress?.(k, numbered.length);
+    const file = path.join(dir, name);
+    try {
+      const { fd } = openSegment(dir, name);
+      let meta: SegmentMeta;
+      let size: number;
+      try {
+        size = fs.fstatSync(fd).size;
+        const raw = new Uint8Array(HEADER_BYTES);
+        readExactly(fd, file, raw, 0, 'the header');
+        const hasIds = decodeHeader(file, raw, size).hasIds;
+        meta = readSegmentMeta(file, fd, size, hasIds);
+      } finally {
+        fs.closeSync(fd);
+      }
+      const h = meta.header;
+      if (first && (h.dtype !== first.dtype || h.dim !== first.dim || h.hasIds !== first.hasIds))
+        throw new FormatError(
+          file,
+          `holds ${h.dtype} dim ${h.dim}${h.hasIds ? ' with ids' : ''}, unlike the first intact segment (${first.dtype} dim ${first.dim}${first.hasIds ? ' with ids' : ''})`,
+        );
+      if (options.verify ?? true) verifySegmentData(file, h, meta.sums);
+      first ??= h;
+      for (let i = 0; i < h.documents; i++)
+        maxLength = Math.max(maxLength, meta.offsets[i + 1] - meta.offsets[i]);
+      segments.push({
+        file: name,
+        documents: h.documents,
+        tokens: h.tokens,
+        bytes: size,
+        headerCrc: meta.headerCrc,
+      });
+    } catch (e) {
+      if (!(e instanceof FormatError)) throw e;
+      skipped.push({ file, reason: e.message });
+    }
+  });
+  if (!first)
+    throw new FormatError(
+      dir,
+      numbered.length === 0
+        ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
+        : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
+    );
+  return { segments, skipped, first, maxLength };
+}
+
+// The tombstone file `name` when every segment was adopted and it checks out against `documents`;
+// else it is added to `skipped` with the reason.
+function adoptTombstones(
+  dir: string,
+  name: string,
+  documents: number,
+  skipped: { file: string; reason: string }[],
+): ManifestDeletions | undefined {
+  const file = path.join(dir, name);
+  try {
+    if (skipped.length > 0)
+      throw new FormatError(
+        file,
+        'not applied: some segments were left out, so its document indices do not hold',
+      );
+    const bytes = fs.readFileSync(file);
+    if (bytes.length < 28) throw new FormatError(file, 'truncated tombstone file');
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const d: ManifestDeletions = {
+      file: name,
+      count: Number(v.getBigUint64(16, true)),
+      bytes: bytes.length,
+      crc: v.getUint32(bytes.length - 4, true),
+    };
+    if (d.bytes !== deletionsBytes(d.count))
+      throw new FormatError(file, 'the tombstone file size does not match its count');
+    readDeletions(dir, d, documents);
+    return d.count > 0 ? d : undefined;
+  } catch (e) {
+    if (!(e instanceof FormatError)) throw e;
+    skipped.push({ file, reason: e.message });
+    return undefined;
   }
 }

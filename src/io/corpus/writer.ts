@@ -2,38 +2,26 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { crc32 } from 'node:zlib';
 import { checkSignal } from '../../abort.js';
 import { InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { decodeToFloat32, encodeFloatsClamped } from '../../floats.js';
 import { quantize } from '../../ops/quantize.js';
-import {
-  type DType,
-  dtypeSize,
-  type FloatDType,
-  isTokenBatch,
-  type TokenBatch,
-  type TokenData,
-} from '../../tensor.js';
+import { type DType, type FloatDType, isTokenBatch, type TokenBatch, type TokenData } from '../../tensor.js';
 import { MAX_DOCUMENTS } from '../budget.js';
 import { type DeleteOptions, type DeleteResult, deleteDocuments } from './delete.js';
 import { checkNewDirectory, prepareNewDirectory, removeEmptyDirectory } from './directory.js';
-import { bytesOf, removeFile, step, syncDir, writeAll } from './files.js';
+import { bytesOf, removeFile, step, syncDir } from './files.js';
 import {
-  alignUp,
-  CHECKSUM_CHUNK,
   CODE_DTYPES,
   DELETIONS_NAME,
-  encodeHeader,
   FORMAT,
-  HEADER_BYTES,
   MANIFEST,
   SEGMENT_NAME,
   segmentName,
   storedTokenBytes,
   VERSION,
-  WRITE_BUFFER,
 } from './format.js';
+import { compactTokenless } from './index-drop.js';
 import { INDEX_NAME } from './index-segments.js';
 import { CorpusLock, type LockOptions } from './lock.js';
 import {
@@ -46,6 +34,7 @@ import {
   removeLeftovers,
 } from './manifest.js';
 import { CorpusFile } from './reader.js';
+import { SegmentWriter } from './segment-writer.js';
 import { checkIds, refuseOverflow } from './writer-checks.js';
 
 export interface WriterOptions extends LockOptions {
@@ -87,25 +76,8 @@ export interface EncodedDocuments {
  * Nothing is visible to readers before commit(); abort() (or a crash) discards the segment.
  */
 export class CorpusWriter {
-  private fd: number | undefined;
-  private scalesFd: number | undefined;
+  private readonly segment: SegmentWriter;
   private readonly segFile: string;
-  private readonly tmpFile: string;
-  private readonly scalesFile: string;
-  private readonly buffer = new Uint8Array(WRITE_BUFFER);
-  private buffered = 0;
-  private position = HEADER_BYTES;
-  private scalesPosition = 0;
-  private readonly chunkCrcs: number[] = [];
-  private chunkCrc = 0;
-  private chunkFill = 0;
-  private scalesCrc = 0;
-  // token offsets of the documents so far, [documents + 1], in a typed array grown by doubling
-  private offsets = new Float64Array(1024);
-  private documentCount = 0;
-  private readonly ids: string[] = [];
-  private tokens = 0;
-  private maxLength = 0;
   private done = false;
   private clampedValues = 0;
   private readonly clamp: boolean;
@@ -129,11 +101,13 @@ export class CorpusWriter {
     this.signal = options.signal;
     this.segFile = segmentName(manifest.generation + 1);
     // Temporary names carry the lock token: no two writers ever share one.
-    this.tmpFile = path.join(dir, `${this.segFile}.${lock.token}.tmp`);
-    this.scalesFile = path.join(dir, `${this.segFile}.${lock.token}.scales.tmp`);
-    step('open-segment');
-    this.fd = fs.openSync(this.tmpFile, 'wx');
-    if (manifest.dtype === 'int8') this.scalesFd = fs.openSync(this.scalesFile, 'wx+');
+    this.segment = new SegmentWriter(
+      path.join(dir, `${this.segFile}.${lock.token}.tmp`),
+      path.join(dir, `${this.segFile}.${lock.token}.scales.tmp`),
+      manifest.dtype,
+      manifest.dim,
+      manifest.ids,
+    );
   }
 
   get dtype(): DType {
@@ -148,7 +122,7 @@ export class CorpusWriter {
   }
   /** Documents added to this segment so far. */
   get documents(): number {
-    return this.documentCount;
+    return this.segment.documents;
   }
 
   /**
@@ -236,7 +210,8 @@ export class CorpusWriter {
     dir: string,
     options: LockOptions & { onProgress?: (done: number, total: number) => void } = {},
   ): CorpusInfo {
-    readManifest(dir);
+    // a corpus that keeps only its index: its documents are merged from the index (index-drop.ts)
+    if (readManifest(dir).index?.dropped) return compactTokenless(dir, options);
     const lock = CorpusLock.acquire(dir, options);
     let w: CorpusWriter | undefined;
     let old: CorpusFile | undefined;
@@ -338,9 +313,9 @@ export class CorpusWriter {
           rows = encoded.data;
           this.clampedValues += encoded.clamped;
         }
-        this.writeTokens(bytesOf(rows));
+        this.segment.writeTokens(bytesOf(rows));
         if (this.dtype === 'int8')
-          this.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
+          this.segment.writeScales(scales!.subarray(source.starts[i], source.starts[i] + len));
         this.endDocument(len, ids?.[i]);
       }
     });
@@ -376,8 +351,8 @@ export class CorpusWriter {
         String(docs.scales?.length),
       );
     this.writing(() => {
-      this.writeTokens(bytesOf(docs.data));
-      if (this.dtype === 'int8') this.writeScales(docs.scales!);
+      this.segment.writeTokens(bytesOf(docs.data));
+      if (this.dtype === 'int8') this.segment.writeScales(docs.scales!);
       docs.lengths.forEach((len, i) => {
         this.endDocument(len, ids?.[i]);
       });
@@ -398,85 +373,30 @@ export class CorpusWriter {
   commit(): CorpusInfo {
     this.checkOpen();
     try {
-      this.flush();
-      if (this.chunkFill > 0) this.chunkCrcs.push(this.chunkCrc);
-      const rowBytes = this.dim * dtypeSize(this.dtype);
-      const documents = this.documents;
-      const tokensSection = { offset: HEADER_BYTES, bytes: this.tokens * rowBytes };
-      let at = alignUp(HEADER_BYTES + tokensSection.bytes);
-      const scalesSection = { offset: at, bytes: this.dtype === 'int8' ? this.tokens * 4 : 0 };
-      if (this.scalesFd !== undefined) this.copyScales(at);
-      at = alignUp(at + scalesSection.bytes);
-      const off64 = new BigUint64Array(documents + 1);
-      for (let i = 1; i <= documents; i++) off64[i] = BigInt(this.offsets[i]);
-      const offsetsBytes = new Uint8Array(off64.buffer);
-      const offsetsSection = { offset: at, bytes: offsetsBytes.length };
-      step('write-offsets');
-      writeAll(this.fd!, offsetsBytes, at);
-      at = alignUp(at + offsetsBytes.length);
-      let idsBytes = new Uint8Array(0);
-      if (this.manifest.ids) {
-        const text = this.ids.map((s) => Buffer.from(s, 'utf8'));
-        const starts = new BigUint64Array(documents + 1);
-        let o = 0;
-        text.forEach((t, i) => {
-          o += t.length;
-          starts[i + 1] = BigInt(o);
-        });
-        idsBytes = Buffer.concat([Buffer.from(starts.buffer), ...text]);
-      }
-      const idsSection = { offset: at, bytes: idsBytes.length };
-      if (idsBytes.length > 0) {
-        step('write-ids');
-        writeAll(this.fd!, idsBytes, at);
-      }
-      at = alignUp(at + idsBytes.length);
-      const sums = new Uint32Array([...this.chunkCrcs, this.scalesCrc, crc32(offsetsBytes), crc32(idsBytes)]);
-      const checksumsSection = { offset: at, bytes: sums.byteLength };
-      step('write-checksums');
-      writeAll(this.fd!, bytesOf(sums), at);
-      const header = encodeHeader({
-        dtype: this.dtype,
-        dim: this.dim,
-        documents,
-        tokens: this.tokens,
-        hasIds: this.manifest.ids,
-        tokensSection,
-        scalesSection,
-        offsetsSection,
-        idsSection,
-        checksumsSection,
-        chunkBytes: CHECKSUM_CHUNK,
-      });
-      step('write-header');
-      writeAll(this.fd!, header, 0);
-      step('sync-segment');
-      fs.fsyncSync(this.fd!);
-      fs.closeSync(this.fd!);
-      this.fd = undefined;
+      const written = this.segment.finish();
       const segPath = path.join(this.dir, this.segFile);
       this.checkStillCurrent();
       if (fs.existsSync(segPath))
         throw new MaxsimError(`${segPath} exists already; refusing to replace it (nothing was published)`);
       step('rename-segment');
-      fs.renameSync(this.tmpFile, segPath);
+      fs.renameSync(this.segment.tmpFile, segPath);
       syncDir(this.dir);
 
       const m = this.manifest;
       const next: Manifest = {
         ...m,
         generation: m.generation + 1,
-        documents: m.documents + documents,
-        tokens: m.tokens + this.tokens,
-        maxLength: Math.max(m.maxLength, this.maxLength),
+        documents: m.documents + this.segment.documents,
+        tokens: m.tokens + this.segment.tokens,
+        maxLength: Math.max(m.maxLength, this.segment.maxLength),
         segments: [
           ...m.segments,
           {
             file: this.segFile,
-            documents,
-            tokens: this.tokens,
-            bytes: at + sums.byteLength,
-            headerCrc: new DataView(header.buffer).getUint32(124, true),
+            documents: this.segment.documents,
+            tokens: this.segment.tokens,
+            bytes: written.bytes,
+            headerCrc: written.headerCrc,
           },
         ],
       };
@@ -507,23 +427,9 @@ export class CorpusWriter {
   }
 
   private cleanup(removeSegment: boolean): void {
-    for (const fd of [this.fd, this.scalesFd]) {
-      if (fd === undefined) continue;
-      try {
-        fs.closeSync(fd);
-      } catch {
-        // already closed
-      }
-    }
-    this.fd = this.scalesFd = undefined;
+    this.segment.close(removeSegment);
     this.existing?.close();
     this.existing = undefined;
-    try {
-      fs.rmSync(this.scalesFile, { force: true });
-      if (removeSegment) fs.rmSync(this.tmpFile, { force: true });
-    } catch {
-      // best effort: leftovers are removed by the next writer
-    }
     this.lock.release();
     // A first build that never published leaves the directory it made: remove it when empty.
     if (removeSegment && this.created?.madeDir) removeEmptyDirectory(this.dir);
@@ -555,74 +461,13 @@ export class CorpusWriter {
   }
 
   private endDocument(length: number, id: string | undefined) {
-    if (this.manifest.documents + this.documentCount >= MAX_DOCUMENTS)
+    const count = this.manifest.documents + this.segment.documents;
+    if (count >= MAX_DOCUMENTS)
       throw new InvalidArgumentError(
         'documents',
         `at most ${MAX_DOCUMENTS} documents in a corpus`,
-        `document ${this.manifest.documents + this.documentCount + 1}`,
+        `document ${count + 1}`,
       );
-    this.tokens += length;
-    if (this.documentCount + 2 > this.offsets.length) {
-      const grown = new Float64Array(this.offsets.length * 2);
-      grown.set(this.offsets);
-      this.offsets = grown;
-    }
-    this.offsets[++this.documentCount] = this.tokens;
-    if (length > this.maxLength) this.maxLength = length;
-    if (id !== undefined) this.ids.push(id);
-  }
-
-  // Token bytes go through a write buffer; checksums are taken per CHECKSUM_CHUNK of the section.
-  private writeTokens(bytes: Uint8Array) {
-    let at = 0;
-    while (at < bytes.length) {
-      const take = Math.min(bytes.length - at, CHECKSUM_CHUNK - this.chunkFill, WRITE_BUFFER - this.buffered);
-      const part = bytes.subarray(at, at + take);
-      this.buffer.set(part, this.buffered);
-      this.buffered += take;
-      this.chunkCrc = crc32(part, this.chunkCrc);
-      this.chunkFill += take;
-      at += take;
-      if (this.chunkFill === CHECKSUM_CHUNK) {
-        this.chunkCrcs.push(this.chunkCrc);
-        this.chunkCrc = 0;
-        this.chunkFill = 0;
-      }
-      if (this.buffered === WRITE_BUFFER) this.flush();
-    }
-  }
-
-  private flush() {
-    if (this.buffered === 0) return;
-    step('write-tokens');
-    writeAll(this.fd!, this.buffer.subarray(0, this.buffered), this.position);
-    this.position += this.buffered;
-    this.buffered = 0;
-  }
-
-  private writeScales(scales: Float32Array) {
-    const bytes = bytesOf(scales);
-    step('write-scales');
-    writeAll(this.scalesFd!, bytes, this.scalesPosition);
-    this.scalesPosition += bytes.length;
-    this.scalesCrc = crc32(bytes, this.scalesCrc);
-  }
-
-  // int8: the scales went to a side file while tokens streamed; copy them into their section.
-  private copyScales(at: number) {
-    const chunk = new Uint8Array(WRITE_BUFFER);
-    for (let done = 0; done < this.scalesPosition; ) {
-      const n = fs.readSync(
-        this.scalesFd!,
-        chunk,
-        0,
-        Math.min(chunk.length, this.scalesPosition - done),
-        done,
-      );
-      if (n === 0) throw new MaxsimError(`${this.scalesFile} shrank while the segment was written`);
-      step('write-scales');
-      writeAll(this.fd!, chunk.subarray(0, n), at + done);
-      done += n;
-    }
+    this.segment.endDocument(length, id);
   }
 }

@@ -6,11 +6,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Static } from 'typebox';
 import { checkWork, workOf } from '../../admission.js';
 import { InvalidArgumentError } from '../../errors.js';
+import { type CorpusIndexOptions, indexSettings } from '../../ops/corpus-index-search.js';
 import type { CorpusHit } from '../../ops/corpus-search.js';
 import { asBatch, ranked, scoreObject, searchJson, tokensOf } from '../answers.js';
+import { withStats } from '../answers-index.js';
 import type { PassToken } from '../batcher.js';
 import { type EncodedTokens, itemCount, readEmbeddings, readNpy, toFloat32 } from '../codecs.js';
 import { checkIds, type RouteContext, setBatch } from '../context.js';
+import { type PassStats, passKey } from '../index-path.js';
 import { READ_ERRORS, SearchBody, SearchQuery, SearchResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { isTextList } from './text-fields.js';
@@ -38,6 +41,38 @@ interface SearchRequest {
   k: number;
   prefilter?: 'int8';
   ids?: string[];
+  /** The path asked for: exact (the full scan) or index settings (index-path.ts). */
+  exact?: boolean;
+  index?: false | CorpusIndexOptions;
+}
+
+/**
+ * Checks the path a request asks for against the corpus as it is now (a 400 naming the field): index
+ * settings need a corpus with an index, are checked as the search will check them, and go with
+ * neither exact nor ids.
+ */
+function checkRoute(ctx: RouteContext, r: SearchRequest) {
+  const ix = ctx.resident.info.index;
+  if (ix?.tokens === 'dropped' && r.ids === undefined && (r.exact === true || r.index === false))
+    throw new InvalidArgumentError(
+      r.exact === true ? 'exact' : 'index',
+      'a search through the index: the corpus keeps only its index (`corpus index --drop-tokens`), there are no tokens to scan',
+      r.exact === true ? 'true' : 'false',
+    );
+  if (r.index === undefined || r.index === false) return;
+  if (r.exact === true)
+    throw new InvalidArgumentError('index', 'no index settings with exact: true (it scans)', 'both');
+  if (r.ids !== undefined)
+    throw new InvalidArgumentError('index', 'no index settings with ids (they are scored exactly)', 'both');
+  if (r.prefilter !== undefined)
+    throw new InvalidArgumentError('index', 'no index settings with prefilter (it scans)', 'both');
+  if (!ix)
+    throw new InvalidArgumentError(
+      'index',
+      'index settings only on a corpus with an index (`maxsim corpus index`)',
+      'a corpus without one',
+    );
+  indexSettings(r.index, r.k, ix.centroids);
 }
 
 function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof SearchQuery>): SearchRequest {
@@ -48,6 +83,7 @@ function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof Searc
       queries: readNpy(raw, 'body', 'many', ctx.dim(), limit),
       k: topKOf(query.top_k),
       prefilter: query.prefilter,
+      exact: query.exact === 'true',
     };
   if (raw === undefined || raw === null || typeof raw !== 'object')
     throw new InvalidArgumentError(
@@ -55,10 +91,10 @@ function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof Searc
       'a JSON body {queries, top_k?} (application/json) or a .npy body (application/x-npy)',
       raw === undefined ? 'an empty body' : typeof raw,
     );
-  if (query.top_k !== undefined || query.prefilter !== undefined)
+  if (query.top_k !== undefined || query.prefilter !== undefined || query.exact !== undefined)
     throw new InvalidArgumentError(
-      query.top_k !== undefined ? 'top_k' : 'prefilter',
-      'top_k and prefilter in the JSON body (the query string is for .npy bodies)',
+      query.top_k !== undefined ? 'top_k' : query.prefilter !== undefined ? 'prefilter' : 'exact',
+      'top_k, prefilter and exact in the JSON body (the query string is for .npy bodies)',
       'the query string',
     );
   const body = raw as Static<typeof SearchBody>;
@@ -69,6 +105,8 @@ function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof Searc
       k: body.top_k ?? 10,
       prefilter: body.prefilter,
       ids: body.ids,
+      exact: body.exact,
+      index: body.index,
     };
   if (body.queries === undefined)
     throw new InvalidArgumentError('queries', 'queries (embeddings or texts) or query (a text)', 'neither');
@@ -77,6 +115,8 @@ function readRequest(ctx: RouteContext, raw: unknown, query: Static<typeof Searc
     k: body.top_k ?? 10,
     prefilter: body.prefilter,
     ids: body.ids,
+    exact: body.exact,
+    index: body.index,
   };
 }
 
@@ -151,6 +191,7 @@ export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
       const parsed = performance.now();
       ctx.metrics.request.parse.observe(reply.elapsedTime / 1000);
       const r = readRequest(ctx, request.body, request.query as Static<typeof SearchQuery>);
+      checkRoute(ctx, r);
       const deadline = r.texts ? requestDeadline(ctx.limits.timeoutMs) : undefined;
       try {
         const queries =
@@ -160,12 +201,15 @@ export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
         const n = itemCount(queries);
         if (n === 0) return { results: [] };
         if (r.ids !== undefined) {
+          const generation = ctx.resident.info.generation;
           const rows = await searchIds(ctx, { ...r, queries }, r.ids, left);
           setBatch(request, n);
-          return { results: rows };
+          const stats: PassStats = { path: 'ids', scores: 'exact', generation };
+          return { results: rows, stats };
         }
         ctx.metrics.request.decode.observe((performance.now() - parsed) / 1000);
-        const { hits, batch, pass } = await ctx.batcher.search(queries, r.k, r.prefilter ?? '', left);
+        const key = passKey({ prefilter: r.prefilter, exact: r.exact, index: r.index });
+        const { hits, batch, pass } = await ctx.batcher.search(queries, r.k, key, left);
         return answer(request, reply, ctx, hits, batch, pass);
       } finally {
         deadline?.dispose();
@@ -187,7 +231,10 @@ function answer(
   const t0 = performance.now();
   // the answer's JSON built here, in one string (no per-hit objects for the serializer to walk);
   // a string with a JSON content type is sent as it is
-  const json = searchJson(hits, (index, id) => ctx.resident.isEmptyDocument(index, id));
+  const json = withStats(
+    searchJson(hits, (index, id) => ctx.resident.isEmptyDocument(index, id)),
+    pass.stats as PassStats | undefined,
+  );
   ctx.metrics.request.encode.observe((performance.now() - t0) / 1000);
   reply.type('application/json; charset=utf-8');
   return json as unknown as Static<typeof SearchResponse>;

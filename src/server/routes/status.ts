@@ -4,6 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 import { cpuInfo } from '../../backends/cpu.js';
 import { version } from '../../version.js';
+import { indexInfo } from '../answers-index.js';
 import type { RouteContext } from '../context.js';
 import { InfoResponse } from '../schemas.js';
 
@@ -68,6 +69,7 @@ export function statusRoutes(app: FastifyInstance, ctx: RouteContext) {
           generation: i.generation,
           ids: i.hasIds,
         },
+        index: indexInfo(i, resident.searchPath),
         batching: {
           max_batch: ctx.limits.maxBatch,
           max_wait_ms: ctx.limits.maxWaitMs,

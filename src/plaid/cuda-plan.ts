@@ -1,0 +1,101 @@
+// The plan of a batched index search on the GPU (native/cuda/plaid_search.cc executes it; the engine
+// re-checks it, CheckPlaidPlan): rows per query (the longest query rounded up to a warp), the probe
+// lists' size, and how many queries one pass holds in the device memory budget.
+import { InvalidArgumentError } from '../errors.js';
+
+/** Most centroids probed per query token on the GPU (native PLAID_MAX_NPROBE). */
+export const CUDA_MAX_NPROBE = 32;
+/** Longest query on the GPU path (native: plan.lq <= 256). */
+export const CUDA_MAX_QUERY = 256;
+/** Centroids per probe chunk (native PLAID_PROBE_CHUNK). */
+export const PROBE_CHUNK = 2048;
+/** Default device memory for one pass's scratch. */
+export const DEFAULT_BUDGET = 4 * 2 ** 30;
+
+export interface CudaSearchPlan {
+  lq: number;
+  nprobe: number;
+  np: 4 | 8 | 16 | 32;
+  candidates: number;
+  rescore: number;
+  batch: number;
+  threshold: number;
+  exact: boolean;
+  stages: boolean;
+}
+
+export interface PlanInput {
+  centroids: number;
+  dim: number;
+  docs: number;
+  /** Queries in the call and the longest one's tokens. */
+  queries: number;
+  maxLength: number;
+  nprobe: number;
+  candidates: number;
+  rescore: number;
+  threshold: number;
+  exact: boolean;
+  stages?: boolean;
+  /** Device bytes one pass may use for its scratch (default DEFAULT_BUDGET). */
+  budget?: number;
+}
+
+/** Device bytes one query of a pass needs (worst case: every document a candidate). */
+export function bytesPerQuery(
+  centroids: number,
+  lq: number,
+  np: number,
+  docs: number,
+  candidates: number,
+): number {
+  const chunks = Math.ceil(centroids / PROBE_CHUNK);
+  return (
+    centroids * lq * 4 + // qc
+    chunks * lq * np * 8 + // probe lists
+    Math.ceil(centroids / 32) * 4 +
+    Math.ceil(docs / 32) * 4 + // candidate bits
+    docs * 12 + // candidates, their query, their interaction score
+    candidates * 12 + // kept, their scores, residual scores
+    lq * 1024 * 4
+  );
+}
+
+export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
+  if (p.maxLength > CUDA_MAX_QUERY)
+    throw new InvalidArgumentError(
+      'queries',
+      `queries of at most ${CUDA_MAX_QUERY} tokens on the GPU index path`,
+      `a query of ${p.maxLength}`,
+    );
+  if (p.nprobe > Math.min(CUDA_MAX_NPROBE, p.centroids))
+    throw new InvalidArgumentError(
+      'options.nprobe',
+      `an integer in [1, ${Math.min(CUDA_MAX_NPROBE, p.centroids)}] on the GPU`,
+      String(p.nprobe),
+    );
+  const lq = Math.max(32, Math.ceil(p.maxLength / 32) * 32);
+  const np = p.nprobe <= 4 ? 4 : p.nprobe <= 8 ? 8 : p.nprobe <= 16 ? 16 : 32;
+  if (p.dim * (lq + 16) * 4 > 200 * 1024)
+    throw new InvalidArgumentError(
+      'queries',
+      `dim * (query length rounded to 32 + 16) * 4 <= 200 KiB (shared memory) on the GPU`,
+      `dim ${p.dim}, length ${p.maxLength}`,
+    );
+  const candidates = Math.max(1, p.candidates);
+  const rescore = Math.max(1, Math.min(p.rescore, candidates));
+  const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates);
+  const budget = p.budget ?? DEFAULT_BUDGET;
+  const batch = Math.max(1, Math.min(p.queries, 65535, Math.floor(budget / per)));
+  return {
+    lq,
+    nprobe: p.nprobe,
+    np,
+    candidates,
+    rescore,
+    batch,
+    threshold: p.threshold,
+    exact: p.exact,
+    stages: p.stages ?? false,
+  };
+}

@@ -1,0 +1,137 @@
+// Batched search of a PlaidIndex on the GPU: the index (and its source tokens, when kept) uploaded
+// once per index and device, every stage of a batch of queries on the device (query x centroids,
+// nprobe per token, inverted lists, centroid interaction with pruning, the fused decompress-MaxSim,
+// the exact re-score), the same candidate sets and the same returned documents as the CPU path
+// (PlaidIndex.search) for the same options.
+import { InvalidArgumentError } from '../errors.js';
+import { decodeToFloat32 } from '../floats.js';
+import { expectInteger, type Hit, isTokenBatch, type TokenBatch } from '../tensor.js';
+import { type PlaidCudaSearch, type PlaidHandle, plaidCuda } from './cuda-native.js';
+import { cudaSearchPlan } from './cuda-plan.js';
+import type { NativeIndex } from './native.js';
+import type { IndexSearchOptions, IndexSearchResult, IndexSearchStats } from './plaid.js';
+import { defaultSearch } from './plaid.js';
+
+/** What the GPU path needs of an index (PlaidIndex satisfies it). */
+export interface DeviceIndexSource {
+  readonly native: NativeIndex;
+  readonly count: number;
+  readonly dim: number;
+  readonly centroids: number;
+  /** The source documents in index order (parts), or undefined when the index keeps none. */
+  sourceTokens(): readonly TokenBatch[] | undefined;
+}
+
+export interface CudaIndexSearchOptions extends IndexSearchOptions {
+  device?: number;
+  /** Keep every stage's output (tests). */
+  stages?: boolean;
+  /** Device bytes of one pass's scratch (the plan's batch). */
+  budget?: number;
+}
+
+const uploaded = new WeakMap<object, Map<number, Promise<{ handle: PlaidHandle; bytes: number }>>>();
+
+/** The index resident on `device` (uploaded on first use, kept while the index lives). */
+export function deviceIndex(
+  index: DeviceIndexSource,
+  device = 0,
+): Promise<{ handle: PlaidHandle; bytes: number }> {
+  const m = uploaded.get(index) ?? new Map<number, Promise<{ handle: PlaidHandle; bytes: number }>>();
+  uploaded.set(index, m);
+  let p = m.get(device);
+  if (!p) {
+    const tokens = index.sourceTokens();
+    p = plaidCuda().plaidIndex(device, index.native, tokens ? [...tokens] : undefined);
+    p.catch(() => m.delete(device));
+    m.set(device, p);
+  }
+  return p;
+}
+
+export interface CudaBatchResult {
+  results: IndexSearchResult[];
+  /** The whole batch's counts and device milliseconds per stage. */
+  batch: PlaidCudaSearch['stats'];
+  stages?: PlaidCudaSearch['stages'];
+}
+
+/** The k best documents of every query of the batch, through the index on the GPU. */
+export async function cudaSearchBatch(
+  index: DeviceIndexSource,
+  queries: TokenBatch,
+  options: CudaIndexSearchOptions,
+): Promise<CudaBatchResult> {
+  if (!isTokenBatch(queries)) throw new InvalidArgumentError('queries', 'a TokenBatch', typeof queries);
+  if (queries.dtype === 'int8') throw new InvalidArgumentError('queries.dtype', 'a float dtype', "'int8'");
+  if (queries.dim !== index.dim)
+    throw new InvalidArgumentError('queries.dim', `${index.dim} (the index's dim)`, String(queries.dim));
+  const k = expectInteger('options.k', options.k, 1);
+  const def = defaultSearch(k);
+  const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
+  const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
+  const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
+  const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
+  if (typeof threshold !== 'number' || Number.isNaN(threshold))
+    throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
+  const device = options.device ?? 0;
+  const d = queries.dim;
+  let rows = 0;
+  let maxLength = 0;
+  for (let i = 0; i < queries.count; i++) {
+    rows += queries.lengths[i];
+    maxLength = Math.max(maxLength, queries.lengths[i]);
+  }
+  const q = new Float32Array(rows * d);
+  const lengths = Int32Array.from(queries.lengths.subarray(0, queries.count));
+  let at = 0;
+  for (let i = 0; i < queries.count; i++) {
+    const s = queries.starts[i] * d;
+    const row = queries.data.subarray(s, s + queries.lengths[i] * d) as Float32Array | Uint16Array;
+    q.set(decodeToFloat32(row, queries.dtype, d).subarray(0, queries.lengths[i] * d), at);
+    at += queries.lengths[i] * d;
+  }
+  const exact = index.sourceTokens() !== undefined;
+  const plan = cudaSearchPlan({
+    centroids: index.centroids,
+    dim: d,
+    docs: index.count,
+    queries: queries.count,
+    maxLength,
+    nprobe: Math.min(nprobe, index.centroids),
+    candidates: Math.max(candidates, k),
+    rescore,
+    threshold,
+    exact,
+    stages: options.stages,
+    budget: options.budget,
+  });
+  const { handle } = await deviceIndex(index, device);
+  const r = await plaidCuda().plaidSearch(handle, q, lengths, plan);
+  const n = Math.max(1, queries.count);
+  const st = r.stats;
+  const results: IndexSearchResult[] = [];
+  for (let i = 0; i < queries.count; i++) {
+    const hits: Hit[] = [];
+    for (let j = r.offsets[i]; j < Math.min(r.offsets[i + 1], r.offsets[i] + k); j++)
+      hits.push({ index: r.docs[j], score: r.scores[j] });
+    const stats: IndexSearchStats = {
+      scores: exact ? 'exact' : 'residual',
+      probed: st.probed / n,
+      generated: st.generated / n,
+      keptCentroids: index.centroids,
+      scored: st.scored / n,
+      rescored: st.rescored / n,
+      ms: {
+        centroids: st.msCentroids / n,
+        candidates: st.msCandidates / n,
+        interaction: st.msInteraction / n,
+        residual: st.msResidual / n,
+        rescore: st.msRescore / n,
+      },
+      isa: 'cuda',
+    };
+    results.push({ hits, stats });
+  }
+  return { results, batch: st, stages: r.stages };
+}

@@ -1,0 +1,496 @@
+// The compressed index on CUDA (src/plaid/cuda-*.ts, native/cuda/plaid_*.cc, kernels/maxsim_plaid.cu):
+// the assignment and the encode bitwise the CPU's (exact and two-level, K not a multiple of the
+// tiles, d = 32 / 64 / 96 / 128, 2 and 4 bits, float32 / float16 / bfloat16, ragged documents, tied
+// centroids); each search stage against the CPU run of the same stage (probe sets against float64
+// dots, candidates as the union of the probed lists, interaction and residual scores bitwise the CPU
+// kernels', the kept set as the exact top-n, residual scores against the float64 MaxSim of the
+// decoded vectors); end-to-end hits equal to the CPU index search; bad inputs. Skips without a GPU.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { InvalidArgumentError } from '../../src/errors.js';
+import { decodeToFloat32, encodeFloats } from '../../src/floats.js';
+import { decodeTokens } from '../../src/plaid/codec.js';
+import { plaidCuda } from '../../src/plaid/cuda-native.js';
+import { cudaSearchBatch } from '../../src/plaid/cuda-search.js';
+import { residualAddon } from '../../src/plaid/native.js';
+import { buildIndex, type PlaidIndex } from '../../src/plaid/plaid.js';
+import { syntheticCorpus, syntheticQueries } from '../../src/plaid/synthetic.js';
+import { type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
+import { rng, runSeed } from '../helpers.js';
+import { skip } from './helpers.js';
+
+const addon = residualAddon();
+// the CPU kernel set whose arithmetic the GPU mirrors (portable may not fuse the multiply-add)
+const fmaIsa = addon.isas().find((i) => i !== 'portable');
+
+function corpus(
+  docs: number,
+  length: [number, number],
+  dim: number,
+  seed: number,
+  dtype: FloatDType = 'float32',
+) {
+  const c = syntheticCorpus({ docs, length, dim, topics: 24, seed });
+  const data = dtype === 'float32' ? c.data : encodeFloats(c.data, dtype);
+  return { c, batch: raggedBatch(data as never, c.offsets, { dim, dtype }) };
+}
+
+function sameInts(a: ArrayLike<number>, b: ArrayLike<number>, what: string) {
+  assert.equal(a.length, b.length, `${what}: length`);
+  for (let i = 0; i < a.length; i++)
+    if (a[i] !== b[i]) assert.fail(`${what}: [${i}] ${a[i]} != ${b[i]} (seed ${runSeed})`);
+}
+
+function sameBits(a: Float32Array, b: Float32Array, what: string) {
+  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  assert.equal(a.length, b.length, `${what}: length`);
+  for (let i = 0; i < a.length; i++)
+    if (ua[i] !== ub[i] && !(a[i] === 0 && b[i] === 0))
+      assert.fail(`${what}: [${i}] ${a[i]} != ${b[i]} (seed ${runSeed})`);
+}
+
+describe('CUDA plaid codec', { skip }, () => {
+  test('assignment bitwise the CPU: random rows, awkward K, tied centroids, exact and two-level', async () => {
+    const rand = rng(runSeed);
+    const cu = plaidCuda();
+    for (const [n, k, d] of [
+      [1, 1, 32],
+      [70, 37, 64],
+      [1000, 300, 96],
+      [5000, 129, 128],
+      [3, 1000, 33],
+    ]) {
+      const x = Float32Array.from({ length: n * d }, () => rand() * 2 - 1);
+      const c = Float32Array.from({ length: k * d }, () => rand() * 2 - 1);
+      if (k > 3) c.copyWithin(2 * d, 0, d); // centroid 2 = centroid 0: ties go to 0
+      const cpu = await addon.assign(x, c, d, true, { isa: fmaIsa });
+      const enc = await cu.plaidEncoder(0, { centroids: c, d, bits: 2 });
+      const gpu = await cu.plaidAssign(enc, x);
+      sameInts(gpu.ids, cpu.ids, `exact assign n=${n} k=${k} d=${d}`);
+      sameBits(gpu.scores, cpu.scores, `exact assign scores n=${n} k=${k} d=${d}`);
+      // two-level: groups from a seeded partition of the centroids
+      const g = Math.max(1, Math.min(k, 7));
+      const offsets = new Int32Array(g + 1);
+      const owner = Int32Array.from({ length: k }, (_, i) => (i * 5 + 3) % g);
+      for (let i = 0; i < k; i++) offsets[owner[i] + 1]++;
+      for (let j = 0; j < g; j++) offsets[j + 1] += offsets[j];
+      const members = new Int32Array(k);
+      const cur = offsets.slice(0, g);
+      for (let i = 0; i < k; i++) members[cur[owner[i]]++] = i;
+      const coarse = Float32Array.from({ length: g * d }, () => rand() * 2 - 1);
+      const groups = { coarse, offsets, members, probe: Math.min(3, g) };
+      const cpuG = await addon.assign(x, c, d, true, { isa: fmaIsa, groups });
+      const encG = await cu.plaidEncoder(0, { centroids: c, d, bits: 2, groups });
+      const gpuG = await cu.plaidAssign(encG, x);
+      sameInts(gpuG.ids, cpuG.ids, `grouped assign n=${n} k=${k} d=${d}`);
+      sameBits(gpuG.scores, cpuG.scores, `grouped assign scores n=${n} k=${k} d=${d}`);
+    }
+  });
+
+  for (const [d, bits, dtype, assignment, k] of [
+    [32, 2, 'float32', 'exact', 37],
+    [64, 4, 'float16', 'exact', 100],
+    [96, 2, 'bfloat16', 'grouped', 130],
+    [128, 4, 'float16', 'grouped', 257],
+    [128, 2, 'float16', 'exact', 512],
+  ] as const) {
+    test(`buildIndex backend cuda = cpu, bitwise (d ${d}, ${bits}-bit, ${dtype}, ${assignment}, K ${k})`, async () => {
+      const { batch } = corpus(300, [1, 40], d, runSeed % 1000, dtype);
+      const o = { centroids: k, bits, seed: 7, iterations: 3, assignment, groups: 9, probe: 3 } as const;
+      const cpu = await buildIndex(batch, { ...o, backend: 'cpu', isa: fmaIsa });
+      const gpu = await buildIndex(batch, { ...o, backend: 'cuda' });
+      assert.equal(gpu.buildStats.backend, 'cuda');
+      sameBits(gpu.native.centroids, cpu.native.centroids, 'centroids');
+      sameInts(gpu.native.cids, cpu.native.cids, 'cids');
+      sameInts(gpu.native.codes, cpu.native.codes, 'codes');
+      sameInts(gpu.native.bags, cpu.native.bags, 'bags');
+      sameInts(gpu.native.ivf, cpu.native.ivf, 'ivf');
+      const rel = Math.abs(gpu.buildStats.meanSquaredError - cpu.buildStats.meanSquaredError);
+      assert.ok(
+        rel <= 1e-9 * cpu.buildStats.meanSquaredError + 1e-30,
+        'squared error (summed in another order)',
+      );
+    });
+  }
+
+  test('the default two-level assignment from GROUPED_FROM centroids up (K = 8192): bitwise the CPU', async () => {
+    const { batch } = corpus(600, [20, 48], 64, runSeed % 983, 'float16');
+    const o = { centroids: 8192, seed: 11, iterations: 2 } as const;
+    const cpu = await buildIndex(batch, { ...o, backend: 'cpu', isa: fmaIsa });
+    const gpu = await buildIndex(batch, { ...o, backend: 'cuda' });
+    assert.equal(cpu.buildStats.assignment, 'grouped');
+    assert.equal(gpu.buildStats.groups, cpu.buildStats.groups);
+    sameBits(gpu.native.centroids, cpu.native.centroids, 'centroids (K 8192)');
+    sameInts(gpu.native.cids, cpu.native.cids, 'cids (K 8192)');
+    sameInts(gpu.native.codes, cpu.native.codes, 'codes (K 8192)');
+  });
+
+  test('a document slice boundary inside a 16-token block: codes or-ed in', async () => {
+    const { batch } = corpus(2000, [3, 9], 64, runSeed % 997);
+    const cpu = await buildIndex(batch, {
+      centroids: 64,
+      seed: 3,
+      iterations: 1,
+      backend: 'cpu',
+      isa: fmaIsa,
+    });
+    const gpu = await buildIndex([batch, batch], { centroids: 64, seed: 3, iterations: 1, backend: 'cuda' });
+    const cpu2 = await buildIndex([batch, batch], {
+      centroids: 64,
+      seed: 3,
+      iterations: 1,
+      backend: 'cpu',
+      isa: fmaIsa,
+    });
+    sameInts(gpu.native.codes, cpu2.native.codes, 'codes over two parts');
+    sameInts(gpu.native.cids, cpu2.native.cids, 'cids over two parts');
+    assert.ok(cpu.count * 2 === gpu.count);
+  });
+});
+
+async function searchIndex(): Promise<{
+  index: PlaidIndex;
+  queries: TokenBatch;
+  c: ReturnType<typeof corpus>['c'];
+}> {
+  const { c, batch } = corpus(3000, [4, 48], 64, runSeed % 1009, 'float16');
+  const index = await buildIndex(batch, { centroids: 200, seed: 5, iterations: 3, backend: 'cuda' });
+  const q = syntheticQueries(c, 12, 32, 64, runSeed % 1013);
+  const lens = Array.from({ length: 12 }, (_, i) => (i === 3 ? 1 : i === 5 ? 17 : 32));
+  const offsets = [0];
+  for (let i = 0; i < 12; i++) offsets.push(offsets[i] + lens[i]);
+  const data = new Float32Array(offsets[12] * 64);
+  for (let i = 0; i < 12; i++)
+    data.set(q.data.subarray(i * 32 * 64, (i * 32 + lens[i]) * 64), offsets[i] * 64);
+  return { index, queries: raggedBatch(data, offsets, { dim: 64 }), c };
+}
+
+function queryRows(queries: TokenBatch, i: number): Float32Array {
+  const s = queries.starts[i] * queries.dim;
+  return decodeToFloat32(
+    queries.data.subarray(s, s + queries.lengths[i] * queries.dim) as Float32Array,
+    'float32',
+    queries.dim,
+  );
+}
+
+describe('CUDA plaid search', { skip }, () => {
+  test('every stage against the CPU run of the same stage', async () => {
+    const { index, queries } = await searchIndex();
+    const ix = index.native;
+    for (const [nprobe, candidates, threshold] of [
+      [4, 64, Number.NEGATIVE_INFINITY],
+      [9, 500, Number.NEGATIVE_INFINITY],
+      [2, 40, 0.3],
+    ]) {
+      const r = await cudaSearchBatch(index, queries, {
+        k: 10,
+        nprobe,
+        candidates,
+        rescore: 30,
+        threshold,
+        stages: true,
+      });
+      const stages = r.stages ?? [];
+      assert.equal(stages.length, queries.count);
+      for (let qi = 0; qi < queries.count; qi++) {
+        const q = queryRows(queries, qi);
+        const lq = queries.lengths[qi];
+        const s = stages[qi];
+        // probe: every probed centroid is within rounding of its token's nprobe-th best (float64)
+        const dots = new Float64Array(lq * ix.k);
+        for (let i = 0; i < lq; i++)
+          for (let c = 0; c < ix.k; c++) {
+            let t = 0;
+            for (let j = 0; j < ix.d; j++) t += q[i * ix.d + j] * ix.centroids[c * ix.d + j];
+            dots[i * ix.k + c] = t;
+          }
+        const want = new Set<number>();
+        for (let i = 0; i < lq; i++) {
+          const row = Array.from(dots.subarray(i * ix.k, (i + 1) * ix.k));
+          const order = row.map((v, c) => [v, c]).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+          for (const [, c] of order.slice(0, nprobe)) want.add(c);
+        }
+        const got = new Set(s.probed);
+        assert.equal(got.size, s.probed.length, 'distinct probed');
+        for (const c of got)
+          if (!want.has(c)) {
+            // only a near-tie may differ
+            const ok = Array.from({ length: lq }, (_, i) => {
+              const row = Array.from(dots.subarray(i * ix.k, (i + 1) * ix.k)).sort((a, b) => b - a);
+              return dots[i * ix.k + c] >= row[nprobe - 1] - 1e-5;
+            }).some(Boolean);
+            assert.ok(ok, `probed centroid ${c} of query ${qi} is not among its tokens' ${nprobe} best`);
+          }
+        // candidates: the union of the probed lists, ascending
+        const mark = new Uint8Array(ix.docs);
+        for (const c of s.probed)
+          for (let j = ix.ivfOffsets[c]; j < ix.ivfOffsets[c + 1]; j++) mark[ix.ivf[j]] = 1;
+        const cand = [];
+        for (let b = 0; b < ix.docs; b++) if (mark[b]) cand.push(b);
+        sameInts(s.candidates, cand, `candidates of query ${qi}`);
+        // interaction: bitwise the CPU kernel; with pruning, the kept centroids from float64 dots
+        // (documents with a centroid within rounding of the threshold are left out of the check)
+        let keep: Uint8Array | null = null;
+        const near = new Uint8Array(ix.k);
+        if (threshold > Number.NEGATIVE_INFINITY) {
+          keep = new Uint8Array(ix.k);
+          for (let c = 0; c < ix.k; c++) {
+            let best = Number.NEGATIVE_INFINITY;
+            for (let i = 0; i < lq; i++) best = Math.max(best, dots[i * ix.k + c]);
+            keep[c] = best >= threshold ? 1 : 0;
+            near[c] = Math.abs(best - threshold) < 1e-5 ? 1 : 0;
+          }
+        }
+        const ci = addon.centroidDocs(ix, q, s.candidates, keep, { isa: fmaIsa });
+        let checked = 0;
+        for (let i = 0; i < ci.length; i++) {
+          const b = s.candidates[i];
+          let skipDoc = false;
+          for (let j = ix.bagOffsets[b]; j < ix.bagOffsets[b + 1]; j++) if (near[ix.bags[j]]) skipDoc = true;
+          if (skipDoc) continue;
+          checked++;
+          sameBits(
+            s.interaction.subarray(i, i + 1),
+            ci.subarray(i, i + 1),
+            `interaction of query ${qi}, doc ${b}`,
+          );
+        }
+        assert.ok(checked >= ci.length * 0.9, 'most interaction scores checked');
+        // kept: the exact top-n by (interaction desc, doc asc) of the GPU's own interaction scores
+        const order = Array.from(s.candidates.keys()).sort(
+          (a, b) => s.interaction[b] - s.interaction[a] || s.candidates[a] - s.candidates[b],
+        );
+        const top = order
+          .slice(0, candidates)
+          .map((i) => s.candidates[i])
+          .sort((a, b) => a - b);
+        sameInts(s.kept, top, `kept of query ${qi}`);
+        // residual: bitwise the CPU fused kernel, and close to float64 MaxSim of the decoded vectors
+        const rs = addon.scoreDocs(ix, q, s.kept, { isa: fmaIsa });
+        sameBits(s.residual, rs, `residual of query ${qi}`);
+        for (let j = 0; j < Math.min(5, s.kept.length); j++) {
+          const b = s.kept[j];
+          const dec = decodeTokens(
+            ix.centroids,
+            index.buckets,
+            ix.cids,
+            ix.codes,
+            ix.docOffsets[b],
+            ix.docOffsets[b + 1],
+          );
+          const len = ix.docOffsets[b + 1] - ix.docOffsets[b];
+          let want64 = 0;
+          for (let i = 0; i < lq; i++) {
+            let m = Number.NEGATIVE_INFINITY;
+            for (let t = 0; t < len; t++) {
+              let dot = 0;
+              for (let k = 0; k < ix.d; k++) dot += q[i * ix.d + k] * dec[t * ix.d + k];
+              m = Math.max(m, dot);
+            }
+            want64 += m;
+          }
+          assert.ok(
+            Math.abs(s.residual[j] - want64) <= 1e-4 * (1 + Math.abs(want64)),
+            `residual vs float64 (doc ${b})`,
+          );
+        }
+      }
+    }
+  });
+
+  test('end to end: the same hits as the CPU index search, exact scores', async () => {
+    const { index, queries } = await searchIndex();
+    for (const o of [
+      { k: 10, nprobe: 4, candidates: 100, rescore: 40 },
+      { k: 1, nprobe: 1, candidates: 1, rescore: 1 },
+      { k: 25, nprobe: 16, candidates: 3000, rescore: 300 },
+      { k: 10, nprobe: 8, candidates: 200, rescore: 50, threshold: 0.35 },
+    ]) {
+      const gpu = await index.searchAll(queries, { ...o, backend: 'cuda' });
+      // the CPU side runs the interaction the GPU implements (the CPU default is 'lists')
+      const cpu = await index.searchAll(queries, { ...o, isa: fmaIsa, interaction: 'bags' });
+      for (let qi = 0; qi < queries.count; qi++) {
+        const g = gpu[qi].hits;
+        const c = cpu[qi].hits;
+        assert.equal(g.length, c.length, `hits of query ${qi}`);
+        for (let j = 0; j < g.length; j++) {
+          assert.ok(
+            Math.abs(g[j].score - c[j].score) <= 1e-5 * (1 + Math.abs(c[j].score)),
+            `score ${qi}/${j}`,
+          );
+          if (g[j].index !== c[j].index) {
+            // only an exact-score near-tie may swap
+            assert.ok(
+              Math.abs(g[j].score - c[j].score) <= 1e-5 * (1 + Math.abs(c[j].score)),
+              `doc ${qi}/${j}: ${g[j].index} vs ${c[j].index}`,
+            );
+          }
+        }
+        assert.equal(gpu[qi].stats.scores, 'exact');
+        assert.equal(gpu[qi].stats.isa, 'cuda');
+      }
+    }
+  });
+
+  test('without source tokens: residual scores, equal to the CPU residual search', async () => {
+    const { c, batch } = corpus(800, [2, 30], 32, runSeed % 991);
+    const index = await buildIndex(batch, {
+      centroids: 50,
+      seed: 2,
+      iterations: 2,
+      keepTokens: false,
+      backend: 'cuda',
+    });
+    const q = syntheticQueries(c, 5, 8, 32, 3);
+    const queries = raggedBatch(q.data, [0, 8, 16, 24, 32, 40], { dim: 32 });
+    const gpu = await index.searchAll(queries, { k: 7, nprobe: 3, candidates: 64, backend: 'cuda' });
+    const cpu = await index.searchAll(queries, {
+      k: 7,
+      nprobe: 3,
+      candidates: 64,
+      isa: fmaIsa,
+      interaction: 'bags',
+    });
+    for (let i = 0; i < 5; i++) {
+      assert.deepEqual(gpu[i].hits, cpu[i].hits, `query ${i}`);
+      assert.equal(gpu[i].stats.scores, 'residual');
+    }
+  });
+
+  test('bad inputs: clear errors, no crash', async () => {
+    const { index, queries } = await searchIndex();
+    await assert.rejects(
+      index.searchAll(queries, { k: 5, nprobe: 33, backend: 'cuda' }),
+      InvalidArgumentError,
+    );
+    const long = raggedBatch(new Float32Array(300 * 64), [0, 300], { dim: 64 });
+    await assert.rejects(index.searchAll(long, { k: 5, backend: 'cuda' }), /at most 256 tokens/);
+    const wrongDim = raggedBatch(new Float32Array(32), [0, 1], { dim: 32 });
+    await assert.rejects(index.searchAll(wrongDim, { k: 5, backend: 'cuda' }), /queries.dim/);
+    const cu = plaidCuda();
+    assert.throws(
+      () => cu.plaidEncoder(0, { centroids: new Float32Array(10), d: 3, bits: 2 }),
+      /options.centroids/,
+    );
+    assert.throws(
+      () => cu.plaidEncoder(0, { centroids: new Float32Array(8), d: 4, bits: 3 as never }),
+      /options.bits/,
+    );
+    const { handle } = await (await import('../../src/plaid/cuda-search.js')).deviceIndex(index);
+    const plan = {
+      lq: 16,
+      nprobe: 4,
+      np: 4 as 4 | 8,
+      candidates: 10,
+      rescore: 5,
+      batch: 4,
+      threshold: -1e30,
+      exact: true,
+      stages: false,
+    };
+    assert.throws(() => cu.plaidSearch(handle, new Float32Array(64), Int32Array.of(1), plan), /plan.lq/);
+    assert.throws(
+      () =>
+        cu.plaidSearch(handle, new Float32Array(64), Int32Array.of(1), {
+          ...plan,
+          lq: 32,
+          np: 8 as const,
+          nprobe: 9,
+        }),
+      /plan.np/,
+    );
+    assert.throws(
+      () => cu.plaidSearch(handle, new Float32Array(60), Int32Array.of(1), { ...plan, lq: 32 }),
+      /queries/,
+    );
+    assert.throws(() => cu.plaidSearch({} as never, new Float32Array(64), Int32Array.of(1), plan), /index/);
+  });
+});
+
+describe('CUDA plaid corpus', { skip }, () => {
+  test('corpus index --backend cuda = cpu; corpus.search with backend cuda goes through the GPU index', async () => {
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const { CorpusWriter } = await import('../../src/io/corpus/index.js');
+    const { indexCorpus } = await import('../../src/io/corpus/index-build.js');
+    const { openCorpus } = await import('../../src/ops/corpus-search.js');
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-plaid-cuda-'));
+    try {
+      const { c, batch } = corpus(900, [2, 20], 32, runSeed % 977, 'float16');
+      const dirs = ['cpu', 'cuda'].map((b) => path.join(tmp, `${b}.msx`));
+      for (const [i, dir] of dirs.entries()) {
+        for (let s = 0; s < 3; s++) {
+          const w =
+            s === 0 ? CorpusWriter.create(dir, { dim: 32, dtype: 'float16' }) : CorpusWriter.append(dir);
+          const part = {
+            ...batch,
+            count: 300,
+            starts: batch.starts.subarray(s * 300),
+            lengths: batch.lengths.subarray(s * 300),
+          };
+          w.add(part);
+          w.commit();
+        }
+        await indexCorpus(dir, { centroids: 40, backend: i === 0 ? 'cpu' : 'cuda' });
+      }
+      // the published index segments decode to the same arrays (headers carry timings)
+      const opened = dirs.map((d) => openCorpus(d));
+      try {
+        for (let si = 0; si < 3; si++) {
+          const [a, b] = opened.map((o) => o.file.index?.segment(si)?.native);
+          assert.ok(a && b, `segment ${si} indexed`);
+          sameBits(a.centroids, b.centroids, `segment ${si} centroids`);
+          sameInts(a.cids, b.cids, `segment ${si} cids`);
+          sameInts(a.codes, b.codes, `segment ${si} codes`);
+        }
+      } finally {
+        for (const o of opened) o.close();
+      }
+      // the CLI: maxsim corpus index DIR --backend cuda, on a copy indexed by the library above
+      const { spawnSync } = await import('node:child_process');
+      const { fileURLToPath } = await import('node:url');
+      const cliDir = path.join(tmp, 'cli.msx');
+      fs.cpSync(dirs[0], cliDir, { recursive: true });
+      const main = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+      const r = spawnSync(
+        process.execPath,
+        [main, 'corpus', 'index', cliDir, '--rebuild', '--centroids', '40', '--backend', 'cuda'],
+        {
+          encoding: 'utf8',
+          timeout: 120_000,
+        },
+      );
+      assert.equal(r.status, 0, `corpus index --backend cuda: ${r.stderr}`);
+      const bad = spawnSync(process.execPath, [main, 'corpus', 'index', cliDir, '--backend', 'gpu'], {
+        encoding: 'utf8',
+      });
+      assert.notEqual(bad.status, 0, 'an unknown backend is refused');
+      assert.match(bad.stderr, /backend/);
+      const q = syntheticQueries(c, 6, 8, 32, 11);
+      const queries = raggedBatch(
+        q.data,
+        Array.from({ length: 7 }, (_, i) => i * 8),
+        { dim: 32 },
+      );
+      const corp = openCorpus(dirs[0]);
+      try {
+        const o = {
+          topK: 7,
+          index: { nprobe: 6, candidates: 200, rescore: 50, interaction: 'bags' as const },
+        };
+        const gpu = await corp.searchWithStats(queries, { ...o, backend: 'cuda' });
+        const cpu = await corp.searchWithStats(queries, { ...o, backend: 'cpu' });
+        assert.equal(gpu.stats.backend, 'cuda');
+        assert.equal(cpu.stats.backend, 'cpu');
+        assert.deepEqual(gpu.hits, cpu.hits);
+      } finally {
+        corp.close();
+      }
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,92 @@
+// The host side of the GPU index path, without a GPU: the batch plan (rows per query, probe list
+// size, queries per pass within the memory budget, the limits it refuses) and the codec backend
+// option. The GPU stages themselves are tested in test/gpu/plaid-cuda.test.ts.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { InvalidArgumentError } from '../src/errors.js';
+import { codecFor } from '../src/plaid/cuda-codec.js';
+import { plaidCudaReason } from '../src/plaid/cuda-native.js';
+import { bytesPerQuery, CUDA_MAX_NPROBE, cudaSearchPlan, type PlanInput } from '../src/plaid/cuda-plan.js';
+import { buildIndex } from '../src/plaid/plaid.js';
+import { raggedBatch } from '../src/tensor.js';
+import { rng, runSeed } from './helpers.js';
+
+const base: PlanInput = {
+  centroids: 65536,
+  dim: 128,
+  docs: 1_000_000,
+  queries: 1000,
+  maxLength: 32,
+  nprobe: 8,
+  candidates: 1024,
+  rescore: 128,
+  threshold: Number.NEGATIVE_INFINITY,
+  exact: true,
+};
+
+describe('GPU index plan (host)', () => {
+  test('rows per query: the longest query rounded up to 32, at least 32', () => {
+    const rand = rng(runSeed);
+    for (let i = 0; i < 50; i++) {
+      const maxLength = 1 + Math.floor(rand() * 256);
+      const p = cudaSearchPlan({ ...base, maxLength });
+      assert.equal(p.lq % 32, 0);
+      assert.ok(p.lq >= maxLength && p.lq < maxLength + 32 && p.lq >= 32, `lq ${p.lq} for ${maxLength}`);
+    }
+    assert.equal(cudaSearchPlan({ ...base, maxLength: 0 }).lq, 32);
+  });
+
+  test('probe lists: the smallest of 4, 8, 16, 32 that holds nprobe', () => {
+    for (let n = 1; n <= CUDA_MAX_NPROBE; n++) {
+      const np = cudaSearchPlan({ ...base, nprobe: n }).np;
+      assert.ok(np >= n && [4, 8, 16, 32].includes(np) && (np === 4 || np / 2 < n), `np ${np} for ${n}`);
+    }
+  });
+
+  test('queries per pass fit the budget; at least 1, at most the queries and 65535', () => {
+    const p = cudaSearchPlan({ ...base, budget: 2 ** 30 });
+    const per = bytesPerQuery(base.centroids, p.lq, p.np, base.docs, p.candidates);
+    assert.ok(p.batch * per <= 2 ** 30 && (p.batch + 1) * per > 2 ** 30, `batch ${p.batch}`);
+    assert.equal(cudaSearchPlan({ ...base, budget: 1 }).batch, 1);
+    assert.equal(cudaSearchPlan({ ...base, queries: 3, budget: 2 ** 40 }).batch, 3);
+    assert.equal(
+      cudaSearchPlan({ ...base, queries: 1e6, centroids: 8, docs: 10, budget: 2 ** 50 }).batch,
+      65535,
+    );
+  });
+
+  test('rescore is at most candidates; candidates at least 1', () => {
+    assert.equal(cudaSearchPlan({ ...base, candidates: 50, rescore: 200 }).rescore, 50);
+    assert.equal(cudaSearchPlan({ ...base, candidates: 0 }).candidates, 1);
+  });
+
+  test('refused: nprobe over 32 or K, queries over 256 tokens, shared memory over the limit', () => {
+    const refuse = (p: Partial<PlanInput>, re: RegExp) =>
+      assert.throws(
+        () => cudaSearchPlan({ ...base, ...p }),
+        (e: unknown) => e instanceof InvalidArgumentError && re.test(String(e)),
+      );
+    refuse({ nprobe: 33 }, /options.nprobe/);
+    refuse({ nprobe: 5, centroids: 4 }, /options.nprobe/);
+    refuse({ maxLength: 257 }, /at most 256 tokens/);
+    refuse({ dim: 1024, maxLength: 64 }, /shared memory/);
+  });
+
+  test("codec backend: 'cpu' and unset run on the CPU, a bad name is refused, 'auto' falls back", async () => {
+    assert.equal(codecFor(undefined), undefined);
+    assert.equal(codecFor('cpu'), undefined);
+    assert.throws(() => codecFor('gpu'), /options.backend/);
+    assert.throws(() => codecFor('cuda', 2048), /docs.dim/);
+    if (plaidCudaReason() !== undefined) {
+      assert.equal(codecFor('auto'), undefined);
+      assert.throws(() => codecFor('cuda'), /GPU index path is unavailable/);
+      // a build with backend 'auto' here is the CPU build, said so in its stats
+      const data = Float32Array.from({ length: 40 * 8 }, (_, i) => Math.sin(i * 0.7));
+      const ix = await buildIndex(raggedBatch(data, [0, 10, 25, 40], { dim: 8 }), {
+        centroids: 4,
+        backend: 'auto',
+      });
+      assert.equal(ix.buildStats.backend, 'cpu');
+    }
+  });
+});
