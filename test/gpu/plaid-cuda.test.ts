@@ -21,7 +21,8 @@ import { skip } from './helpers.js';
 
 const addon = residualAddon();
 // the CPU kernel set whose arithmetic the GPU mirrors (portable may not fuse the multiply-add)
-const fmaIsa = addon.isas().find((i) => i !== 'portable');
+// the fp32 FMA kernel set the GPU stages follow (avx512vnni scores the residuals in int8)
+const fmaIsa = addon.isas().find((i) => i !== 'portable' && i !== 'avx512vnni');
 
 function corpus(
   docs: number,
