@@ -15,7 +15,7 @@ import { exposureWarning, registerAuth, requestIdOf } from './auth.js';
 import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
 import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
-import { type PassStats, routeOf } from './index-path.js';
+import { type PassStats, routeOf, scanReason } from './index-path.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -151,11 +151,13 @@ function createBatcher(
       // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
       // on the device (exact in float32 first: the same codes as from the decoded values) and the
       // rescore takes them as they are; the CPU and a streamed scan get float32
-      keepBits: () => {
+      // (not for passes through the index: its stages take float32 queries, as the library's search)
+      keepBits: (key) => {
         const dtype = resident.info.dtype;
-        return resident.mode === 'resident' && (dtype === 'float16' || dtype === 'bfloat16')
-          ? dtype
-          : undefined;
+        if (resident.mode !== 'resident' || (dtype !== 'float16' && dtype !== 'bfloat16')) return undefined;
+        return resident.searchPath.path === 'index' && scanReason(routeOf(key)) === undefined
+          ? undefined
+          : dtype;
       },
     },
     onPass,

@@ -27,6 +27,14 @@ export { cudaUnavailableReason } from '../backends/select.js';
 export { type DemoCorpus, type DemoCorpusOptions, demoCorpus } from '../demo/corpus.js';
 export { Rng } from '../demo/random.js';
 export { bf16BitsToFloat, f16BitsToFloat, floatToBf16Bits, floatToF16Bits } from '../floats.js';
+// The compressed PLAID-class index (docs/index.md): in memory, inside a corpus (indexCorpus, then
+// corpus.search goes through it), and a fast-plaid index opened read-only.
+export {
+  type CorpusIndexOptions as IndexBuildOptions,
+  type CorpusIndexResult,
+  type IndexProgress,
+  indexCorpus,
+} from '../io/corpus/index-build.js';
 export type { ChamferIsa, PointClouds } from '../ops/chamfer.js';
 export {
   cpuInt8IsaFor,
@@ -39,7 +47,7 @@ export {
 } from '../ops/quantize.js';
 export { rankRows } from '../ops/shape.js';
 export { maxsimTrainTuned, type TrainCudaTuning, type TunedTrainOptions } from '../ops/train.js';
-// The compressed PLAID-class index, in memory until it joins the corpus format (docs/index.md).
+export { openFastPlaid } from '../plaid/fastplaid.js';
 export {
   type BuildIndexOptions,
   type BuildStats,
