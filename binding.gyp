@@ -103,7 +103,7 @@
         {
           "target_name": "maxsim_cpu_int8_avx512vnni",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_int8_avx512vnni.cc"],
+          "sources": ["native/cpu/kernels_int8_avx512vnni.cc", "native/cpu/residual_vnni.cc"],
           "cflags_cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
         },
         {

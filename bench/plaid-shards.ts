@@ -6,6 +6,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { encodeFloats } from '../src/floats.js';
 import { loadNative } from '../src/native.js';
+import {
+  PART_TYPES,
+  type PartArray,
+  type PartType,
+  type PlaidHeader,
+  type PlaidParts,
+  partTypeOf,
+} from '../src/plaid/parts.js';
 import { type StreamedSynthetic, streamedDocuments } from '../src/plaid/synthetic.js';
 import type { TokenBatch } from '../src/tensor.js';
 
@@ -75,4 +83,35 @@ export function mapShards(s: ShardSpec): TokenBatch[] {
     });
   }
   return out;
+}
+
+/** Writes an index's parts (header JSON + one raw file per array) to dir: a later run maps them. */
+export function saveIndexParts(dir: string, parts: PlaidParts): void {
+  fs.mkdirSync(dir, { recursive: true });
+  const types: Record<string, PartType> = {};
+  for (const [name, a] of Object.entries(parts.arrays)) {
+    types[name] = partTypeOf(a);
+    fs.writeFileSync(path.join(dir, `${name}.bin`), new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+  }
+  fs.writeFileSync(path.join(dir, 'header.json'), JSON.stringify({ header: parts.header, types }));
+}
+
+/** The parts saveIndexParts wrote, every array memory-mapped (undefined when dir holds none). */
+export function loadIndexParts(dir: string): PlaidParts | undefined {
+  const head = path.join(dir, 'header.json');
+  if (!fs.existsSync(head)) return undefined;
+  const map = (loadNative() as unknown as { file: { mapFile(p: string, o: number, l: number): ArrayBuffer } })
+    .file.mapFile;
+  const { header, types } = JSON.parse(fs.readFileSync(head, 'utf8')) as {
+    header: PlaidHeader;
+    types: Record<string, PartType>;
+  };
+  const arrays: Record<string, PartArray> = {};
+  for (const [name, type] of Object.entries(types)) {
+    const file = path.join(dir, `${name}.bin`);
+    const bytes = fs.statSync(file).size;
+    const buf = bytes === 0 ? new ArrayBuffer(0) : map(file, 0, bytes);
+    arrays[name] = new PART_TYPES[type](buf);
+  }
+  return { header, arrays };
 }

@@ -6,7 +6,8 @@
 //
 // Run: node dist/bench/plaid.js [--docs 100000] [--length 64] [--dim 128] [--topics 2000]
 //        [--queries 20] [--lq 32] [--centroids K] [--bits 2,4] [--sample N]
-//        [--grid def,NPROBExCANDIDATES[xRESCORE],...] [--threshold T]
+//        [--grid def,NPROBExCANDIDATES[xRESCORE[xbags]],...] [--threshold T] (xbags: PLAID's bag interaction)
+import os from 'node:os';
 import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
@@ -77,13 +78,21 @@ for (const BITS_NOW of BITS) {
   );
 
   console.log(
-    'k nprobe candidates rescore | recall@k | p50 ms p90 ms | x int8 | generated scored | ms: centroids lists interaction residual rescore',
+    'k nprobe candidates rescore | recall@k | p50 ms p90 ms | CPU ms/query | x int8 | generated scored | ms: centroids candidates select residual rescore | load',
   );
   for (const g of GRID.split(',')) {
     for (const k of [10, 100]) {
-      const def = defaultSearch(k);
+      const def = defaultSearch(k, DOCS);
       const [nprobe, candidates, rescore] =
         g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
+      const interaction =
+        g === 'def'
+          ? def.interaction
+          : g.endsWith('xbags')
+            ? 'bags'
+            : g.endsWith('xhybrid')
+              ? 'hybrid'
+              : 'lists';
       const lat: number[] = [];
       let found = 0;
       const stage = [0, 0, 0, 0, 0];
@@ -97,6 +106,7 @@ for (const BITS_NOW of BITS) {
         rescore: Math.max(k, rescore),
         threshold: THRESHOLD,
       });
+      const cpu0 = process.cpuUsage();
       for (let i = 0; i < NQ; i++) {
         const t0 = performance.now();
         const r = await index.search(queries[i], {
@@ -105,6 +115,7 @@ for (const BITS_NOW of BITS) {
           candidates,
           rescore: Math.max(k, rescore),
           threshold: THRESHOLD,
+          interaction,
         });
         lat.push(performance.now() - t0);
         const truth = new Set(exact[i].slice(0, k));
@@ -116,9 +127,10 @@ for (const BITS_NOW of BITS) {
         generated += r.stats.generated / NQ;
         scored += r.stats.scored / NQ;
       }
+      const cu = process.cpuUsage(cpu0);
       const p50 = pct(lat, 0.5);
       console.log(
-        `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')}`,
+        `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
       );
     }
   }

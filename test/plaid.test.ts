@@ -63,6 +63,7 @@ function referenceResidual(
   q: Float32Array,
   lq: number,
   doc: number,
+  int8 = false,
 ): { score: number; bound: number } {
   const d = ix.d;
   const b = { bits: ix.bits, d, cutoffs: new Float32Array(0), weights: weightsOf(ix), tables: ix.tables };
@@ -70,27 +71,38 @@ function referenceResidual(
   const t1 = ix.docOffsets[doc + 1];
   if (t1 === t0) return { score: Number.NEGATIVE_INFINITY, bound: 0 };
   const dec = decodeTokens(ix.centroids, b, ix.cids, ix.codes, t0, t1);
+  // int8 residual scoring (residual.h): one scale for the table, one per query token
+  let wmax = 0;
+  for (let k = 0; k < d; k++)
+    for (let e = 0; e < 1 << ix.bits; e++) wmax = Math.max(wmax, Math.abs(ix.tables[k * 16 + e]));
+  const sw = wmax > 0 ? wmax / 127 : 1;
   let score = 0;
   let bound = 0;
   for (let i = 0; i < lq; i++) {
     let best = Number.NEGATIVE_INFINITY;
     let mag = 0;
+    let qmax = 0;
+    for (let k = 0; k < d; k++) qmax = Math.max(qmax, Math.abs(q[i * d + k]));
+    const sq = qmax > 0 ? qmax / 127 : 1;
+    let quant = 0;
     for (let j = 0; j < t1 - t0; j++) {
       let s = 0;
       let m = 0;
+      let e8 = 0;
       const c = ix.cids[t0 + j] * d;
       for (let k = 0; k < d; k++) {
         s += q[i * d + k] * dec[j * d + k];
+        const r = Math.abs(dec[j * d + k] - ix.centroids[c + k]);
         // the kernel adds q.c and q.w separately: bound both parts and the decode's rounding
-        m +=
-          Math.abs(q[i * d + k]) *
-          (Math.abs(ix.centroids[c + k]) + Math.abs(dec[j * d + k] - ix.centroids[c + k]));
+        m += Math.abs(q[i * d + k]) * (Math.abs(ix.centroids[c + k]) + r);
+        e8 += (sq / 2) * r + (Math.abs(q[i * d + k]) + sq / 2) * (sw / 2);
       }
       if (s > best) best = s;
       if (m > mag) mag = m;
+      if (e8 > quant) quant = e8;
     }
     score += best;
-    bound += (2 * d + lq + 4) * U * mag;
+    bound += (2 * d + lq + 4) * U * mag + (int8 ? quant * (1 + 1e-5) : 0);
   }
   return { score, bound };
 }
@@ -212,7 +224,7 @@ describe('plaid kernels', () => {
       test(`${isa} ${bits}-bit: decompress-MaxSim and centroid interaction vs float64 (seed ${runSeed})`, () => {
         const rand = rng(runSeed + bits);
         for (const d of [1, 7, 32, 100]) {
-          const lengths = [0, 1, 15, 16, 17, 3, 0, 33, 64, 2, 48, 1];
+          const lengths = [0, 1, 15, 16, 17, 3, 0, 33, 64, 2, 48, 1, 200];
           const k = 1 + Math.floor(rand() * 40);
           const ix = randomIndex(rand, lengths, d, k, bits);
           addon.checkIndex(ix);
@@ -224,7 +236,7 @@ describe('plaid kernels', () => {
             const ci = addon.centroidDocs(ix, q, docs, keep, { isa });
             const ciAll = addon.centroidDocs(ix, q, docs, null, { isa });
             for (const b of docs) {
-              const ref = referenceResidual(ix, q, lq, b);
+              const ref = referenceResidual(ix, q, lq, b, isa === 'avx512vnni' && bits === 2);
               const ctx = `d ${d} lq ${lq} doc ${b} (length ${lengths[b]})`;
               if (lengths[b] === 0) assert.equal(got[b], Number.NEGATIVE_INFINITY, ctx);
               else if (lq === 0) assert.equal(got[b], 0, ctx);
@@ -277,10 +289,12 @@ function referenceSearch(
       qc[i * k + c] = s;
     }
   const probed = new Set<number>();
+  const perToken: number[][] = [];
   for (let i = 0; i < lq; i++) {
     const order = Array.from({ length: k }, (_, c) => c).sort(
       (a, b) => qc[i * k + b] - qc[i * k + a] || a - b,
     );
+    perToken.push(order.slice(0, nprobe));
     for (const c of order.slice(0, nprobe)) probed.add(c);
   }
   const keep = new Uint8Array(k);
@@ -293,8 +307,33 @@ function referenceSearch(
   for (const c of probed) for (let j = ix.ivfOffsets[c]; j < ix.ivfOffsets[c + 1]; j++) cand.add(ix.ivf[j]);
   const ci = [...cand].map((b) => ({ b, s: referenceCentroid(ix, q, lq, b, keep) }));
   ci.sort((x, y) => y.s - x.s || x.b - y.b);
-  const kept = ci.slice(0, candidates).map((x) => x.b);
-  return { generated: cand.size, probed: probed.size, kept };
+  // 'lists': per token the best probed centroid in the bag, else the token's nprobe-th best score
+  const lists = [...cand].map((b) => {
+    const bag = new Set(ix.bags.subarray(ix.bagOffsets[b], ix.bagOffsets[b + 1]));
+    let s = 0;
+    for (let i = 0; i < lq; i++) {
+      const best = perToken[i].find((c) => bag.has(c));
+      s += qc[i * k + (best ?? perToken[i][perToken[i].length - 1])];
+    }
+    return { b, s };
+  });
+  lists.sort((x, y) => y.s - x.s || x.b - y.b);
+  // 'hybrid': the lists' best 4 x candidates, then their bag interaction
+  const bagScore = new Map(ci.map((x) => [x.b, x.s]));
+  const hybrid = lists
+    .slice(0, 4 * candidates)
+    .map((x) => ({ b: x.b, s: bagScore.get(x.b) ?? 0 }))
+    .sort((x, y) => y.s - x.s || x.b - y.b);
+  return {
+    generated: cand.size,
+    probed: probed.size,
+    kept: ci.slice(0, candidates).map((x) => x.b),
+    keptLists: lists.slice(0, candidates).map((x) => x.b),
+    scores: new Map(ci.map((x) => [x.b, x.s])),
+    listScores: new Map(lists.map((x) => [x.b, x.s])),
+    keptHybrid: hybrid.slice(0, candidates).map((x) => x.b),
+    listCut: lists[Math.min(lists.length, 4 * candidates) - 1]?.s ?? 0,
+  };
 }
 
 describe('plaid search', () => {
@@ -309,21 +348,33 @@ describe('plaid search', () => {
       [48, 1000, Number.NEGATIVE_INFINITY],
     ]) {
       for (let qi = 0; qi < 6; qi++) {
-        const q = queries.data.subarray(qi * 9 * d, (qi + 1) * 9 * d);
-        const got = await addon.search(ix.native, q, { nprobe, candidates, threshold });
-        const ref = referenceSearch(ix.native, q, 9, nprobe, candidates, threshold);
-        const ctx = `nprobe ${nprobe} candidates ${candidates} threshold ${threshold} query ${qi}`;
-        assert.equal(got.stats.probed, ref.probed, ctx);
-        assert.equal(got.stats.generated, ref.generated, ctx);
-        assert.deepEqual(
-          [...got.ids].sort((a, b) => a - b),
-          [...ref.kept].sort((a, b) => a - b),
-          ctx,
-        );
-        const res = addon.scoreDocs(ix.native, q, got.ids, {});
-        assert.deepEqual(got.scores, res, `${ctx}: scores are the residual kernel's`);
-        for (let i = 1; i < got.ids.length; i++)
-          assert.ok(got.scores[i - 1] >= got.scores[i], `${ctx}: sorted`);
+        for (const interaction of ['bags', 'lists', 'hybrid'] as const) {
+          const q = queries.data.subarray(qi * 9 * d, (qi + 1) * 9 * d);
+          const got = await addon.search(ix.native, q, { nprobe, candidates, threshold, interaction });
+          const ref = referenceSearch(ix.native, q, 9, nprobe, candidates, threshold);
+          const ctx = `${interaction} nprobe ${nprobe} candidates ${candidates} threshold ${threshold} query ${qi}`;
+          assert.equal(got.stats.probed, ref.probed, ctx);
+          assert.equal(got.stats.generated, ref.generated, ctx);
+          // the kept set: equal up to float32 near-ties at the cut (the reference sums in float64)
+          const want =
+            interaction === 'bags' ? ref.kept : interaction === 'lists' ? ref.keptLists : ref.keptHybrid;
+          const sc = interaction === 'lists' ? ref.listScores : ref.scores;
+          const cut = sc.get(want[want.length - 1]) ?? 0;
+          const near = (x: number | undefined, c: number) =>
+            x !== undefined && Math.abs(x - c) <= 1e-5 * (1 + Math.abs(c));
+          // hybrid: also a near-tie at the lists' cut may enter or leave the bag stage
+          const tie = (b: number) =>
+            near(sc.get(b), cut) || (interaction === 'hybrid' && near(ref.listScores.get(b), ref.listCut));
+          const g = new Set(got.ids);
+          const w = new Set(want);
+          assert.equal(got.ids.length, want.length, ctx);
+          for (const b of want) assert.ok(g.has(b) || tie(b), `${ctx}: ${b} kept by the reference`);
+          for (const b of got.ids) assert.ok(w.has(b) || tie(b), `${ctx}: ${b} not kept by the reference`);
+          const res = addon.scoreDocs(ix.native, q, got.ids, {});
+          assert.deepEqual(got.scores, res, `${ctx}: scores are the residual kernel's`);
+          for (let i = 1; i < got.ids.length; i++)
+            assert.ok(got.scores[i - 1] >= got.scores[i], `${ctx}: sorted`);
+        }
       }
     }
   });
@@ -358,7 +409,9 @@ describe('plaid search', () => {
     const q = syntheticQueries(c, 1, 4, d, 12);
     const r = await ix.search(tokenMatrix(q.data, 4, d), { k: 5 });
     assert.equal(r.stats.scores, 'residual');
-    const res = addon.scoreDocs(ix.native, q.data, Int32Array.from(r.hits.map((h) => h.index)), {});
+    // final residual scores come from the fp32 kernel (the int8 one only ranks the candidates)
+    const fp32 = isas.includes('avx512vnni') ? { isa: 'avx512' as const } : {};
+    const res = addon.scoreDocs(ix.native, q.data, Int32Array.from(r.hits.map((h) => h.index)), fp32);
     assert.deepEqual(Float32Array.from(r.hits.map((h) => h.score)), res);
   });
 

@@ -269,18 +269,28 @@ Napi::Value Encode(const Napi::CallbackInfo& info) {
                               });
 }
 
+// The stages index qct rows by cid * lqp in int32: refuse a query too long for the index's K.
+void CheckQueryFits(Napi::Env env, const ResidualIndex& ix, int64_t lq) {
+  const int64_t lqp = std::max<int64_t>(16, (lq + 15) / 16 * 16);
+  if (ix.k * lqp >= (int64_t{1} << 31))
+    throw Expected(env, "query.length", "at most " + std::to_string(((int64_t{1} << 31) / ix.k) / 16 * 16 - 16) +
+                                            " tokens for " + std::to_string(ix.k) + " centroids",
+                   std::to_string(lq));
+}
+
 // checkIndex(index): every size, offset and id (O(index size)); throws a RangeError naming the first bad one.
 Napi::Value CheckIndex(const Napi::CallbackInfo& info) {
   ParseIndex(info.Env(), info[0], true);
   return info.Env().Undefined();
 }
 
-// search(index, query, { nprobe, candidates, threshold, threads, isa }) -> Promise<{ ids, scores, stats }>
+// search(index, query, { nprobe, candidates, threshold, interaction: 'lists' | 'bags' (default) | 'hybrid', threads, isa }) -> Promise<{ ids, scores, stats }>
 Napi::Value Search(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ResidualIndex ix = ParseIndex(env, info[0], false);
   int64_t lq = 0;
   const float* q = ParseQuery(env, info[1], ix.d, &lq);
+  CheckQueryFits(env, ix, lq);
   if (!info[2].IsObject()) throw Expected(env, "options", "an object", "another value");
   Napi::Object o = info[2].As<Napi::Object>();
   maxsim_cpu::ResidualSearchParams p;
@@ -288,6 +298,16 @@ Napi::Value Search(const Napi::CallbackInfo& info) {
   p.candidates = Int(env, o, "candidates", 1, int64_t{1} << 31);
   p.threshold = o.Get("threshold").IsNumber() ? o.Get("threshold").As<Napi::Number>().FloatValue() : -INFINITY;
   p.threads = Threads(o);
+  if (!o.Get("interaction").IsUndefined()) {
+    const Napi::Value v = o.Get("interaction");
+    const std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+    if (s != "lists" && s != "bags" && s != "hybrid")
+      throw Expected(env, "options.interaction", "'lists', 'bags' or 'hybrid'",
+                     v.IsString() ? "'" + s + "'" : "another value");
+    p.lists = s != "bags";
+    // hybrid: the lists keep 4x the candidates for the bag interaction
+    if (s == "hybrid") p.refine = 4 * p.candidates;
+  }
   const ResidualKernels* k = Kernels(env, o);
   auto out = std::make_shared<std::pair<std::vector<int32_t>, std::vector<float>>>();
   auto st = std::make_shared<maxsim_cpu::ResidualSearchStats>();
@@ -352,6 +372,7 @@ Napi::Value ScoreDocs(const Napi::CallbackInfo& info, bool centroid) {
   ResidualIndex ix = ParseIndex(env, info[0], false);
   int64_t lq = 0;
   const float* q = ParseQuery(env, info[1], ix.d, &lq);
+  CheckQueryFits(env, ix, lq);
   auto docs = Typed<int32_t>(env, info[2], "docs", "Int32Array");
   CheckIds(env, docs.Data(), docs.ElementLength(), ix.docs, "docs");
   const uint8_t* keep = nullptr;

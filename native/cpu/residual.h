@@ -28,11 +28,19 @@ constexpr int kResidualBlock = 16;
 constexpr int kResidualTable = 16;
 
 struct ResidualQuery {
-  const float* qt = nullptr;  // [d][lq]: query tokens transposed
-  const float* qc = nullptr;  // [lq][k]: q_i . centroid_c
+  const float* qt = nullptr;   // [d][lq]: query tokens transposed
+  const float* qct = nullptr;  // [k][lqp]: q_i . centroid_c (rows of lqp floats, k * lqp < 2^31)
   int64_t lq = 0;
+  int64_t lqp = 0;  // lq rounded up to a multiple of 16 (at least 16)
   int64_t k = 0;
   int64_t d = 0;
+  // The int8 form, filled for kernel sets with int8_residual (ResidualInt8Query): the query as
+  // q + 128 bytes in lane blocks [lqp / 16][dq][16][4] (dq = ceil(d / 4), zero past lq and d),
+  // per query token the scale sq_i * sw (0 past lq), and the residual table as int8 quads.
+  const uint8_t* q8 = nullptr;
+  const float* qscale = nullptr;  // [lqp]
+  const int8_t* tab8 = nullptr;   // [dq][16]: round(weight[4p + j][e] / sw) at byte 4j + e (2-bit)
+  int64_t dq = 0;
 };
 
 struct ResidualCodes {
@@ -61,9 +69,15 @@ struct ResidualKernels {
   // (a multiple of 16) floats; keep null: every centroid kept. scratch: lqp floats.
   float (*centroid_doc)(const float* qct, int64_t lqp, int64_t lq, const int32_t* bag, int64_t n,
                         const uint8_t* keep, float* scratch);
+  // residual_doc reads the int8 form of the query for these code widths (bit 1 << bits set): query
+  // and residual weights quantized to int8 (one scale per query token, one for the table), integer
+  // dot products (VPDPBUSD), fp32 q . c added per token before the max. Error per token pair at most
+  // sum_k |q_k| sw / 2 + (|w_k| + sw / 2) sq / 2 (sq, sw: the scales).
+  int int8_residual;
 };
 
 const ResidualKernels* ResidualAvx512();
+const ResidualKernels* ResidualAvx512Vnni();  // avx512's kernels, 2-bit residual scoring in int8
 const ResidualKernels* ResidualAvx2();
 const ResidualKernels* ResidualPortable();
 std::vector<const ResidualKernels*> UsableResidualKernels();
@@ -120,7 +134,13 @@ struct ResidualIndex {
 struct ResidualSearchParams {
   int64_t nprobe = 4;        // centroids probed per query token
   int64_t candidates = 256;  // documents kept by centroid interaction, scored by the residual kernel
-  float threshold = -INFINITY;  // centroid pruning: centroids whose best query-token score is below
+  float threshold = -INFINITY;  // centroid pruning (bags): centroids whose best query-token score is below
+  // candidate scoring: true = from the probed lists only (CandidatesByLists in residual.cc), false =
+  // centroid interaction over each reached document's whole bag
+  bool lists = false;
+  // lists only: > 0 keeps the lists' best max(refine, candidates), re-scored by the bag interaction
+  // ('hybrid': PLAID's stages 2 and 3 with the cheap list score as stage 2)
+  int64_t refine = 0;
   int threads = 0;
 };
 
@@ -129,6 +149,7 @@ struct ResidualSearchStats {
   int64_t generated = 0;  // documents reached through the inverted lists
   int64_t kept_centroids = 0;  // centroids above the pruning threshold
   int64_t scored = 0;     // documents scored by the residual kernel
+  // ms_candidates: the list walk (lists) or the union and bag interaction (bags); ms_interaction: the selection
   double ms_centroids = 0, ms_candidates = 0, ms_interaction = 0, ms_residual = 0;
 };
 

@@ -70,7 +70,8 @@ const maxsim_cpu::ResidualKernels kAvx2{"avx2",
                                         &AssignImpl<RAvx2, 2, 3>,
                                         &DotsImpl<RAvx2, 4>,
                                         &ResidualDispatch<RAvx2, 8>,
-                                        &CentroidDocImpl<RAvx2>};
+                                        &CentroidDocImpl<RAvx2>,
+                                        0};
 
 }  // namespace
 

@@ -68,7 +68,8 @@ const maxsim_cpu::ResidualKernels kAvx512{"avx512",
                                           &AssignImpl<RAvx512, 2, 6>,
                                           &DotsImpl<RAvx512, 8>,
                                           &ResidualDispatch<RAvx512, 12>,
-                                          &CentroidDocImpl<RAvx512>};
+                                          &CentroidDocImpl<RAvx512>,
+                                          0};
 
 }  // namespace
 

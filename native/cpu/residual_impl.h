@@ -167,6 +167,9 @@ inline double ResidualGroup(const ResidualQuery& q, const ResidualCodes& c, int6
       const int lo = static_cast<int>(start > tok0 ? start - tok0 : 0);
       const int hi = static_cast<int>(end - tok0 < V::W ? end - tok0 : V::W);
       if (lo >= hi) continue;
+      // q_i . centroid of each lane's token: row cid of qct, column i (k * lqp < 2^31: the driver checks)
+      int32_t at[V::W];
+      for (int l = 0; l < V::W; l++) at[l] = c.cids[tok0 + l] * static_cast<int32_t>(q.lqp);
       T acc[MQ];
 #pragma GCC unroll 16
       for (int m = 0; m < MQ; m++) acc[m] = V::zero();
@@ -178,7 +181,7 @@ inline double ResidualGroup(const ResidualQuery& q, const ResidualCodes& c, int6
       }
 #pragma GCC unroll 16
       for (int m = 0; m < MQ; m++) {
-        const T full = V::add(acc[m], V::gather(q.qc + (i0 + m) * q.k, c.cids + tok0));
+        const T full = V::add(acc[m], V::gather(q.qct + i0 + m, at));
         rm[m] = V::max(rm[m], V::keep_lanes(full, lo, hi));
       }
     }

@@ -97,7 +97,8 @@ const maxsim_cpu::ResidualKernels kPortable{"portable",
                                             &AssignImpl<RPortable, 2, 2>,
                                             &DotsImpl<RPortable, 4>,
                                             &ResidualDispatch<RPortable, 8>,
-                                            &CentroidDocImpl<RPortable>};
+                                            &CentroidDocImpl<RPortable>,
+                                            0};
 
 }  // namespace
 

@@ -26,6 +26,12 @@ export interface CorpusIndexOptions {
   rescore?: number;
   /** Centroid pruning threshold of the interaction stage (default: none). */
   threshold?: number;
+  /**
+   * How reached documents are scored before the residual stage (PlaidIndex.search): the GPU stages
+   * implement 'bags', the default there; the CPU default is 'lists'. 'auto' runs 'lists' and 'hybrid'
+   * on the CPU; backend 'cuda' with either is an error.
+   */
+  interaction?: 'lists' | 'bags' | 'hybrid';
 }
 
 export interface IndexStage {
@@ -48,11 +54,13 @@ export interface IndexSearchStats {
   indexedSegments: number;
   /** Live documents of unindexed segments, scanned exactly for each query. */
   scannedDocuments: number;
+  /** The interaction the stages ran ('bags' on the GPU). */
+  interaction: 'lists' | 'bags' | 'hybrid';
   stages: IndexStage[];
   isa: string;
 }
 
-const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold']);
+const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold', 'interaction']);
 const MAX = 1 << 24;
 
 function whole(name: string, v: unknown, min: number, max: number, why = ''): number {
@@ -66,11 +74,19 @@ export function indexSettings(
   value: unknown,
   k: number,
   centroids: number,
-): { nprobe: number; candidates: number; rescore: number; threshold: number } {
+  /** The corpus's documents: the defaults grow with it (defaultSearch). */
+  docs?: number,
+): {
+  nprobe: number;
+  candidates: number;
+  rescore: number;
+  threshold: number;
+  interaction: 'lists' | 'bags' | 'hybrid' | undefined;
+} {
   if (value !== undefined && (value === null || typeof value !== 'object' || Array.isArray(value)))
     throw new InvalidArgumentError(
       'index',
-      'false or an object { nprobe, candidates, rescore, threshold }',
+      'false or an object { nprobe, candidates, rescore, threshold, interaction }',
       describe(value),
     );
   const o = (value ?? {}) as Record<string, unknown>;
@@ -78,10 +94,18 @@ export function indexSettings(
     if (!KEYS.has(key))
       throw new InvalidArgumentError(
         `index.${key}`,
-        'one of nprobe, candidates, rescore, threshold',
+        'one of nprobe, candidates, rescore, threshold, interaction',
         'an unknown option',
       );
-  const def = defaultSearch(Math.max(1, k));
+  const def = defaultSearch(Math.max(1, k), docs);
+  const interaction = o.interaction;
+  if (
+    interaction !== undefined &&
+    interaction !== 'lists' &&
+    interaction !== 'bags' &&
+    interaction !== 'hybrid'
+  )
+    throw new InvalidArgumentError('index.interaction', "'lists', 'bags' or 'hybrid'", describe(interaction));
   const threshold = o.threshold ?? Number.NEGATIVE_INFINITY;
   if (typeof threshold !== 'number' || Number.isNaN(threshold) || threshold === Number.POSITIVE_INFINITY)
     throw new InvalidArgumentError(
@@ -106,6 +130,7 @@ export function indexSettings(
       ' (at least k)',
     ),
     threshold,
+    interaction,
   };
 }
 
@@ -159,7 +184,8 @@ export const gpuStages: {
   search: async (plaid, queries, options) => (await cudaSearchBatch(plaid, queries, options)).results,
   usable: (settings, queries, explicit) =>
     explicit ||
-    (plaidCudaReason() === undefined &&
+    ((settings.interaction ?? 'bags') === 'bags' &&
+      plaidCudaReason() === undefined &&
       settings.nprobe <= CUDA_MAX_NPROBE &&
       queries.lengths.subarray(0, queries.count).every((l) => l <= CUDA_MAX_QUERY)),
 };
@@ -209,6 +235,7 @@ export async function searchSegmentBatch(
       candidates: Math.max(settings.candidates, want),
       rescore: want,
       threshold: settings.threshold,
+      interaction: settings.interaction,
       threads,
     });
     hits.push(r.hits);
@@ -307,6 +334,9 @@ export async function searchThroughIndex(
       rescore: residualOnly ? 0 : settings.rescore,
       indexedSegments: index.manifest.segments.length,
       scannedDocuments: unindexed.length,
+      interaction: gpu
+        ? 'bags'
+        : (settings.interaction ?? defaultSearch(Math.max(1, k), file.info.documents).interaction),
       stages,
       isa,
     },
@@ -342,7 +372,13 @@ export async function searchIndexed(
       'float queries for a search through the index (or index: false)',
       "'int8'",
     );
-  const settings = indexSettings(options.index, k, file.index!.manifest.centroids);
+  const settings = indexSettings(options.index, k, file.index!.manifest.centroids, file.info.documents);
+  if (options.backend === 'cuda' && gpuStages.search && (settings.interaction ?? 'bags') !== 'bags')
+    throw new InvalidArgumentError(
+      'index.interaction',
+      "'bags' on the cuda backend (its stages implement the bag interaction; backend 'auto' runs the others on the CPU)",
+      `'${settings.interaction}'`,
+    );
   // backend 'cuda' (or 'auto' with a GPU) and GPU stages in the build: the stages there, the exact
   // re-score as on the CPU
   const backend = options.backend ?? 'auto';

@@ -5,7 +5,8 @@ import type { TokenBatch } from '../tensor.js';
 import type { AssignGroups } from './kmeans.js';
 
 /** CPU kernel sets of the residual engine. */
-export type ResidualIsa = 'avx512' | 'avx2' | 'portable';
+/** avx512vnni: avx512's kernels with the 2-bit residual scoring in int8 (VPDPBUSD; native/cpu/residual_vnni.cc). */
+export type ResidualIsa = 'avx512vnni' | 'avx512' | 'avx2' | 'portable';
 
 export interface KernelOptions {
   threads?: number;
@@ -62,7 +63,12 @@ interface ResidualAddon {
   search(
     index: NativeIndex,
     query: Float32Array,
-    o: KernelOptions & { nprobe: number; candidates: number; threshold?: number },
+    o: KernelOptions & {
+      nprobe: number;
+      candidates: number;
+      threshold?: number;
+      interaction?: 'lists' | 'bags' | 'hybrid';
+    },
   ): Promise<{ ids: Int32Array; scores: Float32Array; stats: NativeSearchStats }>;
   scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;
   centroidDocs(

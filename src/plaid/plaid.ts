@@ -27,6 +27,11 @@ import {
   totalTokens,
 } from '../tensor.js';
 import { type Buckets, fitBuckets } from './codec.js';
+import { defaultCentroids, defaultSearch } from './defaults.js';
+import { buildLists } from './lists.js';
+
+export { buildLists, defaultCentroids, defaultSearch };
+
 import { type CodecBackend, codecFor } from './cuda-codec.js';
 import { cudaSearchBatch } from './cuda-search.js';
 import {
@@ -107,8 +112,16 @@ export interface IndexSearchOptions extends KernelOptions {
   nprobe?: number;
   /** Documents kept by centroid interaction and scored on the residuals (default: defaultSearch). */
   candidates?: number;
-  /** Centroid pruning: centroids whose best query-token score is below it are left out of the bags. */
+  /** Centroid pruning ('bags'): centroids whose best query-token score is below it are left out of the bags. */
   threshold?: number;
+  /**
+   * How reached documents are scored before the residual stage: 'lists' (default: per query token
+   * the best of its probed centroids the document holds, its nprobe-th best centroid score when none;
+   * costs the probed lists' length) or 'bags' (PLAID's centroid interaction over each document's
+   * whole bag of centroids; costs the reached documents' bags) or 'hybrid' (the lists' best
+   * 4 x candidates re-scored on their whole bags).
+   */
+  interaction?: 'lists' | 'bags' | 'hybrid';
   /** Residual-scored documents re-scored exactly when tokens are kept (default: defaultSearch). */
   rescore?: number;
 }
@@ -128,19 +141,6 @@ export interface IndexSearchStats {
 export interface IndexSearchResult {
   hits: Hit[];
   stats: IndexSearchStats;
-}
-
-/** PLAID's K: 2^floor(log2(16 sqrt(tokens))), at least 1 and at most the token count. */
-export function defaultCentroids(tokens: number): number {
-  if (tokens < 1) return 1;
-  return Math.max(1, Math.min(tokens, 2 ** Math.floor(Math.log2(16 * Math.sqrt(tokens)))));
-}
-
-/** The search defaults for k hits (bench/plaid.ts measured them; docs/index.md has the curve). */
-export function defaultSearch(k: number): { nprobe: number; candidates: number; rescore: number } {
-  // 100K documents x 64 tokens, K = 2048, 2-bit: k = 10 at (8, 1024, 256) gave recall@10 0.970,
-  // k = 100 at (16, 2048, 512) recall@100 0.963 (bench/results/plaid-cpu.md)
-  return { nprobe: k <= 10 ? 8 : 16, candidates: Math.max(1024, 20 * k), rescore: Math.max(256, 5 * k) };
 }
 
 function checkBits(v: unknown): 2 | 4 {
@@ -287,23 +287,31 @@ export class PlaidIndex {
   async search(query: TokenMatrix, options: IndexSearchOptions): Promise<IndexSearchResult> {
     if (!isTokenMatrix(query))
       throw new InvalidArgumentError('query', 'a TokenMatrix (searchAll takes a batch)', typeof query);
-    options = optionsObject(options, 'k, nprobe, candidates, threshold, rescore, threads, isa');
+    options = optionsObject(options, 'k, nprobe, candidates, threshold, interaction, rescore, threads, isa');
     if (query.dtype === 'int8') throw new InvalidArgumentError('query.dtype', 'a float dtype', "'int8'");
     if (query.dim !== this.dim)
       throw new InvalidArgumentError('query.dim', `${this.dim} (the index's dim)`, String(query.dim));
     const k = expectInteger('options.k', options.k, 1);
-    const def = defaultSearch(k);
+    const def = defaultSearch(k, this.count);
     const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
     const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
     const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
     const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
     if (typeof threshold !== 'number' || Number.isNaN(threshold))
       throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
+    const interaction = options.interaction ?? def.interaction;
+    if (interaction !== 'lists' && interaction !== 'bags' && interaction !== 'hybrid')
+      throw new InvalidArgumentError(
+        'options.interaction',
+        "'lists', 'bags' or 'hybrid'",
+        String(interaction),
+      );
     const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
     const r = await residualAddon().search(this.native, q, {
       nprobe: Math.min(nprobe, this.centroids),
       candidates: Math.max(candidates, k),
       threshold,
+      interaction,
       threads: options.threads,
       isa: options.isa,
     });
@@ -316,7 +324,14 @@ export class PlaidIndex {
     options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number },
   ): Promise<IndexSearchResult[]> {
     if (options?.backend === 'cuda') {
-      const { backend: _, ...rest } = options;
+      // the CUDA stages implement PLAID's bag interaction only
+      const { backend: _, interaction, ...rest } = options;
+      if (interaction !== undefined && interaction !== 'bags')
+        throw new InvalidArgumentError(
+          'options.interaction',
+          "'bags' on the cuda backend (its stages implement the bag interaction)",
+          String(interaction),
+        );
       return (await cudaSearchBatch(this, queries, rest)).results;
     }
     if (!isTokenBatch(queries)) throw new InvalidArgumentError('queries', 'a TokenBatch', typeof queries);
@@ -358,11 +373,7 @@ export class PlaidIndex {
       },
       isa: st.isa,
     };
-    if (!this.#docs) {
-      const hits: Hit[] = [];
-      for (let i = 0; i < Math.min(k, r.ids.length); i++) hits.push({ index: r.ids[i], score: r.scores[i] });
-      return { hits, stats };
-    }
+    if (!this.#docs) return { hits: this.#residualHits(query, k, rescore, r, threads), stats };
     const t0 = performance.now();
     const ids = r.ids.subarray(0, Math.min(rescore, r.ids.length));
     const exact = await this.#exact(query, ids, threads);
@@ -373,6 +384,31 @@ export class PlaidIndex {
     stats.rescored = ids.length;
     stats.ms.rescore = performance.now() - t0;
     return { hits, stats };
+  }
+
+  // Without source tokens the residual scores are final: where the stage scored in int8, the best
+  // max(rescore, 4 k, 64) are re-scored by the fp32 kernel, so returned scores are the decoded MaxSim.
+  #residualHits(
+    query: TokenMatrix,
+    k: number,
+    rescore: number,
+    r: { ids: Int32Array; scores: Float32Array; stats: NativeSearchStats },
+    threads: number | undefined,
+  ): Hit[] {
+    let { ids, scores } = r;
+    if (r.stats.isa === 'avx512vnni' && this.bits === 2) {
+      ids = ids.subarray(0, Math.min(ids.length, Math.max(rescore, 4 * k, 64)));
+      const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
+      scores = residualAddon().scoreDocs(this.native, q, ids, { threads, isa: 'avx512' });
+      const order = Array.from(ids.keys()).sort((a, b) =>
+        better(scores[a], ids[a], scores[b], ids[b]) ? -1 : 1,
+      );
+      ids = Int32Array.from(order, (i) => ids[i]);
+      scores = Float32Array.from(order, (i) => scores[i]);
+    }
+    const hits: Hit[] = [];
+    for (let i = 0; i < Math.min(k, ids.length); i++) hits.push({ index: ids[i], score: scores[i] });
+    return hits;
   }
 
   // Exact MaxSim of the listed documents, part by part.
@@ -551,43 +587,4 @@ async function encodeParts(
     }
   }
   return { cids, codes, sqError };
-}
-
-/** Document offsets, bags (distinct centroids of each document, ascending) and inverted lists. */
-export function buildLists(
-  lengths: Int32Array,
-  cids: Int32Array,
-  k: number,
-): Pick<NativeIndex, 'docOffsets' | 'bagOffsets' | 'bags' | 'ivfOffsets' | 'ivf'> {
-  const n = lengths.length;
-  const docOffsets = new Float64Array(n + 1);
-  for (let b = 0; b < n; b++) docOffsets[b + 1] = docOffsets[b] + lengths[b];
-  const seen = new Int32Array(k).fill(-1);
-  const bagOffsets = new Float64Array(n + 1);
-  let bags = new Int32Array(Math.max(16, Math.min(docOffsets[n], 1 << 20)));
-  let m = 0;
-  const counts = new Float64Array(k + 1);
-  for (let b = 0; b < n; b++) {
-    const from = m;
-    for (let t = docOffsets[b]; t < docOffsets[b + 1]; t++) {
-      const c = cids[t];
-      if (seen[c] === b) continue;
-      seen[c] = b;
-      if (m === bags.length) {
-        const grown = new Int32Array(bags.length * 2);
-        grown.set(bags);
-        bags = grown;
-      }
-      bags[m++] = c;
-      counts[c + 1]++;
-    }
-    bags.subarray(from, m).sort();
-    bagOffsets[b + 1] = m;
-  }
-  for (let c = 0; c < k; c++) counts[c + 1] += counts[c];
-  const ivf = new Int32Array(m);
-  const cursor = counts.slice(0, k);
-  for (let b = 0; b < n; b++)
-    for (let j = bagOffsets[b]; j < bagOffsets[b + 1]; j++) ivf[cursor[bags[j]]++] = b;
-  return { docOffsets, bagOffsets, bags: bags.slice(0, m), ivfOffsets: counts, ivf };
 }

@@ -21,7 +21,8 @@ import { skip } from './helpers.js';
 
 const addon = residualAddon();
 // the CPU kernel set whose arithmetic the GPU mirrors (portable may not fuse the multiply-add)
-const fmaIsa = addon.isas().find((i) => i !== 'portable');
+// the fp32 FMA kernel set the GPU stages follow (avx512vnni scores the residuals in int8)
+const fmaIsa = addon.isas().find((i) => i !== 'portable' && i !== 'avx512vnni');
 
 function corpus(
   docs: number,
@@ -309,7 +310,8 @@ describe('CUDA plaid search', { skip }, () => {
       { k: 10, nprobe: 8, candidates: 200, rescore: 50, threshold: 0.35 },
     ]) {
       const gpu = await index.searchAll(queries, { ...o, backend: 'cuda' });
-      const cpu = await index.searchAll(queries, { ...o, isa: fmaIsa });
+      // the CPU side runs the interaction the GPU implements (the CPU default is 'lists')
+      const cpu = await index.searchAll(queries, { ...o, isa: fmaIsa, interaction: 'bags' });
       for (let qi = 0; qi < queries.count; qi++) {
         const g = gpu[qi].hits;
         const c = cpu[qi].hits;
@@ -345,7 +347,13 @@ describe('CUDA plaid search', { skip }, () => {
     const q = syntheticQueries(c, 5, 8, 32, 3);
     const queries = raggedBatch(q.data, [0, 8, 16, 24, 32, 40], { dim: 32 });
     const gpu = await index.searchAll(queries, { k: 7, nprobe: 3, candidates: 64, backend: 'cuda' });
-    const cpu = await index.searchAll(queries, { k: 7, nprobe: 3, candidates: 64, isa: fmaIsa });
+    const cpu = await index.searchAll(queries, {
+      k: 7,
+      nprobe: 3,
+      candidates: 64,
+      isa: fmaIsa,
+      interaction: 'bags',
+    });
     for (let i = 0; i < 5; i++) {
       assert.deepEqual(gpu[i].hits, cpu[i].hits, `query ${i}`);
       assert.equal(gpu[i].stats.scores, 'residual');
@@ -470,7 +478,10 @@ describe('CUDA plaid corpus', { skip }, () => {
       );
       const corp = openCorpus(dirs[0]);
       try {
-        const o = { topK: 7, index: { nprobe: 6, candidates: 200, rescore: 50 } };
+        const o = {
+          topK: 7,
+          index: { nprobe: 6, candidates: 200, rescore: 50, interaction: 'bags' as const },
+        };
         const gpu = await corp.searchWithStats(queries, { ...o, backend: 'cuda' });
         const cpu = await corp.searchWithStats(queries, { ...o, backend: 'cpu' });
         assert.equal(gpu.stats.backend, 'cuda');

@@ -1,0 +1,25 @@
+// The index's defaults: K for a token count, and the search settings for k hits over a corpus size
+// (from the measured curves of bench/results/plaid-cpu.md; docs/index.md explains them).
+
+/** PLAID's K: 2^floor(log2(16 sqrt(tokens))), at least 1 and at most the token count. */
+export function defaultCentroids(tokens: number): number {
+  if (tokens < 1) return 1;
+  return Math.max(1, Math.min(tokens, 2 ** Math.floor(Math.log2(16 * Math.sqrt(tokens)))));
+}
+
+/**
+ * The search defaults for k hits over `docs` documents (default 100,000), from the recall / latency
+ * curves of bench/results/plaid-cpu.md (structured synthetic corpus, 64 tokens per document, d = 128,
+ * K = defaultCentroids, 2-bit): the probes and candidates grow with sqrt(docs / 100K) (nprobe 16 and
+ * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring with its fourth root (512, 1,024).
+ */
+export function defaultSearch(
+  k: number,
+  docs = 100_000,
+): { nprobe: number; candidates: number; rescore: number; interaction: 'lists' } {
+  const scale = Math.sqrt(Math.max(1, docs) / 100_000);
+  const nprobe = Math.min(128, 2 ** Math.ceil(Math.log2(Math.max(8, 16 * scale))));
+  const candidates = Math.max(20 * k, 1024 * Math.max(1, Math.round(4 * scale)));
+  const rescore = Math.max(5 * k, 256 * Math.max(1, Math.round(2 * Math.sqrt(scale))));
+  return { nprobe, candidates, rescore, interaction: 'lists' };
+}
