@@ -104,7 +104,7 @@ export class Device implements CudaDevice {
     const limits = nativeCuda().selectKernelInfo;
     if (typeof limits !== 'object' || limits === null)
       throw new BackendUnavailableError(
-        'the native addon reports no selection limits (cuda.selectKernelInfo; it predates them); run `npm rebuild maxsim`',
+        'the native addon reports no selection limits (cuda.selectKernelInfo; it predates them); reinstall maxsim or rebuild it: `node node_modules/maxsim/scripts/build-native.mjs`',
       );
     return planSelect(shape, limits, this.kernels);
   }

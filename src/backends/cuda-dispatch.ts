@@ -315,7 +315,7 @@ export function readDispatchTable(path: string = variantsPath): DispatchTable {
     text = readFileSync(path, 'utf8');
   } catch (e) {
     throw new BackendUnavailableError(
-      `CUDA kernel table ${path} cannot be read (${(e as Error).message}): the maxsim install is broken; run \`npm rebuild maxsim\``,
+      `CUDA kernel table ${path} cannot be read (${(e as Error).message}): the maxsim install is broken; reinstall maxsim or rebuild it: \`node node_modules/maxsim/scripts/build-native.mjs\``,
     );
   }
   let json: unknown;

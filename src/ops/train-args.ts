@@ -131,7 +131,7 @@ export function cudaAddon(): CudaTrainAddon {
     typeof cuda.trainKernelInfo !== 'object'
   ) {
     throw new BackendUnavailableError(
-      'CUDA backend unavailable for training: the native addon has no CUDA training entry points (it predates them); run `npm rebuild maxsim`',
+      'CUDA backend unavailable for training: the native addon has no CUDA training entry points (it predates them); reinstall maxsim or rebuild it: `node node_modules/maxsim/scripts/build-native.mjs`',
     );
   }
   return cuda as CudaTrainAddon;

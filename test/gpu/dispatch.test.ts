@@ -426,7 +426,7 @@ describe('CUDA dispatcher', () => {
       (e) =>
         e instanceof BackendUnavailableError &&
         e.message.includes(missing) &&
-        /npm rebuild maxsim/.test(e.message),
+        /build-native\.mjs/.test(e.message),
     );
     writeFileSync(missing, '[{');
     assert.throws(
