@@ -132,9 +132,10 @@ describe('corpus index: appends and drift', () => {
     assert.equal(pending.stats.index?.scannedDocuments, 40);
     const like = await indexCorpus(dir);
     assert.equal(like.encoded, 1);
-    // like documents: low drift (seeds give 0.01-0.06 at this size); the advice follows the 0.05 rule
+    // like documents: low drift (seeds give 0.01-0.06 at this size). The advice follows the 0.05 rule on
+    // the corpus-wide drift (info.index.drift), not on this batch's drift (like.drift).
     assert.ok(like.drift < 0.1, `drift of like documents ${like.drift}`);
-    assert.equal(like.rebuildAdvised, like.drift > 0.05);
+    assert.equal(like.rebuildAdvised, like.info.index!.drift > 0.05);
     const w2 = CorpusWriter.append(dir);
     w2.add(
       docsOf(80, 700, 3),
