@@ -21,7 +21,7 @@ import { fromPartsChecked } from '../src/plaid/parts.js';
 import { buildIndex, defaultSearch, PlaidIndex } from '../src/plaid/plaid.js';
 import { streamedQueries, streamedSynthetic } from '../src/plaid/synthetic.js';
 import { denseBatch, type TokenMatrix, tokenMatrix } from '../src/tensor.js';
-import { arg, pct } from './plaid-common.js';
+import { arg, gridCell, pct } from './plaid-common.js';
 import { loadIndexParts, mapShards, type ShardSpec, saveIndexParts, writeShards } from './plaid-shards.js';
 
 const DOCS = Number(arg('docs', '1000000'));
@@ -153,7 +153,7 @@ else {
 // int8 full scan, one query at a time, summed over the shards (quantizing a shard is not timed)
 const int8Ms = new Array(SCANQ).fill(0);
 const q8 = queries.slice(0, SCANQ).map((q) => quantize(q, 'int8'));
-for (const p of parts) {
+for (const p of SCANQ > 0 ? parts : []) {
   const d8 = quantize(p, 'int8');
   for (let q = 0; q < SCANQ; q++) {
     const t = performance.now();
@@ -162,7 +162,9 @@ for (const p of parts) {
   }
 }
 const int8 = pct(int8Ms, 0.5);
-log(`int8 full scan: p50 ${(int8 / 1000).toFixed(2)} s per query (${SCANQ} queries, one at a time)`);
+if (SCANQ > 0)
+  log(`int8 full scan: p50 ${(int8 / 1000).toFixed(2)} s per query (${SCANQ} queries, one at a time)`);
+else log('int8 full scan: skipped (--scan-queries 0; the x int8 column is blank)');
 
 // one untimed pass over the queries: the grid measures a warm page cache (index and touched source pages)
 for (const q of queries) await index.search(q, { k: 10 });
@@ -173,16 +175,7 @@ console.log(
 for (const g of GRID.split(',')) {
   for (const k of [10, 100]) {
     const def = defaultSearch(k, DOCS);
-    const [nprobe, candidates, rescore] =
-      g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
-    const interaction: 'bags' | 'lists' | 'hybrid' =
-      g === 'def'
-        ? def.interaction
-        : g.endsWith('xbags')
-          ? 'bags'
-          : g.endsWith('xhybrid')
-            ? 'hybrid'
-            : 'lists';
+    const { nprobe, candidates, rescore, interaction } = gridCell(g, def);
     const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), interaction };
     await index.search(queries[0], o);
     const lat: number[] = [];
@@ -205,7 +198,7 @@ for (const g of GRID.split(',')) {
     const cu = process.cpuUsage(cpu0);
     const p50 = pct(lat, 0.5);
     console.log(
-      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${o.rescore}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(int8 / p50).toFixed(0)}x | ${generated.toFixed(0)} ${Math.min(candidates, generated).toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
+      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${o.rescore}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${SCANQ > 0 ? `${(int8 / p50).toFixed(0)}x` : '-'} | ${generated.toFixed(0)} ${Math.min(candidates, generated).toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
     );
   }
 }

@@ -13,7 +13,7 @@ import { quantize } from '../src/ops/quantize.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../src/plaid/synthetic.js';
 import { raggedBatch, type TokenMatrix, tokenMatrix } from '../src/tensor.js';
-import { arg, pct } from './plaid-common.js';
+import { arg, gridCell, pct } from './plaid-common.js';
 
 const DOCS = Number(arg('docs', '100000'));
 const LEN = Number(arg('length', '64'));
@@ -83,16 +83,7 @@ for (const BITS_NOW of BITS) {
   for (const g of GRID.split(',')) {
     for (const k of [10, 100]) {
       const def = defaultSearch(k, DOCS);
-      const [nprobe, candidates, rescore] =
-        g === 'def' ? [def.nprobe, def.candidates, def.rescore] : g.split('x').map(Number);
-      const interaction =
-        g === 'def'
-          ? def.interaction
-          : g.endsWith('xbags')
-            ? 'bags'
-            : g.endsWith('xhybrid')
-              ? 'hybrid'
-              : 'lists';
+      const { nprobe, candidates, rescore, interaction } = gridCell(g, def);
       const lat: number[] = [];
       let found = 0;
       const stage = [0, 0, 0, 0, 0];

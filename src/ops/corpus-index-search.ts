@@ -12,7 +12,7 @@ import { describeValue as describe } from '../io/corpus/manifest.js';
 import { plaidCudaReason } from '../plaid/cuda-native.js';
 import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY } from '../plaid/cuda-plan.js';
 import { cudaSearchBatch } from '../plaid/cuda-search.js';
-import { defaultSearch, type PlaidIndex } from '../plaid/plaid.js';
+import { defaultSearch, INTERACTIONS, type IndexInteraction, type PlaidIndex } from '../plaid/plaid.js';
 import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
 import { mergeHits } from './corpus-hits.js';
 import { snapshotQueries } from './corpus-queries.js';
@@ -31,7 +31,7 @@ export interface CorpusIndexOptions {
    * implement 'bags', the default there; the CPU default is 'lists'. 'auto' runs 'lists' and 'hybrid'
    * on the CPU; backend 'cuda' with either is an error.
    */
-  interaction?: 'lists' | 'bags' | 'hybrid';
+  interaction?: IndexInteraction;
 }
 
 export interface IndexStage {
@@ -55,7 +55,7 @@ export interface IndexSearchStats {
   /** Live documents of unindexed segments, scanned exactly for each query. */
   scannedDocuments: number;
   /** The interaction the stages ran ('bags' on the GPU). */
-  interaction: 'lists' | 'bags' | 'hybrid';
+  interaction: IndexInteraction;
   stages: IndexStage[];
   isa: string;
 }
@@ -81,7 +81,7 @@ export function indexSettings(
   candidates: number;
   rescore: number;
   threshold: number;
-  interaction: 'lists' | 'bags' | 'hybrid' | undefined;
+  interaction: IndexInteraction | undefined;
 } {
   if (value !== undefined && (value === null || typeof value !== 'object' || Array.isArray(value)))
     throw new InvalidArgumentError(
@@ -98,13 +98,8 @@ export function indexSettings(
         'an unknown option',
       );
   const def = defaultSearch(Math.max(1, k), docs);
-  const interaction = o.interaction;
-  if (
-    interaction !== undefined &&
-    interaction !== 'lists' &&
-    interaction !== 'bags' &&
-    interaction !== 'hybrid'
-  )
+  const interaction = o.interaction as IndexInteraction | undefined;
+  if (interaction !== undefined && !INTERACTIONS.includes(interaction))
     throw new InvalidArgumentError('index.interaction', "'lists', 'bags' or 'hybrid'", describe(interaction));
   const threshold = o.threshold ?? Number.NEGATIVE_INFINITY;
   if (typeof threshold !== 'number' || Number.isNaN(threshold) || threshold === Number.POSITIVE_INFINITY)

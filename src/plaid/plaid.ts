@@ -105,6 +105,10 @@ export interface BuildStats {
   backend?: 'cpu' | 'cuda';
 }
 
+/** How reached documents are scored before the residual stage (IndexSearchOptions.interaction). */
+export type IndexInteraction = 'lists' | 'bags' | 'hybrid';
+export const INTERACTIONS: readonly IndexInteraction[] = ['lists', 'bags', 'hybrid'];
+
 export interface IndexSearchOptions extends KernelOptions {
   /** Hits to return. */
   k: number;
@@ -121,7 +125,7 @@ export interface IndexSearchOptions extends KernelOptions {
    * whole bag of centroids; costs the reached documents' bags) or 'hybrid' (the lists' best
    * 4 x candidates re-scored on their whole bags).
    */
-  interaction?: 'lists' | 'bags' | 'hybrid';
+  interaction?: IndexInteraction;
   /** Residual-scored documents re-scored exactly when tokens are kept (default: defaultSearch). */
   rescore?: number;
 }
@@ -300,7 +304,7 @@ export class PlaidIndex {
     if (typeof threshold !== 'number' || Number.isNaN(threshold))
       throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
     const interaction = options.interaction ?? def.interaction;
-    if (interaction !== 'lists' && interaction !== 'bags' && interaction !== 'hybrid')
+    if (!INTERACTIONS.includes(interaction))
       throw new InvalidArgumentError(
         'options.interaction',
         "'lists', 'bags' or 'hybrid'",
