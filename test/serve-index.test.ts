@@ -74,12 +74,21 @@ describe('serve through the index', () => {
     assert.deepEqual(t.json.results, await library(c, q, 10, tuned));
     assert.equal(t.json.stats.index.nprobe, 4);
     assert.equal(t.json.stats.index.candidates, 40);
+    assert.equal(t.json.stats.index.interaction, 'lists');
+    for (const interaction of ['bags', 'hybrid'] as const) {
+      const o = { ...tuned, interaction };
+      const b = await post(`${url}/v1/search`, { ...body, index: o });
+      assert.equal(b.status, 200, b.text);
+      assert.deepEqual(b.json.results, await library(c, q, 10, o));
+      assert.equal(b.json.stats.index.interaction, interaction);
+    }
 
     // bad settings: 400 naming the field, before any pass
     for (const [index, field] of [
       [{ nprobe: 0 }, 'index.nprobe'],
       [{ nprobe: 33 }, 'index.nprobe'],
       [{ rescore: 3 }, 'index.rescore'],
+      [{ interaction: 'warp' }, 'index.interaction'],
       [{ nprob: 3 }, undefined],
       ['fast', undefined],
     ] as const)

@@ -40,6 +40,7 @@ export interface PassStats {
     nprobe: number;
     candidates: number;
     rescore: number;
+    interaction: string;
     indexed_segments: number;
     scanned_documents: number;
     stages: IndexStage[];
@@ -136,6 +137,7 @@ export function passStats(
       nprobe: ix.nprobe,
       candidates: ix.candidates,
       rescore: ix.rescore,
+      interaction: ix.interaction,
       indexed_segments: ix.indexedSegments,
       scanned_documents: ix.scannedDocuments,
       stages: ix.stages.map((s) => ({ name: s.name, candidates: s.candidates, ms: round(s.ms) })),

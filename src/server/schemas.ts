@@ -85,6 +85,12 @@ const IndexSettings = Type.Union(
           Type.Integer({ description: 'residual-scored documents re-scored exactly (>= top_k)' }),
         ),
         threshold: Type.Optional(Type.Number({ description: 'centroid pruning threshold (default none)' })),
+        interaction: Type.Optional(
+          Type.Union([Type.Literal('lists'), Type.Literal('bags'), Type.Literal('hybrid')], {
+            description:
+              "how reached documents are ranked before the residual stage (CPU default 'lists'; the GPU runs 'bags')",
+          }),
+        ),
       },
       strict,
     ),
@@ -155,6 +161,7 @@ const SearchStats = Type.Object(
         nprobe: Type.Integer(),
         candidates: Type.Integer(),
         rescore: Type.Integer(),
+        interaction: Type.String({ description: "the interaction the stages ran ('bags' on the GPU)" }),
         indexed_segments: Type.Integer(),
         scanned_documents: Type.Integer({ description: 'documents of unindexed segments, scanned exactly' }),
         stages: Type.Array(Stage, { description: "the pass's stages (all its queries)" }),
