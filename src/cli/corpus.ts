@@ -217,158 +217,176 @@ function inputOptions(command: Command): Command {
     );
 }
 
+/** `corpus build`: a new corpus from files or texts. */
+function buildCommand(): Command {
+  return textOptions(
+    inputOptions(
+      new Command('build').description(
+        'write a new corpus from .npy / .safetensors documents (streamed), or from texts with --texts --model',
+      ),
+    ),
+  )
+    .requiredOption('--out <dir>', 'the corpus directory to create (e.g. docs.msx)')
+    .addOption(new Option('--dtype <dtype>', 'storage dtype').choices(Object.keys(DTYPES)).default('fp16'))
+    .action(buildAction(false));
+}
+
+/** `corpus append`: a new segment. */
+function appendCommand(): Command {
+  return inputOptions(
+    new Command('append').description('add documents to a corpus (a new segment, published atomically)'),
+  )
+    .argument('[dir]', 'the corpus directory to append to')
+    .addOption(new Option('--out <dir>', 'the corpus directory (an alias of DIR)').hideHelp())
+    .addOption(new Option('--dtype <dtype>').hideHelp().default('fp16'))
+    .action(buildAction(true));
+}
+
+/** `corpus info`: the header, every checksum verified. */
+function infoCommand(): Command {
+  return new Command('info')
+    .description('print a corpus header and verify every checksum')
+    .argument('<dir>', 'the corpus directory')
+    .option('--no-verify', 'skip reading the token data (headers, offsets and ids are always checked)')
+    .option('--json', 'print JSON')
+    .action((dir: string, opts: { verify: boolean; json?: boolean }) => {
+      const c = openCorpus(dir);
+      if (opts.verify) {
+        const bar = new Progress('verify', c.info.tokenBytes);
+        c.verify((p) => bar.update(p.bytes));
+        bar.finish();
+      }
+      printInfo(c.info, opts.json, { checksums: opts.verify ? 'ok' : 'not read (--no-verify)' });
+    });
+}
+
+/** `corpus delete`: tombstones by id. */
+function deleteCommand(): Command {
+  return new Command('delete')
+    .description(
+      'delete documents by id (tombstones published atomically; searches and get skip them; `compact` reclaims the space)',
+    )
+    .argument('<dir>', 'the corpus directory')
+    .requiredOption(
+      '--ids <file>',
+      'ids to delete, one per line (indices for a corpus without ids; - for stdin)',
+    )
+    .option(
+      '--ignore-missing',
+      'skip ids that are not live documents (unknown or deleted already) instead of failing: a retried delete succeeds',
+    )
+    .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
+    .option('--json', 'print the corpus summary as JSON')
+    .action((dir: string, opts: { ids: string; wait?: string; json?: boolean; ignoreMissing?: boolean }) => {
+      const r = deleteDocuments(dir, readIdList(opts.ids), {
+        waitMs: waitMs(opts.wait),
+        ignoreMissing: opts.ignoreMissing === true,
+      });
+      if (r.absent.length > 0 && !opts.json)
+        process.stderr.write(
+          `skipped ${r.absent.length} id${r.absent.length === 1 ? '' : 's'} that ${r.absent.length === 1 ? 'is' : 'are'} not live documents (--ignore-missing)\n`,
+        );
+      printInfo(r.info, opts.json, { 'deleted now': String(r.deleted.length) }, { absent: r.absent });
+    });
+}
+
+/** `corpus get`: documents by id to .npy. */
+function getCommand(): Command {
+  return new Command('get')
+    .description(
+      'write documents by id to .npy: float32 tokens [T, d] and int64 offsets [B+1], in request order',
+    )
+    .argument('<dir>', 'the corpus directory')
+    .requiredOption('--ids <file>', 'ids, one per line (indices for a corpus without ids; - for stdin)')
+    .requiredOption('--out <file.npy>', 'the tokens, float32 [T, d] (int8 corpora: dequantized)')
+    .requiredOption('--out-offsets <file.npy>', 'the token offsets of the documents, int64 [B+1]')
+    .action((dir: string, opts: { ids: string; out: string; outOffsets: string }) => {
+      refuseInsideCorpus(opts.out, '--out');
+      refuseInsideCorpus(opts.outOffsets, '--out-offsets');
+      const c = openCorpus(dir);
+      const docs = c.get(readIdList(opts.ids));
+      const dim = docs.dim;
+      const total = docs.lengths.reduce((a, b) => a + b, 0);
+      const out = new Float32Array(total * dim);
+      const offsets = new BigInt64Array(docs.count + 1);
+      let at = 0;
+      for (let i = 0; i < docs.count; i++) {
+        const n = docs.lengths[i];
+        const rows = docs.data.subarray(docs.starts[i] * dim, (docs.starts[i] + n) * dim);
+        if (docs.dtype === 'int8') {
+          for (let t = 0; t < n; t++) {
+            const scale = docs.scales![docs.starts[i] + t];
+            for (let j = 0; j < dim; j++) out[(at + t) * dim + j] = rows[t * dim + j] * scale;
+          }
+        } else out.set(decodeToFloat32(rows, docs.dtype as FloatDType, dim), at * dim);
+        at += n;
+        offsets[i + 1] = BigInt(at);
+      }
+      writeNpy(opts.out, { dtype: 'float32', shape: [total, dim], data: out });
+      writeNpy(opts.outOffsets, { dtype: 'int64', shape: [docs.count + 1], data: offsets });
+      process.stderr.write(`wrote ${docs.count} document(s), ${total} token(s)\n`);
+    });
+}
+
+/** `corpus compact`: the live documents into one segment. */
+function compactCommand(): Command {
+  return new Command('compact')
+    .description(
+      'rewrite the live documents into one fresh segment without tombstones (crash-safe; document indices change)',
+    )
+    .argument('<dir>', 'the corpus directory')
+    .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
+    .option('--json', 'print the corpus summary as JSON')
+    .action(async (dir: string, opts: { wait?: string; json?: boolean }) => {
+      let bar: Progress | undefined;
+      const compacted = CorpusWriter.compact(dir, {
+        waitMs: waitMs(opts.wait),
+        onProgress: (done, total) => {
+          bar ??= new Progress('compact', total);
+          bar.update(done);
+        },
+      });
+      bar?.finish();
+      printInfo((await indexAfterWrite(dir, waitMs(opts.wait))) ?? compacted, opts.json);
+    });
+}
+
+/** `corpus recover`: a MANIFEST rebuilt from the segments. */
+function recoverCommand(): Command {
+  return new Command('recover')
+    .description(
+      'rebuild a lost or damaged MANIFEST from the intact segment files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
+    )
+    .argument('<dir>', 'the corpus directory')
+    .option(
+      '--no-verify',
+      'adopt segments without re-reading their tokens (headers, offsets, ids are checked)',
+    )
+    .option('--wait <seconds>', 'when a writer holds the corpus, wait up to this long')
+    .option('--json', 'print JSON')
+    .action((dir: string, opts: { verify: boolean; wait?: string; json?: boolean }) => {
+      const r = recoverCorpus(dir, { verify: opts.verify, waitMs: waitMs(opts.wait) });
+      for (const s of r.skipped) process.stderr.write(`skipped ${s.reason}\n`);
+      if (r.damagedManifest) process.stderr.write(`the damaged MANIFEST was kept as ${r.damagedManifest}\n`);
+      printInfo(r.info, opts.json, {
+        recovered: `${r.info.segments} segment(s)`,
+        skipped: String(r.skipped.length),
+      });
+    });
+}
+
 export function corpusCommand(): Command {
   const corpus = new Command('corpus').description(
     'build, grow and inspect on-disk corpora (a directory, e.g. docs.msx)',
   );
-  corpus.addCommand(
-    textOptions(
-      inputOptions(
-        new Command('build').description(
-          'write a new corpus from .npy / .safetensors documents (streamed), or from texts with --texts --model',
-        ),
-      ),
-    )
-      .requiredOption('--out <dir>', 'the corpus directory to create (e.g. docs.msx)')
-      .addOption(new Option('--dtype <dtype>', 'storage dtype').choices(Object.keys(DTYPES)).default('fp16'))
-      .action(buildAction(false)),
-  );
-  corpus.addCommand(
-    inputOptions(
-      new Command('append').description('add documents to a corpus (a new segment, published atomically)'),
-    )
-      .argument('[dir]', 'the corpus directory to append to')
-      .addOption(new Option('--out <dir>', 'the corpus directory (an alias of DIR)').hideHelp())
-      .addOption(new Option('--dtype <dtype>').hideHelp().default('fp16'))
-      .action(buildAction(true)),
-  );
-  corpus.addCommand(
-    new Command('info')
-      .description('print a corpus header and verify every checksum')
-      .argument('<dir>', 'the corpus directory')
-      .option('--no-verify', 'skip reading the token data (headers, offsets and ids are always checked)')
-      .option('--json', 'print JSON')
-      .action((dir: string, opts: { verify: boolean; json?: boolean }) => {
-        const c = openCorpus(dir);
-        if (opts.verify) {
-          const bar = new Progress('verify', c.info.tokenBytes);
-          c.verify((p) => bar.update(p.bytes));
-          bar.finish();
-        }
-        printInfo(c.info, opts.json, { checksums: opts.verify ? 'ok' : 'not read (--no-verify)' });
-      }),
-  );
-  corpus.addCommand(
-    new Command('delete')
-      .description(
-        'delete documents by id (tombstones published atomically; searches and get skip them; `compact` reclaims the space)',
-      )
-      .argument('<dir>', 'the corpus directory')
-      .requiredOption(
-        '--ids <file>',
-        'ids to delete, one per line (indices for a corpus without ids; - for stdin)',
-      )
-      .option(
-        '--ignore-missing',
-        'skip ids that are not live documents (unknown or deleted already) instead of failing: a retried delete succeeds',
-      )
-      .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
-      .option('--json', 'print the corpus summary as JSON')
-      .action(
-        (dir: string, opts: { ids: string; wait?: string; json?: boolean; ignoreMissing?: boolean }) => {
-          const r = deleteDocuments(dir, readIdList(opts.ids), {
-            waitMs: waitMs(opts.wait),
-            ignoreMissing: opts.ignoreMissing === true,
-          });
-          if (r.absent.length > 0 && !opts.json)
-            process.stderr.write(
-              `skipped ${r.absent.length} id${r.absent.length === 1 ? '' : 's'} that ${r.absent.length === 1 ? 'is' : 'are'} not live documents (--ignore-missing)\n`,
-            );
-          printInfo(r.info, opts.json, { 'deleted now': String(r.deleted.length) }, { absent: r.absent });
-        },
-      ),
-  );
-  corpus.addCommand(
-    new Command('get')
-      .description(
-        'write documents by id to .npy: float32 tokens [T, d] and int64 offsets [B+1], in request order',
-      )
-      .argument('<dir>', 'the corpus directory')
-      .requiredOption('--ids <file>', 'ids, one per line (indices for a corpus without ids; - for stdin)')
-      .requiredOption('--out <file.npy>', 'the tokens, float32 [T, d] (int8 corpora: dequantized)')
-      .requiredOption('--out-offsets <file.npy>', 'the token offsets of the documents, int64 [B+1]')
-      .action((dir: string, opts: { ids: string; out: string; outOffsets: string }) => {
-        refuseInsideCorpus(opts.out, '--out');
-        refuseInsideCorpus(opts.outOffsets, '--out-offsets');
-        const c = openCorpus(dir);
-        const docs = c.get(readIdList(opts.ids));
-        const dim = docs.dim;
-        const total = docs.lengths.reduce((a, b) => a + b, 0);
-        const out = new Float32Array(total * dim);
-        const offsets = new BigInt64Array(docs.count + 1);
-        let at = 0;
-        for (let i = 0; i < docs.count; i++) {
-          const n = docs.lengths[i];
-          const rows = docs.data.subarray(docs.starts[i] * dim, (docs.starts[i] + n) * dim);
-          if (docs.dtype === 'int8') {
-            for (let t = 0; t < n; t++) {
-              const scale = docs.scales![docs.starts[i] + t];
-              for (let j = 0; j < dim; j++) out[(at + t) * dim + j] = rows[t * dim + j] * scale;
-            }
-          } else out.set(decodeToFloat32(rows, docs.dtype as FloatDType, dim), at * dim);
-          at += n;
-          offsets[i + 1] = BigInt(at);
-        }
-        writeNpy(opts.out, { dtype: 'float32', shape: [total, dim], data: out });
-        writeNpy(opts.outOffsets, { dtype: 'int64', shape: [docs.count + 1], data: offsets });
-        process.stderr.write(`wrote ${docs.count} document(s), ${total} token(s)\n`);
-      }),
-  );
-  corpus.addCommand(
-    new Command('compact')
-      .description(
-        'rewrite the live documents into one fresh segment without tombstones (crash-safe; document indices change)',
-      )
-      .argument('<dir>', 'the corpus directory')
-      .option('--wait <seconds>', 'when another writer holds the corpus, wait up to this long')
-      .option('--json', 'print the corpus summary as JSON')
-      .action(async (dir: string, opts: { wait?: string; json?: boolean }) => {
-        let bar: Progress | undefined;
-        const compacted = CorpusWriter.compact(dir, {
-          waitMs: waitMs(opts.wait),
-          onProgress: (done, total) => {
-            bar ??= new Progress('compact', total);
-            bar.update(done);
-          },
-        });
-        bar?.finish();
-        printInfo((await indexAfterWrite(dir, waitMs(opts.wait))) ?? compacted, opts.json);
-      }),
-  );
+  corpus.addCommand(buildCommand());
+  corpus.addCommand(appendCommand());
+  corpus.addCommand(infoCommand());
+  corpus.addCommand(deleteCommand());
+  corpus.addCommand(getCommand());
+  corpus.addCommand(compactCommand());
   corpus.addCommand(indexCommand(printInfo, waitMs));
-  corpus.addCommand(
-    new Command('recover')
-      .description(
-        'rebuild a lost or damaged MANIFEST from the intact segment files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
-      )
-      .argument('<dir>', 'the corpus directory')
-      .option(
-        '--no-verify',
-        'adopt segments without re-reading their tokens (headers, offsets, ids are checked)',
-      )
-      .option('--wait <seconds>', 'when a writer holds the corpus, wait up to this long')
-      .option('--json', 'print JSON')
-      .action((dir: string, opts: { verify: boolean; wait?: string; json?: boolean }) => {
-        const r = recoverCorpus(dir, { verify: opts.verify, waitMs: waitMs(opts.wait) });
-        for (const s of r.skipped) process.stderr.write(`skipped ${s.reason}\n`);
-        if (r.damagedManifest)
-          process.stderr.write(`the damaged MANIFEST was kept as ${r.damagedManifest}\n`);
-        printInfo(r.info, opts.json, {
-          recovered: `${r.info.segments} segment(s)`,
-          skipped: String(r.skipped.length),
-        });
-      }),
-  );
+  corpus.addCommand(recoverCommand());
   // Subcommands made here inherit nothing from the program (main() copies its settings to `corpus`
   // only, after this returns): copied just before dispatch, usage errors of `corpus <sub>` leave
   // through main()'s exit path like every other (`maxsim: ...`, exit code 2).
