@@ -53,6 +53,7 @@
         "native/cpu/chamfer_portable.cc",
         "native/binding/chamfer_binding.cc",
         "native/cpu/residual.cc",
+        "native/cpu/residual_search.cc",
         "native/cpu/residual_portable.cc",
         "native/binding/residual_binding.cc",
         "native/cpu/codec.cc",

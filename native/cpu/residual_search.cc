@@ -1,0 +1,369 @@
+// The search stages of one query over the per-ISA kernels (residual.h): the query's packed and
+// int8 forms, its centroid scores and probes, candidates by the lists or the bags, the selection,
+// and the fused residual MaxSim of the survivors.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "residual.h"
+#include "residual_pool.h"
+
+namespace maxsim_cpu {
+
+using namespace residual_detail;
+
+namespace {
+
+// qct [k][lqp] by the dots kernel over the pool.
+void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qpack,
+                    int64_t lqp, int threads, std::vector<float>* qct) {
+  qct->assign(static_cast<size_t>(ix.k * lqp), 0.0f);
+  constexpr int64_t kChunk = 256;
+  ForEach((ix.k + kChunk - 1) / kChunk, threads, [&](int, int64_t item) {
+    const int64_t c0 = item * kChunk;
+    kern.dots(qpack.data(), lqp, ix.centroids, c0, std::min(ix.k, c0 + kChunk), ix.d, qct->data());
+  });
+}
+
+// Symmetric int8 of v / scale (round to nearest even, clamped to +-127).
+int8_t ToInt8(float v, float scale) {
+  const float r = std::nearbyint(v / scale);
+  return static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
+}
+
+// One query as every stage reads it: packed and transposed, its centroid scores, and (kernel sets
+// with int8 residual scoring) its int8 form and the int8 residual table (residual.h, ResidualQuery).
+struct QueryForm {
+  int64_t lqp = 16;
+  std::vector<float> qpack, qt, qct, qscale;
+  std::vector<uint8_t> q8;
+  std::vector<int8_t> tab8;
+  ResidualQuery rq;
+};
+
+void PrepareQuery(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq, int threads,
+                  QueryForm* f) {
+  const int64_t d = ix.d;
+  f->lqp = std::max<int64_t>(16, RoundUp(lq, 16));
+  if (ix.k * f->lqp >= (int64_t{1} << 31))
+    throw std::invalid_argument("Expected centroids x query tokens (rounded up to 16) below 2^31 but received " +
+                                std::to_string(ix.k) + " x " + std::to_string(f->lqp));
+  PackQuery(query, lq, d, f->lqp, kern.lanes, &f->qpack, &f->qt);
+  QueryCentroids(kern, ix, f->qpack, f->lqp, threads, &f->qct);
+  f->rq = ResidualQuery{};
+  f->rq.qt = f->qt.data();
+  f->rq.qct = f->qct.data();
+  f->rq.lq = lq;
+  f->rq.lqp = f->lqp;
+  f->rq.k = ix.k;
+  f->rq.d = d;
+  const int bits = ix.codes.bits;
+  if (!(kern.int8_residual & (1 << bits)) || d > 1024) return;
+  const int64_t dq = (d + 3) / 4;
+  const int levels = 1 << bits;
+  float wmax = 0.0f;
+  for (int64_t k = 0; k < d; k++)
+    for (int e = 0; e < levels; e++) wmax = std::max(wmax, std::fabs(ix.codes.tables[k * kResidualTable + e]));
+  const float sw = wmax > 0.0f ? wmax / 127.0f : 1.0f;
+  f->tab8.assign(static_cast<size_t>(dq * 16), 0);
+  for (int64_t k = 0; k < d; k++)
+    for (int e = 0; e < levels; e++)
+      f->tab8[(k / 4) * 16 + (k % 4) * 4 + e] = ToInt8(ix.codes.tables[k * kResidualTable + e], sw);
+  f->q8.assign(static_cast<size_t>(f->lqp * dq * 4), 128);
+  f->qscale.assign(static_cast<size_t>(f->lqp), 0.0f);
+  for (int64_t i = 0; i < lq; i++) {
+    float qmax = 0.0f;
+    for (int64_t k = 0; k < d; k++) qmax = std::max(qmax, std::fabs(query[i * d + k]));
+    const float sq = qmax > 0.0f ? qmax / 127.0f : 1.0f;
+    f->qscale[i] = sq * sw;
+    for (int64_t k = 0; k < d; k++)
+      f->q8[((i / 16) * dq + k / 4) * 64 + (i % 16) * 4 + k % 4] =
+          static_cast<uint8_t>(ToInt8(query[i * d + k], sq) + 128);
+  }
+  f->rq.q8 = f->q8.data();
+  f->rq.qscale = f->qscale.data();
+  f->rq.tab8 = f->tab8.data();
+  f->rq.dq = dq;
+}
+
+// Candidates (lists): for each query token, the documents of its probed centroids' lists, best
+// centroid first, so a document's first visit by token i carries max over its bag of the probed
+// centroids' scores for i; a token that reaches the document through none of its lists counts its
+// np-th best centroid score (no unprobed centroid scores more: the sum bounds the bag interaction
+// from above, and equals it for documents every token reaches). Cost: the probed lists' length.
+void CandidatesByLists(const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq, int64_t lqp, int64_t np,
+                       const std::vector<int32_t>& probe_ids, std::vector<int32_t>* cand, std::vector<float>* ci) {
+  // per-thread buffers over the documents: stamp base + i + 1 marks a visit by token i
+  thread_local std::vector<uint32_t> stamp;
+  thread_local std::vector<float> acc;
+  thread_local uint32_t base = 0;
+  if (static_cast<int64_t>(stamp.size()) != ix.docs || base > 0xF0000000u - static_cast<uint32_t>(lq)) {
+    stamp.assign(static_cast<size_t>(ix.docs), 0);
+    acc.assign(static_cast<size_t>(ix.docs), 0.0f);
+    base = 0;
+  }
+  cand->clear();
+  double floor_sum = 0.0;
+  for (int64_t i = 0; i < lq && np > 0; i++) {
+    const uint32_t mine = base + static_cast<uint32_t>(i) + 1;
+    const float floor = qct[static_cast<int64_t>(probe_ids[i * np + np - 1]) * lqp + i];
+    floor_sum += floor;
+    for (int64_t j = 0; j < np; j++) {
+      const int64_t c = probe_ids[i * np + j];
+      const float gain = qct[c * lqp + i] - floor;
+      for (int64_t e = static_cast<int64_t>(ix.ivf_offsets[c]); e < static_cast<int64_t>(ix.ivf_offsets[c + 1]); e++) {
+        const int32_t b = ix.ivf[e];
+        const uint32_t sb = stamp[b];
+        if (sb == mine) continue;  // reached by a better centroid of this token
+        if (sb <= base) {          // first visit in this query
+          acc[b] = 0.0f;
+          cand->push_back(b);
+        }
+        acc[b] += gain;
+        stamp[b] = mine;
+      }
+    }
+  }
+  base += static_cast<uint32_t>(lq) + 1;
+  ci->resize(cand->size());
+  for (size_t n = 0; n < cand->size(); n++) (*ci)[n] = static_cast<float>(floor_sum + acc[(*cand)[n]]);
+}
+
+void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+               int64_t lqp, const std::vector<uint8_t>& keep, int threads, const std::vector<int32_t>& cand,
+               std::vector<float>* ci);
+
+// Candidates (bags): the union of the probed lists, each scored by centroid interaction over its
+// whole bag (PLAID's stage; keep: the pruning threshold's centroids, empty for all).
+void CandidatesByBags(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+                      int64_t lqp, const std::vector<uint8_t>& probed, const std::vector<uint8_t>& keep, int threads,
+                      std::vector<int32_t>* cand, std::vector<float>* ci) {
+  std::vector<uint8_t> mark(static_cast<size_t>(ix.docs), 0);
+  for (int64_t c = 0; c < ix.k; c++) {
+    if (!probed[c]) continue;
+    for (int64_t j = static_cast<int64_t>(ix.ivf_offsets[c]); j < static_cast<int64_t>(ix.ivf_offsets[c + 1]); j++)
+      mark[ix.ivf[j]] = 1;
+  }
+  cand->clear();
+  for (int64_t b = 0; b < ix.docs; b++)
+    if (mark[b]) cand->push_back(static_cast<int32_t>(b));
+  BagScores(kern, ix, qct, lq, lqp, keep, threads, *cand, ci);
+}
+
+// The best n of cand by ci (ties to the lower id), in no particular order.
+void KeepBest(int64_t n, std::vector<int32_t>* cand, std::vector<float>* ci) {
+  const int64_t nc = static_cast<int64_t>(cand->size());
+  if (n >= nc) return;
+  std::vector<int64_t> pick(static_cast<size_t>(nc));
+  for (int64_t i = 0; i < nc; i++) pick[i] = i;
+  std::nth_element(pick.begin(), pick.begin() + n, pick.end(), [&](int64_t a, int64_t b) {
+    return Better((*ci)[a], (*cand)[a], (*ci)[b], (*cand)[b]);
+  });
+  std::vector<int32_t> c2(static_cast<size_t>(n));
+  std::vector<float> s2(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) {
+    c2[i] = (*cand)[pick[i]];
+    s2[i] = (*ci)[pick[i]];
+  }
+  cand->swap(c2);
+  ci->swap(s2);
+}
+
+// Centroid interaction over the whole bag of each listed document.
+void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+               int64_t lqp, const std::vector<uint8_t>& keep, int threads, const std::vector<int32_t>& cand,
+               std::vector<float>* ci) {
+  ci->resize(cand.size());
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(threads)), std::vector<float>(lqp));
+  constexpr int64_t kDocs = 256;
+  const int64_t nc = static_cast<int64_t>(cand.size());
+  ForEach((nc + kDocs - 1) / kDocs, threads, [&](int w, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(nc, item * kDocs + kDocs); i++) {
+      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[cand[i]]);
+      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[cand[i] + 1]);
+      (*ci)[i] = kern.centroid_doc(qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep.empty() ? nullptr : keep.data(),
+                                   scratch[w].data());
+    }
+  });
+}
+
+}  // namespace
+
+void ResidualScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                       const int32_t* docs, int64_t n, float* out, int threads) {
+  QueryForm f;
+  PrepareQuery(kern, ix, query, lq, threads, &f);
+  constexpr int64_t kDocs = 16;
+  ForEach((n + kDocs - 1) / kDocs, threads, [&](int, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(n, item * kDocs + kDocs); i++) {
+      const int64_t s = static_cast<int64_t>(ix.doc_offsets[docs[i]]);
+      const int64_t e = static_cast<int64_t>(ix.doc_offsets[docs[i] + 1]);
+      out[i] = kern.residual_doc(f.rq, ix.codes, s, e - s);
+    }
+  });
+}
+
+void CentroidScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                       const uint8_t* keep, const int32_t* docs, int64_t n, float* out, int threads) {
+  QueryForm f;
+  PrepareQuery(kern, ix, query, lq, threads, &f);
+  const int64_t lqp = f.lqp;
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(Workers(threads)), std::vector<float>(lqp));
+  constexpr int64_t kDocs = 256;
+  ForEach((n + kDocs - 1) / kDocs, threads, [&](int w, int64_t item) {
+    for (int64_t i = item * kDocs; i < std::min(n, item * kDocs + kDocs); i++) {
+      const int64_t b0 = static_cast<int64_t>(ix.bag_offsets[docs[i]]);
+      const int64_t b1 = static_cast<int64_t>(ix.bag_offsets[docs[i] + 1]);
+      out[i] = kern.centroid_doc(f.qct.data(), lqp, lq, ix.bags + b0, b1 - b0, keep, scratch[w].data());
+    }
+  });
+}
+
+// Each query token's np best centroids (ties to the lower id) marked in probed: one pass over qct's
+// rows, a row skipped unless one of its scores beats its token's current np-th best.
+// id [lq][np]: each token's probed centroids, best first.
+void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_t lqp, int64_t np,
+                    std::vector<uint8_t>* probed, std::vector<int32_t>* probe_ids) {
+  std::vector<int32_t>& id = *probe_ids;
+  id.assign(static_cast<size_t>(std::max<int64_t>(0, lq * np)), 0);
+  if (np <= 0 || lq == 0) return;
+  if (np > 64) {  // wide probes: a selection per token
+    std::vector<int32_t> order(static_cast<size_t>(k));
+    std::vector<float> col(static_cast<size_t>(k));
+    for (int64_t i = 0; i < lq; i++) {
+      for (int64_t c = 0; c < k; c++) {
+        order[c] = static_cast<int32_t>(c);
+        col[c] = qct[c * lqp + i];
+      }
+      auto by = [&](int32_t a, int32_t b) { return Better(col[a], a, col[b], b); };
+      std::nth_element(order.begin(), order.begin() + (np - 1), order.end(), by);
+      std::sort(order.begin(), order.begin() + np, by);
+      for (int64_t j = 0; j < np; j++) {
+        (*probed)[order[j]] = 1;
+        id[i * np + j] = order[j];
+      }
+    }
+    return;
+  }
+  // per token its best np (value, id), best first; the first np centroids start every list
+  std::vector<float> val(static_cast<size_t>(lq * np));
+  std::vector<float> worst(static_cast<size_t>(lqp), INFINITY);
+  for (int64_t i = 0; i < lq; i++) {
+    float* v = val.data() + i * np;
+    int32_t* d = id.data() + i * np;
+    for (int64_t c = 0; c < np; c++) {
+      int64_t at = c;
+      const float s = qct[c * lqp + i];
+      while (at > 0 && Better(s, static_cast<int32_t>(c), v[at - 1], d[at - 1])) {
+        v[at] = v[at - 1];
+        d[at] = d[at - 1];
+        at--;
+      }
+      v[at] = s;
+      d[at] = static_cast<int32_t>(c);
+    }
+    worst[i] = v[np - 1];
+  }
+  for (int64_t c = np; c < k; c++) {
+    const float* row = qct.data() + c * lqp;
+    bool any = false;
+    for (int64_t i = 0; i < lqp; i++) any |= row[i] > worst[i];  // vectorizes; +inf past lq
+    if (!any) continue;
+    for (int64_t i = 0; i < lq; i++) {
+      const float s = row[i];
+      if (!(s > worst[i])) continue;  // equal: the earlier (lower) id stays
+      float* v = val.data() + i * np;
+      int32_t* d = id.data() + i * np;
+      int64_t at = np - 1;
+      while (at > 0 && s > v[at - 1]) {
+        v[at] = v[at - 1];
+        d[at] = d[at - 1];
+        at--;
+      }
+      v[at] = s;
+      d[at] = static_cast<int32_t>(c);
+      worst[i] = v[np - 1];
+    }
+  }
+  for (int64_t j = 0; j < lq * np; j++) (*probed)[id[j]] = 1;
+}
+
+void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                    const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
+                    ResidualSearchStats* st) {
+  using Clock = std::chrono::steady_clock;
+  auto t = Clock::now();
+  QueryForm f;
+  PrepareQuery(kern, ix, query, lq, p.threads, &f);
+  const int64_t lqp = f.lqp;
+  const std::vector<float>& qct = f.qct;
+  // Probe: each query token's nprobe best centroids; pruning (bags, a finite threshold only): the
+  // centroids whose best query-token score reaches the threshold.
+  const int64_t np = std::min(p.nprobe, ix.k);
+  std::vector<uint8_t> probed(static_cast<size_t>(ix.k), 0), keep;
+  std::vector<int32_t> probe_ids;
+  ProbeCentroids(qct, ix.k, lq, lqp, np, &probed, &probe_ids);
+  for (int64_t c = 0; c < ix.k; c++) st->probed += probed[c];
+  if (p.threshold == -INFINITY || (p.lists && p.refine == 0)) {  // the pruning mask serves the bag stage
+    st->kept_centroids = ix.k;
+  } else {
+    keep.assign(static_cast<size_t>(ix.k), 0);
+    for (int64_t c = 0; c < ix.k; c++) {
+      float best = -INFINITY;
+      for (int64_t i = 0; i < lq; i++) best = std::max(best, qct[c * lqp + i]);
+      keep[c] = best >= p.threshold ? 1 : 0;
+      st->kept_centroids += keep[c];
+    }
+  }
+  st->ms_centroids = MsSince(t);
+  t = Clock::now();
+  std::vector<int32_t> cand;
+  std::vector<float> ci;
+  if (p.lists) CandidatesByLists(ix, qct, lq, lqp, np, probe_ids, &cand, &ci);
+  else CandidatesByBags(kern, ix, qct, lq, lqp, probed, keep, p.threads, &cand, &ci);
+  st->generated = static_cast<int64_t>(cand.size());
+  if (p.lists && p.refine > 0) {  // hybrid: the lists' best `refine`, re-scored on their whole bags
+    KeepBest(std::max(p.refine, p.candidates), &cand, &ci);
+    BagScores(kern, ix, qct, lq, lqp, keep, p.threads, cand, &ci);
+  }
+  st->ms_candidates = MsSince(t);
+  t = Clock::now();
+  // The best `candidates` documents by their interaction score.
+  const int64_t nc = static_cast<int64_t>(cand.size());
+  std::vector<int64_t> pick(cand.size());
+  for (int64_t i = 0; i < nc; i++) pick[i] = i;
+  const int64_t keep_n = std::min(nc, std::max<int64_t>(0, p.candidates));
+  auto by_ci = [&](int64_t a, int64_t b) { return Better(ci[a], cand[a], ci[b], cand[b]); };
+  if (keep_n < nc) std::nth_element(pick.begin(), pick.begin() + keep_n, pick.end(), by_ci);
+  pick.resize(static_cast<size_t>(keep_n));
+  st->ms_interaction = MsSince(t);
+  t = Clock::now();
+  // The fused residual MaxSim of the survivors.
+  const ResidualQuery& rq = f.rq;
+  std::vector<float> rs(static_cast<size_t>(keep_n));
+  constexpr int64_t kResDocs = 8;
+  ForEach((keep_n + kResDocs - 1) / kResDocs, p.threads, [&](int, int64_t item) {
+    for (int64_t i = item * kResDocs; i < std::min(keep_n, item * kResDocs + kResDocs); i++) {
+      const int32_t doc = cand[pick[i]];
+      const int64_t s = static_cast<int64_t>(ix.doc_offsets[doc]);
+      rs[i] = kern.residual_doc(rq, ix.codes, s, static_cast<int64_t>(ix.doc_offsets[doc + 1]) - s);
+    }
+  });
+  std::vector<int64_t> ord(static_cast<size_t>(keep_n));
+  for (int64_t i = 0; i < keep_n; i++) ord[i] = i;
+  std::sort(ord.begin(), ord.end(),
+            [&](int64_t a, int64_t b) { return Better(rs[a], cand[pick[a]], rs[b], cand[pick[b]]); });
+  ids->resize(static_cast<size_t>(keep_n));
+  scores->resize(static_cast<size_t>(keep_n));
+  for (int64_t i = 0; i < keep_n; i++) {
+    (*ids)[i] = cand[pick[ord[i]]];
+    (*scores)[i] = rs[ord[i]];
+  }
+  st->scored = keep_n;
+  st->ms_residual = MsSince(t);
+}
+
+}  // namespace maxsim_cpu
