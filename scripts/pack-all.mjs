@@ -5,8 +5,8 @@
 //   maxsim-linux-x64-gnu-<v>.tgz    build/Release/maxsim_native.node (os/cpu/libc fields)
 //   maxsim-linux-arm64-gnu-<v>.tgz  the addon cross-compiled with Debian's aarch64-linux-gnu-g++
 //   maxsim-cuda-kernels-<v>.tgz     build/kernels/*.fatbin (installed on demand: maxsim info says so)
-//   maxsim-linux-{x64,arm64}-musl built with Zig's clang + libc++ (ZIG=path), but refused while the
-//                                   addon passes std::shared_ptr across V8's C++ API (v8AbiMismatch)
+//   maxsim-linux-{x64,arm64}-musl built with Zig's clang + libc++ (ZIG=path) and MAXSIM_NO_V8: the
+//                                   addon must import no V8 C++ symbol (v8AbiMismatch)
 // `--out DIR` packs elsewhere; names pick packages. Run `node scripts/build-native.mjs` first (the
 // x64 addon and the fatbins).
 import { spawnSync } from 'node:child_process';
@@ -87,7 +87,8 @@ function zig() {
  * Debian's clang-16 too) crashes at -O1 and above on native/cpu/kernels_avx512bf16.cc, so the musl
  * addons go without the AVX512-BF16 set (that unit then compiles to "absent", and bf16 scores
  * on the avx512 set). -Wno-unknown-warning-option: binding.gyp's flags are gcc's; -g0 -s: no debug
- * info (21.5 MB unstripped).
+ * info (21.5 MB unstripped). -DMAXSIM_NO_V8: no V8 C++ API (native/binding/token_set.h copies the
+ * token data it did not map instead of sharing V8's BackingStore; v8AbiMismatch says why).
  */
 function zigWrappers(z, triple) {
   const dir = mkdtempSync(join(tmpdir(), 'maxsim-zig-'));
@@ -103,7 +104,7 @@ if [ "$last" = "-" ]; then
   n=$#; i=0; for a in "$@"; do i=$((i+1)); shift; [ $i -lt $n ] && set -- "$@" "$a"; done
   set -- "$@" "$f"
 fi
-exec '${z}' ${mode} -target ${triple} -O2 -g0 -s -Wno-unknown-warning-option -Wno-unused-command-line-argument "$@"
+exec '${z}' ${mode} -target ${triple} -O2 -g0 -s -DMAXSIM_NO_V8 -Wno-unknown-warning-option -Wno-unused-command-line-argument "$@"
 `;
     writeFileSync(join(dir, name), script, { mode: 0o755 });
   }
@@ -158,10 +159,11 @@ function crossBuild(target) {
 }
 
 /**
- * Why an addon linked with Zig's libc++ must not ship, or undefined. native/binding/token_set.h pins
- * typed arrays through V8's C++ API, whose GetBackingStore() returns a std::shared_ptr: Node is
- * built with libstdc++, whose shared_ptr control block (counts, vtable) libc++ code cannot release.
- * The link succeeds (return types are not in mangled names); the first pinned array would corrupt it.
+ * Why an addon linked with Zig's libc++ must not ship, or undefined: when it imports V8's C++ API.
+ * native/binding/token_set.h pins typed arrays through V8's GetBackingStore(), which returns a
+ * std::shared_ptr: Node is built with libstdc++, whose shared_ptr control block (counts, vtable)
+ * libc++ code cannot release. The link succeeds (return types are not in mangled names); the first
+ * pinned array would corrupt it. MAXSIM_NO_V8 (zigWrappers) builds without that API.
  */
 function v8AbiMismatch(addon) {
   const r = spawnSync('nm', ['-D', '--undefined-only', addon], { encoding: 'utf8' });
@@ -170,7 +172,7 @@ function v8AbiMismatch(addon) {
   if (v8.length === 0) return undefined;
   return (
     `the addon calls V8's C++ API (${v8.length} symbols, e.g. ${v8[0]}; native/binding/token_set.h), ` +
-    "and std::shared_ptr<v8::BackingStore> crosses it: Zig's libc++ is not ABI-compatible with Node's libstdc++"
+    "and std::shared_ptr<v8::BackingStore> crosses it: Zig's libc++ is not ABI-compatible with Node's libstdc++ (build with -DMAXSIM_NO_V8)"
   );
 }
 

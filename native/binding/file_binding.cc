@@ -1,7 +1,8 @@
 // Node-API glue for reading corpus files: mapFile(path, offset, length) maps a byte range of a file
 // into memory and returns it as an ArrayBuffer, so the CPU engine scores a corpus straight from the
 // page cache with no copy. The mapping is private and copy-on-write: writes through the buffer never
-// reach the file. It is unmapped when the ArrayBuffer is garbage-collected.
+// reach the file. It is unmapped when the ArrayBuffer is garbage-collected and no job still reads it
+// (mapped_memory.h).
 #include <fcntl.h>
 #include <napi.h>
 #include <sys/mman.h>
@@ -14,13 +15,9 @@
 #include <string>
 
 #include "crc32.h"
+#include "mapped_memory.h"
 
 namespace {
-
-struct Mapping {
-  void* base;
-  size_t length;
-};
 
 // The largest ArrayBuffer this Node.js makes over external memory (Node 20: 4 GiB, its Buffer limit).
 // Asking for more fails inside Node-API after it has already run the finalizer, and node-addon-api
@@ -75,14 +72,11 @@ Napi::Value MapFile(const Napi::CallbackInfo& info) {
   close(fd);  // the mapping keeps the file referenced
   if (base == MAP_FAILED) throw Napi::Error::New(env, "cannot map " + path + ": " + std::strerror(err));
   madvise(base, span, MADV_WILLNEED);  // start reading a cold file ahead of the scan
-  auto* mapping = new Mapping{base, span};
+  // the buffer's share; the finalizer drops it (jobs reading the memory hold their own)
+  auto* share = new std::shared_ptr<MappedMemory>(AdoptMapping(base, span));
   return Napi::ArrayBuffer::New(
       env, static_cast<char*>(base) + (offset - aligned), static_cast<size_t>(length),
-      [](Napi::Env, void*, Mapping* m) {
-        munmap(m->base, m->length);
-        delete m;
-      },
-      mapping);
+      [](Napi::Env, void*, std::shared_ptr<MappedMemory>* m) { delete m; }, share);
 }
 
 // setMaxArrayBuffer(bytes): the running Node's largest ArrayBuffer (see g_max_array_buffer).

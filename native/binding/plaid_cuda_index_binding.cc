@@ -56,7 +56,7 @@ void ParseIndexArrays(Napi::Env env, Napi::Object o, IndexArgs* a) {
   Need(env, doc_off.ElementLength(), ix.docs + 1, "index.docOffsets");
   Need(env, bag_off.ElementLength(), ix.docs + 1, "index.bagOffsets");
   Need(env, ivf_off.ElementLength(), ix.k + 1, "index.ivfOffsets");
-  const double tokens = doc_off[ix.docs];
+  const double tokens = doc_off.Data()[ix.docs];
   CheckOffsets(env, doc_off.Data(), ix.docs, tokens, "index.docOffsets");
   ix.tokens = static_cast<int64_t>(tokens);
   const int64_t padded = (ix.tokens + 15) / 16 * 16;

@@ -5,44 +5,75 @@
 //
 // A parsed set is pinned for the life of the job that holds it (issue 21): the spans (starts, lengths)
 // are copied before they are checked, so JS writes to them after the call cannot change what was
-// checked, and the memory of data and scales is owned through V8's BackingStore, so reassigning,
-// garbage-collecting or detaching (transferring) the JS arrays cannot free it under a running job.
-// Writes to the values of data while a job runs remain visible to it (no copy of the tokens is made).
+// checked, and the memory of data and scales is held by a share, so reassigning, garbage-collecting
+// or detaching (transferring) the JS arrays cannot free it under a running job. Writes to the values
+// of data while a job runs remain visible to it (no copy of the tokens is made), except in a
+// MAXSIM_NO_V8 build for memory the addon did not map (below).
 #pragma once
 #include <napi.h>
+#ifndef MAXSIM_NO_V8
 #include <v8.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../common/maxsim_constants.h"
 #include "../common/tokens.h"
+#include "mapped_memory.h"
 
-// The bytes of a JS typed array, kept alive by a share in its BackingStore: a detached (transferred)
-// or collected ArrayBuffer leaves this memory valid until the last share goes. SharedArrayBuffer-backed
-// arrays pin the same way. Node-API has no such share, so this takes the V8 handle behind the
-// napi_value (the same pointer by Node's definition of napi_value).
+// The bytes of a JS typed array and a share in their memory, which stays valid until the last share
+// goes. Memory the addon mapped (a corpus file) is shared through its mapping (mapped_memory.h).
+// Any other memory is shared through V8's BackingStore: a detached (transferred) or collected
+// ArrayBuffer leaves it valid, and SharedArrayBuffer-backed arrays pin the same way; Node-API has no
+// such share, so this takes the V8 handle behind the napi_value (the same pointer by Node's
+// definition of napi_value). MAXSIM_NO_V8 (the musl packages, built with Zig's libc++: V8's
+// std::shared_ptr cannot cross from Node's libstdc++, scripts/pack-all.mjs) copies that memory
+// instead, once per parse.
 struct PinnedBytes {
   const uint8_t* data = nullptr;
   size_t bytes = 0;
-  std::shared_ptr<v8::BackingStore> store;
+  std::shared_ptr<const void> store;
 };
 
 inline PinnedBytes PinTypedArray(Napi::TypedArray array) {
+  PinnedBytes p;
+  p.bytes = array.ByteLength();
+  if (p.bytes == 0) return p;
+  // the C call, not array.ArrayBuffer(): it serves SharedArrayBuffer-backed arrays too
+  void* bytes = nullptr;
+  if (napi_get_typedarray_info(array.Env(), array, nullptr, nullptr, &bytes, nullptr, nullptr) != napi_ok)
+    throw Napi::TypeError::New(array.Env(), "cannot read the memory of a typed array");
+  const uint8_t* at = static_cast<const uint8_t*>(bytes);
+  if (std::shared_ptr<MappedMemory> m = FindMapping(at, p.bytes)) {
+    p.store = std::move(m);
+    p.data = at;
+    return p;
+  }
+#ifdef MAXSIM_NO_V8
+  std::shared_ptr<uint8_t> copy(new (std::nothrow) uint8_t[p.bytes], std::default_delete<uint8_t[]>());
+  if (!copy)
+    throw Napi::RangeError::New(array.Env(), "cannot copy a typed array of " + std::to_string(p.bytes) +
+                                                 " bytes (this build copies token data it did not map)");
+  std::memcpy(copy.get(), at, p.bytes);
+  p.data = copy.get();
+  p.store = std::move(copy);
+#else
   napi_value raw = array;
   v8::Local<v8::Value> local;
   static_assert(sizeof(local) == sizeof(raw), "napi_value is a v8::Local");
   std::memcpy(static_cast<void*>(&local), &raw, sizeof(raw));
   v8::Local<v8::ArrayBufferView> view = local.As<v8::ArrayBufferView>();
-  PinnedBytes p;
-  p.store = view->Buffer()->GetBackingStore();  // Buffer() also moves a small on-heap array off the heap
-  p.bytes = view->ByteLength();
-  p.data = p.bytes == 0 ? nullptr : static_cast<const uint8_t*>(p.store->Data()) + view->ByteOffset();
+  std::shared_ptr<v8::BackingStore> store = view->Buffer()->GetBackingStore();
+  p.data = static_cast<const uint8_t*>(store->Data()) + view->ByteOffset();
+  p.store = std::move(store);
+#endif
   return p;
 }
 

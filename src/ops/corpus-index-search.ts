@@ -31,7 +31,7 @@ export interface CorpusIndexOptions {
    * implement 'bags', the default there; the CPU default is 'lists'. 'auto' runs 'lists' and 'hybrid'
    * on the CPU; backend 'cuda' with either is an error.
    */
-  interaction?: IndexInteraction;
+  interaction?: 'lists' | 'bags' | 'hybrid';
 }
 
 export interface IndexStage {
@@ -55,7 +55,7 @@ export interface IndexSearchStats {
   /** Live documents of unindexed segments, scanned exactly for each query. */
   scannedDocuments: number;
   /** The interaction the stages ran ('bags' on the GPU). */
-  interaction: IndexInteraction;
+  interaction: 'lists' | 'bags' | 'hybrid';
   stages: IndexStage[];
   isa: string;
 }
