@@ -108,4 +108,6 @@ const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualPortable() { return &kPor
 // Non-x86 builds compile no x86 translation units.
 const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx512() { return nullptr; }
 const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx2() { return nullptr; }
+// also referenced (never called off x86): musl's loader binds every symbol when the addon loads
+const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx512Vnni() { return nullptr; }
 #endif
