@@ -153,7 +153,10 @@ describe('the @maxsim/linux-x64-musl package (Zig)', {
     const napi = [...undef.matchAll(/\b((?:napi|node_api)_\w+)/g)].map((m) => m[1]);
     assert.ok(napi.includes('napi_create_function'), 'the addon imports napi_* from its host');
     assert.ok(!/\b_ZNK?2v8/.test(undef), "no V8 C++ symbol (Node's ABI, not the addon's libc++)");
-    assert.ok(!/\b_ZN\d*maxsim/.test(undef), `no maxsim symbol left undefined: ${undef.match(/\b_ZN\d*maxsim\w+/)}`);
+    assert.ok(
+      !/\b_ZN\d*maxsim/.test(undef),
+      `no maxsim symbol left undefined: ${undef.match(/\b_ZN\d*maxsim\w+/)}`,
+    );
     assert.ok(!/GLIBC_/.test(undef), 'no glibc-versioned symbol');
     const src = path.join(tmp, 'host.c');
     fs.writeFileSync(src, hostSource([...new Set(napi)]));
