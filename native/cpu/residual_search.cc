@@ -251,21 +251,21 @@ void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_
   // per token its best np (value, id), best first; the first np centroids start every list
   std::vector<float> val(static_cast<size_t>(lq * np));
   std::vector<float> worst(static_cast<size_t>(lqp), INFINITY);
-  for (int64_t i = 0; i < lq; i++) {
+  // (s, c) into token i's list at slot `at` and up past every worse entry (Better: ties to the lower id)
+  auto insert = [&](int64_t i, int64_t at, float s, int32_t c) {
     float* v = val.data() + i * np;
     int32_t* d = id.data() + i * np;
-    for (int64_t c = 0; c < np; c++) {
-      int64_t at = c;
-      const float s = qct[c * lqp + i];
-      while (at > 0 && Better(s, static_cast<int32_t>(c), v[at - 1], d[at - 1])) {
-        v[at] = v[at - 1];
-        d[at] = d[at - 1];
-        at--;
-      }
-      v[at] = s;
-      d[at] = static_cast<int32_t>(c);
+    while (at > 0 && Better(s, c, v[at - 1], d[at - 1])) {
+      v[at] = v[at - 1];
+      d[at] = d[at - 1];
+      at--;
     }
-    worst[i] = v[np - 1];
+    v[at] = s;
+    d[at] = c;
+  };
+  for (int64_t i = 0; i < lq; i++) {
+    for (int64_t c = 0; c < np; c++) insert(i, c, qct[c * lqp + i], static_cast<int32_t>(c));
+    worst[i] = val[i * np + np - 1];
   }
   for (int64_t c = np; c < k; c++) {
     const float* row = qct.data() + c * lqp;
@@ -275,17 +275,8 @@ void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_
     for (int64_t i = 0; i < lq; i++) {
       const float s = row[i];
       if (!(s > worst[i])) continue;  // equal: the earlier (lower) id stays
-      float* v = val.data() + i * np;
-      int32_t* d = id.data() + i * np;
-      int64_t at = np - 1;
-      while (at > 0 && s > v[at - 1]) {
-        v[at] = v[at - 1];
-        d[at] = d[at - 1];
-        at--;
-      }
-      v[at] = s;
-      d[at] = static_cast<int32_t>(c);
-      worst[i] = v[np - 1];
+      insert(i, np - 1, s, static_cast<int32_t>(c));  // over the worst
+      worst[i] = val[i * np + np - 1];
     }
   }
   for (int64_t j = 0; j < lq * np; j++) (*probed)[id[j]] = 1;
