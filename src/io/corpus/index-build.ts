@@ -139,7 +139,13 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
       const fitted = await fitCodec(file, bits, options, kern);
       codec = fitted.codec;
       const name = indexName(generation, 0);
-      const w = writeIndexFile(dir, name, lock.token, codecOnly(codec).parts());
+      const w = writeIndexFile(dir, name, lock.token, codecOnly(codec).parts(), {
+        role: 'codec',
+        bits,
+        centroids: codec.centroids,
+        sample: fitted.sample,
+        threshold: fitted.threshold,
+      });
       written.push(name);
       head = {
         file: name,
@@ -159,6 +165,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     const drop = options.dropTokens === true || m.index?.dropped === true;
     // dropping: the segments that still hold tokens (the trailing ones) become one token-less segment
     const from = drop ? firstWithTokens(file) : m.segments.length;
+    const place = { codec: head.file, crcs: new Map(m.segments.map((s) => [s.file, s.headerCrc])) };
     const enc = await encodeSegments(
       dir,
       lock.token,
@@ -171,6 +178,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
       kern,
       options,
       written,
+      place,
     );
     const order = new Map(m.segments.map((s, i) => [s.file, i]));
     let segments = [...kept, ...enc.added]
@@ -187,6 +195,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
         file,
         generation,
         codec,
+        head.file,
         from,
         plaids,
         drifts,
@@ -309,6 +318,8 @@ async function encodeSegments(
   kern: object,
   options: CorpusIndexOptions,
   written: string[],
+  /** The codec file and each token segment's header CRC, recorded in the index files (recovery). */
+  place: { codec: string; crcs: ReadonlyMap<string, number> },
 ) {
   const listed = new Set(kept.map((s) => s.segment));
   const segs = file.segments;
@@ -338,7 +349,13 @@ async function encodeSegments(
       continue;
     }
     const name = indexName(generation, kept.length + added.length + 1);
-    const w = writeIndexFile(dir, name, token, plaid.parts());
+    const w = writeIndexFile(dir, name, token, plaid.parts(), {
+      role: 'segment',
+      codec: place.codec,
+      segment: names[si],
+      segmentCrc: place.crcs.get(names[si]) ?? 0,
+      drift,
+    });
     written.push(name);
     added.push({ file: name, segment: names[si], bytes: w.bytes, crc: w.headerCrc, drift });
   }

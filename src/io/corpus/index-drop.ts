@@ -125,6 +125,8 @@ export function writeMerged(
   file: CorpusFile,
   generation: number,
   codec: PlaidIndex,
+  /** The codec's file, recorded in the new index file (recovery). */
+  codecFile: string,
   from: number,
   plaids: readonly PlaidIndex[],
   drifts: readonly number[],
@@ -140,26 +142,28 @@ export function writeMerged(
     return out;
   });
   const merged = mergeIndexes(codec, plaids, keep);
-  const name = indexName(generation, indexSlot);
-  const w = writeIndexFile(dir, name, token, merged.parts());
-  written.push(name);
+  // the segment first: its header CRC goes into the index file, which names the segment it encodes
   const docs = segs.flatMap((s, i) => keep[i].map((l) => s.firstDocument + l));
   const segment = writeTokenlessSegment(dir, segmentName(generation), token, file, docs);
   written.push(segment.file);
-  let drift = 0;
+  let drifted = 0;
   segs.forEach((s, i) => {
-    drift += drifts[i] * s.header.tokens;
+    drifted += drifts[i] * s.header.tokens;
   });
   const tokens = segs.reduce((a, s) => a + s.header.tokens, 0);
+  const drift = tokens > 0 ? drifted / tokens : 0;
+  const name = indexName(generation, indexSlot);
+  const w = writeIndexFile(dir, name, token, merged.parts(), {
+    role: 'segment',
+    codec: codecFile,
+    segment: segment.file,
+    segmentCrc: segment.headerCrc,
+    drift,
+  });
+  written.push(name);
   return {
     segment,
-    entry: {
-      file: name,
-      segment: segment.file,
-      bytes: w.bytes,
-      crc: w.headerCrc,
-      drift: tokens > 0 ? drift / tokens : 0,
-    },
+    entry: { file: name, segment: segment.file, bytes: w.bytes, crc: w.headerCrc, drift },
   };
 }
 
@@ -188,7 +192,20 @@ export function compactTokenless(dir: string, options: LockOptions = {}): Corpus
     const generation = m.generation + 1;
     const plaids = file.segments.map((_, si) => ix.segment(si)!);
     const drifts = m.index!.segments.map((s) => s.drift);
-    const r = writeMerged(dir, lock.token, file, generation, ix.codec(), 0, plaids, drifts, 1, true, written);
+    const r = writeMerged(
+      dir,
+      lock.token,
+      file,
+      generation,
+      ix.codec(),
+      m.index!.file,
+      0,
+      plaids,
+      drifts,
+      1,
+      true,
+      written,
+    );
     const next: Manifest = {
       ...m,
       generation,

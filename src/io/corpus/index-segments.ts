@@ -3,7 +3,8 @@
 // segments are encoded against). A file stores one PlaidIndex's parts() generically:
 //   [0, 64)        "MSXIDX01", uint32 version 1, uint32 JSON bytes, uint32 CRC-32 of the JSON,
 //                  uint32 data offset (a multiple of 4096), uint32 CRC-32 of bytes [0, 20)
-//   [64, ...)      JSON { header: the parts' header, arrays: [{ name, type, offset, length, crc }] }
+//   [64, ...)      JSON { header: the parts' header, arrays: [{ name, type, offset, length, crc }],
+//                  corpus?: its place in the corpus (IndexFileCorpus: what `corpus recover` adopts by) }
 //   data offset..  each array at a 4096-aligned offset (relative to the file), little-endian
 // The MANIFEST names each file with its size and header CRC (bytes [16, 20)); a reader holds it open
 // like the token segments, maps its data through /proc/self/fd (no copy into the JS heap) and checks
@@ -36,11 +37,22 @@ interface ArrayEntry {
   crc: number;
 }
 
+/**
+ * What an index file says of its place in the corpus, so that `corpus recover` can adopt it without
+ * the MANIFEST: the codec file its build's settings, a segment's index file the token segment it
+ * encodes (name and header CRC), that segment's drift and the codec it was encoded against. Files
+ * written before this field carry none and are not adopted.
+ */
+export type IndexFileCorpus =
+  | { role: 'codec'; bits: 2 | 4; centroids: number; sample: number; threshold: number }
+  | { role: 'segment'; codec: string; segment: string; segmentCrc: number; drift: number };
+
 export interface IndexFileMeta {
   header: PlaidParts['header'];
   arrays: ArrayEntry[];
   headerCrc: number;
   dataOffset: number;
+  corpus?: IndexFileCorpus;
 }
 
 /**
@@ -52,9 +64,10 @@ export function writeIndexFile(
   name: string,
   token: string,
   parts: PlaidParts,
+  corpus: IndexFileCorpus,
 ): { bytes: number; headerCrc: number } {
   const entries: ArrayEntry[] = [];
-  const json0 = JSON.stringify({ header: parts.header, arrays: [] });
+  const json0 = JSON.stringify({ header: parts.header, arrays: [], corpus });
   // room for the array list: each entry's JSON is bounded; the data offset is fixed before writing
   let at = alignUp(FIXED + json0.length + 160 * Object.keys(parts.arrays).length + 4096);
   const dataOffset = at;
@@ -63,7 +76,7 @@ export function writeIndexFile(
     entries.push({ name, type: partTypeOf(a), offset: at, length: a.length, crc: checksum(bytes) });
     at = alignUp(at + a.byteLength);
   }
-  const json = Buffer.from(JSON.stringify({ header: parts.header, arrays: entries }), 'utf8');
+  const json = Buffer.from(JSON.stringify({ header: parts.header, arrays: entries, corpus }), 'utf8');
   if (FIXED + json.length > dataOffset) throw new Error('index file header overflow');
   const fixed = new Uint8Array(FIXED);
   const v = new DataView(fixed.buffer);
@@ -124,7 +137,7 @@ export function readIndexMeta(file: string, fd: number, size: number): IndexFile
   readExactly(fd, file, json, FIXED, 'the index JSON');
   if (crc32(json) !== v.getUint32(16, true))
     throw new FormatError(file, 'the index file description is corrupted (checksum mismatch)');
-  let o: { header?: unknown; arrays?: unknown };
+  let o: { header?: unknown; arrays?: unknown; corpus?: unknown };
   try {
     o = JSON.parse(Buffer.from(json).toString('utf8'));
   } catch {
@@ -154,7 +167,58 @@ export function readIndexMeta(file: string, fd: number, size: number): IndexFile
     end = entry.offset + bytes;
     arrays.push(entry);
   }
-  return { header: o.header as PlaidParts['header'], arrays, headerCrc: v.getUint32(16, true), dataOffset };
+  const corpus = o.corpus === undefined ? undefined : corpusPlace(file, o.corpus);
+  return {
+    header: o.header as PlaidParts['header'],
+    arrays,
+    headerCrc: v.getUint32(16, true),
+    dataOffset,
+    ...(corpus ? { corpus } : {}),
+  };
+}
+
+// The `corpus` field of an index file's description, checked.
+function corpusPlace(file: string, raw: unknown): IndexFileCorpus {
+  const o = (raw ?? {}) as Record<string, unknown>;
+  const count = (x: unknown, max = Number.MAX_SAFE_INTEGER) =>
+    typeof x === 'number' && Number.isSafeInteger(x) && x >= 0 && x <= max;
+  if (
+    o.role === 'codec' &&
+    (o.bits === 2 || o.bits === 4) &&
+    count(o.centroids) &&
+    count(o.sample) &&
+    typeof o.threshold === 'number' &&
+    o.threshold >= 0 &&
+    Number.isFinite(o.threshold)
+  )
+    return o as unknown as IndexFileCorpus;
+  if (
+    o.role === 'segment' &&
+    typeof o.codec === 'string' &&
+    INDEX_NAME.test(o.codec) &&
+    typeof o.segment === 'string' &&
+    count(o.segmentCrc, 0xffffffff) &&
+    typeof o.drift === 'number' &&
+    o.drift >= 0 &&
+    o.drift <= 1
+  )
+    return o as unknown as IndexFileCorpus;
+  throw new FormatError(file, 'the index file description has a malformed corpus field');
+}
+
+/** Checks every array of an index file against its CRC (reads the file once, 64 MiB at a time). */
+export function verifyIndexArrays(file: string, fd: number, meta: IndexFileMeta): void {
+  const chunk = new Uint8Array(64 << 20);
+  for (const e of meta.arrays) {
+    const bytes = e.length * PART_TYPES[e.type].BYTES_PER_ELEMENT;
+    let crc = 0;
+    for (let at = 0; at < bytes; at += chunk.length) {
+      const part = chunk.subarray(0, Math.min(chunk.length, bytes - at));
+      readExactly(fd, file, part, e.offset + at, `index array ${e.name}`);
+      crc = crc32(part, crc);
+    }
+    if (crc !== e.crc) throw new FormatError(file, `index array ${e.name} is corrupted (checksum mismatch)`);
+  }
 }
 
 // Files whose arrays were CRC-checked in this process (immutable once published), by identity.

@@ -1,4 +1,5 @@
-// Recovery: a lost or damaged MANIFEST rebuilt from the intact segment files.
+// Recovery: a lost or damaged MANIFEST rebuilt from the intact segment files (and the index files
+// that still describe them: recovery-index.ts).
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -29,6 +30,7 @@ import {
   openSegment,
 } from './manifest.js';
 import { CorpusFile } from './reader.js';
+import { adoptIndex } from './recovery-index.js';
 import { deletionsBytes, deletionsName, type ManifestDeletions, readDeletions } from './tombstones.js';
 
 // ---- recovery ----
@@ -51,7 +53,10 @@ export interface RecoverResult {
  * Rebuilds a lost or damaged MANIFEST from the intact segment files of a corpus directory. Segments
  * are adopted in their numeric order when their header, offsets, ids (and with `verify`, tokens)
  * check out and they agree with the first intact one on dtype, dim and ids; the others are reported
- * and left where they are. Nothing is deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>.
+ * and left where they are. The index comes back with them where its files still describe them: the
+ * newest intact codec and, per adopted segment, the index file encoded against it for exactly that
+ * segment (a segment that kept no tokens and lost its index is left out and reported). Nothing is
+ * deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>.
  * A corpus whose MANIFEST opens is refused (there is nothing to recover).
  */
 export function recoverCorpus(dir: string, options: RecoverOptions = {}): RecoverResult {
@@ -69,7 +74,13 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     const manifestFile = path.join(dir, MANIFEST);
     const damagedManifest = damagedManifestName(dir, manifestFile);
     const numbered = numberedFiles(dir, SEGMENT_NAME, segmentName);
-    const { segments, skipped, first, maxLength } = adoptSegments(dir, numbered, options);
+    const adopted = adoptSegments(dir, numbered, options);
+    const { skipped, first } = adopted;
+    // the index files that still describe the adopted segments (a token-less segment without one is
+    // left out: its documents have no vectors)
+    const ix = adoptIndex(dir, adopted.segments, adopted.headers, options.verify ?? true, skipped);
+    const segments = ix.segments;
+    const maxLength = segments.reduce((a, s) => Math.max(a, adopted.maxLengths.get(s.file) ?? 0), 0);
     const documents = segments.reduce((a, s) => a + s.documents, 0);
     if (documents > MAX_DOCUMENTS)
       throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
@@ -86,12 +97,13 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
       ids: first.hasIds,
       // past every segment and tombstone file present, adopted or not: the next writer never reuses
       // or removes one
-      generation: Math.max(numbered[numbered.length - 1].n, tombstones[0]?.n ?? 0),
+      generation: Math.max(numbered[numbered.length - 1].n, tombstones[0]?.n ?? 0, ix.generation),
       documents,
       tokens: segments.reduce((a, s) => a + s.tokens, 0),
       maxLength,
       segments,
       deletions,
+      ...(ix.index ? { index: ix.index } : {}),
     };
     lock.check();
     if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);
@@ -151,14 +163,18 @@ function adoptSegments(
   options: RecoverOptions,
 ): {
   segments: ManifestSegment[];
+  /** Each adopted segment's header, in the same order. */
+  headers: SegmentHeader[];
   skipped: { file: string; reason: string }[];
   first: SegmentHeader;
-  maxLength: number;
+  /** Each adopted segment's longest document, by file name. */
+  maxLengths: Map<string, number>;
 } {
   const skipped: { file: string; reason: string }[] = [];
   const segments: ManifestSegment[] = [];
+  const headers: SegmentHeader[] = [];
+  const maxLengths = new Map<string, number>();
   let first: SegmentHeader | undefined;
-  let maxLength = 0;
   numbered.forEach(({ name }, k) => {
     options.onProgress?.(k, numbered.length);
     const file = path.join(dir, name);
@@ -183,8 +199,11 @@ function adoptSegments(
         );
       if (options.verify ?? true) verifySegmentData(file, h, meta.sums);
       first ??= h;
+      let maxLength = 0;
       for (let i = 0; i < h.documents; i++)
         maxLength = Math.max(maxLength, meta.offsets[i + 1] - meta.offsets[i]);
+      maxLengths.set(name, maxLength);
+      headers.push(h);
       segments.push({
         file: name,
         documents: h.documents,
@@ -204,7 +223,7 @@ function adoptSegments(
         ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
         : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
     );
-  return { segments, skipped, first, maxLength };
+  return { segments, headers, skipped, first, maxLengths };
 }
 
 // The tombstone file `name` when every segment was adopted and it checks out against `documents`;
