@@ -1,7 +1,7 @@
 // Deleting documents: a new tombstone file listing every deleted document, published with a new MANIFEST.
 
 import { InvalidArgumentError, MaxsimError } from '../../errors.js';
-import { removeFile, writeDurably } from './files.js';
+import { removeFile, writeAll, writeDurably } from './files.js';
 import { CorpusLock, type LockOptions } from './lock.js';
 import {
   type CorpusInfo,
@@ -67,7 +67,7 @@ export function deleteDocuments(
     const generation = m.generation + 1;
     const name = deletionsName(generation);
     lock.check();
-    writeDurably(dir, name, lock.token, bytes, 'deletions');
+    writeDurably(dir, name, lock.token, 'deletions', (fd) => writeAll(fd, bytes, 0));
     const next: Manifest = {
       ...m,
       generation,

@@ -52,18 +52,32 @@ export function bytesOf(view: ArrayBufferView): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }
 
-/** Writes a file under a temporary name, syncs it, renames it into place and syncs the directory. */
-export function writeDurably(dir: string, name: string, token: string, bytes: Uint8Array, what: string) {
+/**
+ * Writes a new file under a temporary name (`write(fd)` fills it), syncs it, renames it into place
+ * and syncs the directory. The steps report to the fault hook as `open` (default `write-<what>`),
+ * then `sync-<what>` and `rename-<what>`; a failure before the rename removes the temporary.
+ */
+export function writeDurably(
+  dir: string,
+  name: string,
+  token: string,
+  what: string,
+  write: (fd: number) => void,
+  open = `write-${what}`,
+): void {
   const tmp = path.join(dir, `${name}.${token}.tmp`);
-  step(`write-${what}`);
+  step(open);
   const fd = fs.openSync(tmp, 'wx');
   try {
-    writeAll(fd, bytes, 0);
+    write(fd);
     step(`sync-${what}`);
     fs.fsyncSync(fd);
-  } finally {
+  } catch (e) {
     fs.closeSync(fd);
+    fs.rmSync(tmp, { force: true });
+    throw e;
   }
+  fs.closeSync(fd);
   step(`rename-${what}`);
   fs.renameSync(tmp, path.join(dir, name));
   syncDir(dir);

@@ -12,7 +12,7 @@ import { crc32 } from 'node:zlib';
 import { InvalidArgumentError, MaxsimError } from '../../errors.js';
 import { mergeIndexes } from '../../plaid/merge.js';
 import type { PlaidIndex } from '../../plaid/plaid.js';
-import { bytesOf, removeFile, step, syncDir, writeAll } from './files.js';
+import { bytesOf, removeFile, step, syncDir, writeAll, writeDurably } from './files.js';
 import { alignUp, encodeHeader, HEADER_BYTES, segmentName } from './format.js';
 import { indexName, writeIndexFile } from './index-segments.js';
 import { CorpusLock, type LockOptions } from './lock.js';
@@ -79,31 +79,25 @@ export function writeTokenlessSegment(
     checksumsSection,
     chunkBytes: file.segments[0]?.header.chunkBytes ?? 64 * 1024 * 1024,
   });
-  const tmp = path.join(dir, `${name}.${token}.tmp`);
-  step('open-segment');
-  const fd = fs.openSync(tmp, 'wx');
-  try {
-    step('write-offsets');
-    writeAll(fd, offsetsBytes, offsetsSection.offset);
-    if (idsBytes.length > 0) {
-      step('write-ids');
-      writeAll(fd, idsBytes, idsSection.offset);
-    }
-    step('write-checksums');
-    writeAll(fd, bytesOf(sums), checksumsSection.offset);
-    step('write-header');
-    writeAll(fd, header, 0);
-    step('sync-segment');
-    fs.fsyncSync(fd);
-  } catch (e) {
-    fs.closeSync(fd);
-    fs.rmSync(tmp, { force: true });
-    throw e;
-  }
-  fs.closeSync(fd);
-  step('rename-segment');
-  fs.renameSync(tmp, path.join(dir, name));
-  syncDir(dir);
+  writeDurably(
+    dir,
+    name,
+    token,
+    'segment',
+    (fd) => {
+      step('write-offsets');
+      writeAll(fd, offsetsBytes, offsetsSection.offset);
+      if (idsBytes.length > 0) {
+        step('write-ids');
+        writeAll(fd, idsBytes, idsSection.offset);
+      }
+      step('write-checksums');
+      writeAll(fd, bytesOf(sums), checksumsSection.offset);
+      step('write-header');
+      writeAll(fd, header, 0);
+    },
+    'open-segment',
+  );
   return {
     file: name,
     documents: docs.length,

@@ -10,12 +10,11 @@
 // like the token segments, maps its data through /proc/self/fd (no copy into the JS heap) and checks
 // every array's CRC once per process.
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { FormatError } from '../../errors.js';
 import { loadNative } from '../../native.js';
 import { PART_TYPES, type PartArray, type PartType, type PlaidParts, partTypeOf } from '../../plaid/parts.js';
-import { readExactly, step, syncDir, writeAll } from './files.js';
+import { readExactly, step, writeAll, writeDurably } from './files.js';
 import { alignUp, checksum } from './format.js';
 import type { PinnedFile } from './handles.js';
 
@@ -86,10 +85,7 @@ export function writeIndexFile(
   v.setUint32(16, crc32(json), true);
   v.setUint32(20, dataOffset, true);
   v.setUint32(24, crc32(fixed.subarray(0, 24)), true);
-  const tmp = path.join(dir, `${name}.${token}.tmp`);
-  step('write-index');
-  const fd = fs.openSync(tmp, 'wx');
-  try {
+  writeDurably(dir, name, token, 'index', (fd) => {
     writeAll(fd, fixed, 0);
     writeAll(fd, json, FIXED);
     const list = Object.values(parts.arrays);
@@ -100,17 +96,7 @@ export function writeIndexFile(
     });
     // the file ends at the last array's aligned end (a zero-length tail is still addressable)
     fs.ftruncateSync(fd, at);
-    step('sync-index');
-    fs.fsyncSync(fd);
-  } catch (e) {
-    fs.closeSync(fd);
-    fs.rmSync(tmp, { force: true });
-    throw e;
-  }
-  fs.closeSync(fd);
-  step('rename-index');
-  fs.renameSync(tmp, path.join(dir, name));
-  syncDir(dir);
+  });
   return { bytes: at, headerCrc: v.getUint32(16, true) };
 }
 
