@@ -138,24 +138,7 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     if (train) {
       const fitted = await fitCodec(file, bits, options, kern);
       codec = fitted.codec;
-      const name = indexName(generation, 0);
-      const w = writeIndexFile(dir, name, lock.token, codecOnly(codec).parts(), {
-        role: 'codec',
-        bits,
-        centroids: codec.centroids,
-        sample: fitted.sample,
-        threshold: fitted.threshold,
-      });
-      written.push(name);
-      head = {
-        file: name,
-        bytes: w.bytes,
-        crc: w.headerCrc,
-        bits,
-        centroids: codec.centroids,
-        sample: fitted.sample,
-        threshold: fitted.threshold,
-      };
+      head = writeCodec(dir, lock.token, generation, bits, fitted, written);
     } else {
       codec = file.index!.codec();
       const { segments: _, ...rest } = m.index!;
@@ -231,6 +214,27 @@ export async function indexCorpus(dir: string, options: CorpusIndexOptions = {})
     file?.close();
     lock.release();
   }
+}
+
+/** Writes a fitted codec's file (generation's slot 0); returns the MANIFEST's index head for it. */
+function writeCodec(
+  dir: string,
+  token: string,
+  generation: number,
+  bits: 2 | 4,
+  fitted: { codec: PlaidIndex; sample: number; threshold: number },
+  written: string[],
+): Omit<ManifestIndex, 'segments'> {
+  const settings = {
+    bits,
+    centroids: fitted.codec.centroids,
+    sample: fitted.sample,
+    threshold: fitted.threshold,
+  };
+  const name = indexName(generation, 0);
+  const w = writeIndexFile(dir, name, token, codecOnly(fitted.codec).parts(), { role: 'codec', ...settings });
+  written.push(name);
+  return { file: name, bytes: w.bytes, crc: w.headerCrc, ...settings };
 }
 
 /**
