@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, test } from 'node:test';
+import * as zlib from 'node:zlib';
 import { CorpusWriter, deleteDocuments, recoverCorpus } from '../src/io/corpus/index.js';
 import { indexCorpus } from '../src/io/corpus/index-build.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
@@ -36,6 +37,22 @@ function damage(file: string) {
   };
   const a = json.arrays.find((x) => x.length > 0)!;
   b[a.offset] ^= 0xff;
+  fs.writeFileSync(file, b);
+}
+
+/** Rewrites the `corpus` field of an index file's description (CRCs recomputed, data untouched). */
+function rewriteCorpus(file: string, edit: (corpus: Record<string, unknown>) => unknown) {
+  const b = fs.readFileSync(file);
+  const at = b.readUInt32LE(12);
+  const json = JSON.parse(b.subarray(64, 64 + at).toString('utf8'));
+  json.corpus = edit(json.corpus);
+  const text = Buffer.from(JSON.stringify(json), 'utf8');
+  assert.ok(64 + text.length <= b.readUInt32LE(20), 'the description still fits before the data');
+  b.fill(0x20, 64, b.readUInt32LE(20));
+  text.copy(b, 64);
+  b.writeUInt32LE(text.length, 12);
+  b.writeUInt32LE(zlib.crc32(text), 16);
+  b.writeUInt32LE(zlib.crc32(b.subarray(0, 24)), 24);
   fs.writeFileSync(file, b);
 }
 
@@ -121,6 +138,34 @@ describe('corpus recover with an index', () => {
     assert.ok(r.skipped.some((s) => /keeps no tokens .* no vectors left/.test(s.reason)));
     assert.equal(r.info.documents, 0);
     assert.equal(r.info.index?.indexedSegments, 0);
+  });
+
+  test('hostile or stale descriptions are reported and not adopted; recovery never throws on them', async () => {
+    for (const [what, edit, file] of [
+      ['a drift above 1', (c: Record<string, unknown>) => ({ ...c, drift: 2 }), 1],
+      ['an unknown role', (c: Record<string, unknown>) => ({ ...c, role: 'other' }), 1],
+      ['not an object', () => 'codec', 0],
+      ['another segment', (c: Record<string, unknown>) => ({ ...c, segment: 'seg-000009.msxs' }), 1],
+      [
+        'a wrong segment CRC',
+        (c: Record<string, unknown>) => ({ ...c, segmentCrc: ((c.segmentCrc as number) ^ 1) >>> 0 }),
+        1,
+      ],
+      ['another codec', (c: Record<string, unknown>) => ({ ...c, codec: 'ix-000009-0000.msxi' }), 1],
+      ['no corpus field (an older file)', () => undefined, 1],
+    ] as const) {
+      const dir = fresh();
+      build(dir, 40, 1);
+      await indexCorpus(dir, { centroids: 8 });
+      const [name] = fs.readdirSync(dir).filter((n) => new RegExp(`^ix-\\d+-000${file}\\.msxi$`).test(n));
+      rewriteCorpus(path.join(dir, name), edit);
+      loseManifest(dir);
+      const r = recoverCorpus(dir);
+      assert.equal(r.info.documents, 40, what);
+      assert.equal(r.info.index?.indexedSegments ?? 0, 0, what);
+      const c = openCorpus(dir);
+      c.close();
+    }
   });
 
   test('after a rebuild, the files of the old codec are not adopted', async () => {
