@@ -355,12 +355,12 @@ function compactCommand(): Command {
 function recoverCommand(): Command {
   return new Command('recover')
     .description(
-      'rebuild a lost or damaged MANIFEST from the intact segment files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
+      'rebuild a lost or damaged MANIFEST from the intact segment and index files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
     )
     .argument('<dir>', 'the corpus directory')
     .option(
       '--no-verify',
-      'adopt segments without re-reading their tokens (headers, offsets, ids are checked)',
+      'adopt segments and index files without re-reading their data (headers, offsets, ids and index descriptions are checked)',
     )
     .option('--wait <seconds>', 'when a writer holds the corpus, wait up to this long')
     .option('--json', 'print JSON')
