@@ -44,11 +44,18 @@ export interface WasmScoreOptions {
   sliceMs?: number;
 }
 
+// Node's setImmediate; else the Prioritized Task Scheduling API's scheduler.yield() (Chromium 129+),
+// which browsers do not clamp; else setTimeout(0), which browsers clamp to 4 ms once nested.
+const host = globalThis as {
+  setImmediate?: (f: () => void) => void;
+  scheduler?: { yield?: () => Promise<void> };
+};
 const yieldToLoop: () => Promise<void> =
-  typeof (globalThis as { setImmediate?: unknown }).setImmediate === 'function'
-    ? () =>
-        new Promise((r) => (globalThis as unknown as { setImmediate(f: () => void): void }).setImmediate(r))
-    : () => new Promise((r) => setTimeout(r, 0));
+  typeof host.setImmediate === 'function'
+    ? () => new Promise((r) => host.setImmediate?.(r))
+    : typeof host.scheduler?.yield === 'function'
+      ? () => host.scheduler?.yield?.() ?? Promise.resolve()
+      : () => new Promise((r) => setTimeout(r, 0));
 
 /** Bytes a batch takes once compacted into wasm memory (tokens, scales, spans). */
 function placedBytes(b: TokenBatch): number {
