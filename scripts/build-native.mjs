@@ -21,6 +21,7 @@ import {
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { findNodeGyp } from './node-gyp.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const addonFile = join(root, 'build', 'Release', 'maxsim_native.node');
@@ -123,27 +124,6 @@ function run(cmd, args, opts = {}) {
   return r.status ?? 1;
 }
 
-function findNodeGyp() {
-  if (process.env.npm_config_node_gyp && existsSync(process.env.npm_config_node_gyp))
-    return process.env.npm_config_node_gyp;
-  // npm ships node-gyp inside itself; find it next to the running node.
-  const candidates = [
-    join(
-      dirname(process.execPath),
-      '..',
-      'lib',
-      'node_modules',
-      'npm',
-      'node_modules',
-      'node-gyp',
-      'bin',
-      'node-gyp.js',
-    ),
-    join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
-  ];
-  return candidates.find((c) => existsSync(c));
-}
-
 /** Puts the gyp file at the root for node-gyp; returns how to undo that (nothing in a checkout). */
 function placeGypFile() {
   if (existsSync(rootGyp)) return () => {};
@@ -159,7 +139,7 @@ function placeGypFile() {
 }
 
 function buildAddon() {
-  const gyp = findNodeGyp();
+  const gyp = findNodeGyp(root);
   if (!gyp) {
     console.error(
       'maxsim: node-gyp was not found (it ships with npm); install npm >= 9 and run `node scripts/build-native.mjs` again.',

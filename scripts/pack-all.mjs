@@ -23,6 +23,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { findNodeGyp } from './node-gyp.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
@@ -56,19 +57,11 @@ function npmPack(dir) {
   return JSON.parse(r.stdout)[0].filename;
 }
 
+/** node-gyp (scripts/node-gyp.mjs); the cross builds need one. */
 function nodeGyp() {
-  const p = join(
-    dirname(process.execPath),
-    '..',
-    'lib',
-    'node_modules',
-    'npm',
-    'node_modules',
-    'node-gyp',
-    'bin',
-    'node-gyp.js',
-  );
-  return existsSync(p) ? p : join(root, 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
+  const p = findNodeGyp(root);
+  if (!p) throw new Error('pack-all: node-gyp not found (npm ships it; or npm install node-gyp)');
+  return p;
 }
 
 /** The Zig compiler for the musl builds (ZIG, or zig on PATH), or undefined. */

@@ -1,6 +1,6 @@
 // token_set.h's pinning without V8's C++ API (MAXSIM_NO_V8: the musl packages, built with Zig's
 // libc++, which cannot share V8's std::shared_ptr; docs/platforms.md). A small test addon
-// (native/binding/test/pin_check.cc) is built here with that define by npm's node-gyp, against this
+// (native/binding/test/pin_check.cc) is built here with that define by node-gyp, against this
 // Node's headers: it must import no V8 symbol, and a job must read the values the arrays held at the
 // call (a copy made when the set is parsed) whatever happens to them while it runs: transferred
 // (detached), overwritten, collected; SharedArrayBuffer-backed and offset views pin the same way,
@@ -12,28 +12,20 @@ import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
+import { pathToFileURL } from 'node:url';
 import { packageRoot } from '../src/native.js';
 import { raggedBatch } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
 
 const require = createRequire(import.meta.url);
-const nodeGyp = path.join(
-  path.dirname(process.execPath),
-  '..',
-  'lib',
-  'node_modules',
-  'npm',
-  'node_modules',
-  'node-gyp',
-  'bin',
-  'node-gyp.js',
-);
+const { findNodeGyp } = (await import(
+  pathToFileURL(path.join(packageRoot, 'scripts', 'node-gyp.mjs')).href
+)) as {
+  findNodeGyp(root: string): string | undefined;
+};
+const nodeGyp = findNodeGyp(packageRoot);
 const cxx = spawnSync(process.env.CXX ?? 'g++', ['--version']).status === 0;
-const skip = !fs.existsSync(nodeGyp)
-  ? `needs npm's node-gyp (${nodeGyp})`
-  : !cxx
-    ? 'needs a C++ compiler'
-    : false;
+const skip = !nodeGyp ? 'needs node-gyp (npm ships it)' : !cxx ? 'needs a C++ compiler' : false;
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'maxsim-pin-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
@@ -63,7 +55,7 @@ function buildAddon(): { addon: PinCheck; file: string } {
     fs.cpSync(path.join(packageRoot, 'native', d), path.join(tmp, 'native', d), { recursive: true });
   fs.writeFileSync(path.join(tmp, 'binding.gyp'), JSON.stringify(gyp));
   const nodedir = path.resolve(path.dirname(process.execPath), '..');
-  const r = spawnSync(process.execPath, [nodeGyp, 'rebuild', `--nodedir=${nodedir}`], {
+  const r = spawnSync(process.execPath, [nodeGyp as string, 'rebuild', `--nodedir=${nodedir}`], {
     cwd: tmp,
     encoding: 'utf8',
     timeout: 300_000,
