@@ -2,6 +2,7 @@
 // else the native CPU engine, else, for the operations the wasm engine has, WebAssembly).
 import { BackendUnavailableError, InvalidArgumentError } from '../errors.js';
 import { loadNative, nativeUnavailableReason } from '../native.js';
+import { version } from '../version.js';
 
 export type BackendName = 'cpu' | 'cuda' | 'wasm';
 /** The backends of the native addon (every operation has them). */
@@ -11,6 +12,9 @@ export type BackendChoice = BackendName | 'auto';
 interface CudaStatusLike {
   available: boolean;
   reason?: string;
+  devices?: unknown[];
+  kernelDir?: string;
+  kernelFiles?: string[];
 }
 
 /** Why CUDA cannot be used here, or undefined when it can. Never throws. */
@@ -19,7 +23,12 @@ export function cudaUnavailableReason(): string | undefined {
   if (nativeReason) return nativeReason;
   try {
     const status = (loadNative().cuda.status as unknown as () => CudaStatusLike)();
-    return status.available ? undefined : (status.reason ?? 'CUDA is unavailable');
+    if (status.available) return undefined;
+    // A GPU but no fatbins: an install from the registry leaves the kernels package out by default.
+    if ((status.devices?.length ?? 0) > 0 && (status.kernelFiles ?? []).length === 0) {
+      return `no CUDA kernels found${status.kernelDir ? ` (looked in ${status.kernelDir})` : ''}: install them with \`npm install @maxsim/cuda-kernels@${version}\`, or in a source checkout build them where nvcc exists (\`node scripts/build-native.mjs kernels\`)`;
+    }
+    return status.reason ?? 'CUDA is unavailable';
   } catch (e) {
     return e instanceof Error ? e.message : String(e);
   }

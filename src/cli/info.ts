@@ -61,10 +61,8 @@ export function infoCommand(): Command {
       } else {
         console.log(`cpu       unavailable: ${report.cpuUnavailable}`);
       }
-      if (report.cudaUnavailable !== undefined) {
-        console.log(`cuda      unavailable: ${report.cudaUnavailable}`);
-      } else {
-        for (const line of describeCuda(report.cuda)) console.log(`cuda      ${line}`);
-      }
+      // the driver and devices are worth showing even when CUDA cannot run (no kernels, say)
+      if (report.cudaUnavailable !== undefined) console.log(`cuda      unavailable: ${report.cudaUnavailable}`);
+      for (const line of describeCuda(report.cuda)) console.log(`cuda      ${line}`);
     });
 }
