@@ -1,5 +1,5 @@
 // The CUDA training plan (src/backends/cuda-train-plan.ts): what TypeScript chooses for given shapes,
-// and the native side's refusal of a malformed plan (cuda_train_binding.cc / train_engine.cc), which
+// and the native side's refusal of a malformed plan (cuda_train_binding.cc / train_plan.cc), which
 // happens before any device is touched, so both run without a GPU. The launch constants come from the
 // addon (cuda.trainKernelInfo, stated once in native/cuda/kernels/maxsim_train_params.h).
 import assert from 'node:assert/strict';

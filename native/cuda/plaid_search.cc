@@ -63,201 +63,185 @@ std::vector<int64_t> Capped(const std::vector<int64_t>& off, int64_t cap) {
   return o;
 }
 
-}  // namespace
+// One batch's device buffers and offsets, stage by stage (each method enqueues its kernels; the
+// offsets between stages come back in two small downloads). Scoped blocks go back to the cache when
+// the batch ends, after Collect has synchronized.
+class Batch {
+ public:
+  Batch(Runtime& rt, const PlaidSearchPlan& plan, int64_t nq, const PlaidSearchParams& index)
+      : rt_(rt), plan_(plan), nq_(nq), LQ_(plan.lq), d_(index.d), K_(index.k), cw_(Div(index.k, 32)), p_(index),
+        ev_(6, nullptr) {
+    for (auto& e : ev_) Check(Api().cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
+  }
+  ~Batch() {
+    for (auto e : ev_) Api().cuEventDestroy(e);
+  }
+  void Mark(int i) { Check(Api().cuEventRecord(ev_[i], rt_.stream()), "cuEventRecord"); }
 
-void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths, int64_t, int64_t nq,
-                                   const PlaidSearchPlan& plan, PlaidSearchResult* out) {
-  Runtime& rt = rt_;
-  const int64_t LQ = plan.lq, d = d_, K = k_;
-  std::vector<cu::CUevent> ev(6, nullptr);
-  for (auto& e : ev) Check(Api().cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
-  struct Destroy {
-    std::vector<cu::CUevent>& ev;
-    ~Destroy() {
-      for (auto e : ev) Api().cuEventDestroy(e);
+  // The queries padded to LQ rows and qc = q x centroids.
+  void QueryCentroids(const float* queries, const int32_t* lengths) {
+    std::vector<float> qpad(static_cast<size_t>(nq_ * LQ_ * d_), 0.0f);
+    std::vector<int32_t> qlen(lengths, lengths + nq_);
+    int64_t at = 0;
+    for (int64_t q = 0; q < nq_; q++) {
+      std::memcpy(qpad.data() + q * LQ_ * d_, queries + at * d_, static_cast<size_t>(qlen[q] * d_) * 4);
+      at += qlen[q];
     }
-  } destroy{ev};
-  auto mark = [&](int i) { Check(Api().cuEventRecord(ev[i], rt.stream()), "cuEventRecord"); };
-  mark(0);
-  // queries padded to LQ rows
-  std::vector<float> qpad(static_cast<size_t>(nq * LQ * d), 0.0f);
-  std::vector<int32_t> qlen(lengths, lengths + nq);
-  int64_t at = 0;
-  for (int64_t q = 0; q < nq; q++) {
-    std::memcpy(qpad.data() + q * LQ * d, queries + at * d, static_cast<size_t>(qlen[q] * d) * 4);
-    at += qlen[q];
-  }
-  Buf qd = Block(rt, qpad.size() * 4), qlen_d = Block(rt, static_cast<uint64_t>(nq) * 4);
-  rt.Upload(qd->get(), qpad.data(), qpad.size() * 4);
-  rt.Upload(qlen_d->get(), qlen.data(), static_cast<uint64_t>(nq) * 4);
-  Buf qc = Block(rt, static_cast<uint64_t>(nq * K * LQ) * 4);
-  {
+    qd_ = Block(rt_, qpad.size() * 4);
+    qlen_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
+    rt_.Upload(qd_->get(), qpad.data(), qpad.size() * 4);
+    rt_.Upload(qlen_->get(), qlen.data(), static_cast<uint64_t>(nq_) * 4);
+    qc_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_) * 4);
     PlaidAssignParams a{};
-    a.x = Dev<const void>(qd->get());
-    a.cent = Dev<const float>(cent_);
-    a.n = nq * LQ;
-    a.k = K;
-    a.d = d;
-    a.ld = LQ;
-    a.scores = Dev<float>(qc->get());
-    Go(rt, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K, PLAID_TILE_N), PLAID_THREADS, 0, a);
+    a.x = Dev<const void>(qd_->get());
+    a.cent = p_.cent;
+    a.n = nq_ * LQ_;
+    a.k = K_;
+    a.d = d_;
+    a.ld = LQ_;
+    a.scores = Dev<float>(qc_->get());
+    // plaid_qc (8 x 8 per thread); plaid_dots where a build predates it: the same values
+    if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    else Go(rt_, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K_, PLAID_TILE_N), PLAID_THREADS, 0, a);
+    p_.q = Dev<const float>(qd_->get());
+    p_.q_len = Dev<const int32_t>(qlen_->get());
+    p_.qc = Dev<float>(qc_->get());
+    p_.num_q = nq_;
+    p_.lq = LQ_;
+    p_.words = Div(p_.docs, 32);
+    p_.nprobe = plan_.nprobe;
+    p_.np = plan_.np;
+    p_.chunks = Div(K_, PLAID_PROBE_CHUNK);
+    p_.threshold = plan_.threshold;
   }
-  PlaidSearchParams p{};
-  p.cent = Dev<const float>(cent_);
-  p.tables = Dev<const float>(tables_);
-  p.cids = Dev<const int32_t>(cids_);
-  p.codes = Dev<const uint8_t>(codes_);
-  p.doc_off = Dev<const int64_t>(doc_off_);
-  p.bag_off = Dev<const int64_t>(bag_off_);
-  p.bags = Dev<const int32_t>(bags_);
-  p.ivf_off = Dev<const int64_t>(ivf_off_);
-  p.ivf = Dev<const int32_t>(ivf_);
-  p.tokens = Dev<const void>(tokens_);
-  p.tokens_dtype = tokens_dtype_;
-  p.q = Dev<const float>(qd->get());
-  p.q_len = Dev<const int32_t>(qlen_d->get());
-  p.qc = Dev<float>(qc->get());
-  p.num_q = nq;
-  p.lq = LQ;
-  p.k = K;
-  p.d = d;
-  p.docs = docs_;
-  p.words = Div(docs_, 32);
-  p.nprobe = plan.nprobe;
-  p.np = plan.np;
-  p.chunks = Div(K, PLAID_PROBE_CHUNK);
-  p.threshold = plan.threshold;
-  p.bits = bits_;
-  // stage 1: each token's nprobe best centroids, the distinct ones per query
-  const int64_t cw = Div(K, 32);
-  Buf partial = Block(rt, static_cast<uint64_t>(nq * p.chunks * LQ * p.np) * 8);
-  Buf cbits = Block(rt, static_cast<uint64_t>(nq * cw) * 4);
-  Buf probed = Block(rt, static_cast<uint64_t>(nq * LQ * plan.nprobe) * 4);
-  Buf probed_n = Block(rt, static_cast<uint64_t>(nq) * 4);
-  p.partial = Dev<unsigned long long>(partial->get());
-  p.cbits = Dev<uint32_t>(cbits->get());
-  p.probed = Dev<int32_t>(probed->get());
-  p.probed_n = Dev<int32_t>(probed_n->get());
-  Zero(rt, cbits->get(), static_cast<uint64_t>(nq * cw) * 4);
-  Zero(rt, probed_n->get(), static_cast<uint64_t>(nq) * 4);
-  Go(rt, "plaid_probe_partial_" + std::to_string(p.np), p.chunks, nq, static_cast<unsigned>(LQ), 0, p);
-  Go(rt, "plaid_probe_merge", Div(nq * LQ * 32, 256), 1, 256, 0, p);
-  mark(1);
-  // stage 2: inverted lists -> candidate documents (ascending)
-  Buf dbits = Block(rt, static_cast<uint64_t>(nq * p.words) * 4);
-  Buf cand_n = Block(rt, static_cast<uint64_t>(nq) * 4);
-  p.dbits = Dev<uint32_t>(dbits->get());
-  p.cand_n = Dev<int32_t>(cand_n->get());
-  Zero(rt, dbits->get(), static_cast<uint64_t>(nq * p.words) * 4);
-  Go(rt, "plaid_mark", LQ * plan.nprobe, nq, 256, 0, p);
-  Go(rt, "plaid_count", nq, 1, 1024, 0, p);
-  const std::vector<int32_t> counts = Fetch<int32_t>(rt, cand_n->get(), nq);
-  std::vector<int64_t> cand_off(static_cast<size_t>(nq + 1), 0);
-  for (int64_t q = 0; q < nq; q++) cand_off[q + 1] = cand_off[q] + counts[q];
-  const int64_t total = cand_off[nq];
-  Buf cand_off_d = Block(rt, cand_off.size() * 8);
-  rt.Upload(cand_off_d->get(), cand_off.data(), cand_off.size() * 8);
-  Buf cand = Block(rt, static_cast<uint64_t>(total) * 4), cand_q = Block(rt, static_cast<uint64_t>(total) * 4);
-  Buf ci = Block(rt, static_cast<uint64_t>(total) * 4);
-  p.cand_off = Dev<const int64_t>(cand_off_d->get());
-  p.cand = Dev<int32_t>(cand->get());
-  p.cand_q = Dev<int32_t>(cand_q->get());
-  p.ci = Dev<float>(ci->get());
-  Go(rt, "plaid_compact", nq, 1, 1024, 0, p);
-  mark(2);
-  // stage 3: centroid interaction, the best `candidates` of each query
-  Go(rt, "plaid_interaction", std::min<int64_t>(Div(total, 8), int64_t(1) << 20), 1, 256, 0, p);
-  const std::vector<int64_t> kept_off = Capped(cand_off, plan.candidates);
-  const int64_t kept_total = kept_off[nq];
-  Buf kept_off_d = Block(rt, kept_off.size() * 8);
-  rt.Upload(kept_off_d->get(), kept_off.data(), kept_off.size() * 8);
-  Buf kept = Block(rt, static_cast<uint64_t>(kept_total) * 4), kept_ci = Block(rt, static_cast<uint64_t>(kept_total) * 4);
-  Buf sel_n = Block(rt, static_cast<uint64_t>(nq) * 4);
-  p.sel_in_off = Dev<const int64_t>(cand_off_d->get());
-  p.sel_doc = Dev<const int32_t>(cand->get());
-  p.sel_score = Dev<const float>(ci->get());
-  p.sel_out_off = Dev<const int64_t>(kept_off_d->get());
-  p.sel_out_doc = Dev<int32_t>(kept->get());
-  p.sel_out_score = Dev<float>(kept_ci->get());
-  p.sel_out_n = Dev<int32_t>(sel_n->get());
-  Go(rt, "plaid_select", nq, 1, 256, 0, p);
-  mark(3);
-  // stage 4: the fused decompress-MaxSim of the kept documents, the best `rescore` of them
-  int64_t max_kept = 0;
-  for (int64_t q = 0; q < nq; q++) max_kept = std::max(max_kept, kept_off[q + 1] - kept_off[q]);
-  const unsigned smem = static_cast<unsigned>((d * LQ + d * 16) * 4);
-  Buf rs = Block(rt, static_cast<uint64_t>(kept_total) * 4);
-  p.score_off = Dev<const int64_t>(kept_off_d->get());
-  p.score_doc = Dev<const int32_t>(kept->get());
-  p.score_out = Dev<float>(rs->get());
-  Go(rt, "plaid_residual", std::min<int64_t>(Div(max_kept, PLAID_SCORE_WARPS), 4096), nq, 32 * PLAID_SCORE_WARPS, smem, p);
-  const std::vector<int64_t> fin_off = Capped(kept_off, plan.rescore);
-  const int64_t fin_total = fin_off[nq];
-  Buf fin_off_d = Block(rt, fin_off.size() * 8);
-  rt.Upload(fin_off_d->get(), fin_off.data(), fin_off.size() * 8);
-  Buf fin = Block(rt, static_cast<uint64_t>(fin_total) * 4), fin_rs = Block(rt, static_cast<uint64_t>(fin_total) * 4);
-  p.sel_in_off = Dev<const int64_t>(kept_off_d->get());
-  p.sel_doc = Dev<const int32_t>(kept->get());
-  p.sel_score = Dev<const float>(rs->get());
-  p.sel_out_off = Dev<const int64_t>(fin_off_d->get());
-  p.sel_out_doc = Dev<int32_t>(fin->get());
-  p.sel_out_score = Dev<float>(fin_rs->get());
-  Go(rt, "plaid_select", nq, 1, 256, 0, p);
-  mark(4);
-  // stage 5: exact MaxSim of the final lists on the source tokens
-  const bool exact = plan.exact && tokens_ != 0;
-  Buf fin_ex = Block(rt, static_cast<uint64_t>(fin_total) * 4);
-  if (exact) {
-    int64_t max_fin = 0;
-    for (int64_t q = 0; q < nq; q++) max_fin = std::max(max_fin, fin_off[q + 1] - fin_off[q]);
-    p.score_off = Dev<const int64_t>(fin_off_d->get());
-    p.score_doc = Dev<const int32_t>(fin->get());
-    p.score_out = Dev<float>(fin_ex->get());
-    Go(rt, "plaid_exact", std::min<int64_t>(Div(max_fin, PLAID_SCORE_WARPS), 4096), nq, 32 * PLAID_SCORE_WARPS,
-       static_cast<unsigned>(d * LQ * 4 + d * 16 * 4), p);
+
+  // Each token's nprobe best centroids, the distinct ones per query.
+  void Probe() {
+    partial_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.chunks * LQ_ * p_.np) * 8);
+    cbits_ = Block(rt_, static_cast<uint64_t>(nq_ * cw_) * 4);
+    probed_ = Block(rt_, static_cast<uint64_t>(nq_ * LQ_ * plan_.nprobe) * 4);
+    probed_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
+    p_.partial = Dev<unsigned long long>(partial_->get());
+    p_.cbits = Dev<uint32_t>(cbits_->get());
+    p_.probed = Dev<int32_t>(probed_->get());
+    p_.probed_n = Dev<int32_t>(probed_n_->get());
+    Zero(rt_, cbits_->get(), static_cast<uint64_t>(nq_ * cw_) * 4);
+    Zero(rt_, probed_n_->get(), static_cast<uint64_t>(nq_) * 4);
+    Go(rt_, "plaid_probe_partial_" + std::to_string(p_.np), p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
+    Go(rt_, "plaid_probe_merge", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
   }
-  mark(5);
-  const auto docs = Fetch<int32_t>(rt, fin->get(), fin_total);
-  const auto rsc = Fetch<float>(rt, fin_rs->get(), fin_total);
-  const auto exs = exact ? Fetch<float>(rt, fin_ex->get(), fin_total) : rsc;
-  Check(Api().cuEventSynchronize(ev[5]), "cuEventSynchronize");
-  out->ms_centroids += Elapsed(ev[0], ev[1]);
-  out->ms_candidates += Elapsed(ev[1], ev[2]);
-  out->ms_interaction += Elapsed(ev[2], ev[3]);
-  out->ms_residual += Elapsed(ev[3], ev[4]);
-  out->ms_rescore += Elapsed(ev[4], ev[5]);
-  const auto pn = Fetch<int32_t>(rt, probed_n->get(), nq);
-  for (int64_t q = 0; q < nq; q++) {
-    out->probed += pn[q];
-    const int64_t f0 = fin_off[q], f1 = fin_off[q + 1];
-    std::vector<int64_t> ord(static_cast<size_t>(f1 - f0));
-    std::iota(ord.begin(), ord.end(), f0);
-    std::sort(ord.begin(), ord.end(), [&](int64_t a, int64_t b) { return Better(exs[a], docs[a], exs[b], docs[b]); });
-    for (int64_t i : ord) {
-      out->docs.push_back(docs[i]);
-      out->scores.push_back(exs[i]);
-      out->residual.push_back(rsc[i]);
+
+  // Inverted lists -> candidate documents (ascending per query).
+  void Candidates() {
+    dbits_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.words) * 4);
+    cand_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
+    p_.dbits = Dev<uint32_t>(dbits_->get());
+    p_.cand_n = Dev<int32_t>(cand_n_->get());
+    Zero(rt_, dbits_->get(), static_cast<uint64_t>(nq_ * p_.words) * 4);
+    Go(rt_, "plaid_mark", LQ_ * plan_.nprobe, nq_, 256, 0, p_);
+    Go(rt_, "plaid_count", nq_, 1, 1024, 0, p_);
+    const std::vector<int32_t> counts = Fetch<int32_t>(rt_, cand_n_->get(), nq_);
+    cand_off_.assign(static_cast<size_t>(nq_ + 1), 0);
+    for (int64_t q = 0; q < nq_; q++) cand_off_[q + 1] = cand_off_[q] + counts[q];
+    total_ = cand_off_[nq_];
+    cand_off_d_ = Block(rt_, cand_off_.size() * 8);
+    rt_.Upload(cand_off_d_->get(), cand_off_.data(), cand_off_.size() * 8);
+    cand_ = Block(rt_, static_cast<uint64_t>(total_) * 4);
+    cand_q_ = Block(rt_, static_cast<uint64_t>(total_) * 4);
+    ci_ = Block(rt_, static_cast<uint64_t>(total_) * 4);
+    p_.cand_off = Dev<const int64_t>(cand_off_d_->get());
+    p_.cand = Dev<int32_t>(cand_->get());
+    p_.cand_q = Dev<int32_t>(cand_q_->get());
+    p_.ci = Dev<float>(ci_->get());
+    Go(rt_, "plaid_compact", nq_, 1, 1024, 0, p_);
+  }
+
+  // Centroid interaction (with pruning: the kept centroids' bits first), the best `candidates`.
+  void Interaction() {
+    kbits_ = Block(rt_, static_cast<uint64_t>(nq_ * cw_) * 4);
+    if (plan_.threshold > -INFINITY) {
+      p_.kbits = Dev<uint32_t>(kbits_->get());
+      Go(rt_, "plaid_keep", Div(K_, 256), nq_, 256, 0, p_);
     }
-    out->off.push_back(static_cast<int64_t>(out->docs.size()));
+    Go(rt_, "plaid_interaction", std::min<int64_t>(Div(total_, 8), int64_t(1) << 20), 1, 256, 0, p_);
+    kept_off_ = Capped(cand_off_, plan_.candidates);
+    kept_total_ = kept_off_[nq_];
+    kept_off_d_ = Block(rt_, kept_off_.size() * 8);
+    rt_.Upload(kept_off_d_->get(), kept_off_.data(), kept_off_.size() * 8);
+    kept_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
+    kept_ci_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
+    sel_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
+    Select(cand_off_d_->get(), cand_->get(), ci_->get(), kept_off_d_->get(), kept_->get(), kept_ci_->get());
   }
-  out->generated += total;
-  out->kept += kept_total;
-  out->scored += kept_total;
-  out->rescored += exact ? fin_total : 0;
-  if (plan.stages) {
-    const auto pr = Fetch<int32_t>(rt, probed->get(), nq * LQ * plan.nprobe);
-    const auto cd = Fetch<int32_t>(rt, cand->get(), total);
-    const auto cis = Fetch<float>(rt, ci->get(), total);
-    const auto kd = Fetch<int32_t>(rt, kept->get(), kept_total);
-    const auto rss = Fetch<float>(rt, rs->get(), kept_total);
-    for (int64_t q = 0; q < nq; q++) {
+
+  // The fused decompress-MaxSim of the kept documents, the best `rescore` of them.
+  void Residual() {
+    const unsigned smem = static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4);
+    rs_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
+    Score("plaid_residual", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), smem);
+    fin_off_ = Capped(kept_off_, plan_.rescore);
+    fin_total_ = fin_off_[nq_];
+    fin_off_d_ = Block(rt_, fin_off_.size() * 8);
+    rt_.Upload(fin_off_d_->get(), fin_off_.data(), fin_off_.size() * 8);
+    fin_ = Block(rt_, static_cast<uint64_t>(fin_total_) * 4);
+    fin_rs_ = Block(rt_, static_cast<uint64_t>(fin_total_) * 4);
+    Select(kept_off_d_->get(), kept_->get(), rs_->get(), fin_off_d_->get(), fin_->get(), fin_rs_->get());
+  }
+
+  // Exact MaxSim of the final lists on the source tokens (when the index keeps them).
+  void Rescore(bool exact) {
+    exact_ = exact;
+    fin_ex_ = Block(rt_, static_cast<uint64_t>(fin_total_) * 4);
+    if (exact) Score("plaid_exact", fin_off_, fin_off_d_->get(), fin_->get(), fin_ex_->get(), static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4));
+  }
+
+  // Downloads the final lists, sorts each query's by (score desc, doc asc), adds the stage times.
+  void Collect(PlaidSearchResult* out) {
+    const auto docs = Fetch<int32_t>(rt_, fin_->get(), fin_total_);
+    const auto rsc = Fetch<float>(rt_, fin_rs_->get(), fin_total_);
+    const auto exs = exact_ ? Fetch<float>(rt_, fin_ex_->get(), fin_total_) : rsc;
+    Check(Api().cuEventSynchronize(ev_[5]), "cuEventSynchronize");
+    out->ms_centroids += Elapsed(ev_[0], ev_[1]);
+    out->ms_candidates += Elapsed(ev_[1], ev_[2]);
+    out->ms_interaction += Elapsed(ev_[2], ev_[3]);
+    out->ms_residual += Elapsed(ev_[3], ev_[4]);
+    out->ms_rescore += Elapsed(ev_[4], ev_[5]);
+    probed_counts_ = Fetch<int32_t>(rt_, probed_n_->get(), nq_);
+    for (int64_t q = 0; q < nq_; q++) {
+      out->probed += probed_counts_[q];
+      std::vector<int64_t> ord(static_cast<size_t>(fin_off_[q + 1] - fin_off_[q]));
+      std::iota(ord.begin(), ord.end(), fin_off_[q]);
+      std::sort(ord.begin(), ord.end(), [&](int64_t a, int64_t b) { return Better(exs[a], docs[a], exs[b], docs[b]); });
+      for (int64_t i : ord) {
+        out->docs.push_back(docs[i]);
+        out->scores.push_back(exs[i]);
+        out->residual.push_back(rsc[i]);
+      }
+      out->off.push_back(static_cast<int64_t>(out->docs.size()));
+    }
+    out->generated += total_;
+    out->kept += kept_total_;
+    out->scored += kept_total_;
+    out->rescored += exact_ ? fin_total_ : 0;
+  }
+
+  // Each stage's output per query (tests): probed (ascending), candidates, their interaction
+  // scores, the kept documents (ascending) with their residual scores.
+  void Stages(PlaidSearchResult* out) {
+    const auto pr = Fetch<int32_t>(rt_, probed_->get(), nq_ * LQ_ * plan_.nprobe);
+    const auto cd = Fetch<int32_t>(rt_, cand_->get(), total_);
+    const auto cis = Fetch<float>(rt_, ci_->get(), total_);
+    const auto kd = Fetch<int32_t>(rt_, kept_->get(), kept_total_);
+    const auto rss = Fetch<float>(rt_, rs_->get(), kept_total_);
+    for (int64_t q = 0; q < nq_; q++) {
       PlaidStageOutput s;
-      s.probed.assign(pr.begin() + q * LQ * plan.nprobe, pr.begin() + q * LQ * plan.nprobe + pn[q]);
+      const auto p0 = pr.begin() + q * LQ_ * plan_.nprobe;
+      s.probed.assign(p0, p0 + probed_counts_[q]);
       std::sort(s.probed.begin(), s.probed.end());
-      s.candidates.assign(cd.begin() + cand_off[q], cd.begin() + cand_off[q + 1]);
-      s.interaction.assign(cis.begin() + cand_off[q], cis.begin() + cand_off[q + 1]);
-      std::vector<int64_t> ord(static_cast<size_t>(kept_off[q + 1] - kept_off[q]));
-      std::iota(ord.begin(), ord.end(), kept_off[q]);
+      s.candidates.assign(cd.begin() + cand_off_[q], cd.begin() + cand_off_[q + 1]);
+      s.interaction.assign(cis.begin() + cand_off_[q], cis.begin() + cand_off_[q + 1]);
+      std::vector<int64_t> ord(static_cast<size_t>(kept_off_[q + 1] - kept_off_[q]));
+      std::iota(ord.begin(), ord.end(), kept_off_[q]);
       std::sort(ord.begin(), ord.end(), [&](int64_t a, int64_t b) { return kd[a] < kd[b]; });
       for (int64_t i : ord) {
         s.kept.push_back(kd[i]);
@@ -266,6 +250,79 @@ void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths,
       out->stages.push_back(std::move(s));
     }
   }
+
+ private:
+  // plaid_select: the best out_off[q + 1] - out_off[q] of (doc, score) [in_off[q], ...).
+  void Select(cu::CUdeviceptr in_off, cu::CUdeviceptr doc, cu::CUdeviceptr score, cu::CUdeviceptr out_off,
+              cu::CUdeviceptr out_doc, cu::CUdeviceptr out_score) {
+    p_.sel_in_off = Dev<const int64_t>(in_off);
+    p_.sel_doc = Dev<const int32_t>(doc);
+    p_.sel_score = Dev<const float>(score);
+    p_.sel_out_off = Dev<const int64_t>(out_off);
+    p_.sel_out_doc = Dev<int32_t>(out_doc);
+    p_.sel_out_score = Dev<float>(out_score);
+    p_.sel_out_n = Dev<int32_t>(sel_n_->get());
+    Go(rt_, "plaid_select", nq_, 1, 256, 0, p_);
+  }
+  // plaid_residual / plaid_exact over the listed documents [off[q], off[q + 1]) of each query.
+  void Score(const char* kernel, const std::vector<int64_t>& off, cu::CUdeviceptr off_d, cu::CUdeviceptr docs,
+             cu::CUdeviceptr out, unsigned smem) {
+    int64_t most = 0;
+    for (int64_t q = 0; q < nq_; q++) most = std::max(most, off[q + 1] - off[q]);
+    p_.score_off = Dev<const int64_t>(off_d);
+    p_.score_doc = Dev<const int32_t>(docs);
+    p_.score_out = Dev<float>(out);
+    Go(rt_, kernel, std::min<int64_t>(Div(most, PLAID_SCORE_WARPS), 4096), nq_, 32 * PLAID_SCORE_WARPS, smem, p_);
+  }
+
+  Runtime& rt_;
+  const PlaidSearchPlan& plan_;
+  const int64_t nq_, LQ_, d_, K_, cw_;
+  PlaidSearchParams p_;
+  std::vector<cu::CUevent> ev_;
+  Buf qd_, qlen_, qc_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, cand_off_d_, cand_, cand_q_, ci_,
+      kbits_, kept_off_d_, kept_, kept_ci_, sel_n_, rs_, fin_off_d_, fin_, fin_rs_, fin_ex_;
+  std::vector<int64_t> cand_off_, kept_off_, fin_off_;
+  std::vector<int32_t> probed_counts_;
+  int64_t total_ = 0, kept_total_ = 0, fin_total_ = 0;
+  bool exact_ = false;
+};
+
+}  // namespace
+
+void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths, int64_t, int64_t nq,
+                                   const PlaidSearchPlan& plan, PlaidSearchResult* out) {
+  PlaidSearchParams ix{};
+  ix.cent = Dev<const float>(cent_);
+  ix.tables = Dev<const float>(tables_);
+  ix.cids = Dev<const int32_t>(cids_);
+  ix.codes = Dev<const uint8_t>(codes_);
+  ix.doc_off = Dev<const int64_t>(doc_off_);
+  ix.bag_off = Dev<const int64_t>(bag_off_);
+  ix.bags = Dev<const int32_t>(bags_);
+  ix.ivf_off = Dev<const int64_t>(ivf_off_);
+  ix.ivf = Dev<const int32_t>(ivf_);
+  ix.tokens = Dev<const void>(tokens_);
+  ix.tokens_dtype = tokens_dtype_;
+  ix.k = k_;
+  ix.d = d_;
+  ix.docs = docs_;
+  ix.bits = bits_;
+  Batch b(rt_, plan, nq, ix);
+  b.Mark(0);
+  b.QueryCentroids(queries, lengths);
+  b.Probe();
+  b.Mark(1);
+  b.Candidates();
+  b.Mark(2);
+  b.Interaction();
+  b.Mark(3);
+  b.Residual();
+  b.Mark(4);
+  b.Rescore(plan.exact && tokens_ != 0);
+  b.Mark(5);
+  b.Collect(out);
+  if (plan.stages) b.Stages(out);
 }
 
 }  // namespace maxsim_cuda

@@ -1,7 +1,8 @@
 // MaxSim training on the GPU (kernels: kernels/maxsim_train.cu): the argmax forward and the backward
 // pass over plain structs, run on the device's worker thread. No Node-API here: the binding
 // (native/binding/cuda_train_binding.cc) unpacks the arguments into a Problem and a plan, runs a job
-// and wraps the results.
+// and wraps the results. Implemented by train_forward.cc, train_backward.cc (its dD: train_csr.cc),
+// train_loss.cc and train_plan.cc over train_device.cc, sharing train_internal.h.
 //
 // TypeScript decides the plan (src/backends/cuda-train-plan.ts): the forward kernel, its shared
 // memory and grid, the argmax width, the dD method and the CSR budget. This side checks that a plan

@@ -1,6 +1,6 @@
 // The document blocks of the training backward's deterministic dD (the CSR of argmax sources per
 // document row, built one block at a time), decided here and passed down as plan.blocks; the engine
-// (native/cuda/train_engine.cc, ExpandBlocks) derives each block's rows from the lengths, checks the
+// (native/cuda/train_csr.cc, ExpandBlocks) derives each block's rows from the lengths, checks the
 // blocks and runs them.
 //
 // Documents are taken in order into a block until the next one would push its sources past

@@ -1,7 +1,7 @@
 // The plan of the CUDA training passes, decided here once per call and passed down: which forward
 // kernel runs with which shared memory and grid, how the argmax is stored, how dD is built and how
 // its CSR is cut into document blocks (cuda-train-blocks.ts). The native engine
-// (native/cuda/train_engine.cc) checks that a plan is one its kernels can run and executes it. The
+// (native/cuda/train_engine.h) checks that a plan is one its kernels can run and executes it. The
 // one decision left to run time is the data's: dD 'auto' measures the first CSR block's contention
 // on the device and applies this plan's rule (autoAtomicDistinct) to it.
 //

@@ -1,7 +1,7 @@
 // How blocks of an on-disk corpus reach the GPU: the transfer options, the chooser between
 // corpus.pin()'s pin, pinning ahead within a host-memory budget, O_DIRECT reads and copies
 // (chooseTransfer), the default host-memory budget, and the corpus pins themselves (page-locked
-// segment files, native/cuda/stream_scan.cc holds them).
+// segment files, native/cuda/pinned_host.cc holds them).
 
 import * as fs from 'node:fs';
 import * as os from 'node:os';

@@ -62,7 +62,8 @@ export function infoCommand(): Command {
         console.log(`cpu       unavailable: ${report.cpuUnavailable}`);
       }
       // the driver and devices are worth showing even when CUDA cannot run (no kernels, say)
-      if (report.cudaUnavailable !== undefined) console.log(`cuda      unavailable: ${report.cudaUnavailable}`);
+      if (report.cudaUnavailable !== undefined)
+        console.log(`cuda      unavailable: ${report.cudaUnavailable}`);
       for (const line of describeCuda(report.cuda)) console.log(`cuda      ${line}`);
     });
 }

@@ -67,7 +67,7 @@ export async function cudaSearchBatch(
   if (queries.dim !== index.dim)
     throw new InvalidArgumentError('queries.dim', `${index.dim} (the index's dim)`, String(queries.dim));
   const k = expectInteger('options.k', options.k, 1);
-  const def = defaultSearch(k);
+  const def = defaultSearch(k, index.count);
   const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
   const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
   const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);

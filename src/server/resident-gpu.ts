@@ -14,7 +14,7 @@ export interface GpuCorpus {
     k: number,
     options?: { rescore?: { docs: GpuCorpus; candidates: number } },
   ): Promise<Hit[][]>;
-  quantize(mode: 'int8' | 'fp8'): Promise<GpuCorpus>;
+  quantize(mode: 'int8' | 'fp8', options?: { scales?: 'token' | 'document' }): Promise<GpuCorpus>;
   select(indices: ArrayLike<number>): Promise<GpuCorpus>;
   score(queries: TokenBatch): Promise<ScoreMatrix>;
   dispose(): void;
@@ -78,7 +78,10 @@ export function disposeSegment(seg: DeviceSegment) {
   seg.int8?.then((d) => d.dispose()).catch(() => undefined);
 }
 
-/** Device bytes of an 8-bit copy of `tokens` tokens of `dim` (codes and one float32 scale per token). */
+/**
+ * Device bytes of an 8-bit copy of `tokens` tokens of `dim`: the codes and at most one float32 scale
+ * per token (a bound: the server's copies keep one per document).
+ */
 export function eightBitBytes(tokens: number, dim: number): number {
   return tokens * dim + 4 * tokens;
 }
@@ -106,7 +109,9 @@ export async function uploadSegments(
         file: seg.file,
         firstDocument: seg.firstDocument,
         docs,
-        eight: eight === undefined ? undefined : await docs.quantize(eight),
+        // one scale per document: the pass's scan runs its faster document-scale kernels, and the
+        // exact rescore of the candidates makes up the ranking fidelity it gives up
+        eight: eight === undefined ? undefined : await docs.quantize(eight, { scales: 'document' }),
       });
     } catch (e) {
       docs.dispose();

@@ -1,5 +1,5 @@
 // maxsim_loss.cu: the in-batch contrastive loss of a device-resident training step, on the device
-// (native/cuda/train_engine.cc, RunContrastiveLoss): softmax cross-entropy over each row of the
+// (native/cuda/train_loss.cc, RunContrastiveLoss): softmax cross-entropy over each row of the
 // forward's [rows, cols] score matrix, loss = mean_i (lse_i - s[i, label_i] / tau), and its gradient
 // (softmax - onehot) / (tau * rows) in float64, written where the backward reads its gradScores.
 //

@@ -1,6 +1,6 @@
 // The argument block of the contrastive-loss kernels (native/cuda/kernels/maxsim_loss.cu), by value.
 // Shared by the kernels (nvcc) and the training engine that launches them (g++, native/cuda/
-// train_engine.cc): fixed-width plain types only.
+// train_loss.cc): fixed-width plain types only.
 #pragma once
 #include <stdint.h>
 

@@ -113,6 +113,8 @@ struct PlaidSearchParams {
   int32_t bits;
   int32_t tokens_dtype;
   int32_t pad0;
+  // appended last, so that the fields above keep their offsets for kernels built before it
+  uint32_t* kbits;            // [Q][ceil(K / 32)] centroids kept by the pruning threshold
 };
 
 #ifdef __CUDACC__

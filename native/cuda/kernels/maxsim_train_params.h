@@ -12,7 +12,7 @@
 #include "../../common/maxsim_constants.h"
 
 // Launch constants the kernels are written for, stated once: the training engine (native/cuda/
-// train_engine.cc) checks plans against them and the addon hands them to the TypeScript planner
+// train_plan.cc) checks plans against them and the addon hands them to the TypeScript planner
 // (cuda.trainKernelInfo, src/backends/cuda-train-plan.ts); maxsim_train.cu static_asserts its own.
 // maxsim_train_fwd_mma_*: block size, dynamic shared memory (3 stages of 64 rows x (128 + 8) halves,
 // above the default 48 KiB), and where it applies: dim a multiple of 8 up to 128, sm_80 or newer.

@@ -1,0 +1,514 @@
+// maxsim_plaid_search.cu: the search stages of the compressed index on the GPU (the stage list is
+// in maxsim_plaid.cu's header; native/cuda/plaid_search.cc drives them). The query x centroid dots
+// are maxsim_plaid.cu's plaid_dots.
+//
+// LAUNCH CONTRACT: as native/cuda/plaid_search.cc states next to each launch.
+#include "maxsim_plaid_common.cuh"
+
+// The search's query x centroid dots, qc[(r / LQ)][c][r % LQ] = q_r . centroid_c for the padded
+// query rows r < n and centroids c < k: the same fp32 fma chain over k ascending as plaid_dots (and the
+// CPU's dots), in 128 x 128 tiles of 8 x 8 per thread (4 float4 shared reads per 64 fma), each
+// thread's 4 consecutive rows of a centroid stored as one float4. grid (ceil(n / 128), ceil(k / 128)),
+// block 256; n a multiple of 32 (whole padded queries).
+extern "C" __global__ void __launch_bounds__(256) plaid_qc(const PlaidAssignParams p) {
+  constexpr int BM = 128, BK = 32, PAD = BM + 4;
+  __shared__ __align__(16) float xs[BK][PAD];
+  __shared__ __align__(16) float cs[BK][PAD];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM, c0 = static_cast<int64_t>(blockIdx.y) * BM;
+  const float* x = static_cast<const float*>(p.x);
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+  for (int64_t k0 = 0; k0 < p.d; k0 += BK) {
+    const int kn = static_cast<int>(p.d - k0 < BK ? p.d - k0 : BK);
+    __syncthreads();
+    for (int e = tid; e < BM * BK; e += 256) {
+      const int r = e / BK, kk = e % BK;
+      xs[kk][r] = (r0 + r < p.n && kk < kn) ? x[(r0 + r) * p.d + k0 + kk] : 0.0f;
+      cs[kk][r] = (c0 + r < p.k && kk < kn) ? p.cent[(c0 + r) * p.d + k0 + kk] : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kn; kk++) {
+      const float4 a0 = *reinterpret_cast<const float4*>(&xs[kk][4 * ty]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&xs[kk][64 + 4 * ty]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&cs[kk][4 * tx]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&cs[kk][64 + 4 * tx]);
+      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+  const int64_t ld = p.ld;
+#pragma unroll
+  for (int g = 0; g < 2; g++) {
+    const int64_t row = r0 + g * 64 + 4 * ty;  // 4 rows of one query (ld is a multiple of 32)
+    if (row >= p.n) continue;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int64_t c = c0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4);
+      if (c >= p.k) continue;
+      const float4 v = make_float4(acc[4 * g][j], acc[4 * g + 1][j], acc[4 * g + 2][j], acc[4 * g + 3][j]);
+      *reinterpret_cast<float4*>(p.scores + (row / ld) * p.k * ld + c * ld + row % ld) = v;
+    }
+  }
+}
+
+namespace {
+
+template <int NP>
+__device__ __forceinline__ void Insert(unsigned long long (&top)[NP], unsigned long long key) {
+  if (key <= top[NP - 1]) return;
+  top[NP - 1] = key;
+#pragma unroll
+  for (int m = NP - 1; m > 0; m--) {
+    if (top[m] > top[m - 1]) {
+      const unsigned long long t = top[m];
+      top[m] = top[m - 1];
+      top[m - 1] = t;
+    }
+  }
+}
+
+template <int NP>
+__device__ void ProbePartial(const PlaidSearchParams& p) {
+  const int64_t q = blockIdx.y, ch = blockIdx.x;
+  const int64_t i = threadIdx.x;
+  if (i >= p.q_len[q]) return;
+  unsigned long long top[NP];
+#pragma unroll
+  for (int m = 0; m < NP; m++) top[m] = 0;
+  const int64_t c0 = ch * PLAID_PROBE_CHUNK;
+  const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
+  const float* qc = p.qc + (q * p.k) * p.lq + i;
+  for (int64_t c = c0; c < c1; c++) Insert<NP>(top, PlaidKey(qc[c * p.lq], static_cast<int32_t>(c)));
+  unsigned long long* out = p.partial + ((q * p.chunks + ch) * p.lq + i) * NP;
+#pragma unroll
+  for (int m = 0; m < NP; m++) out[m] = top[m];
+}
+
+}  // namespace
+
+// grid (chunks, Q), block LQ: token i's best NP centroids of chunk blockIdx.x.
+#define PLAID_PROBE(NP) \
+  extern "C" __global__ void __launch_bounds__(256) plaid_probe_partial_##NP(const PlaidSearchParams p) { ProbePartial<NP>(p); }
+PLAID_PROBE(4)
+PLAID_PROBE(8)
+PLAID_PROBE(16)
+PLAID_PROBE(32)
+
+// One warp per (query, token): its nprobe best of the chunks' lists; each centroid probed by the
+// query for the first time is appended to its distinct list.
+extern "C" __global__ void __launch_bounds__(256) plaid_probe_merge(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (w >= p.num_q * p.lq) return;
+  const int64_t q = w / p.lq, i = w % p.lq;
+  if (i >= p.q_len[q]) return;
+  const int64_t n = p.chunks * p.np;
+  const int64_t cw = (p.k + 31) / 32;
+  unsigned long long prev = ~0ull;
+  for (int64_t m = 0; m < p.nprobe; m++) {
+    unsigned long long b = 0;
+    for (int64_t e = lane; e < n; e += 32) {
+      const int64_t ch = e / p.np, j = e % p.np;
+      const unsigned long long key = p.partial[((q * p.chunks + ch) * p.lq + i) * p.np + j];
+      if (key < prev && key > b) b = key;
+    }
+    b = WarpMaxKey(b, 32);
+    if (b == 0) break;
+    prev = b;
+    if (lane == 0) {
+      const int32_t c = PlaidKeyId(b);
+      const uint32_t bit = 1u << (c % 32);
+      if (!(atomicOr(p.cbits + q * cw + c / 32, bit) & bit)) {
+        const int32_t at = atomicAdd(p.probed_n + q, 1);
+        p.probed[q * p.lq * p.nprobe + at] = c;
+      }
+    }
+  }
+}
+
+// grid (LQ * nprobe, Q), block 256: the inverted list of one distinct probed centroid -> document bits.
+extern "C" __global__ void __launch_bounds__(256) plaid_mark(const PlaidSearchParams p) {
+  const int64_t q = blockIdx.y;
+  if (blockIdx.x >= p.probed_n[q]) return;
+  const int32_t c = p.probed[q * p.lq * p.nprobe + blockIdx.x];
+  uint32_t* bits = p.dbits + q * p.words;
+  for (int64_t j = p.ivf_off[c] + threadIdx.x; j < p.ivf_off[c + 1]; j += blockDim.x) {
+    const int32_t doc = p.ivf[j];
+    atomicOr(bits + doc / 32, 1u << (doc % 32));
+  }
+}
+
+// grid Q, block 1024: candidate count of each query.
+extern "C" __global__ void __launch_bounds__(1024) plaid_count(const PlaidSearchParams p) {
+  __shared__ int32_t part[32];
+  const int64_t q = blockIdx.x;
+  const uint32_t* bits = p.dbits + q * p.words;
+  int32_t n = 0;
+  for (int64_t w = threadIdx.x; w < p.words; w += blockDim.x) n += __popc(bits[w]);
+  for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = n;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; i++) s += part[i];
+    p.cand_n[q] = s;
+  }
+}
+
+// grid Q, block 1024: the candidate documents of each query in ascending order at cand_off[q].
+extern "C" __global__ void __launch_bounds__(1024) plaid_compact(const PlaidSearchParams p) {
+  __shared__ int32_t warp_sum[32];
+  __shared__ int32_t base;
+  const int64_t q = blockIdx.x;
+  const uint32_t* bits = p.dbits + q * p.words;
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int64_t w0 = 0; w0 < p.words; w0 += blockDim.x) {
+    const int64_t w = w0 + threadIdx.x;
+    uint32_t word = w < p.words ? bits[w] : 0u;
+    const int32_t c = __popc(word);
+    int32_t incl = c;
+    for (int o = 1; o < 32; o *= 2) {
+      const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_sum[wid] = incl;
+    __syncthreads();
+    if (wid == 0) {
+      int32_t v = warp_sum[lane];
+      for (int o = 1; o < 32; o *= 2) {
+        const int32_t u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+      }
+      warp_sum[lane] = v;  // inclusive
+    }
+    __syncthreads();
+    int64_t at = p.cand_off[q] + base + (wid > 0 ? warp_sum[wid - 1] : 0) + incl - c;
+    while (word) {
+      const int bit = __ffs(word) - 1;
+      word &= word - 1;
+      p.cand[at] = static_cast<int32_t>(w * 32 + bit);
+      p.cand_q[at] = static_cast<int32_t>(q);
+      at++;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) base += warp_sum[31];
+    __syncthreads();
+  }
+}
+
+// grid (ceil(K / 256), Q), block 256: the centroids whose best query-token score reaches the
+// threshold (PLAID's centroid pruning; the CPU's keep[c]), one bit each.
+extern "C" __global__ void __launch_bounds__(256) plaid_keep(const PlaidSearchParams p) {
+  const int64_t q = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  const int64_t len = p.q_len[q];
+  float best = -INFINITY;
+  if (c < p.k) {
+    const float* row = p.qc + (q * p.k + c) * p.lq;
+    for (int64_t i = 0; i < len; i++) best = fmaxf(best, row[i]);
+  }
+  const uint32_t word = __ballot_sync(0xffffffffu, c < p.k && best >= p.threshold);
+  if (threadIdx.x % 32 == 0 && c < p.k) p.kbits[q * ((p.k + 31) / 32) + c / 32] = word;
+}
+
+// One warp per candidate (grid-stride over all queries' candidates), lanes over query tokens:
+// sum_i max over the bag's kept centroids of qc[i][c] (an empty max counts 0), summed in double in
+// token order, as the CPU's centroid_doc. With a threshold only the centroids plaid_keep kept count
+// (their rows are not even read).
+extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t total = p.cand_off[p.num_q];
+  const int64_t chunks = p.lq / 32;
+  const bool prune = p.threshold > -INFINITY;
+  const int64_t cw = (p.k + 31) / 32;
+  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    const int64_t q = p.cand_q[e], doc = p.cand[e];
+    const int64_t len = p.q_len[q];
+    const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
+    auto kept = [&](int32_t c) { return !prune || ((kb[c >> 5] >> (c & 31)) & 1u); };
+    float rm[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
+    const float* qc = p.qc + q * p.k * p.lq + lane;
+    const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
+    if (chunks == 1) {
+      // queries of <= 32 tokens: 4 independent loads in flight
+      float m = -INFINITY;
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const int32_t c0 = p.bags[j], c1 = p.bags[j + 1], c2 = p.bags[j + 2], c3 = p.bags[j + 3];
+        const float v0 = kept(c0) ? qc[static_cast<int64_t>(c0) * p.lq] : -INFINITY;
+        const float v1 = kept(c1) ? qc[static_cast<int64_t>(c1) * p.lq] : -INFINITY;
+        const float v2 = kept(c2) ? qc[static_cast<int64_t>(c2) * p.lq] : -INFINITY;
+        const float v3 = kept(c3) ? qc[static_cast<int64_t>(c3) * p.lq] : -INFINITY;
+        m = fmaxf(m, fmaxf(fmaxf(v0, v1), fmaxf(v2, v3)));
+      }
+      for (; j < j1; j++) {
+        const int32_t c = p.bags[j];
+        if (kept(c)) m = fmaxf(m, qc[static_cast<int64_t>(c) * p.lq]);
+      }
+      rm[0] = lane < len ? m : -INFINITY;
+    } else {
+      for (int64_t j = j0; j < j1; j++) {
+        const int32_t cid = p.bags[j];
+        if (!kept(cid)) continue;
+        const float* row = qc + static_cast<int64_t>(cid) * p.lq;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+          if (c < chunks && c * 32 + lane < len) rm[c] = fmaxf(rm[c], row[c * 32]);
+      }
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+      if (c >= chunks) break;
+      for (int i = 0; i < 32; i++) {
+        const float v = __shfl_sync(0xffffffffu, rm[c], i);
+        if (c * 32 + i < len && v != -INFINITY) s += static_cast<double>(v);
+      }
+    }
+    if (lane == 0) p.ci[e] = static_cast<float>(s);
+  }
+}
+
+// grid Q, block 256: the best sel_out_off[q + 1] - sel_out_off[q] entries of [sel_in_off[q], ...) by
+// (score desc, doc asc), exactly: radix select of the k-th largest 64-bit key, 8 bits per pass.
+extern "C" __global__ void __launch_bounds__(256) plaid_select(const PlaidSearchParams p) {
+  __shared__ int32_t hist[256];
+  __shared__ unsigned long long prefix_s;
+  __shared__ int64_t remaining_s;
+  __shared__ int32_t written;
+  const int64_t q = blockIdx.x;
+  const int64_t i0 = p.sel_in_off[q], i1 = p.sel_in_off[q + 1];
+  const int64_t keep = p.sel_out_off[q + 1] - p.sel_out_off[q];
+  unsigned long long prefix = 0;
+  if (keep < i1 - i0) {
+    if (threadIdx.x == 0) remaining_s = keep;
+    unsigned long long mask = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+      __syncthreads();
+      for (int64_t e = i0 + threadIdx.x; e < i1; e += blockDim.x) {
+        const unsigned long long key = PlaidKey(p.sel_score[e], p.sel_doc[e]);
+        if ((key & mask) == prefix) atomicAdd(hist + ((key >> shift) & 0xFF), 1);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int64_t rem = remaining_s;
+        int b = 255;
+        for (; b > 0; b--) {
+          if (hist[b] >= rem) break;
+          rem -= hist[b];
+        }
+        remaining_s = rem;
+        prefix_s = prefix | (static_cast<unsigned long long>(b) << shift);
+      }
+      __syncthreads();
+      prefix = prefix_s;
+      mask |= 0xFFull << shift;
+    }
+  }
+  if (threadIdx.x == 0) written = 0;
+  __syncthreads();
+  const int64_t o0 = p.sel_out_off[q];
+  for (int64_t e = i0 + threadIdx.x; e < i1; e += blockDim.x) {
+    if (keep == 0) break;
+    const unsigned long long key = PlaidKey(p.sel_score[e], p.sel_doc[e]);
+    if (keep < i1 - i0 && key < prefix) continue;
+    const int32_t at = atomicAdd(&written, 1);
+    if (at < keep) {
+      p.sel_out_doc[o0 + at] = p.sel_doc[e];
+      p.sel_out_score[o0 + at] = p.sel_score[e];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) p.sel_out_n[q] = written < keep ? written : static_cast<int32_t>(keep);
+}
+
+namespace {
+
+// After it, lane l holds max over the warp of v[l] (recursive halving: 31 shuffles for 32 values).
+__device__ __forceinline__ float TransposeMax(float (&v)[32], int lane) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const bool upper = lane & o;
+#pragma unroll
+    for (int j = 0; j < o; j++) {
+      const float send = upper ? v[j] : v[j + o];
+      const float keep = upper ? v[j + o] : v[j];
+      v[j] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, o));
+    }
+  }
+  return v[0];
+}
+
+// Weights of dimensions [k0, k0 + 8) of stream token t (zeros past d): RESIDUAL, the decoded
+// residual weights (the block's code word of each dimension through the shared table); else the
+// source token's elements (one 16-byte load for 16-bit tokens when d % 8 == 0).
+template <bool RESIDUAL>
+__device__ __forceinline__ void Weights8(const PlaidSearchParams& p, const float* tab, int64_t t, int64_t k0,
+                                         float (&w)[8]) {
+  if (RESIDUAL) {
+    const uint8_t* cw = p.codes + (t / 16) * p.d * 2 * p.bits;
+    const int sh = static_cast<int>(t % 16) * p.bits;
+    const uint32_t mask = (1u << p.bits) - 1;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int64_t k = k0 + j;
+      if (k >= p.d) {
+        w[j] = 0.0f;
+        continue;
+      }
+      const unsigned long long word = p.bits == 2 ? *reinterpret_cast<const uint32_t*>(cw + k * 4)
+                                                  : *reinterpret_cast<const unsigned long long*>(cw + k * 8);
+      w[j] = tab[k * 16 + ((word >> sh) & mask)];
+    }
+  } else if (p.tokens_dtype != 0 && p.d % 8 == 0) {
+    const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.tokens) + t * p.d + k0);
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const uint16_t lo = static_cast<uint16_t>(u[j] & 0xFFFF), hi = static_cast<uint16_t>(u[j] >> 16);
+      if (p.tokens_dtype == 1) {
+        w[2 * j] = __half2float(__ushort_as_half(lo));
+        w[2 * j + 1] = __half2float(__ushort_as_half(hi));
+      } else {
+        w[2 * j] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+        w[2 * j + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; j++) w[j] = k0 + j < p.d ? LoadElem(p.tokens, p.tokens_dtype, t * p.d + k0 + j) : 0.0f;
+  }
+}
+
+// Document tokens [tb, tb + 32 NT) (lane: tokens tb + lane + 32 n) against the query: each token's
+// dots with query tokens of every 32-chunk, one fma chain over k ascending (the CPU's order), plus
+// qc[i][cid] for RESIDUAL; rm[c] takes the max over these tokens of chunk c's token lane.
+template <bool RESIDUAL, int NT>
+__device__ __forceinline__ void TokenRun(const PlaidSearchParams& p, const float* qt, const float* tab, int64_t q,
+                                         int64_t tb, int64_t t1, int lane, int64_t chunks, float (&rm)[8]) {
+  int64_t t[NT];
+  bool valid[NT];
+#pragma unroll
+  for (int n = 0; n < NT; n++) {
+    t[n] = tb + 32 * n + lane;
+    valid[n] = t[n] < t1;
+  }
+  for (int c = 0; c < chunks; c++) {
+    float acc[NT][32];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+      for (int i = 0; i < 32; i++) acc[n][i] = 0.0f;
+    for (int64_t k0 = 0; k0 < p.d; k0 += 8) {
+      float w[NT][8];
+#pragma unroll
+      for (int n = 0; n < NT; n++) {
+        if (valid[n]) Weights8<RESIDUAL>(p, tab, t[n], k0, w[n]);
+        else
+#pragma unroll
+          for (int j = 0; j < 8; j++) w[n][j] = 0.0f;
+      }
+      const int kn = static_cast<int>(p.d - k0 < 8 ? p.d - k0 : 8);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        if (j >= kn) break;
+        const float4* qk = reinterpret_cast<const float4*>(qt + (k0 + j) * p.lq + c * 32);
+#pragma unroll
+        for (int i4 = 0; i4 < 8; i4++) {
+          const float4 v = qk[i4];
+#pragma unroll
+          for (int n = 0; n < NT; n++) {
+            acc[n][i4 * 4 + 0] = fmaf(v.x, w[n][j], acc[n][i4 * 4 + 0]);
+            acc[n][i4 * 4 + 1] = fmaf(v.y, w[n][j], acc[n][i4 * 4 + 1]);
+            acc[n][i4 * 4 + 2] = fmaf(v.z, w[n][j], acc[n][i4 * 4 + 2]);
+            acc[n][i4 * 4 + 3] = fmaf(v.w, w[n][j], acc[n][i4 * 4 + 3]);
+          }
+        }
+      }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+      if (valid[n] && RESIDUAL) {
+        const float* row = p.qc + (q * p.k + p.cids[t[n]]) * p.lq + c * 32;
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[n][i] = acc[n][i] + row[i];
+      } else if (!valid[n]) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) acc[n][i] = -INFINITY;
+      }
+      m = fmaxf(m, TransposeMax(acc[n], lane));
+    }
+#pragma unroll
+    for (int cc = 0; cc < 8; cc++)
+      if (cc == c) rm[cc] = fmaxf(rm[cc], m);
+  }
+}
+
+// Scores listed documents of one query per block (grid (entries / WARPS, Q), block 32 WARPS): the
+// query's tokens transposed in shared memory ([d][LQ]); a warp takes a document, lanes its tokens
+// (64 at a time, 2 per lane, while that many remain); RESIDUAL: q . decoded = qc[i][cid] + sum_k
+// q_ik w[k][code] (the CPU's order), codes decoded through the shared [d][16] table; else the kept
+// source tokens. Sum of the token maxes in double, token order.
+template <bool RESIDUAL>
+__device__ void ScoreDocs(const PlaidSearchParams& p) {
+  extern __shared__ __align__(16) float smem[];
+  float* qt = smem;                   // [d][LQ]
+  float* tab = smem + p.d * p.lq;     // [d][16]
+  const int64_t q = blockIdx.y;
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+  const int64_t len = p.q_len[q];
+  for (int64_t e = threadIdx.x; e < p.d * p.lq; e += blockDim.x) {
+    const int64_t k = e / p.lq, i = e % p.lq;
+    qt[e] = p.q[(q * p.lq + i) * p.d + k];
+  }
+  if (RESIDUAL)
+    for (int64_t e = threadIdx.x; e < p.d * 16; e += blockDim.x) tab[e] = p.tables[e];
+  __syncthreads();
+  const int64_t o0 = p.score_off[q], o1 = p.score_off[q + 1];
+  const int64_t chunks = p.lq / 32;
+  for (int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid; e < o1;
+       e += static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS) {
+    const int64_t doc = p.score_doc[e];
+    const int64_t t0 = p.doc_off[doc], t1 = p.doc_off[doc + 1];
+    float rm[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
+    int64_t tb = t0;
+    for (; tb + 32 < t1; tb += 64) TokenRun<RESIDUAL, 2>(p, qt, tab, q, tb, t1, lane, chunks, rm);
+    if (tb < t1) TokenRun<RESIDUAL, 1>(p, qt, tab, q, tb, t1, lane, chunks, rm);
+    double s = 0.0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+      if (c >= chunks) break;
+      for (int i = 0; i < 32; i++) {
+        const float v = __shfl_sync(0xffffffffu, rm[c], i);
+        if (c * 32 + i < len) s += static_cast<double>(v);
+      }
+    }
+    if (lane == 0) p.score_out[e] = t1 > t0 ? static_cast<float>(s) : -INFINITY;
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_residual(const PlaidSearchParams p) {
+  ScoreDocs<true>(p);
+}
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_exact(const PlaidSearchParams p) {
+  ScoreDocs<false>(p);
+}
