@@ -5,12 +5,12 @@
 // (PlaidIndex.search) for the same options.
 import { InvalidArgumentError } from '../errors.js';
 import { decodeToFloat32 } from '../floats.js';
-import { expectInteger, type Hit, isTokenBatch, type TokenBatch } from '../tensor.js';
+import { type Hit, isTokenBatch, type TokenBatch } from '../tensor.js';
 import { type PlaidCudaSearch, type PlaidHandle, plaidCuda } from './cuda-native.js';
 import { cudaSearchPlan } from './cuda-plan.js';
+import { searchSettings } from './defaults.js';
 import type { NativeIndex } from './native.js';
 import type { IndexSearchOptions, IndexSearchResult, IndexSearchStats } from './plaid.js';
-import { defaultSearch } from './plaid.js';
 
 /** What the GPU path needs of an index (PlaidIndex satisfies it). */
 export interface DeviceIndexSource {
@@ -66,14 +66,7 @@ export async function cudaSearchBatch(
   if (queries.dtype === 'int8') throw new InvalidArgumentError('queries.dtype', 'a float dtype', "'int8'");
   if (queries.dim !== index.dim)
     throw new InvalidArgumentError('queries.dim', `${index.dim} (the index's dim)`, String(queries.dim));
-  const k = expectInteger('options.k', options.k, 1);
-  const def = defaultSearch(k, index.count);
-  const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
-  const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
-  const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
-  const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
-  if (typeof threshold !== 'number' || Number.isNaN(threshold))
-    throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
+  const { k, nprobe, candidates, rescore, threshold } = searchSettings(options, index.count);
   const device = options.device ?? 0;
   const d = queries.dim;
   let rows = 0;

@@ -1,6 +1,9 @@
 // The index's defaults: K for a token count, and the search settings for k hits over a corpus size
 // (from the measured curves of bench/results/plaid-cpu.md; docs/index.md explains them).
 
+import { InvalidArgumentError } from '../errors.js';
+import { expectInteger } from '../tensor.js';
+
 /** PLAID's K: 2^floor(log2(16 sqrt(tokens))), at least 1 and at most the token count. */
 export function defaultCentroids(tokens: number): number {
   if (tokens < 1) return 1;
@@ -22,4 +25,20 @@ export function defaultSearch(
   const candidates = Math.max(20 * k, 1024 * Math.max(1, Math.round(4 * scale)));
   const rescore = Math.max(5 * k, 256 * Math.max(1, Math.round(2 * Math.sqrt(scale))));
   return { nprobe, candidates, rescore, interaction: 'lists' };
+}
+
+/** A search's k, probes, candidates, re-scored count and threshold: given, or the defaults; checked. */
+export function searchSettings(
+  options: { k: number; nprobe?: number; candidates?: number; rescore?: number; threshold?: number },
+  docs: number,
+): { k: number; nprobe: number; candidates: number; rescore: number; threshold: number } {
+  const k = expectInteger('options.k', options.k, 1);
+  const def = defaultSearch(k, docs);
+  const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
+  const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
+  const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
+  const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
+  if (typeof threshold !== 'number' || Number.isNaN(threshold))
+    throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
+  return { k, nprobe, candidates, rescore, threshold };
 }

@@ -27,7 +27,7 @@ import {
   totalTokens,
 } from '../tensor.js';
 import { type Buckets, fitBuckets } from './codec.js';
-import { defaultCentroids, defaultSearch } from './defaults.js';
+import { defaultCentroids, defaultSearch, searchSettings } from './defaults.js';
 import { buildLists } from './lists.js';
 
 export { buildLists, defaultCentroids, defaultSearch };
@@ -295,15 +295,8 @@ export class PlaidIndex {
     if (query.dtype === 'int8') throw new InvalidArgumentError('query.dtype', 'a float dtype', "'int8'");
     if (query.dim !== this.dim)
       throw new InvalidArgumentError('query.dim', `${this.dim} (the index's dim)`, String(query.dim));
-    const k = expectInteger('options.k', options.k, 1);
-    const def = defaultSearch(k, this.count);
-    const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
-    const candidates = expectInteger('options.candidates', options.candidates ?? def.candidates, 1);
-    const rescore = expectInteger('options.rescore', options.rescore ?? def.rescore, k);
-    const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
-    if (typeof threshold !== 'number' || Number.isNaN(threshold))
-      throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
-    const interaction = options.interaction ?? def.interaction;
+    const { k, nprobe, candidates, rescore, threshold } = searchSettings(options, this.count);
+    const interaction = options.interaction ?? defaultSearch(k, this.count).interaction;
     if (!INTERACTIONS.includes(interaction))
       throw new InvalidArgumentError(
         'options.interaction',
