@@ -10,45 +10,14 @@
 // glue fills `__wbindgen_export_0` as an externref table, but the binary's export 0 is its funcref
 // table; with that one init function made a no-op in the copy (its API passes no JS objects) it runs.
 import * as fs from 'node:fs';
-import * as http from 'node:http';
-import * as path from 'node:path';
 import { packageRoot } from '../src/native.js';
+import { serveStatic } from '../test/static-server.js';
 
 const chromium = ['/usr/bin/chromium', '/usr/bin/chromium-browser', process.env.CHROMIUM_PATH].find(
   (p) => p && fs.existsSync(p),
 );
 if (!chromium) throw new Error('no chromium here (apt-get install chromium)');
 const webDir = process.env.MAXSIM_WEB_DIR;
-
-const TYPES: Record<string, string> = {
-  '.html': 'text/html',
-  '.js': 'text/javascript',
-  '.wasm': 'application/wasm',
-};
-
-/** Serves the package root at / and MAXSIM_WEB_DIR at /maxsim-web/ (GET only, nothing outside them). */
-function serve(): Promise<{ server: http.Server; origin: string }> {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
-    const web = url.pathname.startsWith('/maxsim-web/');
-    const root = web ? (webDir as string) : packageRoot;
-    const rel = web ? url.pathname.slice('/maxsim-web'.length) : url.pathname;
-    const file = path.resolve(root, `.${decodeURIComponent(rel)}`);
-    const ok = req.method === 'GET' && file.startsWith(root + path.sep) && fs.existsSync(file);
-    if (!ok || fs.statSync(file).isDirectory()) {
-      res.writeHead(url.pathname === '/' ? 200 : 404, { 'content-type': 'text/html' });
-      res.end(url.pathname === '/' ? '<!doctype html><title>maxsim bench</title>' : 'not found');
-      return;
-    }
-    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
-    fs.createReadStream(file).pipe(res);
-  });
-  return new Promise((resolve) =>
-    server.listen(0, '127.0.0.1', () =>
-      resolve({ server, origin: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
-    ),
-  );
-}
 
 const shapes = (
   process.argv.slice(2).length
@@ -59,7 +28,10 @@ const shapes = (
 // biome-ignore lint/suspicious/noExplicitAny: playwright-core is loaded dynamically (a dev tool)
 type Any = any;
 const { chromium: pw } = (await import('playwright-core')) as Any;
-const { server, origin } = await serve();
+const { server, origin } = await serveStatic(
+  { '/': packageRoot, ...(webDir ? { '/maxsim-web/': webDir } : {}) },
+  'maxsim bench',
+);
 const browser = await pw.launch({ executablePath: chromium, args: ['--no-sandbox'] });
 try {
   const page = await browser.newPage();

@@ -5,7 +5,7 @@
 // the reference does, with a screenshot.
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
-import * as http from 'node:http';
+import type * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -17,44 +17,11 @@ import { packageRoot } from '../src/native.js';
 import { type FloatDType, raggedBatch, type TokenBatch, tokenMatrix } from '../src/tensor.js';
 import { supportedFlavor, type WasmFlavor } from '../src/wasm/features.js';
 import { assertScoresClose, randomRagged, rng, runSeed, scoreErrorBounds } from './helpers.js';
+import { serveStatic } from './static-server.js';
 
 const chromiumPath = ['/usr/bin/chromium', '/usr/bin/chromium-browser', process.env.CHROMIUM_PATH].find(
   (p) => p && fs.existsSync(p),
 );
-
-const TYPES: Record<string, string> = {
-  '.html': 'text/html',
-  '.js': 'text/javascript',
-  '.mjs': 'text/javascript',
-  '.wasm': 'application/wasm',
-  '.map': 'application/json',
-};
-
-/** Serves the package root read-only (GET only, no path outside it). */
-function serve(): Promise<{ server: http.Server; origin: string }> {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
-    const file = path.resolve(packageRoot, `.${decodeURIComponent(url.pathname)}`);
-    if (
-      req.method !== 'GET' ||
-      !file.startsWith(packageRoot + path.sep) ||
-      !fs.existsSync(file) ||
-      fs.statSync(file).isDirectory()
-    ) {
-      res.writeHead(url.pathname === '/' ? 200 : 404, { 'content-type': 'text/html' });
-      res.end(url.pathname === '/' ? '<!doctype html><title>maxsim test</title>' : 'not found');
-      return;
-    }
-    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
-    fs.createReadStream(file).pipe(res);
-  });
-  return new Promise((resolve) => {
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      resolve({ server, origin: `http://127.0.0.1:${port}` });
-    });
-  });
-}
 
 // biome-ignore lint/suspicious/noExplicitAny: playwright-core is loaded dynamically (optional dev tool)
 type Any = any;
@@ -75,7 +42,7 @@ describe('maxsim/browser in headless Chromium', {
   let server: http.Server;
   before(async () => {
     const { chromium } = (await import('playwright-core')) as Any;
-    ({ server, origin } = await serve());
+    ({ server, origin } = await serveStatic({ '/': packageRoot }, 'maxsim test'));
     browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
     page = await browser.newPage();
     page.on('pageerror', (e: Error) => console.error(`page error: ${e.message}`));
