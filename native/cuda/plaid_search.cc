@@ -91,7 +91,9 @@ class Batch {
     qlen_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
     rt_.Upload(qd_->get(), qpad.data(), qpad.size() * 4);
     rt_.Upload(qlen_->get(), qlen.data(), static_cast<uint64_t>(nq_) * 4);
-    qc_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_) * 4);
+    // precision float16: qc is computed on tensor cores and stored in float16
+    const bool half = plan_.fp16 && rt_.HasKernel("plaid_qc_mma") && rt_.HasKernel("plaid_residual_mma");
+    qc_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_) * (half ? 2 : 4));
     PlaidAssignParams a{};
     a.x = Dev<const void>(qd_->get());
     a.cent = p_.cent;
@@ -100,13 +102,15 @@ class Batch {
     a.d = d_;
     a.ld = LQ_;
     a.scores = Dev<float>(qc_->get());
+    a.out_half = half ? 1 : 0;
     // float16: tensor cores; plaid_qc (8 x 8 per thread); plaid_dots where a build predates it
-    if (plan_.fp16 && rt_.HasKernel("plaid_qc_mma")) Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    if (half) Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128), 256, 0, a);
     else if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
     else Go(rt_, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K_, PLAID_TILE_N), PLAID_THREADS, 0, a);
     p_.q = Dev<const float>(qd_->get());
     p_.q_len = Dev<const int32_t>(qlen_->get());
     p_.qc = Dev<float>(qc_->get());
+    p_.qc_half = half ? 1 : 0;
     p_.num_q = nq_;
     p_.lq = LQ_;
     p_.words = Div(p_.docs, 32);
@@ -179,7 +183,7 @@ class Batch {
   void Residual() {
     const unsigned smem = static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4);
     rs_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
-    if (plan_.fp16 && rt_.HasKernel("plaid_residual_mma"))
+    if (p_.qc_half)
       Score("plaid_residual_mma", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), 0, 16);
     else Score("plaid_residual", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), smem);
     fin_off_ = Capped(kept_off_, plan_.rescore);

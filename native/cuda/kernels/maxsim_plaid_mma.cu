@@ -31,9 +31,16 @@ __device__ __forceinline__ uint32_t PackHalves(__half lo, __half hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// qc[i], qc[i + 1] (i even), float32 or float16.
+__device__ __forceinline__ float2 Qc2(const PlaidSearchParams& p, int64_t i) {
+  if (p.qc_half) return __half22float2(reinterpret_cast<const __half2*>(p.qc)[i / 2]);
+  return *reinterpret_cast<const float2*>(p.qc + i);
+}
+
 }  // namespace
 
-// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k.
+// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k,
+// stored as float16 when out_half (half the bytes for the probe, interaction and residual reads).
 // grid (ceil(n / 128), ceil(k / 128)), block 256 (8 warps of 64 rows x 32 centroids), any d (k in
 // steps of 32 through shared memory, zeros past d).
 extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssignParams p) {
@@ -97,13 +104,15 @@ extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssign
     for (int h = 0; h < 2; h++) {
       const int64_t row = r0 + wm + 16 * i + g + 8 * h;
       if (row >= p.n) continue;
-      float* out = p.scores + (row / ld) * p.k * ld + row % ld;
+      const int64_t at = (row / ld) * p.k * ld + row % ld;
 #pragma unroll
       for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const int64_t c = c0 + wn + 8 * j + 2 * t + e;
-          if (c < p.k) out[c * ld] = acc[i][j][2 * h + e];
+          if (c >= p.k) continue;
+          if (p.out_half) reinterpret_cast<__half*>(p.scores)[at + c * ld] = __float2half_rn(acc[i][j][2 * h + e]);
+          else p.scores[at + c * ld] = acc[i][j][2 * h + e];
         }
     }
 }
@@ -162,12 +171,12 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
         const int64_t ra = blk * 16 + g, rb = ra + 8;  // this lane's two token rows
         const bool va = ra >= t0 && ra < t1, vb = rb >= t0 && rb < t1;
         float acc[4][4];
-        const float* qa = p.qc + (q * p.k + (va ? p.cids[ra] : 0)) * p.lq + c * 32 + 2 * t;
-        const float* qb = p.qc + (q * p.k + (vb ? p.cids[rb] : 0)) * p.lq + c * 32 + 2 * t;
+        const int64_t qa = (q * p.k + (va ? p.cids[ra] : 0)) * p.lq + c * 32 + 2 * t;
+        const int64_t qb = (q * p.k + (vb ? p.cids[rb] : 0)) * p.lq + c * 32 + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
-          const float2 x = va ? *reinterpret_cast<const float2*>(qa + nt * 8) : make_float2(0.0f, 0.0f);
-          const float2 y = vb ? *reinterpret_cast<const float2*>(qb + nt * 8) : make_float2(0.0f, 0.0f);
+          const float2 x = va ? Qc2(p, qa + nt * 8) : make_float2(0.0f, 0.0f);
+          const float2 y = vb ? Qc2(p, qb + nt * 8) : make_float2(0.0f, 0.0f);
           acc[nt][0] = x.x;
           acc[nt][1] = x.y;
           acc[nt][2] = y.x;
