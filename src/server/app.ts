@@ -153,7 +153,7 @@ function createBatcher(
       // rescore takes them as they are; the CPU and a streamed scan get float32
       // (not for passes through the index: its stages take float32 queries, as the library's search)
       keepBits: (key) => {
-        const dtype = resident.info.dtype;
+        const dtype = resident.heldInfo.dtype;
         if (resident.mode !== 'resident' || (dtype !== 'float16' && dtype !== 'bfloat16')) return undefined;
         return resident.searchPath.path === 'index' && scanReason(routeOf(key)) === undefined
           ? undefined

@@ -176,10 +176,15 @@ export class ResidentCorpus {
   }
 
   /**
-   * The embedding dimension of the current snapshot, read without looking for a newer generation
-   * (the `info` getter's stat and read cost the JS thread ~6% per request when every search body
-   * was checked against it; the pass itself still follows).
+   * The current snapshot's info, read without looking for a newer generation: for the checks made
+   * per request and per pass (the `info` getter's stat and read cost the JS thread ~6% per request
+   * when every search body was checked against it); the pass itself still follows, and re-checks.
    */
+  get heldInfo(): CorpusInfo {
+    return this.current.corpus.info;
+  }
+
+  /** The embedding dimension of the current snapshot (as heldInfo: no look for a newer one). */
   get dim(): number {
     return this.current.corpus.info.dim;
   }

@@ -52,7 +52,7 @@ interface SearchRequest {
  * neither exact nor ids.
  */
 function checkRoute(ctx: RouteContext, r: SearchRequest) {
-  const ix = ctx.resident.info.index;
+  const ix = ctx.resident.heldInfo.index;
   if (ix?.tokens === 'dropped' && r.ids === undefined && (r.exact === true || r.index === false))
     throw new InvalidArgumentError(
       r.exact === true ? 'exact' : 'index',
