@@ -8,12 +8,14 @@
 //
 // Run: node dist/bench/plaid-gpu.js [--docs 1000000] [--length 64] [--dim 128] [--topics 2000]
 //        [--queries 1000] [--lq 32] [--single 200] [--centroids K] [--bits 2] [--torch]
-//        [--grid NPROBExCANDIDATESxRESCORE,...] [--json FILE]
+//        [--grid NPROBExCANDIDATESxRESCORE,...] [--precision float16,float32] [--json FILE]
+// --precision: the product stages' arithmetic of every grid row (StagePrecision), each in turn.
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { cuda } from '../src/backends/cuda.js';
+import type { StagePrecision } from '../src/plaid/cuda-plan.js';
 import { cudaSearchBatch, deviceIndex } from '../src/plaid/cuda-search.js';
 import { buildIndex } from '../src/plaid/plaid.js';
 import { streamedQueries, streamedSynthetic } from '../src/plaid/synthetic.js';
@@ -31,6 +33,7 @@ const K = arg('centroids', '');
 const BITS = Number(arg('bits', '2')) as 2 | 4;
 const GRID = arg('grid', '8x1024x64,16x1024x64,16x2048x128,24x2048x128,32x2048x128,32x4096x256');
 const JSON_OUT = arg('json', '');
+const PRECISIONS = arg('precision', 'float16,float32').split(',') as StagePrecision[];
 const load = () => `load ${os.loadavg()[0].toFixed(1)}`;
 const log = (m: string) =>
   console.log(`${m} [${load()}, RSS ${(process.memoryUsage().rss / 2 ** 30).toFixed(1)} GiB]`);
@@ -159,16 +162,17 @@ const rows: unknown[] = [];
 const slice = (q0: number, n: number) =>
   denseBatch(qs.data.subarray(q0 * LQ * DIM, (q0 + n) * LQ * DIM), { count: n, length: LQ, dim: DIM });
 console.log(
-  'nprobe candidates rescore | recall@10 q/s (k 10) | recall@100 q/s (k 100) | 1-query p50 p90 ms | top-10 found in: generated kept final | generated/query | k 10 batch ms: centroids lists interaction residual rescore',
+  'precision nprobe candidates rescore | recall@10 q/s (k 10) | recall@100 q/s (k 100) | 1-query p50 p90 ms | top-10 found in: generated kept final | generated/query | k 10 batch ms: centroids lists interaction residual rescore',
 );
-for (const g of GRID.split(',')) {
+for (const g of GRID.split(',').flatMap((g) => PRECISIONS.map((p) => [g, p] as const))) {
+  const [spec, precision] = g;
   // NPROBExCANDIDATESxRESCORE, optionally tTHRESHOLD (PLAID's centroid pruning)
-  const [head, th] = g.split('t');
+  const [head, th] = spec.split('t');
   const [nprobe, candidates, rescore] = head.split('x').map(Number);
   const threshold = th === undefined ? Number.NEGATIVE_INFINITY : Number(th);
   const runs: Record<number, { recall: number; qps: number; stages: number[]; generated: number }> = {};
   for (const k of [10, 100]) {
-    const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), threshold };
+    const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), threshold, precision };
     await cudaSearchBatch(index, slice(0, 50), o);
     const t = performance.now();
     const r = await cudaSearchBatch(index, qbatch, o);
@@ -193,6 +197,7 @@ for (const g of GRID.split(',')) {
     candidates,
     rescore,
     stages: true,
+    precision,
   });
   const lost = [0, 0, 0];
   diag.stages?.forEach((st, q) => {
@@ -207,13 +212,14 @@ for (const g of GRID.split(',')) {
       });
   });
   const lat: number[] = [];
-  const o10 = { k: 10, nprobe, candidates, rescore, threshold };
+  const o10 = { k: 10, nprobe, candidates, rescore, threshold, precision };
   for (let i = 0; i < Math.min(SINGLE, NQ); i++) {
     const ts = performance.now();
     await cudaSearchBatch(index, slice(i, 1), o10);
     lat.push(performance.now() - ts);
   }
   const row = {
+    precision,
     nprobe,
     candidates,
     rescore,
@@ -230,7 +236,7 @@ for (const g of GRID.split(',')) {
   };
   rows.push(row);
   console.log(
-    `${nprobe} ${candidates} ${rescore}${th === undefined ? '' : ` t${th}`} | ${row.recall10.toFixed(3)} ${row.qps10.toFixed(0)} | ${row.recall100.toFixed(3)} ${row.qps100.toFixed(0)} | ${row.p50.toFixed(2)} ${row.p90.toFixed(2)} | ${row.foundIn.map((v) => v.toFixed(3)).join(' ')} | ${row.generated.toFixed(0)} | ${row.stages10.map((v) => v.toFixed(1)).join(' ')} | ${load()}`,
+    `${precision} ${nprobe} ${candidates} ${rescore}${th === undefined ? '' : ` t${th}`} | ${row.recall10.toFixed(3)} ${row.qps10.toFixed(0)} | ${row.recall100.toFixed(3)} ${row.qps100.toFixed(0)} | ${row.p50.toFixed(2)} ${row.p90.toFixed(2)} | ${row.foundIn.map((v) => v.toFixed(3)).join(' ')} | ${row.generated.toFixed(0)} | ${row.stages10.map((v) => v.toFixed(1)).join(' ')} | ${load()}`,
   );
 }
 out.grid = rows;

@@ -22,6 +22,7 @@ const base: PlanInput = {
   rescore: 128,
   threshold: Number.NEGATIVE_INFINITY,
   exact: true,
+  precision: 'float16',
 };
 
 describe('GPU index plan (host)', () => {
@@ -69,7 +70,13 @@ describe('GPU index plan (host)', () => {
     refuse({ nprobe: 33 }, /options.nprobe/);
     refuse({ nprobe: 5, centroids: 4 }, /options.nprobe/);
     refuse({ maxLength: 257 }, /at most 256 tokens/);
-    refuse({ dim: 1024, maxLength: 64 }, /shared memory/);
+    refuse({ dim: 1024, maxLength: 64, precision: 'float32' }, /shared memory/);
+    // float16 products need the exact re-score and a dim the tensor-core fragments tile
+    refuse({ exact: false }, /options.precision.*no source tokens/);
+    refuse({ dim: 96 + 8 }, /options.precision.*dim 104/);
+    refuse({ dim: 144 }, /options.precision/);
+    assert.equal(cudaSearchPlan({ ...base, exact: false, precision: 'float32' }).precision, 'float32');
+    assert.equal(cudaSearchPlan({ ...base, dim: 48 }).precision, 'float16');
   });
 
   test("codec backend: 'cpu' and unset run on the CPU, a bad name is refused, 'auto' falls back", async () => {

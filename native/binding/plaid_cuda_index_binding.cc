@@ -147,6 +147,12 @@ maxsim_cuda::PlaidSearchPlan ParsePlan(Napi::Env env, Napi::Value v) {
   if (std::isnan(p.threshold)) throw ArgError(env, "plan.threshold", "a number", "NaN");
   p.exact = o.Get("exact").ToBoolean().Value();
   p.stages = o.Get("stages").ToBoolean().Value();
+  Napi::Value pr = o.Get("precision");
+  if (!pr.IsUndefined()) {
+    const std::string v = pr.IsString() ? pr.As<Napi::String>().Utf8Value() : "";
+    if (v != "float32" && v != "float16") throw ArgError(env, "plan.precision", "'float32' or 'float16'", Describe(pr));
+    p.fp16 = v == "float16";
+  }
   return p;
 }
 

@@ -356,6 +356,8 @@ void CheckPlaidPlan(const PlaidSearchPlan& p, int64_t k, int64_t d, int64_t max_
   if (p.batch < 1 || p.batch > 65535) fail("batch", "an integer in [1, 65535]", p.batch);
   if (d < 1 || d > PLAID_MAX_DIM) fail("d", "a dimension in [1, " + std::to_string(PLAID_MAX_DIM) + "]", d);
   if ((d * p.lq + d * 16) * 4 > 200 * 1024) fail("lq", "d * (lq + 16) * 4 <= 200 KiB (shared memory)", p.lq);
+  if (p.fp16 && (d % 16 != 0 || d > 128)) fail("precision", "'float32' unless d is a multiple of 16 in [16, 128]", d);
+  if (p.fp16 && !p.exact) fail("precision", "'float32' unless the final list is re-scored exactly", 0);
 }
 
 PlaidSearchResult PlaidDeviceIndex::Search(const float* queries, const int32_t* lengths, int64_t num_q,

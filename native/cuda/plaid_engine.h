@@ -85,6 +85,9 @@ struct PlaidSearchPlan {
   float threshold = -INFINITY;
   bool exact = true;      // re-score with the source tokens (when the index holds them)
   bool stages = false;    // keep each stage's output (tests)
+  // precision 'float16': the query x centroid and residual products on tensor cores (ranking only;
+  // needs exact, d % 16 == 0, d <= 128); else the CPU's fp32 chains bitwise
+  bool fp16 = false;
 };
 
 struct PlaidStageOutput {

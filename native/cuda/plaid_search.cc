@@ -91,7 +91,9 @@ class Batch {
     qlen_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
     rt_.Upload(qd_->get(), qpad.data(), qpad.size() * 4);
     rt_.Upload(qlen_->get(), qlen.data(), static_cast<uint64_t>(nq_) * 4);
-    qc_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_) * 4);
+    // precision float16: qc is computed on tensor cores and stored in float16
+    const bool half = plan_.fp16 && rt_.HasKernel("plaid_qc_mma") && rt_.HasKernel("plaid_residual_mma");
+    qc_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_) * (half ? 2 : 4));
     PlaidAssignParams a{};
     a.x = Dev<const void>(qd_->get());
     a.cent = p_.cent;
@@ -100,12 +102,15 @@ class Batch {
     a.d = d_;
     a.ld = LQ_;
     a.scores = Dev<float>(qc_->get());
-    // plaid_qc (8 x 8 per thread); plaid_dots where a build predates it: the same values
-    if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    a.out_half = half ? 1 : 0;
+    // float16: tensor cores; plaid_qc (8 x 8 per thread); plaid_dots where a build predates it
+    if (half) Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    else if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
     else Go(rt_, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K_, PLAID_TILE_N), PLAID_THREADS, 0, a);
     p_.q = Dev<const float>(qd_->get());
     p_.q_len = Dev<const int32_t>(qlen_->get());
     p_.qc = Dev<float>(qc_->get());
+    p_.qc_half = half ? 1 : 0;
     p_.num_q = nq_;
     p_.lq = LQ_;
     p_.words = Div(p_.docs, 32);
@@ -178,7 +183,9 @@ class Batch {
   void Residual() {
     const unsigned smem = static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4);
     rs_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
-    Score("plaid_residual", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), smem);
+    if (p_.qc_half)
+      Score("plaid_residual_mma", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), 0, 16);
+    else Score("plaid_residual", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), smem);
     fin_off_ = Capped(kept_off_, plan_.rescore);
     fin_total_ = fin_off_[nq_];
     fin_off_d_ = Block(rt_, fin_off_.size() * 8);
@@ -264,15 +271,19 @@ class Batch {
     p_.sel_out_n = Dev<int32_t>(sel_n_->get());
     Go(rt_, "plaid_select", nq_, 1, 256, 0, p_);
   }
-  // plaid_residual / plaid_exact over the listed documents [off[q], off[q + 1]) of each query.
+  // plaid_residual(_mma) / plaid_exact over the listed documents [off[q], off[q + 1]) of each query,
+  // about per_warp documents a warp (the mma kernel loads the query's fragments once per warp), yet
+  // at least ~512 blocks in all while there are documents enough (one query's latency).
   void Score(const char* kernel, const std::vector<int64_t>& off, cu::CUdeviceptr off_d, cu::CUdeviceptr docs,
-             cu::CUdeviceptr out, unsigned smem) {
+             cu::CUdeviceptr out, unsigned smem, int64_t per_warp = 1) {
     int64_t most = 0;
     for (int64_t q = 0; q < nq_; q++) most = std::max(most, off[q + 1] - off[q]);
     p_.score_off = Dev<const int64_t>(off_d);
     p_.score_doc = Dev<const int32_t>(docs);
     p_.score_out = Dev<float>(out);
-    Go(rt_, kernel, std::min<int64_t>(Div(most, PLAID_SCORE_WARPS), 4096), nq_, 32 * PLAID_SCORE_WARPS, smem, p_);
+    const int64_t most_x = Div(most, PLAID_SCORE_WARPS);
+    const int64_t x = std::min(most_x, std::max(Div(most_x, per_warp), Div(512, nq_)));
+    Go(rt_, kernel, std::min<int64_t>(x, 4096), nq_, 32 * PLAID_SCORE_WARPS, smem, p_);
   }
 
   Runtime& rt_;

@@ -22,7 +22,15 @@ export interface CudaSearchPlan {
   threshold: number;
   exact: boolean;
   stages: boolean;
+  precision: StagePrecision;
 }
+
+/**
+ * The arithmetic of the GPU's two product stages (query x centroids, residual scoring): 'float32'
+ * the CPU's fp32 chains bitwise (the same candidates and scores as PlaidIndex.search); 'float16'
+ * tensor cores, ranking only (the final list is re-scored exactly on the source tokens).
+ */
+export type StagePrecision = 'float32' | 'float16';
 
 export interface PlanInput {
   centroids: number;
@@ -37,6 +45,7 @@ export interface PlanInput {
   threshold: number;
   exact: boolean;
   stages?: boolean;
+  precision: StagePrecision;
   /** Device bytes one pass may use for its scratch (default DEFAULT_BUDGET). */
   budget?: number;
 }
@@ -82,6 +91,12 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
       `dim * (query length rounded to 32 + 16) * 4 <= 200 KiB (shared memory) on the GPU`,
       `dim ${p.dim}, length ${p.maxLength}`,
     );
+  if (p.precision === 'float16' && (!p.exact || p.dim % 16 !== 0 || p.dim > 128))
+    throw new InvalidArgumentError(
+      'options.precision',
+      "'float32' unless the index keeps its source tokens and dim is a multiple of 16 in [16, 128]",
+      `'float16' (dim ${p.dim}, ${p.exact ? 'tokens kept' : 'no source tokens'})`,
+    );
   const candidates = Math.max(1, p.candidates);
   const rescore = Math.max(1, Math.min(p.rescore, candidates));
   const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates);
@@ -97,5 +112,6 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
     threshold: p.threshold,
     exact: p.exact,
     stages: p.stages ?? false,
+    precision: p.precision,
   };
 }

@@ -7,7 +7,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { decodeToFloat32 } from '../floats.js';
 import { type Hit, isTokenBatch, type TokenBatch } from '../tensor.js';
 import { type PlaidCudaSearch, type PlaidHandle, plaidCuda } from './cuda-native.js';
-import { cudaSearchPlan } from './cuda-plan.js';
+import { cudaSearchPlan, type StagePrecision } from './cuda-plan.js';
 import { searchSettings } from './defaults.js';
 import type { NativeIndex } from './native.js';
 import type { IndexSearchOptions, IndexSearchResult, IndexSearchStats } from './plaid.js';
@@ -28,6 +28,36 @@ export interface CudaIndexSearchOptions extends IndexSearchOptions {
   stages?: boolean;
   /** Device bytes of one pass's scratch (the plan's batch). */
   budget?: number;
+  /**
+   * The product stages' arithmetic (StagePrecision): default 'float16' where it applies (source
+   * tokens kept, dim a multiple of 16 up to 128, values in float16's comfortable range), else 'float32'.
+   */
+  precision?: StagePrecision;
+}
+
+// float16 keeps ~11 bits of every element where magnitudes sit in [2^-8, 2^12]; outside it (tiny or
+// huge embeddings) the products would lose their ranking, so the default stays float32.
+const FP16_LOW = 2 ** -8;
+const FP16_HIGH = 2 ** 12;
+const centroidRange = new WeakMap<object, boolean>();
+
+function inRange(x: Float32Array): boolean {
+  let m = 0;
+  for (let i = 0; i < x.length; i++) {
+    const a = Math.abs(x[i]);
+    if (a > m) m = a;
+  }
+  return m >= FP16_LOW && m <= FP16_HIGH;
+}
+
+function defaultPrecision(index: DeviceIndexSource, q: Float32Array, exact: boolean): StagePrecision {
+  if (!exact || index.dim % 16 !== 0 || index.dim > 128) return 'float32';
+  let c = centroidRange.get(index);
+  if (c === undefined) {
+    c = inRange(index.native.centroids);
+    centroidRange.set(index, c);
+  }
+  return c && (q.length === 0 || inRange(q)) ? 'float16' : 'float32';
 }
 
 const uploaded = new WeakMap<object, Map<number, Promise<{ handle: PlaidHandle; bytes: number }>>>();
@@ -54,6 +84,8 @@ export interface CudaBatchResult {
   /** The whole batch's counts and device milliseconds per stage. */
   batch: PlaidCudaSearch['stats'];
   stages?: PlaidCudaSearch['stages'];
+  /** The product stages' arithmetic this batch ran with. */
+  precision: StagePrecision;
 }
 
 /** The k best documents of every query of the batch, through the index on the GPU. */
@@ -85,6 +117,9 @@ export async function cudaSearchBatch(
     at += queries.lengths[i] * d;
   }
   const exact = index.sourceTokens() !== undefined;
+  const precision = options.precision ?? defaultPrecision(index, q, exact);
+  if (precision !== 'float32' && precision !== 'float16')
+    throw new InvalidArgumentError('options.precision', "'float32' or 'float16'", String(precision));
   const plan = cudaSearchPlan({
     centroids: index.centroids,
     dim: d,
@@ -97,6 +132,7 @@ export async function cudaSearchBatch(
     threshold,
     exact,
     stages: options.stages,
+    precision,
     budget: options.budget,
   });
   const { handle } = await deviceIndex(index, device);
@@ -126,5 +162,5 @@ export async function cudaSearchBatch(
     };
     results.push({ hits, stats });
   }
-  return { results, batch: st, stages: r.stages };
+  return { results, batch: st, stages: r.stages, precision };
 }

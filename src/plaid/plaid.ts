@@ -33,6 +33,7 @@ import { buildLists } from './lists.js';
 export { buildLists, defaultCentroids, defaultSearch };
 
 import { type CodecBackend, codecFor } from './cuda-codec.js';
+import type { StagePrecision } from './cuda-plan.js';
 import { cudaSearchBatch } from './cuda-search.js';
 import {
   type AssignGroups,
@@ -318,7 +319,7 @@ export class PlaidIndex {
   /** search for every query of a batch, in order; backend 'cuda' runs the batch's stages on the GPU. */
   async searchAll(
     queries: TokenBatch,
-    options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number },
+    options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number; precision?: StagePrecision },
   ): Promise<IndexSearchResult[]> {
     if (options?.backend === 'cuda') {
       // the CUDA stages implement PLAID's bag interaction only

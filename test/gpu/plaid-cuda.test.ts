@@ -192,6 +192,7 @@ describe('CUDA plaid search', { skip }, () => {
         rescore: 30,
         threshold,
         stages: true,
+        precision: 'float32',
       });
       const stages = r.stages ?? [];
       assert.equal(stages.length, queries.count);
@@ -309,7 +310,7 @@ describe('CUDA plaid search', { skip }, () => {
       { k: 25, nprobe: 16, candidates: 3000, rescore: 300 },
       { k: 10, nprobe: 8, candidates: 200, rescore: 50, threshold: 0.35 },
     ]) {
-      const gpu = await index.searchAll(queries, { ...o, backend: 'cuda' });
+      const gpu = await index.searchAll(queries, { ...o, backend: 'cuda', precision: 'float32' });
       // the CPU side runs the interaction the GPU implements (the CPU default is 'lists')
       const cpu = await index.searchAll(queries, { ...o, isa: fmaIsa, interaction: 'bags' });
       for (let qi = 0; qi < queries.count; qi++) {
@@ -332,6 +333,150 @@ describe('CUDA plaid search', { skip }, () => {
         assert.equal(gpu[qi].stats.scores, 'exact');
         assert.equal(gpu[qi].stats.isa, 'cuda');
       }
+    }
+  });
+
+  test('float16 stages (tensor cores): probes and residual scores within float16 rounding', async () => {
+    const { index, queries } = await searchIndex();
+    const ix = index.native;
+    const r = await cudaSearchBatch(index, queries, {
+      k: 10,
+      nprobe: 9,
+      candidates: 500,
+      rescore: 30,
+      stages: true,
+      precision: 'float16',
+    });
+    assert.equal(r.precision, 'float16');
+    assert.equal((await cudaSearchBatch(index, queries, { k: 10 })).precision, 'float16', 'the default');
+    let errSum = 0;
+    let wantSum = 0;
+    for (let qi = 0; qi < queries.count; qi++) {
+      const q = queryRows(queries, qi);
+      const lq = queries.lengths[qi];
+      const s = (r.stages ?? [])[qi];
+      // probe: a probed centroid is among some token's 9 best within that token's float16 bound
+      const dots = new Float64Array(lq * ix.k);
+      const bound = new Float64Array(lq);
+      for (let i = 0; i < lq; i++)
+        for (let c = 0; c < ix.k; c++) {
+          let t = 0;
+          let a = 0;
+          for (let j = 0; j < ix.d; j++) {
+            t += q[i * ix.d + j] * ix.centroids[c * ix.d + j];
+            a += Math.abs(q[i * ix.d + j] * ix.centroids[c * ix.d + j]);
+          }
+          dots[i * ix.k + c] = t;
+          bound[i] = Math.max(bound[i], 2 ** -9 * a);
+        }
+      for (const c of new Set(s.probed)) {
+        const ok = Array.from({ length: lq }, (_, i) => {
+          const row = Array.from(dots.subarray(i * ix.k, (i + 1) * ix.k)).sort((a, b) => b - a);
+          return dots[i * ix.k + c] >= row[8] - 2 * bound[i];
+        }).some(Boolean);
+        assert.ok(ok, `probed centroid ${c} of query ${qi} (seed ${runSeed})`);
+      }
+      // kept: the exact top 500 of the GPU's own interaction scores, as in float32
+      const order = Array.from(s.candidates.keys()).sort(
+        (a, b) => s.interaction[b] - s.interaction[a] || s.candidates[a] - s.candidates[b],
+      );
+      sameInts(
+        s.kept,
+        order
+          .slice(0, 500)
+          .map((i) => s.candidates[i])
+          .sort((a, b) => a - b),
+        `kept of query ${qi}`,
+      );
+      // residual: against the float64 MaxSim of the decoded vectors, within the float16 bound
+      for (let j = 0; j < s.kept.length; j += Math.max(1, Math.floor(s.kept.length / 25))) {
+        const b = s.kept[j];
+        const t0 = ix.docOffsets[b];
+        const len = ix.docOffsets[b + 1] - t0;
+        const dec = decodeTokens(ix.centroids, index.buckets, ix.cids, ix.codes, t0, t0 + len);
+        let want = 0;
+        let tol = 1e-5;
+        for (let i = 0; i < lq; i++) {
+          let m = Number.NEGATIVE_INFINITY;
+          let a = 0;
+          for (let t = 0; t < len; t++) {
+            const cen = ix.cids[t0 + t] * ix.d;
+            let dot = 0;
+            let abs = 0;
+            for (let k = 0; k < ix.d; k++) {
+              const x = dec[t * ix.d + k];
+              const c = ix.centroids[cen + k];
+              dot += q[i * ix.d + k] * x;
+              abs += Math.abs(q[i * ix.d + k]) * (Math.abs(c) + Math.abs(x - c));
+            }
+            m = Math.max(m, dot);
+            a = Math.max(a, abs);
+          }
+          want += m;
+          tol += 2 ** -9 * a;
+        }
+        const err = Math.abs(s.residual[j] - want);
+        assert.ok(
+          err <= tol,
+          `residual of query ${qi}, doc ${b}: ${s.residual[j]} vs ${want} (bound ${tol})`,
+        );
+        errSum += err;
+        wantSum += Math.abs(want);
+      }
+    }
+    // a wrong decode moves scores by ~0.1; float16 rounding by ~1e-5 relative
+    assert.ok(errSum <= 1e-3 * wantSum, `mean residual error ${errSum / wantSum} relative`);
+  });
+
+  test('float16 stages: exact scores; every document re-scored gives the CPU hits (d 48 / 128, 2 / 4 bits, long queries)', async () => {
+    for (const [dim, bits, dtype] of [
+      [48, 2, 'float16'],
+      [128, 4, 'float32'],
+      [64, 2, 'bfloat16'],
+    ] as const) {
+      const { c, batch } = corpus(400, [1, 70], dim, (runSeed + dim) % 997, dtype);
+      const index = await buildIndex(batch, { centroids: 16, bits, seed: 4, iterations: 2, backend: 'cuda' });
+      const lens = [1, 7, 32, 33, 64, 90];
+      const q = syntheticQueries(c, lens.length, 96, dim, runSeed % 89);
+      const offsets = [0];
+      const data = new Float32Array(lens.reduce((a, b) => a + b, 0) * dim);
+      for (let i = 0; i < lens.length; i++) {
+        data.set(q.data.subarray(i * 96 * dim, (i * 96 + lens[i]) * dim), offsets[i] * dim);
+        offsets.push(offsets[i] + lens[i]);
+      }
+      const queries = raggedBatch(data, offsets, { dim });
+      // nprobe = K: every document a candidate, every candidate re-scored exactly
+      const all = { k: 12, nprobe: 16, candidates: 400, rescore: 400 };
+      const gpu = await index.searchAll(queries, { ...all, backend: 'cuda', precision: 'float16' });
+      const cpu = await index.searchAll(queries, { ...all, isa: fmaIsa, interaction: 'bags' });
+      for (let qi = 0; qi < lens.length; qi++) {
+        const g = gpu[qi].hits;
+        const h = cpu[qi].hits;
+        assert.equal(g.length, h.length, `hits of query ${qi} (d ${dim})`);
+        for (let j = 0; j < g.length; j++)
+          assert.ok(
+            Math.abs(g[j].score - h[j].score) <= 1e-5 * (1 + Math.abs(h[j].score)) &&
+              (g[j].index === h[j].index ||
+                Math.abs(g[j].score - h[j].score) <= 1e-6 * (1 + Math.abs(h[j].score))),
+            `d ${dim}, ${bits}-bit, query ${qi} (${lens[qi]} tokens), hit ${j}: ${g[j].index} ${g[j].score} vs ${h[j].index} ${h[j].score}`,
+          );
+      }
+      // a narrow search: the float16 ranking keeps what float32 keeps, with the same exact scores
+      const narrow = { k: 10, nprobe: 4, candidates: 60, rescore: 20 };
+      const g16 = await index.searchAll(queries, { ...narrow, backend: 'cuda', precision: 'float16' });
+      const g32 = await index.searchAll(queries, { ...narrow, backend: 'cuda', precision: 'float32' });
+      let same = 0;
+      let total = 0;
+      for (let qi = 0; qi < lens.length; qi++) {
+        const by = new Map(g32[qi].hits.map((x) => [x.index, x.score]));
+        total += g32[qi].hits.length;
+        for (const x of g16[qi].hits)
+          if (by.has(x.index)) {
+            same++;
+            assert.equal(x.score, by.get(x.index), `exact score of doc ${x.index}`);
+          }
+      }
+      assert.ok(same >= 0.9 * total, `float16 vs float32 hits: ${same} of ${total} (d ${dim})`);
     }
   });
 
@@ -390,8 +535,24 @@ describe('CUDA plaid search', { skip }, () => {
       threshold: -1e30,
       exact: true,
       stages: false,
+      precision: 'float32' as 'float32' | 'float16',
     };
     assert.throws(() => cu.plaidSearch(handle, new Float32Array(64), Int32Array.of(1), plan), /plan.lq/);
+    const q32 = new Float32Array(index.dim);
+    assert.throws(
+      () =>
+        cu.plaidSearch(handle, q32, Int32Array.of(1), {
+          ...plan,
+          lq: 32,
+          precision: 'float16',
+          exact: false,
+        }),
+      /plan.precision/,
+    );
+    assert.throws(
+      () => cu.plaidSearch(handle, q32, Int32Array.of(1), { ...plan, lq: 32, precision: 'fp16' as never }),
+      /plan.precision/,
+    );
     assert.throws(
       () =>
         cu.plaidSearch(handle, new Float32Array(64), Int32Array.of(1), {

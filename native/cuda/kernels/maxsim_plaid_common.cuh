@@ -53,6 +53,11 @@ __device__ __forceinline__ void DotTile(const void* x, int dtype, const float* c
   }
 }
 
+// qc[i] of the search, float32 or (precision 'float16') float16.
+__device__ __forceinline__ float QcAt(const PlaidSearchParams& p, int64_t i) {
+  return p.qc_half ? __half2float(reinterpret_cast<const __half*>(p.qc)[i]) : p.qc[i];
+}
+
 __device__ __forceinline__ unsigned long long WarpMaxKey(unsigned long long v, int width) {
   for (int o = width / 2; o > 0; o /= 2) {
     const unsigned long long u = __shfl_xor_sync(0xffffffffu, v, o);

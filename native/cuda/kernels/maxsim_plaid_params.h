@@ -58,6 +58,8 @@ struct PlaidAssignParams {
   int64_t ld;                 // plaid_dots: output rows per block of k (1: [n][k]; LQ: [Q][K][LQ])
   int32_t dtype;
   int32_t bits;
+  int32_t out_half;           // plaid_qc_mma: 1 writes scores as float16
+  int32_t pad0;
 };
 
 struct PlaidSearchParams {
@@ -115,6 +117,8 @@ struct PlaidSearchParams {
   int32_t pad0;
   // appended last, so that the fields above keep their offsets for kernels built before it
   uint32_t* kbits;            // [Q][ceil(K / 32)] centroids kept by the pruning threshold
+  int32_t qc_half;            // 1: qc holds float16 values (precision 'float16'), read through QcAt
+  int32_t pad1;
 };
 
 #ifdef __CUDACC__

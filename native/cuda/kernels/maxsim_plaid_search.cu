@@ -85,8 +85,8 @@ __device__ void ProbePartial(const PlaidSearchParams& p) {
   for (int m = 0; m < NP; m++) top[m] = 0;
   const int64_t c0 = ch * PLAID_PROBE_CHUNK;
   const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
-  const float* qc = p.qc + (q * p.k) * p.lq + i;
-  for (int64_t c = c0; c < c1; c++) Insert<NP>(top, PlaidKey(qc[c * p.lq], static_cast<int32_t>(c)));
+  const int64_t at = (q * p.k) * p.lq + i;
+  for (int64_t c = c0; c < c1; c++) Insert<NP>(top, PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c)));
   unsigned long long* out = p.partial + ((q * p.chunks + ch) * p.lq + i) * NP;
 #pragma unroll
   for (int m = 0; m < NP; m++) out[m] = top[m];
@@ -214,8 +214,8 @@ extern "C" __global__ void __launch_bounds__(256) plaid_keep(const PlaidSearchPa
   const int64_t len = p.q_len[q];
   float best = -INFINITY;
   if (c < p.k) {
-    const float* row = p.qc + (q * p.k + c) * p.lq;
-    for (int64_t i = 0; i < len; i++) best = fmaxf(best, row[i]);
+    const int64_t row = (q * p.k + c) * p.lq;
+    for (int64_t i = 0; i < len; i++) best = fmaxf(best, QcAt(p, row + i));
   }
   const uint32_t word = __ballot_sync(0xffffffffu, c < p.k && best >= p.threshold);
   if (threadIdx.x % 32 == 0 && c < p.k) p.kbits[q * ((p.k + 31) / 32) + c / 32] = word;
@@ -240,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
     float rm[8];
 #pragma unroll
     for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
-    const float* qc = p.qc + q * p.k * p.lq + lane;
+    const int64_t qc = q * p.k * p.lq + lane;
     const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
     if (chunks == 1) {
       // queries of <= 32 tokens: 4 independent loads in flight
@@ -248,25 +248,25 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
       int64_t j = j0;
       for (; j + 4 <= j1; j += 4) {
         const int32_t c0 = p.bags[j], c1 = p.bags[j + 1], c2 = p.bags[j + 2], c3 = p.bags[j + 3];
-        const float v0 = kept(c0) ? qc[static_cast<int64_t>(c0) * p.lq] : -INFINITY;
-        const float v1 = kept(c1) ? qc[static_cast<int64_t>(c1) * p.lq] : -INFINITY;
-        const float v2 = kept(c2) ? qc[static_cast<int64_t>(c2) * p.lq] : -INFINITY;
-        const float v3 = kept(c3) ? qc[static_cast<int64_t>(c3) * p.lq] : -INFINITY;
+        const float v0 = kept(c0) ? QcAt(p, qc + static_cast<int64_t>(c0) * p.lq) : -INFINITY;
+        const float v1 = kept(c1) ? QcAt(p, qc + static_cast<int64_t>(c1) * p.lq) : -INFINITY;
+        const float v2 = kept(c2) ? QcAt(p, qc + static_cast<int64_t>(c2) * p.lq) : -INFINITY;
+        const float v3 = kept(c3) ? QcAt(p, qc + static_cast<int64_t>(c3) * p.lq) : -INFINITY;
         m = fmaxf(m, fmaxf(fmaxf(v0, v1), fmaxf(v2, v3)));
       }
       for (; j < j1; j++) {
         const int32_t c = p.bags[j];
-        if (kept(c)) m = fmaxf(m, qc[static_cast<int64_t>(c) * p.lq]);
+        if (kept(c)) m = fmaxf(m, QcAt(p, qc + static_cast<int64_t>(c) * p.lq));
       }
       rm[0] = lane < len ? m : -INFINITY;
     } else {
       for (int64_t j = j0; j < j1; j++) {
         const int32_t cid = p.bags[j];
         if (!kept(cid)) continue;
-        const float* row = qc + static_cast<int64_t>(cid) * p.lq;
+        const int64_t row = qc + static_cast<int64_t>(cid) * p.lq;
 #pragma unroll
         for (int c = 0; c < 8; c++)
-          if (c < chunks && c * 32 + lane < len) rm[c] = fmaxf(rm[c], row[c * 32]);
+          if (c < chunks && c * 32 + lane < len) rm[c] = fmaxf(rm[c], QcAt(p, row + c * 32));
       }
     }
     double s = 0.0;
@@ -444,9 +444,9 @@ __device__ __forceinline__ void TokenRun(const PlaidSearchParams& p, const float
 #pragma unroll
     for (int n = 0; n < NT; n++) {
       if (valid[n] && RESIDUAL) {
-        const float* row = p.qc + (q * p.k + p.cids[t[n]]) * p.lq + c * 32;
+        const int64_t row = (q * p.k + p.cids[t[n]]) * p.lq + c * 32;
 #pragma unroll
-        for (int i = 0; i < 32; i++) acc[n][i] = acc[n][i] + row[i];
+        for (int i = 0; i < 32; i++) acc[n][i] = acc[n][i] + QcAt(p, row + i);
       } else if (!valid[n]) {
 #pragma unroll
         for (int i = 0; i < 32; i++) acc[n][i] = -INFINITY;

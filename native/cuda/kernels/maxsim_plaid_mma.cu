@@ -1,0 +1,245 @@
+// maxsim_plaid_mma.cu: the index search's two product stages on tensor cores (mma.sync m16n8k16,
+// float16 in, float32 accumulate), for the plans whose final list is re-scored exactly (plan
+// precision 'float16', chosen in src/plaid/cuda-search.ts): their scores only rank candidates, so
+// they need not be the CPU's fp32 chain bitwise (maxsim_plaid_search.cu keeps that path).
+//   plaid_qc_mma        qc = queries x centroids, the layout of plaid_qc ([Q][K][LQ]);
+//   plaid_residual_mma  the fused decompress-MaxSim: a warp takes a document, 16 tokens (one code
+//                       block) as the A fragment's rows, decoded from the codes through a float16
+//                       table in shared memory in registers; the query's 32-token chunk as B
+//                       fragments held in registers; qc[i][cid] as the accumulators' start.
+//
+// LAUNCH CONTRACT: as native/cuda/plaid_search.cc states next to each launch.
+#include "maxsim_plaid_common.cuh"
+
+namespace {
+
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t PackHalves(__half lo, __half hi) {
+  const __half2 h = __halves2half2(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// qc[i], qc[i + 1] (i even), float32 or float16.
+__device__ __forceinline__ float2 Qc2(const PlaidSearchParams& p, int64_t i) {
+  if (p.qc_half) return __half22float2(reinterpret_cast<const __half2*>(p.qc)[i / 2]);
+  return *reinterpret_cast<const float2*>(p.qc + i);
+}
+
+}  // namespace
+
+// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k,
+// stored as float16 when out_half (half the bytes for the probe, interaction and residual reads).
+// grid (ceil(n / 128), ceil(k / 128)), block 256 (8 warps of 64 rows x 32 centroids), any d (k in
+// steps of 32 through shared memory, zeros past d).
+extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssignParams p) {
+  constexpr int BM = 128, BK = 32, SK = BK + 8;  // rows of SK halves: conflict-free fragment reads
+  __shared__ __align__(16) __half xs[BM][SK];
+  __shared__ __align__(16) __half cs[BM][SK];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM, c0 = static_cast<int64_t>(blockIdx.y) * BM;
+  const float* x = static_cast<const float*>(p.x);
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+  for (int64_t k0 = 0; k0 < p.d; k0 += BK) {
+    __syncthreads();
+    // 128 rows x 32 k of each operand: 4 elements per step, 1,024 steps over 256 threads
+    for (int e = tid; e < BM * BK / 4; e += 256) {
+      const int r = e / (BK / 4), kk = (e % (BK / 4)) * 4;
+      float xv[4], cv[4];
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int64_t k = k0 + kk + j;
+        xv[j] = (r0 + r < p.n && k < p.d) ? x[(r0 + r) * p.d + k] : 0.0f;
+        cv[j] = (c0 + r < p.k && k < p.d) ? p.cent[(c0 + r) * p.d + k] : 0.0f;
+      }
+      *reinterpret_cast<uint2*>(&xs[r][kk]) = make_uint2(PackHalf2(xv[0], xv[1]), PackHalf2(xv[2], xv[3]));
+      *reinterpret_cast<uint2*>(&cs[r][kk]) = make_uint2(PackHalf2(cv[0], cv[1]), PackHalf2(cv[2], cv[3]));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < BK; ks += 16) {
+      uint32_t a[4][4], b[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int row = wm + 16 * i + g;
+        a[i][0] = *reinterpret_cast<const uint32_t*>(&xs[row][ks + 2 * t]);
+        a[i][1] = *reinterpret_cast<const uint32_t*>(&xs[row + 8][ks + 2 * t]);
+        a[i][2] = *reinterpret_cast<const uint32_t*>(&xs[row][ks + 2 * t + 8]);
+        a[i][3] = *reinterpret_cast<const uint32_t*>(&xs[row + 8][ks + 2 * t + 8]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int col = wn + 8 * j + g;
+        b[j][0] = *reinterpret_cast<const uint32_t*>(&cs[col][ks + 2 * t]);
+        b[j][1] = *reinterpret_cast<const uint32_t*>(&cs[col][ks + 2 * t + 8]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) Mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
+    }
+  }
+  const int64_t ld = p.ld;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t row = r0 + wm + 16 * i + g + 8 * h;
+      if (row >= p.n) continue;
+      const int64_t at = (row / ld) * p.k * ld + row % ld;
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int64_t c = c0 + wn + 8 * j + 2 * t + e;
+          if (c >= p.k) continue;
+          if (p.out_half) reinterpret_cast<__half*>(p.scores)[at + c * ld] = __float2half_rn(acc[i][j][2 * h + e]);
+          else p.scores[at + c * ld] = acc[i][j][2 * h + e];
+        }
+    }
+}
+
+// Most k steps of 16 the residual kernel holds in registers (d <= 128, d % 16 == 0).
+#define PLAID_MMA_KS 8
+
+// The residual scores of listed documents, as plaid_residual (grid (x, Q), block 32 WARPS, a warp a
+// document at a time) but on tensor cores: score = sum_i max_t (qc[i][cid_t] + fp16(q_i) . fp16(w_t))
+// over the query's tokens i < len, with w_t the token's decoded residual weights. 2-bit tables hold
+// a dimension pair per entry ([d / 2][16] half2, index code_k | code_k+1 << 2); 4-bit ones a
+// dimension per entry ([d][16] halves). Chunks of 32 query tokens run in turn, each adding its sum
+// to score_out (a warp owns its entries).
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_residual_mma(const PlaidSearchParams p) {
+  __shared__ uint32_t tab[PLAID_MMA_KS * 16 * 8];  // 4 KiB: either table for d <= 128
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int64_t q = blockIdx.y;
+  const int nks = static_cast<int>(p.d / 16);
+  if (p.bits == 2) {
+    for (int e = threadIdx.x; e < p.d * 8; e += blockDim.x) {
+      const int pr = e / 16, idx = e % 16;
+      tab[e] = PackHalf2(p.tables[(2 * pr) * 16 + (idx & 3)], p.tables[(2 * pr + 1) * 16 + (idx >> 2)]);
+    }
+  } else {
+    __half* th = reinterpret_cast<__half*>(tab);
+    for (int e = threadIdx.x; e < p.d * 16; e += blockDim.x) th[e] = __float2half_rn(p.tables[e]);
+  }
+  __syncthreads();
+  const __half* th = reinterpret_cast<const __half*>(tab);
+  const int64_t len = p.q_len[q];
+  const int64_t o0 = p.score_off[q], o1 = p.score_off[q + 1];
+  const int64_t bytes = p.d * 2 * p.bits;  // one code block: 16 tokens x d codes
+  for (int64_t c = 0; c * 32 < p.lq; c++) {
+    if (c > 0 && c * 32 >= len) break;  // padding only: nothing to add
+    uint32_t b[4][PLAID_MMA_KS][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+      const float* row = p.q + (q * p.lq + c * 32 + nt * 8 + g) * p.d + 2 * t;
+#pragma unroll
+      for (int ks = 0; ks < PLAID_MMA_KS; ks++) {
+        if (ks >= nks) break;
+        const float2 lo = *reinterpret_cast<const float2*>(row + 16 * ks);
+        const float2 hi = *reinterpret_cast<const float2*>(row + 16 * ks + 8);
+        b[nt][ks][0] = PackHalf2(lo.x, lo.y);
+        b[nt][ks][1] = PackHalf2(hi.x, hi.y);
+      }
+    }
+    for (int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid; e < o1;
+         e += static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS) {
+      const int64_t doc = p.score_doc[e];
+      const int64_t t0 = p.doc_off[doc], t1 = p.doc_off[doc + 1];
+      float m[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) m[nt][0] = m[nt][1] = -INFINITY;
+      for (int64_t blk = t0 / 16; blk * 16 < t1; blk++) {
+        const int64_t ra = blk * 16 + g, rb = ra + 8;  // this lane's two token rows
+        const bool va = ra >= t0 && ra < t1, vb = rb >= t0 && rb < t1;
+        float acc[4][4];
+        const int64_t qa = (q * p.k + (va ? p.cids[ra] : 0)) * p.lq + c * 32 + 2 * t;
+        const int64_t qb = (q * p.k + (vb ? p.cids[rb] : 0)) * p.lq + c * 32 + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+          const float2 x = va ? Qc2(p, qa + nt * 8) : make_float2(0.0f, 0.0f);
+          const float2 y = vb ? Qc2(p, qb + nt * 8) : make_float2(0.0f, 0.0f);
+          acc[nt][0] = x.x;
+          acc[nt][1] = x.y;
+          acc[nt][2] = y.x;
+          acc[nt][3] = y.y;
+        }
+        const uint8_t* cw = p.codes + blk * bytes;
+        const int sa = g * p.bits, sb = (g + 8) * p.bits;
+#pragma unroll
+        for (int ks = 0; ks < PLAID_MMA_KS; ks++) {
+          if (ks >= nks) break;
+          const int k = 16 * ks + 2 * t;  // dims k, k + 1 and k + 8, k + 9
+          uint32_t a[4];
+          if (p.bits == 2) {
+            const uint2 w0 = *reinterpret_cast<const uint2*>(cw + k * 4);
+            const uint2 w1 = *reinterpret_cast<const uint2*>(cw + (k + 8) * 4);
+            const uint32_t* t0p = tab + (k / 2) * 16;
+            const uint32_t* t1p = tab + (k / 2 + 4) * 16;
+            a[0] = t0p[((w0.x >> sa) & 3) | (((w0.y >> sa) & 3) << 2)];
+            a[1] = t0p[((w0.x >> sb) & 3) | (((w0.y >> sb) & 3) << 2)];
+            a[2] = t1p[((w1.x >> sa) & 3) | (((w1.y >> sa) & 3) << 2)];
+            a[3] = t1p[((w1.x >> sb) & 3) | (((w1.y >> sb) & 3) << 2)];
+          } else {
+            const ulonglong2 w0 = *reinterpret_cast<const ulonglong2*>(cw + k * 8);
+            const ulonglong2 w1 = *reinterpret_cast<const ulonglong2*>(cw + (k + 8) * 8);
+            const __half* h0 = th + k * 16;
+            const __half* h1 = th + (k + 8) * 16;
+            a[0] = PackHalves(h0[(w0.x >> sa) & 15], h0[16 + ((w0.y >> sa) & 15)]);
+            a[1] = PackHalves(h0[(w0.x >> sb) & 15], h0[16 + ((w0.y >> sb) & 15)]);
+            a[2] = PackHalves(h1[(w1.x >> sa) & 15], h1[16 + ((w1.y >> sa) & 15)]);
+            a[3] = PackHalves(h1[(w1.x >> sb) & 15], h1[16 + ((w1.y >> sb) & 15)]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) Mma16816(acc[nt], a, b[nt][ks][0], b[nt][ks][1]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+          if (va) {
+            m[nt][0] = fmaxf(m[nt][0], acc[nt][0]);
+            m[nt][1] = fmaxf(m[nt][1], acc[nt][1]);
+          }
+          if (vb) {
+            m[nt][0] = fmaxf(m[nt][0], acc[nt][2]);
+            m[nt][1] = fmaxf(m[nt][1], acc[nt][3]);
+          }
+        }
+      }
+      // the max over the 8 row groups, then the sum of this chunk's columns (query tokens) < len
+      double s = 0.0;
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          float v = m[nt][j];
+#pragma unroll
+          for (int o = 4; o < 32; o *= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+          if (c * 32 + nt * 8 + 2 * t + j < len) s += static_cast<double>(v);
+        }
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (lane == 0) {
+        const float prev = c == 0 ? 0.0f : p.score_out[e];
+        p.score_out[e] = t1 > t0 ? prev + static_cast<float>(s) : -INFINITY;
+      }
+    }
+  }
+}
