@@ -112,7 +112,11 @@ export function startServer(
     ...(a.passesInFlight ? ['--passes-in-flight', String(a.passesInFlight)] : []),
     ...(passDtype ? ['--dtype', passDtype] : []),
   ];
-  const child = spawn(process.execPath, [...(process.env.MAXSIM_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? []), ...args], { stdio: ['ignore', 'inherit', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [...(process.env.MAXSIM_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? []), ...args],
+    { stdio: ['ignore', 'inherit', 'pipe'] },
+  );
   return new Promise((resolve, reject) => {
     let err = '';
     const timer = setTimeout(() => reject(new Error(`the server did not start in 120 s: ${err}`)), 120_000);
