@@ -230,43 +230,10 @@ extern "C" __global__ void __launch_bounds__(256) plaid_keep(const PlaidSearchPa
   if (threadIdx.x % 32 == 0 && c < p.k) p.kbits[q * ((p.k + 31) / 32) + c / 32] = word;
 }
 
-namespace {
-
-// rm[c] = max over the kept centroids of bags [j0, j1) of qc row + c * 32 (c < chunks; CH: the most
-// chunks, 1 for queries of <= 32 tokens). The bag 32 ids at a time, one per lane (one coalesced
-// load), handed round by shuffles, so the qc loads of W ids are in flight together.
-template <int CH, int W>
-__device__ __forceinline__ void BagMax(const PlaidSearchParams& p, const uint32_t* kb, bool prune, int64_t qc,
-                                       int64_t j0, int64_t j1, int lane, int64_t len, int64_t chunks,
-                                       float (&rm)[8]) {
-  for (int64_t jb = j0; jb < j1; jb += 32) {
-    const int n = static_cast<int>(j1 - jb < 32 ? j1 - jb : 32);
-    const int32_t mine = lane < n ? p.bags[jb + lane] : 0;
-    for (int u = 0; u < n; u += W) {
-      float v[W][CH];
-#pragma unroll
-      for (int w = 0; w < W; w++) {
-        const int32_t cid = __shfl_sync(0xffffffffu, mine, (u + w) & 31);
-        const bool use = u + w < n && (!prune || ((kb[cid >> 5] >> (cid & 31)) & 1u));
-        const int64_t row = qc + static_cast<int64_t>(cid) * p.lq;
-#pragma unroll
-        for (int c = 0; c < CH; c++)
-          v[w][c] = use && c < chunks && c * 32 + lane < len ? QcAt(p, row + c * 32) : -INFINITY;
-      }
-#pragma unroll
-      for (int w = 0; w < W; w++)
-#pragma unroll
-        for (int c = 0; c < CH; c++) rm[c] = fmaxf(rm[c], v[w][c]);
-    }
-  }
-}
-
-}  // namespace
-
 // One warp per candidate (grid-stride over all queries' candidates), lanes over query tokens:
 // sum_i max over the bag's kept centroids of qc[i][c] (an empty max counts 0), summed in double in
-// token order, as the CPU's centroid_doc (a max over the bag in any order is the same). With a
-// threshold only the centroids plaid_keep kept count (their rows are not even read).
+// token order, as the CPU's centroid_doc. With a threshold only the centroids plaid_keep kept count
+// (their rows are not even read).
 extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t total = p.cand_off[p.num_q];
@@ -278,13 +245,39 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
     const int64_t q = p.cand_q[e], doc = p.cand[e];
     const int64_t len = p.q_len[q];
     const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
+    auto kept = [&](int32_t c) { return !prune || ((kb[c >> 5] >> (c & 31)) & 1u); };
     float rm[8];
 #pragma unroll
     for (int c = 0; c < 8; c++) rm[c] = -INFINITY;
     const int64_t qc = q * p.k * p.lq + lane;
     const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
-    if (chunks == 1) BagMax<1, 8>(p, kb, prune, qc, j0, j1, lane, len, chunks, rm);
-    else BagMax<8, 2>(p, kb, prune, qc, j0, j1, lane, len, chunks, rm);
+    if (chunks == 1) {
+      // queries of <= 32 tokens: 4 independent loads in flight
+      float m = -INFINITY;
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const int32_t c0 = p.bags[j], c1 = p.bags[j + 1], c2 = p.bags[j + 2], c3 = p.bags[j + 3];
+        const float v0 = kept(c0) ? QcAt(p, qc + static_cast<int64_t>(c0) * p.lq) : -INFINITY;
+        const float v1 = kept(c1) ? QcAt(p, qc + static_cast<int64_t>(c1) * p.lq) : -INFINITY;
+        const float v2 = kept(c2) ? QcAt(p, qc + static_cast<int64_t>(c2) * p.lq) : -INFINITY;
+        const float v3 = kept(c3) ? QcAt(p, qc + static_cast<int64_t>(c3) * p.lq) : -INFINITY;
+        m = fmaxf(m, fmaxf(fmaxf(v0, v1), fmaxf(v2, v3)));
+      }
+      for (; j < j1; j++) {
+        const int32_t c = p.bags[j];
+        if (kept(c)) m = fmaxf(m, QcAt(p, qc + static_cast<int64_t>(c) * p.lq));
+      }
+      rm[0] = lane < len ? m : -INFINITY;
+    } else {
+      for (int64_t j = j0; j < j1; j++) {
+        const int32_t cid = p.bags[j];
+        if (!kept(cid)) continue;
+        const int64_t row = qc + static_cast<int64_t>(cid) * p.lq;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+          if (c < chunks && c * 32 + lane < len) rm[c] = fmaxf(rm[c], QcAt(p, row + c * 32));
+      }
+    }
     double s = 0.0;
 #pragma unroll
     for (int c = 0; c < 8; c++) {
