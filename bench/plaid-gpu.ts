@@ -162,7 +162,7 @@ const rows: unknown[] = [];
 const slice = (q0: number, n: number) =>
   denseBatch(qs.data.subarray(q0 * LQ * DIM, (q0 + n) * LQ * DIM), { count: n, length: LQ, dim: DIM });
 console.log(
-  'precision nprobe candidates rescore | recall@10 q/s (k 10) | recall@100 q/s (k 100) | 1-query p50 p90 ms | top-10 found in: generated kept final | generated/query | k 10 batch ms: centroids lists interaction residual rescore',
+  'precision nprobe candidates rescore | recall@10 q/s (k 10) | recall@100 q/s (k 100) | 1-query p50 p90 ms | top-10 found in: generated kept final | generated/query | k 10 batch ms: centroids lists interaction residual rescore (probe of centroids)',
 );
 for (const g of GRID.split(',').flatMap((g) => PRECISIONS.map((p) => [g, p] as const))) {
   const [spec, precision] = g;
@@ -186,7 +186,7 @@ for (const g of GRID.split(',').flatMap((g) => PRECISIONS.map((p) => [g, p] as c
     runs[k] = {
       recall: found / (k * NQ),
       qps: NQ / (wall / 1000),
-      stages: [b.msCentroids, b.msCandidates, b.msInteraction, b.msResidual, b.msRescore],
+      stages: [b.msCentroids, b.msCandidates, b.msInteraction, b.msResidual, b.msRescore, b.msProbe],
       generated: b.generated / NQ,
     };
   }

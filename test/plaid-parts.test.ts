@@ -67,3 +67,19 @@ test('fromParts refuses damaged parts, naming the field', async () => {
   const fewer = raggedBatch(docs.data.subarray(0, 32), [0, 1, 2], { dim: 16 });
   assert.throws(() => PlaidIndex.fromParts(parts, fewer), InvalidArgumentError);
 });
+
+test('an index whose codes outgrow one typed array is refused up front, naming docs (no RangeError)', async () => {
+  // 129 references to one 65,536-token part: 8.4M tokens x d 1024 at 4 bits = 4.3 GB of codes
+  const d = 1024;
+  const n = 65536;
+  const part = raggedBatch(new Uint16Array(n * d), [0, n], { dim: d, dtype: 'float16' });
+  const t = performance.now();
+  await assert.rejects(
+    buildIndex(Array(129).fill(part), { bits: 4 }),
+    (e: unknown) =>
+      e instanceof InvalidArgumentError &&
+      /docs/.test(String(e)) &&
+      /bytes of codes in one index/.test(String(e)),
+  );
+  assert.ok(performance.now() - t < 5000, 'refused before any work');
+});

@@ -177,6 +177,7 @@ Napi::Object SearchResult(Napi::Env env, maxsim_cuda::PlaidSearchResult& r) {
   st.Set("scored", static_cast<double>(r.scored));
   st.Set("rescored", static_cast<double>(r.rescored));
   st.Set("msCentroids", r.ms_centroids);
+  st.Set("msProbe", r.ms_probe);
   st.Set("msCandidates", r.ms_candidates);
   st.Set("msInteraction", r.ms_interaction);
   st.Set("msResidual", r.ms_residual);

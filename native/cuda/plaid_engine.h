@@ -106,6 +106,7 @@ struct PlaidSearchResult {
   std::vector<float> residual;        // the residual score of each returned doc
   int64_t probed = 0, generated = 0, kept = 0, scored = 0, rescored = 0;
   double ms_centroids = 0, ms_candidates = 0, ms_interaction = 0, ms_residual = 0, ms_rescore = 0, ms_total = 0;
+  double ms_probe = 0;  // of ms_centroids: the probe kernels
   std::vector<PlaidStageOutput> stages;  // per query, when plan.stages
 };
 

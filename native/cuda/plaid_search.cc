@@ -70,7 +70,7 @@ class Batch {
  public:
   Batch(Runtime& rt, const PlaidSearchPlan& plan, int64_t nq, const PlaidSearchParams& index)
       : rt_(rt), plan_(plan), nq_(nq), LQ_(plan.lq), d_(index.d), K_(index.k), cw_(Div(index.k, 32)), p_(index),
-        ev_(6, nullptr) {
+        ev_(7, nullptr) {
     for (auto& e : ev_) Check(Api().cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
   }
   ~Batch() {
@@ -209,6 +209,7 @@ class Batch {
     const auto exs = exact_ ? Fetch<float>(rt_, fin_ex_->get(), fin_total_) : rsc;
     Check(Api().cuEventSynchronize(ev_[5]), "cuEventSynchronize");
     out->ms_centroids += Elapsed(ev_[0], ev_[1]);
+    out->ms_probe += Elapsed(ev_[6], ev_[1]);
     out->ms_candidates += Elapsed(ev_[1], ev_[2]);
     out->ms_interaction += Elapsed(ev_[2], ev_[3]);
     out->ms_residual += Elapsed(ev_[3], ev_[4]);
@@ -322,6 +323,7 @@ void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths,
   Batch b(rt_, plan, nq, ix);
   b.Mark(0);
   b.QueryCentroids(queries, lengths);
+  b.Mark(6);
   b.Probe();
   b.Mark(1);
   b.Candidates();

@@ -23,6 +23,8 @@ export interface PlaidCudaSearch {
     scored: number;
     rescored: number;
     msCentroids: number;
+    /** Of msCentroids: the probe kernels (each token's nprobe best centroids). */
+    msProbe: number;
     msCandidates: number;
     msInteraction: number;
     msResidual: number;

@@ -9,6 +9,7 @@
 // `candidates`; the fused decompress-and-MaxSim kernel scores those; when the index holds the source
 // tokens, the best `rescore` of them are re-scored by the exact MaxSim engine, so returned scores
 // are exact and only the candidate set is approximate.
+import { constants as bufferConstants } from 'node:buffer';
 import { cpuMaxsim } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
 import { decodeToFloat32 } from '../floats.js';
@@ -147,6 +148,9 @@ export interface IndexSearchResult {
   hits: Hit[];
   stats: IndexSearchStats;
 }
+
+/** The largest typed array this runtime makes (4 GiB on Node 20). */
+const MAX_ARRAY_BYTES = bufferConstants.MAX_LENGTH;
 
 function checkBits(v: unknown): 2 | 4 {
   if (v === undefined) return 2;
@@ -451,6 +455,14 @@ export async function buildIndex(
   let tokens = 0;
   for (const p of parts) tokens += totalTokens(p);
   if (tokens < 1) throw new InvalidArgumentError('docs', 'at least one token', '0 tokens');
+  // one index keeps its codes in one typed array: refuse before any work what it cannot hold
+  const codeBytes = Math.ceil(tokens / 16) * parts[0].dim * 2 * bits;
+  if (codeBytes > MAX_ARRAY_BYTES)
+    throw new InvalidArgumentError(
+      'docs',
+      `at most ${MAX_ARRAY_BYTES} bytes of codes in one index (this runtime's largest typed array; index a corpus, whose segments are indexes of their own)`,
+      `${tokens} tokens x d ${parts[0].dim} at ${bits} bits: ${codeBytes} bytes`,
+    );
   const k = expectInteger('options.centroids', options.centroids ?? defaultCentroids(tokens), 1, tokens);
   const sample = expectInteger(
     'options.sample',

@@ -37,6 +37,22 @@ __device__ __forceinline__ float2 Qc2(const PlaidSearchParams& p, int64_t i) {
   return *reinterpret_cast<const float2*>(p.qc + i);
 }
 
+// An L2 prefetch of the code blocks and centroid ids of stream tokens [t0, t1): the 128-byte lines
+// that hold them (no byte outside the two arrays), over the warp's lanes.
+__device__ __forceinline__ void PrefetchDoc(const PlaidSearchParams& p, int64_t t0, int64_t t1, int64_t bytes,
+                                            int lane) {
+  if (t1 <= t0) return;
+  const uintptr_t c0 = reinterpret_cast<uintptr_t>(p.codes + (t0 / 16) * bytes) & ~uintptr_t(127);
+  const uintptr_t c1 = reinterpret_cast<uintptr_t>(p.codes + ((t1 - 1) / 16 + 1) * bytes - 1) & ~uintptr_t(127);
+  const uintptr_t i0 = reinterpret_cast<uintptr_t>(p.cids + t0) & ~uintptr_t(127);
+  const uintptr_t i1 = reinterpret_cast<uintptr_t>(p.cids + t1 - 1) & ~uintptr_t(127);
+  const int64_t nc = static_cast<int64_t>((c1 - c0) / 128 + 1), ni = static_cast<int64_t>((i1 - i0) / 128 + 1);
+  for (int64_t i = lane; i < nc + ni; i += 32) {
+    const uintptr_t at = i < nc ? c0 + 128 * i : i0 + 128 * (i - nc);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+  }
+}
+
 }  // namespace
 
 // qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k,
@@ -160,10 +176,30 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
         b[nt][ks][1] = PackHalf2(hi.x, hi.y);
       }
     }
-    for (int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid; e < o1;
-         e += static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS) {
+    // the next document's id, then offsets, then an L2 prefetch of its codes and ids, each a block
+    // after the last (a load is waited for only where its value is used): a warp's documents are
+    // random rows, so without it every block starts on a round trip to memory
+    const int64_t step = static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS;
+    int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid;
+    int64_t t0 = 0, t1 = 0;
+    if (e < o1) {
       const int64_t doc = p.score_doc[e];
-      const int64_t t0 = p.doc_off[doc], t1 = p.doc_off[doc + 1];
+      t0 = p.doc_off[doc];
+      t1 = p.doc_off[doc + 1];
+    }
+    for (; e < o1; e += step) {
+      const int64_t ndoc = e + step < o1 ? p.score_doc[e + step] : -1;
+      int64_t nt0 = 0, nt1 = 0;
+      int ahead = 0;  // 0: the next id asked; 1: its offsets; 2: its lines prefetched
+      auto advance = [&]() {
+        if (ahead == 0 && ndoc >= 0) {
+          nt0 = p.doc_off[ndoc];
+          nt1 = p.doc_off[ndoc + 1];
+        } else if (ahead == 1 && ndoc >= 0) {
+          PrefetchDoc(p, nt0, nt1, bytes, lane);
+        }
+        ahead++;
+      };
       float m[4][2];
 #pragma unroll
       for (int nt = 0; nt < 4; nt++) m[nt][0] = m[nt][1] = -INFINITY;
@@ -222,7 +258,9 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
             m[nt][1] = fmaxf(m[nt][1], acc[nt][3]);
           }
         }
+        if (ahead < 2) advance();
       }
+      while (ahead < 2) advance();
       // the max over the 8 row groups, then the sum of this chunk's columns (query tokens) < len
       double s = 0.0;
 #pragma unroll
@@ -240,6 +278,8 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
         const float prev = c == 0 ? 0.0f : p.score_out[e];
         p.score_out[e] = t1 > t0 ? prev + static_cast<float>(s) : -INFINITY;
       }
+      t0 = nt0;
+      t1 = nt1;
     }
   }
 }

@@ -86,7 +86,16 @@ __device__ void ProbePartial(const PlaidSearchParams& p) {
   const int64_t c0 = ch * PLAID_PROBE_CHUNK;
   const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
   const int64_t at = (q * p.k) * p.lq + i;
-  for (int64_t c = c0; c < c1; c++) Insert<NP>(top, PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c)));
+  // 8 loads in flight, then their inserts in centroid order (the same lists as one at a time)
+  int64_t c = c0;
+  for (; c + 8 <= c1; c += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
+#pragma unroll
+    for (int u = 0; u < 8; u++) Insert<NP>(top, PlaidKey(v[u], static_cast<int32_t>(c + u)));
+  }
+  for (; c < c1; c++) Insert<NP>(top, PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c)));
   unsigned long long* out = p.partial + ((q * p.chunks + ch) * p.lq + i) * NP;
 #pragma unroll
   for (int m = 0; m < NP; m++) out[m] = top[m];
