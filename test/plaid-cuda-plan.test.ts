@@ -61,7 +61,7 @@ describe('GPU index plan (host)', () => {
     assert.equal(cudaSearchPlan({ ...base, candidates: 0 }).candidates, 1);
   });
 
-  test('refused: nprobe over 32 or K, queries over 256 tokens, shared memory over the limit', () => {
+  test('refused: nprobe over 32 or K, K over 2^19, queries over 256 tokens, shared memory over the limit', () => {
     const refuse = (p: Partial<PlanInput>, re: RegExp) =>
       assert.throws(
         () => cudaSearchPlan({ ...base, ...p }),
@@ -70,6 +70,8 @@ describe('GPU index plan (host)', () => {
     refuse({ nprobe: 33 }, /options.nprobe/);
     refuse({ nprobe: 5, centroids: 4 }, /options.nprobe/);
     refuse({ maxLength: 257 }, /at most 256 tokens/);
+    refuse({ centroids: 32 * 8 * 2048 + 1 }, /at most 524288 centroids on the GPU.*524289 centroids/);
+    assert.equal(cudaSearchPlan({ ...base, centroids: 32 * 8 * 2048 }).lq, 32);
     refuse({ dim: 1024, maxLength: 64, precision: 'float32' }, /shared memory/);
     // float16 products need the exact re-score and a dim the tensor-core fragments tile
     refuse({ exact: false }, /options.precision.*no source tokens/);

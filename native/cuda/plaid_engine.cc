@@ -346,6 +346,8 @@ void CheckPlaidPlan(const PlaidSearchPlan& p, int64_t k, int64_t d, int64_t max_
     throw std::invalid_argument("Expected " + want + " for plan." + name + " but received " + std::to_string(got));
   };
   if (p.lq < 32 || p.lq > 256 || p.lq % 32 != 0) fail("lq", "a multiple of 32 in [32, 256]", p.lq);
+  if (k > PLAID_MAX_SEARCH_CENTROIDS)
+    fail("centroids", "at most " + std::to_string(PLAID_MAX_SEARCH_CENTROIDS) + " on the GPU search path", k);
   if (p.lq < max_len) fail("lq", "at least the longest query (" + std::to_string(max_len) + ")", p.lq);
   if (p.nprobe < 1 || p.nprobe > std::min<int64_t>(k, PLAID_MAX_NPROBE))
     fail("nprobe", "an integer in [1, min(K, " + std::to_string(PLAID_MAX_NPROBE) + ")]", p.nprobe);

@@ -9,6 +9,8 @@ export const CUDA_MAX_NPROBE = 32;
 export const CUDA_MAX_QUERY = 256;
 /** Centroids per probe chunk (native PLAID_PROBE_CHUNK). */
 export const PROBE_CHUNK = 2048;
+/** Most centroids of an index the GPU searches (native PLAID_MAX_SEARCH_CENTROIDS: the probe merge's lists). */
+export const CUDA_MAX_CENTROIDS = 32 * 8 * PROBE_CHUNK;
 /** Default device memory for one pass's scratch. */
 export const DEFAULT_BUDGET = 4 * 2 ** 30;
 
@@ -76,6 +78,12 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
       'queries',
       `queries of at most ${CUDA_MAX_QUERY} tokens on the GPU index path`,
       `a query of ${p.maxLength}`,
+    );
+  if (p.centroids > CUDA_MAX_CENTROIDS)
+    throw new InvalidArgumentError(
+      'index',
+      `an index of at most ${CUDA_MAX_CENTROIDS} centroids on the GPU (search it with backend 'cpu')`,
+      `${p.centroids} centroids`,
     );
   if (p.nprobe > Math.min(CUDA_MAX_NPROBE, p.centroids))
     throw new InvalidArgumentError(

@@ -21,6 +21,10 @@
 #define PLAID_MAX_NPROBE 32
 // Centroids per probe warp (the probe kernel splits K into chunks of this many).
 #define PLAID_PROBE_CHUNK 2048
+// Probe chunks a lane of plaid_probe_merge holds (its heads in registers): K <= 32 x 8 x 2048 on the
+// GPU search path.
+#define PLAID_MERGE_OWN 8
+#define PLAID_MAX_SEARCH_CENTROIDS (32 * PLAID_MERGE_OWN * PLAID_PROBE_CHUNK)
 // Residual / exact scoring: warps per block (one query per block row).
 #define PLAID_SCORE_WARPS 4
 #define PLAID_MAX_DIM 1024

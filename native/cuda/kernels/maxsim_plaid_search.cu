@@ -111,27 +111,39 @@ PLAID_PROBE(8)
 PLAID_PROBE(16)
 PLAID_PROBE(32)
 
-// One warp per (query, token): its nprobe best of the chunks' lists; each centroid probed by the
-// query for the first time is appended to its distinct list.
+// One warp per (query, token): its nprobe best of the chunks' lists, each probed centroid the query
+// probes for the first time appended to its distinct list. The lists are sorted (best first) and
+// keys unique (they hold the id), so a k-way merge takes them in order: each lane holds the heads
+// of its chunks (lane + 32 o, o < PLAID_MERGE_OWN: the plan's limit on K), the warp's best head
+// wins a round and only its list advances.
 extern "C" __global__ void __launch_bounds__(256) plaid_probe_merge(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (w >= p.num_q * p.lq) return;
   const int64_t q = w / p.lq, i = w % p.lq;
   if (i >= p.q_len[q]) return;
-  const int64_t n = p.chunks * p.np;
   const int64_t cw = (p.k + 31) / 32;
-  unsigned long long prev = ~0ull;
+  auto list = [&](int64_t ch) { return p.partial + ((q * p.chunks + ch) * p.lq + i) * p.np; };
+  unsigned long long head[PLAID_MERGE_OWN];
+  int pos[PLAID_MERGE_OWN];
+#pragma unroll
+  for (int o = 0; o < PLAID_MERGE_OWN; o++) {
+    const int64_t ch = lane + 32 * o;
+    pos[o] = 0;
+    head[o] = ch < p.chunks ? list(ch)[0] : 0ull;
+  }
   for (int64_t m = 0; m < p.nprobe; m++) {
-    unsigned long long b = 0;
-    for (int64_t e = lane; e < n; e += 32) {
-      const int64_t ch = e / p.np, j = e % p.np;
-      const unsigned long long key = p.partial[((q * p.chunks + ch) * p.lq + i) * p.np + j];
-      if (key < prev && key > b) b = key;
-    }
-    b = WarpMaxKey(b, 32);
+    unsigned long long mine = 0;
+#pragma unroll
+    for (int o = 0; o < PLAID_MERGE_OWN; o++) mine = head[o] > mine ? head[o] : mine;
+    const unsigned long long b = WarpMaxKey(mine, 32);
     if (b == 0) break;
-    prev = b;
+#pragma unroll
+    for (int o = 0; o < PLAID_MERGE_OWN; o++)
+      if (head[o] == b) {  // the one list that held it (keys are unique)
+        pos[o]++;
+        head[o] = pos[o] < p.np ? list(lane + 32 * o)[pos[o]] : 0ull;
+      }
     if (lane == 0) {
       const int32_t c = PlaidKeyId(b);
       const uint32_t bit = 1u << (c % 32);
