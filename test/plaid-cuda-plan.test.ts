@@ -45,9 +45,18 @@ describe('GPU index plan (host)', () => {
   });
 
   test('queries per pass fit the budget; at least 1, at most the queries and 65535', () => {
-    const p = cudaSearchPlan({ ...base, budget: 2 ** 30 });
-    const per = bytesPerQuery(base.centroids, p.lq, p.np, base.docs, p.candidates);
-    assert.ok(p.batch * per <= 2 ** 30 && (p.batch + 1) * per > 2 ** 30, `batch ${p.batch}`);
+    for (const precision of ['float16', 'float32'] as const) {
+      // 1,000 queries take several passes, two in flight: each gets half the budget
+      const p = cudaSearchPlan({ ...base, precision, budget: 2 ** 30 });
+      const per = bytesPerQuery(base.centroids, p.lq, p.np, base.docs, p.candidates, p.rescore, precision);
+      assert.ok(p.batch * 2 * per <= 2 ** 30 && (p.batch + 1) * 2 * per > 2 ** 30, `batch ${p.batch}`);
+      // a call that fits one pass takes the whole budget
+      const one = cudaSearchPlan({ ...base, precision, queries: Math.floor(2 ** 30 / per), budget: 2 ** 30 });
+      assert.equal(one.batch, Math.floor(2 ** 30 / per));
+    }
+    assert.ok(
+      bytesPerQuery(65536, 32, 8, 1e6, 1024, 128, 'float16') < bytesPerQuery(65536, 32, 8, 1e6, 1024, 128),
+    );
     assert.equal(cudaSearchPlan({ ...base, budget: 1 }).batch, 1);
     assert.equal(cudaSearchPlan({ ...base, queries: 3, budget: 2 ** 40 }).batch, 3);
     assert.equal(

@@ -59,15 +59,18 @@ export function bytesPerQuery(
   np: number,
   docs: number,
   candidates: number,
+  rescore = 0,
+  precision: StagePrecision = 'float32',
 ): number {
   const chunks = Math.ceil(centroids / PROBE_CHUNK);
   return (
-    centroids * lq * 4 + // qc
-    chunks * lq * np * 8 + // probe lists
+    centroids * lq * (precision === 'float16' ? 2 : 4) + // qc
+    chunks * lq * (np + 1) * 8 + // probe lists, each token's best per chunk
     Math.ceil(centroids / 32) * 4 +
     Math.ceil(docs / 32) * 4 + // candidate bits
     docs * 12 + // candidates, their query, their interaction score
     candidates * 12 + // kept, their scores, residual scores
+    rescore * 12 + // the final lists, their residual and exact scores
     lq * 1024 * 4
   );
 }
@@ -107,9 +110,15 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
     );
   const candidates = Math.max(1, p.candidates);
   const rescore = Math.max(1, Math.min(p.rescore, candidates));
-  const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates);
+  const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates, rescore, p.precision);
   const budget = p.budget ?? DEFAULT_BUDGET;
-  const batch = Math.max(1, Math.min(p.queries, 65535, Math.floor(budget / per)));
+  // a call of several passes keeps two in flight (the host prepares one while the device runs the
+  // other), so each pass gets half the budget
+  const whole = Math.floor(budget / per);
+  const batch = Math.max(
+    1,
+    Math.min(p.queries, 65535, p.queries <= whole ? whole : Math.floor(budget / (2 * per))),
+  );
   return {
     lq,
     nprobe: p.nprobe,
