@@ -103,12 +103,9 @@ class Batch {
     qlen_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
     rt_.Upload(qd_->get(), qpad.data(), qpad.size() * 4);
     rt_.Upload(qlen_->get(), qlen.data(), static_cast<uint64_t>(nq_) * 4);
-    // precision float16: qc on tensor cores from float16 operands, stored in float16, each token's
-    // best key per probe chunk in the same pass
-    const bool half = plan_.fp16;
-    const int64_t chunks = Div(K_, PLAID_PROBE_CHUNK);
+    // precision float16: qc is computed on tensor cores and stored in float16
+    const bool half = plan_.fp16 && rt_.HasKernel("plaid_qc_mma") && rt_.HasKernel("plaid_residual_mma");
     qc_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_) * (half ? 2 : 4));
-    chunk_max_ = Block(rt_, static_cast<uint64_t>(nq_ * chunks * LQ_) * 8);
     PlaidAssignParams a{};
     a.x = Dev<const void>(qd_->get());
     a.cent = p_.cent;
@@ -117,33 +114,11 @@ class Batch {
     a.d = d_;
     a.ld = LQ_;
     a.scores = Dev<float>(qc_->get());
-    if (half) {
-      xh_ = Block(rt_, static_cast<uint64_t>(a.n * d_) * 2);
-      ch_ = Block(rt_, static_cast<uint64_t>(K_ * d_) * 2);
-      PlaidAssignParams h{};
-      h.x = a.x;
-      h.n = a.n * d_;
-      h.half_out = Dev<void>(xh_->get());
-      Go(rt_, "plaid_to_half", std::min<int64_t>(Div(h.n, 256), 4096), 1, 256, 0, h);
-      h.x = p_.cent;
-      h.n = K_ * d_;
-      h.half_out = Dev<void>(ch_->get());
-      Go(rt_, "plaid_to_half", std::min<int64_t>(Div(h.n, 256), 4096), 1, 256, 0, h);
-      Zero(rt_, chunk_max_->get(), static_cast<uint64_t>(nq_ * chunks * LQ_) * 8);
-      a.xh = Dev<const void>(xh_->get());
-      a.ch = Dev<const void>(ch_->get());
-      a.chunk_max = Dev<unsigned long long>(chunk_max_->get());
-      a.chunks = chunks;
-      // each block keeps its 128 query rows and walks centroid tiles: ~4 blocks per SM in all
-      const int64_t rows = Div(a.n, 128), tiles = Div(K_, 128);
-      const int64_t walkers = std::clamp<int64_t>(Div(4 * rt_.props().sms, rows), 1, tiles);
-      Go(rt_, "plaid_qc_tiles", rows, walkers, 256, 3 * 128 * 136 * 2, a);
-    } else if (rt_.HasKernel("plaid_qc")) {  // plaid_qc (8 x 8 per thread); plaid_dots where a build predates it
-      Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
-    } else {
-      Go(rt_, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K_, PLAID_TILE_N), PLAID_THREADS, 0, a);
-    }
-    fused_max_ = half;
+    a.out_half = half ? 1 : 0;
+    // float16: tensor cores; plaid_qc (8 x 8 per thread); plaid_dots where a build predates it
+    if (half) Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    else if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    else Go(rt_, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K_, PLAID_TILE_N), PLAID_THREADS, 0, a);
     p_.q = Dev<const float>(qd_->get());
     p_.q_len = Dev<const int32_t>(qlen_->get());
     p_.qc = Dev<float>(qc_->get());
@@ -169,12 +144,12 @@ class Batch {
     p_.probed_n = Dev<int32_t>(probed_n_->get());
     Zero(rt_, cbits_->get(), static_cast<uint64_t>(nq_ * cw_) * 4);
     Zero(rt_, probed_n_->get(), static_cast<uint64_t>(nq_) * 4);
-    // each token's floor first (its chunk maxima from the float16 product pass, else here), so the
-    // lists skip keys that cannot be among its best
+    // each token's floor first, so the lists skip keys that cannot be among its best
+    chunk_max_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.chunks * LQ_) * 8);
     floor_ = Block(rt_, static_cast<uint64_t>(nq_ * LQ_) * 8);
     p_.chunk_max = Dev<unsigned long long>(chunk_max_->get());
     p_.probe_floor = Dev<unsigned long long>(floor_->get());
-    if (!fused_max_) Go(rt_, "plaid_probe_max", p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
+    Go(rt_, "plaid_probe_max", p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
     Go(rt_, "plaid_probe_floor", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
     Go(rt_, "plaid_probe_partial_" + std::to_string(p_.np), p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
     Go(rt_, "plaid_probe_merge", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
@@ -213,10 +188,8 @@ class Batch {
       p_.kbits = Dev<uint32_t>(kbits_->get());
       Go(rt_, "plaid_keep", Div(K_, 256), nq_, 256, 0, p_);
     }
-    // a warp per candidate, grid-stride (the count is on the device only) over one resident wave:
-    // the warps then walk the candidates side by side, so the qc rows they read stay those of one
-    // or two queries (in L2)
-    Go(rt_, "plaid_interaction", std::min<int64_t>(Div(nq_ * p_.docs, 8), 8 * rt_.props().sms), 1, 256, 0, p_);
+    // a warp per candidate, grid-stride: the count is on the device only
+    Go(rt_, "plaid_interaction", std::min<int64_t>(Div(nq_ * p_.docs, 8), 8192), 1, 256, 0, p_);
     kept_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
     kept_ci_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
     sel_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
@@ -354,19 +327,18 @@ class Batch {
   PlaidSearchParams p_;
   Pinned& host_;
   std::vector<cu::CUevent> ev_;
-  Buf qd_, qlen_, xh_, ch_, qc_, chunk_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
+  Buf qd_, qlen_, qc_, chunk_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
       cand_q_, ci_, kbits_, kept_, kept_ci_, sel_n_, rs_, fin_, fin_rs_, fin_ex_;
   std::vector<int64_t> cand_off_, kept_off_, fin_off_;
   std::vector<int32_t> probed_counts_;
   bool exact_ = false;
-  bool fused_max_ = false;  // the product pass wrote chunk_max
 };
 
 }  // namespace
 
 void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* lengths, int64_t num_q,
                                      const PlaidSearchPlan& plan, PlaidSearchResult* out) {
-  for (const char* k : {"plaid_offsets", "plaid_probe_max", "plaid_probe_floor", "plaid_to_half", "plaid_qc_tiles"})
+  for (const char* k : {"plaid_offsets", "plaid_probe_max", "plaid_probe_floor"})
     if (!rt_.HasKernel(k))
       throw std::runtime_error(std::string("the CUDA kernels predate this addon (no ") + k +
                                "): install the matching maxsim-cuda-kernels package");

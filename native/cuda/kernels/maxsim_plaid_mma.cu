@@ -2,8 +2,7 @@
 // float16 in, float32 accumulate), for the plans whose final list is re-scored exactly (plan
 // precision 'float16', chosen in src/plaid/cuda-search.ts): their scores only rank candidates, so
 // they need not be the CPU's fp32 chain bitwise (maxsim_plaid_search.cu keeps that path).
-//   plaid_to_half, plaid_qc_tiles  qc = queries x centroids in float16, the layout of plaid_qc
-//                       ([Q][K][LQ]), with each token's best key per probe chunk;
+//   plaid_qc_mma        qc = queries x centroids, the layout of plaid_qc ([Q][K][LQ]);
 //   plaid_residual_mma  the fused decompress-MaxSim: a warp takes a document, 16 tokens (one code
 //                       block) as the A fragment's rows, decoded from the codes through a float16
 //                       table in shared memory in registers; the query's 32-token chunk as B
@@ -81,128 +80,109 @@ __device__ __forceinline__ void StageWait() {
 
 }  // namespace
 
-// p.half_out[i] = float16(x[i]) for i < p.n (x float32): the operands of plaid_qc_tiles.
-extern "C" __global__ void __launch_bounds__(256) plaid_to_half(const PlaidAssignParams p) {
-  const float* x = static_cast<const float*>(p.x);
-  __half* out = static_cast<__half*>(p.half_out);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = __float2half_rn(x[i]);
-}
-
-namespace {
-
-// cp.async of rows [r0, r0 + 128) of a [rows][d] float16 matrix into a [128][d + 8] tile (zeros past
-// `rows`), 16 bytes a copy over the block's 256 threads; d % 8 == 0.
-__device__ __forceinline__ void LoadTile(__half* tile, const __half* src, int64_t r0, int64_t rows, int64_t d) {
-  const int64_t per = d / 8, sk = d + 8;
-  for (int64_t e = threadIdx.x; e < 128 * per; e += 256) {
-    const int64_t r = e / per, k = (e % per) * 8;
-    const bool in = r0 + r < rows;
-    const __half* from = in ? src + (r0 + r) * d + k : src;
-    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(tile + r * sk + k));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(from), "r"(in ? 16 : 0));
-  }
-}
-
-}  // namespace
-
-// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c), accumulated in fp32 and stored in float16
-// (precision 'float16'), from float16 operands (p.xh [n][d], p.ch [k][d], d % 16 == 0, d <= 128),
-// and with chunk_max each row's best key per probe chunk (the probe floor's input): a block keeps its 128 query rows in shared memory for the whole
-// of d and walks centroid tiles blockIdx.y, + gridDim.y, ..., the next tile's cp.async in flight
-// while it multiplies the current one; each product tile leaves through shared memory in 16-byte
-// runs. Dynamic shared memory: 3 tiles of 128 x 136 halves (102 KiB).
-extern "C" __global__ void __launch_bounds__(256, 2) plaid_qc_tiles(const PlaidAssignParams p) {
-  extern __shared__ __align__(16) __half qt_smem[];
-  constexpr int kTile = 128 * 136, SO = 136;  // a tile's halves; the product tile's row stride
-  const int64_t d = p.d, sk = d + 8;           // the operands' row stride (conflict-free fragments)
-  __half* xs = qt_smem;
+// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k,
+// stored as float16 when out_half (half the bytes for the probe, interaction and residual reads).
+// grid (ceil(n / 128), ceil(k / 128)), block 256 (8 warps of 64 rows x 32 centroids), any d (k in
+// steps of 32 through shared memory, zeros past d).
+extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssignParams p) {
+  constexpr int BM = 128, BK = 32, SK = BK + 8;  // rows of SK halves: conflict-free fragment reads
+  constexpr int SO = BM + 8;                      // the float16 output tile's rows (16-byte aligned)
+  constexpr int kOperands = 2 * BM * SK * 2, kOut = BM * SO * 2;
+  __shared__ __align__(16) unsigned char raw[kOperands > kOut ? kOperands : kOut];
+  auto xs = reinterpret_cast<__half(*)[SK]>(raw);
+  auto cs = reinterpret_cast<__half(*)[SK]>(raw + BM * SK * 2);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 128, ld = p.ld;
-  const int64_t tiles = (p.k + 127) / 128;
-  const int nks = static_cast<int>(d / 16);
-  LoadTile(xs, static_cast<const __half*>(p.xh), r0, p.n, d);
-  int64_t j = blockIdx.y;
-  if (j < tiles) LoadTile(qt_smem + kTile, static_cast<const __half*>(p.ch), j * 128, p.k, d);
-  asm volatile("cp.async.commit_group;\n" ::);
-  for (int it = 0; j < tiles; it++, j += gridDim.y) {
-    __half* cs = qt_smem + kTile * (1 + it % 2);
-    const int64_t jn = j + gridDim.y;
-    if (jn < tiles) LoadTile(qt_smem + kTile * (1 + (it + 1) % 2), static_cast<const __half*>(p.ch), jn * 128, p.k, d);
-    asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group 1;\n" ::);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM, c0 = static_cast<int64_t>(blockIdx.y) * BM;
+  const float* x = static_cast<const float*>(p.x);
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+  for (int64_t k0 = 0; k0 < p.d; k0 += BK) {
     __syncthreads();
-    float acc[4][4][4];
+    // 128 rows x 32 k of each operand: 4 elements per step, 1,024 steps over 256 threads
+    for (int e = tid; e < BM * BK / 4; e += 256) {
+      const int r = e / (BK / 4), kk = (e % (BK / 4)) * 4;
+      float xv[4], cv[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++) {
+        const int64_t k = k0 + kk + j;
+        xv[j] = (r0 + r < p.n && k < p.d) ? x[(r0 + r) * p.d + k] : 0.0f;
+        cv[j] = (c0 + r < p.k && k < p.d) ? p.cent[(c0 + r) * p.d + k] : 0.0f;
+      }
+      *reinterpret_cast<uint2*>(&xs[r][kk]) = make_uint2(PackHalf2(xv[0], xv[1]), PackHalf2(xv[2], xv[3]));
+      *reinterpret_cast<uint2*>(&cs[r][kk]) = make_uint2(PackHalf2(cv[0], cv[1]), PackHalf2(cv[2], cv[3]));
+    }
+    __syncthreads();
 #pragma unroll
-      for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[i][jj][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < 8; ks++) {
-      if (ks >= nks) break;
-      const int k = 16 * ks + 2 * t;
+    for (int ks = 0; ks < BK; ks += 16) {
       uint32_t a[4][4], b[4][2];
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        const __half* row = xs + (wm + 16 * i + g) * sk + k;
-        a[i][0] = *reinterpret_cast<const uint32_t*>(row);
-        a[i][1] = *reinterpret_cast<const uint32_t*>(row + 8 * sk);
-        a[i][2] = *reinterpret_cast<const uint32_t*>(row + 8);
-        a[i][3] = *reinterpret_cast<const uint32_t*>(row + 8 * sk + 8);
+        const int row = wm + 16 * i + g;
+        a[i][0] = *reinterpret_cast<const uint32_t*>(&xs[row][ks + 2 * t]);
+        a[i][1] = *reinterpret_cast<const uint32_t*>(&xs[row + 8][ks + 2 * t]);
+        a[i][2] = *reinterpret_cast<const uint32_t*>(&xs[row][ks + 2 * t + 8]);
+        a[i][3] = *reinterpret_cast<const uint32_t*>(&xs[row + 8][ks + 2 * t + 8]);
       }
 #pragma unroll
-      for (int jj = 0; jj < 4; jj++) {
-        const __half* col = cs + (wn + 8 * jj + g) * sk + k;
-        b[jj][0] = *reinterpret_cast<const uint32_t*>(col);
-        b[jj][1] = *reinterpret_cast<const uint32_t*>(col + 8);
+      for (int j = 0; j < 4; j++) {
+        const int col = wn + 8 * j + g;
+        b[j][0] = *reinterpret_cast<const uint32_t*>(&cs[col][ks + 2 * t]);
+        b[j][1] = *reinterpret_cast<const uint32_t*>(&cs[col][ks + 2 * t + 8]);
       }
 #pragma unroll
       for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int jj = 0; jj < 4; jj++) Mma16816(acc[i][jj], a[i], b[jj][0], b[jj][1]);
+        for (int j = 0; j < 4; j++) Mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
     }
-    __syncthreads();  // the centroid tile is dead: it holds the product tile as [centroid][row]
+  }
+  const int64_t ld = p.ld;
+  if (p.out_half && ld % 8 == 0) {
+    // float16: the tile through shared memory as [centroid][row], then 16-byte stores, each a run of
+    // 8 rows (query tokens) of one centroid: the [Q][K][LQ] rows of a centroid are contiguous
+    __syncthreads();  // the operand tiles are dead
+    auto out = reinterpret_cast<__half(*)[SO]>(raw);
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
       for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int jj = 0; jj < 4; jj++)
+        for (int j = 0; j < 4; j++)
 #pragma unroll
           for (int e = 0; e < 2; e++)
-            cs[(wn + 8 * jj + 2 * t + e) * SO + wm + 16 * i + g + 8 * h] = __float2half_rn(acc[i][jj][2 * h + e]);
+            out[wn + 8 * j + 2 * t + e][wm + 16 * i + g + 8 * h] = __float2half_rn(acc[i][j][2 * h + e]);
     __syncthreads();
-    if (p.chunk_max) {
-      // each row's best key of this tile, from the stored float16 values (the probe's keys): two
-      // threads a row, then one atomicMax into its chunk's best (a tile lies in one chunk)
-      const int r = tid / 2, half = tid % 2;
-      unsigned long long best = 0;
-      for (int cl = 64 * half; cl < 64 * half + 64; cl++) {
-        const int64_t c = j * 128 + cl;
-        if (c >= p.k) break;
-        const unsigned long long key = PlaidKey(__half2float(cs[cl * SO + r]), static_cast<int32_t>(c));
-        best = key > best ? key : best;
-      }
-      const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, 1);
-      best = other > best ? other : best;
-      const int64_t row = r0 + r;
-      if (half == 0 && row < p.n)
-        atomicMax(p.chunk_max + ((row / ld) * p.chunks + (j * 128) / PLAID_PROBE_CHUNK) * ld + row % ld, best);
-    }
-    for (int e = tid; e < 128 * 16; e += 256) {
-      const int cl = e / 16, rc = (e % 16) * 8;
-      const int64_t row = r0 + rc, c = j * 128 + cl;
+    for (int e = tid; e < BM * (BM / 8); e += 256) {
+      const int cl = e / (BM / 8), rc = (e % (BM / 8)) * 8;
+      const int64_t row = r0 + rc, c = c0 + cl;
       if (row >= p.n || c >= p.k) continue;  // n is a multiple of ld: a run of 8 is all in or all out
       __half* dst = reinterpret_cast<__half*>(p.scores) + ((row / ld) * p.k + c) * ld + row % ld;
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(cs + cl * SO + rc);
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&out[cl][rc]);
     }
-    __syncthreads();  // before the tile after next is copied over it
+    return;
   }
-  asm volatile("cp.async.wait_group 0;\n" ::);
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int64_t row = r0 + wm + 16 * i + g + 8 * h;
+      if (row >= p.n) continue;
+      const int64_t at = (row / ld) * p.k * ld + row % ld;
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int64_t c = c0 + wn + 8 * j + 2 * t + e;
+          if (c >= p.k) continue;
+          if (p.out_half) reinterpret_cast<__half*>(p.scores)[at + c * ld] = __float2half_rn(acc[i][j][2 * h + e]);
+          else p.scores[at + c * ld] = acc[i][j][2 * h + e];
+        }
+    }
 }
 
 // Most k steps of 16 the residual kernel holds in registers (d <= 128, d % 16 == 0).

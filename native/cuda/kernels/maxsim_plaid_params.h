@@ -62,15 +62,8 @@ struct PlaidAssignParams {
   int64_t ld;                 // plaid_dots: output rows per block of k (1: [n][k]; LQ: [Q][K][LQ])
   int32_t dtype;
   int32_t bits;
-  int32_t out_half;           // unused (was plaid_qc_mma's float16 flag; plaid_qc_tiles always is)
+  int32_t out_half;           // plaid_qc_mma: 1 writes scores as float16
   int32_t pad0;
-  // plaid_qc_tiles: float16 operands, and each row's best key per probe chunk ([Q][chunks][LQ],
-  // atomicMax, zeroed before); plaid_to_half: x (float32, n elements) -> half_out
-  const void* xh;
-  const void* ch;
-  void* half_out;
-  unsigned long long* chunk_max;
-  int64_t chunks;
 };
 
 struct PlaidSearchParams {

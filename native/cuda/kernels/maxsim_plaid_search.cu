@@ -117,12 +117,12 @@ extern "C" __global__ void __launch_bounds__(256) plaid_probe_max(const PlaidSea
   const int64_t at = (q * p.k) * p.lq + i;
   unsigned long long best = 0;
   int64_t c = c0;
-  for (; c + 16 <= c1; c += 16) {
-    float v[16];
+  for (; c + 8 <= c1; c += 8) {
+    float v[8];
 #pragma unroll
-    for (int u = 0; u < 16; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
+    for (int u = 0; u < 8; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
 #pragma unroll
-    for (int u = 0; u < 16; u++) {
+    for (int u = 0; u < 8; u++) {
       const unsigned long long key = PlaidKey(v[u], static_cast<int32_t>(c + u));
       best = key > best ? key : best;
     }
