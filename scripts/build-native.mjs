@@ -363,6 +363,8 @@ if (only === undefined) {
   console.log(`maxsim: building the native addon from source: ${why}`);
 }
 checkConstants();
+// the stamp names the sources the build started from: a file edited during the build stays stale
+const builtFrom = sourceHash();
 if (only !== 'kernels') buildAddon();
 if (only !== 'addon') {
   checkVariants();
@@ -371,5 +373,5 @@ if (only !== 'addon') {
 if (only === undefined)
   writeFileSync(
     stampFile,
-    `${JSON.stringify({ platform: platformTag(), sources: sourceHash() }, null, 2)}\n`,
+    `${JSON.stringify({ platform: platformTag(), sources: builtFrom }, null, 2)}\n`,
   );

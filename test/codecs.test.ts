@@ -4,8 +4,8 @@
 // bad value, a pass gathered from ragged parts of every dtype).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { nativeCodec } from '../src/codec-native.js';
 import { bf16BitsToFloat, encodeFloats, f16BitsToFloat } from '../src/floats.js';
-import { nativeCodec } from '../src/server/codec-native.js';
 import { concatBits, concatEncoded, type EncodedTokens, readEmbeddings } from '../src/server/codecs.js';
 import { rng, runSeed } from './helpers.js';
 
@@ -53,6 +53,26 @@ describe('native codec', { skip: codec === undefined ? 'no addon' : false }, () 
       x[at] = [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY][Math.floor(rand() * 3)];
       assert.equal(codec!.firstNonFinite(x, false), at);
     }
+  });
+
+  test('maxAbs: the largest magnitude, NaNs ignored, infinity counted, any length and offset', () => {
+    const jsMax = (x: Float32Array) => x.reduce((m, v) => (Math.abs(v) > m ? Math.abs(v) : m), 0);
+    for (const n of LENGTHS) {
+      const x = Float32Array.from({ length: n }, () => (rand() - 0.5) * 10 ** Math.floor(rand() * 12 - 6));
+      assert.equal(codec!.maxAbs(x), jsMax(x), `n ${n}`);
+      if (n === 0) continue;
+      const view = x.subarray(1);
+      assert.equal(codec!.maxAbs(view), jsMax(view));
+      x[Math.floor(rand() * n)] = Number.NaN;
+      assert.equal(codec!.maxAbs(x), jsMax(x), `n ${n} with a NaN`);
+      x[Math.floor(rand() * n)] = -3e38;
+      assert.equal(codec!.maxAbs(x), jsMax(x));
+      x[Math.floor(rand() * n)] = Number.NEGATIVE_INFINITY;
+      assert.equal(codec!.maxAbs(x), Number.POSITIVE_INFINITY);
+    }
+    assert.equal(codec!.maxAbs(new Float32Array(9).fill(Number.NaN)), 0);
+    assert.equal(codec!.maxAbs(Float32Array.of(-0)), 0);
+    assert.throws(() => codec!.maxAbs(new Uint16Array(4) as never), /Float32Array for values/);
   });
 
   test('decode16: every finite float16 pattern, random bfloat16, into any offset', () => {

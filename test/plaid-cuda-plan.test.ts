@@ -45,9 +45,18 @@ describe('GPU index plan (host)', () => {
   });
 
   test('queries per pass fit the budget; at least 1, at most the queries and 65535', () => {
-    const p = cudaSearchPlan({ ...base, budget: 2 ** 30 });
-    const per = bytesPerQuery(base.centroids, p.lq, p.np, base.docs, p.candidates);
-    assert.ok(p.batch * per <= 2 ** 30 && (p.batch + 1) * per > 2 ** 30, `batch ${p.batch}`);
+    for (const precision of ['float16', 'float32'] as const) {
+      // 1,000 queries take several passes, two in flight: each gets half the budget
+      const p = cudaSearchPlan({ ...base, precision, budget: 2 ** 30 });
+      const per = bytesPerQuery(base.centroids, p.lq, p.np, base.docs, p.candidates, p.rescore, precision);
+      assert.ok(p.batch * 2 * per <= 2 ** 30 && (p.batch + 1) * 2 * per > 2 ** 30, `batch ${p.batch}`);
+      // a call that fits one pass takes the whole budget
+      const one = cudaSearchPlan({ ...base, precision, queries: Math.floor(2 ** 30 / per), budget: 2 ** 30 });
+      assert.equal(one.batch, Math.floor(2 ** 30 / per));
+    }
+    assert.ok(
+      bytesPerQuery(65536, 32, 8, 1e6, 1024, 128, 'float16') < bytesPerQuery(65536, 32, 8, 1e6, 1024, 128),
+    );
     assert.equal(cudaSearchPlan({ ...base, budget: 1 }).batch, 1);
     assert.equal(cudaSearchPlan({ ...base, queries: 3, budget: 2 ** 40 }).batch, 3);
     assert.equal(
@@ -61,7 +70,7 @@ describe('GPU index plan (host)', () => {
     assert.equal(cudaSearchPlan({ ...base, candidates: 0 }).candidates, 1);
   });
 
-  test('refused: nprobe over 32 or K, queries over 256 tokens, shared memory over the limit', () => {
+  test('refused: nprobe over 32 or K, K over 2^19, queries over 256 tokens, shared memory over the limit', () => {
     const refuse = (p: Partial<PlanInput>, re: RegExp) =>
       assert.throws(
         () => cudaSearchPlan({ ...base, ...p }),
@@ -70,6 +79,8 @@ describe('GPU index plan (host)', () => {
     refuse({ nprobe: 33 }, /options.nprobe/);
     refuse({ nprobe: 5, centroids: 4 }, /options.nprobe/);
     refuse({ maxLength: 257 }, /at most 256 tokens/);
+    refuse({ centroids: 32 * 8 * 2048 + 1 }, /at most 524288 centroids on the GPU.*524289 centroids/);
+    assert.equal(cudaSearchPlan({ ...base, centroids: 32 * 8 * 2048 }).lq, 32);
     refuse({ dim: 1024, maxLength: 64, precision: 'float32' }, /shared memory/);
     // float16 products need the exact re-score and a dim the tensor-core fragments tile
     refuse({ exact: false }, /options.precision.*no source tokens/);

@@ -1,5 +1,6 @@
 // Node-API glue for the service's request codecs (native/cpu/codec.h): exports.codec.
 //   firstNonFinite(values: Float32Array | Uint16Array, bf16: boolean) -> index or -1
+//   maxAbs(values: Float32Array) -> the largest |value|, NaNs ignored (0 for none)
 //   decode16(bits: Uint16Array, bf16: boolean, out: Float32Array, at: number) -> out[at ...] filled
 // TypeScript checks shapes and names fields in its errors; these refuse wrong argument types only.
 #include <napi.h>
@@ -37,6 +38,11 @@ Napi::Value FirstNonFinite(const Napi::CallbackInfo& info) {
   throw Napi::TypeError::New(env, "Expected a Float32Array or Uint16Array for values");
 }
 
+Napi::Value MaxAbs(const Napi::CallbackInfo& info) {
+  const Napi::TypedArray a = TypedArg(info, 0, "values", napi_float32_array, "a Float32Array");
+  return Napi::Number::New(info.Env(), maxsim_codec::MaxAbs32(DataOf<float>(a), a.ElementLength()));
+}
+
 Napi::Value Decode16(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const Napi::TypedArray src = TypedArg(info, 0, "bits", napi_uint16_array, "a Uint16Array");
@@ -56,6 +62,7 @@ Napi::Value Decode16(const Napi::CallbackInfo& info) {
 void InitCodec(Napi::Env env, Napi::Object exports) {
   Napi::Object codec = Napi::Object::New(env);
   codec.Set("firstNonFinite", Napi::Function::New(env, FirstNonFinite, "firstNonFinite"));
+  codec.Set("maxAbs", Napi::Function::New(env, MaxAbs, "maxAbs"));
   codec.Set("decode16", Napi::Function::New(env, Decode16, "decode16"));
   exports.Set("codec", codec);
 }

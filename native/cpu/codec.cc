@@ -1,5 +1,6 @@
 #include "codec.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "cpu_features.h"
@@ -96,6 +97,52 @@ int64_t FirstNonFinite16(const uint16_t* bits, size_t n, bool bf16) {
   for (size_t i = 0; i < n; i++)
     if ((bits[i] & mask) == mask) return static_cast<int64_t>(i);
   return -1;
+}
+
+// |x| as the bits with the sign cleared: for non-NaN values their integer order is the float order,
+// and NaNs (above 0x7f800000) count as 0.
+inline uint32_t AbsBits(uint32_t u) {
+  const uint32_t a = u & 0x7fffffffu;
+  return a > 0x7f800000u ? 0u : a;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
+  const __m256i sign = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  __m256i m = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), sign);
+    const __m256i nan = _mm256_cmpgt_epi32(a, inf);  // a < 2^31: the signed compare is the unsigned one
+    m = _mm256_max_epu32(m, _mm256_andnot_si256(nan, a));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m);
+  uint32_t best = 0;
+  for (uint32_t v : lanes) best = v > best ? v : best;
+  for (; i < n; i++) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    best = std::max(best, AbsBits(u));
+  }
+  return best;
+}
+#endif
+
+float MaxAbs32(const float* x, size_t n) {
+  uint32_t best = 0;
+#if defined(__x86_64__) || defined(__i386__)
+  if (HasAvx2F16c()) best = MaxAbsBitsAvx2(x, n);
+  else
+#endif
+    for (size_t i = 0; i < n; i++) {
+      uint32_t u;
+      std::memcpy(&u, x + i, 4);
+      best = std::max(best, AbsBits(u));
+    }
+  float f;
+  std::memcpy(&f, &best, 4);
+  return f;
 }
 
 int64_t FirstNonFinite32(const float* x, size_t n) {

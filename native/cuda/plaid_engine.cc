@@ -336,8 +336,11 @@ PlaidDeviceIndex::PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix,
 PlaidDeviceIndex::~PlaidDeviceIndex() {
   Runtime* rt = &rt_;
   rt->Post([rt, blocks = std::vector<cu::CUdeviceptr>{cent_, tables_, cids_, codes_, doc_off_, bag_off_, bags_,
-                                                      ivf_off_, ivf_, tokens_}] {
+                                                      ivf_off_, ivf_, tokens_},
+            pinned = std::vector<void*>{pinned_[0], pinned_[1]}] {
     for (cu::CUdeviceptr b : blocks) rt->allocator().Free(b);
+    for (void* h : pinned)
+      if (h) FreePinned(h);
   });
 }
 
@@ -346,6 +349,8 @@ void CheckPlaidPlan(const PlaidSearchPlan& p, int64_t k, int64_t d, int64_t max_
     throw std::invalid_argument("Expected " + want + " for plan." + name + " but received " + std::to_string(got));
   };
   if (p.lq < 32 || p.lq > 256 || p.lq % 32 != 0) fail("lq", "a multiple of 32 in [32, 256]", p.lq);
+  if (k > PLAID_MAX_SEARCH_CENTROIDS)
+    fail("centroids", "at most " + std::to_string(PLAID_MAX_SEARCH_CENTROIDS) + " on the GPU search path", k);
   if (p.lq < max_len) fail("lq", "at least the longest query (" + std::to_string(max_len) + ")", p.lq);
   if (p.nprobe < 1 || p.nprobe > std::min<int64_t>(k, PLAID_MAX_NPROBE))
     fail("nprobe", "an integer in [1, min(K, " + std::to_string(PLAID_MAX_NPROBE) + ")]", p.nprobe);
@@ -368,12 +373,9 @@ PlaidSearchResult PlaidDeviceIndex::Search(const float* queries, const int32_t* 
   const auto t0 = std::chrono::steady_clock::now();
   PlaidSearchResult out;
   out.off.push_back(0);
-  int64_t row = 0;
-  for (int64_t q0 = 0; q0 < num_q; q0 += plan.batch) {
-    const int64_t nq = std::min(plan.batch, num_q - q0);
-    SearchBatch(queries + row * d_, lengths + q0, q0, nq, plan, &out);
-    for (int64_t i = 0; i < nq; i++) row += lengths[q0 + i];
-  }
+  for (void*& h : pinned_)
+    if (!h) h = NewPinned();
+  SearchBatches(queries, lengths, num_q, plan, &out);
   out.ms_total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -129,8 +129,12 @@ class PlaidDeviceIndex {
   PlaidSearchResult Search(const float* queries, const int32_t* lengths, int64_t num_q, const PlaidSearchPlan& plan);
 
  private:
-  void SearchBatch(const float* queries, const int32_t* lengths, int64_t q0, int64_t nq, const PlaidSearchPlan& plan,
-                   PlaidSearchResult* out);
+  // The plan's batches in turn, two in flight (plaid_search.cc).
+  void SearchBatches(const float* queries, const int32_t* lengths, int64_t num_q, const PlaidSearchPlan& plan,
+                     PlaidSearchResult* out);
+  // The page-locked buffers the batches' results come back to (plaid_search.cc's Pinned).
+  static void* NewPinned();
+  static void FreePinned(void* h);
   Runtime& rt_;
   int64_t k_, d_, docs_, tokens_n_;
   int bits_;
@@ -138,6 +142,7 @@ class PlaidDeviceIndex {
   cu::CUdeviceptr cent_ = 0, tables_ = 0, cids_ = 0, codes_ = 0, doc_off_ = 0, bag_off_ = 0, bags_ = 0, ivf_off_ = 0,
                   ivf_ = 0, tokens_ = 0;
   uint64_t bytes_ = 0;
+  void* pinned_[2] = {nullptr, nullptr};
 };
 
 // Checks a plan against an index (std::invalid_argument naming the field).

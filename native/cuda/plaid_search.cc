@@ -1,6 +1,5 @@
-// One batch of the device index's search (plaid_engine.h): every stage on the device, two small
-// downloads of per-query counts between them (the candidate and kept list sizes), the final lists
-// sorted on the host.
+// The batches of the device index's search (plaid_engine.h): every stage on the device with no host
+// round trip inside a batch, two batches in flight, the final lists sorted on the host.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -56,21 +55,34 @@ float Elapsed(cu::CUevent a, cu::CUevent b) {
 
 bool Better(float sa, int32_t da, float sb, int32_t db) { return sa > sb || (sa == sb && da < db); }
 
-// Offsets [nq + 1] of min(count[q], cap) entries each.
-std::vector<int64_t> Capped(const std::vector<int64_t>& off, int64_t cap) {
-  std::vector<int64_t> o(off.size(), 0);
-  for (size_t q = 0; q + 1 < off.size(); q++) o[q + 1] = o[q] + std::min(off[q + 1] - off[q], cap);
-  return o;
+// Host memory a batch's results come back to (page-locked, so the copies are asynchronous): grown
+// as needed, kept by the index (two, one per batch in flight).
+struct Pinned {
+  void* p = nullptr;
+  uint64_t bytes = 0;
+};
+
+void* Reserve(Pinned& h, uint64_t bytes) {
+  if (bytes > h.bytes) {
+    if (h.p) Check(Api().cuMemFreeHost(h.p), "cuMemFreeHost");
+    h.p = nullptr;
+    h.bytes = 0;
+    Check(Api().cuMemHostAlloc(&h.p, bytes, 0), "cuMemHostAlloc");
+    h.bytes = bytes;
+  }
+  return h.p;
 }
 
-// One batch's device buffers and offsets, stage by stage (each method enqueues its kernels; the
-// offsets between stages come back in two small downloads). Scoped blocks go back to the cache when
-// the batch ends, after Collect has synchronized.
+// One batch's device buffers, stage by stage. Every stage is enqueued without a host round trip
+// (the offsets between stages are computed on the device, the buffers sized by the plan's caps),
+// and the results come back by asynchronous copies, so the host prepares the next batch while the
+// device runs this one. Scoped blocks go back to the cache when the batch is destroyed, after
+// Collect has waited for its copies.
 class Batch {
  public:
-  Batch(Runtime& rt, const PlaidSearchPlan& plan, int64_t nq, const PlaidSearchParams& index)
+  Batch(Runtime& rt, const PlaidSearchPlan& plan, int64_t nq, const PlaidSearchParams& index, Pinned& host)
       : rt_(rt), plan_(plan), nq_(nq), LQ_(plan.lq), d_(index.d), K_(index.k), cw_(Div(index.k, 32)), p_(index),
-        ev_(7, nullptr) {
+        host_(host), ev_(8, nullptr) {
     for (auto& e : ev_) Check(Api().cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate");
   }
   ~Batch() {
@@ -132,29 +144,37 @@ class Batch {
     p_.probed_n = Dev<int32_t>(probed_n_->get());
     Zero(rt_, cbits_->get(), static_cast<uint64_t>(nq_ * cw_) * 4);
     Zero(rt_, probed_n_->get(), static_cast<uint64_t>(nq_) * 4);
+    // each token's floor first, so the lists skip keys that cannot be among its best
+    chunk_max_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.chunks * LQ_) * 8);
+    floor_ = Block(rt_, static_cast<uint64_t>(nq_ * LQ_) * 8);
+    p_.chunk_max = Dev<unsigned long long>(chunk_max_->get());
+    p_.probe_floor = Dev<unsigned long long>(floor_->get());
+    Go(rt_, "plaid_probe_max", p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
+    Go(rt_, "plaid_probe_floor", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
     Go(rt_, "plaid_probe_partial_" + std::to_string(p_.np), p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
     Go(rt_, "plaid_probe_merge", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
   }
 
-  // Inverted lists -> candidate documents (ascending per query).
+  // Inverted lists -> candidate documents (ascending per query), and the batch's offsets.
   void Candidates() {
     dbits_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.words) * 4);
     cand_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
+    offs_ = Block(rt_, static_cast<uint64_t>(3 * (nq_ + 1)) * 8);
     p_.dbits = Dev<uint32_t>(dbits_->get());
     p_.cand_n = Dev<int32_t>(cand_n_->get());
+    p_.offs = Dev<int64_t>(offs_->get());
+    p_.cap_kept = plan_.candidates;
+    p_.cap_fin = plan_.rescore;
     Zero(rt_, dbits_->get(), static_cast<uint64_t>(nq_ * p_.words) * 4);
     Go(rt_, "plaid_mark", LQ_ * plan_.nprobe, nq_, 256, 0, p_);
     Go(rt_, "plaid_count", nq_, 1, 1024, 0, p_);
-    const std::vector<int32_t> counts = Fetch<int32_t>(rt_, cand_n_->get(), nq_);
-    cand_off_.assign(static_cast<size_t>(nq_ + 1), 0);
-    for (int64_t q = 0; q < nq_; q++) cand_off_[q + 1] = cand_off_[q] + counts[q];
-    total_ = cand_off_[nq_];
-    cand_off_d_ = Block(rt_, cand_off_.size() * 8);
-    rt_.Upload(cand_off_d_->get(), cand_off_.data(), cand_off_.size() * 8);
-    cand_ = Block(rt_, static_cast<uint64_t>(total_) * 4);
-    cand_q_ = Block(rt_, static_cast<uint64_t>(total_) * 4);
-    ci_ = Block(rt_, static_cast<uint64_t>(total_) * 4);
-    p_.cand_off = Dev<const int64_t>(cand_off_d_->get());
+    Go(rt_, "plaid_offsets", 1, 1, 32, 0, p_);
+    // every list at its bound: a query reaches at most every document (the plan budgets that)
+    const uint64_t most = static_cast<uint64_t>(nq_ * p_.docs);
+    cand_ = Block(rt_, most * 4);
+    cand_q_ = Block(rt_, most * 4);
+    ci_ = Block(rt_, most * 4);
+    p_.cand_off = Off(0);
     p_.cand = Dev<int32_t>(cand_->get());
     p_.cand_q = Dev<int32_t>(cand_q_->get());
     p_.ci = Dev<float>(ci_->get());
@@ -168,53 +188,67 @@ class Batch {
       p_.kbits = Dev<uint32_t>(kbits_->get());
       Go(rt_, "plaid_keep", Div(K_, 256), nq_, 256, 0, p_);
     }
-    Go(rt_, "plaid_interaction", std::min<int64_t>(Div(total_, 8), int64_t(1) << 20), 1, 256, 0, p_);
-    kept_off_ = Capped(cand_off_, plan_.candidates);
-    kept_total_ = kept_off_[nq_];
-    kept_off_d_ = Block(rt_, kept_off_.size() * 8);
-    rt_.Upload(kept_off_d_->get(), kept_off_.data(), kept_off_.size() * 8);
-    kept_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
-    kept_ci_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
+    // a warp per candidate, grid-stride: the count is on the device only
+    Go(rt_, "plaid_interaction", std::min<int64_t>(Div(nq_ * p_.docs, 8), 8192), 1, 256, 0, p_);
+    kept_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
+    kept_ci_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
     sel_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
-    Select(cand_off_d_->get(), cand_->get(), ci_->get(), kept_off_d_->get(), kept_->get(), kept_ci_->get());
+    Select(Off(0), cand_->get(), ci_->get(), Off(1), kept_->get(), kept_ci_->get());
   }
 
   // The fused decompress-MaxSim of the kept documents, the best `rescore` of them.
   void Residual() {
     const unsigned smem = static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4);
-    rs_ = Block(rt_, static_cast<uint64_t>(kept_total_) * 4);
-    if (p_.qc_half)
-      Score("plaid_residual_mma", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), 0, 16);
-    else Score("plaid_residual", kept_off_, kept_off_d_->get(), kept_->get(), rs_->get(), smem);
-    fin_off_ = Capped(kept_off_, plan_.rescore);
-    fin_total_ = fin_off_[nq_];
-    fin_off_d_ = Block(rt_, fin_off_.size() * 8);
-    rt_.Upload(fin_off_d_->get(), fin_off_.data(), fin_off_.size() * 8);
-    fin_ = Block(rt_, static_cast<uint64_t>(fin_total_) * 4);
-    fin_rs_ = Block(rt_, static_cast<uint64_t>(fin_total_) * 4);
-    Select(kept_off_d_->get(), kept_->get(), rs_->get(), fin_off_d_->get(), fin_->get(), fin_rs_->get());
+    rs_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
+    if (p_.qc_half) Score("plaid_residual_mma", plan_.candidates, Off(1), kept_->get(), rs_->get(), 0, 16);
+    else Score("plaid_residual", plan_.candidates, Off(1), kept_->get(), rs_->get(), smem);
+    fin_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.rescore) * 4);
+    fin_rs_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.rescore) * 4);
+    Select(Off(1), kept_->get(), rs_->get(), Off(2), fin_->get(), fin_rs_->get());
   }
 
-  // Exact MaxSim of the final lists on the source tokens (when the index keeps them).
+  // Exact MaxSim of the final lists on the source tokens (when the index keeps them), then the
+  // copies of the results to the host, queued behind it.
   void Rescore(bool exact) {
     exact_ = exact;
-    fin_ex_ = Block(rt_, static_cast<uint64_t>(fin_total_) * 4);
-    if (exact) Score("plaid_exact", fin_off_, fin_off_d_->get(), fin_->get(), fin_ex_->get(), static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4));
+    fin_ex_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.rescore) * 4);
+    if (exact)
+      Score("plaid_exact", plan_.rescore, Off(2), fin_->get(), fin_ex_->get(),
+            static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4));
+    Mark(5);
+    const uint64_t fin = static_cast<uint64_t>(nq_ * plan_.rescore) * 4, offs = static_cast<uint64_t>(3 * (nq_ + 1)) * 8;
+    uint8_t* h = static_cast<uint8_t*>(Reserve(host_, offs + 3 * fin + static_cast<uint64_t>(nq_) * 4));
+    const cu::CUdeviceptr from[5] = {offs_->get(), fin_->get(), fin_rs_->get(), exact ? fin_ex_->get() : fin_rs_->get(),
+                                     probed_n_->get()};
+    const uint64_t bytes[5] = {offs, fin, fin, fin, static_cast<uint64_t>(nq_) * 4};
+    uint64_t at = 0;
+    for (int i = 0; i < 5; i++) {
+      Check(Api().cuMemcpyDtoHAsync(h + at, from[i], bytes[i], rt_.stream()), "cuMemcpyDtoHAsync");
+      at += bytes[i];
+    }
+    Mark(7);
   }
 
-  // Downloads the final lists, sorts each query's by (score desc, doc asc), adds the stage times.
+  // Waits for the batch's copies, sorts each query's final list by (score desc, doc asc), adds the
+  // counts and stage times.
   void Collect(PlaidSearchResult* out) {
-    const auto docs = Fetch<int32_t>(rt_, fin_->get(), fin_total_);
-    const auto rsc = Fetch<float>(rt_, fin_rs_->get(), fin_total_);
-    const auto exs = exact_ ? Fetch<float>(rt_, fin_ex_->get(), fin_total_) : rsc;
-    Check(Api().cuEventSynchronize(ev_[5]), "cuEventSynchronize");
+    Check(Api().cuEventSynchronize(ev_[7]), "cuEventSynchronize");
+    const uint64_t fin = static_cast<uint64_t>(nq_ * plan_.rescore);
+    const auto* offs = static_cast<const int64_t*>(host_.p);
+    const auto* docs = reinterpret_cast<const int32_t*>(offs + 3 * (nq_ + 1));
+    const auto* rsc = reinterpret_cast<const float*>(docs + fin);
+    const auto* exs = rsc + fin;
+    const auto* probed = reinterpret_cast<const int32_t*>(exs + fin);
+    cand_off_.assign(offs, offs + nq_ + 1);
+    kept_off_.assign(offs + nq_ + 1, offs + 2 * (nq_ + 1));
+    fin_off_.assign(offs + 2 * (nq_ + 1), offs + 3 * (nq_ + 1));
+    probed_counts_.assign(probed, probed + nq_);
     out->ms_centroids += Elapsed(ev_[0], ev_[1]);
     out->ms_probe += Elapsed(ev_[6], ev_[1]);
     out->ms_candidates += Elapsed(ev_[1], ev_[2]);
     out->ms_interaction += Elapsed(ev_[2], ev_[3]);
     out->ms_residual += Elapsed(ev_[3], ev_[4]);
     out->ms_rescore += Elapsed(ev_[4], ev_[5]);
-    probed_counts_ = Fetch<int32_t>(rt_, probed_n_->get(), nq_);
     for (int64_t q = 0; q < nq_; q++) {
       out->probed += probed_counts_[q];
       std::vector<int64_t> ord(static_cast<size_t>(fin_off_[q + 1] - fin_off_[q]));
@@ -227,20 +261,20 @@ class Batch {
       }
       out->off.push_back(static_cast<int64_t>(out->docs.size()));
     }
-    out->generated += total_;
-    out->kept += kept_total_;
-    out->scored += kept_total_;
-    out->rescored += exact_ ? fin_total_ : 0;
+    out->generated += cand_off_[nq_];
+    out->kept += kept_off_[nq_];
+    out->scored += kept_off_[nq_];
+    out->rescored += exact_ ? fin_off_[nq_] : 0;
   }
 
-  // Each stage's output per query (tests): probed (ascending), candidates, their interaction
-  // scores, the kept documents (ascending) with their residual scores.
+  // Each stage's output per query (tests; after Collect): probed (ascending), candidates, their
+  // interaction scores, the kept documents (ascending) with their residual scores.
   void Stages(PlaidSearchResult* out) {
     const auto pr = Fetch<int32_t>(rt_, probed_->get(), nq_ * LQ_ * plan_.nprobe);
-    const auto cd = Fetch<int32_t>(rt_, cand_->get(), total_);
-    const auto cis = Fetch<float>(rt_, ci_->get(), total_);
-    const auto kd = Fetch<int32_t>(rt_, kept_->get(), kept_total_);
-    const auto rss = Fetch<float>(rt_, rs_->get(), kept_total_);
+    const auto cd = Fetch<int32_t>(rt_, cand_->get(), cand_off_[nq_]);
+    const auto cis = Fetch<float>(rt_, ci_->get(), cand_off_[nq_]);
+    const auto kd = Fetch<int32_t>(rt_, kept_->get(), kept_off_[nq_]);
+    const auto rss = Fetch<float>(rt_, rs_->get(), kept_off_[nq_]);
     for (int64_t q = 0; q < nq_; q++) {
       PlaidStageOutput s;
       const auto p0 = pr.begin() + q * LQ_ * plan_.nprobe;
@@ -260,26 +294,26 @@ class Batch {
   }
 
  private:
+  // Offsets j (0 candidates, 1 kept, 2 final) of the batch, [Q + 1] on the device.
+  const int64_t* Off(int j) const { return Dev<const int64_t>(offs_->get()) + j * (nq_ + 1); }
   // plaid_select: the best out_off[q + 1] - out_off[q] of (doc, score) [in_off[q], ...).
-  void Select(cu::CUdeviceptr in_off, cu::CUdeviceptr doc, cu::CUdeviceptr score, cu::CUdeviceptr out_off,
+  void Select(const int64_t* in_off, cu::CUdeviceptr doc, cu::CUdeviceptr score, const int64_t* out_off,
               cu::CUdeviceptr out_doc, cu::CUdeviceptr out_score) {
-    p_.sel_in_off = Dev<const int64_t>(in_off);
+    p_.sel_in_off = in_off;
     p_.sel_doc = Dev<const int32_t>(doc);
     p_.sel_score = Dev<const float>(score);
-    p_.sel_out_off = Dev<const int64_t>(out_off);
+    p_.sel_out_off = out_off;
     p_.sel_out_doc = Dev<int32_t>(out_doc);
     p_.sel_out_score = Dev<float>(out_score);
     p_.sel_out_n = Dev<int32_t>(sel_n_->get());
     Go(rt_, "plaid_select", nq_, 1, 256, 0, p_);
   }
-  // plaid_residual(_mma) / plaid_exact over the listed documents [off[q], off[q + 1]) of each query,
-  // about per_warp documents a warp (the mma kernel loads the query's fragments once per warp), yet
-  // at least ~512 blocks in all while there are documents enough (one query's latency).
-  void Score(const char* kernel, const std::vector<int64_t>& off, cu::CUdeviceptr off_d, cu::CUdeviceptr docs,
-             cu::CUdeviceptr out, unsigned smem, int64_t per_warp = 1) {
-    int64_t most = 0;
-    for (int64_t q = 0; q < nq_; q++) most = std::max(most, off[q + 1] - off[q]);
-    p_.score_off = Dev<const int64_t>(off_d);
+  // plaid_residual(_mma) / plaid_exact over the listed documents [off[q], off[q + 1]) of each query
+  // (at most `most` each), about per_warp documents a warp (the mma kernel loads the query's
+  // fragments once per warp), yet at least ~512 blocks in all (one query's latency).
+  void Score(const char* kernel, int64_t most, const int64_t* off, cu::CUdeviceptr docs, cu::CUdeviceptr out,
+             unsigned smem, int64_t per_warp = 1) {
+    p_.score_off = off;
     p_.score_doc = Dev<const int32_t>(docs);
     p_.score_out = Dev<float>(out);
     const int64_t most_x = Div(most, PLAID_SCORE_WARPS);
@@ -291,19 +325,23 @@ class Batch {
   const PlaidSearchPlan& plan_;
   const int64_t nq_, LQ_, d_, K_, cw_;
   PlaidSearchParams p_;
+  Pinned& host_;
   std::vector<cu::CUevent> ev_;
-  Buf qd_, qlen_, qc_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, cand_off_d_, cand_, cand_q_, ci_,
-      kbits_, kept_off_d_, kept_, kept_ci_, sel_n_, rs_, fin_off_d_, fin_, fin_rs_, fin_ex_;
+  Buf qd_, qlen_, qc_, chunk_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
+      cand_q_, ci_, kbits_, kept_, kept_ci_, sel_n_, rs_, fin_, fin_rs_, fin_ex_;
   std::vector<int64_t> cand_off_, kept_off_, fin_off_;
   std::vector<int32_t> probed_counts_;
-  int64_t total_ = 0, kept_total_ = 0, fin_total_ = 0;
   bool exact_ = false;
 };
 
 }  // namespace
 
-void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths, int64_t, int64_t nq,
-                                   const PlaidSearchPlan& plan, PlaidSearchResult* out) {
+void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* lengths, int64_t num_q,
+                                     const PlaidSearchPlan& plan, PlaidSearchResult* out) {
+  for (const char* k : {"plaid_offsets", "plaid_probe_max", "plaid_probe_floor"})
+    if (!rt_.HasKernel(k))
+      throw std::runtime_error(std::string("the CUDA kernels predate this addon (no ") + k +
+                               "): install the matching maxsim-cuda-kernels package");
   PlaidSearchParams ix{};
   ix.cent = Dev<const float>(cent_);
   ix.tables = Dev<const float>(tables_);
@@ -320,22 +358,45 @@ void PlaidDeviceIndex::SearchBatch(const float* queries, const int32_t* lengths,
   ix.d = d_;
   ix.docs = docs_;
   ix.bits = bits_;
-  Batch b(rt_, plan, nq, ix);
-  b.Mark(0);
-  b.QueryCentroids(queries, lengths);
-  b.Mark(6);
-  b.Probe();
-  b.Mark(1);
-  b.Candidates();
-  b.Mark(2);
-  b.Interaction();
-  b.Mark(3);
-  b.Residual();
-  b.Mark(4);
-  b.Rescore(plan.exact && tokens_ != 0);
-  b.Mark(5);
-  b.Collect(out);
-  if (plan.stages) b.Stages(out);
+  const bool exact = plan.exact && tokens_ != 0;
+  // two batches in flight: batch i is enqueued whole before batch i - 1 is collected, so the host's
+  // work (padding, launches, sorting) overlaps the device's
+  std::unique_ptr<Batch> prev;
+  int64_t row = 0, n = 0;
+  for (int64_t q0 = 0; q0 < num_q; q0 += plan.batch, n++) {
+    const int64_t nq = std::min(plan.batch, num_q - q0);
+    auto b = std::make_unique<Batch>(rt_, plan, nq, ix, *static_cast<Pinned*>(pinned_[n % 2]));
+    b->Mark(0);
+    b->QueryCentroids(queries + row * d_, lengths + q0);
+    b->Mark(6);
+    b->Probe();
+    b->Mark(1);
+    b->Candidates();
+    b->Mark(2);
+    b->Interaction();
+    b->Mark(3);
+    b->Residual();
+    b->Mark(4);
+    b->Rescore(exact);
+    for (int64_t i = 0; i < nq; i++) row += lengths[q0 + i];
+    if (prev) {
+      prev->Collect(out);
+      if (plan.stages) prev->Stages(out);
+    }
+    prev = std::move(b);
+  }
+  if (prev) {
+    prev->Collect(out);
+    if (plan.stages) prev->Stages(out);
+  }
+}
+
+void* PlaidDeviceIndex::NewPinned() { return new Pinned(); }
+
+void PlaidDeviceIndex::FreePinned(void* h) {
+  auto* p = static_cast<Pinned*>(h);
+  if (p->p) Api().cuMemFreeHost(p->p);
+  delete p;
 }
 
 }  // namespace maxsim_cuda

@@ -9,6 +9,8 @@ export const CUDA_MAX_NPROBE = 32;
 export const CUDA_MAX_QUERY = 256;
 /** Centroids per probe chunk (native PLAID_PROBE_CHUNK). */
 export const PROBE_CHUNK = 2048;
+/** Most centroids of an index the GPU searches (native PLAID_MAX_SEARCH_CENTROIDS: the probe merge's lists). */
+export const CUDA_MAX_CENTROIDS = 32 * 8 * PROBE_CHUNK;
 /** Default device memory for one pass's scratch. */
 export const DEFAULT_BUDGET = 4 * 2 ** 30;
 
@@ -57,15 +59,18 @@ export function bytesPerQuery(
   np: number,
   docs: number,
   candidates: number,
+  rescore = 0,
+  precision: StagePrecision = 'float32',
 ): number {
   const chunks = Math.ceil(centroids / PROBE_CHUNK);
   return (
-    centroids * lq * 4 + // qc
-    chunks * lq * np * 8 + // probe lists
+    centroids * lq * (precision === 'float16' ? 2 : 4) + // qc
+    chunks * lq * (np + 1) * 8 + // probe lists, each token's best per chunk
     Math.ceil(centroids / 32) * 4 +
     Math.ceil(docs / 32) * 4 + // candidate bits
     docs * 12 + // candidates, their query, their interaction score
     candidates * 12 + // kept, their scores, residual scores
+    rescore * 12 + // the final lists, their residual and exact scores
     lq * 1024 * 4
   );
 }
@@ -76,6 +81,12 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
       'queries',
       `queries of at most ${CUDA_MAX_QUERY} tokens on the GPU index path`,
       `a query of ${p.maxLength}`,
+    );
+  if (p.centroids > CUDA_MAX_CENTROIDS)
+    throw new InvalidArgumentError(
+      'index',
+      `an index of at most ${CUDA_MAX_CENTROIDS} centroids on the GPU (search it with backend 'cpu')`,
+      `${p.centroids} centroids`,
     );
   if (p.nprobe > Math.min(CUDA_MAX_NPROBE, p.centroids))
     throw new InvalidArgumentError(
@@ -99,9 +110,15 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
     );
   const candidates = Math.max(1, p.candidates);
   const rescore = Math.max(1, Math.min(p.rescore, candidates));
-  const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates);
+  const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates, rescore, p.precision);
   const budget = p.budget ?? DEFAULT_BUDGET;
-  const batch = Math.max(1, Math.min(p.queries, 65535, Math.floor(budget / per)));
+  // a call of several passes keeps two in flight (the host prepares one while the device runs the
+  // other), so each pass gets half the budget
+  const whole = Math.floor(budget / per);
+  const batch = Math.max(
+    1,
+    Math.min(p.queries, 65535, p.queries <= whole ? whole : Math.floor(budget / (2 * per))),
+  );
   return {
     lq,
     nprobe: p.nprobe,

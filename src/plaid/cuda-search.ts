@@ -3,6 +3,8 @@
 // nprobe per token, inverted lists, centroid interaction with pruning, the fused decompress-MaxSim,
 // the exact re-score), the same candidate sets and the same returned documents as the CPU path
 // (PlaidIndex.search) for the same options.
+
+import { nativeCodec } from '../codec-native.js';
 import { InvalidArgumentError } from '../errors.js';
 import { decodeToFloat32 } from '../floats.js';
 import { type Hit, isTokenBatch, type TokenBatch } from '../tensor.js';
@@ -42,12 +44,35 @@ const FP16_HIGH = 2 ** 12;
 const centroidRange = new WeakMap<object, boolean>();
 
 function inRange(x: Float32Array): boolean {
-  let m = 0;
-  for (let i = 0; i < x.length; i++) {
-    const a = Math.abs(x[i]);
-    if (a > m) m = a;
+  let m = nativeCodec()?.maxAbs(x);
+  if (m === undefined) {
+    m = 0;
+    for (let i = 0; i < x.length; i++) {
+      const a = Math.abs(x[i]);
+      if (a > m) m = a;
+    }
   }
   return m >= FP16_LOW && m <= FP16_HIGH;
+}
+
+// The queries' rows as one float32 array: the batch's own data where it is float32 and its rows
+// follow each other (no copy), else decoded and packed.
+function queryRows(queries: TokenBatch, rows: number): Float32Array {
+  const d = queries.dim;
+  let dense = queries.dtype === 'float32';
+  for (let i = 1; dense && i < queries.count; i++)
+    dense = queries.starts[i] === queries.starts[i - 1] + queries.lengths[i - 1];
+  const s0 = queries.count > 0 ? queries.starts[0] * d : 0;
+  if (dense) return (queries.data as Float32Array).subarray(s0, s0 + rows * d);
+  const q = new Float32Array(rows * d);
+  let at = 0;
+  for (let i = 0; i < queries.count; i++) {
+    const s = queries.starts[i] * d;
+    const row = queries.data.subarray(s, s + queries.lengths[i] * d) as Float32Array | Uint16Array;
+    q.set(decodeToFloat32(row, queries.dtype, d).subarray(0, queries.lengths[i] * d), at);
+    at += queries.lengths[i] * d;
+  }
+  return q;
 }
 
 function defaultPrecision(index: DeviceIndexSource, q: Float32Array, exact: boolean): StagePrecision {
@@ -107,15 +132,8 @@ export async function cudaSearchBatch(
     rows += queries.lengths[i];
     maxLength = Math.max(maxLength, queries.lengths[i]);
   }
-  const q = new Float32Array(rows * d);
+  const q = queryRows(queries, rows);
   const lengths = Int32Array.from(queries.lengths.subarray(0, queries.count));
-  let at = 0;
-  for (let i = 0; i < queries.count; i++) {
-    const s = queries.starts[i] * d;
-    const row = queries.data.subarray(s, s + queries.lengths[i] * d) as Float32Array | Uint16Array;
-    q.set(decodeToFloat32(row, queries.dtype, d).subarray(0, queries.lengths[i] * d), at);
-    at += queries.lengths[i] * d;
-  }
   const exact = index.sourceTokens() !== undefined;
   const precision = options.precision ?? defaultPrecision(index, q, exact);
   if (precision !== 'float32' && precision !== 'float16')

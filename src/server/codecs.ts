@@ -5,12 +5,12 @@
 // float32 whatever it sent, so it scores the same alone or gathered with others into one pass.
 
 import { checkEmptyItems, ItemLimitError } from '../admission.js';
+import { nativeCodec } from '../codec-native.js';
 import { FormatError, InvalidArgumentError } from '../errors.js';
 import { f16BitsToFloat, f16Table } from '../floats.js';
 import type { NpyArray } from '../io/array.js';
 import { parseNpy, parseNpyHeader } from '../io/npy.js';
 import type { FloatDType } from '../tensor.js';
-import { nativeCodec } from './codec-native.js';
 
 /** Items (queries or documents) as packed float32 rows [tokens, dim] with offsets [count + 1]. */
 export interface PackedTokens {

@@ -336,6 +336,61 @@ describe('CUDA plaid search', { skip }, () => {
     }
   });
 
+  test("probes over several centroid chunks (K = 5000): every token's best nprobe, float32 and float16", async () => {
+    const { c, batch } = corpus(3000, [4, 48], 64, runSeed % 997, 'float16');
+    const index = await buildIndex(batch, { centroids: 5000, seed: 6, iterations: 1, backend: 'cuda' });
+    const ix = index.native;
+    const q = syntheticQueries(c, 5, 32, 64, runSeed % 991);
+    const offsets = [0, 32, 33, 50, 82, 114];
+    const queries = raggedBatch(q.data.subarray(0, offsets[5] * 64), offsets, { dim: 64 });
+    for (const precision of ['float32', 'float16'] as const)
+      for (const nprobe of [1, 7, 32]) {
+        const r = await cudaSearchBatch(index, queries, {
+          k: 10,
+          nprobe,
+          candidates: 200,
+          rescore: 20,
+          stages: true,
+          precision,
+        });
+        for (let qi = 0; qi < queries.count; qi++) {
+          const rows = queryRows(queries, qi);
+          const probed = new Set((r.stages ?? [])[qi].probed);
+          assert.equal(probed.size, (r.stages ?? [])[qi].probed.length, 'distinct probed');
+          const want = new Set<number>();
+          const near = new Set<number>();
+          for (let i = 0; i < queries.lengths[qi]; i++) {
+            const dots: [number, number][] = [];
+            let tol = 1e-5;
+            for (let cc = 0; cc < ix.k; cc++) {
+              let t = 0;
+              let a = 0;
+              for (let j = 0; j < ix.d; j++) {
+                t += rows[i * ix.d + j] * ix.centroids[cc * ix.d + j];
+                a += Math.abs(rows[i * ix.d + j] * ix.centroids[cc * ix.d + j]);
+              }
+              dots.push([t, cc]);
+              if (precision === 'float16') tol = Math.max(tol, 2 ** -8 * a);
+            }
+            dots.sort((x, y) => y[0] - x[0] || x[1] - y[1]);
+            const edge = dots[nprobe - 1][0];
+            for (const [v, cc] of dots) {
+              if (v > edge + tol) want.add(cc);
+              else if (v >= edge - tol) near.add(cc);
+              else break;
+            }
+          }
+          for (const cc of want)
+            assert.ok(probed.has(cc), `${precision} nprobe ${nprobe}: query ${qi} misses centroid ${cc}`);
+          for (const cc of probed)
+            assert.ok(
+              want.has(cc) || near.has(cc),
+              `${precision} nprobe ${nprobe}: query ${qi} probes ${cc}`,
+            );
+        }
+      }
+  });
+
   test('float16 stages (tensor cores): probes and residual scores within float16 rounding', async () => {
     const { index, queries } = await searchIndex();
     const ix = index.native;

@@ -53,6 +53,31 @@ __device__ __forceinline__ void PrefetchDoc(const PlaidSearchParams& p, int64_t 
   }
 }
 
+// One code block (16 tokens x d codes, at most 1 KiB for d <= 128 and 4 bits) and its 16 centroid
+// ids, as a warp stages them in shared memory.
+constexpr int kStageCodes = 1024, kStageBytes = kStageCodes + 64;
+
+// cp.async of code block blk and its ids into stage (the uploaded ids are padded to whole blocks),
+// one commit group per call on every lane.
+__device__ __forceinline__ void StageBlock(const PlaidSearchParams& p, uint8_t* stage, int64_t blk, int64_t bytes,
+                                           int lane) {
+  const int64_t nc = bytes / 16;
+  for (int64_t i = lane; i < nc + 4; i += 32) {
+    const uint8_t* src = i < nc ? p.codes + blk * bytes + 16 * i
+                                : reinterpret_cast<const uint8_t*>(p.cids + blk * 16) + 16 * (i - nc);
+    uint8_t* dst = i < nc ? stage + 16 * i : stage + kStageCodes + 16 * (i - nc);
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+__device__ __forceinline__ void StageWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  __syncwarp();  // every lane's copies visible to the warp
+}
+
 }  // namespace
 
 // qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k,
@@ -61,8 +86,11 @@ __device__ __forceinline__ void PrefetchDoc(const PlaidSearchParams& p, int64_t 
 // steps of 32 through shared memory, zeros past d).
 extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssignParams p) {
   constexpr int BM = 128, BK = 32, SK = BK + 8;  // rows of SK halves: conflict-free fragment reads
-  __shared__ __align__(16) __half xs[BM][SK];
-  __shared__ __align__(16) __half cs[BM][SK];
+  constexpr int SO = BM + 8;                      // the float16 output tile's rows (16-byte aligned)
+  constexpr int kOperands = 2 * BM * SK * 2, kOut = BM * SO * 2;
+  __shared__ __align__(16) unsigned char raw[kOperands > kOut ? kOperands : kOut];
+  auto xs = reinterpret_cast<__half(*)[SK]>(raw);
+  auto cs = reinterpret_cast<__half(*)[SK]>(raw + BM * SK * 2);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM, c0 = static_cast<int64_t>(blockIdx.y) * BM;
@@ -114,6 +142,30 @@ extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssign
     }
   }
   const int64_t ld = p.ld;
+  if (p.out_half && ld % 8 == 0) {
+    // float16: the tile through shared memory as [centroid][row], then 16-byte stores, each a run of
+    // 8 rows (query tokens) of one centroid: the [Q][K][LQ] rows of a centroid are contiguous
+    __syncthreads();  // the operand tiles are dead
+    auto out = reinterpret_cast<__half(*)[SO]>(raw);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int e = 0; e < 2; e++)
+            out[wn + 8 * j + 2 * t + e][wm + 16 * i + g + 8 * h] = __float2half_rn(acc[i][j][2 * h + e]);
+    __syncthreads();
+    for (int e = tid; e < BM * (BM / 8); e += 256) {
+      const int cl = e / (BM / 8), rc = (e % (BM / 8)) * 8;
+      const int64_t row = r0 + rc, c = c0 + cl;
+      if (row >= p.n || c >= p.k) continue;  // n is a multiple of ld: a run of 8 is all in or all out
+      __half* dst = reinterpret_cast<__half*>(p.scores) + ((row / ld) * p.k + c) * ld + row % ld;
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&out[cl][rc]);
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -144,6 +196,7 @@ extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssign
 // to score_out (a warp owns its entries).
 extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_residual_mma(const PlaidSearchParams p) {
   __shared__ uint32_t tab[PLAID_MMA_KS * 16 * 8];  // 4 KiB: either table for d <= 128
+  __shared__ __align__(16) uint8_t staged[PLAID_SCORE_WARPS][2][kStageBytes];  // 8.5 KiB
   const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t q = blockIdx.y;
   const int nks = static_cast<int>(p.d / 16);
@@ -182,6 +235,8 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
     const int64_t step = static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS;
     int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid;
     int64_t t0 = 0, t1 = 0;
+    int cur = 0;
+    int64_t pending = -1;  // the block in flight into staged[wid][cur]
     if (e < o1) {
       const int64_t doc = p.score_doc[e];
       t0 = p.doc_off[doc];
@@ -204,11 +259,28 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
 #pragma unroll
       for (int nt = 0; nt < 4; nt++) m[nt][0] = m[nt][1] = -INFINITY;
       for (int64_t blk = t0 / 16; blk * 16 < t1; blk++) {
+        // blk's codes and ids come through staged[wid][cur], copied a block ahead (within the
+        // document, then the next document's first block), so the loads overlap the block before
+        if (pending != blk) {
+          StageWait<0>();  // nothing ahead (the first document, or no time to know the next)
+          StageBlock(p, staged[wid][cur], blk, bytes, lane);
+        }
+        const bool last = (blk + 1) * 16 >= t1;
+        if (last && ahead < 1) advance();  // the next document's offsets
+        const int64_t next = !last ? blk + 1 : (ndoc >= 0 && nt1 > nt0 ? nt0 / 16 : -1);
+        if (next >= 0) {
+          StageBlock(p, staged[wid][cur ^ 1], next, bytes, lane);
+          StageWait<1>();
+        } else {
+          StageWait<0>();
+        }
+        const uint8_t* cw = staged[wid][cur];
+        const int32_t* ids = reinterpret_cast<const int32_t*>(cw + kStageCodes);
         const int64_t ra = blk * 16 + g, rb = ra + 8;  // this lane's two token rows
         const bool va = ra >= t0 && ra < t1, vb = rb >= t0 && rb < t1;
         float acc[4][4];
-        const int64_t qa = (q * p.k + (va ? p.cids[ra] : 0)) * p.lq + c * 32 + 2 * t;
-        const int64_t qb = (q * p.k + (vb ? p.cids[rb] : 0)) * p.lq + c * 32 + 2 * t;
+        const int64_t qa = (q * p.k + (va ? ids[g] : 0)) * p.lq + c * 32 + 2 * t;
+        const int64_t qb = (q * p.k + (vb ? ids[g + 8] : 0)) * p.lq + c * 32 + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
           const float2 x = va ? Qc2(p, qa + nt * 8) : make_float2(0.0f, 0.0f);
@@ -218,7 +290,6 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
           acc[nt][2] = y.x;
           acc[nt][3] = y.y;
         }
-        const uint8_t* cw = p.codes + blk * bytes;
         const int sa = g * p.bits, sb = (g + 8) * p.bits;
 #pragma unroll
         for (int ks = 0; ks < PLAID_MMA_KS; ks++) {
@@ -259,6 +330,9 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
           }
         }
         if (ahead < 2) advance();
+        __syncwarp();  // every lane done with staged[wid][cur] before it is refilled
+        cur ^= 1;
+        pending = next;
       }
       while (ahead < 2) advance();
       // the max over the 8 row groups, then the sum of this chunk's columns (query tokens) < len

@@ -21,6 +21,10 @@
 #define PLAID_MAX_NPROBE 32
 // Centroids per probe warp (the probe kernel splits K into chunks of this many).
 #define PLAID_PROBE_CHUNK 2048
+// Probe chunks a lane of plaid_probe_merge holds (its heads in registers): K <= 32 x 8 x 2048 on the
+// GPU search path.
+#define PLAID_MERGE_OWN 8
+#define PLAID_MAX_SEARCH_CENTROIDS (32 * PLAID_MERGE_OWN * PLAID_PROBE_CHUNK)
 // Residual / exact scoring: warps per block (one query per block row).
 #define PLAID_SCORE_WARPS 4
 #define PLAID_MAX_DIM 1024
@@ -119,6 +123,15 @@ struct PlaidSearchParams {
   uint32_t* kbits;            // [Q][ceil(K / 32)] centroids kept by the pruning threshold
   int32_t qc_half;            // 1: qc holds float16 values (precision 'float16'), read through QcAt
   int32_t pad1;
+  // [Q][chunks][LQ] each token's best key per probe chunk, then [Q][LQ] its floor: the nprobe-th
+  // best of those (plaid_probe_max / plaid_probe_floor); null: the probe lists take every key
+  unsigned long long* chunk_max;
+  unsigned long long* probe_floor;
+  // plaid_offsets: [3][Q + 1] the candidate, kept and final offsets from cand_n, the kept lists
+  // capped at cap_kept and the final at cap_fin entries per query (no host round trip)
+  int64_t* offs;
+  int64_t cap_kept;
+  int64_t cap_fin;
 };
 
 #ifdef __CUDACC__

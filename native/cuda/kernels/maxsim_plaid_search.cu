@@ -86,6 +86,10 @@ __device__ void ProbePartial(const PlaidSearchParams& p) {
   const int64_t c0 = ch * PLAID_PROBE_CHUNK;
   const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
   const int64_t at = (q * p.k) * p.lq + i;
+  // keys under the floor cannot be among the token's nprobe best, so they skip the insert (a key
+  // of 0 returns at its first compare): the lanes' inserts no longer serialize the warp
+  const unsigned long long floor = p.probe_floor ? p.probe_floor[q * p.lq + i] : 0ull;
+  auto insert = [&](unsigned long long key) { Insert<NP>(top, key >= floor ? key : 0ull); };
   // 8 loads in flight, then their inserts in centroid order (the same lists as one at a time)
   int64_t c = c0;
   for (; c + 8 <= c1; c += 8) {
@@ -93,15 +97,70 @@ __device__ void ProbePartial(const PlaidSearchParams& p) {
 #pragma unroll
     for (int u = 0; u < 8; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
 #pragma unroll
-    for (int u = 0; u < 8; u++) Insert<NP>(top, PlaidKey(v[u], static_cast<int32_t>(c + u)));
+    for (int u = 0; u < 8; u++) insert(PlaidKey(v[u], static_cast<int32_t>(c + u)));
   }
-  for (; c < c1; c++) Insert<NP>(top, PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c)));
+  for (; c < c1; c++) insert(PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c)));
   unsigned long long* out = p.partial + ((q * p.chunks + ch) * p.lq + i) * NP;
 #pragma unroll
   for (int m = 0; m < NP; m++) out[m] = top[m];
 }
 
 }  // namespace
+
+// grid (chunks, Q), block LQ: token i's best key of chunk blockIdx.x (a max, no list).
+extern "C" __global__ void __launch_bounds__(256) plaid_probe_max(const PlaidSearchParams p) {
+  const int64_t q = blockIdx.y, ch = blockIdx.x;
+  const int64_t i = threadIdx.x;
+  if (i >= p.q_len[q]) return;
+  const int64_t c0 = ch * PLAID_PROBE_CHUNK;
+  const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
+  const int64_t at = (q * p.k) * p.lq + i;
+  unsigned long long best = 0;
+  int64_t c = c0;
+  for (; c + 8 <= c1; c += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const unsigned long long key = PlaidKey(v[u], static_cast<int32_t>(c + u));
+      best = key > best ? key : best;
+    }
+  }
+  for (; c < c1; c++) {
+    const unsigned long long key = PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c));
+    best = key > best ? key : best;
+  }
+  p.chunk_max[(q * p.chunks + ch) * p.lq + i] = best;
+}
+
+// One warp per (query, token): its floor, the nprobe-th best of its chunk maxima (0 while there are
+// fewer chunks). Those maxima are nprobe distinct keys at or above it, so the token's nprobe best
+// keys are too.
+extern "C" __global__ void __launch_bounds__(256) plaid_probe_floor(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (w >= p.num_q * p.lq) return;
+  const int64_t q = w / p.lq, i = w % p.lq;
+  unsigned long long key[PLAID_MERGE_OWN];
+#pragma unroll
+  for (int o = 0; o < PLAID_MERGE_OWN; o++) {
+    const int64_t ch = lane + 32 * o;
+    key[o] = i < p.q_len[q] && ch < p.chunks ? p.chunk_max[(q * p.chunks + ch) * p.lq + i] : 0ull;
+  }
+  unsigned long long b = 0;
+  for (int64_t m = 0; m < p.nprobe; m++) {
+    unsigned long long mine = 0;
+#pragma unroll
+    for (int o = 0; o < PLAID_MERGE_OWN; o++) mine = key[o] > mine ? key[o] : mine;
+    b = WarpMaxKey(mine, 32);
+    if (b == 0) break;
+#pragma unroll
+    for (int o = 0; o < PLAID_MERGE_OWN; o++)
+      if (key[o] == b) key[o] = 0;
+  }
+  if (lane == 0) p.probe_floor[q * p.lq + i] = b;
+}
 
 // grid (chunks, Q), block LQ: token i's best NP centroids of chunk blockIdx.x.
 #define PLAID_PROBE(NP) \
@@ -111,27 +170,39 @@ PLAID_PROBE(8)
 PLAID_PROBE(16)
 PLAID_PROBE(32)
 
-// One warp per (query, token): its nprobe best of the chunks' lists; each centroid probed by the
-// query for the first time is appended to its distinct list.
+// One warp per (query, token): its nprobe best of the chunks' lists, each probed centroid the query
+// probes for the first time appended to its distinct list. The lists are sorted (best first) and
+// keys unique (they hold the id), so a k-way merge takes them in order: each lane holds the heads
+// of its chunks (lane + 32 o, o < PLAID_MERGE_OWN: the plan's limit on K), the warp's best head
+// wins a round and only its list advances.
 extern "C" __global__ void __launch_bounds__(256) plaid_probe_merge(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (w >= p.num_q * p.lq) return;
   const int64_t q = w / p.lq, i = w % p.lq;
   if (i >= p.q_len[q]) return;
-  const int64_t n = p.chunks * p.np;
   const int64_t cw = (p.k + 31) / 32;
-  unsigned long long prev = ~0ull;
+  auto list = [&](int64_t ch) { return p.partial + ((q * p.chunks + ch) * p.lq + i) * p.np; };
+  unsigned long long head[PLAID_MERGE_OWN];
+  int pos[PLAID_MERGE_OWN];
+#pragma unroll
+  for (int o = 0; o < PLAID_MERGE_OWN; o++) {
+    const int64_t ch = lane + 32 * o;
+    pos[o] = 0;
+    head[o] = ch < p.chunks ? list(ch)[0] : 0ull;
+  }
   for (int64_t m = 0; m < p.nprobe; m++) {
-    unsigned long long b = 0;
-    for (int64_t e = lane; e < n; e += 32) {
-      const int64_t ch = e / p.np, j = e % p.np;
-      const unsigned long long key = p.partial[((q * p.chunks + ch) * p.lq + i) * p.np + j];
-      if (key < prev && key > b) b = key;
-    }
-    b = WarpMaxKey(b, 32);
+    unsigned long long mine = 0;
+#pragma unroll
+    for (int o = 0; o < PLAID_MERGE_OWN; o++) mine = head[o] > mine ? head[o] : mine;
+    const unsigned long long b = WarpMaxKey(mine, 32);
     if (b == 0) break;
-    prev = b;
+#pragma unroll
+    for (int o = 0; o < PLAID_MERGE_OWN; o++)
+      if (head[o] == b) {  // the one list that held it (keys are unique)
+        pos[o]++;
+        head[o] = pos[o] < p.np ? list(lane + 32 * o)[pos[o]] : 0ull;
+      }
     if (lane == 0) {
       const int32_t c = PlaidKeyId(b);
       const uint32_t bit = 1u << (c % 32);
@@ -169,6 +240,22 @@ extern "C" __global__ void __launch_bounds__(1024) plaid_count(const PlaidSearch
     int32_t s = 0;
     for (int i = 0; i < 32; i++) s += part[i];
     p.cand_n[q] = s;
+  }
+}
+
+// grid 1, block 32: the batch's offsets from the candidate counts (one lane walks them: Q is a
+// pass's few hundred queries), so no count goes to the host and back between the stages.
+extern "C" __global__ void __launch_bounds__(32) plaid_offsets(const PlaidSearchParams p) {
+  if (threadIdx.x != 0) return;
+  int64_t* cand = p.offs;
+  int64_t* kept = p.offs + (p.num_q + 1);
+  int64_t* fin = p.offs + 2 * (p.num_q + 1);
+  cand[0] = kept[0] = fin[0] = 0;
+  for (int64_t q = 0; q < p.num_q; q++) {
+    const int64_t n = p.cand_n[q], k = min(n, p.cap_kept);
+    cand[q + 1] = cand[q] + n;
+    kept[q + 1] = kept[q] + k;
+    fin[q + 1] = fin[q] + min(k, p.cap_fin);
   }
 }
 
