@@ -371,7 +371,4 @@ if (only !== 'addon') {
   buildKernels();
 }
 if (only === undefined)
-  writeFileSync(
-    stampFile,
-    `${JSON.stringify({ platform: platformTag(), sources: builtFrom }, null, 2)}\n`,
-  );
+  writeFileSync(stampFile, `${JSON.stringify({ platform: platformTag(), sources: builtFrom }, null, 2)}\n`);
