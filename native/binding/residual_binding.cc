@@ -381,7 +381,8 @@ Napi::Value Search(const Napi::CallbackInfo& info) {
       {info[0], info[1]}));
 }
 
-// searchBatch(index, queries: Float32Array [sum(lengths) * d], lengths: Int32Array, options as search)
+// searchBatch(index, queries: Float32Array [sum(lengths) * d], lengths: Int32Array, options as search
+//   and passBytes)
 //   -> Promise<{ ids, scores, offsets: Float64Array [n + 1], stats: [n] }>: query i's results are
 // ids / scores [offsets[i], offsets[i + 1]), each what search returns for it.
 Napi::Value SearchBatch(const Napi::CallbackInfo& info) {
@@ -411,11 +412,15 @@ Napi::Value SearchBatch(const Napi::CallbackInfo& info) {
                    std::to_string(qs.ElementLength()));
   const maxsim_cpu::ResidualSearchParams p = ParseSearchParams(env, info[3], ix);
   const ResidualKernels* k = Kernels(env, info[3]);
+  Napi::Object o = info[3].As<Napi::Object>();
+  // passBytes (tests): the budget of a pass's centroid scores
+  const int64_t scratch = o.Get("passBytes").IsUndefined() ? maxsim_cpu::kResidualBatchScratch
+                                                            : Int(env, o, "passBytes", 1, int64_t{1} << 50);
   const float* q = qs.Data();
   auto out = std::make_shared<std::vector<maxsim_cpu::ResidualSearchResult>>();
   return SearchJob::Start(new SearchJob(
       env, "maxsim residual searchBatch",
-      [=] { maxsim_cpu::ResidualSearchBatch(*k, ix, q, lengths->data(), nq, p, out.get()); },
+      [=] { maxsim_cpu::ResidualSearchBatch(*k, ix, q, lengths->data(), nq, p, out.get(), scratch); },
       [out, k](Napi::Env e, Napi::Object r) {
         size_t total = 0;
         for (const auto& x : *out) total += x.ids.size();

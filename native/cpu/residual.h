@@ -175,10 +175,11 @@ constexpr int64_t kResidualBatchScratch = int64_t{256} << 20;
 // queries in one pass over the centroids (each chunk read once for all of them while it is in cache),
 // then runs the later stages one query per worker (single-threaded inside) when it holds at least as
 // many queries as workers, else query by query with each stage over the pool. Stats: each query's own
-// stage times, plus its share of the pass's centroid scoring. nq == 1 is ResidualSearch.
+// stage times, plus its share of the pass's centroid scoring. nq == 1 is ResidualSearch. scratch:
+// the passes' budget (tests make it small to run many passes).
 void ResidualSearchBatch(const ResidualKernels& k, const ResidualIndex& index, const float* queries,
                          const int64_t* lengths, int64_t nq, const ResidualSearchParams& p,
-                         std::vector<ResidualSearchResult>* out);
+                         std::vector<ResidualSearchResult>* out, int64_t scratch = kResidualBatchScratch);
 
 // Scores listed documents by the fused residual kernel (for tests and benchmarks): qc is computed here.
 void ResidualScoreDocs(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,

@@ -72,7 +72,7 @@ void SearchPass(const ResidualKernels& kern, const ResidualIndex& ix, const floa
 
 void ResidualSearchBatch(const ResidualKernels& kern, const ResidualIndex& ix, const float* queries,
                          const int64_t* lengths, int64_t nq, const ResidualSearchParams& p,
-                         std::vector<ResidualSearchResult>* out) {
+                         std::vector<ResidualSearchResult>* out, int64_t scratch) {
   if (nq < 0) throw std::invalid_argument("Expected a query count >= 0 for nq but received " + std::to_string(nq));
   // every query checked before any memory is taken
   std::vector<int64_t> rows(static_cast<size_t>(nq) + 1, 0);
@@ -98,7 +98,7 @@ void ResidualSearchBatch(const ResidualKernels& kern, const ResidualIndex& ix, c
     int64_t bytes = 0;
     while (q1 < nq) {
       const int64_t b = ix.k * QueryLanes(lengths[q1]) * static_cast<int64_t>(sizeof(float));
-      if (q1 > q0 && bytes + b > kResidualBatchScratch) break;
+      if (q1 > q0 && bytes + b > scratch) break;
       bytes += b;
       q1++;
     }

@@ -78,7 +78,7 @@ interface ResidualAddon {
     index: NativeIndex,
     queries: Float32Array,
     lengths: Int32Array,
-    o: NativeSearchOptions,
+    o: NativeSearchOptions & { passBytes?: number },
   ): Promise<{ ids: Int32Array; scores: Float32Array; offsets: Float64Array; stats: NativeSearchStats[] }>;
   scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;
   centroidDocs(
