@@ -23,6 +23,22 @@ namespace {
 // while every query of the pass is scored against it.
 constexpr int64_t kChunk = 256;
 
+// ForEach over n items whose exceptions (bad_alloc) must not leave a pool thread: each is kept and
+// the first rethrown on the calling thread.
+template <class Fn>
+void ForEachQuery(int64_t n, int threads, const Fn& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  ForEach(n, threads, [&](int, int64_t j) {
+    try {
+      fn(j);
+    } catch (...) {
+      errors[j] = std::current_exception();
+    }
+  });
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 // Queries [q0, q1) of the batch (rows: each query's first row), their results into out[q0 ..).
 void SearchPass(const ResidualKernels& kern, const ResidualIndex& ix, const float* queries, const int64_t* lengths,
                 const std::vector<int64_t>& rows, int64_t q0, int64_t q1, const ResidualSearchParams& p,
@@ -30,12 +46,13 @@ void SearchPass(const ResidualKernels& kern, const ResidualIndex& ix, const floa
   const auto t = std::chrono::steady_clock::now();
   const int64_t n = q1 - q0;
   std::vector<QueryForm> forms(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; j++) {
+  // over the pool: the zero fill of the pass's scores (up to the whole budget) is a memory pass
+  ForEachQuery(n, p.threads, [&](int64_t j) {
     QueryForm& f = forms[j];
     FormQuery(kern, ix, queries + rows[q0 + j] * ix.d, lengths[q0 + j], &f);
     f.qct.assign(static_cast<size_t>(ix.k * f.lqp), 0.0f);
     f.rq.qct = f.qct.data();
-  }
+  });
   // the same dots calls as QueryCentroids (same chunks, same kernel), so every score is the same bits
   ForEach((ix.k + kChunk - 1) / kChunk, p.threads, [&](int, int64_t item) {
     const int64_t c0 = item * kChunk;
@@ -55,17 +72,7 @@ void SearchPass(const ResidualKernels& kern, const ResidualIndex& ix, const floa
   }
   ResidualSearchParams single = p;
   single.threads = 1;  // never re-enters the pool (ForEach runs one worker inline)
-  // an exception must not leave a pool thread: the first is kept and rethrown here
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  ForEach(n, p.threads, [&](int, int64_t j) {
-    try {
-      one(j, single);
-    } catch (...) {
-      errors[j] = std::current_exception();
-    }
-  });
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  ForEachQuery(n, p.threads, [&](int64_t j) { one(j, single); });
 }
 
 }  // namespace
