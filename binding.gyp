@@ -61,6 +61,7 @@
         "native/binding/chamfer_binding.cc",
         "native/cpu/residual.cc",
         "native/cpu/residual_search.cc",
+        "native/cpu/residual_batch.cc",
         "native/cpu/residual_portable.cc",
         "native/binding/residual_binding.cc",
         "native/cpu/codec.cc",

@@ -4,6 +4,7 @@
 // checkIndex, when TypeScript builds or opens the index: its arrays are private to the Index object).
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -284,15 +285,10 @@ Napi::Value CheckIndex(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// search(index, query, { nprobe, candidates, threshold, interaction: 'lists' | 'bags' (default) | 'hybrid', threads, isa }) -> Promise<{ ids, scores, stats }>
-Napi::Value Search(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  ResidualIndex ix = ParseIndex(env, info[0], false);
-  int64_t lq = 0;
-  const float* q = ParseQuery(env, info[1], ix.d, &lq);
-  CheckQueryFits(env, ix, lq);
-  if (!info[2].IsObject()) throw Expected(env, "options", "an object", "another value");
-  Napi::Object o = info[2].As<Napi::Object>();
+// The search options shared by search and searchBatch.
+maxsim_cpu::ResidualSearchParams ParseSearchParams(Napi::Env env, Napi::Value opts, const ResidualIndex& ix) {
+  if (!opts.IsObject()) throw Expected(env, "options", "an object", "another value");
+  Napi::Object o = opts.As<Napi::Object>();
   maxsim_cpu::ResidualSearchParams p;
   p.nprobe = Int(env, o, "nprobe", 1, ix.k);
   p.candidates = Int(env, o, "candidates", 1, int64_t{1} << 31);
@@ -308,61 +304,146 @@ Napi::Value Search(const Napi::CallbackInfo& info) {
     // hybrid: the lists keep 4x the candidates for the bag interaction
     if (s == "hybrid") p.refine = 4 * p.candidates;
   }
-  const ResidualKernels* k = Kernels(env, o);
-  auto out = std::make_shared<std::pair<std::vector<int32_t>, std::vector<float>>>();
-  auto st = std::make_shared<maxsim_cpu::ResidualSearchStats>();
-  // The result arrays are made on the JS thread after the job: a completion hook fills `result`.
-  struct Job : public Napi::AsyncWorker {
-    Job(Napi::Env e, std::function<void()> w, std::function<void(Napi::Env, Napi::Object)> fill,
-        std::vector<Napi::Value> keep)
-        : Napi::AsyncWorker(e, "maxsim residual search"), deferred(Napi::Promise::Deferred::New(e)),
-          work(std::move(w)), fill_(std::move(fill)) {
-      for (auto& v : keep)
-        if (v.IsObject()) refs.push_back(Napi::Persistent(v.As<Napi::Object>()));
+  return p;
+}
+
+Napi::Object StatsObject(Napi::Env e, const maxsim_cpu::ResidualSearchStats& st, const ResidualKernels* k) {
+  Napi::Object s = Napi::Object::New(e);
+  s.Set("probed", static_cast<double>(st.probed));
+  s.Set("generated", static_cast<double>(st.generated));
+  s.Set("keptCentroids", static_cast<double>(st.kept_centroids));
+  s.Set("scored", static_cast<double>(st.scored));
+  s.Set("msCentroids", st.ms_centroids);
+  s.Set("msCandidates", st.ms_candidates);
+  s.Set("msInteraction", st.ms_interaction);
+  s.Set("msResidual", st.ms_residual);
+  s.Set("isa", k->name);
+  return s;
+}
+
+// A search job: the work off the JS thread, then the result arrays made on it (a completion hook
+// fills `result`); `keep` holds the inputs alive until then.
+struct SearchJob : public Napi::AsyncWorker {
+  SearchJob(Napi::Env e, const char* name, std::function<void()> w, std::function<void(Napi::Env, Napi::Object)> fill,
+            std::vector<Napi::Value> keep)
+      : Napi::AsyncWorker(e, name), deferred(Napi::Promise::Deferred::New(e)), work(std::move(w)),
+        fill_(std::move(fill)), name_(name) {
+    for (auto& v : keep)
+      if (v.IsObject()) refs.push_back(Napi::Persistent(v.As<Napi::Object>()));
+  }
+  void Execute() override {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      SetError(name_ + " failed: " + e.what());
     }
-    void Execute() override {
-      try {
-        work();
-      } catch (const std::exception& e) {
-        SetError(std::string("maxsim residual search failed: ") + e.what());
-      }
-    }
-    void OnOK() override {
-      Napi::Object r = Napi::Object::New(Env());
-      fill_(Env(), r);
-      deferred.Resolve(r);
-    }
-    void OnError(const Napi::Error& e) override { deferred.Reject(e.Value()); }
-    Napi::Promise::Deferred deferred;
-    std::function<void()> work;
-    std::function<void(Napi::Env, Napi::Object)> fill_;
-    std::vector<Napi::ObjectReference> refs;
-  };
-  auto* job = new Job(
-      env, [=] { maxsim_cpu::ResidualSearch(*k, ix, q, lq, p, &out->first, &out->second, st.get()); },
-      [out, st, k](Napi::Env e, Napi::Object r) {
-        Napi::Int32Array ids = Napi::Int32Array::New(e, out->first.size());
-        Napi::Float32Array sc = Napi::Float32Array::New(e, out->second.size());
-        std::copy(out->first.begin(), out->first.end(), ids.Data());
-        std::copy(out->second.begin(), out->second.end(), sc.Data());
+  }
+  void OnOK() override {
+    Napi::Object r = Napi::Object::New(Env());
+    fill_(Env(), r);
+    deferred.Resolve(r);
+  }
+  void OnError(const Napi::Error& e) override { deferred.Reject(e.Value()); }
+  static Napi::Promise Start(SearchJob* job) {
+    Napi::Promise pr = job->deferred.Promise();
+    job->Queue();
+    return pr;
+  }
+  Napi::Promise::Deferred deferred;
+  std::function<void()> work;
+  std::function<void(Napi::Env, Napi::Object)> fill_;
+  std::string name_;
+  std::vector<Napi::ObjectReference> refs;
+};
+
+// search(index, query, { nprobe, candidates, threshold, interaction: 'lists' | 'bags' (default) | 'hybrid', threads, isa }) -> Promise<{ ids, scores, stats }>
+Napi::Value Search(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ResidualIndex ix = ParseIndex(env, info[0], false);
+  int64_t lq = 0;
+  const float* q = ParseQuery(env, info[1], ix.d, &lq);
+  CheckQueryFits(env, ix, lq);
+  const maxsim_cpu::ResidualSearchParams p = ParseSearchParams(env, info[2], ix);
+  const ResidualKernels* k = Kernels(env, info[2]);
+  auto out = std::make_shared<maxsim_cpu::ResidualSearchResult>();
+  return SearchJob::Start(new SearchJob(
+      env, "maxsim residual search",
+      [=] { maxsim_cpu::ResidualSearch(*k, ix, q, lq, p, &out->ids, &out->scores, &out->stats); },
+      [out, k](Napi::Env e, Napi::Object r) {
+        Napi::Int32Array ids = Napi::Int32Array::New(e, out->ids.size());
+        Napi::Float32Array sc = Napi::Float32Array::New(e, out->scores.size());
+        std::copy(out->ids.begin(), out->ids.end(), ids.Data());
+        std::copy(out->scores.begin(), out->scores.end(), sc.Data());
         r.Set("ids", ids);
         r.Set("scores", sc);
-        Napi::Object s = Napi::Object::New(e);
-        s.Set("probed", static_cast<double>(st->probed));
-        s.Set("generated", static_cast<double>(st->generated));
-        s.Set("keptCentroids", static_cast<double>(st->kept_centroids));
-        s.Set("scored", static_cast<double>(st->scored));
-        s.Set("msCentroids", st->ms_centroids);
-        s.Set("msCandidates", st->ms_candidates);
-        s.Set("msInteraction", st->ms_interaction);
-        s.Set("msResidual", st->ms_residual);
-        s.Set("isa", k->name);
-        r.Set("stats", s);
+        r.Set("stats", StatsObject(e, out->stats, k));
       },
-      {info[0], info[1]});
-  Napi::Promise pr = job->deferred.Promise();
-  job->Queue();
-  return pr;
+      {info[0], info[1]}));
+}
+
+// searchBatch(index, queries: Float32Array [sum(lengths) * d], lengths: Int32Array, options as search
+//   and passBytes)
+//   -> Promise<{ ids, scores, offsets: Float64Array [n + 1], stats: [n] }>: query i's results are
+// ids / scores [offsets[i], offsets[i + 1]), each what search returns for it.
+Napi::Value SearchBatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ResidualIndex ix = ParseIndex(env, info[0], false);
+  auto qs = Typed<float>(env, info[1], "queries", "Float32Array");
+  auto lens = Typed<int32_t>(env, info[2], "lengths", "Int32Array");
+  const int64_t nq = static_cast<int64_t>(lens.ElementLength());
+  auto lengths = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(nq));
+  int64_t rows = 0;
+  for (int64_t i = 0; i < nq; i++) {
+    const int32_t l = lens.Data()[i];
+    const std::string name = "lengths[" + std::to_string(i) + "]";
+    if (l < 0) throw Expected(env, name, "a length >= 0", std::to_string(l));
+    const int64_t lqp = std::max<int64_t>(16, (int64_t{l} + 15) / 16 * 16);
+    if (ix.k * lqp >= (int64_t{1} << 31))
+      throw Expected(env, name, "at most " + std::to_string(((int64_t{1} << 31) / ix.k) / 16 * 16 - 16) +
+                                    " tokens for " + std::to_string(ix.k) + " centroids",
+                     std::to_string(l));
+    (*lengths)[i] = l;
+    rows += l;
+  }
+  if (static_cast<int64_t>(qs.ElementLength()) != rows * ix.d)
+    throw Expected(env, "queries.length",
+                   std::to_string(rows * ix.d) + " (the lengths' " + std::to_string(rows) + " rows x d " +
+                       std::to_string(ix.d) + ")",
+                   std::to_string(qs.ElementLength()));
+  const maxsim_cpu::ResidualSearchParams p = ParseSearchParams(env, info[3], ix);
+  const ResidualKernels* k = Kernels(env, info[3]);
+  Napi::Object o = info[3].As<Napi::Object>();
+  // passBytes (tests): the budget of a pass's centroid scores
+  const int64_t scratch = o.Get("passBytes").IsUndefined() ? maxsim_cpu::kResidualBatchScratch
+                                                            : Int(env, o, "passBytes", 1, int64_t{1} << 50);
+  const float* q = qs.Data();
+  auto out = std::make_shared<std::vector<maxsim_cpu::ResidualSearchResult>>();
+  return SearchJob::Start(new SearchJob(
+      env, "maxsim residual searchBatch",
+      [=] { maxsim_cpu::ResidualSearchBatch(*k, ix, q, lengths->data(), nq, p, out.get(), scratch); },
+      [out, k](Napi::Env e, Napi::Object r) {
+        size_t total = 0;
+        for (const auto& x : *out) total += x.ids.size();
+        Napi::Int32Array ids = Napi::Int32Array::New(e, total);
+        Napi::Float32Array sc = Napi::Float32Array::New(e, total);
+        Napi::Float64Array off = Napi::Float64Array::New(e, out->size() + 1);
+        Napi::Array stats = Napi::Array::New(e, out->size());
+        size_t at = 0;
+        off[0] = 0;
+        for (size_t i = 0; i < out->size(); i++) {
+          const auto& x = (*out)[i];
+          std::copy(x.ids.begin(), x.ids.end(), ids.Data() + at);
+          std::copy(x.scores.begin(), x.scores.end(), sc.Data() + at);
+          at += x.ids.size();
+          off[i + 1] = static_cast<double>(at);
+          stats.Set(static_cast<uint32_t>(i), StatsObject(e, x.stats, k));
+        }
+        r.Set("ids", ids);
+        r.Set("scores", sc);
+        r.Set("offsets", off);
+        r.Set("stats", stats);
+      },
+      {info[0], info[1], info[2]}));
 }
 
 // scoreDocs(index, query, docs: Int32Array, opts) -> Float32Array (sync; tests and benchmarks)
@@ -401,6 +482,7 @@ void InitResidual(Napi::Env env, Napi::Object exports) {
   r.Set("encode", Napi::Function::New(env, Encode));
   r.Set("checkIndex", Napi::Function::New(env, CheckIndex));
   r.Set("search", Napi::Function::New(env, Search));
+  r.Set("searchBatch", Napi::Function::New(env, SearchBatch));
   r.Set("scoreDocs", Napi::Function::New(env, [](const Napi::CallbackInfo& i) { return ScoreDocs(i, false); }));
   r.Set("centroidDocs", Napi::Function::New(env, [](const Napi::CallbackInfo& i) { return ScoreDocs(i, true); }));
   exports.Set("residual", r);

@@ -159,6 +159,28 @@ void ResidualSearch(const ResidualKernels& k, const ResidualIndex& index, const 
                     const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
                     ResidualSearchStats* stats);
 
+// One query's result in a batch.
+struct ResidualSearchResult {
+  std::vector<int32_t> ids;
+  std::vector<float> scores;
+  ResidualSearchStats stats;
+};
+
+// Scratch of one pass of a batch: the passed queries' centroid scores (k x lqp floats each) stay
+// under it, a larger batch runs as several passes (a single query over it still runs alone).
+constexpr int64_t kResidualBatchScratch = int64_t{256} << 20;
+
+// nq queries (queries: their [lengths[i]][d] float32 rows back to back), each with exactly the ids,
+// scores and counts ResidualSearch gives it. A pass computes the query x centroid scores of all its
+// queries in one pass over the centroids (each chunk read once for all of them while it is in cache),
+// then runs the later stages one query per worker (single-threaded inside) when it holds at least as
+// many queries as workers, else query by query with each stage over the pool. Stats: each query's own
+// stage times, plus its share of the pass's centroid scoring. nq == 1 is ResidualSearch. scratch:
+// the passes' budget (tests make it small to run many passes).
+void ResidualSearchBatch(const ResidualKernels& k, const ResidualIndex& index, const float* queries,
+                         const int64_t* lengths, int64_t nq, const ResidualSearchParams& p,
+                         std::vector<ResidualSearchResult>* out, int64_t scratch = kResidualBatchScratch);
+
 // Scores listed documents by the fused residual kernel (for tests and benchmarks): qc is computed here.
 void ResidualScoreDocs(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
                        const int32_t* docs, int64_t n, float* out, int threads);

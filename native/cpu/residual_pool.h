@@ -13,13 +13,19 @@
 namespace maxsim_cpu {
 namespace residual_detail {
 
-// Calls fn(worker, item) for items [0, count) handed out one at a time over the pool.
+// Calls fn(worker, item) for items [0, count) handed out one at a time over the pool. One worker runs
+// on the calling thread without the pool, so it may be called from inside a pool job (the batched
+// search runs each query's stages single-threaded in a worker; the pool does not nest).
 template <class Fn>
 inline void ForEach(int64_t count, int threads, const Fn& fn) {
   if (count <= 0) return;
   ThreadPool& pool = GlobalPool();
   const int64_t wanted = threads > 0 ? threads : pool.size();
   const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, pool.size(), count})));
+  if (workers == 1) {
+    for (int64_t item = 0; item < count; item++) fn(0, item);
+    return;
+  }
   std::atomic<int64_t> next{0};
   pool.Run(workers, [&](int w) {
     for (;;) {

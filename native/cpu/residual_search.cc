@@ -10,6 +10,7 @@
 
 #include "residual.h"
 #include "residual_pool.h"
+#include "residual_stages.h"
 
 namespace maxsim_cpu {
 
@@ -34,28 +35,19 @@ int8_t ToInt8(float v, float scale) {
   return static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
 }
 
-// One query as every stage reads it: packed and transposed, its centroid scores, and (kernel sets
-// with int8 residual scoring) its int8 form and the int8 residual table (residual.h, ResidualQuery).
-struct QueryForm {
-  int64_t lqp = 16;
-  std::vector<float> qpack, qt, qct, qscale;
-  std::vector<uint8_t> q8;
-  std::vector<int8_t> tab8;
-  ResidualQuery rq;
-};
+}  // namespace
 
-void PrepareQuery(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq, int threads,
-                  QueryForm* f) {
+void residual_detail::FormQuery(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                                QueryForm* f) {
   const int64_t d = ix.d;
-  f->lqp = std::max<int64_t>(16, RoundUp(lq, 16));
+  f->lqp = QueryLanes(lq);
   if (ix.k * f->lqp >= (int64_t{1} << 31))
     throw std::invalid_argument("Expected centroids x query tokens (rounded up to 16) below 2^31 but received " +
                                 std::to_string(ix.k) + " x " + std::to_string(f->lqp));
   PackQuery(query, lq, d, f->lqp, kern.lanes, &f->qpack, &f->qt);
-  QueryCentroids(kern, ix, f->qpack, f->lqp, threads, &f->qct);
+  f->qct.clear();
   f->rq = ResidualQuery{};
   f->rq.qt = f->qt.data();
-  f->rq.qct = f->qct.data();
   f->rq.lq = lq;
   f->rq.lqp = f->lqp;
   f->rq.k = ix.k;
@@ -87,6 +79,16 @@ void PrepareQuery(const ResidualKernels& kern, const ResidualIndex& ix, const fl
   f->rq.qscale = f->qscale.data();
   f->rq.tab8 = f->tab8.data();
   f->rq.dq = dq;
+}
+
+namespace {
+
+// The whole form of one query: FormQuery and its centroid scores over the pool.
+void PrepareQuery(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq, int threads,
+                  QueryForm* f) {
+  FormQuery(kern, ix, query, lq, f);
+  QueryCentroids(kern, ix, f->qpack, f->lqp, threads, &f->qct);
+  f->rq.qct = f->qct.data();
 }
 
 // Candidates (lists): for each query token, the documents of its probed centroids' lists, best
@@ -285,10 +287,19 @@ void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_
 void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
                     const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
                     ResidualSearchStats* st) {
-  using Clock = std::chrono::steady_clock;
-  auto t = Clock::now();
+  const auto t = std::chrono::steady_clock::now();
   QueryForm f;
   PrepareQuery(kern, ix, query, lq, p.threads, &f);
+  st->ms_centroids = MsSince(t);
+  SearchStages(kern, ix, f, p, ids, scores, st);
+}
+
+void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIndex& ix, const QueryForm& f,
+                                   const ResidualSearchParams& p, std::vector<int32_t>* ids,
+                                   std::vector<float>* scores, ResidualSearchStats* st) {
+  using Clock = std::chrono::steady_clock;
+  auto t = Clock::now();
+  const int64_t lq = f.rq.lq;
   const int64_t lqp = f.lqp;
   const std::vector<float>& qct = f.qct;
   // Probe: each query token's nprobe best centroids; pruning (bags, a finite threshold only): the
@@ -309,7 +320,7 @@ void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const 
       st->kept_centroids += keep[c];
     }
   }
-  st->ms_centroids = MsSince(t);
+  st->ms_centroids += MsSince(t);
   t = Clock::now();
   std::vector<int32_t> cand;
   std::vector<float> ci;

@@ -4,6 +4,10 @@
 import { InvalidArgumentError } from '../errors.js';
 import { expectInteger } from '../tensor.js';
 
+/** How reached documents are scored before the residual stage (IndexSearchOptions.interaction). */
+export type IndexInteraction = 'lists' | 'bags' | 'hybrid';
+export const INTERACTIONS: readonly IndexInteraction[] = ['lists', 'bags', 'hybrid'];
+
 /** PLAID's K: 2^floor(log2(16 sqrt(tokens))), at least 1 and at most the token count. */
 export function defaultCentroids(tokens: number): number {
   if (tokens < 1) return 1;

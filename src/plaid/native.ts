@@ -42,6 +42,14 @@ export interface NativeSearchStats {
   isa: ResidualIsa;
 }
 
+/** The native stages' options (search and searchBatch). */
+export interface NativeSearchOptions extends KernelOptions {
+  nprobe: number;
+  candidates: number;
+  threshold?: number;
+  interaction?: 'lists' | 'bags' | 'hybrid';
+}
+
 interface ResidualAddon {
   isas(): ResidualIsa[];
   assign(
@@ -63,13 +71,15 @@ interface ResidualAddon {
   search(
     index: NativeIndex,
     query: Float32Array,
-    o: KernelOptions & {
-      nprobe: number;
-      candidates: number;
-      threshold?: number;
-      interaction?: 'lists' | 'bags' | 'hybrid';
-    },
+    o: NativeSearchOptions,
   ): Promise<{ ids: Int32Array; scores: Float32Array; stats: NativeSearchStats }>;
+  /** Query i's results are ids / scores [offsets[i], offsets[i + 1]), each what search returns for it. */
+  searchBatch(
+    index: NativeIndex,
+    queries: Float32Array,
+    lengths: Int32Array,
+    o: NativeSearchOptions & { passBytes?: number },
+  ): Promise<{ ids: Int32Array; scores: Float32Array; offsets: Float64Array; stats: NativeSearchStats[] }>;
   scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;
   centroidDocs(
     index: NativeIndex,

@@ -8,7 +8,8 @@
 // sum_i max_c q_i . centroid_c over the centroids that pass the pruning threshold) keeps the best
 // `candidates`; the fused decompress-and-MaxSim kernel scores those; when the index holds the source
 // tokens, the best `rescore` of them are re-scored by the exact MaxSim engine, so returned scores
-// are exact and only the candidate set is approximate.
+// are exact and only the candidate set is approximate. searchAll runs a batch's native stages
+// together (src/plaid/batch.ts) with the same results per query.
 import { constants as bufferConstants } from 'node:buffer';
 import { cpuMaxsim } from '../backends/cpu.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -27,11 +28,12 @@ import {
   type TokenMatrix,
   totalTokens,
 } from '../tensor.js';
+import { cpuSearchPlan, nativeSearchBatch, splitQueries } from './batch.js';
 import { type Buckets, fitBuckets } from './codec.js';
-import { defaultCentroids, defaultSearch, searchSettings } from './defaults.js';
+import { defaultCentroids, defaultSearch, INTERACTIONS, type IndexInteraction } from './defaults.js';
 import { buildLists } from './lists.js';
 
-export { buildLists, defaultCentroids, defaultSearch };
+export { buildLists, defaultCentroids, defaultSearch, INTERACTIONS, type IndexInteraction };
 
 import { type CodecBackend, codecFor } from './cuda-codec.js';
 import type { StagePrecision } from './cuda-plan.js';
@@ -106,10 +108,6 @@ export interface BuildStats {
   /** Where the assignment and the encode ran. */
   backend?: 'cpu' | 'cuda';
 }
-
-/** How reached documents are scored before the residual stage (IndexSearchOptions.interaction). */
-export type IndexInteraction = 'lists' | 'bags' | 'hybrid';
-export const INTERACTIONS: readonly IndexInteraction[] = ['lists', 'bags', 'hybrid'];
 
 export interface IndexSearchOptions extends KernelOptions {
   /** Hits to return. */
@@ -300,27 +298,17 @@ export class PlaidIndex {
     if (query.dtype === 'int8') throw new InvalidArgumentError('query.dtype', 'a float dtype', "'int8'");
     if (query.dim !== this.dim)
       throw new InvalidArgumentError('query.dim', `${this.dim} (the index's dim)`, String(query.dim));
-    const { k, nprobe, candidates, rescore, threshold } = searchSettings(options, this.count);
-    const interaction = options.interaction ?? defaultSearch(k, this.count).interaction;
-    if (!INTERACTIONS.includes(interaction))
-      throw new InvalidArgumentError(
-        'options.interaction',
-        "'lists', 'bags' or 'hybrid'",
-        String(interaction),
-      );
+    const { k, rescore, native } = cpuSearchPlan(options, this.count, this.centroids);
     const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
-    const r = await residualAddon().search(this.native, q, {
-      nprobe: Math.min(nprobe, this.centroids),
-      candidates: Math.max(candidates, k),
-      threshold,
-      interaction,
-      threads: options.threads,
-      isa: options.isa,
-    });
+    const r = await residualAddon().search(this.native, q, native);
     return this.#finish(query, k, rescore, r, options.threads);
   }
 
-  /** search for every query of a batch, in order; backend 'cuda' runs the batch's stages on the GPU. */
+  /**
+   * search for every query of a batch, in order, each result equal to search's for it. On the CPU the
+   * batch shares the native stages (one pass over the centroids for all queries, the later stages one
+   * query per thread); backend 'cuda' runs the batch's stages on the GPU.
+   */
   async searchAll(
     queries: TokenBatch,
     options: IndexSearchOptions & { backend?: 'cpu' | 'cuda'; device?: number; precision?: StagePrecision },
@@ -336,18 +324,14 @@ export class PlaidIndex {
         );
       return (await cudaSearchBatch(this, queries, rest)).results;
     }
-    if (!isTokenBatch(queries)) throw new InvalidArgumentError('queries', 'a TokenBatch', typeof queries);
+    // the CPU stages of the whole batch at once (src/plaid/batch.ts), then each query's exact stage
+    const { matrices, rows, lengths } = splitQueries(queries, this.dim);
+    options = optionsObject(options, 'k, nprobe, candidates, threshold, interaction, rescore, threads, isa');
+    const { k, rescore, native } = cpuSearchPlan(options, this.count, this.centroids);
+    const hits = await nativeSearchBatch(this.native, rows, lengths, native);
     const out: IndexSearchResult[] = [];
-    for (let i = 0; i < queries.count; i++) {
-      const s = queries.starts[i] * queries.dim;
-      const data = queries.data.subarray(s, s + queries.lengths[i] * queries.dim);
-      out.push(
-        await this.search(
-          { kind: 'matrix', dtype: queries.dtype, data, length: queries.lengths[i], dim: queries.dim },
-          options,
-        ),
-      );
-    }
+    for (let i = 0; i < hits.length; i++)
+      out.push(await this.#finish(matrices[i], k, rescore, hits[i], options.threads));
     return out;
   }
 

@@ -1,0 +1,36 @@
+// What the single-query search (residual_search.cc) and the batched one (residual_batch.cc) share:
+// a query's forms as every stage reads them, its centroid scores, and the stages that follow those.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "residual.h"
+
+namespace maxsim_cpu {
+namespace residual_detail {
+
+// One query as every stage reads it: packed and transposed, its centroid scores, and (kernel sets
+// with int8 residual scoring) its int8 form and the int8 residual table (residual.h, ResidualQuery).
+struct QueryForm {
+  int64_t lqp = 16;
+  std::vector<float> qpack, qt, qct, qscale;
+  std::vector<uint8_t> q8;
+  std::vector<int8_t> tab8;
+  ResidualQuery rq;
+};
+
+// lq rounded up to a multiple of 16 (at least 16): the row length of a query's centroid scores.
+inline int64_t QueryLanes(int64_t lq) { return std::max<int64_t>(16, (lq + 15) / 16 * 16); }
+
+// Everything of the form but qct, which is left empty (rq.qct null); throws when k x lqp reaches 2^31.
+void FormQuery(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq, QueryForm* f);
+
+// The stages after the centroid scores (f.qct filled, f.rq.qct pointing at it): probe, candidates,
+// selection, residual MaxSim; adds the probe's time to st->ms_centroids. Results do not depend on
+// p.threads (every stage's work items are independent), and p.threads == 1 never enters the pool.
+void SearchStages(const ResidualKernels& kern, const ResidualIndex& ix, const QueryForm& f,
+                  const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
+                  ResidualSearchStats* st);
+
+}  // namespace residual_detail
+}  // namespace maxsim_cpu
