@@ -11,6 +11,7 @@ import { InvalidArgumentError } from '../../src/errors.js';
 import { decodeToFloat32, encodeFloats } from '../../src/floats.js';
 import { decodeTokens } from '../../src/plaid/codec.js';
 import { plaidCuda } from '../../src/plaid/cuda-native.js';
+import { bytesPerQuery } from '../../src/plaid/cuda-plan.js';
 import { cudaSearchBatch } from '../../src/plaid/cuda-search.js';
 import { residualAddon } from '../../src/plaid/native.js';
 import { buildIndex, type PlaidIndex } from '../../src/plaid/plaid.js';
@@ -389,6 +390,36 @@ describe('CUDA plaid search', { skip }, () => {
             );
         }
       }
+  });
+
+  test('a call split into many passes (two in flight) gives every query the results of one pass', async () => {
+    const { index, queries } = await searchIndex();
+    for (const precision of ['float32', 'float16'] as const) {
+      const o = { k: 10, nprobe: 9, candidates: 300, rescore: 40, stages: true, precision };
+      const one = await cudaSearchBatch(index, queries, o);
+      const per = bytesPerQuery(index.centroids, 32, 16, index.count, 300, 40, precision);
+      for (const budget of [per, 5 * per]) {
+        const many = await cudaSearchBatch(index, queries, { ...o, budget });
+        assert.equal(many.results.length, queries.count);
+        for (let q = 0; q < queries.count; q++) {
+          const a = one.results[q].hits;
+          const b = many.results[q].hits;
+          assert.deepEqual(
+            b.map((h) => [h.index, h.score]),
+            a.map((h) => [h.index, h.score]),
+            `${precision} budget ${budget}: query ${q}`,
+          );
+          const sa = (one.stages ?? [])[q];
+          const sb = (many.stages ?? [])[q];
+          sameInts(sb.probed, sa.probed, `probed of ${q}`);
+          sameInts(sb.candidates, sa.candidates, `candidates of ${q}`);
+          sameInts(sb.kept, sa.kept, `kept of ${q}`);
+          sameBits(Float32Array.from(sb.residual), Float32Array.from(sa.residual), `residual of ${q}`);
+        }
+        assert.equal(many.batch.generated, one.batch.generated);
+        assert.equal(many.batch.rescored, one.batch.rescored);
+      }
+    }
   });
 
   test('float16 stages (tensor cores): probes and residual scores within float16 rounding', async () => {
