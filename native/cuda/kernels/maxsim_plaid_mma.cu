@@ -194,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssign
 // a dimension pair per entry ([d / 2][16] half2, index code_k | code_k+1 << 2); 4-bit ones a
 // dimension per entry ([d][16] halves). Chunks of 32 query tokens run in turn, each adding its sum
 // to score_out (a warp owns its entries).
-extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_residual_mma(const PlaidSearchParams p) {
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS, 3) plaid_residual_mma(const PlaidSearchParams p) {
   __shared__ uint32_t tab[PLAID_MMA_KS * 16 * 8];  // 4 KiB: either table for d <= 128
   __shared__ __align__(16) uint8_t staged[PLAID_SCORE_WARPS][2][kStageBytes];  // 8.5 KiB
   const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -237,6 +237,8 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
     int64_t t0 = 0, t1 = 0;
     int cur = 0;
     int64_t pending = -1;  // the block in flight into staged[wid][cur]
+    int64_t pre = -1;  // the block whose qc values qn holds (float16 pairs)
+    uint32_t qn[8];
     if (e < o1) {
       const int64_t doc = p.score_doc[e];
       t0 = p.doc_off[doc];
@@ -279,17 +281,34 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
         const int64_t ra = blk * 16 + g, rb = ra + 8;  // this lane's two token rows
         const bool va = ra >= t0 && ra < t1, vb = rb >= t0 && rb < t1;
         float acc[4][4];
-        const int64_t qa = (q * p.k + (va ? ids[g] : 0)) * p.lq + c * 32 + 2 * t;
-        const int64_t qb = (q * p.k + (vb ? ids[g + 8] : 0)) * p.lq + c * 32 + 2 * t;
+        if (pre == blk) {  // its qc values came a block ahead (qn)
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-          const float2 x = va ? Qc2(p, qa + nt * 8) : make_float2(0.0f, 0.0f);
-          const float2 y = vb ? Qc2(p, qb + nt * 8) : make_float2(0.0f, 0.0f);
-          acc[nt][0] = x.x;
-          acc[nt][1] = x.y;
-          acc[nt][2] = y.x;
-          acc[nt][3] = y.y;
+          for (int nt = 0; nt < 4; nt++) {
+            const float2 x = va ? __half22float2(*reinterpret_cast<const __half2*>(&qn[2 * nt])) : make_float2(0.0f, 0.0f);
+            const float2 y = vb ? __half22float2(*reinterpret_cast<const __half2*>(&qn[2 * nt + 1])) : make_float2(0.0f, 0.0f);
+            acc[nt][0] = x.x;
+            acc[nt][1] = x.y;
+            acc[nt][2] = y.x;
+            acc[nt][3] = y.y;
+          }
+        } else {
+          const int64_t qa = (q * p.k + (va ? ids[g] : 0)) * p.lq + c * 32 + 2 * t;
+          const int64_t qb = (q * p.k + (vb ? ids[g + 8] : 0)) * p.lq + c * 32 + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            const float2 x = va ? Qc2(p, qa + nt * 8) : make_float2(0.0f, 0.0f);
+            const float2 y = vb ? Qc2(p, qb + nt * 8) : make_float2(0.0f, 0.0f);
+            acc[nt][0] = x.x;
+            acc[nt][1] = x.y;
+            acc[nt][2] = y.x;
+            acc[nt][3] = y.y;
+          }
         }
+        // the next block of this document: its ids now (L2: the document was prefetched), its qc
+        // values after this block's products, so their round trips overlap this block's work
+        const int64_t na = (blk + 1) * 16 + g, nb = na + 8;
+        const bool pa = !last && na < t1, pb = !last && nb < t1;
+        const int32_t ia = pa ? p.cids[na] : 0, ib = pb ? p.cids[nb] : 0;
         const int sa = g * p.bits, sb = (g + 8) * p.bits;
 #pragma unroll
         for (int ks = 0; ks < PLAID_MMA_KS; ks++) {
@@ -318,6 +337,17 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS) plaid_resid
 #pragma unroll
           for (int nt = 0; nt < 4; nt++) Mma16816(acc[nt], a, b[nt][ks][0], b[nt][ks][1]);
         }
+        if (!last) {
+          const uint32_t* qh = reinterpret_cast<const uint32_t*>(p.qc);
+          const int64_t xa = ((q * p.k + ia) * p.lq + c * 32 + 2 * t) / 2;
+          const int64_t xb = ((q * p.k + ib) * p.lq + c * 32 + 2 * t) / 2;
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            qn[2 * nt] = pa ? qh[xa + nt * 4] : 0u;
+            qn[2 * nt + 1] = pb ? qh[xb + nt * 4] : 0u;
+          }
+        }
+        pre = last ? -1 : blk + 1;  // a block shared with the next document is loaded afresh there
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
           if (va) {
