@@ -156,24 +156,28 @@ describe('corpus index --drop-tokens', () => {
     );
     w.commit();
     const c = openCorpus(dir);
-    const self = docsOf(2, 300); // queries that are appended documents: they find themselves
-    let r = await c.searchWithStats(self, { topK: 1 });
+    // queries that are appended documents find themselves among the first hits: exactly scored in
+    // the scanned segment, they compete with residual scores of dropped documents, which can pass a
+    // document's self score (decoded tokens are not unit vectors), so rank 1 is not guaranteed
+    const self = docsOf(2, 300);
+    const finds = (hits: { id: string }[][]) =>
+      hits.forEach((row, i) =>
+        assert.ok(
+          row.some((h) => h.id === `a${i}`),
+          `a${i} among ${row.map((h) => h.id).join(', ')} (seed ${seed})`,
+        ),
+      );
+    let r = await c.searchWithStats(self, { topK: 3 });
     assert.equal(r.stats.index!.scannedDocuments, 40);
-    assert.deepEqual(
-      r.hits.map((row) => row[0].id),
-      ['a0', 'a1'],
-    );
+    finds(r.hits);
     const e = await indexCorpus(dir);
     assert.equal(e.encoded, 1);
     assert.equal(e.info.segments, 2);
     assert.equal(e.info.index!.unindexedSegments, 0);
     // every document a candidate: the residual ranking alone decides (the default candidates may miss)
-    r = await c.searchWithStats(self, { topK: 1, index: { nprobe: 32, candidates: 140, rescore: 140 } });
+    r = await c.searchWithStats(self, { topK: 3, index: { nprobe: 32, candidates: 140, rescore: 140 } });
     assert.equal(r.stats.index!.scannedDocuments, 0);
-    assert.deepEqual(
-      r.hits.map((row) => row[0].id),
-      ['a0', 'a1'],
-    );
+    finds(r.hits);
     const q = queriesOf(5, seed + 5);
     deleteDocuments(dir, ['s0d1', 's1d2', 'a3']);
     const beforeCompact = await c.search(q, { topK: 8, index: { nprobe: 32, candidates: 240 } });
