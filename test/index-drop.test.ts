@@ -160,13 +160,14 @@ describe('corpus index --drop-tokens', () => {
     // the scanned segment, they compete with residual scores of dropped documents, which can pass a
     // document's self score (decoded tokens are not unit vectors), so rank 1 is not guaranteed
     const self = docsOf(2, 300);
-    const finds = (hits: { id: string }[][]) =>
-      hits.forEach((row, i) =>
+    const finds = (hits: { id: string }[][]) => {
+      hits.forEach((row, i) => {
         assert.ok(
           row.some((h) => h.id === `a${i}`),
           `a${i} among ${row.map((h) => h.id).join(', ')} (seed ${seed})`,
-        ),
-      );
+        );
+      });
+    };
     let r = await c.searchWithStats(self, { topK: 3 });
     assert.equal(r.stats.index!.scannedDocuments, 40);
     finds(r.hits);
@@ -174,10 +175,24 @@ describe('corpus index --drop-tokens', () => {
     assert.equal(e.encoded, 1);
     assert.equal(e.info.segments, 2);
     assert.equal(e.info.index!.unindexedSegments, 0);
-    // every document a candidate: the residual ranking alone decides (the default candidates may miss)
-    r = await c.searchWithStats(self, { topK: 3, index: { nprobe: 32, candidates: 140, rescore: 140 } });
+    // every document (240) a candidate: the residual ranking alone decides (the default candidates may miss)
+    r = await c.searchWithStats(self, { topK: 3, index: { nprobe: 32, candidates: 240, rescore: 240 } });
     assert.equal(r.stats.index!.scannedDocuments, 0);
-    finds(r.hits);
+    // the appended documents now decoded too: the ranking is the float64 brute force over every
+    // decoded document (ties aside)
+    const decoded = decodedAll(dir);
+    r.hits.forEach((row, qi) => {
+      const brute = Array.from({ length: decoded.count }, (_, b) => maxsim64(self, qi, decoded, b)).sort(
+        (a, b) => b - a,
+      );
+      row.forEach((h, j) => {
+        assert.ok(close(h.score, maxsim64(self, qi, decoded, h.index)), `score of ${h.id} (seed ${seed})`);
+        assert.ok(
+          close(h.score, brute[j]),
+          `hit ${j} of query ${qi}: ${h.score} vs ${brute[j]} (seed ${seed})`,
+        );
+      });
+    });
     const q = queriesOf(5, seed + 5);
     deleteDocuments(dir, ['s0d1', 's1d2', 'a3']);
     const beforeCompact = await c.search(q, { topK: 8, index: { nprobe: 32, candidates: 240 } });
