@@ -462,6 +462,24 @@ describe('CUDA plaid search', { skip }, () => {
         }).some(Boolean);
         assert.ok(ok, `probed centroid ${c} of query ${qi} (seed ${runSeed})`);
       }
+      // interaction (float16 qc): sum over tokens of the bag's best dot, within the tokens' bounds
+      for (let j = 0; j < s.candidates.length; j += Math.max(1, Math.floor(s.candidates.length / 200))) {
+        const b = s.candidates[j];
+        let want = 0;
+        let tol = 1e-6;
+        for (let i = 0; i < lq; i++) {
+          let m = Number.NEGATIVE_INFINITY;
+          for (let t = ix.bagOffsets[b]; t < ix.bagOffsets[b + 1]; t++)
+            m = Math.max(m, dots[i * ix.k + ix.bags[t]]);
+          if (m > Number.NEGATIVE_INFINITY) want += m;
+          tol += 2 * bound[i];
+        }
+        const got = s.interaction[j];
+        assert.ok(
+          Math.abs(got - want) <= tol,
+          `interaction of query ${qi}, doc ${b}: ${got} vs ${want} (seed ${runSeed})`,
+        );
+      }
       // kept: the exact top 500 of the GPU's own interaction scores, as in float32
       const order = Array.from(s.candidates.keys()).sort(
         (a, b) => s.interaction[b] - s.interaction[a] || s.candidates[a] - s.candidates[b],

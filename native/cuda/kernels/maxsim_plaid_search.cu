@@ -378,6 +378,59 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
   }
 }
 
+// plaid_interaction for float16 qc and queries of <= 32 tokens (lq == 32): a half-warp per candidate,
+// each lane holding two tokens (one 4-byte load of a qc row), so a warp keeps two candidates' loads
+// in flight for the instructions one took. The maxima are grouped and the sums ordered as in
+// plaid_interaction, so the scores are bitwise the same.
+extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32, hl = lane % 16, base = lane & 16;
+  const int64_t total = p.cand_off[p.num_q];
+  const bool prune = p.threshold > -INFINITY;
+  const int64_t cw = (p.k + 31) / 32;
+  const __half2* qc2 = reinterpret_cast<const __half2*>(p.qc);
+  const float2 none = make_float2(-INFINITY, -INFINITY);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; 2 * w < total; w += warps) {
+    const int64_t e = 2 * w + lane / 16;
+    const bool active = e < total;
+    float2 m = none;
+    int64_t len = 0;
+    if (active) {
+      const int64_t q = p.cand_q[e], doc = p.cand[e];
+      len = p.q_len[q];
+      const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
+      const __half2* row = qc2 + q * p.k * 16 + hl;  // rows of 16 token pairs
+      auto at = [&](int32_t c) {
+        return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? __half22float2(row[static_cast<int64_t>(c) * 16]) : none;
+      };
+      const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const float2 v0 = at(p.bags[j]), v1 = at(p.bags[j + 1]), v2 = at(p.bags[j + 2]), v3 = at(p.bags[j + 3]);
+        m.x = fmaxf(m.x, fmaxf(fmaxf(v0.x, v1.x), fmaxf(v2.x, v3.x)));
+        m.y = fmaxf(m.y, fmaxf(fmaxf(v0.y, v1.y), fmaxf(v2.y, v3.y)));
+      }
+      for (; j < j1; j++) {
+        const int32_t c = p.bags[j];
+        if (!prune || ((kb[c >> 5] >> (c & 31)) & 1u)) {
+          const float2 v = at(c);
+          m.x = fmaxf(m.x, v.x);
+          m.y = fmaxf(m.y, v.y);
+        }
+      }
+    }
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const float a = __shfl_sync(0xffffffffu, m.x, base + i / 2);
+      const float b = __shfl_sync(0xffffffffu, m.y, base + i / 2);
+      if (i < len && a != -INFINITY) s += static_cast<double>(a);
+      if (i + 1 < len && b != -INFINITY) s += static_cast<double>(b);
+    }
+    if (active && hl == 0) p.ci[e] = static_cast<float>(s);
+  }
+}
+
 // grid Q, block 256: the best sel_out_off[q + 1] - sel_out_off[q] entries of [sel_in_off[q], ...) by
 // (score desc, doc asc), exactly: radix select of the k-th largest 64-bit key, 8 bits per pass.
 extern "C" __global__ void __launch_bounds__(256) plaid_select(const PlaidSearchParams p) {
