@@ -1,4 +1,4 @@
-// Non-x86 builds: the x86 kernel sets (float, int8 and residual) do not exist.
+// Non-x86 builds: the x86 kernel sets (float and int8) do not exist.
 #include "kernel_api.h"
 
 const maxsim_cpu::IsaKernels* maxsim_cpu::Avx512Kernels() { return nullptr; }
@@ -12,11 +12,3 @@ const maxsim_cpu::Int8KernelSet* maxsim_cpu::AmxInt8Kernels() { return nullptr; 
 const maxsim_cpu::Int8KernelSet* maxsim_cpu::Avx512VnniInt8Kernels() { return nullptr; }
 const maxsim_cpu::Int8KernelSet* maxsim_cpu::AvxVnniInt8Kernels() { return nullptr; }
 const maxsim_cpu::Int8KernelSet* maxsim_cpu::Avx2Int8Kernels() { return nullptr; }
-
-#include "residual.h"
-
-const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx512() { return nullptr; }
-const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx512Vnni() { return nullptr; }
-const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvxVnni() { return nullptr; }
-const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx2Int8() { return nullptr; }
-const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx2() { return nullptr; }
