@@ -70,7 +70,7 @@
         "native/cpu/kernels_neon.cc"
       ],
       "conditions": [
-        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx512bf16", "maxsim_cpu_avx2", "maxsim_cpu_int8_avx512vnni", "maxsim_cpu_int8_avxvnni", "maxsim_cpu_int8_avx2"] }],
+        ["target_arch=='x64'", { "dependencies": ["maxsim_cpu_amx", "maxsim_cpu_amx_int8", "maxsim_cpu_avx512", "maxsim_cpu_avx512bf16", "maxsim_cpu_avx2", "maxsim_cpu_int8_avx512vnni", "maxsim_cpu_int8_avxvnni", "maxsim_cpu_int8_avx2", "maxsim_cpu_residual_avxvnni"] }],
         ["target_arch!='x64'", { "sources": ["native/cpu/kernels_x86_absent.cc"] }]
       ],
       "libraries": ["-ldl", "-lpthread"]
@@ -106,7 +106,7 @@
         {
           "target_name": "maxsim_cpu_avx2",
           "type": "static_library",
-          "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc", "native/cpu/residual_avx2.cc"],
+          "sources": ["native/cpu/kernels_avx2.cc", "native/cpu/chamfer_avx2.cc", "native/cpu/residual_avx2.cc", "native/cpu/residual_avx2int8.cc"],
           "cflags_cc": ["-mavx2", "-mfma", "-mf16c"]
         },
         {
@@ -126,6 +126,12 @@
           "type": "static_library",
           "sources": ["native/cpu/kernels_int8_avx2.cc"],
           "cflags_cc": ["-mavx2"]
+        },
+        {
+          "target_name": "maxsim_cpu_residual_avxvnni",
+          "type": "static_library",
+          "sources": ["native/cpu/residual_avxvnni.cc"],
+          "cflags_cc": ["-mavx2", "-mfma", "<!@(sh -c \"echo 'int x;' | ${CXX:-c++} -mavxvnni -x c++ -fsyntax-only - 2>/dev/null && echo -mavxvnni || true\")"]
         }
       ]
     }]

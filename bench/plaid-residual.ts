@@ -4,6 +4,7 @@
 // stays meaningful on a shared machine), and the fp32-equivalent rate 2 x docs x 64 x 32 x 128 / time.
 //
 // Run: node dist/bench/plaid-residual.js [--docs 1024] [--centroids 4096] [--bits 2] [--reps 20]
+//        [--isa avx2,avx2int8] (default: every set this CPU runs)
 import { type NativeIndex, type ResidualIsa, residualAddon } from '../src/plaid/native.js';
 import { buildLists } from '../src/plaid/plaid.js';
 import { arg } from './plaid-common.js';
@@ -43,7 +44,8 @@ console.log(
   `${ND} documents x ${L} tokens, ${LQ} query tokens, d = ${D}, ${BITS}-bit, K = ${K} (query x centroids included)`,
 );
 console.log('isa threads | wall ms | CPU ms | fp32-equivalent GFLOP/s (wall)');
-for (const isa of a.isas() as ResidualIsa[])
+const isas = arg('isa', '') ? (arg('isa', '').split(',') as ResidualIsa[]) : a.isas();
+for (const isa of isas)
   for (const threads of [1, 0]) {
     a.scoreDocs(index, q, docs, { threads, isa });
     const t0 = performance.now();

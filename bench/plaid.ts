@@ -7,9 +7,11 @@
 // Run: node dist/bench/plaid.js [--docs 100000] [--length 64] [--dim 128] [--topics 2000]
 //        [--queries 20] [--lq 32] [--centroids K] [--bits 2,4] [--sample N]
 //        [--grid def,NPROBExCANDIDATES[xRESCORE[xbags]],...] [--threshold T] (xbags: PLAID's bag interaction)
+//        [--isa avx2,avx2int8] (residual kernel sets, alternated query by query in each cell; default: auto)
 import os from 'node:os';
 import { maxsim } from '../src/ops/maxsim.js';
 import { quantize } from '../src/ops/quantize.js';
+import type { ResidualIsa } from '../src/plaid/native.js';
 import { buildIndex, defaultSearch } from '../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../src/plaid/synthetic.js';
 import { raggedBatch, type TokenMatrix, tokenMatrix } from '../src/tensor.js';
@@ -26,6 +28,7 @@ const K = arg('centroids', '');
 const SAMPLE = arg('sample', '');
 const GRID = arg('grid', 'def,4x512x64,4x512x256,8x1024x64,8x1024x256,8x2048x256,16x2048x512,8x4096x256');
 const THRESHOLD = Number(arg('threshold', '-Infinity'));
+const ISAS = arg('isa', '') ? (arg('isa', '').split(',') as ResidualIsa[]) : [undefined];
 
 function topIds(scores: Float32Array, k: number): number[] {
   return Array.from(scores.keys())
@@ -78,51 +81,57 @@ for (const BITS_NOW of BITS) {
   );
 
   console.log(
-    'k nprobe candidates rescore | recall@k | p50 ms p90 ms | CPU ms/query | x int8 | generated scored | ms: centroids candidates select residual rescore | load',
+    'isa k nprobe candidates rescore | recall@k | p50 ms p90 ms | CPU ms/query | x int8 | generated scored | ms: centroids candidates select residual rescore | residual ms/1024 docs | load',
   );
   for (const g of GRID.split(',')) {
     for (const k of [10, 100]) {
       const def = defaultSearch(k, DOCS);
       const { nprobe, candidates, rescore, interaction } = gridCell(g, def);
-      const lat: number[] = [];
-      let found = 0;
-      const stage = [0, 0, 0, 0, 0];
-      let generated = 0;
-      let scored = 0;
-      // warm-up
-      await index.search(queries[0], {
+      // per set: latencies, hits, stage times, CPU; the sets take turns query by query (shared machine)
+      const per = ISAS.map(() => ({
+        lat: [] as number[],
+        found: 0,
+        stage: [0, 0, 0, 0, 0],
+        gen: 0,
+        scored: 0,
+        cpu: 0,
+      }));
+      const opts = (isa: ResidualIsa | undefined) => ({
         k,
         nprobe,
         candidates,
         rescore: Math.max(k, rescore),
         threshold: THRESHOLD,
+        interaction,
+        isa,
       });
-      const cpu0 = process.cpuUsage();
+      for (const isa of ISAS) await index.search(queries[0], opts(isa)); // warm-up
       for (let i = 0; i < NQ; i++) {
-        const t0 = performance.now();
-        const r = await index.search(queries[i], {
-          k,
-          nprobe,
-          candidates,
-          rescore: Math.max(k, rescore),
-          threshold: THRESHOLD,
-          interaction,
-        });
-        lat.push(performance.now() - t0);
-        const truth = new Set(exact[i].slice(0, k));
-        for (const h of r.hits) if (truth.has(h.index)) found++;
-        const m = r.stats.ms;
-        [m.centroids, m.candidates, m.interaction, m.residual, m.rescore].forEach((v, j) => {
-          stage[j] += v / NQ;
-        });
-        generated += r.stats.generated / NQ;
-        scored += r.stats.scored / NQ;
+        for (let s = 0; s < ISAS.length; s++) {
+          const o = per[s];
+          const cpu0 = process.cpuUsage();
+          const t0 = performance.now();
+          const r = await index.search(queries[i], opts(ISAS[s]));
+          o.lat.push(performance.now() - t0);
+          const cu = process.cpuUsage(cpu0);
+          o.cpu += (cu.user + cu.system) / 1000 / NQ;
+          const truth = new Set(exact[i].slice(0, k));
+          for (const h of r.hits) if (truth.has(h.index)) o.found++;
+          const m = r.stats.ms;
+          [m.centroids, m.candidates, m.interaction, m.residual, m.rescore].forEach((v, j) => {
+            o.stage[j] += v / NQ;
+          });
+          o.gen += r.stats.generated / NQ;
+          o.scored += r.stats.scored / NQ;
+        }
       }
-      const cu = process.cpuUsage(cpu0);
-      const p50 = pct(lat, 0.5);
-      console.log(
-        `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${generated.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
-      );
+      for (let s = 0; s < ISAS.length; s++) {
+        const { lat, found, stage, gen, scored, cpu } = per[s];
+        const p50 = pct(lat, 0.5);
+        console.log(
+          `${ISAS[s] ?? 'auto'} k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${cpu.toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${gen.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${((stage[3] / scored) * 1024).toFixed(2)} | ${os.loadavg()[0].toFixed(1)}`,
+        );
+      }
     }
   }
 }

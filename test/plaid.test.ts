@@ -8,12 +8,13 @@ import { describe, test } from 'node:test';
 import { InvalidArgumentError } from '../src/errors.js';
 import { decodeToFloat32, encodeFloats } from '../src/floats.js';
 import { maxsimSync } from '../src/ops/maxsim.js';
-import { bucketOf, codeAt, decodeTokens, tablesOf } from '../src/plaid/codec.js';
-import { type NativeIndex, residualAddon } from '../src/plaid/native.js';
-import { buildIndex, buildLists, defaultCentroids } from '../src/plaid/plaid.js';
+import { bucketOf, codeAt } from '../src/plaid/codec.js';
+import { int8Residual, type NativeIndex, residualAddon } from '../src/plaid/native.js';
+import { buildIndex, defaultCentroids } from '../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../src/plaid/synthetic.js';
 import { denseBatch, raggedBatch, tokenMatrix } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
+import { randomIndex, referenceResidual } from './plaid-kernel-helpers.js';
 
 const addon = residualAddon();
 const isas = addon.isas();
@@ -22,89 +23,6 @@ const U = 2 ** -24;
 function corpus(docs: number, length: [number, number], dim: number, seed: number) {
   const c = syntheticCorpus({ docs, length, dim, topics: 24, seed });
   return { c, batch: raggedBatch(c.data, c.offsets, { dim }) };
-}
-
-/** A random index (no k-means): random centroids, weights, codes, ragged documents. */
-function randomIndex(rand: () => number, lengths: number[], d: number, k: number, bits: 2 | 4): NativeIndex {
-  const levels = 1 << bits;
-  const centroids = Float32Array.from({ length: k * d }, () => rand() * 2 - 1);
-  const weights = Float32Array.from({ length: d * levels }, () => (rand() * 2 - 1) * 0.3);
-  const total = lengths.reduce((a, b) => a + b, 0);
-  const padded = Math.ceil(total / 16) * 16;
-  const cids = new Int32Array(padded);
-  for (let t = 0; t < total; t++) cids[t] = Math.floor(rand() * k);
-  const codes = new Uint8Array((padded / 16) * d * 2 * bits);
-  for (let i = 0; i < codes.length; i++) codes[i] = Math.floor(rand() * 256);
-  // codes of the padding tokens are whatever: the kernels mask those lanes
-  const lists = buildLists(Int32Array.from(lengths), cids, k);
-  return {
-    k,
-    d,
-    docs: lengths.length,
-    bits,
-    centroids,
-    tables: tablesOf(weights, d, bits),
-    cids,
-    codes,
-    ...lists,
-  };
-}
-
-function weightsOf(ix: NativeIndex): Float32Array {
-  const levels = 1 << ix.bits;
-  const w = new Float32Array(ix.d * levels);
-  for (let k = 0; k < ix.d; k++) for (let e = 0; e < levels; e++) w[k * levels + e] = ix.tables[k * 16 + e];
-  return w;
-}
-
-/** float64 MaxSim of the query against decoded documents, with the fp32 error bound of each score. */
-function referenceResidual(
-  ix: NativeIndex,
-  q: Float32Array,
-  lq: number,
-  doc: number,
-  int8 = false,
-): { score: number; bound: number } {
-  const d = ix.d;
-  const b = { bits: ix.bits, d, cutoffs: new Float32Array(0), weights: weightsOf(ix), tables: ix.tables };
-  const t0 = ix.docOffsets[doc];
-  const t1 = ix.docOffsets[doc + 1];
-  if (t1 === t0) return { score: Number.NEGATIVE_INFINITY, bound: 0 };
-  const dec = decodeTokens(ix.centroids, b, ix.cids, ix.codes, t0, t1);
-  // int8 residual scoring (residual.h): one scale for the table, one per query token
-  let wmax = 0;
-  for (let k = 0; k < d; k++)
-    for (let e = 0; e < 1 << ix.bits; e++) wmax = Math.max(wmax, Math.abs(ix.tables[k * 16 + e]));
-  const sw = wmax > 0 ? wmax / 127 : 1;
-  let score = 0;
-  let bound = 0;
-  for (let i = 0; i < lq; i++) {
-    let best = Number.NEGATIVE_INFINITY;
-    let mag = 0;
-    let qmax = 0;
-    for (let k = 0; k < d; k++) qmax = Math.max(qmax, Math.abs(q[i * d + k]));
-    const sq = qmax > 0 ? qmax / 127 : 1;
-    let quant = 0;
-    for (let j = 0; j < t1 - t0; j++) {
-      let s = 0;
-      let m = 0;
-      let e8 = 0;
-      const c = ix.cids[t0 + j] * d;
-      for (let k = 0; k < d; k++) {
-        s += q[i * d + k] * dec[j * d + k];
-        const r = Math.abs(dec[j * d + k] - ix.centroids[c + k]);
-        // the kernel adds q.c and q.w separately: bound both parts and the decode's rounding
-        m += Math.abs(q[i * d + k]) * (Math.abs(ix.centroids[c + k]) + r);
-        e8 += (sq / 2) * r + (Math.abs(q[i * d + k]) + sq / 2) * (sw / 2);
-      }
-      if (s > best) best = s;
-      if (m > mag) mag = m;
-      if (e8 > quant) quant = e8;
-    }
-    score += best;
-    bound += (2 * d + lq + 4) * U * mag + (int8 ? quant * (1 + 1e-5) : 0);
-  }
-  return { score, bound };
 }
 
 function referenceCentroid(
@@ -236,7 +154,13 @@ describe('plaid kernels', () => {
             const ci = addon.centroidDocs(ix, q, docs, keep, { isa });
             const ciAll = addon.centroidDocs(ix, q, docs, null, { isa });
             for (const b of docs) {
-              const ref = referenceResidual(ix, q, lq, b, isa === 'avx512vnni' && bits === 2);
+              const ref = referenceResidual(
+                ix,
+                q,
+                lq,
+                b,
+                bits === 2 ? (int8Residual[isa]?.weightMax ?? 0) : 0,
+              );
               const ctx = `d ${d} lq ${lq} doc ${b} (length ${lengths[b]})`;
               if (lengths[b] === 0) assert.equal(got[b], Number.NEGATIVE_INFINITY, ctx);
               else if (lq === 0) assert.equal(got[b], 0, ctx);
@@ -410,7 +334,7 @@ describe('plaid search', () => {
     const r = await ix.search(tokenMatrix(q.data, 4, d), { k: 5 });
     assert.equal(r.stats.scores, 'residual');
     // final residual scores come from the fp32 kernel (the int8 one only ranks the candidates)
-    const fp32 = isas.includes('avx512vnni') ? { isa: 'avx512' as const } : {};
+    const fp32 = { isa: int8Residual[isas[0]]?.fp32 ?? isas[0] };
     const res = addon.scoreDocs(ix.native, q.data, Int32Array.from(r.hits.map((h) => h.index)), fp32);
     assert.deepEqual(Float32Array.from(r.hits.map((h) => h.score)), res);
   });

@@ -130,6 +130,7 @@ std::vector<Admission> BuildTable() {
                {F::Avx512f, F::Avx512bw, F::Avx512vl, F::Avx512vnni}});
   t.push_back({"int8", "avx-vnni", "maxsim_cpu_int8_avxvnni", {F::Avx2, F::Avxvnni}});
   t.push_back({"int8", "avx2", "maxsim_cpu_int8_avx2", {F::Avx2}});
+  t.push_back({"residual", "avxvnni", "maxsim_cpu_residual_avxvnni", {F::Avx2, F::Fma, F::Avxvnni}});
 #elif defined(__aarch64__)
   t.push_back({"fp", "neon", "maxsim_native", {F::Neon}});
 #endif

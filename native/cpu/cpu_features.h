@@ -39,7 +39,7 @@ bool CpuHas(Feature f);
 std::string CpuFeatureList();
 
 struct Admission {
-  const char* family;  // "fp" (float kernels), "int8", "chamfer"
+  const char* family;  // "fp" (float kernels), "int8", "chamfer", "residual" (own targets only)
   const char* set;     // the kernel set's name (IsaKernels::name, Int8KernelSet::name, ChamferKernels::name)
   const char* target;  // binding.gyp target that compiles it ("maxsim_native": the baseline flags)
   std::vector<Feature> needs;

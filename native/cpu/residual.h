@@ -71,13 +71,18 @@ struct ResidualKernels {
                         const uint8_t* keep, float* scratch);
   // residual_doc reads the int8 form of the query for these code widths (bit 1 << bits set): query
   // and residual weights quantized to int8 (one scale per query token, one for the table), integer
-  // dot products (VPDPBUSD), fp32 q . c added per token before the max. Error per token pair at most
-  // sum_k |q_k| sw / 2 + (|w_k| + sw / 2) sq / 2 (sq, sw: the scales).
+  // dot products (VPDPBUSD, or VPMADDUBSW on AVX2), fp32 q . c added per token before the max. Error
+  // per token pair at most sum_k |q_k| sw / 2 + (|w_k| + sw / 2) sq / 2 (sq = max_k |q_k| / 127,
+  // sw = max |w| / int8_weight_max: the scales).
   int int8_residual;
+  // the largest int8 weight the table takes: 127, or 63 where the dot's int16 pairs would saturate
+  int int8_weight_max = 127;
 };
 
 const ResidualKernels* ResidualAvx512();
 const ResidualKernels* ResidualAvx512Vnni();  // avx512's kernels, 2-bit residual scoring in int8
+const ResidualKernels* ResidualAvxVnni();   // avx2's kernels, 2-bit residual in int8 (VEX VPDPBUSD)
+const ResidualKernels* ResidualAvx2Int8();  // avx2's kernels, 2-bit residual in int8 (VPMADDUBSW)
 const ResidualKernels* ResidualAvx2();
 const ResidualKernels* ResidualPortable();
 std::vector<const ResidualKernels*> UsableResidualKernels();

@@ -110,4 +110,6 @@ const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx512() { return nullptr
 const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx2() { return nullptr; }
 // also referenced (never called off x86): musl's loader binds every symbol when the addon loads
 const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx512Vnni() { return nullptr; }
+const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvxVnni() { return nullptr; }
+const maxsim_cpu::ResidualKernels* maxsim_cpu::ResidualAvx2Int8() { return nullptr; }
 #endif

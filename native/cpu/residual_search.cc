@@ -29,10 +29,10 @@ void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const 
   });
 }
 
-// Symmetric int8 of v / scale (round to nearest even, clamped to +-127).
-int8_t ToInt8(float v, float scale) {
+// Symmetric int8 of v / scale (round to nearest even, clamped to +-lim).
+int8_t ToInt8(float v, float scale, float lim = 127.0f) {
   const float r = std::nearbyint(v / scale);
-  return static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
+  return static_cast<int8_t>(std::max(-lim, std::min(lim, r)));
 }
 
 }  // namespace
@@ -59,11 +59,12 @@ void residual_detail::FormQuery(const ResidualKernels& kern, const ResidualIndex
   float wmax = 0.0f;
   for (int64_t k = 0; k < d; k++)
     for (int e = 0; e < levels; e++) wmax = std::max(wmax, std::fabs(ix.codes.tables[k * kResidualTable + e]));
-  const float sw = wmax > 0.0f ? wmax / 127.0f : 1.0f;
+  const float wlim = static_cast<float>(kern.int8_weight_max);
+  const float sw = wmax > 0.0f ? wmax / wlim : 1.0f;
   f->tab8.assign(static_cast<size_t>(dq * 16), 0);
   for (int64_t k = 0; k < d; k++)
     for (int e = 0; e < levels; e++)
-      f->tab8[(k / 4) * 16 + (k % 4) * 4 + e] = ToInt8(ix.codes.tables[k * kResidualTable + e], sw);
+      f->tab8[(k / 4) * 16 + (k % 4) * 4 + e] = ToInt8(ix.codes.tables[k * kResidualTable + e], sw, wlim);
   f->q8.assign(static_cast<size_t>(f->lqp * dq * 4), 128);
   f->qscale.assign(static_cast<size_t>(f->lqp), 0.0f);
   for (int64_t i = 0; i < lq; i++) {

@@ -4,9 +4,21 @@ import { loadNative } from '../native.js';
 import type { TokenBatch } from '../tensor.js';
 import type { AssignGroups } from './kmeans.js';
 
-/** CPU kernel sets of the residual engine. */
-/** avx512vnni: avx512's kernels with the 2-bit residual scoring in int8 (VPDPBUSD; native/cpu/residual_vnni.cc). */
-export type ResidualIsa = 'avx512vnni' | 'avx512' | 'avx2' | 'portable';
+/**
+ * CPU kernel sets of the residual engine. avx512vnni, avxvnni, avx2int8: the avx512 / avx2 kernels
+ * with the 2-bit residual scoring in int8 (VPDPBUSD zmm / ymm, VPMADDUBSW; native/cpu/residual_int8_impl.h).
+ */
+export type ResidualIsa = 'avx512vnni' | 'avx512' | 'avxvnni' | 'avx2int8' | 'avx2' | 'portable';
+
+/**
+ * The int8 residual sets (2-bit only): the fp32 set that re-scores their final lists and the
+ * largest int8 weight of their table (avx2int8: 7 bits, so VPMADDUBSW's int16 pair sums never saturate).
+ */
+export const int8Residual: Partial<Record<ResidualIsa, { fp32: ResidualIsa; weightMax: number }>> = {
+  avx512vnni: { fp32: 'avx512', weightMax: 127 },
+  avxvnni: { fp32: 'avx2', weightMax: 127 },
+  avx2int8: { fp32: 'avx2', weightMax: 63 },
+};
 
 export interface KernelOptions {
   threads?: number;

@@ -47,7 +47,13 @@ import {
   sampleIndices,
   seededRandom,
 } from './kmeans.js';
-import { type KernelOptions, type NativeIndex, type NativeSearchStats, residualAddon } from './native.js';
+import {
+  int8Residual,
+  type KernelOptions,
+  type NativeIndex,
+  type NativeSearchStats,
+  residualAddon,
+} from './native.js';
 import { fromPartsChecked, type PlaidParts, toParts } from './parts.js';
 
 export interface BuildIndexOptions extends KernelOptions {
@@ -382,10 +388,11 @@ export class PlaidIndex {
     threads: number | undefined,
   ): Hit[] {
     let { ids, scores } = r;
-    if (r.stats.isa === 'avx512vnni' && this.bits === 2) {
+    const int8 = int8Residual[r.stats.isa];
+    if (int8 && this.bits === 2) {
       ids = ids.subarray(0, Math.min(ids.length, Math.max(rescore, 4 * k, 64)));
       const q = decodeToFloat32(query.data, query.dtype, query.dim).subarray(0, query.length * query.dim);
-      scores = residualAddon().scoreDocs(this.native, q, ids, { threads, isa: 'avx512' });
+      scores = residualAddon().scoreDocs(this.native, q, ids, { threads, isa: int8.fp32 });
       const order = Array.from(ids.keys()).sort((a, b) =>
         better(scores[a], ids[a], scores[b], ids[b]) ? -1 : 1,
       );
