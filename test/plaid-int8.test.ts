@@ -146,3 +146,18 @@ describe('int8 residual sets', () => {
     if (isas.includes('avx512vnni')) assert.equal(isas[0], 'avx512vnni');
   });
 });
+
+test('an isa that is not a name is refused, naming isa (it ran the default before)', () => {
+  const rand = rng(runSeed + 7);
+  const ix = randomIndex(rand, [3, 17], 32, 8, 2);
+  const q = Float32Array.from({ length: 4 * 32 }, () => rand() - 0.5);
+  const docs = Int32Array.of(0, 1);
+  for (const isa of [42, true, {}, ['avx2']])
+    assert.throws(
+      () => addon.scoreDocs(ix, q, docs, { isa: isa as never }),
+      (e: unknown) => /isa/.test(String(e)) && /a kernel set's name/.test(String(e)),
+      JSON.stringify(isa),
+    );
+  for (const isa of [undefined, null])
+    assert.equal(addon.scoreDocs(ix, q, docs, { isa: isa as never }).length, 2);
+});

@@ -49,8 +49,9 @@ int64_t Int(Napi::Env env, Napi::Object o, const char* key, int64_t lo, int64_t 
 
 const ResidualKernels* Kernels(Napi::Env env, Napi::Value opts) {
   std::string isa;
-  if (opts.IsObject() && opts.As<Napi::Object>().Get("isa").IsString())
-    isa = opts.As<Napi::Object>().Get("isa").As<Napi::String>().Utf8Value();
+  const Napi::Value v = opts.IsObject() ? opts.As<Napi::Object>().Get("isa") : opts.Env().Undefined();
+  if (v.IsString()) isa = v.As<Napi::String>().Utf8Value();
+  else if (!v.IsUndefined() && !v.IsNull()) throw Expected(env, "isa", "a kernel set's name (a string)", "another value");
   std::string error;
   const ResidualKernels* k = maxsim_cpu::SelectResidualKernels(isa, &error);
   if (!k) throw Napi::TypeError::New(env, error);
