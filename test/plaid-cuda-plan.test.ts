@@ -90,7 +90,7 @@ describe('GPU index plan (host)', () => {
     // an index with no tokens whose caller re-scores exactly (a corpus's segment): float16 applies
     const segment = cudaSearchPlan({ ...base, exact: false, rescored: true });
     assert.equal(segment.precision, 'float16');
-    assert.equal(segment.exact, false, 'no device re-score without tokens');
+    assert.equal(segment.exact, true, 'the engine re-scores on the device only where it holds tokens');
     assert.equal(cudaSearchPlan({ ...base, dim: 48 }).precision, 'float16');
   });
 

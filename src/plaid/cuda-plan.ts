@@ -131,7 +131,9 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
     rescore,
     batch,
     threshold: p.threshold,
-    exact: p.exact,
+    // the engine's check and message: float16 needs an exact re-score, on the device (where it holds
+    // the tokens) or by the caller; it re-scores on the device only where it holds them
+    exact: ranked,
     stages: p.stages ?? false,
     precision: p.precision,
   };
