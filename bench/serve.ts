@@ -92,6 +92,21 @@ try {
   let agreement: Agreement | undefined;
   try {
     for (const s of servers) await warm(s, a, requests);
+    // what a pass runs (the index or the scan, and why): said once, from the first body's answer
+    const probe = (await (
+      await fetch(`${servers[0].url}/v1/search`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: bodies[0],
+      })
+    ).json()) as {
+      stats?: { path?: string; reason?: string; index?: { backend?: string; precision?: string } };
+    };
+    const st = probe.stats;
+    console.error(
+      `bench/serve: passes take the ${st?.path ?? '?'} path${st?.reason ? ` (${st.reason})` : ''}` +
+        (st?.index ? ` (index stages on ${st.index.backend}, ${st.index.precision})` : ''),
+    );
     for (let round = 0; round < a.rounds; round++) {
       const order = round % 2 === 0 ? [0, 1] : [1, 0];
       for (const i of order) results[i].push(await measure(servers[i], a, requests));

@@ -122,6 +122,11 @@ describe('corpus index --drop-tokens', () => {
       c.search(q, { topK: 3, index: false }),
       (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'index',
     );
+    // its residual scores are final, so the ranking-only float16 stages are refused on any backend
+    await assert.rejects(
+      c.search(q, { topK: 3, index: { precision: 'float16' } }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'index.precision',
+    );
     await assert.rejects(
       indexCorpus(dir, { rebuild: true }),
       (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'rebuild',

@@ -68,6 +68,9 @@ describe('corpus index: build and search', () => {
       [{ rescore: 3 }, 'index.rescore'],
       [{ threshold: Number.NaN }, 'index.threshold'],
       [{ nprob: 4 }, 'index.nprob'],
+      [{ precision: 'fp16' }, 'index.precision'],
+      [{ precision: 16 }, 'index.precision'],
+      [{ precision: { toString: () => 'float16' } }, 'index.precision'],
       ['fast', 'index'],
       [null, 'index'],
     ] as const) {
@@ -77,6 +80,14 @@ describe('corpus index: build and search', () => {
         JSON.stringify(index),
       );
     }
+    // float16 is the GPU stages' arithmetic: refused on the cpu backend; the CPU stages say float32
+    await assert.rejects(
+      c.search(q, { topK: 10, backend: 'cpu', index: { precision: 'float16' } }),
+      (e: unknown) =>
+        e instanceof InvalidArgumentError && e.argument === 'index.precision' && /cpu/.test(e.message),
+    );
+    const cpu = await c.searchWithStats(q, { topK: 10, backend: 'cpu', index: { precision: 'float32' } });
+    assert.equal(cpu.stats.index?.precision, 'float32');
     c.close();
   });
 

@@ -87,6 +87,10 @@ describe('GPU index plan (host)', () => {
     refuse({ dim: 96 + 8 }, /options.precision.*dim 104/);
     refuse({ dim: 144 }, /options.precision/);
     assert.equal(cudaSearchPlan({ ...base, exact: false, precision: 'float32' }).precision, 'float32');
+    // an index with no tokens whose caller re-scores exactly (a corpus's segment): float16 applies
+    const segment = cudaSearchPlan({ ...base, exact: false, rescored: true });
+    assert.equal(segment.precision, 'float16');
+    assert.equal(segment.exact, true, 'the engine re-scores on the device only where it holds tokens');
     assert.equal(cudaSearchPlan({ ...base, dim: 48 }).precision, 'float16');
   });
 

@@ -10,7 +10,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
 import { describeValue as describe } from '../io/corpus/manifest.js';
 import { plaidCudaReason } from '../plaid/cuda-native.js';
-import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY } from '../plaid/cuda-plan.js';
+import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY, type StagePrecision } from '../plaid/cuda-plan.js';
 import { cudaSearchBatch } from '../plaid/cuda-search.js';
 import { defaultSearch, INTERACTIONS, type IndexInteraction, type PlaidIndex } from '../plaid/plaid.js';
 import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
@@ -32,6 +32,13 @@ export interface CorpusIndexOptions {
    * on the CPU; backend 'cuda' with either is an error.
    */
   interaction?: 'lists' | 'bags' | 'hybrid';
+  /**
+   * The arithmetic of the GPU stages' products (query x centroids, residual scoring): 'float16'
+   * (tensor cores; the default where the corpus keeps its tokens, which re-score the final list
+   * exactly) or 'float32' (the CPU stages' arithmetic, bitwise; the only one where the corpus keeps
+   * only its index, since its residual scores are final). The CPU stages always run 'float32'.
+   */
+  precision?: StagePrecision;
 }
 
 export interface IndexStage {
@@ -56,11 +63,13 @@ export interface IndexSearchStats {
   scannedDocuments: number;
   /** The interaction the stages ran ('bags' on the GPU). */
   interaction: 'lists' | 'bags' | 'hybrid';
+  /** The arithmetic the stages' products ran in ('float32' on the CPU). */
+  precision: StagePrecision;
   stages: IndexStage[];
   isa: string;
 }
 
-const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold', 'interaction']);
+const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold', 'interaction', 'precision']);
 const MAX = 1 << 24;
 
 function whole(name: string, v: unknown, min: number, max: number, why = ''): number {
@@ -82,11 +91,12 @@ export function indexSettings(
   rescore: number;
   threshold: number;
   interaction: IndexInteraction | undefined;
+  precision: StagePrecision | undefined;
 } {
   if (value !== undefined && (value === null || typeof value !== 'object' || Array.isArray(value)))
     throw new InvalidArgumentError(
       'index',
-      'false or an object { nprobe, candidates, rescore, threshold, interaction }',
+      'false or an object { nprobe, candidates, rescore, threshold, interaction, precision }',
       describe(value),
     );
   const o = (value ?? {}) as Record<string, unknown>;
@@ -94,13 +104,16 @@ export function indexSettings(
     if (!KEYS.has(key))
       throw new InvalidArgumentError(
         `index.${key}`,
-        'one of nprobe, candidates, rescore, threshold, interaction',
+        'one of nprobe, candidates, rescore, threshold, interaction, precision',
         'an unknown option',
       );
   const def = defaultSearch(Math.max(1, k), docs);
   const interaction = o.interaction as IndexInteraction | undefined;
   if (interaction !== undefined && !INTERACTIONS.includes(interaction))
     throw new InvalidArgumentError('index.interaction', "'lists', 'bags' or 'hybrid'", describe(interaction));
+  const precision = o.precision as StagePrecision | undefined;
+  if (precision !== undefined && precision !== 'float16' && precision !== 'float32')
+    throw new InvalidArgumentError('index.precision', "'float16' or 'float32'", describe(precision));
   const threshold = o.threshold ?? Number.NEGATIVE_INFINITY;
   if (typeof threshold !== 'number' || Number.isNaN(threshold) || threshold === Number.POSITIVE_INFINITY)
     throw new InvalidArgumentError(
@@ -126,6 +139,7 @@ export function indexSettings(
     ),
     threshold,
     interaction,
+    precision,
   };
 }
 
@@ -172,11 +186,17 @@ export const gpuStages: {
       rescore: number;
       threshold: number;
       device?: number;
+      precision?: StagePrecision;
+      /** The corpus re-scores the returned documents exactly (it keeps its tokens). */
+      rescored: boolean;
     },
   ) => Promise<{ hits: Hit[]; stats: SegmentStats }[]>;
   usable?: (settings: Settings, queries: TokenBatch, explicit: boolean) => boolean;
 } = {
-  search: async (plaid, queries, options) => (await cudaSearchBatch(plaid, queries, options)).results,
+  search: async (plaid, queries, options) => {
+    const r = await cudaSearchBatch(plaid, queries, options);
+    return r.results.map((x) => ({ hits: x.hits, stats: { ...x.stats, precision: r.precision } }));
+  },
   usable: (settings, queries, explicit) =>
     explicit ||
     ((settings.interaction ?? 'bags') === 'bags' &&
@@ -185,7 +205,15 @@ export const gpuStages: {
       queries.lengths.subarray(0, queries.count).every((l) => l <= CUDA_MAX_QUERY)),
 };
 
-type SegmentStats = { probed: number; generated: number; scored: number; ms: Tally; isa: string };
+type SegmentStats = {
+  probed: number;
+  generated: number;
+  scored: number;
+  ms: Tally;
+  isa: string;
+  /** The GPU stages' arithmetic (absent: the CPU's, 'float32'). */
+  precision?: StagePrecision;
+};
 const STAGES = ['centroids', 'candidates', 'interaction', 'residual', 'rescore'] as const;
 type Tally = Record<(typeof STAGES)[number], number>;
 
@@ -202,7 +230,7 @@ export async function searchSegmentBatch(
   threads: number | undefined,
   signal: AbortSignal | undefined,
   /** The batch as one TokenBatch and the device: the GPU stages take it whole. */
-  gpu?: { queries: TokenBatch; device?: number },
+  gpu?: { queries: TokenBatch; device?: number; rescored: boolean },
 ): Promise<{ hits: Hit[][]; stats: SegmentStats[] }> {
   if (gpu && gpuStages.search) {
     signal?.throwIfAborted();
@@ -213,6 +241,8 @@ export async function searchSegmentBatch(
       candidates: Math.max(settings.candidates, want),
       rescore: want,
       threshold: settings.threshold,
+      precision: settings.precision,
+      rescored: gpu.rescored,
     });
     return { hits: r.map((x) => x.hits), stats: r.map((x) => x.stats) };
   }
@@ -263,6 +293,7 @@ export async function searchThroughIndex(
   const ms: Tally = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
   const count: Tally = { centroids: 0, candidates: 0, interaction: 0, residual: 0, rescore: 0 };
   let isa = '';
+  let precision: StagePrecision = 'float32';
   // live documents of unindexed segments: scanned exactly for every query
   const unindexed: number[] = [];
   const deletedIn = new Int32Array(file.segments.length);
@@ -287,10 +318,11 @@ export async function searchThroughIndex(
       settings,
       threads,
       signal,
-      gpu ? { queries: floats, device: gpu.device } : undefined,
+      gpu ? { queries: floats, device: gpu.device, rescored: !residualOnly } : undefined,
     );
     for (const st of r.stats) {
       isa = st.isa;
+      precision = st.precision ?? 'float32';
       count.centroids += st.probed;
       count.candidates += st.generated;
       count.interaction += Math.min(st.generated, Math.max(settings.candidates, want));
@@ -334,6 +366,7 @@ export async function searchThroughIndex(
         : (settings.interaction ?? defaultSearch(Math.max(1, k), file.info.documents).interaction),
       stages,
       isa,
+      precision,
     },
   };
 }
@@ -368,6 +401,18 @@ export async function searchIndexed(
       "'int8'",
     );
   const settings = indexSettings(options.index, k, file.index!.manifest.centroids, file.info.documents);
+  if (settings.precision === 'float16' && file.tokensDropped)
+    throw new InvalidArgumentError(
+      'index.precision',
+      "'float32' for a corpus that keeps only its index (its residual scores are final)",
+      "'float16'",
+    );
+  if (settings.precision === 'float16' && options.backend === 'cpu')
+    throw new InvalidArgumentError(
+      'index.precision',
+      "'float32' on the cpu backend (float16 is the GPU stages' arithmetic)",
+      "'float16'",
+    );
   if (options.backend === 'cuda' && gpuStages.search && (settings.interaction ?? 'bags') !== 'bags')
     throw new InvalidArgumentError(
       'index.interaction',

@@ -30,7 +30,8 @@ export interface CudaSearchPlan {
 /**
  * The arithmetic of the GPU's two product stages (query x centroids, residual scoring): 'float32'
  * the CPU's fp32 chains bitwise (the same candidates and scores as PlaidIndex.search); 'float16'
- * tensor cores, ranking only (the final list is re-scored exactly on the source tokens).
+ * tensor cores, ranking only (the final list is re-scored exactly on the source tokens, by the
+ * index or by the corpus that holds it).
  */
 export type StagePrecision = 'float32' | 'float16';
 
@@ -46,6 +47,8 @@ export interface PlanInput {
   rescore: number;
   threshold: number;
   exact: boolean;
+  /** The caller re-scores the returned documents exactly (a corpus that keeps its tokens). */
+  rescored?: boolean;
   stages?: boolean;
   precision: StagePrecision;
   /** Device bytes one pass may use for its scratch (default DEFAULT_BUDGET). */
@@ -102,11 +105,12 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
       `dim * (query length rounded to 32 + 16) * 4 <= 200 KiB (shared memory) on the GPU`,
       `dim ${p.dim}, length ${p.maxLength}`,
     );
-  if (p.precision === 'float16' && (!p.exact || p.dim % 16 !== 0 || p.dim > 128))
+  const ranked = p.exact || p.rescored === true;
+  if (p.precision === 'float16' && (!ranked || p.dim % 16 !== 0 || p.dim > 128))
     throw new InvalidArgumentError(
       'options.precision',
-      "'float32' unless the index keeps its source tokens and dim is a multiple of 16 in [16, 128]",
-      `'float16' (dim ${p.dim}, ${p.exact ? 'tokens kept' : 'no source tokens'})`,
+      "'float32' unless the final list is re-scored exactly (source tokens kept) and dim is a multiple of 16 in [16, 128]",
+      `'float16' (dim ${p.dim}, ${ranked ? 'tokens kept' : 'no source tokens'})`,
     );
   const candidates = Math.max(1, p.candidates);
   const rescore = Math.max(1, Math.min(p.rescore, candidates));
@@ -127,7 +131,9 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
     rescore,
     batch,
     threshold: p.threshold,
-    exact: p.exact,
+    // the engine's check and message: float16 needs an exact re-score, on the device (where it holds
+    // the tokens) or by the caller; it re-scores on the device only where it holds them
+    exact: ranked,
     stages: p.stages ?? false,
     precision: p.precision,
   };

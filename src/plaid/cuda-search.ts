@@ -35,6 +35,12 @@ export interface CudaIndexSearchOptions extends IndexSearchOptions {
    * tokens kept, dim a multiple of 16 up to 128, values in float16's comfortable range), else 'float32'.
    */
   precision?: StagePrecision;
+  /**
+   * The caller re-scores the returned documents exactly on their tokens (a corpus's index segment,
+   * which holds no tokens of its own): float16 then applies, and is the default, as where the index
+   * keeps its tokens. The returned scores are then residual scores, to be replaced by the caller's.
+   */
+  rescored?: boolean;
 }
 
 // float16 keeps ~11 bits of every element where magnitudes sit in [2^-8, 2^12]; outside it (tiny or
@@ -135,7 +141,10 @@ export async function cudaSearchBatch(
   const q = queryRows(queries, rows);
   const lengths = Int32Array.from(queries.lengths.subarray(0, queries.count));
   const exact = index.sourceTokens() !== undefined;
-  const precision = options.precision ?? defaultPrecision(index, q, exact);
+  const rescored = options.rescored ?? false;
+  if (typeof rescored !== 'boolean')
+    throw new InvalidArgumentError('options.rescored', 'a boolean', String(rescored));
+  const precision = options.precision ?? defaultPrecision(index, q, exact || rescored);
   if (precision !== 'float32' && precision !== 'float16')
     throw new InvalidArgumentError('options.precision', "'float32' or 'float16'", String(precision));
   const plan = cudaSearchPlan({
@@ -149,6 +158,7 @@ export async function cudaSearchBatch(
     rescore,
     threshold,
     exact,
+    rescored,
     stages: options.stages,
     precision,
     budget: options.budget,

@@ -41,6 +41,7 @@ export interface PassStats {
     candidates: number;
     rescore: number;
     interaction: string;
+    precision: string;
     indexed_segments: number;
     scanned_documents: number;
     stages: IndexStage[];
@@ -138,6 +139,7 @@ export function passStats(
       candidates: ix.candidates,
       rescore: ix.rescore,
       interaction: ix.interaction,
+      precision: ix.precision,
       indexed_segments: ix.indexedSegments,
       scanned_documents: ix.scannedDocuments,
       stages: ix.stages.map((s) => ({ name: s.name, candidates: s.candidates, ms: round(s.ms) })),

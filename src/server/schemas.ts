@@ -91,6 +91,12 @@ const IndexSettings = Type.Union(
               "how reached documents are ranked before the residual stage (CPU default 'lists'; the GPU runs 'bags')",
           }),
         ),
+        precision: Type.Optional(
+          Type.Union([Type.Literal('float16'), Type.Literal('float32')], {
+            description:
+              "the GPU stages' product arithmetic (default float16 where the corpus keeps its tokens)",
+          }),
+        ),
       },
       strict,
     ),
@@ -162,6 +168,9 @@ const SearchStats = Type.Object(
         candidates: Type.Integer(),
         rescore: Type.Integer(),
         interaction: Type.String({ description: "the interaction the stages ran ('bags' on the GPU)" }),
+        precision: Type.String({
+          description: "the stages' product arithmetic: float16 or float32 (the CPU's)",
+        }),
         indexed_segments: Type.Integer(),
         scanned_documents: Type.Integer({ description: 'documents of unindexed segments, scanned exactly' }),
         stages: Type.Array(Stage, { description: "the pass's stages (all its queries)" }),

@@ -747,11 +747,37 @@ describe('CUDA plaid corpus', { skip }, () => {
           topK: 7,
           index: { nprobe: 6, candidates: 200, rescore: 50, interaction: 'bags' as const },
         };
-        const gpu = await corp.searchWithStats(queries, { ...o, backend: 'cuda' });
+        const f32 = { ...o, index: { ...o.index, precision: 'float32' as const } };
+        const gpu = await corp.searchWithStats(queries, { ...f32, backend: 'cuda' });
         const cpu = await corp.searchWithStats(queries, { ...o, backend: 'cpu' });
         assert.equal(gpu.stats.backend, 'cuda');
         assert.equal(cpu.stats.backend, 'cpu');
+        assert.equal(gpu.stats.index?.precision, 'float32');
+        assert.equal(cpu.stats.index?.precision, 'float32');
         assert.deepEqual(gpu.hits, cpu.hits);
+        // the default where the corpus keeps its tokens: float16 stages (the segments hold no tokens,
+        // the corpus re-scores), so the returned scores are still the exact scan's
+        const half = await corp.searchWithStats(queries, { ...o, backend: 'cuda' });
+        assert.equal(half.stats.index?.precision, 'float16');
+        const docs = corp.file.info.documents;
+        const scan = await corp.searchWithStats(queries, { topK: docs, index: false, backend: 'cpu' });
+        let same = 0;
+        half.hits.forEach((row, qi) => {
+          const exact = new Map(scan.hits[qi].map((h) => [h.index, h.score]));
+          for (const h of row) {
+            const want = exact.get(h.index) ?? Number.NaN;
+            assert.ok(
+              Math.abs(h.score - want) <= 1e-5 * Math.max(1, Math.abs(want)),
+              `query ${qi} doc ${h.index}`,
+            );
+          }
+          const ids = new Set(cpu.hits[qi].map((h) => h.index));
+          same += row.filter((h) => ids.has(h.index)).length;
+        });
+        assert.ok(
+          same >= 0.9 * cpu.hits.flat().length,
+          `float16 hits ${same} of ${cpu.hits.flat().length} the float32 ones`,
+        );
       } finally {
         corp.close();
       }
