@@ -200,8 +200,14 @@ struct WgCfg {
   static_assert(!ARGMAX || (!SCALED && !PP), "the argmax epilogue is the 16-bit training forward's");
   static_assert(SPP <= 32, "combine uses one lane per slice");
   static_assert(S <= 32, "consumers keep one parity bit per stage");
+  // Pass-inner work units (UnitWalk) for scoring; not under ping-pong, whose groups hold all rows of
+  // one pass (a second pass there means more than 128 query rows, where the rules take w2/w3), nor
+  // where the walk's registers spill (w4n64, the 8-bit n128 tiles; long queries span passes there)
+  static constexpr bool INNER = !PP && !ARGMAX && NCONS <= 3 && TN == 64;
+  // the walks' first document and step: the constructor's (registers) where units are groups
+  static constexpr bool WALK = ARGMAX || INNER;
   // the producer walk's document lookup (DocDirect: see above)
-  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, ARGMAX>>;
+  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, WALK>>;
 };
 
 // What the warpgroups share: the ring's barriers and the consumers' partial sums (static shared
@@ -517,7 +523,7 @@ __device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typen
       }
     }
     int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
-    DocWindow<false, C::ARGMAX> win(p, w.first, w.step());
+    DocWindow<false, C::WALK> win(p, w.first, w.step());
     for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
       const int len = win.at(p, i, nullptr);
       if (len <= 0) {
@@ -604,7 +610,7 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
   int groups = gridDim.x, inner = 0;
   if constexpr (C::ARGMAX) {
     groups = max(1, out.doc_groups);
-  } else if (p.unit_order == 1 && npass > 1 && C::SPP % cpq == 0) {
+  } else if (C::INNER && p.unit_order == 1 && npass > 1 && C::SPP % cpq == 0) {
     const int g = (int)gridDim.x;
     int a = g, b = npass;
     while (b) {
