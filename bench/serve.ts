@@ -32,6 +32,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Rng, randomUnitTokens } from '../src/demo/random.js';
 import { encodeFloats } from '../src/floats.js';
+import { openCorpus } from '../src/ops/corpus-search.js';
 import { parseArgs } from './serve-args.js';
 import { measure, type RunResult, row, soak, warm } from './serve-load.js';
 import { median, PASS_PHASES, REQUEST_PHASES } from './serve-metrics.js';
@@ -156,8 +157,16 @@ try {
       }),
     );
   else {
+    // a given corpus is described by its MANIFEST (mean tokens per document), not by the flags
+    let what = `${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.dtype}`;
+    if (a.corpus) {
+      const c = openCorpus(a.corpus, { follow: false });
+      const { documents, tokens, dim, dtype, index } = c.info;
+      what = `${documents} docs x ${(tokens / Math.max(1, documents)).toFixed(1)} tokens (mean), d = ${dim} ${dtype} (given corpus${index ? `, indexed: K ${index.centroids}, ${index.bits}-bit` : ''})`;
+      c.close();
+    }
     console.log(
-      `maxsim serve: ${a.docs} docs x ${a.docLen} tokens, d = ${a.dim} ${a.corpus ? '(given corpus)' : a.dtype}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections (${a.clientWorkers} client thread${a.clientWorkers > 1 ? 's' : ''}), ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
+      `maxsim serve: ${what}, float16 base64 queries of ${a.queryLen} tokens, top-${a.topK}, ${a.backend}, ${a.connections} connections (${a.clientWorkers} client thread${a.clientWorkers > 1 ? 's' : ''}), ${a.rounds} rounds of ${a.duration} s each, ${os.cpus().length} cores`,
     );
     console.log(
       'round      max-batch    req/s   p50 ms   p99 ms  queries/pass   ms/pass  non-2xx  errors  loop p99  loop max  cpu ms/req',

@@ -199,6 +199,8 @@ ParsedLaunch ParseLaunchObject(Napi::Env env, const Napi::Value& v) {
     s.tma_box[0] = static_cast<unsigned>(GetInteger(env, b.Get(0u), "launch.tmaBox[0]", 1, 256));
     s.tma_box[1] = static_cast<unsigned>(GetInteger(env, b.Get(1u), "launch.tmaBox[1]", 1, 256));
   }
+  Napi::Value order = o.Get("unitOrder");
+  if (!order.IsUndefined()) s.unit_order = static_cast<int>(GetInteger(env, order, "launch.unitOrder", 0, 1));
   Napi::Value tile = o.Get("queryTile");
   if (!tile.IsUndefined()) s.query_tile = GetInteger(env, tile, "launch.queryTile", 1, 2147483647);
   Napi::Value dt = o.Get("dtype");

@@ -90,7 +90,7 @@ maxsim_cuda::Runtime* ParseDevice(Napi::Env env, const Napi::Value& v);
 // The dtype name of a device token set: fp8 sets are int8-sized e4m3 codes.
 const char* SetDTypeName(DType t, bool e4m3);
 // Parses a launch as the dispatcher plans it: { kernel, grid, block, smem, queryTile?, tmaBox?,
-// dtype? }; `dtype` (when given) is the element type the kernel reads and must match the docs.
+// unitOrder?, dtype? }; `dtype` (when given) is the element type the kernel reads and must match the docs.
 // `v` may also be a handle from LaunchHandle (the launch parsed once; the dtype still checked).
 maxsim_cuda::LaunchSpec ParseLaunch(Napi::Env env, const Napi::Value& v, DType docs_dtype, bool docs_e4m3);
 // cuda.launchHandle(launch): the launch parsed once, for a plan that is used again and again

@@ -333,6 +333,7 @@ void Runtime::Launch(const DeviceTokens& q, const DeviceTokens& d, const LaunchS
   p.max_doc_length = d.max_length;
   p.query_scales = reinterpret_cast<const float*>(static_cast<uintptr_t>(q.scales));
   p.doc_scales = reinterpret_cast<const float*>(static_cast<uintptr_t>(d.scales));
+  p.unit_order = spec.unit_order;
   const int64_t tile = spec.query_tile > 0 ? spec.query_tile : q.count;
   for (int64_t off = 0; off < q.count; off += tile) {
     // One tile of queries per launch: [query_tile_offset, num_queries); scores stay indexed by the

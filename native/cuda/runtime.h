@@ -35,6 +35,8 @@ struct LaunchSpec {
   // > 0: the kernel reads the documents through a TMA tensor map (its second parameter) whose box is
   // tma_box[0] elements of a token by tma_box[1] tokens, 128-byte swizzled (variants.json "tmaBox").
   unsigned tma_box[2] = {0, 0};
+  // wgmma kernels: 1 takes the work units pass-inner (MaxsimParams.unit_order), 0 pass-outer.
+  int unit_order = 0;
 };
 
 struct MemoryInfo {

@@ -131,6 +131,8 @@ export interface Launch {
   dtype: DeviceDType;
   /** TMA variants: the runtime encodes the documents' tensor map with this box. */
   tmaBox?: [number, number];
+  /** wgmma kernels: 1 takes the work units pass-inner (unitOrderFor), 0 pass-outer. */
+  unitOrder?: 0 | 1;
 }
 
 const MAX_GRID_Y = 65535;
@@ -528,5 +530,18 @@ export function launchFor(v: Variant, p: Problem, caps: DeviceCaps): Launch {
   // perPair: one launch per tile of 65535 queries (the runtime sets query_tile_offset for each)
   if (perPair && p.numQueries > MAX_GRID_Y) launch.queryTile = MAX_GRID_Y;
   if (v.tmaBox) launch.tmaBox = [...v.tmaBox];
+  if (v.family === 'wgmma') launch.unitOrder = unitOrderFor();
   return launch;
+}
+
+/**
+ * The wgmma scoring kernels' work-unit order: 1, pass-inner (unit = document group x pass, the pass
+ * fastest), so the CTAs of a wave stream the same documents in different passes of the queries and
+ * all but the first read them from L2; each CTA otherwise re-read the corpus from DRAM once per pass
+ * (ncu at 128,32,128,128,100000: L2 hit rate 25.6%, 2.0 TB/s of DRAM). The kernel takes it only where
+ * no query's slices span passes (and not under ping-pong); elsewhere it keeps the pass-outer order.
+ * MAXSIM_UNIT_ORDER=0 restores the old order for benchmarks (bench/NOTES.md, 'Pass-inner units').
+ */
+export function unitOrderFor(): 0 | 1 {
+  return process.env.MAXSIM_UNIT_ORDER === '0' ? 0 : 1;
 }

@@ -91,6 +91,8 @@ export interface NativeLaunch {
   queryTile?: number;
   /** TMA variants: the box of the documents' tensor map (the kernel's second parameter). */
   tmaBox?: [number, number];
+  /** wgmma kernels: 1 takes the work units pass-inner (the kernel checks it applies), 0 pass-outer. */
+  unitOrder?: 0 | 1;
   dtype?: DeviceDType;
 }
 

@@ -4,14 +4,17 @@
 // live documents of all segments, together with every live document of the unindexed segments
 // (appended since the last `corpus index`), are re-scored exactly by the corpus's own scan kernel, so
 // the returned scores are exact MaxSim of the stored tokens and only the candidate set is approximate.
+// On the GPU the indexed segments' tokens go to the device with their index (float corpora), so the
+// stages' final lists come back re-scored exactly there and only unindexed documents are scanned.
 import { withCancelFlag } from '../abort.js';
 import { resolveBackend } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { CorpusFile } from '../io/corpus/index.js';
+import { segmentBatch } from '../io/corpus/index-build.js';
 import { describeValue as describe } from '../io/corpus/manifest.js';
 import { plaidCudaReason } from '../plaid/cuda-native.js';
 import { CUDA_MAX_NPROBE, CUDA_MAX_QUERY, type StagePrecision } from '../plaid/cuda-plan.js';
-import { cudaSearchBatch } from '../plaid/cuda-search.js';
+import { cudaSearchBatch, type DeviceIndexSource } from '../plaid/cuda-search.js';
 import { defaultSearch, INTERACTIONS, type IndexInteraction, type PlaidIndex } from '../plaid/plaid.js';
 import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
 import { mergeHits } from './corpus-hits.js';
@@ -189,13 +192,29 @@ export const gpuStages: {
       precision?: StagePrecision;
       /** The corpus re-scores the returned documents exactly (it keeps its tokens). */
       rescored: boolean;
+      /** The segment's tokens, for the exact re-score on the device (stats.exact says whether it ran). */
+      tokens?: () => TokenBatch;
     },
   ) => Promise<{ hits: Hit[]; stats: SegmentStats }[]>;
   usable?: (settings: Settings, queries: TokenBatch, explicit: boolean) => boolean;
 } = {
   search: async (plaid, queries, options) => {
-    const r = await cudaSearchBatch(plaid, queries, options);
-    return r.results.map((x) => ({ hits: x.hits, stats: { ...x.stats, precision: r.precision } }));
+    let source: DeviceIndexSource = plaid;
+    if (options.tokens && !tokensRefused.has(plaid)) source = withTokens(plaid, options.tokens);
+    let r: Awaited<ReturnType<typeof cudaSearchBatch>>;
+    try {
+      r = await cudaSearchBatch(source, queries, options);
+    } catch (e) {
+      // the tokens do not fit beside the index: the index alone, re-scored on the host as before
+      if (source === plaid || (e as { code?: string }).code !== 'CUDA_ERROR_OUT_OF_MEMORY') throw e;
+      tokensRefused.add(plaid);
+      r = await cudaSearchBatch(plaid, queries, options);
+    }
+    const exact = source !== plaid && !tokensRefused.has(plaid);
+    return r.results.map((x) => ({
+      hits: x.hits,
+      stats: { ...x.stats, precision: r.precision, exact, rescored: x.stats.rescored },
+    }));
   },
   usable: (settings, queries, explicit) =>
     explicit ||
@@ -213,7 +232,30 @@ type SegmentStats = {
   isa: string;
   /** The GPU stages' arithmetic (absent: the CPU's, 'float32'). */
   precision?: StagePrecision;
+  /** The hits' scores are exact MaxSim (re-scored on the device on the segment's tokens). */
+  exact?: boolean;
+  /** Documents re-scored on the device, per query. */
+  rescored?: number;
 };
+
+// A segment's index with its tokens, for the device upload (one per index, so one device copy), and
+// the indexes whose tokens did not fit on the device.
+const tokenSources = new WeakMap<PlaidIndex, DeviceIndexSource>();
+const tokensRefused = new WeakSet<PlaidIndex>();
+function withTokens(plaid: PlaidIndex, tokens: () => TokenBatch): DeviceIndexSource {
+  let s = tokenSources.get(plaid);
+  if (!s) {
+    let t: TokenBatch | undefined;
+    const { native, count, dim, centroids } = plaid;
+    const sourceTokens = () => {
+      t ??= tokens();
+      return [t];
+    };
+    s = { native, count, dim, centroids, sourceTokens };
+    tokenSources.set(plaid, s);
+  }
+  return s;
+}
 const STAGES = ['centroids', 'candidates', 'interaction', 'residual', 'rescore'] as const;
 type Tally = Record<(typeof STAGES)[number], number>;
 
@@ -230,7 +272,7 @@ export async function searchSegmentBatch(
   threads: number | undefined,
   signal: AbortSignal | undefined,
   /** The batch as one TokenBatch and the device: the GPU stages take it whole. */
-  gpu?: { queries: TokenBatch; device?: number; rescored: boolean },
+  gpu?: { queries: TokenBatch; device?: number; rescored: boolean; tokens?: () => TokenBatch },
 ): Promise<{ hits: Hit[][]; stats: SegmentStats[] }> {
   if (gpu && gpuStages.search) {
     signal?.throwIfAborted();
@@ -243,6 +285,7 @@ export async function searchSegmentBatch(
       threshold: settings.threshold,
       precision: settings.precision,
       rescored: gpu.rescored,
+      tokens: gpu.tokens,
     });
     return { hits: r.map((x) => x.hits), stats: r.map((x) => x.stats) };
   }
@@ -304,6 +347,10 @@ export async function searchThroughIndex(
     }
   });
   const keep = residualOnly ? k : settings.rescore;
+  // every indexed segment's lists came back exactly re-scored on the device
+  let deviceExact = gpu !== false && !residualOnly;
+  // float tokens only: an int8 segment would go up dequantized, 4x its bytes
+  const deviceTokens = deviceExact && file.info.dtype !== 'int8';
   const queries = Array.from({ length: floats.count }, (_, i) => queryRows(floats, i));
   const residual: Hit[][] = queries.map(() => []);
   for (let si = 0; si < file.segments.length && k > 0; si++) {
@@ -318,11 +365,23 @@ export async function searchThroughIndex(
       settings,
       threads,
       signal,
-      gpu ? { queries: floats, device: gpu.device, rescored: !residualOnly } : undefined,
+      gpu
+        ? {
+            queries: floats,
+            device: gpu.device,
+            rescored: !residualOnly,
+            tokens: deviceTokens ? () => segmentBatch(file, si) : undefined,
+          }
+        : undefined,
     );
     for (const st of r.stats) {
       isa = st.isa;
       precision = st.precision ?? 'float32';
+      deviceExact &&= st.exact === true;
+      if (st.exact) {
+        count.rescore += st.rescored ?? 0;
+        ms.rescore += st.ms.rescore;
+      }
       count.centroids += st.probed;
       count.candidates += st.generated;
       count.interaction += Math.min(st.generated, Math.max(settings.candidates, want));
@@ -342,13 +401,15 @@ export async function searchThroughIndex(
   for (let qi = 0; qi < floats.count; qi++) {
     signal?.throwIfAborted();
     const t0 = performance.now();
-    // index only: the residual scores stand, the unindexed documents are scanned and merged in
-    const subset = (residualOnly ? unindexed : [...residual[qi].map((h) => h.index), ...unindexed]).sort(
+    // index only, or re-scored on the device: the lists' scores stand, the unindexed documents are
+    // scanned and merged in
+    const final = residualOnly || deviceExact;
+    const subset = (final ? unindexed : [...residual[qi].map((h) => h.index), ...unindexed]).sort(
       (a, b) => a - b,
     );
     count.rescore += subset.length;
     const scanned = subset.length > 0 && k > 0 ? await exact(oneQuery(scan, qi), subset, k) : [];
-    hits.push(residualOnly ? mergeHits(residual[qi].slice(0, k), scanned, k) : scanned);
+    hits.push(final ? mergeHits(residual[qi].slice(0, k), scanned, k) : scanned);
     ms.rescore += performance.now() - t0;
   }
   const stages = STAGES.map((name) => ({ name, candidates: count[name], ms: ms[name] }));

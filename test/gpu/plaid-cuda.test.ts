@@ -754,7 +754,12 @@ describe('CUDA plaid corpus', { skip }, () => {
         assert.equal(cpu.stats.backend, 'cpu');
         assert.equal(gpu.stats.index?.precision, 'float32');
         assert.equal(cpu.stats.index?.precision, 'float32');
-        assert.deepEqual(gpu.hits, cpu.hits);
+        // the GPU re-scores its lists on the device (the segments' tokens uploaded with the index):
+        // the same documents, exact scores within float32 summation order; no host re-score
+        sameExactHits(gpu.hits, cpu.hits, 'float32 stages');
+        const rescore = gpu.stats.index?.stages.find((s) => s.name === 'rescore');
+        assert.ok((rescore?.candidates ?? 0) > 0, 'lists re-scored on the device');
+        assert.equal(gpu.stats.bytes, 0, 'no document read on the host for a re-score');
         // the default where the corpus keeps its tokens: float16 stages (the segments hold no tokens,
         // the corpus re-scores), so the returned scores are still the exact scan's
         const half = await corp.searchWithStats(queries, { ...o, backend: 'cuda' });
@@ -781,8 +786,74 @@ describe('CUDA plaid corpus', { skip }, () => {
       } finally {
         corp.close();
       }
+      // an unindexed segment appended after the index: scanned on the host, merged with the
+      // device-re-scored lists; an int8 corpus re-scores on the host (its tokens are not uploaded)
+      const more = corpus(120, [2, 20], 32, (runSeed % 977) + 1, 'float16').batch;
+      const w = CorpusWriter.append(dirs[0]);
+      w.add(more);
+      w.commit();
+      const grown = openCorpus(dirs[0]);
+      try {
+        const index = { nprobe: 6, candidates: 200, rescore: 50, interaction: 'bags' as const };
+        const gpu = await grown.searchWithStats(queries, {
+          topK: 9,
+          index: { ...index, precision: 'float32' },
+          backend: 'cuda',
+        });
+        const cpu = await grown.searchWithStats(queries, { topK: 9, index, backend: 'cpu' });
+        assert.equal(gpu.stats.index?.scannedDocuments, 120);
+        sameExactHits(gpu.hits, cpu.hits, 'with an unindexed segment');
+      } finally {
+        grown.close();
+      }
+      const i8 = path.join(tmp, 'int8.msx');
+      const w8 = CorpusWriter.create(i8, { dim: 32, dtype: 'int8' });
+      w8.add(batch);
+      w8.commit();
+      await indexCorpus(i8, { centroids: 40, backend: 'cuda' });
+      const c8 = openCorpus(i8);
+      try {
+        const index = { nprobe: 6, candidates: 200, rescore: 50, interaction: 'bags' as const };
+        const gpu = await c8.searchWithStats(queries, {
+          topK: 5,
+          index: { ...index, precision: 'float32' },
+          backend: 'cuda',
+        });
+        const cpu = await c8.searchWithStats(queries, { topK: 5, index, backend: 'cpu' });
+        assert.ok(gpu.stats.bytes > 0, 'int8: re-scored on the host');
+        assert.deepEqual(gpu.hits, cpu.hits, 'int8: the same host re-score');
+      } finally {
+        c8.close();
+      }
     } finally {
       fs.rmSync(tmp, { recursive: true, force: true });
     }
   });
 });
+
+/** The same documents in order (a near-tie of exact scores may swap) with scores within 1e-5. */
+function sameExactHits(
+  a: { index: number; score: number }[][],
+  b: { index: number; score: number }[][],
+  what: string,
+) {
+  assert.equal(a.length, b.length, what);
+  a.forEach((row, qi) => {
+    assert.equal(row.length, b[qi].length, `${what}: hits of query ${qi}`);
+    row.forEach((h, j) => {
+      const want = b[qi][j];
+      const tol = 1e-5 * (1 + Math.abs(want.score));
+      assert.ok(
+        Math.abs(h.score - want.score) <= tol,
+        `${what}: score ${qi}/${j} ${h.score} vs ${want.score}`,
+      );
+      if (h.index !== want.index) {
+        const other = b[qi].find((x) => x.index === h.index);
+        assert.ok(
+          other && Math.abs(other.score - h.score) <= tol,
+          `${what}: doc ${qi}/${j} ${h.index} vs ${want.index}`,
+        );
+      }
+    });
+  });
+}

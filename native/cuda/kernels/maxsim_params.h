@@ -21,7 +21,10 @@ struct MaxsimParams {
   int32_t max_query_length;     // longest query (for tiling decisions inside the kernel)
   int32_t max_doc_length;       // longest document
   int32_t query_tile_offset;    // first query handled by this launch (for launches split over queries)
-  int32_t reserved[2];
+  // 1: the wgmma kernels take their work units pass-inner where no query spans passes (the CTAs of
+  // a wave read the same documents from L2 in different passes); 0: each CTA walks every pass
+  int32_t unit_order;
+  int32_t reserved;
   // int8 kernels only (maxsim_int8.cu): one float32 scale per token, indexed like the tokens
   // (token t of the set has scale scales[t]); null for the float kernels, which do not read them.
   const float* query_scales;    // [Tq]

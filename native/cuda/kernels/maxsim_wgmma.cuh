@@ -94,20 +94,29 @@ struct DocDirect {
 // groups + first taking CTA u % gridDim.x. GROUPED (training): groups given, 64-bit unit arithmetic;
 // else one group per CTA (groups = gridDim.x: pass 0, 1, ... over the documents blockIdx.x,
 // blockIdx.x + gridDim.x, ...), which costs no division and no registers beyond the pass.
+// Pass-inner (inner = npass > 0, scoring where no query's slices span passes): unit u = group *
+// npass + pass, so the CTAs of a wave stream the same documents in different passes and all but the
+// first read them from L2; the walk ends (pass = inner) past the last group.
 template <bool GROUPED>
 struct UnitWalk {
   int64_t u;
-  int groups, pass, first;
-  __device__ __forceinline__ explicit UnitWalk(int g) : u(blockIdx.x), groups(g) {
-    pass = GROUPED ? static_cast<int>(u / groups) : 0;
-    first = GROUPED ? static_cast<int>(u % groups) : (int)blockIdx.x;
+  int groups, pass, first, inner;
+  __device__ __forceinline__ UnitWalk(int g, int in) : u(blockIdx.x), groups(g), inner(in) { place(); }
+  __device__ __forceinline__ int step() const { return GROUPED || inner ? groups : (int)gridDim.x; }
+  __device__ __forceinline__ void place() {
+    if (inner) {
+      pass = static_cast<int>(u % inner);
+      first = static_cast<int>(u / inner);
+      if (first >= groups) pass = inner;
+    } else {
+      pass = GROUPED ? static_cast<int>(u / groups) : 0;
+      first = GROUPED ? static_cast<int>(u % groups) : (int)blockIdx.x;
+    }
   }
-  __device__ __forceinline__ int step() const { return GROUPED ? groups : (int)gridDim.x; }
   __device__ __forceinline__ void next() {
-    if (GROUPED) {
+    if (GROUPED || inner) {
       u += gridDim.x;
-      pass = static_cast<int>(u / groups);
-      first = static_cast<int>(u % groups);
+      place();
     } else {
       ++pass;
     }
@@ -119,10 +128,10 @@ struct UnitWalk {
 // each non-empty document of the unit (under PP the consumer groups take turns), each tile: wait
 // until its stage is free, then copy(stage, group, start, len, tile). Called by whole warps (DocWindow).
 template <int NGRP, int TN, int S, bool GROUPED, class Docs, class Copy>
-__device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_docs, int npass, int groups,
+__device__ __forceinline__ void produce_tiles(const MaxsimParams& p, int num_docs, int npass, int groups, int inner,
                                               uint64_t* empty_bar, Copy&& copy) {
   int t = 0;
-  for (UnitWalk<GROUPED> w(groups); w.pass < npass; w.next()) {
+  for (UnitWalk<GROUPED> w(groups, inner); w.pass < npass; w.next()) {
     int owner = 0;  // the consumer group of the next non-empty document (always 0 unless PP)
     Docs win(p, w.first, w.step());
     for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
@@ -191,8 +200,14 @@ struct WgCfg {
   static_assert(!ARGMAX || (!SCALED && !PP), "the argmax epilogue is the 16-bit training forward's");
   static_assert(SPP <= 32, "combine uses one lane per slice");
   static_assert(S <= 32, "consumers keep one parity bit per stage");
+  // Pass-inner work units (UnitWalk) for scoring; not under ping-pong, whose groups hold all rows of
+  // one pass (a second pass there means more than 128 query rows, where the rules take w2/w3), nor
+  // where the walk's registers spill (w4n64, the 8-bit n128 tiles; long queries span passes there)
+  static constexpr bool INNER = !PP && !ARGMAX && NCONS <= 3 && TN == 64;
+  // the walks' first document and step: the constructor's (registers) where units are groups
+  static constexpr bool WALK = ARGMAX || INNER;
   // the producer walk's document lookup (DocDirect: see above)
-  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, ARGMAX>>;
+  using Docs = std::conditional_t<SCALED, DocDirect, DocWindow<true, WALK>>;
 };
 
 // What the warpgroups share: the ring's barriers and the consumers' partial sums (static shared
@@ -223,7 +238,8 @@ __device__ __forceinline__ const float* wg_scales() {  // the scaled types' [S][
 #if MAXSIM_HAS_WGMMA
 // ------------------------------ producer warpgroup ------------------------------
 template <class C>
-__device__ __forceinline__ void wgmma_produce(const MaxsimParams& p, const TmaMap* map, int npass, int groups) {
+__device__ __forceinline__ void wgmma_produce(const MaxsimParams& p, const TmaMap* map, int npass, int groups,
+                                              int inner) {
   constexpr int TN = C::TN, S = C::S, NGRP = C::NGRP, HALF = C::HALF, STAGE = C::STAGE;
   using T = typename C::T;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -250,7 +266,7 @@ __device__ __forceinline__ void wgmma_produce(const MaxsimParams& p, const TmaMa
     // (zeros); dims past dim are zeros
     if (warp == 0) {
       produce_tiles<NGRP, TN, S, C::ARGMAX, typename C::Docs>(
-          p, num_docs, npass, groups, sh.empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+          p, num_docs, npass, groups, inner, sh.empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
             const uint32_t fb = smem_u32(&sh.full_bar[grp][s]);
             if (lane == 0) {
               const int row = static_cast<int>(start) + tile * TN;  // < 2^31: the runtime checks
@@ -279,7 +295,7 @@ __device__ __forceinline__ void wgmma_produce(const MaxsimParams& p, const TmaMa
     const uint32_t pdst = (pchunk >> 3) * HALF + prow * 128 + (((pchunk & 7) ^ (prow & 7)) << 4);
     const int64_t row_step = RPI * (int64_t)dim;
     produce_tiles<NGRP, TN, S, C::ARGMAX, typename C::Docs>(
-        p, num_docs, npass, groups, sh.empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
+        p, num_docs, npass, groups, inner, sh.empty_bar, [&](int s, int grp, int64_t start, int len, int tile) {
           const uint32_t dst = sbase + s * STAGE + pdst;
           const int row0 = tile * TN + prow;
           const int rows_left = len - row0;  // copy `it` holds row row0 + RPI * it
@@ -459,7 +475,7 @@ __device__ __forceinline__ void wgmma_finish_doc(const MaxsimParams& p, const ty
 // ------------------------------ consumer warpgroups ------------------------------
 template <class C>
 __device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typename C::Out& out, int npass, int groups,
-                                              int nq, int cpq, int nslices) {
+                                              int inner, int nq, int cpq, int nslices) {
   constexpr int MB = C::MB, TN = C::TN, S = C::S, NACC = C::NACC, SPP = C::SPP, GW = C::GW, NGRP = C::NGRP;
   constexpr int HALF = C::HALF;
   using E = typename C::E;
@@ -488,7 +504,7 @@ __device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typen
   // document); documents are re-streamed once per pass. Per-(query, doc) sums that span passes are
   // carried in the scores array itself (written and re-read by the same thread: no extra memory,
   // fixed order).
-  for (UnitWalk<C::ARGMAX> w(groups); w.pass < npass; w.next()) {
+  for (UnitWalk<C::ARGMAX> w(groups, inner); w.pass < npass; w.next()) {
     const int pass = w.pass;
     // slice of m-block m of this warp: pass * SPP + m * GW + gw (SPP = slices per pass)
 #pragma unroll
@@ -507,7 +523,7 @@ __device__ __forceinline__ void wgmma_consume(const MaxsimParams& p, const typen
       }
     }
     int owner = 0;  // PP: the group of the next non-empty document (they take turns, as for the producer)
-    DocWindow<false, C::ARGMAX> win(p, w.first, w.step());
+    DocWindow<false, C::WALK> win(p, w.first, w.step());
     for (int doc = w.first, i = 0; doc < num_docs; doc += w.step(), ++i) {
       const int len = win.at(p, i, nullptr);
       if (len <= 0) {
@@ -589,11 +605,25 @@ __device__ __forceinline__ void wgmma_body(const MaxsimParams& p, const TmaMap* 
   const int npass = (nslices + C::SPP - 1) / C::SPP;
   // Work units (UnitWalk): scoring takes one document group per CTA (CTA c streams documents c,
   // c + gridDim.x, ... once per pass, so the sums spanning passes stay with one warp); training deals
-  // them into out.doc_groups groups.
-  int groups = gridDim.x;
-  if constexpr (C::ARGMAX) groups = max(1, out.doc_groups);
-  if ((tid >> 5) < 4) wgmma_produce<C>(p, map, npass, groups);
-  else wgmma_consume<C>(p, out, npass, groups, nq, cpq, nslices);
+  // them into out.doc_groups groups. Scoring pass-inner (p.unit_order 1, every query inside one
+  // pass): npass x G units, G a whole number of waves where that takes at most 8 (else ~8 waves).
+  int groups = gridDim.x, inner = 0;
+  if constexpr (C::ARGMAX) {
+    groups = max(1, out.doc_groups);
+  } else if (C::INNER && p.unit_order == 1 && npass > 1 && C::SPP % cpq == 0) {
+    const int g = (int)gridDim.x;
+    int a = g, b = npass;
+    while (b) {
+      const int r = a % b;
+      a = b;
+      b = r;
+    }
+    const int lcm_waves = npass / a;  // lcm(g, npass) / g
+    groups = lcm_waves <= 8 ? lcm_waves * g / npass : (8 * g + npass - 1) / npass;
+    inner = npass;
+  }
+  if ((tid >> 5) < 4) wgmma_produce<C>(p, map, npass, groups, inner);
+  else wgmma_consume<C>(p, out, npass, groups, inner, nq, cpq, nslices);
 #else
   // Built for a GPU without wgmma (the sm_80 cubin): the dispatcher never picks this variant there,
   // and a launch that does anyway must fail loudly rather than leave the scores unwritten.
