@@ -540,7 +540,7 @@ export function launchFor(v: Variant, p: Problem, caps: DeviceCaps): Launch {
  * all but the first read them from L2; each CTA otherwise re-read the corpus from DRAM once per pass
  * (ncu at 128,32,128,128,100000: L2 hit rate 25.6%, 2.0 TB/s of DRAM). The kernel takes it only where
  * no query's slices span passes (and not under ping-pong); elsewhere it keeps the pass-outer order.
- * MAXSIM_UNIT_ORDER=0 restores the old order for benchmarks (bench/NOTES.md, 'Pass-inner units').
+ * MAXSIM_UNIT_ORDER=0 restores the old order for benchmarks (bench/NOTES.md, 'TMA document stream').
  */
 export function unitOrderFor(): 0 | 1 {
   return process.env.MAXSIM_UNIT_ORDER === '0' ? 0 : 1;
