@@ -244,3 +244,23 @@ test('variants.json: "scales" is "document" on an 8-bit variant, or absent', () 
     assert.throws(() => parseVariants(bad), /scales must be "document", on an int8 or fp8 variant/);
   }
 });
+
+test('wgmma launches take pass-inner work units (unitOrder 1; MAXSIM_UNIT_ORDER=0 restores 0), others none', () => {
+  const p: Problem = { ...base, numQueries: 128, maxDocLength: 128 };
+  const table = dispatchTable().variants;
+  const saved = process.env.MAXSIM_UNIT_ORDER;
+  try {
+    delete process.env.MAXSIM_UNIT_ORDER;
+    const picked = selectVariant(p, h200);
+    assert.equal(picked.family, 'wgmma', `128 x 32 query rows take a wgmma variant (${picked.name})`);
+    for (const v of table) {
+      const l = launchFor(v, { ...p, dtype: v.dtype }, h200);
+      assert.equal(l.unitOrder, v.family === 'wgmma' ? 1 : undefined, v.name);
+    }
+    process.env.MAXSIM_UNIT_ORDER = '0';
+    assert.equal(launchFor(picked, p, h200).unitOrder, 0);
+  } finally {
+    if (saved === undefined) delete process.env.MAXSIM_UNIT_ORDER;
+    else process.env.MAXSIM_UNIT_ORDER = saved;
+  }
+});
