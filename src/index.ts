@@ -56,6 +56,7 @@ export {
   type PointClouds,
 } from './ops/chamfer.js';
 export type { CorpusIndexOptions, IndexSearchStats, IndexStage } from './ops/corpus-index-search.js';
+export type { StagePrecision } from './plaid/cuda-plan.js';
 export {
   Corpus,
   type CorpusHit,

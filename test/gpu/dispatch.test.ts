@@ -379,6 +379,8 @@ describe('CUDA dispatcher', () => {
         smem,
         dtype: pr.dtype,
         ...(queryTile !== undefined && { queryTile }),
+        // wgmma launches carry their work-unit order (pass-inner; the kernel says where it applies)
+        ...(v.family === 'wgmma' && { unitOrder: 1 }),
       });
     });
   }
@@ -395,6 +397,7 @@ describe('CUDA dispatcher', () => {
       block: [640, 1, 1],
       smem: 132_096,
       dtype: 'float16',
+      unitOrder: 1,
     });
     assert.throws(() => selectVariant(problem({}), h200, 'maxsim_nope', t), /one of maxsim_simt_f32, /);
     assert.throws(() => selectVariant(problem({ dim: 100 }), h200, 'maxsim_mma_g1_f16', t), /dim % 8 == 0/);
