@@ -56,7 +56,6 @@ export {
   type PointClouds,
 } from './ops/chamfer.js';
 export type { CorpusIndexOptions, IndexSearchStats, IndexStage } from './ops/corpus-index-search.js';
-export type { StagePrecision } from './plaid/cuda-plan.js';
 export {
   Corpus,
   type CorpusHit,
@@ -95,6 +94,7 @@ export {
   type TrainPairs,
 } from './ops/train.js';
 export { type TwoStageOptions, twoStageTopK } from './ops/two-stage.js';
+export type { StagePrecision } from './plaid/cuda-plan.js';
 export type { ServerApp } from './server/app.js';
 export { createServer, type MaxsimServer, type ServerOptions } from './server/index.js';
 export type { PassDtype } from './server/segment-search.js';
