@@ -256,6 +256,39 @@ describe('maxsim serve', () => {
     assert.ok(largest > 2, `no pass gathered several requests (largest ${largest})`);
   });
 
+  test('MAXSIM_HAND_OVER_LEAD (A/B runs): a share in (0, 1] is taken, anything else refused naming it', async () => {
+    const before = process.env.MAXSIM_HAND_OVER_LEAD;
+    try {
+      process.env.MAXSIM_HAND_OVER_LEAD = '0.1';
+      const alone = await start({ corpus: dir, maxBatch: 1, maxWaitMs: 0 });
+      const piped = await start({ corpus: dir, maxBatch: 8, passesInFlight: 2 });
+      const bodies = Array.from({ length: 16 }, (_, i) => ({
+        queries: [randomTokens(1 + (i % 5))],
+        top_k: 3,
+      }));
+      const batched = await Promise.all(bodies.map((b) => post(`${piped.url}/v1/search`, b)));
+      for (let i = 0; i < bodies.length; i++)
+        assert.deepEqual(
+          batched[i].json,
+          (await post(`${alone.url}/v1/search`, bodies[i])).json,
+          `request ${i}`,
+        );
+      for (const bad of ['0', '1.5', '-0.2', 'soon'])
+        await assert.rejects(
+          () => {
+            process.env.MAXSIM_HAND_OVER_LEAD = bad;
+            return start({ corpus: dir, maxBatch: 8 });
+          },
+          (e: unknown) =>
+            e instanceof Error && e.message.includes('MAXSIM_HAND_OVER_LEAD') && e.message.includes(bad),
+          bad,
+        );
+    } finally {
+      if (before === undefined) delete process.env.MAXSIM_HAND_OVER_LEAD;
+      else process.env.MAXSIM_HAND_OVER_LEAD = before;
+    }
+  });
+
   test('every malformed request gets its 4xx and the server keeps serving', async () => {
     const q = queries[1];
     const cases: [string, () => Promise<Reply>, number, string | RegExp | undefined][] = [

@@ -388,7 +388,7 @@ Napi::Value TopK(const Napi::CallbackInfo& info) {
 }
 
 // twoStage(device, scanQueries, scanDocs, scanLaunch, exactQueries, exactDocs, exactLaunch,
-// { k, candidates, count, select }, options?)
+// { k, candidates, count, select, exactGroup? }, options?)
 Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Runtime* rt = UnwrapDevice(env, info[0]);
@@ -408,6 +408,9 @@ Napi::Value TwoStage(const Napi::CallbackInfo& info) {
   job.candidates = GetInteger(env, spec.Get("candidates"), "spec.candidates", 0, 2147483647);
   job.count = GetInteger(env, spec.Get("count"), "spec.count", 0, 2147483647);
   job.select = ParseSelect(env, spec.Get("select"), "spec.select");
+  // queries per exact launch (absent: all in one)
+  const Napi::Value group = spec.Get("exactGroup");
+  job.exact_group = group.IsUndefined() ? 0 : GetInteger(env, group, "spec.exactGroup", 1, 2147483647);
   const maxsim_cuda::JobOptions options = ParseJobOptions(env, info[8], "options", task.get());
   task->run = [rt, job, options]() mutable { return maxsim_cuda::TwoStage(*rt, job, options); };
   task->wrap = WrapHeaps;

@@ -235,6 +235,11 @@ struct TwoStageJob {
   // naming spec.select). The exact stage follows: on the device, its scores of each query's own
   // candidates are gathered there; on the host, the union is rescored and read back in chunks.
   SelectWhere select = SelectWhere::kHost;
+  // Queries per exact launch where the device selects (0: all of them in one). A launch scores its
+  // queries against the candidates of all of them, so one launch for R rows costs R x R x candidates
+  // pairs; groups of G cost R x G x candidates. exact_launch is planned for G queries (src/backends/
+  // cuda-two-stage-plan.ts).
+  int64_t exact_group = 0;
 };
 Heaps TwoStage(Runtime& rt, TwoStageJob& job, const JobOptions& options = {});
 

@@ -140,16 +140,34 @@ void Shape(Heaps& h, int64_t rows, int64_t k, int64_t cols) {
   h.indices.resize(h.scores.size());
 }
 
+// `count` items of t from item `first` on, for one launch: the same tokens, its spans from there. It
+// owns nothing (no runtime: its destructor frees nothing) and must not outlive t.
+DeviceTokens Window(const DeviceTokens& t, int64_t first, int64_t count) {
+  DeviceTokens w;
+  w.dtype = t.dtype;
+  w.e4m3 = t.e4m3;
+  w.dim = t.dim;
+  w.data = t.data;
+  w.scales = t.scales;
+  w.tokens = w.capacity_tokens = t.tokens;
+  w.count = w.capacity_items = count;
+  w.max_length = t.max_length;
+  w.starts = t.starts + static_cast<uint64_t>(first) * sizeof(int64_t);
+  w.lengths = t.lengths + static_cast<uint64_t>(first) * sizeof(int32_t);
+  return w;
+}
+
 // Stage 2 of TwoStage with the candidates selected on the device: nothing comes back between the
-// stages; the GPU also writes the view's spans (each query's candidates in turn, or the whole of
-// exact_docs when that is no more), and only each query's own exact scores come back. False when a
-// scan row held a NaN (nothing kept).
+// stages; the GPU also writes the view's spans (each query's candidates in turn), and only each
+// query's own exact scores come back. The queries go in groups of job.exact_group, each scored against
+// its own queries' candidates (or the whole of exact_docs when that is no more), then each query's own
+// scores are gathered from its group's block. False when a scan row held a NaN (nothing kept).
 bool StagesOnDevice(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep,
                     JobPhases& phases, Heaps& h) {
   const int64_t count = job.count;
-  const bool whole = rows * keep >= count;  // the launch was planned for min(count, rows * keep) documents
-  const int64_t v = whole ? count : rows * keep;
-  std::shared_ptr<DeviceTokens> view = whole ? job.exact_docs : ViewShell(rt, job.exact_docs, v);
+  const int64_t group = job.exact_group > 0 ? std::min(job.exact_group, rows) : rows;
+  const bool whole = group * keep >= count;  // the launch was planned for min(count, group * keep) documents
+  std::shared_ptr<DeviceTokens> view = whole ? job.exact_docs : ViewShell(rt, job.exact_docs, rows * keep);
   KeptEntries kept(rt, rows, keep);
   DeviceSelection s = kept.SelectionOf(scan, count);
   if (!whole) {
@@ -159,12 +177,22 @@ bool StagesOnDevice(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::C
   }
   SelectOnDevice(rt, s);
   phases.Mark("scanSelect");
-  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * v) * sizeof(float));
-  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * v));
-  rt.Launch(qe, *view, job.exact_launch, out.get());
+  // group g's block: its rows x its view's documents, row-major, at g's first row x the widest view
+  const int64_t width = whole ? count : group * keep;
+  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * width) * sizeof(float));
+  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * width));
+  for (int64_t first = 0; first < rows; first += group) {
+    const int64_t n = std::min(group, rows - first);
+    const DeviceTokens queries = Window(qe, first, n);
+    const DeviceTokens docs = whole ? Window(*view, 0, count) : Window(*view, first * keep, n * keep);
+    const cu::CUdeviceptr block = out.get() + static_cast<uint64_t>(first * width) * sizeof(float);
+    rt.Launch(queries, docs, job.exact_launch, block);
+    // row r's own candidates: columns (r - first) * keep + j of its group's view, or their document
+    // indices of exact_docs
+    GatherRowScores(rt, block, docs.count, whole ? kept.columns() + static_cast<uint64_t>(first * keep) * 4 : 0, n, keep,
+                    kept.scores() + static_cast<uint64_t>(first * keep) * 4);
+  }
   phases.Mark("exact");
-  // row r's own candidates: columns r * keep + j of the view, or their document indices of exactDocs
-  GatherRowScores(rt, out.get(), v, whole ? kept.columns() : 0, rows, keep, kept.scores());
   kept.Fetch(rt);
   if (kept.AnyNaN()) return false;
   for (int64_t r = 0; r < rows; r++) {
@@ -176,39 +204,42 @@ bool StagesOnDevice(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::C
 }
 
 // Stage 2 of TwoStage with the candidates selected by the host heaps (the plan chose the host, or a
-// scan row held a NaN): the view holds the union of the candidates, its spans
-// from the host mirror, and the union is rescored.
+// scan row held a NaN): per group of job.exact_group queries (all of them where the host was planned)
+// a view holds the union of the group's candidates, its spans from the host mirror, and the union is
+// rescored (at most group x keep documents: what exact_launch was planned for).
 void StagesOnHost(Runtime& rt, TwoStageJob& job, const DeviceTokens& qe, cu::CUdeviceptr scan, int64_t rows, int64_t keep,
                   JobPhases& phases, Heaps& h) {
   const int64_t count = job.count, n = h.n;
+  const int64_t group = job.exact_group > 0 ? std::min(job.exact_group, rows) : rows;
   std::vector<float> cand_scores(static_cast<size_t>(rows * keep));  // the heap order does not matter here
   std::vector<int32_t> cand(cand_scores.size());
   SelectRows(rt, scan, rows, count, keep, cand_scores.data(), cand.data());
   phases.Mark("scanSelect");
   for (int64_t r = 0; r < rows; r++) std::sort(cand.begin() + r * keep, cand.begin() + (r + 1) * keep);
-  std::vector<int32_t> all(cand);
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  const int64_t u = static_cast<int64_t>(all.size());
-  std::vector<int64_t> column(cand.size());  // each candidate's column in the union
-  for (size_t j = 0; j < cand.size(); j++) column[j] = std::lower_bound(all.begin(), all.end(), cand[j]) - all.begin();
-
-  std::shared_ptr<DeviceTokens> view = Select(rt, job.exact_docs, std::vector<int64_t>(all.begin(), all.end()));
-  phases.Mark("view");
-  ScopedBlock out(rt.allocator(), static_cast<uint64_t>(rows * u) * sizeof(float));
-  rt.FillNaN(out.get(), static_cast<uint64_t>(rows * u));
-  rt.Launch(qe, *view, job.exact_launch, out.get());
-  phases.Mark("exact");
   std::vector<TopKHeap> heaps;
   heaps.reserve(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; r++) heaps.emplace_back(h.scores.data() + r * n, h.indices.data() + r * n, n);
-  std::vector<int64_t> next(static_cast<size_t>(rows), 0);  // per row: its first candidate not pushed yet
-  ForEachChunk(rt, out.get(), rows, u, [&](int64_t r, int64_t c, int64_t len, const float* p) {
-    const int64_t* col = column.data() + r * keep;
-    int64_t& j = next[r];
-    for (; j < keep && col[j] < c + len; j++) heaps[r].Push(p[col[j] - c], cand[r * keep + j]);
-  });
-  phases.Mark("exactSelect");
+  for (int64_t first = 0; first < rows; first += group) {
+    const int64_t g = std::min(group, rows - first);
+    const auto from = cand.begin() + first * keep, to = from + g * keep;
+    std::vector<int32_t> all(from, to);
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    const int64_t u = static_cast<int64_t>(all.size());
+    std::vector<int64_t> column(static_cast<size_t>(g * keep));  // each candidate's column in the union
+    for (int64_t j = 0; j < g * keep; j++) column[j] = std::lower_bound(all.begin(), all.end(), from[j]) - all.begin();
+    std::shared_ptr<DeviceTokens> view = Select(rt, job.exact_docs, std::vector<int64_t>(all.begin(), all.end()));
+    ScopedBlock out(rt.allocator(), static_cast<uint64_t>(g * u) * sizeof(float));
+    rt.FillNaN(out.get(), static_cast<uint64_t>(g * u));
+    rt.Launch(Window(qe, first, g), *view, job.exact_launch, out.get());
+    std::vector<int64_t> next(static_cast<size_t>(g), 0);  // per row: its first candidate not pushed yet
+    ForEachChunk(rt, out.get(), g, u, [&](int64_t r, int64_t c, int64_t len, const float* p) {
+      const int64_t* col = column.data() + r * keep;
+      int64_t& j = next[r];
+      for (; j < keep && col[j] < c + len; j++) heaps[first + r].Push(p[col[j] - c], from[r * keep + j]);
+    });
+  }
+  phases.Mark("exact");
 }
 
 }  // namespace

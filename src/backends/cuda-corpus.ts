@@ -23,6 +23,7 @@ import {
   checkSameMean,
   describe,
   jobQueries,
+  maxLength,
   rethrowRange,
   shapeOf,
 } from './cuda-input.js';
@@ -35,6 +36,7 @@ import {
   nativeCuda,
   reportPhases,
 } from './cuda-native.js';
+import { exactGroupFor } from './cuda-two-stage-plan.js';
 import type { Fp8Tokens } from './reference-fp8.js';
 
 // The corpus that rescores `scan`'s candidates: one of this module's corpora, on the same device,
@@ -153,10 +155,25 @@ export class Corpus implements DeviceCorpus {
     // the view of the candidates holds this many documents (each query's in turn, or the whole float
     // corpus when that is no more; the union, at most as many, where the host selects), none longer
     // than exact's longest; their total length is unknown here, so the rules go by the longest
-    const shape = { ...shapeOf(exact), count: Math.min(this.count, q.count * keep), tokens: undefined };
-    const rescoring = this.device.planCached(qe, shape, {}).handle;
+    // the exact stage runs in groups of queries (cuda-two-stage-plan.ts), each against its own queries'
+    // candidates: the launch is planned for one group
     const select = this.device.selectFor({ rows: q.count, cols: this.count, keep });
-    const spec = { k, candidates: keep, count: this.count, select };
+    const exactShape = shapeOf(exact);
+    const longest = maxLength(qe);
+    const group = exactGroupFor({
+      rows: q.count,
+      keep,
+      queryLength: longest,
+      docLength: exactShape.maxLength,
+      dim: exact.dim,
+      select,
+    });
+    const shape = { ...exactShape, count: Math.min(this.count, group * keep), tokens: undefined };
+    // the plan reads the count and the longest query: a group's stand-in
+    const groupQueries =
+      group === q.count ? qe : { ...qe, count: group, lengths: new Int32Array(group).fill(longest) };
+    const rescoring = this.device.planCached(groupQueries, shape, {}).handle;
+    const spec = { k, candidates: keep, count: this.count, select, exactGroup: group };
     const native = nativeCuda();
     let h: NativeHeaps;
     try {

@@ -151,6 +151,8 @@ export interface NativeCuda {
    * of exactDocs (exactLaunch planned for min(count, queries x candidates) documents), keep k.
    * `count`: the documents both sets held when the launches were planned (checked by the job).
    * `select`: where the scan's candidates are selected (planSelect); the exact stage follows.
+   * `exactGroup`: queries per exact launch where the device selects (exactLaunch planned for that
+   * many; absent: all in one).
    */
   twoStage(
     device: NativeDevice,
@@ -160,7 +162,7 @@ export interface NativeCuda {
     exactQueries: TokenBatch | NativeTokenSet,
     exactDocs: NativeTokenSet,
     exactLaunch: NativeLaunch | NativeLaunchHandle,
-    spec: { k: number; candidates: number; count: number; select: SelectWhere },
+    spec: { k: number; candidates: number; count: number; select: SelectWhere; exactGroup?: number },
     options?: NativeJobOptions,
   ): Promise<NativeHeaps>;
   /**

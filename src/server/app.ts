@@ -120,13 +120,24 @@ function checkOptions(options: ServerOptions) {
       'a key of at least 8 characters',
       `${options.apiKey.length} characters`,
     );
-  return { limits, bodyLimit, closeGraceMs };
+  // read before anything opens: a refusal leaves nothing to close
+  return { limits, bodyLimit, closeGraceMs, handOverLead: handOverLeadFromEnv() };
+}
+
+/** MAXSIM_HAND_OVER_LEAD (a share of the pass in (0, 1]): the pipelined hand-over, for A/B runs. */
+function handOverLeadFromEnv(): number | undefined {
+  const v = process.env.MAXSIM_HAND_OVER_LEAD;
+  if (v === undefined || v === '') return undefined;
+  const lead = Number(v);
+  if (!(lead > 0 && lead <= 1))
+    throw new InvalidArgumentError('MAXSIM_HAND_OVER_LEAD', 'a share of the pass in (0, 1]', v);
+  return lead;
 }
 
 function createBatcher(
   resident: ResidentCorpus,
   limits: Limits,
-  options: ServerOptions,
+  options: ServerOptions & { handOverLead?: number },
   onPass: (p: PassInfo) => void,
   observeStats: (s: PassStats) => void,
 ) {
@@ -147,6 +158,7 @@ function createBatcher(
       // handed over early; a streamed scan holds staging buffers per search, and the CPU pool is the
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
+      handOverLead: options.handOverLead,
       // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
       // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
       // on the device (exact in float32 first: the same codes as from the decoded values) and the
@@ -215,7 +227,7 @@ function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number)
 }
 
 export async function createServer(options: ServerOptions): Promise<MaxsimServer> {
-  const { limits, bodyLimit, closeGraceMs } = checkOptions(options);
+  const { limits, bodyLimit, closeGraceMs, handOverLead } = checkOptions(options);
   const resident = await ResidentCorpus.open(options);
   const notes: string[] = [];
   let text: TextModel;
@@ -230,7 +242,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
   const batcher = createBatcher(
     resident,
     limits,
-    options,
+    { ...options, handOverLead },
     (p) => metrics.onPass(p),
     (s) => metrics.onSearch(s),
   );

@@ -22,6 +22,7 @@ export {
   type TrainForwardPlan,
   type TrainKernelInfo,
 } from '../backends/cuda-train-plan.js';
+export { setExactGroup } from '../backends/cuda-two-stage-plan.js';
 export { cudaUnavailableReason } from '../backends/select.js';
 // the demo corpus and its seeded generator, for the examples and the benchmarks
 export { type DemoCorpus, type DemoCorpusOptions, demoCorpus } from '../demo/corpus.js';
