@@ -110,6 +110,7 @@ const SURFACE: Record<string, string[]> = {
     'rankRows',
     'roundTripError',
     'selectItems',
+    'setExactGroup',
     'setJobPhases',
     'setMappedScores',
     'setSelectPlacement',
