@@ -69,6 +69,24 @@ void SelectOnDevice(Runtime& rt, const DeviceSelection& s) {
   // divides the entries by chunk / keep >= 32).
   std::unique_ptr<ScopedBlock> keys;  // the last level's output
   int64_t n = s.cols;
+  // A long row's first level streams (a warp per kSelectStreamSpan scores, a compare per score)
+  // instead of sorting every chunk; a runtime whose fatbin predates it takes the chunk level.
+  if (n > k.chunk && rt.HasKernel(k.stream_scores)) {
+    const int64_t chunks = (n + kSelectStreamSpan - 1) / kSelectStreamSpan;
+    constexpr int64_t warps = MAXSIM_SELECT_STREAM_THREADS / 32;
+    auto out = std::make_unique<ScopedBlock>(rt.allocator(), static_cast<uint64_t>(s.rows * chunks * s.keep) * 8);
+    MaxsimSelectChunkParams p{};
+    p.scores = Ptr<const float>(s.scores);
+    p.keys_out = Ptr<unsigned long long>(out->get());
+    p.cols = n;
+    p.chunks = chunks;
+    p.keep = static_cast<int>(s.keep);
+    LaunchSpec spec = SelectLaunch(k.stream_scores, s.rows * ((chunks + warps - 1) / warps));
+    spec.block[0] = MAXSIM_SELECT_STREAM_THREADS;
+    rt.LaunchWithParams(spec, &p);
+    keys = std::move(out);
+    n = chunks * s.keep;
+  }
   while (n > k.chunk) {
     const int64_t chunks = (n + k.chunk - 1) / k.chunk;
     auto out = std::make_unique<ScopedBlock>(rt.allocator(), static_cast<uint64_t>(s.rows * chunks * s.keep) * 8);

@@ -28,7 +28,11 @@ struct DeviceSelection {
 struct SelectEntryPoints {
   int64_t max_keep, chunk;
   const char *chunks_scores, *chunks_keys, *finish_scores, *finish_keys;
+  // the first level of a row longer than `chunk`: a warp streams each kSelectStreamSpan scores
+  const char* stream_scores;
 };
+// Scores per warp of the streaming first level (maxsim_select_stream_scores_r*).
+constexpr int64_t kSelectStreamSpan = 4096;
 // Ascending max_keep; the last one's is the largest keep the device selection takes (its scratch keys
 // take keep * 8 bytes per chunk, at most a quarter of the score matrix). The one definition of the
 // limits: the addon hands them to the TypeScript plan (cuda.selectKernelInfo,
@@ -36,9 +40,9 @@ struct SelectEntryPoints {
 constexpr int kSelectEntryCount = 2;
 inline constexpr SelectEntryPoints kSelectEntries[kSelectEntryCount] = {
     {64, 2048, "maxsim_select_chunks_scores_r64", "maxsim_select_chunks_keys_r64", "maxsim_select_finish_scores_r64",
-     "maxsim_select_finish_keys_r64"},
+     "maxsim_select_finish_keys_r64", "maxsim_select_stream_scores_r64"},
     {256, 8192, "maxsim_select_chunks_scores_r256", "maxsim_select_chunks_keys_r256", "maxsim_select_finish_scores_r256",
-     "maxsim_select_finish_keys_r256"},
+     "maxsim_select_finish_keys_r256", "maxsim_select_stream_scores_r256"},
 };
 constexpr int64_t kDeviceSelectMaxKeep = kSelectEntries[kSelectEntryCount - 1].max_keep;
 // The first level's blocks (grid.x): rows * ceil(cols / chunk) at most this.

@@ -423,6 +423,13 @@ describe('CUDA top-K, two-stage top-K and corpus views', { skip }, () => {
       [2, 2049, 10],
       [4, 4096, 1],
       [3, 100_000, 40],
+      // the streaming first level (rows past one chunk): its span edge (a last span of one score,
+      // shorter than keep), the widest keep of each entry point, many rows
+      [3, 4097, 10],
+      [2, 8193, 64],
+      [2, 20_000, 64],
+      [2, 9000, 65],
+      [130, 12_000, 10],
       [2, 300_000, 256],
       [1, 300_000, 257],
       [2, 5000, 1024],

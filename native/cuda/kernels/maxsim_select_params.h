@@ -6,6 +6,8 @@
 // Threads of a selection block (32 warps). Each warp holds R = 32 E keys, so a block takes 1024 E keys
 // and keeps at most R: the entry points come in R = 64 (E = 2) and R = 256 (E = 8).
 #define MAXSIM_SELECT_THREADS 1024
+// Threads of a streaming first-level block (select_stream): a chunk per warp.
+#define MAXSIM_SELECT_STREAM_THREADS 256
 
 // One level of the selection: block b reads chunk (b % chunks) of row (b / chunks) of the input and
 // writes that chunk's `keep` best keys, best first, to keys_out [rows * chunks * keep] (0 pads a
