@@ -289,6 +289,33 @@ describe('maxsim serve', () => {
     }
   });
 
+  test('long base64 bodies (parsed with their values lifted out): the same answers, bad bytes refused naming the field', async () => {
+    // 40 x 16 float32 tokens: 3,414 base64 characters, past the lifted length
+    const tokens = randomTokens(40);
+    const b64 = b64Of(Float32Array.from(tokens.flat()));
+    const body = { queries: { b64, dtype: 'float32', shape: [1, 40, DIM] }, top_k: 4 };
+    const want = await post(`${url}/v1/search`, { queries: [tokens], top_k: 4 });
+    assert.equal(want.status, 200, want.text);
+    const json = { 'content-type': 'application/json' };
+    for (const text of [
+      JSON.stringify(body),
+      JSON.stringify(body, null, 2),
+      JSON.stringify(body).replace(':', ' :\n '),
+    ]) {
+      const got = await post(`${url}/v1/search`, text, json);
+      assert.equal(got.status, 200, got.text);
+      assert.deepEqual(got.json.results, want.json.results);
+    }
+    // a raw control character, a non-ASCII character, an escape inside the value: all refused, naming it
+    for (const bad of ['\u0001', 'é', '\\n']) {
+      const broken = JSON.stringify(body).replace(b64, `${b64.slice(0, 1000)}${bad}${b64.slice(1000)}`);
+      expectError(await post(`${url}/v1/search`, broken, json), 400, 'queries.b64');
+    }
+    // __proto__ beside a long value takes the guarded parser: refused
+    const poisoned = JSON.stringify(body).replace('"top_k"', '"__proto__": {"x": 1}, "top_k"');
+    assert.equal((await post(`${url}/v1/search`, poisoned, json)).status, 400);
+  });
+
   test('every malformed request gets its 4xx and the server keeps serving', async () => {
     const q = queries[1];
     const cases: [string, () => Promise<Reply>, number, string | RegExp | undefined][] = [

@@ -16,6 +16,7 @@ import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
 import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
 import { type PassStats, routeOf, scanReason } from './index-path.js';
+import { parseLifted } from './json-body.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -203,8 +204,11 @@ function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number)
   // so the errors are Fastify's
   const secureJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    const text = body as string;
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    // long base64 values lifted out of the bytes, the rest parsed (json-body.ts)
+    const lifted = parseLifted(body as Buffer);
+    if (lifted) return done(null, lifted.value);
+    const text = (body as Buffer).toString('utf8');
     if (
       text.length > 0 &&
       !text.includes('__proto__') &&
