@@ -9,9 +9,9 @@
 // latin1 and UTF-8 decodings agree), so replacing it by another string token leaves the body's
 // validity and every other value unchanged. The one difference: a raw control character inside a
 // lifted value, which JSON.parse refuses, reaches the base64 decoder, which refuses it too (readB64:
-// canonical base64 only), naming the field. Anything
-// unexpected (a body too short to bother, a danger word or \u escape outside the lifted values, a
-// parse error) takes the full path, whose answers (and errors) are the usual ones.
+// canonical base64 only), naming the field. Anything unexpected (a body too short to bother, a danger
+// word or \u escape outside the lifted values, a parse error) takes the full path, whose answers (and
+// errors) are the usual ones. The walk is one pass over the body, at most MAX_STRINGS strings.
 
 import { isAscii } from 'node:buffer';
 
@@ -58,6 +58,7 @@ export function liftLongStrings(buf: Buffer): { text: string; values: string[] }
   let pos = 0;
   let keyOpen = -1; // the last string's span, a key candidate
   let keyClose = -1;
+  let slash = -2; // the next backslash at or after it (-1: none left; -2: not looked for yet)
   for (let walked = 0; ; walked++) {
     const open = buf.indexOf(QUOTE, pos);
     if (open < 0) break;
@@ -71,7 +72,8 @@ export function liftLongStrings(buf: Buffer): { text: string; values: string[] }
       LIFTED_KEYS.has(buf.toString('latin1', keyOpen + 1, keyClose)) &&
       colonBetween(buf, keyClose + 1, open)
     ) {
-      const slash = buf.indexOf(BACKSLASH, open + 1);
+      // the first backslash from here on, found again only once passed (one scan of the body in all)
+      if (slash !== -1 && slash <= open) slash = buf.indexOf(BACKSLASH, open + 1);
       if (slash >= 0 && slash < close) return undefined;
       // bytes past ASCII would decode as UTF-8 there, as latin1 here
       if (!isAscii(buf.subarray(open + 1, close))) return undefined;
