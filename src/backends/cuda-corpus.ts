@@ -152,11 +152,10 @@ export class Corpus implements DeviceCorpus {
     const keep = Math.min(this.count, checkCandidates(rescore?.candidates));
     if (q.count === 0 || keep === 0 || k === 0) return empty();
     const scan = this.device.planCached(q, this, options).handle;
-    // the view of the candidates holds this many documents (each query's in turn, or the whole float
-    // corpus when that is no more; the union, at most as many, where the host selects), none longer
-    // than exact's longest; their total length is unknown here, so the rules go by the longest
-    // the exact stage runs in groups of queries (cuda-two-stage-plan.ts), each against its own queries'
-    // candidates: the launch is planned for one group
+    // the exact stage runs in groups of queries (cuda-two-stage-plan.ts), each against a view of its own
+    // queries' candidates (or the whole float corpus when that is no more; their union, at most as
+    // many, where the host selects): the launch is planned for one group and that many documents,
+    // none longer than exact's longest (their total length is unknown here: the rules go by the longest)
     const select = this.device.selectFor({ rows: q.count, cols: this.count, keep });
     const exactShape = shapeOf(exact);
     const longest = maxLength(qe);
