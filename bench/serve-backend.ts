@@ -16,6 +16,7 @@ import { encodeFloats } from '../src/floats.js';
 import { PREFILTER_FACTOR } from '../src/server/segment-search.js';
 import { benchKernel, setExactGroup, setJobPhases } from '../src/subpaths/internal.js';
 import { denseBatch } from '../src/tensor.js';
+import { copyPoolRows, rowPool } from './serve-servers.js';
 
 const arg = (flag: string, otherwise: string) => {
   const i = process.argv.indexOf(flag);
@@ -40,12 +41,10 @@ for (const [name, v] of [
 const dim = 128;
 const qLen = 32;
 const rng = new Rng(11);
-const pool = encodeFloats(randomUnitTokens(rng, 65536, dim), 'float16') as Uint16Array;
-const bits = new Uint16Array(docsN * docLen * dim);
-for (let t = 0; t < docsN * docLen; t++) {
-  const r = rng.int(65536);
-  bits.set(pool.subarray(r * dim, (r + 1) * dim), t * dim);
-}
+const pool = rowPool(rng, dim, 'float16');
+const rows = Buffer.allocUnsafeSlow(docsN * docLen * pool.rowBytes);
+copyPoolRows(rng, pool, rows, docsN * docLen);
+const bits = new Uint16Array(rows.buffer, rows.byteOffset, docsN * docLen * dim);
 const gpu = await cuda();
 const docs = await gpu.upload(denseBatch(bits, { count: docsN, length: docLen, dim, dtype: 'float16' }));
 const eight = pass === 'int8' ? await docs.quantize('int8', { scales: 'document' }) : undefined;

@@ -37,6 +37,22 @@ export function builtAlready(a: Args, dir: string): boolean {
 /** Distinct random unit tokens the float corpora's documents draw their rows from. */
 const POOL_TOKENS = 1 << 16;
 
+/** The pool of POOL_TOKENS random unit tokens of `dim`, encoded in `dtype`, as bytes. */
+export function rowPool(rng: Rng, dim: number, dtype: 'float32' | 'float16' | 'bfloat16') {
+  const floats = randomUnitTokens(rng, POOL_TOKENS, dim);
+  const encoded = dtype === 'float32' ? floats : encodeFloats(floats, dtype);
+  const bytes = Buffer.from(encoded.buffer, encoded.byteOffset, encoded.byteLength);
+  return { bytes, rowBytes: bytes.length / POOL_TOKENS };
+}
+
+/** Fills the first `rows` rows of `into` with rows of the pool drawn at random. */
+export function copyPoolRows(rng: Rng, pool: ReturnType<typeof rowPool>, into: Buffer, rows: number) {
+  for (let r = 0; r < rows; r++) {
+    const t = rng.int(POOL_TOKENS);
+    pool.bytes.copy(into, r * pool.rowBytes, t * pool.rowBytes, (t + 1) * pool.rowBytes);
+  }
+}
+
 export function buildCorpus(a: Args, dir: string) {
   const rng = new Rng(11);
   const w = CorpusWriter.create(dir, { dim: a.dim, dtype: a.dtype });
@@ -62,19 +78,13 @@ export function buildCorpus(a: Args, dir: string) {
   // 100,000 x 128 x 128 took 37-50 s of the GPU host's time on every run; copying rows takes ~1 s). The
   // kernels' work does not depend on the values; documents still differ (128 of 65,536 rows each), so
   // the top-k is a real ranking.
-  const floats = randomUnitTokens(rng, POOL_TOKENS, a.dim);
-  const encoded = a.dtype === 'float32' ? floats : encodeFloats(floats, a.dtype);
-  const pool = Buffer.from(encoded.buffer, encoded.byteOffset, encoded.byteLength);
-  const rowBytes = pool.length / POOL_TOKENS;
+  const pool = rowPool(rng, a.dim, a.dtype);
   // its own ArrayBuffer (offset 0: aligned for the typed views below)
-  const bytes = Buffer.allocUnsafeSlow(chunk * a.docLen * rowBytes);
+  const bytes = Buffer.allocUnsafeSlow(chunk * a.docLen * pool.rowBytes);
   for (let at = 0; at < a.docs; at += chunk) {
     const n = Math.min(chunk, a.docs - at);
     const rows = n * a.docLen;
-    for (let r = 0; r < rows; r++) {
-      const t = rng.int(POOL_TOKENS);
-      pool.copy(bytes, r * rowBytes, t * rowBytes, (t + 1) * rowBytes);
-    }
+    copyPoolRows(rng, pool, bytes, rows);
     const data =
       a.dtype === 'float32'
         ? new Float32Array(bytes.buffer, bytes.byteOffset, rows * a.dim)

@@ -16,7 +16,7 @@ import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
 import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
 import { type PassStats, routeOf, scanReason } from './index-path.js';
-import { parseLifted } from './json-body.js';
+import { mayPoison, parseLifted } from './json-body.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -209,12 +209,7 @@ function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number)
     const lifted = parseLifted(body as Buffer);
     if (lifted) return done(null, lifted.value);
     const text = (body as Buffer).toString('utf8');
-    if (
-      text.length > 0 &&
-      !text.includes('__proto__') &&
-      !text.includes('constructor') &&
-      !text.includes('\\u')
-    ) {
+    if (text.length > 0 && !mayPoison(text)) {
       let parsed: unknown;
       try {
         parsed = JSON.parse(text);

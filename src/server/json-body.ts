@@ -27,6 +27,14 @@ const LIFTED_KEYS = new Set(['b64', 'embeddings_b64']);
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
+/**
+ * Whether JSON text may hold a prototype-poisoning key: the words, or a \u escape that could spell
+ * them (only such bodies need Fastify's guarded parser).
+ */
+export function mayPoison(text: string): boolean {
+  return text.includes('__proto__') || text.includes('constructor') || text.includes('\\u');
+}
+
 /** Whether the quote at `at` is escaped (an odd run of backslashes before it). */
 function escaped(buf: Buffer, at: number): boolean {
   let n = 0;
@@ -89,8 +97,7 @@ export function liftLongStrings(buf: Buffer): { text: string; values: string[] }
   parts.push(buf.toString('utf8', copied));
   // the danger words of a prototype-poisoning key, or an escape that could spell one, outside the
   // lifted values (inside them a key cannot start)
-  for (const p of parts)
-    if (p.includes('__proto__') || p.includes('constructor') || p.includes('\\u')) return undefined;
+  for (const p of parts) if (mayPoison(p)) return undefined;
   let text = parts[0];
   for (let i = 0; i < values.length; i++) text += `\\u0000${i}${parts[i + 1]}`;
   return { text, values };
