@@ -16,7 +16,10 @@ export interface TorchRow {
 export interface Ceilings {
   device: string;
   copy_gbps: number;
+  /** Each 8192^3 GEMM timed alone (~30 ms of load: boost clocks). */
   fp16_gemm_tflops: number;
+  /** Back to back after 2 s of them (the clocks the power cap leaves); absent from older scripts. */
+  fp16_gemm_sustained_tflops?: number;
 }
 
 export interface TorchBaseline {

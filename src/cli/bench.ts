@@ -500,6 +500,7 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
       ...r,
       pctCopyBandwidth: c ? (100 * r.gbps) / c.copy_gbps : undefined,
       pctGemm: c ? (100 * r.tflops) / c.fp16_gemm_tflops : undefined,
+      pctGemmSustained: c?.fp16_gemm_sustained_tflops ? (100 * r.tflops) / c.fp16_gemm_sustained_tflops : undefined,
       torchMs: t?.status === 'ok' ? t.ms : undefined,
       torchStatus: t?.status,
       torchPeakExtraBytes: t?.peak_extra_bytes,
@@ -519,7 +520,10 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
   else if (baseline.ceilings) {
     console.log(
       `ceilings measured now on ${baseline.ceilings.device}: copy ${fixed(baseline.ceilings.copy_gbps, 0)} GB/s, ` +
-        `fp16 GEMM ${fixed(baseline.ceilings.fp16_gemm_tflops, 0)} TFLOP/s`,
+        `fp16 GEMM ${fixed(baseline.ceilings.fp16_gemm_tflops, 0)} TFLOP/s burst` +
+        (baseline.ceilings.fp16_gemm_sustained_tflops
+          ? `, ${fixed(baseline.ceilings.fp16_gemm_sustained_tflops, 0)} sustained`
+          : ''),
     );
   }
   const withBaseline = out.some((o) => o.baseline);
@@ -533,6 +537,7 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
     'GB/s',
     '% copy',
     '% GEMM',
+    '% sust.',
     'extra MB',
     'torch ms',
     'speedup',
@@ -551,6 +556,7 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
       fixed(o.gbps, 0),
       o.pctCopyBandwidth === undefined ? '-' : fixed(o.pctCopyBandwidth, 0),
       o.pctGemm === undefined ? '-' : fixed(o.pctGemm, 0),
+      o.pctGemmSustained === undefined ? '-' : fixed(o.pctGemmSustained, 0),
       fixed(o.peakExtraBytes / 1e6, 1),
       o.torchMs === undefined ? (o.torchStatus ?? '-') : fixed(o.torchMs, 3),
       o.speedupVsTorch === undefined ? '-' : `${fixed(o.speedupVsTorch, 2)}x`,

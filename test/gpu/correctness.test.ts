@@ -133,6 +133,50 @@ describe(`CUDA MaxSim vs float64 reference (seed ${runSeed})`, { skip }, () => {
       }
     });
 
+    test(`${dtype}: wgmma documents ending in batches: many documents per CTA around the tile width, empty ones between, queries inside one pass and spanning passes`, async (t) => {
+      const dev = await gpu();
+      const d = 128;
+      const wgmma = variantsFor(dev, dtype, d).filter((v) => v.family === 'wgmma');
+      if (wgmma.length === 0) return t.skip('no wgmma variant runs on this GPU');
+      const rand = rng(runSeed + 37 + dtypes.indexOf(dtype));
+      // The wgmma consumers combine their documents' sums in batches (maxsim_wgmma.cuh): lengths
+      // around the 64-token tile (1 or 2 tiles, partial or full), empties between, and a document
+      // count that leaves CTAs with work units ending inside a batch.
+      const pick = [0, 1, 17, 63, 64, 65, 127, 128, 129, 191, 192, 250, 0];
+      const lengths = Array.from({ length: 301 }, () => pick[Math.floor(rand() * pick.length)]);
+      const docs = randomRagged(lengths, d, dtype, rand);
+      const corpus = await dev.upload(docs);
+      try {
+        // 21 queries of <= 32 tokens: several passes, every query inside one (pass-inner units);
+        // then long queries whose slices span passes; then one query of one token
+        const inner = randomRagged(
+          Array.from({ length: 21 }, (_, i) => (i % 5 === 0 ? 32 : 1 + Math.floor(rand() * 32))),
+          d,
+          dtype,
+          rand,
+        );
+        const spanning = randomRagged([300, 5, 0, 140], d, dtype, rand);
+        const one = randomRagged([1], d, dtype, rand);
+        for (const [name, queries] of [
+          ['inner', inner],
+          ['spanning', spanning],
+          ['one', one],
+        ] as const) {
+          const ref = referenceMaxsim(queries, docs);
+          for (const v of wgmma) {
+            const a = await scoreWith(corpus, queries, v.name);
+            checkScores(a, queries, docs, boundFactor(v), `${v.name} many documents, ${name} queries`, ref);
+            assert.ok(
+              bitsEqual(a, await scoreWith(corpus, queries, v.name)),
+              `${v.name} ${name}: two runs differ`,
+            );
+          }
+        }
+      } finally {
+        corpus.dispose();
+      }
+    });
+
     test(`${dtype}: bitwise identical results on repeat, every variant`, async () => {
       const dev = await gpu();
       const d = 64;

@@ -741,6 +741,34 @@ describe(`CUDA document scales: quantizers and document-scale kernels (seed ${ru
     });
   }
 
+  test('document-scale variants over many documents per CTA: queries inside one pass and spanning passes', async () => {
+    const dev = await gpu();
+    const rand = rng(runSeed + 79);
+    const d = 128;
+    // ~2-3 documents per CTA, lengths around the 64-token tile, empties between (maxsim_wgmma.cuh:
+    // the consumers combine their documents' sums in batches)
+    const pick = [0, 1, 17, 63, 64, 65, 127, 128, 129, 191, 192, 250, 0];
+    const floats = floatRagged(
+      Array.from({ length: 301 }, () => pick[Math.floor(rand() * pick.length)]),
+      d,
+      'float32',
+      rand,
+    );
+    const inner = floatRagged(
+      Array.from({ length: 21 }, (_, i) => (i % 5 === 0 ? 32 : 1 + Math.floor(rand() * 32))),
+      d,
+      'float32',
+      rand,
+    );
+    await checkDsVariants(dev, floats, inner, 'many documents, queries inside one pass');
+    await checkDsVariants(
+      dev,
+      floats,
+      floatRagged([300, 5, 0, 140], d, 'float32', rand),
+      'many documents, spanning',
+    );
+  });
+
   test('document-scale variants: rows whose best match is negative, zero or positive', async () => {
     const dev = await gpu();
     for (const d of [128, 96]) {
