@@ -500,7 +500,9 @@ async function benchCuda(opts: BenchOptions, dtype: FloatDType | 'int8' | 'fp8')
       ...r,
       pctCopyBandwidth: c ? (100 * r.gbps) / c.copy_gbps : undefined,
       pctGemm: c ? (100 * r.tflops) / c.fp16_gemm_tflops : undefined,
-      pctGemmSustained: c?.fp16_gemm_sustained_tflops ? (100 * r.tflops) / c.fp16_gemm_sustained_tflops : undefined,
+      pctGemmSustained: c?.fp16_gemm_sustained_tflops
+        ? (100 * r.tflops) / c.fp16_gemm_sustained_tflops
+        : undefined,
       torchMs: t?.status === 'ok' ? t.ms : undefined,
       torchStatus: t?.status,
       torchPeakExtraBytes: t?.peak_extra_bytes,
