@@ -264,6 +264,34 @@ describe('values checked at the door (item 4)', () => {
       ['POST', '/v1/rerank', { query: q, candidates: ['doc1'], top_k: 3 }, 'top_k'],
       ['POST', '/v1/search', { queries: { b64: '', shape: [0, 1, DIM], dtype: 'int4' } }, 'queries.dtype'],
       ['POST', '/v1/documents', { documents: [{ id: 'x', embeddings: q, extra: 1 }] }, 'documents[0].extra'],
+      // an inline b64 document: its dtype and shape are the document's own fields
+      ...(() => {
+        const b64 = b64Of(Float32Array.from(q.flat()));
+        const doc = (o: object) => ({ query: q, documents: [{ embeddings: q }, o] });
+        return [
+          [
+            'POST',
+            '/v1/rerank',
+            doc({ embeddings_b64: `${b64}!`, shape: [2, DIM] }),
+            'documents[1].embeddings_b64',
+          ],
+          [
+            'POST',
+            '/v1/rerank',
+            doc({ embeddings_b64: b64, shape: [3, DIM] }),
+            'documents[1].embeddings_b64',
+          ],
+          ['POST', '/v1/rerank', doc({ embeddings_b64: b64, shape: [2, DIM, 1] }), 'documents[1].shape'],
+          ['POST', '/v1/rerank', doc({ embeddings_b64: b64, shape: [2, 0] }), 'documents[1].shape[1]'],
+          ['POST', '/v1/rerank', doc({ embeddings_b64: b64 }), 'documents[1].shape'],
+          [
+            'POST',
+            '/v1/rerank',
+            doc({ embeddings_b64: b64, shape: [2, DIM], dtype: 'f64' }),
+            'documents[1].dtype',
+          ],
+        ] as [string, string, unknown, string][];
+      })(),
     ];
     for (const [method, route, body, field] of cases) {
       const r = await call(`${url}${route}`, method, body, auth);

@@ -104,13 +104,20 @@ export function decodeDocuments(
         'either embeddings or embeddings_b64 (with shape and dtype)',
         doc.embeddings === undefined ? 'neither' : 'both',
       );
-    const value = doc.embeddings ?? { b64: doc.embeddings_b64!, dtype: doc.dtype, shape: doc.shape ?? [] };
-    const p = decodeEmbeddings(
-      value,
-      `${f}.${doc.embeddings === undefined ? 'embeddings_b64' : 'embeddings'}`,
-      'one',
-      d,
-    );
+    let p: PackedTokens;
+    if (doc.embeddings !== undefined) {
+      p = decodeEmbeddings(doc.embeddings, `${f}.embeddings`, 'one', d);
+    } else {
+      // the tensor's dtype and shape are the document's own fields, its b64 is embeddings_b64
+      const value = { b64: doc.embeddings_b64!, dtype: doc.dtype, shape: doc.shape ?? [] };
+      try {
+        p = decodeEmbeddings(value, f, 'one', d);
+      } catch (e) {
+        if (e instanceof InvalidArgumentError && e.argument === `${f}.b64`)
+          throw new InvalidArgumentError(`${f}.embeddings_b64`, e.expected, e.received);
+        throw e;
+      }
+    }
     d = p.dim;
     parts.push(p);
   });
