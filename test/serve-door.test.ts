@@ -298,6 +298,13 @@ describe('values checked at the door (item 4)', () => {
       expectError(r, 400, field);
       assert.match(r.json.error.message, /^Expected .* for .* but received/, r.text);
     }
+    // a missing shape is said to be missing, not an empty array
+    const noShape = await post(`${url}/v1/rerank`, {
+      query: q,
+      documents: [{ embeddings_b64: b64Of(Float32Array.from(q.flat())) }],
+    });
+    expectError(noShape, 400, 'documents[0].shape');
+    assert.equal(noShape.json.error.received, 'undefined', noShape.text);
     // enum errors are readable
     const e = await post(`${url}/v1/search`, { queries: { b64: '', shape: [0, 1, DIM], dtype: 'int4' } });
     assert.match(e.json.error.message, /one of "float32", "float16", "bfloat16"/, e.text);

@@ -108,8 +108,9 @@ export function decodeDocuments(
     if (doc.embeddings !== undefined) {
       p = decodeEmbeddings(doc.embeddings, `${f}.embeddings`, 'one', d);
     } else {
-      // the tensor's dtype and shape are the document's own fields, its b64 is embeddings_b64
-      const value = { b64: doc.embeddings_b64!, dtype: doc.dtype, shape: doc.shape ?? [] };
+      // the tensor's dtype and shape are the document's own fields, its b64 is embeddings_b64 (a
+      // missing shape is refused by readB64 as received 'undefined')
+      const value = { b64: doc.embeddings_b64!, dtype: doc.dtype, shape: doc.shape as number[] };
       try {
         p = decodeEmbeddings(value, f, 'one', d);
       } catch (e) {
