@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { BLOCK_FIELDS, buildStreamPlan } from '../src/backends/cuda-stream-plan.js';
+import { InvalidArgumentError } from '../src/errors.js';
 import { decodeToFloat32, encodeFloats } from '../src/floats.js';
 import { openArraySource } from '../src/io/array-source.js';
 import { CorpusFile, CorpusWriter, setCorpusFaultHook } from '../src/io/corpus/index.js';
@@ -199,6 +200,17 @@ describe('corpus search (CPU) equals in-memory search', () => {
       onProgress: (p) => progress.push(p.documents),
     });
     assert.ok(progress.length > 1 && progress[progress.length - 1] === all.count, `progress ${progress}`);
+    // a misspelt option is an error naming it, not a search with the defaults
+    for (const [bad, name] of [
+      [{ topk: 3 }, 'options.topk'],
+      [{ topK: 3, nprobe: 4 }, 'options.nprobe'],
+      [{ topK: -1 }, 'topK'],
+    ] as const)
+      await assert.rejects(
+        c.search(queries, bad as object),
+        (e: unknown) => e instanceof InvalidArgumentError && e.argument === name,
+        name,
+      );
   });
 
   test('int8 corpus search equals in-memory int8 search with quantized queries', async () => {

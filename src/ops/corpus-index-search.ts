@@ -18,6 +18,7 @@ import { cudaSearchBatch, type DeviceIndexSource } from '../plaid/cuda-search.js
 import { defaultSearch, INTERACTIONS, type IndexInteraction, type PlaidIndex } from '../plaid/plaid.js';
 import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
 import { mergeHits } from './corpus-hits.js';
+import { fillShortRows } from './corpus-index-fill.js';
 import { snapshotQueries } from './corpus-queries.js';
 
 export interface CorpusIndexOptions {
@@ -64,6 +65,11 @@ export interface IndexSearchStats {
   indexedSegments: number;
   /** Live documents of unindexed segments, scanned exactly for each query. */
   scannedDocuments: number;
+  /**
+   * Documents added, over all queries, where the stages reached fewer than min(k, live documents):
+   * scored exactly (or on the residuals where the corpus keeps only its index); 0 when none was short.
+   */
+  filled: number;
   /** The interaction the stages ran ('bags' on the GPU). */
   interaction: 'lists' | 'bags' | 'hybrid';
   /** The arithmetic the stages' products ran in ('float32' on the CPU). */
@@ -132,10 +138,10 @@ export function indexSettings(
       centroids,
       " (the index's centroids)",
     ),
-    candidates: whole('index.candidates', o.candidates ?? def.candidates, 1, MAX),
+    candidates: whole('index.candidates', o.candidates ?? Math.min(def.candidates, MAX), 1, MAX),
     rescore: whole(
       'index.rescore',
-      o.rescore ?? Math.max(def.rescore, k),
+      o.rescore ?? Math.min(Math.max(def.rescore, k), Math.max(MAX, k)),
       Math.max(1, k),
       MAX,
       ' (at least k)',
@@ -412,6 +418,16 @@ export async function searchThroughIndex(
     hits.push(final ? mergeHits(residual[qi].slice(0, k), scanned, k) : scanned);
     ms.rescore += performance.now() - t0;
   }
+  const t0 = performance.now();
+  const filled = await fillShortRows(
+    file,
+    hits,
+    queries,
+    k,
+    residualOnly ? undefined : (qi, subset, n) => exact(oneQuery(scan, qi), subset, n),
+    signal,
+  );
+  ms.rescore += performance.now() - t0;
   const stages = STAGES.map((name) => ({ name, candidates: count[name], ms: ms[name] }));
   return {
     hits,
@@ -422,6 +438,7 @@ export async function searchThroughIndex(
       rescore: residualOnly ? 0 : settings.rescore,
       indexedSegments: index.manifest.segments.length,
       scannedDocuments: unindexed.length,
+      filled,
       interaction: gpu
         ? 'bags'
         : (settings.interaction ?? defaultSearch(Math.max(1, k), file.info.documents).interaction),
@@ -461,6 +478,8 @@ export async function searchIndexed(
       'float queries for a search through the index (or index: false)',
       "'int8'",
     );
+  // no more hits than live documents: a k past them asks the stages for nothing more
+  k = Math.min(k, file.info.live);
   const settings = indexSettings(options.index, k, file.index!.manifest.centroids, file.info.documents);
   if (settings.precision === 'float16' && file.tokensDropped)
     throw new InvalidArgumentError(

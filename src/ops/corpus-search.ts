@@ -56,6 +56,26 @@ export interface SearchProgress {
   elapsedMs: number;
 }
 
+// the keys of CorpusSearchOptions (checked: an unknown one is an error)
+const SEARCH_KEYS = new Set([
+  'topK',
+  'backend',
+  'threads',
+  'device',
+  'devices',
+  'gpuMemory',
+  'transfer',
+  'hostMemoryBudget',
+  'pipelineDepth',
+  'readers',
+  'blockBytes',
+  'verify',
+  'onProgress',
+  'signal',
+  'ids',
+  'index',
+]);
+
 export interface CorpusSearchOptions {
   /** Hits per query (default 10). */
   topK?: number;
@@ -321,7 +341,15 @@ export class Corpus {
     options: CorpusSearchOptions,
     signal: AbortSignal | undefined,
   ): Promise<SearchResult> {
-    const k = checkK(options.topK ?? 10);
+    // a misspelt option (topk, nProbe) would otherwise run a different search without a word
+    for (const key of Object.keys(options))
+      if (!SEARCH_KEYS.has(key))
+        throw new InvalidArgumentError(
+          `options.${key}`,
+          `one of ${[...SEARCH_KEYS].join(', ')}`,
+          'an unknown option',
+        );
+    const k = checkK(options.topK ?? 10, 'topK');
     const q = snapshotQueries(queriesFor(file.info.dtype, asQueries(queries)));
     if (q.dim !== file.info.dim)
       throw new InvalidArgumentError(

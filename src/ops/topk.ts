@@ -90,9 +90,9 @@ function swap(hs: Float64Array, hi: Int32Array, a: number, b: number) {
   hi[b] = ti;
 }
 
-export function checkK(k: unknown): number {
+export function checkK(k: unknown, name = 'k'): number {
   if (typeof k !== 'number' || !Number.isInteger(k) || k < 0) {
-    throw new InvalidArgumentError('k', 'a non-negative integer', String(k));
+    throw new InvalidArgumentError(name, 'a non-negative integer', String(k));
   }
   return k;
 }
