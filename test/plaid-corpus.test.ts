@@ -225,6 +225,8 @@ test('CLI: corpus index, info, search through the index and --exact, append repo
     '16',
     '--candidates',
     '80',
+    '--rescore',
+    '40',
     '--stats',
   );
   assert.equal(viaIndex.status, 0, viaIndex.stderr);
@@ -234,5 +236,10 @@ test('CLI: corpus index, info, search through the index and --exact, append repo
   assert.equal(viaIndex.stdout, exact.stdout);
   const bad = cli('search', '--corpus', dir, '--queries', qfile, '--nprobe', '999');
   assert.equal(bad.status, 1);
-  assert.match(bad.stderr, /index\.nprobe/);
+  assert.match(bad.stderr, /for --nprobe but received 999/);
+  assert.match(viaIndex.stderr, /"rescore":40/);
+  // index settings with --exact: refused naming the flag and what was typed
+  const both = cli('search', '--corpus', dir, '--queries', qfile, '--exact', '--rescore', '9');
+  assert.equal(both.status, 1);
+  assert.match(both.stderr, /for --rescore but received --exact --rescore 9/);
 });

@@ -43,6 +43,7 @@ interface SearchCommandOptions extends InputOptions {
   exact?: boolean;
   nprobe?: number;
   candidates?: number;
+  rescore?: number;
   verifyCorpus: boolean;
   backend: BackendChoice;
   threads?: number;
@@ -51,21 +52,28 @@ interface SearchCommandOptions extends InputOptions {
   scales?: ScaleGranularity;
 }
 
-// --exact: the full scan; --nprobe / --candidates: settings of the search through the index
-function indexOption(opts: SearchCommandOptions): false | { nprobe?: number; candidates?: number } {
+// --exact: the full scan; --nprobe / --candidates / --rescore: settings of the search through the index
+function indexOption(
+  opts: SearchCommandOptions,
+): false | { nprobe?: number; candidates?: number; rescore?: number } {
+  const tuned = (['nprobe', 'candidates', 'rescore'] as const).filter((k) => opts[k] !== undefined);
   if (opts.exact) {
-    if (opts.nprobe !== undefined || opts.candidates !== undefined)
+    if (tuned.length > 0)
       throw new InvalidArgumentError(
-        '--exact',
-        'no --nprobe / --candidates with it (they tune the index)',
-        'both',
+        `--${tuned[0]}`,
+        'no index setting with --exact (the full scan does not use the index)',
+        `--exact --${tuned[0]} ${opts[tuned[0]]}`,
       );
     return false;
   }
-  return {
-    ...(opts.nprobe !== undefined ? { nprobe: opts.nprobe } : {}),
-    ...(opts.candidates !== undefined ? { candidates: opts.candidates } : {}),
-  };
+  return Object.fromEntries(tuned.map((k) => [k, opts[k]]));
+}
+
+// the library names its options (index.rescore); the command line names the flag that was typed
+function asFlag(e: unknown): unknown {
+  if (e instanceof InvalidArgumentError && /^index\.(nprobe|candidates|rescore)$/.test(e.argument))
+    return new InvalidArgumentError(`--${e.argument.slice(6)}`, e.expected, e.received);
+  return e;
 }
 
 export function searchCommand(): Command {
@@ -117,6 +125,11 @@ export function searchCommand(): Command {
     .option(
       '--candidates <n>',
       'with --corpus through its index: documents kept by centroid interaction per segment',
+      integerOption(1),
+    )
+    .option(
+      '--rescore <n>',
+      'with --corpus through its index: residual-scored documents re-scored exactly (at least --top-k)',
       integerOption(1),
     )
     .option(
@@ -288,7 +301,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     }));
   } catch (e) {
     bar.abandon();
-    throw e;
+    throw asFlag(e);
   } finally {
     interrupt.dispose();
   }
