@@ -326,4 +326,28 @@ describe('corpus index --drop-tokens', () => {
       }
     }
   });
+
+  test('drift on a dropped corpus: shown, never advising the --rebuild it refuses', async () => {
+    const dir = fresh();
+    build(dir, 100, 1);
+    await indexCorpus(dir, { centroids: 16, dropTokens: true });
+    const w = CorpusWriter.append(dir);
+    w.add(
+      docsOf(60, 600, 3),
+      Array.from({ length: 60 }, (_, i) => `far${i}`),
+    );
+    w.commit();
+    const far = await indexCorpus(dir);
+    assert.ok(far.drift > 0.05, `drift ${far.drift}`);
+    assert.equal(far.rebuildAdvised, false);
+    assert.equal(far.info.index!.rebuildAdvised, false);
+    await assert.rejects(
+      indexCorpus(dir, { rebuild: true }),
+      (e: unknown) => e instanceof InvalidArgumentError && e.argument === 'rebuild',
+    );
+    const info = cli('corpus', 'info', dir);
+    assert.equal(info.status, 0, info.stderr);
+    assert.doesNotMatch(info.stdout, /--rebuild/);
+    assert.match(info.stdout, /the tokens were dropped/);
+  });
 });

@@ -29,11 +29,15 @@ export function indexRows(info: CorpusInfo): [string, string][] {
         ? 'dropped: only the index is stored; scores are MaxSim on the decoded residuals'
         : 'kept: scores are exact MaxSim (re-scored from the tokens)',
     ],
-    [
-      'index drift',
-      `${ix.drift.toFixed(4)}${ix.rebuildAdvised ? ` (above ${REBUILD_DRIFT}: \`maxsim corpus index --rebuild\` advised)` : ''}`,
-    ],
+    ['index drift', `${ix.drift.toFixed(4)}${driftNote(ix)}`],
   ];
+}
+
+function driftNote(ix: NonNullable<CorpusInfo['index']>): string {
+  if (ix.rebuildAdvised) return ` (above ${REBUILD_DRIFT}: \`maxsim corpus index --rebuild\` advised)`;
+  if (ix.drift > REBUILD_DRIFT)
+    return ` (above ${REBUILD_DRIFT}; the tokens were dropped, so a new corpus built from the source embeddings fits new centroids)`;
+  return '';
 }
 
 function report(dir: string, r: CorpusIndexResult) {

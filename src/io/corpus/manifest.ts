@@ -393,7 +393,10 @@ export interface CorpusIndexInfo {
   indexedTokens: number;
   /** Token-weighted share of indexed tokens farther from every centroid than the build's threshold. */
   drift: number;
-  /** Whether drift exceeds REBUILD_DRIFT: `maxsim corpus index --rebuild` fits new centroids. */
+  /**
+   * Whether drift exceeds REBUILD_DRIFT and the corpus keeps its tokens: `maxsim corpus index
+   * --rebuild` fits new centroids (a dropped corpus is rebuilt from its source embeddings instead).
+   */
   rebuildAdvised: boolean;
   /** 'dropped': the corpus keeps only its index (`corpus index --drop-tokens`); scores are residual. */
   tokens: 'kept' | 'dropped';
@@ -423,7 +426,8 @@ function describeIndex(m: Manifest): CorpusIndexInfo | undefined {
     unindexedSegments: m.segments.length - ix.segments.length,
     indexedTokens: tokens,
     drift,
-    rebuildAdvised: drift > REBUILD_DRIFT,
+    // a corpus that keeps only its index has no tokens to fit new centroids on: never advised
+    rebuildAdvised: drift > REBUILD_DRIFT && !ix.dropped,
     tokens: ix.dropped ? 'dropped' : 'kept',
   };
 }
