@@ -229,6 +229,9 @@ describe('corpus index --drop-tokens', () => {
     const s = cli('search', '--corpus', dir, '--queries', `${dir}.q.npy`, '--top-k', '3');
     assert.equal(s.status, 0, s.stderr);
     assert.match(s.stderr, /decoded residuals/);
+    const exact = cli('search', '--corpus', dir, '--queries', `${dir}.q.npy`, '--exact');
+    assert.equal(exact.status, 1);
+    assert.match(exact.stderr, /no tokens to scan for --exact but received --exact/);
     const cuda = cli('corpus', 'index', dir, '--backend', 'cuda');
     assert.notEqual(cuda.status, 0);
     assert.match(cuda.stderr, /backend/);

@@ -70,9 +70,11 @@ function indexOption(
 }
 
 // the library names its options (index.rescore); the command line names the flag that was typed
-function asFlag(e: unknown): unknown {
+function asFlag(e: unknown, exact: boolean | undefined): unknown {
   if (e instanceof InvalidArgumentError && /^index\.(nprobe|candidates|rescore)$/.test(e.argument))
     return new InvalidArgumentError(`--${e.argument.slice(6)}`, e.expected, e.received);
+  if (e instanceof InvalidArgumentError && e.argument === 'index' && exact)
+    return new InvalidArgumentError('--exact', e.expected, '--exact');
   return e;
 }
 
@@ -301,7 +303,7 @@ async function searchCorpus(opts: SearchCommandOptions): Promise<void> {
     }));
   } catch (e) {
     bar.abandon();
-    throw asFlag(e);
+    throw asFlag(e, opts.exact);
   } finally {
     interrupt.dispose();
   }
