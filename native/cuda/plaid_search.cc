@@ -115,9 +115,26 @@ class Batch {
     a.ld = LQ_;
     a.scores = Dev<float>(qc_->get());
     a.out_half = half ? 1 : 0;
-    // float16: tensor cores; plaid_qc (8 x 8 per thread); plaid_dots where a build predates it
-    if (half) Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128), 256, 0, a);
-    else if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
+    // float16: tensor cores on float16 copies of the queries and centroids (32 MB of fp32 centroids
+    // read once a batch, not by every row tile); plaid_qc (8 x 8 per thread); plaid_dots where a
+    // build predates it
+    if (half) {
+      q16_ = Block(rt_, static_cast<uint64_t>(a.n * d_) * 2);
+      c16_ = Block(rt_, static_cast<uint64_t>(K_ * d_) * 2);
+      PlaidAssignParams h{};
+      h.x = a.x;
+      h.scores = Dev<float>(q16_->get());
+      h.n = a.n;
+      h.d = d_;
+      Go(rt_, "plaid_to_half", Div(a.n * d_ / 4, 256), 1, 256, 0, h);
+      h.x = p_.cent;
+      h.scores = Dev<float>(c16_->get());
+      h.n = K_;
+      Go(rt_, "plaid_to_half", Div(K_ * d_ / 4, 256), 1, 256, 0, h);
+      a.x = Dev<const void>(q16_->get());
+      a.cent_half = Dev<const void>(c16_->get());
+      Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128 * PLAID_QC_TILES), 256, PLAID_QC_SMEM, a);
+    } else if (rt_.HasKernel("plaid_qc")) Go(rt_, "plaid_qc", Div(a.n, 128), Div(K_, 128), 256, 0, a);
     else Go(rt_, "plaid_dots", Div(a.n, PLAID_TILE_M), Div(K_, PLAID_TILE_N), PLAID_THREADS, 0, a);
     p_.q = Dev<const float>(qd_->get());
     p_.q_len = Dev<const int32_t>(qlen_->get());
@@ -332,7 +349,7 @@ class Batch {
   PlaidSearchParams p_;
   Pinned& host_;
   std::vector<cu::CUevent> ev_;
-  Buf qd_, qlen_, qc_, chunk_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
+  Buf qd_, qlen_, qc_, q16_, c16_, chunk_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
       cand_q_, ci_, kbits_, kept_, kept_ci_, sel_n_, rs_, fin_, fin_rs_, fin_ex_;
   std::vector<int64_t> cand_off_, kept_off_, fin_off_;
   std::vector<int32_t> probed_counts_;

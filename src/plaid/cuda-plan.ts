@@ -116,12 +116,14 @@ export function cudaSearchPlan(p: PlanInput): CudaSearchPlan {
   const rescore = Math.max(1, Math.min(p.rescore, candidates));
   const per = bytesPerQuery(p.centroids, lq, np, p.docs, candidates, rescore, p.precision);
   const budget = p.budget ?? DEFAULT_BUDGET;
+  // float16: each pass also holds a float16 copy of the centroids (the products' operand)
+  const fixed = p.precision === 'float16' ? p.centroids * p.dim * 2 : 0;
   // a call of several passes keeps two in flight (the host prepares one while the device runs the
   // other), so each pass gets half the budget
-  const whole = Math.floor(budget / per);
+  const whole = Math.floor((budget - fixed) / per);
   const batch = Math.max(
     1,
-    Math.min(p.queries, 65535, p.queries <= whole ? whole : Math.floor(budget / (2 * per))),
+    Math.min(p.queries, 65535, p.queries <= whole ? whole : Math.floor((budget - 2 * fixed) / (2 * per))),
   );
   return {
     lq,

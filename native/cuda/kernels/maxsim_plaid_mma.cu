@@ -2,11 +2,12 @@
 // float16 in, float32 accumulate), for the plans whose final list is re-scored exactly (plan
 // precision 'float16', chosen in src/plaid/cuda-search.ts): their scores only rank candidates, so
 // they need not be the CPU's fp32 chain bitwise (maxsim_plaid_search.cu keeps that path).
-//   plaid_qc_mma        qc = queries x centroids, the layout of plaid_qc ([Q][K][LQ]);
+//   plaid_qc_mma        qc = queries x centroids, the layout of plaid_qc ([Q][K][LQ]), from float16
+//                       copies (plaid_to_half);
 //   plaid_residual_mma  the fused decompress-MaxSim: a warp takes a document, 16 tokens (one code
 //                       block) as the A fragment's rows, decoded from the codes through a float16
 //                       table in shared memory in registers; the query's 32-token chunk as B
-//                       fragments held in registers; qc[i][cid] as the accumulators' start.
+//                       fragments from shared memory; qc[i][cid] as the accumulators' start.
 //
 // LAUNCH CONTRACT: as native/cuda/plaid_search.cc states next to each launch.
 #include "maxsim_plaid_common.cuh"
@@ -29,6 +30,13 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
 __device__ __forceinline__ uint32_t PackHalves(__half lo, __half hi) {
   const __half2 h = __halves2half2(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Four 8x8 float16 matrices from shared memory, rows at the lanes' addresses (8 lanes a matrix).
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 // qc[i], qc[i + 1] (i even), float32 or float16.
@@ -80,73 +88,90 @@ __device__ __forceinline__ void StageWait() {
 
 }  // namespace
 
-// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32 for rows r < n, centroids c < k,
-// stored as float16 when out_half (half the bytes for the probe, interaction and residual reads).
-// grid (ceil(n / 128), ceil(k / 128)), block 256 (8 warps of 64 rows x 32 centroids), any d (k in
-// steps of 32 through shared memory, zeros past d).
-extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssignParams p) {
-  constexpr int BM = 128, BK = 32, SK = BK + 8;  // rows of SK halves: conflict-free fragment reads
-  constexpr int SO = BM + 8;                      // the float16 output tile's rows (16-byte aligned)
-  constexpr int kOperands = 2 * BM * SK * 2, kOut = BM * SO * 2;
-  __shared__ __align__(16) unsigned char raw[kOperands > kOut ? kOperands : kOut];
-  auto xs = reinterpret_cast<__half(*)[SK]>(raw);
-  auto cs = reinterpret_cast<__half(*)[SK]>(raw + BM * SK * 2);
+// float16 copies of float32 rows for plaid_qc_mma: p.n x p.d values of p.x (float32) into p.scores
+// (as float16), 4 a thread; p.n * p.d is a multiple of 4 (d % 16 == 0 on this path).
+extern "C" __global__ void __launch_bounds__(256) plaid_to_half(const PlaidAssignParams p) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x) * 4;
+  if (i >= p.n * p.d) return;
+  const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(p.x) + i);
+  *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(p.scores) + i) = make_uint2(PackHalf2(v.x, v.y), PackHalf2(v.z, v.w));
+}
+
+// Centroid tiles of 128 a plaid_qc_mma block takes in turn (its query tile loaded once), and the
+// shared rows: 128 halves + 8 of padding, so ldmatrix's 8 rows of 16 bytes fall in distinct banks.
+constexpr int kQcTiles = PLAID_QC_TILES, kQcRow = PLAID_QC_ROW;
+constexpr int kQcTileBytes = 128 * kQcRow * 2;
+static_assert(3 * kQcTileBytes == PLAID_QC_SMEM, "the launch's dynamic shared memory");
+
+// 128 rows of d float16 values (rows past `rows` repeat the last: their products are never stored)
+// into a shared tile by cp.async, one commit group.
+__device__ __forceinline__ void QcStage(__half (*dst)[kQcRow], const __half* src, int64_t first, int64_t rows,
+                                        int64_t d) {
+  const int per = static_cast<int>(d / 8);  // 16-byte chunks a row
+  for (int e = threadIdx.x; e < 128 * per; e += blockDim.x) {
+    const int r = e / per, c = (e % per) * 8;
+    const int64_t row = first + r < rows ? first + r : rows - 1;
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(&dst[r][c]));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src + row * d + c));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// qc[(r / LQ)][c][r % LQ] = fp16(q_r) . fp16(centroid_c) in fp32, stored as float16, for rows
+// r < n and centroids c < k, from float16 copies (plaid_to_half): x [n][d], cent_half [k][d].
+// grid (ceil(n / 128), ceil(k / (128 kQcTiles))), block 256 (8 warps of 64 rows x 32 centroids),
+// dynamic shared memory PLAID_QC_SMEM; d % 16 == 0, d <= 128, ld % 8 == 0, n % ld == 0, out_half.
+// The block's query tile stays in shared memory while its centroid tiles stream through two
+// buffers (the next one loads during this one's products); each tile's scores leave through the
+// buffer it came in, as runs of 8 rows of one centroid (the [Q][K][LQ] rows of a centroid are
+// contiguous), 16-byte stores.
+extern "C" __global__ void __launch_bounds__(256, 2) plaid_qc_mma(const PlaidAssignParams p) {
+  extern __shared__ __align__(16) unsigned char qc_smem[];
+  auto xs = reinterpret_cast<__half(*)[kQcRow]>(qc_smem);
+  auto cs = [&](int b) { return reinterpret_cast<__half(*)[kQcRow]>(qc_smem + (1 + b) * kQcTileBytes); };
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM, c0 = static_cast<int64_t>(blockIdx.y) * BM;
-  const float* x = static_cast<const float*>(p.x);
-  float acc[4][4][4];
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-  for (int64_t k0 = 0; k0 < p.d; k0 += BK) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 128;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.y) * kQcTiles;
+  const int64_t tiles = min(static_cast<int64_t>(kQcTiles), (p.k + 127) / 128 - tile0);
+  const __half* x = static_cast<const __half*>(p.x);
+  const __half* cent = static_cast<const __half*>(p.cent_half);
+  const int nks = static_cast<int>(p.d / 16);
+  const int64_t ld = p.ld;
+  QcStage(xs, x, r0, p.n, p.d);  // joins the first tile's group
+  QcStage(cs(0), cent, tile0 * 128, p.k, p.d);
+  if (tiles > 1) QcStage(cs(1), cent, (tile0 + 1) * 128, p.k, p.d);
+  // ldmatrix.x4 row addresses: A, matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) of a 16-row tile;
+  // B, (centroids 0-7, k 0-7 | 8-15) then centroids 8-15 (two n tiles of 8)
+  const uint32_t xa = static_cast<uint32_t>(__cvta_generic_to_shared(&xs[wm + (lane & 7) + ((lane >> 3) & 1) * 8][(lane >> 4) * 8]));
+  const int brow = wn + (lane >> 4) * 8 + (lane & 7), bcol = ((lane >> 3) & 1) * 8;
+  for (int64_t ti = 0; ti < tiles; ti++) {
+    auto cb = cs(static_cast<int>(ti % 2));
+    if (ti + 1 < tiles) asm volatile("cp.async.wait_group 1;\n" ::);
+    else asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
-    // 128 rows x 32 k of each operand: 4 elements per step, 1,024 steps over 256 threads
-    for (int e = tid; e < BM * BK / 4; e += 256) {
-      const int r = e / (BK / 4), kk = (e % (BK / 4)) * 4;
-      float xv[4], cv[4];
+    float acc[4][4][4];
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int64_t k = k0 + kk + j;
-        xv[j] = (r0 + r < p.n && k < p.d) ? x[(r0 + r) * p.d + k] : 0.0f;
-        cv[j] = (c0 + r < p.k && k < p.d) ? p.cent[(c0 + r) * p.d + k] : 0.0f;
-      }
-      *reinterpret_cast<uint2*>(&xs[r][kk]) = make_uint2(PackHalf2(xv[0], xv[1]), PackHalf2(xv[2], xv[3]));
-      *reinterpret_cast<uint2*>(&cs[r][kk]) = make_uint2(PackHalf2(cv[0], cv[1]), PackHalf2(cv[2], cv[3]));
-    }
-    __syncthreads();
+    for (int i = 0; i < 4; i++)
 #pragma unroll
-    for (int ks = 0; ks < BK; ks += 16) {
-      uint32_t a[4][4], b[4][2];
+      for (int j = 0; j < 4; j++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int row = wm + 16 * i + g;
-        a[i][0] = *reinterpret_cast<const uint32_t*>(&xs[row][ks + 2 * t]);
-        a[i][1] = *reinterpret_cast<const uint32_t*>(&xs[row + 8][ks + 2 * t]);
-        a[i][2] = *reinterpret_cast<const uint32_t*>(&xs[row][ks + 2 * t + 8]);
-        a[i][3] = *reinterpret_cast<const uint32_t*>(&xs[row + 8][ks + 2 * t + 8]);
-      }
+        for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    const uint32_t ca = static_cast<uint32_t>(__cvta_generic_to_shared(&cb[brow][bcol]));
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int col = wn + 8 * j + g;
-        b[j][0] = *reinterpret_cast<const uint32_t*>(&cs[col][ks + 2 * t]);
-        b[j][1] = *reinterpret_cast<const uint32_t*>(&cs[col][ks + 2 * t + 8]);
-      }
+    for (int ks = 0; ks < 8; ks++) {
+      if (ks >= nks) break;
+      uint32_t a[4][4], b[2][4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) LdMatrixX4(a[i], xa + static_cast<uint32_t>((16 * i * kQcRow + 16 * ks) * 2));
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++) LdMatrixX4(b[jj], ca + static_cast<uint32_t>((16 * jj * kQcRow + 16 * ks) * 2));
 #pragma unroll
       for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) Mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
+        for (int j = 0; j < 4; j++) Mma16816(acc[i][j], a[i], b[j / 2][(j % 2) * 2], b[j / 2][(j % 2) * 2 + 1]);
     }
-  }
-  const int64_t ld = p.ld;
-  if (p.out_half && ld % 8 == 0) {
-    // float16: the tile through shared memory as [centroid][row], then 16-byte stores, each a run of
-    // 8 rows (query tokens) of one centroid: the [Q][K][LQ] rows of a centroid are contiguous
-    __syncthreads();  // the operand tiles are dead
-    auto out = reinterpret_cast<__half(*)[SO]>(raw);
+    __syncthreads();  // every warp done with the tile: it becomes the output staging, [centroid][row]
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -155,34 +180,21 @@ extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssign
         for (int j = 0; j < 4; j++)
 #pragma unroll
           for (int e = 0; e < 2; e++)
-            out[wn + 8 * j + 2 * t + e][wm + 16 * i + g + 8 * h] = __float2half_rn(acc[i][j][2 * h + e]);
+            cb[wn + 8 * j + 2 * t + e][wm + 16 * i + g + 8 * h] = __float2half_rn(acc[i][j][2 * h + e]);
     __syncthreads();
-    for (int e = tid; e < BM * (BM / 8); e += 256) {
-      const int cl = e / (BM / 8), rc = (e % (BM / 8)) * 8;
+    const int64_t c0 = (tile0 + ti) * 128;
+    for (int e = tid; e < 128 * 16; e += 256) {
+      const int cl = e / 16, rc = (e % 16) * 8;
       const int64_t row = r0 + rc, c = c0 + cl;
       if (row >= p.n || c >= p.k) continue;  // n is a multiple of ld: a run of 8 is all in or all out
       __half* dst = reinterpret_cast<__half*>(p.scores) + ((row / ld) * p.k + c) * ld + row % ld;
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&out[cl][rc]);
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&cb[cl][rc]);
     }
-    return;
+    if (ti + 2 < tiles) {
+      __syncthreads();  // the staging read out before the tile after next lands in it
+      QcStage(cb, cent, (tile0 + ti + 2) * 128, p.k, p.d);
+    }
   }
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int64_t row = r0 + wm + 16 * i + g + 8 * h;
-      if (row >= p.n) continue;
-      const int64_t at = (row / ld) * p.k * ld + row % ld;
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int64_t c = c0 + wn + 8 * j + 2 * t + e;
-          if (c >= p.k) continue;
-          if (p.out_half) reinterpret_cast<__half*>(p.scores)[at + c * ld] = __float2half_rn(acc[i][j][2 * h + e]);
-          else p.scores[at + c * ld] = acc[i][j][2 * h + e];
-        }
-    }
 }
 
 // Most k steps of 16 the residual kernel takes (d <= 128, d % 16 == 0).
@@ -190,12 +202,6 @@ extern "C" __global__ void __launch_bounds__(256) plaid_qc_mma(const PlaidAssign
 // A row of the shared query chunk: 128 dims + 8 halves of padding.
 constexpr int kQsRow = 136;
 
-// Four 8x8 float16 matrices from shared memory, rows at the lanes' addresses (8 lanes a matrix).
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 // The residual scores of listed documents, as plaid_residual (grid (x, Q), block 32 WARPS, a warp a
 // document at a time) but on tensor cores: score = sum_i max_t (qc[i][cid_t] + fp16(q_i) . fp16(w_t))

@@ -29,6 +29,12 @@
 #define PLAID_SCORE_WARPS 4
 #define PLAID_MAX_DIM 1024
 
+// plaid_qc_mma: centroid tiles of 128 a block, shared rows of 136 halves, its dynamic shared memory
+// (the query tile and two centroid tiles).
+#define PLAID_QC_TILES 8
+#define PLAID_QC_ROW 136
+#define PLAID_QC_SMEM (3 * 128 * PLAID_QC_ROW * 2)
+
 struct PlaidAssignParams {
   const void* x;              // [n][d] rows in `dtype` (0 float32, 1 float16, 2 bfloat16)
   const float* cent;          // [k][d] centroids (fine or coarse), by id
@@ -64,6 +70,7 @@ struct PlaidAssignParams {
   int32_t bits;
   int32_t out_half;           // plaid_qc_mma: 1 writes scores as float16
   int32_t pad0;
+  const void* cent_half;      // plaid_qc_mma: [k][d] float16 centroids (x: [n][d] float16 rows)
 };
 
 struct PlaidSearchParams {
