@@ -141,6 +141,7 @@ function createBatcher(
   options: ServerOptions & { handOverLead?: number },
   onPass: (p: PassInfo) => void,
   observeStats: (s: PassStats) => void,
+  onAbandoned: (stage: 'queued' | 'running') => void,
 ) {
   return new Batcher(
     async (queries, k, key, timing, signal) => {
@@ -160,6 +161,7 @@ function createBatcher(
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
       handOverLead: options.handOverLead,
+      onAbandoned,
       // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
       // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
       // on the device (exact in float32 first: the same codes as from the decoded values) and the
@@ -244,6 +246,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     { ...options, handOverLead },
     (p) => metrics.onPass(p),
     (s) => metrics.onSearch(s),
+    (stage) => metrics.onAbandoned(stage),
   );
   metrics.watchQueue(() => batcher.depth);
   let closing = false;

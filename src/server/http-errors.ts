@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { ItemLimitError, WorkLimitError } from '../admission.js';
 import { InvalidArgumentError, MaxsimError } from '../errors.js';
-import { ClosingError, DeadlineError, QueueFullError } from './batcher.js';
+import { AbandonedError, ClosingError, DeadlineError, QueueFullError } from './batcher.js';
 import { ConflictError, CorpusBusyError, NotFoundError } from './resident-writes.js';
 import { NoModelError, TextLengthError } from './text.js';
 
@@ -192,6 +192,9 @@ export function toHttpError(error: unknown, request: FastifyRequest): HttpError 
     };
   if (error instanceof DeadlineError)
     return { status: 504, code: 'deadline_exceeded', message: error.message };
+  // nobody reads it: the status is for the log line and the request counts (nginx's 499)
+  if (error instanceof AbandonedError)
+    return { status: 499, code: 'client_closed_request', message: error.message };
   if (error instanceof ClosingError) return { status: 503, code: 'shutting_down', message: error.message };
   if (error instanceof CorpusBusyError)
     return { status: 503, code: 'corpus_locked', message: error.message, headers: { 'retry-after': '1' } };
@@ -226,6 +229,17 @@ export function registerErrorHandlers(app: FastifyInstance) {
     const h = toHttpError(error, request);
     if (h.status >= 500 && h.status !== 503 && h.status !== 504 && h.status !== 507)
       request.log.error({ err: error }, 'request failed');
+    // its socket is closed: no response finishes, so the request's one log line is written here
+    if (h.status === 499)
+      request.log.info(
+        {
+          method: request.method,
+          route: request.routeOptions.url ?? 'unmatched',
+          status: 499,
+          ms: Math.round(reply.elapsedTime * 1000) / 1000,
+        },
+        'request',
+      );
     const { status, headers, ...body } = h;
     reply.code(status);
     if (headers) reply.headers(headers);

@@ -8,7 +8,7 @@ import { checkWork, workOf } from '../../admission.js';
 import { maxsim } from '../../ops/maxsim.js';
 import { asBatch, decodeDocuments, isEmptyItem, jsonScore, tokensOf } from '../answers.js';
 import { decodeEmbeddings, itemCount } from '../codecs.js';
-import { type RouteContext, setBatch } from '../context.js';
+import { type RouteContext, requestLimits, setBatch } from '../context.js';
 import { type InlineDocument, READ_ERRORS, ScoreBody, ScoreResponse } from '../schemas.js';
 import { MAX_INLINE_DOCUMENTS } from './rerank.js';
 
@@ -25,7 +25,7 @@ export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
         response: { 200: ScoreResponse, ...READ_ERRORS },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const body = request.body as ScoreBody;
       const q = decodeEmbeddings(body.queries, 'queries', 'many', undefined, {
         items: ctx.limits.maxQueue,
@@ -50,6 +50,7 @@ export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
       const m = await ctx.batcher.solo(
         (signal) => maxsim(asBatch(q), asBatch(docs), { backend: ctx.backend, threads: ctx.threads, signal }),
         ctx.limits.timeoutMs,
+        requestLimits(ctx, reply),
       );
       setBatch(request, nq);
       return {
