@@ -50,18 +50,41 @@ async function until(url: string, name: string, value: number) {
   assert.equal(seen, value, `${name} never read ${value}`);
 }
 
-/** A raw HTTP request whose body is sent in two halves `gapMs` apart; resolves with its socket. */
-function sendSplit(port: number, body: string, gapMs: number): Promise<net.Socket> {
+/**
+ * A raw HTTP request whose body is sent in two halves `gapMs` apart; resolves with its socket once
+ * all is sent, and `answer` with the status and body of its answer, and the ms from the first byte.
+ */
+function sendSplit(
+  port: number,
+  body: string,
+  gapMs: number,
+): Promise<{ socket: net.Socket; answer: Promise<{ status: number; text: string; ms: number }> }> {
   return new Promise((resolve) => {
+    let t0 = 0;
+    let data = '';
     const socket = net.connect(port, '127.0.0.1', () => {
+      t0 = performance.now();
       const half = Math.floor(body.length / 2);
       socket.write(
         `POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body.slice(0, half)}`,
       );
       setTimeout(() => {
         socket.write(body.slice(half));
-        resolve(socket);
+        resolve({ socket, answer });
       }, gapMs);
+    });
+    const answer = new Promise<{ status: number; text: string; ms: number }>((done) => {
+      socket.on('data', (d) => {
+        data += d.toString('latin1');
+        const end = data.indexOf('\r\n\r\n');
+        const length = /\r\ncontent-length: *(\d+)/i.exec(data.slice(0, end));
+        if (end >= 0 && length && data.length >= end + 4 + Number(length[1]))
+          done({
+            status: Number(/^HTTP\/1\.1 (\d{3})/.exec(data)?.[1]),
+            text: data.slice(end + 4),
+            ms: performance.now() - t0,
+          });
+      });
     });
     socket.on('error', () => {});
   });
@@ -141,7 +164,7 @@ describe('requests in the queue', () => {
     const big = post(`${url}/v1/search`, { queries: queriesOf(64), top_k: 3 });
     await until(url, 'maxsim_request_phase_seconds_count{phase="decode"}', 1);
     // the small request queues behind the big one's pass; its client leaves before that pass ends
-    const small = await sendSplit(port, JSON.stringify({ queries: queriesOf(1), top_k: 3 }), 0);
+    const { socket: small } = await sendSplit(port, JSON.stringify({ queries: queriesOf(1), top_k: 3 }), 0);
     await until(url, 'maxsim_queue_depth', 1);
     small.destroy();
     assert.equal((await big).status, 200);
@@ -153,5 +176,25 @@ describe('requests in the queue', () => {
     assert.equal(metric(text, 'maxsim_queue_depth'), 0);
     // the server goes on serving
     assert.equal((await post(`${url}/v1/search`, { queries: queriesOf(1), top_k: 1 })).status, 200);
+  });
+
+  test("a request's deadline counts from its arrival and fires on time while a pass runs", async () => {
+    const { url, port } = await start(servers, {
+      corpus: dir,
+      maxBatch: 64,
+      maxWaitMs: 5000,
+      timeoutMs: 700,
+    });
+    // its body takes 300 ms to arrive; meanwhile a full pass starts (64 queries: it waits for nobody),
+    // and the small request then waits for company (5 s) behind it: only its deadline answers it
+    const sent = sendSplit(port, JSON.stringify({ queries: queriesOf(1), top_k: 3 }), 300);
+    await sleep(20);
+    const big = post(`${url}/v1/search`, { queries: queriesOf(64), top_k: 3 });
+    const { answer } = await sent;
+    const r = await answer;
+    assert.equal(r.status, 504, r.text);
+    assert.ok(r.ms >= 690 && r.ms < 850, `504 after ${Math.round(r.ms)} ms for a 700 ms deadline`);
+    assert.match(JSON.parse(r.text).error.message, /deadline of 700 ms/);
+    await big;
   });
 });

@@ -247,7 +247,8 @@ export class Batcher {
   /**
    * Queues a search of `queries` for `k` hits; resolves with its rows and the size of its pass. A
    * request of more than maxBatch queries goes as several passes (its parts queued together, so it
-   * fits the queue whole or is refused whole); its rows come back in order.
+   * fits the queue whole or is refused whole); its rows come back in order. `deadlineMs`: the time
+   * the request has left (Infinity: no deadline; 0 or less: it is past, 504 at once).
    */
   async search(
     queries: EncodedTokens,

@@ -28,6 +28,7 @@ const errors = {
 async function readDocuments(
   ctx: RouteContext,
   body: DocumentsBody,
+  elapsedMs: number,
 ): Promise<{ packed: PackedTokens; ids: string[] | undefined }> {
   if ((body.documents === undefined) === (body.texts === undefined))
     throw new InvalidArgumentError(
@@ -42,7 +43,7 @@ async function readDocuments(
     if (ids !== undefined && ids.length !== texts.length)
       throw new InvalidArgumentError('ids', `${texts.length} ids (one per text)`, `${ids.length}`);
     if (ids) checkIds(ids, 'ids');
-    const deadline = requestDeadline(ctx.limits.timeoutMs);
+    const deadline = requestDeadline(ctx.limits.timeoutMs, elapsedMs);
     try {
       return { packed: await encodeField(ctx, 'document', texts, 'texts', deadline.signal), ids };
     } finally {
@@ -83,7 +84,7 @@ export function documentRoutes(app: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request, reply) => {
-      const { packed, ids } = await readDocuments(ctx, request.body as DocumentsBody);
+      const { packed, ids } = await readDocuments(ctx, request.body as DocumentsBody, reply.elapsedTime);
       const r = await ctx.resident.append(packed, ids);
       reply.code(201);
       return {

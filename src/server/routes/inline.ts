@@ -49,7 +49,8 @@ export function scoreRoute(app: FastifyInstance, ctx: RouteContext) {
       if (nq === 0 || nd === 0) return { scores: Array.from({ length: nq }, () => []) };
       const m = await ctx.batcher.solo(
         (signal) => maxsim(asBatch(q), asBatch(docs), { backend: ctx.backend, threads: ctx.threads, signal }),
-        ctx.limits.timeoutMs,
+        // counted from the request's arrival: its upload, parse and decode took their share
+        ctx.limits.timeoutMs - reply.elapsedTime,
         requestLimits(ctx, reply),
       );
       setBatch(request, nq);

@@ -138,7 +138,7 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
           'either candidates (ids of the corpus) or documents (inline embeddings or texts)',
           body.candidates === undefined ? 'neither' : 'both',
         );
-      const deadline = requestDeadline(ctx.limits.timeoutMs);
+      const deadline = requestDeadline(ctx.limits.timeoutMs, reply.elapsedTime);
       try {
         const inputs = await readInputs(ctx, body, deadline.signal);
         const { scores, empty } = await scoreInputs(

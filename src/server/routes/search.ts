@@ -197,13 +197,14 @@ export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
       ctx.metrics.request.parse.observe(reply.elapsedTime / 1000);
       const r = readRequest(ctx, request.body, request.query as Static<typeof SearchQuery>);
       checkRoute(ctx, r);
-      const deadline = r.texts ? requestDeadline(ctx.limits.timeoutMs) : undefined;
+      const deadline = r.texts ? requestDeadline(ctx.limits.timeoutMs, reply.elapsedTime) : undefined;
       const limits = requestLimits(ctx, reply);
       try {
         const queries =
           r.queries ??
           (await ctx.text.encodeTexts('query', r.texts!.texts, r.texts!.field, deadline!.signal));
-        const left = deadline?.left() ?? ctx.limits.timeoutMs;
+        // counted from the request's arrival: its upload, parse and decode took their share
+        const left = deadline?.left() ?? ctx.limits.timeoutMs - reply.elapsedTime;
         const n = itemCount(queries);
         if (n === 0) return { results: [] };
         if (r.ids !== undefined) {
