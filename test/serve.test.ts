@@ -409,7 +409,7 @@ describe('maxsim serve', () => {
         400,
         'body',
       ],
-      // the poisoning check runs where such a key can be (plain JSON.parse elsewhere)
+      // the poisoning check runs where such a key can be (plain JSON.parse elsewhere); the key is named
       [
         'a __proto__ key',
         () =>
@@ -417,7 +417,7 @@ describe('maxsim serve', () => {
             'content-type': 'application/json',
           }),
         400,
-        'body',
+        '__proto__',
       ],
       [
         'a __proto__ key spelled with escapes',
@@ -426,7 +426,7 @@ describe('maxsim serve', () => {
             'content-type': 'application/json',
           }),
         400,
-        'body',
+        '__proto__',
       ],
       [
         'a constructor.prototype key',
@@ -437,7 +437,7 @@ describe('maxsim serve', () => {
             { 'content-type': 'application/json' },
           ),
         400,
-        'body',
+        'constructor.prototype',
       ],
       [
         'an empty JSON body',
