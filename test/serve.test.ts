@@ -1057,6 +1057,18 @@ describe('maxsim serve process', () => {
       [['--corpus', dir, '--auth-reads'], /--auth-reads/],
       [['--corpus', dir, '--backend', 'cpu', '--pin'], /pin/],
       [['--corpus', dir, '--max-batch', '0'], /max-batch/],
+      // every numeric flag names itself (--max-wait-ms said 'option')
+      [['--corpus', dir, '--max-wait-ms', 'bad'], /--max-wait-ms/],
+      [['--corpus', dir, '--max-wait-ms', '-1'], /--max-wait-ms/],
+      [['--corpus', dir, '--max-queue', 'x'], /--max-queue/],
+      [['--corpus', dir, '--passes-in-flight', '0'], /--passes-in-flight/],
+      [['--corpus', dir, '--timeout-ms', 'x'], /--timeout-ms/],
+      [['--corpus', dir, '--body-limit', 'x'], /--body-limit/],
+      [['--corpus', dir, '--close-grace-ms', 'x'], /--close-grace-ms/],
+      [['--corpus', dir, '--max-work', 'x'], /--max-work/],
+      [['--corpus', dir, '--threads', 'x'], /--threads/],
+      [['--corpus', dir, '--gpus', 'x'], /--gpus/],
+      [['--corpus', dir, '--dtype', 'x'], /--dtype/],
     ];
     for (const [args, message] of cases) {
       const r = spawnSync(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
