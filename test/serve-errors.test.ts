@@ -106,4 +106,16 @@ describe('precise errors', () => {
     assert.equal((await call(`${url}/v1/documents`, 'DELETE', { ids: ['doc2'] }, auth)).status, 200);
     assert.equal((await call(`${url}/readyz`, 'GET')).json.documents, 19);
   });
+
+  test('a known route asked with another method: 405 with Allow; an unknown route stays 404', async () => {
+    let r = await call(`${url}/v1/search`, 'GET');
+    const e = precise(r, 405, 'method');
+    assert.equal(r.headers.get('allow'), 'POST');
+    assert.equal(e.received, 'GET');
+    r = await call(`${url}/v1/documents`, 'PUT', {}, auth);
+    assert.equal(r.status, 405, r.text);
+    assert.equal(r.headers.get('allow'), 'POST, DELETE');
+    assert.equal((await call(`${url}/healthz`, 'POST', {})).headers.get('allow'), 'GET, HEAD');
+    assert.equal((await call(`${url}/v1/nothing`, 'GET')).status, 404);
+  });
 });

@@ -356,7 +356,9 @@ export function toHttpError(error: unknown, request: FastifyRequest): HttpError 
   };
 }
 
-/** The error handler and the 404 handler: every answer in the one shape. */
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
+
+/** The error handler and the 404 / 405 handler: every answer in the one shape. */
 export function registerErrorHandlers(app: FastifyInstance) {
   app.setErrorHandler((error, request, reply) => {
     const h = toHttpError(error, request);
@@ -378,14 +380,32 @@ export function registerErrorHandlers(app: FastifyInstance) {
     if (headers) reply.headers(headers);
     return reply.send({ error: body });
   });
-  app.setNotFoundHandler((request, reply) =>
-    reply.code(404).send({
+  app.setNotFoundHandler((request, reply) => {
+    const url = request.url.split('?')[0];
+    // a known route asked with another method: 405 with what it takes (RFC 9110 15.5.6)
+    const allowed = METHODS.filter((method) => app.hasRoute({ method, url }));
+    if (allowed.length > 0) {
+      const expected = allowed.length === 1 ? allowed[0] : `one of ${allowed.join(', ')}`;
+      return reply
+        .code(405)
+        .header('allow', allowed.join(', '))
+        .send({
+          error: {
+            code: 'method_not_allowed',
+            message: `Expected ${expected} for method but received ${request.method.slice(0, 20)}`,
+            field: 'method',
+            expected,
+            received: request.method.slice(0, 20),
+          },
+        });
+    }
+    return reply.code(404).send({
       error: {
         code: 'not_found',
-        message: `no route ${request.method} ${request.url.split('?')[0].slice(0, 200)}`,
+        message: `no route ${request.method} ${url.slice(0, 200)}`,
       },
-    }),
-  );
+    });
+  });
 }
 
 /**
