@@ -409,7 +409,7 @@ describe('maxsim serve', () => {
         400,
         'body',
       ],
-      // the poisoning check runs where such a key can be (plain JSON.parse elsewhere)
+      // the poisoning check runs where such a key can be (plain JSON.parse elsewhere); the key is named
       [
         'a __proto__ key',
         () =>
@@ -417,7 +417,7 @@ describe('maxsim serve', () => {
             'content-type': 'application/json',
           }),
         400,
-        'body',
+        '__proto__',
       ],
       [
         'a __proto__ key spelled with escapes',
@@ -426,7 +426,7 @@ describe('maxsim serve', () => {
             'content-type': 'application/json',
           }),
         400,
-        'body',
+        '__proto__',
       ],
       [
         'a constructor.prototype key',
@@ -437,7 +437,7 @@ describe('maxsim serve', () => {
             { 'content-type': 'application/json' },
           ),
         400,
-        'body',
+        'constructor.prototype',
       ],
       [
         'an empty JSON body',
@@ -1057,6 +1057,18 @@ describe('maxsim serve process', () => {
       [['--corpus', dir, '--auth-reads'], /--auth-reads/],
       [['--corpus', dir, '--backend', 'cpu', '--pin'], /pin/],
       [['--corpus', dir, '--max-batch', '0'], /max-batch/],
+      // every numeric flag names itself (--max-wait-ms said 'option')
+      [['--corpus', dir, '--max-wait-ms', 'bad'], /--max-wait-ms/],
+      [['--corpus', dir, '--max-wait-ms', '-1'], /--max-wait-ms/],
+      [['--corpus', dir, '--max-queue', 'x'], /--max-queue/],
+      [['--corpus', dir, '--passes-in-flight', '0'], /--passes-in-flight/],
+      [['--corpus', dir, '--timeout-ms', 'x'], /--timeout-ms/],
+      [['--corpus', dir, '--body-limit', 'x'], /--body-limit/],
+      [['--corpus', dir, '--close-grace-ms', 'x'], /--close-grace-ms/],
+      [['--corpus', dir, '--max-work', 'x'], /--max-work/],
+      [['--corpus', dir, '--threads', 'x'], /--threads/],
+      [['--corpus', dir, '--gpus', 'x'], /--gpus/],
+      [['--corpus', dir, '--dtype', 'x'], /--dtype/],
     ];
     for (const [args, message] of cases) {
       const r = spawnSync(process.execPath, [CLI, 'serve', '--port', '0', ...args], {

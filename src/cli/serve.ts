@@ -33,12 +33,12 @@ interface ServeOptions {
   encoderThreads?: number;
 }
 
-function numberOption(min: number): (value: string) => number {
-  return (value) => {
-    const n = Number(value);
-    if (!Number.isFinite(n) || n < min) throw new InvalidArgumentError('option', `a number >= ${min}`, value);
-    return n;
-  };
+/** --max-wait-ms: 'auto' or a number of ms; commander's usage error names the flag (exit 2). */
+function waitOption(value: string): number | 'auto' {
+  if (value === 'auto') return 'auto';
+  const n = value.trim() === '' ? Number.NaN : Number(value);
+  if (!(Number.isFinite(n) && n >= 0)) throw new UsageError("expected 'auto' or a number of ms >= 0");
+  return n;
 }
 
 function passDtypeOption(value: string): 'int8' | 'fp8' {
@@ -111,7 +111,7 @@ function withServiceOptions(command: Command): Command {
     .option(
       '--max-wait-ms <ms>',
       "longest wait for company before a pass starts ('auto': a tenth of the pass time, 1-50 ms)",
-      (v: string) => (v === 'auto' ? ('auto' as const) : numberOption(0)(v)),
+      waitOption,
       'auto' as const,
     )
     .option(

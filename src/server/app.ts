@@ -14,9 +14,9 @@ import { encodedBatch } from './answers.js';
 import { exposureWarning, registerAuth, requestIdOf } from './auth.js';
 import { Batcher, type PassInfo } from './batcher.js';
 import type { Limits, RouteContext } from './context.js';
-import { clientErrorHandler, registerErrorHandlers } from './http-errors.js';
+import { clientErrorHandler, MediaTypeError, registerErrorHandlers } from './http-errors.js';
 import { type PassStats, routeOf, scanReason } from './index-path.js';
-import { mayPoison, parseLifted } from './json-body.js';
+import { mayPoison, parseLifted, poisonedKey } from './json-body.js';
 import { createMetrics } from './metrics.js';
 import { ResidentCorpus, type ResidentOptions } from './resident.js';
 import { documentRoutes } from './routes/documents.js';
@@ -141,6 +141,7 @@ function createBatcher(
   options: ServerOptions & { handOverLead?: number },
   onPass: (p: PassInfo) => void,
   observeStats: (s: PassStats) => void,
+  onAbandoned: (stage: 'queued' | 'running') => void,
 ) {
   return new Batcher(
     async (queries, k, key, timing, signal) => {
@@ -160,6 +161,7 @@ function createBatcher(
       // JS thread's neighbour on few cores: one pass at a time there
       passesInFlight: options.passesInFlight ?? (resident.mode === 'resident' ? 2 : 1),
       handOverLead: options.handOverLead,
+      onAbandoned,
       // a GPU-resident float16 / bfloat16 corpus takes float16 / bfloat16 queries as they are (the
       // same bits as float32 queries rounded there), 8-bit passes too: their scan quantizes the bits
       // on the device (exact in float32 first: the same codes as from the decoded values) and the
@@ -174,6 +176,44 @@ function createBatcher(
       },
     },
     onPass,
+  );
+}
+
+/**
+ * A JSON body the parser must not read: a charset other than UTF-8, or a .npy file sent as JSON (415,
+ * naming the header and what would be taken).
+ */
+function jsonRefusal(contentType: string | undefined, body: Buffer): MediaTypeError | undefined {
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType ?? '')?.[1];
+  if (charset !== undefined && !/^utf-?8$/i.test(charset))
+    return new MediaTypeError(
+      'content-type',
+      'application/json with charset=utf-8 (or none): JSON bodies are read as UTF-8',
+      `charset=${charset.slice(0, 40)}`,
+    );
+  if (body.length >= 6 && body[0] === 0x93 && body.toString('latin1', 1, 6) === 'NUMPY')
+    return new MediaTypeError(
+      'content-type',
+      'application/x-npy or application/octet-stream for a .npy body',
+      'application/json with a .npy body',
+    );
+  return undefined;
+}
+
+/** The guarded parser refused the text: a 400 naming a prototype-poisoning key, when that was why. */
+function poisonError(text: string): InvalidArgumentError | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return undefined; // invalid JSON: Fastify's error says so
+  }
+  const key = poisonedKey(value);
+  if (key === undefined) return undefined;
+  return new InvalidArgumentError(
+    key,
+    'no __proto__ or constructor.prototype key (refused: they could poison prototypes)',
+    key.endsWith('__proto__') ? 'a "__proto__" key' : 'a "constructor" key holding "prototype"',
   );
 }
 
@@ -205,6 +245,8 @@ function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number)
   const secureJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const refused = jsonRefusal(request.headers['content-type'], body as Buffer);
+    if (refused) return done(refused, undefined);
     // long base64 values lifted out of the bytes, the rest parsed (json-body.ts)
     const lifted = parseLifted(body as Buffer);
     if (lifted) return done(null, lifted.value);
@@ -218,7 +260,20 @@ function createApp(options: ServerOptions, bodyLimit: number, timeoutMs: number)
       }
       return done(null, parsed);
     }
-    return secureJson(request, text, done);
+    return secureJson(request, text, (error, value) => done(error && (poisonError(text) ?? error), value));
+  });
+  // a compressed body would reach the JSON parser as bytes it calls invalid: said at the door instead
+  app.addHook('preParsing', (request, _reply, payload, done) => {
+    const encoding = request.headers['content-encoding'];
+    if (encoding === undefined || /^\s*identity\s*$/i.test(encoding)) return done(null, payload);
+    done(
+      new MediaTypeError(
+        'content-encoding',
+        'no content-encoding (identity): the server takes bodies uncompressed',
+        JSON.stringify(encoding.slice(0, 100)),
+      ),
+      payload,
+    );
   });
   for (const type of ['application/octet-stream', 'application/x-npy'])
     app.addContentTypeParser(type, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -244,6 +299,7 @@ export async function createServer(options: ServerOptions): Promise<MaxsimServer
     { ...options, handOverLead },
     (p) => metrics.onPass(p),
     (s) => metrics.onSearch(s),
+    (stage) => metrics.onAbandoned(stage),
   );
   metrics.watchQueue(() => batcher.depth);
   let closing = false;

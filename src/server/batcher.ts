@@ -37,6 +37,17 @@ export class DeadlineError extends MaxsimError {
   }
 }
 
+/**
+ * The client closed its connection before its answer: the request leaves the queue unscored (or, in a
+ * running pass, its rows are dropped). Nobody reads the answer; the log shows 499.
+ */
+export class AbandonedError extends MaxsimError {
+  override name = 'AbandonedError';
+  constructor() {
+    super('the client closed the connection before its answer was ready');
+  }
+}
+
 /** The batcher is draining for shutdown: HTTP 503. */
 export class ClosingError extends MaxsimError {
   override name = 'ClosingError';
@@ -66,6 +77,19 @@ export interface BatcherOptions {
    * the pass time (default 0.25). @internal bench/serve-sim.ts varies it.
    */
   handOverLead?: number;
+  /**
+   * Called once per request whose client went away (RequestLimits.gone): 'queued' when it was dropped
+   * before any of its passes ran, 'running' when a pass held it (the pass goes on for the others).
+   */
+  onAbandoned?: (stage: 'queued' | 'running') => void;
+}
+
+/** A request's side of its jobs, beside the time it has left. */
+export interface RequestLimits {
+  /** The request's whole deadline, ms, for the 504's message (default: the time it had left). */
+  limitMs?: number;
+  /** Aborts when the client closed its connection: the request's jobs are dropped (AbandonedError). */
+  gone?: AbortSignal;
 }
 
 /** The 'auto' wait: a tenth of the recent pass time, clamped to [1, 50] ms. */
@@ -140,6 +164,10 @@ interface BaseJob {
   /** When its deadline passes (performance.now() ms; Infinity: none). */
   deadline: number;
   settled: boolean;
+  /** Taken into a pass. */
+  taken: boolean;
+  /** The request's whole deadline, ms (the 504's message). */
+  limitMs: number;
   timer?: NodeJS.Timeout;
   /**
    * Set by the pass that runs it: called once it settles, `answered` when resolved (the pass aborts
@@ -219,13 +247,15 @@ export class Batcher {
   /**
    * Queues a search of `queries` for `k` hits; resolves with its rows and the size of its pass. A
    * request of more than maxBatch queries goes as several passes (its parts queued together, so it
-   * fits the queue whole or is refused whole); its rows come back in order.
+   * fits the queue whole or is refused whole); its rows come back in order. `deadlineMs`: the time
+   * the request has left (Infinity: no deadline; 0 or less: it is past, 504 at once).
    */
   async search(
     queries: EncodedTokens,
     k: number,
     key: string,
     deadlineMs: number,
+    limits: RequestLimits = {},
   ): Promise<{ hits: CorpusHit[][]; batch: number; pass: PassToken }> {
     const n = itemCount(queries);
     if (n <= this.options.maxBatch)
@@ -233,6 +263,7 @@ export class Batcher {
         this.enqueue(
           [{ kind: 'search', queries, k, key, size: n, resolve, reject } as SearchJob],
           deadlineMs,
+          limits,
         );
       });
     const parts: Promise<{ hits: CorpusHit[][]; batch: number; pass: PassToken }>[] = [];
@@ -253,7 +284,7 @@ export class Batcher {
         }),
       );
     }
-    this.enqueue(jobs, deadlineMs);
+    this.enqueue(jobs, deadlineMs, limits);
     try {
       const answers = await Promise.all(parts);
       return {
@@ -269,13 +300,21 @@ export class Batcher {
   }
 
   /** Queues other work as a pass of its own; `run` gets a signal that aborts at the deadline. */
-  solo<T>(run: (signal: AbortSignal) => Promise<T>, deadlineMs: number): Promise<T> {
+  solo<T>(
+    run: (signal: AbortSignal) => Promise<T>,
+    deadlineMs: number,
+    limits: RequestLimits = {},
+  ): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.enqueue([{ kind: 'solo', run, size: 1, resolve, reject } as SoloJob], deadlineMs);
+      this.enqueue([{ kind: 'solo', run, size: 1, resolve, reject } as SoloJob], deadlineMs, limits);
     });
   }
 
-  private enqueue(partials: Omit<Job, 'enqueued' | 'settled' | 'deadline'>[], deadlineMs: number) {
+  private enqueue(
+    partials: Omit<Job, 'enqueued' | 'settled' | 'taken' | 'limitMs' | 'deadline'>[],
+    deadlineMs: number,
+    limits: RequestLimits,
+  ) {
     const jobs = partials as Job[];
     const size = jobs.reduce((a, j) => a + j.size, 0);
     if (this.closing) {
@@ -290,17 +329,40 @@ export class Batcher {
       return;
     }
     const now = performance.now();
-    const timed = deadlineMs > 0 && Number.isFinite(deadlineMs);
-    for (const job of jobs) this.arm(job, now, timed ? deadlineMs : undefined);
+    const timed = Number.isFinite(deadlineMs);
+    const limitMs = limits.limitMs ?? deadlineMs;
+    for (const job of jobs) this.arm(job, now, timed ? Math.max(0, deadlineMs) : undefined, limitMs);
+    if (limits.gone && !this.watchGone(jobs, limits.gone)) return;
     this.queue.push(...jobs);
     this.queued += size;
     this.schedule();
   }
 
+  /**
+   * Drops a request's jobs once its client is gone (queued ones leave the queue at the next take,
+   * unscored; a pass whose every job is gone aborts); false when it is gone already.
+   */
+  private watchGone(jobs: Job[], gone: AbortSignal): boolean {
+    const drop = () => {
+      if (jobs.every((j) => j.settled)) return;
+      const stage = jobs.some((j) => j.taken) ? 'running' : 'queued';
+      for (const job of jobs) job.reject(new AbandonedError());
+      this.options.onAbandoned?.(stage);
+    };
+    if (gone.aborted) {
+      drop();
+      return false;
+    }
+    gone.addEventListener('abort', drop, { once: true });
+    return true;
+  }
+
   /** Wraps a job's resolve / reject so it settles once, and starts its deadline. */
-  private arm(job: Job, now: number, deadlineMs: number | undefined) {
+  private arm(job: Job, now: number, deadlineMs: number | undefined, limitMs: number) {
     job.enqueued = now;
     job.settled = false;
+    job.taken = false;
+    job.limitMs = limitMs;
     job.deadline = deadlineMs === undefined ? Number.POSITIVE_INFINITY : now + deadlineMs;
     const resolve = job.resolve as (v: unknown) => void;
     const reject = job.reject;
@@ -320,7 +382,7 @@ export class Batcher {
       reject(e);
     };
     if (deadlineMs !== undefined) {
-      job.timer = setTimeout(() => job.reject(new DeadlineError(deadlineMs)), deadlineMs);
+      job.timer = setTimeout(() => job.reject(new DeadlineError(limitMs)), deadlineMs);
       job.timer.unref();
     }
   }
@@ -380,8 +442,7 @@ export class Batcher {
     const now = performance.now();
     for (const job of this.queue) {
       // a request past its deadline (its timer may not have fired yet) is dropped before the pass
-      if (!job.settled && job.deadline <= now)
-        job.reject(new DeadlineError(Math.round(job.deadline - job.enqueued)));
+      if (!job.settled && job.deadline <= now) job.reject(new DeadlineError(job.limitMs));
       if (job.settled) {
         this.queued -= job.size;
         continue;
@@ -393,6 +454,7 @@ export class Batcher {
           job.key === key &&
           queries + job.size <= this.options.maxBatch);
       if (fits) {
+        job.taken = true;
         taken.push(job);
         this.queued -= job.size;
         queries += job.size;
@@ -419,8 +481,7 @@ export class Batcher {
     let open = jobs.length;
     for (const job of jobs)
       job.onSettle = (answered) => {
-        if (--open === 0 && !answered && !abort.signal.aborted)
-          abort.abort(new DeadlineError(Math.round(job.deadline - job.enqueued)));
+        if (--open === 0 && !answered && !abort.signal.aborted) abort.abort(new DeadlineError(job.limitMs));
       };
     const running = { started, deadline: Math.max(...jobs.map((j) => j.deadline)) };
     this.running.add(running);

@@ -114,7 +114,7 @@ function checkRow(row: unknown, field: string, dim: number, out: Float32Array, a
     throw new InvalidArgumentError(
       field,
       `${dim} numbers (the embedding dimension)`,
-      `${row.length} numbers`,
+      `${row.length} number${row.length === 1 ? '' : 's'}`,
     );
   for (let j = 0; j < dim; j++) {
     const x = row[j];
@@ -269,6 +269,10 @@ export function decodeNpy(
   return toFloat32(readNpy(bytes, field, arity, dim, limit));
 }
 
+/** What a .npy body may hold. */
+const NPY_DTYPES =
+  "'<f4' or '<f2' (float32 or float16; bfloat16 goes in a JSON body as {b64, dtype: 'bfloat16', shape})";
+
 /** Reads and checks a .npy body, leaving float16 undecoded. */
 export function readNpy(
   bytes: Uint8Array,
@@ -280,7 +284,11 @@ export function readNpy(
   let arr: NpyArray;
   try {
     // the header first: its shape is admitted before the data is looked at
-    const header = parseNpyHeader(bytes, field);
+    // 16-bit integers read as 'bfloat16' (the library's u2As) only to be refused below in the
+    // service's words: the library's hint names an option no HTTP client has
+    const header = parseNpyHeader(bytes, field, { u2As: 'bfloat16' });
+    if (header.dtype === 'bfloat16')
+      throw new InvalidArgumentError(`${field}.dtype`, NPY_DTYPES, "'<u2' or '<i2' (16-bit integers)");
     const shape = checkShape(header.shape, field, arity);
     admitShape(shape, field, limit);
     arr = parseNpy(bytes, field);
@@ -289,8 +297,7 @@ export function readNpy(
     throw e;
   }
   const dtype = arr.dtype as FloatDType;
-  if (!(dtype in DTYPE_BYTES))
-    throw new InvalidArgumentError(`${field}.dtype`, "'<f4' or '<f2' (float32 or float16)", arr.dtype);
+  if (!(dtype in DTYPE_BYTES)) throw new InvalidArgumentError(`${field}.dtype`, NPY_DTYPES, arr.dtype);
   const shape = arr.shape;
   return packDense(arr.data as Float32Array | Uint16Array, dtype, shape, undefined, field, dim);
 }

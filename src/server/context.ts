@@ -1,8 +1,9 @@
 // What every route gets: the corpus, the batcher, the limits in force and the metrics.
 
+import type { FastifyReply } from 'fastify';
 import type { BackendName } from '../backends/select.js';
 import { InvalidArgumentError } from '../errors.js';
-import type { Batcher } from './batcher.js';
+import type { Batcher, RequestLimits } from './batcher.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ResidentCorpus } from './resident.js';
 import type { TextModel } from './text.js';
@@ -29,6 +30,22 @@ export interface RouteContext {
   dim(): number;
   /** True once close() began. */
   closing(): boolean;
+}
+
+/**
+ * What the batcher needs of a request besides its time left: its whole deadline (the 504's message)
+ * and a signal that aborts once its client closed the connection before the answer was sent (the
+ * response's 'close' before its 'finish': the request's own 'close' fires as soon as its body is read).
+ */
+export function requestLimits(ctx: RouteContext, reply: FastifyReply): RequestLimits {
+  const controller = new AbortController();
+  const res = reply.raw;
+  if (res.destroyed || reply.request.raw.socket?.destroyed) controller.abort();
+  else
+    res.once('close', () => {
+      if (!res.writableFinished) controller.abort();
+    });
+  return { limitMs: ctx.limits.timeoutMs, gone: controller.signal };
 }
 
 /** Queries of the request as a batch in this server's batch / queue units. */

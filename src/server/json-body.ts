@@ -156,3 +156,34 @@ export function parseLifted(buf: Buffer): { value: unknown } | undefined {
   }
   return restoreLongStrings(value, lifted.values) ? { value } : undefined;
 }
+
+/**
+ * Where a parsed body holds a key that could poison prototypes (`__proto__`, or `constructor` with a
+ * `prototype` inside: the keys Fastify's guarded parser refuses), as a field path ('queries[0].__proto__'),
+ * or undefined. (JSON.parse makes such keys own properties: walking them is safe.)
+ */
+export function poisonedKey(root: unknown): string | undefined {
+  const stack: { value: unknown; path: string }[] = [{ value: root, path: '' }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (typeof value !== 'object' || value === null) continue;
+    if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: `${path}[${i}]` });
+      continue;
+    }
+    const keys = Object.keys(value);
+    for (const key of keys) {
+      const v = (value as Record<string, unknown>)[key];
+      const at = path === '' ? key : `${path}.${key}`;
+      if (key === '__proto__') return at;
+      if (key === 'constructor' && typeof v === 'object' && v !== null && Object.hasOwn(v, 'prototype'))
+        return `${at}.prototype`;
+    }
+    for (let k = keys.length - 1; k >= 0; k--)
+      stack.push({
+        value: (value as Record<string, unknown>)[keys[k]],
+        path: path === '' ? keys[k] : `${path}.${keys[k]}`,
+      });
+  }
+  return undefined;
+}

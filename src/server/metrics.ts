@@ -24,6 +24,8 @@ export interface ServerMetrics {
   };
   /** What the batcher reports of each pass. */
   onPass(p: PassInfo): void;
+  /** A request whose client closed its connection before the answer (the batcher's onAbandoned). */
+  onAbandoned(stage: 'queued' | 'running'): void;
   /** Which path a search pass took, and its index stages (metrics-index.ts). */
   onSearch(s: PassStats): void;
   /** Gauges read from the batcher at scrape time. */
@@ -46,11 +48,18 @@ export function createMetrics(resident: ResidentCorpus): ServerMetrics {
   const passes = passMetrics(registry, phases);
   corpusGauges(registry, resident);
   const register = httpHooks(registry, phases.passPhaseOf.answer);
+  const abandoned = new prom.Counter({
+    name: 'maxsim_abandoned_requests_total',
+    help: 'requests whose client closed the connection before the answer: queued (dropped from the queue, never scored) or running (their pass went on for the others; no answer sent)',
+    labelNames: ['stage'] as const,
+    registers: [registry],
+  });
   return {
     registry,
     request: phases.request,
     text,
     onPass: passes.onPass,
+    onAbandoned: (stage) => abandoned.inc({ stage }),
     onSearch: createSearchMetrics(registry),
     watchQueue(depth) {
       new prom.Gauge({

@@ -31,6 +31,15 @@ export class CorpusBusyError extends MaxsimError {
 /** A request that conflicts with the corpus (an id it already holds): HTTP 409. */
 export class ConflictError extends MaxsimError {
   override name = 'ConflictError';
+  readonly expected = 'ids new to the corpus, each once in the request';
+  constructor(
+    /** What is taken: which ids, and where they are. */
+    readonly received: string,
+    /** The request's field of the ids (the route that knows renames it). */
+    readonly field = 'ids',
+  ) {
+    super(`Expected ids new to the corpus, each once in the request for ${field} but received ${received}`);
+  }
 }
 
 /**

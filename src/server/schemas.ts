@@ -225,7 +225,8 @@ export const ScoreBody = Type.Object(
     documents: Type.Union(
       [Type.Array(Type.Union([InlineDocument, Type.Array(Type.Unknown())]), { maxItems: 100000 }), B64Tensor],
       {
-        description: 'a list of documents, or [n][tokens][dim] numbers, or a base64 tensor [n, L, d]',
+        description:
+          'a list of documents (inline {embeddings} objects or [tokens][dim] numbers, or all {id}: documents of the corpus), or [n][tokens][dim] numbers, or a base64 tensor [n, L, d]',
       },
     ),
   },

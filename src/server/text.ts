@@ -323,17 +323,22 @@ function packedOf(batch: TokenBatch): EncodedTokens {
 }
 
 /**
- * A request's deadline as a signal (its reason a DeadlineError, HTTP 504) and the time left of it,
- * for the scoring that follows the encoding.
+ * A request's deadline of `ms` counted from its arrival, `elapsedMs` ago (Fastify's
+ * reply.elapsedTime: the body's upload and parse count too), as a signal (its reason a
+ * DeadlineError, HTTP 504) and the time left of it, for the scoring that follows the encoding (0 or
+ * less: none, the batcher refuses it at once).
  */
-export function requestDeadline(ms: number): { signal: AbortSignal; left(): number; dispose(): void } {
+export function requestDeadline(
+  ms: number,
+  elapsedMs = 0,
+): { signal: AbortSignal; left(): number; dispose(): void } {
   const controller = new AbortController();
-  const end = performance.now() + ms;
-  const timer = setTimeout(() => controller.abort(new DeadlineError(ms)), ms);
+  const end = performance.now() + ms - elapsedMs;
+  const timer = setTimeout(() => controller.abort(new DeadlineError(ms)), Math.max(0, ms - elapsedMs));
   timer.unref();
   return {
     signal: controller.signal,
-    left: () => Math.max(1, end - performance.now()),
+    left: () => end - performance.now(),
     dispose: () => clearTimeout(timer),
   };
 }

@@ -3,15 +3,18 @@
 
 import type { FastifyInstance } from 'fastify';
 import { InvalidArgumentError } from '../../errors.js';
+import { findOverflow, OVERFLOW_AT } from '../../floats.js';
 import { decodeDocuments } from '../answers.js';
 import type { PackedTokens } from '../codecs.js';
 import { checkIds, type RouteContext } from '../context.js';
+import { ConflictError } from '../resident-writes.js';
 import {
   DeleteDocumentsBody,
   DeleteDocumentsResponse,
   DocumentsBody,
   DocumentsResponse,
   ErrorResponse,
+  type InlineDocument,
 } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { encodeField } from './text-fields.js';
@@ -24,10 +27,36 @@ const errors = {
   507: ErrorResponse,
 };
 
+/**
+ * Values the corpus's 16-bit dtype cannot hold (they would be stored as +-Infinity), refused naming
+ * the request's own element (the writer's check names its batch, and a --clamp the server has not).
+ */
+function refuseOverflow(ctx: RouteContext, docs: readonly InlineDocument[], packed: PackedTokens) {
+  const dtype = ctx.resident.heldInfo.dtype;
+  if (dtype !== 'float16' && dtype !== 'bfloat16') return;
+  const found = findOverflow(packed.data, dtype);
+  if (!found) return;
+  const { dim, offsets } = packed;
+  const row = Math.floor(found.first / dim);
+  let i = 0;
+  while (offsets[i + 1] <= row) i++;
+  const token = row - offsets[i];
+  const field =
+    docs[i].embeddings_b64 !== undefined
+      ? `documents[${i}].embeddings_b64`
+      : `documents[${i}].embeddings[${token}][${found.first % dim}]`;
+  throw new InvalidArgumentError(
+    field,
+    `finite values within the corpus's ${dtype} range (|x| < ${OVERFLOW_AT[dtype]}; beyond it they would be stored as +-Infinity)`,
+    `${found.value}${docs[i].embeddings_b64 !== undefined ? ` at token ${token}, component ${found.first % dim}` : ''}${found.count > 1 ? ` (${found.count} values beyond it in all)` : ''}`,
+  );
+}
+
 /** The documents of an append: embeddings (with their ids), or texts (with `ids`) encoded. */
 async function readDocuments(
   ctx: RouteContext,
   body: DocumentsBody,
+  elapsedMs: number,
 ): Promise<{ packed: PackedTokens; ids: string[] | undefined }> {
   if ((body.documents === undefined) === (body.texts === undefined))
     throw new InvalidArgumentError(
@@ -42,7 +71,7 @@ async function readDocuments(
     if (ids !== undefined && ids.length !== texts.length)
       throw new InvalidArgumentError('ids', `${texts.length} ids (one per text)`, `${ids.length}`);
     if (ids) checkIds(ids, 'ids');
-    const deadline = requestDeadline(ctx.limits.timeoutMs);
+    const deadline = requestDeadline(ctx.limits.timeoutMs, elapsedMs);
     try {
       return { packed: await encodeField(ctx, 'document', texts, 'texts', deadline.signal), ids };
     } finally {
@@ -57,6 +86,7 @@ async function readDocuments(
     );
   const docs = body.documents!;
   const packed = decodeDocuments(docs, 'documents', ctx.dim());
+  refuseOverflow(ctx, docs, packed);
   const withIds = docs.filter((d) => d.id !== undefined).length;
   if (withIds !== 0 && withIds !== docs.length)
     throw new InvalidArgumentError(
@@ -83,8 +113,17 @@ export function documentRoutes(app: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request, reply) => {
-      const { packed, ids } = await readDocuments(ctx, request.body as DocumentsBody);
-      const r = await ctx.resident.append(packed, ids);
+      const { packed, ids } = await readDocuments(ctx, request.body as DocumentsBody, reply.elapsedTime);
+      const r = await ctx.resident.append(packed, ids).catch((e) => {
+        // the request's own field of the ids
+        if (
+          e instanceof ConflictError &&
+          e.field === 'ids' &&
+          (request.body as DocumentsBody).texts === undefined
+        )
+          throw new ConflictError(e.received, 'documents[].id');
+        throw e;
+      });
       reply.code(201);
       return {
         added: r.added,

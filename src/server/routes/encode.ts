@@ -62,11 +62,11 @@ export function encodeRoutes(app: FastifyInstance, ctx: RouteContext) {
         response: { 400: ErrorResponse, 413: ErrorResponse, 504: ErrorResponse },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const body = request.body as { texts: string[]; kind?: 'query' | 'document'; format?: 'json' | 'b64' };
       const texts = ctx.text.readTexts(body.texts, 'texts');
       const kind = body.kind ?? 'document';
-      const deadline = requestDeadline(ctx.limits.timeoutMs);
+      const deadline = requestDeadline(ctx.limits.timeoutMs, reply.elapsedTime);
       let packed: EncodedTokens;
       try {
         packed = await ctx.text.encodeTexts(kind, texts, 'texts', deadline.signal);

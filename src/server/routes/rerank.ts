@@ -10,8 +10,9 @@ import { InvalidArgumentError } from '../../errors.js';
 import { maxsim } from '../../ops/maxsim.js';
 import { type TokenMatrix, tokenMatrix } from '../../tensor.js';
 import { asBatch, decodeDocuments, isEmptyItem, ranked, scoreObject, tokensOf } from '../answers.js';
+import type { RequestLimits } from '../batcher.js';
 import { decodeEmbeddings, itemCount, type PackedTokens, toFloat32 } from '../codecs.js';
-import { checkIds, type RouteContext, setBatch } from '../context.js';
+import { checkIds, type RouteContext, requestLimits, setBatch } from '../context.js';
 import { type InlineDocument, READ_ERRORS, RerankBody, RerankResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { isTextList } from './text-fields.js';
@@ -75,7 +76,13 @@ function emptyDocs(dim: number): PackedTokens {
   return { data: new Float32Array(0), offsets: [0], dim };
 }
 
-async function scoreInputs(ctx: RouteContext, body: RerankBody, inputs: Inputs, deadlineMs: number) {
+async function scoreInputs(
+  ctx: RouteContext,
+  body: RerankBody,
+  inputs: Inputs,
+  deadlineMs: number,
+  limits: RequestLimits,
+) {
   const { query, docs } = inputs;
   const { maxWork } = ctx.limits;
   if (!docs) {
@@ -88,6 +95,7 @@ async function scoreInputs(ctx: RouteContext, body: RerankBody, inputs: Inputs, 
     const scores = await ctx.batcher.solo(
       (signal) => ctx.resident.scoreDocuments(query, indices, signal),
       deadlineMs,
+      limits,
     );
     return {
       scores,
@@ -105,6 +113,7 @@ async function scoreInputs(ctx: RouteContext, body: RerankBody, inputs: Inputs, 
   const scores = await ctx.batcher.solo(
     (signal) => maxsim(query, batch, { backend: ctx.backend, threads: ctx.threads, signal }),
     deadlineMs,
+    limits,
   );
   return { scores, empty: (i: number): boolean | undefined => isEmptyItem(docs, i) };
 }
@@ -121,7 +130,7 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
         response: { 200: RerankResponse, ...READ_ERRORS },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const body = request.body as RerankBody;
       if ((body.candidates === undefined) === (body.documents === undefined))
         throw new InvalidArgumentError(
@@ -129,10 +138,16 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
           'either candidates (ids of the corpus) or documents (inline embeddings or texts)',
           body.candidates === undefined ? 'neither' : 'both',
         );
-      const deadline = requestDeadline(ctx.limits.timeoutMs);
+      const deadline = requestDeadline(ctx.limits.timeoutMs, reply.elapsedTime);
       try {
         const inputs = await readInputs(ctx, body, deadline.signal);
-        const { scores, empty } = await scoreInputs(ctx, body, inputs, deadline.left());
+        const { scores, empty } = await scoreInputs(
+          ctx,
+          body,
+          inputs,
+          deadline.left(),
+          requestLimits(ctx, reply),
+        );
         setBatch(request, 1);
         const ids = body.candidates;
         const texts = body.return_documents === true ? inputs.texts : undefined;

@@ -10,9 +10,9 @@ import { type CorpusIndexOptions, indexSettings } from '../../ops/corpus-index-s
 import type { CorpusHit } from '../../ops/corpus-search.js';
 import { asBatch, ranked, scoreObject, searchJson, tokensOf } from '../answers.js';
 import { withStats } from '../answers-index.js';
-import type { PassToken } from '../batcher.js';
+import { AbandonedError, type PassToken, type RequestLimits } from '../batcher.js';
 import { type EncodedTokens, itemCount, readEmbeddings, readNpy, toFloat32 } from '../codecs.js';
-import { checkIds, type RouteContext, setBatch } from '../context.js';
+import { checkIds, type RouteContext, requestLimits, setBatch } from '../context.js';
 import { type PassStats, passKey } from '../index-path.js';
 import { READ_ERRORS, SearchBody, SearchQuery, SearchResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
@@ -136,6 +136,7 @@ async function searchIds(
   r: SearchRequest & { queries: EncodedTokens },
   ids: string[],
   deadlineMs: number,
+  limits: RequestLimits,
 ) {
   if (r.prefilter !== undefined)
     throw new InvalidArgumentError(
@@ -156,16 +157,20 @@ async function searchIds(
   );
   const indices = ctx.resident.resolveIds(ids, 'ids');
   const q = asBatch(toFloat32(r.queries));
-  return ctx.batcher.solo(async (signal) => {
-    const scores = await ctx.resident.scoreDocumentsAll(q, indices, signal);
-    return Array.from({ length: n }, (_, row) =>
-      ranked(scores.subarray(row * indices.length, (row + 1) * indices.length), r.k).map((h) => ({
-        id: ids[h.index],
-        index: indices[h.index],
-        ...scoreObject('score', h.score, ctx.resident.isEmptyDocument(indices[h.index], ids[h.index])),
-      })),
-    );
-  }, deadlineMs);
+  return ctx.batcher.solo(
+    async (signal) => {
+      const scores = await ctx.resident.scoreDocumentsAll(q, indices, signal);
+      return Array.from({ length: n }, (_, row) =>
+        ranked(scores.subarray(row * indices.length, (row + 1) * indices.length), r.k).map((h) => ({
+          id: ids[h.index],
+          index: indices[h.index],
+          ...scoreObject('score', h.score, ctx.resident.isEmptyDocument(indices[h.index], ids[h.index])),
+        })),
+      );
+    },
+    deadlineMs,
+    limits,
+  );
 }
 
 export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
@@ -192,24 +197,28 @@ export function searchRoute(app: FastifyInstance, ctx: RouteContext) {
       ctx.metrics.request.parse.observe(reply.elapsedTime / 1000);
       const r = readRequest(ctx, request.body, request.query as Static<typeof SearchQuery>);
       checkRoute(ctx, r);
-      const deadline = r.texts ? requestDeadline(ctx.limits.timeoutMs) : undefined;
+      const deadline = r.texts ? requestDeadline(ctx.limits.timeoutMs, reply.elapsedTime) : undefined;
+      const limits = requestLimits(ctx, reply);
       try {
         const queries =
           r.queries ??
           (await ctx.text.encodeTexts('query', r.texts!.texts, r.texts!.field, deadline!.signal));
-        const left = deadline?.left() ?? ctx.limits.timeoutMs;
+        // counted from the request's arrival: its upload, parse and decode took their share
+        const left = deadline?.left() ?? ctx.limits.timeoutMs - reply.elapsedTime;
         const n = itemCount(queries);
         if (n === 0) return { results: [] };
         if (r.ids !== undefined) {
           const generation = ctx.resident.info.generation;
-          const rows = await searchIds(ctx, { ...r, queries }, r.ids, left);
+          const rows = await searchIds(ctx, { ...r, queries }, r.ids, left, limits);
           setBatch(request, n);
           const stats: PassStats = { path: 'ids', scores: 'exact', generation };
           return { results: rows, stats };
         }
         ctx.metrics.request.decode.observe((performance.now() - parsed) / 1000);
         const key = passKey({ prefilter: r.prefilter, exact: r.exact, index: r.index });
-        const { hits, batch, pass } = await ctx.batcher.search(queries, r.k, key, left);
+        const { hits, batch, pass } = await ctx.batcher.search(queries, r.k, key, left, limits);
+        // its client left while the pass ran: no answer built for nobody
+        if (limits.gone?.aborted) throw new AbandonedError();
         return answer(request, reply, ctx, hits, batch, pass);
       } finally {
         deadline?.dispose();

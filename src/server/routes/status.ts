@@ -35,7 +35,8 @@ export function statusRoutes(app: FastifyInstance, ctx: RouteContext) {
         });
       if (ctx.backend === 'cuda' && (await resident.memory().catch(() => undefined)) === undefined)
         return reply.code(503).send({ status: 'the GPU does not answer' });
-      return { status: 'ready', documents: resident.info.documents };
+      // the documents searches see (deleted ones are not counted)
+      return { status: 'ready', documents: resident.info.live };
     },
   );
   app.get(
