@@ -499,7 +499,7 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     assert.equal(CorpusFile.open(dir).info.documents, 6);
   });
 
-  test('recover skips a damaged segment (kept on disk), keeps a damaged MANIFEST aside', () => {
+  test('recover skips a damaged segment (kept on disk, moved aside), keeps a damaged MANIFEST aside', () => {
     const dir = fresh();
     CorpusWriter.create(dir, { dim: 4 }).commit(); // an empty first segment
     for (let i = 0; i < 3; i++) {
@@ -518,11 +518,13 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     assert.match(r.skipped[0].reason, /seg-000003\.msxs: token data is corrupted/);
     assert.match(r.damagedManifest ?? '', /MANIFEST\.damaged-/);
     assert.ok(fs.existsSync(r.damagedManifest!));
-    assert.ok(fs.existsSync(seg3), 'the damaged segment is kept');
+    // kept, moved aside at the recovered generation (past every file present)
+    assert.equal(r.skipped[0].movedTo, `${seg3}.left-out-000005`);
+    assert.ok(fs.existsSync(r.skipped[0].movedTo!) && !fs.existsSync(seg3), 'the damaged segment is kept');
     const c = CorpusFile.open(dir);
     c.verify();
     assert.equal(c.info.documents, 2, 'one document each from segments 2 and 4');
-    assert.equal(c.info.generation, 4);
+    assert.equal(c.info.generation, 5);
     // a directory without segments
     const none = path.join(tmp, `none-${serial++}`);
     fs.mkdirSync(none);

@@ -257,7 +257,7 @@ describe('delete', () => {
 });
 
 describe('recover keeps deletions', () => {
-  test('a lost MANIFEST is rebuilt with the newest tombstones; with a segment left out they are reported', () => {
+  test('a lost MANIFEST is rebuilt with the newest tombstones; a segment left out never brings deleted documents back', () => {
     const dir = fresh();
     build(dir, 15, runSeed + 22, 'float16', 3);
     deleteDocuments(dir, ['d1']);
@@ -271,18 +271,68 @@ describe('recover keeps deletions', () => {
     // the next writer works on it
     deleteDocuments(dir, ['d0']);
     assert.equal(openCorpus(dir).info.deleted, 4);
-    // a damaged segment: the tombstones no longer line up, so they are not applied
+    // segment 2's header unreadable: where its documents end is unknown, so d12 cannot be placed;
+    // recovery is refused rather than bringing it back
     fs.rmSync(path.join(dir, 'MANIFEST'));
     const seg = path.join(dir, 'seg-000002.msxs');
     const bytes = fs.readFileSync(seg);
     bytes[0] ^= 0xff;
     fs.writeFileSync(seg, bytes);
-    const r2 = recoverCorpus(dir);
-    assert.equal(r2.info.deleted, 0);
-    assert.ok(
-      r2.skipped.some((x) => /tombstones|not applied/.test(x.reason)),
-      JSON.stringify(r2.skipped),
+    assert.throws(
+      () => recoverCorpus(dir),
+      /del-\d+\.msxd: deleted document 12 cannot be placed: seg-000002\.msxs has an unreadable header.*recovery refused.*move del-\d+\.msxd out of/,
     );
+    assert.ok(!fs.existsSync(path.join(dir, 'MANIFEST')), 'nothing was published');
+    // its tokens damaged instead (header intact): it is left out, moved aside, and the tombstones
+    // are placed past its 5 documents
+    bytes[0] ^= 0xff;
+    bytes[4096 + 1] ^= 0xff;
+    fs.writeFileSync(seg, bytes);
+    const r2 = recoverCorpus(dir);
+    assert.equal(r2.skipped.length, 1, JSON.stringify(r2.skipped));
+    assert.match(r2.skipped[0].movedTo ?? '', /seg-000002\.msxs\.left-out-\d{6}$/);
+    assert.ok(fs.existsSync(r2.skipped[0].movedTo!) && !fs.existsSync(seg), 'kept, moved aside');
+    assert.deepEqual([r2.info.documents, r2.info.deleted, r2.info.live], [10, 4, 6]);
+    const c2 = openCorpus(dir);
+    for (const id of ['d0', 'd1', 'd4', 'd12']) assert.throws(() => c2.get([id]), /unknown or deleted/, id);
+    assert.equal(c2.get(['d13', 'd2']).count, 2);
+    c2.close();
+    // deletions after the recovery, then the MANIFEST lost again: every one still holds (the
+    // moved-aside segment never counts for tombstones written after it was left out)
+    deleteDocuments(dir, ['d11']);
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    const r3 = recoverCorpus(dir);
+    assert.deepEqual(r3.skipped, []);
+    assert.deepEqual([r3.info.documents, r3.info.deleted], [10, 5]);
+    const c3 = openCorpus(dir);
+    for (const id of ['d0', 'd1', 'd4', 'd11', 'd12'])
+      assert.throws(() => c3.get([id]), /unknown or deleted/, id);
+    assert.equal(c3.get(['d13', 'd10', 'd3']).count, 3);
+    c3.close();
+    // compact removes the segment recover left out (as before it was moved aside)
+    CorpusWriter.compact(dir);
+    assert.ok(!fs.existsSync(r2.skipped[0].movedTo!));
+    assert.deepEqual([openCorpus(dir).info.documents, openCorpus(dir).info.deleted], [5, 0]);
+  });
+
+  test('a crash between moving a segment aside and writing the moved tombstones is recovered the same way', () => {
+    const dir = fresh();
+    build(dir, 15, runSeed + 23, 'float16', 3);
+    deleteDocuments(dir, ['d2', 'd8', 'd13']);
+    const [del] = fs.readdirSync(dir).filter((n) => /^del-/.test(n));
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    // the state such a crash leaves: segment 2 moved aside at the next generation, the original
+    // tombstones only
+    fs.renameSync(path.join(dir, 'seg-000002.msxs'), path.join(dir, 'seg-000002.msxs.left-out-000005'));
+    const r = recoverCorpus(dir);
+    assert.deepEqual([r.info.documents, r.info.deleted], [10, 2]);
+    const c = openCorpus(dir);
+    for (const id of ['d2', 'd13']) assert.throws(() => c.get([id]), /unknown or deleted/, id);
+    assert.equal(c.get(['d12', 'd14', 'd1']).count, 3);
+    c.close();
+    // the original tombstones, superseded, are not named: the recovery wrote its own
+    assert.notEqual(r.info.generation, 4);
+    assert.ok(fs.existsSync(path.join(dir, del)), 'the original tombstone file is kept');
   });
 });
 

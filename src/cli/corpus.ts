@@ -355,7 +355,7 @@ function compactCommand(): Command {
 function recoverCommand(): Command {
   return new Command('recover')
     .description(
-      'rebuild a lost or damaged MANIFEST from the intact segment and index files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
+      'rebuild a lost or damaged MANIFEST from the intact segment and index files, deletions kept (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>, a segment left out as <segment>.left-out-<generation>)',
     )
     .argument('<dir>', 'the corpus directory')
     .option(
@@ -366,7 +366,8 @@ function recoverCommand(): Command {
     .option('--json', 'print JSON')
     .action((dir: string, opts: { verify: boolean; wait?: string; json?: boolean }) => {
       const r = recoverCorpus(dir, { verify: opts.verify, waitMs: waitMs(opts.wait) });
-      for (const s of r.skipped) process.stderr.write(`skipped ${s.reason}\n`);
+      for (const s of r.skipped)
+        process.stderr.write(`skipped ${s.reason}${s.movedTo ? ` (kept as ${s.movedTo})` : ''}\n`);
       if (r.damagedManifest) process.stderr.write(`the damaged MANIFEST was kept as ${r.damagedManifest}\n`);
       printInfo(r.info, opts.json, {
         recovered: `${r.info.segments} segment(s)`,
