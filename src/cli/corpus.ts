@@ -245,9 +245,14 @@ function appendCommand(): Command {
 /** `corpus info`: the header, every checksum verified. */
 function infoCommand(): Command {
   return new Command('info')
-    .description('print a corpus header and verify every checksum')
+    .description(
+      'print a corpus header and verify every checksum: token segments, tombstones and index files (a damaged file is named, exit 1)',
+    )
     .argument('<dir>', 'the corpus directory')
-    .option('--no-verify', 'skip reading the token data (headers, offsets and ids are always checked)')
+    .option(
+      '--no-verify',
+      'skip reading the token and index data (headers, sizes, offsets, ids and tombstones are always checked)',
+    )
     .option('--json', 'print JSON')
     .action((dir: string, opts: { verify: boolean; json?: boolean }) => {
       const c = openCorpus(dir);
