@@ -1,4 +1,4 @@
-// `maxsim corpus build | append | info | delete | get | compact | recover`: on-disk corpora
+// `maxsim corpus build | append | info | delete | get | compact | recover | unlock`: on-disk corpora
 // (src/io/corpus/). Every command but build takes the corpus as its first argument, DIR.
 
 import * as fs from 'node:fs';
@@ -14,6 +14,7 @@ import {
   deleteDocuments,
   recoverCorpus,
 } from '../io/corpus/index.js';
+import { CorpusLock } from '../io/corpus/lock.js';
 import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
@@ -381,6 +382,23 @@ function recoverCommand(): Command {
     });
 }
 
+/** `corpus unlock`: a LOCK left behind, removed on request. */
+function unlockCommand(): Command {
+  return new Command('unlock')
+    .description(
+      "remove the corpus's LOCK when no writer provably holds it (a lock left by a crashed writer, or one whose owner cannot be told apart from another process); a running writer's lock is refused",
+    )
+    .argument('<dir>', 'the corpus directory')
+    .option('--force', 'remove it even when a running writer holds it (that writer then publishes nothing)')
+    .option('--json', 'print JSON')
+    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
+      const r = CorpusLock.unlock(dir, { force: opts.force === true });
+      if (opts.json) console.log(JSON.stringify(r));
+      else if (r.removed) console.log(`removed ${path.join(dir, 'LOCK')} (it held ${r.record})`);
+      else console.log(`${dir} is not locked`);
+    });
+}
+
 export function corpusCommand(): Command {
   const corpus = new Command('corpus').description(
     'build, grow and inspect on-disk corpora (a directory, e.g. docs.msx)',
@@ -393,6 +411,7 @@ export function corpusCommand(): Command {
   corpus.addCommand(compactCommand());
   corpus.addCommand(indexCommand(printInfo, waitMs));
   corpus.addCommand(recoverCommand());
+  corpus.addCommand(unlockCommand());
   // Subcommands made here inherit nothing from the program (main() copies its settings to `corpus`
   // only, after this returns): copied just before dispatch, usage errors of `corpus <sub>` leave
   // through main()'s exit path like every other (`maxsim: ...`, exit code 2).
