@@ -90,6 +90,39 @@ describe('corpus command line', () => {
     assert.equal(r.status, 0, r.stderr);
   });
 
+  test('score, quantize and encode refuse --out inside a corpus before any work; the corpus stays intact', () => {
+    const dir = corpus();
+    const names = fs.readdirSync(dir).sort();
+    const bytes = names.map((n) => fs.readFileSync(path.join(dir, n)));
+    const queries = path.join(tmp, 'q.npy');
+    writeNpy(queries, {
+      dtype: 'float32',
+      shape: [2, DIM],
+      data: Float32Array.from({ length: 8 }, (_, i) => i / 8),
+    });
+    const inputs = ['--docs', docs, '--doc-offsets', offsets];
+    for (const [args, out] of [
+      [['score', '--queries', queries, ...inputs], path.join(dir, 'MANIFEST')],
+      [['score', '--queries', queries, ...inputs], path.join(dir, 'scores.npy')],
+      [['quantize', ...inputs], path.join(dir, 'seg-000001.msxs')],
+      [['quantize', ...inputs], path.join(dir, 'sub', 'd8.safetensors')],
+      [['encode', '--model', path.join(tmp, 'no-model'), '--queries', ids], path.join(dir, 'q.npy')],
+    ] as const) {
+      const r = cli(...args, '--out', out);
+      assert.equal(r.status, 1, `${args[0]} ${out}: ${r.stdout}${r.stderr}`);
+      assert.equal(
+        r.stderr,
+        `maxsim: Expected a path outside every corpus directory for --out but received ${out} (inside the corpus ${dir}; nothing was written)\n`,
+      );
+    }
+    assert.deepEqual(fs.readdirSync(dir).sort(), names);
+    names.forEach((n, i) => assert.deepEqual(fs.readFileSync(path.join(dir, n)), bytes[i], n));
+    CorpusFile.open(dir).verify();
+    // outside a corpus they write as before
+    const ok = cli('score', '--queries', queries, ...inputs, '--out', path.join(tmp, 'scores.npy'));
+    assert.equal(ok.status, 0, ok.stderr);
+  });
+
   test('build takes the dtype spellings the other commands take (float16 = fp16, bfloat16 = bf16)', () => {
     for (const [spelling, stored] of [
       ['float16', 'float16'],

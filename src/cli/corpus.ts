@@ -10,7 +10,6 @@ import {
   type CorpusDType,
   type CorpusInfo,
   CorpusWriter,
-  corpusHolding,
   deleteDocuments,
   recoverCorpus,
 } from '../io/corpus/index.js';
@@ -22,7 +21,10 @@ import type { FloatDType } from '../tensor.js';
 import { grouped, interruptSignal, printTable } from './common.js';
 import { indexAfterWrite, indexCommand, indexRows } from './corpus-index.js';
 import { buildFromTexts, type TextBuildOptions, textOptions } from './corpus-texts.js';
+import { refuseInsideCorpus } from './out-path.js';
 import { Progress } from './progress.js';
+
+export { refuseInsideCorpus };
 
 interface BuildOptions {
   docs?: string;
@@ -80,21 +82,6 @@ function printInfo(
       ...Object.entries(extra),
     ],
   );
-}
-
-/**
- * Refuses an output path inside a corpus directory (or a corpus directory itself): a file written
- * there could replace a segment or the MANIFEST. For every command that writes files (`flag` names
- * its option in the error).
- */
-export function refuseInsideCorpus(file: string, flag: string): void {
-  const corpus = corpusHolding(file);
-  if (corpus !== undefined)
-    throw new InvalidArgumentError(
-      flag,
-      'a path outside every corpus directory',
-      `${file} (inside the corpus ${corpus}; nothing was written)`,
-    );
 }
 
 /** Ids from a file, one per line (a trailing newline is fine; blank lines are refused). */
