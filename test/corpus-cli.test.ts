@@ -116,7 +116,7 @@ describe('corpus command line', () => {
       );
     }
     assert.deepEqual(fs.readdirSync(dir).sort(), names);
-    names.forEach((n, i) => assert.deepEqual(fs.readFileSync(path.join(dir, n)), bytes[i], n));
+    for (const [i, n] of names.entries()) assert.deepEqual(fs.readFileSync(path.join(dir, n)), bytes[i], n);
     CorpusFile.open(dir).verify();
     // outside a corpus they write as before
     const ok = cli('score', '--queries', queries, ...inputs, '--out', path.join(tmp, 'scores.npy'));
