@@ -9,6 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusFile, CorpusWriter, deleteDocuments, recoverCorpus } from '../src/io/corpus/index.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
@@ -134,6 +135,43 @@ describe('unique ids', () => {
     assert.equal(info.live, 10);
     const c = CorpusFile.open(dir);
     assert.equal(c.indexOf('d7'), 10);
+  });
+
+  test('a blank id (empty or only whitespace) is refused naming ids[i]; nothing is written', () => {
+    const dir = fresh();
+    build(dir, 4, runSeed + 30, 'float16', 1);
+    const before = listing(dir);
+    const batch = randomRagged([2, 1], DIM, 'float32', rng(runSeed + 31));
+    for (const blank of ['', ' ', '\t \r', '\u00a0']) {
+      const w = CorpusWriter.append(dir);
+      assert.throws(
+        () => w.add(batch, ['ok', blank]),
+        (e: Error) =>
+          e instanceof InvalidArgumentError &&
+          e.argument === 'ids[1]' &&
+          e.message ===
+            `Expected a non-blank document id (not empty, not only whitespace) for ids[1] but received ${JSON.stringify(blank)}`,
+        JSON.stringify(blank),
+      );
+      w.abort();
+    }
+    assert.deepEqual(listing(dir), before);
+    // through the CLI: a line of spaces in the ids file
+    const npy = path.join(tmp, `blank-${serial}.npy`);
+    const lens = path.join(tmp, `blank-${serial}-lens.npy`);
+    const ids = path.join(tmp, `blank-${serial++}.txt`);
+    writeNpy(npy, {
+      dtype: 'float32',
+      shape: [4, DIM],
+      data: new Float32Array(4 * DIM).map((_, i) => Math.sin(i)),
+    });
+    writeNpy(lens, { dtype: 'int32', shape: [2], data: new Int32Array([2, 2]) });
+    fs.writeFileSync(ids, 'x\n   \n');
+    const r = cli('corpus', 'append', dir, '--docs', npy, '--doc-lengths', lens, '--ids', ids);
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /for ids\[1\] but received " {3}"/);
+    assert.deepEqual(listing(dir), before);
+    assert.equal(CorpusFile.open(dir).info.documents, 4);
   });
 
   test('corpus build from files refuses duplicate ids with a clear error', () => {

@@ -31,9 +31,17 @@ export function checkIds(
         `${count} document ids (the corpus has ids)`,
         ids ? String(ids.length) : 'none',
       );
-    for (const id of ids)
+    ids.forEach((id, i) => {
       if (typeof id !== 'string' || id.includes('\n'))
-        throw new InvalidArgumentError('ids', 'strings without newlines', JSON.stringify(id));
+        throw new InvalidArgumentError(`ids[${i}]`, 'a string without newlines', JSON.stringify(id));
+      // a blank id cannot be told apart in an ids file, nor asked for by get / delete
+      if (id.trim() === '')
+        throw new InvalidArgumentError(
+          `ids[${i}]`,
+          'a non-blank document id (not empty, not only whitespace)',
+          JSON.stringify(id),
+        );
+    });
     const batch = new Map<string, string>();
     // where the corpus holds them already, in one pass over its ids
     const inCorpus = new Map<string, number>();
