@@ -123,6 +123,28 @@ describe('corpus command line', () => {
     assert.equal(ok.status, 0, ok.stderr);
   });
 
+  test('append --dtype must be the corpus dtype: another is refused naming both, nothing is written', () => {
+    const dir = path.join(tmp, `c${serial++}.msx`);
+    assert.equal(cli('corpus', 'build', '--out', dir, '--docs', docs, '--doc-offsets', offsets).status, 0);
+    const before = fs.readdirSync(dir).sort();
+    for (const given of ['int8', 'fp32', 'bf16']) {
+      const r = cli('corpus', 'append', dir, '--docs', docs, '--doc-offsets', offsets, '--dtype', given);
+      assert.equal(r.status, 1, r.stderr);
+      const stored = { int8: 'int8', fp32: 'float32', bf16: 'bfloat16' }[given];
+      assert.equal(
+        r.stderr,
+        `maxsim: Expected the corpus's dtype, float16 (an append stores tokens as the corpus does) for --dtype but received ${stored}\n`,
+      );
+    }
+    assert.deepEqual(fs.readdirSync(dir).sort(), before);
+    // its own dtype, in any spelling, or none: appended
+    for (const given of [['--dtype', 'float16'], ['--dtype', 'fp16'], []]) {
+      const r = cli('corpus', 'append', dir, '--docs', docs, '--doc-offsets', offsets, ...given, '--json');
+      assert.equal(r.status, 0, r.stderr);
+    }
+    assert.equal(CorpusFile.open(dir).info.documents, 24);
+  });
+
   test('build takes the dtype spellings the other commands take (float16 = fp16, bfloat16 = bf16)', () => {
     for (const [spelling, stored] of [
       ['float16', 'float16'],

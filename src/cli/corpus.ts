@@ -33,7 +33,7 @@ interface BuildOptions {
   docScales?: string;
   ids?: string;
   out: string;
-  dtype: string;
+  dtype?: string;
   checkFinite: boolean;
   json?: boolean;
   wait?: string;
@@ -137,7 +137,7 @@ function buildAction(append: boolean) {
     } else refuseInsideCorpus(path.dirname(path.resolve(opts.out)), '--out');
     if (!append && opts.texts !== undefined) {
       if (opts.docs !== undefined) throw new InvalidArgumentError('--docs / --texts', 'one of them', 'both');
-      return buildFromTexts(opts, DTYPES[opts.dtype]);
+      return buildFromTexts(opts, DTYPES[opts.dtype ?? 'fp16']);
     }
     if (opts.docs === undefined)
       throw new InvalidArgumentError(
@@ -154,7 +154,8 @@ function buildAction(append: boolean) {
       docScales: opts.docScales,
       ids: opts.ids,
       out: opts.out,
-      dtype: DTYPES[opts.dtype],
+      // append: no default, so a --dtype given is checked against the corpus's
+      dtype: opts.dtype === undefined ? undefined : DTYPES[opts.dtype],
       append,
       checkFinite: opts.checkFinite,
       waitMs: waitMs(opts.wait),
@@ -226,7 +227,11 @@ function appendCommand(): Command {
   )
     .argument('[dir]', 'the corpus directory to append to')
     .addOption(new Option('--out <dir>', 'the corpus directory (an alias of DIR)').hideHelp())
-    .addOption(new Option('--dtype <dtype>').hideHelp().default('fp16'))
+    .addOption(
+      new Option('--dtype <dtype>', "the corpus's storage dtype (refused when it is another)")
+        .choices(Object.keys(DTYPES))
+        .hideHelp(),
+    )
     .action(buildAction(true));
 }
 
