@@ -11,6 +11,7 @@ import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusFile, CorpusWriter, deleteDocuments, recoverCorpus } from '../src/io/corpus/index.js';
+import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
 import type { TokenBatch } from '../src/tensor.js';
@@ -186,6 +187,52 @@ describe('unique ids', () => {
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /"x" at ids\[2\] repeats ids\[0\]/);
     assert.equal(fs.existsSync(path.join(out, 'MANIFEST')), false);
+  });
+});
+
+describe('the duplicate-id error counts exactly', () => {
+  test('every duplicate of the whole ids file, however the build groups its adds; occurrences and distinct ids apart', () => {
+    const npy = path.join(tmp, `count-${serial}.npy`);
+    const lens = path.join(tmp, `count-${serial}-lens.npy`);
+    const ids = path.join(tmp, `count-${serial++}.txt`);
+    writeNpy(npy, {
+      dtype: 'float32',
+      shape: [16, DIM],
+      data: new Float32Array(16 * DIM).map((_, i) => Math.sin(i)),
+    });
+    writeNpy(lens, { dtype: 'int32', shape: [8], data: new Int32Array(8).fill(2) });
+    fs.writeFileSync(ids, 'a\nb\na\nc\nd\nb\ne\na\n');
+    const want =
+      'Expected unique document ids for ids but received 3 duplicates of 2 ids: "a" at ids[2] repeats ids[0] of this batch; "b" at ids[5] repeats ids[1] of this batch; "a" at ids[7] repeats ids[0] of this batch';
+    // 32 bytes a group: one add() per document, where the count was 1 and the position ids[0]
+    for (const groupBytes of [undefined, 32]) {
+      const out = fresh();
+      assert.throws(
+        () => buildCorpusFromFilesSync({ docs: npy, docLengths: lens, ids, out, groupBytes }),
+        (e: Error) => e.message === want,
+        String(groupBytes),
+      );
+      assert.equal(fs.existsSync(path.join(out, 'MANIFEST')), false);
+    }
+    // appending: ids the corpus holds count with the repeats, and past three the rest are counted
+    const dir = fresh();
+    build(dir, 4, runSeed + 40, 'float16', 1);
+    fs.writeFileSync(ids, 'd1\nx\nd1\nx\nd2\nx\ny\nd3\n');
+    assert.throws(
+      () =>
+        buildCorpusFromFilesSync({
+          docs: npy,
+          docLengths: lens,
+          ids,
+          out: dir,
+          append: true,
+          groupBytes: 32,
+        }),
+      (e: Error) =>
+        e.message ===
+        'Expected unique document ids for ids but received 6 duplicates of 4 ids: "d1" at ids[0] already in the corpus (document 1); "d1" at ids[2] already in the corpus (document 1); "x" at ids[3] repeats ids[1] of this batch; and 3 more',
+    );
+    assert.equal(CorpusFile.open(dir).info.documents, 4);
   });
 });
 

@@ -298,6 +298,8 @@ function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResul
         );
       const elem = dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
       const group = Math.max(1, Math.floor((options.groupBytes ?? 64 * 1024 * 1024) / (dim * elem)));
+      // every id at once: the error counts all duplicates and names their lines, not one group's
+      if (ids) writer.checkIdsAhead(ids);
       let i = 0;
       while (i < count) {
         // A group: consecutive documents up to `group` tokens (at least one document).

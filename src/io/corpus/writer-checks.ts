@@ -93,8 +93,9 @@ export function refuseOverflow(batch: TokenBatch, corpusDtype: DType, dim: numbe
 
 /**
  * Checks a list of new ids against the ids already taken (`takenAt(id)` says where, or undefined) and
- * against each other; `accept(id, i)` records each new one. Returns a message naming the first
- * duplicates and where they are, or undefined when all are unique. Shared by the writer and the server.
+ * against each other; `accept(id, i)` records each new one. Returns a message with the exact counts
+ * (occurrences that repeat an id, and distinct ids repeated) naming the first duplicates and where
+ * they are, or undefined when all are unique. Shared by the writer and the server.
  */
 export function duplicateIds(
   ids: readonly string[],
@@ -103,16 +104,19 @@ export function duplicateIds(
 ): string | undefined {
   const found: string[] = [];
   let count = 0;
+  const distinct = new Set<string>();
   ids.forEach((id, i) => {
     const where = takenAt(id);
     if (where !== undefined) {
       if (count++ < 3) found.push(`${JSON.stringify(id)} at ids[${i}] ${where}`);
+      distinct.add(id);
       return;
     }
     accept(id, i);
   });
   if (count === 0) return undefined;
-  return `${count} duplicate id${count === 1 ? '' : 's'}: ${found.join('; ')}${count > 3 ? '; ...' : ''}`;
+  // occurrences and distinct ids apart: "a" three times is 2 duplicates of 1 id
+  return `${count} duplicate${count === 1 ? '' : 's'} of ${distinct.size} id${distinct.size === 1 ? '' : 's'}: ${found.join('; ')}${count > 3 ? `; and ${count - 3} more` : ''}`;
 }
 /** The shortest decimal that reads back as the same float32. */
 function float32Text(x: number): string {

@@ -272,6 +272,15 @@ export class CorpusWriter {
     }
   }
 
+  /**
+   * @internal Checks the ids of every document a caller will add (in add() order) before the first
+   * add(): a refusal then counts every duplicate and names positions in this whole list, not in one
+   * add()'s group (buildCorpusFromFiles adds in groups). Records nothing.
+   */
+  checkIdsAhead(ids: readonly string[]): void {
+    checkIds(this.manifest.ids, ids, ids.length, this.existing, new Map(this.taken));
+  }
+
   /** Adds the documents of a batch (converted to the corpus dtype), with their ids when the corpus has ids. */
   add(batch: TokenBatch, ids?: readonly string[]): void {
     this.checkOpen();
