@@ -90,6 +90,61 @@ describe('corpus command line', () => {
     assert.equal(r.status, 0, r.stderr);
   });
 
+  test('score, quantize and encode refuse --out inside a corpus before any work; the corpus stays intact', () => {
+    const dir = corpus();
+    const names = fs.readdirSync(dir).sort();
+    const bytes = names.map((n) => fs.readFileSync(path.join(dir, n)));
+    const queries = path.join(tmp, 'q.npy');
+    writeNpy(queries, {
+      dtype: 'float32',
+      shape: [2, DIM],
+      data: Float32Array.from({ length: 8 }, (_, i) => i / 8),
+    });
+    const inputs = ['--docs', docs, '--doc-offsets', offsets];
+    for (const [args, out] of [
+      [['score', '--queries', queries, ...inputs], path.join(dir, 'MANIFEST')],
+      [['score', '--queries', queries, ...inputs], path.join(dir, 'scores.npy')],
+      [['quantize', ...inputs], path.join(dir, 'seg-000001.msxs')],
+      [['quantize', ...inputs], path.join(dir, 'sub', 'd8.safetensors')],
+      [['encode', '--model', path.join(tmp, 'no-model'), '--queries', ids], path.join(dir, 'q.npy')],
+    ] as const) {
+      const r = cli(...args, '--out', out);
+      assert.equal(r.status, 1, `${args[0]} ${out}: ${r.stdout}${r.stderr}`);
+      assert.equal(
+        r.stderr,
+        `maxsim: Expected a path outside every corpus directory for --out but received ${out} (inside the corpus ${dir}; nothing was written)\n`,
+      );
+    }
+    assert.deepEqual(fs.readdirSync(dir).sort(), names);
+    for (const [i, n] of names.entries()) assert.deepEqual(fs.readFileSync(path.join(dir, n)), bytes[i], n);
+    CorpusFile.open(dir).verify();
+    // outside a corpus they write as before
+    const ok = cli('score', '--queries', queries, ...inputs, '--out', path.join(tmp, 'scores.npy'));
+    assert.equal(ok.status, 0, ok.stderr);
+  });
+
+  test('append --dtype must be the corpus dtype: another is refused naming both, nothing is written', () => {
+    const dir = path.join(tmp, `c${serial++}.msx`);
+    assert.equal(cli('corpus', 'build', '--out', dir, '--docs', docs, '--doc-offsets', offsets).status, 0);
+    const before = fs.readdirSync(dir).sort();
+    for (const given of ['int8', 'fp32', 'bf16']) {
+      const r = cli('corpus', 'append', dir, '--docs', docs, '--doc-offsets', offsets, '--dtype', given);
+      assert.equal(r.status, 1, r.stderr);
+      const stored = { int8: 'int8', fp32: 'float32', bf16: 'bfloat16' }[given];
+      assert.equal(
+        r.stderr,
+        `maxsim: Expected the corpus's dtype, float16 (an append stores tokens as the corpus does) for --dtype but received ${stored}\n`,
+      );
+    }
+    assert.deepEqual(fs.readdirSync(dir).sort(), before);
+    // its own dtype, in any spelling, or none: appended
+    for (const given of [['--dtype', 'float16'], ['--dtype', 'fp16'], []]) {
+      const r = cli('corpus', 'append', dir, '--docs', docs, '--doc-offsets', offsets, ...given, '--json');
+      assert.equal(r.status, 0, r.stderr);
+    }
+    assert.equal(CorpusFile.open(dir).info.documents, 24);
+  });
+
   test('build takes the dtype spellings the other commands take (float16 = fp16, bfloat16 = bf16)', () => {
     for (const [spelling, stored] of [
       ['float16', 'float16'],

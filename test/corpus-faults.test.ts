@@ -218,6 +218,70 @@ for (let round = 0; Date.now() < until; round++) {
     fs.rmSync(lock);
   });
 
+  test('a lock whose owner cannot be proven gone names its file and owner; corpus unlock clears it, never a running writer', {
+    skip: fs.existsSync('/proc/1/stat') ? false : 'needs /proc',
+  }, () => {
+    const dir = fresh();
+    CorpusWriter.create(dir, { dim: 4 }).commit();
+    const lock = path.join(dir, 'LOCK');
+    const unlock = (...args: string[]) => cli('corpus', 'unlock', dir, ...args);
+    // pid 1 lives (init, not a maxsim writer); garbage; an empty record: locked, with the way out
+    for (const [text, shown] of [
+      ['{"pid":1}', /names pid 1, which is running but may not be a maxsim writer/],
+      ['not json{', /holds "not json\{", not a lock record this version reads/],
+      ['', /holds nothing \(empty\), not a lock record/],
+    ] as const) {
+      fs.writeFileSync(lock, text);
+      assert.throws(
+        () => CorpusWriter.append(dir),
+        (e: Error) =>
+          e instanceof CorpusLockedError &&
+          shown.test(e.message) &&
+          e.message.includes(`\`maxsim corpus unlock ${dir}\` removes ${lock}`),
+        text,
+      );
+      const r = unlock();
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(r.stdout, `removed ${lock} (it held ${text})\n`);
+      CorpusWriter.append(dir).abort();
+    }
+    assert.equal(unlock().stdout, `${dir} is not locked\n`);
+    // a record without a start time whose pid is a process started after the lock was written: the
+    // pid was reused, so the lock is stale and taken over
+    const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      fs.writeFileSync(lock, JSON.stringify({ pid: child.pid }));
+      assert.throws(() => CorpusWriter.append(dir), /names pid \d+, which is running/);
+      const hourAgo = new Date(Date.now() - 3_600_000);
+      fs.utimesSync(lock, hourAgo, hourAgo);
+      CorpusWriter.append(dir).abort();
+      assert.equal(fs.existsSync(lock), false);
+    } finally {
+      child.kill();
+    }
+    // a running writer (this process): unlock refuses it; --force removes it and the writer then
+    // publishes nothing
+    const w = CorpusWriter.append(dir);
+    w.add(randomRagged([2], 4, 'float32', rng(5)));
+    const refused = unlock();
+    assert.equal(refused.status, 1);
+    assert.match(
+      refused.stderr,
+      new RegExp(`LOCK is held by a running writer \\(pid ${process.pid}, started `),
+    );
+    assert.ok(fs.existsSync(lock));
+    const forced = unlock('--force', '--json');
+    assert.equal(forced.status, 0, forced.stderr);
+    assert.equal(JSON.parse(forced.stdout).removed, true);
+    assert.throws(() => w.commit(), /no longer holds the corpus lock/);
+    // another host: nothing can be checked from here, so only --force removes it
+    fs.writeFileSync(lock, JSON.stringify({ pid: 1, hostname: `not-${os.hostname()}` }));
+    assert.throws(() => CorpusWriter.append(dir), /cannot be checked from this host.*unlock .* --force/);
+    assert.equal(unlock().status, 1);
+    assert.equal(unlock('--force').status, 0);
+    assert.equal(CorpusFile.open(dir).info.documents, 0);
+  });
+
   test('a read-only corpus directory: a clear error, not a raw EACCES', {
     skip: process.getuid?.() === 0 ? 'root writes anywhere' : false,
   }, () => {
@@ -499,7 +563,7 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     assert.equal(CorpusFile.open(dir).info.documents, 6);
   });
 
-  test('recover skips a damaged segment (kept on disk), keeps a damaged MANIFEST aside', () => {
+  test('recover skips a damaged segment (kept on disk, moved aside), keeps a damaged MANIFEST aside', () => {
     const dir = fresh();
     CorpusWriter.create(dir, { dim: 4 }).commit(); // an empty first segment
     for (let i = 0; i < 3; i++) {
@@ -518,11 +582,13 @@ describe('corpus build --out: only new or empty directories; recover a lost MANI
     assert.match(r.skipped[0].reason, /seg-000003\.msxs: token data is corrupted/);
     assert.match(r.damagedManifest ?? '', /MANIFEST\.damaged-/);
     assert.ok(fs.existsSync(r.damagedManifest!));
-    assert.ok(fs.existsSync(seg3), 'the damaged segment is kept');
+    // kept, moved aside at the recovered generation (past every file present)
+    assert.equal(r.skipped[0].movedTo, `${seg3}.left-out-000005`);
+    assert.ok(fs.existsSync(r.skipped[0].movedTo!) && !fs.existsSync(seg3), 'the damaged segment is kept');
     const c = CorpusFile.open(dir);
     c.verify();
     assert.equal(c.info.documents, 2, 'one document each from segments 2 and 4');
-    assert.equal(c.info.generation, 4);
+    assert.equal(c.info.generation, 5);
     // a directory without segments
     const none = path.join(tmp, `none-${serial++}`);
     fs.mkdirSync(none);

@@ -9,7 +9,9 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusFile, CorpusWriter, deleteDocuments, recoverCorpus } from '../src/io/corpus/index.js';
+import { buildCorpusFromFilesSync } from '../src/io/corpus-build.js';
 import { readNpy, writeNpy } from '../src/io/npy.js';
 import { type CorpusHit, openCorpus } from '../src/ops/corpus-search.js';
 import type { TokenBatch } from '../src/tensor.js';
@@ -136,6 +138,43 @@ describe('unique ids', () => {
     assert.equal(c.indexOf('d7'), 10);
   });
 
+  test('a blank id (empty or only whitespace) is refused naming ids[i]; nothing is written', () => {
+    const dir = fresh();
+    build(dir, 4, runSeed + 30, 'float16', 1);
+    const before = listing(dir);
+    const batch = randomRagged([2, 1], DIM, 'float32', rng(runSeed + 31));
+    for (const blank of ['', ' ', '\t \r', '\u00a0']) {
+      const w = CorpusWriter.append(dir);
+      assert.throws(
+        () => w.add(batch, ['ok', blank]),
+        (e: Error) =>
+          e instanceof InvalidArgumentError &&
+          e.argument === 'ids[1]' &&
+          e.message ===
+            `Expected a non-blank document id (not empty, not only whitespace) for ids[1] but received ${JSON.stringify(blank)}`,
+        JSON.stringify(blank),
+      );
+      w.abort();
+    }
+    assert.deepEqual(listing(dir), before);
+    // through the CLI: a line of spaces in the ids file
+    const npy = path.join(tmp, `blank-${serial}.npy`);
+    const lens = path.join(tmp, `blank-${serial}-lens.npy`);
+    const ids = path.join(tmp, `blank-${serial++}.txt`);
+    writeNpy(npy, {
+      dtype: 'float32',
+      shape: [4, DIM],
+      data: new Float32Array(4 * DIM).map((_, i) => Math.sin(i)),
+    });
+    writeNpy(lens, { dtype: 'int32', shape: [2], data: new Int32Array([2, 2]) });
+    fs.writeFileSync(ids, 'x\n   \n');
+    const r = cli('corpus', 'append', dir, '--docs', npy, '--doc-lengths', lens, '--ids', ids);
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /for ids\[1\] but received " {3}"/);
+    assert.deepEqual(listing(dir), before);
+    assert.equal(CorpusFile.open(dir).info.documents, 4);
+  });
+
   test('corpus build from files refuses duplicate ids with a clear error', () => {
     const npy = path.join(tmp, `dup-${serial}.npy`);
     const lens = path.join(tmp, `dup-${serial}-lens.npy`);
@@ -148,6 +187,52 @@ describe('unique ids', () => {
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /"x" at ids\[2\] repeats ids\[0\]/);
     assert.equal(fs.existsSync(path.join(out, 'MANIFEST')), false);
+  });
+});
+
+describe('the duplicate-id error counts exactly', () => {
+  test('every duplicate of the whole ids file, however the build groups its adds; occurrences and distinct ids apart', () => {
+    const npy = path.join(tmp, `count-${serial}.npy`);
+    const lens = path.join(tmp, `count-${serial}-lens.npy`);
+    const ids = path.join(tmp, `count-${serial++}.txt`);
+    writeNpy(npy, {
+      dtype: 'float32',
+      shape: [16, DIM],
+      data: new Float32Array(16 * DIM).map((_, i) => Math.sin(i)),
+    });
+    writeNpy(lens, { dtype: 'int32', shape: [8], data: new Int32Array(8).fill(2) });
+    fs.writeFileSync(ids, 'a\nb\na\nc\nd\nb\ne\na\n');
+    const want =
+      'Expected unique document ids for ids but received 3 duplicates of 2 ids: "a" at ids[2] repeats ids[0] of this batch; "b" at ids[5] repeats ids[1] of this batch; "a" at ids[7] repeats ids[0] of this batch';
+    // 32 bytes a group: one add() per document, where the count was 1 and the position ids[0]
+    for (const groupBytes of [undefined, 32]) {
+      const out = fresh();
+      assert.throws(
+        () => buildCorpusFromFilesSync({ docs: npy, docLengths: lens, ids, out, groupBytes }),
+        (e: Error) => e.message === want,
+        String(groupBytes),
+      );
+      assert.equal(fs.existsSync(path.join(out, 'MANIFEST')), false);
+    }
+    // appending: ids the corpus holds count with the repeats, and past three the rest are counted
+    const dir = fresh();
+    build(dir, 4, runSeed + 40, 'float16', 1);
+    fs.writeFileSync(ids, 'd1\nx\nd1\nx\nd2\nx\ny\nd3\n');
+    assert.throws(
+      () =>
+        buildCorpusFromFilesSync({
+          docs: npy,
+          docLengths: lens,
+          ids,
+          out: dir,
+          append: true,
+          groupBytes: 32,
+        }),
+      (e: Error) =>
+        e.message ===
+        'Expected unique document ids for ids but received 6 duplicates of 4 ids: "d1" at ids[0] already in the corpus (document 1); "d1" at ids[2] already in the corpus (document 1); "x" at ids[3] repeats ids[1] of this batch; and 3 more',
+    );
+    assert.equal(CorpusFile.open(dir).info.documents, 4);
   });
 });
 
@@ -257,7 +342,7 @@ describe('delete', () => {
 });
 
 describe('recover keeps deletions', () => {
-  test('a lost MANIFEST is rebuilt with the newest tombstones; with a segment left out they are reported', () => {
+  test('a lost MANIFEST is rebuilt with the newest tombstones; a segment left out never brings deleted documents back', () => {
     const dir = fresh();
     build(dir, 15, runSeed + 22, 'float16', 3);
     deleteDocuments(dir, ['d1']);
@@ -271,18 +356,68 @@ describe('recover keeps deletions', () => {
     // the next writer works on it
     deleteDocuments(dir, ['d0']);
     assert.equal(openCorpus(dir).info.deleted, 4);
-    // a damaged segment: the tombstones no longer line up, so they are not applied
+    // segment 2's header unreadable: where its documents end is unknown, so d12 cannot be placed;
+    // recovery is refused rather than bringing it back
     fs.rmSync(path.join(dir, 'MANIFEST'));
     const seg = path.join(dir, 'seg-000002.msxs');
     const bytes = fs.readFileSync(seg);
     bytes[0] ^= 0xff;
     fs.writeFileSync(seg, bytes);
-    const r2 = recoverCorpus(dir);
-    assert.equal(r2.info.deleted, 0);
-    assert.ok(
-      r2.skipped.some((x) => /tombstones|not applied/.test(x.reason)),
-      JSON.stringify(r2.skipped),
+    assert.throws(
+      () => recoverCorpus(dir),
+      /del-\d+\.msxd: deleted document 12 cannot be placed: seg-000002\.msxs has an unreadable header.*recovery refused.*move del-\d+\.msxd out of/,
     );
+    assert.ok(!fs.existsSync(path.join(dir, 'MANIFEST')), 'nothing was published');
+    // its tokens damaged instead (header intact): it is left out, moved aside, and the tombstones
+    // are placed past its 5 documents
+    bytes[0] ^= 0xff;
+    bytes[4096 + 1] ^= 0xff;
+    fs.writeFileSync(seg, bytes);
+    const r2 = recoverCorpus(dir);
+    assert.equal(r2.skipped.length, 1, JSON.stringify(r2.skipped));
+    assert.match(r2.skipped[0].movedTo ?? '', /seg-000002\.msxs\.left-out-\d{6}$/);
+    assert.ok(fs.existsSync(r2.skipped[0].movedTo!) && !fs.existsSync(seg), 'kept, moved aside');
+    assert.deepEqual([r2.info.documents, r2.info.deleted, r2.info.live], [10, 4, 6]);
+    const c2 = openCorpus(dir);
+    for (const id of ['d0', 'd1', 'd4', 'd12']) assert.throws(() => c2.get([id]), /unknown or deleted/, id);
+    assert.equal(c2.get(['d13', 'd2']).count, 2);
+    c2.close();
+    // deletions after the recovery, then the MANIFEST lost again: every one still holds (the
+    // moved-aside segment never counts for tombstones written after it was left out)
+    deleteDocuments(dir, ['d11']);
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    const r3 = recoverCorpus(dir);
+    assert.deepEqual(r3.skipped, []);
+    assert.deepEqual([r3.info.documents, r3.info.deleted], [10, 5]);
+    const c3 = openCorpus(dir);
+    for (const id of ['d0', 'd1', 'd4', 'd11', 'd12'])
+      assert.throws(() => c3.get([id]), /unknown or deleted/, id);
+    assert.equal(c3.get(['d13', 'd10', 'd3']).count, 3);
+    c3.close();
+    // compact removes the segment recover left out (as before it was moved aside)
+    CorpusWriter.compact(dir);
+    assert.ok(!fs.existsSync(r2.skipped[0].movedTo!));
+    assert.deepEqual([openCorpus(dir).info.documents, openCorpus(dir).info.deleted], [5, 0]);
+  });
+
+  test('a crash between moving a segment aside and writing the moved tombstones is recovered the same way', () => {
+    const dir = fresh();
+    build(dir, 15, runSeed + 23, 'float16', 3);
+    deleteDocuments(dir, ['d2', 'd8', 'd13']);
+    const [del] = fs.readdirSync(dir).filter((n) => /^del-/.test(n));
+    fs.rmSync(path.join(dir, 'MANIFEST'));
+    // the state such a crash leaves: segment 2 moved aside at the next generation, the original
+    // tombstones only
+    fs.renameSync(path.join(dir, 'seg-000002.msxs'), path.join(dir, 'seg-000002.msxs.left-out-000005'));
+    const r = recoverCorpus(dir);
+    assert.deepEqual([r.info.documents, r.info.deleted], [10, 2]);
+    const c = openCorpus(dir);
+    for (const id of ['d2', 'd13']) assert.throws(() => c.get([id]), /unknown or deleted/, id);
+    assert.equal(c.get(['d12', 'd14', 'd1']).count, 3);
+    c.close();
+    // the original tombstones, superseded, are not named: the recovery wrote its own
+    assert.notEqual(r.info.generation, 4);
+    assert.ok(fs.existsSync(path.join(dir, del)), 'the original tombstone file is kept');
   });
 });
 

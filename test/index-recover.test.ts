@@ -93,6 +93,24 @@ describe('corpus recover with an index', () => {
     assert.equal(grown.info.index?.indexedSegments, 4);
   });
 
+  test('a damaged index file never brings deleted documents back', async () => {
+    const dir = fresh();
+    build(dir, 60, 2);
+    await indexCorpus(dir, { centroids: 16 });
+    deleteDocuments(dir, ['s0d3', 's1d7']);
+    for (const name of fs.readdirSync(dir).filter((n) => n.endsWith('.msxi'))) damage(path.join(dir, name));
+    loseManifest(dir);
+    const r = recoverCorpus(dir);
+    assert.ok(
+      r.skipped.length > 0 && r.skipped.every((s) => s.file.endsWith('.msxi')),
+      JSON.stringify(r.skipped),
+    );
+    assert.deepEqual([r.info.documents, r.info.deleted, r.info.live], [120, 2, 118]);
+    const c = openCorpus(dir);
+    for (const id of ['s0d3', 's1d7']) assert.throws(() => c.get([id]), /unknown or deleted/, id);
+    c.close();
+  });
+
   test('tokens dropped: the documents keep their vectors; answers are unchanged', async () => {
     const dir = fresh();
     build(dir, 60, 2);

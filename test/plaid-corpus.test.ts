@@ -243,3 +243,45 @@ test('CLI: corpus index, info, search through the index and --exact, append repo
   assert.equal(both.status, 1);
   assert.match(both.stderr, /for --rescore but received --exact --rescore 9/);
 });
+
+test('CLI: corpus info checks the index files: a damaged array (the centroids too) or a truncated file is named, exit 1', async () => {
+  const dir = fresh();
+  build(dir, 40, 2);
+  await indexCorpus(dir, { centroids: 16 });
+  const names = fs.readdirSync(dir).filter((n) => n.endsWith('.msxi'));
+  const codec = names.find((n) => n.endsWith('-0000.msxi'))!;
+  const segment = names.find((n) => n.endsWith('-0002.msxi'))!;
+  const saved = new Map(names.map((n) => [n, fs.readFileSync(path.join(dir, n))]));
+  const restore = () => {
+    for (const [n, b] of saved) fs.writeFileSync(path.join(dir, n), b);
+  };
+  assert.equal(cli('corpus', 'info', dir).status, 0);
+  // flip one byte of a named array, its description intact
+  const flip = (name: string, array: string) => {
+    const b = Buffer.from(saved.get(name)!);
+    const json = JSON.parse(b.subarray(64, 64 + b.readUInt32LE(12)).toString('utf8')) as {
+      arrays: { name: string; offset: number; length: number }[];
+    };
+    const a = json.arrays.find((x) => x.name === array && x.length > 0)!;
+    b[a.offset] ^= 0xff;
+    fs.writeFileSync(path.join(dir, name), b);
+  };
+  for (const [name, array] of [
+    [codec, 'centroids'],
+    [segment, 'codes'],
+  ] as const) {
+    flip(name, array);
+    const r = cli('corpus', 'info', dir);
+    assert.equal(r.status, 1, `${name} ${array}: ${r.stdout}`);
+    assert.ok(r.stderr.includes(`${name}: index array ${array} is corrupted (checksum mismatch)`), r.stderr);
+    assert.doesNotMatch(r.stdout, /checksums\s+ok/);
+    restore();
+  }
+  const b = saved.get(segment)!;
+  fs.writeFileSync(path.join(dir, segment), b.subarray(0, b.length - 100));
+  const t = cli('corpus', 'info', dir, '--no-verify');
+  assert.equal(t.status, 1);
+  assert.ok(t.stderr.includes(`${segment}: the index file has ${b.length - 100} bytes`), t.stderr);
+  restore();
+  assert.equal(cli('corpus', 'info', dir).status, 0);
+});

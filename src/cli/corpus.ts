@@ -1,4 +1,4 @@
-// `maxsim corpus build | append | info | delete | get | compact | recover`: on-disk corpora
+// `maxsim corpus build | append | info | delete | get | compact | recover | unlock`: on-disk corpora
 // (src/io/corpus/). Every command but build takes the corpus as its first argument, DIR.
 
 import * as fs from 'node:fs';
@@ -10,10 +10,10 @@ import {
   type CorpusDType,
   type CorpusInfo,
   CorpusWriter,
-  corpusHolding,
   deleteDocuments,
   recoverCorpus,
 } from '../io/corpus/index.js';
+import { CorpusLock } from '../io/corpus/lock.js';
 import { buildCorpusFromFiles } from '../io/corpus-build.js';
 import { writeNpy } from '../io/npy.js';
 import { openCorpus } from '../ops/corpus-search.js';
@@ -21,7 +21,10 @@ import type { FloatDType } from '../tensor.js';
 import { grouped, interruptSignal, printTable } from './common.js';
 import { indexAfterWrite, indexCommand, indexRows } from './corpus-index.js';
 import { buildFromTexts, type TextBuildOptions, textOptions } from './corpus-texts.js';
+import { refuseInsideCorpus } from './out-path.js';
 import { Progress } from './progress.js';
+
+export { refuseInsideCorpus };
 
 interface BuildOptions {
   docs?: string;
@@ -30,7 +33,7 @@ interface BuildOptions {
   docScales?: string;
   ids?: string;
   out: string;
-  dtype: string;
+  dtype?: string;
   checkFinite: boolean;
   json?: boolean;
   wait?: string;
@@ -79,21 +82,6 @@ function printInfo(
       ...Object.entries(extra),
     ],
   );
-}
-
-/**
- * Refuses an output path inside a corpus directory (or a corpus directory itself): a file written
- * there could replace a segment or the MANIFEST. For every command that writes files (`flag` names
- * its option in the error).
- */
-export function refuseInsideCorpus(file: string, flag: string): void {
-  const corpus = corpusHolding(file);
-  if (corpus !== undefined)
-    throw new InvalidArgumentError(
-      flag,
-      'a path outside every corpus directory',
-      `${file} (inside the corpus ${corpus}; nothing was written)`,
-    );
 }
 
 /** Ids from a file, one per line (a trailing newline is fine; blank lines are refused). */
@@ -149,7 +137,7 @@ function buildAction(append: boolean) {
     } else refuseInsideCorpus(path.dirname(path.resolve(opts.out)), '--out');
     if (!append && opts.texts !== undefined) {
       if (opts.docs !== undefined) throw new InvalidArgumentError('--docs / --texts', 'one of them', 'both');
-      return buildFromTexts(opts, DTYPES[opts.dtype]);
+      return buildFromTexts(opts, DTYPES[opts.dtype ?? 'fp16']);
     }
     if (opts.docs === undefined)
       throw new InvalidArgumentError(
@@ -166,7 +154,8 @@ function buildAction(append: boolean) {
       docScales: opts.docScales,
       ids: opts.ids,
       out: opts.out,
-      dtype: DTYPES[opts.dtype],
+      // append: no default, so a --dtype given is checked against the corpus's
+      dtype: opts.dtype === undefined ? undefined : DTYPES[opts.dtype],
       append,
       checkFinite: opts.checkFinite,
       waitMs: waitMs(opts.wait),
@@ -238,16 +227,25 @@ function appendCommand(): Command {
   )
     .argument('[dir]', 'the corpus directory to append to')
     .addOption(new Option('--out <dir>', 'the corpus directory (an alias of DIR)').hideHelp())
-    .addOption(new Option('--dtype <dtype>').hideHelp().default('fp16'))
+    .addOption(
+      new Option('--dtype <dtype>', "the corpus's storage dtype (refused when it is another)")
+        .choices(Object.keys(DTYPES))
+        .hideHelp(),
+    )
     .action(buildAction(true));
 }
 
 /** `corpus info`: the header, every checksum verified. */
 function infoCommand(): Command {
   return new Command('info')
-    .description('print a corpus header and verify every checksum')
+    .description(
+      'print a corpus header and verify every checksum: token segments, tombstones and index files (a damaged file is named, exit 1)',
+    )
     .argument('<dir>', 'the corpus directory')
-    .option('--no-verify', 'skip reading the token data (headers, offsets and ids are always checked)')
+    .option(
+      '--no-verify',
+      'skip reading the token and index data (headers, sizes, offsets, ids and tombstones are always checked)',
+    )
     .option('--json', 'print JSON')
     .action((dir: string, opts: { verify: boolean; json?: boolean }) => {
       const c = openCorpus(dir);
@@ -355,7 +353,7 @@ function compactCommand(): Command {
 function recoverCommand(): Command {
   return new Command('recover')
     .description(
-      'rebuild a lost or damaged MANIFEST from the intact segment and index files (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>)',
+      'rebuild a lost or damaged MANIFEST from the intact segment and index files, deletions kept (deletes nothing; a damaged MANIFEST is kept as MANIFEST.damaged-<time>, a segment left out as <segment>.left-out-<generation>)',
     )
     .argument('<dir>', 'the corpus directory')
     .option(
@@ -366,12 +364,30 @@ function recoverCommand(): Command {
     .option('--json', 'print JSON')
     .action((dir: string, opts: { verify: boolean; wait?: string; json?: boolean }) => {
       const r = recoverCorpus(dir, { verify: opts.verify, waitMs: waitMs(opts.wait) });
-      for (const s of r.skipped) process.stderr.write(`skipped ${s.reason}\n`);
+      for (const s of r.skipped)
+        process.stderr.write(`skipped ${s.reason}${s.movedTo ? ` (kept as ${s.movedTo})` : ''}\n`);
       if (r.damagedManifest) process.stderr.write(`the damaged MANIFEST was kept as ${r.damagedManifest}\n`);
       printInfo(r.info, opts.json, {
         recovered: `${r.info.segments} segment(s)`,
         skipped: String(r.skipped.length),
       });
+    });
+}
+
+/** `corpus unlock`: a LOCK left behind, removed on request. */
+function unlockCommand(): Command {
+  return new Command('unlock')
+    .description(
+      "remove the corpus's LOCK when no writer provably holds it (a lock left by a crashed writer, or one whose owner cannot be told apart from another process); a running writer's lock is refused",
+    )
+    .argument('<dir>', 'the corpus directory')
+    .option('--force', 'remove it even when a running writer holds it (that writer then publishes nothing)')
+    .option('--json', 'print JSON')
+    .action((dir: string, opts: { force?: boolean; json?: boolean }) => {
+      const r = CorpusLock.unlock(dir, { force: opts.force === true });
+      if (opts.json) console.log(JSON.stringify(r));
+      else if (r.removed) console.log(`removed ${path.join(dir, 'LOCK')} (it held ${r.record})`);
+      else console.log(`${dir} is not locked`);
     });
 }
 
@@ -387,6 +403,7 @@ export function corpusCommand(): Command {
   corpus.addCommand(compactCommand());
   corpus.addCommand(indexCommand(printInfo, waitMs));
   corpus.addCommand(recoverCommand());
+  corpus.addCommand(unlockCommand());
   // Subcommands made here inherit nothing from the program (main() copies its settings to `corpus`
   // only, after this returns): copied just before dispatch, usage errors of `corpus <sub>` leave
   // through main()'s exit path like every other (`maxsim: ...`, exit code 2).

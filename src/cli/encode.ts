@@ -13,6 +13,7 @@ import { writeNpy } from '../io/npy.js';
 import { writeSafetensors } from '../io/safetensors.js';
 import type { TokenBatch } from '../tensor.js';
 import { integerOption, interruptSignal } from './common.js';
+import { refuseInsideCorpus } from './out-path.js';
 import { Progress } from './progress.js';
 
 interface EncodeCliOptions {
@@ -83,6 +84,8 @@ export function encodeCommand(): Command {
           'exactly one of them',
           opts.queries ? 'both' : 'neither',
         );
+      // before loading the model: a file written there could replace a segment or the MANIFEST
+      refuseInsideCorpus(opts.out, '--out');
       const isQuery = opts.queries !== undefined;
       const file = (opts.queries ?? opts.documents)!;
       const { texts } = readTexts(file, isQuery ? '--queries' : '--documents', opts.textField);

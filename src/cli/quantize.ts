@@ -10,6 +10,7 @@ import type { NpyArray } from '../io/npy.js';
 import { writeSafetensors } from '../io/safetensors.js';
 import { quantize, roundTripError, type ScaleGranularity } from '../ops/quantize.js';
 import { fixed, loadDocs } from './common.js';
+import { refuseInsideCorpus } from './out-path.js';
 
 interface QuantizeOptions {
   docs: string;
@@ -50,6 +51,8 @@ export function quantizeCommand(): Command {
     .option('--no-check-finite', 'skip the scan for NaN / Infinity (trusted input)')
     .option('--json', 'print the summary as JSON')
     .action((opts: QuantizeOptions) => {
+      // before any work: a file written there could replace a segment or the MANIFEST
+      refuseInsideCorpus(opts.out, '--out');
       const docs = loadDocs(opts);
       const q = quantize(docs, 'int8', { scales: opts.scales, center: opts.center === true });
       const arrays = batchToArrays(q);

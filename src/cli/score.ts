@@ -16,6 +16,7 @@ import {
   scalesOption,
   scoreInBlocks,
 } from './common.js';
+import { refuseInsideCorpus } from './out-path.js';
 
 interface ScoreCommandOptions extends InputOptions {
   dtype?: string;
@@ -46,6 +47,8 @@ export function scoreCommand(): Command {
     .option('--json', 'print JSON: {"scores": [...]} for one query, {"scores": [[...], ...]} for several')
     .action(async (opts: ScoreCommandOptions) => {
       checkScalesUse(opts.scales, formatOf(opts.dtype) !== 'float');
+      // before any work: a file written there could replace a segment or the MANIFEST
+      if (opts.out !== undefined) refuseInsideCorpus(opts.out, '--out');
       const { queries, docs } = loadInputs(opts);
       const options = { backend: opts.backend, threads: opts.threads, scales: opts.scales };
       const m = await scoreInBlocks(queries, docs, formatOf(opts.dtype), options);

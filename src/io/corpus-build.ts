@@ -21,7 +21,7 @@ export interface BuildFromFilesOptions {
   docScales?: string;
   /** A text file with one id per document, one per line. */
   ids?: string;
-  /** New corpus: its storage dtype (default float16). Ignored on append. */
+  /** New corpus: its storage dtype (default float16). On append: when given, it must be the corpus's. */
   dtype?: CorpusDType;
   /** Append to the corpus at `out` instead of creating it. */
   append?: boolean;
@@ -283,6 +283,13 @@ function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResul
           ids: ids !== undefined,
         });
     try {
+      // an append stores what the corpus stores: a different dtype asked for is refused, not ignored
+      if (options.append && options.dtype !== undefined && options.dtype !== writer.dtype)
+        throw new InvalidArgumentError(
+          '--dtype',
+          `the corpus's dtype, ${writer.dtype} (an append stores tokens as the corpus does)`,
+          options.dtype,
+        );
       if (writer.dim !== dim)
         throw new InvalidArgumentError(
           '--docs',
@@ -291,6 +298,8 @@ function* buildSteps(options: BuildFromFilesOptions): Generator<void, BuildResul
         );
       const elem = dtype === 'float32' ? 4 : dtype === 'int8' ? 1 : 2;
       const group = Math.max(1, Math.floor((options.groupBytes ?? 64 * 1024 * 1024) / (dim * elem)));
+      // every id at once: the error counts all duplicates and names their lines, not one group's
+      if (ids) writer.checkIdsAhead(ids);
       let i = 0;
       while (i < count) {
         // A group: consecutive documents up to `group` tokens (at least one document).

@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import { FormatError } from '../../errors.js';
 import { PlaidIndex } from '../../plaid/plaid.js';
 import { openNamedFile, type PinnedFile } from './handles.js';
-import { type IndexFileMeta, mapIndexParts, readIndexMeta } from './index-segments.js';
+import { type IndexFileMeta, mapIndexParts, readIndexMeta, verifyIndexArrays } from './index-segments.js';
 import type { Manifest } from './manifest.js';
 import type { ManifestIndex } from './manifest-index.js';
 
@@ -81,6 +81,14 @@ export class CorpusIndex {
   /** Bytes of the index files. */
   get bytes(): number {
     return this.handles.reduce((a, h) => a + h.size, 0);
+  }
+
+  /**
+   * Re-reads every array of every index file (the codec's centroids included) and checks its CRC;
+   * throws FormatError naming the damaged file and array. Opening checks only sizes and headers.
+   */
+  verify(): void {
+    for (const h of this.handles) verifyIndexArrays(h.pinned.file, h.pinned.fd, h.meta);
   }
 
   private plaidOf(i: number): PlaidIndex {

@@ -341,7 +341,10 @@ export class CorpusFile {
     return this.readDocuments(this.indicesOf(ids));
   }
 
-  /** Re-reads every byte and checks every checksum; throws FormatError naming the damage. */
+  /**
+   * Re-reads every byte and checks every checksum, of the token segments and then of the index files
+   * the MANIFEST names; throws FormatError naming the damaged file.
+   */
   verify(onProgress?: (p: VerifyProgress) => void): void {
     const totalBytes = this.segments.reduce(
       (a, s) => a + s.header.tokensSection.bytes + s.header.scalesSection.bytes,
@@ -365,6 +368,7 @@ export class CorpusFile {
       for (let c = 0; c < s.checksums.length - 3; c++) s.verified.add(c);
       s.verified.add(-1);
     }
+    this.index?.verify();
   }
 
   /**

@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { FormatError, InvalidArgumentError } from '../../errors.js';
 import { MAX_DOCUMENTS } from '../budget.js';
-import { readExactly, syncDir, writeAll } from './files.js';
+import { readExactly, syncDir, writeAll, writeDurably } from './files.js';
 import {
   DELETIONS_NAME,
   decodeHeader,
@@ -31,7 +31,8 @@ import {
 } from './manifest.js';
 import { CorpusFile } from './reader.js';
 import { adoptIndex } from './recovery-index.js';
-import { deletionsBytes, deletionsName, type ManifestDeletions, readDeletions } from './tombstones.js';
+import { headerDocuments, leftOutName, leftOutSegments, placeTombstones } from './recovery-tombstones.js';
+import { deletionsName, encodeDeletions, type ManifestDeletions } from './tombstones.js';
 
 // ---- recovery ----
 
@@ -43,8 +44,11 @@ export interface RecoverOptions extends LockOptions {
 
 export interface RecoverResult {
   info: CorpusInfo;
-  /** Segment files left out (kept on disk), with the reason. */
-  skipped: { file: string; reason: string }[];
+  /**
+   * Files left out, with the reason; a segment left out is kept, moved aside to `movedTo`
+   * (`<segment>.left-out-<generation>`) so that later tombstones never count its documents.
+   */
+  skipped: { file: string; reason: string; movedTo?: string }[];
   /** Where a damaged MANIFEST was moved (kept, never deleted). */
   damagedManifest?: string;
 }
@@ -55,8 +59,11 @@ export interface RecoverResult {
  * check out and they agree with the first intact one on dtype, dim and ids; the others are reported
  * and left where they are. The index comes back with them where its files still describe them: the
  * newest intact codec and, per adopted segment, the index file encoded against it for exactly that
- * segment (a segment that kept no tokens and lost its index is left out and reported). Nothing is
- * deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>.
+ * segment (a segment that kept no tokens and lost its index is left out and reported). Deletions
+ * survive: the newest tombstone file applies, its indices placed past the segments left out, and a
+ * recovery that cannot place them is refused (recovery-tombstones.ts). Nothing is deleted: a
+ * damaged MANIFEST is renamed to MANIFEST.damaged-<time>, a segment left out to
+ * <segment>.left-out-<generation>.
  * A corpus whose MANIFEST opens is refused (there is nothing to recover).
  */
 export function recoverCorpus(dir: string, options: RecoverOptions = {}): RecoverResult {
@@ -84,20 +91,43 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     const documents = segments.reduce((a, s) => a + s.documents, 0);
     if (documents > MAX_DOCUMENTS)
       throw new FormatError(dir, `the segments hold ${documents} documents (at most ${MAX_DOCUMENTS})`);
-    // The newest tombstone file applies when every segment was adopted (its indices count documents
-    // across all of them); otherwise it is reported and left, and the deleted documents come back.
-    const tombstones = numberedFiles(dir, DELETIONS_NAME, deletionsName).reverse();
-    const deletions =
-      tombstones.length > 0 ? adoptTombstones(dir, tombstones[0].name, documents, skipped) : undefined;
+    // The newest tombstone file always applies, its indices placed past the segments left out now
+    // and those that earlier recoveries left out after it was written: a deleted document never
+    // comes back (placeTombstones refuses when it cannot tell where one lies).
+    const kept = new Set(segments.map((s) => s.file));
+    const leftOut = numbered.filter((x) => !kept.has(x.name));
+    const earlier = leftOutSegments(dir);
+    const newest = numberedFiles(dir, DELETIONS_NAME, deletionsName).pop();
+    const plan = newest
+      ? placeTombstones(dir, newest.name, [
+          ...numbered.map(({ name, n }) => ({
+            n,
+            file: name,
+            documents: adopted.counts.get(name),
+            kept: kept.has(name),
+          })),
+          ...earlier.filter((e) => e.since > newest.n),
+        ])
+      : { indices: [], placed: [] };
+    // past every segment, tombstone and index file present, adopted or not (the next writer never
+    // reuses or removes one), and past it when this recovery leaves a segment out or moves indices
+    const base = Math.max(
+      numbered[numbered.length - 1].n,
+      newest?.n ?? 0,
+      ix.generation,
+      ...earlier.map((e) => e.since),
+    );
+    const moved =
+      plan.placed.some((x, i) => x !== plan.indices[i]) || plan.placed.length !== plan.indices.length;
+    const generation = leftOut.length > 0 || moved ? base + 1 : base;
+    const { deletions, write } = deletionsOf(dir, newest, plan, generation);
     const m: Manifest = {
       format: FORMAT,
       version: VERSION,
       dtype: first.dtype,
       dim: first.dim,
       ids: first.hasIds,
-      // past every segment and tombstone file present, adopted or not: the next writer never reuses
-      // or removes one
-      generation: Math.max(numbered[numbered.length - 1].n, tombstones[0]?.n ?? 0, ix.generation),
+      generation,
       documents,
       tokens: segments.reduce((a, s) => a + s.tokens, 0),
       maxLength,
@@ -107,6 +137,16 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     };
     lock.check();
     if (damagedManifest) fs.renameSync(manifestFile, damagedManifest);
+    // segments left out first, then the moved tombstones: a crash between leaves files that the
+    // next recovery places the same way (the left-out generation says which tombstones count them)
+    for (const { name } of leftOut) {
+      const aside = leftOutName(name, generation);
+      fs.renameSync(path.join(dir, name), path.join(dir, aside));
+      for (const s of skipped) if (s.file === path.join(dir, name)) s.movedTo = path.join(dir, aside);
+    }
+    syncDir(dir);
+    if (write && deletions)
+      writeDurably(dir, deletions.file, lock.token, 'deletions', (fd) => writeAll(fd, write, 0));
     const tmp = path.join(dir, `${MANIFEST}.${lock.token}.tmp`);
     const fd = fs.openSync(tmp, 'wx');
     try {
@@ -165,15 +205,18 @@ function adoptSegments(
   segments: ManifestSegment[];
   /** Each adopted segment's header, in the same order. */
   headers: SegmentHeader[];
-  skipped: { file: string; reason: string }[];
+  skipped: RecoverResult['skipped'];
   first: SegmentHeader;
   /** Each adopted segment's longest document, by file name. */
   maxLengths: Map<string, number>;
+  /** The document count of every segment whose header checksum holds, adopted or not, by file name. */
+  counts: Map<string, number>;
 } {
-  const skipped: { file: string; reason: string }[] = [];
+  const skipped: RecoverResult['skipped'] = [];
   const segments: ManifestSegment[] = [];
   const headers: SegmentHeader[] = [];
   const maxLengths = new Map<string, number>();
+  const counts = new Map<string, number>();
   let first: SegmentHeader | undefined;
   numbered.forEach(({ name }, k) => {
     options.onProgress?.(k, numbered.length);
@@ -186,6 +229,8 @@ function adoptSegments(
         size = fs.fstatSync(fd).size;
         const raw = new Uint8Array(HEADER_BYTES);
         readExactly(fd, file, raw, 0, 'the header');
+        const documents = headerDocuments(raw);
+        if (documents !== undefined) counts.set(name, documents);
         const hasIds = decodeHeader(file, raw, size).hasIds;
         meta = readSegmentMeta(file, fd, size, hasIds);
       } finally {
@@ -223,40 +268,35 @@ function adoptSegments(
         ? 'no segment files (seg-NNNNNN.msxs) to recover a corpus from'
         : `none of its ${numbered.length} segment files is intact: ${skipped.map((s) => s.reason).join('; ')}`,
     );
-  return { segments, headers, skipped, first, maxLengths };
+  return { segments, headers, skipped, first, maxLengths, counts };
 }
 
-// The tombstone file `name` when every segment was adopted and it checks out against `documents`;
-// else it is added to `skipped` with the reason.
-function adoptTombstones(
+// The deletions of the recovered MANIFEST: the newest tombstone file itself when its indices hold
+// as they are, else a new one of this recovery's generation (written by the caller).
+function deletionsOf(
   dir: string,
-  name: string,
-  documents: number,
-  skipped: { file: string; reason: string }[],
-): ManifestDeletions | undefined {
-  const file = path.join(dir, name);
-  try {
-    if (skipped.length > 0)
-      throw new FormatError(
-        file,
-        'not applied: some segments were left out, so its document indices do not hold',
-      );
-    const bytes = fs.readFileSync(file);
-    if (bytes.length < 28) throw new FormatError(file, 'truncated tombstone file');
-    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const d: ManifestDeletions = {
-      file: name,
-      count: Number(v.getBigUint64(16, true)),
-      bytes: bytes.length,
-      crc: v.getUint32(bytes.length - 4, true),
-    };
-    if (d.bytes !== deletionsBytes(d.count))
-      throw new FormatError(file, 'the tombstone file size does not match its count');
-    readDeletions(dir, d, documents);
-    return d.count > 0 ? d : undefined;
-  } catch (e) {
-    if (!(e instanceof FormatError)) throw e;
-    skipped.push({ file, reason: e.message });
-    return undefined;
+  newest: { name: string } | undefined,
+  plan: { indices: number[]; placed: number[] },
+  generation: number,
+): { deletions?: ManifestDeletions; write?: Uint8Array } {
+  if (!newest || plan.placed.length === 0) return {};
+  const { indices, placed } = plan;
+  if (placed.length === indices.length && placed.every((x, i) => x === indices[i])) {
+    const bytes = fs.readFileSync(path.join(dir, newest.name));
+    return { deletions: { file: newest.name, count: placed.length, bytes: bytes.length, crc: crcOf(bytes) } };
   }
+  const bytes = encodeDeletions(placed);
+  return {
+    deletions: {
+      file: deletionsName(generation),
+      count: placed.length,
+      bytes: bytes.length,
+      crc: crcOf(bytes),
+    },
+    write: bytes,
+  };
+}
+
+function crcOf(bytes: Uint8Array): number {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(bytes.length - 4, true);
 }

@@ -59,34 +59,56 @@ export function readDeletions(
       `cannot read the tombstone file the MANIFEST names (${(e as NodeJS.ErrnoException).code ?? e})`,
     );
   }
-  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (bytes.length !== d.bytes)
     throw new FormatError(
       file,
       `the tombstone file has ${bytes.length} bytes but the MANIFEST says ${d.bytes}`,
     );
-  const crc = crc32(bytes.subarray(0, bytes.length - 4));
-  if (Buffer.from(bytes.subarray(0, 8)).toString('latin1') !== DELETIONS_MAGIC)
-    throw new FormatError(file, 'not a maxsim tombstone file (bad magic)');
-  if (crc !== v.getUint32(bytes.length - 4, true) || crc !== d.crc)
-    throw new FormatError(file, 'the tombstone file is corrupted (checksum mismatch)');
-  if (v.getUint32(8, true) !== 1)
-    throw new FormatError(file, `tombstone format version ${v.getUint32(8, true)} is not supported`);
-  if (Number(v.getBigUint64(16, true)) !== d.count)
+  const indices = decodeDeletions(file, bytes, d.crc);
+  if (indices.length !== d.count)
     throw new FormatError(file, 'the tombstone count disagrees with the MANIFEST');
   const mask = new Uint8Array(documents);
-  let last = -1;
-  for (let i = 0; i < d.count; i++) {
-    const x = Number(v.getBigUint64(24 + 8 * i, true));
-    if (!(x > last && x < documents))
+  indices.forEach((x, i) => {
+    if (x >= documents)
       throw new FormatError(
         file,
         `tombstone ${i} (${x}) is not an increasing document index below ${documents}`,
       );
     mask[x] = 1;
+  });
+  return mask;
+}
+
+/**
+ * The document indices of a tombstone file's bytes, checked: magic, checksum (and `crc`, the one
+ * the MANIFEST records, when given), version, size against the count, strictly increasing.
+ */
+export function decodeDeletions(file: string, bytes: Uint8Array, crc?: number): number[] {
+  if (bytes.length < deletionsBytes(0)) throw new FormatError(file, 'truncated tombstone file');
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const sum = crc32(bytes.subarray(0, bytes.length - 4));
+  if (Buffer.from(bytes.subarray(0, 8)).toString('latin1') !== DELETIONS_MAGIC)
+    throw new FormatError(file, 'not a maxsim tombstone file (bad magic)');
+  if (sum !== v.getUint32(bytes.length - 4, true) || (crc !== undefined && sum !== crc))
+    throw new FormatError(file, 'the tombstone file is corrupted (checksum mismatch)');
+  if (v.getUint32(8, true) !== 1)
+    throw new FormatError(file, `tombstone format version ${v.getUint32(8, true)} is not supported`);
+  const count = v.getBigUint64(16, true);
+  if (BigInt(bytes.length) !== BigInt(deletionsBytes(0)) + 8n * count)
+    throw new FormatError(
+      file,
+      `the tombstone file size (${bytes.length}) does not match its count (${count})`,
+    );
+  const out: number[] = [];
+  let last = -1;
+  for (let i = 0; i < Number(count); i++) {
+    const x = Number(v.getBigUint64(24 + 8 * i, true));
+    if (!(x > last && Number.isSafeInteger(x)))
+      throw new FormatError(file, `tombstone ${i} (${x}) is not an increasing document index`);
+    out.push(x);
     last = x;
   }
-  return mask;
+  return out;
 }
 
 // A file through its descriptor: up to `expect` bytes and one more (so a longer file shows as longer).

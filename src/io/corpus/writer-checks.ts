@@ -31,9 +31,17 @@ export function checkIds(
         `${count} document ids (the corpus has ids)`,
         ids ? String(ids.length) : 'none',
       );
-    for (const id of ids)
+    ids.forEach((id, i) => {
       if (typeof id !== 'string' || id.includes('\n'))
-        throw new InvalidArgumentError('ids', 'strings without newlines', JSON.stringify(id));
+        throw new InvalidArgumentError(`ids[${i}]`, 'a string without newlines', JSON.stringify(id));
+      // a blank id cannot be told apart in an ids file, nor asked for by get / delete
+      if (id.trim() === '')
+        throw new InvalidArgumentError(
+          `ids[${i}]`,
+          'a non-blank document id (not empty, not only whitespace)',
+          JSON.stringify(id),
+        );
+    });
     const batch = new Map<string, string>();
     // where the corpus holds them already, in one pass over its ids
     const inCorpus = new Map<string, number>();
@@ -85,8 +93,9 @@ export function refuseOverflow(batch: TokenBatch, corpusDtype: DType, dim: numbe
 
 /**
  * Checks a list of new ids against the ids already taken (`takenAt(id)` says where, or undefined) and
- * against each other; `accept(id, i)` records each new one. Returns a message naming the first
- * duplicates and where they are, or undefined when all are unique. Shared by the writer and the server.
+ * against each other; `accept(id, i)` records each new one. Returns a message with the exact counts
+ * (occurrences that repeat an id, and distinct ids repeated) naming the first duplicates and where
+ * they are, or undefined when all are unique. Shared by the writer and the server.
  */
 export function duplicateIds(
   ids: readonly string[],
@@ -95,16 +104,19 @@ export function duplicateIds(
 ): string | undefined {
   const found: string[] = [];
   let count = 0;
+  const distinct = new Set<string>();
   ids.forEach((id, i) => {
     const where = takenAt(id);
     if (where !== undefined) {
       if (count++ < 3) found.push(`${JSON.stringify(id)} at ids[${i}] ${where}`);
+      distinct.add(id);
       return;
     }
     accept(id, i);
   });
   if (count === 0) return undefined;
-  return `${count} duplicate id${count === 1 ? '' : 's'}: ${found.join('; ')}${count > 3 ? '; ...' : ''}`;
+  // occurrences and distinct ids apart: "a" three times is 2 duplicates of 1 id
+  return `${count} duplicate${count === 1 ? '' : 's'} of ${distinct.size} id${distinct.size === 1 ? '' : 's'}: ${found.join('; ')}${count > 3 ? `; and ${count - 3} more` : ''}`;
 }
 /** The shortest decimal that reads back as the same float32. */
 function float32Text(x: number): string {

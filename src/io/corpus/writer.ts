@@ -34,6 +34,7 @@ import {
   removeLeftovers,
 } from './manifest.js';
 import { CorpusFile } from './reader.js';
+import { LEFT_OUT_NAME } from './recovery-tombstones.js';
 import { SegmentWriter } from './segment-writer.js';
 import { checkIds, refuseOverflow } from './writer-checks.js';
 
@@ -232,12 +233,13 @@ export class CorpusWriter {
       };
       w = new CorpusWriter(dir, base, lock, undefined, {});
       const named = new Set([...m.segments.map((x) => x.file), m.deletions?.file, ...indexFilesOf(m)]);
-      // everything the new MANIFEST will not name: the old files, and orphans of an earlier compact
+      // everything the new MANIFEST will not name: the old files, orphans of an earlier compact and
+      // segments that recover left out
       w.retire = fs
         .readdirSync(dir)
         .filter(
           (n) =>
-            (SEGMENT_NAME.test(n) || DELETIONS_NAME.test(n) || INDEX_NAME.test(n)) &&
+            (SEGMENT_NAME.test(n) || DELETIONS_NAME.test(n) || INDEX_NAME.test(n) || LEFT_OUT_NAME.test(n)) &&
             n !== m.index?.file &&
             (named.has(n) || Number(/\d+/.exec(n)![0]) <= m.generation),
         )
@@ -268,6 +270,15 @@ export class CorpusWriter {
     } finally {
       old?.close();
     }
+  }
+
+  /**
+   * @internal Checks the ids of every document a caller will add (in add() order) before the first
+   * add(): a refusal then counts every duplicate and names positions in this whole list, not in one
+   * add()'s group (buildCorpusFromFiles adds in groups). Records nothing.
+   */
+  checkIdsAhead(ids: readonly string[]): void {
+    checkIds(this.manifest.ids, ids, ids.length, this.existing, new Map(this.taken));
   }
 
   /** Adds the documents of a batch (converted to the corpus dtype), with their ids when the corpus has ids. */
