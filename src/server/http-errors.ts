@@ -249,6 +249,11 @@ function fastifyError(e: FastifyError, request: FastifyRequest): HttpError | und
   return undefined;
 }
 
+// an argument error's body: its field, what was expected and what was received
+function argumentError(status: number, code: string, e: InvalidArgumentError): HttpError {
+  return { status, code, message: e.message, field: e.argument, expected: e.expected, received: e.received };
+}
+
 export function toHttpError(error: unknown, request: FastifyRequest): HttpError {
   const e = error as FastifyError & { validation?: AjvIssue[] };
   if (e?.validation && e.validation.length > 0)
@@ -261,35 +266,11 @@ export function toHttpError(error: unknown, request: FastifyRequest): HttpError 
         : error instanceof TextLengthError
           ? 'text_too_long'
           : undefined;
-  if (argumentCode)
-    return {
-      status: 413,
-      code: argumentCode,
-      message: (error as InvalidArgumentError).message,
-      field: (error as InvalidArgumentError).argument,
-      expected: (error as InvalidArgumentError).expected,
-      received: (error as InvalidArgumentError).received,
-    };
-  if (error instanceof MediaTypeError)
-    return {
-      status: 415,
-      code: 'unsupported_media_type',
-      message: error.message,
-      field: error.argument,
-      expected: error.expected,
-      received: error.received,
-    };
+  if (argumentCode) return argumentError(413, argumentCode, error as InvalidArgumentError);
+  if (error instanceof MediaTypeError) return argumentError(415, 'unsupported_media_type', error);
   if (error instanceof NoModelError)
     return { status: 400, code: 'no_model', message: error.message, field: error.field };
-  if (error instanceof InvalidArgumentError)
-    return {
-      status: 400,
-      code: 'invalid_argument',
-      message: error.message,
-      field: error.argument,
-      expected: error.expected,
-      received: error.received,
-    };
+  if (error instanceof InvalidArgumentError) return argumentError(400, 'invalid_argument', error);
   if (error instanceof NotFoundError)
     return {
       status: 404,
