@@ -205,6 +205,7 @@ describe('corpus search (CPU) equals in-memory search', () => {
       [{ topk: 3 }, 'options.topk'],
       [{ topK: 3, nprobe: 4 }, 'options.nprobe'],
       [{ topK: -1 }, 'topK'],
+      [null, 'options'],
     ] as const)
       await assert.rejects(
         c.search(queries, bad as object),

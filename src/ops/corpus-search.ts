@@ -34,6 +34,7 @@ import {
 } from '../io/corpus/index.js';
 import { loadNative } from '../native.js';
 import type { Hit, TokenBatch, TokenMatrix } from '../tensor.js';
+import { optionsObject } from '../tensor-checks.js';
 import { blockTopK, mergeHits, subBatch } from './corpus-hits.js';
 import { type CorpusIndexOptions, type IndexSearchStats, searchIndexed } from './corpus-index-search.js';
 import { asQueries, queriesFor, snapshotQueries } from './corpus-queries.js';
@@ -325,6 +326,7 @@ export class Corpus {
     queries: TokenMatrix | TokenBatch,
     options: CorpusSearchOptions = {},
   ): Promise<SearchResult> {
+    options = optionsObject(options, 'corpus.search options');
     const signal = checkSignal(options.signal);
     throwIfAborted(signal);
     const file = this.pinned();
