@@ -39,10 +39,16 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// qc[i], qc[i + 1] (i even), float32 or float16.
-__device__ __forceinline__ float2 Qc2(const PlaidSearchParams& p, int64_t i) {
-  if (p.qc_half) return __half22float2(reinterpret_cast<const __half2*>(p.qc)[i / 2]);
-  return *reinterpret_cast<const float2*>(p.qc + i);
+// The residual kernel's query columns are permuted so that a lane's eight accumulator columns
+// ((n tile nt, element j) of lane t) are the contiguous query tokens 8t + 2nt + j of its chunk:
+// its qc values of a document token are then one 16-byte load (four of 4 bytes before: the L1
+// traffic that bound the kernel). Row r of the shared query chunk holds token QsToken(r).
+__device__ __forceinline__ int QsToken(int r) { return 8 * ((r % 8) >> 1) + 2 * (r / 8) + (r & 1); }
+
+// qc[q][cid][32 c + 8t .. + 8) as eight float16 values (qc_half: the host launches this kernel only
+// with float16 qc).
+__device__ __forceinline__ uint4 QcRow(const PlaidSearchParams& p, int64_t q, int32_t cid, int64_t c, int t) {
+  return *reinterpret_cast<const uint4*>(reinterpret_cast<const __half*>(p.qc) + (q * p.k + cid) * p.lq + c * 32 + 8 * t);
 }
 
 // An L2 prefetch of the code blocks and centroid ids of stream tokens [t0, t1): the 128-byte lines
@@ -253,7 +259,7 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
     if (c > 0) __syncthreads();  // every warp done with the last chunk
     for (int e = threadIdx.x; e < 32 * (p.d / 2); e += blockDim.x) {
       const int r = static_cast<int>(e / (p.d / 2)), k = static_cast<int>(2 * (e % (p.d / 2)));
-      const float2 v = *reinterpret_cast<const float2*>(p.q + (q * p.lq + c * 32 + r) * p.d + k);
+      const float2 v = *reinterpret_cast<const float2*>(p.q + (q * p.lq + c * 32 + QsToken(r)) * p.d + k);
       *reinterpret_cast<uint32_t*>(&qs[r][k]) = PackHalf2(v.x, v.y);
     }
     __syncthreads();
@@ -269,7 +275,7 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
     int cur = 0;
     int64_t pending = -1;  // the block in flight into staged[wid][cur]
     int64_t pre = -1;  // the block whose qc values qn holds (float16 pairs)
-    uint32_t qn[8];
+    uint4 qn[2];  // rows g and g + 8: query tokens 8t .. 8t + 7
     if (e < o1) {
       const int64_t doc = p.score_doc[e];
       t0 = p.doc_off[doc];
@@ -312,23 +318,18 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
         const int64_t ra = blk * 16 + g, rb = ra + 8;  // this lane's two token rows
         const bool va = ra >= t0 && ra < t1, vb = rb >= t0 && rb < t1;
         float acc[4][4];
-        if (pre == blk) {  // its qc values came a block ahead (qn)
+        if (pre != blk) {  // else its qc values came a block ahead
+          const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+          qn[0] = va ? QcRow(p, q, ids[g], c, t) : z;
+          qn[1] = vb ? QcRow(p, q, ids[g + 8], c, t) : z;
+        }
+        {
+          const uint32_t xa[4] = {qn[0].x, qn[0].y, qn[0].z, qn[0].w};
+          const uint32_t xb[4] = {qn[1].x, qn[1].y, qn[1].z, qn[1].w};
 #pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            const float2 x = va ? __half22float2(*reinterpret_cast<const __half2*>(&qn[2 * nt])) : make_float2(0.0f, 0.0f);
-            const float2 y = vb ? __half22float2(*reinterpret_cast<const __half2*>(&qn[2 * nt + 1])) : make_float2(0.0f, 0.0f);
-            acc[nt][0] = x.x;
-            acc[nt][1] = x.y;
-            acc[nt][2] = y.x;
-            acc[nt][3] = y.y;
-          }
-        } else {
-          const int64_t qa = (q * p.k + (va ? ids[g] : 0)) * p.lq + c * 32 + 2 * t;
-          const int64_t qb = (q * p.k + (vb ? ids[g + 8] : 0)) * p.lq + c * 32 + 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            const float2 x = va ? Qc2(p, qa + nt * 8) : make_float2(0.0f, 0.0f);
-            const float2 y = vb ? Qc2(p, qb + nt * 8) : make_float2(0.0f, 0.0f);
+          for (int nt = 0; nt < 4; nt++) {  // column (nt, j) of lane t: query token 8t + 2nt + j
+            const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&xa[nt]));
+            const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&xb[nt]));
             acc[nt][0] = x.x;
             acc[nt][1] = x.y;
             acc[nt][2] = y.x;
@@ -385,14 +386,9 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
           }
         }
         if (!last) {
-          const uint32_t* qh = reinterpret_cast<const uint32_t*>(p.qc);
-          const int64_t xa = ((q * p.k + ia) * p.lq + c * 32 + 2 * t) / 2;
-          const int64_t xb = ((q * p.k + ib) * p.lq + c * 32 + 2 * t) / 2;
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            qn[2 * nt] = pa ? qh[xa + nt * 4] : 0u;
-            qn[2 * nt + 1] = pb ? qh[xb + nt * 4] : 0u;
-          }
+          const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+          qn[0] = pa ? QcRow(p, q, ia, c, t) : z;
+          qn[1] = pb ? QcRow(p, q, ib, c, t) : z;
         }
         pre = last ? -1 : blk + 1;  // a block shared with the next document is loaded afresh there
 #pragma unroll
@@ -421,7 +417,7 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
           float v = m[nt][j];
 #pragma unroll
           for (int o = 4; o < 32; o *= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-          if (c * 32 + nt * 8 + 2 * t + j < len) s += static_cast<double>(v);
+          if (c * 32 + 8 * t + 2 * nt + j < len) s += static_cast<double>(v);
         }
       s += __shfl_xor_sync(0xffffffffu, s, 1);
       s += __shfl_xor_sync(0xffffffffu, s, 2);
