@@ -175,6 +175,24 @@ describe('maxsim serve', () => {
     assert.equal(r2.json.results[3].relevance_score, null);
     assert.equal(r2.json.results[3].empty, true);
     assert.ok(r2.json.results.slice(0, 3).every((x: { empty?: boolean }) => x.empty === undefined));
+    // ids carried by inline documents come back with their results (none on the one without)
+    const r3 = await post(`${url}/v1/rerank`, {
+      query: queries[1],
+      documents: [
+        { embeddings: docs[7], id: 'a' },
+        { embeddings: docs[8] },
+        { embeddings: docs[9], id: 'c' },
+      ],
+    });
+    assert.equal(r3.status, 200, r3.text);
+    const byIndex = new Map(r3.json.results.map((x: { index: number; id?: string }) => [x.index, x.id]));
+    assert.deepEqual([byIndex.get(0), byIndex.get(1), byIndex.get(2)], ['a', undefined, 'c']);
+    const bad = await post(`${url}/v1/rerank`, {
+      query: queries[1],
+      documents: [{ embeddings: docs[7] }, { embeddings: docs[8], id: 'x\ud800' }],
+    });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json.error.field, 'documents[1].id', bad.text);
   });
 
   test('score equals maxsim', async () => {

@@ -12,7 +12,7 @@ import { type TokenMatrix, tokenMatrix } from '../../tensor.js';
 import { asBatch, decodeDocuments, isEmptyItem, ranked, scoreObject, tokensOf } from '../answers.js';
 import type { RequestLimits } from '../batcher.js';
 import { decodeEmbeddings, itemCount, type PackedTokens, toFloat32 } from '../codecs.js';
-import { checkIds, type RouteContext, requestLimits, setBatch } from '../context.js';
+import { checkIds, loneSurrogate, type RouteContext, requestLimits, setBatch } from '../context.js';
 import { type InlineDocument, READ_ERRORS, RerankBody, RerankResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { isTextList } from './text-fields.js';
@@ -27,6 +27,8 @@ interface Inputs {
   docs?: PackedTokens;
   /** The texts of the documents, when they came as text. */
   texts?: string[];
+  /** The ids inline embedding documents carry, echoed in the results. */
+  ids?: (string | undefined)[];
 }
 
 /** The query and inline documents as embeddings: decoded, or admitted, tokenized, checked and encoded. */
@@ -40,6 +42,7 @@ async function readInputs(ctx: RouteContext, body: RerankBody, signal: AbortSign
       'documents sent as texts (the service keeps no text of its own)',
       fromCorpus ? 'candidates (ids)' : 'documents as embeddings',
     );
+  const ids = fromCorpus || docTexts ? undefined : inlineIds(body.documents);
   // everything admitted before anything is tokenized, tokenized before anything is encoded
   const qText = queryText ? ctx.text.readTexts(body.query, 'query', 1) : undefined;
   const dTexts = docTexts ? ctx.text.readTexts(body.documents, 'documents', MAX_INLINE_DOCUMENTS) : undefined;
@@ -69,6 +72,7 @@ async function readInputs(ctx: RouteContext, body: RerankBody, signal: AbortSign
     query: tokenMatrix(q.data, q.offsets[1], q.dim, { checkFinite: false }),
     docs: d ?? (fromCorpus ? undefined : emptyDocs(q.dim)),
     texts: dTexts,
+    ids,
   };
 }
 
@@ -149,12 +153,13 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
           requestLimits(ctx, reply),
         );
         setBatch(request, 1);
-        const ids = body.candidates;
+        // the corpus ids of the candidates, or the ids inline documents carry (echoed, not looked up)
+        const ids = body.candidates ?? inputs.ids;
         const texts = body.return_documents === true ? inputs.texts : undefined;
         return {
           results: ranked(scores, body.top_n ?? scores.length).map((h) => ({
             index: h.index,
-            ...(ids ? { id: ids[h.index] } : {}),
+            ...(ids?.[h.index] !== undefined ? { id: ids[h.index] } : {}),
             ...scoreObject('relevance_score', h.score, empty(h.index)),
             ...(texts ? { document: { text: texts[h.index] } } : {}),
           })),
@@ -164,4 +169,20 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
       }
     },
   );
+}
+
+/** The ids of inline embedding documents, checked as corpus ids are (undefined: none has one). */
+function inlineIds(docs: RerankBody['documents']): (string | undefined)[] | undefined {
+  if (!docs?.some((d) => typeof d === 'object' && d.id !== undefined)) return undefined;
+  return docs.map((d, i) => {
+    const id = typeof d === 'object' ? d.id : undefined;
+    const bad = id === undefined ? -1 : loneSurrogate(id);
+    if (bad >= 0)
+      throw new InvalidArgumentError(
+        `documents[${i}].id`,
+        'a well-formed Unicode string (no lone surrogate code unit)',
+        `a lone surrogate U+${id!.charCodeAt(bad).toString(16).toUpperCase()} at position ${bad}`,
+      );
+    return id;
+  });
 }
