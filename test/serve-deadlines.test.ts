@@ -173,6 +173,12 @@ describe('requests in the queue', () => {
     assert.equal(metric(text, 'maxsim_batch_queries_count'), 1, 'the abandoned request got a pass');
     assert.equal(metric(text, 'maxsim_batch_queries_sum'), 64);
     assert.equal(metric(text, 'maxsim_abandoned_requests_total{stage="queued"}'), 1, text);
+    // and among the request counts, as nginx's 499
+    assert.equal(
+      metric(text, 'maxsim_http_requests_total{route="/v1/search",method="POST",status="499"}'),
+      1,
+      text,
+    );
     assert.equal(metric(text, 'maxsim_queue_depth'), 0);
     // the server goes on serving
     assert.equal((await post(`${url}/v1/search`, { queries: queriesOf(1), top_k: 1 })).status, 200);

@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import * as prom from 'prom-client';
 import { version } from '../version.js';
-import type { PassInfo, PassToken } from './batcher.js';
+import { AbandonedError, type PassInfo, type PassToken } from './batcher.js';
 import type { PassStats } from './index-path.js';
 import { createSearchMetrics } from './metrics-index.js';
 import type { ResidentCorpus } from './resident.js';
@@ -250,16 +250,26 @@ function httpHooks(
       if (closing()) reply.header('connection', 'close');
       done(null, payload);
     });
-    app.addHook('onResponse', (req, reply, done) => {
-      const route = req.routeOptions.url ?? 'unmatched';
-      const status = reply.statusCode;
-      const key = `${route} ${req.method} ${status}`;
+    const count = (route: string, method: string, status: number) => {
+      const key = `${route} ${method} ${status}`;
       let counter = requestCounters.get(key);
       if (!counter) {
-        counter = requests.labels({ route, method: req.method, status: String(status) });
+        counter = requests.labels({ route, method, status: String(status) });
         requestCounters.set(key, counter);
       }
       counter.inc();
+    };
+    // a request dropped because its client left (AbandonedError): its socket is gone, so no
+    // response finishes and onResponse never runs; counted here as nginx's 499
+    app.addHook('onError', (req, _reply, error, done) => {
+      if (error instanceof AbandonedError && req.raw.socket?.destroyed !== false)
+        count(req.routeOptions.url ?? 'unmatched', req.method, 499);
+      done();
+    });
+    app.addHook('onResponse', (req, reply, done) => {
+      const route = req.routeOptions.url ?? 'unmatched';
+      const status = reply.statusCode;
+      count(route, req.method, status);
       let histogram = latencyOf.get(route);
       if (!histogram) {
         histogram = latency.labels({ route });
