@@ -231,7 +231,7 @@ describe('values checked at the door (item 4)', () => {
       expectError(
         await post(`${url}/v1/documents`, body, { ...auth, 'content-type': 'application/json' }),
         400,
-        'documents[].id[0]',
+        'documents[0].id',
       );
       expectError(
         await post(

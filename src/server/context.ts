@@ -57,14 +57,18 @@ export function setBatch(request: unknown, n: number) {
  * Ids are well-formed UTF-16 (no lone surrogate: it cannot be stored as UTF-8, and two different
  * ones would both become U+FFFD on disk); `field` names the list in errors.
  */
-export function checkIds(ids: readonly string[], field: string): void {
+export function checkIds(
+  ids: readonly (string | undefined)[],
+  field: string | ((i: number) => string),
+): void {
   for (let i = 0; i < ids.length; i++) {
-    const bad = loneSurrogate(ids[i]);
+    const id = ids[i];
+    const bad = id === undefined ? -1 : loneSurrogate(id);
     if (bad >= 0)
       throw new InvalidArgumentError(
-        `${field}[${i}]`,
+        typeof field === 'string' ? `${field}[${i}]` : field(i),
         'a well-formed Unicode string (no lone surrogate code unit)',
-        `a lone surrogate U+${ids[i].charCodeAt(bad).toString(16).toUpperCase()} at position ${bad}`,
+        `a lone surrogate U+${id!.charCodeAt(bad).toString(16).toUpperCase()} at position ${bad}`,
       );
   }
 }

@@ -95,7 +95,7 @@ async function readDocuments(
       `${withIds} of ${docs.length}`,
     );
   const ids = withIds > 0 ? docs.map((d) => d.id!) : undefined;
-  if (ids) checkIds(ids, 'documents[].id');
+  if (ids) checkIds(ids, (i) => `documents[${i}].id`);
   return { packed, ids };
 }
 

@@ -12,7 +12,7 @@ import { type TokenMatrix, tokenMatrix } from '../../tensor.js';
 import { asBatch, decodeDocuments, isEmptyItem, ranked, scoreObject, tokensOf } from '../answers.js';
 import type { RequestLimits } from '../batcher.js';
 import { decodeEmbeddings, itemCount, type PackedTokens, toFloat32 } from '../codecs.js';
-import { checkIds, loneSurrogate, type RouteContext, requestLimits, setBatch } from '../context.js';
+import { checkIds, type RouteContext, requestLimits, setBatch } from '../context.js';
 import { type InlineDocument, READ_ERRORS, RerankBody, RerankResponse } from '../schemas.js';
 import { requestDeadline } from '../text.js';
 import { isTextList } from './text-fields.js';
@@ -174,15 +174,7 @@ export function rerankRoute(app: FastifyInstance, ctx: RouteContext) {
 /** The ids of inline embedding documents, checked as corpus ids are (undefined: none has one). */
 function inlineIds(docs: RerankBody['documents']): (string | undefined)[] | undefined {
   if (!docs?.some((d) => typeof d === 'object' && d.id !== undefined)) return undefined;
-  return docs.map((d, i) => {
-    const id = typeof d === 'object' ? d.id : undefined;
-    const bad = id === undefined ? -1 : loneSurrogate(id);
-    if (bad >= 0)
-      throw new InvalidArgumentError(
-        `documents[${i}].id`,
-        'a well-formed Unicode string (no lone surrogate code unit)',
-        `a lone surrogate U+${id!.charCodeAt(bad).toString(16).toUpperCase()} at position ${bad}`,
-      );
-    return id;
-  });
+  const ids = docs.map((d) => (typeof d === 'object' ? d.id : undefined));
+  checkIds(ids, (i) => `documents[${i}].id`);
+  return ids;
 }
