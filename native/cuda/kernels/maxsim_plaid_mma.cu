@@ -274,7 +274,7 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
     int64_t t0 = 0, t1 = 0;
     int cur = 0;
     int64_t pending = -1;  // the block in flight into staged[wid][cur]
-    int64_t pre = -1;  // the block whose qc values qn holds (float16 pairs)
+    int64_t pre = -1;  // the block whose qc values qn holds
     uint4 qn[2];  // rows g and g + 8: query tokens 8t .. 8t + 7
     if (e < o1) {
       const int64_t doc = p.score_doc[e];
