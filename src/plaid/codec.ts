@@ -39,36 +39,48 @@ export function fitBuckets(residuals: Float32Array, d: number, bits: 2 | 4): Buc
     }
     return lo;
   };
-  // the squared error of levels lo + j step (each value to its nearest), from the prefix sums
+  // ends[j]: the end of level j's values in the sorted column (each value to its nearest level)
+  const ends = new Int32Array(levels);
+  const split = (lo: number, step: number) => {
+    for (let j = 0; j < levels - 1; j++) ends[j] = upper(lo + (j + 0.5) * step);
+    ends[levels - 1] = n;
+  };
+  // the squared error of levels lo + j step, from the prefix sums
   const error = (lo: number, step: number): number => {
+    split(lo, step);
     let e = 0;
-    let at = 0;
-    for (let j = 0; j < levels; j++) {
-      const end = j < levels - 1 ? upper(lo + (j + 0.5) * step) : n;
+    for (let j = 0, at = 0; j < levels; at = ends[j++]) {
       const v = lo + j * step;
-      e += squares[end] - squares[at] - 2 * v * (prefix[end] - prefix[at]) + (end - at) * v * v;
-      at = end;
+      e += squares[ends[j]] - squares[at] - 2 * v * (prefix[ends[j]] - prefix[at]) + (ends[j] - at) * v * v;
     }
     return e;
   };
+  // the line being fitted and its error; better(lo', step') moves to a line with a lower error
+  let lo = 0;
+  let step = 0;
+  let e = 0;
+  const better = (nlo: number, nstep: number): boolean => {
+    const ne = error(nlo, nstep);
+    if (!(ne < e)) return false;
+    [lo, step, e] = [nlo, nstep, ne];
+    return true;
+  };
   // Lloyd's two steps under the line's constraint: the nearest level for every value, then the
   // least-squares line of the codes, to a fixed point
-  const lloyd = (lo: number, step: number): [number, number] => {
+  const lloyd = () => {
     for (let it = 0; it < 200 && step > 0; it++) {
+      split(lo, step);
       let sc = 0;
       let scc = 0;
       let sr = 0;
       let scr = 0;
-      let at = 0;
-      for (let j = 0; j < levels; j++) {
-        const end = j < levels - 1 ? upper(lo + (j + 0.5) * step) : n;
-        const m = end - at;
-        const s = prefix[end] - prefix[at];
+      for (let j = 0, at = 0; j < levels; at = ends[j++]) {
+        const m = ends[j] - at;
+        const s = prefix[ends[j]] - prefix[at];
         sc += j * m;
         scc += j * j * m;
         sr += s;
         scr += j * s;
-        at = end;
       }
       const den = n * scc - sc * sc;
       if (!(den > 0)) break;
@@ -80,7 +92,6 @@ export function fitBuckets(residuals: Float32Array, d: number, bits: 2 | 4): Buc
       lo = nlo;
       if (done) break;
     }
-    return [lo, step];
   };
   for (let k = 0; k < d; k++) {
     for (let i = 0; i < n; i++) col[i] = residuals[i * d + k];
@@ -90,26 +101,17 @@ export function fitBuckets(residuals: Float32Array, d: number, bits: 2 | 4): Buc
       squares[i + 1] = squares[i] + col[i] * col[i];
     }
     // started on the outer buckets' mid quantiles
-    let lo = col[Math.floor(n / (2 * levels))];
-    let step = (col[Math.min(n - 1, Math.floor(n - n / (2 * levels)))] - lo) / (levels - 1);
-    [lo, step] = lloyd(lo, step);
+    lo = col[Math.floor(n / (2 * levels))];
+    step = (col[Math.min(n - 1, Math.floor(n - n / (2 * levels)))] - lo) / (levels - 1);
+    lloyd();
     if (step > 0) {
       // Lloyd's fixed point can sit on a saddle of the piecewise error (measured up to 40% above a
       // nearby line on small samples, 1% on 4,000 values): the best of a grid of lines around it
       // (+-24% of a step, 2% apart), a pattern search from there on the error itself, Lloyd again
-      let e = error(lo, step);
+      e = error(lo, step);
       const [lo0, step0] = [lo, step];
       for (let i = -12; i <= 12; i++)
-        for (let j = -12; j <= 12; j++) {
-          const nlo = lo0 + 0.02 * i * step0;
-          const nstep = step0 * (1 + 0.02 * j);
-          const ne = error(nlo, nstep);
-          if (ne < e) {
-            e = ne;
-            lo = nlo;
-            step = nstep;
-          }
-        }
+        for (let j = -12; j <= 12; j++) better(lo0 + 0.02 * i * step0, step0 * (1 + 0.02 * j));
       for (let h = 0.01; h > 1e-7; ) {
         let moved = false;
         for (const [a, b] of [
@@ -119,20 +121,11 @@ export function fitBuckets(residuals: Float32Array, d: number, bits: 2 | 4): Buc
           [0, -h],
           [h, -h],
           [-h, h],
-        ]) {
-          const nlo = lo + a * step;
-          const nstep = step * (1 + b);
-          const ne = error(nlo, nstep);
-          if (ne < e) {
-            e = ne;
-            lo = nlo;
-            step = nstep;
-            moved = true;
-          }
-        }
+        ])
+          moved = better(lo + a * step, step * (1 + b)) || moved;
         if (!moved) h /= 2;
       }
-      [lo, step] = lloyd(lo, step);
+      lloyd();
     }
     if (!(step > 0)) {
       lo = prefix[n] / n;
