@@ -85,8 +85,8 @@ for (const [name, ix] of [
   ['no tokens', residual],
 ] as const) {
   for (const g of GRID.split(',')) {
-    const { nprobe, candidates, rescore, interaction } = gridCell(g, defaultSearch(10, DOCS));
-    const o = { k: 10, nprobe, candidates, rescore, interaction };
+    const { nprobe, candidates, rescore, prune, interaction } = gridCell(g, defaultSearch(10, DOCS));
+    const o = { k: 10, nprobe, candidates, rescore, prune, interaction };
     await ix.searchAll(batch, o); // warm-up (lists' per-thread buffers, page faults)
     await oneByOne(ix, o);
     const best = { one: Number.POSITIVE_INFINITY, all: Number.POSITIVE_INFINITY, cpuOne: 0, cpuAll: 0 };

@@ -14,20 +14,28 @@ export function pct(xs: number[], p: number): number {
 }
 
 /**
- * One grid cell: 'def' (defaultSearch) or NPROBExCANDIDATESxRESCORE[xINTERACTION] (interaction
- * 'lists' when left out).
+ * One grid cell: 'def' (defaultSearch) or NPROBExCANDIDATESxRESCORE, then optionally xINTERACTION
+ * ('lists' when left out) and xpPRUNE (the residual stage's token pruning; the default when left out).
  */
 export function gridCell(
   g: string,
-  def: { nprobe: number; candidates: number; rescore: number; interaction: IndexInteraction },
-): { nprobe: number; candidates: number; rescore: number; interaction: IndexInteraction } {
+  def: { nprobe: number; candidates: number; rescore: number; prune: number; interaction: IndexInteraction },
+): { nprobe: number; candidates: number; rescore: number; prune: number; interaction: IndexInteraction } {
   if (g === 'def') return { ...def };
-  const [nprobe, candidates, rescore] = g.split('x').slice(0, 3).map(Number);
-  const interaction = (g.split('x')[3] ?? 'lists') as IndexInteraction;
-  if (
-    ![nprobe, candidates, rescore].every(Number.isInteger) ||
-    !['lists', 'bags', 'hybrid'].includes(interaction)
-  )
-    throw new Error(`grid cell '${g}': expected def or NPROBExCANDIDATESxRESCORE[xlists|bags|hybrid]`);
-  return { nprobe, candidates, rescore, interaction };
+  const parts = g.split('x');
+  const [nprobe, candidates, rescore] = parts.slice(0, 3).map(Number);
+  let interaction: IndexInteraction = 'lists';
+  let prune = def.prune;
+  let ok = [nprobe, candidates, rescore].every(Number.isInteger);
+  for (const p of parts.slice(3)) {
+    if (['lists', 'bags', 'hybrid'].includes(p)) interaction = p as IndexInteraction;
+    else if (/^p(\d+(\.\d*)?|inf)$/.test(p))
+      prune = p === 'pinf' ? Number.POSITIVE_INFINITY : Number(p.slice(1));
+    else ok = false;
+  }
+  if (!ok)
+    throw new Error(
+      `grid cell '${g}': expected def or NPROBExCANDIDATESxRESCORE[xlists|bags|hybrid][xpPRUNE|xpinf]`,
+    );
+  return { nprobe, candidates, rescore, prune, interaction };
 }

@@ -175,8 +175,8 @@ console.log(
 for (const g of GRID.split(',')) {
   for (const k of [10, 100]) {
     const def = defaultSearch(k, DOCS);
-    const { nprobe, candidates, rescore, interaction } = gridCell(g, def);
-    const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), interaction };
+    const { nprobe, candidates, rescore, prune, interaction } = gridCell(g, def);
+    const o = { k, nprobe, candidates, rescore: Math.max(k, rescore), prune, interaction };
     await index.search(queries[0], o);
     const lat: number[] = [];
     const stage = [0, 0, 0, 0, 0];
@@ -198,7 +198,7 @@ for (const g of GRID.split(',')) {
     const cu = process.cpuUsage(cpu0);
     const p50 = pct(lat, 0.5);
     console.log(
-      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${o.rescore}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${SCANQ > 0 ? `${(int8 / p50).toFixed(0)}x` : '-'} | ${generated.toFixed(0)} ${Math.min(candidates, generated).toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
+      `k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${o.rescore}${interaction === 'lists' ? '' : ` ${interaction}`}${prune < Infinity ? ` p${prune}` : ''} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${((cu.user + cu.system) / 1000 / NQ).toFixed(1)} | ${SCANQ > 0 ? `${(int8 / p50).toFixed(0)}x` : '-'} | ${generated.toFixed(0)} ${Math.min(candidates, generated).toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${os.loadavg()[0].toFixed(1)}`,
     );
   }
 }

@@ -86,7 +86,7 @@ for (const BITS_NOW of BITS) {
   for (const g of GRID.split(',')) {
     for (const k of [10, 100]) {
       const def = defaultSearch(k, DOCS);
-      const { nprobe, candidates, rescore, interaction } = gridCell(g, def);
+      const { nprobe, candidates, rescore, prune, interaction } = gridCell(g, def);
       // per set: latencies, hits, stage times, CPU; the sets take turns query by query (shared machine)
       const per = ISAS.map(() => ({
         lat: [] as number[],
@@ -102,6 +102,7 @@ for (const BITS_NOW of BITS) {
         candidates,
         rescore: Math.max(k, rescore),
         threshold: THRESHOLD,
+        prune,
         interaction,
         isa,
       });
@@ -129,7 +130,7 @@ for (const BITS_NOW of BITS) {
         const { lat, found, stage, gen, scored, cpu } = per[s];
         const p50 = pct(lat, 0.5);
         console.log(
-          `${ISAS[s] ?? 'auto'} k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'lists' ? '' : ` ${interaction}`} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${cpu.toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${gen.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${((stage[3] / scored) * 1024).toFixed(2)} | ${os.loadavg()[0].toFixed(1)}`,
+          `${ISAS[s] ?? 'auto'} k=${k} ${g === 'def' ? 'default ' : ''}${nprobe} ${candidates} ${Math.max(k, rescore)}${interaction === 'lists' ? '' : ` ${interaction}`}${prune < Infinity ? ` p${prune}` : ''} | ${(found / (k * NQ)).toFixed(3)} | ${p50.toFixed(1)} ${pct(lat, 0.9).toFixed(1)} | ${cpu.toFixed(1)} | ${(pct(int8Ms, 0.5) / p50).toFixed(0)}x | ${gen.toFixed(0)} ${scored.toFixed(0)} | ${stage.map((v) => v.toFixed(2)).join(' ')} | ${((stage[3] / scored) * 1024).toFixed(2)} | ${os.loadavg()[0].toFixed(1)}`,
         );
       }
     }

@@ -48,6 +48,7 @@ function weightsOf(ix: NativeIndex): Float32Array {
 /**
  * float64 MaxSim of the query against decoded documents, with the error bound of each score: fp32
  * rounding, plus the int8 quantization of residual.h where weightMax > 0 (an int8 set's largest weight).
+ * keep (a pruning plan, per centroid): the tokens of centroids it leaves out count q . centroid alone.
  */
 export function referenceResidual(
   ix: NativeIndex,
@@ -55,6 +56,7 @@ export function referenceResidual(
   lq: number,
   doc: number,
   weightMax = 0,
+  keep?: Uint8Array,
 ): { score: number; bound: number } {
   const d = ix.d;
   const b = { bits: ix.bits, d, cutoffs: new Float32Array(0), weights: weightsOf(ix), tables: ix.tables };
@@ -78,17 +80,20 @@ export function referenceResidual(
     let quant = 0;
     for (let j = 0; j < t1 - t0; j++) {
       let s = 0;
+      let cent = 0;
       let m = 0;
       let e8 = 0;
       const c = ix.cids[t0 + j] * d;
       for (let k = 0; k < d; k++) {
         s += q[i * d + k] * dec[j * d + k];
+        cent += q[i * d + k] * ix.centroids[c + k];
         const r = Math.abs(dec[j * d + k] - ix.centroids[c + k]);
         // the kernel adds q.c and q.w separately: bound both parts and the decode's rounding
         m += Math.abs(q[i * d + k]) * (Math.abs(ix.centroids[c + k]) + r);
         e8 += (sq / 2) * r + (Math.abs(q[i * d + k]) + sq / 2) * (sw / 2);
       }
-      if (s > best) best = s;
+      // a token the plan leaves out counts q . centroid alone (the bound's terms cover it)
+      best = Math.max(best, !keep || keep[ix.cids[t0 + j]] ? s : cent);
       if (m > mag) mag = m;
       if (e8 > quant) quant = e8;
     }

@@ -75,12 +75,16 @@ describe('serve through the index', () => {
     assert.equal(t.json.stats.index.nprobe, 4);
     assert.equal(t.json.stats.index.candidates, 40);
     assert.equal(t.json.stats.index.interaction, 'lists');
-    for (const interaction of ['bags', 'hybrid'] as const) {
-      const o = { ...tuned, interaction };
+    const variants: (typeof tuned & { interaction?: 'bags' | 'hybrid'; prune?: number })[] = [
+      { ...tuned, interaction: 'bags' },
+      { ...tuned, interaction: 'hybrid' },
+      { ...tuned, prune: 0 },
+    ];
+    for (const o of variants) {
       const b = await post(`${url}/v1/search`, { ...body, index: o });
       assert.equal(b.status, 200, b.text);
       assert.deepEqual(b.json.results, await library(c, q, 10, o));
-      assert.equal(b.json.stats.index.interaction, interaction);
+      assert.equal(b.json.stats.index.interaction, o.interaction ?? 'lists');
     }
 
     // bad settings: 400 naming the field, before any pass
@@ -88,6 +92,7 @@ describe('serve through the index', () => {
       [{ nprobe: 0 }, 'index.nprobe'],
       [{ nprobe: 33 }, 'index.nprobe'],
       [{ rescore: 3 }, 'index.rescore'],
+      [{ prune: -1 }, 'index.prune'],
       [{ interaction: 'warp' }, 'index.interaction'],
       [{ nprob: 3 }, undefined],
       ['fast', undefined],

@@ -286,6 +286,17 @@ Napi::Value CheckIndex(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// options.prune: a number >= 0 (Infinity, the default: every token scored).
+float Prune(Napi::Env env, Napi::Object o) {
+  const Napi::Value v = o.Get("prune");
+  if (v.IsUndefined()) return INFINITY;
+  const double x = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
+  if (!(x >= 0))
+    throw Expected(env, "options.prune", "a number >= 0 (Infinity: no pruning)",
+                   v.IsNumber() ? v.ToString().Utf8Value() : "another value");
+  return static_cast<float>(x);
+}
+
 // The search options shared by search and searchBatch.
 maxsim_cpu::ResidualSearchParams ParseSearchParams(Napi::Env env, Napi::Value opts, const ResidualIndex& ix) {
   if (!opts.IsObject()) throw Expected(env, "options", "an object", "another value");
@@ -295,6 +306,7 @@ maxsim_cpu::ResidualSearchParams ParseSearchParams(Napi::Env env, Napi::Value op
   p.candidates = Int(env, o, "candidates", 1, int64_t{1} << 31);
   p.threshold = o.Get("threshold").IsNumber() ? o.Get("threshold").As<Napi::Number>().FloatValue() : -INFINITY;
   p.threads = Threads(o);
+  p.prune = Prune(env, o);
   if (!o.Get("interaction").IsUndefined()) {
     const Napi::Value v = o.Get("interaction");
     const std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
@@ -447,7 +459,7 @@ Napi::Value SearchBatch(const Napi::CallbackInfo& info) {
       {info[0], info[1], info[2]}));
 }
 
-// scoreDocs(index, query, docs: Int32Array, opts) -> Float32Array (sync; tests and benchmarks)
+// scoreDocs(index, query, docs: Int32Array, opts: { isa, threads, keep }) -> Float32Array (sync; tests and benchmarks)
 // centroidDocs(index, query, docs, keep: Uint8Array | null, opts) -> Float32Array
 Napi::Value ScoreDocs(const Napi::CallbackInfo& info, bool centroid) {
   Napi::Env env = info.Env();
@@ -469,9 +481,36 @@ Napi::Value ScoreDocs(const Napi::CallbackInfo& info, bool centroid) {
   Napi::Float32Array out = Napi::Float32Array::New(env, docs.ElementLength());
   if (centroid)
     maxsim_cpu::CentroidScoreDocs(*k, ix, q, lq, keep, docs.Data(), docs.ElementLength(), out.Data(), Threads(opts));
-  else
-    maxsim_cpu::ResidualScoreDocs(*k, ix, q, lq, docs.Data(), docs.ElementLength(), out.Data(), Threads(opts));
+  else {
+    // a pruning plan given whole (tests): keep [k]
+    const uint8_t* keepc = nullptr;
+    if (opts.IsObject() && !opts.As<Napi::Object>().Get("keep").IsUndefined()) {
+      auto kp = Typed<uint8_t>(env, opts.As<Napi::Object>().Get("keep"), "options.keep", "Uint8Array");
+      if (static_cast<int64_t>(kp.ElementLength()) != ix.k)
+        throw Expected(env, "options.keep.length", std::to_string(ix.k), std::to_string(kp.ElementLength()));
+      keepc = kp.Data();
+    }
+    maxsim_cpu::ResidualScoreDocs(*k, ix, q, lq, docs.Data(), docs.ElementLength(), out.Data(), Threads(opts), keepc);
+  }
   return out;
+}
+
+// prunePlan(index, query, { nprobe, prune }) -> Uint8Array [k]: the centroids whose tokens are decoded (tests)
+Napi::Value PrunePlan(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ResidualIndex ix = ParseIndex(env, info[0], false);
+  int64_t lq = 0;
+  const float* q = ParseQuery(env, info[1], ix.d, &lq);
+  CheckQueryFits(env, ix, lq);
+  if (!info[2].IsObject()) throw Expected(env, "options", "an object", "another value");
+  Napi::Object o = info[2].As<Napi::Object>();
+  const int64_t np = Int(env, o, "nprobe", 1, ix.k);
+  const float prune = Prune(env, o);
+  std::vector<uint8_t> keepc;
+  maxsim_cpu::ResidualPrunePlanOf(*Kernels(env, o), ix, q, lq, np, prune, &keepc);
+  Napi::Uint8Array kp = Napi::Uint8Array::New(env, keepc.size());
+  std::copy(keepc.begin(), keepc.end(), kp.Data());
+  return kp;
 }
 
 }  // namespace
@@ -484,6 +523,7 @@ void InitResidual(Napi::Env env, Napi::Object exports) {
   r.Set("checkIndex", Napi::Function::New(env, CheckIndex));
   r.Set("search", Napi::Function::New(env, Search));
   r.Set("searchBatch", Napi::Function::New(env, SearchBatch));
+  r.Set("prunePlan", Napi::Function::New(env, PrunePlan));
   r.Set("scoreDocs", Napi::Function::New(env, [](const Napi::CallbackInfo& i) { return ScoreDocs(i, false); }));
   r.Set("centroidDocs", Napi::Function::New(env, [](const Napi::CallbackInfo& i) { return ScoreDocs(i, true); }));
   exports.Set("residual", r);

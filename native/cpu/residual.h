@@ -41,6 +41,9 @@ struct ResidualQuery {
   const float* qscale = nullptr;  // [lqp]
   const int8_t* tab8 = nullptr;   // [dq][16]: round(weight[4p + j][e] / sw) at byte 4j + e (2-bit)
   int64_t dq = 0;
+  // Token pruning (ResidualPrunePlan): keepc null decodes every token; else only the tokens whose
+  // centroid keepc flags ([k]), the others counting q . c alone (their residual term left out).
+  const uint8_t* keepc = nullptr;
 };
 
 struct ResidualCodes {
@@ -146,6 +149,8 @@ struct ResidualSearchParams {
   // lists only: > 0 keeps the lists' best max(refine, candidates), re-scored by the bag interaction
   // ('hybrid': PLAID's stages 2 and 3 with the cheap list score as stage 2)
   int64_t refine = 0;
+  // the residual stage's token pruning (ResidualPrunePlan): infinity decodes every token
+  float prune = INFINITY;
   int threads = 0;
 };
 
@@ -186,9 +191,25 @@ void ResidualSearchBatch(const ResidualKernels& k, const ResidualIndex& index, c
                          const int64_t* lengths, int64_t nq, const ResidualSearchParams& p,
                          std::vector<ResidualSearchResult>* out, int64_t scratch = kResidualBatchScratch);
 
-// Scores listed documents by the fused residual kernel (for tests and benchmarks): qc is computed here.
+// The residual stage's pruning plan from a query's centroid scores qct ([k][lqp]) and probes
+// (probe_ids [lq][np], best first: the first is each token's best centroid): keepc[c] = 1 when
+// centroid c scores at least best_i - prune |best_i| for some query token i (best_i: i's best
+// centroid score; prune a fraction of it, so the rule does not depend on the vectors' scale). The tokens of the
+// other centroids are not decoded: each counts its q . c alone (PLAID's centroid pruning, here in
+// the residual stage; a token far below every query token's best rarely holds a max, and where it
+// does its residual term is what the score loses). keepc [k].
+void ResidualPrunePlan(const float* qct, int64_t k, int64_t lq, int64_t lqp, int64_t np, const int32_t* probe_ids,
+                       float prune, int threads, std::vector<uint8_t>* keepc);
+
+// Scores listed documents by the fused residual kernel (for tests and benchmarks): qc is computed
+// here. keepc (nullable): a pruning plan (ResidualQuery).
 void ResidualScoreDocs(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
-                       const int32_t* docs, int64_t n, float* out, int threads);
+                       const int32_t* docs, int64_t n, float* out, int threads, const uint8_t* keepc = nullptr);
+
+// The probes of ProbeCentroids (each query token's np best centroids, best first) for a query, and
+// its pruning plan: for tests.
+void ResidualPrunePlanOf(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
+                         int64_t np, float prune, std::vector<uint8_t>* keepc);
 // Centroid interaction of listed documents (keep nullable).
 void CentroidScoreDocs(const ResidualKernels& k, const ResidualIndex& index, const float* query, int64_t lq,
                        const uint8_t* keep, const int32_t* docs, int64_t n, float* out, int threads);

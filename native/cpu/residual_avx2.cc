@@ -41,10 +41,9 @@ struct RAvx2 {
   static T gather(const float* base, const int32_t* idx) {
     return _mm256_i32gather_ps(base, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx)), 4);
   }
-  static T keep_lanes(T v, int lo, int hi) {
-    const I i = iota();
-    const I in = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i),
-                                  _mm256_cmpgt_epi32(_mm256_add_epi32(i, _mm256_set1_epi32(1)), _mm256_set1_epi32(lo)));
+  static T keep_lanes(T v, uint32_t mask) {
+    const I bit = _mm256_sllv_epi32(_mm256_set1_epi32(1), iota());
+    const I in = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int32_t>(mask)), bit), bit);
     return _mm256_blendv_ps(neg_inf(), v, _mm256_castsi256_ps(in));
   }
   static T decode2(const uint8_t* p, int sub, const float* tab) {

@@ -42,10 +42,7 @@ struct RAvx512 {
   static T gather(const float* base, const int32_t* idx) {
     return _mm512_i32gather_ps(_mm512_loadu_si512(idx), base, 4);
   }
-  static T keep_lanes(T v, int lo, int hi) {
-    const __mmask16 m = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    return _mm512_mask_mov_ps(neg_inf(), m, v);
-  }
+  static T keep_lanes(T v, uint32_t mask) { return _mm512_mask_mov_ps(neg_inf(), static_cast<__mmask16>(mask), v); }
   static T decode2(const uint8_t* p, int, const float* tab) {
     uint32_t w;
     std::memcpy(&w, p, 4);

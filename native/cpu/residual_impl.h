@@ -3,7 +3,7 @@
 //
 // Traits V: type T (W float lanes), I (W int32 lanes), load, set1, zero, neg_inf, fma, max, add,
 // store, loadi, iota() (lane indices), addi, seti, best(bv, bi, v, j) (lanes where v > bv take v and j),
-// storei, hmax, gather(base, idx32*) (base[idx[lane]]), keep_lanes(v, lo, hi) (-inf outside [lo, hi)),
+// storei, hmax, gather(base, idx32*) (base[idx[lane]]), keep_lanes(v, mask) (-inf where mask's bit is clear),
 // decode2(p, sub, tab) / decode4(p, sub, tab): the weights of tokens [sub * W, sub * W + W) of a
 // 16-token block for one dimension (p: its code word, tab: its 16-entry table).
 //
@@ -149,6 +149,8 @@ inline typename V::T Decode(const uint8_t* p, int sub, const float* tab) {
 }
 
 // Query tokens [i0, i0 + MQ) against document tokens [start, start + len): adds each token's max.
+// Pruning (q.keepc): only the tokens of flagged centroids are decoded (a lane group with none skips
+// the decode); the others count q . c alone.
 template <class V, int BITS, int MQ>
 inline double ResidualGroup(const ResidualQuery& q, const ResidualCodes& c, int64_t start, int64_t len, int64_t i0) {
   using T = typename V::T;
@@ -166,7 +168,12 @@ inline double ResidualGroup(const ResidualQuery& q, const ResidualCodes& c, int6
       const int64_t tok0 = b * kResidualBlock + sub * V::W;
       const int lo = static_cast<int>(start > tok0 ? start - tok0 : 0);
       const int hi = static_cast<int>(end - tok0 < V::W ? end - tok0 : V::W);
-      if (lo >= hi) continue;
+      uint32_t mask = 0, kept = 0;  // the lanes in range, and those decoded
+      for (int l = lo; l < hi; l++) {
+        mask |= 1u << l;
+        if (!q.keepc || q.keepc[c.cids[tok0 + l]]) kept |= 1u << l;
+      }
+      if (!mask) continue;
       // q_i . centroid of each lane's token: row cid of qct, column i (k * lqp < 2^31: the driver checks)
       int32_t at[V::W];
       for (int l = 0; l < V::W; l++) at[l] = c.cids[tok0 + l] * static_cast<int32_t>(q.lqp);
@@ -174,15 +181,16 @@ inline double ResidualGroup(const ResidualQuery& q, const ResidualCodes& c, int6
 #pragma GCC unroll 16
       for (int m = 0; m < MQ; m++) acc[m] = V::zero();
       const float* qk = q.qt + i0;
-      for (int64_t k = 0; k < d; k++, qk += q.lq) {
+      for (int64_t k = 0; k < (kept ? d : 0); k++, qk += q.lq) {
         const T w = Decode<V, BITS>(p + k * kDimBytes, sub, c.tables + k * kResidualTable);
 #pragma GCC unroll 16
         for (int m = 0; m < MQ; m++) acc[m] = V::fma(V::set1(qk[m]), w, acc[m]);
       }
 #pragma GCC unroll 16
       for (int m = 0; m < MQ; m++) {
-        const T full = V::add(acc[m], V::gather(q.qct + i0 + m, at));
-        rm[m] = V::max(rm[m], V::keep_lanes(full, lo, hi));
+        const T qc = V::gather(q.qct + i0 + m, at);
+        rm[m] = V::max(rm[m], V::keep_lanes(V::add(acc[m], qc), kept));
+        if (kept != mask) rm[m] = V::max(rm[m], V::keep_lanes(qc, mask & ~kept));  // q . c alone
       }
     }
   }

@@ -20,13 +20,18 @@
 // tokens), kBias (the query bytes are q + kBias), Fallback() (the fp32 set for 4-bit), zero, set1,
 // load, store, add4(acc, v) (acc + each dword's 4 signed bytes summed), dot(acc, a_u8, b_s8),
 // decode(w, tab, h) (tokens [h L, h L + L) of a quad: w its 16 code bytes, tab its 16 int8 weights),
-// loadf, storef, fmadd, fmax, cvt (int32 -> float).
+// compress(v, mask) (the dwords whose mask bit is set moved to the front, in order), loadf, storef,
+// fmadd, fmax, cvt (int32 -> float).
+//
+// Pruning (ResidualQuery::keepc): the tokens a document keeps are decoded and compacted into a
+// quad-major chunk, so the dot tiles only ever see kept tokens; the others fold in their q . c.
 #pragma once
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "residual.h"
@@ -39,12 +44,28 @@ using maxsim_cpu::ResidualQuery;
 
 // Blocks decoded per pass over the query (16 KB of int8 weights at d = 128: stays in L1).
 constexpr int64_t kChunkBlocks = 8;
+constexpr int64_t kChunkTokens = kChunkBlocks * kResidualBlock;
 constexpr int64_t kMaxQuads = 256;  // d <= 1024 takes the int8 path (the driver checks)
+// The decoded chunk is quad-major: kept token m's four weights of quad p at r + p * kRowBytes + 4 m,
+// so a tile's tokens are consecutive whichever blocks they came from. A row has room for one vector
+// more than a chunk: the compacting stores write whole vectors past the last token kept.
+constexpr int64_t kRowBytes = 4 * (kChunkTokens + 16);
 
-// Tokens [0, 16) of a block: per quad p the 64 bytes of weights (dword t = token t) into r, and each
-// token's sum of weights into sums (for the +kBias of the query bytes).
+// The tokens of one block whose bit is set in mask (bit t: token t of the block) decoded into the
+// slots m, m + 1, ... of r, each with its sum of weights in sums (for the +kBias of the query
+// bytes); returns the next free slot. Per quad p the 64 bytes of weights (dword t = token t) are
+// compacted to the kept tokens (R::compress) before the store.
 template <class R>
-inline void DecodeBlock(const uint8_t* block, const int8_t* tab8, int64_t d, int64_t dq, int8_t* r, int32_t* sums) {
+inline int64_t DecodeKept(const uint8_t* block, const int8_t* tab8, int64_t d, int64_t dq, uint32_t mask, int8_t* r,
+                          int32_t* sums, int64_t m) {
+  constexpr uint32_t kFull = (1u << R::L) - 1u;
+  uint32_t hm[R::VB];
+  int64_t at[R::VB];
+  for (int h = 0; h < R::VB; h++) {
+    hm[h] = (mask >> (h * R::L)) & kFull;
+    at[h] = m;
+    m += __builtin_popcount(hm[h]);
+  }
   typename R::V sum[R::VB];
   for (int h = 0; h < R::VB; h++) sum[h] = R::zero();
   for (int64_t p = 0; p < dq; p++) {
@@ -58,16 +79,19 @@ inline void DecodeBlock(const uint8_t* block, const int8_t* tab8, int64_t d, int
     }
     const __m128i tab = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tab8 + 16 * p));
     for (int h = 0; h < R::VB; h++) {
+      if (!hm[h]) continue;
       const typename R::V v = R::decode(w, tab, h);
       sum[h] = R::add4(sum[h], v);
-      R::store(r + 64 * p + 4 * R::L * h, v);
+      R::store(r + p * kRowBytes + 4 * at[h], hm[h] == kFull ? v : R::compress(v, hm[h]));
     }
   }
-  for (int h = 0; h < R::VB; h++) R::store(sums + R::L * h, sum[h]);
+  for (int h = 0; h < R::VB; h++)
+    if (hm[h]) R::store(sums + at[h], hm[h] == kFull ? sum[h] : R::compress(sum[h], hm[h]));
+  return m;
 }
 
-// NR tokens (weights at r + 4 n, stride 64 per quad) against MB query vectors from vector vb (query
-// tokens [vb L, (vb + MB) L)): folds sq_i sw dot + qct[cid][i] into the running maxima rm.
+// NR tokens (weights at r + 4 n, stride kRowBytes per quad) against MB query vectors from vector vb
+// (query tokens [vb L, (vb + MB) L)): folds sq_i sw dot + qct[cid][i] into the running maxima rm.
 template <class R, int MB, int NR>
 inline void Tile(const ResidualQuery& q, const int8_t* r, const int32_t* sums, const int32_t* cids, int64_t vb,
                  float* rm) {
@@ -104,7 +128,7 @@ inline void Tile(const ResidualQuery& q, const int8_t* r, const int32_t* sums, c
 #pragma GCC unroll 16
     for (int n = 0; n < NR; n++) {
       int32_t wv;
-      std::memcpy(&wv, r + p * 64 + 4 * n, 4);
+      std::memcpy(&wv, r + p * kRowBytes + 4 * n, 4);
       const V b = R::set1(wv);
 #pragma GCC unroll 4
       for (int m = 0; m < MB; m++) acc[m][n] = R::dot(acc[m][n], a[m], b);
@@ -124,32 +148,23 @@ inline void Tile(const ResidualQuery& q, const int8_t* r, const int32_t* sums, c
   }
 }
 
-// Tokens [t0, t1) of the decoded chunk (chunk token index) against every query vector.
+// The n decoded tokens of a chunk against every query vector: full tiles, then a half tile, then
+// single tokens.
 template <class R>
-inline void TokensRange(const ResidualQuery& q, const int8_t* r, const int32_t* sums, const int32_t* cids,
-                        int64_t t0, int64_t t1, float* rm) {
-  constexpr int MB = R::kTileQ, NR = R::kTileT;
+inline void TokensKept(const ResidualQuery& q, const int8_t* r, const int32_t* sums, const int32_t* cids, int64_t n,
+                       float* rm) {
+  constexpr int MB = R::kTileQ, NR = R::kTileT, NH = NR / 2 > 1 ? NR / 2 : 1;
+  auto run = [&](auto mb_tag, int64_t vb) {
+    constexpr int M = decltype(mb_tag)::value;
+    int64_t t = 0;
+    for (; t + NR <= n; t += NR) Tile<R, M, NR>(q, r + 4 * t, sums + t, cids + t, vb, rm);
+    for (; t + NH <= n; t += NH) Tile<R, M, NH>(q, r + 4 * t, sums + t, cids + t, vb, rm);
+    for (; t < n; t++) Tile<R, M, 1>(q, r + 4 * t, sums + t, cids + t, vb, rm);
+  };
   const int64_t nv = q.lqp / R::L;
-  for (int64_t t = t0; t < t1;) {
-    // a run of tokens inside one block: their weights are dwords of the same quad vectors
-    const int64_t blk = t / kResidualBlock;
-    const int64_t end = std::min<int64_t>(t1, (blk + 1) * kResidualBlock);
-    const int8_t* rb = r + blk * q.dq * 64 + 4 * (t % kResidualBlock);
-    const int32_t* sb = sums + t;
-    const int32_t* cb = cids + t;
-    int64_t vb = 0;
-    for (; vb + MB <= nv; vb += MB) {
-      int64_t n = 0;
-      for (; n + NR <= end - t; n += NR) Tile<R, MB, NR>(q, rb + 4 * n, sb + n, cb + n, vb, rm);
-      for (; n < end - t; n++) Tile<R, MB, 1>(q, rb + 4 * n, sb + n, cb + n, vb, rm);
-    }
-    for (; vb < nv; vb++) {
-      int64_t n = 0;
-      for (; n + NR <= end - t; n += NR) Tile<R, 1, NR>(q, rb + 4 * n, sb + n, cb + n, vb, rm);
-      for (; n < end - t; n++) Tile<R, 1, 1>(q, rb + 4 * n, sb + n, cb + n, vb, rm);
-    }
-    t = end;
-  }
+  int64_t vb = 0;
+  for (; vb + MB <= nv; vb += MB) run(std::integral_constant<int, MB>{}, vb);
+  for (; vb < nv; vb++) run(std::integral_constant<int, 1>{}, vb);
 }
 
 template <class R>
@@ -157,8 +172,9 @@ float ResidualDocInt8(const ResidualQuery& q, const ResidualCodes& c, int64_t st
   if (c.bits != 2) return R::Fallback()->residual_doc(q, c, start, len);  // 4-bit: float
   if (len <= 0) return -INFINITY;
   if (q.lq == 0) return 0.0f;
-  alignas(64) int8_t r[kChunkBlocks * kMaxQuads * 64];
-  alignas(64) int32_t sums[kChunkBlocks * kResidualBlock];
+  alignas(64) int8_t r[kMaxQuads * kRowBytes];
+  alignas(64) int32_t sums[kChunkTokens + 16];
+  int32_t cids[kChunkTokens], rest[kChunkTokens];
   alignas(64) float rm[1024];
   float* rmax = rm;
   std::vector<float> big;
@@ -171,12 +187,31 @@ float ResidualDocInt8(const ResidualQuery& q, const ResidualCodes& c, int64_t st
   const int64_t end = start + len;
   for (int64_t b0 = start / kResidualBlock; b0 * kResidualBlock < end; b0 += kChunkBlocks) {
     const int64_t b1 = std::min<int64_t>(b0 + kChunkBlocks, (end + kResidualBlock - 1) / kResidualBlock);
-    for (int64_t b = b0; b < b1; b++)
-      DecodeBlock<R>(c.codes + b * block_bytes, q.tab8, c.d, q.dq, r + (b - b0) * q.dq * 64,
-                     sums + (b - b0) * kResidualBlock);
-    const int64_t base = b0 * kResidualBlock;
-    TokensRange<R>(q, r, sums, c.cids + base, std::max(start, base) - base,
-                   std::min(end, b1 * kResidualBlock) - base, rmax);
+    int64_t n = 0, nrest = 0;
+    for (int64_t b = b0; b < b1; b++) {
+      const int64_t tok0 = b * kResidualBlock;
+      const int64_t lo = std::max(start, tok0) - tok0, hi = std::min(end, tok0 + kResidualBlock) - tok0;
+      uint32_t mask = 0;
+      for (int64_t l = lo; l < hi; l++) {
+        const int32_t cid = c.cids[tok0 + l];
+        if (!q.keepc || q.keepc[cid]) {
+          mask |= 1u << l;
+        } else {  // not decoded: its q . c row is folded in after the chunk's tiles (fetched meanwhile)
+          _mm_prefetch(reinterpret_cast<const char*>(q.qct + static_cast<int64_t>(cid) * q.lqp), _MM_HINT_T0);
+          rest[nrest++] = cid;
+        }
+      }
+      if (!mask) continue;
+      int64_t at = n;
+      for (int64_t l = lo; l < hi; l++)
+        if (mask >> l & 1u) cids[at++] = c.cids[tok0 + l];
+      n = DecodeKept<R>(c.codes + b * block_bytes, q.tab8, c.d, q.dq, mask, r, sums, n);
+    }
+    if (n > 0) TokensKept<R>(q, r, sums, cids, n, rmax);
+    for (int64_t j = 0; j < nrest; j++) {
+      const float* row = q.qct + static_cast<int64_t>(rest[j]) * q.lqp;
+      for (int64_t i = 0; i < q.lqp; i += R::L) R::storef(rmax + i, R::fmax(R::loadf(rmax + i), R::loadf(row + i)));
+    }
   }
   double s = 0.0;
   for (int64_t i = 0; i < q.lq; i++) s += static_cast<double>(rmax[i]);
@@ -184,6 +219,19 @@ float ResidualDocInt8(const ResidualQuery& q, const ResidualCodes& c, int64_t st
 }
 
 #if defined(__AVX2__)
+// For each 8-bit mask, the lanes of its set bits in order (vpermd indices of a compaction).
+struct Compress8 {
+  alignas(32) int32_t at[256][8];
+  constexpr Compress8() : at{} {
+    for (int m = 0; m < 256; m++) {
+      int k = 0;
+      for (int l = 0; l < 8; l++)
+        if (m >> l & 1) at[m][k++] = l;
+    }
+  }
+};
+constexpr Compress8 kCompress8{};
+
 // The ymm half of a set (AVX-VNNI, AVX2): 8 query tokens per vector, a quad's 16 tokens as two
 // vectors (h = 0: tokens 0-7, 128-bit lanes 0-1; h = 1: tokens 8-15), everything but dot and add4.
 struct RYmm {
@@ -207,6 +255,9 @@ struct RYmm {
     V v = _mm256_srlv_epi32(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(w), h ? g1 : g0), shift);
     v = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0x03030303)), _mm256_set1_epi32(0x0C080400));
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tab), v);
+  }
+  static V compress(V v, uint32_t mask) {
+    return _mm256_permutevar8x32_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompress8.at[mask])));
   }
   static F loadf(const float* p) { return _mm256_loadu_ps(p); }
   static void storef(float* p, F v) { _mm256_storeu_ps(p, v); }

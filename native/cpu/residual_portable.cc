@@ -75,9 +75,9 @@ struct RPortable {
     for (int i = 0; i < 8; i++) r.v[i] = base[idx[i]];
     return r;
   }
-  static T keep_lanes(T v, int lo, int hi) {
+  static T keep_lanes(T v, uint32_t mask) {
     for (int i = 0; i < 8; i++)
-      if (i < lo || i >= hi) v.v[i] = -INFINITY;
+      if (!(mask >> i & 1u)) v.v[i] = -INFINITY;
     return v;
   }
   template <int BITS>

@@ -196,9 +196,10 @@ void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::
 }  // namespace
 
 void ResidualScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
-                       const int32_t* docs, int64_t n, float* out, int threads) {
+                       const int32_t* docs, int64_t n, float* out, int threads, const uint8_t* keepc) {
   QueryForm f;
   PrepareQuery(kern, ix, query, lq, threads, &f);
+  f.rq.keepc = keepc;
   constexpr int64_t kDocs = 16;
   ForEach((n + kDocs - 1) / kDocs, threads, [&](int, int64_t item) {
     for (int64_t i = item * kDocs; i < std::min(n, item * kDocs + kDocs); i++) {
@@ -285,6 +286,40 @@ void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_
   for (int64_t j = 0; j < lq * np; j++) (*probed)[id[j]] = 1;
 }
 
+void ResidualPrunePlan(const float* qct, int64_t k, int64_t lq, int64_t lqp, int64_t np, const int32_t* probe_ids,
+                       float prune, int threads, std::vector<uint8_t>* keepc) {
+  keepc->assign(static_cast<size_t>(k), 0);
+  // each token's cut: its best centroid score (its first probe) less prune times its magnitude;
+  // +inf past lq
+  std::vector<float> cut(static_cast<size_t>(lqp), INFINITY);
+  for (int64_t i = 0; i < lq; i++) {
+    const float best = qct[static_cast<int64_t>(probe_ids[i * np]) * lqp + i];
+    cut[i] = best - prune * std::fabs(best);
+  }
+  constexpr int64_t kChunk = 1024;
+  uint8_t* out = keepc->data();
+  const float* ct = cut.data();
+  ForEach((k + kChunk - 1) / kChunk, threads, [&](int, int64_t item) {
+    for (int64_t c = item * kChunk; c < std::min(k, item * kChunk + kChunk); c++) {
+      const float* row = qct + c * lqp;
+      bool any = false;
+      for (int64_t i = 0; i < lqp; i++) any |= row[i] >= ct[i];  // vectorizes
+      out[c] = any ? 1 : 0;
+    }
+  });
+}
+
+void ResidualPrunePlanOf(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
+                         int64_t np, float prune, std::vector<uint8_t>* keepc) {
+  QueryForm f;
+  PrepareQuery(kern, ix, query, lq, 1, &f);
+  np = std::min(np, ix.k);
+  std::vector<uint8_t> probed(static_cast<size_t>(ix.k), 0);
+  std::vector<int32_t> probe_ids;
+  ProbeCentroids(f.qct, ix.k, lq, f.lqp, np, &probed, &probe_ids);
+  ResidualPrunePlan(f.qct.data(), ix.k, lq, f.lqp, np, probe_ids.data(), prune, 1, keepc);
+}
+
 void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq,
                     const ResidualSearchParams& p, std::vector<int32_t>* ids, std::vector<float>* scores,
                     ResidualSearchStats* st) {
@@ -345,7 +380,12 @@ void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIn
   st->ms_interaction = MsSince(t);
   t = Clock::now();
   // The fused residual MaxSim of the survivors.
-  const ResidualQuery& rq = f.rq;
+  ResidualQuery rq = f.rq;
+  std::vector<uint8_t> keepc;
+  if (p.prune < INFINITY && np > 0 && lq > 0) {
+    ResidualPrunePlan(qct.data(), ix.k, lq, lqp, np, probe_ids.data(), p.prune, p.threads, &keepc);
+    rq.keepc = keepc.data();
+  }
   std::vector<float> rs(static_cast<size_t>(keep_n));
   constexpr int64_t kResDocs = 8;
   ForEach((keep_n + kResDocs - 1) / kResDocs, p.threads, [&](int, int64_t item) {

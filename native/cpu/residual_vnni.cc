@@ -37,6 +37,7 @@ struct RVnni512 {
     v = _mm512_ternarylogic_epi32(v, _mm512_set1_epi32(0x03030303), _mm512_set1_epi32(0x0C080400), 0xEA);
     return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(tab), v);  // (v & mask) | offs indexes byte 4j + e
   }
+  static V compress(V v, uint32_t mask) { return _mm512_maskz_compress_epi32(static_cast<__mmask16>(mask), v); }
   static F loadf(const float* p) { return _mm512_loadu_ps(p); }
   static void storef(float* p, F v) { _mm512_storeu_ps(p, v); }
   static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }

@@ -31,6 +31,12 @@ export interface CorpusIndexOptions {
   /** Centroid pruning threshold of the interaction stage (default: none). */
   threshold?: number;
   /**
+   * The CPU residual stage's token pruning (PlaidIndex.search): tokens whose centroid scores below
+   * every query token's best centroid score less this fraction of it count that centroid score
+   * alone (default 0.25; Infinity decodes every token). The GPU stages decode every token.
+   */
+  prune?: number;
+  /**
    * How reached documents are scored before the residual stage (PlaidIndex.search): the GPU stages
    * implement 'bags', the default there; the CPU default is 'lists'. 'auto' runs 'lists' and 'hybrid'
    * on the CPU; backend 'cuda' with either is an error.
@@ -78,7 +84,7 @@ export interface IndexSearchStats {
   isa: string;
 }
 
-const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold', 'interaction', 'precision']);
+const KEYS = new Set(['nprobe', 'candidates', 'rescore', 'threshold', 'prune', 'interaction', 'precision']);
 const MAX = 1 << 24;
 
 function whole(name: string, v: unknown, min: number, max: number, why = ''): number {
@@ -99,13 +105,14 @@ export function indexSettings(
   candidates: number;
   rescore: number;
   threshold: number;
+  prune: number;
   interaction: IndexInteraction | undefined;
   precision: StagePrecision | undefined;
 } {
   if (value !== undefined && (value === null || typeof value !== 'object' || Array.isArray(value)))
     throw new InvalidArgumentError(
       'index',
-      'false or an object { nprobe, candidates, rescore, threshold, interaction, precision }',
+      'false or an object { nprobe, candidates, rescore, threshold, prune, interaction, precision }',
       describe(value),
     );
   const o = (value ?? {}) as Record<string, unknown>;
@@ -113,7 +120,7 @@ export function indexSettings(
     if (!KEYS.has(key))
       throw new InvalidArgumentError(
         `index.${key}`,
-        'one of nprobe, candidates, rescore, threshold, interaction, precision',
+        'one of nprobe, candidates, rescore, threshold, prune, interaction, precision',
         'an unknown option',
       );
   const def = defaultSearch(Math.max(1, k), docs);
@@ -130,6 +137,9 @@ export function indexSettings(
       'a number (or -Infinity: no pruning)',
       describe(threshold),
     );
+  const prune = o.prune ?? def.prune;
+  if (typeof prune !== 'number' || !(prune >= 0))
+    throw new InvalidArgumentError('index.prune', 'a number >= 0 (Infinity: no pruning)', describe(prune));
   return {
     nprobe: whole(
       'index.nprobe',
@@ -147,6 +157,7 @@ export function indexSettings(
       ' (at least k)',
     ),
     threshold,
+    prune,
     interaction,
     precision,
   };
@@ -309,6 +320,7 @@ export async function searchSegmentBatch(
       candidates: Math.max(settings.candidates, want),
       rescore: want,
       threshold: settings.threshold,
+      prune: settings.prune,
       interaction: settings.interaction,
       threads,
     });

@@ -27,7 +27,7 @@ export function cpuSearchPlan(
   docs: number,
   centroids: number,
 ): { k: number; rescore: number; native: NativeSearchOptions } {
-  const { k, nprobe, candidates, rescore, threshold } = searchSettings(options, docs);
+  const { k, nprobe, candidates, rescore, threshold, prune } = searchSettings(options, docs);
   const interaction = options.interaction ?? defaultSearch(k, docs).interaction;
   if (!INTERACTIONS.includes(interaction))
     throw new InvalidArgumentError('options.interaction', "'lists', 'bags' or 'hybrid'", String(interaction));
@@ -35,6 +35,7 @@ export function cpuSearchPlan(
     nprobe: Math.min(nprobe, centroids),
     candidates: Math.max(candidates, k),
     threshold,
+    prune,
     interaction,
     threads: options.threads,
     isa: options.isa,

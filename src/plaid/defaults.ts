@@ -18,24 +18,34 @@ export function defaultCentroids(tokens: number): number {
  * The search defaults for k hits over `docs` documents (default 100,000), from the recall / latency
  * curves of bench/results/plaid-cpu.md (structured synthetic corpus, 64 tokens per document, d = 128,
  * K = defaultCentroids, 2-bit): the probes and candidates grow with sqrt(docs / 100K) (nprobe 16 and
- * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring with its fourth root (512, 1,024).
+ * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring with its fourth root (512, 1,024);
+ * the residual stage's token pruning at 0.25 (IndexSearchOptions.prune).
  */
 export function defaultSearch(
   k: number,
   docs = 100_000,
-): { nprobe: number; candidates: number; rescore: number; interaction: 'lists' } {
+): { nprobe: number; candidates: number; rescore: number; prune: number; interaction: 'lists' } {
   const scale = Math.sqrt(Math.max(1, docs) / 100_000);
   const nprobe = Math.min(128, 2 ** Math.ceil(Math.log2(Math.max(8, 16 * scale))));
   const candidates = Math.max(20 * k, 1024 * Math.max(1, Math.round(4 * scale)));
   const rescore = Math.max(5 * k, 256 * Math.max(1, Math.round(2 * Math.sqrt(scale))));
-  return { nprobe, candidates, rescore, interaction: 'lists' };
+  // bench/results/plaid-cpu.md: at 1M, 0.15-0.35 keep recall@10 / @100 and cut the residual stage by 25%
+  const prune = 0.25;
+  return { nprobe, candidates, rescore, prune, interaction: 'lists' };
 }
 
-/** A search's k, probes, candidates, re-scored count and threshold: given, or the defaults; checked. */
+/** A search's k, probes, candidates, re-scored count, threshold and prune: given, or the defaults; checked. */
 export function searchSettings(
-  options: { k: number; nprobe?: number; candidates?: number; rescore?: number; threshold?: number },
+  options: {
+    k: number;
+    nprobe?: number;
+    candidates?: number;
+    rescore?: number;
+    threshold?: number;
+    prune?: number;
+  },
   docs: number,
-): { k: number; nprobe: number; candidates: number; rescore: number; threshold: number } {
+): { k: number; nprobe: number; candidates: number; rescore: number; threshold: number; prune: number } {
   const k = expectInteger('options.k', options.k, 1);
   const def = defaultSearch(k, docs);
   const nprobe = expectInteger('options.nprobe', options.nprobe ?? def.nprobe, 1);
@@ -44,5 +54,8 @@ export function searchSettings(
   const threshold = options.threshold ?? Number.NEGATIVE_INFINITY;
   if (typeof threshold !== 'number' || Number.isNaN(threshold))
     throw new InvalidArgumentError('options.threshold', 'a number', String(threshold));
-  return { k, nprobe, candidates, rescore, threshold };
+  const prune = options.prune ?? def.prune;
+  if (typeof prune !== 'number' || !(prune >= 0))
+    throw new InvalidArgumentError('options.prune', 'a number >= 0 (Infinity: no pruning)', String(prune));
+  return { k, nprobe, candidates, rescore, threshold, prune };
 }

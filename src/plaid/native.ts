@@ -59,6 +59,7 @@ export interface NativeSearchOptions extends KernelOptions {
   nprobe: number;
   candidates: number;
   threshold?: number;
+  prune?: number;
   interaction?: 'lists' | 'bags' | 'hybrid';
 }
 
@@ -92,7 +93,17 @@ interface ResidualAddon {
     lengths: Int32Array,
     o: NativeSearchOptions & { passBytes?: number },
   ): Promise<{ ids: Int32Array; scores: Float32Array; offsets: Float64Array; stats: NativeSearchStats[] }>;
-  scoreDocs(index: NativeIndex, query: Float32Array, docs: Int32Array, o: KernelOptions): Float32Array;
+  scoreDocs(
+    index: NativeIndex,
+    query: Float32Array,
+    docs: Int32Array,
+    o: KernelOptions & { keep?: Uint8Array },
+  ): Float32Array;
+  prunePlan(
+    index: NativeIndex,
+    query: Float32Array,
+    o: KernelOptions & { nprobe: number; prune: number },
+  ): Uint8Array;
   centroidDocs(
     index: NativeIndex,
     query: Float32Array,

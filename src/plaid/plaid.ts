@@ -125,6 +125,13 @@ export interface IndexSearchOptions extends KernelOptions {
   /** Centroid pruning ('bags'): centroids whose best query-token score is below it are left out of the bags. */
   threshold?: number;
   /**
+   * The residual stage's token pruning (PLAID's centroid pruning, moved to the residual stage): a
+   * document token is decoded only when its centroid scores at least best_i - prune |best_i| for
+   * some query token i (best_i: i's best centroid score in the index); the other tokens count their
+   * centroid score alone. Default 0.25 (defaultSearch); Infinity decodes every token.
+   */
+  prune?: number;
+  /**
    * How reached documents are scored before the residual stage: 'lists' (default: per query token
    * the best of its probed centroids the document holds, its nprobe-th best centroid score when none;
    * costs the probed lists' length) or 'bags' (PLAID's centroid interaction over each document's
@@ -300,7 +307,10 @@ export class PlaidIndex {
   async search(query: TokenMatrix, options: IndexSearchOptions): Promise<IndexSearchResult> {
     if (!isTokenMatrix(query))
       throw new InvalidArgumentError('query', 'a TokenMatrix (searchAll takes a batch)', typeof query);
-    options = optionsObject(options, 'k, nprobe, candidates, threshold, interaction, rescore, threads, isa');
+    options = optionsObject(
+      options,
+      'k, nprobe, candidates, threshold, prune, interaction, rescore, threads, isa',
+    );
     if (query.dtype === 'int8') throw new InvalidArgumentError('query.dtype', 'a float dtype', "'int8'");
     if (query.dim !== this.dim)
       throw new InvalidArgumentError('query.dim', `${this.dim} (the index's dim)`, String(query.dim));
@@ -332,7 +342,10 @@ export class PlaidIndex {
     }
     // the CPU stages of the whole batch at once (src/plaid/batch.ts), then each query's exact stage
     const { matrices, rows, lengths } = splitQueries(queries, this.dim);
-    options = optionsObject(options, 'k, nprobe, candidates, threshold, interaction, rescore, threads, isa');
+    options = optionsObject(
+      options,
+      'k, nprobe, candidates, threshold, prune, interaction, rescore, threads, isa',
+    );
     const { k, rescore, native } = cpuSearchPlan(options, this.count, this.centroids);
     const hits = await nativeSearchBatch(this.native, rows, lengths, native);
     const out: IndexSearchResult[] = [];

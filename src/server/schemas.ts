@@ -85,6 +85,13 @@ const IndexSettings = Type.Union(
           Type.Integer({ description: 'residual-scored documents re-scored exactly (>= top_k)' }),
         ),
         threshold: Type.Optional(Type.Number({ description: 'centroid pruning threshold (default none)' })),
+        prune: Type.Optional(
+          Type.Number({
+            minimum: 0,
+            description:
+              "the CPU residual stage's token pruning, a fraction of each query token's best centroid score (default 0.25)",
+          }),
+        ),
         interaction: Type.Optional(
           Type.Union([Type.Literal('lists'), Type.Literal('bags'), Type.Literal('hybrid')], {
             description:
