@@ -230,6 +230,8 @@ test('CLI: corpus index, info, search through the index and --exact, append repo
     '80',
     '--rescore',
     '40',
+    '--prune',
+    '0.1',
     '--stats',
   );
   assert.equal(viaIndex.status, 0, viaIndex.stderr);
@@ -241,6 +243,9 @@ test('CLI: corpus index, info, search through the index and --exact, append repo
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /for --nprobe but received 999/);
   assert.match(viaIndex.stderr, /"rescore":40/);
+  const badPrune = cli('search', '--corpus', dir, '--queries', qfile, '--prune', '-1');
+  assert.equal(badPrune.status, 2);
+  assert.match(badPrune.stderr, /--prune.*expected a number >= 0/);
   // index settings with --exact: refused naming the flag and what was typed
   const both = cli('search', '--corpus', dir, '--queries', qfile, '--exact', '--rescore', '9');
   assert.equal(both.status, 1);

@@ -40,6 +40,15 @@ export function integerOption(min: number, max = Number.MAX_SAFE_INTEGER): (valu
   };
 }
 
+/** A parser for number options >= min ('Infinity' allowed). */
+export function numberOption(min: number, why = ''): (value: string) => number {
+  return (value) => {
+    const n = value.trim() === '' ? Number.NaN : Number(value);
+    if (!(n >= min)) throw new UsageError(`expected a number >= ${min}${why}`);
+    return n;
+  };
+}
+
 const DTYPE_ALIASES: Record<string, FloatDType> = {
   f32: 'float32',
   float32: 'float32',

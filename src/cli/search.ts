@@ -19,6 +19,7 @@ import {
   jsonScore,
   loadInputs,
   loadQueries,
+  numberOption,
   parseGpus,
   scalesOption,
   scoreInBlocks,
@@ -44,6 +45,7 @@ interface SearchCommandOptions extends InputOptions {
   nprobe?: number;
   candidates?: number;
   rescore?: number;
+  prune?: number;
   verifyCorpus: boolean;
   backend: BackendChoice;
   threads?: number;
@@ -52,11 +54,11 @@ interface SearchCommandOptions extends InputOptions {
   scales?: ScaleGranularity;
 }
 
-// --exact: the full scan; --nprobe / --candidates / --rescore: settings of the search through the index
+// --exact: the full scan; --nprobe / --candidates / --rescore / --prune: settings of the search through the index
 function indexOption(
   opts: SearchCommandOptions,
-): false | { nprobe?: number; candidates?: number; rescore?: number } {
-  const tuned = (['nprobe', 'candidates', 'rescore'] as const).filter((k) => opts[k] !== undefined);
+): false | { nprobe?: number; candidates?: number; rescore?: number; prune?: number } {
+  const tuned = (['nprobe', 'candidates', 'rescore', 'prune'] as const).filter((k) => opts[k] !== undefined);
   if (opts.exact) {
     if (tuned.length > 0)
       throw new InvalidArgumentError(
@@ -71,7 +73,7 @@ function indexOption(
 
 // the library names its options (index.rescore); the command line names the flag that was typed
 function asFlag(e: unknown, exact: boolean | undefined): unknown {
-  if (e instanceof InvalidArgumentError && /^index\.(nprobe|candidates|rescore)$/.test(e.argument))
+  if (e instanceof InvalidArgumentError && /^index\.(nprobe|candidates|rescore|prune)$/.test(e.argument))
     return new InvalidArgumentError(`--${e.argument.slice(6)}`, e.expected, e.received);
   if (e instanceof InvalidArgumentError && e.argument === 'index' && exact)
     return new InvalidArgumentError('--exact', e.expected, '--exact');
@@ -133,6 +135,11 @@ export function searchCommand(): Command {
       '--rescore <n>',
       'with --corpus through its index: residual-scored documents re-scored exactly (at least --top-k)',
       integerOption(1),
+    )
+    .option(
+      '--prune <x>',
+      "with --corpus through its index: the CPU residual stage's token pruning, a number >= 0 (default 0.25; Infinity decodes every token)",
+      numberOption(0, ' (Infinity: no pruning)'),
     )
     .option(
       '--no-verify-corpus',
