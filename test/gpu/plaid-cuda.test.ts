@@ -327,8 +327,14 @@ describe('CUDA plaid search', { skip }, () => {
       { k: 10, nprobe: 8, candidates: 200, rescore: 50, threshold: 0.35 },
     ]) {
       const gpu = await index.searchAll(queries, { ...o, backend: 'cuda', precision: 'float32' });
-      // the CPU side runs the interaction the GPU implements (the CPU default is 'lists')
-      const cpu = await index.searchAll(queries, { ...o, isa: fmaIsa, interaction: 'bags' });
+      // the CPU side runs the interaction the GPU implements (the CPU default is 'lists') and
+      // decodes every token, as the GPU does (the CPU default prunes)
+      const cpu = await index.searchAll(queries, {
+        ...o,
+        isa: fmaIsa,
+        interaction: 'bags',
+        prune: Number.POSITIVE_INFINITY,
+      });
       for (let qi = 0; qi < queries.count; qi++) {
         const g = gpu[qi].hits;
         const c = cpu[qi].hits;
@@ -574,7 +580,12 @@ describe('CUDA plaid search', { skip }, () => {
       // nprobe = K: every document a candidate, every candidate re-scored exactly
       const all = { k: 12, nprobe: 16, candidates: 400, rescore: 400 };
       const gpu = await index.searchAll(queries, { ...all, backend: 'cuda', precision: 'float16' });
-      const cpu = await index.searchAll(queries, { ...all, isa: fmaIsa, interaction: 'bags' });
+      const cpu = await index.searchAll(queries, {
+        ...all,
+        isa: fmaIsa,
+        interaction: 'bags',
+        prune: Number.POSITIVE_INFINITY,
+      });
       for (let qi = 0; qi < lens.length; qi++) {
         const g = gpu[qi].hits;
         const h = cpu[qi].hits;
@@ -624,6 +635,7 @@ describe('CUDA plaid search', { skip }, () => {
       candidates: 64,
       isa: fmaIsa,
       interaction: 'bags',
+      prune: Number.POSITIVE_INFINITY,
     });
     for (let i = 0; i < 5; i++) {
       assert.deepEqual(gpu[i].hits, cpu[i].hits, `query ${i}`);
