@@ -18,8 +18,10 @@ export function defaultCentroids(tokens: number): number {
  * The search defaults for k hits over `docs` documents (default 100,000), from the recall / latency
  * curves of bench/results/plaid-cpu.md (structured synthetic corpus, 64 tokens per document, d = 128,
  * K = defaultCentroids, 2-bit): the probes and candidates grow with sqrt(docs / 100K) (nprobe 16 and
- * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring with its fourth root (512, 1,024);
- * the residual stage's token pruning at 0.25 (IndexSearchOptions.prune).
+ * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring 10 k but at least 512 up to 1M
+ * documents (k = 10: 512 holds recall@10 at 100K and 1M; k = 100 needs ~1,000) and
+ * 512 round(sqrt(docs / 1M)) past it; the residual stage's token pruning at 0.25
+ * (IndexSearchOptions.prune).
  */
 export function defaultSearch(
   k: number,
@@ -28,7 +30,9 @@ export function defaultSearch(
   const scale = Math.sqrt(Math.max(1, docs) / 100_000);
   const nprobe = Math.min(128, 2 ** Math.ceil(Math.log2(Math.max(8, 16 * scale))));
   const candidates = Math.max(20 * k, 1024 * Math.max(1, Math.round(4 * scale)));
-  const rescore = Math.max(5 * k, 256 * Math.max(1, Math.round(2 * Math.sqrt(scale))));
+  // bench/results/plaid-cpu.md: at 1M, k = 10 re-scored 512 keeps recall@10 0.980 (1,024: 0.980) and
+  // halves the re-score (the exact MaxSim of 1,024 documents costs as much as the centroid products)
+  const rescore = Math.max(10 * k, 512 * Math.max(1, Math.round(Math.sqrt(Math.max(1, docs) / 1_000_000))));
   // bench/results/plaid-cpu.md: at 1M, 0.15-0.35 keep recall@10 / @100 and cut the residual stage by 25%
   const prune = 0.25;
   return { nprobe, candidates, rescore, prune, interaction: 'lists' };
