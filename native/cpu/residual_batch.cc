@@ -64,7 +64,7 @@ void SearchPass(const ResidualKernels& kern, const ResidualIndex& ix, const floa
     ResidualSearchResult& r = (*out)[q0 + j];
     r.stats.ms_centroids = share;
     SearchStages(kern, ix, forms[j], pj, &r.ids, &r.scores, &r.stats);
-    std::vector<float>().swap(forms[j].qct);  // the pass's largest buffer, done with
+    ScoreRows().swap(forms[j].qct);  // the pass's largest buffer, done with
   };
   if (n < Workers(p.threads)) {
     for (int64_t j = 0; j < n; j++) one(j, p);

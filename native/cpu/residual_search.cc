@@ -20,7 +20,7 @@ namespace {
 
 // qct [k][lqp] by the dots kernel over the pool.
 void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qpack,
-                    int64_t lqp, int threads, std::vector<float>* qct) {
+                    int64_t lqp, int threads, ScoreRows* qct) {
   qct->assign(static_cast<size_t>(ix.k * lqp), 0.0f);
   constexpr int64_t kChunk = 256;
   ForEach((ix.k + kChunk - 1) / kChunk, threads, [&](int, int64_t item) {
@@ -97,7 +97,7 @@ void PrepareQuery(const ResidualKernels& kern, const ResidualIndex& ix, const fl
 // centroids' scores for i; a token that reaches the document through none of its lists counts its
 // np-th best centroid score (no unprobed centroid scores more: the sum bounds the bag interaction
 // from above, and equals it for documents every token reaches). Cost: the probed lists' length.
-void CandidatesByLists(const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq, int64_t lqp, int64_t np,
+void CandidatesByLists(const ResidualIndex& ix, const ScoreRows& qct, int64_t lq, int64_t lqp, int64_t np,
                        const std::vector<int32_t>& probe_ids, std::vector<int32_t>* cand, std::vector<float>* ci) {
   // per-thread buffers over the documents: stamp base + i + 1 marks a visit by token i
   thread_local std::vector<uint32_t> stamp;
@@ -135,13 +135,13 @@ void CandidatesByLists(const ResidualIndex& ix, const std::vector<float>& qct, i
   for (size_t n = 0; n < cand->size(); n++) (*ci)[n] = static_cast<float>(floor_sum + acc[(*cand)[n]]);
 }
 
-void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const ScoreRows& qct, int64_t lq,
                int64_t lqp, const std::vector<uint8_t>& keep, int threads, const std::vector<int32_t>& cand,
                std::vector<float>* ci);
 
 // Candidates (bags): the union of the probed lists, each scored by centroid interaction over its
 // whole bag (PLAID's stage; keep: the pruning threshold's centroids, empty for all).
-void CandidatesByBags(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+void CandidatesByBags(const ResidualKernels& kern, const ResidualIndex& ix, const ScoreRows& qct, int64_t lq,
                       int64_t lqp, const std::vector<uint8_t>& probed, const std::vector<uint8_t>& keep, int threads,
                       std::vector<int32_t>* cand, std::vector<float>* ci) {
   std::vector<uint8_t> mark(static_cast<size_t>(ix.docs), 0);
@@ -176,7 +176,7 @@ void KeepBest(int64_t n, std::vector<int32_t>* cand, std::vector<float>* ci) {
 }
 
 // Centroid interaction over the whole bag of each listed document.
-void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qct, int64_t lq,
+void BagScores(const ResidualKernels& kern, const ResidualIndex& ix, const ScoreRows& qct, int64_t lq,
                int64_t lqp, const std::vector<uint8_t>& keep, int threads, const std::vector<int32_t>& cand,
                std::vector<float>* ci) {
   ci->resize(cand.size());
@@ -229,7 +229,7 @@ void CentroidScoreDocs(const ResidualKernels& kern, const ResidualIndex& ix, con
 // Each query token's np best centroids (ties to the lower id) marked in probed: one pass over qct's
 // rows, a row skipped unless one of its scores beats its token's current np-th best.
 // id [lq][np]: each token's probed centroids, best first.
-void ProbeCentroids(const std::vector<float>& qct, int64_t k, int64_t lq, int64_t lqp, int64_t np,
+void ProbeCentroids(const ScoreRows& qct, int64_t k, int64_t lq, int64_t lqp, int64_t np,
                     std::vector<uint8_t>* probed, std::vector<int32_t>* probe_ids) {
   std::vector<int32_t>& id = *probe_ids;
   id.assign(static_cast<size_t>(std::max<int64_t>(0, lq * np)), 0);
@@ -337,7 +337,7 @@ void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIn
   auto t = Clock::now();
   const int64_t lq = f.rq.lq;
   const int64_t lqp = f.lqp;
-  const std::vector<float>& qct = f.qct;
+  const ScoreRows& qct = f.qct;
   // Probe: each query token's nprobe best centroids; pruning (bags, a finite threshold only): the
   // centroids whose best query-token score reaches the threshold.
   const int64_t np = std::min(p.nprobe, ix.k);

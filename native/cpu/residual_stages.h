@@ -1,7 +1,9 @@
 // What the single-query search (residual_search.cc) and the batched one (residual_batch.cc) share:
 // a query's forms as every stage reads them, its centroid scores, and the stages that follow those.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "residual.h"
@@ -9,11 +11,30 @@
 namespace maxsim_cpu {
 namespace residual_detail {
 
+// Cache-line aligned storage for the centroid scores: the residual stage reads random rows of them a
+// 64-byte piece at a time (a row of 32 query tokens is two lines when aligned, three at malloc's
+// 16-byte offset).
+template <class T>
+struct LineAligned {
+  using value_type = T;
+  LineAligned() = default;
+  template <class U>
+  LineAligned(const LineAligned<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const LineAligned<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const LineAligned<U>&) const { return false; }
+};
+using ScoreRows = std::vector<float, LineAligned<float>>;
+
 // One query as every stage reads it: packed and transposed, its centroid scores, and (kernel sets
 // with int8 residual scoring) its int8 form and the int8 residual table (residual.h, ResidualQuery).
 struct QueryForm {
   int64_t lqp = 16;
-  std::vector<float> qpack, qt, qct, qscale;
+  std::vector<float> qpack, qt, qscale;
+  ScoreRows qct;
   std::vector<uint8_t> q8;
   std::vector<int8_t> tab8;
   ResidualQuery rq;
