@@ -389,7 +389,15 @@ void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIn
   std::vector<float> rs(static_cast<size_t>(keep_n));
   constexpr int64_t kResDocs = 8;
   ForEach((keep_n + kResDocs - 1) / kResDocs, p.threads, [&](int, int64_t item) {
-    for (int64_t i = item * kResDocs; i < std::min(keep_n, item * kResDocs + kResDocs); i++) {
+    const int64_t end = std::min(keep_n, item * kResDocs + kResDocs);
+    for (int64_t i = item * kResDocs; i < end; i++) {
+      // the next document's centroid ids (random documents: a miss per line, which the kernel's
+      // first load would otherwise wait on)
+      if (i + 1 < end) {
+        const int32_t next = cand[pick[i + 1]];
+        const int64_t t0 = static_cast<int64_t>(ix.doc_offsets[next]), t1 = static_cast<int64_t>(ix.doc_offsets[next + 1]);
+        for (int64_t t = t0; t < t1; t += 16) __builtin_prefetch(ix.codes.cids + t);
+      }
       const int32_t doc = cand[pick[i]];
       const int64_t s = static_cast<int64_t>(ix.doc_offsets[doc]);
       rs[i] = kern.residual_doc(rq, ix.codes, s, static_cast<int64_t>(ix.doc_offsets[doc + 1]) - s);
