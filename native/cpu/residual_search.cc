@@ -393,6 +393,7 @@ void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIn
     for (int64_t i = item * kResDocs; i < end; i++) {
       // the next document's centroid ids (random documents: a miss per line, which the kernel's
       // first load would otherwise wait on)
+      if (i + 2 < end) __builtin_prefetch(ix.doc_offsets + cand[pick[i + 2]]);
       if (i + 1 < end) {
         const int32_t next = cand[pick[i + 1]];
         const int64_t t0 = static_cast<int64_t>(ix.doc_offsets[next]), t1 = static_cast<int64_t>(ix.doc_offsets[next + 1]);
