@@ -424,10 +424,9 @@ describe('CUDA plaid search', { skip }, () => {
   });
 
   test('probes past 512 groups of 128 centroids (K = 70,000: the floor merges runs of groups)', async () => {
-    const { c, batch } = corpus(1700, [40, 64], 64, runSeed % 983, 'float16');
+    const { c, batch } = corpus(2000, [40, 64], 64, runSeed % 983, 'float16');
     const index = await buildIndex(batch, {
       centroids: 70000,
-      sample: 90000,
       seed: 8,
       iterations: 1,
       backend: 'cuda',
