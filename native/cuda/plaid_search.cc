@@ -162,11 +162,12 @@ class Batch {
     Zero(rt_, cbits_->get(), static_cast<uint64_t>(nq_ * cw_) * 4);
     Zero(rt_, probed_n_->get(), static_cast<uint64_t>(nq_) * 4);
     // each token's floor first, so the lists skip keys that cannot be among its best
-    chunk_max_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.chunks * LQ_) * 8);
+    p_.groups = Div(K_, PLAID_GROUP);
+    group_max_ = Block(rt_, static_cast<uint64_t>(nq_ * p_.groups * LQ_) * 8);
     floor_ = Block(rt_, static_cast<uint64_t>(nq_ * LQ_) * 8);
-    p_.chunk_max = Dev<unsigned long long>(chunk_max_->get());
+    p_.group_max = Dev<unsigned long long>(group_max_->get());
     p_.probe_floor = Dev<unsigned long long>(floor_->get());
-    Go(rt_, "plaid_probe_max", p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
+    Go(rt_, "plaid_group_max", p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
     Go(rt_, "plaid_probe_floor", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
     Go(rt_, "plaid_probe_partial_" + std::to_string(p_.np), p_.chunks, nq_, static_cast<unsigned>(LQ_), 0, p_);
     Go(rt_, "plaid_probe_merge", Div(nq_ * LQ_ * 32, 256), 1, 256, 0, p_);
@@ -349,7 +350,7 @@ class Batch {
   PlaidSearchParams p_;
   Pinned& host_;
   std::vector<cu::CUevent> ev_;
-  Buf qd_, qlen_, qc_, q16_, c16_, chunk_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
+  Buf qd_, qlen_, qc_, q16_, c16_, group_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
       cand_q_, ci_, kbits_, kept_, kept_ci_, sel_n_, rs_, fin_, fin_rs_, fin_ex_;
   std::vector<int64_t> cand_off_, kept_off_, fin_off_;
   std::vector<int32_t> probed_counts_;
@@ -360,7 +361,7 @@ class Batch {
 
 void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* lengths, int64_t num_q,
                                      const PlaidSearchPlan& plan, PlaidSearchResult* out) {
-  for (const char* k : {"plaid_offsets", "plaid_probe_max", "plaid_probe_floor"})
+  for (const char* k : {"plaid_offsets", "plaid_group_max", "plaid_probe_floor"})
     if (!rt_.HasKernel(k))
       throw std::runtime_error(std::string("the CUDA kernels predate this addon (no ") + k +
                                "): install the matching maxsim-cuda-kernels package");

@@ -68,7 +68,8 @@ export function bytesPerQuery(
   const chunks = Math.ceil(centroids / PROBE_CHUNK);
   return (
     centroids * lq * (precision === 'float16' ? 2 : 4) + // qc
-    chunks * lq * (np + 1) * 8 + // probe lists, each token's best per chunk
+    chunks * lq * np * 8 + // probe lists per chunk
+    Math.ceil(centroids / 128) * lq * 8 + // each token's best per group of 128 centroids
     Math.ceil(centroids / 32) * 4 +
     Math.ceil(docs / 32) * 4 + // candidate bits
     docs * 12 + // candidates, their query, their interaction score

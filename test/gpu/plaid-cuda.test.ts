@@ -358,15 +358,12 @@ describe('CUDA plaid search', { skip }, () => {
     }
   });
 
-  test("probes over several centroid chunks (K = 5000): every token's best nprobe, float32 and float16", async () => {
-    const { c, batch } = corpus(3000, [4, 48], 64, runSeed % 997, 'float16');
-    const index = await buildIndex(batch, { centroids: 5000, seed: 6, iterations: 1, backend: 'cuda' });
+  // every token's best nprobe centroids against a float64 scan of all K (float16: ties within its
+  // rounding either way)
+  async function checkProbes(index: PlaidIndex, queries: TokenBatch, nprobes: number[]) {
     const ix = index.native;
-    const q = syntheticQueries(c, 5, 32, 64, runSeed % 991);
-    const offsets = [0, 32, 33, 50, 82, 114];
-    const queries = raggedBatch(q.data.subarray(0, offsets[5] * 64), offsets, { dim: 64 });
     for (const precision of ['float32', 'float16'] as const)
-      for (const nprobe of [1, 7, 32]) {
+      for (const nprobe of nprobes) {
         const r = await cudaSearchBatch(index, queries, {
           k: 10,
           nprobe,
@@ -411,6 +408,31 @@ describe('CUDA plaid search', { skip }, () => {
             );
         }
       }
+  }
+
+  test("probes over several centroid chunks (K = 5000): every token's best nprobe, float32 and float16", async () => {
+    const { c, batch } = corpus(3000, [4, 48], 64, runSeed % 997, 'float16');
+    const index = await buildIndex(batch, { centroids: 5000, seed: 6, iterations: 1, backend: 'cuda' });
+    const q = syntheticQueries(c, 7, 32, 64, runSeed % 991);
+    // lengths 32, 1, 17, 32, 32 and 40 (two 32-row chunks of the padded query: LQ 64)
+    const offsets = [0, 32, 33, 50, 82, 114, 154];
+    await checkProbes(
+      index,
+      raggedBatch(q.data.subarray(0, offsets[6] * 64), offsets, { dim: 64 }),
+      [1, 7, 32],
+    );
+  });
+
+  test('probes past 512 groups of 128 centroids (K = 70,000: the floor merges runs of groups)', async () => {
+    const { c, batch } = corpus(2000, [40, 64], 64, runSeed % 983, 'float16');
+    const index = await buildIndex(batch, {
+      centroids: 70000,
+      seed: 8,
+      iterations: 1,
+      backend: 'cuda',
+    });
+    const q = syntheticQueries(c, 2, 32, 64, runSeed % 977);
+    await checkProbes(index, raggedBatch(q.data, [0, 32, 64], { dim: 64 }), [32]);
   });
 
   test('a call split into many passes (two in flight) gives every query the results of one pass', async () => {

@@ -9,8 +9,8 @@
 // tile (plaid_assign_best); plaid_encode buckets the residuals and packs the 16-token code words.
 //
 // Search (a batch of queries, every stage on the device): plaid_dots (q x centroids, the CPU's
-// `dots` chain), plaid_probe_partial / plaid_probe_merge (each token's nprobe best centroids, the
-// distinct ones per query), plaid_mark / plaid_count / plaid_compact (inverted lists -> candidate
+// `dots` chain), plaid_group_max / plaid_probe_floor / plaid_probe_partial / plaid_probe_merge
+// (each token's nprobe best centroids, the distinct ones per query), plaid_mark / plaid_count / plaid_compact (inverted lists -> candidate
 // documents, ascending), plaid_interaction (centroid interaction with the pruning threshold),
 // plaid_select (exact top-n by (score desc, doc asc), radix select on the keys), plaid_residual (the
 // fused decompress-MaxSim: codes decoded to weights in registers, never written out) and

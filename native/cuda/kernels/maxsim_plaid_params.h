@@ -21,6 +21,11 @@
 #define PLAID_MAX_NPROBE 32
 // Centroids per probe warp (the probe kernel splits K into chunks of this many).
 #define PLAID_PROBE_CHUNK 2048
+// Centroids per probe group: each token's best key per group bounds its floor (plaid_group_max), and
+// the lists' pass skips the groups under every token's floor. Groups a lane of plaid_probe_floor
+// holds (runs of consecutive groups past 32 x 16 of them).
+#define PLAID_GROUP 128
+#define PLAID_FLOOR_OWN 16
 // Probe chunks a lane of plaid_probe_merge holds (its heads in registers): K <= 32 x 8 x 2048 on the
 // GPU search path.
 #define PLAID_MERGE_OWN 8
@@ -130,15 +135,16 @@ struct PlaidSearchParams {
   uint32_t* kbits;            // [Q][ceil(K / 32)] centroids kept by the pruning threshold
   int32_t qc_half;            // 1: qc holds float16 values (precision 'float16'), read through QcAt
   int32_t pad1;
-  // [Q][chunks][LQ] each token's best key per probe chunk, then [Q][LQ] its floor: the nprobe-th
-  // best of those (plaid_probe_max / plaid_probe_floor); null: the probe lists take every key
-  unsigned long long* chunk_max;
+  // [Q][groups][LQ] each token's best key per group of PLAID_GROUP centroids, then [Q][LQ] its
+  // floor: the nprobe-th best of those (plaid_group_max / plaid_probe_floor)
+  unsigned long long* group_max;
   unsigned long long* probe_floor;
   // plaid_offsets: [3][Q + 1] the candidate, kept and final offsets from cand_n, the kept lists
   // capped at cap_kept and the final at cap_fin entries per query (no host round trip)
   int64_t* offs;
   int64_t cap_kept;
   int64_t cap_fin;
+  int64_t groups;             // ceil(K / PLAID_GROUP)
 };
 
 #ifdef __CUDACC__

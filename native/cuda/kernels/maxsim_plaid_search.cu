@@ -75,31 +75,113 @@ __device__ __forceinline__ void Insert(unsigned long long (&top)[NP], unsigned l
   }
 }
 
+// The probe passes read qc through shared tiles: TC centroids x LQ rows, a contiguous range of qc
+// (a centroid's LQ values are adjacent), staged by 16-byte cp.async into one of two buffers while
+// the block scans the other, each thread its own token's column. Each thread loading its own
+// column (2 or 4 bytes a load) bound both passes: 0.7 TB/s on float16 qc.
+constexpr int kProbeTileBytes = 8192;
+
+// TC: the largest power of two <= PLAID_GROUP whose tile fits (it divides PLAID_GROUP, so a tile
+// never straddles two groups).
+__device__ __forceinline__ int64_t ProbeTile(const PlaidSearchParams& p) {
+  const int64_t es = p.qc_half ? 2 : 4;
+  int64_t tc = PLAID_GROUP;
+  while (tc > 1 && tc * p.lq * es > kProbeTileBytes) tc /= 2;
+  return tc;
+}
+
+// cp.async of qc's centroids [c, c + n) of query q into dst (n * LQ * es is a multiple of 64),
+// one commit group on every thread.
+__device__ __forceinline__ void StageProbeTile(const PlaidSearchParams& p, unsigned char* dst, int64_t q, int64_t c,
+                                               int64_t n) {
+  const int64_t es = p.qc_half ? 2 : 4;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(p.qc) + (q * p.k + c) * p.lq * es;
+  for (int64_t e = threadIdx.x; e < n * p.lq * es / 16; e += blockDim.x) {
+    const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dst + 16 * e));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(at), "l"(src + 16 * e));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+__device__ __forceinline__ float ProbeTileAt(const PlaidSearchParams& p, const unsigned char* tile, int64_t at) {
+  return p.qc_half ? __half2float(reinterpret_cast<const __half*>(tile)[at]) : reinterpret_cast<const float*>(tile)[at];
+}
+
+// The tiles t < tiles of chunk ch (centroids c0 + t TC ..) for which want(t) holds, in order, two
+// in flight: visit(tile, its first centroid, its count) on every thread, between barriers.
+template <typename W, typename V>
+__device__ __forceinline__ void ScanChunk(const PlaidSearchParams& p, int64_t q, int64_t c0, int64_t c1, W&& want,
+                                          V&& visit) {
+  __shared__ __align__(16) unsigned char tiles[2][kProbeTileBytes];
+  const int64_t tc = ProbeTile(p), count = (c1 - c0 + tc - 1) / tc;
+  auto next = [&](int64_t t) {
+    while (t < count && !want(t)) t++;
+    return t;
+  };
+  int64_t t = next(0);
+  if (t < count) StageProbeTile(p, tiles[0], q, c0 + t * tc, min(tc, c1 - c0 - t * tc));
+  for (int b = 0; t < count; b ^= 1) {
+    const int64_t u = next(t + 1);
+    if (u < count) {
+      StageProbeTile(p, tiles[b ^ 1], q, c0 + u * tc, min(tc, c1 - c0 - u * tc));
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
+    __syncthreads();
+    visit(static_cast<const unsigned char*>(tiles[b]), c0 + t * tc, min(tc, c1 - c0 - t * tc));
+    __syncthreads();  // the buffer read out before the tile after next lands in it
+    t = u;
+  }
+}
+
 template <int NP>
 __device__ void ProbePartial(const PlaidSearchParams& p) {
+  __shared__ uint32_t need;
   const int64_t q = blockIdx.y, ch = blockIdx.x;
   const int64_t i = threadIdx.x;
-  if (i >= p.q_len[q]) return;
+  const bool valid = i < p.q_len[q];
   unsigned long long top[NP];
 #pragma unroll
   for (int m = 0; m < NP; m++) top[m] = 0;
   const int64_t c0 = ch * PLAID_PROBE_CHUNK;
   const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
-  const int64_t at = (q * p.k) * p.lq + i;
-  // keys under the floor cannot be among the token's nprobe best, so they skip the insert (a key
-  // of 0 returns at its first compare): the lanes' inserts no longer serialize the warp
-  const unsigned long long floor = p.probe_floor ? p.probe_floor[q * p.lq + i] : 0ull;
-  auto insert = [&](unsigned long long key) { Insert<NP>(top, key >= floor ? key : 0ull); };
-  // 8 loads in flight, then their inserts in centroid order (the same lists as one at a time)
-  int64_t c = c0;
-  for (; c + 8 <= c1; c += 8) {
-    float v[8];
+  // keys under the floor cannot be among the token's nprobe best: they skip the insert (a key of 0
+  // returns at its first compare), and a group whose best key is under every token's floor is not
+  // even read (its keys would all be skipped)
+  const unsigned long long floor = valid ? p.probe_floor[q * p.lq + i] : ~0ull;
+  const int64_t g0 = c0 / PLAID_GROUP, gn = (c1 - c0 + PLAID_GROUP - 1) / PLAID_GROUP;
+  if (threadIdx.x == 0) need = 0;
+  __syncthreads();
+  uint32_t mine = 0;
+  if (valid)
+    for (int64_t g = 0; g < gn; g++)
+      if (p.group_max[(q * p.groups + g0 + g) * p.lq + i] >= floor) mine |= 1u << g;
+  if (mine) atomicOr(&need, mine);
+  __syncthreads();
+  const uint32_t groups = need;
+  const int64_t tc = ProbeTile(p), per = PLAID_GROUP / tc;
+  ScanChunk(
+      p, q, c0, c1, [&](int64_t t) { return ((groups >> (t / per)) & 1u) != 0; },
+      [&](const unsigned char* tile, int64_t c, int64_t n) {
+        if (!valid) return;
+        int64_t cc = 0;
+        for (; cc + 8 <= n; cc += 8) {
+          float v[8];
 #pragma unroll
-    for (int u = 0; u < 8; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
+          for (int u = 0; u < 8; u++) v[u] = ProbeTileAt(p, tile, (cc + u) * p.lq + i);
 #pragma unroll
-    for (int u = 0; u < 8; u++) insert(PlaidKey(v[u], static_cast<int32_t>(c + u)));
-  }
-  for (; c < c1; c++) insert(PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c)));
+          for (int u = 0; u < 8; u++) {
+            const unsigned long long key = PlaidKey(v[u], static_cast<int32_t>(c + cc + u));
+            Insert<NP>(top, key >= floor ? key : 0ull);
+          }
+        }
+        for (; cc < n; cc++) {
+          const unsigned long long key = PlaidKey(ProbeTileAt(p, tile, cc * p.lq + i), static_cast<int32_t>(c + cc));
+          Insert<NP>(top, key >= floor ? key : 0ull);
+        }
+      });
+  if (!valid) return;
   unsigned long long* out = p.partial + ((q * p.chunks + ch) * p.lq + i) * NP;
 #pragma unroll
   for (int m = 0; m < NP; m++) out[m] = top[m];
@@ -107,56 +189,72 @@ __device__ void ProbePartial(const PlaidSearchParams& p) {
 
 }  // namespace
 
-// grid (chunks, Q), block LQ: token i's best key of chunk blockIdx.x (a max, no list).
-extern "C" __global__ void __launch_bounds__(256) plaid_probe_max(const PlaidSearchParams p) {
+// grid (chunks, Q), block LQ: token i's best key of each group of PLAID_GROUP centroids in chunk
+// blockIdx.x, group_max[q][group][i] (0 past the query's length).
+extern "C" __global__ void __launch_bounds__(256) plaid_group_max(const PlaidSearchParams p) {
   const int64_t q = blockIdx.y, ch = blockIdx.x;
   const int64_t i = threadIdx.x;
-  if (i >= p.q_len[q]) return;
+  const bool valid = i < p.q_len[q];
   const int64_t c0 = ch * PLAID_PROBE_CHUNK;
   const int64_t c1 = min(p.k, c0 + PLAID_PROBE_CHUNK);
-  const int64_t at = (q * p.k) * p.lq + i;
   unsigned long long best = 0;
-  int64_t c = c0;
-  for (; c + 8 <= c1; c += 8) {
-    float v[8];
+  ScanChunk(
+      p, q, c0, c1, [](int64_t) { return true; },
+      [&](const unsigned char* tile, int64_t c, int64_t n) {
+        if (valid) {
+          int64_t cc = 0;
+          for (; cc + 8 <= n; cc += 8) {
+            float v[8];
 #pragma unroll
-    for (int u = 0; u < 8; u++) v[u] = QcAt(p, at + (c + u) * p.lq);
+            for (int u = 0; u < 8; u++) v[u] = ProbeTileAt(p, tile, (cc + u) * p.lq + i);
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-      const unsigned long long key = PlaidKey(v[u], static_cast<int32_t>(c + u));
-      best = key > best ? key : best;
-    }
-  }
-  for (; c < c1; c++) {
-    const unsigned long long key = PlaidKey(QcAt(p, at + c * p.lq), static_cast<int32_t>(c));
-    best = key > best ? key : best;
-  }
-  p.chunk_max[(q * p.chunks + ch) * p.lq + i] = best;
+            for (int u = 0; u < 8; u++) {
+              const unsigned long long key = PlaidKey(v[u], static_cast<int32_t>(c + cc + u));
+              best = key > best ? key : best;
+            }
+          }
+          for (; cc < n; cc++) {
+            const unsigned long long key = PlaidKey(ProbeTileAt(p, tile, cc * p.lq + i), static_cast<int32_t>(c + cc));
+            best = key > best ? key : best;
+          }
+        }
+        if ((c + n) % PLAID_GROUP == 0 || c + n == c1) {  // the group's last tile
+          p.group_max[(q * p.groups + (c + n - 1) / PLAID_GROUP) * p.lq + i] = best;
+          best = 0;
+        }
+      });
 }
 
-// One warp per (query, token): its floor, the nprobe-th best of its chunk maxima (0 while there are
-// fewer chunks). Those maxima are nprobe distinct keys at or above it, so the token's nprobe best
-// keys are too.
+// One warp per (query, token): its floor, the nprobe-th best of its group maxima (0 while there are
+// fewer groups), merged into at most 32 x PLAID_FLOOR_OWN runs of consecutive groups where K is
+// larger. Those maxima are nprobe distinct keys at or above it, so the token's nprobe best keys are
+// too.
 extern "C" __global__ void __launch_bounds__(256) plaid_probe_floor(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (w >= p.num_q * p.lq) return;
   const int64_t q = w / p.lq, i = w % p.lq;
-  unsigned long long key[PLAID_MERGE_OWN];
+  const int64_t run = (p.groups + 32 * PLAID_FLOOR_OWN - 1) / (32 * PLAID_FLOOR_OWN);
+  unsigned long long key[PLAID_FLOOR_OWN];
 #pragma unroll
-  for (int o = 0; o < PLAID_MERGE_OWN; o++) {
-    const int64_t ch = lane + 32 * o;
-    key[o] = i < p.q_len[q] && ch < p.chunks ? p.chunk_max[(q * p.chunks + ch) * p.lq + i] : 0ull;
+  for (int o = 0; o < PLAID_FLOOR_OWN; o++) {
+    key[o] = 0ull;
+    const int64_t g0 = (lane + 32 * o) * run, g1 = min(p.groups, g0 + run);
+    if (i < p.q_len[q])
+      for (int64_t g = g0; g < g1; g++) {
+        const unsigned long long k = p.group_max[(q * p.groups + g) * p.lq + i];
+        key[o] = k > key[o] ? k : key[o];
+      }
   }
   unsigned long long b = 0;
   for (int64_t m = 0; m < p.nprobe; m++) {
     unsigned long long mine = 0;
 #pragma unroll
-    for (int o = 0; o < PLAID_MERGE_OWN; o++) mine = key[o] > mine ? key[o] : mine;
+    for (int o = 0; o < PLAID_FLOOR_OWN; o++) mine = key[o] > mine ? key[o] : mine;
     b = WarpMaxKey(mine, 32);
     if (b == 0) break;
 #pragma unroll
-    for (int o = 0; o < PLAID_MERGE_OWN; o++)
+    for (int o = 0; o < PLAID_FLOOR_OWN; o++)
       if (key[o] == b) key[o] = 0;
   }
   if (lane == 0) p.probe_floor[q * p.lq + i] = b;
