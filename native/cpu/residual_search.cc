@@ -391,8 +391,8 @@ void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIn
   ForEach((keep_n + kResDocs - 1) / kResDocs, p.threads, [&](int, int64_t item) {
     const int64_t end = std::min(keep_n, item * kResDocs + kResDocs);
     for (int64_t i = item * kResDocs; i < end; i++) {
-      // the next document's centroid ids (random documents: a miss per line, which the kernel's
-      // first load would otherwise wait on)
+      // the next document's centroid ids and the offset of the one after (random documents: a miss
+      // per line, which the kernel's first loads would otherwise wait on)
       if (i + 2 < end) __builtin_prefetch(ix.doc_offsets + cand[pick[i + 2]]);
       if (i + 1 < end) {
         const int32_t next = cand[pick[i + 1]];

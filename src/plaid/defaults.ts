@@ -18,10 +18,9 @@ export function defaultCentroids(tokens: number): number {
  * The search defaults for k hits over `docs` documents (default 100,000), from the recall / latency
  * curves of bench/results/plaid-cpu.md (structured synthetic corpus, 64 tokens per document, d = 128,
  * K = defaultCentroids, 2-bit): the probes and candidates grow with sqrt(docs / 100K) (nprobe 16 and
- * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring 10 k but at least 512 up to 1M
- * documents (k = 10: 512 holds recall@10 at 100K and 1M; k = 100 needs ~1,000) and
- * 512 round(sqrt(docs / 1M)) past it; the residual stage's token pruning at 0.25
- * (IndexSearchOptions.prune).
+ * 4,096 candidates at 100K, 64 and 13,312 at 1M), re-scoring max(10 k, 512 max(1, round(sqrt(docs
+ * / 1M)))) (k = 10: 512 holds recall@10 at 100K and 1M; k = 100 wants ~1,000); the residual
+ * stage's token pruning at 0.25 (IndexSearchOptions.prune).
  */
 export function defaultSearch(
   k: number,
