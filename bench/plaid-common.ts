@@ -9,6 +9,7 @@ export function arg(name: string, def: string): string {
 
 /** The p-quantile (0..1) of xs, nearest rank from below. */
 export function pct(xs: number[], p: number): number {
+  if (xs.length === 0) return Number.NaN; // nothing timed (e.g. --single 0)
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor(p * s.length))];
 }
