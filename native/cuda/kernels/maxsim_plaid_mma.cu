@@ -1,4 +1,4 @@
-// maxsim_plaid_mma.cu: the index search's two product stages on tensor cores (mma.sync m16n8k16,
+// maxsim_plaid_mma.cu: the index search's product stages on tensor cores (mma.sync m16n8k16,
 // float16 in, float32 accumulate), for the plans whose final list is re-scored exactly (plan
 // precision 'float16', chosen in src/plaid/cuda-search.ts): their scores only rank candidates, so
 // they need not be the CPU's fp32 chain bitwise (maxsim_plaid_search.cu keeps that path).
@@ -7,7 +7,9 @@
 //   plaid_residual_mma  the fused decompress-MaxSim: a warp takes a document, 16 tokens (one code
 //                       block) as the A fragment's rows, decoded from the codes through a float16
 //                       table in shared memory in registers; the query's 32-token chunk as B
-//                       fragments from shared memory; qc[i][cid] as the accumulators' start.
+//                       fragments from shared memory; qc[i][cid] as the accumulators' start;
+//   plaid_exact_mma     the exact re-score on float16 source tokens, the query in two float16 parts
+//                       (within ~1e-7 of plaid_exact's float32 chain).
 //
 // LAUNCH CONTRACT: as native/cuda/plaid_search.cc states next to each launch.
 #include "maxsim_plaid_common.cuh"
