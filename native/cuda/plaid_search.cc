@@ -235,7 +235,11 @@ class Batch {
   void Rescore(bool exact) {
     exact_ = exact;
     fin_ex_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.rescore) * 4);
-    if (exact)
+    // float16 plans over float16 tokens: on tensor cores, the query in two float16 parts (within
+    // ~1e-7 of the float32 chain); float32 plans keep the CPU's chain
+    if (exact && p_.qc_half && p_.tokens_dtype == 1 && rt_.HasKernel("plaid_exact_mma"))
+      Score("plaid_exact_mma", plan_.rescore, Off(2), fin_->get(), fin_ex_->get(), 0, 16);
+    else if (exact)
       Score("plaid_exact", plan_.rescore, Off(2), fin_->get(), fin_ex_->get(),
             static_cast<unsigned>((d_ * LQ_ + d_ * 16) * 4));
     Mark(5);

@@ -632,10 +632,81 @@ describe('CUDA plaid search', { skip }, () => {
         for (const x of g16[qi].hits)
           if (by.has(x.index)) {
             same++;
-            assert.equal(x.score, by.get(x.index), `exact score of doc ${x.index}`);
+            // float16 tokens: the float16 plan re-scores on tensor cores (the query in two float16
+            // parts), within ~1e-7 of the float32 chain; other tokens take the same kernel
+            const want = by.get(x.index) as number;
+            if (dtype === 'float16')
+              assert.ok(
+                Math.abs(x.score - want) <= 1e-6 * (1 + Math.abs(want)),
+                `exact score of doc ${x.index}`,
+              );
+            else assert.equal(x.score, want, `exact score of doc ${x.index}`);
           }
       }
       assert.ok(same >= 0.9 * total, `float16 vs float32 hits: ${same} of ${total} (d ${dim})`);
+    }
+  });
+
+  test('float16 exact re-score on tensor cores: float64 MaxSim within float32 rounding at any query scale', async () => {
+    for (const dim of [16, 48, 128]) {
+      const { c, batch } = corpus(120, [1, 50], dim, (runSeed + 7 * dim) % 991, 'float16');
+      const index = await buildIndex(batch, {
+        centroids: 16,
+        bits: 2,
+        seed: 5,
+        iterations: 2,
+        backend: 'cuda',
+      });
+      const tokens = decodeToFloat32(batch.data as Uint16Array, 'float16', dim);
+      // queries of 1 to 40 tokens, scaled as a whole (tiny to huge) or token by token (mixed)
+      const lens = [1, 5, 32, 40, 9, 33];
+      // (past float16's range the ranking stages lose documents: the plan's default is float32 there)
+      const scale = [1, 1e-6, 1e4, 0.05, 0, 0];
+      const base = syntheticQueries(c, lens.length, 40, dim, runSeed % 83);
+      const offsets = [0];
+      const data = new Float32Array(lens.reduce((a, b) => a + b, 0) * dim);
+      for (let i = 0; i < lens.length; i++) {
+        for (let t = 0; t < lens[i]; t++) {
+          const f = scale[i] || (t % 2 ? 3e3 : 2e-3) * (i === 5 && t === 0 ? 0 : 1);
+          for (let k = 0; k < dim; k++)
+            data[(offsets[i] + t) * dim + k] = base.data[(i * 40 + t) * dim + k] * f;
+        }
+        offsets.push(offsets[i] + lens[i]);
+      }
+      const queries = raggedBatch(data, offsets, { dim });
+      // every document a candidate and re-scored: the hits are the exact scores, whatever the
+      // float16 ranking stages make of out-of-range queries
+      const all = { k: 20, nprobe: 16, candidates: 120, rescore: 120 };
+      const got = await index.searchAll(queries, { ...all, backend: 'cuda', precision: 'float16' });
+      for (let qi = 0; qi < lens.length; qi++) {
+        assert.equal(got[qi].hits.length, 20, `hits of query ${qi}`);
+        for (const h of got[qi].hits) {
+          let want = 0;
+          let size = 0;
+          for (let i = 0; i < lens[qi]; i++) {
+            let m = Number.NEGATIVE_INFINITY;
+            let ma = 0;
+            for (let t = c.offsets[h.index]; t < c.offsets[h.index + 1]; t++) {
+              let dot = 0;
+              let abs = 0;
+              for (let k = 0; k < dim; k++) {
+                const x = data[(offsets[qi] + i) * dim + k] * tokens[t * dim + k];
+                dot += x;
+                abs += Math.abs(x);
+              }
+              m = Math.max(m, dot);
+              ma = Math.max(ma, abs);
+            }
+            want += m;
+            size += ma;
+          }
+          // a float16 query (no low part) is off by ~1e-4 of size; float32 rounding by ~1e-7
+          assert.ok(
+            Math.abs(h.score - want) <= 4e-6 * size + 1e-37,
+            `d ${dim}, query ${qi} (scale ${scale[qi] || 'mixed'}), doc ${h.index}: ${h.score} vs ${want} (size ${size}, seed ${runSeed})`,
+          );
+        }
+      }
     }
   });
 

@@ -1,4 +1,4 @@
-// maxsim_plaid_mma.cu: the index search's two product stages on tensor cores (mma.sync m16n8k16,
+// maxsim_plaid_mma.cu: the index search's product stages on tensor cores (mma.sync m16n8k16,
 // float16 in, float32 accumulate), for the plans whose final list is re-scored exactly (plan
 // precision 'float16', chosen in src/plaid/cuda-search.ts): their scores only rank candidates, so
 // they need not be the CPU's fp32 chain bitwise (maxsim_plaid_search.cu keeps that path).
@@ -7,7 +7,9 @@
 //   plaid_residual_mma  the fused decompress-MaxSim: a warp takes a document, 16 tokens (one code
 //                       block) as the A fragment's rows, decoded from the codes through a float16
 //                       table in shared memory in registers; the query's 32-token chunk as B
-//                       fragments from shared memory; qc[i][cid] as the accumulators' start.
+//                       fragments from shared memory; qc[i][cid] as the accumulators' start;
+//   plaid_exact_mma     the exact re-score on float16 source tokens, the query in two float16 parts
+//                       (within ~1e-7 of plaid_exact's float32 chain).
 //
 // LAUNCH CONTRACT: as native/cuda/plaid_search.cc states next to each launch.
 #include "maxsim_plaid_common.cuh"
@@ -437,4 +439,148 @@ extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS, 5) plaid_re
   __shared__ __align__(64) ResidualSmem sm;
   if (p.bits == 2 && p.d == 128) ResidualMma<true>(p, sm);
   else ResidualMma<false>(p, sm);
+}
+
+// ---- the exact re-score on tensor cores --------------------------------------------------------
+
+// The position in a shared query row of each dimension, so that one 16-byte load of a document
+// token's dimensions 32 kc + 8t .. + 8 is lane t's A fragment of k steps 2 kc and 2 kc + 1 (a
+// trailing step of 16 dimensions: an 8-byte load of 32 kc + 4t .. + 4). The same permutation on
+// both operands leaves every dot product a sum of the same terms.
+__device__ __forceinline__ int ExactDim(int pos, int d) {
+  const int s = pos / 16, l = pos % 16, t = (l % 8) / 2, e = l % 2, up = l / 8, kc = s / 2, h = s % 2;
+  return 32 * (kc + 1) <= d ? 32 * kc + 8 * t + 4 * h + 2 * up + e : 32 * kc + 4 * t + 2 * up + e;
+}
+
+struct ExactSmem {
+  __half hi[32][kQsRow];  // fp16(s q) of the chunk's 32 query tokens, dims permuted (ExactDim)
+  __half lo[32][kQsRow];  // fp16(s q - hi)
+  float inv[32];          // 1 / s: s a power of two that puts the token's largest |q_k| in [2^14, 2^15)
+};
+
+// The exact MaxSim of listed documents on their float16 source tokens (grid (x, Q), block 32 WARPS,
+// a warp a document at a time), for plans of precision 'float16' with d % 16 == 0, d <= 128: the
+// document's 16-token blocks as A rows loaded straight from memory, the query chunk as B fragments
+// from shared memory in two float16 parts, so each product keeps ~22 bits of the float32 query
+// (float16 x float16 products are exact in the float32 accumulators). Scores within ~1e-7 relative
+// of plaid_exact's float32 chain, which took 7 of 65 ms per 1,000 queries at 1M on CUDA cores.
+// Chunks of 32 query tokens run in turn, each adding its sum to score_out (a warp owns its entries).
+extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS, 4) plaid_exact_mma(const PlaidSearchParams p) {
+  __shared__ __align__(64) ExactSmem sm;
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int64_t q = blockIdx.y;
+  const int d = static_cast<int>(p.d), nks = d / 16, full = d / 32;
+  const __half* tok = static_cast<const __half*>(p.tokens);
+  const int64_t len = p.q_len[q];
+  const int64_t o0 = p.score_off[q], o1 = p.score_off[q + 1];
+  const int64_t step = static_cast<int64_t>(gridDim.x) * PLAID_SCORE_WARPS;
+  const uint32_t qh = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.hi[(lane / 16) * 8 + lane % 8][((lane / 8) % 2) * 8]));
+  const uint32_t ql = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.lo[(lane / 16) * 8 + lane % 8][((lane / 8) % 2) * 8]));
+  for (int64_t c = 0; c * 32 < p.lq; c++) {
+    if (c > 0 && c * 32 >= len) break;  // padding only: nothing to add
+    if (c > 0) __syncthreads();         // every warp done with the last chunk
+    const float* qrows = p.q + (q * p.lq + c * 32) * p.d;
+    for (int r = wid; r < 32; r += PLAID_SCORE_WARPS) {
+      float a = 0.0f;
+      for (int k = lane; k < d; k += 32) a = fmaxf(a, fabsf(qrows[r * p.d + k]));
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+      const int n = a > 0.0f && a <= 3.4e38f ? max(-126, min(127, 14 - ilogbf(a))) : 0;
+      if (lane == 0) sm.inv[r] = ldexpf(1.0f, -n);
+      for (int pos = 2 * lane; pos < d; pos += 64) {
+        const int k = ExactDim(pos, d);  // pos + 1 holds k + 1
+        const float x = ldexpf(qrows[r * p.d + k], n), y = ldexpf(qrows[r * p.d + k + 1], n);
+        const __half hx = __float2half_rn(x), hy = __float2half_rn(y);
+        *reinterpret_cast<uint32_t*>(&sm.hi[r][pos]) = PackHalves(hx, hy);
+        *reinterpret_cast<uint32_t*>(&sm.lo[r][pos]) = PackHalf2(x - __half2float(hx), y - __half2float(hy));
+      }
+    }
+    __syncthreads();
+    for (int64_t e = o0 + static_cast<int64_t>(blockIdx.x) * PLAID_SCORE_WARPS + wid; e < o1; e += step) {
+      const int64_t doc = p.score_doc[e];
+      const int64_t t0 = p.doc_off[doc], t1 = p.doc_off[doc + 1];
+      float m[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) m[nt][0] = m[nt][1] = -INFINITY;
+      // this block's rows g and g + 8 (zeros past the document), the next block's loaded ahead
+      uint4 ra[4], rb[4], na[4], nb[4];
+      auto load = [&](int64_t tb, uint4 (&xa)[4], uint4 (&xb)[4]) {
+        const int64_t a = tb + g, b = tb + g + 8;
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+          if (kc < full) {
+            xa[kc] = a < t1 ? *reinterpret_cast<const uint4*>(tok + a * d + 32 * kc + 8 * t) : z;
+            xb[kc] = b < t1 ? *reinterpret_cast<const uint4*>(tok + b * d + 32 * kc + 8 * t) : z;
+          } else if (kc == full && 2 * kc < nks) {
+            const uint2 u = a < t1 ? *reinterpret_cast<const uint2*>(tok + a * d + 32 * kc + 4 * t) : make_uint2(0u, 0u);
+            const uint2 v = b < t1 ? *reinterpret_cast<const uint2*>(tok + b * d + 32 * kc + 4 * t) : make_uint2(0u, 0u);
+            xa[kc] = make_uint4(u.x, u.y, 0u, 0u);
+            xb[kc] = make_uint4(v.x, v.y, 0u, 0u);
+          }
+        }
+      };
+      if (t1 > t0) load(t0, ra, rb);
+      for (int64_t tb = t0; tb < t1; tb += 16) {
+        if (tb + 16 < t1) load(tb + 16, na, nb);
+        float acc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+          for (int j = 0; j < 4; j++) acc[nt][j] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < PLAID_MMA_KS; ks++) {
+          if (ks >= nks) break;
+          const int kc = ks / 2;
+          const uint32_t a[4] = {ks % 2 ? ra[kc].z : ra[kc].x, ks % 2 ? rb[kc].z : rb[kc].x,
+                                 ks % 2 ? ra[kc].w : ra[kc].y, ks % 2 ? rb[kc].w : rb[kc].y};
+#pragma unroll
+          for (int part = 0; part < 2; part++) {
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+              uint32_t f[4];
+              LdMatrixX4(f, (part ? ql : qh) + static_cast<uint32_t>((np * 16 * kQsRow + 16 * ks) * 2));
+              Mma16816(acc[2 * np], a, f[0], f[1]);
+              Mma16816(acc[2 * np + 1], a, f[2], f[3]);
+            }
+          }
+        }
+        const bool va = tb + g < t1, vb = tb + g + 8 < t1;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+          if (va) {
+            m[nt][0] = fmaxf(m[nt][0], acc[nt][0]);
+            m[nt][1] = fmaxf(m[nt][1], acc[nt][1]);
+          }
+          if (vb) {
+            m[nt][0] = fmaxf(m[nt][0], acc[nt][2]);
+            m[nt][1] = fmaxf(m[nt][1], acc[nt][3]);
+          }
+        }
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+          ra[kc] = na[kc];
+          rb[kc] = nb[kc];
+        }
+      }
+      // the max over the 8 row groups, then the sum of this chunk's columns (query tokens) < len
+      double s = 0.0;
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+          float v = m[nt][j];
+#pragma unroll
+          for (int o = 4; o < 32; o *= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+          const int i = 8 * nt + 2 * t + j;
+          if (c * 32 + i < len) s += static_cast<double>(v * sm.inv[i]);
+        }
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (lane == 0) {
+        const float prev = c == 0 ? 0.0f : p.score_out[e];
+        p.score_out[e] = t1 > t0 ? prev + static_cast<float>(s) : -INFINITY;
+      }
+    }
+  }
 }

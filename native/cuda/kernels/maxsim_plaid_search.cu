@@ -486,12 +486,14 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const Pla
   const bool prune = p.threshold > -INFINITY;
   const int64_t cw = (p.k + 31) / 32;
   const __half2* qc2 = reinterpret_cast<const __half2*>(p.qc);
-  const float2 none = make_float2(-INFINITY, -INFINITY);
+  // the maxima stay float16 pairs (one HMNMX2 a row, not two conversions and two FMNMX): the max
+  // of float16 values converted once is the max of their conversions, so the scores do not move
+  const __half2 none = __float2half2_rn(-INFINITY);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
   for (int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; 2 * w < total; w += warps) {
     const int64_t e = 2 * w + lane / 16;
     const bool active = e < total;
-    float2 m = none;
+    __half2 mh = none;
     int64_t len = 0;
     if (active) {
       const int64_t q = p.cand_q[e], doc = p.cand[e];
@@ -499,24 +501,17 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const Pla
       const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
       const __half2* row = qc2 + q * p.k * 16 + hl;  // rows of 16 token pairs
       auto at = [&](int32_t c) {
-        return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? __half22float2(row[static_cast<int64_t>(c) * 16]) : none;
+        return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? row[static_cast<int64_t>(c) * 16] : none;
       };
       const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
       int64_t j = j0;
       for (; j + 4 <= j1; j += 4) {
-        const float2 v0 = at(p.bags[j]), v1 = at(p.bags[j + 1]), v2 = at(p.bags[j + 2]), v3 = at(p.bags[j + 3]);
-        m.x = fmaxf(m.x, fmaxf(fmaxf(v0.x, v1.x), fmaxf(v2.x, v3.x)));
-        m.y = fmaxf(m.y, fmaxf(fmaxf(v0.y, v1.y), fmaxf(v2.y, v3.y)));
+        const __half2 v0 = at(p.bags[j]), v1 = at(p.bags[j + 1]), v2 = at(p.bags[j + 2]), v3 = at(p.bags[j + 3]);
+        mh = __hmax2(mh, __hmax2(__hmax2(v0, v1), __hmax2(v2, v3)));
       }
-      for (; j < j1; j++) {
-        const int32_t c = p.bags[j];
-        if (!prune || ((kb[c >> 5] >> (c & 31)) & 1u)) {
-          const float2 v = at(c);
-          m.x = fmaxf(m.x, v.x);
-          m.y = fmaxf(m.y, v.y);
-        }
-      }
+      for (; j < j1; j++) mh = __hmax2(mh, at(p.bags[j]));
     }
+    const float2 m = __half22float2(mh);
     double s = 0.0;
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
