@@ -7,6 +7,7 @@ import { InvalidArgumentError } from '../src/errors.js';
 import { codecFor } from '../src/plaid/cuda-codec.js';
 import { plaidCudaReason } from '../src/plaid/cuda-native.js';
 import { bytesPerQuery, CUDA_MAX_NPROBE, cudaSearchPlan, type PlanInput } from '../src/plaid/cuda-plan.js';
+import { cudaSearchBatch } from '../src/plaid/cuda-search.js';
 import { buildIndex } from '../src/plaid/plaid.js';
 import { raggedBatch } from '../src/tensor.js';
 import { rng, runSeed } from './helpers.js';
@@ -96,6 +97,44 @@ describe('GPU index plan (host)', () => {
     assert.equal(segment.precision, 'float16');
     assert.equal(segment.exact, true, 'the engine re-scores on the device only where it holds tokens');
     assert.equal(cudaSearchPlan({ ...base, dim: 48 }).precision, 'float16');
+  });
+
+  test("an explicit 'float16' outside float16's range is refused before the device, naming the magnitude", async () => {
+    const rand = rng(runSeed);
+    const dim = 16;
+    const data = Float32Array.from({ length: 60 * dim }, () => rand() - 0.5);
+    const index = await buildIndex(raggedBatch(data, [0, 20, 41, 60], { dim }), { centroids: 4, seed: 1 });
+    const scaled = (f: number) =>
+      raggedBatch(
+        data.slice(0, 5 * dim).map((x) => x * f),
+        [0, 5],
+        { dim },
+      );
+    for (const f of [1e5, 1e-4]) {
+      await assert.rejects(
+        cudaSearchBatch(index, scaled(f), { k: 2, precision: 'float16' }),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError &&
+          /options\.precision/.test(String(e)) &&
+          /queries of largest magnitude/.test(String(e)),
+        `queries scaled by ${f}`,
+      );
+    }
+    const big = await buildIndex(
+      raggedBatch(
+        data.map((x) => x * 1e5),
+        [0, 20, 41, 60],
+        { dim },
+      ),
+      {
+        centroids: 4,
+        seed: 1,
+      },
+    );
+    await assert.rejects(
+      cudaSearchBatch(big, scaled(1e5), { k: 2, precision: 'float16' }),
+      /centroids of largest magnitude/,
+    );
   });
 
   test("codec backend: 'cpu' and unset run on the CPU, a bad name is refused, 'auto' falls back", async () => {

@@ -33,6 +33,7 @@ export interface CudaIndexSearchOptions extends IndexSearchOptions {
   /**
    * The product stages' arithmetic (StagePrecision): default 'float16' where it applies (source
    * tokens kept, dim a multiple of 16 up to 128, values in float16's comfortable range), else 'float32'.
+   * An explicit 'float16' for queries or centroids outside that range ([2^-8, 2^12]) is refused.
    */
   precision?: StagePrecision;
   /**
@@ -49,7 +50,7 @@ const FP16_LOW = 2 ** -8;
 const FP16_HIGH = 2 ** 12;
 const centroidRange = new WeakMap<object, boolean>();
 
-function inRange(x: Float32Array): boolean {
+function largest(x: Float32Array): number {
   let m = nativeCodec()?.maxAbs(x);
   if (m === undefined) {
     m = 0;
@@ -58,6 +59,11 @@ function inRange(x: Float32Array): boolean {
       if (a > m) m = a;
     }
   }
+  return m;
+}
+
+function inRange(x: Float32Array): boolean {
+  const m = largest(x);
   return m >= FP16_LOW && m <= FP16_HIGH;
 }
 
@@ -81,14 +87,37 @@ function queryRows(queries: TokenBatch, rows: number): Float32Array {
   return q;
 }
 
-function defaultPrecision(index: DeviceIndexSource, q: Float32Array, exact: boolean): StagePrecision {
-  if (!exact || index.dim % 16 !== 0 || index.dim > 128) return 'float32';
+function centroidsInRange(index: DeviceIndexSource): boolean {
   let c = centroidRange.get(index);
   if (c === undefined) {
     c = inRange(index.native.centroids);
     centroidRange.set(index, c);
   }
-  return c && (q.length === 0 || inRange(q)) ? 'float16' : 'float32';
+  return c;
+}
+
+function defaultPrecision(index: DeviceIndexSource, q: Float32Array, exact: boolean): StagePrecision {
+  if (!exact || index.dim % 16 !== 0 || index.dim > 128) return 'float32';
+  return centroidsInRange(index) && (q.length === 0 || inRange(q)) ? 'float16' : 'float32';
+}
+
+// An explicit 'float16' outside float16's range would rank garbage (products overflow to inf and
+// NaN, or vanish), and the final lists could come back short: refused, naming the magnitude.
+function checkHalfRange(index: DeviceIndexSource, q: Float32Array) {
+  const range =
+    "'float32' where the queries' or the centroids' largest magnitude lies outside [2^-8, 2^12] (float16's range for the ranking stages)";
+  if (!centroidsInRange(index))
+    throw new InvalidArgumentError(
+      'options.precision',
+      range,
+      `'float16' with centroids of largest magnitude ${largest(index.native.centroids)}`,
+    );
+  if (q.length > 0 && !inRange(q))
+    throw new InvalidArgumentError(
+      'options.precision',
+      range,
+      `'float16' with queries of largest magnitude ${largest(q)}`,
+    );
 }
 
 const uploaded = new WeakMap<object, Map<number, Promise<{ handle: PlaidHandle; bytes: number }>>>();
@@ -147,6 +176,7 @@ export async function cudaSearchBatch(
   const precision = options.precision ?? defaultPrecision(index, q, exact || rescored);
   if (precision !== 'float32' && precision !== 'float16')
     throw new InvalidArgumentError('options.precision', "'float32' or 'float16'", String(precision));
+  if (options.precision === 'float16') checkHalfRange(index, q);
   const plan = cudaSearchPlan({
     centroids: index.centroids,
     dim: d,
