@@ -300,6 +300,14 @@ PlaidDeviceIndex::PlaidDeviceIndex(Runtime& rt, const PlaidIndexHost& ix,
       return Put(rt, src, bytes);
     };
     cent_ = put(ix.centroids, static_cast<uint64_t>(k_ * d_) * 4);
+    double most = 0.0;
+    for (int64_t c = 0; c < k_; c++) {
+      double sq = 0.0;
+      for (int64_t j = 0; j < d_; j++) sq += static_cast<double>(ix.centroids[c * d_ + j]) * ix.centroids[c * d_ + j];
+      most = std::max(most, sq);
+    }
+    // rounded up a little: qc is a product of float16 copies, which may exceed the float32 bound
+    cent_norm_ = static_cast<float>(std::sqrt(most) * (1.0 + 1.0 / 512));
     tables_ = put(ix.tables, static_cast<uint64_t>(d_ * 16) * 4);
     cids_ = put(ix.cids, static_cast<uint64_t>(padded) * 4);
     codes_ = put(ix.codes, static_cast<uint64_t>(padded / 16 * d_ * 2 * bits_));

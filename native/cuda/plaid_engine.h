@@ -139,6 +139,7 @@ class PlaidDeviceIndex {
   int64_t k_, d_, docs_, tokens_n_;
   int bits_;
   int tokens_dtype_ = 0;
+  float cent_norm_ = 0.0f;  // the largest centroid norm (scales qc's int8 copy)
   cu::CUdeviceptr cent_ = 0, tables_ = 0, cids_ = 0, codes_ = 0, doc_off_ = 0, bag_off_ = 0, bags_ = 0, ivf_off_ = 0,
                   ivf_ = 0, tokens_ = 0;
   uint64_t bytes_ = 0;

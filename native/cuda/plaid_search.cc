@@ -131,6 +131,21 @@ class Batch {
       h.scores = Dev<float>(c16_->get());
       h.n = K_;
       Go(rt_, "plaid_to_half", Div(K_ * d_ / 4, 256), 1, 256, 0, h);
+      // queries of <= 32 tokens: an int8 copy of qc for the interaction (half its bytes)
+      if (LQ_ == 32 && rt_.HasKernel("plaid_qc_scale") && rt_.HasKernel("plaid_interaction_q8")) {
+        qc8_ = Block(rt_, static_cast<uint64_t>(nq_ * K_ * LQ_));
+        qscale_ = Block(rt_, static_cast<uint64_t>(2 * a.n) * 4);
+        h.x = a.x;
+        h.n = a.n;
+        h.scores = Dev<float>(qscale_->get());
+        h.row_inv = Dev<float>(qscale_->get()) + a.n;
+        h.cent_norm = p_.cent_norm;
+        Go(rt_, "plaid_qc_scale", Div(a.n, 256), 1, 256, 0, h);
+        a.qc8 = Dev<int8_t>(qc8_->get());
+        a.row_inv = h.row_inv;
+        p_.qc8 = a.qc8;
+        p_.qc8_scale = h.scores;
+      }
       a.x = Dev<const void>(q16_->get());
       a.cent_half = Dev<const void>(c16_->get());
       Go(rt_, "plaid_qc_mma", Div(a.n, 128), Div(K_, 128 * PLAID_QC_TILES), 256, PLAID_QC_SMEM, a);
@@ -210,9 +225,12 @@ class Batch {
     // per 1,000 queries), grid-stride (the count is on the device only): the more blocks, the faster
     // measured (one resident wave 42.9 ms, 8,192 blocks 33.3, a candidate per warp 29.8), and empty
     // blocks exit at once
-    const bool h2 = p_.qc_half && LQ_ == 32 && rt_.HasKernel("plaid_interaction_h2");
-    Go(rt_, h2 ? "plaid_interaction_h2" : "plaid_interaction",
-       std::min<int64_t>(Div(nq_ * p_.docs, h2 ? 16 : 8), std::max<int64_t>(8192, 2048 * nq_)), 1, 256, 0, p_);
+    // (a quarter-warp on qc's int8 copy where it exists: half the bytes of float16 rows)
+    const bool q8 = p_.qc8 != nullptr;
+    const bool h2 = !q8 && p_.qc_half && LQ_ == 32 && rt_.HasKernel("plaid_interaction_h2");
+    Go(rt_, q8 ? "plaid_interaction_q8" : h2 ? "plaid_interaction_h2" : "plaid_interaction",
+       std::min<int64_t>(Div(nq_ * p_.docs, q8 ? 32 : h2 ? 16 : 8), std::max<int64_t>(8192, 2048 * nq_)), 1, 256, 0,
+       p_);
     kept_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
     kept_ci_ = Block(rt_, static_cast<uint64_t>(nq_ * plan_.candidates) * 4);
     sel_n_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
@@ -354,7 +372,7 @@ class Batch {
   PlaidSearchParams p_;
   Pinned& host_;
   std::vector<cu::CUevent> ev_;
-  Buf qd_, qlen_, qc_, q16_, c16_, group_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
+  Buf qd_, qlen_, qc_, qc8_, qscale_, q16_, c16_, group_max_, floor_, partial_, cbits_, probed_, probed_n_, dbits_, cand_n_, offs_, cand_,
       cand_q_, ci_, kbits_, kept_, kept_ci_, sel_n_, rs_, fin_, fin_rs_, fin_ex_;
   std::vector<int64_t> cand_off_, kept_off_, fin_off_;
   std::vector<int32_t> probed_counts_;
@@ -385,6 +403,7 @@ void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* length
   ix.d = d_;
   ix.docs = docs_;
   ix.bits = bits_;
+  ix.cent_norm = cent_norm_;
   const bool exact = plan.exact && tokens_ != 0;
   // two batches in flight: batch i is enqueued whole before batch i - 1 is collected, so the host's
   // work (padding, launches, sorting) overlaps the device's

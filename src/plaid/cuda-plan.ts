@@ -68,6 +68,7 @@ export function bytesPerQuery(
   const chunks = Math.ceil(centroids / PROBE_CHUNK);
   return (
     centroids * lq * (precision === 'float16' ? 2 : 4) + // qc
+    (precision === 'float16' && lq === 32 ? centroids * lq + lq * 8 : 0) + // its int8 copy, scales
     chunks * lq * np * 8 + // probe lists per chunk
     Math.ceil(centroids / 128) * lq * 8 + // each token's best per group of 128 centroids
     Math.ceil(centroids / 32) * 4 +

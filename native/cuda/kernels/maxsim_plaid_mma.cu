@@ -3,7 +3,7 @@
 // precision 'float16', chosen in src/plaid/cuda-search.ts): their scores only rank candidates, so
 // they need not be the CPU's fp32 chain bitwise (maxsim_plaid_search.cu keeps that path).
 //   plaid_qc_mma        qc = queries x centroids, the layout of plaid_qc ([Q][K][LQ]), from float16
-//                       copies (plaid_to_half);
+//                       copies (plaid_to_half), and its int8 copy for the interaction (plaid_qc_scale);
 //   plaid_residual_mma  the fused decompress-MaxSim: a warp takes a document, 16 tokens (one code
 //                       block) as the A fragment's rows, decoded from the codes through a float16
 //                       table in shared memory in registers; the query's 32-token chunk as B
@@ -105,6 +105,21 @@ extern "C" __global__ void __launch_bounds__(256) plaid_to_half(const PlaidAssig
   *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(p.scores) + i) = make_uint2(PackHalf2(v.x, v.y), PackHalf2(v.z, v.w));
 }
 
+// The scales of qc's int8 copy (the interaction's operand): |q_r . c| <= |q_r| cmax (Cauchy-Schwarz,
+// cmax = p.cent_norm the largest centroid norm), so row r maps into [-127, 127] by 127 / (|q_r|
+// cmax) with no pass over its K products first. p.scores[r] = |q_r| cmax / 127 decodes, p.row_inv[r]
+// its inverse (0 for a zero row: padding); p.x float32 [n][d]. grid ceil(n / 256), block 256.
+extern "C" __global__ void __launch_bounds__(256) plaid_qc_scale(const PlaidAssignParams p) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
+  if (r >= p.n) return;
+  const float* x = static_cast<const float*>(p.x) + r * p.d;
+  float sq = 0.0f;
+  for (int64_t k = 0; k < p.d; k++) sq = fmaf(x[k], x[k], sq);
+  const float s = sqrtf(sq) * p.cent_norm / 127.0f;
+  p.scores[r] = s;
+  p.row_inv[r] = s > 0.0f ? 1.0f / s : 0.0f;
+}
+
 // Centroid tiles of 128 a plaid_qc_mma block takes in turn (its query tile loaded once), and the
 // shared rows: 128 halves + 8 of padding, so ldmatrix's 8 rows of 16 bytes fall in distinct banks.
 constexpr int kQcTiles = PLAID_QC_TILES, kQcRow = PLAID_QC_ROW;
@@ -153,6 +168,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) plaid_qc_mma(const PlaidAss
   // B, (centroids 0-7, k 0-7 | 8-15) then centroids 8-15 (two n tiles of 8)
   const uint32_t xa = static_cast<uint32_t>(__cvta_generic_to_shared(&xs[wm + (lane & 7) + ((lane >> 3) & 1) * 8][(lane >> 4) * 8]));
   const int brow = wn + (lane >> 4) * 8 + (lane & 7), bcol = ((lane >> 3) & 1) * 8;
+  // the int8 copy's inverse scales of the 8 rows this thread stores (its runs below always start at
+  // row r0 + 8 (tid % 16))
+  float inv8[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    const int64_t row = r0 + (tid % 16) * 8 + j;
+    inv8[j] = p.qc8 && row < p.n ? p.row_inv[row] : 0.0f;
+  }
   for (int64_t ti = 0; ti < tiles; ti++) {
     auto cb = cs(static_cast<int>(ti % 2));
     if (ti + 1 < tiles) asm volatile("cp.async.wait_group 1;\n" ::);
@@ -195,8 +218,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) plaid_qc_mma(const PlaidAss
       const int cl = e / 16, rc = (e % 16) * 8;
       const int64_t row = r0 + rc, c = c0 + cl;
       if (row >= p.n || c >= p.k) continue;  // n is a multiple of ld: a run of 8 is all in or all out
-      __half* dst = reinterpret_cast<__half*>(p.scores) + ((row / ld) * p.k + c) * ld + row % ld;
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(&cb[cl][rc]);
+      const int64_t at = ((row / ld) * p.k + c) * ld + row % ld;
+      const uint4 h = *reinterpret_cast<const uint4*>(&cb[cl][rc]);
+      *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(p.scores) + at) = h;
+      if (p.qc8) {  // the same 8 values in int8, rounded from their float16
+        const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
+        uint32_t b[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const __half2 v2 = *reinterpret_cast<const __half2*>(&hw[j / 2]);
+          const float v = (j % 2 ? __high2float(v2) : __low2float(v2)) * inv8[j];
+          const int iv = max(-127, min(127, __float2int_rn(v)));
+          b[j / 4] |= (static_cast<uint32_t>(iv) & 0xFFu) << (8 * (j % 4));
+        }
+        *reinterpret_cast<uint2*>(p.qc8 + at) = make_uint2(b[0], b[1]);
+      }
     }
     if (ti + 2 < tiles) {
       __syncthreads();  // the staging read out before the tile after next lands in it

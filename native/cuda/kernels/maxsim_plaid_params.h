@@ -76,6 +76,12 @@ struct PlaidAssignParams {
   int32_t out_half;           // plaid_qc_mma: 1 writes scores as float16
   int32_t pad0;
   const void* cent_half;      // plaid_qc_mma: [k][d] float16 centroids (x: [n][d] float16 rows)
+  // the int8 copy of qc (plaid_qc_scale, plaid_qc_mma; null: none): [n / ld][k][ld] values
+  // round(qc_r,c * row_inv[r]) in [-127, 127]; plaid_qc_scale writes row_inv and scores = the scale
+  int8_t* qc8;
+  float* row_inv;
+  float cent_norm;            // plaid_qc_scale: the largest centroid norm
+  int32_t pad1;
 };
 
 struct PlaidSearchParams {
@@ -145,6 +151,12 @@ struct PlaidSearchParams {
   int64_t cap_kept;
   int64_t cap_fin;
   int64_t groups;             // ceil(K / PLAID_GROUP)
+  // [Q][K][LQ] the int8 copy of qc and [Q][LQ] each row's scale (qc ~ qc8 * scale) for
+  // plaid_interaction_q8 (null: none)
+  const int8_t* qc8;
+  const float* qc8_scale;
+  float cent_norm;            // the index's largest centroid norm (the int8 copy's scales)
+  int32_t pad2;
 };
 
 #ifdef __CUDACC__

@@ -524,6 +524,55 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const Pla
   }
 }
 
+// plaid_interaction_h2 on qc's int8 copy (queries of <= 32 tokens): a quarter-warp a candidate,
+// lane l its tokens 4l .. 4l + 3 as one word of bytes, so a bag row is one 32-byte sector (64 for
+// float16) and its maxima one VIMNMX a row; score = sum over tokens < len of max * scale (-128: an
+// empty bag, or every centroid of it pruned). Ranks candidates only (the float16 plans).
+extern "C" __global__ void __launch_bounds__(256) plaid_interaction_q8(const PlaidSearchParams p) {
+  const int lane = threadIdx.x % 32, l8 = lane % 8;
+  const int64_t total = p.cand_off[p.num_q];
+  const bool prune = p.threshold > -INFINITY;
+  const int64_t cw = (p.k + 31) / 32;
+  const uint32_t* qc4 = reinterpret_cast<const uint32_t*>(p.qc8);
+  const uint32_t none = 0x80808080u;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; 4 * w < total; w += warps) {
+    const int64_t e = 4 * w + lane / 8;
+    const bool active = e < total;
+    uint32_t m = none;
+    float s = 0.0f;
+    if (active) {
+      const int64_t q = p.cand_q[e], doc = p.cand[e];
+      const int64_t len = p.q_len[q];
+      const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
+      const uint32_t* row = qc4 + q * p.k * 8 + l8;  // rows of 8 words
+      auto at = [&](int32_t c) {
+        return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? row[static_cast<int64_t>(c) * 8] : none;
+      };
+      const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
+      int64_t j = j0;
+      for (; j + 8 <= j1; j += 8) {
+        uint32_t v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = at(p.bags[j + u]);
+        m = __vmaxs4(m, __vmaxs4(__vmaxs4(__vmaxs4(v[0], v[1]), __vmaxs4(v[2], v[3])),
+                                 __vmaxs4(__vmaxs4(v[4], v[5]), __vmaxs4(v[6], v[7]))));
+      }
+      for (; j < j1; j++) m = __vmaxs4(m, at(p.bags[j]));
+      const float* sc = p.qc8_scale + q * 32 + 4 * l8;
+#pragma unroll
+      for (int b = 0; b < 4; b++) {
+        const int v = static_cast<int8_t>(static_cast<uint8_t>(m >> (8 * b)));
+        if (4 * l8 + b < len && v != -128) s = fmaf(static_cast<float>(v), sc[b], s);
+      }
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (active && l8 == 0) p.ci[e] = s;
+  }
+}
+
 // grid Q, block 256: the best sel_out_off[q + 1] - sel_out_off[q] entries of [sel_in_off[q], ...) by
 // (score desc, doc asc), exactly: radix select of the k-th largest 64-bit key, 8 bits per pass.
 extern "C" __global__ void __launch_bounds__(256) plaid_select(const PlaidSearchParams p) {
