@@ -476,6 +476,31 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
   }
 }
 
+// The max over document doc's bag of row[c * stride] (a lane's slice of qc row c; none for a
+// centroid pruned away), N rows in flight and folded as a tree, for the slice type T and its max.
+template <int N, typename T, typename Max>
+__device__ __forceinline__ T BagMax(const PlaidSearchParams& p, int64_t q, int64_t doc, const T* row, int64_t stride,
+                                    T none, Max mx) {
+  const bool prune = p.threshold > -INFINITY;
+  const uint32_t* kb = prune ? p.kbits + q * ((p.k + 31) / 32) : nullptr;
+  auto at = [&](int32_t c) { return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? row[static_cast<int64_t>(c) * stride] : none; };
+  const int64_t j1 = p.bag_off[doc + 1];
+  int64_t j = p.bag_off[doc];
+  T m = none;
+  for (; j + N <= j1; j += N) {
+    T v[N];
+#pragma unroll
+    for (int u = 0; u < N; u++) v[u] = at(p.bags[j + u]);
+#pragma unroll
+    for (int h = 1; h < N; h *= 2)
+#pragma unroll
+      for (int u = 0; u < N; u += 2 * h) v[u] = mx(v[u], v[u + h]);
+    m = mx(m, v[0]);
+  }
+  for (; j < j1; j++) m = mx(m, at(p.bags[j]));
+  return m;
+}
+
 // plaid_interaction for float16 qc and queries of <= 32 tokens (lq == 32): a half-warp per candidate,
 // each lane holding two tokens (one 4-byte load of a qc row), so a warp keeps two candidates' loads
 // in flight for the instructions one took. The maxima are grouped and the sums ordered as in
@@ -483,8 +508,6 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction(const PlaidS
 extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32, hl = lane % 16, base = lane & 16;
   const int64_t total = p.cand_off[p.num_q];
-  const bool prune = p.threshold > -INFINITY;
-  const int64_t cw = (p.k + 31) / 32;
   const __half2* qc2 = reinterpret_cast<const __half2*>(p.qc);
   // the maxima stay float16 pairs (one HMNMX2 a row, not two conversions and two FMNMX): the max
   // of float16 values converted once is the max of their conversions, so the scores do not move
@@ -498,18 +521,8 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const Pla
     if (active) {
       const int64_t q = p.cand_q[e], doc = p.cand[e];
       len = p.q_len[q];
-      const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
-      const __half2* row = qc2 + q * p.k * 16 + hl;  // rows of 16 token pairs
-      auto at = [&](int32_t c) {
-        return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? row[static_cast<int64_t>(c) * 16] : none;
-      };
-      const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
-      int64_t j = j0;
-      for (; j + 4 <= j1; j += 4) {
-        const __half2 v0 = at(p.bags[j]), v1 = at(p.bags[j + 1]), v2 = at(p.bags[j + 2]), v3 = at(p.bags[j + 3]);
-        mh = __hmax2(mh, __hmax2(__hmax2(v0, v1), __hmax2(v2, v3)));
-      }
-      for (; j < j1; j++) mh = __hmax2(mh, at(p.bags[j]));
+      // rows of 16 token pairs
+      mh = BagMax<4>(p, q, doc, qc2 + q * p.k * 16 + hl, 16, none, [](__half2 a, __half2 b) { return __hmax2(a, b); });
     }
     const float2 m = __half22float2(mh);
     double s = 0.0;
@@ -531,8 +544,6 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction_h2(const Pla
 extern "C" __global__ void __launch_bounds__(256) plaid_interaction_q8(const PlaidSearchParams p) {
   const int lane = threadIdx.x % 32, l8 = lane % 8;
   const int64_t total = p.cand_off[p.num_q];
-  const bool prune = p.threshold > -INFINITY;
-  const int64_t cw = (p.k + 31) / 32;
   const uint32_t* qc4 = reinterpret_cast<const uint32_t*>(p.qc8);
   const uint32_t none = 0x80808080u;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
@@ -544,21 +555,8 @@ extern "C" __global__ void __launch_bounds__(256) plaid_interaction_q8(const Pla
     if (active) {
       const int64_t q = p.cand_q[e], doc = p.cand[e];
       const int64_t len = p.q_len[q];
-      const uint32_t* kb = prune ? p.kbits + q * cw : nullptr;
-      const uint32_t* row = qc4 + q * p.k * 8 + l8;  // rows of 8 words
-      auto at = [&](int32_t c) {
-        return !prune || ((kb[c >> 5] >> (c & 31)) & 1u) ? row[static_cast<int64_t>(c) * 8] : none;
-      };
-      const int64_t j0 = p.bag_off[doc], j1 = p.bag_off[doc + 1];
-      int64_t j = j0;
-      for (; j + 8 <= j1; j += 8) {
-        uint32_t v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) v[u] = at(p.bags[j + u]);
-        m = __vmaxs4(m, __vmaxs4(__vmaxs4(__vmaxs4(v[0], v[1]), __vmaxs4(v[2], v[3])),
-                                 __vmaxs4(__vmaxs4(v[4], v[5]), __vmaxs4(v[6], v[7]))));
-      }
-      for (; j < j1; j++) m = __vmaxs4(m, at(p.bags[j]));
+      // rows of 8 words
+      m = BagMax<8>(p, q, doc, qc4 + q * p.k * 8 + l8, 8, none, [](uint32_t a, uint32_t b) { return __vmaxs4(a, b); });
       const float* sc = p.qc8_scale + q * 32 + 4 * l8;
 #pragma unroll
       for (int b = 0; b < 4; b++) {
