@@ -194,8 +194,14 @@ describe(`centered int8 documents (seed ${runSeed})`, () => {
       errors.push(total);
       bounds.push(totalBound);
     }
-    assert.ok(bounds[1] < bounds[0], `centered summed bound ${bounds[1]} < plain ${bounds[0]} (seed ${runSeed})`);
-    assert.ok(errors[1] < errors[0], `centered summed error ${errors[1]} < plain ${errors[0]} (seed ${runSeed})`);
+    assert.ok(
+      bounds[1] < bounds[0],
+      `centered summed bound ${bounds[1]} < plain ${bounds[0]} (seed ${runSeed})`,
+    );
+    assert.ok(
+      errors[1] < errors[0],
+      `centered summed error ${errors[1]} < plain ${errors[0]} (seed ${runSeed})`,
+    );
   });
 
   test('all-equal tokens: zero residuals, scores are the shift alone', () => {
