@@ -400,6 +400,32 @@ describe('recover keeps deletions', () => {
     assert.deepEqual([openCorpus(dir).info.documents, openCorpus(dir).info.deleted], [5, 0]);
   });
 
+  test('a segment the MANIFEST names but the directory lost: reported, and the tombstones placed past its documents', () => {
+    const dir = fresh();
+    build(dir, 15, runSeed + 24, 'float16', 3);
+    // d7 lies in the segment that vanishes, d12 in the one after it
+    deleteDocuments(dir, ['d7', 'd12']);
+    fs.rmSync(path.join(dir, 'seg-000002.msxs'));
+    assert.throws(() => openCorpus(dir), /seg-000002\.msxs: a segment named by the MANIFEST is missing/);
+    const r = recoverCorpus(dir);
+    assert.equal(r.skipped.length, 1, JSON.stringify(r.skipped));
+    assert.match(r.skipped[0].file, /seg-000002\.msxs$/);
+    assert.match(r.skipped[0].reason, /named by the MANIFEST \(5 documents\) but missing/);
+    assert.deepEqual([r.info.documents, r.info.deleted, r.info.live], [10, 1, 9]);
+    const c = openCorpus(dir);
+    assert.throws(() => c.get(['d12']), /unknown or deleted/);
+    // every other document of the two segments left is live, with its own tokens
+    const live = ['d0', 'd1', 'd2', 'd3', 'd4', 'd10', 'd11', 'd13', 'd14'];
+    assert.equal(c.get(live).count, live.length);
+    c.close();
+    // a MANIFEST damaged beyond its checksum names nothing: the old behaviour (nothing to report)
+    deleteDocuments(dir, ['d0']);
+    fs.writeFileSync(path.join(dir, 'MANIFEST'), 'garbage');
+    const r2 = recoverCorpus(dir);
+    assert.deepEqual(r2.skipped, []);
+    assert.deepEqual([r2.info.documents, r2.info.deleted], [10, 2]);
+  });
+
   test('a crash between moving a segment aside and writing the moved tombstones is recovered the same way', () => {
     const dir = fresh();
     build(dir, 15, runSeed + 23, 'float16', 3);

@@ -28,6 +28,7 @@ import {
   type Manifest,
   type ManifestSegment,
   openSegment,
+  readManifest,
 } from './manifest.js';
 import { CorpusFile } from './reader.js';
 import { adoptIndex } from './recovery-index.js';
@@ -61,7 +62,9 @@ export interface RecoverResult {
  * newest intact codec and, per adopted segment, the index file encoded against it for exactly that
  * segment (a segment that kept no tokens and lost its index is left out and reported). Deletions
  * survive: the newest tombstone file applies, its indices placed past the segments left out, and a
- * recovery that cannot place them is refused (recovery-tombstones.ts). Nothing is deleted: a
+ * recovery that cannot place them is refused (recovery-tombstones.ts). A segment that a damaged
+ * MANIFEST (its checksum intact) names but the directory lacks is reported in `skipped`, and the
+ * tombstones are placed past its documents (they were counted in the MANIFEST's order). Nothing is deleted: a
  * damaged MANIFEST is renamed to MANIFEST.damaged-<time>, a segment left out to
  * <segment>.left-out-<generation>.
  * A corpus whose MANIFEST opens is refused (there is nothing to recover).
@@ -81,8 +84,14 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     const manifestFile = path.join(dir, MANIFEST);
     const damagedManifest = damagedManifestName(dir, manifestFile);
     const numbered = numberedFiles(dir, SEGMENT_NAME, segmentName);
+    const vanished = damagedManifest ? vanishedSegments(dir, numbered) : [];
     const adopted = adoptSegments(dir, numbered, options);
     const { skipped, first } = adopted;
+    for (const v of vanished)
+      skipped.push({
+        file: path.join(dir, v.file),
+        reason: `${path.join(dir, v.file)}: named by the MANIFEST (${v.documents} documents) but missing: its documents are lost`,
+      });
     // the index files that still describe the adopted segments (a token-less segment without one is
     // left out: its documents have no vectors)
     const ix = adoptIndex(dir, adopted.segments, adopted.headers, options.verify ?? true, skipped);
@@ -106,6 +115,7 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
             documents: adopted.counts.get(name),
             kept: kept.has(name),
           })),
+          ...vanished.map((v) => ({ ...v, kept: false })),
           ...earlier.filter((e) => e.since > newest.n),
         ])
       : { indices: [], placed: [] };
@@ -119,7 +129,7 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     );
     const moved =
       plan.placed.some((x, i) => x !== plan.indices[i]) || plan.placed.length !== plan.indices.length;
-    const generation = leftOut.length > 0 || moved ? base + 1 : base;
+    const generation = leftOut.length > 0 || vanished.length > 0 || moved ? base + 1 : base;
     const { deletions, write } = deletionsOf(dir, newest, plan, generation);
     const m: Manifest = {
       format: FORMAT,
@@ -180,6 +190,29 @@ function damagedManifestName(dir: string, manifestFile: string): string | undefi
       `${dir} (its MANIFEST opens; nothing to recover)`,
     );
   return `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+}
+
+// The segments a damaged MANIFEST whose checksum still holds names but the directory lacks: their
+// documents are gone (reported), and the tombstones' indices are placed past them. A MANIFEST that
+// does not read names nothing.
+function vanishedSegments(
+  dir: string,
+  present: readonly { name: string }[],
+): { n: number; file: string; documents: number }[] {
+  let m: Manifest;
+  try {
+    m = readManifest(dir);
+  } catch (e) {
+    if (e instanceof FormatError) return [];
+    throw e;
+  }
+  // (a segment an earlier recovery moved aside is counted as such, not twice)
+  const aside = new Set(leftOutSegments(dir).map((x) => x.n));
+  const have = new Set(present.map((x) => x.name));
+  return m.segments
+    .filter((s) => !have.has(s.file))
+    .map((s) => ({ n: Number(SEGMENT_NAME.exec(s.file)?.[1]), file: s.file, documents: s.documents }))
+    .filter((s) => Number.isSafeInteger(s.n) && !aside.has(s.n));
 }
 
 // The files of `dir` named `nameOf(n)` for a number n that `pattern` captures, by increasing n.
