@@ -12,6 +12,7 @@ import { InvalidArgumentError } from '../src/errors.js';
 import { CorpusFile, CorpusWriter, deleteDocuments, setCorpusFaultHook } from '../src/io/corpus/index.js';
 import { indexCorpus } from '../src/io/corpus/index-build.js';
 import { writeNpy } from '../src/io/npy.js';
+import { indexSettings } from '../src/ops/corpus-index-search.js';
 import { openCorpus } from '../src/ops/corpus-search.js';
 import { decodeDocuments } from '../src/plaid/merge.js';
 import type { TokenBatch } from '../src/tensor.js';
@@ -105,6 +106,11 @@ describe('corpus index --drop-tokens', () => {
       );
       assert.ok(close(row[9].score, brute[9]), `10th score ${row[9].score} vs ${brute[9]}`);
     });
+    // no token pruning by default here (a pruned token's score would be its centroid's alone; with
+    // prune 0 the 10th score above came back lower than the brute force's), unless asked for
+    assert.equal(indexSettings(undefined, 10, 32, 450, true).prune, Number.POSITIVE_INFINITY);
+    assert.equal(indexSettings({ prune: 0 }, 10, 32, 450, true).prune, 0);
+    assert.equal(indexSettings(undefined, 10, 32, 450).prune, 0.25);
     // default settings: still residual scores of the returned documents
     const def = await c.searchWithStats(q, { topK: 5 });
     def.hits.forEach((row, qi) => {

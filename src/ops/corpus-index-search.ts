@@ -33,7 +33,9 @@ export interface CorpusIndexOptions {
   /**
    * The CPU residual stage's token pruning (PlaidIndex.search): tokens whose centroid scores below
    * every query token's best centroid score less this fraction of it count that centroid score
-   * alone (default 0.25; Infinity decodes every token). The GPU stages decode every token.
+   * alone (default 0.25; Infinity decodes every token). The GPU stages decode every token. A corpus
+   * that dropped its tokens defaults to Infinity: its residual scores are the returned ones, and a
+   * pruned token's would be its centroid's alone, not the MaxSim of the decoded vectors.
    */
   prune?: number;
   /**
@@ -100,6 +102,8 @@ export function indexSettings(
   centroids: number,
   /** The corpus's documents: the defaults grow with it (defaultSearch). */
   docs?: number,
+  /** The residual scores are the returned ones (tokens dropped): no pruning by default. */
+  residualOnly = false,
 ): {
   nprobe: number;
   candidates: number;
@@ -137,7 +141,7 @@ export function indexSettings(
       'a number (or -Infinity: no pruning)',
       describe(threshold),
     );
-  const prune = o.prune ?? def.prune;
+  const prune = o.prune ?? (residualOnly ? Number.POSITIVE_INFINITY : def.prune);
   if (typeof prune !== 'number' || !(prune >= 0))
     throw new InvalidArgumentError('index.prune', 'a number >= 0 (Infinity: no pruning)', describe(prune));
   return {
@@ -492,7 +496,13 @@ export async function searchIndexed(
     );
   // no more hits than live documents: a k past them asks the stages for nothing more
   k = Math.min(k, file.info.live);
-  const settings = indexSettings(options.index, k, file.index!.manifest.centroids, file.info.documents);
+  const settings = indexSettings(
+    options.index,
+    k,
+    file.index!.manifest.centroids,
+    file.info.documents,
+    file.tokensDropped,
+  );
   if (settings.precision === 'float16' && file.tokensDropped)
     throw new InvalidArgumentError(
       'index.precision',
