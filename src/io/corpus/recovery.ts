@@ -64,8 +64,8 @@ export interface RecoverResult {
  * survive: the newest tombstone file applies, its indices placed past the segments left out, and a
  * recovery that cannot place them is refused (recovery-tombstones.ts). A segment that a damaged
  * MANIFEST (its checksum intact) names but the directory lacks is reported in `skipped`, and the
- * tombstones are placed past its documents (they were counted in the MANIFEST's order). Nothing is deleted: a
- * damaged MANIFEST is renamed to MANIFEST.damaged-<time>, a segment left out to
+ * tombstones are placed past its documents (they were counted in the MANIFEST's order). Nothing is
+ * deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>, a segment left out to
  * <segment>.left-out-<generation>.
  * A corpus whose MANIFEST opens is refused (there is nothing to recover).
  */
