@@ -406,20 +406,27 @@ describe('recover keeps deletions', () => {
     // d7 lies in the segment that vanishes, d12 in the one after it
     deleteDocuments(dir, ['d7', 'd12']);
     fs.rmSync(path.join(dir, 'seg-000002.msxs'));
+    // and an intact segment file the MANIFEST does not name (as an unpublished append leaves):
+    // the MANIFEST says it is not part of the corpus, so it is not adopted
+    fs.copyFileSync(path.join(dir, 'seg-000001.msxs'), path.join(dir, 'seg-000009.msxs'));
     assert.throws(() => openCorpus(dir), /seg-000002\.msxs: a segment named by the MANIFEST is missing/);
     const r = recoverCorpus(dir);
-    assert.equal(r.skipped.length, 1, JSON.stringify(r.skipped));
+    assert.equal(r.skipped.length, 2, JSON.stringify(r.skipped));
     assert.match(r.skipped[0].file, /seg-000002\.msxs$/);
     assert.match(r.skipped[0].reason, /named by the MANIFEST \(5 documents\) but missing/);
+    assert.match(r.skipped[1].reason, /seg-000009\.msxs: not named by the MANIFEST/);
+    assert.ok(fs.existsSync(path.join(dir, 'seg-000009.msxs')), 'left where it is');
     assert.deepEqual([r.info.documents, r.info.deleted, r.info.live], [10, 1, 9]);
+    assert.ok(r.info.generation > 9, `generation ${r.info.generation} past every file`);
     const c = openCorpus(dir);
     assert.throws(() => c.get(['d12']), /unknown or deleted/);
     // every other document of the two segments left is live, with its own tokens
     const live = ['d0', 'd1', 'd2', 'd3', 'd4', 'd10', 'd11', 'd13', 'd14'];
     assert.equal(c.get(live).count, live.length);
     c.close();
-    // a MANIFEST damaged beyond its checksum names nothing: the old behaviour (nothing to report)
+    // a MANIFEST damaged beyond its checksum names nothing: every intact segment file counts
     deleteDocuments(dir, ['d0']);
+    fs.rmSync(path.join(dir, 'seg-000009.msxs'), { force: true });
     fs.writeFileSync(path.join(dir, 'MANIFEST'), 'garbage');
     const r2 = recoverCorpus(dir);
     assert.deepEqual(r2.skipped, []);

@@ -64,7 +64,8 @@ export interface RecoverResult {
  * survive: the newest tombstone file applies, its indices placed past the segments left out, and a
  * recovery that cannot place them is refused (recovery-tombstones.ts). A segment that a damaged
  * MANIFEST (its checksum intact) names but the directory lacks is reported in `skipped`, and the
- * tombstones are placed past its documents (they were counted in the MANIFEST's order). Nothing is
+ * tombstones are placed past its documents (they were counted in the MANIFEST's order); a segment
+ * file such a MANIFEST does not name is reported and not adopted. Nothing is
  * deleted: a damaged MANIFEST is renamed to MANIFEST.damaged-<time>, a segment left out to
  * <segment>.left-out-<generation>.
  * A corpus whose MANIFEST opens is refused (there is nothing to recover).
@@ -84,14 +85,25 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     const manifestFile = path.join(dir, MANIFEST);
     const damagedManifest = damagedManifestName(dir, manifestFile);
     const numbered = numberedFiles(dir, SEGMENT_NAME, segmentName);
-    const vanished = damagedManifest ? vanishedSegments(dir, numbered) : [];
-    const adopted = adoptSegments(dir, numbered, options);
+    // a damaged MANIFEST whose checksum holds still says which segments make the corpus: those
+    // it names and the directory lost, and those it does not name (an unpublished write's, or
+    // segments a compaction replaced) are left out; without one, every segment file counts
+    const named = damagedManifest ? namedSegments(dir) : undefined;
+    const vanished = named ? vanishedSegments(dir, named, numbered) : [];
+    const ours = named ? numbered.filter((x) => named.some((s) => s.file === x.name)) : numbered;
+    const adopted = adoptSegments(dir, ours, options);
     const { skipped, first } = adopted;
     for (const v of vanished)
       skipped.push({
         file: path.join(dir, v.file),
         reason: `${path.join(dir, v.file)}: named by the MANIFEST (${v.documents} documents) but missing: its documents are lost`,
       });
+    for (const x of numbered)
+      if (!ours.includes(x))
+        skipped.push({
+          file: path.join(dir, x.name),
+          reason: `${path.join(dir, x.name)}: not named by the MANIFEST (a write that never published, or a segment compaction replaced): left where it is, not adopted`,
+        });
     // the index files that still describe the adopted segments (a token-less segment without one is
     // left out: its documents have no vectors)
     const ix = adoptIndex(dir, adopted.segments, adopted.headers, options.verify ?? true, skipped);
@@ -104,12 +116,12 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     // and those that earlier recoveries left out after it was written: a deleted document never
     // comes back (placeTombstones refuses when it cannot tell where one lies).
     const kept = new Set(segments.map((s) => s.file));
-    const leftOut = numbered.filter((x) => !kept.has(x.name));
+    const leftOut = ours.filter((x) => !kept.has(x.name));
     const earlier = leftOutSegments(dir);
     const newest = numberedFiles(dir, DELETIONS_NAME, deletionsName).pop();
     const plan = newest
       ? placeTombstones(dir, newest.name, [
-          ...numbered.map(({ name, n }) => ({
+          ...ours.map(({ name, n }) => ({
             n,
             file: name,
             documents: adopted.counts.get(name),
@@ -192,24 +204,27 @@ function damagedManifestName(dir: string, manifestFile: string): string | undefi
   return `${manifestFile}.damaged-${new Date().toISOString().replace(/[:.]/g, '-')}`;
 }
 
-// The segments a damaged MANIFEST whose checksum still holds names but the directory lacks: their
-// documents are gone (reported), and the tombstones' indices are placed past them. A MANIFEST that
-// does not read names nothing.
-function vanishedSegments(
-  dir: string,
-  present: readonly { name: string }[],
-): { n: number; file: string; documents: number }[] {
-  let m: Manifest;
+// The segments of a damaged MANIFEST whose checksum still holds (undefined: it does not read).
+function namedSegments(dir: string): readonly ManifestSegment[] | undefined {
   try {
-    m = readManifest(dir);
+    return readManifest(dir).segments;
   } catch (e) {
-    if (e instanceof FormatError) return [];
+    if (e instanceof FormatError) return undefined;
     throw e;
   }
+}
+
+// The segments a damaged MANIFEST names but the directory lacks: their documents are gone
+// (reported), and the tombstones' indices are placed past them.
+function vanishedSegments(
+  dir: string,
+  named: readonly ManifestSegment[],
+  present: readonly { name: string }[],
+): { n: number; file: string; documents: number }[] {
   // (a segment an earlier recovery moved aside is counted as such, not twice)
   const aside = new Set(leftOutSegments(dir).map((x) => x.n));
   const have = new Set(present.map((x) => x.name));
-  return m.segments
+  return named
     .filter((s) => !have.has(s.file))
     .map((s) => ({ n: Number(SEGMENT_NAME.exec(s.file)?.[1]), file: s.file, documents: s.documents }))
     .filter((s) => Number.isSafeInteger(s.n) && !aside.has(s.n));
