@@ -406,21 +406,11 @@ void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* length
   ix.cent_norm = cent_norm_;
   const bool exact = plan.exact && tokens_ != 0;
   // two batches in flight: batch i is enqueued whole before batch i - 1 is collected, so the host's
-  // work (padding, launches, sorting) overlaps the device's. They alternate between the runtime's
-  // two streams, so one's kernels fill the tails of the other's (1.03x, bench/NOTES.md); every
-  // batch is collected before the job ends, so both streams end idle and the first is restored.
-  const cu::CUstream first = rt_.stream();
-  struct Restore {
-    Runtime& rt;
-    cu::CUstream s;
-    ~Restore() { rt.SetStream(s); }
-  } restore{rt_, first};
-  auto on = [&](int64_t i) { rt_.SetStream(i % 2 ? rt_.side_stream() : first); };
+  // work (padding, launches, sorting) overlaps the device's
   std::unique_ptr<Batch> prev;
   int64_t row = 0, n = 0;
   for (int64_t q0 = 0; q0 < num_q; q0 += plan.batch, n++) {
     const int64_t nq = std::min(plan.batch, num_q - q0);
-    on(n);
     auto b = std::make_unique<Batch>(rt_, plan, nq, ix, *static_cast<Pinned*>(pinned_[n % 2]));
     b->Mark(0);
     b->QueryCentroids(queries + row * d_, lengths + q0);
@@ -436,13 +426,11 @@ void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* length
     b->Rescore(exact);
     for (int64_t i = 0; i < nq; i++) row += lengths[q0 + i];
     if (prev) {
-      on(n - 1);
       prev->Collect(out);
       if (plan.stages) prev->Stages(out);
     }
     prev = std::move(b);
   }
-  on(n - 1);
   if (prev) {
     prev->Collect(out);
     if (plan.stages) prev->Stages(out);
