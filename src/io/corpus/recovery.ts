@@ -90,7 +90,8 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
     // segments a compaction replaced) are left out; without one, every segment file counts
     const named = damagedManifest ? namedSegments(dir) : undefined;
     const vanished = named ? vanishedSegments(dir, named, numbered) : [];
-    const ours = named ? numbered.filter((x) => named.some((s) => s.file === x.name)) : numbered;
+    const namedFiles = new Set(named?.map((s) => s.file));
+    const ours = named ? numbered.filter((x) => namedFiles.has(x.name)) : numbered;
     const adopted = adoptSegments(dir, ours, options);
     const { skipped, first } = adopted;
     for (const v of vanished)
@@ -99,7 +100,7 @@ export function recoverCorpus(dir: string, options: RecoverOptions = {}): Recove
         reason: `${path.join(dir, v.file)}: named by the MANIFEST (${v.documents} documents) but missing: its documents are lost`,
       });
     for (const x of numbered)
-      if (!ours.includes(x))
+      if (named && !namedFiles.has(x.name))
         skipped.push({
           file: path.join(dir, x.name),
           reason: `${path.join(dir, x.name)}: not named by the MANIFEST (a write that never published, or a segment compaction replaced): left where it is, not adopted`,
