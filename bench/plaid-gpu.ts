@@ -8,8 +8,9 @@
 //
 // Run: node dist/bench/plaid-gpu.js [--docs 1000000] [--length 64] [--dim 128] [--topics 2000]
 //        [--queries 1000] [--lq 32] [--single 200] [--centroids K] [--bits 2] [--torch]
-//        [--grid NPROBExCANDIDATESxRESCORE,...] [--precision float16,float32] [--json FILE]
-// --precision: the product stages' arithmetic of every grid row (StagePrecision), each in turn.
+//        [--grid NPROBExCANDIDATESxRESCORE,...] [--precision default,float32] [--json FILE]
+// --precision: the product stages' arithmetic of every grid row (StagePrecision, or 'default': the
+// option left out, as users call it), each in turn.
 // 10M documents (--docs 10000000 --length 32: 82 GB of tokens, ~91 GiB RSS) need Node 22: the index's
 // codes are one typed array past Node 20's 4 GiB.
 import { spawnSync } from 'node:child_process';
@@ -35,7 +36,7 @@ const K = arg('centroids', '');
 const BITS = Number(arg('bits', '2')) as 2 | 4;
 const GRID = arg('grid', '8x1024x64,16x1024x64,16x2048x128,24x2048x128,32x2048x128,32x4096x256');
 const JSON_OUT = arg('json', '');
-const PRECISIONS = arg('precision', 'float16,float32').split(',') as StagePrecision[];
+const PRECISIONS = arg('precision', 'default,float32').split(',') as (StagePrecision | 'default')[];
 const load = () => `load ${os.loadavg()[0].toFixed(1)}`;
 const log = (m: string) =>
   console.log(`${m} [${load()}, RSS ${(process.memoryUsage().rss / 2 ** 30).toFixed(1)} GiB]`);
@@ -167,7 +168,8 @@ console.log(
   'precision nprobe candidates rescore | recall@10 q/s (k 10) | recall@100 q/s (k 100) | 1-query p50 p90 ms | top-10 found in: generated kept final | generated/query | k 10 batch ms: centroids lists interaction residual rescore (probe of centroids) native-total wall-median-of-3',
 );
 for (const g of GRID.split(',').flatMap((g) => PRECISIONS.map((p) => [g, p] as const))) {
-  const [spec, precision] = g;
+  const [spec, named] = g;
+  const precision = named === 'default' ? undefined : named;
   // NPROBExCANDIDATESxRESCORE, optionally tTHRESHOLD (PLAID's centroid pruning)
   const [head, th] = spec.split('t');
   const [nprobe, candidates, rescore] = head.split('x').map(Number);
@@ -236,7 +238,7 @@ for (const g of GRID.split(',').flatMap((g) => PRECISIONS.map((p) => [g, p] as c
     lat.push(performance.now() - ts);
   }
   const row = {
-    precision,
+    precision: named === 'default' ? `default (${diag.precision})` : named,
     nprobe,
     candidates,
     rescore,
@@ -253,7 +255,7 @@ for (const g of GRID.split(',').flatMap((g) => PRECISIONS.map((p) => [g, p] as c
   };
   rows.push(row);
   console.log(
-    `${precision} ${nprobe} ${candidates} ${rescore}${th === undefined ? '' : ` t${th}`} | ${row.recall10.toFixed(3)} ${row.qps10.toFixed(0)} | ${row.recall100.toFixed(3)} ${row.qps100.toFixed(0)} | ${row.p50.toFixed(2)} ${row.p90.toFixed(2)} | ${row.foundIn.map((v) => v.toFixed(3)).join(' ')} | ${row.generated.toFixed(0)} | ${row.stages10.map((v) => v.toFixed(1)).join(' ')} | ${load()}`,
+    `${row.precision} ${nprobe} ${candidates} ${rescore}${th === undefined ? '' : ` t${th}`} | ${row.recall10.toFixed(3)} ${row.qps10.toFixed(0)} | ${row.recall100.toFixed(3)} ${row.qps100.toFixed(0)} | ${row.p50.toFixed(2)} ${row.p90.toFixed(2)} | ${row.foundIn.map((v) => v.toFixed(3)).join(' ')} | ${row.generated.toFixed(0)} | ${row.stages10.map((v) => v.toFixed(1)).join(' ')} | ${load()}`,
   );
 }
 out.grid = rows;

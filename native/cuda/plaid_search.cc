@@ -2,10 +2,12 @@
 // round trip inside a batch, two batches in flight, the final lists sorted on the host.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/maxsim_plaid_params.h"
 #include "plaid_engine.h"
@@ -53,6 +55,28 @@ float Elapsed(cu::CUevent a, cu::CUevent b) {
   return ms;
 }
 
+// float16 keeps ~11 bits of an element whose magnitude lies in [2^-8, 2^12]; queries whose largest
+// magnitude lies outside would rank by overflowed or vanished products. Refused with a code of its
+// own, so that the default precision reruns the call in float32 and an explicit one says why. The
+// largest magnitude as the largest of the bits without the sign (NaN counts as the largest of all).
+void RefuseHalfRange(const float* x, int64_t n) {
+  if (n <= 0) return;
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    m = std::max(m, u & 0x7fffffffu);
+  }
+  float f;
+  std::memcpy(&f, &m, 4);
+  if (f >= 0x1p-8f && f <= 0x1p12f) return;
+  char v[32];
+  std::snprintf(v, sizeof v, "%g", f);
+  throw CudaError(std::string("queries of largest magnitude ") + v +
+                      " lie outside [2^-8, 2^12], float16's range for the ranking products",
+                  "MAXSIM_HALF_RANGE");
+}
+
 bool Better(float sa, int32_t da, float sb, int32_t db) { return sa > sb || (sa == sb && da < db); }
 
 // Host memory a batch's results come back to (page-locked, so the copies are asynchronous): grown
@@ -90,18 +114,28 @@ class Batch {
   }
   void Mark(int i) { Check(Api().cuEventRecord(ev_[i], rt_.stream()), "cuEventRecord"); }
 
-  // The queries padded to LQ rows and qc = q x centroids.
+  // The queries padded to LQ rows (staged straight into their device copy) and qc = q x centroids.
+  // In float16 the pass's queries are checked first against float16's range for the ranking
+  // products (RefuseHalfRange); here, on the worker a pass ahead of the device, the check is off the
+  // critical path, where on the JS thread it cost 2.2 ms of a 1,000-query call.
   void QueryCentroids(const float* queries, const int32_t* lengths) {
-    std::vector<float> qpad(static_cast<size_t>(nq_ * LQ_ * d_), 0.0f);
     std::vector<int32_t> qlen(lengths, lengths + nq_);
-    int64_t at = 0;
-    for (int64_t q = 0; q < nq_; q++) {
-      std::memcpy(qpad.data() + q * LQ_ * d_, queries + at * d_, static_cast<size_t>(qlen[q] * d_) * 4);
-      at += qlen[q];
-    }
-    qd_ = Block(rt_, qpad.size() * 4);
+    int64_t rows = 0;
+    for (int64_t q = 0; q < nq_; q++) rows += qlen[q];
+    if (plan_.fp16) RefuseHalfRange(queries, rows * d_);
+    qd_ = Block(rt_, static_cast<uint64_t>(nq_ * LQ_ * d_) * 4);
     qlen_ = Block(rt_, static_cast<uint64_t>(nq_) * 4);
-    rt_.Upload(qd_->get(), qpad.data(), qpad.size() * 4);
+    {
+      const std::vector<float> zeros(static_cast<size_t>(LQ_ * d_), 0.0f);
+      StagedWriter w(rt_.staging(), rt_.stream(), qd_->get());
+      int64_t at = 0;
+      for (int64_t q = 0; q < nq_; q++) {
+        w.Write(queries + at * d_, static_cast<uint64_t>(qlen[q] * d_) * 4);
+        w.Write(zeros.data(), static_cast<uint64_t>((LQ_ - qlen[q]) * d_) * 4);
+        at += qlen[q];
+      }
+      w.Finish();
+    }
     rt_.Upload(qlen_->get(), qlen.data(), static_cast<uint64_t>(nq_) * 4);
     // precision float16: qc is computed on tensor cores and stored in float16
     const bool half = plan_.fp16 && rt_.HasKernel("plaid_qc_mma") && rt_.HasKernel("plaid_residual_mma");
@@ -406,11 +440,30 @@ void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* length
   ix.cent_norm = cent_norm_;
   const bool exact = plan.exact && tokens_ != 0;
   // two batches in flight: batch i is enqueued whole before batch i - 1 is collected, so the host's
-  // work (padding, launches, sorting) overlaps the device's
+  // work (padding, launches, sorting) overlaps the device's. They alternate between the runtime's
+  // two streams, so one's kernels fill the tails of the other's (1.03x, bench/NOTES.md); every
+  // batch is collected before the job ends, so both streams end idle and the first is restored.
+  const cu::CUstream first = rt_.stream();
+  struct Restore {
+    Runtime& rt;
+    cu::CUstream s;
+    // on an error a pass may still run on either stream: both are drained before the job's blocks
+    // and pinned buffers serve another job (after a whole job both are idle already)
+    ~Restore() {
+      rt.SetStream(s);
+      try {
+        Api().cuStreamSynchronize(s);
+        Api().cuStreamSynchronize(rt.side_stream());
+      } catch (...) {  // a poisoned backend: nothing will run on it again
+      }
+    }
+  } restore{rt_, first};
+  auto on = [&](int64_t i) { rt_.SetStream(i % 2 ? rt_.side_stream() : first); };
   std::unique_ptr<Batch> prev;
   int64_t row = 0, n = 0;
   for (int64_t q0 = 0; q0 < num_q; q0 += plan.batch, n++) {
     const int64_t nq = std::min(plan.batch, num_q - q0);
+    on(n);
     auto b = std::make_unique<Batch>(rt_, plan, nq, ix, *static_cast<Pinned*>(pinned_[n % 2]));
     b->Mark(0);
     b->QueryCentroids(queries + row * d_, lengths + q0);
@@ -426,11 +479,13 @@ void PlaidDeviceIndex::SearchBatches(const float* queries, const int32_t* length
     b->Rescore(exact);
     for (int64_t i = 0; i < nq; i++) row += lengths[q0 + i];
     if (prev) {
+      on(n - 1);
       prev->Collect(out);
       if (plan.stages) prev->Stages(out);
     }
     prev = std::move(b);
   }
+  on(n - 1);
   if (prev) {
     prev->Collect(out);
     if (plan.stages) prev->Stages(out);

@@ -63,6 +63,13 @@ class Runtime {
   Allocator& allocator() { return allocator_; }
   Staging& staging() { return staging_; }
   cu::CUstream stream() const { return stream_; }
+  // The stream that launches, copies and Synchronize use from now on; returns the one it replaces.
+  // For a job that spreads independent parts of its work over stream() and side_stream() (it sets
+  // the first back and leaves both idle before it returns).
+  cu::CUstream SetStream(cu::CUstream s) {
+    std::swap(s, stream_);
+    return s;
+  }
   // The primary context, for helper threads of a job that call the driver (cuCtxSetCurrent).
   cu::CUcontext context() const { return context_; }
   MemoryInfo Memory();

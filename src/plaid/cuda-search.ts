@@ -32,8 +32,9 @@ export interface CudaIndexSearchOptions extends IndexSearchOptions {
   budget?: number;
   /**
    * The product stages' arithmetic (StagePrecision): default 'float16' where it applies (source
-   * tokens kept, dim a multiple of 16 up to 128, values in float16's comfortable range), else 'float32'.
-   * An explicit 'float16' for queries or centroids outside that range ([2^-8, 2^12]) is refused.
+   * tokens kept, dim a multiple of 16 up to 128, values in float16's comfortable range), else 'float32'
+   * (a call whose queries fall outside that range, [2^-8, 2^12], runs in float32). An explicit
+   * 'float16' for queries or centroids outside it is refused.
    */
   precision?: StagePrecision;
   /**
@@ -96,27 +97,26 @@ function centroidsInRange(index: DeviceIndexSource): boolean {
   return c;
 }
 
-function defaultPrecision(index: DeviceIndexSource, q: Float32Array, exact: boolean): StagePrecision {
+// The queries' range is checked by the engine, a pass at a time on its worker (off the JS thread and
+// a pass ahead of the device): a pass outside it is refused with this code.
+const HALF_RANGE = 'MAXSIM_HALF_RANGE';
+
+function defaultPrecision(index: DeviceIndexSource, exact: boolean): StagePrecision {
   if (!exact || index.dim % 16 !== 0 || index.dim > 128) return 'float32';
-  return centroidsInRange(index) && (q.length === 0 || inRange(q)) ? 'float16' : 'float32';
+  return centroidsInRange(index) ? 'float16' : 'float32';
 }
 
 // An explicit 'float16' outside float16's range would rank garbage (products overflow to inf and
 // NaN, or vanish), and the final lists could come back short: refused, naming the magnitude.
-function checkHalfRange(index: DeviceIndexSource, q: Float32Array) {
-  const range =
-    "'float32' where the queries' or the centroids' largest magnitude lies outside [2^-8, 2^12] (float16's range for the ranking stages)";
+const RANGE =
+  "'float32' where the queries' or the centroids' largest magnitude lies outside [2^-8, 2^12] (float16's range for the ranking stages)";
+
+function checkCentroidRange(index: DeviceIndexSource) {
   if (!centroidsInRange(index))
     throw new InvalidArgumentError(
       'options.precision',
-      range,
+      RANGE,
       `'float16' with centroids of largest magnitude ${largest(index.native.centroids)}`,
-    );
-  if (q.length > 0 && !inRange(q))
-    throw new InvalidArgumentError(
-      'options.precision',
-      range,
-      `'float16' with queries of largest magnitude ${largest(q)}`,
     );
 }
 
@@ -173,28 +173,48 @@ export async function cudaSearchBatch(
   const rescored = options.rescored ?? false;
   if (typeof rescored !== 'boolean')
     throw new InvalidArgumentError('options.rescored', 'a boolean', String(rescored));
-  const precision = options.precision ?? defaultPrecision(index, q, exact || rescored);
+  let precision = options.precision ?? defaultPrecision(index, exact || rescored);
   if (precision !== 'float32' && precision !== 'float16')
     throw new InvalidArgumentError('options.precision', "'float32' or 'float16'", String(precision));
-  if (options.precision === 'float16') checkHalfRange(index, q);
-  const plan = cudaSearchPlan({
-    centroids: index.centroids,
-    dim: d,
-    docs: index.count,
-    queries: queries.count,
-    maxLength,
-    nprobe: Math.min(nprobe, index.centroids),
-    candidates: Math.max(candidates, k),
-    rescore,
-    threshold,
-    exact,
-    rescored,
-    stages: options.stages,
-    precision,
-    budget: options.budget,
-  });
+  if (options.precision === 'float16') checkCentroidRange(index);
+  const plan = (p: StagePrecision) =>
+    cudaSearchPlan({
+      centroids: index.centroids,
+      dim: d,
+      docs: index.count,
+      queries: queries.count,
+      maxLength,
+      nprobe: Math.min(nprobe, index.centroids),
+      candidates: Math.max(candidates, k),
+      rescore,
+      threshold,
+      exact,
+      rescored,
+      stages: options.stages,
+      precision: p,
+      budget: options.budget,
+    });
+  const first = plan(precision);
   const { handle } = await deviceIndex(index, device);
-  const r = await plaidCuda().plaidSearch(handle, q, lengths, plan);
+  let r: PlaidCudaSearch;
+  try {
+    r = await plaidCuda().plaidSearch(handle, q, lengths, first);
+  } catch (e) {
+    if ((e as { code?: unknown }).code !== HALF_RANGE) throw e;
+    if (options.precision === 'float16') {
+      const m = largest(q);
+      throw new InvalidArgumentError(
+        'options.precision',
+        RANGE,
+        m >= FP16_LOW && m <= FP16_HIGH
+          ? `'float16' with a pass of up to ${first.batch} queries whose largest magnitude lies outside that range`
+          : `'float16' with queries of largest magnitude ${m}`,
+      );
+    }
+    // the default: queries outside float16's range rank in float32 (the same candidates as the CPU)
+    precision = 'float32';
+    r = await plaidCuda().plaidSearch(handle, q, lengths, plan(precision));
+  }
   const n = Math.max(1, queries.count);
   const st = r.stats;
   const results: IndexSearchResult[] = [];

@@ -659,6 +659,57 @@ describe('CUDA plaid search', { skip }, () => {
     }
   });
 
+  test("the default precision: float16, and float32 for a call with a pass of queries outside float16's range", async () => {
+    const { index, queries } = await searchIndex();
+    const o = { k: 10, nprobe: 9, candidates: 300, rescore: 40 };
+    const before = await cudaSearchBatch(index, queries, o);
+    assert.equal(before.precision, 'float16');
+    // one query a pass, so that a refusal comes from a pass after others ran on both streams
+    const per = bytesPerQuery(index.centroids, 32, 16, index.count, 300, 40, 'float16');
+    const d = queries.dim;
+    const hits = (r: Awaited<ReturnType<typeof cudaSearchBatch>>) =>
+      r.results.map((x) => x.hits.map((h) => [h.index, h.score]));
+    for (const [f, at] of [
+      [1e5, 0],
+      [1e-4, 7],
+    ] as const) {
+      const data = Float32Array.from(queries.data as Float32Array);
+      const s = queries.starts[at] * d;
+      for (let i = s; i < s + queries.lengths[at] * d; i++) data[i] *= f;
+      const scaled = raggedBatch(
+        data,
+        Array.from({ length: queries.count + 1 }, (_, i) =>
+          i < queries.count ? queries.starts[i] : queries.starts[i - 1] + queries.lengths[i - 1],
+        ),
+        { dim: d },
+      );
+      for (const budget of [undefined, per]) {
+        const r = await cudaSearchBatch(index, scaled, { ...o, budget });
+        // one pass of all queries: its largest magnitude is in range for the tiny query
+        const want = f > 1 || budget !== undefined ? 'float32' : 'float16';
+        assert.equal(r.precision, want, `scale ${f}, budget ${budget}`);
+        if (want === 'float32')
+          assert.deepEqual(
+            hits(r),
+            hits(await cudaSearchBatch(index, scaled, { ...o, budget, precision: 'float32' })),
+            `scale ${f}, budget ${budget}: the float32 hits`,
+          );
+      }
+      await assert.rejects(
+        cudaSearchBatch(index, scaled, { ...o, budget: per, precision: 'float16' }),
+        (e: unknown) =>
+          e instanceof InvalidArgumentError &&
+          /options\.precision/.test(String(e)) &&
+          /largest magnitude/.test(String(e)),
+        `explicit float16, scale ${f}`,
+      );
+    }
+    // a refused call leaves the index and the streams as they were
+    const after = await cudaSearchBatch(index, queries, { ...o, budget: per });
+    assert.equal(after.precision, 'float16');
+    assert.deepEqual(hits(after), hits(before));
+  });
+
   test('float16 exact re-score on tensor cores: float64 MaxSim within float32 rounding at any query scale', async () => {
     for (const dim of [16, 48, 128]) {
       const { c, batch } = corpus(120, [1, 50], dim, (runSeed + 7 * dim) % 991, 'float16');

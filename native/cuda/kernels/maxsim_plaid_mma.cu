@@ -24,6 +24,14 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same product accumulated in float16 pairs: c[0] row g, c[1] row g + 8 (columns 2t, 2t + 1).
+__device__ __forceinline__ void Mma16816H(uint32_t (&c)[2], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%0,%1};\n"
+      : "+r"(c[0]), "+r"(c[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
@@ -332,9 +340,12 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
         }
         ahead++;
       };
-      float m[4][2];
+      // the maxima, and the products below, in float16 pairs (columns 2nt, 2nt + 1 of lane t):
+      // half the accumulator registers of float32, so 5 blocks an SM without a spill; the values
+      // rank candidates for the exact re-score, float16's 11 bits are ample for it
+      uint32_t mh[4];
 #pragma unroll
-      for (int nt = 0; nt < 4; nt++) m[nt][0] = m[nt][1] = -INFINITY;
+      for (int nt = 0; nt < 4; nt++) mh[nt] = 0xFC00FC00u;  // -inf, -inf
       for (int64_t blk = t0 / 16; blk * 16 < t1; blk++) {
         // blk's codes and ids come through staged[wid][cur], copied a block ahead (within the
         // document, then the next document's first block), so the loads overlap the block before
@@ -355,7 +366,7 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
         const int32_t* ids = reinterpret_cast<const int32_t*>(cw + kStageCodes);
         const int64_t ra = blk * 16 + g, rb = ra + 8;  // this lane's two token rows
         const bool va = ra >= t0 && ra < t1, vb = rb >= t0 && rb < t1;
-        float acc[4][4];
+        uint32_t acc[4][2];  // rows g and g + 8, each starting from its qc values
         if (pre != blk) {  // else its qc values came a block ahead
           const uint4 z = make_uint4(0u, 0u, 0u, 0u);
           qn[0] = va ? QcRow(p, q, ids[g], c, t) : z;
@@ -366,12 +377,8 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
           const uint32_t xb[4] = {qn[1].x, qn[1].y, qn[1].z, qn[1].w};
 #pragma unroll
           for (int nt = 0; nt < 4; nt++) {  // column (nt, j) of lane t: query token 8t + 2nt + j
-            const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&xa[nt]));
-            const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&xb[nt]));
-            acc[nt][0] = x.x;
-            acc[nt][1] = x.y;
-            acc[nt][2] = y.x;
-            acc[nt][3] = y.y;
+            acc[nt][0] = xa[nt];
+            acc[nt][1] = xb[nt];
           }
         }
         // the next block of this document: its ids now (L2: the document was prefetched), its qc
@@ -419,8 +426,8 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
           for (int np = 0; np < 2; np++) {
             uint32_t f[4];
             LdMatrixX4(f, qrow + static_cast<uint32_t>((np * 16 * kQsRow + 16 * ks) * 2));
-            Mma16816(acc[2 * np], a, f[0], f[1]);
-            Mma16816(acc[2 * np + 1], a, f[2], f[3]);
+            Mma16816H(acc[2 * np], a, f[0], f[1]);
+            Mma16816H(acc[2 * np + 1], a, f[2], f[3]);
           }
         }
         if (!last) {
@@ -431,14 +438,10 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
         pre = last ? -1 : blk + 1;  // a block shared with the next document is loaded afresh there
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
-          if (va) {
-            m[nt][0] = fmaxf(m[nt][0], acc[nt][0]);
-            m[nt][1] = fmaxf(m[nt][1], acc[nt][1]);
-          }
-          if (vb) {
-            m[nt][0] = fmaxf(m[nt][0], acc[nt][2]);
-            m[nt][1] = fmaxf(m[nt][1], acc[nt][3]);
-          }
+          __half2 v = *reinterpret_cast<__half2*>(&mh[nt]);
+          if (va) v = __hmax2(v, *reinterpret_cast<const __half2*>(&acc[nt][0]));
+          if (vb) v = __hmax2(v, *reinterpret_cast<const __half2*>(&acc[nt][1]));
+          mh[nt] = *reinterpret_cast<uint32_t*>(&v);
         }
         if (ahead < 2) advance();
         __syncwarp();  // every lane done with staged[wid][cur] before it is refilled
@@ -446,6 +449,13 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
         pending = next;
       }
       while (ahead < 2) advance();
+      float m[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) {
+        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&mh[nt]));
+        m[nt][0] = v.x;
+        m[nt][1] = v.y;
+      }
       // the max over the 8 row groups, then the sum of this chunk's columns (query tokens) < len
       double s = 0.0;
 #pragma unroll
@@ -470,7 +480,8 @@ __device__ __forceinline__ void ResidualMma(const PlaidSearchParams& p, Residual
 }
 
 // 5 blocks an SM (the query chunk in shared memory leaves the registers for it): measured 1.25x
-// the register-held query at 3; the fast decode for the default 2 bits at d = 128 another 1.24x.
+// the register-held query at 3; the fast decode for the default 2 bits at d = 128 another 1.24x;
+// float16 accumulators another 1.06x (H100, bench/NOTES.md), 6 blocks with them spill and lose.
 extern "C" __global__ void __launch_bounds__(32 * PLAID_SCORE_WARPS, 5) plaid_residual_mma(const PlaidSearchParams p) {
   __shared__ __align__(64) ResidualSmem sm;
   if (p.bits == 2 && p.d == 128) ResidualMma<true>(p, sm);
