@@ -56,6 +56,40 @@ async function index(bits: 2 | 4, tokens: boolean): Promise<PlaidIndex> {
 }
 
 describe('batched CPU search stages', () => {
+  test(`the probe found while the centroid scores are computed = the probe over all of them (K 700, ties; seed ${runSeed})`, async () => {
+    // one search finds each token's nprobe best centroids per chunk of 256 scores on the worker that
+    // computes it (nprobe <= 64); the batch path probes the whole score table afterwards
+    const rand = rng(runSeed + 11);
+    const big = syntheticCorpus({ docs: 300, length: [8, 30], dim: d, topics: 40, seed: runSeed % 97 });
+    const ix = await buildIndex(raggedBatch(big.data, big.offsets, { dim: d }), {
+      centroids: 700,
+      iterations: 2,
+      seed: 5,
+    });
+    const q = syntheticQueries(big, 3, 40, d, runSeed % 89);
+    const lengths = Int32Array.of(40, 17, 40);
+    const rows = Float32Array.from(q.data.subarray(0, 97 * d));
+    rows.fill(0, 3 * d, 4 * d); // a zero token: every centroid ties at 0, the lower ids win
+    rows.copyWithin(5 * d, 6 * d, 7 * d); // two equal tokens
+    for (const nprobe of [1, 1 + Math.floor(rand() * 63), 64, 65, 700]) {
+      for (const threads of [1, 0]) {
+        const o = { nprobe, candidates: 80, interaction: 'lists' as const, threads };
+        const all = await addon.searchBatch(ix.native, rows, lengths, { ...o, passBytes: 1 });
+        for (let i = 0, at = 0; i < 3; at += lengths[i++] * d) {
+          const one = await addon.search(ix.native, rows.subarray(at, at + lengths[i] * d), o);
+          const what = `nprobe ${nprobe} threads ${threads} query ${i}`;
+          assert.deepEqual(one.ids, all.ids.subarray(all.offsets[i], all.offsets[i + 1]), what);
+          assert.deepEqual(
+            bits32(one.scores),
+            bits32(all.scores.subarray(all.offsets[i], all.offsets[i + 1])),
+            what,
+          );
+          assert.equal(one.stats.probed, all.stats[i].probed, `${what}: probed`);
+        }
+      }
+    }
+  });
+
   test(`native searchBatch = search per query, bitwise (seed ${runSeed})`, async () => {
     const rand = rng(runSeed);
     for (const bits of [2, 4] as const) {

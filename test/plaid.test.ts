@@ -153,6 +153,14 @@ describe('plaid kernels', () => {
             const keep = Uint8Array.from({ length: k }, () => (rand() < 0.6 ? 1 : 0));
             const ci = addon.centroidDocs(ix, q, docs, keep, { isa });
             const ciAll = addon.centroidDocs(ix, q, docs, null, { isa });
+            // every set's centroid scores are the same fp32 FMA chain over d, whatever its tiling:
+            // the interaction (max, then a float64 sum in token order) is then the same bits
+            const u32 = (x: Float32Array) => Array.from(new Uint32Array(x.buffer, x.byteOffset, x.length));
+            assert.deepEqual(
+              u32(ciAll),
+              u32(addon.centroidDocs(ix, q, docs, null, { isa: 'portable' })),
+              `d ${d} lq ${lq} k ${k}: the centroid interaction of ${isa} = portable's, bitwise`,
+            );
             for (const b of docs) {
               const ref = referenceResidual(
                 ix,

@@ -67,7 +67,7 @@ struct RAvx2 {
 const maxsim_cpu::ResidualKernels kAvx2{"avx2",
                                         RAvx2::W,
                                         &AssignImpl<RAvx2, 2, 3>,
-                                        &DotsImpl<RAvx2, 4>,
+                                        &DotsImpl<RAvx2, 6, 2>,  // 12 chains: lqp / 8 is even
                                         &ResidualDispatch<RAvx2, 8>,
                                         &CentroidDocImpl<RAvx2>,
                                         0};

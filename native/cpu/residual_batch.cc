@@ -46,11 +46,11 @@ void SearchPass(const ResidualKernels& kern, const ResidualIndex& ix, const floa
   const auto t = std::chrono::steady_clock::now();
   const int64_t n = q1 - q0;
   std::vector<QueryForm> forms(static_cast<size_t>(n));
-  // over the pool: the zero fill of the pass's scores (up to the whole budget) is a memory pass
+  // over the pool; the scores are left unset (every one is written by the dots below)
   ForEachQuery(n, p.threads, [&](int64_t j) {
     QueryForm& f = forms[j];
     FormQuery(kern, ix, queries + rows[q0 + j] * ix.d, lengths[q0 + j], &f);
-    f.qct.assign(static_cast<size_t>(ix.k * f.lqp), 0.0f);
+    f.qct.resize(static_cast<size_t>(ix.k * f.lqp));
     f.rq.qct = f.qct.data();
   });
   // the same dots calls as QueryCentroids (same chunks, same kernel), so every score is the same bits

@@ -18,15 +18,91 @@ using namespace residual_detail;
 
 namespace {
 
-// qct [k][lqp] by the dots kernel over the pool.
+// Each token's np best centroids by Better (best first) among those offered: what one worker keeps
+// over the chunks of centroid scores it computes, while they are in its cache. The np best under a
+// total order are one set whatever the order of the offers, so the lists merged over the workers
+// are ProbeCentroids' for finite scores (a NaN is kept or not by where it falls, as there).
+struct TokenBest {
+  int64_t lq = 0, lqp = 0, np = 0;
+  std::vector<float> val, worst;  // [lq][np]; [lqp] the np-th best so far (+inf past lq)
+  std::vector<int32_t> id, n;     // [lq][np]; [lq] entries so far
+  int64_t filling = 0;            // tokens with fewer than np entries
+
+  void Init(int64_t lq_, int64_t lqp_, int64_t np_) {
+    lq = lq_, lqp = lqp_, np = np_;
+    val.assign(static_cast<size_t>(lq * np), 0.0f);
+    id.assign(static_cast<size_t>(lq * np), 0);
+    n.assign(static_cast<size_t>(lq), 0);
+    worst.assign(static_cast<size_t>(lqp), INFINITY);
+    filling = lq;
+  }
+  // (s, c) into token i's list: at its end while it fills, else over its worst; then up past every
+  // worse entry
+  void Insert(int64_t i, float s, int32_t c) {
+    float* v = val.data() + i * np;
+    int32_t* d = id.data() + i * np;
+    int64_t at = n[i] < np ? n[i]++ : np - 1;
+    while (at > 0 && Better(s, c, v[at - 1], d[at - 1])) {
+      v[at] = v[at - 1];
+      d[at] = d[at - 1];
+      at--;
+    }
+    v[at] = s;
+    d[at] = c;
+    if (n[i] == np) {
+      if (worst[i] == INFINITY) filling--;
+      worst[i] = v[np - 1];
+    }
+  }
+  void Offer(const float* qct, int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; c++) {
+      const float* row = qct + c * lqp;
+      if (filling > 0) {
+        for (int64_t i = 0; i < lq; i++)
+          if (n[i] < np || Better(row[i], static_cast<int32_t>(c), val[i * np + np - 1], id[i * np + np - 1]))
+            Insert(i, row[i], static_cast<int32_t>(c));
+        continue;
+      }
+      bool any = false;
+      for (int64_t i = 0; i < lqp; i++) any |= row[i] >= worst[i];  // vectorizes; +inf past lq
+      if (!any) continue;
+      for (int64_t i = 0; i < lq; i++)
+        if (row[i] >= worst[i] && Better(row[i], static_cast<int32_t>(c), worst[i], id[i * np + np - 1]))
+          Insert(i, row[i], static_cast<int32_t>(c));
+    }
+  }
+};
+
+// qct [k][lqp] by the dots kernel over the pool; with np in [1, 64], also each token's np best
+// centroids (probe_ids [lq][np], best first: ProbeCentroids' lists) from each chunk of scores as it
+// is computed, so the probe reads no 8 MB of scores back from memory (K = 65,536).
 void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const std::vector<float>& qpack,
-                    int64_t lqp, int threads, ScoreRows* qct) {
-  qct->assign(static_cast<size_t>(ix.k * lqp), 0.0f);
+                    int64_t lqp, int threads, ScoreRows* qct, int64_t lq = 0, int64_t np = 0,
+                    std::vector<int32_t>* probe_ids = nullptr) {
+  qct->resize(static_cast<size_t>(ix.k * lqp));  // every score written below
   constexpr int64_t kChunk = 256;
-  ForEach((ix.k + kChunk - 1) / kChunk, threads, [&](int, int64_t item) {
-    const int64_t c0 = item * kChunk;
-    kern.dots(qpack.data(), lqp, ix.centroids, c0, std::min(ix.k, c0 + kChunk), ix.d, qct->data());
+  const bool probe = probe_ids && np >= 1 && np <= 64 && np <= ix.k && lq > 0;
+  std::vector<TokenBest> best(probe ? static_cast<size_t>(Workers(threads)) : 0);
+  for (TokenBest& b : best) b.Init(lq, lqp, np);
+  ForEach((ix.k + kChunk - 1) / kChunk, threads, [&](int w, int64_t item) {
+    const int64_t c0 = item * kChunk, c1 = std::min(ix.k, c0 + kChunk);
+    kern.dots(qpack.data(), lqp, ix.centroids, c0, c1, ix.d, qct->data());
+    if (probe) best[w].Offer(qct->data(), c0, c1);
   });
+  if (!probe) return;
+  // each token's np best of the workers' lists (each sorted, at most np long)
+  probe_ids->assign(static_cast<size_t>(lq * np), 0);
+  std::vector<std::pair<float, int32_t>> all;
+  for (int64_t i = 0; i < lq; i++) {
+    all.clear();
+    for (const TokenBest& b : best)
+      for (int64_t j = 0; j < b.n[i]; j++) all.emplace_back(b.val[i * np + j], b.id[i * np + j]);
+    const auto by = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+      return Better(a.first, a.second, b.first, b.second);
+    };
+    std::partial_sort(all.begin(), all.begin() + np, all.end(), by);
+    for (int64_t j = 0; j < np; j++) (*probe_ids)[i * np + j] = all[j].second;
+  }
 }
 
 // Symmetric int8 of v / scale (round to nearest even, clamped to +-lim).
@@ -84,11 +160,13 @@ void residual_detail::FormQuery(const ResidualKernels& kern, const ResidualIndex
 
 namespace {
 
-// The whole form of one query: FormQuery and its centroid scores over the pool.
+// The whole form of one query: FormQuery and its centroid scores over the pool (with np > 0, also
+// its probe lists where QueryCentroids finds them).
 void PrepareQuery(const ResidualKernels& kern, const ResidualIndex& ix, const float* query, int64_t lq, int threads,
-                  QueryForm* f) {
+                  QueryForm* f, int64_t np = 0) {
   FormQuery(kern, ix, query, lq, f);
-  QueryCentroids(kern, ix, f->qpack, f->lqp, threads, &f->qct);
+  QueryCentroids(kern, ix, f->qpack, f->lqp, threads, &f->qct, lq, std::min(np, ix.k), &f->probe_ids);
+  f->probe_np = f->probe_ids.empty() ? 0 : std::min(np, ix.k);
   f->rq.qct = f->qct.data();
 }
 
@@ -325,7 +403,7 @@ void ResidualSearch(const ResidualKernels& kern, const ResidualIndex& ix, const 
                     ResidualSearchStats* st) {
   const auto t = std::chrono::steady_clock::now();
   QueryForm f;
-  PrepareQuery(kern, ix, query, lq, p.threads, &f);
+  PrepareQuery(kern, ix, query, lq, p.threads, &f, p.nprobe);
   st->ms_centroids = MsSince(t);
   SearchStages(kern, ix, f, p, ids, scores, st);
 }
@@ -343,7 +421,12 @@ void residual_detail::SearchStages(const ResidualKernels& kern, const ResidualIn
   const int64_t np = std::min(p.nprobe, ix.k);
   std::vector<uint8_t> probed(static_cast<size_t>(ix.k), 0), keep;
   std::vector<int32_t> probe_ids;
-  ProbeCentroids(qct, ix.k, lq, lqp, np, &probed, &probe_ids);
+  if (np > 0 && f.probe_np == np) {
+    probe_ids = f.probe_ids;
+    for (const int32_t c : probe_ids) probed[c] = 1;
+  } else {
+    ProbeCentroids(qct, ix.k, lq, lqp, np, &probed, &probe_ids);
+  }
   for (int64_t c = 0; c < ix.k; c++) st->probed += probed[c];
   if (p.threshold == -INFINITY || (p.lists && p.refine == 0)) {  // the pruning mask serves the bag stage
     st->kept_centroids = ix.k;

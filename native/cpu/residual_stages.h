@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "residual.h"
@@ -22,6 +23,17 @@ struct LineAligned {
   LineAligned(const LineAligned<U>&) {}
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
   void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
+  // resize(n) leaves new elements unset: the dots kernel writes every score before any stage reads
+  // it, and the zero fill was a memory pass of its own (8 MB a query at K = 65,536: ~2 ms on a
+  // 2-core VM, bench/NOTES.md)
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
   template <class U>
   bool operator==(const LineAligned<U>&) const { return true; }
   template <class U>
@@ -35,6 +47,9 @@ struct QueryForm {
   int64_t lqp = 16;
   std::vector<float> qpack, qt, qscale;
   ScoreRows qct;
+  // each token's probe_np best centroids, best first, found with qct (probe_np 0: not yet)
+  int64_t probe_np = 0;
+  std::vector<int32_t> probe_ids;
   std::vector<uint8_t> q8;
   std::vector<int8_t> tab8;
   ResidualQuery rq;
