@@ -88,6 +88,15 @@ describe('batched CPU search stages', () => {
         }
       }
     }
+    // trusted input past float32's range (scores of +-inf and NaN): an answer, not a crash
+    const huge = rows.map((x) => x * 3e38);
+    for (const nprobe of [1, 64]) {
+      const r = await addon.search(ix.native, huge.subarray(0, 40 * d), { nprobe, candidates: 80 });
+      assert.ok(
+        r.ids.length <= 80 && r.ids.every((x) => x >= 0 && x < ix.count),
+        `huge queries, nprobe ${nprobe}`,
+      );
+    }
   });
 
   test(`native searchBatch = search per query, bitwise (seed ${runSeed})`, async () => {

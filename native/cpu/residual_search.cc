@@ -41,7 +41,11 @@ struct TokenBest {
   void Insert(int64_t i, float s, int32_t c) {
     float* v = val.data() + i * np;
     int32_t* d = id.data() + i * np;
-    int64_t at = n[i] < np ? n[i]++ : np - 1;
+    int64_t at = np - 1;
+    if (n[i] < np) {
+      at = n[i]++;
+      if (n[i] == np) filling--;
+    }
     while (at > 0 && Better(s, c, v[at - 1], d[at - 1])) {
       v[at] = v[at - 1];
       d[at] = d[at - 1];
@@ -49,10 +53,7 @@ struct TokenBest {
     }
     v[at] = s;
     d[at] = c;
-    if (n[i] == np) {
-      if (worst[i] == INFINITY) filling--;
-      worst[i] = v[np - 1];
-    }
+    if (n[i] == np) worst[i] = v[np - 1];
   }
   void Offer(const float* qct, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; c++) {
@@ -100,8 +101,10 @@ void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const 
     const auto by = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
       return Better(a.first, a.second, b.first, b.second);
     };
-    std::partial_sort(all.begin(), all.begin() + np, all.end(), by);
-    for (int64_t j = 0; j < np; j++) (*probe_ids)[i * np + j] = all[j].second;
+    // (the workers were offered all K >= np centroids, so they hold at least np entries)
+    const int64_t take = std::min<int64_t>(np, static_cast<int64_t>(all.size()));
+    std::partial_sort(all.begin(), all.begin() + take, all.end(), by);
+    for (int64_t j = 0; j < take; j++) (*probe_ids)[i * np + j] = all[j].second;
   }
 }
 
