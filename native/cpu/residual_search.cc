@@ -19,14 +19,16 @@ using namespace residual_detail;
 namespace {
 
 // Each token's np best centroids by Better (best first) among those offered: what one worker keeps
-// over the chunks of centroid scores it computes, while they are in its cache. The np best under a
-// total order are one set whatever the order of the offers, so the lists merged over the workers
-// are ProbeCentroids' for finite scores (a NaN is kept or not by where it falls, as there).
+// over the chunks of centroid scores it computes, while they are in its cache. Without NaN, Better
+// is a total order and the np best are one set whatever the order of the offers, so the lists
+// merged over the workers are ProbeCentroids'. A NaN score is noted instead: where it lands in
+// ProbeCentroids' lists depends on the order of the whole pass, so such a query is probed there.
 struct TokenBest {
   int64_t lq = 0, lqp = 0, np = 0;
   std::vector<float> val, worst;  // [lq][np]; [lqp] the np-th best so far (+inf past lq)
   std::vector<int32_t> id, n;     // [lq][np]; [lq] entries so far
   int64_t filling = 0;            // tokens with fewer than np entries
+  bool nan = false;               // a NaN score was offered
 
   void Init(int64_t lq_, int64_t lqp_, int64_t np_) {
     lq = lq_, lqp = lqp_, np = np_;
@@ -56,16 +58,22 @@ struct TokenBest {
     if (n[i] == np) worst[i] = v[np - 1];
   }
   void Offer(const float* qct, int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; c++) {
+    for (int64_t c = c0; c < c1 && !nan; c++) {
       const float* row = qct + c * lqp;
       if (filling > 0) {
-        for (int64_t i = 0; i < lq; i++)
+        for (int64_t i = 0; i < lq; i++) {
+          nan |= row[i] != row[i];
           if (n[i] < np || Better(row[i], static_cast<int32_t>(c), val[i * np + np - 1], id[i * np + np - 1]))
             Insert(i, row[i], static_cast<int32_t>(c));
+        }
         continue;
       }
-      bool any = false;
-      for (int64_t i = 0; i < lqp; i++) any |= row[i] >= worst[i];  // vectorizes; +inf past lq
+      bool any = false, odd = false;
+      for (int64_t i = 0; i < lqp; i++) {  // vectorizes; +inf past lq
+        any |= row[i] >= worst[i];
+        odd |= row[i] != row[i];
+      }
+      nan |= odd;
       if (!any) continue;
       for (int64_t i = 0; i < lq; i++)
         if (row[i] >= worst[i] && Better(row[i], static_cast<int32_t>(c), worst[i], id[i * np + np - 1]))
@@ -91,6 +99,8 @@ void QueryCentroids(const ResidualKernels& kern, const ResidualIndex& ix, const 
     if (probe) best[w].Offer(qct->data(), c0, c1);
   });
   if (!probe) return;
+  for (const TokenBest& b : best)
+    if (b.nan) return;  // probe_ids left empty: SearchStages probes the whole table
   // each token's np best of the workers' lists (each sorted, at most np long)
   probe_ids->assign(static_cast<size_t>(lq * np), 0);
   std::vector<std::pair<float, int32_t>> all;
