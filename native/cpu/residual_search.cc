@@ -18,6 +18,18 @@ using namespace residual_detail;
 
 namespace {
 
+// (s, c) into a list best first (v / d) at slot `at` and up past every worse entry (Better: ties to
+// the lower id): both probes' step
+void InsertBest(float* v, int32_t* d, int64_t at, float s, int32_t c) {
+  while (at > 0 && Better(s, c, v[at - 1], d[at - 1])) {
+    v[at] = v[at - 1];
+    d[at] = d[at - 1];
+    at--;
+  }
+  v[at] = s;
+  d[at] = c;
+}
+
 // Each token's np best centroids by Better (best first) among those offered: what one worker keeps
 // over the chunks of centroid scores it computes, while they are in its cache. Without NaN, Better
 // is a total order and the np best are one set whatever the order of the offers, so the lists
@@ -41,21 +53,13 @@ struct TokenBest {
   // (s, c) into token i's list: at its end while it fills, else over its worst; then up past every
   // worse entry
   void Insert(int64_t i, float s, int32_t c) {
-    float* v = val.data() + i * np;
-    int32_t* d = id.data() + i * np;
     int64_t at = np - 1;
     if (n[i] < np) {
       at = n[i]++;
       if (n[i] == np) filling--;
     }
-    while (at > 0 && Better(s, c, v[at - 1], d[at - 1])) {
-      v[at] = v[at - 1];
-      d[at] = d[at - 1];
-      at--;
-    }
-    v[at] = s;
-    d[at] = c;
-    if (n[i] == np) worst[i] = v[np - 1];
+    InsertBest(val.data() + i * np, id.data() + i * np, at, s, c);
+    if (n[i] == np) worst[i] = val[i * np + np - 1];
   }
   void Offer(const float* qct, int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1 && !nan; c++) {
@@ -346,17 +350,8 @@ void ProbeCentroids(const ScoreRows& qct, int64_t k, int64_t lq, int64_t lqp, in
   // per token its best np (value, id), best first; the first np centroids start every list
   std::vector<float> val(static_cast<size_t>(lq * np));
   std::vector<float> worst(static_cast<size_t>(lqp), INFINITY);
-  // (s, c) into token i's list at slot `at` and up past every worse entry (Better: ties to the lower id)
   auto insert = [&](int64_t i, int64_t at, float s, int32_t c) {
-    float* v = val.data() + i * np;
-    int32_t* d = id.data() + i * np;
-    while (at > 0 && Better(s, c, v[at - 1], d[at - 1])) {
-      v[at] = v[at - 1];
-      d[at] = d[at - 1];
-      at--;
-    }
-    v[at] = s;
-    d[at] = c;
+    InsertBest(val.data() + i * np, id.data() + i * np, at, s, c);
   };
   for (int64_t i = 0; i < lq; i++) {
     for (int64_t c = 0; c < np; c++) insert(i, c, qct[c * lqp + i], static_cast<int32_t>(c));
