@@ -31,6 +31,23 @@ function l2score(x: Float32Array, i: number, c: Float32Array, j: number, d: numb
 }
 
 describe('two-level assignment', () => {
+  test("every kernel set's assignment is portable's, bitwise, for every row count a tile leaves over", async () => {
+    const rand = rng(runSeed + 10);
+    // rows 1 .. 17 and past a 256-row chunk cover every remainder of the tiles (NR up to 6 rows)
+    const ns = [...Array.from({ length: 17 }, (_, i) => i + 1), 263, 1030];
+    for (const n of ns) {
+      const [d, k] = [[5, 3], [24, 100], [128, 301], [33, 77]][n % 4];
+      const x = Float32Array.from({ length: n * d }, () => rand() * 2 - 1);
+      const c = Float32Array.from({ length: k * d }, () => rand() * 2 - 1);
+      const want = await addon.assign(x, c, d, true, { isa: 'portable' });
+      for (const isa of isas) {
+        const got = await addon.assign(x, c, d, true, { isa });
+        assert.deepEqual(got.ids, want.ids, `${isa}: n ${n} d ${d} k ${k}`);
+        assert.deepEqual(got.scores, want.scores, `${isa}: n ${n} d ${d} k ${k}`);
+      }
+    }
+  });
+
   for (const isa of isas) {
     test(`${isa}: probe = groups is the exact assignment, bitwise`, async () => {
       const rand = rng(runSeed + 11);

@@ -81,6 +81,17 @@ inline void AssignTile(const float* x, const float* cpack, const float* bias, in
   }
 }
 
+// The last rows (fewer than a tile) in one narrower tile, not one at a time (a row alone is MR FMA
+// chains: a fraction of the FMA rate).
+template <class V, int MR, int R>
+inline void AssignRest(int64_t rest, const float* x, const float* cpack, const float* bias, int64_t b_begin,
+                       int64_t b_end, int64_t d, float* bv, int32_t* bi) {
+  if constexpr (R >= 1) {
+    if (rest == R) return AssignTile<V, MR, R>(x, cpack, bias, b_begin, b_end, d, bv, bi);
+    AssignRest<V, MR, R - 1>(rest, x, cpack, bias, b_begin, b_end, d, bv, bi);
+  }
+}
+
 // Rows against every centroid, a cache-sized group of centroid blocks at a time (the group stays in
 // L2 while all rows pass over it), each row's best kept per lane in memory between groups.
 // Centroid ids increase along each lane and a lane takes only a strictly greater value, so every lane
@@ -97,8 +108,7 @@ void AssignImpl(const float* x, int64_t n, const float* cpack, const float* bias
     int64_t r = 0;
     for (; r + NR <= n; r += NR)
       AssignTile<V, MR, NR>(x + r * d, cpack, bias, g, g_end, d, bv.data() + r * V::W, bi.data() + r * V::W);
-    for (; r < n; r++)
-      AssignTile<V, MR, 1>(x + r * d, cpack, bias, g, g_end, d, bv.data() + r * V::W, bi.data() + r * V::W);
+    if (r < n) AssignRest<V, MR, NR - 1>(n - r, x + r * d, cpack, bias, g, g_end, d, bv.data() + r * V::W, bi.data() + r * V::W);
   }
   for (int64_t r = 0; r < n; r++) {
     const float* v = bv.data() + r * V::W;
