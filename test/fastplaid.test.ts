@@ -93,6 +93,22 @@ describe('fast-plaid index, read-only', { skip }, () => {
         (e: unknown) => e instanceof FormatError && /residuals/.test(e.message),
       );
       fs.cpSync(path.join(root!, 'index', '0.residuals.npy'), path.join(copy, '0.residuals.npy'));
+      // cutoffs out of order: the first and last swapped in the data after the npy header
+      const cutFile = path.join(copy, 'bucket_cutoffs.npy');
+      const npyBytes = fs.readFileSync(cutFile);
+      const dataAt = 10 + npyBytes.readUInt16LE(8);
+      const count = Number(/'shape': \((\d+),?\)/.exec(npyBytes.toString('latin1', 10, dataAt))?.[1]);
+      const item = (npyBytes.length - dataAt) / count;
+      const first = Buffer.from(npyBytes.subarray(dataAt, dataAt + item));
+      npyBytes.copy(npyBytes, dataAt, npyBytes.length - item);
+      first.copy(npyBytes, npyBytes.length - item);
+      fs.writeFileSync(cutFile, npyBytes);
+      assert.throws(
+        () => openFastPlaid(copy),
+        (e: unknown) =>
+          e instanceof FormatError && /bucket_cutoffs/.test(e.message) && /ascend/.test(e.message),
+      );
+      fs.cpSync(path.join(root!, 'index', 'bucket_cutoffs.npy'), cutFile);
       fs.writeFileSync(path.join(copy, 'metadata.json'), '{"nbits": 3, "num_chunks": 1}');
       assert.throws(
         () => openFastPlaid(copy),

@@ -36,7 +36,12 @@ describe('two-level assignment', () => {
     // rows 1 .. 17 and past a 256-row chunk cover every remainder of the tiles (NR up to 6 rows)
     const ns = [...Array.from({ length: 17 }, (_, i) => i + 1), 263, 1030];
     for (const n of ns) {
-      const [d, k] = [[5, 3], [24, 100], [128, 301], [33, 77]][n % 4];
+      const [d, k] = [
+        [5, 3],
+        [24, 100],
+        [128, 301],
+        [33, 77],
+      ][n % 4];
       const x = Float32Array.from({ length: n * d }, () => rand() * 2 - 1);
       const c = Float32Array.from({ length: k * d }, () => rand() * 2 - 1);
       const want = await addon.assign(x, c, d, true, { isa: 'portable' });

@@ -66,6 +66,15 @@ test('fromParts refuses damaged parts, naming the field', async () => {
   const wildCids = { ...parts.arrays, cids: (parts.arrays.cids as Int32Array).slice() };
   wildCids.cids[0] = 1 << 20;
   assert.throws(() => PlaidIndex.fromParts({ header: parts.header, arrays: wildCids }), /cids/);
+  // cutoffs out of order or not finite: the encoders' count of cutoffs below would not be the bucket
+  for (const v of [Number.NaN, -1e30]) {
+    const cut = { ...parts.arrays, cutoffs: (parts.arrays.cutoffs as Float32Array).slice() };
+    cut.cutoffs[1] = v;
+    assert.throws(
+      () => PlaidIndex.fromParts({ header: parts.header, arrays: cut }),
+      /cutoffs must ascend.*element 1/,
+    );
+  }
   const fewer = raggedBatch(docs.data.subarray(0, 32), [0, 1, 2], { dim: 16 });
   assert.throws(() => PlaidIndex.fromParts(parts, fewer), InvalidArgumentError);
 });

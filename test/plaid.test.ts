@@ -129,6 +129,29 @@ describe('plaid codec', () => {
     assert.deepEqual(e.codes, n.codes);
   });
 
+  test('every finite float16 and bfloat16 bit pattern encodes as its float32 value', async () => {
+    const d = 16;
+    const { batch } = corpus(40, [4, 20], d, runSeed + 6);
+    const ix = await buildIndex(batch, { centroids: 8, iterations: 2, seed: 5 });
+    const n = ix.native;
+    for (const dtype of ['float16', 'bfloat16'] as const) {
+      const expMask = dtype === 'float16' ? 0x7c00 : 0x7f80;
+      const pats: number[] = [];
+      for (let h = 0; h < 65536; h++) if ((h & expMask) !== expMask) pats.push(h);
+      const bitsArr = Uint16Array.from(pats.slice(0, Math.floor(pats.length / d) * d));
+      const tokens = bitsArr.length / d;
+      const offsets = [0];
+      for (let t = 0; t < tokens; ) offsets.push((t = Math.min(tokens, t + 1 + (offsets.length % 37))));
+      const half = raggedBatch(bitsArr, offsets, { dim: d, dtype });
+      const asFloat = raggedBatch(decodeToFloat32(bitsArr, dtype, d), offsets, { dim: d });
+      const a = await addon.encode(half, n.centroids, ix.buckets.cutoffs, n.tables, 2, { threads: 1 });
+      const b = await addon.encode(asFloat, n.centroids, ix.buckets.cutoffs, n.tables, 2, { threads: 1 });
+      assert.deepEqual(a.cids, b.cids, dtype);
+      assert.deepEqual(a.codes, b.codes, dtype);
+      assert.equal(a.sqError[0], b.sqError[0], dtype);
+    }
+  });
+
   test('defaultCentroids follows 2^floor(log2(16 sqrt(T)))', () => {
     assert.equal(defaultCentroids(1), 1);
     assert.equal(defaultCentroids(10_000), 1024);

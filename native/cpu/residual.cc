@@ -42,8 +42,10 @@ void LoadRow(const TokenSet& s, int64_t t, float* dst) {
     std::memcpy(dst, static_cast<const float*>(s.data) + t * d, static_cast<size_t>(d) * 4);
   } else {
     const uint16_t* p = static_cast<const uint16_t*>(s.data) + t * d;
-    for (int64_t k = 0; k < d; k++)
-      dst[k] = static_cast<float>(s.dtype == DType::Float16 ? F16BitsValue(p[k]) : Bf16BitsValue(p[k]));
+    if (s.dtype == DType::Float16)
+      for (int64_t k = 0; k < d; k++) dst[k] = F16BitsFloat(p[k]);
+    else
+      for (int64_t k = 0; k < d; k++) dst[k] = Bf16BitsFloat(p[k]);
   }
 }
 
@@ -98,30 +100,37 @@ void AssignRowsGrouped(const ResidualKernels& kern, const GroupPlan& plan, const
   kern.dots(xpack.data(), np, g.coarse, 0, g.g, d, qct.data());
   const int64_t probe = std::max<int64_t>(1, std::min(g.probe, g.g));
   std::vector<int32_t> pick(static_cast<size_t>(n * probe), -1);
-  std::vector<float> ps(static_cast<size_t>(probe));
+  std::vector<float> ps(static_cast<size_t>(n * probe));
+  std::vector<int32_t> have(static_cast<size_t>(n), 0);
   std::vector<int64_t> count(static_cast<size_t>(g.g + 1), 0);
   int32_t first_nonempty = 0;
   while (g.offsets[first_nonempty + 1] == g.offsets[first_nonempty]) first_nonempty++;
-  for (int64_t r = 0; r < n; r++) {
-    int32_t* top = pick.data() + r * probe;
-    int64_t have = 0;
-    for (int64_t j = 0; j < g.g; j++) {
-      if (g.offsets[j + 1] == g.offsets[j]) continue;
-      const float s = qct[j * np + r] + plan.coarse_bias[j];
-      // insertion into the sorted top list (groups arrive in ascending id, so ties keep the lower)
-      int64_t at = have;
-      while (at > 0 && Better(s, static_cast<int32_t>(j), ps[at - 1], top[at - 1])) at--;
+  // Groups outer, rows inner: qct is read in order (rows inner strode a 4 MB table per row).
+  for (int64_t j = 0; j < g.g; j++) {
+    if (g.offsets[j + 1] == g.offsets[j]) continue;
+    const float* sj = qct.data() + j * np;
+    const float bj = plan.coarse_bias[j];
+    for (int64_t r = 0; r < n; r++) {
+      int32_t* top = pick.data() + r * probe;
+      float* pr = ps.data() + r * probe;
+      const float s = sj[r] + bj;
+      // insertion into the row's sorted top list (groups arrive in ascending id, so ties keep the lower)
+      int64_t at = have[r];
+      while (at > 0 && Better(s, static_cast<int32_t>(j), pr[at - 1], top[at - 1])) at--;
       if (at >= probe) continue;
-      for (int64_t m = std::min(have, probe - 1); m > at; m--) {
-        ps[m] = ps[m - 1];
+      for (int64_t m = std::min<int64_t>(have[r], probe - 1); m > at; m--) {
+        pr[m] = pr[m - 1];
         top[m] = top[m - 1];
       }
-      ps[at] = s;
+      pr[at] = s;
       top[at] = static_cast<int32_t>(j);
-      have = std::min(probe, have + 1);
+      have[r] = static_cast<int32_t>(std::min<int64_t>(probe, have[r] + 1));
     }
-    if (have == 0) top[have++] = first_nonempty;  // NaN scores: any valid group
-    for (int64_t m = 0; m < have; m++) count[top[m] + 1]++;
+  }
+  for (int64_t r = 0; r < n; r++) {
+    int32_t* top = pick.data() + r * probe;
+    if (have[r] == 0) top[have[r]++] = first_nonempty;  // NaN scores: any valid group
+    for (int64_t m = 0; m < have[r]; m++) count[top[m] + 1]++;
   }
   for (int64_t j = 0; j < g.g; j++) count[j + 1] += count[j];
   std::vector<int32_t> rows_of(static_cast<size_t>(count[g.g]));
@@ -233,6 +242,9 @@ void ResidualEncode(const ResidualKernels& kern, const TokenSet& docs, int64_t f
   const int64_t chunks = total == 0 ? 0 : (first_token + total - 1) / kChunk - c_first + 1;
   std::vector<double> err(static_cast<size_t>(Workers(threads)), 0.0);
   const int64_t block_bytes = d * 2 * bits;
+  std::vector<float> cut_t(static_cast<size_t>(ncut * d));  // [m][d]
+  for (int64_t k = 0; k < d; k++)
+    for (int64_t m = 0; m < ncut; m++) cut_t[m * d + k] = cutoffs[k * ncut + m];
   ForEach(chunks, threads, [&](int w, int64_t item) {
     const int64_t g0 = std::max(first_token, (c_first + item) * kChunk);  // stream index
     const int64_t t0 = g0 - first_token;                                 // part index
@@ -247,24 +259,42 @@ void ResidualEncode(const ResidualKernels& kern, const TokenSet& docs, int64_t f
     }
     if (groups) AssignRowsGrouped(kern, plan, rows.data(), n, cids + g0, nullptr);
     else kern.assign(rows.data(), n, pack.data(), bias.data(), kp, d, cids + g0, nullptr);
-    double e = 0.0;
+    // Per token: the residual's buckets counted lane-wise over the transposed cutoffs (ascending, so
+    // the count is the index of the first cutoff not below r), the decode error in double in kAcc
+    // independent sums, then the codes or-ed into the token's lane of its block.
+    constexpr int kAcc = 8;
+    std::vector<float> r(static_cast<size_t>(d)), wt(static_cast<size_t>(d));
+    std::vector<int32_t> q(static_cast<size_t>(d));
+    double acc[kAcc] = {};
     for (int64_t t = 0; t < n; t++) {
       const int64_t g = g0 + t;
+      const float* x = rows.data() + t * d;
       const float* c = centroids + static_cast<int64_t>(cids[g]) * d;
-      uint8_t* block = codes + (g / kResidualBlock) * block_bytes;
-      const int lane = static_cast<int>(g % kResidualBlock);
       for (int64_t k = 0; k < d; k++) {
-        const float r = rows[t * d + k] - c[k];
-        const float* cut = cutoffs + k * ncut;
-        int code = 0;
-        while (code < ncut && cut[code] < r) code++;
-        const int bit = lane * bits;
-        block[k * 2 * bits + bit / 8] |= static_cast<uint8_t>(code << (bit % 8));
-        const double diff = static_cast<double>(rows[t * d + k]) - (static_cast<double>(c[k]) + weights[k * kResidualTable + code]);
-        e += diff * diff;
+        r[k] = x[k] - c[k];
+        q[k] = 0;
       }
+      for (int64_t m = 0; m < ncut; m++) {
+        const float* cm = cut_t.data() + m * d;
+        for (int64_t k = 0; k < d; k++) q[k] += cm[k] < r[k];
+      }
+      for (int64_t k = 0; k < d; k++) wt[k] = weights[k * kResidualTable + q[k]];
+      int64_t k = 0;
+      for (; k + kAcc <= d; k += kAcc)
+        for (int j = 0; j < kAcc; j++) {
+          const double diff = static_cast<double>(x[k + j]) - (static_cast<double>(c[k + j]) + wt[k + j]);
+          acc[j] += diff * diff;
+        }
+      for (; k < d; k++) {
+        const double diff = static_cast<double>(x[k]) - (static_cast<double>(c[k]) + wt[k]);
+        acc[0] += diff * diff;
+      }
+      uint8_t* block = codes + (g / kResidualBlock) * block_bytes;
+      const int bit = static_cast<int>(g % kResidualBlock) * bits;
+      uint8_t* at = block + bit / 8;
+      for (int64_t k = 0; k < d; k++) at[k * 2 * bits] |= static_cast<uint8_t>(q[k] << (bit % 8));
     }
-    err[w] += e;
+    for (int j = 0; j < kAcc; j++) err[w] += acc[j];
   });
   if (sq_error) {
     double s = 0.0;

@@ -19,6 +19,18 @@ export interface Buckets {
   tables: Float32Array;
 }
 
+/**
+ * The first element of cutoffs ([d][levels - 1]) that is not finite or is below the one before it in
+ * its dimension, or -1. The encoders count the cutoffs below a residual component, which is the
+ * bucket only where each dimension's cutoffs ascend: a loaded index must pass this.
+ */
+export function unorderedCutoff(cutoffs: Float32Array, levels: number): number {
+  const m = levels - 1;
+  for (let i = 0; i < cutoffs.length; i++)
+    if (!Number.isFinite(cutoffs[i]) || (i % m !== 0 && cutoffs[i] < cutoffs[i - 1])) return i;
+  return -1;
+}
+
 /** Fits the buckets on residual rows ([n][d], n >= 1). */
 export function fitBuckets(residuals: Float32Array, d: number, bits: 2 | 4): Buckets {
   const n = residuals.length / d;

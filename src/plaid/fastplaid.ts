@@ -14,7 +14,7 @@ import * as path from 'node:path';
 import { FormatError } from '../errors.js';
 import { decodeToFloat32 } from '../floats.js';
 import { parseNpy } from '../io/npy.js';
-import { tablesOf } from './codec.js';
+import { tablesOf, unorderedCutoff } from './codec.js';
 import type { NativeIndex } from './native.js';
 import { type BuildStats, buildLists, PlaidIndex } from './plaid.js';
 
@@ -100,6 +100,12 @@ export function openFastPlaid(dir: string): PlaidIndex {
     throw new FormatError(
       dir,
       `bucket_cutoffs / bucket_weights hold ${cut.length} / ${wts.length} values, not ${levels - 1} / ${levels}`,
+    );
+  const unordered = unorderedCutoff(Float32Array.from(cut), levels);
+  if (unordered >= 0)
+    throw new FormatError(
+      path.join(dir, 'bucket_cutoffs.npy'),
+      `the cutoffs must ascend and be finite; element ${unordered} is ${cut[unordered]}`,
     );
   const cids: number[] = [];
   const rows: Uint8Array[] = [];

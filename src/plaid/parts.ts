@@ -2,7 +2,7 @@
 // (the corpus's index segments, src/io/corpus/index-segments.ts) writes and maps them generically and
 // the index's own modules may add, drop or change arrays here without touching the store.
 import { FormatError, InvalidArgumentError } from '../errors.js';
-import type { Buckets } from './codec.js';
+import { type Buckets, unorderedCutoff } from './codec.js';
 import type { AssignGroups } from './kmeans.js';
 import type { NativeIndex } from './native.js';
 import type { BuildStats } from './plaid.js';
@@ -155,6 +155,12 @@ export function fromPartsChecked(
   const levels = 1 << bits;
   expect('centroids', k * d);
   expect('cutoffs', d * (levels - 1));
+  const unordered = unorderedCutoff(a.cutoffs as Float32Array, levels);
+  if (unordered >= 0)
+    throw new FormatError(
+      source,
+      `the index array cutoffs must ascend and be finite in each dimension; element ${unordered} is ${a.cutoffs[unordered]}`,
+    );
   expect('weights', d * levels);
   expect('docOffsets', docs + 1);
   expect('bagOffsets', docs + 1);
