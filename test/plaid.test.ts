@@ -141,7 +141,10 @@ describe('plaid codec', () => {
       const bitsArr = Uint16Array.from(pats.slice(0, Math.floor(pats.length / d) * d));
       const tokens = bitsArr.length / d;
       const offsets = [0];
-      for (let t = 0; t < tokens; ) offsets.push((t = Math.min(tokens, t + 1 + (offsets.length % 37))));
+      for (let t = 0; t < tokens; ) {
+        t = Math.min(tokens, t + 1 + (offsets.length % 37));
+        offsets.push(t);
+      }
       const half = raggedBatch(bitsArr, offsets, { dim: d, dtype });
       const asFloat = raggedBatch(decodeToFloat32(bitsArr, dtype, d), offsets, { dim: d });
       const a = await addon.encode(half, n.centroids, ix.buckets.cutoffs, n.tables, 2, { threads: 1 });
