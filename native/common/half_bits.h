@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <cstring>
 
-inline double Bf16BitsValue(uint16_t h) {
+inline float Bf16BitsFloat(uint16_t h) {
   const uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
+
+inline double Bf16BitsValue(uint16_t h) { return Bf16BitsFloat(h); }
 
 inline double F16BitsValue(uint16_t h) {
   const int exp = (h >> 10) & 0x1f;
@@ -28,13 +30,6 @@ inline float F16BitsFloat(uint16_t h) {
   uint32_t sub_bits;
   std::memcpy(&sub_bits, &sub, 4);
   const uint32_t u = (exp ? ((exp + 112) << 23 | man << 13) : sub_bits) | static_cast<uint32_t>(h & 0x8000) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline float Bf16BitsFloat(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
