@@ -14,6 +14,8 @@ inline float Bf16BitsFloat(uint16_t h) {
 
 inline double Bf16BitsValue(uint16_t h) { return Bf16BitsFloat(h); }
 
+// The arithmetic decode: the engine checks' reference for F16BitsFloat below (the encoder's),
+// which must agree with it on every pattern.
 inline double F16BitsValue(uint16_t h) {
   const int exp = (h >> 10) & 0x1f;
   const double man = h & 0x3ff;
